@@ -1,0 +1,231 @@
+/* Tiled tensors: one StarPU vector handle per tile, each tile a contiguous row-major block. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt_internal.h"
+
+static size_t dtype_size(int dtype)
+{
+    switch (dtype) {
+    case TT_F32: return 4;
+    case TT_F64: return 8;
+    case TT_I64: return 8;
+    default: return 0;
+    }
+}
+
+int64_t tt_tile_dim(const tt_tensor *t, int axis, int64_t idx)
+{
+    int64_t start = idx * t->tile[axis];
+    int64_t rest = t->shape[axis] - start;
+    return rest < t->tile[axis] ? rest : t->tile[axis];
+}
+
+void tt_tile_shape(const tt_tensor *t, const int64_t *idx, int64_t *out)
+{
+    for (int d = 0; d < t->ndim; d++)
+        out[d] = tt_tile_dim(t, d, idx[d]);
+}
+
+int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= tt_tile_dim(t, d, idx[d]);
+    return n;
+}
+
+int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx)
+{
+    int64_t lin = 0;
+    for (int d = 0; d < t->ndim; d++)
+        lin = lin * t->grid[d] + idx[d];
+    return lin;
+}
+
+void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx)
+{
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = linear % t->grid[d];
+        linear /= t->grid[d];
+    }
+}
+
+int tt_check_tensor(const tt_tensor *t, const char *what)
+{
+    if (!t)
+        return tt_error(TT_EINVAL, "%s: tensor is NULL", what);
+    if (!tt_session_active())
+        return tt_error(TT_ENOTINIT, "%s: the tiletrain runtime is not initialised", what);
+    if (t->dead || t->session != tt_current_session())
+        return tt_error(TT_EDEAD, "%s: tensor belongs to a runtime that has shut down", what);
+    return TT_OK;
+}
+
+int tt_check_readable(const tt_tensor *t, const char *what)
+{
+    int rc = tt_check_tensor(t, what);
+    if (rc)
+        return rc;
+    if (!t->written)
+        return tt_error(TT_EINVAL, "%s: operand has never been written (created with empty() and not yet filled)",
+                        what);
+    return TT_OK;
+}
+
+int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out)
+{
+    if (!out)
+        return tt_error(TT_EINVAL, "tensor_new: out is NULL");
+    *out = NULL;
+    if (!tt_session_active())
+        return tt_error(TT_ENOTINIT, "tensor_new: the tiletrain runtime is not initialised");
+    if (ndim < 0 || ndim > TT_MAX_NDIM)
+        return tt_error(TT_EINVAL, "tensor_new: ndim=%d outside [0, %d]", ndim, TT_MAX_NDIM);
+    size_t es = dtype_size(dtype);
+    if (!es)
+        return tt_error(TT_EINVAL, "tensor_new: unknown dtype code %d", dtype);
+    tt_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return tt_error(TT_ENOMEM, "tensor_new: out of memory");
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->elemsize = es;
+    t->ntiles = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || tile[d] < 1) {
+            free(t);
+            return tt_error(TT_EINVAL, "tensor_new: shape[%d]=%lld and tiles[%d]=%lld must be >= 1", d,
+                            (long long)shape[d], d, (long long)tile[d]);
+        }
+        t->shape[d] = shape[d];
+        t->tile[d] = tile[d] < shape[d] ? tile[d] : shape[d];
+        t->grid[d] = (shape[d] + t->tile[d] - 1) / t->tile[d];
+        t->ntiles *= t->grid[d];
+    }
+    t->handles = calloc((size_t)t->ntiles, sizeof *t->handles);
+    if (!t->handles) {
+        long long n = (long long)t->ntiles;
+        free(t);
+        return tt_error(TT_ENOMEM, "tensor_new: out of memory for %lld tile handles", n);
+    }
+    int64_t idx[TT_MAX_NDIM];
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        tt_tile_index(t, i, idx);
+        /* home node -1: StarPU allocates the tile where it is first written. */
+        starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)tt_tile_nelems(t, idx), es);
+    }
+    t->session = tt_current_session();
+    tt_tensors_lock();
+    tt_tensors_link(t);
+    tt_tensors_unlock();
+    *out = t;
+    return TT_OK;
+}
+
+void tt_tensor_free(tt_tensor *t)
+{
+    if (!t)
+        return;
+    tt_tensors_lock();
+    if (!t->dead && t->session == tt_current_session() && tt_session_active()) {
+        tt_tensors_unlink(t);
+        for (int64_t i = 0; i < t->ntiles; i++)
+            starpu_data_unregister_submit(t->handles[i]); /* freed once its last task is done */
+    }
+    tt_tensors_unlock();
+    free(t->handles);
+    free(t);
+}
+
+int tt_tensor_alive(const tt_tensor *t)
+{
+    return t && !t->dead && tt_session_active() && t->session == tt_current_session();
+}
+
+int64_t tt_tensor_ntiles(const tt_tensor *t) { return t ? t->ntiles : 0; }
+
+/* Copy an N-d block between a strided buffer and a contiguous tile.
+ * `strides` are the strided side's byte strides, `shape` the block shape. */
+static void copy_block(char *strided, const int64_t *strides, char *tile, const int64_t *shape, int ndim,
+                       size_t es, int to_tile)
+{
+    if (ndim == 0) {
+        if (to_tile)
+            memcpy(tile, strided, es);
+        else
+            memcpy(strided, tile, es);
+        return;
+    }
+    int64_t inner = 1;
+    for (int d = 1; d < ndim; d++)
+        inner *= shape[d];
+    if (ndim == 1) {
+        if (strides[0] == (int64_t)es) {
+            if (to_tile)
+                memcpy(tile, strided, shape[0] * es);
+            else
+                memcpy(strided, tile, shape[0] * es);
+        } else {
+            for (int64_t i = 0; i < shape[0]; i++) {
+                if (to_tile)
+                    memcpy(tile + i * es, strided + i * strides[0], es);
+                else
+                    memcpy(strided + i * strides[0], tile + i * es, es);
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < shape[0]; i++)
+        copy_block(strided + i * strides[0], strides + 1, tile + i * inner * es, shape + 1, ndim - 1, es,
+                   to_tile);
+}
+
+static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_tile)
+{
+    int64_t idx[TT_MAX_NDIM], tshape[TT_MAX_NDIM];
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        tt_tile_index(t, i, idx);
+        tt_tile_shape(t, idx, tshape);
+        char *origin = base;
+        for (int d = 0; d < t->ndim; d++)
+            origin += idx[d] * t->tile[d] * strides[d];
+        starpu_data_handle_t h = t->handles[i];
+        int ret = starpu_data_acquire(h, to_tile ? STARPU_W : STARPU_R);
+        if (ret != 0)
+            return tt_error(TT_ESTARPU, "starpu_data_acquire failed on tile %lld (%d)", (long long)i, ret);
+        char *ptr = (char *)starpu_data_get_local_ptr(h);
+        copy_block(origin, strides, ptr, tshape, t->ndim, t->elemsize, to_tile);
+        starpu_data_release(h);
+    }
+    return TT_OK;
+}
+
+int tt_tensor_write(tt_tensor *t, const void *src, const int64_t *strides)
+{
+    int rc = tt_check_tensor(t, "tensor write");
+    if (rc)
+        return rc;
+    if (!src)
+        return tt_error(TT_EINVAL, "tensor write: source buffer is NULL");
+    rc = transfer(t, (char *)src, strides, 1);
+    if (rc == TT_OK)
+        t->written = 1;
+    return rc;
+}
+
+int tt_tensor_read(tt_tensor *t, void *dst)
+{
+    int rc = tt_check_readable(t, "tensor read");
+    if (rc)
+        return rc;
+    if (!dst)
+        return tt_error(TT_EINVAL, "tensor read: destination buffer is NULL");
+    int64_t strides[TT_MAX_NDIM];
+    int64_t s = (int64_t)t->elemsize;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= t->shape[d];
+    }
+    return transfer(t, (char *)dst, strides, 0);
+}

@@ -1,0 +1,95 @@
+/* tiletrain: the whole public C API.
+ *
+ * The part between CDEF BEGIN and CDEF END is also the cffi cdef (tiletrain/_build_ffi.py),
+ * so it holds only declarations cffi can parse: no #if, no macros with arguments.
+ * Every function that can fail returns an int status (TT_OK or a negative tt_status)
+ * and leaves a message in tt_last_error().
+ */
+#ifndef TILETRAIN_H
+#define TILETRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+#define TT_ABI_VERSION 1
+#define TT_MAX_NDIM 8
+
+enum tt_dtype { TT_F32 = 0, TT_F64 = 1, TT_I64 = 2 };
+
+enum tt_status {
+    TT_OK = 0,
+    TT_EINVAL = -1,     /* bad argument */
+    TT_ENOTINIT = -2,   /* runtime not initialised */
+    TT_EDEAD = -3,      /* tensor belongs to a runtime that has shut down */
+    TT_ENOMEM = -4,     /* allocation failed */
+    TT_ESTARPU = -5,    /* StarPU reported an error */
+    TT_EBUSY = -6       /* runtime already initialised */
+};
+
+typedef struct tt_config {
+    int ncpu;           /* CPU workers; -1: StarPU's default */
+    int nopencl;        /* OpenCL workers; -1: StarPU's default */
+    int ncuda;          /* CUDA workers; -1: StarPU's default */
+    const char *sched;  /* scheduling policy name; NULL: StarPU's default */
+    int profile;        /* 1: enable StarPU profiling */
+    int calibrate;      /* -1: default, 0: no, 1: calibrate perf models, 2: reset */
+} tt_config;
+
+typedef struct tt_tensor tt_tensor;
+
+/* version and errors */
+const char *tt_version(void);
+int tt_abi_version(void);
+const char *tt_last_error(void);
+
+/* runtime (csrc/session.c) */
+int tt_init(const tt_config *cfg);
+int tt_shutdown(void);
+int tt_is_initialized(void);
+uint64_t tt_session_id(void);
+int tt_wait_all(void);
+int tt_wait_for(double seconds);   /* 1: all tasks done, 0: timed out, <0: error */
+int tt_pending(void);              /* tasks submitted and not yet finished */
+void tt_set_priority(int priority);
+int tt_get_priority(void);
+
+/* introspection */
+int tt_nworkers(void);
+int tt_worker_info(int worker, char *name, size_t namelen, int *kind, int *memnode);
+int tt_nmemnodes(void);
+const char *tt_sched_name(void);
+const char *tt_starpu_version(void);
+const char *tt_build_options(void);
+int tt_kernel_count(void);
+const char *tt_kernel_name(int kernel);
+int tt_kernel_nbuffers(int kernel);
+int tt_kernel_is_map(int kernel);
+int tt_kernel_ntasks(int kernel);  /* tasks submitted for this kernel since init */
+
+/* tensors (csrc/handle.c): one StarPU handle per tile, tiles stored row-major */
+int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out);
+void tt_tensor_free(tt_tensor *t);
+int tt_tensor_alive(const tt_tensor *t);
+int64_t tt_tensor_ntiles(const tt_tensor *t);
+int tt_tensor_write(tt_tensor *t, const void *src, const int64_t *strides);
+int tt_tensor_read(tt_tensor *t, void *dst);
+
+/* tensor-level expanders (csrc/expand.c): one call per op, one task per tile */
+int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors);
+int tt_add_bcast(double alpha, tt_tensor *x, double beta, tt_tensor *b, int axis, tt_tensor *y);
+int tt_sum_axis(double alpha, tt_tensor *x, int axis, double beta, tt_tensor *y);
+int tt_max_axis(tt_tensor *x, int axis, tt_tensor *y);
+int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y);
+int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c);
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILETRAIN_H */

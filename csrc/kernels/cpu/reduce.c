@@ -1,0 +1,87 @@
+/* Reductions and broadcasts along one axis of a tile viewed as (m, k, n), row-major. */
+#include <math.h>
+#include "tt_cpu.h"
+
+void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++) {
+            T *row = py + i * n;
+            if (a->beta == 0.0)
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = 0;
+            else if (a->beta != 1.0)
+                for (int64_t j = 0; j < n; j++)
+                    row[j] *= (T)a->beta;
+            if (n == 1) {
+                double acc = 0.0;
+                for (int64_t l = 0; l < k; l++)
+                    acc += px[i * k + l];
+                row[0] += (T)(a->alpha * acc);
+            } else {
+                for (int64_t l = 0; l < k; l++) {
+                    const T *src = px + (i * k + l) * n;
+                    T alpha = (T)a->alpha;
+                    for (int64_t j = 0; j < n; j++)
+                        row[j] += alpha * src[j];
+                }
+            }
+        }
+    });
+}
+
+void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++) {
+            T *row = py + i * n;
+            int64_t l0 = 0;
+            if (a->first) {
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = px[i * k * n + j];
+                l0 = 1;
+            }
+            for (int64_t l = l0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++)
+                    if (src[j] > row[j] || isnan(src[j]))
+                        row[j] = src[j];
+            }
+        }
+    });
+}
+
+void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, const void *b, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pb = b;
+        T *py = y, alpha = (T)a->alpha, beta = (T)a->beta;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++) {
+                const T *src = px + (i * k + l) * n, *brow = pb + i * n;
+                T *dst = py + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++)
+                    dst[j] = alpha * src[j] + beta * brow[j];
+            }
+    });
+}
+
+void tt_cpu_sum_all(const tt_args_sum_all *a, const void *x, void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *py = y;
+        double acc = 0.0;
+        for (int64_t i = 0; i < a->nx; i++)
+            acc += px[i];
+        double prev = a->beta == 0.0 ? 0.0 : a->beta * (double)py[0];
+        py[0] = (T)(prev + a->alpha * acc);
+    });
+}

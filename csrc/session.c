@@ -1,0 +1,241 @@
+/* Runtime lifecycle, errors, introspection. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <cblas.h>
+
+#include "tt_internal.h"
+
+#ifndef TT_VERSION_STRING
+#error "TT_VERSION_STRING must be defined by the build"
+#endif
+
+#define TT_STR_(x) #x
+#define TT_STR(x) TT_STR_(x)
+
+static __thread char errbuf[1024];
+static int initialized = 0;
+static uint64_t session_counter = 0;
+static pthread_mutex_t tensors_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct tt_tensor *live_tensors = NULL;
+static int current_priority = 0;
+
+int tt_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *tt_last_error(void) { return errbuf; }
+const char *tt_version(void) { return TT_VERSION_STRING; }
+int tt_abi_version(void) { return TT_ABI_VERSION; }
+int tt_is_initialized(void) { return initialized; }
+int tt_session_active(void) { return initialized; }
+uint64_t tt_session_id(void) { return initialized ? session_counter : 0; }
+uint64_t tt_current_session(void) { return session_counter; }
+void tt_set_priority(int priority) { current_priority = priority; }
+int tt_get_priority(void) { return current_priority; }
+
+void tt_tensors_lock(void) { pthread_mutex_lock(&tensors_mutex); }
+void tt_tensors_unlock(void) { pthread_mutex_unlock(&tensors_mutex); }
+
+void tt_tensors_link(struct tt_tensor *t)
+{
+    t->prev = NULL;
+    t->next = live_tensors;
+    if (live_tensors)
+        live_tensors->prev = t;
+    live_tensors = t;
+}
+
+void tt_tensors_unlink(struct tt_tensor *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (live_tensors == t)
+        live_tensors = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+}
+
+/* At shutdown: unregister every live tensor's tiles and mark it dead, so that a Python
+ * object that outlives the runtime raises instead of touching freed handles. */
+void tt_tensors_kill_all(void)
+{
+    tt_tensors_lock();
+    struct tt_tensor *t = live_tensors;
+    while (t) {
+        struct tt_tensor *next = t->next;
+        for (int64_t i = 0; i < t->ntiles; i++)
+            starpu_data_unregister_no_coherency(t->handles[i]);
+        t->dead = 1;
+        t->prev = t->next = NULL;
+        t = next;
+    }
+    live_tensors = NULL;
+    tt_tensors_unlock();
+}
+
+int tt_init(const tt_config *cfg)
+{
+    if (initialized)
+        return tt_error(TT_EBUSY, "the tiletrain runtime is already initialised; call shutdown() first");
+    if (!cfg)
+        return tt_error(TT_EINVAL, "config is NULL");
+    /* BLAS inside a worker must be single-threaded: the workers are the parallelism. */
+    openblas_set_num_threads(1);
+
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.catch_signals = 0; /* leave SIGINT to Python */
+    if (cfg->ncpu >= 0)
+        conf.ncpus = cfg->ncpu;
+    if (cfg->nopencl >= 0)
+        conf.nopencl = cfg->nopencl;
+    if (cfg->ncuda >= 0)
+        conf.ncuda = cfg->ncuda;
+    if (cfg->sched && cfg->sched[0])
+        conf.sched_policy_name = cfg->sched;
+    if (cfg->calibrate >= 0)
+        conf.calibrate = cfg->calibrate;
+    int ret = starpu_init(&conf);
+    if (ret == -ENODEV)
+        return tt_error(TT_ESTARPU, "starpu_init: no worker is available (check STARPU_NCPU / ncpu)");
+    if (ret != 0)
+        return tt_error(TT_ESTARPU, "starpu_init failed: %s", strerror(-ret));
+    if (starpu_worker_get_count() == 0) {
+        starpu_shutdown();
+        return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
+    }
+    if (cfg->profile)
+        starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    session_counter++;
+    initialized = 1;
+    return TT_OK;
+}
+
+extern void tt_submit_reset_counters(void);
+
+int tt_shutdown(void)
+{
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    starpu_task_wait_for_all();
+    tt_tensors_kill_all();
+    starpu_shutdown();
+    initialized = 0;
+    tt_submit_reset_counters();
+    return TT_OK;
+}
+
+int tt_wait_all(void)
+{
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    int ret = starpu_task_wait_for_all();
+    if (ret != 0)
+        return tt_error(TT_ESTARPU, "starpu_task_wait_for_all failed (%d)", ret);
+    return TT_OK;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Bounded wait so that Python can check for Ctrl-C between slices. */
+int tt_wait_for(double seconds)
+{
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    double end = now() + seconds;
+    long sleep_ns = 2000;
+    while (starpu_task_nsubmitted() > 0) {
+        if (now() >= end)
+            return 0;
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 200000)
+            sleep_ns *= 2;
+    }
+    return 1;
+}
+
+int tt_pending(void) { return initialized ? starpu_task_nsubmitted() : 0; }
+
+int tt_nworkers(void) { return initialized ? (int)starpu_worker_get_count() : 0; }
+int tt_nmemnodes(void) { return initialized ? (int)starpu_memory_nodes_get_count() : 0; }
+
+int tt_worker_info(int worker, char *name, size_t namelen, int *kind, int *memnode)
+{
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    if (worker < 0 || worker >= (int)starpu_worker_get_count())
+        return tt_error(TT_EINVAL, "worker id %d out of range", worker);
+    starpu_worker_get_name(worker, name, namelen);
+    *kind = (int)starpu_worker_get_type(worker);
+    *memnode = (int)starpu_worker_get_memory_node(worker);
+    return TT_OK;
+}
+
+const char *tt_sched_name(void)
+{
+    if (!initialized)
+        return "";
+    struct starpu_sched_policy *p = starpu_sched_ctx_get_sched_policy(0);
+    return p && p->policy_name ? p->policy_name : "";
+}
+
+const char *tt_starpu_version(void)
+{
+    static char buf[32];
+    int a, b, c;
+    starpu_get_version(&a, &b, &c);
+    snprintf(buf, sizeof buf, "%d.%d.%d", a, b, c);
+    return buf;
+}
+
+const char *tt_build_options(void)
+{
+    return "starpu_headers=" TT_STR(STARPU_MAJOR_VERSION) "." TT_STR(STARPU_MINOR_VERSION) "." TT_STR(STARPU_RELEASE_VERSION)
+#ifdef STARPU_USE_CUDA
+           " starpu_cuda=yes"
+#else
+           " starpu_cuda=no"
+#endif
+#ifdef STARPU_USE_OPENCL
+           " starpu_opencl=yes"
+#else
+           " starpu_opencl=no"
+#endif
+#ifdef STARPU_USE_MPI
+           " starpu_mpi=yes"
+#else
+           " starpu_mpi=no"
+#endif
+#ifdef STARPU_USE_FXT
+           " starpu_fxt=yes"
+#else
+           " starpu_fxt=no"
+#endif
+           " starpu_maxcpus=" TT_STR(STARPU_MAXCPUS)
+#ifdef TT_HAVE_CUDA_KERNELS
+           " tiletrain_cuda_kernels=yes"
+#else
+           " tiletrain_cuda_kernels=no"
+#endif
+           " blas=openblas";
+}
+
+int tt_kernel_count(void) { return TT_NKERNELS; }
+const char *tt_kernel_name(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].name : NULL; }
+int tt_kernel_nbuffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].nbuffers : -1; }
+int tt_kernel_is_map(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].n_offset >= 0 : 0; }

@@ -1,0 +1,46 @@
+/* The only place that submits StarPU tasks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt_internal.h"
+
+static long kernel_ntasks[TT_NKERNELS];
+
+void tt_submit_reset_counters(void) { memset(kernel_ntasks, 0, sizeof kernel_ntasks); }
+
+int tt_kernel_ntasks(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)kernel_ntasks[k] : -1; }
+
+void *tt_args_new(int kernel)
+{
+    return calloc(1, tt_kernel_table[kernel].args_size);
+}
+
+int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
+              const enum starpu_data_access_mode *modes)
+{
+    const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    struct starpu_task *task = starpu_task_create();
+    if (!task) {
+        free(args);
+        return tt_error(TT_ENOMEM, "%s: starpu_task_create failed", k->name);
+    }
+    task->cl = k->cl;
+    task->cl_arg = args;
+    task->cl_arg_size = k->args_size;
+    task->cl_arg_free = 1; /* StarPU frees args after the task */
+    task->nbuffers = k->nbuffers;
+    for (int i = 0; i < k->nbuffers; i++) {
+        task->handles[i] = handles[i];
+        task->modes[i] = modes ? modes[i] : k->modes[i];
+    }
+    task->flops = k->flops(args);
+    task->priority = tt_get_priority();
+    int ret = starpu_task_submit(task);
+    if (ret != 0) {
+        task->destroy = 0;
+        starpu_task_destroy(task); /* frees args too (cl_arg_free) */
+        return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);
+    }
+    kernel_ntasks[kernel]++;
+    return TT_OK;
+}

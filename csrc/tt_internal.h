@@ -1,0 +1,65 @@
+/* tiletrain internals shared by the C files that know StarPU (not by kernel bodies). */
+#ifndef TT_INTERNAL_H
+#define TT_INTERNAL_H
+
+#include <pthread.h>
+#include <starpu.h>
+#include "tiletrain.h"
+#include "tt_kernels_args.h"
+
+struct tt_tensor {
+    int ndim;
+    int dtype;
+    size_t elemsize;
+    int64_t shape[TT_MAX_NDIM];
+    int64_t tile[TT_MAX_NDIM];
+    int64_t grid[TT_MAX_NDIM];
+    int64_t ntiles;
+    starpu_data_handle_t *handles; /* ntiles, row-major over the grid */
+    uint64_t session;              /* runtime session that registered the handles */
+    int dead;                      /* handles gone (runtime shut down) */
+    int written;                   /* some task or write has initialised every tile */
+    struct tt_tensor *prev, *next; /* live list, for shutdown */
+};
+
+typedef struct tt_kernel_desc {
+    const char *name;
+    struct starpu_codelet *cl;
+    size_t args_size;
+    int nbuffers;
+    enum starpu_data_access_mode modes[8];
+    double (*flops)(const void *args);
+    long n_offset; /* offset of the `n` argument for element-wise maps, -1 otherwise */
+} tt_kernel_desc;
+
+extern const tt_kernel_desc tt_kernel_table[TT_NKERNELS];
+
+/* errors (session.c) */
+int tt_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* session state (session.c) */
+int tt_session_active(void);
+uint64_t tt_current_session(void);
+void tt_tensors_lock(void);
+void tt_tensors_unlock(void);
+void tt_tensors_link(struct tt_tensor *t);
+void tt_tensors_unlink(struct tt_tensor *t);
+void tt_tensors_kill_all(void);
+
+/* tensors (handle.c) */
+int tt_check_tensor(const tt_tensor *t, const char *what);
+/* tt_check_tensor + the tensor must hold data (StarPU aborts on reading a never-written tile) */
+int tt_check_readable(const tt_tensor *t, const char *what);
+int64_t tt_tile_dim(const tt_tensor *t, int axis, int64_t idx);
+void tt_tile_shape(const tt_tensor *t, const int64_t *idx, int64_t *out);
+int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx);
+int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx);
+void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
+
+/* submission (submit.c): the only place that submits tasks.  Takes ownership of args
+ * (malloc'ed, kernel's args struct); modes may be NULL for the table's modes. */
+int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
+              const enum starpu_data_access_mode *modes);
+void *tt_args_new(int kernel);
+
+#endif

@@ -1,0 +1,37 @@
+"""Build: CMake compiles csrc/ into libtiletrain.so, then cffi builds the API-mode module
+tiletrain._tiletrain_cffi against it; both land in the tiletrain package directory."""
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "tiletrain" / "_version.py").read_text()).group(1)
+CMAKE_DIR = ROOT / "build" / "cmake"
+
+
+class CMakeThenCffi(build_ext):
+    def run(self):
+        for tool in ("cmake", "pkg-config"):
+            if shutil.which(tool) is None:
+                raise SystemExit(f"tiletrain build: '{tool}' not found; run `make setup` (installs system packages)")
+        subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(CMAKE_DIR),
+                               f"-DTT_VERSION={VERSION}", "-DCMAKE_BUILD_TYPE=Release"])
+        subprocess.check_call(["cmake", "--build", str(CMAKE_DIR), "-j", str(os.cpu_count() or 2)])
+        super().run()
+        lib = CMAKE_DIR / "libtiletrain.so"
+        for ext in self.extensions:
+            dest = Path(self.get_ext_fullpath(ext.name)).parent
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(lib, dest / "libtiletrain.so")
+
+
+setup(
+    version=VERSION,
+    cffi_modules=["tiletrain/_build_ffi.py:ffibuilder"],
+    cmdclass={"build_ext": CMakeThenCffi},
+)

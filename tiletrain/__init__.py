@@ -1,0 +1,16 @@
+"""tiletrain: task-based heterogeneous training on StarPU.
+
+Tensors are split into tiles; every operation becomes tile tasks that StarPU schedules
+over all workers, starting each task as soon as the tiles it reads are ready."""
+from ._version import __version__
+from .config import RuntimeConfig
+from .runtime import Runtime, current, init, is_initialized, priority, shutdown, wait
+from .tensor import Tensor, TensorTraits, empty, from_numpy, full, ones, zeros
+from .ops import (add, add_broadcast, add_scalar, copy, div, fill_, matmul, max, mul, neg, rdiv_scalar,
+                  scale, sub, sum)
+
+__all__ = [
+    "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
+    "wait", "Tensor", "TensorTraits", "empty", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
+    "add_scalar", "copy", "div", "fill_", "matmul", "max", "mul", "neg", "rdiv_scalar", "scale", "sub", "sum",
+]

@@ -1,0 +1,60 @@
+"""The only importer of the compiled module: loads it, checks versions, maps C errors to
+Python exceptions."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ._version import __version__
+
+_flags = sys.getdlopenflags()
+try:
+    # StarPU-MPI loads Open MPI, whose plugins need its symbols global.
+    sys.setdlopenflags(_flags | os.RTLD_GLOBAL)
+    from . import _tiletrain_cffi as _mod  # type: ignore[attr-defined]
+except ImportError as exc:  # pragma: no cover - depends on the build
+    raise ImportError(
+        f"tiletrain's compiled extension could not be loaded ({exc}). Build it with `make setup` "
+        "(or `pip install -e .` once StarPU, OpenBLAS and cmake are installed)."
+    ) from exc
+finally:
+    sys.setdlopenflags(_flags)
+
+ffi = _mod.ffi
+lib = _mod.lib
+
+_lib_version = ffi.string(lib.tt_version()).decode()
+if _lib_version != __version__:
+    raise ImportError(
+        f"tiletrain version mismatch: the Python package is {__version__} but the compiled library "
+        f"libtiletrain is {_lib_version}; rebuild with `make setup` (or `pip install -e .`)."
+    )
+if lib.tt_abi_version() != lib.TT_ABI_VERSION:
+    raise ImportError(
+        f"tiletrain ABI mismatch: libtiletrain has ABI {lib.tt_abi_version()}, the cffi module was "
+        f"built for {lib.TT_ABI_VERSION}; rebuild with `make setup`."
+    )
+
+_EXC = {
+    lib.TT_EINVAL: ValueError,
+    lib.TT_ENOTINIT: RuntimeError,
+    lib.TT_EDEAD: RuntimeError,
+    lib.TT_ENOMEM: MemoryError,
+    lib.TT_ESTARPU: RuntimeError,
+    lib.TT_EBUSY: RuntimeError,
+}
+
+
+def last_error() -> str:
+    return ffi.string(lib.tt_last_error()).decode(errors="replace")
+
+
+def check(rc: int) -> int:
+    """Raise the Python exception for a negative tt_status, else return rc."""
+    if rc < 0:
+        raise _EXC.get(rc, RuntimeError)(last_error() or f"tiletrain C error {rc}")
+    return rc
+
+
+def cstr(p) -> str:
+    return ffi.string(p).decode() if p != ffi.NULL else ""

@@ -1,0 +1,130 @@
+"""RuntimeConfig: the one place where arguments and environment variables meet.
+
+Precedence, for every field: an explicit argument to ``tiletrain.init()`` wins over the
+environment variable, which wins over the default.  Because StarPU itself reads
+``STARPU_SCHED``/``STARPU_NCPU``/... at ``starpu_init`` and lets them override its
+configuration, ``init()`` sets those variables to the resolved values for the duration
+of ``starpu_init`` and restores them afterwards.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields
+
+# Policies shipped with StarPU 1.3 (STARPU_SCHED=help).  modular-* names are accepted too.
+KNOWN_POLICIES = (
+    "eager", "prio", "random", "ws", "lws", "dm", "dmda", "dmdap", "dmdar", "dmdas", "dmdasd",
+    "pheft", "peager", "heteroprio", "graph_test",
+)
+
+_ENV = {
+    "ncpu": "STARPU_NCPU",
+    "nopencl": "STARPU_NOPENCL",
+    "ncuda": "STARPU_NCUDA",
+    "sched": "STARPU_SCHED",
+    "calibrate": "STARPU_CALIBRATE",
+    "profile": "TILETRAIN_PROFILE",
+    "mpi": "TILETRAIN_MPI",
+    "silent": "STARPU_SILENT",
+}
+
+
+def _env_int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _env_bool(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"environment variable {name}={value!r} is not a boolean (use 0 or 1)")
+
+
+def launcher_world_size() -> int:
+    """World size announced by an MPI launcher (Open MPI, MPICH, Slurm), 1 if none."""
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                pass
+    return 1
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    ncpu: int | None = None       # CPU workers (None: StarPU's default, all cores up to STARPU_MAXCPUS)
+    nopencl: int = 0              # OpenCL workers
+    ncuda: int | None = None      # CUDA workers (None: StarPU's default)
+    sched: str | None = None      # scheduling policy (None: StarPU's default, lws)
+    profile: bool = False         # StarPU profiling (task timings)
+    mpi: bool = False             # StarPU-MPI
+    calibrate: int | None = None  # perf-model calibration (0, 1, 2)
+    silent: bool = True           # silence StarPU's informational messages
+
+    @classmethod
+    def resolve(cls, **kwargs) -> "RuntimeConfig":
+        """Build a config from explicit arguments (None = not given) and the environment."""
+        names = {f.name for f in fields(cls)}
+        unknown = set(kwargs) - names
+        if unknown:
+            raise TypeError(f"unknown runtime option(s): {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(sorted(names))}")
+        values = {}
+        for f in fields(cls):
+            given = kwargs.get(f.name)
+            if given is not None:
+                values[f.name] = given
+                continue
+            env = os.environ.get(_ENV[f.name])
+            if env is None:
+                continue
+            if f.name in ("profile", "mpi", "silent"):
+                values[f.name] = _env_bool(_ENV[f.name], env)
+            elif f.name == "sched":
+                values[f.name] = env or None
+            else:
+                values[f.name] = _env_int(_ENV[f.name], env)
+        if "mpi" not in values:
+            values["mpi"] = launcher_world_size() > 1
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        for name in ("ncpu", "nopencl", "ncuda", "calibrate"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            if v is not None and v < 0:
+                raise ValueError(f"{name} must be >= 0, got {v}")
+        if self.ncpu == 0 and not self.ncuda and not self.nopencl:
+            raise ValueError("ncpu=0 with no CUDA or OpenCL worker leaves StarPU without workers")
+        if self.calibrate is not None and self.calibrate not in (0, 1, 2):
+            raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
+        if self.sched is not None:
+            if not isinstance(self.sched, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", self.sched):
+                raise ValueError(f"sched must be a policy name such as 'lws' or 'dmda', got {self.sched!r}")
+            if self.sched not in KNOWN_POLICIES and not self.sched.startswith("modular-"):
+                raise ValueError(f"unknown scheduling policy {self.sched!r}; StarPU 1.3 has: "
+                                 f"{', '.join(KNOWN_POLICIES)} and the modular-* family")
+
+    def starpu_env(self) -> dict[str, str | None]:
+        """Values for StarPU's environment variables during starpu_init (None: unset)."""
+        env: dict[str, str | None] = {
+            "STARPU_SCHED": self.sched,
+            "STARPU_NCPU": None if self.ncpu is None else str(self.ncpu),
+            "STARPU_NOPENCL": str(self.nopencl),
+            "STARPU_NCUDA": None if self.ncuda is None else str(self.ncuda),
+            "STARPU_CALIBRATE": None if self.calibrate is None else str(self.calibrate),
+            "STARPU_CATCH_SIGNALS": "0",
+        }
+        if self.silent:
+            env["STARPU_SILENT"] = "1"
+        return env

@@ -1,0 +1,196 @@
+"""Runtime lifecycle: init/shutdown/wait, worker information, task priorities."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+
+from dataclasses import dataclass
+
+from .._ffi import check, cstr, ffi, lib
+from ..config import RuntimeConfig
+
+_WORKER_KINDS = {0: "cpu", 1: "cuda", 2: "opencl"}
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: int
+    name: str
+    kind: str
+    memory_node: int
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str | None]):
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Runtime:
+    """A started StarPU session.  Use ``tiletrain.init()`` to create one."""
+
+    def __init__(self, config: RuntimeConfig):
+        self.config = config
+        self._blas_limit = None
+        self.session = 0
+
+    def _start(self) -> None:
+        cfg = self.config
+        if cfg.mpi:
+            raise NotImplementedError(
+                "MPI mode is not implemented yet: tiletrain currently runs in one process. "
+                "Run without mpirun (or unset TILETRAIN_MPI / pass mpi=False).")
+        c = ffi.new("tt_config *")
+        c.ncpu = -1 if cfg.ncpu is None else cfg.ncpu
+        c.nopencl = cfg.nopencl
+        c.ncuda = -1 if cfg.ncuda is None else cfg.ncuda
+        sched = ffi.new("char[]", cfg.sched.encode()) if cfg.sched else ffi.NULL
+        c.sched = sched
+        c.profile = int(cfg.profile)
+        c.calibrate = -1 if cfg.calibrate is None else cfg.calibrate
+        # numpy's own OpenBLAS runs beside the workers: keep it single-threaded too.
+        try:
+            from threadpoolctl import threadpool_limits
+            self._blas_limit = threadpool_limits(limits=1, user_api="blas")
+        except Exception:  # pragma: no cover - threadpoolctl is a dependency
+            self._blas_limit = None
+        with _environment(cfg.starpu_env()):
+            check(lib.tt_init(c))
+        self.session = lib.tt_session_id()
+        if cfg.sched and self.sched != cfg.sched:
+            actual = self.sched
+            self._stop()
+            raise ValueError(f"StarPU did not select the scheduling policy {cfg.sched!r} (got {actual!r})")
+
+    def _stop(self) -> None:
+        check(lib.tt_shutdown())
+        if self._blas_limit is not None:
+            self._blas_limit.restore_original_limits()
+            self._blas_limit = None
+
+    @property
+    def alive(self) -> bool:
+        return bool(lib.tt_is_initialized()) and lib.tt_session_id() == self.session
+
+    def shutdown(self) -> None:
+        if self.alive:
+            global _current
+            self._stop()
+            if _current is self:
+                _current = None
+
+    def wait(self) -> None:
+        wait()
+
+    @property
+    def sched(self) -> str:
+        return cstr(lib.tt_sched_name())
+
+    def workers(self) -> list[WorkerInfo]:
+        out = []
+        name = ffi.new("char[]", 128)
+        kind = ffi.new("int *")
+        node = ffi.new("int *")
+        for w in range(lib.tt_nworkers()):
+            check(lib.tt_worker_info(w, name, 128, kind, node))
+            out.append(WorkerInfo(w, ffi.string(name).decode(), _WORKER_KINDS.get(kind[0], str(kind[0])), node[0]))
+        return out
+
+    def info(self) -> dict:
+        return {
+            "tiletrain": cstr(lib.tt_version()),
+            "starpu": cstr(lib.tt_starpu_version()),
+            "build": cstr(lib.tt_build_options()),
+            "sched": self.sched,
+            "workers": self.workers(),
+            "memory_nodes": lib.tt_nmemnodes(),
+            "config": self.config,
+        }
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        if not self.alive:
+            return "<tiletrain.Runtime (shut down)>"
+        return f"<tiletrain.Runtime sched={self.sched} workers={lib.tt_nworkers()}>"
+
+
+_current: Runtime | None = None
+
+
+def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = None,
+         profile: bool | None = None, **options) -> Runtime:
+    """Start StarPU.  Arguments override the environment (STARPU_NCPU, STARPU_SCHED, ...)."""
+    global _current
+    if _current is not None and _current.alive:
+        raise RuntimeError("the tiletrain runtime is already initialised; call tiletrain.shutdown() first")
+    cfg = RuntimeConfig.resolve(ncpu=ncpu, sched=sched, mpi=mpi, profile=profile, **options)
+    rt = Runtime(cfg)
+    rt._start()
+    _current = rt
+    return rt
+
+
+def shutdown() -> None:
+    """Wait for all tasks, free every tile and stop StarPU.  Tensors become unusable."""
+    global _current
+    if _current is not None:
+        _current.shutdown()
+    _current = None
+
+
+def is_initialized() -> bool:
+    return _current is not None and _current.alive
+
+
+def current() -> Runtime:
+    if _current is None or not _current.alive:
+        raise RuntimeError("the tiletrain runtime is not initialised; call tiletrain.init() first")
+    return _current
+
+
+def wait() -> None:
+    """Wait until every submitted task has run.  Ctrl-C interrupts the wait."""
+    current()
+    while not check(lib.tt_wait_for(0.1)):
+        pass
+    check(lib.tt_wait_all())
+
+
+@contextlib.contextmanager
+def priority(value: int):
+    """Tasks submitted inside get this StarPU priority (higher runs first under prio-aware policies)."""
+    if not isinstance(value, int):
+        raise TypeError(f"priority must be an int, got {type(value).__name__}")
+    old = lib.tt_get_priority()
+    lib.tt_set_priority(value)
+    try:
+        yield
+    finally:
+        lib.tt_set_priority(old)
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    with contextlib.suppress(Exception):
+        shutdown()
+
+
+__all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority"]

@@ -1,0 +1,172 @@
+"""Tensor: a tiled array whose tiles are StarPU handles."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .._ffi import check, ffi, lib
+from ..runtime import current
+from .traits import TensorTraits
+
+DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2}
+
+
+def as_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype {dtype!r} is not a data type") from None
+    if dt not in DTYPES:
+        raise TypeError(f"unsupported dtype {dt}; tiletrain supports float32, float64 and int64")
+    return dt
+
+
+class Tensor:
+    """A tensor split into tiles; every tile is one StarPU data handle.
+
+    Operations submit tile tasks and return at once; ``.numpy()`` waits for the tasks
+    that write the tensor and gathers its tiles."""
+
+    __slots__ = ("traits", "dtype", "_ptr", "_session", "__weakref__")
+
+    def __init__(self, traits: TensorTraits, dtype=np.float32):
+        rt = current()
+        self.traits = traits
+        self.dtype = as_dtype(dtype)
+        self._ptr = ffi.NULL
+        out = ffi.new("tt_tensor **")
+        check(lib.tt_tensor_new(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype], out))
+        self._ptr = out[0]
+        self._session = rt.session
+
+    # -- geometry -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.traits.shape
+
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        return self.traits.tiles
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return self.traits.grid
+
+    @property
+    def ndim(self) -> int:
+        return self.traits.ndim
+
+    @property
+    def size(self) -> int:
+        return self.traits.size
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- lifetime -------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._ptr != ffi.NULL and bool(lib.tt_tensor_alive(self._ptr))
+
+    def _handle(self, what: str = "tensor"):
+        """The C pointer, after checking that the tensor's runtime is still running."""
+        if self._ptr == ffi.NULL or not lib.tt_tensor_alive(self._ptr):
+            raise RuntimeError(f"{what}: this tensor belongs to a tiletrain runtime that has shut down")
+        return self._ptr
+
+    def __del__(self):
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None and ptr != ffi.NULL:
+            try:
+                lib.tt_tensor_free(ptr)  # asynchronous unregister: freed when its tasks are done
+            except Exception:  # interpreter teardown
+                pass
+            self._ptr = ffi.NULL
+
+    # -- data -----------------------------------------------------------------------
+    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Wait for pending writers and gather the tiles into a C-contiguous array."""
+        ptr = self._handle("numpy()")
+        if out is None:
+            out = np.empty(self.shape, dtype=self.dtype)
+        else:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+            if out.shape != self.shape or out.dtype != self.dtype:
+                raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; "
+                                 f"expected {self.shape} and {self.dtype}")
+            if not out.flags.c_contiguous:
+                raise ValueError("out must be C-contiguous")
+            if not out.flags.writeable:
+                raise ValueError("out is read-only")
+        check(lib.tt_tensor_read(ptr, ffi.from_buffer(out, require_writable=True)))
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self) -> float | int:
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __repr__(self) -> str:
+        state = "" if self.alive else ", shut down"
+        return f"Tensor(shape={self.shape}, tiles={self.tiles}, dtype={self.dtype}{state})"
+
+
+def _traits(shape, tiles) -> TensorTraits:
+    return shape if isinstance(shape, TensorTraits) else TensorTraits(shape, tiles)
+
+
+def empty(shape, tiles=None, dtype=np.float32) -> Tensor:
+    """A tensor whose tiles are allocated on first write (contents undefined until then)."""
+    return Tensor(_traits(shape, tiles), dtype)
+
+
+def full(shape, value, tiles=None, dtype=np.float32) -> Tensor:
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"fill value must be a real number, got {type(value).__name__}")
+    t = Tensor(_traits(shape, tiles), dtype)
+    from_value_(t, value)
+    return t
+
+
+def zeros(shape, tiles=None, dtype=np.float32) -> Tensor:
+    return full(shape, 0.0, tiles, dtype)
+
+
+def ones(shape, tiles=None, dtype=np.float32) -> Tensor:
+    return full(shape, 1.0, tiles, dtype)
+
+
+def from_value_(t: Tensor, value: float) -> Tensor:
+    """Fill every tile with ``value`` (one fill task per tile)."""
+    args = ffi.new("tt_args_fill *")
+    args.value = float(value)
+    tensors = ffi.new("tt_tensor *[1]", [t._handle("fill")])
+    check(lib.tt_map(lib.TT_K_FILL, args, 1, tensors))
+    return t
+
+
+def from_numpy(a, tiles=None) -> Tensor:
+    """Copy a NumPy array into a new tiled tensor (any strides; the array is not kept)."""
+    if not isinstance(a, np.ndarray):
+        if isinstance(a, (numbers.Number, list, tuple)):
+            a = np.asarray(a)
+        else:
+            raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(a).__name__}")
+    as_dtype(a.dtype)
+    t = Tensor(TensorTraits(a.shape, tiles if a.ndim else None), a.dtype)
+    # The C side walks the tiles with the array's byte strides (any layout, negative too);
+    # `a` stays referenced for the duration of the synchronous call.
+    strides = ffi.new("int64_t[]", list(a.strides) or [0])
+    check(lib.tt_tensor_write(t._handle("from_numpy"), ffi.cast("void *", a.ctypes.data), strides))
+    return t

@@ -1,0 +1,106 @@
+"""TensorTraits: the one place that knows tile geometry (shape, tile shape, grid,
+the smaller last tile along each axis)."""
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+from collections.abc import Iterator, Sequence
+
+DEFAULT_TILE = 512
+
+
+def _as_dims(value, name: str) -> tuple[int, ...]:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return (int(value),)
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(value).__name__}") from None
+    for i, d in enumerate(dims):
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+            raise TypeError(f"{name}[{i}] must be an int, got {type(d).__name__} ({d!r})")
+    return tuple(int(d) for d in dims)
+
+
+class TensorTraits:
+    """Shape and tiling of a tensor.  ``tiles`` is the tile shape (the last tile along an
+    axis may be smaller); ``grid`` is the number of tiles along each axis."""
+
+    __slots__ = ("shape", "tiles", "grid")
+
+    def __init__(self, shape: Sequence[int] | int, tiles: Sequence[int] | int | None = None):
+        shape = _as_dims(shape, "shape")
+        if len(shape) > 8:
+            raise ValueError(f"shape has {len(shape)} dimensions; tiletrain supports at most 8")
+        for i, d in enumerate(shape):
+            if d < 1:
+                raise ValueError(f"shape[{i}] must be >= 1, got {d}")
+        if tiles is None:
+            tiles = tuple(min(d, DEFAULT_TILE) for d in shape)
+        elif isinstance(tiles, numbers.Integral) and not isinstance(tiles, bool):
+            tiles = (int(tiles),) * len(shape)
+        else:
+            tiles = _as_dims(tiles, "tiles")
+        if len(tiles) != len(shape):
+            raise ValueError(f"tiles has {len(tiles)} dimensions but shape {shape} has {len(shape)}")
+        for i, t in enumerate(tiles):
+            if t < 1:
+                raise ValueError(f"tiles[{i}] must be >= 1, got {t}")
+        self.shape: tuple[int, ...] = shape
+        self.tiles: tuple[int, ...] = tuple(min(t, d) for t, d in zip(tiles, shape))
+        self.grid: tuple[int, ...] = tuple(math.ceil(d / t) for d, t in zip(shape, self.tiles))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def ntiles(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def leftover(self) -> tuple[int, ...]:
+        """Size of the last tile along each axis (equal to ``tiles`` where it divides evenly)."""
+        return tuple(d - (g - 1) * t for d, t, g in zip(self.shape, self.tiles, self.grid))
+
+    def tile_shape_at(self, idx: Sequence[int]) -> tuple[int, ...]:
+        idx = tuple(idx)
+        if len(idx) != self.ndim:
+            raise ValueError(f"tile index {idx} has {len(idx)} dimensions, expected {self.ndim}")
+        out = []
+        for axis, (i, g, t, d) in enumerate(zip(idx, self.grid, self.tiles, self.shape)):
+            if not 0 <= i < g:
+                raise IndexError(f"tile index {i} out of range [0, {g}) along axis {axis}")
+            out.append(min(t, d - i * t))
+        return tuple(out)
+
+    def tile_offset(self, idx: Sequence[int]) -> tuple[int, ...]:
+        return tuple(i * t for i, t in zip(idx, self.tiles))
+
+    def tile_indices(self) -> Iterator[tuple[int, ...]]:
+        """All tile indices, row-major over the grid (the order of the tile handles)."""
+        return itertools.product(*(range(g) for g in self.grid))
+
+    def drop_axis(self, axis: int) -> "TensorTraits":
+        return TensorTraits(self.shape[:axis] + self.shape[axis + 1:], self.tiles[:axis] + self.tiles[axis + 1:])
+
+    def normalize_axis(self, axis: int) -> int:
+        if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+            raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+        if not -self.ndim <= axis < self.ndim:
+            raise ValueError(f"axis {axis} out of range for a rank-{self.ndim} tensor")
+        return int(axis) % self.ndim
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorTraits) and self.shape == other.shape and self.tiles == other.tiles
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.tiles))
+
+    def __repr__(self) -> str:
+        return f"TensorTraits(shape={self.shape}, tiles={self.tiles}, grid={self.grid})"
