@@ -23,17 +23,23 @@ finally:
 ffi = _mod.ffi
 lib = _mod.lib
 
-_lib_version = ffi.string(lib.tt_version()).decode()
-if _lib_version != __version__:
-    raise ImportError(
-        f"tiletrain version mismatch: the Python package is {__version__} but the compiled library "
-        f"libtiletrain is {_lib_version}; rebuild with `make setup` (or `pip install -e .`)."
-    )
-if lib.tt_abi_version() != lib.TT_ABI_VERSION:
-    raise ImportError(
-        f"tiletrain ABI mismatch: libtiletrain has ABI {lib.tt_abi_version()}, the cffi module was "
-        f"built for {lib.TT_ABI_VERSION}; rebuild with `make setup`."
-    )
+
+
+def check_versions(package_version: str, library_version: str, library_abi: int, module_abi: int) -> None:
+    """Refuse a compiled library that was built for another version of the Python package."""
+    if library_version != package_version:
+        raise ImportError(
+            f"tiletrain version mismatch: the Python package is {package_version} but the compiled "
+            f"library libtiletrain is {library_version}; rebuild with `make setup` (or `pip install -e .`)."
+        )
+    if library_abi != module_abi:
+        raise ImportError(
+            f"tiletrain ABI mismatch: libtiletrain has ABI {library_abi}, the cffi module was built "
+            f"for {module_abi}; rebuild with `make setup`."
+        )
+
+
+check_versions(__version__, ffi.string(lib.tt_version()).decode(), lib.tt_abi_version(), lib.TT_ABI_VERSION)
 
 _EXC = {
     lib.TT_EINVAL: ValueError,

@@ -1,0 +1,40 @@
+# tiletrain: `make train` and `make test` each set everything up first (system packages,
+# .venv, the C library), and are quick when that is already done.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.tiletrain-installed
+# Changes to these rebuild the C library and the cffi module.
+BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py pyproject.toml \
+                tiletrain/_build_ffi.py tiletrain/_version.py
+# Tests keep their StarPU perf models out of the user's ~/.starpu.
+TEST_ENV := STARPU_HOME=$(CURDIR)/build/starpu-home-test
+
+.PHONY: setup system test train bench info clean
+
+setup: system $(STAMP)
+
+system:
+	@PYTHON=$(PYTHON) bash scripts/setup-system.sh
+
+$(STAMP): $(BUILD_INPUTS) | system
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+test: setup
+	$(TEST_ENV) $(PY) -m pytest -q tests
+
+train: setup
+	$(PY) -m tiletrain demo
+
+bench: setup
+	$(PY) benchmarks/matmul.py
+	$(PY) benchmarks/task_overhead.py
+
+info: setup
+	$(PY) -m tiletrain info
+
+clean:
+	rm -rf build $(VENV) tiletrain/*.so *.egg-info

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install the system packages tiletrain builds against (Debian/Ubuntu), or say exactly
+# which are missing when this user cannot install them.  Quick when all are present.
+set -euo pipefail
+
+PKGS=(build-essential cmake pkg-config libstarpu-dev libopenblas-dev openmpi-bin libopenmpi-dev)
+PYTHON=${PYTHON:-python3}
+
+missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+    for p in "${PKGS[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+else
+    # Not a Debian system: check for the tools and libraries themselves.
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v pkg-config >/dev/null || missing+=(pkg-config)
+    pkg-config --exists starpu-1.3 2>/dev/null || pkg-config --exists starpu-1.4 2>/dev/null || missing+=("StarPU 1.3/1.4 (with StarPU-MPI)")
+    pkg-config --exists openblas 2>/dev/null || missing+=(OpenBLAS)
+fi
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
+if ! "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' >/dev/null 2>&1; then
+    missing+=(python3-dev)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "tiletrain: missing system packages: ${missing[*]}" >&2
+    if command -v apt-get >/dev/null 2>&1; then
+        echo "tiletrain: install them as root with: apt-get update && apt-get install -y ${missing[*]}" >&2
+    else
+        echo "tiletrain: this system has no apt-get; install the equivalents with your package manager" >&2
+    fi
+    exit 1
+fi
+
+echo "tiletrain: installing system packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"

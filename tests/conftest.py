@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+
+import tiletrain as tt
+
+# Tile grids used by every op test: one tile; an even grid; a smaller last tile on every axis.
+GRIDS_2D = [
+    ((6, 5), (6, 5)),      # one tile
+    ((8, 6), (4, 3)),      # even grid
+    ((11, 7), (4, 3)),     # smaller last tile along both axes
+]
+GRIDS_ND = [
+    ((7,), (3,)),
+    ((5, 4, 6), (5, 4, 6)),
+    ((5, 4, 6), (2, 3, 4)),
+    ((3, 2, 5, 4), (2, 2, 3, 3)),
+]
+FLOATS = [np.float32, np.float64]
+
+
+def tol(dtype):
+    return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+
+@pytest.fixture(scope="session")
+def runtime_config():
+    return dict(ncpu=2)
+
+
+@pytest.fixture(autouse=True)
+def runtime(runtime_config):
+    """One StarPU session for the whole run; tests that stop it get a fresh one."""
+    if not tt.is_initialized():
+        tt.init(**runtime_config)
+    yield tt.current()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

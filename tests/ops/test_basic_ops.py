@@ -1,0 +1,160 @@
+"""Every op against NumPy over tile grids with one tile, an even grid and a smaller last
+tile along every axis, in float32 and float64."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+from conftest import FLOATS, GRIDS_2D, GRIDS_ND, tol
+
+GRIDS = GRIDS_2D + GRIDS_ND
+
+
+def _pair(rng, shape, dtype, positive_b=False):
+    a = rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    if positive_b:
+        b = (np.abs(b) + 0.5).astype(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles", GRIDS)
+def test_elementwise_binary(rng, shape, tiles, dtype):
+    a, b = _pair(rng, shape, dtype, positive_b=True)
+    A, B = tt.from_numpy(a, tiles), tt.from_numpy(b, tiles)
+    t = tol(dtype)
+    np.testing.assert_allclose((A + B).numpy(), a + b, **t)
+    np.testing.assert_allclose((A - B).numpy(), a - b, **t)
+    np.testing.assert_allclose((A * B).numpy(), a * b, **t)
+    np.testing.assert_allclose((A / B).numpy(), a / b, **t)
+    np.testing.assert_allclose(tt.add(A, B, alpha=2.0, beta=-0.5).numpy(), 2 * a - 0.5 * b, **t)
+    np.testing.assert_allclose(tt.sub(A, B, alpha=3.0).numpy(), a - 3 * b, **t)
+    np.testing.assert_allclose(tt.mul(A, B, alpha=-2.0).numpy(), -2 * a * b, **t)
+    np.testing.assert_allclose(tt.div(A, B, alpha=0.5).numpy(), 0.5 * a / b, **t)
+    for r in (A + B, A / B):
+        assert r.dtype == dtype and r.shape == A.shape and r.tiles == A.tiles
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles", GRIDS)
+def test_scalar_ops_and_operators(rng, shape, tiles, dtype):
+    a, b = _pair(rng, shape, dtype, positive_b=True)
+    A, B = tt.from_numpy(a, tiles), tt.from_numpy(b, tiles)
+    t = tol(dtype)
+    np.testing.assert_allclose((A + 2).numpy(), a + 2, **t)
+    np.testing.assert_allclose((2 + A).numpy(), 2 + a, **t)
+    np.testing.assert_allclose((A - 1.5).numpy(), a - 1.5, **t)
+    np.testing.assert_allclose((1.5 - A).numpy(), 1.5 - a, **t)
+    np.testing.assert_allclose((A * 3).numpy(), a * 3, **t)
+    np.testing.assert_allclose((3 * A).numpy(), 3 * a, **t)
+    np.testing.assert_allclose((A / 4).numpy(), a / 4, **t)
+    np.testing.assert_allclose((2 / B).numpy(), 2 / b, **t)
+    np.testing.assert_allclose((-A).numpy(), -a, **t)
+    np.testing.assert_allclose(tt.scale(A, 0.25).numpy(), 0.25 * a, **t)
+    np.testing.assert_allclose(tt.add_scalar(A, 1.0, alpha=-2.0).numpy(), -2 * a + 1, **t)
+    np.testing.assert_allclose(tt.copy(A).numpy(), a, **t)
+    C = tt.copy(A)
+    tt.fill_(C, 7.0)
+    np.testing.assert_array_equal(C.numpy(), np.full(shape, 7.0, dtype))
+    np.testing.assert_array_equal(A.numpy(), a)  # copy is independent of its source
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles", GRIDS)
+def test_sum_and_max(rng, shape, tiles, dtype):
+    a = rng.standard_normal(shape).astype(dtype)
+    A = tt.from_numpy(a, tiles)
+    t = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else tol(dtype)
+    s = tt.sum(A)
+    assert s.shape == () and s.ndim == 0
+    np.testing.assert_allclose(float(s), a.sum(dtype=np.float64), **t)
+    for axis in range(-a.ndim, a.ndim):
+        got = tt.sum(A, axis=axis)
+        np.testing.assert_allclose(got.numpy(), a.sum(axis=axis), **t)
+        assert got.shape == a.sum(axis=axis).shape
+        np.testing.assert_array_equal(tt.max(A, axis=axis).numpy(), a.max(axis=axis))
+
+
+def test_max_propagates_nan():
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    a[1, 2] = np.nan
+    got = tt.max(tt.from_numpy(a, (2, 3)), axis=1).numpy()
+    np.testing.assert_array_equal(got, a.max(axis=1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles", GRIDS_ND[1:] + GRIDS_2D)
+def test_add_broadcast(rng, shape, tiles, dtype):
+    a = rng.standard_normal(shape).astype(dtype)
+    A = tt.from_numpy(a, tiles)
+    for axis in range(a.ndim):
+        bshape = shape[:axis] + shape[axis + 1:]
+        b = rng.standard_normal(bshape).astype(dtype)
+        B = tt.from_numpy(b, tiles[:axis] + tiles[axis + 1:])
+        got = tt.add_broadcast(A, B, axis=axis, alpha=2.0, beta=-1.0).numpy()
+        np.testing.assert_allclose(got, 2 * a - np.expand_dims(b, axis), **tol(dtype))
+
+
+MATMUL_CASES = [
+    # (M, K, N), (tm, tk, tn)
+    ((6, 5, 4), (6, 5, 4)),        # one tile each
+    ((8, 6, 4), (4, 3, 2)),        # even grids
+    ((11, 9, 7), (4, 3, 3)),       # smaller last tiles everywhere
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("dims,tiles", MATMUL_CASES)
+def test_matmul_2d(rng, dims, tiles, ta, tb, dtype):
+    (m, k, n), (tm, tk, tn) = dims, tiles
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    A = tt.from_numpy(a, (tk, tm) if ta else (tm, tk))
+    B = tt.from_numpy(b, (tn, tk) if tb else (tk, tn))
+    C = tt.matmul(A, B, transpose_a=ta, transpose_b=tb, alpha=1.5)
+    ref = 1.5 * ((a.T if ta else a) @ (b.T if tb else b))
+    assert C.shape == (m, n) and C.tiles == (min(tm, m), min(tn, n))
+    np.testing.assert_allclose(C.numpy(), ref, **tol(dtype))
+    if not ta and not tb:
+        np.testing.assert_allclose((A @ B).numpy(), a @ b, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("ta", [False, True])
+def test_matmul_batched(rng, ta, tb, dtype):
+    bsz, m, k, n = 5, 7, 6, 9
+    a = rng.standard_normal((bsz, k, m) if ta else (bsz, m, k)).astype(dtype)
+    b = rng.standard_normal((bsz, n, k) if tb else (bsz, k, n)).astype(dtype)
+    A = tt.from_numpy(a, (2, 4, 4))
+    B = tt.from_numpy(b, (2, 4, 4))
+    C = tt.matmul(A, B, transpose_a=ta, transpose_b=tb)
+    ref = (np.swapaxes(a, 1, 2) if ta else a) @ (np.swapaxes(b, 1, 2) if tb else b)
+    np.testing.assert_allclose(C.numpy(), ref, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_nd_by_2d_folds_leading_axes(rng, dtype):
+    # (B, T, C) @ (C, N): the linear-layer shape; tiles of x are contiguous (b*t, c) blocks
+    x = rng.standard_normal((3, 10, 8)).astype(dtype)
+    w = rng.standard_normal((8, 5)).astype(dtype)
+    X = tt.from_numpy(x, (2, 4, 3))
+    W = tt.from_numpy(w, (3, 2))
+    Y = X @ W
+    assert Y.shape == (3, 10, 5) and Y.tiles == (2, 4, 2)
+    np.testing.assert_allclose(Y.numpy(), x @ w, **tol(dtype))
+    np.testing.assert_allclose(tt.matmul(X, tt.from_numpy(w.T.copy(), (2, 3)), transpose_b=True).numpy(),
+                               x @ w, **tol(dtype))
+
+
+def test_results_chain_without_waiting(rng):
+    # A long dependent chain submitted without waiting gives the same result as NumPy.
+    a = rng.standard_normal((33, 17))
+    A = tt.from_numpy(a, (8, 8))
+    x, ref = A, a
+    for i in range(20):
+        x = x * 0.5 + A
+        ref = ref * 0.5 + a
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-12)

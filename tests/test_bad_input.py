@@ -1,0 +1,142 @@
+"""Bad input raises a Python exception naming the problem, and submits nothing."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+from tiletrain._ffi import lib
+
+
+def _ntasks():
+    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
+
+
+@pytest.fixture
+def nothing_submitted():
+    tt.wait()
+    before = _ntasks()
+    yield
+    assert _ntasks() == before, "a rejected call submitted tasks"
+
+
+@pytest.fixture
+def ab(rng):
+    a = tt.from_numpy(rng.standard_normal((6, 4)), (3, 2))
+    b = tt.from_numpy(rng.standard_normal((6, 4)), (2, 2))
+    return a, b
+
+
+def test_tile_and_shape_arguments(nothing_submitted):
+    with pytest.raises(ValueError, match=r"tiles\[1\] must be >= 1, got 0"):
+        tt.zeros((4, 4), tiles=(2, 0))
+    with pytest.raises(ValueError, match=r"tiles\[0\] must be >= 1, got -3"):
+        tt.zeros((4,), tiles=-3)
+    with pytest.raises(ValueError, match="tiles has 3 dimensions but shape"):
+        tt.zeros((4, 4), tiles=(2, 2, 2))
+    with pytest.raises(ValueError, match=r"shape\[0\] must be >= 1"):
+        tt.zeros((0, 3))
+    with pytest.raises(TypeError, match=r"tiles\[0\] must be an int"):
+        tt.zeros((4,), tiles=(2.5,))
+    with pytest.raises(TypeError, match="shape must be an int or a sequence"):
+        tt.zeros(None)
+    with pytest.raises(ValueError, match=r"shape\[0\] must be >= 1"):
+        tt.from_numpy(np.zeros((0, 2)))
+
+
+def test_dtypes(nothing_submitted):
+    with pytest.raises(TypeError, match="unsupported dtype float16"):
+        tt.from_numpy(np.zeros(3, np.float16))
+    with pytest.raises(TypeError, match="unsupported dtype int32"):
+        tt.zeros((3,), dtype=np.int32)
+    with pytest.raises(TypeError, match="is not a data type"):
+        tt.zeros((3,), dtype="floaty")
+    with pytest.raises(TypeError, match="expects a numpy.ndarray"):
+        tt.from_numpy({"a": 1})
+    ids = tt.from_numpy(np.ones(3, np.int64))
+    with pytest.raises(TypeError, match="int64; this op supports float32 and float64"):
+        ids + ids
+    with pytest.raises(TypeError, match="fill value must be a real number"):
+        tt.full((2,), "x")
+
+
+def test_mismatched_operands(ab, nothing_submitted):
+    a, b = ab
+    with pytest.raises(ValueError, match=r"tile mismatch, a has tiles \(3, 2\) and b has \(2, 2\)"):
+        a + b
+    c = tt.from_numpy(np.zeros((6, 5)), (3, 2))
+    with pytest.raises(ValueError, match=r"shape mismatch, a is \(6, 4\) and b is \(6, 5\)"):
+        tt.mul(a, c)
+    f32 = tt.from_numpy(np.zeros((6, 4), np.float32), (3, 2))
+    with pytest.raises(TypeError, match="dtype mismatch"):
+        a - f32
+    with pytest.raises(TypeError, match="must be a tiletrain Tensor"):
+        tt.add(a, np.zeros((6, 4)))
+    with pytest.raises(TypeError, match="unsupported operand"):
+        a + "s"
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        tt.scale(a, None)
+
+
+def test_matmul_errors(rng, nothing_submitted):
+    a = tt.from_numpy(rng.standard_normal((6, 4)), (3, 2))
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        a @ a
+    c = tt.from_numpy(rng.standard_normal((4, 5)), (3, 3))
+    with pytest.raises(ValueError, match="contracted axis is tiled differently: 2 in a, 3 in b"):
+        a @ c
+    v = tt.from_numpy(rng.standard_normal(4), 2)
+    with pytest.raises(ValueError, match="rank >= 2"):
+        a @ v
+    x3 = tt.from_numpy(rng.standard_normal((2, 6, 4)), (1, 3, 2))
+    y3 = tt.from_numpy(rng.standard_normal((3, 4, 5)), (1, 2, 5))
+    with pytest.raises(ValueError, match="batch dimensions differ"):
+        x3 @ y3
+    with pytest.raises(ValueError, match="transpose_a needs a 2-D a"):
+        tt.matmul(x3, tt.from_numpy(rng.standard_normal((6, 2)), (3, 2)), transpose_a=True)
+    f32 = tt.from_numpy(rng.standard_normal((4, 2)).astype(np.float32), 2)
+    with pytest.raises(TypeError, match="dtype mismatch"):
+        a @ f32
+
+
+def test_axis_errors(ab, nothing_submitted):
+    a, _ = ab
+    with pytest.raises(ValueError, match="axis 2 out of range for a rank-2 tensor"):
+        tt.sum(a, axis=2)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        tt.max(a, axis=0.5)
+    with pytest.raises(ValueError, match="axis is required"):
+        tt.max(a, axis=None)
+    wrong = tt.from_numpy(np.zeros(4), 3)
+    with pytest.raises(ValueError, match=r"b must have shape \(4,\) and tiles \(2,\)"):
+        tt.add_broadcast(a, wrong, axis=0)
+
+
+def test_unwritten_tensor_is_not_read(nothing_submitted):
+    e = tt.empty((4, 4), tiles=2)
+    with pytest.raises(ValueError, match="never been written"):
+        e * 2.0
+    with pytest.raises(ValueError, match="never been written"):
+        tt.sum(e)
+
+
+def test_c_layer_rejects_bad_calls_too(ab, nothing_submitted):
+    # The C expanders validate again: a bypassed Python check still cannot crash StarPU.
+    from tiletrain._ffi import check, ffi
+    a, b = ab
+    arr = ffi.new("tt_tensor *[]", [a._ptr, b._ptr, a._ptr])
+    args = ffi.new("tt_args_add *")
+    with pytest.raises(ValueError, match="different shape or tiling"):
+        check(lib.tt_map(lib.TT_K_ADD, args, 3, arr))
+    with pytest.raises(ValueError, match="not an element-wise map"):
+        check(lib.tt_map(lib.TT_K_GEMM, args, 3, arr))
+    with pytest.raises(ValueError, match="takes 3 tensors, got 2"):
+        check(lib.tt_map(lib.TT_K_ADD, args, 2, arr))
+    with pytest.raises(ValueError, match="unknown kernel id"):
+        check(lib.tt_map(999, args, 3, arr))
+    with pytest.raises(ValueError, match="inner tile sizes differ"):
+        check(lib.tt_gemm(1.0, a._ptr, 1, b._ptr, 0, 0.0, a._ptr))
+    with pytest.raises(ValueError, match="axis 5 out of range"):
+        check(lib.tt_sum_axis(1.0, a._ptr, 5, 0.0, a._ptr))
+    with pytest.raises(ValueError, match="ndim=9"):
+        check(lib.tt_tensor_new(9, [1] * 9, [1] * 9, 0, ffi.new("tt_tensor **")))
+    with pytest.raises(ValueError, match="unknown dtype code 7"):
+        check(lib.tt_tensor_new(1, [3], [3], 7, ffi.new("tt_tensor **")))

@@ -1,0 +1,100 @@
+"""Tiled tensors: geometry, round trips, factories, dtypes."""
+import gc
+
+import numpy as np
+import pytest
+
+import tiletrain as tt
+from conftest import GRIDS_2D, GRIDS_ND
+
+
+def test_traits_geometry():
+    tr = tt.TensorTraits((11, 7, 4), (4, 3, 4))
+    assert tr.grid == (3, 3, 1) and tr.ntiles == 9 and tr.ndim == 3
+    assert tr.leftover == (3, 1, 4)
+    assert tr.tile_shape_at((0, 0, 0)) == (4, 3, 4)
+    assert tr.tile_shape_at((2, 2, 0)) == (3, 1, 4)
+    assert tr.tile_shape_at((2, 1, 0)) == (3, 3, 4)
+    assert list(tr.tile_indices())[:2] == [(0, 0, 0), (0, 1, 0)]
+    assert sum(np.prod(tr.tile_shape_at(i)) for i in tr.tile_indices()) == 11 * 7 * 4
+    assert tt.TensorTraits((5, 3), 10).tiles == (5, 3)  # tiles larger than the shape are clamped
+    assert tt.TensorTraits((1000, 3)).tiles == (512, 3)  # default tile
+    with pytest.raises(IndexError, match="axis 1"):
+        tr.tile_shape_at((0, 3, 0))
+    with pytest.raises(ValueError, match="2 dimensions, expected 3"):
+        tr.tile_shape_at((0, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("shape,tiles", GRIDS_2D + GRIDS_ND)
+def test_roundtrip(rng, shape, tiles, dtype):
+    a = (rng.standard_normal(shape) * 100).astype(dtype)
+    t = tt.from_numpy(a, tiles)
+    assert t.shape == shape and t.dtype == dtype and t.ndim == len(shape)
+    assert t.tiles == tuple(min(x, s) for x, s in zip(tiles, shape))
+    assert t.grid == tuple(-(-s // x) for s, x in zip(shape, t.tiles))
+    back = t.numpy()
+    assert back.flags.c_contiguous and back.dtype == dtype
+    np.testing.assert_array_equal(back, a)
+    np.testing.assert_array_equal(np.asarray(t), a)
+
+
+def test_roundtrip_non_contiguous_inputs(rng):
+    base = rng.standard_normal((12, 10))
+    for view in (base.T, base[::2, 1::3], base[::-1, ::-2], np.asfortranarray(base)):
+        np.testing.assert_array_equal(tt.from_numpy(view, (3, 4)).numpy(), view)
+
+
+def test_zero_dim_and_scalars():
+    t = tt.from_numpy(np.array(3.5))
+    assert t.shape == () and float(t) == 3.5
+    assert tt.from_numpy(np.float64(2.0)).item() == 2.0
+
+
+def test_factories():
+    z = tt.zeros((5, 3), tiles=(2, 2), dtype=np.float64)
+    np.testing.assert_array_equal(z.numpy(), np.zeros((5, 3)))
+    f = tt.full((4,), 2.5, tiles=3)
+    np.testing.assert_array_equal(f.numpy(), np.full(4, 2.5, np.float32))
+    o = tt.ones((2, 2), dtype=np.int64)
+    np.testing.assert_array_equal(o.numpy(), np.ones((2, 2), np.int64))
+    e = tt.empty((3, 3), tiles=2)
+    assert e.shape == (3, 3)
+    with pytest.raises(ValueError, match="never been written"):
+        e.numpy()
+    tt.fill_(e, 1.0)
+    np.testing.assert_array_equal(e.numpy(), np.ones((3, 3), np.float32))
+
+
+def test_numpy_out_argument(rng):
+    a = rng.standard_normal((5, 4))
+    t = tt.from_numpy(a, 2)
+    out = np.empty((5, 4))
+    assert t.numpy(out=out) is out
+    np.testing.assert_array_equal(out, a)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        t.numpy(out=np.empty((4, 5)).T)
+    ro = np.empty((5, 4))
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        t.numpy(out=ro)
+    with pytest.raises(ValueError, match="shape"):
+        t.numpy(out=np.empty((5, 5)))
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        t.numpy(out=[0.0] * 20)
+
+
+def test_int64_token_ids():
+    ids = np.arange(20, dtype=np.int64).reshape(4, 5) * 1_000_000_007
+    np.testing.assert_array_equal(tt.from_numpy(ids, (3, 2)).numpy(), ids)
+
+
+def test_temporaries_are_freed(rng):
+    # Dropping tensors unregisters their tiles asynchronously; many temporaries must not pile up.
+    a = tt.from_numpy(rng.standard_normal((64, 64)), 16)
+    for _ in range(200):
+        b = a * 2.0 + 1.0
+    del b
+    gc.collect()
+    tt.wait()
+    assert tt.sum(a).numpy().shape == ()

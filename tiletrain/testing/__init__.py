@@ -1,0 +1,1 @@
+"""Test helpers shipped with the package: NumPy references for every kernel."""

@@ -1,0 +1,77 @@
+"""NumPy references for every kernel of csrc/kernels.def, at tile level.
+
+Each entry gives ``case(rng, dtype) -> (args, buffers)``: kernel arguments (besides dtype)
+and the tile buffers in the kernel's buffer order; and ``ref(args, *buffers) -> {index:
+expected}`` for every buffer the kernel writes.  tests/kernels/test_registry.py runs every
+kernel body on these cases, and fails for a kernel with no entry here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Reference:
+    case: Callable
+    ref: Callable
+
+
+def _r(rng, dt, *shape):
+    return rng.standard_normal(shape).astype(dt)
+
+
+def _pos(rng, dt, *shape):
+    return (rng.random(shape) + 0.5).astype(dt)
+
+
+
+def _gemm_case(rng, dt):
+    batch, m, n, k = 2, 5, 3, 4
+    ta, tb = int(rng.integers(2)), int(rng.integers(2))
+    a = _r(rng, dt, batch, *((k, m) if ta else (m, k)))
+    b = _r(rng, dt, batch, *((n, k) if tb else (k, n)))
+    c = _r(rng, dt, batch, m, n)
+    return dict(batch=batch, m=m, n=n, k=k, ta=ta, tb=tb, alpha=0.7, beta=0.3), [a, b, c]
+
+
+def _gemm_ref(a, A, B, C):
+    opa = np.swapaxes(A, 1, 2) if a["ta"] else A
+    opb = np.swapaxes(B, 1, 2) if a["tb"] else B
+    return {2: a["alpha"] * (opa @ opb) + a["beta"] * C}
+
+
+REFERENCES: dict[str, Reference] = {
+    "fill": Reference(lambda rng, dt: (dict(n=7, value=2.5), [np.zeros(7, dt)]),
+                      lambda a, y: {0: np.full_like(y, a["value"])}),
+    "copy": Reference(lambda rng, dt: (dict(n=7), [_r(rng, dt, 7), np.zeros(7, dt)]),
+                      lambda a, x, y: {1: x.copy()}),
+    "scale": Reference(lambda rng, dt: (dict(n=7, alpha=-1.5), [_r(rng, dt, 7), np.zeros(7, dt)]),
+                       lambda a, x, y: {1: a["alpha"] * x}),
+    "add_scalar": Reference(lambda rng, dt: (dict(n=7, alpha=2.0, s=-0.25), [_r(rng, dt, 7), np.zeros(7, dt)]),
+                            lambda a, x, y: {1: a["alpha"] * x + a["s"]}),
+    "rdiv_scalar": Reference(lambda rng, dt: (dict(n=7, s=3.0), [_pos(rng, dt, 7), np.zeros(7, dt)]),
+                             lambda a, x, y: {1: a["s"] / x}),
+    "add": Reference(lambda rng, dt: (dict(n=7, alpha=0.5, beta=-2.0),
+                                      [_r(rng, dt, 7), _r(rng, dt, 7), np.zeros(7, dt)]),
+                     lambda a, x, b, c: {2: a["alpha"] * x + a["beta"] * b}),
+    "mul": Reference(lambda rng, dt: (dict(n=7, alpha=1.5), [_r(rng, dt, 7), _r(rng, dt, 7), np.zeros(7, dt)]),
+                     lambda a, x, b, c: {2: a["alpha"] * x * b}),
+    "div": Reference(lambda rng, dt: (dict(n=7, alpha=1.5), [_r(rng, dt, 7), _pos(rng, dt, 7), np.zeros(7, dt)]),
+                     lambda a, x, b, c: {2: a["alpha"] * x / b}),
+    "add_bcast": Reference(
+        lambda rng, dt: (dict(m=3, k=5, n=4, alpha=2.0, beta=-1.0),
+                         [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4), np.zeros((3, 5, 4), dt)]),
+        lambda a, x, b, y: {2: a["alpha"] * x + a["beta"] * b[:, None, :]}),
+    "sum_axis": Reference(
+        lambda rng, dt: (dict(m=3, k=5, n=4, alpha=2.0, beta=0.5), [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4)]),
+        lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(axis=1)}),
+    "max_axis": Reference(
+        lambda rng, dt: (dict(m=3, k=5, n=4, first=0), [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4)]),
+        lambda a, x, y: {1: x.max(axis=1) if a["first"] else np.maximum(y, x.max(axis=1))}),
+    "sum_all": Reference(
+        lambda rng, dt: (dict(nx=9, alpha=0.5, beta=2.0), [_r(rng, dt, 9), _r(rng, dt, 1)]),
+        lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(dtype=np.float64)}),
+    "gemm": Reference(_gemm_case, _gemm_ref),
+}
