@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import warnings
 
 from dataclasses import dataclass
 
@@ -19,6 +20,14 @@ class WorkerInfo:
     name: str
     kind: str
     memory_node: int
+
+
+def _build_option(name: str) -> str:
+    for item in cstr(lib.tt_build_options()).split():
+        key, _, value = item.partition("=")
+        if key == name:
+            return value
+    return "?"
 
 
 @contextlib.contextmanager
@@ -70,6 +79,11 @@ class Runtime:
         with _environment(cfg.starpu_env()):
             check(lib.tt_init(c))
         self.session = lib.tt_session_id()
+        ncpu = sum(1 for w in self.workers() if w.kind == "cpu")
+        if cfg.ncpu is not None and ncpu < cfg.ncpu:
+            warnings.warn(f"asked for {cfg.ncpu} CPU workers, StarPU started {ncpu}: this StarPU build allows "
+                          f"at most {_build_option('starpu_maxcpus')} per process (build StarPU with "
+                          "--enable-maxcpus=N for more)", RuntimeWarning, stacklevel=3)
         if cfg.sched and self.sched != cfg.sched:
             actual = self.sched
             self._stop()
