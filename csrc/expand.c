@@ -28,41 +28,6 @@ static int same_layout(const tt_tensor *a, const tt_tensor *b)
     return 1;
 }
 
-/* b has a's layout with `axis` removed */
-static int layout_without_axis(const tt_tensor *a, int axis, const tt_tensor *b)
-{
-    if (b->ndim != a->ndim - 1)
-        return 0;
-    for (int d = 0, e = 0; d < a->ndim; d++) {
-        if (d == axis)
-            continue;
-        if (a->shape[d] != b->shape[e] || a->tile[d] != b->tile[e])
-            return 0;
-        e++;
-    }
-    return 1;
-}
-
-static void split_at_axis(const tt_tensor *x, const int64_t *idx, int axis, int64_t *m, int64_t *k, int64_t *n)
-{
-    int64_t ts[TT_MAX_NDIM];
-    tt_tile_shape(x, idx, ts);
-    *m = 1;
-    *n = 1;
-    for (int d = 0; d < axis; d++)
-        *m *= ts[d];
-    *k = ts[axis];
-    for (int d = axis + 1; d < x->ndim; d++)
-        *n *= ts[d];
-}
-
-/* idx of x (rank r) from idx of y (rank r-1) by inserting `i` at `axis` */
-static void insert_axis(const int64_t *yidx, int ndim_x, int axis, int64_t i, int64_t *xidx)
-{
-    for (int d = 0, e = 0; d < ndim_x; d++)
-        xidx[d] = (d == axis) ? i : yidx[e++];
-}
-
 #define CHECK(t, what)                      \
     do {                                    \
         int rc_ = tt_check_tensor(t, what); \
@@ -82,7 +47,7 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
     if (kernel < 0 || kernel >= TT_NKERNELS)
         return tt_error(TT_EINVAL, "map: unknown kernel id %d", kernel);
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
-    if (k->n_offset < 0)
+    if (!k->is_map)
         return tt_error(TT_EINVAL, "map: kernel '%s' is not an element-wise map", k->name);
     if (ntensors != k->nbuffers)
         return tt_error(TT_EINVAL, "map: kernel '%s' takes %d tensors, got %d", k->name, k->nbuffers, ntensors);
@@ -112,7 +77,9 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
         memcpy(a, args, k->args_size);
         tt_tile_index(t0, i, idx);
         *(int64_t *)a = t0->dtype; /* dtype is always the first field */
-        *(int64_t *)((char *)a + k->n_offset) = tt_tile_nelems(t0, idx);
+        *(int64_t *)((char *)a + k->off[TT_OFF_N]) = tt_tile_nelems(t0, idx);
+        if (k->off[TT_OFF_TILE] >= 0)
+            *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = i;
         for (int j = 0; j < ntensors; j++)
             h[j] = tensors[j]->handles[i];
         int rc = tt_submit(kernel, a, h, NULL);
@@ -125,105 +92,137 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
     return TT_OK;
 }
 
-static int check_axis_op(const char *what, tt_tensor *x, int axis, tt_tensor *y, int y_read)
+/* Span geometry: axes [axis, axis+naxes) of a `full` tensor are reduced or broadcast; a
+ * `reduced` tensor has the full layout with those axes removed. */
+static int layout_without_span(const tt_tensor *a, int axis, int naxes, const tt_tensor *b)
 {
-    CHECK_READ(x, what);
-    if (y_read)
-        CHECK_READ(y, what);
-    else
-        CHECK(y, what);
-    if (axis < 0 || axis >= x->ndim)
-        return tt_error(TT_EINVAL, "%s: axis %d out of range for a rank-%d tensor", what, axis, x->ndim);
-    if (!layout_without_axis(x, axis, y))
-        return tt_error(TT_EINVAL, "%s: the other operand must have x's shape and tiles without axis %d", what, axis);
-    if (!is_float(x->dtype) || x->dtype != y->dtype)
-        return tt_error(TT_EINVAL, "%s: operands must share a float dtype (got %s and %s)", what,
-                        dtype_name(x->dtype), dtype_name(y->dtype));
-    return TT_OK;
+    if (b->ndim != a->ndim - naxes)
+        return 0;
+    for (int d = 0, e = 0; d < a->ndim; d++) {
+        if (d >= axis && d < axis + naxes)
+            continue;
+        if (a->shape[d] != b->shape[e] || a->tile[d] != b->tile[e])
+            return 0;
+        e++;
+    }
+    return 1;
 }
 
-static int reduce_axis(int kernel, double alpha, tt_tensor *x, int axis, double beta, tt_tensor *y)
+static void span_view(const tt_tensor *x, const int64_t *idx, int axis, int naxes, int64_t *m, int64_t *k,
+                      int64_t *n)
 {
-    const char *what = tt_kernel_table[kernel].name;
-    int rc = check_axis_op(what, x, axis, y, kernel == TT_K_SUM_AXIS && beta != 0.0);
-    if (rc)
-        return rc;
-    y->written = 1;
-    int64_t yidx[TT_MAX_NDIM], xidx[TT_MAX_NDIM];
-    for (int64_t j = 0; j < y->ntiles; j++) {
-        tt_tile_index(y, j, yidx);
-        for (int64_t i = 0; i < x->grid[axis]; i++) {
-            insert_axis(yidx, x->ndim, axis, i, xidx);
-            int first = (i == 0);
-            enum starpu_data_access_mode modes[2] = {STARPU_R, STARPU_RW};
-            if (kernel == TT_K_SUM_AXIS) {
-                tt_args_sum_axis *a = tt_args_new(kernel);
-                if (!a)
-                    return tt_error(TT_ENOMEM, "%s: out of memory", what);
-                a->dtype = x->dtype;
-                split_at_axis(x, xidx, axis, &a->m, &a->k, &a->n);
-                a->alpha = alpha;
-                a->beta = first ? beta : 1.0;
-                if (first && beta == 0.0)
-                    modes[1] = STARPU_W;
-                starpu_data_handle_t h[2] = {x->handles[tt_tile_linear(x, xidx)], y->handles[j]};
-                rc = tt_submit(kernel, a, h, modes);
-            } else {
-                tt_args_max_axis *a = tt_args_new(kernel);
-                if (!a)
-                    return tt_error(TT_ENOMEM, "%s: out of memory", what);
-                a->dtype = x->dtype;
-                split_at_axis(x, xidx, axis, &a->m, &a->k, &a->n);
-                a->first = first;
-                if (first)
-                    modes[1] = STARPU_W;
-                starpu_data_handle_t h[2] = {x->handles[tt_tile_linear(x, xidx)], y->handles[j]};
-                rc = tt_submit(kernel, a, h, modes);
+    int64_t ts[TT_MAX_NDIM];
+    tt_tile_shape(x, idx, ts);
+    *m = *k = *n = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < axis)
+            *m *= ts[d];
+        else if (d < axis + naxes)
+            *k *= ts[d];
+        else
+            *n *= ts[d];
+    }
+}
+
+int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt_tensor *const *full, int nred,
+                tt_tensor *const *red, int reduce)
+{
+    if (kernel < 0 || kernel >= TT_NKERNELS)
+        return tt_error(TT_EINVAL, "span: unknown kernel id %d", kernel);
+    const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    if (!k->is_span)
+        return tt_error(TT_EINVAL, "span: kernel '%s' is not a span kernel (integer args m, k, n)", k->name);
+    if (nfull < 1 || nred < 0 || nfull + nred != k->nbuffers)
+        return tt_error(TT_EINVAL, "%s: takes %d tensors, got %d full + %d reduced", k->name, k->nbuffers, nfull,
+                        nred);
+    if (!args)
+        return tt_error(TT_EINVAL, "%s: args is NULL", k->name);
+    if (reduce && k->off[TT_OFF_FIRST] < 0)
+        return tt_error(TT_EINVAL, "%s: a span reduction needs a `first` argument", k->name);
+    tt_tensor *x = full[0];
+    for (int j = 0; j < nfull + nred; j++) {
+        tt_tensor *t = j < nfull ? full[j] : red[j - nfull];
+        /* reduction outputs are overwritten on the first tile, so they need no data before */
+        int read = (k->modes[j] & STARPU_R) && !(reduce && j >= nfull);
+        int rc = read ? tt_check_readable(t, k->name) : tt_check_tensor(t, k->name);
+        if (rc)
+            return rc;
+        if (t->dtype != x->dtype || !is_float(t->dtype))
+            return tt_error(TT_EINVAL, "%s: operands must share a float dtype (operand %d is %s, operand 0 is %s)",
+                            k->name, j, dtype_name(t->dtype), dtype_name(x->dtype));
+    }
+    if (axis < 0 || naxes < 1 || axis + naxes > x->ndim)
+        return tt_error(TT_EINVAL, "%s: axes [%d, %d) out of range for a rank-%d tensor", k->name, axis,
+                        axis + naxes, x->ndim);
+    for (int j = 1; j < nfull; j++)
+        if (!same_layout(x, full[j]))
+            return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
+    for (int j = 0; j < nred; j++)
+        if (!layout_without_span(x, axis, naxes, red[j]))
+            return tt_error(TT_EINVAL, "%s: reduced operand %d must have operand 0's shape and tiles without axes "
+                            "[%d, %d)", k->name, nfull + j, axis, axis + naxes);
+
+    /* Outer loop over the reduced grid, inner loop over the tiles along the span, so that a
+     * reduction's accumulation chain on one output tile is submitted in order. */
+    int64_t nspan = 1, nouter = 1, sgrid[TT_MAX_NDIM], ogrid[TT_MAX_NDIM];
+    int no = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d >= axis && d < axis + naxes)
+            nspan *= (sgrid[d - axis] = x->grid[d]);
+        else
+            nouter *= (ogrid[no++] = x->grid[d]);
+    }
+    int64_t xidx[TT_MAX_NDIM], oidx[TT_MAX_NDIM], sidx[TT_MAX_NDIM];
+    starpu_data_handle_t h[8];
+    enum starpu_data_access_mode modes[8];
+    for (int64_t o = 0; o < nouter; o++) {
+        int64_t r = o;
+        for (int d = no - 1; d >= 0; d--) {
+            oidx[d] = r % ogrid[d];
+            r /= ogrid[d];
+        }
+        for (int64_t sp = 0; sp < nspan; sp++) {
+            r = sp;
+            for (int d = naxes - 1; d >= 0; d--) {
+                sidx[d] = r % sgrid[d];
+                r /= sgrid[d];
             }
+            for (int d = 0, e = 0; d < x->ndim; d++)
+                xidx[d] = (d >= axis && d < axis + naxes) ? sidx[d - axis] : oidx[e++];
+            void *a = malloc(k->args_size);
+            if (!a)
+                return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
+            memcpy(a, args, k->args_size);
+            *(int64_t *)a = x->dtype;
+            int64_t m_, k_, n_;
+            span_view(x, xidx, axis, naxes, &m_, &k_, &n_);
+            *(int64_t *)((char *)a + k->off[TT_OFF_M]) = m_;
+            *(int64_t *)((char *)a + k->off[TT_OFF_K]) = k_;
+            *(int64_t *)((char *)a + k->off[TT_OFF_N]) = n_;
+            int64_t xl = tt_tile_linear(x, xidx);
+            if (k->off[TT_OFF_TILE] >= 0)
+                *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = xl;
+            if (k->off[TT_OFF_FIRST] >= 0)
+                *(int64_t *)((char *)a + k->off[TT_OFF_FIRST]) = reduce ? (sp == 0) : 0;
+            for (int j = 0; j < nfull; j++) {
+                h[j] = full[j]->handles[xl];
+                modes[j] = k->modes[j];
+            }
+            for (int j = 0; j < nred; j++) {
+                h[nfull + j] = red[j]->handles[o];
+                modes[nfull + j] = k->modes[nfull + j];
+                if (reduce && sp == 0 && (modes[nfull + j] & STARPU_W))
+                    modes[nfull + j] = STARPU_W;
+            }
+            int rc = tt_submit(kernel, a, h, modes);
             if (rc)
                 return rc;
         }
     }
-    return TT_OK;
-}
-
-int tt_sum_axis(double alpha, tt_tensor *x, int axis, double beta, tt_tensor *y)
-{
-    return reduce_axis(TT_K_SUM_AXIS, alpha, x, axis, beta, y);
-}
-
-int tt_max_axis(tt_tensor *x, int axis, tt_tensor *y)
-{
-    return reduce_axis(TT_K_MAX_AXIS, 1.0, x, axis, 0.0, y);
-}
-
-int tt_add_bcast(double alpha, tt_tensor *x, double beta, tt_tensor *b, int axis, tt_tensor *y)
-{
-    const char *what = "add_bcast";
-    int rc = check_axis_op(what, x, axis, b, 1);
-    if (rc)
-        return rc;
-    CHECK(y, what);
-    if (!same_layout(x, y) || y->dtype != x->dtype)
-        return tt_error(TT_EINVAL, "%s: output must have the input's shape, tiles and dtype", what);
-    y->written = 1;
-    int64_t xidx[TT_MAX_NDIM], bidx[TT_MAX_NDIM];
-    for (int64_t i = 0; i < x->ntiles; i++) {
-        tt_tile_index(x, i, xidx);
-        for (int d = 0, e = 0; d < x->ndim; d++)
-            if (d != axis)
-                bidx[e++] = xidx[d];
-        tt_args_add_bcast *a = tt_args_new(TT_K_ADD_BCAST);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", what);
-        a->dtype = x->dtype;
-        split_at_axis(x, xidx, axis, &a->m, &a->k, &a->n);
-        a->alpha = alpha;
-        a->beta = beta;
-        starpu_data_handle_t h[3] = {x->handles[i], b->handles[tt_tile_linear(b, bidx)], y->handles[i]};
-        rc = tt_submit(TT_K_ADD_BCAST, a, h, NULL);
-        if (rc)
-            return rc;
+    for (int j = 0; j < nfull + nred; j++) {
+        tt_tensor *t = j < nfull ? full[j] : red[j - nfull];
+        if (k->modes[j] & STARPU_W)
+            t->written = 1;
     }
     return TT_OK;
 }
@@ -261,6 +260,61 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
     return TT_OK;
 }
 
+/* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),
+ * b is (..., N) with the same leading shape and tiles (the weight gradient of a linear
+ * layer: x^T dy over every batch and time tile). */
+static int gemm_contract_leading(double alpha, tt_tensor *a, tt_tensor *b, double beta, tt_tensor *c)
+{
+    const char *what = "matmul";
+    int nd = a->ndim;
+    for (int d = 0; d < nd - 1; d++)
+        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
+            return tt_error(TT_EINVAL, "%s: contracted axis %d of a (%lld, tiles %lld) and b (%lld, tiles %lld) differ",
+                            what, d, (long long)a->shape[d], (long long)a->tile[d], (long long)b->shape[d],
+                            (long long)b->tile[d]);
+    if (c->shape[0] != a->shape[nd - 1] || c->shape[1] != b->shape[nd - 1] || c->tile[0] != a->tile[nd - 1] ||
+        c->tile[1] != b->tile[nd - 1])
+        return tt_error(TT_EINVAL, "%s: output shape or tiles do not match the operands", what);
+    c->written = 1;
+    int64_t nrows = 1;
+    for (int d = 0; d < nd - 1; d++)
+        nrows *= a->grid[d];
+    int64_t cidx[2], aidx[TT_MAX_NDIM], bidx[TT_MAX_NDIM];
+    for (int64_t t = 0; t < c->ntiles; t++) {
+        tt_tile_index(c, t, cidx);
+        for (int64_t r = 0; r < nrows; r++) {
+            int64_t rr = r, k = 1;
+            for (int d = nd - 2; d >= 0; d--) {
+                aidx[d] = bidx[d] = rr % a->grid[d];
+                rr /= a->grid[d];
+                k *= tt_tile_dim(a, d, aidx[d]);
+            }
+            aidx[nd - 1] = cidx[0];
+            bidx[nd - 1] = cidx[1];
+            tt_args_gemm *g = tt_args_new(TT_K_GEMM);
+            if (!g)
+                return tt_error(TT_ENOMEM, "%s: out of memory", what);
+            g->dtype = a->dtype;
+            g->batch = 1;
+            g->m = tt_tile_dim(c, 0, cidx[0]);
+            g->n = tt_tile_dim(c, 1, cidx[1]);
+            g->k = k;
+            g->ta = 1;
+            g->tb = 0;
+            g->alpha = alpha;
+            g->beta = r == 0 ? beta : 1.0;
+            enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R,
+                                                     (r == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
+            starpu_data_handle_t h[3] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
+                                         c->handles[t]};
+            int rc = tt_submit(TT_K_GEMM, g, h, modes);
+            if (rc)
+                return rc;
+        }
+    }
+    return TT_OK;
+}
+
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c)
 {
     const char *what = "matmul";
@@ -276,6 +330,8 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
     int nd = a->ndim;
     if (nd < 2 || b->ndim < 2)
         return tt_error(TT_EINVAL, "%s: operands must have rank >= 2 (got %d and %d)", what, a->ndim, b->ndim);
+    if (nd > 2 && b->ndim == nd && c->ndim == 2 && transa && !transb)
+        return gemm_contract_leading(alpha, a, b, beta, c);
     int batched = b->ndim > 2;
     if (batched && b->ndim != nd)
         return tt_error(TT_EINVAL, "%s: batched operands must have the same rank (got %d and %d)", what, nd, b->ndim);

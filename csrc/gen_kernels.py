@@ -19,6 +19,8 @@ from pathlib import Path
 
 MODES = {"R": "STARPU_R", "W": "STARPU_W", "RW": "STARPU_RW"}
 IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+# Integer arguments that expanders fill in themselves (their offsets go into the kernel table).
+SPECIAL = ("n", "m", "k", "first", "tile")
 
 
 @dataclass
@@ -31,7 +33,11 @@ class Kernel:
 
     @property
     def is_map(self) -> bool:
-        return self.ints == ["n"]
+        return bool(self.ints) and self.ints[0] == "n"
+
+    @property
+    def is_span(self) -> bool:
+        return self.ints[:3] == ["m", "k", "n"]
 
 
 def parse(text: str) -> list[Kernel]:
@@ -160,10 +166,10 @@ def codelets_source(kernels: list[Kernel]) -> str:
     for k in kernels:
         n = k.name
         modes = ", ".join(MODES[m] for m, _ in k.buffers)
-        noff = f"(long)offsetof(tt_args_{n}, n)" if k.is_map else "-1"
+        offs = ", ".join(f"(long)offsetof(tt_args_{n}, {f})" if f in k.ints else "-1" for f in SPECIAL)
         out.append(
             f"    [TT_K_{n.upper()}] = {{\"{n}\", &tt_cl_{n}, sizeof(tt_args_{n}), {len(k.buffers)}, "
-            f"{{{modes}}}, tt_flops_{n}, {noff}}},"
+            f"{{{modes}}}, tt_flops_{n}, {k.is_map:d}, {k.is_span:d}, {{{offs}}}}},"
         )
     out.append("};")
     return "\n".join(out) + "\n"

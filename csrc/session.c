@@ -238,4 +238,4 @@ const char *tt_build_options(void)
 int tt_kernel_count(void) { return TT_NKERNELS; }
 const char *tt_kernel_name(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].name : NULL; }
 int tt_kernel_nbuffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].nbuffers : -1; }
-int tt_kernel_is_map(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].n_offset >= 0 : 0; }
+int tt_kernel_is_map(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].is_map : 0; }

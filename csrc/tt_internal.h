@@ -29,8 +29,12 @@ typedef struct tt_kernel_desc {
     int nbuffers;
     enum starpu_data_access_mode modes[8];
     double (*flops)(const void *args);
-    long n_offset; /* offset of the `n` argument for element-wise maps, -1 otherwise */
+    int is_map;  /* integer arguments start with n: element-wise map over same-layout tensors */
+    int is_span; /* integer arguments start with m, k, n: span expander (reduce/broadcast along axes) */
+    long off[5]; /* offsets of the expander-filled arguments n, m, k, first, tile (-1: absent) */
 } tt_kernel_desc;
+
+enum { TT_OFF_N = 0, TT_OFF_M, TT_OFF_K, TT_OFF_FIRST, TT_OFF_TILE };
 
 extern const tt_kernel_desc tt_kernel_table[TT_NKERNELS];
 

@@ -134,8 +134,14 @@ def test_c_layer_rejects_bad_calls_too(ab, nothing_submitted):
         check(lib.tt_map(999, args, 3, arr))
     with pytest.raises(ValueError, match="inner tile sizes differ"):
         check(lib.tt_gemm(1.0, a._ptr, 1, b._ptr, 0, 0.0, a._ptr))
-    with pytest.raises(ValueError, match="axis 5 out of range"):
-        check(lib.tt_sum_axis(1.0, a._ptr, 5, 0.0, a._ptr))
+    sargs = ffi.new("tt_args_sum_axis *")
+    one = ffi.new("tt_tensor *[]", [a._ptr])
+    with pytest.raises(ValueError, match=r"axes \[5, 6\) out of range"):
+        check(lib.tt_span_map(lib.TT_K_SUM_AXIS, sargs, 5, 1, 1, one, 1, one, 1))
+    with pytest.raises(ValueError, match="reduced operand 1 must have operand 0's shape"):
+        check(lib.tt_span_map(lib.TT_K_SUM_AXIS, sargs, 0, 1, 1, one, 1, one, 1))
+    with pytest.raises(ValueError, match="not a span kernel"):
+        check(lib.tt_span_map(lib.TT_K_ADD, sargs, 0, 1, 1, one, 1, one, 1))
     with pytest.raises(ValueError, match="ndim=9"):
         check(lib.tt_tensor_new(9, [1] * 9, [1] * 9, 0, ffi.new("tt_tensor **")))
     with pytest.raises(ValueError, match="unknown dtype code 7"):

@@ -81,9 +81,11 @@ int tt_tensor_read(tt_tensor *t, void *dst);
 
 /* tensor-level expanders (csrc/expand.c): one call per op, one task per tile */
 int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors);
-int tt_add_bcast(double alpha, tt_tensor *x, double beta, tt_tensor *b, int axis, tt_tensor *y);
-int tt_sum_axis(double alpha, tt_tensor *x, int axis, double beta, tt_tensor *y);
-int tt_max_axis(tt_tensor *x, int axis, tt_tensor *y);
+/* Span kernels: the `nfull` tensors share one layout; the `nred` tensors have that layout
+ * without axes [axis, axis+naxes).  reduce=0: one task per full tile (broadcast);
+ * reduce=1: the reduced tensors accumulate over the span, `first` set on its first tile. */
+int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt_tensor *const *full, int nred,
+                tt_tensor *const *red, int reduce);
 int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y);
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c);
 /* CDEF END */

@@ -1,12 +1,13 @@
-"""First tensor operations (forward only).  Each op validates its operands in Python,
-then makes one C call that expands into one task per tile."""
+"""Basic tensor operations.  Each op validates its operands in Python, then makes one C
+call that expands into one task per tile, and records its autograd node; its backward
+rule follows it."""
 from __future__ import annotations
 
 import numbers
 
-
 from .._ffi import check, ffi, lib
 from ..tensor import Tensor, TensorTraits, from_value_
+from .autograd import backward_rule, record
 
 
 def _tensor(x, what: str, name: str) -> Tensor:
@@ -60,15 +61,30 @@ def copy(x: Tensor) -> Tensor:
     _tensor(x, "copy", "x")
     y = _like(x)
     _map(lib.TT_K_COPY, "tt_args_copy *", {}, x, y)
-    return y
+    return record("copy", y, (x,))
+
+
+@backward_rule("copy")
+def _copy_bwd(node, g):
+    return (g,)
 
 
 def scale(x: Tensor, alpha: float) -> Tensor:
     """alpha * x"""
     _float_tensor(x, "scale", "x")
     y = _like(x)
-    _map(lib.TT_K_SCALE, "tt_args_scale *", {"alpha": _scalar(alpha, "scale", "alpha")}, x, y)
-    return y
+    alpha = _scalar(alpha, "scale", "alpha")
+    _map(lib.TT_K_SCALE, "tt_args_scale *", {"alpha": alpha}, x, y)
+    return record("scale", y, (x,), alpha=alpha)
+
+
+def _scaled(g: Tensor, alpha: float) -> Tensor:
+    return g if alpha == 1.0 else scale(g, alpha)
+
+
+@backward_rule("scale")
+def _scale_bwd(node, g):
+    return (_scaled(g, node.ctx["alpha"]),)
 
 
 def neg(x: Tensor) -> Tensor:
@@ -79,17 +95,24 @@ def add_scalar(x: Tensor, s: float, alpha: float = 1.0) -> Tensor:
     """alpha * x + s"""
     _float_tensor(x, "add_scalar", "x")
     y = _like(x)
-    _map(lib.TT_K_ADD_SCALAR, "tt_args_add_scalar *",
-         {"alpha": _scalar(alpha, "add_scalar", "alpha"), "s": _scalar(s, "add_scalar", "s")}, x, y)
-    return y
+    alpha = _scalar(alpha, "add_scalar", "alpha")
+    _map(lib.TT_K_ADD_SCALAR, "tt_args_add_scalar *", {"alpha": alpha, "s": _scalar(s, "add_scalar", "s")}, x, y)
+    return record("scale", y, (x,), alpha=alpha)  # d(alpha x + s)/dx = alpha: scale's rule
 
 
 def rdiv_scalar(s: float, x: Tensor) -> Tensor:
     """s / x"""
     _float_tensor(x, "rdiv_scalar", "x")
     y = _like(x)
-    _map(lib.TT_K_RDIV_SCALAR, "tt_args_rdiv_scalar *", {"s": _scalar(s, "rdiv_scalar", "s")}, x, y)
-    return y
+    s = _scalar(s, "rdiv_scalar", "s")
+    _map(lib.TT_K_RDIV_SCALAR, "tt_args_rdiv_scalar *", {"s": s}, x, y)
+    return record("rdiv_scalar", y, (x,), saved=(x,), s=s)
+
+
+@backward_rule("rdiv_scalar")
+def _rdiv_scalar_bwd(node, g):
+    (x,) = node.saved
+    return (div(g, mul(x, x), -node.ctx["s"]),)  # d(s/x) = -s/x^2
 
 
 def _binary(what: str, kernel: int, ctype: str, fields: dict, a: Tensor, b: Tensor) -> Tensor:
@@ -103,8 +126,16 @@ def _binary(what: str, kernel: int, ctype: str, fields: dict, a: Tensor, b: Tens
 
 def add(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
     """alpha * a + beta * b"""
-    return _binary("add", lib.TT_K_ADD, "tt_args_add *",
-                   {"alpha": _scalar(alpha, "add", "alpha"), "beta": _scalar(beta, "add", "beta")}, a, b)
+    alpha, beta = _scalar(alpha, "add", "alpha"), _scalar(beta, "add", "beta")
+    c = _binary("add", lib.TT_K_ADD, "tt_args_add *", {"alpha": alpha, "beta": beta}, a, b)
+    return record("add", c, (a, b), alpha=alpha, beta=beta)
+
+
+@backward_rule("add")
+def _add_bwd(node, g):
+    a, b = node.inputs
+    return (_scaled(g, node.ctx["alpha"]) if a is not None else None,
+            _scaled(g, node.ctx["beta"]) if b is not None else None)
 
 
 def sub(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
@@ -114,52 +145,140 @@ def sub(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
 
 def mul(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """alpha * a * b (element-wise)"""
-    return _binary("mul", lib.TT_K_MUL, "tt_args_mul *", {"alpha": _scalar(alpha, "mul", "alpha")}, a, b)
+    alpha = _scalar(alpha, "mul", "alpha")
+    c = _binary("mul", lib.TT_K_MUL, "tt_args_mul *", {"alpha": alpha}, a, b)
+    return record("mul", c, (a, b), saved=(a, b), alpha=alpha)
+
+
+@backward_rule("mul")
+def _mul_bwd(node, g):
+    a, b = node.saved
+    alpha = node.ctx["alpha"]
+    return (mul(g, b, alpha) if node.inputs[0] is not None else None,
+            mul(g, a, alpha) if node.inputs[1] is not None else None)
 
 
 def div(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """alpha * a / b (element-wise)"""
-    return _binary("div", lib.TT_K_DIV, "tt_args_div *", {"alpha": _scalar(alpha, "div", "alpha")}, a, b)
+    alpha = _scalar(alpha, "div", "alpha")
+    c = _binary("div", lib.TT_K_DIV, "tt_args_div *", {"alpha": alpha}, a, b)
+    return record("div", c, (a, b), saved=(a, b), alpha=alpha)
 
 
-def add_broadcast(x: Tensor, b: Tensor, axis: int, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
-    """alpha * x + beta * b, with b broadcast along ``axis`` of x (b has x's shape without axis)."""
+@backward_rule("div")
+def _div_bwd(node, g):
+    a, b = node.saved
+    da = div(g, b, node.ctx["alpha"])                                 # alpha g / b
+    db = div(mul(da, a), b, -1.0) if node.inputs[1] is not None else None  # -alpha g a / b^2
+    return (da if node.inputs[0] is not None else None, db)
+
+
+def _span(kernel: int, ctype: str, fields: dict, axis: int, naxes: int, full, red, reduce: bool) -> None:
+    args = ffi.new(ctype)
+    for k, v in fields.items():
+        setattr(args, k, v)
+    f = ffi.new("tt_tensor *[]", [t._ptr for t in full])
+    r = ffi.new("tt_tensor *[]", [t._ptr for t in red]) if red else ffi.NULL
+    check(lib.tt_span_map(kernel, args, axis, naxes, len(full), f, len(red), r, int(reduce)))
+
+
+def add_broadcast(x: Tensor, b: Tensor, axis, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    """alpha * x + beta * b, with b broadcast along ``axis`` of x (an int, or a tuple of
+    consecutive axes); b has x's shape and tiles without those axes."""
     what = "add_broadcast"
     _float_tensor(x, what, "x")
     _float_tensor(b, what, "b")
-    axis = x.traits.normalize_axis(axis)
-    expect = x.traits.drop_axis(axis)
+    start, naxes = x.traits.axis_span(axis)
+    expect = x.traits.drop_axis(start, naxes)
     if b.shape != expect.shape or b.tiles != expect.tiles:
         raise ValueError(f"{what}: b must have shape {expect.shape} and tiles {expect.tiles} "
                          f"(x without axis {axis}), got shape {b.shape} and tiles {b.tiles}")
     if b.dtype != x.dtype:
         raise TypeError(f"{what}: dtype mismatch, x is {x.dtype} and b is {b.dtype}")
     y = _like(x)
-    check(lib.tt_add_bcast(_scalar(alpha, what, "alpha"), x._ptr, _scalar(beta, what, "beta"), b._ptr, axis, y._ptr))
-    return y
+    alpha, beta = _scalar(alpha, what, "alpha"), _scalar(beta, what, "beta")
+    _span(lib.TT_K_ADD_BCAST, "tt_args_add_bcast *", {"alpha": alpha, "beta": beta},
+          start, naxes, [x, y], [b], reduce=False)
+    return record("add_broadcast", y, (x, b), alpha=alpha, beta=beta, start=start, naxes=naxes)
 
 
-def sum(x: Tensor, axis: int | None = None) -> Tensor:  # noqa: A001 - mirrors numpy/torch
-    """Sum of all elements (a 0-d tensor) or along one axis (that axis removed)."""
+@backward_rule("add_broadcast")
+def _add_broadcast_bwd(node, g):
+    x, b = node.inputs
+    c = node.ctx
+    return (_scaled(g, c["alpha"]) if x is not None else None,
+            sum(g, tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["beta"]) if b is not None else None)
+
+
+def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tensor:
+    """alpha * b repeated along ``axis`` (an int or consecutive axes) of ``traits``' layout;
+    b has that layout without those axes."""
+    what = "broadcast"
+    _float_tensor(b, what, "b")
+    start, naxes = traits.axis_span(axis)
+    expect = traits.drop_axis(start, naxes)
+    if b.shape != expect.shape or b.tiles != expect.tiles:
+        raise ValueError(f"{what}: b must have shape {expect.shape} and tiles {expect.tiles}, "
+                         f"got shape {b.shape} and tiles {b.tiles}")
+    alpha = _scalar(alpha, what, "alpha")
+    y = Tensor(traits, b.dtype)
+    _span(lib.TT_K_BCAST, "tt_args_bcast *", {"alpha": alpha}, start, naxes, [y], [b], reduce=False)
+    return record("broadcast", y, (b,), alpha=alpha, start=start, naxes=naxes)
+
+
+@backward_rule("broadcast")
+def _broadcast_bwd(node, g):
+    c = node.ctx
+    return (sum(g, tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["alpha"]),)
+
+
+def sum(x: Tensor, axis=None, alpha: float = 1.0) -> Tensor:  # noqa: A001 - mirrors numpy/torch
+    """alpha * the sum of all elements (a 0-d tensor), or along ``axis`` (an int or a tuple of
+    consecutive axes; those axes are removed)."""
     _float_tensor(x, "sum", "x")
+    alpha = _scalar(alpha, "sum", "alpha")
     if axis is None:
         y = Tensor(TensorTraits(()), x.dtype)
-        check(lib.tt_sum_all(1.0, x._ptr, 0.0, y._ptr))
-        return y
-    axis = x.traits.normalize_axis(axis)
-    y = Tensor(x.traits.drop_axis(axis), x.dtype)
-    check(lib.tt_sum_axis(1.0, x._ptr, axis, 0.0, y._ptr))
-    return y
+        check(lib.tt_sum_all(alpha, x._ptr, 0.0, y._ptr))
+        return record("sum", y, (x,), alpha=alpha, start=0, naxes=x.ndim, traits=x.traits)
+    start, naxes = x.traits.axis_span(axis)
+    y = Tensor(x.traits.drop_axis(start, naxes), x.dtype)
+    _span(lib.TT_K_SUM_AXIS, "tt_args_sum_axis *", {"alpha": alpha}, start, naxes, [x], [y], reduce=True)
+    return record("sum", y, (x,), alpha=alpha, start=start, naxes=naxes, traits=x.traits)
 
 
-def max(x: Tensor, axis: int) -> Tensor:  # noqa: A001
-    """Maximum along one axis (that axis removed); NaN propagates as in NumPy."""
+@backward_rule("sum")
+def _sum_bwd(node, g):
+    c = node.ctx
+    if c["naxes"] == 0:  # sum of a 0-d tensor
+        return (_scaled(g, c["alpha"]),)
+    return (broadcast(g, c["traits"], tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["alpha"]),)
+
+
+def max(x: Tensor, axis) -> Tensor:  # noqa: A001
+    """Maximum along ``axis`` (an int or a tuple of consecutive axes; removed); NaN propagates."""
     _float_tensor(x, "max", "x")
     if axis is None:
         raise ValueError("max: axis is required (max along an axis)")
-    axis = x.traits.normalize_axis(axis)
-    y = Tensor(x.traits.drop_axis(axis), x.dtype)
-    check(lib.tt_max_axis(x._ptr, axis, y._ptr))
+    start, naxes = x.traits.axis_span(axis)
+    y = Tensor(x.traits.drop_axis(start, naxes), x.dtype)
+    _span(lib.TT_K_MAX_AXIS, "tt_args_max_axis *", {}, start, naxes, [x], [y], reduce=True)
+    return record("max", y, (x,))
+
+
+@backward_rule("max")
+def _max_bwd(node, g):
+    raise NotImplementedError("max along an axis has no backward rule yet (it is not differentiable in "
+                              "tiletrain); compute it under tiletrain.no_grad() or on detached tensors")
+
+
+def axpy_(y: Tensor, x: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    """In place: y = alpha * x + beta * y (gradient accumulation)."""
+    _float_tensor(y, "axpy_", "y")
+    _float_tensor(x, "axpy_", "x")
+    _same("axpy_", x, y, names=("x", "y"))
+    _map(lib.TT_K_AXPY, "tt_args_axpy *",
+         {"alpha": _scalar(alpha, "axpy_", "alpha"), "beta": _scalar(beta, "axpy_", "beta")}, x, y)
     return y
 
 
@@ -199,10 +318,66 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     shape = a.shape[:-2] + (a.shape[am], b.shape[bn])
     tiles = a.tiles[:-2] + (a.tiles[am], b.tiles[bn])
     c = Tensor(TensorTraits(shape, tiles), a.dtype)
-    check(lib.tt_gemm(_scalar(alpha, what, "alpha"), a._ptr, int(bool(transpose_a)), b._ptr,
-                      int(bool(transpose_b)), 0.0, c._ptr))
-    return c
+    alpha = _scalar(alpha, what, "alpha")
+    ta, tb = bool(transpose_a), bool(transpose_b)
+    check(lib.tt_gemm(alpha, a._ptr, int(ta), b._ptr, int(tb), 0.0, c._ptr))
+    return record("matmul", c, (a, b), saved=(a, b), alpha=alpha, ta=ta, tb=tb, folded=not batched and nd > 2)
+
+
+def matmul_leading(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """alpha * A^T B where A, B are a, b with every axis but the last flattened: a is
+    (..., P), b is (..., N) with the same leading shape and tiles; the result is (P, N).
+    (The weight gradient of a linear layer: x^T dy over all batch and time tiles.)"""
+    what = "matmul_leading"
+    _float_tensor(a, what, "a")
+    _float_tensor(b, what, "b")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
+    if a.ndim < 2 or a.shape[:-1] != b.shape[:-1] or a.tiles[:-1] != b.tiles[:-1]:
+        raise ValueError(f"{what}: a {a.shape} tiles {a.tiles} and b {b.shape} tiles {b.tiles} must share "
+                         "every axis but the last, shape and tiles")
+    c = Tensor(TensorTraits((a.shape[-1], b.shape[-1]), (a.tiles[-1], b.tiles[-1])), a.dtype)
+    alpha = _scalar(alpha, what, "alpha")
+    check(lib.tt_gemm(alpha, a._ptr, 1, b._ptr, 0, 0.0, c._ptr))
+    return record("matmul_leading", c, (a, b), saved=(a, b), alpha=alpha)
+
+
+@backward_rule("matmul_leading")
+def _matmul_leading_bwd(node, g):
+    a, b = node.saved
+    al = node.ctx["alpha"]
+    # C = A^T B: dA = B dC^T, dB = A dC (flattened leading axes)
+    return (matmul(b, g, transpose_b=True, alpha=al) if node.inputs[0] is not None else None,
+            matmul(a, g, alpha=al) if node.inputs[1] is not None else None)
+
+
+@backward_rule("matmul")
+def _matmul_bwd(node, g):
+    a, b = node.saved
+    c = node.ctx
+    al, ta, tb = c["alpha"], c["ta"], c["tb"]
+    need_a, need_b = node.inputs[0] is not None, node.inputs[1] is not None
+    da = db = None
+    if c["folded"]:  # a (..., M, K) @ b (K, N) or b^T: weight gradients contract every leading axis
+        if need_a:
+            da = matmul(g, b, transpose_b=not tb, alpha=al)
+        if need_b:
+            db = matmul_leading(g, a, alpha=al) if tb else matmul_leading(a, g, alpha=al)
+        return da, db
+    if not ta and not tb:      # C = A B
+        da = matmul(g, b, transpose_b=True, alpha=al) if need_a else None
+        db = matmul(a, g, transpose_a=True, alpha=al) if need_b else None
+    elif not ta and tb:        # C = A B^T
+        da = matmul(g, b, alpha=al) if need_a else None
+        db = matmul(g, a, transpose_a=True, alpha=al) if need_b else None
+    elif ta and not tb:        # C = A^T B
+        da = matmul(b, g, transpose_b=True, alpha=al) if need_a else None
+        db = matmul(a, g, alpha=al) if need_b else None
+    else:                      # C = A^T B^T
+        da = matmul(b, g, transpose_a=True, transpose_b=True, alpha=al) if need_a else None
+        db = matmul(g, a, transpose_a=True, transpose_b=True, alpha=al) if need_b else None
+    return da, db
 
 
 __all__ = ["fill_", "copy", "scale", "neg", "add_scalar", "rdiv_scalar", "add", "sub", "mul", "div",
-           "add_broadcast", "sum", "max", "matmul"]
+           "add_broadcast", "broadcast", "sum", "max", "matmul", "matmul_leading", "axpy_"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 from ..tensor import Tensor
-from . import basic
+from . import autograd, basic
 
 
 def _is_scalar(v) -> bool:
@@ -73,3 +73,4 @@ def install() -> None:
     Tensor.__rtruediv__ = _rtruediv
     Tensor.__matmul__ = _matmul
     Tensor.__neg__ = basic.neg
+    Tensor.backward = autograd.backward

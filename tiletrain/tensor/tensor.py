@@ -28,17 +28,48 @@ class Tensor:
     Operations submit tile tasks and return at once; ``.numpy()`` waits for the tasks
     that write the tensor and gathers its tiles."""
 
-    __slots__ = ("traits", "dtype", "_ptr", "_session", "__weakref__")
+    __slots__ = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node",
+                 "__weakref__")
 
     def __init__(self, traits: TensorTraits, dtype=np.float32):
         rt = current()
         self.traits = traits
         self.dtype = as_dtype(dtype)
         self._ptr = ffi.NULL
+        self._base = None          # set on views that share another tensor's tiles
+        self.requires_grad = False
+        self.grad: Tensor | None = None
+        self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
         out = ffi.new("tt_tensor **")
         check(lib.tt_tensor_new(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype], out))
         self._ptr = out[0]
         self._session = rt.session
+
+    @classmethod
+    def _view_of(cls, base: "Tensor") -> "Tensor":
+        """A new Python tensor sharing base's tiles (no copy); base stays alive while it lives."""
+        t = cls.__new__(cls)
+        t.traits, t.dtype, t._ptr, t._session = base.traits, base.dtype, base._ptr, base._session
+        t._base = base if base._base is None else base._base
+        t.requires_grad, t.grad, t._node = False, None, None
+        return t
+
+    def detach(self) -> "Tensor":
+        """The same tiles, cut from the autograd graph (no copy)."""
+        self._handle("detach")
+        return Tensor._view_of(self)
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        if flag and self.dtype.kind != "f":
+            raise TypeError(f"requires_grad_: gradients need a float tensor, this one is {self.dtype}")
+        if not flag and self._node is not None:
+            raise RuntimeError("requires_grad_(False) on a tensor computed by a recorded op; use detach()")
+        self.requires_grad = bool(flag)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
 
     # -- geometry -------------------------------------------------------------------
     @property
@@ -79,6 +110,8 @@ class Tensor:
 
     def __del__(self):
         ptr = getattr(self, "_ptr", None)
+        if getattr(self, "_base", None) is not None:
+            return  # a view: the base frees the tiles
         if ptr is not None and ptr != ffi.NULL:
             try:
                 lib.tt_tensor_free(ptr)  # asynchronous unregister: freed when its tasks are done
@@ -119,6 +152,10 @@ class Tensor:
 
     def __repr__(self) -> str:
         state = "" if self.alive else ", shut down"
+        if self._node is not None:
+            state += f", grad_fn={self._node.op}"
+        elif self.requires_grad:
+            state += ", requires_grad=True"
         return f"Tensor(shape={self.shape}, tiles={self.tiles}, dtype={self.dtype}{state})"
 
 

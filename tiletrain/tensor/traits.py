@@ -86,8 +86,21 @@ class TensorTraits:
         """All tile indices, row-major over the grid (the order of the tile handles)."""
         return itertools.product(*(range(g) for g in self.grid))
 
-    def drop_axis(self, axis: int) -> "TensorTraits":
-        return TensorTraits(self.shape[:axis] + self.shape[axis + 1:], self.tiles[:axis] + self.tiles[axis + 1:])
+    def drop_axis(self, axis: int, naxes: int = 1) -> "TensorTraits":
+        """These traits without axes [axis, axis + naxes)."""
+        end = axis + naxes
+        return TensorTraits(self.shape[:axis] + self.shape[end:], self.tiles[:axis] + self.tiles[end:])
+
+    def axis_span(self, axis) -> tuple[int, int]:
+        """(first axis, count) for an int axis or a tuple of consecutive axes (negatives allowed)."""
+        if isinstance(axis, (tuple, list)):
+            if not axis:
+                raise ValueError("axis tuple is empty")
+            axes = sorted(self.normalize_axis(a) for a in axis)
+            if axes != list(range(axes[0], axes[0] + len(axes))):
+                raise ValueError(f"axes {tuple(axis)} must be consecutive")
+            return axes[0], len(axes)
+        return self.normalize_axis(axis), 1
 
     def normalize_axis(self, axis: int) -> int:
         if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):

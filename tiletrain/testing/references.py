@@ -62,13 +62,19 @@ REFERENCES: dict[str, Reference] = {
                      lambda a, x, b, c: {2: a["alpha"] * x / b}),
     "add_bcast": Reference(
         lambda rng, dt: (dict(m=3, k=5, n=4, alpha=2.0, beta=-1.0),
-                         [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4), np.zeros((3, 5, 4), dt)]),
-        lambda a, x, b, y: {2: a["alpha"] * x + a["beta"] * b[:, None, :]}),
+                         [_r(rng, dt, 3, 5, 4), np.zeros((3, 5, 4), dt), _r(rng, dt, 3, 4)]),
+        lambda a, x, y, b: {1: a["alpha"] * x + a["beta"] * b[:, None, :]}),
+    "bcast": Reference(
+        lambda rng, dt: (dict(m=3, k=5, n=4, alpha=-2.0), [np.zeros((3, 5, 4), dt), _r(rng, dt, 3, 4)]),
+        lambda a, y, b: {0: a["alpha"] * np.broadcast_to(b[:, None, :], y.shape)}),
+    "axpy": Reference(lambda rng, dt: (dict(n=7, alpha=0.5, beta=-2.0), [_r(rng, dt, 7), _r(rng, dt, 7)]),
+                      lambda a, x, y: {1: a["alpha"] * x + a["beta"] * y}),
     "sum_axis": Reference(
-        lambda rng, dt: (dict(m=3, k=5, n=4, alpha=2.0, beta=0.5), [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4)]),
-        lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(axis=1)}),
+        lambda rng, dt: (dict(m=3, k=5, n=4, first=int(rng.integers(2)), alpha=2.0),
+                         [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4)]),
+        lambda a, x, y: {1: (0 if a["first"] else y) + a["alpha"] * x.sum(axis=1)}),
     "max_axis": Reference(
-        lambda rng, dt: (dict(m=3, k=5, n=4, first=0), [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4)]),
+        lambda rng, dt: (dict(m=3, k=5, n=4, first=int(rng.integers(2))), [_r(rng, dt, 3, 5, 4), _r(rng, dt, 3, 4)]),
         lambda a, x, y: {1: x.max(axis=1) if a["first"] else np.maximum(y, x.max(axis=1))}),
     "sum_all": Reference(
         lambda rng, dt: (dict(nx=9, alpha=0.5, beta=2.0), [_r(rng, dt, 9), _r(rng, dt, 1)]),

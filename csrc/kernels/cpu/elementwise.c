@@ -82,3 +82,17 @@ void tt_cpu_div(const tt_args_div *a, const void *x, const void *b, void *c)
             pc[i] = alpha * px[i] / pb[i];
     });
 }
+
+void tt_cpu_axpy(const tt_args_axpy *a, const void *x, void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *py = y, alpha = (T)a->alpha, beta = (T)a->beta;
+        if (beta == (T)1)
+            for (int64_t i = 0; i < a->n; i++)
+                py[i] += alpha * px[i];
+        else
+            for (int64_t i = 0; i < a->n; i++)
+                py[i] = alpha * px[i] + beta * py[i];
+    });
+}

@@ -10,12 +10,9 @@ void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
         T *py = y;
         for (int64_t i = 0; i < m; i++) {
             T *row = py + i * n;
-            if (a->beta == 0.0)
+            if (a->first)
                 for (int64_t j = 0; j < n; j++)
                     row[j] = 0;
-            else if (a->beta != 1.0)
-                for (int64_t j = 0; j < n; j++)
-                    row[j] *= (T)a->beta;
             if (n == 1) {
                 double acc = 0.0;
                 for (int64_t l = 0; l < k; l++)
@@ -57,7 +54,7 @@ void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, const void *b, void *y)
+void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, void *y, const void *b)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -83,5 +80,20 @@ void tt_cpu_sum_all(const tt_args_sum_all *a, const void *x, void *y)
             acc += px[i];
         double prev = a->beta == 0.0 ? 0.0 : a->beta * (double)py[0];
         py[0] = (T)(prev + a->alpha * acc);
+    });
+}
+
+void tt_cpu_bcast(const tt_args_bcast *a, void *y, const void *b)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *pb = b;
+        T *py = y, alpha = (T)a->alpha;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++) {
+                T *dst = py + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++)
+                    dst[j] = alpha * pb[i * n + j];
+            }
     });
 }

@@ -1,0 +1,188 @@
+"""Tape-based reverse-mode autograd.
+
+An op that has an input requiring gradients records a Node on its output: the op name,
+the inputs, what the backward rule needs (saved tensors and plain values).  Backward
+rules live in one table, BACKWARD, keyed by op name; each op registers its rule next to
+its forward with ``@backward_rule("name")``.  ``backward()`` walks the recorded graph in
+reverse topological order and submits every rule's tile tasks without waiting; leaf
+gradients accumulate into ``.grad`` (beta = 1 into the existing tiles).  Each node is
+released once used, so saved activations are freed by dataflow and a second backward
+through the same graph raises."""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..tensor import Tensor
+
+_state = threading.local()
+
+
+def grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Ops inside record nothing (inference, optimizer updates)."""
+    old = grad_enabled()
+    _state.enabled = False
+    try:
+        yield
+    finally:
+        _state.enabled = old
+
+
+@contextlib.contextmanager
+def enable_grad():
+    old = grad_enabled()
+    _state.enabled = True
+    try:
+        yield
+    finally:
+        _state.enabled = old
+
+
+@dataclass(eq=False)
+class Node:
+    op: str
+    inputs: tuple            # input tensors (None where an input needs no gradient)
+    saved: tuple = ()        # tensors the rule reads
+    ctx: dict = field(default_factory=dict)  # plain values (axes, scalars, flags)
+    released: bool = False
+
+
+BackwardRule = Callable[[Node, Tensor], Sequence["Tensor | None"]]
+BACKWARD: dict[str, BackwardRule] = {}
+
+
+def backward_rule(op: str):
+    """Register the backward rule of ``op``: rule(node, grad_out) -> one gradient per input."""
+    def deco(fn: BackwardRule) -> BackwardRule:
+        if op in BACKWARD:
+            raise RuntimeError(f"backward rule for {op!r} registered twice")
+        BACKWARD[op] = fn
+        return fn
+    return deco
+
+
+def needs_grad(*tensors) -> bool:
+    return grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+
+
+def record(op: str, out: Tensor, inputs: Sequence, saved: Sequence = (), **ctx: Any) -> Tensor:
+    """Attach a node to ``out`` if any input requires gradients (and grad mode is on)."""
+    if not needs_grad(*inputs):
+        return out
+    if op not in BACKWARD:
+        raise RuntimeError(f"op {op!r} has no backward rule")
+    ins = tuple(t if isinstance(t, Tensor) and t.requires_grad else None for t in inputs)
+    out._node = Node(op, ins, tuple(saved), ctx)
+    out.requires_grad = True
+    return out
+
+
+def _topological(root: Tensor) -> list[Tensor]:
+    """Tensors with nodes, each after every tensor that consumes it (iterative DFS)."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    while stack:
+        t, done = stack.pop()
+        if done:
+            order.append(t)
+            continue
+        if id(t) in seen or t._node is None:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        for inp in t._node.inputs:
+            if inp is not None and inp._node is not None and id(inp) not in seen:
+                stack.append((inp, False))
+    order.reverse()
+    return order
+
+
+class _Placer:
+    """Puts gradients where they belong without aliasing: a gradient tensor is stored in one
+    place only (a second placement of the same object gets a copy), so that accumulating
+    in place (beta = 1) never changes another tensor's gradient."""
+
+    def __init__(self, foreign: Tensor | None = None):
+        self.placed: set[int] = set() if foreign is None else {id(foreign)}
+        self.keep: list[Tensor] = [] if foreign is None else [foreign]  # keep ids unique while used
+
+    def own(self, g: Tensor) -> Tensor:
+        from .basic import copy
+        if id(g) in self.placed or g._base is not None or g._node is not None or g.requires_grad:
+            g = copy(g)
+        self.placed.add(id(g))
+        self.keep.append(g)
+        return g
+
+    def leaf(self, leaf: Tensor, g: Tensor) -> None:
+        from .basic import axpy_
+        if leaf.grad is None:
+            leaf.grad = self.own(g)
+        else:
+            axpy_(leaf.grad, g, 1.0, 1.0)
+
+
+def backward(root: Tensor, grad: Tensor | None = None) -> None:
+    """Submit the backward pass of ``root`` (no waiting)."""
+    if not isinstance(root, Tensor):
+        raise TypeError(f"backward: expected a Tensor, got {type(root).__name__}")
+    root._handle("backward")
+    if not root.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad (no input had requires_grad=True)")
+    if grad is None:
+        if root.size != 1:
+            raise RuntimeError(f"backward: a seed gradient is needed for a non-scalar output of shape {root.shape}")
+        from ..tensor import full
+        grad = full(root.traits, 1.0, dtype=root.dtype)
+    else:
+        if not isinstance(grad, Tensor):
+            raise TypeError(f"backward: the seed gradient must be a Tensor, got {type(grad).__name__}")
+        if grad.shape != root.shape or grad.tiles != root.tiles or grad.dtype != root.dtype:
+            raise ValueError(f"backward: seed gradient has shape {grad.shape}, tiles {grad.tiles}, dtype "
+                             f"{grad.dtype}; expected {root.shape}, {root.tiles}, {root.dtype}")
+    if root._node is None:
+        _Placer(grad).leaf(root, grad)
+        return
+    if root._node.released:
+        raise RuntimeError("backward: the graph was already released by an earlier backward()")
+    order = _topological(root)
+    for t in order:
+        if t._node.released:
+            raise RuntimeError(f"backward: the graph through op {t._node.op!r} was already released by an "
+                               "earlier backward()")
+    placer = _Placer(grad)
+    pending: dict[int, Tensor] = {id(root): grad}
+    with no_grad():
+        for t in order:
+            node = t._node
+            g = pending.pop(id(t), None)
+            if g is not None:
+                grads = BACKWARD[node.op](node, g)
+                if len(grads) != len(node.inputs):
+                    raise RuntimeError(f"backward rule of {node.op!r} returned {len(grads)} gradients for "
+                                       f"{len(node.inputs)} inputs")
+                for inp, gi in zip(node.inputs, grads):
+                    if inp is None or gi is None:
+                        continue
+                    if gi.shape != inp.shape or gi.tiles != inp.tiles:
+                        raise RuntimeError(f"backward rule of {node.op!r} gave a gradient of shape {gi.shape} "
+                                           f"tiles {gi.tiles} for an input of shape {inp.shape} tiles {inp.tiles}")
+                    if inp._node is None:
+                        placer.leaf(inp, gi)
+                    elif id(inp) in pending:
+                        from .basic import axpy_
+                        axpy_(pending[id(inp)], gi, 1.0, 1.0)
+                    else:
+                        pending[id(inp)] = placer.own(gi)
+            # release the tape: saved activations go when their last reader has run
+            node.saved = ()
+            node.inputs = tuple(None for _ in node.inputs)
+            node.released = True
