@@ -140,6 +140,9 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     if (reduce && k->off[TT_OFF_FIRST] < 0)
         return tt_error(TT_EINVAL, "%s: a span reduction needs a `first` argument", k->name);
     tt_tensor *x = full[0];
+    /* Float operands share one dtype (the kernel's `dtype`); int64 operands are index
+     * tensors (targets, token ids) whose meaning the kernel knows. */
+    int fdtype = -1;
     for (int j = 0; j < nfull + nred; j++) {
         tt_tensor *t = j < nfull ? full[j] : red[j - nfull];
         /* reduction outputs are overwritten on the first tile, so they need no data before */
@@ -147,10 +150,16 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
         int rc = read ? tt_check_readable(t, k->name) : tt_check_tensor(t, k->name);
         if (rc)
             return rc;
-        if (t->dtype != x->dtype || !is_float(t->dtype))
-            return tt_error(TT_EINVAL, "%s: operands must share a float dtype (operand %d is %s, operand 0 is %s)",
-                            k->name, j, dtype_name(t->dtype), dtype_name(x->dtype));
+        if (t->dtype == TT_I64)
+            continue;
+        if (fdtype < 0)
+            fdtype = t->dtype;
+        if (t->dtype != fdtype)
+            return tt_error(TT_EINVAL, "%s: float operands must share a dtype (operand %d is %s, another is %s)",
+                            k->name, j, dtype_name(t->dtype), dtype_name(fdtype));
     }
+    if (fdtype < 0)
+        return tt_error(TT_EINVAL, "%s: needs at least one float operand", k->name);
     if (axis < 0 || naxes < 1 || axis + naxes > x->ndim)
         return tt_error(TT_EINVAL, "%s: axes [%d, %d) out of range for a rank-%d tensor", k->name, axis,
                         axis + naxes, x->ndim);
@@ -193,7 +202,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
             if (!a)
                 return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
             memcpy(a, args, k->args_size);
-            *(int64_t *)a = x->dtype;
+            *(int64_t *)a = fdtype;
             int64_t m_, k_, n_;
             span_view(x, xidx, axis, naxes, &m_, &k_, &n_);
             *(int64_t *)((char *)a + k->off[TT_OFF_M]) = m_;

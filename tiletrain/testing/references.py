@@ -81,3 +81,17 @@ REFERENCES: dict[str, Reference] = {
         lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(dtype=np.float64)}),
     "gemm": Reference(_gemm_case, _gemm_ref),
 }
+
+
+def _merge() -> None:
+    from . import (references_activations, references_attention, references_embedding, references_norm,
+                   references_softmax)
+    for mod in (references_activations, references_norm, references_softmax, references_embedding,
+                references_attention):
+        dup = set(mod.REFERENCES) & set(REFERENCES)
+        if dup:
+            raise RuntimeError(f"kernel references defined twice: {sorted(dup)}")
+        REFERENCES.update(mod.REFERENCES)
+
+
+_merge()
