@@ -88,6 +88,16 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
                 tt_tensor *const *red, int reduce);
 int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y);
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c);
+
+/* family expanders (csrc/expand_<family>.c), one block per family */
+/* -- norm -- */
+
+/* -- softmax / cross_entropy -- */
+
+/* -- embedding -- */
+
+/* -- attention -- */
+
 /* CDEF END */
 
 #ifdef __cplusplus
