@@ -1,0 +1,83 @@
+"""Activations, dropout and linear: forward against NumPy over tile grids, VJP checks."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+import tiletrain.functional as F
+from conftest import FLOATS, GRIDS_2D, GRIDS_ND, tol
+from tiletrain.testing.gradcheck import vjp_check
+from tiletrain.testing.references_activations import dropout_mask, gelu_ref
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles", GRIDS_2D + GRIDS_ND)
+def test_activation_forward(rng, shape, tiles, dtype):
+    a = (rng.standard_normal(shape) * 3).astype(dtype)
+    x = tt.from_numpy(a, tiles)
+    t = tol(dtype)
+    np.testing.assert_allclose(F.gelu(x).numpy(), gelu_ref(a, 0), **t)
+    np.testing.assert_allclose(F.gelu(x, approximate="tanh").numpy(), gelu_ref(a, 1), **t)
+    np.testing.assert_allclose(F.relu(x).numpy(), np.maximum(a, 0), **t)
+    np.testing.assert_allclose(F.silu(x).numpy(), a * _sigmoid(a.astype(np.float64)), **t)
+
+
+def test_activation_vjp(rng):
+    a = rng.standard_normal((7, 5)) * 2
+    a[np.abs(a) < 1e-3] = 0.5  # keep relu's kink away from the finite-difference step
+    for fn in (F.gelu, lambda x: F.gelu(x, approximate="tanh"), F.relu, F.silu):
+        vjp_check(fn, [a], [(3, 2)])
+
+
+def test_gelu_matches_torch_conventions():
+    # known values: gelu(1) = 0.8413447460685429 (erf), tanh form 0.8411919906082768
+    x = tt.from_numpy(np.array([1.0, -1.0, 0.0]))
+    np.testing.assert_allclose(F.gelu(x).numpy(), [0.8413447460685429, -0.15865525393145707, 0.0], rtol=1e-14)
+    np.testing.assert_allclose(F.gelu(x, approximate="tanh").numpy()[0], 0.8411919906082768, rtol=1e-14)
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        F.gelu(x, approximate="fast")
+
+
+def test_dropout(rng):
+    a = rng.standard_normal((40, 30))
+    x = tt.from_numpy(a, (16, 16))
+    assert F.dropout(x, 0.0) is x and F.dropout(x, 0.5, training=False) is x
+    y1 = F.dropout(x, 0.25, seed=1234).numpy()
+    y2 = F.dropout(x, 0.25, seed=1234).numpy()
+    np.testing.assert_array_equal(y1, y2)                       # reproducible
+    assert not np.array_equal(y1, F.dropout(x, 0.25, seed=99).numpy())
+    kept = y1 != 0
+    assert 0.65 < kept.mean() < 0.85                            # about 1 - p kept
+    np.testing.assert_allclose(y1[kept], a[kept] / 0.75, rtol=1e-14)
+    # the mask is the documented counter-based generator, tile by tile
+    tr = x.traits
+    for lin, idx in enumerate(tr.tile_indices()):
+        sl = tuple(slice(o, o + s) for o, s in zip(tr.tile_offset(idx), tr.tile_shape_at(idx)))
+        m = dropout_mask(1234, lin, int(np.prod(tr.tile_shape_at(idx))), 0.25).reshape(tr.tile_shape_at(idx))
+        np.testing.assert_array_equal(kept[sl], m)
+    tt.ops.activations.manual_seed(7)
+    z1 = F.dropout(x, 0.5).numpy()
+    tt.ops.activations.manual_seed(7)
+    np.testing.assert_array_equal(z1, F.dropout(x, 0.5).numpy())
+    vjp_check(lambda t: F.dropout(t, 0.3, seed=5), [a[:9, :7]], [(4, 4)])
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
+        F.dropout(x, 1.5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_linear(rng, dtype):
+    x = rng.standard_normal((3, 7, 6)).astype(dtype)
+    w = rng.standard_normal((6, 5)).astype(dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    X, W, B = tt.from_numpy(x, (2, 3, 4)), tt.from_numpy(w, (4, 2)), tt.from_numpy(b, 2)
+    np.testing.assert_allclose(F.linear(X, W, B).numpy(), x @ w + b, **tol(dtype))
+    np.testing.assert_allclose(F.linear(X, W).numpy(), x @ w, **tol(dtype))
+    if dtype == np.float64:
+        vjp_check(F.linear, [x, w, b], [(2, 3, 4), (4, 2), (2,)])
+    with pytest.raises(ValueError, match="bias must have shape"):
+        F.linear(X, W, tt.from_numpy(b[:4].copy()))
+    with pytest.raises(ValueError, match="must equal weight's in_features"):
+        F.linear(X, tt.from_numpy(w.T.copy()))
