@@ -14,6 +14,14 @@ static size_t dtype_size(int dtype)
     }
 }
 
+static int64_t tensor_bytes(const tt_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n * (int64_t)t->elemsize;
+}
+
 int64_t tt_tile_dim(const tt_tensor *t, int axis, int64_t idx)
 {
     int64_t start = idx * t->tile[axis];
@@ -118,6 +126,7 @@ int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype
     t->session = tt_current_session();
     tt_tensors_lock();
     tt_tensors_link(t);
+    tt_bytes_live_locked_add(tensor_bytes(t));
     tt_tensors_unlock();
     *out = t;
     return TT_OK;
@@ -130,6 +139,7 @@ void tt_tensor_free(tt_tensor *t)
     tt_tensors_lock();
     if (!t->dead && t->session == tt_current_session() && tt_session_active()) {
         tt_tensors_unlink(t);
+        tt_bytes_live_locked_add(-tensor_bytes(t));
         for (int64_t i = 0; i < t->ntiles; i++)
             starpu_data_unregister_submit(t->handles[i]); /* freed once its last task is done */
     }

@@ -21,6 +21,8 @@ static uint64_t session_counter = 0;
 static pthread_mutex_t tensors_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct tt_tensor *live_tensors = NULL;
 static int current_priority = 0;
+static int64_t bytes_live = 0;    /* under tensors_mutex */
+static int64_t bytes_created = 0; /* under tensors_mutex */
 
 int tt_error(int code, const char *fmt, ...)
 {
@@ -79,6 +81,8 @@ void tt_tensors_kill_all(void)
         t = next;
     }
     live_tensors = NULL;
+    bytes_live = 0;
+    bytes_created = 0;
     tt_tensors_unlock();
 }
 
@@ -239,3 +243,29 @@ int tt_kernel_count(void) { return TT_NKERNELS; }
 const char *tt_kernel_name(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].name : NULL; }
 int tt_kernel_nbuffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].nbuffers : -1; }
 int tt_kernel_is_map(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].is_map : 0; }
+
+int64_t tt_memory_total(int node)
+{
+    if (!initialized || node < 0 || node >= (int)starpu_memory_nodes_get_count())
+        return -1;
+    return (int64_t)starpu_memory_get_total((unsigned)node);
+}
+
+int64_t tt_memory_used(int node)
+{
+    int64_t total = tt_memory_total(node);
+    if (total < 0)
+        return -1;
+    return total - (int64_t)starpu_memory_get_available((unsigned)node);
+}
+
+void tt_bytes_live_locked_add(int64_t delta)
+{
+    bytes_live += delta;
+    if (delta > 0)
+        bytes_created += delta;
+}
+
+int64_t tt_bytes_created(void) { return bytes_created; }
+
+int64_t tt_bytes_live(void) { return bytes_live; }

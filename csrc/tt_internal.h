@@ -49,6 +49,8 @@ void tt_tensors_unlock(void);
 void tt_tensors_link(struct tt_tensor *t);
 void tt_tensors_unlink(struct tt_tensor *t);
 void tt_tensors_kill_all(void);
+/* caller holds the tensors lock */
+void tt_bytes_live_locked_add(int64_t delta);
 
 /* tensors (handle.c) */
 int tt_check_tensor(const tt_tensor *t, const char *what);

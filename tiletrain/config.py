@@ -27,6 +27,7 @@ _ENV = {
     "profile": "TILETRAIN_PROFILE",
     "mpi": "TILETRAIN_MPI",
     "silent": "STARPU_SILENT",
+    "memory_limit_mb": "STARPU_LIMIT_CPU_MEM",
 }
 
 
@@ -67,6 +68,7 @@ class RuntimeConfig:
     mpi: bool = False             # StarPU-MPI
     calibrate: int | None = None  # perf-model calibration (0, 1, 2)
     silent: bool = True           # silence StarPU's informational messages
+    memory_limit_mb: int | None = None  # cap on StarPU's CPU memory (MiB); enables memory accounting
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -98,7 +100,7 @@ class RuntimeConfig:
         return cfg
 
     def validate(self) -> None:
-        for name in ("ncpu", "nopencl", "ncuda", "calibrate"):
+        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -124,6 +126,7 @@ class RuntimeConfig:
             "STARPU_NCUDA": None if self.ncuda is None else str(self.ncuda),
             "STARPU_CALIBRATE": None if self.calibrate is None else str(self.calibrate),
             "STARPU_CATCH_SIGNALS": "0",
+            "STARPU_LIMIT_CPU_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
         }
         if self.silent:
             env["STARPU_SILENT"] = "1"

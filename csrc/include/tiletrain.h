@@ -70,6 +70,10 @@ const char *tt_kernel_name(int kernel);
 int tt_kernel_nbuffers(int kernel);
 int tt_kernel_is_map(int kernel);
 int tt_kernel_ntasks(int kernel);  /* tasks submitted for this kernel since init */
+int64_t tt_memory_used(int node);  /* bytes StarPU has allocated on a memory node; -1 without a memory limit */
+int64_t tt_memory_total(int node); /* the node's memory limit in bytes; -1 without one */
+int64_t tt_bytes_live(void);       /* bytes of the tiles of live (not yet freed) tensors */
+int64_t tt_bytes_created(void);    /* bytes of all tensors created since init (monotonic) */
 
 /* tensors (csrc/handle.c): one StarPU handle per tile, tiles stored row-major */
 int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out);

@@ -123,6 +123,15 @@ class Runtime:
             out.append(WorkerInfo(w, ffi.string(name).decode(), _WORKER_KINDS.get(kind[0], str(kind[0])), node[0]))
         return out
 
+    def memory(self) -> dict:
+        """Bytes of live tensors' tiles, and StarPU's own accounting of main memory (used and
+        limit; None unless a memory limit is set: ``init(memory_limit_mb=...)``)."""
+        used, total = lib.tt_memory_used(0), lib.tt_memory_total(0)
+        return {"live_tensor_bytes": lib.tt_bytes_live(),
+                "created_tensor_bytes": lib.tt_bytes_created(),
+                "starpu_used_bytes": None if used < 0 else used,
+                "starpu_limit_bytes": None if total < 0 else total}
+
     def info(self) -> dict:
         return {
             "tiletrain": cstr(lib.tt_version()),
