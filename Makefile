@@ -30,8 +30,10 @@ train: setup
 	$(PY) -m tiletrain demo
 
 bench: setup
+	@$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check 'torch==2.13.0'
 	$(PY) benchmarks/matmul.py
 	$(PY) benchmarks/task_overhead.py
+	$(PY) benchmarks/block.py
 
 info: setup
 	$(PY) -m tiletrain info
