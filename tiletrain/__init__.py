@@ -15,3 +15,5 @@ __all__ = [
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum",
 ]
+
+from . import functional, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.optim)

@@ -1,0 +1,229 @@
+"""Optimizers as fused tile kernels (one task per parameter tile), gradient clipping with
+tile tasks, and learning-rate schedules.  Nothing here waits for the tasks it submits."""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+
+from .._ffi import lib
+from ..ops.autograd import no_grad
+from ..ops.basic import _map, _span
+from ..tensor import Tensor, TensorTraits, from_numpy, zeros
+
+__all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
+
+
+def _check_param(p, i: int) -> Tensor:
+    if not isinstance(p, Tensor):
+        raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tiletrain Tensor")
+    if p.dtype.kind != "f":
+        raise TypeError(f"parameter {i} has dtype {p.dtype}; optimizers update float tensors")
+    return p
+
+
+class Optimizer:
+    """Base class: parameter groups, per-parameter state tensors, zero_grad, state_dict."""
+
+    def __init__(self, params: Iterable, defaults: dict):
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        if isinstance(params[0], dict):
+            groups = [dict(g) for g in params]
+        else:
+            groups = [{"params": params}]
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict] = []
+        seen: set[int] = set()
+        for gi, g in enumerate(groups):
+            ps = list(g.get("params", []))
+            for i, p in enumerate(ps):
+                _check_param(p, i)
+                if id(p) in seen:
+                    raise ValueError(f"parameter {i} of group {gi} appears in more than one place")
+                seen.add(id(p))
+            unknown = set(g) - set(defaults) - {"params"}
+            if unknown:
+                raise TypeError(f"unknown optimizer option(s) {sorted(unknown)} in group {gi}")
+            self.param_groups.append({**defaults, **g, "params": ps})
+        for g in self.param_groups:
+            self._validate(g)
+        self.state: dict[int, dict] = {}  # id(param) -> {"step": int, name: Tensor}
+
+    def _validate(self, group: dict) -> None:
+        if group["lr"] < 0:
+            raise ValueError(f"lr must be >= 0, got {group['lr']}")
+        if group.get("weight_decay", 0.0) < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {group['weight_decay']}")
+
+    def _params(self):
+        for g in self.param_groups:
+            for p in g["params"]:
+                yield g, p
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for _, p in self._params():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                from ..tensor import from_value_
+                from_value_(p.grad, 0.0)
+
+    @no_grad()
+    def step(self) -> None:
+        for g, p in self._params():
+            if p.grad is None:
+                continue
+            st = self.state.setdefault(id(p), {"step": 0})
+            st["step"] += 1
+            self._update(g, p, st)
+
+    def _update(self, group: dict, p: Tensor, state: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- state (PyTorch layout: parameters numbered in group order) ------------------
+    def state_dict(self) -> dict:
+        """Plain data: {"state": {index: {"step": int, name: ndarray}}, "param_groups": [...]}.
+        Reading it waits for the state tensors."""
+        index = {}
+        groups = []
+        for g in self.param_groups:
+            ids = []
+            for p in g["params"]:
+                index[id(p)] = len(index)
+                ids.append(index[id(p)])
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": ids})
+        state = {}
+        for pid, st in self.state.items():
+            state[index[pid]] = {k: (v.numpy() if isinstance(v, Tensor) else v) for k, v in st.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict) -> None:
+        groups = sd.get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(self.param_groups):
+            raise ValueError(f"optimizer state has {len(groups) if isinstance(groups, list) else 'no'} parameter "
+                             f"groups, this optimizer has {len(self.param_groups)}")
+        params = [p for _, p in self._params()]
+        for gi, (mine, theirs) in enumerate(zip(self.param_groups, groups)):
+            if len(theirs["params"]) != len(mine["params"]):
+                raise ValueError(f"parameter group {gi}: state has {len(theirs['params'])} parameters, "
+                                 f"this optimizer has {len(mine['params'])}")
+        new_state: dict[int, dict] = {}
+        for idx, st in sd.get("state", {}).items():
+            idx = int(idx)
+            if not 0 <= idx < len(params):
+                raise ValueError(f"optimizer state for parameter {idx}, but there are only {len(params)}")
+            p = params[idx]
+            entry = {}
+            for k, v in st.items():
+                if k == "step":
+                    entry[k] = int(np.asarray(v))
+                    continue
+                v = np.asarray(v)
+                if v.shape != p.shape:
+                    raise ValueError(f"optimizer state {k!r} of parameter {idx} has shape {v.shape}, "
+                                     f"the parameter has {p.shape}")
+                entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles)
+            new_state[id(p)] = entry
+        for mine, theirs in zip(self.param_groups, groups):
+            for k, v in theirs.items():
+                if k != "params":
+                    mine[k] = v
+        self.state = new_state
+
+
+def _state_tensor(p: Tensor) -> Tensor:
+    return zeros(p.traits, dtype=p.dtype)
+
+
+class AdamW(Optimizer):
+    """AdamW with PyTorch's semantics (decoupled weight decay, bias correction), one fused
+    task per parameter tile."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2):
+        b1, b2 = betas
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay))
+
+    def _update(self, g, p, st):
+        if "exp_avg" not in st:
+            st["exp_avg"] = _state_tensor(p)
+            st["exp_avg_sq"] = _state_tensor(p)
+        b1, b2 = g["betas"]
+        t = st["step"]
+        _map(lib.TT_K_ADAMW, "tt_args_adamw *",
+             dict(lr=float(g["lr"]), beta1=float(b1), beta2=float(b2), eps=float(g["eps"]),
+                  weight_decay=float(g["weight_decay"]), bc1=1.0 - b1 ** t, bc2=1.0 - b2 ** t),
+             p.grad, p, st["exp_avg"], st["exp_avg_sq"])
+
+
+class SGD(Optimizer):
+    """SGD with PyTorch's semantics (momentum, dampening, Nesterov, weight decay)."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):
+        if momentum < 0:
+            raise ValueError(f"momentum must be >= 0, got {momentum}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("nesterov needs momentum > 0 and dampening = 0")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov))
+
+    def _update(self, g, p, st):
+        if g["momentum"] == 0:
+            _map(lib.TT_K_SGD, "tt_args_sgd *", dict(lr=float(g["lr"]), weight_decay=float(g["weight_decay"])),
+                 p.grad, p)
+            return
+        first = "momentum_buffer" not in st
+        if first:
+            st["momentum_buffer"] = _state_tensor(p)  # overwritten by the first update (first=1)
+        _map(lib.TT_K_SGD_MOMENTUM, "tt_args_sgd_momentum *",
+             dict(first=int(first), nesterov=int(bool(g["nesterov"])), lr=float(g["lr"]),
+                  momentum=float(g["momentum"]), dampening=float(g["dampening"]),
+                  weight_decay=float(g["weight_decay"])),
+             p.grad, p, st["momentum_buffer"])
+
+
+@no_grad()
+def clip_grad_norm_(params, max_norm: float) -> Tensor:
+    """Scale every gradient by min(1, max_norm / (total_norm + 1e-6)), all in tile tasks
+    (no waiting); returns the total 2-norm as a 0-d tensor."""
+    if max_norm <= 0:
+        raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    grads = [p.grad for p in params if isinstance(p, Tensor) and p.grad is not None]
+    if not grads:
+        raise ValueError("clip_grad_norm_: no parameter has a gradient")
+    dtypes = {g.dtype for g in grads}
+    if len(dtypes) != 1:
+        raise TypeError(f"clip_grad_norm_: gradients have several dtypes {sorted(map(str, dtypes))}")
+    if any(g.ndim == 0 for g in grads):
+        raise ValueError("clip_grad_norm_: 0-d parameters are not supported")
+    sumsq = zeros((), dtype=grads[0].dtype)
+    for g in grads:  # one accumulating task per gradient tile into the shared 0-d sum
+        _span(lib.TT_K_SUMSQ_ACC, "tt_args_sumsq_acc *", {}, 0, g.ndim, [g], [sumsq], reduce=False)
+    for g in grads:
+        _span(lib.TT_K_CLIP_SCALE, "tt_args_clip_scale *", {"max_norm": float(max_norm)},
+              0, g.ndim, [g], [sumsq], reduce=False)
+    norm = Tensor(TensorTraits(()), grads[0].dtype)
+    _map(lib.TT_K_SQRT_SCALAR, "tt_args_sqrt_scalar *", {}, sumsq, norm)
+    return norm
+
+
+def cosine_with_warmup(step: int, *, lr: float, warmup: int, total: int, min_lr: float = 0.0) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to `min_lr` at `total`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= total:
+        return min_lr
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
