@@ -1,4 +1,199 @@
-"""(filled in by the softmax work: ops with forward tile kernels, autograd records and backward rules)"""
+"""softmax, log_softmax and a fused cross-entropy, along the last axis.
+
+The last axis may be split into several tiles.  Each op first runs a span reduction along
+it that keeps two numbers per row, the row max ``mx`` and ``s = sum exp(x - mx)``
+(accumulated online across the row's tiles), then a broadcast pass over the tiles.  The
+backward rules recompute the probabilities ``exp(x - mx) / s`` from the saved input and
+row statistics (O(rows) extra memory; no probability tensor is kept, and the output is not
+saved, so no reference cycle through the autograd node):
+
+- softmax:       dx = y * (g - sum(g * y))
+- log_softmax:   dx = g - exp(y) * sum(g)
+- cross_entropy: dlogits = (softmax(logits) - onehot(target)) * g / count, zero rows for
+  ignored targets.
+
+cross_entropy counts the non-ignored targets with tile tasks and divides in a task on 0-d
+tensors, so neither its forward nor its backward waits for anything (apart from the range
+check of the targets in forward, which reads the targets tensor)."""
 from __future__ import annotations
 
-__all__: list[str] = []
+import numbers
+
+import numpy as np
+
+from .._ffi import check, ffi, lib
+from ..tensor import Tensor, TensorTraits
+from .autograd import backward_rule, record
+from .basic import _float_tensor, _span, _tensor
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _last_axis(x: Tensor, dim, what: str) -> int:
+    if x.ndim == 0:
+        raise ValueError(f"{what}: x must have at least one axis, got a 0-d tensor")
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise TypeError(f"{what}: dim must be an int, got {type(dim).__name__}")
+    if not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"{what}: dim {dim} out of range for a rank-{x.ndim} tensor")
+    axis = int(dim) % x.ndim
+    if axis != x.ndim - 1:
+        raise ValueError(f"{what}: only the last axis is supported (dim=-1 or dim={x.ndim - 1}), "
+                         f"got dim={dim}")
+    return axis
+
+
+def _row_stats(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(row max, row sum of exp(x - max)) along the last axis, as span-reduction tasks."""
+    rows = x.traits.drop_axis(x.ndim - 1)
+    mx, s = Tensor(rows, x.dtype), Tensor(rows, x.dtype)
+    _span(lib.TT_K_SOFTMAX_STATS, "tt_args_softmax_stats *", {}, x.ndim - 1, 1, [x], [mx, s], reduce=True)
+    return mx, s
+
+
+def _softmax(x: Tensor, dim, islog: int, what: str) -> Tensor:
+    _float_tensor(x, what, "x")
+    axis = _last_axis(x, dim, what)
+    mx, s = _row_stats(x)
+    y = Tensor(x.traits, x.dtype)
+    _span(lib.TT_K_SOFTMAX_APPLY, "tt_args_softmax_apply *", {"islog": islog}, axis, 1, [x, y], [mx, s],
+          reduce=False)
+    return record(what, y, (x,), saved=(x, mx, s), islog=islog)
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along the last axis (``dim`` must name it)."""
+    return _softmax(x, dim, 0, "softmax")
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """(x - max) - log(sum(exp(x - max))) along the last axis (``dim`` must name it)."""
+    return _softmax(x, dim, 1, "log_softmax")
+
+
+def _softmax_bwd(node, g):
+    x, mx, s = node.saved
+    islog = node.ctx["islog"]
+    axis = x.ndim - 1
+    d = Tensor(mx.traits, x.dtype)  # sum(g * y) for softmax, sum(g) for log_softmax
+    _span(lib.TT_K_SOFTMAX_BWD_DOT, "tt_args_softmax_bwd_dot *", {"islog": islog}, axis, 1, [x, g],
+          [mx, s, d], reduce=True)
+    dx = Tensor(x.traits, x.dtype)
+    _span(lib.TT_K_SOFTMAX_BWD, "tt_args_softmax_bwd *", {"islog": islog}, axis, 1, [x, g, dx], [mx, s, d],
+          reduce=False)
+    return (dx,)
+
+
+backward_rule("softmax")(_softmax_bwd)
+backward_rule("log_softmax")(_softmax_bwd)
+
+
+def _zero_d(dtype) -> Tensor:
+    return Tensor(TensorTraits(()), dtype)
+
+
+def _div0(a: Tensor, b: Tensor) -> Tensor:
+    """a / b on 0-d tensors, as one task (0 / 0 = nan)."""
+    c = _zero_d(a.dtype)
+    args = ffi.new("tt_args_div *")
+    args.alpha = 1.0
+    check(lib.tt_map(lib.TT_K_DIV, args, 3, ffi.new("tt_tensor *[]", [a._ptr, b._ptr, c._ptr])))
+    return c
+
+
+def _sum0(x: Tensor) -> Tensor:
+    """The sum of every element of x, as a 0-d tensor (one task per tile)."""
+    y = _zero_d(x.dtype)
+    check(lib.tt_sum_all(1.0, x._ptr, 0.0, y._ptr))
+    return y
+
+
+def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Tensor:
+    if not isinstance(targets, Tensor):
+        raise TypeError(f"{what}: targets must be a tiletrain Tensor, got {type(targets).__name__}")
+    _tensor(targets, what, "targets")
+    if targets.dtype != np.int64:
+        raise TypeError(f"{what}: targets must be int64 class ids, got dtype {targets.dtype}")
+    rows = logits.traits.drop_axis(logits.ndim - 1)
+    if targets.shape != rows.shape:
+        raise ValueError(f"{what}: targets must have shape {rows.shape} (logits {logits.shape} without "
+                         f"the last axis), got {targets.shape}")
+    if targets.tiles != rows.tiles:
+        raise ValueError(f"{what}: targets must have tiles {rows.tiles} (logits tiles {logits.tiles} "
+                         f"without the last axis), got {targets.tiles}")
+    ncls = logits.shape[-1]
+    t = targets.numpy()  # input data: waits only for the targets' writers
+    bad = (t != ignore_index) & ((t < 0) | (t >= ncls))
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{what}: target {int(t[pos])} at position {pos} is out of range: class ids "
+                         f"must be in [0, {ncls}) or equal ignore_index={ignore_index}")
+    return targets
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
+                  reduction: str = "mean") -> Tensor:
+    """Softmax cross-entropy of ``logits`` (..., V) against int64 class ids ``targets``
+    (logits' shape and tiles without the last axis), PyTorch semantics.
+
+    reduction="mean" averages over the targets that are not ``ignore_index`` (nan when every
+    target is ignored, as in PyTorch: 0 / 0); "sum" adds them; "none" returns the loss per
+    position (0 where the target is ignored).  "mean" and "sum" return a 0-d tensor.
+
+    Fused: the forward keeps only the row max and the row sum of exp per position; the
+    backward recomputes the probabilities from the logits.  Raises ValueError, before
+    submitting anything, for a target outside [0, V) that is not ignore_index."""
+    what = "cross_entropy"
+    _float_tensor(logits, what, "logits")
+    if logits.ndim == 0:
+        raise ValueError(f"{what}: logits must have at least one axis (the classes), got a 0-d tensor")
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, "
+                         f"got {reduction!r}")
+    if not isinstance(ignore_index, numbers.Integral) or isinstance(ignore_index, bool):
+        raise TypeError(f"{what}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    ignore_index = int(ignore_index)
+    if not -2**63 <= ignore_index < 2**63:
+        raise ValueError(f"{what}: ignore_index {ignore_index} does not fit in int64")
+    _check_targets(logits, targets, ignore_index, what)
+
+    axis = logits.ndim - 1
+    rows = logits.traits.drop_axis(axis)
+    geom = {"vtile": logits.tiles[-1], "ncols": logits.shape[-1], "ignore_index": ignore_index}
+    mx, s = Tensor(rows, logits.dtype), Tensor(rows, logits.dtype)
+    per_row, counted = Tensor(rows, logits.dtype), Tensor(rows, logits.dtype)
+    _span(lib.TT_K_CROSS_ENTROPY_FWD, "tt_args_cross_entropy_fwd *", geom, axis, 1, [logits],
+          [targets, mx, s, per_row, counted], reduce=True)
+    count = None
+    if reduction == "none":
+        out = per_row
+    elif reduction == "sum":
+        out = _sum0(per_row)
+    else:
+        count = _sum0(counted)
+        out = _div0(_sum0(per_row), count)
+    return record(what, out, (logits,), saved=(logits, targets, mx, s, count), reduction=reduction, geom=geom)
+
+
+@backward_rule("cross_entropy")
+def _cross_entropy_bwd(node, g):
+    logits, targets, mx, s, count = node.saved
+    c = node.ctx
+    rows = mx.traits
+    if c["reduction"] == "none":
+        gr = g
+    else:
+        scale = _div0(g, count) if c["reduction"] == "mean" else g  # 0-d
+        if rows.ndim == 0:
+            gr = scale
+        else:
+            gr = Tensor(rows, logits.dtype)
+            _span(lib.TT_K_BCAST, "tt_args_bcast *", {"alpha": 1.0}, 0, rows.ndim, [gr], [scale],
+                  reduce=False)
+    dx = Tensor(logits.traits, logits.dtype)
+    _span(lib.TT_K_CROSS_ENTROPY_BWD, "tt_args_cross_entropy_bwd *", c["geom"], logits.ndim - 1, 1,
+          [logits, dx], [targets, mx, s, gr], reduce=False)
+    return (dx,)
+
+
+__all__ = ["softmax", "log_softmax", "cross_entropy"]

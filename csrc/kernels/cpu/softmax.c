@@ -1,0 +1,198 @@
+/* softmax, log_softmax and fused cross-entropy kernels.
+ *
+ * A tile is viewed as (m, k, n) around the span axis (k); the row statistics live in
+ * "reduced" buffers of m * n elements (row r = i * n + j).  The ops use the last axis
+ * (n = 1), the bodies accept any n.
+ *
+ * Row statistics are kept as two numbers, mx (the row max) and s (the sum of exp(x - mx)),
+ * accumulated online across the tiles of a row: a later tile with a larger max rescales
+ * the running sum.  Probabilities are recomputed as exp(x - mx) / s (never through a
+ * log-sum-exp, which would lose precision for logits of large magnitude in float32). */
+#include <math.h>
+#include "tt_cpu.h"
+
+#define EXP(T, v) (sizeof(T) == 4 ? (T)expf((float)(v)) : (T)exp((double)(v)))
+#define LOG(T, v) (sizeof(T) == 4 ? (T)logf((float)(v)) : (T)log((double)(v)))
+
+/* Merge one tile's values of row (i, j) into the running (mx, s); first: overwrite. */
+#define ROW_STATS(T, px, i, j, k, n, first, mxr, sr)                                   \
+    do {                                                                               \
+        T tm_ = px[((i) * (k)) * (n) + (j)];                                           \
+        for (int64_t l_ = 1; l_ < (k); l_++) {                                         \
+            T v_ = px[((i) * (k) + l_) * (n) + (j)];                                   \
+            if (v_ > tm_ || isnan(v_))                                                 \
+                tm_ = v_;                                                              \
+        }                                                                              \
+        T nm_ = tm_;                                                                   \
+        double acc_ = 0.0;                                                             \
+        if (!(first)) {                                                                \
+            T om_ = (mxr);                                                             \
+            if (om_ > nm_ || isnan(om_))                                               \
+                nm_ = om_;                                                             \
+            /* equal maxima (both -inf included) keep the running sum as it is */      \
+            acc_ = (double)(sr) * (om_ == nm_ ? 1.0 : (double)EXP(T, om_ - nm_));      \
+        }                                                                              \
+        for (int64_t l_ = 0; l_ < (k); l_++)                                           \
+            acc_ += (double)EXP(T, px[((i) * (k) + l_) * (n) + (j)] - nm_);            \
+        (mxr) = nm_;                                                                   \
+        (sr) = (T)acc_;                                                                \
+    } while (0)
+
+void tt_cpu_softmax_stats(const tt_args_softmax_stats *a, const void *x, void *mx, void *s)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *pm = mx, *ps = s;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                ROW_STATS(T, px, i, j, k, n, a->first, pm[i * n + j], ps[i * n + j]);
+    });
+}
+
+/* y = exp(x - mx) / s (softmax) or (x - mx) - log(s) (log_softmax) */
+void tt_cpu_softmax_apply(const tt_args_softmax_apply *a, const void *x, void *y, const void *mx, const void *s)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pm = mx, *ps = s;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                T *dst = py + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++) {
+                    T mr = pm[i * n + j], sr = ps[i * n + j];
+                    dst[j] = a->islog ? (src[j] - mr) - LOG(T, sr) : EXP(T, src[j] - mr) / sr;
+                }
+            }
+    });
+}
+
+/* d = sum over the span of g * softmax(x) (softmax) or of g (log_softmax) */
+void tt_cpu_softmax_bwd_dot(const tt_args_softmax_bwd_dot *a, const void *x, const void *g, const void *mx,
+                            const void *s, void *d)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pg = g, *pm = mx, *ps = s;
+        T *pd = d;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                const int64_t r = i * n + j;
+                double acc = a->first ? 0.0 : (double)pd[r];
+                if (a->islog) {
+                    for (int64_t l = 0; l < k; l++)
+                        acc += pg[(i * k + l) * n + j];
+                } else {
+                    T mr = pm[r], sr = ps[r];
+                    for (int64_t l = 0; l < k; l++) {
+                        const int64_t e = (i * k + l) * n + j;
+                        acc += (double)pg[e] * (double)(EXP(T, px[e] - mr) / sr);
+                    }
+                }
+                pd[r] = (T)acc;
+            }
+    });
+}
+
+/* softmax: dx = p * (g - d); log_softmax: dx = g - p * d; p = exp(x - mx) / s */
+void tt_cpu_softmax_bwd(const tt_args_softmax_bwd *a, const void *x, const void *g, void *dx, const void *mx,
+                        const void *s, const void *d)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pg = g, *pm = mx, *ps = s, *pd = d;
+        T *pdx = dx;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++)
+                for (int64_t j = 0; j < n; j++) {
+                    const int64_t r = i * n + j, e = (i * k + l) * n + j;
+                    T p = EXP(T, px[e] - pm[r]) / ps[r];
+                    pdx[e] = a->islog ? pg[e] - p * pd[r] : p * (pg[e] - pd[r]);
+                }
+    });
+}
+
+/* Column offset of a tile along the span and whether it is the span's last tile. */
+static inline void span_position(int64_t tile, int64_t vtile, int64_t ncols, int64_t *col0, int *last)
+{
+    int64_t vgrid = vtile > 0 ? (ncols + vtile - 1) / vtile : 1;
+    if (vgrid < 1)
+        vgrid = 1;
+    int64_t t = tile % vgrid;
+    if (t < 0)
+        t += vgrid;
+    *col0 = t * vtile;
+    *last = t == vgrid - 1;
+}
+
+static inline int target_valid(int64_t t, int64_t ignore_index, int64_t ncols)
+{
+    return t != ignore_index && t >= 0 && t < ncols;
+}
+
+/* Fused cross-entropy forward over one tile of logits: online row stats (mx, s), and
+ * loss = lse - x[target] per row, finished on the span's last tile (0 where the target is
+ * ignored or out of range); w = 1 for a counted target, 0 otherwise.  A target is read only
+ * when it falls inside this tile's columns. */
+void tt_cpu_cross_entropy_fwd(const tt_args_cross_entropy_fwd *a, const void *x, const void *tgt, void *mx,
+                              void *s, void *loss, void *w)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    int64_t col0;
+    int last;
+    span_position(a->tile, a->vtile, a->ncols, &col0, &last);
+    const int64_t *pt = tgt;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *pm = mx, *ps = s, *pl = loss, *pw = w;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                const int64_t r = i * n + j, t = pt[r];
+                const int valid = target_valid(t, a->ignore_index, a->ncols);
+                ROW_STATS(T, px, i, j, k, n, a->first, pm[r], ps[r]);
+                if (a->first)
+                    pl[r] = 0;
+                pw[r] = valid ? (T)1 : (T)0;
+                if (valid && t >= col0 && t - col0 < k)
+                    pl[r] -= px[(i * k + (t - col0)) * n + j];  /* running -x[target] */
+                if (last)
+                    pl[r] = valid ? (pm[r] + pl[r]) + LOG(T, ps[r]) : (T)0;
+            }
+    });
+}
+
+/* dx = (softmax(x) - onehot(target)) * gr per row; zero rows where the target is ignored
+ * (or out of range). */
+void tt_cpu_cross_entropy_bwd(const tt_args_cross_entropy_bwd *a, const void *x, void *dx, const void *tgt,
+                              const void *mx, const void *s, const void *gr)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    int64_t col0;
+    int last;
+    span_position(a->tile, a->vtile, a->ncols, &col0, &last);
+    (void)last;
+    const int64_t *pt = tgt;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pm = mx, *ps = s, *pg = gr;
+        T *pdx = dx;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                const int64_t r = i * n + j, t = pt[r];
+                if (!target_valid(t, a->ignore_index, a->ncols)) {
+                    for (int64_t l = 0; l < k; l++)
+                        pdx[(i * k + l) * n + j] = 0;
+                    continue;
+                }
+                const T mr = pm[r], sr = ps[r], g = pg[r];
+                for (int64_t l = 0; l < k; l++) {
+                    const int64_t e = (i * k + l) * n + j;
+                    T p = EXP(T, px[e] - mr) / sr;
+                    if (col0 + l == t)
+                        p -= 1;
+                    pdx[e] = p * g;
+                }
+            }
+    });
+}
