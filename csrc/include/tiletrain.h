@@ -101,6 +101,17 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
 /* -- embedding -- */
 
 /* -- attention -- */
+/* Heads: x (B, T, nparts*C) <-> y (B, H, T, D), H*D = C, part `part` of x's last axis.
+ * x's tile along the last axis (tc) holds whole heads and does not straddle parts; y is
+ * tiled (tile_B, tc/D, tile_T, D).  merge writes all of x (zeros outside the part). */
+int tt_heads_split(tt_tensor *x, int part, int nparts, tt_tensor *y);
+int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x);
+/* Flash attention on (B, H, T, D) tensors of one layout (D a single tile): o = softmax(scale
+ * q k^T (+ causal mask)) v and lse (B, H, T) = the row logsumexp of the scores. */
+int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
+                     tt_tensor *lse);
+int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_tensor *dout, tt_tensor *lse,
+                     double scale, int causal, tt_tensor *dq, tt_tensor *dk, tt_tensor *dv);
 
 /* CDEF END */
 

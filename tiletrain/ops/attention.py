@@ -1,4 +1,168 @@
-"""(filled in by the attention work: ops with forward tile kernels, autograd records and backward rules)"""
+"""Attention: head split/merge as tile-layout changes and flash attention.
+
+``split_heads`` / ``merge_heads`` move between the (B, T, C) layout of a projection and
+the (B, H, T, D) layout of attention with one permute task per tile (every output tile
+comes from exactly one input tile).  ``scaled_dot_product_attention`` submits one task per
+(query tile, key tile) pair with an online softmax, so the T x T score matrix never
+exists whole; its backward recomputes each probability block from the saved row
+logsumexp (FlashAttention-2)."""
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+import numbers
+
+from .._ffi import check, lib
+from ..tensor import Tensor, TensorTraits
+from .autograd import backward_rule, needs_grad, record
+from .basic import _float_tensor
+
+
+def _int(v, what: str, name: str) -> int:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
+    return int(v)
+
+
+def _heads_traits(x: TensorTraits, n_head: int, nparts: int, what: str, name: str = "x") -> TensorTraits:
+    """The (B, H, T, D) traits of one part of x (B, T, nparts*C), after checking that every
+    tile of x along its last axis holds whole heads of a single part."""
+    if x.ndim != 3:
+        raise ValueError(f"{what}: {name} must be (B, T, C), got shape {x.shape}")
+    B, T, W = x.shape
+    tb, tt_, tc = x.tiles
+    if W % nparts:
+        raise ValueError(f"{what}: the width {W} of {name} is not divisible by nparts={nparts}")
+    C = W // nparts
+    if C % n_head:
+        raise ValueError(f"{what}: n_head={n_head} does not divide the width C={C} of a part")
+    D = C // n_head
+    if tc % D:
+        raise ValueError(f"{what}: {name}'s tile {tc} along the last axis does not hold whole heads "
+                         f"(head size D={D}); use a multiple of {D}")
+    if nparts > 1 and C % tc:
+        raise ValueError(f"{what}: {name}'s tile {tc} along the last axis straddles two of the {nparts} "
+                         f"parts (part width C={C} is not a multiple of it)")
+    return TensorTraits((B, n_head, T, D), (tb, tc // D, tt_, D))
+
+
+def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tensor:
+    """Part ``part`` of x (B, T, nparts*C) as heads (B, n_head, T, D), D = C // n_head.
+
+    With nparts=3 this splits the fused q|k|v output of a c_attn projection.  x's tile
+    along the last axis must be a multiple of D and (with several parts) divide C; the
+    result is tiled (tile_B, tile_C // D, tile_T, D)."""
+    what = "split_heads"
+    _float_tensor(x, what, "x")
+    n_head = _int(n_head, what, "n_head")
+    nparts = _int(nparts, what, "nparts")
+    part = _int(part, what, "part")
+    if n_head < 1:
+        raise ValueError(f"{what}: n_head must be >= 1, got {n_head}")
+    if nparts < 1:
+        raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
+    if not 0 <= part < nparts:
+        raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
+    y = Tensor(_heads_traits(x.traits, n_head, nparts, what), x.dtype)
+    check(lib.tt_heads_split(x._ptr, part, nparts, y._ptr))
+    return record("split_heads", y, (x,), part=part, nparts=nparts, traits=x.traits)
+
+
+@backward_rule("split_heads")
+def _split_heads_bwd(node, g):
+    c = node.ctx
+    dx = Tensor(c["traits"], g.dtype)  # the part's columns from g, zeros elsewhere
+    check(lib.tt_heads_merge(g._ptr, c["part"], c["nparts"], dx._ptr))
+    return (dx,)
+
+
+def merge_heads(y: Tensor) -> Tensor:
+    """(B, H, T, D) -> (B, T, H*D), the inverse of split_heads; D must be a single tile.
+    The result is tiled (tile_B, tile_T, tile_H * D)."""
+    what = "merge_heads"
+    _float_tensor(y, what, "y")
+    if y.ndim != 4:
+        raise ValueError(f"{what}: y must be (B, H, T, D), got shape {y.shape}")
+    B, H, T, D = y.shape
+    tb, th, tt_, td = y.tiles
+    if td != D:
+        raise ValueError(f"{what}: the head dimension D={D} of y must be a single tile, got tile {td}")
+    x = Tensor(TensorTraits((B, T, H * D), (tb, tt_, th * D)), y.dtype)
+    check(lib.tt_heads_merge(y._ptr, 0, 1, x._ptr))
+    return record("merge_heads", x, (y,), traits=y.traits)
+
+
+@backward_rule("merge_heads")
+def _merge_heads_bwd(node, g):
+    dy = Tensor(node.ctx["traits"], g.dtype)
+    check(lib.tt_heads_split(g._ptr, 0, 1, dy._ptr))
+    return (dy,)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
+                                 dropout_p: float = 0.0, is_causal: bool = True,
+                                 scale: float | None = None, *, causal: bool | None = None) -> Tensor:
+    """softmax(query key^T * scale (+ causal mask)) value on (B, H, T, D) tensors.
+
+    PyTorch's name and argument order (``attn_mask`` must be None and ``dropout_p`` 0);
+    ``causal=`` is accepted for ``is_causal=``, which defaults to True here.  scale
+    defaults to 1/sqrt(D).  query, key and value must share shape, tiles and dtype, with D
+    in a single tile; T need not be a multiple of its tile.
+
+    One task per (query tile, key tile) pair updates a running row max, row sum and
+    unnormalised output (online softmax); causal attention skips the key tiles above the
+    diagonal and masks the diagonal tile inside the kernel.  Saved for backward: the
+    inputs, the output and the row logsumexp."""
+    what = "scaled_dot_product_attention"
+    names = ("query", "key", "value")
+    q, k, v = (_float_tensor(t, what, n) for t, n in zip((query, key, value), names))
+    if attn_mask is not None:
+        raise TypeError(f"{what}: attn_mask is not supported (got {type(attn_mask).__name__}); "
+                        "use is_causal= (pass it by keyword)")
+    if not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool) or dropout_p != 0:
+        raise ValueError(f"{what}: dropout_p must be 0 (attention dropout is not supported), "
+                         f"got {dropout_p!r}")
+    if causal is not None:
+        is_causal = causal
+    if not isinstance(is_causal, (bool, numbers.Integral)):
+        raise TypeError(f"{what}: is_causal must be a bool, got {type(is_causal).__name__}")
+    is_causal = bool(is_causal)
+    for t, n in zip((q, k, v), names):
+        if t.ndim != 4:
+            raise ValueError(f"{what}: {n} must be (B, H, T, D), got shape {t.shape}")
+    for t, n in ((k, "key"), (v, "value")):
+        if t.shape != q.shape:
+            raise ValueError(f"{what}: {n} has shape {t.shape}, query has {q.shape}; they must be equal")
+        if t.tiles != q.tiles:
+            raise ValueError(f"{what}: {n} has tiles {t.tiles}, query has {q.tiles}; "
+                             "they must be tiled alike")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{what}: dtype mismatch, query is {q.dtype} and {n} is {t.dtype}")
+    D = q.shape[3]
+    if q.tiles[3] != D:
+        raise ValueError(f"{what}: the head dimension D={D} must be a single tile, got tile {q.tiles[3]}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    elif not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):
+        raise TypeError(f"{what}: scale must be a finite real number or None, got {scale!r}")
+    scale = float(scale)
+    o = Tensor(q.traits, q.dtype)
+    lse = Tensor(q.traits.drop_axis(3), q.dtype)
+    check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, scale, int(is_causal), o._ptr, lse._ptr))
+    if not needs_grad(q, k, v):
+        return o
+    # The caller gets a view of o, so that the node can save o without a reference cycle.
+    out = Tensor._view_of(o)
+    return record("scaled_dot_product_attention", out, (q, k, v), saved=(q, k, v, o, lse), scale=scale,
+                  causal=is_causal)
+
+
+@backward_rule("scaled_dot_product_attention")
+def _sdpa_bwd(node, g):
+    q, k, v, o, lse = node.saved
+    dq, dk, dv = (Tensor(q.traits, q.dtype) for _ in range(3))
+    check(lib.tt_attention_bwd(q._ptr, k._ptr, v._ptr, o._ptr, g._ptr, lse._ptr, node.ctx["scale"],
+                               int(node.ctx["causal"]), dq._ptr, dk._ptr, dv._ptr))
+    return tuple(d if inp is not None else None for d, inp in zip((dq, dk, dv), node.inputs))
+
+
+__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention"]

@@ -1,4 +1,135 @@
 """NumPy references for the attention kernels (merged into references.REFERENCES)."""
 from __future__ import annotations
 
-REFERENCES: dict = {}
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Reference:  # the fields of references.Reference (not imported: references imports this module)
+    case: Callable
+    ref: Callable
+
+
+def _r(rng, dt, *shape):
+    return rng.standard_normal(shape).astype(dt)
+
+
+def _heads_split_case(rng, dt):
+    nb, nt, nh, hd = 2, 3, 4, 5
+    return dict(nb=nb, nt=nt, nh=nh, hd=hd), [_r(rng, dt, nb, nt, nh * hd), np.zeros((nb, nh, nt, hd), dt)]
+
+
+def _heads_split_ref(a, x, y):
+    return {1: x.reshape(a["nb"], a["nt"], a["nh"], a["hd"]).transpose(0, 2, 1, 3)}
+
+
+def _heads_merge_case(rng, dt):
+    nb, nh, nt, hd = 2, 4, 3, 5
+    return dict(nb=nb, nh=nh, nt=nt, hd=hd), [_r(rng, dt, nb, nh, nt, hd), np.zeros((nb, nt, nh * hd), dt)]
+
+
+def _heads_merge_ref(a, y, x):
+    return {1: y.transpose(0, 2, 1, 3).reshape(a["nb"], a["nt"], a["nh"] * a["hd"])}
+
+
+# (causal, qoff, koff, tq, tk): a diagonal block (partly masked), a block below the diagonal,
+# a non-causal block with a smaller key tile
+_ATTN_BLOCKS = [(1, 4, 4, 4, 4), (1, 8, 4, 3, 4), (0, 0, 4, 4, 3)]
+
+
+def _mask(causal, qoff, koff, tq, tk):
+    if not causal:
+        return np.ones((tq, tk), bool)
+    return (koff + np.arange(tk))[None, :] <= (qoff + np.arange(tq))[:, None]
+
+
+def _attn_fwd_case(rng, dt):
+    causal, qoff, koff, tq, tk = _ATTN_BLOCKS[int(rng.integers(len(_ATTN_BLOCKS)))]
+    init = int(rng.integers(2))
+    bh, hd = 2, 3
+    m = _r(rng, dt, bh, tq)
+    l = (rng.random((bh, tq)) + 0.5).astype(dt)
+    if init:  # the kernel must overwrite o, m, l
+        o = np.full((bh, tq, hd), np.nan, dt)
+        m, l = np.full((bh, tq), np.nan, dt), np.full((bh, tq), np.nan, dt)
+    else:
+        o = _r(rng, dt, bh, tq, hd)
+    args = dict(bh=bh, tq=tq, tk=tk, hd=hd, qoff=qoff, koff=koff, causal=causal, init=init, scale=0.6)
+    return args, [_r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tk, hd), _r(rng, dt, bh, tk, hd), o, m, l]
+
+
+def _attn_fwd_ref(a, q, k, v, o, m, l):
+    q, k, v, o, m, l = (x.astype(np.float64) for x in (q, k, v, o, m, l))
+    s = a["scale"] * q @ np.swapaxes(k, 1, 2)
+    mask = _mask(a["causal"], a["qoff"], a["koff"], a["tq"], a["tk"])
+    s = np.where(mask, s, -np.inf)
+    if a["init"]:
+        m, l, o = np.full_like(m, -np.inf), np.zeros_like(l), np.zeros_like(o)
+    mnew = np.maximum(m, s.max(axis=2))
+    p = np.exp(s - mnew[..., None])
+    alpha = np.exp(m - mnew)
+    return {3: alpha[..., None] * o + p @ v, 4: mnew, 5: alpha * l + p.sum(axis=2)}
+
+
+def _attn_fwd_norm_case(rng, dt):
+    bh, tq, hd = 2, 3, 4
+    l = (rng.random((bh, tq)) + 0.5).astype(dt)
+    return dict(bh=bh, tq=tq, hd=hd), [_r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tq), l]
+
+
+def _attn_fwd_norm_ref(a, o, m, l):
+    return {0: o / l[..., None], 1: m + np.log(l)}
+
+
+def _attn_bwd_rows_case(rng, dt):
+    bh, tq, hd = 2, 3, 4
+    return (dict(bh=bh, tq=tq, hd=hd),
+            [_r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tq),
+             np.zeros((bh, tq, 2), dt)])
+
+
+def _attn_bwd_rows_ref(a, do, o, lse, st):
+    return {3: np.stack([lse, (do.astype(np.float64) * o).sum(axis=2)], axis=2)}
+
+
+def _attn_bwd_case(rng, dt):
+    causal, qoff, koff, tq, tk = _ATTN_BLOCKS[int(rng.integers(len(_ATTN_BLOCKS)))]
+    initq, initkv = int(rng.integers(2)), int(rng.integers(2))
+    bh, hd = 2, 3
+    st = np.stack([_r(rng, dt, bh, tq) + 2.0, _r(rng, dt, bh, tq)], axis=2)
+    dq, dk, dv = _r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tk, hd), _r(rng, dt, bh, tk, hd)
+    if initq:
+        dq[:] = np.nan
+    if initkv:
+        dk[:] = np.nan
+        dv[:] = np.nan
+    args = dict(bh=bh, tq=tq, tk=tk, hd=hd, qoff=qoff, koff=koff, causal=causal, initq=initq, initkv=initkv,
+                scale=0.6)
+    return args, [_r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tk, hd), _r(rng, dt, bh, tk, hd),
+                  _r(rng, dt, bh, tq, hd), st, dq, dk, dv]
+
+
+def _attn_bwd_ref(a, q, k, v, do, st, dq, dk, dv):
+    q, k, v, do, st, dq, dk, dv = (x.astype(np.float64) for x in (q, k, v, do, st, dq, dk, dv))
+    sc = a["scale"]
+    s = sc * q @ np.swapaxes(k, 1, 2)
+    mask = _mask(a["causal"], a["qoff"], a["koff"], a["tq"], a["tk"])
+    p = np.where(mask, np.exp(s - st[..., 0:1]), 0.0)
+    dp = do @ np.swapaxes(v, 1, 2)
+    ds = p * (dp - st[..., 1:2])
+    return {5: (0 if a["initq"] else dq) + sc * ds @ k,
+            6: (0 if a["initkv"] else dk) + sc * np.swapaxes(ds, 1, 2) @ q,
+            7: (0 if a["initkv"] else dv) + np.swapaxes(p, 1, 2) @ do}
+
+
+REFERENCES: dict = {
+    "heads_split": Reference(_heads_split_case, _heads_split_ref),
+    "heads_merge": Reference(_heads_merge_case, _heads_merge_ref),
+    "attn_fwd": Reference(_attn_fwd_case, _attn_fwd_ref),
+    "attn_fwd_norm": Reference(_attn_fwd_norm_case, _attn_fwd_norm_ref),
+    "attn_bwd_rows": Reference(_attn_bwd_rows_case, _attn_bwd_rows_ref),
+    "attn_bwd": Reference(_attn_bwd_case, _attn_bwd_ref),
+}

@@ -1,0 +1,310 @@
+/* Attention expanders: head split/merge (one permute task per tile) and flash attention
+ * (one task per (query tile, key tile) pair, forward and backward).  The Python side
+ * validates first; these re-validate everything. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt_internal.h"
+
+#define CHECK(call)          \
+    do {                     \
+        int rc_ = (call);    \
+        if (rc_)             \
+            return rc_;      \
+    } while (0)
+
+static int is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
+
+/* ---------------------------------------------------------------- head split / merge */
+
+/* x (B, T, nparts*C) and y (B, H, T, D) with H*D = C: the part `part` of x's last axis is
+ * y's heads.  x's tile along its last axis (tc) holds whole heads and, with several parts,
+ * never straddles two parts; y is tiled (tile_B, tc/D, tile_T, D). */
+static int heads_geometry(const char *what, const tt_tensor *x, const tt_tensor *y, int part, int nparts,
+                          int64_t *cwidth)
+{
+    if (!is_float(x->dtype) || x->dtype != y->dtype)
+        return tt_error(TT_EINVAL, "%s: operands must share a float dtype", what);
+    if (x->ndim != 3 || y->ndim != 4)
+        return tt_error(TT_EINVAL, "%s: x must be (B, T, W) and y (B, H, T, D) (got ranks %d and %d)", what,
+                        x->ndim, y->ndim);
+    if (nparts < 1 || part < 0 || part >= nparts)
+        return tt_error(TT_EINVAL, "%s: part %d out of range for %d parts", what, part, nparts);
+    const int64_t W = x->shape[2], H = y->shape[1], D = y->shape[3], tc = x->tile[2];
+    if (W % nparts != 0)
+        return tt_error(TT_EINVAL, "%s: width %lld is not divisible by nparts=%d", what, (long long)W, nparts);
+    const int64_t C = W / nparts;
+    if (H * D != C || y->shape[0] != x->shape[0] || y->shape[2] != x->shape[1])
+        return tt_error(TT_EINVAL, "%s: y shape (%lld, %lld, %lld, %lld) does not match x (%lld, %lld, %lld) "
+                        "split in %d parts", what, (long long)y->shape[0], (long long)H, (long long)y->shape[2],
+                        (long long)D, (long long)x->shape[0], (long long)x->shape[1], (long long)W, nparts);
+    if (tc % D != 0 || (nparts > 1 && C % tc != 0))
+        return tt_error(TT_EINVAL, "%s: x's tile %lld along the last axis must hold whole heads (D=%lld) and not "
+                        "straddle parts (C=%lld)", what, (long long)tc, (long long)D, (long long)C);
+    if (y->tile[0] != x->tile[0] || y->tile[1] != tc / D || y->tile[2] != x->tile[1] || y->tile[3] != D)
+        return tt_error(TT_EINVAL, "%s: y tiles (%lld, %lld, %lld, %lld) must be (%lld, %lld, %lld, %lld)", what,
+                        (long long)y->tile[0], (long long)y->tile[1], (long long)y->tile[2], (long long)y->tile[3],
+                        (long long)x->tile[0], (long long)(tc / D), (long long)x->tile[1], (long long)D);
+    *cwidth = C;
+    return TT_OK;
+}
+
+/* Submit one permute per y tile; x's tile along the last axis is part*C/tc + (y's head tile). */
+static int heads_permute(int kernel, const char *what, tt_tensor *x, tt_tensor *y, int part, int64_t C)
+{
+    const int64_t tc = x->tile[2], first = part * C / tc;
+    int64_t yidx[TT_MAX_NDIM], xidx[3];
+    for (int64_t t = 0; t < y->ntiles; t++) {
+        tt_tile_index(y, t, yidx);
+        xidx[0] = yidx[0];
+        xidx[1] = yidx[2];
+        xidx[2] = first + yidx[1];
+        const int64_t nb = tt_tile_dim(y, 0, yidx[0]), nh = tt_tile_dim(y, 1, yidx[1]);
+        const int64_t nt = tt_tile_dim(y, 2, yidx[2]), hd = y->shape[3];
+        starpu_data_handle_t h[2];
+        void *args = tt_args_new(kernel);
+        if (!args)
+            return tt_error(TT_ENOMEM, "%s: out of memory", what);
+        if (kernel == TT_K_HEADS_SPLIT) {
+            tt_args_heads_split *a = args;
+            a->dtype = x->dtype;
+            a->nb = nb, a->nt = nt, a->nh = nh, a->hd = hd;
+            h[0] = x->handles[tt_tile_linear(x, xidx)];
+            h[1] = y->handles[t];
+        } else {
+            tt_args_heads_merge *a = args;
+            a->dtype = x->dtype;
+            a->nb = nb, a->nh = nh, a->nt = nt, a->hd = hd;
+            h[0] = y->handles[t];
+            h[1] = x->handles[tt_tile_linear(x, xidx)];
+        }
+        CHECK(tt_submit(kernel, args, h, NULL));
+    }
+    return TT_OK;
+}
+
+int tt_heads_split(tt_tensor *x, int part, int nparts, tt_tensor *y)
+{
+    const char *what = "split_heads";
+    CHECK(tt_check_readable(x, what));
+    CHECK(tt_check_tensor(y, what));
+    int64_t C;
+    CHECK(heads_geometry(what, x, y, part, nparts, &C));
+    CHECK(heads_permute(TT_K_HEADS_SPLIT, what, x, y, part, C));
+    y->written = 1;
+    return TT_OK;
+}
+
+int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
+{
+    const char *what = "merge_heads";
+    CHECK(tt_check_readable(y, what));
+    CHECK(tt_check_tensor(x, what));
+    int64_t C;
+    CHECK(heads_geometry(what, x, y, part, nparts, &C));
+    CHECK(heads_permute(TT_K_HEADS_MERGE, what, x, y, part, C));
+    if (nparts > 1) { /* the other parts' columns are zero */
+        const int64_t tc = x->tile[2], lo = part * C / tc, hi = (part + 1) * C / tc;
+        int64_t idx[3];
+        for (int64_t t = 0; t < x->ntiles; t++) {
+            tt_tile_index(x, t, idx);
+            if (idx[2] >= lo && idx[2] < hi)
+                continue;
+            tt_args_fill *a = tt_args_new(TT_K_FILL);
+            if (!a)
+                return tt_error(TT_ENOMEM, "%s: out of memory", what);
+            a->dtype = x->dtype;
+            a->n = tt_tile_nelems(x, idx);
+            a->value = 0.0;
+            CHECK(tt_submit(TT_K_FILL, a, &x->handles[t], NULL));
+        }
+    }
+    x->written = 1;
+    return TT_OK;
+}
+
+/* ---------------------------------------------------------------- flash attention */
+
+static int same_layout(const tt_tensor *a, const tt_tensor *b)
+{
+    if (a->ndim != b->ndim || a->dtype != b->dtype)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
+            return 0;
+    return 1;
+}
+
+/* q (B, H, T, D) with D in one tile; `others` share q's layout and dtype; `rows` tensors
+ * have q's layout without the last axis. */
+static int attn_geometry(const char *what, const tt_tensor *q, int nothers, tt_tensor *const *others, int nrows,
+                         tt_tensor *const *rows)
+{
+    if (!is_float(q->dtype))
+        return tt_error(TT_EINVAL, "%s: q must be float32 or float64", what);
+    if (q->ndim != 4)
+        return tt_error(TT_EINVAL, "%s: q must be (B, H, T, D), got rank %d", what, q->ndim);
+    if (q->tile[3] != q->shape[3])
+        return tt_error(TT_EINVAL, "%s: the head dimension D=%lld must be a single tile (tile %lld)", what,
+                        (long long)q->shape[3], (long long)q->tile[3]);
+    for (int j = 0; j < nothers; j++)
+        if (!same_layout(q, others[j]))
+            return tt_error(TT_EINVAL, "%s: operand %d must have q's shape, tiles and dtype", what, j + 1);
+    for (int j = 0; j < nrows; j++) {
+        const tt_tensor *r = rows[j];
+        if (r->ndim != 3 || r->dtype != q->dtype)
+            return tt_error(TT_EINVAL, "%s: row statistics must be (B, H, T) of q's dtype", what);
+        for (int d = 0; d < 3; d++)
+            if (r->shape[d] != q->shape[d] || r->tile[d] != q->tile[d])
+                return tt_error(TT_EINVAL, "%s: row statistics must have q's shape and tiles without D", what);
+    }
+    return TT_OK;
+}
+
+/* (batch*head extent, rows) of q's tile `t`, its index and first position along T */
+static void attn_tile(const tt_tensor *q, int64_t t, int64_t *idx, int64_t *bh, int64_t *rows)
+{
+    tt_tile_index(q, t, idx);
+    *bh = tt_tile_dim(q, 0, idx[0]) * tt_tile_dim(q, 1, idx[1]);
+    *rows = tt_tile_dim(q, 2, idx[2]);
+}
+
+static int temp_like(const tt_tensor *q, int ndim, int64_t last, tt_tensor **out)
+{
+    int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], last};
+    int64_t tile[4] = {q->tile[0], q->tile[1], q->tile[2], last};
+    return tt_tensor_new(ndim, shape, tile, q->dtype, out);
+}
+
+int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
+                     tt_tensor *lse)
+{
+    const char *what = "scaled_dot_product_attention";
+    CHECK(tt_check_readable(q, what));
+    CHECK(tt_check_readable(k, what));
+    CHECK(tt_check_readable(v, what));
+    CHECK(tt_check_tensor(o, what));
+    CHECK(tt_check_tensor(lse, what));
+    tt_tensor *others[3] = {k, v, o};
+    CHECK(attn_geometry(what, q, 3, others, 1, &lse));
+    if (!isfinite(scale))
+        return tt_error(TT_EINVAL, "%s: scale must be finite", what);
+    tt_tensor *l; /* running row sums, dropped once the normalise tasks are submitted */
+    CHECK(temp_like(q, 3, 1, &l));
+    const int64_t nkt = q->grid[2], tT = q->tile[2], D = q->shape[3];
+    int64_t qi[TT_MAX_NDIM], ki[TT_MAX_NDIM];
+    int rc = TT_OK;
+    for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
+        int64_t bh, tq;
+        attn_tile(q, t, qi, &bh, &tq);
+        const int64_t r = tt_tile_linear(lse, qi); /* lse/l index: q's without the D axis */
+        const int64_t last = causal ? (qi[2] < nkt - 1 ? qi[2] : nkt - 1) : nkt - 1;
+        for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
+            memcpy(ki, qi, sizeof ki);
+            ki[2] = j;
+            tt_args_attn_fwd *a = tt_args_new(TT_K_ATTN_FWD);
+            if (!a) {
+                rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
+                break;
+            }
+            a->dtype = q->dtype;
+            a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
+            a->qoff = qi[2] * tT, a->koff = j * tT, a->causal = causal != 0, a->init = j == 0;
+            a->scale = scale;
+            enum starpu_data_access_mode acc = j == 0 ? STARPU_W : STARPU_RW;
+            enum starpu_data_access_mode modes[6] = {STARPU_R, STARPU_R, STARPU_R, acc, acc, acc};
+            const int64_t kl = tt_tile_linear(k, ki);
+            starpu_data_handle_t h[6] = {q->handles[t], k->handles[kl], v->handles[kl],
+                                         o->handles[t], lse->handles[r], l->handles[r]};
+            rc = tt_submit(TT_K_ATTN_FWD, a, h, modes);
+        }
+        if (rc)
+            break;
+        tt_args_attn_fwd_norm *n = tt_args_new(TT_K_ATTN_FWD_NORM);
+        if (!n) {
+            rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+        n->dtype = q->dtype;
+        n->bh = bh, n->tq = tq, n->hd = D;
+        starpu_data_handle_t h[3] = {o->handles[t], lse->handles[r], l->handles[r]};
+        rc = tt_submit(TT_K_ATTN_FWD_NORM, n, h, NULL);
+    }
+    tt_tensor_free(l);
+    if (rc)
+        return rc;
+    o->written = 1;
+    lse->written = 1;
+    return TT_OK;
+}
+
+int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_tensor *dout, tt_tensor *lse,
+                     double scale, int causal, tt_tensor *dq, tt_tensor *dk, tt_tensor *dv)
+{
+    const char *what = "scaled_dot_product_attention backward";
+    tt_tensor *in[5] = {q, k, v, o, dout};
+    for (int j = 0; j < 5; j++)
+        CHECK(tt_check_readable(in[j], what));
+    CHECK(tt_check_readable(lse, what));
+    CHECK(tt_check_tensor(dq, what));
+    CHECK(tt_check_tensor(dk, what));
+    CHECK(tt_check_tensor(dv, what));
+    tt_tensor *others[7] = {k, v, o, dout, dq, dk, dv};
+    CHECK(attn_geometry(what, q, 7, others, 1, &lse));
+    if (!isfinite(scale))
+        return tt_error(TT_EINVAL, "%s: scale must be finite", what);
+    tt_tensor *st; /* (lse, rowsum(dO * O)) per query row */
+    CHECK(temp_like(q, 4, 2, &st));
+    const int64_t nkt = q->grid[2], tT = q->tile[2], D = q->shape[3];
+    int64_t qi[TT_MAX_NDIM], ki[TT_MAX_NDIM];
+    int rc = TT_OK;
+    for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
+        int64_t bh, tq;
+        attn_tile(q, t, qi, &bh, &tq);
+        tt_args_attn_bwd_rows *a = tt_args_new(TT_K_ATTN_BWD_ROWS);
+        if (!a) {
+            rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+        a->dtype = q->dtype;
+        a->bh = bh, a->tq = tq, a->hd = D;
+        starpu_data_handle_t h[4] = {dout->handles[t], o->handles[t], lse->handles[tt_tile_linear(lse, qi)],
+                                     st->handles[t]};
+        rc = tt_submit(TT_K_ATTN_BWD_ROWS, a, h, NULL);
+    }
+    /* Query tiles in order, key tiles in order inside: dq_i accumulates along j, dk_j and
+     * dv_j along i; tasks on different (i, j) rows and columns run as a wavefront. */
+    for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
+        int64_t bh, tq;
+        attn_tile(q, t, qi, &bh, &tq);
+        const int64_t last = causal ? (qi[2] < nkt - 1 ? qi[2] : nkt - 1) : nkt - 1;
+        for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
+            memcpy(ki, qi, sizeof ki);
+            ki[2] = j;
+            tt_args_attn_bwd *a = tt_args_new(TT_K_ATTN_BWD);
+            if (!a) {
+                rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
+                break;
+            }
+            const int initq = j == 0, initkv = causal ? qi[2] == j : qi[2] == 0;
+            a->dtype = q->dtype;
+            a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
+            a->qoff = qi[2] * tT, a->koff = j * tT, a->causal = causal != 0;
+            a->initq = initq, a->initkv = initkv;
+            a->scale = scale;
+            const int64_t kl = tt_tile_linear(k, ki);
+            enum starpu_data_access_mode mq = initq ? STARPU_W : STARPU_RW, mkv = initkv ? STARPU_W : STARPU_RW;
+            enum starpu_data_access_mode modes[8] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, mq, mkv, mkv};
+            starpu_data_handle_t h[8] = {q->handles[t],  k->handles[kl],  v->handles[kl],  dout->handles[t],
+                                         st->handles[t], dq->handles[t], dk->handles[kl], dv->handles[kl]};
+            rc = tt_submit(TT_K_ATTN_BWD, a, h, modes);
+        }
+    }
+    tt_tensor_free(st);
+    if (rc)
+        return rc;
+    dq->written = dk->written = dv->written = 1;
+    return TT_OK;
+}

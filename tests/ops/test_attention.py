@@ -1,0 +1,344 @@
+"""Head split/merge and flash attention against NumPy: forward over tile grids with one
+tile, an even grid and a smaller last tile (T not divisible by its tile), causal and not,
+float32 and float64; VJP checks in float64; the kernel bodies on every block kind; bad
+input rejected before anything is submitted."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+import tiletrain.functional as F
+from conftest import FLOATS
+from tiletrain._ffi import ffi, lib
+from tiletrain.testing.gradcheck import vjp_check
+from tiletrain.testing.references_attention import _ATTN_BLOCKS, REFERENCES
+
+
+def attn_tol(dtype):
+    return dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-12)
+
+
+def ref_attention(q, k, v, causal, scale=None):
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * q @ np.swapaxes(k, -1, -2)
+    if causal:
+        T = q.shape[-2]
+        s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return p @ v, p
+
+
+def ref_attention_grads(q, k, v, do, causal, scale=None):
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    o, p = ref_attention(q, k, v, causal, scale)
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, dv
+
+
+def _ntasks(kernel=None):
+    if kernel is not None:
+        return lib.tt_kernel_ntasks(kernel)
+    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
+
+
+@pytest.fixture
+def nothing_submitted():
+    tt.wait()
+    before = _ntasks()
+    yield
+    assert _ntasks() == before, "a rejected call submitted tasks"
+
+
+# (B, H, T, D), tiles: one tile; an even grid; T not divisible by its tile and smaller last
+# tiles along B and H; one query row per tile; a single tile along T with several heads
+ATTN_GRIDS = [
+    ((1, 2, 5, 4), (1, 2, 5, 4)),
+    ((2, 2, 8, 3), (1, 1, 4, 3)),
+    ((3, 3, 7, 4), (2, 2, 3, 4)),
+    ((1, 1, 5, 2), (1, 1, 1, 2)),
+    ((2, 3, 6, 5), (2, 3, 6, 5)),
+    ((1, 2, 9, 4), (1, 2, 4, 4)),
+]
+
+
+def _qkv(rng, shape, dtype):
+    return [rng.standard_normal(shape).astype(dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape,tiles", ATTN_GRIDS)
+def test_attention_forward(rng, shape, tiles, causal, dtype):
+    q, k, v = _qkv(rng, shape, dtype)
+    Q, K, V = (tt.from_numpy(a, tiles) for a in (q, k, v))
+    out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+    assert out.shape == shape and out.tiles == Q.tiles and out.dtype == dtype
+    np.testing.assert_allclose(out.numpy(), ref_attention(q, k, v, causal)[0], **attn_tol(dtype))
+
+
+def test_attention_defaults_aliases_and_scale(rng):
+    shape, tiles = (1, 2, 7, 4), (1, 1, 3, 4)
+    q, k, v = _qkv(rng, shape, np.float64)
+    Q, K, V = (tt.from_numpy(a, tiles) for a in (q, k, v))
+    t = attn_tol(np.float64)
+    causal, full = ref_attention(q, k, v, True)[0], ref_attention(q, k, v, False)[0]
+    assert np.abs(causal - full).max() > 1e-3  # the mask matters on these inputs
+    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V).numpy(), causal, **t)  # default causal
+    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, causal=False).numpy(), full, **t)
+    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, None, 0.0, False).numpy(), full, **t)
+    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, is_causal=True, scale=0.3).numpy(),
+                               ref_attention(q, k, v, True, 0.3)[0], **t)
+
+
+def test_attention_large_scores_are_stable(rng):
+    """Scores of several hundred: the online softmax must not overflow in float32."""
+    shape, tiles = (1, 1, 9, 4), (1, 1, 4, 4)
+    q, k, v = _qkv(rng, shape, np.float32)
+    q *= 60.0
+    Q, K, V = (tt.from_numpy(a, tiles) for a in (q, k, v))
+    out = F.scaled_dot_product_attention(Q, K, V, is_causal=False).numpy()
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref_attention(q, k, v, False)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_tasks_per_tile_pair(rng, causal):
+    """One task per (query tile, key tile) pair; causal skips the tiles above the diagonal."""
+    shape, tiles = (2, 2, 7, 3), (1, 2, 3, 3)  # 2 batch-head tiles x 3 time tiles
+    Q, K, V = (tt.from_numpy(a, tiles) for a in _qkv(rng, shape, np.float64))
+    for t in (Q, K, V):
+        t.requires_grad_()
+    tt.wait()
+    fwd0, norm0, bwd0 = (_ntasks(k) for k in (lib.TT_K_ATTN_FWD, lib.TT_K_ATTN_FWD_NORM, lib.TT_K_ATTN_BWD))
+    out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+    pairs = 2 * (6 if causal else 9)
+    assert _ntasks(lib.TT_K_ATTN_FWD) - fwd0 == pairs
+    assert _ntasks(lib.TT_K_ATTN_FWD_NORM) - norm0 == 2 * 3
+    out.backward(tt.ones(shape, tiles, dtype=np.float64))
+    assert _ntasks(lib.TT_K_ATTN_BWD) - bwd0 == pairs
+    tt.wait()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape,tiles", [((1, 2, 5, 3), (1, 2, 5, 3)), ((2, 3, 7, 4), (1, 2, 3, 4)),
+                                         ((1, 1, 8, 2), (1, 1, 2, 2))])
+def test_attention_gradients_against_numpy(rng, shape, tiles, causal, dtype):
+    q, k, v = _qkv(rng, shape, dtype)
+    do = rng.standard_normal(shape).astype(dtype)
+    Q, K, V = (tt.from_numpy(a, tiles).requires_grad_() for a in (q, k, v))
+    F.scaled_dot_product_attention(Q, K, V, is_causal=causal).backward(tt.from_numpy(do, tiles))
+    for got, exp in zip((Q.grad, K.grad, V.grad), ref_attention_grads(q, k, v, do, causal)):
+        assert got.dtype == dtype and got.tiles == Q.tiles
+        np.testing.assert_allclose(got.numpy(), exp, **attn_tol(dtype))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape,tiles", [((1, 2, 4, 3), (1, 2, 4, 3)), ((2, 2, 5, 3), (1, 1, 2, 3))])
+def test_vjp_attention(rng, shape, tiles, causal):
+    q, k, v = _qkv(rng, shape, np.float64)
+    vjp_check(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal, scale=0.8),
+              [q, k, v], [tiles] * 3)
+
+
+def test_vjp_attention_one_input_needs_grad(rng):
+    shape, tiles = (1, 1, 5, 2), (1, 1, 2, 2)
+    q, k, v = _qkv(rng, shape, np.float64)
+    K, V = tt.from_numpy(k, tiles), tt.from_numpy(v, tiles)
+    vjp_check(lambda a: F.scaled_dot_product_attention(a, K, V), [q], [tiles])
+    Q = tt.from_numpy(q, tiles)
+    vjp_check(lambda c: F.scaled_dot_product_attention(Q, K, c, is_causal=False), [v], [tiles])
+    vjp_check(lambda a: F.scaled_dot_product_attention(a, a, a), [q], [tiles])  # one tensor as q, k and v
+
+
+# -- head split / merge ------------------------------------------------------------------
+
+# (B, T, nparts*C), tiles of x, n_head, nparts
+SPLIT_GRIDS = [
+    ((2, 3, 12), (2, 3, 12), 4, 1),    # one tile
+    ((2, 4, 12), (1, 2, 6), 4, 1),     # even grid
+    ((3, 5, 12), (2, 2, 9), 4, 1),     # smaller last tile on every axis (last head tile: 1 head)
+    ((2, 5, 36), (1, 3, 6), 4, 3),     # fused q|k|v, two tiles per part
+    ((3, 4, 24), (2, 3, 8), 2, 3),     # one tile per part (whole part per tile)
+    ((1, 3, 24), (1, 3, 3), 4, 2),     # one head per tile
+]
+
+
+def _np_split(x, n_head, part, nparts):
+    B, T, W = x.shape
+    C = W // nparts
+    return x[..., part * C:(part + 1) * C].reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles,n_head,nparts", SPLIT_GRIDS)
+def test_split_merge_heads(rng, shape, tiles, n_head, nparts, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    X = tt.from_numpy(x, tiles)
+    D = shape[2] // nparts // n_head
+    for part in range(nparts):
+        Y = F.split_heads(X, n_head, part, nparts)
+        assert Y.shape == (shape[0], n_head, shape[1], D)
+        assert Y.tiles == (tiles[0], min(tiles[2] // D, n_head), tiles[1], D)
+        ref = _np_split(x, n_head, part, nparts)
+        np.testing.assert_array_equal(Y.numpy(), ref)
+        M = F.merge_heads(Y)
+        assert M.shape == (shape[0], shape[1], shape[2] // nparts)
+        assert M.tiles == (tiles[0], tiles[1], min(tiles[2], shape[2] // nparts))
+        np.testing.assert_array_equal(M.numpy(), x[..., part * M.shape[2]:(part + 1) * M.shape[2]])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_merge_heads_smaller_last_head_tile(rng, dtype):
+    y = rng.standard_normal((3, 5, 4, 2)).astype(dtype)
+    M = F.merge_heads(tt.from_numpy(y, (2, 2, 3, 2)))
+    assert M.shape == (3, 4, 10) and M.tiles == (2, 3, 4)
+    np.testing.assert_array_equal(M.numpy(), y.transpose(0, 2, 1, 3).reshape(3, 4, 10))
+    Y = F.split_heads(M, 5)
+    assert Y.tiles == (2, 2, 3, 2)
+    np.testing.assert_array_equal(Y.numpy(), y)
+
+
+@pytest.mark.parametrize("shape,tiles,n_head,nparts", SPLIT_GRIDS)
+def test_vjp_split_heads(rng, shape, tiles, n_head, nparts):
+    x = rng.standard_normal(shape)
+    for part in range(nparts):
+        vjp_check(lambda t, part=part: F.split_heads(t, n_head, part, nparts), [x], [tiles])
+
+
+def test_split_heads_backward_zeros_other_parts(rng):
+    x = rng.standard_normal((2, 3, 18))
+    X = tt.from_numpy(x, (1, 2, 3)).requires_grad_()
+    g = rng.standard_normal((2, 2, 3, 3))
+    F.split_heads(X, 2, 1, 3).backward(tt.from_numpy(g, (1, 1, 2, 3)))
+    expect = np.zeros_like(x)
+    expect[..., 6:12] = g.transpose(0, 2, 1, 3).reshape(2, 3, 6)
+    np.testing.assert_array_equal(X.grad.numpy(), expect)
+
+
+def test_vjp_merge_heads(rng):
+    y = rng.standard_normal((3, 5, 4, 2))
+    vjp_check(F.merge_heads, [y], [(2, 2, 3, 2)])
+    vjp_check(F.merge_heads, [y], [(3, 5, 4, 2)])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_vjp_fused_qkv_attention_block(rng, causal):
+    """x (B, T, 3C) -> q, k, v heads -> attention -> merge: the three split gradients
+    accumulate into x's gradient."""
+    n_head = 2
+    x = rng.standard_normal((2, 5, 3 * 6))
+
+    def block(t):
+        q, k, v = (F.split_heads(t, n_head, p, 3) for p in range(3))
+        return F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+    vjp_check(block, [x], [(1, 2, 3)])
+    # forward of the same block against NumPy
+    q, k, v = (_np_split(x, n_head, p, 3) for p in range(3))
+    ref = ref_attention(q, k, v, causal)[0].transpose(0, 2, 1, 3).reshape(2, 5, 6)
+    with tt.no_grad():
+        np.testing.assert_allclose(block(tt.from_numpy(x, (1, 2, 3))).numpy(), ref, rtol=1e-12, atol=1e-12)
+
+
+# -- kernel bodies on every block kind (the registry test draws them at random) -----------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("block", range(len(_ATTN_BLOCKS)))
+@pytest.mark.parametrize("name", ["attn_fwd", "attn_bwd"])
+def test_attention_kernel_blocks(name, block, dtype, monkeypatch):
+    import tiletrain.testing.references_attention as ra
+    monkeypatch.setattr(ra, "_ATTN_BLOCKS", [_ATTN_BLOCKS[block]])
+    code = lib.TT_F32 if dtype == np.float32 else lib.TT_F64
+    rng = np.random.default_rng(block)
+    seen = set()
+    for _ in range(16):
+        fields, buffers = REFERENCES[name].case(rng, dtype)
+        seen.add(tuple(fields.get(f, 0) for f in ("init", "initq", "initkv")))
+        expected = REFERENCES[name].ref(fields, *[b.copy() for b in buffers])
+        args = ffi.new(f"tt_args_{name} *")
+        args.dtype = code
+        for f, val in fields.items():
+            setattr(args, f, val)
+        getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        for i, exp in expected.items():
+            np.testing.assert_allclose(buffers[i], np.asarray(exp, dtype), rtol=tol, atol=tol)
+    assert len(seen) == (2 if name == "attn_fwd" else 4)
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+def test_split_merge_bad_input(rng, nothing_submitted):
+    x = tt.from_numpy(rng.standard_normal((2, 3, 12)), (1, 3, 6))
+    with pytest.raises(ValueError, match="n_head=5 does not divide the width C=12"):
+        F.split_heads(x, 5)
+    with pytest.raises(ValueError, match="does not hold whole heads"):
+        F.split_heads(x, 3)          # D = 4, tile 6
+    xf = tt.from_numpy(rng.standard_normal((2, 3, 18)), (1, 3, 4))
+    with pytest.raises(ValueError, match="straddles two of the 3 parts"):
+        F.split_heads(xf, 3, 0, 3)   # C = 6, D = 2, tile 4
+    with pytest.raises(ValueError, match="not divisible by nparts=4"):
+        F.split_heads(xf, 1, 0, 4)
+    with pytest.raises(ValueError, match="part 3 out of range"):
+        F.split_heads(xf, 3, 3, 3)
+    with pytest.raises(ValueError, match="n_head must be >= 1"):
+        F.split_heads(x, 0)
+    with pytest.raises(TypeError, match="n_head must be an int"):
+        F.split_heads(x, 2.0)
+    with pytest.raises(ValueError, match=r"must be \(B, T, C\)"):
+        F.split_heads(tt.from_numpy(rng.standard_normal((3, 12)), (3, 6)), 2)
+    with pytest.raises(TypeError, match="x must be a tiletrain Tensor"):
+        F.split_heads(rng.standard_normal((2, 3, 12)), 2)
+    y = tt.from_numpy(rng.standard_normal((2, 2, 3, 4)), (1, 1, 3, 2))
+    with pytest.raises(ValueError, match="D=4 of y must be a single tile"):
+        F.merge_heads(y)
+    with pytest.raises(ValueError, match=r"must be \(B, H, T, D\)"):
+        F.merge_heads(x)
+
+
+def test_attention_bad_input(rng, nothing_submitted):
+    sdpa = F.scaled_dot_product_attention
+    shape, tiles = (1, 2, 5, 4), (1, 1, 2, 4)
+    q, k, v = (tt.from_numpy(a, tiles) for a in _qkv(rng, shape, np.float64))
+    with pytest.raises(ValueError, match=r"key has shape \(1, 2, 6, 4\)"):
+        sdpa(q, tt.from_numpy(rng.standard_normal((1, 2, 6, 4)), tiles), v)
+    with pytest.raises(ValueError, match=r"value has tiles \(1, 1, 3, 4\)"):
+        sdpa(q, k, tt.from_numpy(rng.standard_normal(shape), (1, 1, 3, 4)))
+    with pytest.raises(ValueError, match=r"key has tiles \(1, 2, 2, 4\)"):
+        sdpa(q, tt.from_numpy(rng.standard_normal(shape), (1, 2, 2, 4)), v)
+    with pytest.raises(TypeError, match="dtype mismatch"):
+        sdpa(q, k, tt.from_numpy(rng.standard_normal(shape).astype(np.float32), tiles))
+    qs = [tt.from_numpy(rng.standard_normal(shape), (1, 1, 2, 2)) for _ in range(3)]
+    with pytest.raises(ValueError, match="D=4 must be a single tile, got tile 2"):
+        sdpa(*qs)
+    with pytest.raises(ValueError, match=r"query must be \(B, H, T, D\)"):
+        sdpa(*(tt.from_numpy(rng.standard_normal((2, 5, 4)), (1, 2, 4)) for _ in range(3)))
+    with pytest.raises(TypeError, match="attn_mask is not supported"):
+        sdpa(q, k, v, True)
+    with pytest.raises(ValueError, match="dropout_p must be 0"):
+        sdpa(q, k, v, dropout_p=0.1)
+    with pytest.raises(TypeError, match="scale must be a finite real"):
+        sdpa(q, k, v, scale=float("nan"))
+    with pytest.raises(TypeError, match="is_causal must be a bool"):
+        sdpa(q, k, v, is_causal="yes")
+    with pytest.raises(TypeError, match="key must be a tiletrain Tensor"):
+        sdpa(q, np.zeros(shape), v)
+
+
+def test_c_expanders_revalidate(rng, nothing_submitted):
+    """The C side rejects what Python would have: a straddling tile, mismatched layouts."""
+    from tiletrain._ffi import check
+    x = tt.from_numpy(rng.standard_normal((1, 2, 18)), (1, 2, 4))
+    y = tt.empty((1, 3, 2, 2), (1, 2, 2, 2), dtype=np.float64)
+    with pytest.raises(ValueError, match="straddle parts"):
+        check(lib.tt_heads_split(x._ptr, 0, 3, y._ptr))
+    shape, tiles = (1, 1, 5, 4), (1, 1, 2, 4)
+    q, k = (tt.from_numpy(a, tiles) for a in _qkv(rng, shape, np.float64)[:2])
+    v = tt.from_numpy(rng.standard_normal(shape), (1, 1, 3, 4))
+    o, lse = tt.empty(shape, tiles, dtype=np.float64), tt.empty((1, 1, 5), (1, 1, 2), dtype=np.float64)
+    with pytest.raises(ValueError, match="operand 2 must have q's shape"):
+        check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, 0.5, 1, o._ptr, lse._ptr))
