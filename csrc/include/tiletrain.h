@@ -95,10 +95,21 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
 
 /* family expanders (csrc/expand_<family>.c), one block per family */
 /* -- norm -- */
+/* Row/column expander (csrc/expand_norm.c) for normalisations over the last axis: `full`
+ * tensors share x's layout (..., C); `rows` have it without the last axis; `cols` are 1-D
+ * (C,) tiled like x's last axis.  reduce=0: one task per tile of x; reduce=1: the row
+ * tensors accumulate along the last axis; reduce=2: the column tensors accumulate over all
+ * row tiles (`first` set on the first tile of each chain). */
+int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full, int nrow, tt_tensor *const *rows,
+                int ncol, tt_tensor *const *cols, int reduce);
 
 /* -- softmax / cross_entropy -- */
 
 /* -- embedding -- */
+/* (csrc/expand_embedding.c) ids: int64, any shape S; table: (V, C); y, dy: S + (C,) tiled as
+ * ids then the table's columns.  Ids outside a table tile are skipped by the kernels. */
+int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y);
+int tt_embedding_backward(tt_tensor *ids, tt_tensor *dy, tt_tensor *dtable);
 
 /* -- attention -- */
 /* Heads: x (B, T, nparts*C) <-> y (B, H, T, D), H*D = C, part `part` of x's last axis.

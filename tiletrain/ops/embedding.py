@@ -1,4 +1,55 @@
-"""(filled in by the embedding work: ops with forward tile kernels, autograd records and backward rules)"""
+"""Embedding lookup: ``embedding(ids, table)`` gathers rows of a (V, C) table for int64 ids of
+any shape S; the result is S + (C,), tiled as ids' tiles followed by the table's column tile.
+The table may be split into tiles along V and C (csrc/expand_embedding.c).  Backward is a
+deterministic scatter-add into the table gradient; only the table gets a gradient."""
 from __future__ import annotations
 
-__all__: list[str] = []
+import numpy as np
+
+from .._ffi import check, lib
+from ..tensor import Tensor, TensorTraits
+from .autograd import backward_rule, record
+from .basic import _float_tensor, _tensor
+
+
+def _check_ids_range(ids: Tensor, V: int, what: str) -> None:
+    """Ids are input data: read them (this waits for their writers) and reject any id outside
+    [0, V) before anything is submitted."""
+    a = ids.numpy()
+    bad = (a < 0) | (a >= V)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f"ids[{', '.join(map(str, pos))}]" if pos else "ids"
+        raise ValueError(f"{what}: {where} = {int(a[pos])} is out of range for a table of {V} rows "
+                         f"(valid ids: 0..{V - 1}); {int(bad.sum())} id(s) out of range in all")
+
+
+def embedding(ids: Tensor, table: Tensor) -> Tensor:
+    """table[ids]: ids is an int64 Tensor of shape S (e.g. (B, T)), table is (V, C) float32 or
+    float64; returns S + (C,) tiled as ids' tiles + (table's tile along C,).  Like
+    torch.nn.functional.embedding(input, weight)."""
+    what = "embedding"
+    _tensor(ids, what, "ids")
+    if ids.dtype != np.int64:
+        raise TypeError(f"{what}: ids must be an int64 tensor, got {ids.dtype}")
+    _float_tensor(table, what, "table")
+    if table.ndim != 2:
+        raise ValueError(f"{what}: table must be 2-D (V, C), got shape {table.shape}")
+    if ids.ndim + 1 > 8:
+        raise ValueError(f"{what}: ids has {ids.ndim} axes; at most 7 (the result adds one)")
+    V, C = table.shape
+    _check_ids_range(ids, V, what)
+    y = Tensor(TensorTraits(ids.shape + (C,), ids.tiles + (table.tiles[1],)), table.dtype)
+    check(lib.tt_embedding(ids._ptr, table._ptr, y._ptr))
+    return record("embedding", y, (ids, table), saved=(ids,), table_traits=table.traits)
+
+
+@backward_rule("embedding")
+def _embedding_bwd(node, g):
+    (ids,) = node.saved
+    dtable = Tensor(node.ctx["table_traits"], g.dtype)
+    check(lib.tt_embedding_backward(ids._ptr, g._ptr, dtable._ptr))
+    return (None, dtable)
+
+
+__all__ = ["embedding"]

@@ -1,4 +1,155 @@
-"""(filled in by the norm work: ops with forward tile kernels, autograd records and backward rules)"""
+"""Normalisations over the last axis: layer_norm and rms_norm, forward and backward.
+
+The last axis may be split into several tiles.  Statistics are per row (x without its last
+axis): a reduction along the last axis (Chan's pairwise merge of each tile's mean and M2 for
+layer_norm, the sum of squares for rms_norm), then an in-place finalisation into the inverse
+standard deviation; a broadcast pass then normalises every tile, reading its row statistics
+and its column tile of weight/bias.  The row statistics (mean, rstd) are saved for backward.
+All passes go through one C expander, ``tt_norm_map`` (csrc/expand_norm.c)."""
 from __future__ import annotations
 
-__all__: list[str] = []
+import numbers
+
+from .._ffi import check, ffi, lib
+from ..tensor import Tensor, TensorTraits, full
+from .autograd import backward_rule, record
+from .basic import _float_tensor
+
+
+def _norm_map(kernel: int, ctype: str, fields: dict, full_, rows, cols, reduce: int) -> None:
+    args = ffi.new(ctype)
+    for k, v in fields.items():
+        setattr(args, k, v)
+    f = ffi.new("tt_tensor *[]", [t._ptr for t in full_])
+    r = ffi.new("tt_tensor *[]", [t._ptr for t in rows]) if rows else ffi.NULL
+    c = ffi.new("tt_tensor *[]", [t._ptr for t in cols]) if cols else ffi.NULL
+    check(lib.tt_norm_map(kernel, args, len(full_), f, len(rows), r, len(cols), c, reduce))
+
+
+def _rows_traits(x: Tensor) -> TensorTraits:
+    return x.traits.drop_axis(x.ndim - 1)
+
+
+def _cols_traits(x: Tensor) -> TensorTraits:
+    return TensorTraits((x.shape[-1],), (x.tiles[-1],))
+
+
+def _eps(eps, what: str) -> float:
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
+        raise TypeError(f"{what}: eps must be a real number, got {type(eps).__name__}")
+    eps = float(eps)
+    if not eps > 0.0 or eps == float("inf"):
+        raise ValueError(f"{what}: eps must be a positive finite number, got {eps}")
+    return eps
+
+
+def _check_x(x, what: str) -> Tensor:
+    _float_tensor(x, what, "x")
+    if x.ndim < 1:
+        raise ValueError(f"{what}: x must have at least one axis (normalised over the last), "
+                         "got a 0-d tensor")
+    return x
+
+
+def _param(p, x: Tensor, what: str, name: str) -> Tensor | None:
+    """weight/bias: None, or a 1-D tensor of size C tiled like x's last axis, x's dtype."""
+    if p is None:
+        return None
+    _float_tensor(p, what, name)
+    C, tc = x.shape[-1], x.tiles[-1]
+    if p.ndim != 1 or p.shape[0] != C:
+        raise ValueError(f"{what}: {name} must have shape ({C},) (x's last axis), got {p.shape}")
+    if p.tiles != (tc,):
+        raise ValueError(f"{what}: {name} must be tiled like x's last axis, tiles ({tc},), got {p.tiles}")
+    if p.dtype != x.dtype:
+        raise TypeError(f"{what}: {name} is {p.dtype} but x is {x.dtype}")
+    return p
+
+
+def _stats(x: Tensor, eps: float, centred: bool):
+    """Per-row (mean, rstd) for layer_norm, (None, rstd) for rms_norm."""
+    C = x.shape[-1]
+    rstd = Tensor(_rows_traits(x), x.dtype)
+    if centred:
+        mean = Tensor(_rows_traits(x), x.dtype)
+        _norm_map(lib.TT_K_LAYER_NORM_STATS, "tt_args_layer_norm_stats *", {}, [x], [mean, rstd], [],
+                  reduce=1)
+    else:
+        mean = None
+        _norm_map(lib.TT_K_RMS_NORM_STATS, "tt_args_rms_norm_stats *", {}, [x], [rstd], [], reduce=1)
+    args = ffi.new("tt_args_norm_rstd *")
+    args.alpha, args.eps = 1.0 / C, eps  # rstd = 1 / sqrt(M2 / C + eps), or 1 / sqrt(sum(x^2) / C + eps)
+    check(lib.tt_map(lib.TT_K_NORM_RSTD, args, 1, ffi.new("tt_tensor *[1]", [rstd._ptr])))
+    return mean, rstd
+
+
+def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis of x (biased variance,
+    as torch.nn.functional.layer_norm with normalized_shape = x.shape[-1:]).  weight and bias
+    are 1-D of size C = x.shape[-1], tiled like x's last axis, or None."""
+    what = "layer_norm"
+    _check_x(x, what)
+    weight = _param(weight, x, what, "weight")
+    bias = _param(bias, x, what, "bias")
+    eps = _eps(eps, what)
+    mean, rstd = _stats(x, eps, centred=True)
+    w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
+    b = bias if bias is not None else full(_cols_traits(x), 0.0, dtype=x.dtype)
+    y = Tensor(x.traits, x.dtype)
+    _norm_map(lib.TT_K_LAYER_NORM_FWD, "tt_args_layer_norm_fwd *", {}, [x, y], [mean, rstd], [w, b], reduce=0)
+    return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w))
+
+
+@backward_rule("layer_norm")
+def _layer_norm_bwd(node, g):
+    x, mean, rstd, w = node.saved
+    need_x, need_w, need_b = (t is not None for t in node.inputs)
+    dx = dw = db = None
+    if need_x:
+        ra, rb = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
+        _norm_map(lib.TT_K_LAYER_NORM_BWD_ROWS, "tt_args_layer_norm_bwd_rows *", {"alpha": 1.0 / x.shape[-1]},
+                  [g, x], [mean, rstd, ra, rb], [w], reduce=1)
+        dx = Tensor(x.traits, x.dtype)
+        _norm_map(lib.TT_K_LAYER_NORM_BWD_X, "tt_args_layer_norm_bwd_x *", {},
+                  [g, x, dx], [mean, rstd, ra, rb], [w], reduce=0)
+    if need_w or need_b:
+        dw, db = Tensor(_cols_traits(x), x.dtype), Tensor(_cols_traits(x), x.dtype)
+        _norm_map(lib.TT_K_LAYER_NORM_BWD_W, "tt_args_layer_norm_bwd_w *", {},
+                  [g, x], [mean, rstd], [dw, db], reduce=2)
+    return (dx, dw if need_w else None, db if need_b else None)
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis of x.  weight is 1-D of size
+    C = x.shape[-1], tiled like x's last axis, or None."""
+    what = "rms_norm"
+    _check_x(x, what)
+    weight = _param(weight, x, what, "weight")
+    eps = _eps(eps, what)
+    _, rstd = _stats(x, eps, centred=False)
+    w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
+    y = Tensor(x.traits, x.dtype)
+    _norm_map(lib.TT_K_RMS_NORM_FWD, "tt_args_rms_norm_fwd *", {}, [x, y], [rstd], [w], reduce=0)
+    return record("rms_norm", y, (x, weight), saved=(x, rstd, w))
+
+
+@backward_rule("rms_norm")
+def _rms_norm_bwd(node, g):
+    x, rstd, w = node.saved
+    need_x, need_w = (t is not None for t in node.inputs)
+    dx = dw = None
+    if need_x:
+        rb = Tensor(_rows_traits(x), x.dtype)
+        _norm_map(lib.TT_K_RMS_NORM_BWD_ROWS, "tt_args_rms_norm_bwd_rows *", {"alpha": 1.0 / x.shape[-1]},
+                  [g, x], [rstd, rb], [w], reduce=1)
+        dx = Tensor(x.traits, x.dtype)
+        _norm_map(lib.TT_K_RMS_NORM_BWD_X, "tt_args_rms_norm_bwd_x *", {}, [g, x, dx], [rstd, rb], [w],
+                  reduce=0)
+    if need_w:
+        dw = Tensor(_cols_traits(x), x.dtype)
+        _norm_map(lib.TT_K_RMS_NORM_BWD_W, "tt_args_rms_norm_bwd_w *", {}, [g, x], [rstd], [dw], reduce=2)
+    return (dx, dw)
+
+
+__all__ = ["layer_norm", "rms_norm"]

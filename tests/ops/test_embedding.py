@@ -1,0 +1,197 @@
+"""embedding(ids, table): forward against NumPy over tile grids of ids and of the table
+(one tile; even; smaller last tiles, the table split along V and C), float32 and float64;
+the scatter-add backward (repeated ids, determinism, tied use in a matmul) and its VJP
+check; out-of-range ids and other bad input."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+import tiletrain.functional as F
+from conftest import FLOATS
+from tiletrain._ffi import check, lib
+from tiletrain.testing.gradcheck import vjp_check
+
+
+def _ntasks():
+    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
+
+
+@pytest.fixture
+def nothing_submitted():
+    tt.wait()
+    before = _ntasks()
+    yield
+    assert _ntasks() == before, "a rejected call submitted tasks"
+
+
+# (ids shape, ids tiles, (V, C), table tiles)
+GRIDS = [
+    ((4, 5), (4, 5), (9, 6), (9, 6)),          # one tile each
+    ((4, 6), (2, 3), (12, 6), (4, 3)),         # even grids
+    ((5, 7), (2, 3), (11, 7), (4, 3)),         # smaller last tile on every axis, table split on V and C
+    ((7,), (3,), (10, 5), (3, 2)),             # 1-D ids
+    ((3, 4, 5), (2, 3, 2), (13, 4), (5, 4)),   # 3-D ids, table split along V only
+    ((2, 3), (1, 2), (6, 9), (6, 4)),          # table split along C only
+]
+
+
+def _case(rng, ids_shape, V, C, dtype):
+    ids = rng.integers(0, V, ids_shape).astype(np.int64)
+    ids.flat[0], ids.flat[-1] = 0, V - 1                     # both ends of the table
+    return ids, rng.standard_normal((V, C)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("ids_shape,ids_tiles,vc,table_tiles", GRIDS)
+def test_embedding_forward(rng, ids_shape, ids_tiles, vc, table_tiles, dtype):
+    ids, table = _case(rng, ids_shape, *vc, dtype)
+    Y = F.embedding(tt.from_numpy(ids, ids_tiles), tt.from_numpy(table, table_tiles))
+    assert Y.shape == ids_shape + (vc[1],) and Y.tiles == ids_tiles + (table_tiles[1],) and Y.dtype == dtype
+    np.testing.assert_array_equal(Y.numpy(), table[ids])  # a gather is exact
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("ids_shape,ids_tiles,vc,table_tiles", GRIDS)
+def test_embedding_backward_scatter_add(rng, ids_shape, ids_tiles, vc, table_tiles, dtype):
+    V, C = vc
+    ids, table = _case(rng, ids_shape, V, C, dtype)
+    ids.flat[1] = ids.flat[0]                                # a repeated id accumulates
+    dy = rng.standard_normal(ids_shape + (C,)).astype(dtype)
+    T = tt.from_numpy(table, table_tiles).requires_grad_()
+    I = tt.from_numpy(ids, ids_tiles)
+    F.embedding(I, T).backward(tt.from_numpy(dy, ids_tiles + (table_tiles[1],)))
+    expected = np.zeros((V, C))
+    np.add.at(expected, ids.reshape(-1), dy.reshape(-1, C).astype(np.float64))
+    assert T.grad.shape == (V, C) and T.grad.tiles == T.tiles
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(T.grad.numpy(), expected, rtol=rtol, atol=rtol)
+    assert I.grad is None and not I.requires_grad
+
+
+def test_embedding_backward_is_deterministic(rng):
+    ids = rng.integers(0, 3, (16, 16)).astype(np.int64)     # many collisions in few rows
+    dy = rng.standard_normal((16, 16, 8)).astype(np.float32) * np.float32(1e3)
+    I = tt.from_numpy(ids, (4, 4))
+    grads = []
+    for _ in range(3):
+        T = tt.from_numpy(np.zeros((3, 8), np.float32), (2, 3)).requires_grad_()
+        F.embedding(I, T).backward(tt.from_numpy(dy, (4, 4, 3)))
+        grads.append(T.grad.numpy())
+    for g in grads[1:]:
+        np.testing.assert_array_equal(g, grads[0])
+
+
+@pytest.mark.parametrize("table_tiles", [(7, 5), (3, 2)])
+def test_vjp_embedding(rng, table_tiles):
+    ids = rng.integers(0, 7, (4, 6)).astype(np.int64)
+    I = tt.from_numpy(ids, (3, 4))
+    table = rng.standard_normal((7, 5))
+    vjp_check(lambda T: F.embedding(I, T), [table], [table_tiles])
+    # through a following op, with the table tiles smaller along C than a matmul needs
+    w = rng.standard_normal((5, 3))
+    vjp_check(lambda T, W: F.embedding(I, T) @ W, [table, w], [table_tiles, (table_tiles[1], 2)])
+
+
+def test_tied_embedding_gradients_accumulate(rng):
+    # GPT-style weight tying: the table embeds the ids and projects back to logits
+    V, C = 9, 6
+    ids = rng.integers(0, V, (2, 5)).astype(np.int64)
+    table = rng.standard_normal((V, C))
+    v = rng.standard_normal((2, 5, V))
+    I = tt.from_numpy(ids, (1, 3))
+    T = tt.from_numpy(table, (4, 4)).requires_grad_()
+    h = F.embedding(I, T)                                    # (2, 5, C)
+    logits = F.matmul(h, T, transpose_b=True)                # (2, 5, V)
+    logits.backward(tt.from_numpy(v, (1, 3, 4)))
+    h_np = table[ids]
+    expected = np.einsum("btv,btc->vc", v, h_np)             # through the matmul's weight
+    np.add.at(expected, ids.reshape(-1), (v @ table).reshape(-1, C))  # through the gather
+    np.testing.assert_allclose(T.grad.numpy(), expected, rtol=1e-12, atol=1e-12)
+    vjp_check(lambda T_: F.matmul(F.embedding(I, T_), T_, transpose_b=True), [table], [(4, 4)])
+
+
+def test_ids_tensor_reused_and_0d(rng):
+    table = rng.standard_normal((5, 3))
+    T = tt.from_numpy(table, (2, 2))
+    y = F.embedding(tt.from_numpy(np.array(4, np.int64)), T)  # a single id: the result is (C,)
+    assert y.shape == (3,) and y.tiles == (2,)
+    np.testing.assert_array_equal(y.numpy(), table[4])
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_out_of_range_ids(rng, nothing_submitted):
+    T = tt.from_numpy(rng.standard_normal((6, 4)), (4, 2))
+    ids = np.zeros((3, 4), np.int64)
+    ids[1, 2] = 6
+    ids[2, 3] = 17
+    with pytest.raises(ValueError, match=r"embedding: ids\[1, 2\] = 6 is out of range for a table of 6 rows "
+                                         r"\(valid ids: 0\.\.5\); 2 id\(s\) out of range"):
+        F.embedding(tt.from_numpy(ids, (2, 2)), T)
+    ids[:] = 0
+    ids[0, 1] = -1
+    with pytest.raises(ValueError, match=r"embedding: ids\[0, 1\] = -1 is out of range"):
+        F.embedding(tt.from_numpy(ids, (2, 2)), T)
+    with pytest.raises(ValueError, match=r"embedding: ids = 9 is out of range"):
+        F.embedding(tt.from_numpy(np.array(9, np.int64)), T)
+
+
+def test_bad_input(rng, nothing_submitted):
+    T = tt.from_numpy(rng.standard_normal((6, 4)), (4, 2))
+    ids = tt.from_numpy(np.zeros((2, 3), np.int64))
+    with pytest.raises(TypeError, match="embedding: ids must be an int64 tensor, got float64"):
+        F.embedding(tt.from_numpy(np.zeros((2, 3))), T)
+    with pytest.raises(TypeError, match="embedding: ids must be a tiletrain Tensor, got ndarray"):
+        F.embedding(np.zeros((2, 3), np.int64), T)
+    with pytest.raises(TypeError, match="embedding: table has dtype int64"):
+        F.embedding(ids, tt.from_numpy(np.zeros((6, 4), np.int64)))
+    with pytest.raises(TypeError, match="embedding: table must be a tiletrain Tensor"):
+        F.embedding(ids, np.zeros((6, 4)))
+    with pytest.raises(ValueError, match=r"embedding: table must be 2-D \(V, C\), got shape \(6,\)"):
+        F.embedding(ids, tt.from_numpy(np.zeros(6)))
+    with pytest.raises(ValueError, match="embedding: ids has 8 axes; at most 7"):
+        F.embedding(tt.from_numpy(np.zeros((1,) * 8, np.int64)), T)
+    with pytest.raises(TypeError, match="gradients need a float tensor"):
+        ids.requires_grad_()
+
+
+def test_expanders_revalidate_and_kernels_skip_out_of_range_ids(rng):
+    """Calling C directly (no Python range check): bad layouts are rejected, and ids outside
+    the table are skipped by the kernels: zero rows forward, no contribution backward."""
+    table = rng.standard_normal((6, 4))
+    T = tt.from_numpy(table, (4, 3))
+    ids = np.array([[0, 6, 5], [-1, 3, 1 << 40]], np.int64)
+    I = tt.from_numpy(ids, (1, 2))
+    y = tt.empty((2, 3, 4), (1, 2, 3), np.float64)
+    check(lib.tt_embedding(I._ptr, T._ptr, y._ptr))
+    ok = (ids >= 0) & (ids < 6)
+    expected = np.zeros((2, 3, 4))
+    expected[ok] = table[ids[ok]]
+    np.testing.assert_array_equal(y.numpy(), expected)
+    dy = rng.standard_normal((2, 3, 4))
+    DY = tt.from_numpy(dy, (1, 2, 3))
+    dT = tt.empty((6, 4), (4, 3), np.float64)
+    check(lib.tt_embedding_backward(I._ptr, DY._ptr, dT._ptr))
+    exp_grad = np.zeros((6, 4))
+    np.add.at(exp_grad, ids[ok], dy[ok])
+    np.testing.assert_allclose(dT.numpy(), exp_grad, rtol=1e-12)
+
+    # (keep every tensor referenced while C holds its pointer)
+    y_tiles = tt.empty((2, 3, 4), (1, 2, 2), np.float64)
+    y32 = tt.empty((2, 3, 4), (1, 2, 3), np.float32)
+    unwritten = tt.empty((6, 4), (4, 3), np.float64)
+    dy_tiles = tt.from_numpy(dy, (1, 2, 2))
+    tt.wait()
+    before = _ntasks()
+    with pytest.raises(ValueError, match="ids must be int64"):
+        check(lib.tt_embedding(T._ptr, T._ptr, y._ptr))
+    with pytest.raises(ValueError, match=r"output must have the shape and tiles of ids followed by \(4,\) "
+                                         r"tiled 3"):
+        check(lib.tt_embedding(I._ptr, T._ptr, y_tiles._ptr))
+    with pytest.raises(ValueError, match="table and output must share a float dtype"):
+        check(lib.tt_embedding(I._ptr, T._ptr, y32._ptr))
+    with pytest.raises(ValueError, match="never been written"):
+        check(lib.tt_embedding(I._ptr, unwritten._ptr, y._ptr))
+    with pytest.raises(ValueError, match="output gradient must have the shape and tiles of ids"):
+        check(lib.tt_embedding_backward(I._ptr, dy_tiles._ptr, dT._ptr))
+    assert _ntasks() == before
