@@ -1,20 +1,9 @@
 """NumPy references for the attention kernels (merged into references.REFERENCES)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Reference:  # the fields of references.Reference (not imported: references imports this module)
-    case: Callable
-    ref: Callable
-
-
-def _r(rng, dt, *shape):
-    return rng.standard_normal(shape).astype(dt)
+from ._refbase import Reference, _r
 
 
 def _heads_split_case(rng, dt):

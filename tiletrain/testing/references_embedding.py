@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .references import Reference
+from ._refbase import Reference
 
 M, N, NV, V0 = 9, 4, 3, 5
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .references import Reference
+from ._refbase import Reference
 
 M, N = 3, 5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .references import Reference
+from ._refbase import Reference
 
 M, K, N = 3, 5, 2
 
