@@ -2,23 +2,18 @@
 Python exceptions."""
 from __future__ import annotations
 
-import os
-import sys
-
 from ._version import __version__
 
-_flags = sys.getdlopenflags()
+# Loaded with the default RTLD_LOCAL: the library's OpenBLAS must not interpose its
+# symbols on other libraries in the process (PyTorch's BLAS calls would otherwise land in
+# it and run several times slower).
 try:
-    # StarPU-MPI loads Open MPI, whose plugins need its symbols global.
-    sys.setdlopenflags(_flags | os.RTLD_GLOBAL)
     from . import _tiletrain_cffi as _mod  # type: ignore[attr-defined]
 except ImportError as exc:  # pragma: no cover - depends on the build
     raise ImportError(
         f"tiletrain's compiled extension could not be loaded ({exc}). Build it with `make setup` "
         "(or `pip install -e .` once StarPU, OpenBLAS and cmake are installed)."
     ) from exc
-finally:
-    sys.setdlopenflags(_flags)
 
 ffi = _mod.ffi
 lib = _mod.lib
