@@ -6,9 +6,11 @@ PyTorch eager on the CPU, same inputs and weights, same number of threads.
     backward of <y, G> for a fixed random G: gradients of x and every weight.
 
 tiletrain: --ncpu workers (single-threaded BLAS per task).  PyTorch: torch.set_num_threads
-(--ncpu).  Prints medians over --reps repetitions (after one warm-up each), for every tile
-configuration, and the ratio tiletrain time / PyTorch time (< 1 means tiletrain is faster).
-The first repetition also checks that both give the same output and gradients.
+(--ncpu).  The two alternate step by step (tiletrain's workers sleep during PyTorch's steps:
+the runtime pauses them when idle), so both see the same machine state.  Prints medians
+over --reps repetitions (after one warm-up) for every tile configuration, and the ratio
+tiletrain time / PyTorch time (< 1 means tiletrain is faster).  The first repetition also
+checks that both give the same output and gradients.
 
     python benchmarks/block.py [--B 8 --T 256 --C 512 --heads 8] [--reps 5] [--dtype float32]
 """
@@ -105,37 +107,37 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; block B={B} T={T} C={C} heads={H} "
           f"MLP 4C, {args.dtype}, {args.reps} repetitions (medians)", flush=True)
 
-    # PyTorch eager (runs while no StarPU runtime is up)
     tx = torch.tensor(x_np, requires_grad=True)
     tw = {k: torch.tensor(v, requires_grad=True) for k, v in w_np.items()}
     tg = torch.tensor(g_np)
-    torch_times = []
-    for rep in range(args.reps + 1):
+
+    def torch_step() -> float:
         for t in [tx, *tw.values()]:
             t.grad = None
         t0 = time.perf_counter()
-        y = torch_block(torch, tx, tw, H)
-        y.backward(tg)
-        torch_times.append(time.perf_counter() - t0)
-    torch_times = torch_times[1:]
+        torch_block(torch, tx, tw, H).backward(tg)
+        return time.perf_counter() - t0
+
+    torch_step()
     ref_y = torch_block(torch, tx, tw, H).detach().numpy()
     ref_grads = {"x": tx.grad.numpy(), **{k: v.grad.numpy() for k, v in tw.items()}}
-    print(f"  pytorch: {median(torch_times) * 1e3:.0f} ms", flush=True)
 
-    rows = [["pytorch eager", "-", "-", f"{median(torch_times) * 1e3:.0f}", "1.00"]]
+    rows = []
     rtol = 2e-3 if dtype == np.float32 else 1e-9
     for name in args.configs:
         cfg = CONFIGS[name]
-        times = []
-        with tt.init(ncpu=args.ncpu, sched=args.sched):
+        times, torch_times = [], []
+        with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
             X = tt.from_numpy(x_np, cfg).requires_grad_()
             G = tt.from_numpy(g_np, cfg)
             P = {k: tt.from_numpy(v, tile_of(k, v.shape, cfg)).requires_grad_() for k, v in w_np.items()}
-            ntasks0 = 0
+            from tiletrain._ffi import lib
+            ntasks0 = sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
             for rep in range(args.reps + 1):
                 for t in [X, *P.values()]:
                     t.grad = None
-                tt.wait()
+                tt.wait()  # workers asleep from here
+                torch_times.append(torch_step())
                 t0 = time.perf_counter()
                 y = tiletrain_block(X, P, H)
                 y.backward(G)
@@ -152,14 +154,16 @@ def main() -> int:
                         print("  MISMATCH against PyTorch", flush=True)
                         return 1
                 del y
-            from tiletrain._ffi import lib
             ntasks = sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count())) - ntasks0
-        times = times[1:]
-        rows.append([f"tiletrain {name}", "x".join(map(str, cfg)), ntasks // (args.reps + 1),
+            sched = rt.sched
+        times, torch_times = times[1:], torch_times[1:]
+        rows.append([f"pytorch eager", "-", "-", "-", f"{median(torch_times) * 1e3:.0f}", "1.00"])
+        rows.append([f"tiletrain {name}", "x".join(map(str, cfg)), sched, ntasks // (args.reps + 1),
                      f"{median(times) * 1e3:.0f}", f"{median(times) / median(torch_times):.2f}"])
-        print(f"  tiletrain {name}: {median(times) * 1e3:.0f} ms", flush=True)
+        print(f"  {name}: tiletrain {median(times) * 1e3:.0f} ms, pytorch {median(torch_times) * 1e3:.0f} ms",
+              flush=True)
     print()
-    print(table(["program", "tiles (B,T,C)", "tasks/step", "ms", "time ratio vs torch"], rows))
+    print(table(["program", "tiles (B,T,C)", "sched", "tasks/step", "ms", "time ratio vs torch"], rows))
     return 0
 
 

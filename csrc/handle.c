@@ -138,6 +138,7 @@ void tt_tensor_free(tt_tensor *t)
         return;
     tt_tensors_lock();
     if (!t->dead && t->session == tt_current_session() && tt_session_active()) {
+        tt_ensure_running();
         tt_tensors_unlink(t);
         tt_bytes_live_locked_add(-tensor_bytes(t));
         for (int64_t i = 0; i < t->ntiles; i++)
@@ -193,6 +194,7 @@ static void copy_block(char *strided, const int64_t *strides, char *tile, const 
 
 static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_tile)
 {
+    tt_ensure_running();
     int64_t idx[TT_MAX_NDIM], tshape[TT_MAX_NDIM];
     for (int64_t i = 0; i < t->ntiles; i++) {
         tt_tile_index(t, i, idx);

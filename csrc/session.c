@@ -130,6 +130,7 @@ int tt_shutdown(void)
 {
     if (!initialized)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    tt_ensure_running();
     starpu_task_wait_for_all();
     tt_tensors_kill_all();
     starpu_shutdown();
@@ -142,6 +143,7 @@ int tt_wait_all(void)
 {
     if (!initialized)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    tt_ensure_running();
     int ret = starpu_task_wait_for_all();
     if (ret != 0)
         return tt_error(TT_ESTARPU, "starpu_task_wait_for_all failed (%d)", ret);
@@ -160,6 +162,7 @@ int tt_wait_for(double seconds)
 {
     if (!initialized)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    tt_ensure_running();
     double end = now() + seconds;
     long sleep_ns = 2000;
     while (starpu_task_nsubmitted() > 0) {
@@ -269,3 +272,35 @@ void tt_bytes_live_locked_add(int64_t delta)
 int64_t tt_bytes_created(void) { return bytes_created; }
 
 int64_t tt_bytes_live(void) { return bytes_live; }
+
+static pthread_mutex_t pause_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int paused = 0;
+
+void tt_ensure_running(void)
+{
+    if (!__atomic_load_n(&paused, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&pause_mutex);
+    if (paused) {
+        starpu_resume();
+        __atomic_store_n(&paused, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&pause_mutex);
+}
+
+int tt_pause_if_idle(void)
+{
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    int did = 0;
+    pthread_mutex_lock(&pause_mutex);
+    if (!paused && starpu_task_nsubmitted() == 0) {
+        starpu_pause();
+        __atomic_store_n(&paused, 1, __ATOMIC_RELEASE);
+        did = 1;
+    }
+    pthread_mutex_unlock(&pause_mutex);
+    return did;
+}
+
+int tt_is_paused(void) { return __atomic_load_n(&paused, __ATOMIC_ACQUIRE); }

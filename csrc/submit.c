@@ -19,6 +19,7 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes)
 {
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    tt_ensure_running();
     struct starpu_task *task = starpu_task_create();
     if (!task) {
         free(args);

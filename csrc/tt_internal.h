@@ -52,6 +52,9 @@ void tt_tensors_kill_all(void);
 /* caller holds the tensors lock */
 void tt_bytes_live_locked_add(int64_t delta);
 
+/* wake paused workers (session.c): before any submission, transfer or wait */
+void tt_ensure_running(void);
+
 /* tensors (handle.c) */
 int tt_check_tensor(const tt_tensor *t, const char *what);
 /* tt_check_tensor + the tensor must hold data (StarPU aborts on reading a never-written tile) */

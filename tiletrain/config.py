@@ -28,6 +28,7 @@ _ENV = {
     "mpi": "TILETRAIN_MPI",
     "silent": "STARPU_SILENT",
     "memory_limit_mb": "STARPU_LIMIT_CPU_MEM",
+    "pause_when_idle": "TILETRAIN_PAUSE_WHEN_IDLE",
 }
 
 
@@ -69,6 +70,7 @@ class RuntimeConfig:
     calibrate: int | None = None  # perf-model calibration (0, 1, 2)
     silent: bool = True           # silence StarPU's informational messages
     memory_limit_mb: int | None = None  # cap on StarPU's CPU memory (MiB); enables memory accounting
+    pause_when_idle: bool = True  # put polling workers to sleep when a wait finds nothing pending
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -87,7 +89,7 @@ class RuntimeConfig:
             env = os.environ.get(_ENV[f.name])
             if env is None:
                 continue
-            if f.name in ("profile", "mpi", "silent"):
+            if f.name in ("profile", "mpi", "silent", "pause_when_idle"):
                 values[f.name] = _env_bool(_ENV[f.name], env)
             elif f.name == "sched":
                 values[f.name] = env or None

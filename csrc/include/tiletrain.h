@@ -56,6 +56,11 @@ int tt_wait_all(void);
 int tt_wait_for(double seconds);   /* 1: all tasks done, 0: timed out, <0: error */
 int tt_pending(void);              /* tasks submitted and not yet finished */
 void tt_set_priority(int priority);
+/* StarPU's CPU workers poll for tasks and keep their cores busy even when idle.
+ * tt_pause_if_idle puts them to sleep when no task is pending (returns 1 if it did);
+ * every submission, transfer, wait and shutdown wakes them first. */
+int tt_pause_if_idle(void);
+int tt_is_paused(void);
 int tt_get_priority(void);
 
 /* introspection */

@@ -73,7 +73,7 @@ class Runtime:
         # numpy's own OpenBLAS runs beside the workers: keep it single-threaded too.
         try:
             from threadpoolctl import threadpool_limits
-            self._blas_limit = threadpool_limits(limits=1, user_api="blas")
+            self._blas_limit = threadpool_limits(limits={"openblas": 1})
         except Exception:  # pragma: no cover - threadpoolctl is a dependency
             self._blas_limit = None
         with _environment(cfg.starpu_env()):
@@ -108,6 +108,15 @@ class Runtime:
 
     def wait(self) -> None:
         wait()
+
+    def idle(self) -> bool:
+        """Put StarPU's workers to sleep if no task is pending (they poll, and so keep every
+        core busy, while awake); the next submission wakes them.  Done automatically after
+        wait() and after reading a tensor when ``pause_when_idle`` is on (the default).
+        Returns whether the workers were put to sleep now."""
+        if self.config.pause_when_idle and self.alive:
+            return bool(check(lib.tt_pause_if_idle()))
+        return False
 
     @property
     def sched(self) -> str:
@@ -191,10 +200,11 @@ def current() -> Runtime:
 
 def wait() -> None:
     """Wait until every submitted task has run.  Ctrl-C interrupts the wait."""
-    current()
+    rt = current()
     while not check(lib.tt_wait_for(0.1)):
         pass
     check(lib.tt_wait_all())
+    rt.idle()
 
 
 @contextlib.contextmanager

@@ -136,6 +136,7 @@ class Tensor:
             if not out.flags.writeable:
                 raise ValueError("out is read-only")
         check(lib.tt_tensor_read(ptr, ffi.from_buffer(out, require_writable=True)))
+        current().idle()
         return out
 
     def __array__(self, dtype=None, copy=None):
