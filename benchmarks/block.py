@@ -29,7 +29,7 @@ import tiletrain.functional as F  # noqa: E402
 from _common import environment, median, table  # noqa: E402
 
 # (batch tile, time tile, width tile): two tile configurations
-CONFIGS = {"coarse": (1, 256, 512), "fine": (2, 128, 256)}
+CONFIGS = {"coarse": (1, 256, 512), "fine": (2, 128, 256), "rows": (2, 128, 512), "wide": (8, 256, 512)}
 
 
 def make_weights(C: int, rng, dtype):

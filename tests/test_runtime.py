@@ -170,3 +170,21 @@ def test_cli_info():
     r = subprocess.run([sys.executable, "-m", "tiletrain", "info", "--sched", "nope"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown scheduling policy" in r.stderr
+
+
+def test_idle_workers_sleep_and_wake_on_submission(runtime):
+    from tiletrain._ffi import lib
+    x = tt.ones((64,), tiles=8)
+    tt.wait()
+    assert lib.tt_is_paused() == 1          # nothing pending: workers put to sleep
+    y = x * 2.0                             # a submission wakes them
+    assert lib.tt_is_paused() == 0
+    assert float(tt.sum(y)) == 128.0        # (reading also tries, if nothing is pending by then)
+    tt.wait()
+    assert lib.tt_is_paused() == 1
+    tt.shutdown()                           # shutting down from the paused state is clean
+    rt = tt.init(ncpu=2, pause_when_idle=False)
+    tt.ones((4,))
+    tt.wait()
+    assert lib.tt_is_paused() == 0
+    tt.shutdown()
