@@ -1,4 +1,4 @@
-"""Command line: `tiletrain info | demo`."""
+"""Command line: `tiletrain info | demo | train | generate`."""
 from __future__ import annotations
 
 import argparse
@@ -67,6 +67,96 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def _tiles(text: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tiles must be B,T,C integers, got {text!r}") from None
+    if len(parts) != 3 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"tiles must be three positive integers B,T,C, got {text!r}")
+    return parts
+
+
+def _add_train(sub) -> None:
+    from .train import TrainArgs
+    d = TrainArgs()
+    p = sub.add_parser("train", help="train a GPT on a text corpus (default: the Python standard library)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = p.add_argument_group("model")
+    g.add_argument("--n-layer", type=int, default=d.n_layer)
+    g.add_argument("--n-head", type=int, default=d.n_head)
+    g.add_argument("--n-embd", type=int, default=d.n_embd)
+    g.add_argument("--block-size", type=int, default=None, help="context length (default: --seq-len)")
+    g.add_argument("--dropout", type=float, default=d.dropout)
+    g = p.add_argument_group("data")
+    g.add_argument("--data", nargs="+", default=[], metavar="FILE", help="text files (default: stdlib sources)")
+    g.add_argument("--max-bytes", type=int, default=d.max_bytes, help="read at most this much text")
+    g.add_argument("--val-fraction", type=float, default=d.val_fraction)
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--batch", type=int, default=d.batch, help="sequences per micro-batch")
+    g.add_argument("--micro-batches", type=int, default=d.micro_batches, help="micro-batches per step")
+    g.add_argument("--seq-len", type=int, default=d.seq_len)
+    g.add_argument("--steps", type=int, default=d.steps)
+    g.add_argument("--lr", type=float, default=d.lr)
+    g.add_argument("--min-lr", type=float, default=d.min_lr)
+    g.add_argument("--warmup", type=int, default=d.warmup)
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    g.add_argument("--grad-clip", type=float, default=d.grad_clip, help="0 disables clipping")
+    g = p.add_argument_group("runtime")
+    g.add_argument("--tiles", type=_tiles, default=None, help="tile sizes B,T,C (default: chosen from the model)")
+    _runtime_args(g)
+    g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"])
+    g.add_argument("--seed", type=int, default=d.seed)
+    g = p.add_argument_group("checkpoints and output")
+    g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
+    g.add_argument("--eval-every", type=int, default=d.eval_every, help="validate (and checkpoint) every N steps")
+    g.add_argument("--eval-batches", type=int, default=d.eval_batches)
+    g.add_argument("--sample-tokens", type=int, default=d.sample_tokens, help="tokens to sample at the end")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args) -> int:
+    from .train import TrainArgs, train
+    targs = TrainArgs(
+        n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
+        dropout=args.dropout, data=args.data, max_bytes=args.max_bytes, val_fraction=args.val_fraction,
+        batch=args.batch, micro_batches=args.micro_batches, seq_len=args.seq_len, steps=args.steps, lr=args.lr,
+        min_lr=args.min_lr, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
+        tiles=args.tiles, sched=args.sched, ncpu=args.ncpu, dtype=args.dtype, seed=args.seed,
+        ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
+        sample_tokens=args.sample_tokens, progress=not args.no_progress)
+    res = train(targs)
+    return 130 if res.stopped_early else 0
+
+
+def _add_generate(sub) -> None:
+    p = sub.add_parser("generate", help="sample text from a checkpoint")
+    p.add_argument("--ckpt-dir", required=True)
+    p.add_argument("--prompt", default="def ")
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ncpu", type=int, default=None)
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args) -> int:
+    import tiletrain as tt
+    from .data import ByteTokenizer
+    from .train import generate, load_for_generation
+    model, meta = load_for_generation(args.ckpt_dir, ncpu=args.ncpu)
+    try:
+        text = generate(model, ByteTokenizer().encode(args.prompt), args.tokens, args.temperature, args.top_k,
+                        np.random.default_rng(args.seed))
+        print(text)
+    finally:
+        tt.shutdown()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tiletrain", description="task-based training runtime on StarPU")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=2048, help="matrix size (default 2048)")
     p.add_argument("--tile", type=int, default=512, help="tile size (default 512)")
     p.set_defaults(func=cmd_demo)
+    _add_train(sub)
+    _add_generate(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
+    except (ValueError, TypeError, RuntimeError, NotImplementedError, FileNotFoundError) as exc:
         print(f"tiletrain: error: {exc}", file=sys.stderr)
         return 2
 
