@@ -1,0 +1,174 @@
+"""A full GPT training step (forward, backward, AdamW) in tiletrain and in PyTorch eager, same
+weights and batch, alternating step by step in one process; plus each framework's peak
+memory measured in a separate process (peak RSS above the interpreter with its imports).
+
+    python benchmarks/gpt_step.py [--sizes small medium small-v8k] [--reps 5]
+
+Sizes: small = 4 layers x 512, 8 heads, T=256, B=8, vocab 256; medium = 12 x 768, 12 heads,
+T=256, B=4, vocab 256; small-v8k = small with an 8,192-token vocabulary.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+SIZES = {
+    "small": dict(n_layer=4, n_embd=512, n_head=8, T=256, B=8, vocab=256),
+    "medium": dict(n_layer=12, n_embd=768, n_head=12, T=256, B=4, vocab=256),
+    "small-v8k": dict(n_layer=4, n_embd=512, n_head=8, T=256, B=8, vocab=8192),
+}
+
+
+def _torch_model(torch, s, seed=0):
+    from tiletrain.testing.torch_gpt import make_torch_gpt
+    torch.manual_seed(seed)
+    return make_torch_gpt(torch, s["vocab"], s["T"], s["n_layer"], s["n_head"], s["n_embd"])
+
+
+def _tiletrain_model(tt, torch_model, s, tiles):
+    from tiletrain.nn import GPT, GPTConfig, Tiling
+    cfg = GPTConfig(vocab_size=s["vocab"], block_size=s["T"], n_layer=s["n_layer"], n_head=s["n_head"],
+                    n_embd=s["n_embd"])
+    tiling = Tiling.default(cfg, batch=s["B"], seq_len=s["T"]) if tiles is None else Tiling(*tiles)
+    sd = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
+    return GPT.from_hf(sd, config=cfg, tiling=tiling)
+
+
+def _batch(s, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, s["vocab"], (s["B"], s["T"]))
+    y = rng.integers(0, s["vocab"], (s["B"], s["T"]))
+    return x, y
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
+    """Peak RSS growth (MiB) of 3 training steps, in this (fresh) process."""
+    import torch
+    import tiletrain as tt
+    torch.set_num_threads(ncpu)
+    s = SIZES[size]
+    x, y = _batch(s)
+    base = _rss_mb()
+    if framework == "torch":
+        m = _torch_model(torch, s)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        xt, yt = torch.tensor(x), torch.tensor(y)
+        for _ in range(3):
+            _, loss = m(xt, yt)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss.item()
+    else:
+        tt.init(ncpu=ncpu)
+        tm = _torch_model(torch, s)
+        m = _tiletrain_model(tt, tm, s, tiles)
+        del tm
+        opt = tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        for _ in range(3):
+            loss = m.loss(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            float(loss)
+        tt.wait()
+    return _rss_mb() - base
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ncpu", type=int, default=os.cpu_count())
+    ap.add_argument("--sched", default=None)
+    ap.add_argument("--tiles", default=None, help="B,T,C tile sizes (default: Tiling.default)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    ap.add_argument("--memory-probe", nargs=2, metavar=("FRAMEWORK", "SIZE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    tiles = tuple(int(v) for v in args.tiles.split(",")) if args.tiles else None
+    if args.memory_probe:
+        print(json.dumps({"peak_mb": memory_probe(args.memory_probe[0], args.memory_probe[1], tiles, args.ncpu)}))
+        return 0
+
+    import torch
+    import tiletrain as tt
+    from _common import environment, median, table
+    from tiletrain.train import flops_per_token
+
+    torch.set_num_threads(args.ncpu)
+    print(environment())
+    print("STARPU_* " + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("STARPU_")))
+    print(f"torch {torch.__version__} with {torch.get_num_threads()} threads; tiletrain {tt.__version__} with "
+          f"{args.ncpu} CPU workers; float32; {args.reps} repetitions after one warm-up (medians)", flush=True)
+    rows = []
+    for size in args.sizes:
+        s = SIZES[size]
+        x, y = _batch(s)
+        tm = _torch_model(torch, s)
+        topt = torch.optim.AdamW(tm.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        xt, yt = torch.tensor(x), torch.tensor(y)
+        with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
+            m = _tiletrain_model(tt, tm, s, tiles)
+            opt = tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+            n_params = sum(p.numel() for p in tm.parameters())
+            fpt = flops_per_token(dict(n_layer=s["n_layer"], n_embd=s["n_embd"]), n_params, s["T"])
+            tokens = s["B"] * s["T"]
+            t_times, o_times, t_losses, o_losses = [], [], [], []
+            for rep in range(args.reps + 1):
+                tt.wait()  # tiletrain's workers sleep during PyTorch's step
+                t0 = time.perf_counter()
+                _, tl = tm(xt, yt)
+                tl.backward()
+                topt.step()
+                topt.zero_grad(set_to_none=True)
+                t_losses.append(tl.item())
+                t_times.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                loss = m.loss(x, y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                o_losses.append(float(loss))
+                tt.wait()
+                o_times.append(time.perf_counter() - t0)
+                print(f"  {size} step {rep}: pytorch {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}, "
+                      f"tiletrain {o_times[-1] * 1e3:.0f} ms loss {o_losses[-1]:.5f}", flush=True)
+            if abs(t_losses[0] - o_losses[0]) > 1e-3 * abs(t_losses[0]):
+                print(f"  {size}: first-step losses differ: {t_losses[0]} vs {o_losses[0]}")
+                return 1
+            sched = rt.sched
+        tmed, omed = median(t_times[1:]), median(o_times[1:])
+        mem = {}
+        if not args.no_memory:
+            for fw in ("torch", "tiletrain"):
+                cmd = [sys.executable, __file__, "--memory-probe", fw, size, "--ncpu", str(args.ncpu)]
+                if args.tiles:
+                    cmd += ["--tiles", args.tiles]
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+                mem[fw] = json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"] if r.returncode == 0 else float("nan")
+        for fw, med in (("pytorch eager", tmed), (f"tiletrain ({sched})", omed)):
+            key = "torch" if fw.startswith("pytorch") else "tiletrain"
+            rows.append([size, fw, f"{med * 1e3:.0f}", f"{tokens / med:,.0f}", f"{fpt * tokens / med / 1e9:.1f}",
+                         f"{mem.get(key, float('nan')):.0f}", f"{tmed / med:.2f}",
+                         f"{mem.get(key, float('nan')) / mem.get('torch', float('nan')):.2f}" if mem else "-"])
+    print()
+    print(table(["size", "program", "step ms", "tokens/s", "GFLOP/s", "peak MiB", "speed vs torch",
+                 "memory vs torch"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
