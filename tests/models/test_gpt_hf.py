@@ -44,7 +44,8 @@ def test_from_hf_model_matches_reference_logits(rng):
     model = GPT.from_hf(FakeHFModel(ref, hf_config()), tiling=FINE, dtype=np.float64)
     assert model.config == CFG  # read from the model's config; dropout 0
     idx = rng.integers(0, 23, (2, 11))
-    np.testing.assert_allclose(_logits(model, idx), ref(torch.tensor(idx)).detach().numpy(), rtol=1e-10, atol=1e-12)
+    want = ref(torch.tensor(idx)).detach().numpy()
+    np.testing.assert_allclose(_logits(model, idx), want, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["torch", "numpy", "float32-torch"])
@@ -96,9 +97,11 @@ def test_from_hf_errors(rng):
     with pytest.raises(ValueError, match="n_layer: config 3, state dict 2"):
         GPT.from_hf(sd, config=GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=16))
     with pytest.raises(ValueError, match="bias must be True"):
-        GPT.from_hf(sd, config=GPTConfig(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False))
+        GPT.from_hf(sd, config=GPTConfig(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                                         bias=False))
     bad = dict(sd)
-    bad["transformer.h.0.attn.c_attn.weight"] = bad["transformer.h.0.attn.c_attn.weight"].T  # torch Linear layout
+    key = "transformer.h.0.attn.c_attn.weight"
+    bad[key] = bad[key].T  # torch.nn.Linear's (out, in) layout instead of Conv1D's
     with pytest.raises(ValueError, match=r"c_attn.weight: shape \(48, 16\) in the state dict, \(16, 48\)"):
         GPT.from_hf(bad, config=CFG)
     missing = dict(sd)

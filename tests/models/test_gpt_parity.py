@@ -142,7 +142,8 @@ def test_eval_logits_do_not_depend_on_the_tiling(rng):
     sd = random_hf_state_dict(CFG, rng)
     idx, _ = _batch(rng, 3, 13)
     outs = [GPT.from_hf(sd, config=CFG, tiling=t, dtype=np.float64).eval()(idx).numpy()
-            for t in (TILINGS["one-tile"], TILINGS["fine"], Tiling(batch=2, time=5, width=8, hidden=64, vocab=23))]
+            for t in (TILINGS["one-tile"], TILINGS["fine"],
+                      Tiling(batch=2, time=5, width=8, hidden=64, vocab=23))]
     for o in outs[1:]:
         assert rel_err(o, outs[0]) < 1e-12
 

@@ -174,7 +174,8 @@ def test_config_and_tiling_validation():
         GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=16, dropout=1.0)
     with pytest.raises(ValueError, match="Tiling.time"):
         Tiling(time=0)
-    with pytest.raises(ValueError, match=r"Tiling.width=12 must be a multiple of the head size 8 .*\[8, 16\]"):
+    with pytest.raises(ValueError, match=r"Tiling.width=12 must be a multiple of the head size 8 .*"
+                                         r"\[8, 16\]"):
         GPT(CFG, Tiling(width=12))
     with pytest.raises(ValueError, match="Tiling.width=24"):
         GPT(CFG, Tiling(width=24))
@@ -189,6 +190,10 @@ def test_config_and_tiling_validation():
     assert Tiling(batch=3, time=5).rows(2, 4) == (2, 4)
     cfg = GPTConfig(vocab_size=8192, block_size=1024, n_layer=1, n_head=12, n_embd=768)
     assert Tiling().resolve(cfg).width == 768 and Tiling().resolve(cfg).vocab == 1024
+    def heads(h, c):
+        return GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=h, n_embd=c)
+    assert Tiling().resolve(heads(25, 1600)).width == 320   # the largest tile of whole heads <= 1024
+    assert Tiling().resolve(heads(1, 2048)).width == 2048   # one head wider than 1024: the whole head
 
 
 def test_tiling_reaches_every_tensor(rng):

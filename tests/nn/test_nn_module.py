@@ -44,7 +44,8 @@ def test_registration_order_names_and_modules():
     m = Toy()
     names = [n for n, _ in m.named_parameters()]
     # own parameters first (in assignment order), then submodules in assignment order
-    assert names == ["b", "a", "first.weight", "first.bias", "blocks.0.weight", "blocks.0.bias", "blocks.1.weight"]
+    assert names == ["b", "a", "first.weight", "first.bias", "blocks.0.weight", "blocks.0.bias",
+                     "blocks.1.weight"]
     assert [p for p in m.parameters()] == [p for _, p in m.named_parameters()]
     assert [n for n, _ in m.named_modules()] == ["", "first", "blocks", "blocks.0", "blocks.1"]
     assert list(m.modules())[1] is m.first

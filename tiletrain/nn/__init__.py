@@ -8,4 +8,5 @@ from .layers import Dropout, Embedding, LayerNorm, Linear
 from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter
 
 __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LayerNorm",
-           "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig", "Tiling"]
+           "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
+           "Tiling"]

@@ -82,11 +82,11 @@ class Tiling:
         """This tiling with width, hidden and vocab filled in and checked against config."""
         C, H = config.n_embd, config.n_head
         D = C // H
+        ok = [t for t in range(D, C + 1, D) if C % t == 0]  # tiles holding whole heads, dividing C
         width = self.width
         if width is None:
-            width = max(t for t in range(D, min(C, 1024) + 1, D) if C % t == 0)
+            width = max([t for t in ok if t <= 1024] or ok[:1])
         elif width % D or C % width:
-            ok = [t for t in range(D, C + 1, D) if C % t == 0]
             raise ValueError(f"Tiling.width={width} must be a multiple of the head size {D} (n_embd={C} / "
                              f"n_head={H}) that divides n_embd; valid: {ok}")
         hidden = min(4 * C, 1024) if self.hidden is None else min(self.hidden, 4 * C)

@@ -88,7 +88,8 @@ def _as_config(config) -> GPTConfig:
         return GPTConfig(**config)
     if hasattr(config, "n_positions"):
         return config_from_hf(config)
-    raise TypeError(f"from_hf: config must be a GPTConfig, a dict or a GPT2Config, got {type(config).__name__}")
+    raise TypeError("from_hf: config must be a GPTConfig, a dict or a GPT2Config, "
+                    f"got {type(config).__name__}")
 
 
 def from_hf(cls, model_or_state_dict, config=None, tiling=None, dtype=np.float32):
@@ -98,8 +99,9 @@ def from_hf(cls, model_or_state_dict, config=None, tiling=None, dtype=np.float32
         sd = src
         if config is None:
             known = infer_config(sd)
+            said = known or "nothing: no GPT-2 keys found"
             raise ValueError("from_hf: a state dict does not say how many heads the model has; pass "
-                             f"config=GPTConfig(...) (the shapes say {known or 'nothing: no GPT-2 keys found'})")
+                             f"config=GPTConfig(...) (the shapes say {said})")
     elif callable(getattr(src, "state_dict", None)) and hasattr(src, "config"):
         sd = src.state_dict()
         if config is None:

@@ -65,7 +65,8 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)  # (..., in) -> (..., out)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
 
 
 class LayerNorm(Module):

@@ -32,9 +32,11 @@ class Parameter(Tensor):
         if isinstance(data, np.ndarray):
             data = from_numpy(np.ascontiguousarray(data), tiles)
         elif not isinstance(data, Tensor):
-            raise TypeError(f"Parameter: data must be a tiletrain Tensor or a numpy.ndarray, got {type(data).__name__}")
+            raise TypeError("Parameter: data must be a tiletrain Tensor or a numpy.ndarray, "
+                            f"got {type(data).__name__}")
         elif tiles is not None and TensorTraits(data.shape, tiles).tiles != data.tiles:
-            raise ValueError(f"Parameter: tiles={tiles} given for a tensor that already has tiles {data.tiles}")
+            raise ValueError(f"Parameter: tiles={tiles} given for a tensor that already has tiles "
+                             f"{data.tiles}")
         data._handle("Parameter")
         if data.dtype.kind != "f":
             raise TypeError(f"Parameter: parameters must be float32 or float64, got {data.dtype}")
@@ -139,7 +141,10 @@ class Module:
         submodule's.  With remove_duplicate (the default) a parameter registered under
         several names (tied weights) is yielded once, under its first name."""
         seen: set[int] = set()
-        modules = self.named_modules(prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        if recurse:
+            modules = self.named_modules(prefix, remove_duplicate=remove_duplicate)
+        else:
+            modules = [(prefix, self)]
         for mname, m in modules:
             for pname, p in m._parameters.items():
                 if remove_duplicate:
@@ -195,7 +200,8 @@ class Module:
         weight needs only one of its names; if several are given they must be equal.  Values
         are converted to the parameter's dtype.  Returns (missing_keys, unexpected_keys)."""
         if not hasattr(state_dict, "keys") or not hasattr(state_dict, "__getitem__"):
-            raise TypeError(f"load_state_dict: expected a mapping of names to arrays, got {type(state_dict).__name__}")
+            raise TypeError("load_state_dict: expected a mapping of names to arrays, "
+                            f"got {type(state_dict).__name__}")
         params = dict(self.named_parameters(remove_duplicate=False))
         aliases: dict[int, list[str]] = {}
         for name, p in params.items():
@@ -223,8 +229,8 @@ class Module:
             if id(p) in values:
                 first, other = values[id(p)]
                 if not np.array_equal(other, arr):
-                    problems.append(f"{name} and {first} are the same (tied) parameter but the state dict gives "
-                                    "them different values")
+                    problems.append(f"{name} and {first} are the same (tied) parameter but the state dict "
+                                    "gives them different values")
                 continue
             values[id(p)] = (name, arr)
         if strict:
