@@ -16,4 +16,4 @@ __all__ = [
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum",
 ]
 
-from . import functional, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.optim)
+from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)

@@ -1,0 +1,129 @@
+"""Basic layers: Linear (GPT-2's Conv1D layout), LayerNorm, Embedding, Dropout.
+
+Parameters are initialised in NumPy (normal with standard deviation ``std`` from ``rng``,
+zero biases, unit LayerNorm weights) and copied into tiled tensors with the tile shape the
+caller gives (``tiles``; None means the default tile shape)."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import functional as F
+from ..tensor import Tensor, TensorTraits, from_numpy
+from ..tensor.tensor import as_dtype
+from .module import Module, Parameter
+
+__all__ = ["Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
+
+_default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
+
+
+def param_tiles(shape, tiles) -> tuple[int, ...] | None:
+    """A tile shape for a parameter of ``shape``: ``tiles`` may be None (the default tile
+    shape), an int, or a tuple whose None entries take the default along that axis."""
+    if tiles is None:
+        return None
+    if isinstance(tiles, numbers.Integral):
+        tiles = (int(tiles),) * len(shape)
+    tiles = tuple(tiles)
+    default = TensorTraits(shape).tiles
+    if len(tiles) != len(shape):
+        raise ValueError(f"tiles {tiles} has {len(tiles)} entries for a parameter of shape {tuple(shape)}")
+    return tuple(d if t is None else t for t, d in zip(tiles, default))
+
+
+def _int(v, what: str, name: str) -> int:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{what}: {name} must be a positive int, got {v!r}")
+    return int(v)
+
+
+def normal(shape, std: float, rng, dtype) -> np.ndarray:
+    """N(0, std^2) drawn in float64 from rng (so float32 and float64 models built from the
+    same seed hold the same values up to rounding)."""
+    rng = _default_rng if rng is None else rng
+    return (rng.standard_normal(shape) * std).astype(dtype)
+
+
+class Linear(Module):
+    """y = x @ weight + bias, weight in (in_features, out_features) layout (GPT-2's Conv1D;
+    torch.nn.Linear stores the transpose).  ``tiles`` = (tile along in, tile along out)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, tiles=None,
+                 dtype=np.float32, std: float = 0.02, rng: np.random.Generator | None = None):
+        super().__init__()
+        self.in_features = _int(in_features, "Linear", "in_features")
+        self.out_features = _int(out_features, "Linear", "out_features")
+        dtype = as_dtype(dtype)
+        shape = (self.in_features, self.out_features)
+        tiles = param_tiles(shape, tiles)
+        self.weight = Parameter(normal(shape, std, rng, dtype), tiles)
+        self.bias = Parameter(np.zeros(self.out_features, dtype), self.weight.tiles[1]) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)  # (..., in) -> (..., out)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class LayerNorm(Module):
+    """Layer normalisation over the last axis (eps 1e-5 as GPT-2); ``tile`` is the tile of
+    the normalised axis (x's last tile)."""
+
+    def __init__(self, n: int, eps: float = 1e-5, bias: bool = True, *, tile=None, dtype=np.float32):
+        super().__init__()
+        self.n, self.eps = _int(n, "LayerNorm", "n"), float(eps)
+        dtype = as_dtype(dtype)
+        tiles = param_tiles((self.n,), None if tile is None else (tile,))
+        self.weight = Parameter(np.ones(self.n, dtype), tiles)
+        self.bias = Parameter(np.zeros(self.n, dtype), tiles) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.n}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """A (num_embeddings, embedding_dim) table; ``forward(ids)`` gathers rows for int64 ids
+    (a tiletrain Tensor, or a NumPy int array).  ``tiles`` = (tile along rows, along dim)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, tiles=None, dtype=np.float32,
+                 std: float = 0.02, rng: np.random.Generator | None = None):
+        super().__init__()
+        self.num_embeddings = _int(num_embeddings, "Embedding", "num_embeddings")
+        self.embedding_dim = _int(embedding_dim, "Embedding", "embedding_dim")
+        shape = (self.num_embeddings, self.embedding_dim)
+        self.weight = Parameter(normal(shape, std, rng, as_dtype(dtype)), param_tiles(shape, tiles))
+
+    def forward(self, ids) -> Tensor:
+        if not isinstance(ids, Tensor):
+            a = np.asarray(ids)
+            if a.dtype.kind not in "iu":
+                raise TypeError(f"Embedding: ids must be integers, got dtype {a.dtype}")
+            ids = from_numpy(a.astype(np.int64))
+        return F.embedding(ids, self.weight)  # ids.shape + (embedding_dim,)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class Dropout(Module):
+    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p));
+    the identity in eval mode or for p = 0."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p must be a number in [0, 1), got {p!r}")
+        self.p = float(p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

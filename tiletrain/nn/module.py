@@ -1,0 +1,324 @@
+"""Module and Parameter: the containers that model code is written with.
+
+A Module registers the attributes assigned to it that are Parameters or Modules, in
+assignment order (its own parameters first, then its submodules, as torch.nn.Module), so
+that ``named_parameters()`` yields dotted names such as ``transformer.h.0.attn.c_attn.weight``.
+A Parameter is a Tensor that requires gradients.  ``state_dict()`` gathers NumPy copies;
+``load_state_dict()`` writes into the existing parameters in place (with tile tasks), so
+optimizers holding them and tied weights stay valid."""
+from __future__ import annotations
+
+import numbers
+from collections import namedtuple
+from typing import Iterator
+
+import numpy as np
+
+from ..ops import axpy_, fill_, no_grad
+from ..tensor import Tensor, TensorTraits, from_numpy
+
+__all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy"]
+
+
+class Parameter(Tensor):
+    """A Tensor that requires gradients and is registered by a Module.
+
+    ``Parameter(data, tiles=None)``: data is a tiletrain Tensor (the parameter shares its
+    tiles, no copy) or a NumPy array (copied into a tensor with the given tile shape)."""
+
+    __slots__ = ()
+
+    def __init__(self, data, tiles=None):
+        if isinstance(data, np.ndarray):
+            data = from_numpy(np.ascontiguousarray(data), tiles)
+        elif not isinstance(data, Tensor):
+            raise TypeError("Parameter: data must be a tiletrain Tensor or a numpy.ndarray, "
+                            f"got {type(data).__name__}")
+        elif tiles is not None and TensorTraits(data.shape, tiles).tiles != data.tiles:
+            raise ValueError(f"Parameter: tiles={tiles} given for a tensor that already has tiles "
+                             f"{data.tiles}")
+        data._handle("Parameter")
+        if data.dtype.kind != "f":
+            raise TypeError(f"Parameter: parameters must be float32 or float64, got {data.dtype}")
+        # share data's tiles (as Tensor.detach does); data stays alive as long as the parameter
+        self.traits, self.dtype, self._ptr, self._session = data.traits, data.dtype, data._ptr, data._session
+        self._base = data if data._base is None else data._base
+        self.grad, self._node = None, None
+        self.requires_grad = True
+
+    def __repr__(self) -> str:
+        return "Parameter" + super().__repr__()[len("Tensor"):]
+
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def to_numpy(value, name: str = "value") -> np.ndarray:
+    """A NumPy array from a NumPy array, a tiletrain Tensor or a torch tensor (any device,
+    with or without requires_grad; float16/bfloat16 are widened to float32)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        value = value.detach().cpu()
+        if str(value.dtype) in ("torch.bfloat16", "torch.float16"):
+            value = value.float()
+        return value.numpy()
+    if isinstance(value, (numbers.Number, list, tuple)):
+        return np.asarray(value)
+    raise TypeError(f"{name}: expected a numpy array or a torch tensor, got {type(value).__name__}")
+
+
+class Module:
+    """Base class of every layer and model.
+
+    Assigning a Parameter or a Module to an attribute registers it; ``named_parameters()``
+    lists the registered parameters with dotted names (each parameter once: a tied weight is
+    listed under the first name it was registered with), ``state_dict()`` lists them under
+    every name.  ``__call__`` runs ``forward``."""
+
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    # -- registration -----------------------------------------------------------------
+    def __setattr__(self, name: str, value) -> None:
+        params = self.__dict__.get("_parameters")
+        if params is None and isinstance(value, (Parameter, Module)):
+            raise AttributeError(f"cannot assign {type(value).__name__} {name!r} before Module.__init__() is "
+                                 f"called (call super().__init__() first in {type(self).__name__}.__init__)")
+        if params is not None:
+            mods = self.__dict__["_modules"]
+            params.pop(name, None)
+            mods.pop(name, None)
+            if isinstance(value, Parameter):
+                params[name] = value
+            elif isinstance(value, Module):
+                mods[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.__dict__["_parameters"].pop(name, None)
+        self.__dict__["_modules"].pop(name, None)
+        object.__delattr__(self, name)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- traversal --------------------------------------------------------------------
+    def named_children(self) -> Iterator[tuple[str, "Module"]]:
+        yield from self._modules.items()
+
+    def children(self) -> Iterator["Module"]:
+        for _, m in self.named_children():
+            yield m
+
+    def named_modules(self, prefix: str = "", remove_duplicate: bool = True, _memo=None):
+        """(dotted name, module) for this module ("" unless prefix is given) and every submodule."""
+        memo = set() if _memo is None else _memo
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            yield from m.named_modules(f"{prefix}.{name}" if prefix else name, remove_duplicate, memo)
+
+    def modules(self) -> Iterator["Module"]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, parameter): this module's parameters in assignment order, then each
+        submodule's.  With remove_duplicate (the default) a parameter registered under
+        several names (tied weights) is yielded once, under its first name."""
+        seen: set[int] = set()
+        if recurse:
+            modules = self.named_modules(prefix, remove_duplicate=remove_duplicate)
+        else:
+            modules = [(prefix, self)]
+        for mname, m in modules:
+            for pname, p in m._parameters.items():
+                if remove_duplicate:
+                    if id(p) in seen:
+                        continue
+                    seen.add(id(p))
+                yield (f"{mname}.{pname}" if mname else pname), p
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def num_parameters(self) -> int:
+        """Number of parameter elements (a tied weight counted once)."""
+        return sum(p.size for p in self.parameters())
+
+    # -- modes ------------------------------------------------------------------------
+    def train(self, mode: bool = True) -> "Module":
+        """Set ``training`` on this module and every submodule (dropout is active in training)."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train(mode): mode must be a bool, got {type(mode).__name__}")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        """Drop every parameter's gradient (the next backward creates fresh ones)."""
+        for p in self.parameters():
+            p.grad = None
+
+    # -- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """{name: NumPy copy} for every parameter under every name it is registered with (a
+        tied weight appears under each of its names as the same array).  Waits for the
+        tasks that write the parameters."""
+        out: dict[str, np.ndarray] = {}
+        arrays: dict[int, np.ndarray] = {}
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if id(p) not in arrays:
+                arrays[id(p)] = p.numpy()
+            out[name] = arrays[id(p)]
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
+        """Copy the arrays of ``state_dict`` (NumPy arrays, torch tensors or tiletrain
+        Tensors, keyed by the names of ``state_dict()``) into the parameters, in place.
+
+        Everything is checked before anything is written.  A shape mismatch always raises
+        ValueError; with strict=True (the default) so do missing and unexpected keys.  A tied
+        weight needs only one of its names; if several are given they must be equal.  Values
+        are converted to the parameter's dtype.  Returns (missing_keys, unexpected_keys)."""
+        if not hasattr(state_dict, "keys") or not hasattr(state_dict, "__getitem__"):
+            raise TypeError("load_state_dict: expected a mapping of names to arrays, "
+                            f"got {type(state_dict).__name__}")
+        params = dict(self.named_parameters(remove_duplicate=False))
+        aliases: dict[int, list[str]] = {}
+        for name, p in params.items():
+            aliases.setdefault(id(p), []).append(name)
+        keys = [str(k) for k in state_dict.keys()]
+        unexpected = [k for k in keys if k not in params]
+        present = set(keys)
+        missing = [n for n, p in params.items()
+                   if n not in present and not any(a in present for a in aliases[id(p)])]
+        problems = []
+        values: dict[int, tuple[str, np.ndarray]] = {}
+        for name, p in params.items():
+            if name not in present:
+                continue
+            try:
+                arr = to_numpy(state_dict[name], f"load_state_dict: {name}")
+            except TypeError as e:
+                raise TypeError(str(e)) from None
+            if arr.dtype.kind not in "fiu":
+                problems.append(f"{name}: dtype {arr.dtype} is not numeric")
+                continue
+            if tuple(arr.shape) != p.shape:
+                problems.append(f"{name}: shape {tuple(arr.shape)} in the state dict, {p.shape} in the model")
+                continue
+            if id(p) in values:
+                first, other = values[id(p)]
+                if not np.array_equal(other, arr):
+                    problems.append(f"{name} and {first} are the same (tied) parameter but the state dict "
+                                    "gives them different values")
+                continue
+            values[id(p)] = (name, arr)
+        if strict:
+            if missing:
+                problems.insert(0, f"missing keys: {', '.join(missing)}")
+            if unexpected:
+                problems.insert(1 if missing else 0, f"unexpected keys: {', '.join(unexpected)}")
+        if problems:
+            raise ValueError(f"load_state_dict into {type(self).__name__}: " + "; ".join(problems))
+        with no_grad():
+            for name, p in params.items():
+                if id(p) in values and values[id(p)][0] == name:
+                    arr = np.ascontiguousarray(values[id(p)][1], dtype=p.dtype)
+                    fill_(p, 0.0)                       # in place: p = 0 + arr, exactly arr
+                    axpy_(p, from_numpy(arr, p.tiles), 1.0, 1.0)
+        return IncompatibleKeys(missing, unexpected)
+
+    # -- printing ---------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        for name, m in self._modules.items():
+            sub = repr(m).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {sub}")
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        head = f"{type(self).__name__}({extra}" if extra else f"{type(self).__name__}("
+        return head + "\n" + "\n".join(lines) + "\n)"
+
+
+class ModuleList(Module):
+    """Modules registered under the names "0", "1", ...; indexable and iterable."""
+
+    def __init__(self, modules=None) -> None:
+        super().__init__()
+        for m in modules or ():
+            self.append(m)
+
+    def append(self, module: Module) -> "ModuleList":
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleList: expected a Module, got {type(module).__name__}")
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def __getitem__(self, i: int) -> Module:
+        mods = list(self._modules.values())
+        return mods[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules.values()))
+
+
+class ModuleDict(Module):
+    """Modules registered under the given names, in order; also reachable as attributes."""
+
+    def __init__(self, modules=None) -> None:
+        super().__init__()
+        for name, m in dict(modules or {}).items():
+            self[name] = m
+
+    def __setitem__(self, name: str, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict: {name!r} must be a Module, got {type(module).__name__}")
+        setattr(self, name, module)
+
+    def __getitem__(self, name: str) -> Module:
+        return self._modules[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._modules))
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
