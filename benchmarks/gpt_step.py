@@ -38,7 +38,7 @@ def _tiletrain_model(tt, torch_model, s, tiles):
     from tiletrain.nn import GPT, GPTConfig, Tiling
     cfg = GPTConfig(vocab_size=s["vocab"], block_size=s["T"], n_layer=s["n_layer"], n_head=s["n_head"],
                     n_embd=s["n_embd"])
-    tiling = Tiling.default(cfg, batch=s["B"], seq_len=s["T"]) if tiles is None else Tiling(*tiles)
+    tiling = Tiling() if tiles is None else Tiling(batch=tiles[0], time=tiles[1], width=tiles[2])
     sd = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
     return GPT.from_hf(sd, config=cfg, tiling=tiling)
 

@@ -128,7 +128,7 @@ def build_model(args: TrainArgs, vocab_size: int, cfg: dict | None = None):
 def make_tiling(args: TrainArgs, config):
     from .nn import Tiling
     if args.tiles is None:
-        return Tiling.default(config, batch=args.batch, seq_len=args.seq_len)
+        return Tiling()  # defaults chosen from the model and each batch's shape
     b, t, c = args.tiles
     return Tiling(batch=b, time=t, width=c)
 
