@@ -96,7 +96,9 @@ def _add_train(sub) -> None:
     g.add_argument("--batch", type=int, default=d.batch, help="sequences per micro-batch")
     g.add_argument("--micro-batches", type=int, default=d.micro_batches, help="micro-batches per step")
     g.add_argument("--seq-len", type=int, default=d.seq_len)
-    g.add_argument("--steps", type=int, default=d.steps)
+    g.add_argument("--steps", type=int, default=d.steps, help="total steps (the schedule spans them)")
+    g.add_argument("--stop-after", type=int, default=None,
+                   help="stop after this many steps in this run, with a checkpoint (continue with --resume)")
     g.add_argument("--lr", type=float, default=d.lr)
     g.add_argument("--min-lr", type=float, default=d.min_lr)
     g.add_argument("--warmup", type=int, default=d.warmup)
@@ -122,7 +124,8 @@ def cmd_train(args) -> int:
     targs = TrainArgs(
         n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
         dropout=args.dropout, data=args.data, max_bytes=args.max_bytes, val_fraction=args.val_fraction,
-        batch=args.batch, micro_batches=args.micro_batches, seq_len=args.seq_len, steps=args.steps, lr=args.lr,
+        batch=args.batch, micro_batches=args.micro_batches, seq_len=args.seq_len, steps=args.steps,
+        stop_after=args.stop_after, lr=args.lr,
         min_lr=args.min_lr, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         tiles=args.tiles, sched=args.sched, ncpu=args.ncpu, dtype=args.dtype, seed=args.seed,
         ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,

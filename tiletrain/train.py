@@ -37,6 +37,7 @@ class TrainArgs:
     micro_batches: int = 1
     seq_len: int = 128
     steps: int = 300
+    stop_after: int | None = None  # stop (with a checkpoint) after this many steps in this run
     lr: float = 2e-3
     min_lr: float = 2e-4
     warmup: int = 20
@@ -74,6 +75,8 @@ class TrainArgs:
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise ValueError(f"need 0 <= --min-lr <= --lr and --lr > 0 (got {self.min_lr}, {self.lr})")
+        if self.stop_after is not None and self.stop_after < 1:
+            raise ValueError(f"--stop-after must be >= 1, got {self.stop_after}")
         if self.resume and not self.ckpt_dir:
             raise ValueError("--resume needs --ckpt-dir")
         if self.tiles is not None:
@@ -300,7 +303,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     if ckpt_path is not None:
                         save_training_state(ckpt_path, model, opt, args, step, data_rng,
                                             {"train": value, "val": val_losses[step]})
-                if stop.stop:
+                if stop.stop or (args.stop_after is not None and step - start >= args.stop_after):
                     stopped = True
                     break
         if bar is not None:
