@@ -23,9 +23,9 @@ OPTIM_PREFIX = "optimizer."
 @dataclass
 class TrainArgs:
     # model
-    n_layer: int = 2
+    n_layer: int = 4
     n_head: int = 4
-    n_embd: int = 128
+    n_embd: int = 256
     block_size: int | None = None   # default: seq_len
     dropout: float = 0.0
     # data
