@@ -62,6 +62,8 @@ def make_torch_gpt(torch, vocab_size: int, block_size: int, n_layer: int, n_head
                 ln_f=nn.LayerNorm(n_embd, eps=1e-5, dtype=dtype)))
             self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, dtype=dtype)
             self.lm_head.weight = self.transformer.wte.weight  # tied
+            nn.init.normal_(self.transformer.wte.weight, 0.0, 0.02)   # GPT-2's initialisation
+            nn.init.normal_(self.transformer.wpe.weight, 0.0, 0.01)
             for name, p in self.named_parameters():
                 if name.endswith("c_proj.weight"):
                     nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer))
