@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..tensor import Tensor
+from ..trace.tags import tag
 
 _state = threading.local()
 
@@ -160,7 +161,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
                                "earlier backward()")
     placer = _Placer(grad)
     pending: dict[int, Tensor] = {id(root): grad}
-    with no_grad():
+    with no_grad(), tag(phase="bwd"):
         for t in order:
             node = t._node
             g = pending.pop(id(t), None)
