@@ -130,8 +130,8 @@ int tt_init(const tt_config *cfg)
         starpu_shutdown();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
-    if (cfg->profile)
-        starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    /* explicitly both ways: StarPU keeps the status across starpu_shutdown/starpu_init */
+    starpu_profiling_status_set(cfg->profile ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
     session_counter++;
     initialized = 1;
     tt_trace_session_begin(cfg->profile); /* records every task while profiling is on */

@@ -613,6 +613,9 @@ int tt_affinity_set(int n, const int *workers)
         pthread_mutex_unlock(&trace_mutex);
         return TT_OK;
     }
+    if (strcmp(tt_sched_name(), "heteroprio") == 0) /* it asserts on tasks some workers may not run */
+        return tt_error(TT_EINVAL, "affinity: the heteroprio policy cannot restrict tasks to workers "
+                                   "(StarPU 1.3 aborts); use prio, lws, dmda or tt-cp");
     uint32_t m[MASK_WORDS];
     memset(m, 0, sizeof m);
     int nw = (int)starpu_worker_get_count();

@@ -1,4 +1,4 @@
-"""Command line: `tiletrain info | demo`."""
+"""Command line: `tiletrain info | demo | trace | bench`."""
 from __future__ import annotations
 
 import argparse
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=2048, help="matrix size (default 2048)")
     p.add_argument("--tile", type=int, default=512, help="tile size (default 512)")
     p.set_defaults(func=cmd_demo)
+    from .trace.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/trace/cli.py)
+    add_subcommands(sub, _runtime_args)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

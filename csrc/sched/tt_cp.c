@@ -15,14 +15,19 @@
  *   and pop are O(log n), unlike a central list that is scanned for restricted tasks.
  *   Idle workers poll (Debian's StarPU has non-blocking drivers); tt-cp makes them
  *   sched_yield() between polls (TILETRAIN_CP_YIELD=0: plain spinning) and, after 64 empty
- *   polls, nap with exponential backoff up to TILETRAIN_CP_IDLE_SLEEP_US microseconds
- *   (default 50 when there are more workers than cores, else 0 = never nap).
+ *   polls, nap on a condition variable -- woken at once by the push of a task they can run,
+ *   else after an exponential backoff capped at TILETRAIN_CP_IDLE_SLEEP_US microseconds
+ *   (default 1000; 0 = never nap, spin).  Idle workers then leave the cores to working
+ *   threads: other workers when there are more workers than cores (sleeping synthetic
+ *   tasks), the submitting thread, other processes.
  *
  * Writing your own policy (copy this file)
  *   1. cp csrc/sched/tt_cp.c csrc/sched/my_policy.c; rename the `cp_` functions (they are
  *      static, so only the struct and the registration need new names) and set
  *      .policy_name (lower case, digits, '-' or '_': this is the name Python uses).
  *   2. Keep the contract StarPU expects:
+ *      - submit_hook(task) (optional) is called at submission, in submission order;
+ *        task->sched_data is the policy's own field (tt-cp numbers the tasks there).
  *      - push_task(task) is called when a task becomes ready, by the submitting thread or
  *        by a worker that just released a dependency.  Store the task, call
  *        starpu_push_task_end(task) once stored, return 0.
@@ -50,8 +55,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
-#include <sys/prctl.h>
-#include <unistd.h>
+#include <pthread.h>
 
 #include "tt_sched.h"
 
@@ -66,15 +70,23 @@ typedef struct cp_heap {
     int n, cap;
 } cp_heap;
 
+typedef struct cp_nap {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int napping;
+} cp_nap;
+
 typedef struct cp_data {
     starpu_pthread_mutex_t mutex;
     cp_heap shared;  /* tasks every worker can run */
     cp_heap *own;    /* per worker: tasks restricted to some workers */
     unsigned nworkers;
     int queued;      /* tasks in all heaps; read without the mutex by polling workers */
+    uint64_t nsubmitted; /* submission counter (cp_submit_hook) */
     int yield;       /* idle workers sched_yield() (TILETRAIN_CP_YIELD=0 turns it off) */
-    long idle_sleep_us; /* > 0: after CP_SPIN_POLLS empty polls, idle workers sleep up to this */
+    long idle_sleep_us; /* > 0: after CP_SPIN_POLLS empty polls, idle workers nap up to this */
     int *idle_polls; /* per worker: empty polls in a row */
+    struct cp_nap *nap; /* per worker: napping workers are woken by the push of a task for them */
 } cp_data;
 
 #define CP_SPIN_POLLS 64
@@ -95,7 +107,8 @@ static int cp_heap_push(cp_heap *h, cp_item it)
         h->v = v;
         h->cap = cap;
     }
-    int i = h->n++;
+    int i = h->n;
+    __atomic_store_n(&h->n, i + 1, __ATOMIC_RELAXED); /* read without the mutex by idle workers */
     while (i > 0) {
         int parent = (i - 1) / 2;
         if (!cp_better(&it, &h->v[parent]))
@@ -110,7 +123,9 @@ static int cp_heap_push(cp_heap *h, cp_item it)
 static cp_item cp_heap_pop(cp_heap *h)
 {
     cp_item top = h->v[0];
-    cp_item last = h->v[--h->n];
+    int n = h->n - 1;
+    __atomic_store_n(&h->n, n, __ATOMIC_RELAXED);
+    cp_item last = h->v[n];
     int i = 0;
     for (;;) {
         int c = 2 * i + 1;
@@ -138,13 +153,18 @@ static void cp_init(unsigned sched_ctx_id)
     STARPU_PTHREAD_MUTEX_INIT(&d->mutex, NULL);
     const char *y = getenv("TILETRAIN_CP_YIELD");
     d->yield = !(y && y[0] == '0');
-    /* more workers than cores (e.g. sleeping synthetic tasks): spinning idle workers would
-     * take the cores from the working ones, so they nap (up to 50 us) after a short spin */
+    /* idle workers nap after a short spin (woken by the next push for them), so that they do
+     * not take cores from working threads: other workers when there are more workers than
+     * cores (sleeping synthetic tasks), the submitting thread, other processes */
     const char *sl = getenv("TILETRAIN_CP_IDLE_SLEEP_US");
-    long ncores = sysconf(_SC_NPROCESSORS_ONLN);
-    d->idle_sleep_us = sl ? atol(sl) : (ncores > 0 && (long)d->nworkers > ncores ? 50 : 0);
+    d->idle_sleep_us = sl ? atol(sl) : 1000;
     d->idle_polls = calloc(d->nworkers, sizeof *d->idle_polls);
-    STARPU_ASSERT(d->idle_polls);
+    d->nap = calloc(d->nworkers, sizeof *d->nap);
+    STARPU_ASSERT(d->idle_polls && d->nap);
+    for (unsigned w = 0; w < d->nworkers; w++) {
+        pthread_mutex_init(&d->nap[w].mutex, NULL);
+        pthread_cond_init(&d->nap[w].cond, NULL);
+    }
     starpu_sched_ctx_set_policy_data(sched_ctx_id, d);
     /* any int is a valid priority (as for StarPU's prio, lws and dm* policies) */
     if (!starpu_sched_ctx_min_priority_is_set(sched_ctx_id))
@@ -161,9 +181,22 @@ static void cp_deinit(unsigned sched_ctx_id)
         free(d->own[w].v);
     free(d->own);
     free(d->idle_polls);
+    for (unsigned w = 0; w < d->nworkers; w++) {
+        pthread_mutex_destroy(&d->nap[w].mutex);
+        pthread_cond_destroy(&d->nap[w].cond);
+    }
+    free(d->nap);
     free(d->shared.v);
     STARPU_PTHREAD_MUTEX_DESTROY(&d->mutex);
     free(d);
+}
+
+/* called at submission, in submission order: number the task (task->sched_data belongs to
+ * the policy) */
+static void cp_submit_hook(struct starpu_task *task)
+{
+    cp_data *d = starpu_sched_ctx_get_policy_data(task->sched_ctx);
+    task->sched_data = (void *)(uintptr_t)__atomic_add_fetch(&d->nsubmitted, 1, __ATOMIC_RELAXED);
 }
 
 static int cp_push(struct starpu_task *task)
@@ -190,14 +223,24 @@ static int cp_push(struct starpu_task *task)
             best = (int)w;
     }
     cp_heap *h = (neligible == nall || best < 0) ? &d->shared : &d->own[best];
-    /* ties: submission order (StarPU's job id), not the order tasks became ready, so that
-     * earlier micro-batches and layers go first (depth-first progress) */
-    cp_item item = {task, task->priority, (uint64_t)starpu_task_get_job_id(task)};
+    /* ties: submission order (numbered by cp_submit_hook), not the order in which tasks
+     * became ready, so that earlier micro-batches and layers go first */
+    cp_item item = {task, task->priority, (uint64_t)(uintptr_t)task->sched_data};
     int ret = cp_heap_push(h, item);
     STARPU_ASSERT_MSG(ret == 0, "tt-cp: out of memory");
-    __atomic_add_fetch(&d->queued, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&d->queued, 1, __ATOMIC_SEQ_CST);
     starpu_push_task_end(task);
     STARPU_PTHREAD_MUTEX_UNLOCK(&d->mutex);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the heap's new size before reading `napping` */
+    if (d->idle_sleep_us > 0) /* wake a napping worker that can run it */
+        for (unsigned w = 0; w < d->nworkers; w++) {
+            if ((h != &d->shared && h != &d->own[w]) || !__atomic_load_n(&d->nap[w].napping, __ATOMIC_SEQ_CST))
+                continue;
+            pthread_mutex_lock(&d->nap[w].mutex);
+            pthread_cond_signal(&d->nap[w].cond);
+            pthread_mutex_unlock(&d->nap[w].mutex);
+            break; /* one worker per task */
+        }
 
 #ifndef STARPU_NON_BLOCKING_DRIVERS
     /* blocking drivers: wake one worker that can run it */
@@ -211,44 +254,60 @@ static int cp_push(struct starpu_task *task)
     return 0;
 }
 
+/* tasks this worker could take now (read without the mutex: a hint, re-checked under it) */
+static int cp_available(cp_data *d, unsigned w)
+{
+    int n = __atomic_load_n(&d->shared.n, __ATOMIC_SEQ_CST);
+    if (w < d->nworkers)
+        n += __atomic_load_n(&d->own[w].n, __ATOMIC_SEQ_CST);
+    return n;
+}
+
+/* Nothing for worker w: idle workers poll (non-blocking drivers).  Give the core to any
+ * other runnable thread (a waking worker when there are more workers than cores, the
+ * submitting thread, other processes) and, after CP_SPIN_POLLS empty polls, nap until a push
+ * for this worker signals it.  relax_on releases this worker's scheduling mutex meanwhile. */
+static void cp_idle(cp_data *d, unsigned w)
+{
+    if (w < d->nworkers && d->idle_sleep_us > 0 && ++d->idle_polls[w] > CP_SPIN_POLLS) {
+        int k = d->idle_polls[w] - CP_SPIN_POLLS;
+        long us = 1L << (k < 10 ? k : 10);
+        if (us > d->idle_sleep_us)
+            us = d->idle_sleep_us;
+        cp_nap *nap = &d->nap[w];
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += us * 1000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000L;
+        }
+        starpu_worker_relax_on();
+        pthread_mutex_lock(&nap->mutex);
+        __atomic_store_n(&nap->napping, 1, __ATOMIC_SEQ_CST);
+        if (cp_available(d, w) == 0) /* a push after this check signals us (it reads napping) */
+            pthread_cond_timedwait(&nap->cond, &nap->mutex, &until);
+        __atomic_store_n(&nap->napping, 0, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&nap->mutex);
+        starpu_worker_relax_off();
+        return;
+    }
+    if (d->yield) {
+        starpu_worker_relax_on();
+        sched_yield();
+        starpu_worker_relax_off();
+    }
+}
+
 static struct starpu_task *cp_pop(unsigned sched_ctx_id)
 {
     cp_data *d = starpu_sched_ctx_get_policy_data(sched_ctx_id);
-    if (__atomic_load_n(&d->queued, __ATOMIC_ACQUIRE) == 0) {
-        /* Idle workers poll (non-blocking drivers): stay off the mutex, and give the core to
-         * any other runnable thread (a waking worker when there are more workers than cores,
-         * the submitting thread, other processes).  relax_on releases this worker's
-         * scheduling mutex meanwhile. */
-        unsigned me = starpu_worker_get_id_check();
-        if (me < d->nworkers && d->idle_sleep_us > 0) {
-            int n = ++d->idle_polls[me];
-            if (n > CP_SPIN_POLLS) { /* idle for a while: sleep, backing off to idle_sleep_us */
-                int shift = n - CP_SPIN_POLLS < 10 ? n - CP_SPIN_POLLS : 10;
-                long us = 1L << shift;
-                if (us > d->idle_sleep_us)
-                    us = d->idle_sleep_us;
-                struct timespec ts = {0, us * 1000L};
-                static __thread int slack_set = 0;
-                if (!slack_set) { /* default timer slack (50 us) would dwarf short sleeps */
-                    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-                    slack_set = 1;
-                }
-                starpu_worker_relax_on();
-                nanosleep(&ts, NULL);
-                starpu_worker_relax_off();
-                return NULL;
-            }
-        }
-        if (d->yield) {
-            starpu_worker_relax_on();
-            sched_yield();
-            starpu_worker_relax_off();
-        }
+    unsigned w = starpu_worker_get_id_check();
+    if (cp_available(d, w) == 0) { /* stay off the mutex when there is nothing for us */
+        cp_idle(d, w);
         return NULL;
     }
-    unsigned w = starpu_worker_get_id_check();
     struct starpu_task *task = NULL;
-
     starpu_worker_relax_on();
     STARPU_PTHREAD_MUTEX_LOCK(&d->mutex);
     starpu_worker_relax_off();
@@ -258,11 +317,11 @@ static struct starpu_task *cp_pop(unsigned sched_ctx_id)
         from = mine;
     else if (d->shared.n)
         from = &d->shared;
-    if (w < d->nworkers)
-        d->idle_polls[w] = 0;
     if (from) {
         task = cp_heap_pop(from).task;
         __atomic_sub_fetch(&d->queued, 1, __ATOMIC_RELEASE);
+        if (w < d->nworkers)
+            d->idle_polls[w] = 0;
     }
     STARPU_PTHREAD_MUTEX_UNLOCK(&d->mutex);
     return task;
@@ -279,6 +338,7 @@ static struct starpu_sched_policy tt_cp_policy = {
     .deinit_sched = cp_deinit,
     .push_task = cp_push,
     .pop_task = cp_pop,
+    .submit_hook = cp_submit_hook,
     .add_workers = cp_add_workers,
     .policy_name = "tt-cp",
     .policy_description = "tiletrain: priority heaps (priority, then submission order) with per-worker heaps "

@@ -131,6 +131,7 @@ class _Placer:
             axpy_(leaf.grad, g, 1.0, 1.0)
 
 
+@tag(phase="bwd")
 def backward(root: Tensor, grad: Tensor | None = None) -> None:
     """Submit the backward pass of ``root`` (no waiting)."""
     if not isinstance(root, Tensor):
@@ -161,7 +162,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
                                "earlier backward()")
     placer = _Placer(grad)
     pending: dict[int, Tensor] = {id(root): grad}
-    with no_grad(), tag(phase="bwd"):
+    with no_grad():
         for t in order:
             node = t._node
             g = pending.pop(id(t), None)

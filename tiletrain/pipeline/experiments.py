@@ -5,7 +5,7 @@
   (b) dataflow + stage affinity + priorities (no hand-written schedule): the makespan of
       forward + backward against the 1F1B bound (m+p-1)(F+B)
   (c) backward split into input-gradient (dX) and weight-gradient (dW) tasks: the bubble
-      against 1F1B's (p-1)(F+B+W) and ZB-H1's (p-1)(F+B-2W)
+      against 1F1B's (p-1)(F+B+W), ZB-H1's (p-1)(F+B-W) and ZB-H2's (p-1)(F+B-2W)
   real layers (p = 2): two stages of Linear + GELU over micro-batches with autograd, each
       stage's forward and backward on its own worker
 
@@ -67,6 +67,7 @@ class PipelineResult:
             "one_f_one_b_makespan_us": formulas.one_f_one_b_makespan(pl.p, pl.m, pl.F, pl.B, W),
             "one_f_one_b_bubble_us": formulas.one_f_one_b_bubble(pl.p, pl.F, pl.B, W),
             "zb_h1_bubble_us": formulas.zb_h1_bubble(pl.p, pl.F, pl.B, W),
+            "zb_h2_bubble_us": formulas.zb_h2_bubble(pl.p, pl.F, pl.B, W),
         }
 
 
@@ -132,7 +133,7 @@ def one_f_one_b(ps=(2, 4), ms=(4, 8), F: float = 4000.0, B: float = 4000.0, prio
 def zero_bubble(ps=(2, 4), m: int = 8, F: float = 3000.0, B: float = 3000.0, W: float = 3000.0,
                 sleep: bool = True) -> list[dict]:
     """(c): bubble with backward as one task (B+W) against backward split into dX (B) and dW
-    (W) tasks with zero-bubble priorities; formulas (p-1)(F+B+W) and (p-1)(F+B-2W)."""
+    (W) tasks with zero-bubble priorities; formulas 1F1B (p-1)(F+B+W), ZB-H1 (p-1)(F+B-W)."""
     rows = []
     for p in ps:
         whole = run(build_plan(p, m, F, B, W, split=False, priorities="1f1b"), sleep)
@@ -141,7 +142,7 @@ def zero_bubble(ps=(2, 4), m: int = 8, F: float = 3000.0, B: float = 3000.0, W: 
         fz = formulas.zb_h1_bubble(p, F, B, W)
         rows.append(_row("c whole B", whole, formula="1F1B (p-1)(F+B+W)", formula_value=f1 / 1e3,
                          measured=whole.bubble_us / 1e3))
-        rows.append(_row("c split dX/dW", split, formula="ZB-H1 (p-1)(F+B-2W)", formula_value=fz / 1e3,
+        rows.append(_row("c split dX/dW", split, formula="ZB-H1 (p-1)(F+B-W)", formula_value=fz / 1e3,
                          measured=split.bubble_us / 1e3))
     return rows
 

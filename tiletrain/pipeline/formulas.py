@@ -41,8 +41,17 @@ def one_f_one_b_bubble(p: int, F: float, B: float, W: float = 0.0) -> float:
 
 
 def zb_h1_bubble(p: int, F: float, B: float, W: float) -> float:
-    """ZB-H1 (Qi et al., Zero Bubble, ICLR 2024) idle time of a stage: (p-1)(F+B-2W); B is the
-    input-gradient time, W the weight-gradient time.  About 1/3 of 1F1B's when F = B = W."""
+    """ZB-H1 (Qi et al., Zero Bubble, ICLR 2024) idle time of a stage: (p-1)(F+B-W), B the
+    input-gradient time, W the weight-gradient time: 1/3 of 1F1B's (p-1)(F+B+W) when
+    F = B = W, with 1F1B's peak memory.  (shared/PIPELINE-NOTES.md writes (p-1)(F+B-2W) for
+    ZB-H1, which is 0 when F = B = W and contradicts its own "1/3 of 1F1B's"; (F+B-2W) is
+    ZB-H2's figure, zb_h2_bubble.)"""
+    _check(p, 1)
+    return max(0.0, (p - 1) * (F + B - W))
+
+
+def zb_h2_bubble(p: int, F: float, B: float, W: float) -> float:
+    """ZB-H2 idle time of a stage: (p-1)(F+B-2W), 0 when F = B = W (peak memory 2p-1)."""
     _check(p, 1)
     return max(0.0, (p - 1) * (F + B - 2 * W))
 
@@ -62,4 +71,4 @@ def interleaved_bubble_over_ideal(p: int, m: int, v: int) -> float:
 
 
 __all__ = ["gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan", "one_f_one_b_bubble",
-           "zb_h1_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal"]
+           "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal"]
