@@ -26,7 +26,8 @@ import tiletrain as tt  # noqa: E402
 from _common import environment, median, table  # noqa: E402
 
 
-def measure(ntiles: int, tile: int, reps: int, sched: str, ncpu: int, mode: str) -> tuple[float, float, float]:
+def measure(ntiles: int, tile: int, reps: int, sched: str, ncpu: int,
+            mode: str) -> tuple[float, float, float]:
     x = np.arange(ntiles * tile, dtype=np.float32)
     sub, e2e, cpu = [], [], []
     with tt.init(ncpu=ncpu, sched=sched, profile=(mode != "off")):
@@ -68,7 +69,8 @@ def main() -> int:
     p.add_argument("--sched", default="lws")
     args = p.parse_args()
     print(environment())
-    print(f"add of two tensors with {args.tiles_count} tiles of {args.tile} float32, {args.ncpu} CPU workers, "
+    print(f"add of two tensors with {args.tiles_count} tiles of {args.tile} float32, "
+          f"{args.ncpu} CPU workers, "
           f"sched {args.sched}, {args.reps} repetitions x {args.rounds} rounds (medians)", flush=True)
     modes = ["off", "profiling", "recording"]
     res: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}

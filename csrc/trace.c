@@ -557,7 +557,7 @@ int tt_priority_check(int priority)
         if (lo == hi)
             return tt_error(TT_EINVAL,
                             "priority %d is outside the range [%d, %d] of scheduling policy '%s', which does not "
-                            "use priorities; choose a policy that does (prio, lws, ws, dmda, dmdas, tt-cp, ...)",
+                            "use priorities; choose a policy that does (prio, lws, ws, dmdas, dmdap, tt-cp, ...)",
                             priority, lo, hi, name);
         return tt_error(TT_EINVAL, "priority %d is outside the range [%d, %d] of scheduling policy '%s'",
                         priority, lo, hi, name);

@@ -16,11 +16,6 @@ def restart(**cfg):
     return tt.init(**want)
 
 
-@pytest.fixture
-def profiled():
-    return restart()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def default_runtime_afterwards():
     """Leave the default runtime (2 workers, no profiling) to the modules after this one."""

@@ -31,7 +31,8 @@ def test_a_gpipe_idle_fraction_within_5_points(p):
         f = formulas.gpipe_idle_fraction(p, m)
         r = best_of(lambda: E.run(build_plan(p, m, US[p], US[p], priorities="none")),
                     lambda r: abs(r.idle_fraction - f) <= 0.05)
-        assert abs(r.idle_fraction - f) <= 0.05, f"p={p} m={m}: measured {r.idle_fraction:.3f}, formula {f:.3f}"
+        assert abs(r.idle_fraction - f) <= 0.05, \
+            f"p={p} m={m}: measured {r.idle_fraction:.3f}, formula {f:.3f}"
         assert r.peak_activations[0] == m          # fill-drain keeps every micro-batch alive on stage 0
 
 

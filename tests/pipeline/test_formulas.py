@@ -1,8 +1,8 @@
 """Pipeline formulas, the dataflow rule and the list-scheduling simulator (no runtime)."""
 import pytest
 
-from tiletrain.pipeline import (build_plan, dataflow_deps, formulas, gpipe_idle_fraction, one_f_one_b_makespan,
-                                simulate, zb_h1_bubble)
+from tiletrain.pipeline import (build_plan, dataflow_deps, formulas, gpipe_idle_fraction,
+                                one_f_one_b_makespan, simulate, zb_h1_bubble)
 
 
 def test_formula_values():

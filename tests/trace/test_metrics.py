@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from tiletrain.trace import (TASK_DTYPE, Trace, TraceError, area_bound, bottom_levels, critical_path, idle_fractions,
-                             makespan, metrics, stage_bubbles)
+from tiletrain.trace import (TASK_DTYPE, Trace, TraceError, area_bound, bottom_levels, critical_path,
+                             idle_fractions, makespan, metrics, stage_bubbles)
 from tiletrain.pipeline import bottom_level_priorities
 
 
@@ -22,7 +22,8 @@ def make(rows, nworkers=2):
         t[i]["flops"] = 1e3 * (e - s)
         t[i]["dep_start"], t[i]["ndeps"] = len(deps), len(d)
         deps += d
-    return Trace(t, np.array(deps, dtype=np.int64), [{"id": w, "name": f"w{w}", "rank": 0} for w in range(nworkers)])
+    workers = [{"id": w, "name": f"w{w}", "rank": 0} for w in range(nworkers)]
+    return Trace(t, np.array(deps, dtype=np.int64), workers)
 
 
 def diamond():

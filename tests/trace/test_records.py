@@ -10,7 +10,12 @@ from tiletrain.pipeline import build_plan, submit
 from tiletrain.pipeline.synthetic import data_names
 from tiletrain.trace import TraceError
 
-from _trace_rt import default_runtime_afterwards, profiled, restart  # noqa: F401 (fixtures)
+from _trace_rt import default_runtime_afterwards, restart  # noqa: F401 (autouse fixture)
+
+
+@pytest.fixture
+def profiled():
+    return restart()
 
 
 def test_tracing_needs_profiling():
@@ -150,7 +155,8 @@ def test_bad_trace_files(tmp_path):
         "noevents.json": ('{"traceEvents": [{"ph": "M", "name": "x"}]}', "no task events"),
         "noKey.json": ('{"events": []}', "without 'traceEvents'"),
         "badts.json": ('[{"ph": "X", "ts": "soon", "dur": 1, "args": {"id": 0}}]', "corrupt task event"),
-        "baddeps.json": ('[{"ph": "X", "ts": 0, "dur": 1, "args": {"id": 0, "deps": [3]}}]', "not an earlier task"),
+        "baddeps.json": ('[{"ph": "X", "ts": 0, "dur": 1, "args": {"id": 0, "deps": [3]}}]',
+                         "not an earlier task"),
     }
     for name, (text, msg) in cases.items():
         (tmp_path / name).write_text(text)

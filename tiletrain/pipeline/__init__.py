@@ -8,13 +8,14 @@ that owns them and priorities; the overlap is whatever dataflow gives, and it is
 from . import formulas
 from .formulas import (gpipe_bubble_over_ideal, gpipe_idle_fraction, interleaved_bubble_over_ideal,
                        one_f_one_b_bubble, one_f_one_b_makespan, zb_h1_bubble, zb_h1_makespan, zb_h2_bubble)
-from .priorities import (ONE_F_ONE_B, ZERO_BUBBLE, affinity, bottom_level_priorities, make_hint, priority_hints,
-                         priority_plan, priority_range, stage)
+from .priorities import (ONE_F_ONE_B, ZERO_BUBBLE, affinity, bottom_level_priorities, make_hint,
+                         priority_hints, priority_plan, priority_range, stage)
 from .simulate import Schedule, simulate
 from .synthetic import PipelinePlan, PlanTask, build_plan, dataflow_deps, submit
 
 __all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan",
-           "one_f_one_b_bubble", "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal",
+           "one_f_one_b_bubble", "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan",
+           "interleaved_bubble_over_ideal",
            "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
            "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "simulate",
            "PipelinePlan", "PlanTask", "build_plan", "dataflow_deps", "submit"]

@@ -104,7 +104,8 @@ def _row(name: str, r: PipelineResult, **extra) -> dict:
             "peak_act_stage0": r.peak_activations.get(0, 0), **extra}
 
 
-def gpipe_fill_drain(ps=(2, 4), ms=(1, 2, 4, 8), F: float = 4000.0, B: float = 4000.0, sleep: bool = True) -> list[dict]:
+def gpipe_fill_drain(ps=(2, 4), ms=(1, 2, 4, 8), F: float = 4000.0, B: float = 4000.0,
+                     sleep: bool = True) -> list[dict]:
     """(a): measured idle fraction against (p-1)/(m+p-1), no priorities."""
     rows = []
     for p in ps:

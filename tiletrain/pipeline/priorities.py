@@ -137,7 +137,8 @@ def priority_plan(priorities: Sequence[int] | np.ndarray):
     if arr.ndim != 1:
         raise ValueError("priority_plan: expected a 1-D sequence of priorities")
     _runtime()
-    check(lib.tt_priority_plan_set(len(arr), ffi.cast("int32_t *", ffi.from_buffer(arr)) if len(arr) else ffi.NULL))
+    ptr = ffi.cast("int32_t *", ffi.from_buffer(arr)) if len(arr) else ffi.NULL
+    check(lib.tt_priority_plan_set(len(arr), ptr))
     try:
         yield
     finally:
@@ -146,7 +147,8 @@ def priority_plan(priorities: Sequence[int] | np.ndarray):
         if 0 < used < len(arr) or used == 0 and len(arr):
             import warnings
             warnings.warn(f"priority_plan: {len(arr)} priorities planned, only {used} submissions used them "
-                          "(the step submitted fewer tasks than the recorded one)", RuntimeWarning, stacklevel=3)
+                          "(the step submitted fewer tasks than the recorded one)", RuntimeWarning,
+                          stacklevel=3)
 
 
 __all__ = ["affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",

@@ -94,7 +94,8 @@ class PipelinePlan:
     tasks: tuple[PlanTask, ...] = field(default=(), repr=False)
 
     def __str__(self) -> str:
-        head = (f"pipeline p={self.p} m={self.m} F={self.F:g}us B={self.B:g}us W={self.W:g}us split={self.split} "
+        head = (f"pipeline p={self.p} m={self.m} F={self.F:g}us B={self.B:g}us W={self.W:g}us "
+                f"split={self.split} "
                 f"priorities={self.priorities} workers={self.nworkers}")
         return "\n".join([head] + [str(t) for t in self.tasks])
 
@@ -107,8 +108,9 @@ class PipelinePlan:
                         allowed=[[t.worker] for t in self.tasks], priorities=[t.priority for t in self.tasks])
 
 
-def build_plan(p: int, m: int, F: float, B: float, W: float = 0.0, split: bool = False, priorities: str = "none",
-               optimizer_us: float = 0.0, nworkers: int | None = None) -> PipelinePlan:
+def build_plan(p: int, m: int, F: float, B: float, W: float = 0.0, split: bool = False,
+               priorities: str = "none", optimizer_us: float = 0.0,
+               nworkers: int | None = None) -> PipelinePlan:
     """The task list of one training step of a p-stage pipeline over m micro-batches."""
     for name, v in (("p", p), ("m", m)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -150,7 +152,8 @@ def build_plan(p: int, m: int, F: float, B: float, W: float = 0.0, split: bool =
         accesses.append((reads, [t["c"]] if t["wmask"] & 1 else [], [t["d"]] if t["wmask"] & 2 else []))
     deps = dataflow_deps(accesses)
     tasks = tuple(PlanTask(id=i, deps=deps[i], **t) for i, t in enumerate(raw))
-    return PipelinePlan(p, m, float(F), float(B), float(W), split, priorities, float(optimizer_us), nworkers, tasks)
+    return PipelinePlan(p, m, float(F), float(B), float(W), split, priorities, float(optimizer_us), nworkers,
+                        tasks)
 
 
 def data_names(plan: PipelinePlan) -> list[str]:
@@ -169,7 +172,8 @@ def submit(plan: PipelinePlan, sleep: bool = True, dtype=np.float64, data: dict 
     from ..trace.tags import intern
 
     if lib.tt_nworkers() < plan.nworkers:
-        raise ValueError(f"the plan places stages on {plan.nworkers} workers; the runtime has {lib.tt_nworkers()} "
+        raise ValueError(f"the plan places stages on {plan.nworkers} workers; the runtime has "
+                         f"{lib.tt_nworkers()} "
                          f"(tiletrain.init(ncpu={plan.nworkers}))")
     if data is None:
         # host writes, not tasks: the step's trace holds the plan's tasks only
@@ -198,4 +202,5 @@ def submit(plan: PipelinePlan, sleep: bool = True, dtype=np.float64, data: dict 
     return data
 
 
-__all__ = ["PlanTask", "PipelinePlan", "build_plan", "dataflow_deps", "submit", "data_names", "PRIORITY_MODES"]
+__all__ = ["PlanTask", "PipelinePlan", "build_plan", "dataflow_deps", "submit", "data_names",
+           "PRIORITY_MODES"]

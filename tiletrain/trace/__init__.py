@@ -26,6 +26,7 @@ def gantt(trace, path, title=None):
 
 
 __all__ = ["Trace", "TraceError", "TASK_DTYPE", "read", "recording", "start", "stop", "reset", "is_recording",
-           "profiling_enabled", "worker_stats", "tag", "current_tags", "save", "load", "to_chrome", "from_chrome",
+           "profiling_enabled", "worker_stats", "tag", "current_tags", "save", "load", "to_chrome",
+           "from_chrome",
            "gantt", "Metrics", "metrics", "format_metrics", "makespan", "busy_per_worker", "idle_fractions",
            "critical_path", "bottom_levels", "area_bound", "stage_bubbles"]

@@ -29,13 +29,15 @@ def to_chrome(trace: Trace, flows: bool = False) -> dict:
     ranks = sorted({int(r) for r in t["rank"]} | {int(w.get("rank", 0)) for w in trace.workers} or {0})
     for r in ranks:
         events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
+                       "args": {"sort_index": r}})
     names = {int(w["id"]): w.get("name", f"worker {w['id']}") for w in trace.workers}
     for w in sorted(set(names) | {int(x) for x in t["worker"]}):
         rank = next((int(x.get("rank", 0)) for x in trace.workers if int(x["id"]) == w), 0)
         events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": w,
                        "args": {"name": f"{w}: {names.get(w, f'worker {w}')}"}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": w, "args": {"sort_index": w}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": w,
+                       "args": {"sort_index": w}})
     for i in range(len(t)):
         r = t[i]
         phase = str(r["phase"])
@@ -44,18 +46,20 @@ def to_chrome(trace: Trace, flows: bool = False) -> dict:
             "name": phase or kernel, "cat": kernel, "ph": "X", "pid": int(r["rank"]), "tid": int(r["worker"]),
             "ts": float(r["start"]), "dur": float(r["end"] - r["start"]),
             "cname": PHASE_CNAME.get(phase, "generic_work"),
-            "args": {"id": int(r["id"]), "kernel": kernel, "phase": phase, "deps": trace.predecessors(i).tolist(),
-                     "priority": int(r["priority"]), "flops": float(r["flops"]), "layer": int(r["layer"]),
-                     "microbatch": int(r["microbatch"]), "stage": int(r["stage"]), "submit": float(r["submit"]),
-                     "memnode": int(r["memnode"])},
+            "args": {"id": int(r["id"]), "kernel": kernel, "phase": phase,
+                     "deps": trace.predecessors(i).tolist(), "priority": int(r["priority"]),
+                     "flops": float(r["flops"]), "layer": int(r["layer"]), "microbatch": int(r["microbatch"]),
+                     "stage": int(r["stage"]), "submit": float(r["submit"]), "memnode": int(r["memnode"])},
         })
     if flows:
         for i in range(len(t)):
             for d in trace.predecessors(i).tolist():
-                events.append({"ph": "s", "id": f"{d}-{i}", "name": "dep", "cat": "dep", "pid": int(t["rank"][d]),
-                               "tid": int(t["worker"][d]), "ts": float(t["end"][d])})
+                events.append({"ph": "s", "id": f"{d}-{i}", "name": "dep", "cat": "dep",
+                               "pid": int(t["rank"][d]), "tid": int(t["worker"][d]),
+                               "ts": float(t["end"][d])})
                 events.append({"ph": "f", "bp": "e", "id": f"{d}-{i}", "name": "dep", "cat": "dep",
-                               "pid": int(t["rank"][i]), "tid": int(t["worker"][i]), "ts": float(t["start"][i])})
+                               "pid": int(t["rank"][i]), "tid": int(t["worker"][i]),
+                               "ts": float(t["start"][i])})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"format": FORMAT, "workers": trace.workers, "meta": trace.meta}}
 
@@ -102,9 +106,10 @@ def from_chrome(doc) -> Trace:
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
             d = [int(x) for x in a.get("deps", [])]
             tasks[i] = (i, str(a.get("kernel", e.get("cat", e.get("name", "")))), str(a.get("phase", "")),
-                        int(e.get("tid", 0)), int(a.get("memnode", 0)), int(e.get("pid", 0)), int(a.get("priority", 0)),
-                        int(a.get("layer", -1)), int(a.get("microbatch", -1)), int(a.get("stage", -1)),
-                        float(a.get("submit", ts)), ts, ts + dur, float(a.get("flops", 0.0)), len(deps), len(d))
+                        int(e.get("tid", 0)), int(a.get("memnode", 0)), int(e.get("pid", 0)),
+                        int(a.get("priority", 0)), int(a.get("layer", -1)), int(a.get("microbatch", -1)),
+                        int(a.get("stage", -1)), float(a.get("submit", ts)), ts, ts + dur,
+                        float(a.get("flops", 0.0)), len(deps), len(d))
             deps.extend(d)
     except TraceError:
         raise

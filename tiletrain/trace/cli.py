@@ -1,7 +1,6 @@
 """`tiletrain trace ...` and `tiletrain bench sched` (registered by tiletrain/cli.py)."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -97,7 +96,8 @@ def add_subcommands(sub, runtime_args) -> None:
     runtime_args(r)
     r.add_argument("--workload", default="gemm", choices=list(WORKLOADS))
     r.add_argument("--tile", type=int, default=512)
-    r.add_argument("--param", action="append", help="workload parameter name=value (gemm: n; block: B T C heads)")
+    r.add_argument("--param", action="append",
+                   help="workload parameter name=value (gemm: n; block: B T C heads; pipeline: p m usec)")
     r.add_argument("--warmup", type=int, default=2, help="steps before the recorded one")
     r.add_argument("-o", "--output", default="trace.json")
     r.add_argument("--png", default=None, help="also write a Gantt/utilisation PNG (needs matplotlib)")
@@ -107,7 +107,8 @@ def add_subcommands(sub, runtime_args) -> None:
     s.add_argument("file")
     s.add_argument("--png", default=None)
     s.set_defaults(func=cmd_trace_show)
-    pp = tsub.add_parser("pipeline", help="pipeline experiments in miniature (GPipe, 1F1B, zero bubble) vs formulas")
+    pp = tsub.add_parser("pipeline",
+                         help="pipeline experiments in miniature (GPipe, 1F1B, zero bubble) vs formulas")
     pp.add_argument("--sched", default="tt-cp")
     pp.add_argument("--p", type=int, nargs="+", default=None, help="stages (= workers; default 2 4)")
     pp.add_argument("--m", type=int, nargs="+", default=[1, 2, 4, 8], help="micro-batches")

@@ -181,9 +181,11 @@ def format_metrics(m: Metrics) -> str:
     ]
     if m.bubbles:
         lines.append("bubble per stage (idle/total, bubble/ideal): " + ", ".join(
-            f"{s}: {b['idle_over_total']:.1%}, {b['bubble_over_ideal']:.2f}" for s, b in sorted(m.bubbles.items())))
+            f"{s}: {b['idle_over_total']:.1%}, {b['bubble_over_ideal']:.2f}"
+            for s, b in sorted(m.bubbles.items())))
     if m.phases:
-        lines.append("time per phase: " + ", ".join(f"{p} {v / 1e3:.3f} ms" for p, v in sorted(m.phases.items())))
+        lines.append("time per phase: " + ", ".join(f"{p} {v / 1e3:.3f} ms"
+                                                    for p, v in sorted(m.phases.items())))
     return "\n".join(lines)
 
 

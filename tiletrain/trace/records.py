@@ -28,7 +28,8 @@ if RECORD_DTYPE.itemsize != ffi.sizeof("tt_task_record") or any(
 
 # What users get: strings for kernel and phase ("" = untagged), -1 = no layer/microbatch/stage.
 TASK_DTYPE = np.dtype([
-    ("id", "<i8"), ("kernel", "U32"), ("phase", "U16"), ("worker", "<i4"), ("memnode", "<i4"), ("rank", "<i4"),
+    ("id", "<i8"), ("kernel", "U32"), ("phase", "U16"), ("worker", "<i4"), ("memnode", "<i4"),
+    ("rank", "<i4"),
     ("priority", "<i4"), ("layer", "<i4"), ("microbatch", "<i4"), ("stage", "<i4"), ("submit", "<f8"),
     ("start", "<f8"), ("end", "<f8"), ("flops", "<f8"), ("dep_start", "<i8"), ("ndeps", "<i4"),
 ])

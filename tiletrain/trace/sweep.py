@@ -71,10 +71,12 @@ def _one_config(workload: str, sched: str, tile: int, ncpu: int, prios, reps: in
             def mm(f):
                 return med([f(m) for m, _ in ms])
             rows.append({
-                "workload": workload, "sched": rt.sched, "tile": tile, "ncpu": ncpu, "prio": mode, "reps": reps,
+                "workload": workload, "sched": rt.sched, "tile": tile, "ncpu": ncpu, "prio": mode,
+                "reps": reps,
                 "ntasks": ms[0][0].ntasks, "makespan_ms": mm(lambda m: m.makespan_us) / 1e3,
                 "wall_ms": med([w for _, w in ms]) * 1e3, "gflops": mm(lambda m: m.gflops),
-                "critical_path_ms": mm(lambda m: m.critical_path_us) / 1e3, "area_ms": mm(lambda m: m.area_bound_us) / 1e3,
+                "critical_path_ms": mm(lambda m: m.critical_path_us) / 1e3,
+                "area_ms": mm(lambda m: m.area_bound_us) / 1e3,
                 "bound_ms": mm(lambda m: m.bound_us) / 1e3, "efficiency": mm(lambda m: m.efficiency),
                 "idle_pct": 100 * mm(lambda m: m.mean_idle_fraction)})
             log(f"  {workload} sched={rt.sched} tile={tile} ncpu={ncpu} prio={mode}: "
@@ -125,11 +127,11 @@ def write_csv(rows: list[dict], path) -> Path:
 
 
 def format_table(rows: list[dict]) -> str:
-    head = ["sched", "tile", "ncpu", "prio", "tasks", "makespan ms", "wall ms", "GFLOP/s", "bound ms", "efficiency",
-            "idle %"]
+    head = ["sched", "tile", "ncpu", "prio", "tasks", "makespan ms", "wall ms", "GFLOP/s", "bound ms",
+            "efficiency", "idle %"]
     cells = [head] + [[r["sched"], r["tile"], r["ncpu"], r["prio"], r["ntasks"], f"{r['makespan_ms']:.2f}",
-                       f"{r['wall_ms']:.2f}", f"{r['gflops']:.1f}", f"{r['bound_ms']:.2f}", f"{r['efficiency']:.2f}",
-                       f"{r['idle_pct']:.1f}"] for r in rows]
+                       f"{r['wall_ms']:.2f}", f"{r['gflops']:.1f}", f"{r['bound_ms']:.2f}",
+                       f"{r['efficiency']:.2f}", f"{r['idle_pct']:.1f}"] for r in rows]
     cells = [[str(c) for c in row] for row in cells]
     widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
@@ -149,7 +151,8 @@ def plot(rows: list[dict], path, title: str = "") -> Path:
         ax.bar(x, [r["makespan_ms"] for r in sub], color="#30638e", label="makespan")
         ax.scatter(x, [r["bound_ms"] for r in sub], color="#d1495b", zorder=3, label="lower bound")
         for xi, r in zip(x, sub):
-            ax.annotate(f"{r['efficiency']:.2f}", (xi, r["makespan_ms"]), ha="center", va="bottom", fontsize=8)
+            ax.annotate(f"{r['efficiency']:.2f}", (xi, r["makespan_ms"]), ha="center", va="bottom",
+                        fontsize=8)
         ax.set_xticks(x)
         ax.set_xticklabels(labels, fontsize=7)
         ax.set_title(f"tile {tile}, {ncpu} workers", fontsize=9)

@@ -70,7 +70,8 @@ class Block(Workload):
         tc = min(self.tile, C)
         tt_ = min(self.tile, T)
         if C % tc or (C // H) > tc or tc % (C // H):
-            raise ValueError(f"block: tile {self.tile} must hold whole heads of width {C // H} and divide C={C}")
+            raise ValueError(f"block: tile {self.tile} must hold whole heads of width {C // H} "
+                             f"and divide C={C}")
         cfg = (1, tt_, tc)
         r = self.rng
 
