@@ -13,15 +13,14 @@ PHASE_COLORS = {"fwd": "#4c9f38", "bwd": "#d1495b", "wgrad": "#edae49", "opt": "
 _OTHER = ["#00798c", "#30638e", "#003d5b", "#b56576", "#6d597a"]
 
 
-def _pyplot():
+def _figure(**kw):
+    """A matplotlib Figure drawn off-screen (no pyplot: the user's backend is left alone)."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise ImportError("plotting traces needs matplotlib: pip install 'tiletrain[trace]' "
                           "(or pip install matplotlib)") from None
-    return plt
+    return Figure(**kw)
 
 
 def utilisation(trace: Trace, bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
@@ -42,15 +41,14 @@ def gantt(trace: Trace, path: str | os.PathLike, title: str | None = None) -> Pa
     """Write a PNG: Gantt chart by worker, coloured by phase, and utilisation below."""
     if len(trace) == 0:
         raise ValueError("gantt: the trace has no tasks")
-    plt = _pyplot()
     t = trace.tasks
     t0 = float(t["start"].min())
     workers = sorted({int(w["id"]) for w in trace.workers} | {int(w) for w in t["worker"]})
     row = {w: i for i, w in enumerate(workers)}
     phases = [str(p) for p in np.unique(t["phase"])]
     colors = {p: PHASE_COLORS.get(p, _OTHER[i % len(_OTHER)]) for i, p in enumerate(phases)}
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 2.0 + 0.45 * len(workers) + 1.6), sharex=True,
-                                  gridspec_kw={"height_ratios": [max(1, len(workers)), 2]})
+    fig = _figure(figsize=(11, 2.0 + 0.45 * len(workers) + 1.6))
+    ax, ax2 = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [max(1, len(workers)), 2]})
     scale = 1e-3  # ms
     for p in phases:
         sel = t["phase"] == p
@@ -63,7 +61,8 @@ def gantt(trace: Trace, path: str | os.PathLike, title: str | None = None) -> Pa
     ax.set_yticks(range(len(workers)))
     ax.set_yticklabels([f"{w}: {names.get(w, '')}"[:28] for w in workers])
     ax.invert_yaxis()
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases]
+    from matplotlib.patches import Rectangle
+    handles = [Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases]
     ax.legend(handles, [p or "untagged" for p in phases], loc="upper right", fontsize=8, ncol=len(phases))
     ax.set_title(title or f"{len(trace)} tasks, sched={trace.meta.get('sched', '?')}")
     x, u = utilisation(trace)
@@ -75,7 +74,6 @@ def gantt(trace: Trace, path: str | os.PathLike, title: str | None = None) -> Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -140,10 +140,10 @@ def format_table(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path, title: str = "") -> Path:
-    from .plot import _pyplot
-    plt = _pyplot()
+    from .plot import _figure
     groups = sorted({(r["tile"], r["ncpu"]) for r in rows})
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups) + 1, 4), squeeze=False)
+    fig = _figure(figsize=(4.5 * len(groups) + 1, 4))
+    axes = fig.subplots(1, len(groups), squeeze=False)
     for ax, (tile, ncpu) in zip(axes[0], groups):
         sub = [r for r in rows if r["tile"] == tile and r["ncpu"] == ncpu]
         labels = [f"{r['sched']}\n{r['prio']}" for r in sub]
@@ -162,7 +162,6 @@ def plot(rows: list[dict], path, title: str = "") -> Path:
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
