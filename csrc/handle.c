@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tt_internal.h"
+#include "tt_trace.h"
 
 static size_t dtype_size(int dtype)
 {
@@ -141,6 +142,7 @@ void tt_tensor_free(tt_tensor *t)
         tt_ensure_running();
         tt_tensors_unlink(t);
         tt_bytes_live_locked_add(-tensor_bytes(t));
+        tt_trace_forget_handles(t->handles, t->ntiles); /* the trace's per-handle DAG state */
         for (int64_t i = 0; i < t->ntiles; i++)
             starpu_data_unregister_submit(t->handles[i]); /* freed once its last task is done */
     }

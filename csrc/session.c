@@ -2,11 +2,13 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <cblas.h>
 
 #include "tt_internal.h"
+#include "tt_trace.h"
 
 #ifndef TT_VERSION_STRING
 #error "TT_VERSION_STRING must be defined by the build"
@@ -104,8 +106,19 @@ int tt_init(const tt_config *cfg)
         conf.nopencl = cfg->nopencl;
     if (cfg->ncuda >= 0)
         conf.ncuda = cfg->ncuda;
-    if (cfg->sched && cfg->sched[0])
-        conf.sched_policy_name = cfg->sched;
+    if (cfg->sched && cfg->sched[0]) {
+        /* tiletrain's own policies (csrc/sched/) are passed as a struct; StarPU lets a set
+         * STARPU_SCHED override it, so refuse that combination instead of ignoring the request */
+        struct starpu_sched_policy *own = tt_sched_find(cfg->sched);
+        const char *env = getenv("STARPU_SCHED");
+        if (own && env && env[0] && strcmp(env, cfg->sched) != 0)
+            return tt_error(TT_EINVAL, "sched='%s' is a tiletrain policy, but STARPU_SCHED=%s in the environment "
+                            "would override it: unset STARPU_SCHED", cfg->sched, env);
+        if (own)
+            conf.sched_policy = own;
+        else
+            conf.sched_policy_name = cfg->sched;
+    }
     if (cfg->calibrate >= 0)
         conf.calibrate = cfg->calibrate;
     int ret = starpu_init(&conf);
@@ -117,10 +130,11 @@ int tt_init(const tt_config *cfg)
         starpu_shutdown();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
-    if (cfg->profile)
-        starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    /* explicitly both ways: StarPU keeps the status across starpu_shutdown/starpu_init */
+    starpu_profiling_status_set(cfg->profile ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
     session_counter++;
     initialized = 1;
+    tt_trace_session_begin(cfg->profile); /* records every task while profiling is on */
     return TT_OK;
 }
 
@@ -132,6 +146,7 @@ int tt_shutdown(void)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     tt_ensure_running();
     starpu_task_wait_for_all();
+    tt_trace_session_end();
     tt_tensors_kill_all();
     starpu_shutdown();
     initialized = 0;

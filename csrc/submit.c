@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tt_internal.h"
+#include "tt_trace.h"
 
 static long kernel_ntasks[TT_NKERNELS];
 
@@ -36,8 +37,13 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
     }
     task->flops = k->flops(args);
     task->priority = tt_get_priority();
+    /* trace records + DAG, priority plan, stage affinity (csrc/trace.c): one branch when off */
+    if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
+        tt_trace_on_submit(task, kernel);
     int ret = starpu_task_submit(task);
     if (ret != 0) {
+        if (tt_submit_hooks_on)
+            tt_trace_on_submit_failed(task);
         task->destroy = 0;
         starpu_task_destroy(task); /* frees args too (cl_arg_free) */
         return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);

@@ -5,6 +5,7 @@ over all workers, starting each task as soon as the tiles it reads are ready."""
 from ._version import __version__
 from .config import RuntimeConfig
 from .runtime import Runtime, current, init, is_initialized, priority, shutdown, wait
+from .trace.tags import tag
 from .tensor import Tensor, TensorTraits, empty, from_numpy, full, ones, zeros
 from .ops import (add, add_broadcast, add_scalar, backward, broadcast, copy, div, enable_grad, fill_,
                   grad_enabled, matmul, max, mul, neg, no_grad, rdiv_scalar, scale, sub, sum)
@@ -13,7 +14,8 @@ __all__ = [
     "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
     "wait", "Tensor", "TensorTraits", "empty", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
-    "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum",
+    "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag",
 ]
 
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)
+from . import pipeline, trace  # noqa: E402  (traces and metrics; priorities, affinity, pipeline experiments)

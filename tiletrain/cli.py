@@ -1,4 +1,4 @@
-"""Command line: `tiletrain info | demo | train | generate`."""
+"""Command line: `tiletrain info | demo | train | generate | trace | bench`."""
 from __future__ import annotations
 
 import argparse
@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_demo)
     _add_train(sub)
     _add_generate(sub)
+    from .trace.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/trace/cli.py)
+    add_subcommands(sub, _runtime_args)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,7 +1,9 @@
 """RuntimeConfig: the one place where arguments and environment variables meet.
 
 Precedence, for every field: an explicit argument to ``tiletrain.init()`` wins over the
-environment variable, which wins over the default.  Because StarPU itself reads
+environment variable, which wins over the default.  For ``sched``: ``init(sched=...)`` (or
+``--sched``) > ``STARPU_SCHED`` > StarPU's default (lws); tiletrain's own C policies
+(csrc/sched/, e.g. ``tt-cp``) are valid names too.  Because StarPU itself reads
 ``STARPU_SCHED``/``STARPU_NCPU``/... at ``starpu_init`` and lets them override its
 configuration, ``init()`` sets those variables to the resolved values for the duration
 of ``starpu_init`` and restores them afterwards.
@@ -17,6 +19,14 @@ KNOWN_POLICIES = (
     "eager", "prio", "random", "ws", "lws", "dm", "dmda", "dmdap", "dmdar", "dmdas", "dmdasd",
     "pheft", "peager", "heteroprio", "graph_test",
 )
+
+
+
+def tiletrain_policies() -> tuple[str, ...]:
+    """tiletrain's own scheduling policies, written in C in csrc/sched/ (e.g. 'tt-cp')."""
+    from ._ffi import cstr, lib
+    return tuple(cstr(lib.tt_sched_policy_name(i)) for i in range(lib.tt_sched_policy_count()))
+
 
 _ENV = {
     "ncpu": "STARPU_NCPU",
@@ -115,14 +125,19 @@ class RuntimeConfig:
         if self.sched is not None:
             if not isinstance(self.sched, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", self.sched):
                 raise ValueError(f"sched must be a policy name such as 'lws' or 'dmda', got {self.sched!r}")
-            if self.sched not in KNOWN_POLICIES and not self.sched.startswith("modular-"):
+            own = tiletrain_policies()
+            known = self.sched in KNOWN_POLICIES or self.sched in own or self.sched.startswith("modular-")
+            if not known:
                 raise ValueError(f"unknown scheduling policy {self.sched!r}; StarPU 1.3 has: "
-                                 f"{', '.join(KNOWN_POLICIES)} and the modular-* family")
+                                 f"{', '.join(KNOWN_POLICIES)} and the modular-* family; tiletrain's own "
+                                 f"(csrc/sched/): {', '.join(own) or 'none'}")
 
     def starpu_env(self) -> dict[str, str | None]:
         """Values for StarPU's environment variables during starpu_init (None: unset)."""
         env: dict[str, str | None] = {
-            "STARPU_SCHED": self.sched,
+            # tiletrain's own policies are passed to starpu_init as a struct, which a set
+            # STARPU_SCHED would override: unset it for them
+            "STARPU_SCHED": None if self.sched in tiletrain_policies() else self.sched,
             "STARPU_NCPU": None if self.ncpu is None else str(self.ncpu),
             "STARPU_NOPENCL": str(self.nopencl),
             "STARPU_NCUDA": None if self.ncuda is None else str(self.ncuda),

@@ -129,6 +129,68 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
 int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_tensor *dout, tt_tensor *lse,
                      double scale, int causal, tt_tensor *dq, tt_tensor *dk, tt_tensor *dv);
 
+/* -- trace, priorities, stage affinity, tiletrain's own policies (csrc/trace.c, csrc/sched/) -- */
+/* One record per task submitted while recording is on (init(profile=True) starts it), filled
+ * in C: at submission (id, kernel, priority, tags, predecessors) and by the task's completion
+ * callback (worker, memory node, StarPU's submit/start/end times).  Times are microseconds
+ * since the last tt_trace_reset.  Predecessors come from the data handles (last writer,
+ * readers since the last write) and are stored in one array: tt_trace_read_deps. */
+typedef struct tt_task_record {
+    int64_t id;          /* submission index since the last reset (= row number) */
+    int64_t dep_start;   /* this task's predecessors: deps[dep_start : dep_start + ndeps] */
+    double submit_us;
+    double start_us;
+    double end_us;
+    double flops;
+    int32_t kernel;
+    int32_t worker;      /* -1 until the task has run */
+    int32_t memnode;
+    int32_t rank;
+    int32_t priority;
+    int32_t phase;       /* tag string id (tt_tag_name), -1: none */
+    int32_t layer;       /* -1: none */
+    int32_t microbatch;  /* -1: none */
+    int32_t stage;       /* -1: none */
+    int32_t ndeps;
+    int32_t done;        /* 1: ran; 0: not yet; -1: submission failed */
+    int32_t reserved;
+} tt_task_record;
+
+int tt_profiling_enabled(void);
+int tt_trace_start(void);          /* reset, then record; TT_EINVAL when profiling is off */
+int tt_trace_stop(void);
+int tt_trace_is_recording(void);
+int tt_trace_reset(void);          /* waits for every task, drops records, restarts clock and worker counters */
+int64_t tt_trace_count(void);      /* records since the last reset */
+int64_t tt_trace_ndeps(void);
+int64_t tt_trace_dropped(void);    /* tasks not recorded: the record buffer was full */
+int tt_trace_read(int64_t first, int64_t n, tt_task_record *out);
+int tt_trace_read_deps(int64_t first, int64_t n, int64_t *out);
+double tt_trace_now_us(void);      /* the trace clock now */
+/* StarPU's per-worker counters since the last reset, in microseconds (cumulative across calls) */
+int tt_worker_profile(int worker, double *total_us, double *executing_us, double *sleeping_us, int64_t *ntasks);
+/* user tags: strings interned once, small ints per task */
+int tt_tag_intern(const char *name);
+const char *tt_tag_name(int id);
+int tt_tag_count(void);
+void tt_tags_set(int phase, int layer, int microbatch, int stage);
+void tt_tags_get(int *phase, int *layer, int *microbatch, int *stage);
+/* priorities: the current policy's range; a plan gives the next n submissions their priorities */
+int tt_priority_range(int *min, int *max);
+int tt_priority_check(int priority);
+int tt_priority_plan_set(int64_t n, const int32_t *priorities);   /* n = 0 clears */
+int64_t tt_priority_plan_used(void);   /* submissions that took a planned priority since the last set */
+/* stage affinity: tasks submitted from now on run only on these workers (n = 0: anywhere) */
+int tt_affinity_set(int n, const int *workers);
+int tt_affinity_get(int *workers, int max);
+/* synthetic busy-wait/sleep tasks for scheduling experiments (csrc/expand_pipeline.c): one spin
+ * task per tile; a, b read; c written when wmask & 1, d accumulated when wmask & 2 (else read). */
+int tt_spin(tt_tensor *a, tt_tensor *b, tt_tensor *c, tt_tensor *d, int64_t usec, int sleep, int wmask);
+/* tiletrain's own scheduling policies (files in csrc/sched), selectable by name in tt_config.sched */
+int tt_sched_policy_count(void);
+const char *tt_sched_policy_name(int i);
+const char *tt_sched_policy_description(int i);
+
 /* CDEF END */
 
 #ifdef __cplusplus

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..tensor import Tensor
+from ..trace.tags import tag
 
 _state = threading.local()
 
@@ -130,6 +131,7 @@ class _Placer:
             axpy_(leaf.grad, g, 1.0, 1.0)
 
 
+@tag(phase="bwd")
 def backward(root: Tensor, grad: Tensor | None = None) -> None:
     """Submit the backward pass of ``root`` (no waiting)."""
     if not isinstance(root, Tensor):

@@ -11,6 +11,7 @@ from .._ffi import lib
 from ..ops.autograd import no_grad
 from ..ops.basic import _map, _span
 from ..tensor import Tensor, TensorTraits, from_numpy, zeros
+from ..trace.tags import tag
 
 __all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
 
@@ -73,6 +74,7 @@ class Optimizer:
                 from ..tensor import from_value_
                 from_value_(p.grad, 0.0)
 
+    @tag(phase="opt")
     @no_grad()
     def step(self) -> None:
         for g, p in self._params():

@@ -152,6 +152,27 @@ class Runtime:
             "config": self.config,
         }
 
+    # -- traces (tiletrain.trace): need init(profile=True) ------------------------------
+    def records(self, wait: bool = True):
+        """The tasks recorded since the last trace reset, as a tiletrain.trace.Trace (tasks as a
+        NumPy structured array, the task DAG, per-worker counters)."""
+        from ..trace import read
+        return read(wait=wait)
+
+    def trace(self, path, flows: bool = False):
+        """Write the recorded tasks as Chrome trace-event JSON (opens in ui.perfetto.dev) and
+        return the Trace."""
+        from ..trace import read, save
+        tr = read()
+        save(tr, path, flows=flows)
+        return tr
+
+    def priority_range(self) -> tuple[int, int]:
+        """(min, max) task priority of the current scheduling policy."""
+        lo, hi = ffi.new("int *"), ffi.new("int *")
+        check(lib.tt_priority_range(lo, hi))
+        return lo[0], hi[0]
+
     def __enter__(self) -> "Runtime":
         return self
 
@@ -212,6 +233,8 @@ def priority(value: int):
     """Tasks submitted inside get this StarPU priority (higher runs first under prio-aware policies)."""
     if not isinstance(value, int):
         raise TypeError(f"priority must be an int, got {type(value).__name__}")
+    if lib.tt_is_initialized():
+        check(lib.tt_priority_check(value))  # within the policy's [min, max] priority
     old = lib.tt_get_priority()
     lib.tt_set_priority(value)
     try:

@@ -1,0 +1,26 @@
+"""Runtime helpers for these tests (not a conftest.py: the suite imports `conftest` by name)."""
+import pytest
+
+import tiletrain as tt
+
+
+def restart(**cfg):
+    """A runtime with exactly this configuration (restarted only when it differs)."""
+    want = dict(ncpu=2, profile=True, sched=None)
+    want.update(cfg)
+    if tt.is_initialized():
+        c = tt.current().config
+        if all(getattr(c, k) == v for k, v in want.items()):
+            return tt.current()
+        tt.shutdown()
+    return tt.init(**want)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def default_runtime_afterwards():
+    """Leave the default runtime (2 workers, no profiling) to the modules after this one."""
+    yield
+    if tt.is_initialized():
+        c = tt.current().config
+        if c.profile or c.ncpu != 2 or c.sched is not None:
+            tt.shutdown()

@@ -1,0 +1,32 @@
+"""Task traces and schedule metrics.
+
+    rt = tt.init(profile=True)              # records every task in C from here
+    with tt.trace.recording() as rec:       # or tt.trace.read() for everything since init
+        step()
+    tr = rec.trace                          # Trace: tasks (NumPy structured array) + DAG
+    print(tt.trace.metrics(tr))             # makespan, idle, critical path, bounds, bubbles
+    tt.trace.save(tr, "step.json")          # Chrome trace-event JSON: open in ui.perfetto.dev
+    tt.trace.gantt(tr, "step.png")          # matplotlib Gantt + utilisation
+
+``tiletrain.tag(phase=..., layer=..., microbatch=..., stage=...)`` tags tasks; see also
+``tiletrain trace --help`` and tiletrain.pipeline (priorities, stage affinity, experiments).
+"""
+from .chrome import from_chrome, load, save, to_chrome
+from .metrics import (Metrics, area_bound, bottom_levels, busy_per_worker, critical_path, format_metrics,
+                      idle_fractions, makespan, metrics, stage_bubbles)
+from .records import (TASK_DTYPE, Trace, TraceError, is_recording, profiling_enabled, read, recording, reset,
+                      start, stop, worker_stats)
+from .tags import current_tags, tag
+
+
+def gantt(trace, path, title=None):
+    """Gantt chart + utilisation PNG (needs matplotlib)."""
+    from .plot import gantt as _gantt
+    return _gantt(trace, path, title)
+
+
+__all__ = ["Trace", "TraceError", "TASK_DTYPE", "read", "recording", "start", "stop", "reset", "is_recording",
+           "profiling_enabled", "worker_stats", "tag", "current_tags", "save", "load", "to_chrome",
+           "from_chrome",
+           "gantt", "Metrics", "metrics", "format_metrics", "makespan", "busy_per_worker", "idle_fractions",
+           "critical_path", "bottom_levels", "area_bound", "stage_bubbles"]

@@ -1,0 +1,92 @@
+"""User tags on tasks: ``tiletrain.tag(phase=..., layer=..., microbatch=..., stage=...)``.
+
+Tags are set in C for every task submitted inside the context (a string is interned once,
+then each task carries small ints); nested contexts override the fields they name and keep
+the others.  autograd's backward() runs under ``tag(phase="bwd")`` and optimizer steps
+under ``tag(phase="opt")``; forward code tags itself (``with tt.tag(phase="fwd", layer=i)``).
+
+Priority hints (tiletrain.pipeline.priority_hints) turn the tags into a task priority
+when a tag context is entered: e.g. backward and optimizer above the next micro-batch's
+forward.  An explicit ``tiletrain.priority(p)`` inside the context wins over the hint.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Optional
+
+from .._ffi import check, cstr, ffi, lib
+
+# name -> C id, so that a tag string is interned in C once per process
+_ids: dict[str, int] = {}
+
+# (phase, layer, microbatch, stage) -> priority or None; installed by pipeline.priority_hints
+PriorityHint = Callable[[Optional[str], Optional[int], Optional[int], Optional[int]], Optional[int]]
+_hint: PriorityHint | None = None
+
+
+def intern(name: str) -> int:
+    """The C id of a tag string (interned once)."""
+    i = _ids.get(name)
+    if i is None:
+        i = check(lib.tt_tag_intern(name.encode()))
+        _ids[name] = i
+    return i
+
+
+def tag_name(i: int) -> str:
+    return cstr(lib.tt_tag_name(i)) if i >= 0 else ""
+
+
+def current_tags() -> dict:
+    """The tags that the next submitted task will carry (None where unset)."""
+    ph, la, mb, st = (ffi.new("int *") for _ in range(4))
+    lib.tt_tags_get(ph, la, mb, st)
+    return {"phase": tag_name(ph[0]) or None, "layer": None if la[0] < 0 else la[0],
+            "microbatch": None if mb[0] < 0 else mb[0], "stage": None if st[0] < 0 else st[0]}
+
+
+def _check_index(name: str, v) -> None:
+    if v is None:
+        return
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"tag {name} must be an int, got {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"tag {name} must be >= 0, got {v}")
+
+
+@contextlib.contextmanager
+def tag(phase: str | None = None, layer: int | None = None, microbatch: int | None = None,
+        stage: int | None = None):
+    """Tasks submitted inside carry these tags (recorded in traces, used by priority hints).
+
+    phase: any short string; the conventional ones are "fwd", "bwd", "opt" (and "wgrad" for
+    weight-gradient tasks split from backward).  layer, microbatch, stage: ints >= 0."""
+    if phase is not None and (not isinstance(phase, str) or not phase or len(phase) > 64):
+        raise ValueError(f"tag phase must be a non-empty string of at most 64 characters, got {phase!r}")
+    for name, v in (("layer", layer), ("microbatch", microbatch), ("stage", stage)):
+        _check_index(name, v)
+    ph, la, mb, st = (ffi.new("int *") for _ in range(4))
+    lib.tt_tags_get(ph, la, mb, st)
+    old = (ph[0], la[0], mb[0], st[0])
+    new = (old[0] if phase is None else intern(phase), old[1] if layer is None else layer,
+           old[2] if microbatch is None else microbatch, old[3] if stage is None else stage)
+    old_prio = lib.tt_get_priority()
+    prio = None
+    if _hint is not None:
+        prio = _hint(tag_name(new[0]) or None, None if new[1] < 0 else new[1], None if new[2] < 0 else new[2],
+                     None if new[3] < 0 else new[3])
+        if prio is not None:
+            if lib.tt_is_initialized():
+                check(lib.tt_priority_check(int(prio)))
+    lib.tt_tags_set(*new)
+    if prio is not None:
+        lib.tt_set_priority(int(prio))
+    try:
+        yield
+    finally:
+        lib.tt_tags_set(*old)
+        if prio is not None:
+            lib.tt_set_priority(old_prio)
+
+
+__all__ = ["tag", "current_tags", "intern", "tag_name"]
