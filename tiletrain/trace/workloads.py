@@ -139,25 +139,36 @@ class Pipeline(Workload):
 
 
 class GPTStep(Workload):
-    """TODO(models issue): one full GPT training step (forward, cross-entropy, backward,
-    AdamW).  Hook: as soon as tiletrain.nn provides ``GPT`` and ``GPTConfig``, build a small
-    model here in setup() (tiles from self.tile) and make step() do
-    ``loss = model(idx, targets); loss.backward(); opt.step()`` -- the sweep, traces and
-    metrics need nothing else."""
+    """One full GPT training step: forward, cross-entropy, backward and AdamW (the optimizer
+    tags its tasks `opt`, backward `bwd`).  Params: n_layer, n_embd, n_head, T, B, vocab;
+    `tile` is the width tile (it must hold whole heads and divide n_embd)."""
     name = "gpt"
 
     def setup(self) -> None:
-        try:
-            from ..nn import GPT, GPTConfig  # type: ignore[attr-defined]  # noqa: F401
-        except ImportError:
-            raise NotImplementedError(
-                "workload 'gpt' needs tiletrain.nn.GPT, which is not there yet (models issue); "
-                "use 'gemm', 'block' or 'pipeline'") from None
-        raise NotImplementedError("workload 'gpt': hook tiletrain.nn.GPT in tiletrain/trace/workloads.py "
-                                  "(GPTStep.setup/step)")
+        import tiletrain as tt
+        from ..nn import GPT, GPTConfig, Tiling
+        L, C, H, T, B, V = (int(self.params.get(k, d)) for k, d in
+                            (("n_layer", 2), ("n_embd", 256), ("n_head", 4), ("T", 128), ("B", 4), ("vocab", 256)))
+        self.shape = (L, C, H, T, B, V)
+        cfg = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C)
+        width = min(self.tile, C)
+        self.t_model = GPT(cfg, tiling=Tiling(time=min(self.tile, T), width=width), dtype=self.dtype,
+                           seed=int(self.rng.integers(1 << 30)))
+        self.t_opt = tt.optim.AdamW(self.t_model.parameters(), lr=1e-4)
+        self.x = self.rng.integers(0, V, (B, T))
+        self.y = self.rng.integers(0, V, (B, T))
 
-    def step(self) -> None:  # pragma: no cover - see setup
-        raise NotImplementedError
+    def step(self) -> None:
+        import tiletrain as tt
+        with tt.tag(phase="fwd"):
+            loss = self.t_model.loss(self.x, self.y)
+        loss.backward()
+        self.t_opt.step()
+        self.t_opt.zero_grad()
+
+    def describe(self) -> str:
+        L, C, H, T, B, V = self.shape
+        return f"gpt {L}x{C} heads={H} T={T} B={B} vocab={V} {self.dtype.name} tiles {self.tile}"
 
 
 WORKLOADS = {w.name: w for w in (Gemm, Block, Pipeline, GPTStep)}
