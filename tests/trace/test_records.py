@@ -218,7 +218,7 @@ def test_cli_trace_run_and_show(tmp_path, capsys):
 
 
 def test_gpt_workload_records_a_full_training_step(profiled):
-    from tiletrain.trace import metrics
+    from tiletrain.trace.metrics import critical_path, makespan
     from tiletrain.trace.workloads import make
     w = make("gpt", 32, n_layer=1, n_embd=32, n_head=2, T=16, B=2, vocab=17)
     w.setup()
@@ -229,5 +229,5 @@ def test_gpt_workload_records_a_full_training_step(profiled):
         assert (ph == phase).sum() > 0, phase
     opt_kernels = set(rec.trace.tasks["kernel"][ph == "opt"])
     assert opt_kernels == {"adamw", "fill"}  # first step: AdamW's moment tensors start at zero
-    assert metrics.makespan(rec.trace) > 0 and metrics.critical_path(rec.trace)[0] > 0
+    assert makespan(rec.trace) > 0 and critical_path(rec.trace)[0] > 0
     w.teardown()
