@@ -188,3 +188,11 @@ def test_idle_workers_sleep_and_wake_on_submission(runtime):
     tt.wait()
     assert lib.tt_is_paused() == 0
     tt.shutdown()
+
+
+def test_perf_model_policies_calibrate_by_default():
+    # the workaround for StarPU 1.3.10's "measured >= 0" assertion (see tiletrain/config.py)
+    from tiletrain.config import RuntimeConfig
+    assert RuntimeConfig.resolve(sched="dmda").calibrate == 1
+    assert RuntimeConfig.resolve(sched="dmda", calibrate=0).calibrate == 0
+    assert RuntimeConfig.resolve(sched="lws").calibrate is None
