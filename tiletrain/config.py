@@ -130,6 +130,9 @@ class RuntimeConfig:
             "STARPU_CATCH_SIGNALS": "0",
             "STARPU_LIMIT_CPU_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
         }
+        # StarPU only uses OpenCL devices of GPU type unless told otherwise; tiletrain's
+        # OpenCL workers are also the CPU-side second memory node (PoCL) that CI tests with.
+        env["STARPU_OPENCL_ON_CPUS"] = "1" if self.nopencl > 0 else None
         if self.silent:
             env["STARPU_SILENT"] = "1"
         return env
