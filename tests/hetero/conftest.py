@@ -19,11 +19,17 @@ def _required() -> bool:
 
 
 @pytest.fixture(scope="module")
-def hetero():
+def hetero_options():
+    """Extra runtime options for a module's session (override in the module)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def hetero(hetero_options):
     if tt.is_initialized():
         tt.shutdown()
     try:
-        rt = tt.init(**HETERO)
+        rt = tt.init(**HETERO, **hetero_options)
     except RuntimeError as exc:
         msg = f"no OpenCL worker: {exc}"
         if _required():
@@ -31,3 +37,9 @@ def hetero():
         pytest.skip(msg)
     yield rt
     tt.shutdown()  # the next module's tests start the default runtime again
+
+
+@pytest.fixture
+def opencl_required() -> bool:
+    """True where a missing OpenCL device must fail the tests rather than skip them."""
+    return _required()
