@@ -132,7 +132,10 @@ class RuntimeConfig:
         }
         # StarPU only uses OpenCL devices of GPU type unless told otherwise; tiletrain's
         # OpenCL workers are also the CPU-side second memory node (PoCL) that CI tests with.
-        env["STARPU_OPENCL_ON_CPUS"] = "1" if self.nopencl > 0 else None
+        # Set for every session, with or without OpenCL workers: StarPU 1.3 discovers the
+        # OpenCL devices once per process (at the first starpu_init), so a first session
+        # without it would leave every later one with no CPU-side OpenCL device.
+        env["STARPU_OPENCL_ON_CPUS"] = "1"
         if self.silent:
             env["STARPU_SILENT"] = "1"
         return env

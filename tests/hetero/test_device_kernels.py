@@ -7,6 +7,7 @@ import tiletrain as tt
 from tiletrain._ffi import cstr, lib
 from tiletrain.runtime.hetero import kernel_devices, run_kernel
 from tiletrain.testing.references import REFERENCES
+from hetero_session import hetero, hetero_options  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("hetero")
 

@@ -14,6 +14,7 @@ import tiletrain as tt
 from tiletrain._ffi import cstr, lib
 from tiletrain.runtime.hetero import kernel_devices, prefer
 from tiletrain.testing.device_cases import CASES, run_case
+from hetero_session import hetero, hetero_options  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("hetero")
 

@@ -7,6 +7,7 @@ import pytest
 import tiletrain as tt
 import tiletrain.functional as F
 from tiletrain.runtime.hetero import prefer
+from hetero_session import hetero, hetero_options  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("hetero")
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tiletrain.testing.device_cases import TRAINING
+from hetero_session import hetero, hetero_options  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("hetero")
 

@@ -1,5 +1,7 @@
-"""Heterogeneous-worker tests: one CPU worker plus one OpenCL worker (PoCL on the CPU
-gives StarPU a second memory node without a GPU), under dmda.
+"""Fixtures of the heterogeneous-worker tests (imported by the test modules: a conftest.py
+here would shadow tests/conftest.py, which other tests import by name): one CPU worker plus
+one OpenCL worker (PoCL on the CPU gives StarPU a second memory node without a GPU), under
+dmda.
 
 Modules that use the `hetero` fixture run in such a session and stop it at their end, so
 that the next module gets the default runtime back (the root conftest starts it).  Without
