@@ -157,6 +157,29 @@ mkdir -p "$WORK"
 tar -xf "$TARBALL" -C "$WORK"
 SRC=$(find "$WORK" -mindepth 1 -maxdepth 1 -type d | head -1)
 [ -x "$SRC/configure" ] || die "$SRC has no configure script (a release tarball is needed)"
+
+# CUDA 13 removed cudaDeviceProp::computeMode, and recent cuBLAS refuses cublas.h next to
+# cublas_v2.h: small source fixes for StarPU 1.3 (each applied only where its pattern is;
+# seen building 1.3.10 against CUDA 13.0).
+patch_cuda_compat() {
+    local f=$SRC/src/drivers/cuda/driver_cuda.c
+    if [ -f "$f" ] && grep -q 'props\[devid\]\.computeMode' "$f"; then
+        sed -i 's/if (props\[devid\]\.computeMode == cudaComputeModeExclusive)/int tt_compute_mode = 0; cudaDeviceGetAttribute(\&tt_compute_mode, cudaDevAttrComputeMode, devid); if (tt_compute_mode == cudaComputeModeExclusive)/' "$f"
+        say "patched $f (computeMode)"
+    fi
+    f=$SRC/src/drivers/cuda/driver_cuda.h
+    if [ -f "$f" ] && grep -q '^#include <cublas.h>$' "$f"; then
+        sed -i 's|^#include <cublas.h>$|#include <cublas_v2.h>|' "$f"
+        say "patched $f (cublas_v2.h)"
+    fi
+    f=$SRC/src/drivers/cuda/starpu_cublas.c
+    if [ -f "$f" ] && grep -q '^#include <cublas.h>$' "$f"; then
+        sed -i -e 's|^#include <starpu_cublas_v2.h>$||' \
+            -e 's|^#include <cublas.h>$|#include <starpu_cublas_v2.h>\n/* the legacy API, declared here: recent cuBLAS refuses cublas.h next to cublas_v2.h */\ncublasStatus_t cublasInit(void);\ncublasStatus_t cublasShutdown(void);\ncublasStatus_t cublasSetKernelStream(cudaStream_t stream);\ntypedef cublasStatus_t cublasStatus;|' "$f"
+        say "patched $f (legacy cuBLAS declarations)"
+    fi
+}
+case " ${OPTS[*]} " in *" --enable-cuda "*) patch_cuda_compat ;; esac
 say "configure ${OPTS[*]} ${EXTRA[*]:-}"
 (cd "$SRC" && ./configure "${OPTS[@]}" "${EXTRA[@]}" > "$WORK/configure.log" 2>&1) \
     || { tail -30 "$WORK/configure.log" >&2; die "configure failed (log: $WORK/configure.log)"; }

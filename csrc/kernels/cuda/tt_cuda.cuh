@@ -19,7 +19,7 @@ static inline void tt_cuda_check(cudaError_t err, const char *what)
     }
 }
 
-/* Launch a portable device kernel (csrc/kernels/opencl/*.cl) with the geometry of its
+/* Launch a portable device kernel (the .cl files of csrc/kernels/opencl/) with the geometry of its
  * kernel table line, asynchronously on the worker's stream. */
 static inline void tt_cuda_launch(const char *name, const void *fn, tt_dev_geom g, void **argv,
                                   const tt_cuda_ctx *ctx)
