@@ -12,7 +12,8 @@
 # 1.4 is advised for recent CUDA), $STARPU_TARBALL, or Debian's source package
 # (`apt-get source starpu`; a deb-src entry mirroring the deb entries is added when
 # missing and this user is root).  --fetch-only stops after putting the source tarball in
-# build/starpu-src/ (to carry to a machine without network, see scripts/gpu_check.sh).
+# build/starpu-src/ (to carry to a machine without network, see scripts/gpu_check.sh);
+# --env-only prints the exports for a StarPU already installed in --prefix.
 #
 # Options: --prefix DIR (default build/starpu), --jobs N (default: all cores),
 #          --no-cuda, --cuda-dir DIR (default: from nvcc's location or $CUDA_HOME),
@@ -33,6 +34,7 @@ CUDA_DIR=${CUDA_HOME:-}
 CUBLAS_DIR=${CUBLAS_DIR:-}
 MAXCPUS=$(( $(nproc 2>/dev/null || echo 2) > 64 ? $(nproc) : 64 ))
 FETCH_ONLY=0
+ENV_ONLY=0
 EXTRA=()
 
 while [ $# -gt 0 ]; do
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
         --cublas-dir) CUBLAS_DIR=$2; shift 2 ;;
         --maxcpus) MAXCPUS=$2; shift 2 ;;
         --fetch-only) FETCH_ONLY=1; shift ;;
+        --env-only) ENV_ONLY=1; shift ;;
         -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) EXTRA+=("$1"); shift ;;
     esac
@@ -52,6 +55,37 @@ done
 
 say() { echo "build-starpu: $*" >&2; }
 die() { say "error: $*"; exit 1; }
+
+find_cublas() {
+    # StarPU's CUDA support needs cuBLAS; pip-installed CUDA (nvidia-cublas wheel) keeps
+    # it apart from the toolkit, with versioned library names only.
+    if [ -z "$CUBLAS_DIR" ] && ! ls "$CUDA_DIR"/lib*/libcublas.so >/dev/null 2>&1; then
+        for py in python3 "$ROOT/.venv/bin/python"; do
+            command -v "$py" >/dev/null 2>&1 || continue
+            CUBLAS_DIR=$("$py" - <<'PY' 2>/dev/null || true
+import glob, os, site, sysconfig
+dirs = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+for d in sorted(dirs):
+    for c in sorted(glob.glob(os.path.join(d, "nvidia", "*")), reverse=True):
+        if os.path.exists(os.path.join(c, "include", "cublas_v2.h")) and glob.glob(os.path.join(c, "lib", "libcublas.so*")):
+            print(c)
+            raise SystemExit
+PY
+)
+            if [ -n "$CUBLAS_DIR" ]; then break; fi
+        done
+    fi
+    return 0
+}
+
+print_env() {
+    local pc
+    pc=$(ls -d "$PREFIX"/lib*/pkgconfig 2>/dev/null | head -1)
+    [ -n "$pc" ] || die "no StarPU installed in $PREFIX"
+    echo "export PKG_CONFIG_PATH=$pc\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+    echo "export LD_LIBRARY_PATH=$(dirname "$pc")${CUBLAS_DIR:+:$CUBLAS_DIR/lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    if [ -n "$CUBLAS_DIR" ]; then echo "export CUBLAS_DIR=$CUBLAS_DIR"; fi
+}
 
 # ---- the source ------------------------------------------------------------------
 debian_source() {
@@ -74,6 +108,15 @@ debian_source() {
     (cd "$SRC_DIR" && apt-get source --download-only starpu >&2) || die "apt-get source starpu failed"
     ls "$SRC_DIR"/starpu_*.orig.tar.* | head -1
 }
+
+if [ "$ENV_ONLY" = 1 ]; then
+    if [ "$CUDA" != no ] && grep -q '^#define STARPU_USE_CUDA 1' "$PREFIX"/include/starpu/*/starpu_config.h 2>/dev/null; then
+        CUDA_DIR=${CUDA_DIR:-/nonexistent}
+        find_cublas
+    fi
+    print_env
+    exit 0
+fi
 
 if [ -z "$TARBALL" ]; then
     TARBALL=$(ls "$SRC_DIR"/starpu_*.orig.tar.* "$SRC_DIR"/starpu-*.tar.gz 2>/dev/null | head -1 || true)
@@ -103,24 +146,7 @@ if [ "$CUDA" != no ]; then
         OPTS+=(--enable-cuda --with-cuda-dir="$CUDA_DIR")
         [ -d "$CUDA_DIR/lib64" ] && OPTS+=(--with-cuda-lib-dir="$CUDA_DIR/lib64")
         say "CUDA: $CUDA_DIR"
-        # StarPU's CUDA support needs cuBLAS; pip-installed CUDA (nvidia-cublas wheel) keeps
-        # it apart from the toolkit, with versioned library names only.
-        if [ -z "$CUBLAS_DIR" ] && ! ls "$CUDA_DIR"/lib*/libcublas.so >/dev/null 2>&1; then
-            for py in python3 "$ROOT/.venv/bin/python"; do
-                command -v "$py" >/dev/null 2>&1 || continue
-                CUBLAS_DIR=$("$py" - <<'PY' 2>/dev/null || true
-import glob, os, site, sysconfig
-dirs = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
-for d in sorted(dirs):
-    for c in sorted(glob.glob(os.path.join(d, "nvidia", "*")), reverse=True):
-        if os.path.exists(os.path.join(c, "include", "cublas_v2.h")) and glob.glob(os.path.join(c, "lib", "libcublas.so*")):
-            print(c)
-            raise SystemExit
-PY
-)
-                [ -n "$CUBLAS_DIR" ] && break
-            done
-        fi
+        find_cublas
         if [ -n "$CUBLAS_DIR" ]; then
             shim=$ROOT/build/starpu-cublas-shim
             mkdir -p "$shim"
@@ -187,9 +213,5 @@ grep -E "^ *(CUDA|OpenCL|MPI|FxT|Maximum number of CPUs)" "$WORK/configure.log" 
 (cd "$SRC" && make -j"$JOBS" > "$WORK/make.log" 2>&1 && make install > "$WORK/install.log" 2>&1) \
     || { tail -30 "$WORK/make.log" >&2; die "build failed (log: $WORK/make.log)"; }
 
-PC=$(ls -d "$PREFIX"/lib*/pkgconfig | head -1)
 say "installed StarPU into $PREFIX"
-echo "export PKG_CONFIG_PATH=$PC\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
-echo "export LD_LIBRARY_PATH=$(dirname "$PC")${CUBLAS_DIR:+:$CUBLAS_DIR/lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-[ -n "$CUBLAS_DIR" ] && echo "export CUBLAS_DIR=$CUBLAS_DIR"
-exit 0
+print_env
