@@ -24,8 +24,9 @@ int tt_opencl_load(void)
     memset(kcache, 0, sizeof kcache);
     int ret = starpu_opencl_load_opencl_from_string(tt_opencl_source, &programs, NULL);
     if (ret != 0)
-        return tt_error(TT_ESTARPU, "OpenCL: building tiletrain's device kernels failed (%d); the OpenCL device "
-                        "needs double precision (cl_khr_fp64). Start without OpenCL workers (nopencl=0).", ret);
+        return tt_error(TT_ESTARPU, "OpenCL: building tiletrain's device kernels failed (%d): StarPU prints the "
+                        "compiler's log with STARPU_SILENT=0 (init(silent=False)); the device needs double "
+                        "precision (cl_khr_fp64). Or start without OpenCL workers (nopencl=0).", ret);
     return TT_OK;
 }
 

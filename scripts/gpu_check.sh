@@ -42,9 +42,6 @@ if [ "${1:-}" = "--prepare" ]; then
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d "$BUNDLE" cffi pycparser
-    exclude=$(git rev-parse --git-path info/exclude)  # keep the bundle out of git
-    mkdir -p "$(dirname "$exclude")"
-    grep -qx '/.gpu-bundle/' "$exclude" 2>/dev/null || echo '/.gpu-bundle/' >> "$exclude"
     du -sh "$BUNDLE"
     say "bundle ready: carry .gpu-bundle to the GPU machine and run scripts/gpu_check.sh there"
     exit 0

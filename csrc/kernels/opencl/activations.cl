@@ -1,5 +1,5 @@
-/* Activations and dropout, element-wise (csrc/kernels/cpu/activations.c); computed in
- * double like the CPU bodies' reference paths. */
+/* Activations and dropout, element-wise (csrc/kernels/cpu/activations.c), computed in
+ * the element type (float math for float32 tiles: the GPU's fast path). */
 #ifndef TT_ACTIVATIONS_HELPERS
 #define TT_ACTIVATIONS_HELPERS
 #define TT_SQRT_2_OVER_PI 0.79788456080286535588
@@ -20,11 +20,11 @@ KERNEL SUF(tt_gelu)(GLOBAL const T *x, GLOBAL T *y, tt_long n, tt_long approx)
     const tt_long i = GID0();
     if (i >= n)
         return;
-    const double v = x[i];
+    const T v = x[i], hf = (T)0.5, one = (T)1;
     if (approx)
-        y[i] = (T)(0.5 * v * (1.0 + tanh(TT_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))));
+        y[i] = hf * v * (one + tanh((T)TT_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v)));
     else
-        y[i] = (T)(0.5 * v * (1.0 + erf(v * TT_INV_SQRT_2)));
+        y[i] = hf * v * (one + erf(v * (T)TT_INV_SQRT_2));
 }
 
 KERNEL SUF(tt_gelu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx, tt_long n, tt_long approx)
@@ -32,15 +32,15 @@ KERNEL SUF(tt_gelu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx
     const tt_long i = GID0();
     if (i >= n)
         return;
-    const double v = x[i];
+    const T v = x[i], hf = (T)0.5, one = (T)1;
     if (approx) {
-        const double t = tanh(TT_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v));
-        const double du = TT_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * v * v);
-        dx[i] = (T)(dy[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du));
+        const T t = tanh((T)TT_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v));
+        const T du = (T)TT_SQRT_2_OVER_PI * (one + (T)(3.0 * 0.044715) * v * v);
+        dx[i] = dy[i] * (hf * (one + t) + hf * v * (one - t * t) * du);
     } else {
-        const double cdf = 0.5 * (1.0 + erf(v * TT_INV_SQRT_2));
-        const double pdf = TT_INV_SQRT_2PI * exp(-0.5 * v * v);
-        dx[i] = (T)(dy[i] * (cdf + v * pdf));
+        const T cdf = hf * (one + erf(v * (T)TT_INV_SQRT_2));
+        const T pdf = (T)TT_INV_SQRT_2PI * exp(-hf * v * v);
+        dx[i] = dy[i] * (cdf + v * pdf);
     }
 }
 
@@ -63,8 +63,8 @@ KERNEL SUF(tt_silu)(GLOBAL const T *x, GLOBAL T *y, tt_long n)
     const tt_long i = GID0();
     if (i >= n)
         return;
-    const double v = x[i];
-    y[i] = (T)(v / (1.0 + exp(-v)));
+    const T v = x[i];
+    y[i] = v / ((T)1 + exp(-v));
 }
 
 KERNEL SUF(tt_silu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx, tt_long n)
@@ -72,9 +72,9 @@ KERNEL SUF(tt_silu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx
     const tt_long i = GID0();
     if (i >= n)
         return;
-    const double v = x[i];
-    const double s = 1.0 / (1.0 + exp(-v));
-    dx[i] = (T)(dy[i] * s * (1.0 + v * (1.0 - s)));
+    const T v = x[i], one = (T)1;
+    const T s = one / (one + exp(-v));
+    dx[i] = dy[i] * s * (one + v * (one - s));
 }
 
 /* The CPU body's counter-based mask: element i of tile `tile` is dropped when
