@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Generate the C side of the kernel table (csrc/kernels.def).
 
-Writes two files into OUTDIR:
+Writes three files into OUTDIR:
   tt_kernels_args.h  kernel ids, argument structs and CPU body prototypes (no StarPU
                      types: kernel bodies and the cffi declarations include it)
-  tt_kernels_gen.c   StarPU codelets, history-based perf models with a footprint per
-                     tile shape, FLOP counts and the kernel registry
+  tt_kernels_dev.h   device launch geometry, CUDA body prototypes and (under
+                     TT_CUDA_GENERIC_LAUNCHERS) the generic CUDA launchers: no StarPU
+                     types, included by csrc/kernels/cuda/*.cu and csrc/opencl.c
+  tt_kernels_gen.c   StarPU codelets (CPU, and OpenCL/CUDA where the table says so and
+                     the build has them: TT_HAVE_OPENCL_KERNELS, TT_HAVE_CUDA_KERNELS),
+                     history-based perf models with a footprint per tile shape, FLOP
+                     counts and the kernel registry
 
 Used by CMake at build time and imported by tiletrain/_build_ffi.py for the cffi cdef.
 Usage: gen_kernels.py KERNELS_DEF OUTDIR
@@ -21,6 +26,18 @@ MODES = {"R": "STARPU_R", "W": "STARPU_W", "RW": "STARPU_RW"}
 IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 # Integer arguments that expanders fill in themselves (their offsets go into the kernel table).
 SPECIAL = ("n", "m", "k", "first", "tile")
+# Device implementations a kernel may declare in the optional 6th column.  `cuda` gets a
+# generated launcher around the portable device kernel tt_<name>_<f32|f64> (csrc/kernels/
+# opencl/*.cl, compiled as CUDA by csrc/kernels/cuda/device_kernels.cu); `cuda:custom` means
+# tt_cuda_<name> is written by hand (gemm through cuBLAS).
+BACKENDS = ("opencl", "cuda")
+# Launch geometry (optional 7th column; map kernels default to `items n`):
+#   items E      E work-items, TT_DEV_LOCAL per group (one per element)
+#   rows E       E groups of TT_DEV_LOCAL work-items (one group per row, reductions in local memory)
+#   tiles R,C,Z  TT_DEV_TILE x TT_DEV_TILE groups over an R x C grid, Z along the third dimension
+GEOMETRIES = {"items": 1, "rows": 2, "tiles": 3}
+# Kernels that expand.c also runs on int64 tiles: their device sources have an _i64 variant.
+ANY_DTYPE = ("fill", "copy")
 
 
 @dataclass
@@ -30,6 +47,8 @@ class Kernel:
     ints: list[str]
     reals: list[str]
     flops: str
+    impls: dict[str, str] = None   # backend -> "generic" | "custom"
+    geom: tuple[str, list[str]] | None = None  # (kind, expressions)
 
     @property
     def is_map(self) -> bool:
@@ -47,9 +66,11 @@ def parse(text: str) -> list[Kernel]:
         if not line:
             continue
         cols = [c.strip() for c in line.split("|")]
-        if len(cols) != 5:
-            raise SystemExit(f"kernels.def:{lineno}: expected 5 '|'-separated columns, got {len(cols)}")
-        name, bufs, ints, reals, flops = cols
+        if not 5 <= len(cols) <= 7:
+            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns, got {len(cols)}")
+        name, bufs, ints, reals, flops = cols[:5]
+        impls_col = cols[5] if len(cols) > 5 else ""
+        geom_col = cols[6] if len(cols) > 6 else ""
         if not IDENT.match(name):
             raise SystemExit(f"kernels.def:{lineno}: bad kernel name {name!r}")
         buffers = []
@@ -69,7 +90,29 @@ def parse(text: str) -> list[Kernel]:
             raise SystemExit(f"kernels.def:{lineno}: duplicate argument names")
         if name in {k.name for k in kernels}:
             raise SystemExit(f"kernels.def:{lineno}: kernel {name!r} defined twice")
-        kernels.append(Kernel(name, buffers, il, rl, flops or "0"))
+        impls: dict[str, str] = {}
+        for tok in re.split(r"[,\s]+", impls_col):
+            if not tok:
+                continue
+            backend, _, how = tok.partition(":")
+            if backend not in BACKENDS or how not in ("", "custom") or backend in impls:
+                raise SystemExit(f"kernels.def:{lineno}: bad implementation {tok!r} "
+                                 f"(want {', '.join(BACKENDS)}, optionally with ':custom')")
+            impls[backend] = "custom" if how else "generic"
+        geom = None
+        if geom_col:
+            kind, _, rest = geom_col.partition(" ")
+            exprs = [e.strip() for e in rest.split(",") if e.strip()]
+            if kind not in GEOMETRIES or len(exprs) != (3 if kind == "tiles" else 1):
+                raise SystemExit(f"kernels.def:{lineno}: bad launch geometry {geom_col!r} "
+                                 "(want 'items E', 'rows E' or 'tiles R, C, Z')")
+            geom = (kind, exprs)
+        elif il[:1] == ["n"]:
+            geom = ("items", ["n"])
+        if any(h == "generic" for h in impls.values()) and geom is None:
+            raise SystemExit(f"kernels.def:{lineno}: {name} has device implementations but no launch geometry "
+                             "(7th column: items E | rows E | tiles R, C, Z)")
+        kernels.append(Kernel(name, buffers, il, rl, flops or "0", impls, geom))
     return kernels
 
 
@@ -107,11 +150,86 @@ def args_header(kernels: list[Kernel]) -> str:
     return "\n".join(out) + "\n"
 
 
-def flops_expr(k: Kernel) -> str:
+def args_expr(k: Kernel, expr: str, cast: str = "(double)") -> str:
     names = set(k.ints) | set(k.reals)
     return re.sub(r"\b([a-z_][a-z0-9_]*)\b",
-                  lambda m: f"(double)a->{m.group(1)}" if m.group(1) in names else m.group(1),
-                  k.flops)
+                  lambda m: f"{cast}a->{m.group(1)}" if m.group(1) in names else m.group(1),
+                  expr)
+
+
+def flops_expr(k: Kernel) -> str:
+    return args_expr(k, k.flops)
+
+
+def body_params(k: Kernel) -> list[str]:
+    params = [f"const tt_args_{k.name} *args"]
+    for mode, bname in k.buffers:
+        params.append(("const void *" if mode == "R" else "void *") + bname)
+    return params
+
+
+def dev_header(kernels: list[Kernel]) -> str:
+    """Device launch geometry and CUDA prototypes; generic CUDA launchers (cudaLaunchKernel
+    with the arguments in table order: buffers, integer args as 64-bit, real args as the
+    element type) under TT_CUDA_GENERIC_LAUNCHERS.  No StarPU types."""
+    out = [
+        "/* Generated by csrc/gen_kernels.py from csrc/kernels.def. Do not edit. */",
+        "#ifndef TT_KERNELS_DEV_H",
+        "#define TT_KERNELS_DEV_H",
+        "#include <stdint.h>",
+        "#include \"tt_kernels_args.h\"",
+        "",
+        "#define TT_DEV_LOCAL 128 /* work-items per group of items/rows launches (a power of two) */",
+        "#define TT_DEV_TILE 16   /* edge of a tiles launch's groups */",
+        "enum { TT_GEOM_ITEMS = 1, TT_GEOM_ROWS = 2, TT_GEOM_TILES = 3 };",
+        "typedef struct tt_dev_geom { int kind; int64_t dims[3]; } tt_dev_geom;",
+        "/* What a CUDA body gets from the runtime: its worker's stream and cuBLAS handle. */",
+        "typedef struct tt_cuda_ctx { void *stream; void *cublas; } tt_cuda_ctx;",
+        "",
+        "#ifdef __cplusplus",
+        "extern \"C\" {",
+        "#endif",
+    ]
+    for k in kernels:
+        if k.geom:
+            kind, exprs = k.geom
+            dims = [args_expr(k, e, "(int64_t)") for e in exprs] + ["1"] * (3 - len(exprs))
+            out.append(f"static inline tt_dev_geom tt_geom_{k.name}(const tt_args_{k.name} *a)")
+            out.append("{")
+            out.append(f"    tt_dev_geom g = {{TT_GEOM_{kind.upper()}, {{{', '.join(dims)}}}}};")
+            out.append("    (void)a;")
+            out.append("    return g;")
+            out.append("}")
+    for k in kernels:
+        if "cuda" in k.impls:
+            out.append(f"void tt_cuda_{k.name}({', '.join(body_params(k) + ['const tt_cuda_ctx *ctx'])});")
+    out += ["#ifdef __cplusplus", "}", "#endif", "", "#endif /* TT_KERNELS_DEV_H */", ""]
+    out.append("#if defined(TT_CUDA_GENERIC_LAUNCHERS) && !defined(TT_KERNELS_DEV_LAUNCHERS)")
+    out.append("#define TT_KERNELS_DEV_LAUNCHERS")
+    out.append("/* Included again by csrc/kernels/cuda/device_kernels.cu after the device kernels. */")
+    for k in kernels:
+        if k.impls.get("cuda") != "generic":
+            continue
+        n = k.name
+        out.append(f"extern \"C\" void tt_cuda_{n}({', '.join(body_params(k) + ['const tt_cuda_ctx *ctx'])})")
+        out.append("{")
+        # buffers are named as in the table (a, b, x, ...): only `args` and tt_-prefixed locals here
+        out.append("    const int tt_f32 = args->dtype == TT_F32;")
+        argv = [f"(void *)&{b}" for _, b in k.buffers]
+        for i, name in enumerate(k.ints):
+            out.append(f"    long long tt_i{i} = (long long)args->{name};")
+            argv.append(f"(void *)&tt_i{i}")
+        for i, name in enumerate(k.reals):
+            out.append(f"    float tt_f{i} = (float)args->{name};")
+            out.append(f"    double tt_d{i} = args->{name};")
+            argv.append(f"(tt_f32 ? (void *)&tt_f{i} : (void *)&tt_d{i})")
+        out.append(f"    void *tt_argv[] = {{{', '.join(argv)}}};")
+        fn = f"tt_f32 ? (const void *)tt_{n}_f32 : args->dtype == TT_F64 ? (const void *)tt_{n}_f64 : "
+        fn += f"(const void *)tt_{n}_i64" if n in ANY_DTYPE else "(const void *)0"
+        out.append(f"    tt_cuda_launch(\"{n}\", {fn}, tt_geom_{n}(args), tt_argv, ctx);")
+        out.append("}")
+    out.append("#endif")
+    return "\n".join(out) + "\n"
 
 
 def codelets_source(kernels: list[Kernel]) -> str:
@@ -120,6 +238,17 @@ def codelets_source(kernels: list[Kernel]) -> str:
         "#include <stddef.h>",
         "#include <starpu.h>",
         "#include \"tt_internal.h\"",
+        "#include \"tt_kernels_dev.h\"",
+        "",
+        "/* Per-worker executed-task counter (csrc/devices.c), bumped by every wrapper below. */",
+        "void tt_count_task(void);",
+        "#ifdef TT_HAVE_OPENCL_KERNELS",
+        "void tt_opencl_launch(int kernel, int64_t dtype, int nbuf, void *buffers[], int nint, const int64_t *ints,",
+        "                      int nreal, const double *reals, tt_dev_geom geom);",
+        "#endif",
+        "#ifdef TT_HAVE_CUDA_KERNELS",
+        "void *tt_cublas_handle(void);",
+        "#endif",
         "",
     ]
     for k in kernels:
@@ -146,6 +275,7 @@ def codelets_source(kernels: list[Kernel]) -> str:
             "}",
             f"static void tt_wrap_cpu_{n}(void *buffers[], void *cl_arg)",
             "{",
+            "    tt_count_task();",
             f"    tt_cpu_{n}((const tt_args_{n} *)cl_arg, {', '.join(ptrs)});",
             "}",
             f"static struct starpu_perfmodel tt_pm_{n} = {{",
@@ -153,9 +283,52 @@ def codelets_source(kernels: list[Kernel]) -> str:
             f"    .symbol = \"tiletrain_{n}\",",
             f"    .footprint = tt_fp_{n},",
             "};",
+        ]
+        where = ["    .where = STARPU_CPU"]
+        funcs = []
+        if "opencl" in k.impls:
+            ints = ", ".join(f"a->{x}" for x in k.ints) or "0"
+            reals = ", ".join(f"a->{x}" for x in k.reals) or "0"
+            out += [
+                "#ifdef TT_HAVE_OPENCL_KERNELS",
+                f"static void tt_wrap_opencl_{n}(void *buffers[], void *cl_arg)",
+                "{",
+                f"    const tt_args_{n} *a = cl_arg;",
+                "    tt_count_task();",
+                f"    const int64_t ints[] = {{{ints}}};",
+                f"    const double reals[] = {{{reals}}};",
+                f"    tt_opencl_launch(TT_K_{n.upper()}, a->dtype, {len(k.buffers)}, buffers, {len(k.ints)}, ints, "
+                f"{len(k.reals)}, reals, tt_geom_{n}(a));",
+                "}",
+                "#endif",
+            ]
+            where += ["#ifdef TT_HAVE_OPENCL_KERNELS", "        | STARPU_OPENCL", "#endif"]
+            funcs += ["#ifdef TT_HAVE_OPENCL_KERNELS",
+                      f"    .opencl_funcs = {{tt_wrap_opencl_{n}}},",
+                      "    .opencl_flags = {STARPU_OPENCL_ASYNC},",
+                      "#endif"]
+        if "cuda" in k.impls:
+            out += [
+                "#ifdef TT_HAVE_CUDA_KERNELS",
+                f"static void tt_wrap_cuda_{n}(void *buffers[], void *cl_arg)",
+                "{",
+                "    tt_count_task();",
+                "    tt_cuda_ctx ctx = {(void *)starpu_cuda_get_local_stream(), tt_cublas_handle()};",
+                f"    tt_cuda_{n}((const tt_args_{n} *)cl_arg, {', '.join(ptrs)}, &ctx);",
+                "}",
+                "#endif",
+            ]
+            where += ["#ifdef TT_HAVE_CUDA_KERNELS", "        | STARPU_CUDA", "#endif"]
+            funcs += ["#ifdef TT_HAVE_CUDA_KERNELS",
+                      f"    .cuda_funcs = {{tt_wrap_cuda_{n}}},",
+                      "    .cuda_flags = {STARPU_CUDA_ASYNC},",
+                      "#endif"]
+        out += [
             f"static struct starpu_codelet tt_cl_{n} = {{",
-            "    .where = STARPU_CPU,",
+            *where,
+            "    ,",
             f"    .cpu_funcs = {{tt_wrap_cpu_{n}}},",
+            *funcs,
             "    .nbuffers = STARPU_VARIABLE_NBUFFERS,",
             f"    .model = &tt_pm_{n},",
             f"    .name = \"{n}\",",
@@ -183,6 +356,7 @@ def main(argv: list[str]) -> int:
     outdir = Path(argv[2])
     outdir.mkdir(parents=True, exist_ok=True)
     for fname, text in (("tt_kernels_args.h", args_header(kernels)),
+                        ("tt_kernels_dev.h", dev_header(kernels)),
                         ("tt_kernels_gen.c", codelets_source(kernels))):
         path = outdir / fname
         if not path.exists() or path.read_text() != text:

@@ -88,6 +88,9 @@ void tt_tensors_kill_all(void)
     tt_tensors_unlock();
 }
 
+int tt_devices_init(void);      /* csrc/devices.c */
+void tt_devices_shutdown(void);
+
 int tt_init(const tt_config *cfg)
 {
     if (initialized)
@@ -130,6 +133,11 @@ int tt_init(const tt_config *cfg)
         starpu_shutdown();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
+    int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */
+    if (rc) {
+        starpu_shutdown();
+        return rc;
+    }
     /* explicitly both ways: StarPU keeps the status across starpu_shutdown/starpu_init */
     starpu_profiling_status_set(cfg->profile ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
     session_counter++;
@@ -148,6 +156,7 @@ int tt_shutdown(void)
     starpu_task_wait_for_all();
     tt_trace_session_end();
     tt_tensors_kill_all();
+    tt_devices_shutdown();
     starpu_shutdown();
     initialized = 0;
     tt_submit_reset_counters();
@@ -253,6 +262,11 @@ const char *tt_build_options(void)
            " tiletrain_cuda_kernels=yes"
 #else
            " tiletrain_cuda_kernels=no"
+#endif
+#ifdef TT_HAVE_OPENCL_KERNELS
+           " tiletrain_opencl_kernels=yes"
+#else
+           " tiletrain_opencl_kernels=no"
 #endif
            " blas=openblas";
 }

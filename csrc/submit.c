@@ -1,9 +1,12 @@
 /* The only place that submits StarPU tasks. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tt_internal.h"
 #include "tt_trace.h"
+
+uint32_t tt_where_for(const struct starpu_codelet *cl); /* csrc/devices.c: placement preference */
 
 static long kernel_ntasks[TT_NKERNELS];
 
@@ -37,6 +40,9 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
     }
     task->flops = k->flops(args);
     task->priority = tt_get_priority();
+    uint32_t where = tt_where_for(k->cl);
+    if (where)
+        task->where = where;
     /* trace records + DAG, priority plan, stage affinity (csrc/trace.c): one branch when off */
     if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
         tt_trace_on_submit(task, kernel);
@@ -46,6 +52,10 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
             tt_trace_on_submit_failed(task);
         task->destroy = 0;
         starpu_task_destroy(task); /* frees args too (cl_arg_free) */
+        if (ret == -ENODEV)
+            return tt_error(TT_ESTARPU, "%s: no started worker can run this kernel (it runs on:%s%s%s); start a "
+                            "worker of one of these kinds", k->name, (k->cl->where & STARPU_CPU) ? " cpu" : "",
+                            (k->cl->where & STARPU_CUDA) ? " cuda" : "", (k->cl->where & STARPU_OPENCL) ? " opencl" : "");
         return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);
     }
     kernel_ntasks[kernel]++;

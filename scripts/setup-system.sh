@@ -3,7 +3,10 @@
 # which are missing when this user cannot install them.  Quick when all are present.
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libstarpu-dev libopenblas-dev openmpi-bin libopenmpi-dev)
+# OpenCL: headers and ICD loader for tiletrain's OpenCL kernels, and PoCL, an OpenCL device
+# on the CPU that gives the tests a second memory node (tests/hetero/) without a GPU.
+PKGS=(build-essential cmake pkg-config libstarpu-dev libopenblas-dev openmpi-bin libopenmpi-dev
+      ocl-icd-opencl-dev opencl-headers pocl-opencl-icd)
 PYTHON=${PYTHON:-python3}
 
 missing=()

@@ -7,12 +7,13 @@ from .config import RuntimeConfig
 from .runtime import Runtime, current, init, is_initialized, priority, shutdown, wait
 from .trace.tags import tag
 from .tensor import Tensor, TensorTraits, empty, from_numpy, full, ones, zeros
+from .tensor.cupy_interop import from_cupy
 from .ops import (add, add_broadcast, add_scalar, backward, broadcast, copy, div, enable_grad, fill_,
                   grad_enabled, matmul, max, mul, neg, no_grad, rdiv_scalar, scale, sub, sum)
 
 __all__ = [
     "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
-    "wait", "Tensor", "TensorTraits", "empty", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
+    "wait", "Tensor", "TensorTraits", "empty", "from_cupy", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag",
 ]

@@ -16,7 +16,7 @@ def _runtime_args(p: argparse.ArgumentParser) -> None:
 def cmd_info(args) -> int:
     import tiletrain as tt
 
-    with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
+    with tt.init(ncpu=args.ncpu, sched=args.sched, nopencl=args.nopencl, ncuda=args.ncuda) as rt:
         info = rt.info()
         print(f"tiletrain      {info['tiletrain']}")
         print(f"StarPU         {info['starpu']}")
@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="print workers, memory nodes, scheduler, StarPU version and build options")
     _runtime_args(p)
+    p.add_argument("--nopencl", type=int, default=None,
+                   help="OpenCL workers (default: STARPU_NOPENCL or 0; PoCL gives one on the CPU)")
+    p.add_argument("--ncuda", type=int, default=None, help="CUDA workers (default: STARPU_NCUDA or all GPUs)")
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("demo", help="a short run of tiled ops checked against NumPy")
     _runtime_args(p)

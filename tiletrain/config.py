@@ -158,6 +158,12 @@ class RuntimeConfig:
             "STARPU_CATCH_SIGNALS": "0",
             "STARPU_LIMIT_CPU_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
         }
+        # StarPU only uses OpenCL devices of GPU type unless told otherwise; tiletrain's
+        # OpenCL workers are also the CPU-side second memory node (PoCL) that CI tests with.
+        # Set for every session, with or without OpenCL workers: StarPU 1.3 discovers the
+        # OpenCL devices once per process (at the first starpu_init), so a first session
+        # without it would leave every later one with no CPU-side OpenCL device.
+        env["STARPU_OPENCL_ON_CPUS"] = "1"
         if self.silent:
             env["STARPU_SILENT"] = "1"
         return env

@@ -191,6 +191,23 @@ int tt_sched_policy_count(void);
 const char *tt_sched_policy_name(int i);
 const char *tt_sched_policy_description(int i);
 
+/* -- hetero (csrc/devices.c): worker kinds, placement, tiles on a memory node -- */
+enum tt_where { TT_WHERE_CPU = 1, TT_WHERE_CUDA = 2, TT_WHERE_OPENCL = 4 }; /* worker kinds as bits */
+int64_t tt_worker_executed(int worker); /* tasks this worker has run since init; -1: no such worker */
+int tt_kernel_impls(int kernel);        /* TT_WHERE_* bits of the implementations compiled in */
+/* Placement preference: tasks of kernels that have an implementation for a kind in `mask`
+ * are restricted to those kinds (the others run where they can); 0: none.  Returns the
+ * previous mask. */
+int tt_set_where(int mask);
+int tt_get_where(void);
+int tt_cuda_memory_node(int devid);     /* StarPU memory node of CUDA device devid */
+/* Acquire one tile on a memory node (write: its old contents are discarded) and get its
+ * address there; release it after use. */
+int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr, int64_t *nbytes);
+int tt_tile_release(tt_tensor *t, int64_t tile, int node);
+/* Run one kernel synchronously on caller buffers, on the worker kinds in mask (tests). */
+int tt_run_kernel(int kernel, const void *args, int nbuf, void *const *bufs, const int64_t *nbytes, int mask);
+
 /* CDEF END */
 
 #ifdef __cplusplus

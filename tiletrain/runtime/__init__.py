@@ -62,6 +62,8 @@ class Runtime:
             raise NotImplementedError(
                 "MPI mode is not implemented yet: tiletrain currently runs in one process. "
                 "Run without mpirun (or unset TILETRAIN_MPI / pass mpi=False).")
+        from .hetero import check_build, check_started
+        check_build(cfg)  # OpenCL/CUDA workers this build cannot provide: a clear error first
         c = ffi.new("tt_config *")
         c.ncpu = -1 if cfg.ncpu is None else cfg.ncpu
         c.nopencl = cfg.nopencl
@@ -79,6 +81,11 @@ class Runtime:
         with _environment(cfg.starpu_env()):
             check(lib.tt_init(c))
         self.session = lib.tt_session_id()
+        try:
+            check_started(cfg, self.workers())
+        except RuntimeError:
+            self._stop()
+            raise
         ncpu = sum(1 for w in self.workers() if w.kind == "cpu")
         if cfg.ncpu is not None and ncpu < cfg.ncpu:
             warnings.warn(f"asked for {cfg.ncpu} CPU workers, StarPU started {ncpu}: this StarPU build allows "
@@ -131,6 +138,11 @@ class Runtime:
             check(lib.tt_worker_info(w, name, 128, kind, node))
             out.append(WorkerInfo(w, ffi.string(name).decode(), _WORKER_KINDS.get(kind[0], str(kind[0])), node[0]))
         return out
+
+    def executed_tasks(self) -> dict[str, int]:
+        """Tasks run since init per worker kind, e.g. {"cpu": 418, "opencl": 222}."""
+        from .hetero import executed_tasks
+        return executed_tasks(self.workers())
 
     def memory(self) -> dict:
         """Bytes of live tensors' tiles, and StarPU's own accounting of main memory (used and

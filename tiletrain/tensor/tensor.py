@@ -139,6 +139,12 @@ class Tensor:
         current().idle()
         return out
 
+    def to_cupy(self):
+        """The tensor as a new cupy array on the GPU (tiles acquired on the GPU's memory node;
+        needs cupy and a CUDA worker: tiletrain/tensor/cupy_interop.py)."""
+        from .cupy_interop import to_cupy
+        return to_cupy(self)
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)

@@ -1,0 +1,14 @@
+/* fill and copy: also instantiated for int64 tiles (T = tt_long). */
+KERNEL SUF(tt_fill)(GLOBAL T *y, tt_long n, R value)
+{
+    const tt_long i = GID0();
+    if (i < n)
+        y[i] = (T)value;
+}
+
+KERNEL SUF(tt_copy)(GLOBAL const T *x, GLOBAL T *y, tt_long n)
+{
+    const tt_long i = GID0();
+    if (i < n)
+        y[i] = x[i];
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The prepared device check: on a machine with an NVIDIA GPU and no network, build StarPU
+# with CUDA from a carried source tarball, build tiletrain against it, run the `cuda`
+# tests, and print a table: tiled gemm TFLOP/s against cuBLAS (through cupy) on the same
+# sizes, and a GPT training step's tokens/s against PyTorch on the same GPU.
+#
+#   scripts/gpu_check.sh --prepare    # on a machine WITH network: fills .gpu-bundle/
+#   scripts/gpu_check.sh              # on the GPU machine (carry .gpu-bundle/ there)
+#
+# The bundle (under 64 MiB): StarPU's source tarball (scripts/build-starpu.sh
+# --fetch-only: Debian's; or put a StarPU 1.4 release tarball there instead, advised for
+# CUDA 12/13), Debian packages of OpenBLAS and hwloc (unpacked into a private sysroot
+# when the GPU machine lacks them) and wheels of cffi and pycparser for its python3.  The
+# GPU machine is expected to have nvcc, cuBLAS, cupy and PyTorch (the `cuda` image does);
+# cuBLAS/cuSPARSE from pip wheels are found by scripts/build-starpu.sh.
+#
+# The GPT step calls benchmarks/gpt_step.py (the GPT model, tiletrain.nn, is being written
+# in parallel): its contract is `python benchmarks/gpt_step.py --device cuda` printing a
+# line `tokens_per_s tiletrain=<x> torch=<y>`.  Until it exists that row reads "n/a".
+#
+# Environment: TT_GPU_BUNDLE (default .gpu-bundle), TT_GPU_WORK (default /tmp/tt-gpu),
+# JOBS (default: all cores), TT_GPU_DRYRUN=1 (no GPU: check the build steps only).
+# Everything it builds goes under TT_GPU_WORK (a StarPU found there is reused).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+BUNDLE=${TT_GPU_BUNDLE:-$ROOT/.gpu-bundle}
+WORK=${TT_GPU_WORK:-/tmp/tt-gpu}
+JOBS=${JOBS:-$(nproc)}
+PYVER=${TT_GPU_PYVER:-3.12}
+T0=$(date +%s)
+say() { echo "gpu_check [$(( $(date +%s) - T0 ))s]: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------
+if [ "${1:-}" = "--prepare" ]; then
+    mkdir -p "$BUNDLE"
+    tarball=$(scripts/build-starpu.sh --fetch-only | tail -1)
+    cp -f "$tarball" "$BUNDLE/"
+    (cd "$BUNDLE" && apt-get download libopenblas-dev libopenblas0-pthread libopenblas-pthread-dev \
+        libopenblas0 libhwloc-dev libhwloc15 libgfortran5 libquadmath0 >/dev/null)
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$BUNDLE" cffi pycparser
+    du -sh "$BUNDLE"
+    say "bundle ready: carry .gpu-bundle to the GPU machine and run scripts/gpu_check.sh there"
+    exit 0
+fi
+
+mkdir -p "$WORK"
+if [ "${TT_GPU_DRYRUN:-0}" = 1 ]; then
+    say "dry run: no GPU needed, stops after building tiletrain"
+else
+    nvidia-smi -L || { echo "gpu_check: no NVIDIA GPU (nvidia-smi failed)" >&2; exit 1; }
+fi
+command -v nvcc >/dev/null || { echo "gpu_check: nvcc not found" >&2; exit 1; }
+nvcc --version | tail -1
+
+# 1. Python packages the image may lack (cffi builds tiletrain's module).
+if ! python3 -c 'import cffi' 2>/dev/null; then
+    ls "$BUNDLE"/*.whl >/dev/null 2>&1 || { echo "gpu_check: cffi missing and no wheels in $BUNDLE" >&2; exit 1; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$BUNDLE"/*.whl
+    export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+# 2. OpenBLAS and hwloc from the carried Debian packages when the system has none.
+if ! pkg-config --exists openblas 2>/dev/null || ! pkg-config --exists hwloc 2>/dev/null; then
+    SYSROOT=$WORK/sysroot
+    for deb in "$BUNDLE"/*.deb; do dpkg -x "$deb" "$SYSROOT"; done
+    ML=$SYSROOT/usr/lib/x86_64-linux-gnu
+    mkdir -p "$WORK/pc"
+    sed -e "s|^libdir=.*|libdir=$ML/openblas-pthread|" \
+        -e "s|^includedir=.*|includedir=$SYSROOT/usr/include/x86_64-linux-gnu/openblas-pthread|" \
+        "$ML/openblas-pthread/pkgconfig/openblas.pc" > "$WORK/pc/openblas.pc"
+    sed -e "s|^prefix=.*|prefix=$SYSROOT/usr|" "$ML/pkgconfig/hwloc.pc" > "$WORK/pc/hwloc.pc"
+    export PKG_CONFIG_PATH=$WORK/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export PKG_CONFIG_ALLOW_SYSTEM_LIBS=1  # keep -L for dirs in LIBRARY_PATH (CMake needs them)
+    export CPATH=$SYSROOT/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$ML:$ML/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$ML:$ML/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    say "OpenBLAS/hwloc from the bundle: $(pkg-config --libs openblas) $(pkg-config --libs hwloc)"
+fi
+
+# 3. StarPU with CUDA (kept in $WORK: a second run on the same machine reuses it).
+if grep -qs '^#define STARPU_USE_CUDA 1' "$WORK"/starpu/include/starpu/*/starpu_config.h; then
+    say "reusing the StarPU in $WORK/starpu"
+    eval "$(scripts/build-starpu.sh --prefix "$WORK/starpu" --env-only)"
+else
+    say "building StarPU with CUDA"
+    tarball=$(ls "$BUNDLE"/starpu*.tar.* | head -1)
+    eval "$(scripts/build-starpu.sh --tarball "$tarball" --prefix "$WORK/starpu" --jobs "$JOBS")"
+fi
+
+# 4. tiletrain against it, built in place (the image's python3 keeps its torch and cupy).
+say "building tiletrain"
+rm -rf build/cmake build/ffi-gen
+python3 setup.py -q build_ext --inplace > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; exit 1; }
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+PY=python3
+if [ "${TT_GPU_DRYRUN:-0}" = 1 ]; then
+    "$PY" -m tiletrain info --ncpu 1 --ncuda 0 | grep -v '^kernels'
+    say "dry run done"
+    exit 0
+fi
+"$PY" -m tiletrain info --ncpu 1 --ncuda 1 | grep -v '^kernels'
+
+# 5. The cuda tests.
+say "running the cuda tests"
+set +e
+"$PY" -m pytest -q -m cuda -p no:cacheprovider tests/hetero/test_cuda.py 2>&1 | tail -15
+tests_rc=${PIPESTATUS[0]}
+set -e
+
+# 6. The table.
+say "benchmarks"
+"$PY" benchmarks/gpu_gemm.py --n 4096 8192 --tiles 2048 4096 --reps 5 | tee "$WORK/gemm.txt"
+if [ -f benchmarks/gpt_step.py ]; then
+    gpt=$("$PY" benchmarks/gpt_step.py --device cuda | grep -E '^tokens_per_s' | tail -1 || true)
+else
+    gpt=""
+fi
+echo
+echo "== tiletrain GPU check ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) =="
+grep -E "cuBLAS|tiletrain tiles" "$WORK/gemm.txt" | sed 's/^/gemm  /'
+if [ -n "$gpt" ]; then
+    echo "GPT step float32: $gpt"
+else
+    echo "GPT step float32: n/a (benchmarks/gpt_step.py not there yet: it comes with tiletrain.nn)"
+fi
+echo "cuda tests: $([ "$tests_rc" = 0 ] && echo passed || echo "FAILED (rc $tests_rc)")"
+say "done"
+exit "$tests_rc"

@@ -1,0 +1,81 @@
+"""Every CUDA body compiles: each csrc/kernels/cuda/*.cu to an object with nvcc, against
+headers generated from the kernel table (syntax and types checked on every run where nvcc
+exists, even when this StarPU has no CUDA and nothing is linked).  gemm.cu needs the
+cuBLAS headers as well (the CUDA toolkit's, or the nvidia-cublas wheel's)."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import tiletrain as tt
+
+ROOT = Path(__file__).resolve().parents[2]
+CUDA_SOURCES = sorted((ROOT / "csrc" / "kernels" / "cuda").glob("*.cu"))
+NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None)
+
+
+def _cublas_include() -> str | None:
+    """A directory holding cublas_v2.h, or None."""
+    candidates = []
+    if NVCC:
+        candidates.append(Path(NVCC).resolve().parent.parent / "include")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    candidates.append(Path("/usr/include"))
+    for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        candidates += [Path(p) for p in glob.glob(os.path.join(site, "nvidia", "*", "include"))]
+    return next((str(c) for c in candidates if (c / "cublas_v2.h").exists()), None)
+
+
+@pytest.fixture(scope="module")
+def gen_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen")
+    subprocess.run([sys.executable, str(ROOT / "csrc" / "gen_kernels.py"), str(ROOT / "csrc" / "kernels.def"),
+                    str(out)], check=True)
+    return out
+
+
+def test_every_kernel_with_a_cuda_implementation_has_a_body():
+    """Generic CUDA implementations come from the portable kernels compiled by
+    device_kernels.cu; `cuda:custom` ones need tt_cuda_<name> in some .cu file."""
+    sys.path.insert(0, str(ROOT / "csrc"))
+    try:
+        import gen_kernels
+    finally:
+        sys.path.pop(0)
+    kernels = gen_kernels.parse((ROOT / "csrc" / "kernels.def").read_text())
+    device = "\n".join(p.read_text() for p in (ROOT / "csrc" / "kernels" / "opencl").glob("*.cl"))
+    cuda = "\n".join(p.read_text() for p in CUDA_SOURCES)
+    assert "device_kernels.cu" in {p.name for p in CUDA_SOURCES}
+    for k in kernels:
+        if k.impls.get("cuda") == "generic" or k.impls.get("opencl") == "generic":
+            assert f"SUF(tt_{k.name})(" in device, f"{k.name}: no portable device kernel in csrc/kernels/opencl/"
+        if k.impls.get("cuda") == "custom":
+            assert f"tt_cuda_{k.name}(" in cuda, f"{k.name}: cuda:custom but no tt_cuda_{k.name} in csrc/kernels/cuda/"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (install the CUDA toolkit to compile-check the CUDA bodies)")
+@pytest.mark.parametrize("source", CUDA_SOURCES, ids=[p.name for p in CUDA_SOURCES])
+def test_cuda_body_compiles(source, gen_dir, tmp_path):
+    includes = [ROOT / "csrc" / "include", gen_dir]
+    if "cublas" in source.read_text():
+        inc = _cublas_include()
+        if inc is None:
+            pytest.skip("cuBLAS headers (cublas_v2.h) not found: install the CUDA toolkit's cuBLAS or the "
+                        "nvidia-cublas wheel to compile-check this file")
+        includes.append(inc)
+    # A virtual architecture only (PTX, no ptxas): the front end and code generation check
+    # syntax and types in about half the time of a full object for a real GPU.
+    cmd = [NVCC, "-c", "-std=c++17", "-arch=compute_75", "-code=compute_75", "-Werror", "all-warnings",
+           *(f"-I{p}" for p in includes), "-o", str(tmp_path / (source.stem + ".o")), str(source)]
+    tt.wait()  # puts the runtime's polling workers to sleep: they would slow nvcc down 2-3x
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    assert (tmp_path / (source.stem + ".o")).stat().st_size > 0

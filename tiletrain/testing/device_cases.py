@@ -1,0 +1,236 @@
+"""Op and training-step cases shared by the device tests (tests/hetero/): each case builds
+tensors from a seeded generator, runs public ops (forward and backward) and returns named
+results, so that the same case can run with every kernel placed on one worker kind
+(``placed(kinds)``) and be compared with the CPU-only run."""
+import contextlib
+
+import numpy as np
+
+import tiletrain as tt
+import tiletrain.functional as F
+from tiletrain.runtime.hetero import prefer
+
+
+def placed(kinds):
+    """prefer(kinds), or no preference for None (the scheduler mixes the kinds)"""
+    return prefer(kinds) if kinds else contextlib.nullcontext()
+
+
+# ---- op cases: name -> fn(rng, dtype) -> {result name: Tensor} ----
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def _t(rng, shape, tiles, dtype, grad=False, scale=1.0, shift=0.0):
+    t = tt.from_numpy((rng.standard_normal(shape) * scale + shift).astype(dtype), tiles)
+    return t.requires_grad_() if grad else t
+
+
+def _weighted_backward(y, rng):
+    """backward of sum(y * g) for a fixed random g (so every gradient entry is exercised)"""
+    g = tt.from_numpy(rng.standard_normal(y.shape).astype(y.dtype), y.tiles)
+    tt.sum(tt.mul(y, g)).backward()
+
+
+@case
+def elementwise(rng, dt):
+    x = _t(rng, (11, 7), (4, 3), dt)
+    y = _t(rng, (11, 7), (4, 3), dt, shift=3.0)  # away from 0 for div
+    z = tt.zeros((11, 7), (4, 3), dt)
+    tt.ops.axpy_(z, x, alpha=0.5, beta=0.0)
+    tt.ops.axpy_(z, y, alpha=2.0, beta=1.0)
+    w = tt.full((11, 7), 1.5, (4, 3), dt)
+    tt.ops.axpy_(w, x, alpha=1.0, beta=-0.5)
+    return dict(add=tt.add(x, y, alpha=2.0, beta=-0.5), sub=tt.sub(x, y), mul=tt.mul(x, y, alpha=3.0),
+                div=tt.div(x, y), scale=tt.scale(x, -1.25), add_scalar=tt.add_scalar(x, 2.0, alpha=0.5),
+                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x), full=tt.full((5, 3), 2.5, (2, 2), dt),
+                axpy=z, axpy_beta=w)
+
+
+@case
+def reductions(rng, dt):
+    x = _t(rng, (5, 4, 6), (2, 3, 4), dt)
+    b = _t(rng, (5, 6), (2, 4), dt)
+    return dict(sum0=tt.sum(x, axis=0), sum1=tt.sum(x, axis=1, alpha=0.5), sum2=tt.sum(x, axis=2),
+                sum01=tt.sum(x, axis=(0, 1)), sum_all=tt.sum(x), max1=tt.max(x, axis=1), max2=tt.max(x, axis=2),
+                add_bcast=tt.add_broadcast(x, b, 1, alpha=2.0, beta=0.5),
+                bcast=tt.broadcast(b, x.traits, 1, alpha=3.0))
+
+
+@case
+def matmul(rng, dt):
+    a = _t(rng, (11, 7), (4, 3), dt)
+    b = _t(rng, (7, 9), (3, 4), dt)
+    at = _t(rng, (7, 11), (3, 4), dt)
+    bt = _t(rng, (9, 7), (4, 3), dt)
+    a3 = _t(rng, (3, 5, 7), (2, 2, 3), dt)
+    b3 = _t(rng, (3, 7, 6), (2, 3, 4), dt)
+    x3 = _t(rng, (3, 5, 7), (2, 2, 3), dt)
+    return dict(ab=tt.matmul(a, b), atb=tt.matmul(at, b, transpose_a=True), abt=tt.matmul(a, bt, transpose_b=True),
+                batched=tt.matmul(a3, b3), flat=tt.matmul(a3, b), leading=tt.ops.matmul_leading(a3, x3))
+
+
+@case
+def activations(rng, dt):
+    out = {}
+    for name, fn in (("gelu", lambda x: F.gelu(x)), ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+                     ("relu", F.relu), ("silu", F.silu), ("dropout", lambda x: F.dropout(x, p=0.3, seed=11))):
+        x = _t(rng, (6, 10), (4, 4), dt, grad=True)
+        y = fn(x)
+        _weighted_backward(y, rng)
+        out[name], out[name + "_grad"] = y, x.grad
+    return out
+
+
+@case
+def norms(rng, dt):
+    out = {}
+    x = _t(rng, (3, 5, 12), (2, 3, 5), dt, grad=True, shift=0.5)
+    w = _t(rng, (12,), (5,), dt, grad=True, shift=1.0)
+    b = _t(rng, (12,), (5,), dt, grad=True)
+    y = F.layer_norm(x, w, b)
+    _weighted_backward(y, rng)
+    out.update(ln=y, ln_dx=x.grad, ln_dw=w.grad, ln_db=b.grad)
+    x = _t(rng, (3, 5, 12), (2, 3, 5), dt, grad=True, shift=0.5)
+    w = _t(rng, (12,), (5,), dt, grad=True, shift=1.0)
+    y = F.rms_norm(x, w)
+    _weighted_backward(y, rng)
+    out.update(rms=y, rms_dx=x.grad, rms_dw=w.grad)
+    return out
+
+
+@case
+def softmax(rng, dt):
+    out = {}
+    for name, fn in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):
+        x = _t(rng, (4, 3, 13), (3, 2, 5), dt, grad=True, scale=3.0)
+        y = fn(x)
+        _weighted_backward(y, rng)
+        out[name], out[name + "_grad"] = y, x.grad
+    x = _t(rng, (4, 6, 13), (3, 4, 5), dt, grad=True, scale=3.0)
+    tgt = rng.integers(0, 13, (4, 6))
+    tgt[1, 2] = -100
+    loss = F.cross_entropy(x, tt.from_numpy(tgt, (3, 4)))
+    loss.backward()
+    out.update(ce=loss, ce_grad=x.grad)
+    return out
+
+
+@case
+def embedding(rng, dt):
+    ids = tt.from_numpy(rng.integers(0, 11, (3, 7)), (2, 4))
+    table = _t(rng, (11, 6), (4, 4), dt, grad=True)
+    y = F.embedding(ids, table)
+    _weighted_backward(y, rng)
+    return dict(emb=y, emb_grad=table.grad)
+
+
+@case
+def attention(rng, dt):
+    out = {}
+    for causal in (True, False):
+        qkv = _t(rng, (2, 7, 3 * 8), (1, 3, 4), dt, grad=True)  # C = 8, 2 heads of 4
+        q, k, v = (F.split_heads(qkv, 2, part=i, nparts=3) for i in range(3))
+        y = F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        _weighted_backward(y, rng)
+        out[f"attn_{causal}"], out[f"attn_grad_{causal}"] = y, qkv.grad
+    return out
+
+
+@case
+def optimizers(rng, dt):
+    out = {}
+    p1 = _t(rng, (9, 5), (4, 2), dt, grad=True)
+    p2 = _t(rng, (5,), (2,), dt, grad=True)
+    opt = tt.optim.AdamW([p1, p2], lr=0.1, weight_decay=0.1)
+    sgd_p = _t(rng, (9, 5), (4, 2), dt, grad=True)
+    sgd = tt.optim.SGD([sgd_p], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+    plain_p = _t(rng, (7,), (3,), dt, grad=True)
+    plain = tt.optim.SGD([plain_p], lr=0.1, weight_decay=0.01)
+    for step in range(2):
+        for o in (opt, sgd, plain):
+            o.zero_grad()
+        _weighted_backward(tt.add(p1, tt.broadcast(p2, p1.traits, 0)), rng)
+        _weighted_backward(sgd_p, rng)
+        _weighted_backward(plain_p, rng)
+        norm = tt.optim.clip_grad_norm_([p1, p2], 0.5)
+        for o in (opt, sgd, plain):
+            o.step()
+        out[f"norm{step}"] = norm
+    out.update(p1=p1, p2=p2, sgd=sgd_p, plain=plain_p)
+    return out
+
+
+# ---- training steps: (losses, parameters) after a few optimizer steps, float32 ----
+F32 = np.float32
+
+
+def _param(rng, shape, tiles, scale=0.3, shift=0.0):
+    return tt.from_numpy((rng.standard_normal(shape) * scale + shift).astype(F32), tiles).requires_grad_()
+
+
+def mlp_steps(kinds, steps=3):
+    """A two-layer MLP, linear + gelu + linear, sum loss, AdamW."""
+    rng = np.random.default_rng(0)
+    with placed(kinds):
+        x = tt.from_numpy(rng.standard_normal((12, 10)).astype(F32), (5, 4))
+        w1, b1 = _param(rng, (10, 16), (4, 8)), _param(rng, (16,), 8)
+        w2, b2 = _param(rng, (16, 6), (8, 3)), _param(rng, (6,), 3)
+        params = [w1, b1, w2, b2]
+        opt = tt.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            y = F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+            loss = tt.sum(y)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        return losses, [p.numpy() for p in params]
+
+
+def gpt_steps(kinds, steps=2):
+    """A small GPT block: embedding, layer norm, causal attention, MLP, tied LM head,
+    cross-entropy, gradient clipping, AdamW."""
+    rng = np.random.default_rng(1)
+    B, T, C, V, H = 2, 8, 16, 11, 2
+    with placed(kinds):
+        ids = tt.from_numpy(rng.integers(0, V, (B, T)), (1, 4))
+        targets = tt.from_numpy(rng.integers(0, V, (B, T)), (1, 4))
+        wte = _param(rng, (V, C), (V, 8), scale=0.1)
+        ln_w, ln_b = _param(rng, (C,), 8, 0.1, 1.0), _param(rng, (C,), 8, 0.1)
+        w_qkv = _param(rng, (C, 3 * C), (8, 8), scale=0.1)
+        w1, b1 = _param(rng, (C, 32), (8, 16), scale=0.1), _param(rng, (32,), 16, scale=0.1)
+        w2 = _param(rng, (32, C), (16, 8), scale=0.1)
+        params = [wte, ln_w, ln_b, w_qkv, w1, b1, w2]
+        opt = tt.optim.AdamW(params, lr=3e-3, weight_decay=0.1)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            x = F.embedding(ids, wte)                                        # (B, T, C)
+            qkv = F.linear(F.layer_norm(x, ln_w, ln_b), w_qkv)
+            q, k, v = (F.split_heads(qkv, H, part=i, nparts=3) for i in range(3))
+            x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+            h = F.gelu(F.linear(x, w1, b1), approximate="tanh")
+            y = F.linear(h, w2) + x
+            loss = F.cross_entropy(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
+            loss.backward()
+            tt.optim.clip_grad_norm_(params, 1.0)
+            opt.step()
+            losses.append(float(loss))
+        return losses, [p.numpy() for p in params]
+
+
+def run_case(name, dtype, kinds):
+    """Run op case `name` with its kernels placed on `kinds` and read its results back."""
+    rng = np.random.default_rng(3)
+    with placed(kinds):
+        res = CASES[name](rng, dtype)
+        return {k: v.numpy() for k, v in res.items()}
+
+
+TRAINING = {"mlp": mlp_steps, "gpt_block": gpt_steps}
