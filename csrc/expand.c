@@ -6,28 +6,6 @@
 
 #include "tt_internal.h"
 
-static int is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
-
-static const char *dtype_name(int dtype)
-{
-    switch (dtype) {
-    case TT_F32: return "float32";
-    case TT_F64: return "float64";
-    case TT_I64: return "int64";
-    default: return "unknown";
-    }
-}
-
-static int same_layout(const tt_tensor *a, const tt_tensor *b)
-{
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
-            return 0;
-    return 1;
-}
-
 #define CHECK(t, what)                      \
     do {                                    \
         int rc_ = tt_check_tensor(t, what); \
@@ -58,15 +36,15 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
             CHECK_READ(tensors[j], k->name);
         else
             CHECK(tensors[j], k->name);
-        if (!same_layout(tensors[0], tensors[j]))
+        if (!tt_same_layout(tensors[0], tensors[j]))
             return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
         if (tensors[j]->dtype != tensors[0]->dtype)
             return tt_error(TT_EINVAL, "%s: operand %d is %s, operand 0 is %s", k->name, j,
-                            dtype_name(tensors[j]->dtype), dtype_name(tensors[0]->dtype));
+                            tt_dtype_name(tensors[j]->dtype), tt_dtype_name(tensors[0]->dtype));
     }
-    if (!is_float(tensors[0]->dtype) && kernel != TT_K_FILL && kernel != TT_K_COPY)
+    if (!tt_is_float(tensors[0]->dtype) && kernel != TT_K_FILL && kernel != TT_K_COPY)
         return tt_error(TT_EINVAL, "%s: dtype %s is not supported (float32, float64)", k->name,
-                        dtype_name(tensors[0]->dtype));
+                        tt_dtype_name(tensors[0]->dtype));
     const tt_tensor *t0 = tensors[0];
     starpu_data_handle_t h[8];
     int64_t idx[TT_MAX_NDIM];
@@ -156,7 +134,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
             fdtype = t->dtype;
         if (t->dtype != fdtype)
             return tt_error(TT_EINVAL, "%s: float operands must share a dtype (operand %d is %s, another is %s)",
-                            k->name, j, dtype_name(t->dtype), dtype_name(fdtype));
+                            k->name, j, tt_dtype_name(t->dtype), tt_dtype_name(fdtype));
     }
     if (fdtype < 0)
         return tt_error(TT_EINVAL, "%s: needs at least one float operand", k->name);
@@ -164,7 +142,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
         return tt_error(TT_EINVAL, "%s: axes [%d, %d) out of range for a rank-%d tensor", k->name, axis,
                         axis + naxes, x->ndim);
     for (int j = 1; j < nfull; j++)
-        if (!same_layout(x, full[j]))
+        if (!tt_same_layout(x, full[j]))
             return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
     for (int j = 0; j < nred; j++)
         if (!layout_without_span(x, axis, naxes, red[j]))
@@ -246,9 +224,9 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
         CHECK(y, what);
     if (y->ntiles != 1 || tt_tile_nelems(y, (int64_t[TT_MAX_NDIM]){0}) != 1)
         return tt_error(TT_EINVAL, "%s: output must hold exactly one element", what);
-    if (!is_float(x->dtype) || x->dtype != y->dtype)
+    if (!tt_is_float(x->dtype) || x->dtype != y->dtype)
         return tt_error(TT_EINVAL, "%s: operands must share a float dtype (got %s and %s)", what,
-                        dtype_name(x->dtype), dtype_name(y->dtype));
+                        tt_dtype_name(x->dtype), tt_dtype_name(y->dtype));
     y->written = 1;
     int64_t idx[TT_MAX_NDIM];
     for (int64_t i = 0; i < x->ntiles; i++) {
@@ -333,9 +311,9 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
         CHECK_READ(c, what);
     else
         CHECK(c, what);
-    if (!is_float(a->dtype) || a->dtype != b->dtype || a->dtype != c->dtype)
+    if (!tt_is_float(a->dtype) || a->dtype != b->dtype || a->dtype != c->dtype)
         return tt_error(TT_EINVAL, "%s: operands must share a float dtype (got %s, %s, %s)", what,
-                        dtype_name(a->dtype), dtype_name(b->dtype), dtype_name(c->dtype));
+                        tt_dtype_name(a->dtype), tt_dtype_name(b->dtype), tt_dtype_name(c->dtype));
     int nd = a->ndim;
     if (nd < 2 || b->ndim < 2)
         return tt_error(TT_EINVAL, "%s: operands must have rank >= 2 (got %d and %d)", what, a->ndim, b->ndim);

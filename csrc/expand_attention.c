@@ -15,8 +15,6 @@
             return rc_;      \
     } while (0)
 
-static int is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
-
 /* ---------------------------------------------------------------- head split / merge */
 
 /* x (B, T, nparts*C) and y (B, H, T, D) with H*D = C: the part `part` of x's last axis is
@@ -25,7 +23,7 @@ static int is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
 static int heads_geometry(const char *what, const tt_tensor *x, const tt_tensor *y, int part, int nparts,
                           int64_t *cwidth)
 {
-    if (!is_float(x->dtype) || x->dtype != y->dtype)
+    if (!tt_is_float(x->dtype) || x->dtype != y->dtype)
         return tt_error(TT_EINVAL, "%s: operands must share a float dtype", what);
     if (x->ndim != 3 || y->ndim != 4)
         return tt_error(TT_EINVAL, "%s: x must be (B, T, W) and y (B, H, T, D) (got ranks %d and %d)", what,
@@ -127,22 +125,12 @@ int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
 
 /* ---------------------------------------------------------------- flash attention */
 
-static int same_layout(const tt_tensor *a, const tt_tensor *b)
-{
-    if (a->ndim != b->ndim || a->dtype != b->dtype)
-        return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
-            return 0;
-    return 1;
-}
-
 /* q (B, H, T, D) with D in one tile; `others` share q's layout and dtype; `rows` tensors
  * have q's layout without the last axis. */
 static int attn_geometry(const char *what, const tt_tensor *q, int nothers, tt_tensor *const *others, int nrows,
                          tt_tensor *const *rows)
 {
-    if (!is_float(q->dtype))
+    if (!tt_is_float(q->dtype))
         return tt_error(TT_EINVAL, "%s: q must be float32 or float64", what);
     if (q->ndim != 4)
         return tt_error(TT_EINVAL, "%s: q must be (B, H, T, D), got rank %d", what, q->ndim);
@@ -150,7 +138,7 @@ static int attn_geometry(const char *what, const tt_tensor *q, int nothers, tt_t
         return tt_error(TT_EINVAL, "%s: the head dimension D=%lld must be a single tile (tile %lld)", what,
                         (long long)q->shape[3], (long long)q->tile[3]);
     for (int j = 0; j < nothers; j++)
-        if (!same_layout(q, others[j]))
+        if (!tt_same_layout(q, others[j]))
             return tt_error(TT_EINVAL, "%s: operand %d must have q's shape, tiles and dtype", what, j + 1);
     for (int j = 0; j < nrows; j++) {
         const tt_tensor *r = rows[j];

@@ -11,8 +11,6 @@
  * outside a tile. */
 #include "tt_internal.h"
 
-static int is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
-
 /* `out` (y or dy) must have ids' shape and tiles followed by the table's columns. */
 static int check_out_layout(const char *what, const char *name, const tt_tensor *ids, const tt_tensor *table,
                             const tt_tensor *out)
@@ -33,7 +31,7 @@ static int check_operands(const char *what, const tt_tensor *ids, const tt_tenso
 {
     if (ids->dtype != TT_I64)
         return tt_error(TT_EINVAL, "%s: ids must be int64", what);
-    if (!is_float(table->dtype) || table->dtype != out->dtype)
+    if (!tt_is_float(table->dtype) || table->dtype != out->dtype)
         return tt_error(TT_EINVAL, "%s: %s and %s must share a float dtype (float32, float64)", what, table_name,
                         out_name);
     if (table->ndim != 2)

@@ -21,26 +21,6 @@
 
 #include "tt_internal.h"
 
-static const char *dtype_name(int dtype)
-{
-    switch (dtype) {
-    case TT_F32: return "float32";
-    case TT_F64: return "float64";
-    case TT_I64: return "int64";
-    default: return "unknown";
-    }
-}
-
-static int same_layout(const tt_tensor *a, const tt_tensor *b)
-{
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
-            return 0;
-    return 1;
-}
-
 int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full, int nrow, tt_tensor *const *rows,
                 int ncol, tt_tensor *const *cols, int reduce)
 {
@@ -76,19 +56,19 @@ int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full,
             return rc;
         if (t->dtype != TT_F32 && t->dtype != TT_F64)
             return tt_error(TT_EINVAL, "%s: operand %d is %s; float32 or float64 expected", k->name, j,
-                            dtype_name(t->dtype));
+                            tt_dtype_name(t->dtype));
         if (fdtype < 0)
             fdtype = t->dtype;
         if (t->dtype != fdtype)
             return tt_error(TT_EINVAL, "%s: operands must share a dtype (operand %d is %s, operand 0 is %s)",
-                            k->name, j, dtype_name(t->dtype), dtype_name(fdtype));
+                            k->name, j, tt_dtype_name(t->dtype), tt_dtype_name(fdtype));
     }
     tt_tensor *x = full[0];
     const int last = x->ndim - 1;
     if (x->ndim < 1)
         return tt_error(TT_EINVAL, "%s: operand 0 must have rank >= 1", k->name);
     for (int j = 1; j < nfull; j++)
-        if (!same_layout(x, full[j]))
+        if (!tt_same_layout(x, full[j]))
             return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
     for (int j = 0; j < nrow; j++) {
         const tt_tensor *r = rows[j];

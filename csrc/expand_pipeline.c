@@ -3,16 +3,6 @@
 
 #include "tt_internal.h"
 
-static int same_layout(const tt_tensor *a, const tt_tensor *b)
-{
-    if (a->ndim != b->ndim || a->dtype != b->dtype)
-        return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
-            return 0;
-    return 1;
-}
-
 int tt_spin(tt_tensor *a, tt_tensor *b, tt_tensor *c, tt_tensor *d, int64_t usec, int sleep, int wmask)
 {
     tt_tensor *ts[4] = {a, b, c, d};
@@ -26,7 +16,7 @@ int tt_spin(tt_tensor *a, tt_tensor *b, tt_tensor *c, tt_tensor *d, int64_t usec
         int rc = (j == 2 && (wmask & 1)) ? tt_check_tensor(ts[j], names[j]) : tt_check_readable(ts[j], names[j]);
         if (rc)
             return rc;
-        if (!same_layout(ts[0], ts[j]))
+        if (!tt_same_layout(ts[0], ts[j]))
             return tt_error(TT_EINVAL, "%s has another shape, tiling or dtype than a", names[j]);
     }
     if (a->dtype != TT_F32 && a->dtype != TT_F64)

@@ -55,6 +55,30 @@ void tt_bytes_live_locked_add(int64_t delta);
 /* wake paused workers (session.c): before any submission, transfer or wait */
 void tt_ensure_running(void);
 
+/* small helpers shared by the expanders */
+static inline int tt_is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
+
+static inline const char *tt_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case TT_F32: return "float32";
+    case TT_F64: return "float64";
+    case TT_I64: return "int64";
+    default: return "unknown";
+    }
+}
+
+/* same shape and same tiles */
+static inline int tt_same_layout(const tt_tensor *a, const tt_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
+            return 0;
+    return 1;
+}
+
 /* tensors (handle.c) */
 int tt_check_tensor(const tt_tensor *t, const char *what);
 /* tt_check_tensor + the tensor must hold data (StarPU aborts on reading a never-written tile) */

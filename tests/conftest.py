@@ -35,6 +35,21 @@ def runtime(runtime_config):
     yield tt.current()
 
 
+def total_tasks() -> int:
+    """Tile tasks submitted since the runtime started (all kernels)."""
+    from tiletrain._ffi import lib
+    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
+
+
+@pytest.fixture
+def nothing_submitted():
+    """Fails the test if the code under it submitted any task (bad input must be rejected first)."""
+    tt.wait()
+    before = total_tasks()
+    yield
+    assert total_tasks() == before, "a rejected call submitted tasks"
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

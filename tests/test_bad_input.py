@@ -6,18 +6,6 @@ import tiletrain as tt
 from tiletrain._ffi import lib
 
 
-def _ntasks():
-    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
-
-
-@pytest.fixture
-def nothing_submitted():
-    tt.wait()
-    before = _ntasks()
-    yield
-    assert _ntasks() == before, "a rejected call submitted tasks"
-
-
 @pytest.fixture
 def ab(rng):
     a = tt.from_numpy(rng.standard_normal((6, 4)), (3, 2))

@@ -7,21 +7,9 @@ import pytest
 
 import tiletrain as tt
 import tiletrain.functional as F
-from conftest import FLOATS
+from conftest import FLOATS, total_tasks
 from tiletrain._ffi import check, lib
 from tiletrain.testing.gradcheck import vjp_check
-
-
-def _ntasks():
-    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
-
-
-@pytest.fixture
-def nothing_submitted():
-    tt.wait()
-    before = _ntasks()
-    yield
-    assert _ntasks() == before, "a rejected call submitted tasks"
 
 
 # (ids shape, ids tiles, (V, C), table tiles)
@@ -182,7 +170,7 @@ def test_expanders_revalidate_and_kernels_skip_out_of_range_ids(rng):
     unwritten = tt.empty((6, 4), (4, 3), np.float64)
     dy_tiles = tt.from_numpy(dy, (1, 2, 2))
     tt.wait()
-    before = _ntasks()
+    before = total_tasks()
     with pytest.raises(ValueError, match="ids must be int64"):
         check(lib.tt_embedding(T._ptr, T._ptr, y._ptr))
     with pytest.raises(ValueError, match=r"output must have the shape and tiles of ids followed by \(4,\) "
@@ -194,4 +182,4 @@ def test_expanders_revalidate_and_kernels_skip_out_of_range_ids(rng):
         check(lib.tt_embedding(I._ptr, unwritten._ptr, y._ptr))
     with pytest.raises(ValueError, match="output gradient must have the shape and tiles of ids"):
         check(lib.tt_embedding_backward(I._ptr, dy_tiles._ptr, dT._ptr))
-    assert _ntasks() == before
+    assert total_tasks() == before

@@ -14,18 +14,6 @@ from tiletrain.testing.gradcheck import vjp_check
 GRIDS = GRIDS_2D + GRIDS_ND  # the last axis is split in every grid but the one-tile ones
 
 
-def _ntasks():
-    return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
-
-
-@pytest.fixture
-def nothing_submitted():
-    tt.wait()
-    before = _ntasks()
-    yield
-    assert _ntasks() == before, "a rejected call submitted tasks"
-
-
 def ln_ref(x, w=None, b=None, eps=1e-5):
     x = np.asarray(x, np.float64)
     mu = x.mean(-1, keepdims=True)

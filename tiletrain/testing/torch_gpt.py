@@ -1,5 +1,7 @@
-"""A plain-PyTorch GPT-2 with Hugging Face parameter names and Conv1D (in, out) layouts: the
-reference that tiletrain's GPT is compared against (benchmarks; PyTorch must be installed)."""
+"""A plain-PyTorch GPT-2 with Hugging Face parameter names and Conv1D (in, out) layouts, written
+for speed (PyTorch's fused scaled_dot_product_attention): the opponent in the benchmarks.
+The model tests use their own, deliberately naive reference (tests/models/torch_gpt2_ref.py:
+explicit masked softmax) so that correctness is not checked against fused kernels."""
 from __future__ import annotations
 
 import math
