@@ -52,8 +52,11 @@ class Distribution:
 
     def owners(self, grid: Sequence[int], world: int | None = None) -> np.ndarray:
         """int32 owner rank of every tile (row-major over ``grid``) for ``world`` ranks
-        (default: the running session's; 1 without MPI)."""
+        (default: the running session's; 1 without MPI).  With more than one rank, a
+        distribution that does not fit the job raises ValueError (check())."""
         world = _runtime_world_size() if world is None else int(world)
+        if world > 1:
+            self.check(world)
         raw = np.asarray(self._owners(tuple(int(g) for g in grid)), dtype=np.int64).reshape(-1)
         if raw.size != math.prod(grid):
             raise ValueError(f"{self!r} gave {raw.size} owners for a tile grid {tuple(grid)}")
@@ -186,7 +189,9 @@ def use(dist: Distribution):
     global _default
     if not isinstance(dist, Distribution):
         raise TypeError(f"use() expects a Distribution, got {type(dist).__name__}")
-    dist.check(_runtime_world_size())
+    world = _runtime_world_size()
+    if world > 1:  # in one process every tile is local whatever the distribution says
+        dist.check(world)
     old, _default = _default, dist
     try:
         yield dist
