@@ -73,3 +73,16 @@ def test_a_failing_rank_ends_the_job_quickly(mode):
 def test_mpi_true_without_mpirun_runs_as_one_rank():
     res = run_single("singleton.py")
     assert res.stdout.strip().endswith("ok"), res.stdout
+
+
+def test_gpt_trained_with_tiles_dealt_over_ranks_matches_one_process(tmp_path):
+    """The whole GPT (embeddings with tied weights, attention, LayerNorm, cross-entropy,
+    AdamW) built and trained under BlockCyclic(): the losses of one process, in float64."""
+    run_single("gpt.py", tmp_path, "single", "cyclic")
+    run_mpi("gpt.py", 2, tmp_path, "mpi", "cyclic")
+    ref = _load(tmp_path / "single-rank0.npz")
+    assert ref["losses"][2] < ref["losses"][0]
+    for r in range(2):
+        got = _load(tmp_path / f"mpi-rank{r}.npz")
+        assert got["owners"][:, 0].tolist() == [0, 1]  # wte's two row tiles on two ranks
+        _compare(ref, got, 1e-12)
