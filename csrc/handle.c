@@ -84,6 +84,12 @@ int tt_check_readable(const tt_tensor *t, const char *what)
 
 int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out)
 {
+    return tt_tensor_new_owned(ndim, shape, tile, dtype, NULL, out);
+}
+
+int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
+                        tt_tensor **out)
+{
     if (!out)
         return tt_error(TT_EINVAL, "tensor_new: out is NULL");
     *out = NULL;
@@ -113,16 +119,36 @@ int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype
         t->ntiles *= t->grid[d];
     }
     t->handles = calloc((size_t)t->ntiles, sizeof *t->handles);
-    if (!t->handles) {
+    t->owner = calloc((size_t)t->ntiles, sizeof *t->owner);
+    if (!t->handles || !t->owner) {
         long long n = (long long)t->ntiles;
+        free(t->handles);
+        free(t->owner);
         free(t);
         return tt_error(TT_ENOMEM, "tensor_new: out of memory for %lld tile handles", n);
+    }
+    if (owners) {
+        int size = tt_mpi_size();
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            if (owners[i] < 0 || owners[i] >= size) {
+                int o = owners[i];
+                free(t->handles);
+                free(t->owner);
+                free(t);
+                return tt_error(TT_EINVAL, "tensor_new: tile %lld's owner rank %d is outside [0, %d)", (long long)i,
+                                o, size);
+            }
+            t->owner[i] = owners[i];
+        }
     }
     int64_t idx[TT_MAX_NDIM];
     for (int64_t i = 0; i < t->ntiles; i++) {
         tt_tile_index(t, i, idx);
-        /* home node -1: StarPU allocates the tile where it is first written. */
+        /* home node -1: StarPU allocates the tile where it is first written (under MPI, on
+         * the ranks that own it or receive a copy). */
         starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)tt_tile_nelems(t, idx), es);
+        if (tt_mpi_on)
+            tt_mpi_register(t->handles[i], t->owner[i]);
     }
     t->session = tt_current_session();
     tt_tensors_lock();
@@ -148,6 +174,7 @@ void tt_tensor_free(tt_tensor *t)
     }
     tt_tensors_unlock();
     free(t->handles);
+    free(t->owner);
     free(t);
 }
 
@@ -157,6 +184,15 @@ int tt_tensor_alive(const tt_tensor *t)
 }
 
 int64_t tt_tensor_ntiles(const tt_tensor *t) { return t ? t->ntiles : 0; }
+
+int tt_tensor_owner(const tt_tensor *t, int64_t tile)
+{
+    if (!t)
+        return tt_error(TT_EINVAL, "tensor_owner: tensor is NULL");
+    if (tile < 0 || tile >= t->ntiles)
+        return tt_error(TT_EINVAL, "tensor_owner: tile %lld outside [0, %lld)", (long long)tile, (long long)t->ntiles);
+    return t->owner[tile];
+}
 
 /* Copy an N-d block between a strided buffer and a contiguous tile.
  * `strides` are the strided side's byte strides, `shape` the block shape. */
@@ -194,11 +230,26 @@ static void copy_block(char *strided, const int64_t *strides, char *tile, const 
                    to_tile);
 }
 
+/* Under MPI both directions are collective (every rank calls them at the same point of the
+ * task flow): a write stores only the tiles this rank owns (every rank passes the same
+ * source) after dropping the copies other ranks cached; a read brings every tile to every
+ * rank, so every rank gets the full value. */
 static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_tile)
 {
     tt_ensure_running();
     int64_t idx[TT_MAX_NDIM], tshape[TT_MAX_NDIM];
+    int me = tt_mpi_rank();
+    if (tt_mpi_on) {
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            if (to_tile)
+                tt_mpi_flush(t->handles[i]);
+            else
+                tt_mpi_fetch_everywhere(t->handles[i]);
+        }
+    }
     for (int64_t i = 0; i < t->ntiles; i++) {
+        if (tt_mpi_on && to_tile && t->owner[i] != me)
+            continue;
         tt_tile_index(t, i, idx);
         tt_tile_shape(t, idx, tshape);
         char *origin = base;

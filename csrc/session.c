@@ -91,6 +91,25 @@ void tt_tensors_kill_all(void)
 int tt_devices_init(void);      /* csrc/devices.c */
 void tt_devices_shutdown(void);
 
+static void stop_starpu(void)
+{
+    if (tt_mpi_on)
+        tt_mpi_stop(); /* starpu_mpi_shutdown, then starpu_shutdown */
+    else
+        starpu_shutdown();
+}
+
+/* Every task done; under MPI also every transfer, on every rank (collective). */
+static int wait_everything(void)
+{
+    if (tt_mpi_on)
+        return tt_mpi_wait_all();
+    int ret = starpu_task_wait_for_all();
+    if (ret != 0)
+        return tt_error(TT_ESTARPU, "starpu_task_wait_for_all failed (%d)", ret);
+    return TT_OK;
+}
+
 int tt_init(const tt_config *cfg)
 {
     if (initialized)
@@ -124,18 +143,27 @@ int tt_init(const tt_config *cfg)
     }
     if (cfg->calibrate >= 0)
         conf.calibrate = cfg->calibrate;
-    int ret = starpu_init(&conf);
+    int ret;
+    if (cfg->mpi) {
+        /* StarPU-MPI: initialises MPI once per process, then starts StarPU with conf */
+        int rc = tt_mpi_start(&conf);
+        if (rc)
+            return rc;
+        ret = 0;
+    } else {
+        ret = starpu_init(&conf);
+    }
     if (ret == -ENODEV)
         return tt_error(TT_ESTARPU, "starpu_init: no worker is available (check STARPU_NCPU / ncpu)");
     if (ret != 0)
         return tt_error(TT_ESTARPU, "starpu_init failed: %s", strerror(-ret));
     if (starpu_worker_get_count() == 0) {
-        starpu_shutdown();
+        stop_starpu();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
     int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */
     if (rc) {
-        starpu_shutdown();
+        stop_starpu();
         return rc;
     }
     /* explicitly both ways: StarPU keeps the status across starpu_shutdown/starpu_init */
@@ -153,11 +181,11 @@ int tt_shutdown(void)
     if (!initialized)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     tt_ensure_running();
-    starpu_task_wait_for_all();
+    wait_everything();
     tt_trace_session_end();
     tt_tensors_kill_all();
     tt_devices_shutdown();
-    starpu_shutdown();
+    stop_starpu();
     initialized = 0;
     tt_submit_reset_counters();
     return TT_OK;
@@ -168,10 +196,7 @@ int tt_wait_all(void)
     if (!initialized)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     tt_ensure_running();
-    int ret = starpu_task_wait_for_all();
-    if (ret != 0)
-        return tt_error(TT_ESTARPU, "starpu_task_wait_for_all failed (%d)", ret);
-    return TT_OK;
+    return wait_everything();
 }
 
 static double now(void)
@@ -257,6 +282,11 @@ const char *tt_build_options(void)
 #else
            " starpu_fxt=no"
 #endif
+#ifdef TT_HAVE_MPI
+           " tiletrain_mpi=yes"
+#else
+           " tiletrain_mpi=no"
+#endif
            " starpu_maxcpus=" TT_STR(STARPU_MAXCPUS)
 #ifdef TT_HAVE_CUDA_KERNELS
            " tiletrain_cuda_kernels=yes"
@@ -321,6 +351,8 @@ int tt_pause_if_idle(void)
 {
     if (!initialized)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    if (tt_mpi_on)
+        return 0; /* never under MPI: other ranks' transfers need this rank's workers and MPI thread */
     int did = 0;
     pthread_mutex_lock(&pause_mutex);
     if (!paused && starpu_task_nsubmitted() == 0) {

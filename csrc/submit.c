@@ -5,6 +5,9 @@
 
 #include "tt_internal.h"
 #include "tt_trace.h"
+#ifdef TT_HAVE_MPI
+#include <starpu_mpi.h>
+#endif
 
 uint32_t tt_where_for(const struct starpu_codelet *cl); /* csrc/devices.c: placement preference */
 
@@ -19,11 +22,69 @@ void *tt_args_new(int kernel)
     return calloc(1, tt_kernel_table[kernel].args_size);
 }
 
+static int submit_failed(const tt_kernel_desc *k, int ret)
+{
+    if (ret == -ENODEV)
+        return tt_error(TT_ESTARPU, "%s: no started worker can run this kernel (it runs on:%s%s%s); start a "
+                        "worker of one of these kinds", k->name, (k->cl->where & STARPU_CPU) ? " cpu" : "",
+                        (k->cl->where & STARPU_CUDA) ? " cuda" : "", (k->cl->where & STARPU_OPENCL) ? " opencl" : "");
+    return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);
+}
+
+#ifdef TT_HAVE_MPI
+/* Under StarPU-MPI every rank submits the same flow: starpu_mpi_task_build decides from the
+ * owners of the written tiles which rank runs the task (NULL elsewhere) and posts the
+ * transfers of the tiles it reads; post_build sends written tiles back to their owners. */
+static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handles,
+                      const enum starpu_data_access_mode *modes)
+{
+    const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    struct starpu_data_descr descr[STARPU_NMAXBUFS];
+    for (int i = 0; i < k->nbuffers; i++) {
+        descr[i].handle = handles[i];
+        descr[i].mode = modes ? modes[i] : k->modes[i];
+    }
+    kernel_ntasks[kernel]++; /* the flow's task count: the same on every rank */
+    struct starpu_task *task = starpu_mpi_task_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr,
+                                                     k->nbuffers, 0);
+    if (!task) { /* another rank runs it (no task was created: the args are ours to free) */
+        free(args);
+        starpu_mpi_task_post_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr, k->nbuffers, 0);
+        return TT_OK;
+    }
+    task->cl_arg = args;
+    task->cl_arg_size = k->args_size;
+    task->cl_arg_free = 1;
+    task->flops = k->flops(args);
+    task->priority = tt_get_priority();
+    uint32_t where = tt_where_for(k->cl);
+    if (where)
+        task->where = where;
+    if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
+        tt_trace_on_submit(task, kernel);
+    int ret = starpu_task_submit(task);
+    if (ret != 0) {
+        if (tt_submit_hooks_on)
+            tt_trace_on_submit_failed(task);
+        task->destroy = 0;
+        starpu_task_destroy(task);
+        /* the other ranks go on: this rank's Python raises, and the job aborts (excepthook) */
+        return submit_failed(k, ret);
+    }
+    starpu_mpi_task_post_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr, k->nbuffers, 0);
+    return TT_OK;
+}
+#endif
+
 int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes)
 {
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
     tt_ensure_running();
+#ifdef TT_HAVE_MPI
+    if (__builtin_expect(tt_mpi_on, 0))
+        return submit_mpi(kernel, args, handles, modes);
+#endif
     struct starpu_task *task = starpu_task_create();
     if (!task) {
         free(args);
@@ -52,11 +113,7 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
             tt_trace_on_submit_failed(task);
         task->destroy = 0;
         starpu_task_destroy(task); /* frees args too (cl_arg_free) */
-        if (ret == -ENODEV)
-            return tt_error(TT_ESTARPU, "%s: no started worker can run this kernel (it runs on:%s%s%s); start a "
-                            "worker of one of these kinds", k->name, (k->cl->where & STARPU_CPU) ? " cpu" : "",
-                            (k->cl->where & STARPU_CUDA) ? " cuda" : "", (k->cl->where & STARPU_OPENCL) ? " opencl" : "");
-        return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);
+        return submit_failed(k, ret);
     }
     kernel_ntasks[kernel]++;
     return TT_OK;

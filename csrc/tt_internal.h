@@ -16,6 +16,7 @@ struct tt_tensor {
     int64_t grid[TT_MAX_NDIM];
     int64_t ntiles;
     starpu_data_handle_t *handles; /* ntiles, row-major over the grid */
+    int *owner;                    /* ntiles: MPI rank owning each tile (all 0 without MPI) */
     uint64_t session;              /* runtime session that registered the handles */
     int dead;                      /* handles gone (runtime shut down) */
     int written;                   /* some task or write has initialised every tile */
@@ -94,5 +95,14 @@ void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
 int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes);
 void *tt_args_new(int kernel);
+
+/* StarPU-MPI (csrc/mpi.c); tt_mpi_on: an MPI session is running */
+extern int tt_mpi_on;
+int tt_mpi_start(struct starpu_conf *conf); /* MPI (once per process) + starpu_mpi_init_conf */
+void tt_mpi_stop(void);                     /* starpu_mpi_shutdown + starpu_shutdown */
+int tt_mpi_wait_all(void);                  /* collective: every task and transfer, all ranks */
+void tt_mpi_register(starpu_data_handle_t h, int owner); /* next tag of the process-wide counter */
+void tt_mpi_flush(starpu_data_handle_t h);  /* collective: drop cached copies on non-owners */
+void tt_mpi_fetch_everywhere(starpu_data_handle_t h); /* collective: owner sends the tile to all */
 
 #endif

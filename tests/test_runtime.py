@@ -90,8 +90,6 @@ def test_bad_config():
         tt.init(nthreads=2)
     with pytest.raises(ValueError, match="without workers"):
         tt.init(ncpu=0)
-    with pytest.raises(NotImplementedError, match="MPI mode is not implemented"):
-        tt.init(mpi=True)
     assert not tt.is_initialized()
 
 

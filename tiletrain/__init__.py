@@ -4,7 +4,7 @@ Tensors are split into tiles; every operation becomes tile tasks that StarPU sch
 over all workers, starting each task as soon as the tiles it reads are ready."""
 from ._version import __version__
 from .config import RuntimeConfig
-from .runtime import Runtime, current, init, is_initialized, priority, shutdown, wait
+from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, wait, world_size
 from .trace.tags import tag
 from .tensor import Tensor, TensorTraits, empty, from_numpy, full, ones, zeros
 from .tensor.cupy_interop import from_cupy
@@ -15,8 +15,8 @@ __all__ = [
     "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
     "wait", "Tensor", "TensorTraits", "empty", "from_cupy", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
-    "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag",
+    "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag", "rank", "world_size", "distribution",
 ]
 
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)
-from . import pipeline, trace  # noqa: E402  (traces and metrics; priorities, affinity, pipeline experiments)
+from . import distribution, pipeline, trace  # noqa: E402  (traces and metrics; priorities, affinity, pipeline experiments)

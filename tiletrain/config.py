@@ -75,6 +75,17 @@ def launcher_world_size() -> int:
     return 1
 
 
+def launcher_rank() -> int:
+    """Rank announced by an MPI launcher (Open MPI, MPICH, Slurm), 0 if none."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                pass
+    return 0
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     ncpu: int | None = None       # CPU workers (None: StarPU's default, all cores up to STARPU_MAXCPUS)
@@ -82,7 +93,7 @@ class RuntimeConfig:
     ncuda: int | None = None      # CUDA workers (None: StarPU's default)
     sched: str | None = None      # scheduling policy (None: StarPU's default, lws)
     profile: bool = False         # StarPU profiling (task timings)
-    mpi: bool = False             # StarPU-MPI
+    mpi: bool = False             # StarPU-MPI (default: on when launched by mpirun with > 1 rank)
     calibrate: int | None = None  # perf-model calibration (0, 1, 2)
     silent: bool = True           # silence StarPU's informational messages
     memory_limit_mb: int | None = None  # cap on StarPU's CPU memory (MiB); enables memory accounting
@@ -113,6 +124,10 @@ class RuntimeConfig:
                 values[f.name] = _env_int(_ENV[f.name], env)
         if "mpi" not in values:
             values["mpi"] = launcher_world_size() > 1
+        if values["mpi"]:
+            # Never pause idle workers under MPI: a rank's workers and StarPU-MPI's thread
+            # must keep serving the other ranks' transfers (the C side refuses too).
+            values["pause_when_idle"] = False
         if values.get("calibrate") is None and uses_perf_models(values.get("sched")):
             # StarPU 1.3.10 aborts now and then ("_starpu_driver_update_job_feedback:
             # measured >= 0") when a dm/heft-family policy calibrates its models with

@@ -38,6 +38,7 @@ typedef struct tt_config {
     const char *sched;  /* scheduling policy name; NULL: StarPU's default */
     int profile;        /* 1: enable StarPU profiling */
     int calibrate;      /* -1: default, 0: no, 1: calibrate perf models, 2: reset */
+    int mpi;            /* 1: start StarPU-MPI (MPI_COMM_WORLD) */
 } tt_config;
 
 typedef struct tt_tensor tt_tensor;
@@ -207,6 +208,18 @@ int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr,
 int tt_tile_release(tt_tensor *t, int64_t tile, int node);
 /* Run one kernel synchronously on caller buffers, on the worker kinds in mask (tests). */
 int tt_run_kernel(int kernel, const void *args, int nbuf, void *const *bufs, const int64_t *nbytes, int mask);
+
+/* -- MPI (csrc/mpi.c): StarPU-MPI sessions, tile owners -- */
+int tt_mpi_available(void);  /* 1: built with StarPU-MPI */
+int tt_mpi_enabled(void);    /* 1: the running session uses StarPU-MPI */
+int tt_mpi_rank(void);       /* this process' rank (0 without MPI) */
+int tt_mpi_size(void);       /* number of ranks (1 without MPI) */
+void tt_mpi_abort(int code); /* MPI_Abort(MPI_COMM_WORLD, code) (or _Exit without MPI): never returns */
+int64_t tt_mpi_next_tag(void); /* the data tag the next registered tile gets */
+/* A tensor whose tile i belongs to rank owners[i] (NULL: rank 0); owners must be in [0, size). */
+int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
+                        tt_tensor **out);
+int tt_tensor_owner(const tt_tensor *t, int64_t tile); /* owner rank of a tile; <0: error */
 
 /* CDEF END */
 

@@ -59,9 +59,7 @@ class Runtime:
     def _start(self) -> None:
         cfg = self.config
         if cfg.mpi:
-            raise NotImplementedError(
-                "MPI mode is not implemented yet: tiletrain currently runs in one process. "
-                "Run without mpirun (or unset TILETRAIN_MPI / pass mpi=False).")
+            _prepare_mpi()
         from .hetero import check_build, check_started
         check_build(cfg)  # OpenCL/CUDA workers this build cannot provide: a clear error first
         c = ffi.new("tt_config *")
@@ -72,6 +70,7 @@ class Runtime:
         c.sched = sched
         c.profile = int(cfg.profile)
         c.calibrate = -1 if cfg.calibrate is None else cfg.calibrate
+        c.mpi = int(cfg.mpi)
         # numpy's own OpenBLAS runs beside the workers: keep it single-threaded too.
         try:
             from threadpoolctl import threadpool_limits
@@ -197,6 +196,57 @@ class Runtime:
         return f"<tiletrain.Runtime sched={self.sched} workers={lib.tt_nworkers()}>"
 
 
+def _prepare_mpi() -> None:
+    """Before StarPU-MPI starts: make libmpi's symbols global and abort the whole job when a
+    rank dies of an uncaught Python exception.
+
+    The compiled module stays RTLD_LOCAL (its OpenBLAS must not interpose on other
+    libraries), but Open MPI dlopens plugins that expect libmpi's symbols in the global
+    scope: reopening libmpi with RTLD_GLOBAL promotes just that library."""
+    import ctypes
+    import sys
+    if not lib.tt_mpi_available():
+        raise RuntimeError("MPI mode was requested (mpi=True, TILETRAIN_MPI=1 or launched by mpirun with more "
+                           "than one rank) but this tiletrain build has no StarPU-MPI: install StarPU-MPI and "
+                           "an MPI library (Debian: libstarpu-dev, libopenmpi-dev), then `make setup`")
+    for name in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):
+        try:
+            ctypes.CDLL(name, mode=os.RTLD_GLOBAL)
+            break
+        except OSError:
+            continue
+    if getattr(sys.excepthook, "_tiletrain_mpi", False):
+        return
+    previous = sys.excepthook
+
+    def abort_job(exc_type, exc, tb):
+        # One rank raising must not leave the others waiting forever in a collective:
+        # print the error with the rank, then MPI_Abort kills the whole job (non-zero).
+        try:
+            sys.stderr.write(f"tiletrain: rank {lib.tt_mpi_rank()} of {lib.tt_mpi_size()} raised "
+                             f"{exc_type.__name__}: {exc}; aborting the MPI job\n")
+            previous(exc_type, exc, tb)
+            sys.stderr.flush()
+        finally:
+            if lib.tt_mpi_enabled():
+                lib.tt_mpi_abort(1)
+
+    abort_job._tiletrain_mpi = True
+    sys.excepthook = abort_job
+
+
+def rank() -> int:
+    """This process' MPI rank: 0 in one process; before init, the launcher's rank."""
+    from ..distribution import rank as _rank
+    return _rank()
+
+
+def world_size() -> int:
+    """Number of MPI ranks: 1 in one process; before init, the launcher's world size."""
+    from ..distribution import world_size as _ws
+    return _ws()
+
+
 _current: Runtime | None = None
 
 
@@ -261,4 +311,5 @@ def _shutdown_at_exit() -> None:
         shutdown()
 
 
-__all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority"]
+__all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority", "rank",
+           "world_size"]

@@ -41,7 +41,12 @@ class Tensor:
         self.grad: Tensor | None = None
         self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
         out = ffi.new("tt_tensor **")
-        check(lib.tt_tensor_new(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype], out))
+        if lib.tt_mpi_enabled():
+            owners = traits.owners()
+            check(lib.tt_tensor_new_owned(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype],
+                                          ffi.from_buffer("int[]", owners), out))
+        else:  # one process: every tile is local
+            check(lib.tt_tensor_new(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype], out))
         self._ptr = out[0]
         self._session = rt.session
 
@@ -92,6 +97,18 @@ class Tensor:
     def size(self) -> int:
         return self.traits.size
 
+    @property
+    def dist(self):
+        """The distribution this tensor's tiles were placed with (tiletrain.distribution)."""
+        from ..distribution import default
+        return self.traits.dist or default()
+
+    def owners(self) -> np.ndarray:
+        """Owner rank of every tile, shaped like the tile grid (all 0 without MPI)."""
+        ptr = self._handle("owners()")
+        n = self.traits.ntiles
+        return np.array([check(lib.tt_tensor_owner(ptr, i)) for i in range(n)], dtype=np.int32).reshape(self.grid)
+
     def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
@@ -121,7 +138,10 @@ class Tensor:
 
     # -- data -----------------------------------------------------------------------
     def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
-        """Wait for pending writers and gather the tiles into a C-contiguous array."""
+        """Wait for pending writers and gather the tiles into a C-contiguous array.
+
+        Under MPI this is collective: every rank must call it at the same point, and every
+        rank gets the full value (each tile is sent from its owner to every rank)."""
         ptr = self._handle("numpy()")
         if out is None:
             out = np.empty(self.shape, dtype=self.dtype)
@@ -166,29 +186,32 @@ class Tensor:
         return f"Tensor(shape={self.shape}, tiles={self.tiles}, dtype={self.dtype}{state})"
 
 
-def _traits(shape, tiles) -> TensorTraits:
-    return shape if isinstance(shape, TensorTraits) else TensorTraits(shape, tiles)
+def _traits(shape, tiles, dist=None) -> TensorTraits:
+    if isinstance(shape, TensorTraits):
+        return shape if dist is None else shape.with_dist(dist)
+    return TensorTraits(shape, tiles, dist)
 
 
-def empty(shape, tiles=None, dtype=np.float32) -> Tensor:
-    """A tensor whose tiles are allocated on first write (contents undefined until then)."""
-    return Tensor(_traits(shape, tiles), dtype)
+def empty(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
+    """A tensor whose tiles are allocated on first write (contents undefined until then).
+    ``dist``: which rank owns each tile under MPI (tiletrain.distribution)."""
+    return Tensor(_traits(shape, tiles, dist), dtype)
 
 
-def full(shape, value, tiles=None, dtype=np.float32) -> Tensor:
+def full(shape, value, tiles=None, dtype=np.float32, dist=None) -> Tensor:
     if not isinstance(value, numbers.Real):
         raise TypeError(f"fill value must be a real number, got {type(value).__name__}")
-    t = Tensor(_traits(shape, tiles), dtype)
+    t = Tensor(_traits(shape, tiles, dist), dtype)
     from_value_(t, value)
     return t
 
 
-def zeros(shape, tiles=None, dtype=np.float32) -> Tensor:
-    return full(shape, 0.0, tiles, dtype)
+def zeros(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
+    return full(shape, 0.0, tiles, dtype, dist)
 
 
-def ones(shape, tiles=None, dtype=np.float32) -> Tensor:
-    return full(shape, 1.0, tiles, dtype)
+def ones(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
+    return full(shape, 1.0, tiles, dtype, dist)
 
 
 def from_value_(t: Tensor, value: float) -> Tensor:
@@ -200,15 +223,18 @@ def from_value_(t: Tensor, value: float) -> Tensor:
     return t
 
 
-def from_numpy(a, tiles=None) -> Tensor:
-    """Copy a NumPy array into a new tiled tensor (any strides; the array is not kept)."""
+def from_numpy(a, tiles=None, dist=None) -> Tensor:
+    """Copy a NumPy array into a new tiled tensor (any strides; the array is not kept).
+
+    Under MPI this is collective: every rank passes the same array and stores the tiles it
+    owns (``dist``, else the default distribution)."""
     if not isinstance(a, np.ndarray):
         if isinstance(a, (numbers.Number, list, tuple)):
             a = np.asarray(a)
         else:
             raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(a).__name__}")
     as_dtype(a.dtype)
-    t = Tensor(TensorTraits(a.shape, tiles if a.ndim else None), a.dtype)
+    t = Tensor(TensorTraits(a.shape, tiles if a.ndim else None, dist), a.dtype)
     # The C side walks the tiles with the array's byte strides (any layout, negative too);
     # `a` stays referenced for the duration of the synchronous call.
     strides = ffi.new("int64_t[]", list(a.strides) or [0])

@@ -27,9 +27,9 @@ class TensorTraits:
     """Shape and tiling of a tensor.  ``tiles`` is the tile shape (the last tile along an
     axis may be smaller); ``grid`` is the number of tiles along each axis."""
 
-    __slots__ = ("shape", "tiles", "grid")
+    __slots__ = ("shape", "tiles", "grid", "dist")
 
-    def __init__(self, shape: Sequence[int] | int, tiles: Sequence[int] | int | None = None):
+    def __init__(self, shape: Sequence[int] | int, tiles: Sequence[int] | int | None = None, dist=None):
         shape = _as_dims(shape, "shape")
         if len(shape) > 8:
             raise ValueError(f"shape has {len(shape)} dimensions; tiletrain supports at most 8")
@@ -50,6 +50,22 @@ class TensorTraits:
         self.shape: tuple[int, ...] = shape
         self.tiles: tuple[int, ...] = tuple(min(t, d) for t, d in zip(tiles, shape))
         self.grid: tuple[int, ...] = tuple(math.ceil(d / t) for d, t in zip(shape, self.tiles))
+        # Which rank owns each tile (tiletrain.distribution); None: the default at tensor
+        # creation.  Not part of equality: ops combine tensors of any distributions.
+        if dist is not None:
+            from ..distribution import Distribution
+            if not isinstance(dist, Distribution):
+                raise TypeError(f"dist must be a tiletrain.distribution.Distribution, got {type(dist).__name__}")
+        self.dist = dist
+
+    def with_dist(self, dist) -> "TensorTraits":
+        """The same geometry with another distribution."""
+        return TensorTraits(self.shape, self.tiles, dist)
+
+    def owners(self, world: int | None = None):
+        """int32 owner rank of every tile, row-major (the distribution, else the default)."""
+        from ..distribution import default
+        return (self.dist or default()).owners(self.grid, world)
 
     @property
     def ndim(self) -> int:
@@ -89,7 +105,7 @@ class TensorTraits:
     def drop_axis(self, axis: int, naxes: int = 1) -> "TensorTraits":
         """These traits without axes [axis, axis + naxes)."""
         end = axis + naxes
-        return TensorTraits(self.shape[:axis] + self.shape[end:], self.tiles[:axis] + self.tiles[end:])
+        return TensorTraits(self.shape[:axis] + self.shape[end:], self.tiles[:axis] + self.tiles[end:], self.dist)
 
     def axis_span(self, axis) -> tuple[int, int]:
         """(first axis, count) for an int axis or a tuple of consecutive axes (negatives allowed)."""
@@ -116,4 +132,5 @@ class TensorTraits:
         return hash((self.shape, self.tiles))
 
     def __repr__(self) -> str:
-        return f"TensorTraits(shape={self.shape}, tiles={self.tiles}, grid={self.grid})"
+        d = "" if self.dist is None else f", dist={self.dist!r}"
+        return f"TensorTraits(shape={self.shape}, tiles={self.tiles}, grid={self.grid}{d})"

@@ -1,0 +1,138 @@
+/* StarPU-MPI glue: start/stop, tile registration with owners and tags, collective reads.
+ * Everything MPI-specific in the library lives here and in the MPI branch of tt_submit
+ * (csrc/submit.c).  Built without MPI (no StarPU-MPI or no MPI library), the functions
+ * report that MPI mode is unavailable and the rest of tiletrain is unchanged. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tt_internal.h"
+
+int tt_mpi_on = 0; /* an MPI session is running (read on the submission fast path) */
+static int mpi_rank = 0, mpi_size = 1;
+
+#ifdef TT_HAVE_MPI
+#include <starpu_mpi.h>
+
+/* Data tags: one per tile handle, from a process-wide counter that is never reset, so tags
+ * never collide across tensors created at different times (or across sessions).  Every
+ * rank creates the same tensors in the same order, so the counters agree. */
+static int64_t next_tag = 1;
+static int we_initialized_mpi = 0;
+
+int tt_mpi_available(void) { return 1; }
+
+static void finalize_mpi_at_exit(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin)
+        MPI_Finalize();
+}
+
+/* MPI itself is initialised once per process (MPI cannot be re-initialised after
+ * MPI_Finalize) and finalised at exit; StarPU-MPI starts and stops with each session. */
+static int ensure_mpi(void)
+{
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init)
+        return TT_OK;
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return tt_error(TT_ESTARPU, "MPI_Init_thread failed");
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return tt_error(TT_ESTARPU, "the MPI library provides thread level %d; StarPU-MPI needs at least "
+                        "MPI_THREAD_SERIALIZED", provided);
+    }
+    we_initialized_mpi = 1;
+    atexit(finalize_mpi_at_exit);
+    return TT_OK;
+}
+
+int tt_mpi_start(struct starpu_conf *conf)
+{
+    int rc = ensure_mpi();
+    if (rc)
+        return rc;
+    int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
+    if (ret != 0)
+        return tt_error(TT_ESTARPU, "starpu_mpi_init_conf failed (%d)", ret);
+    starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
+    starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
+    tt_mpi_on = 1;
+    return TT_OK;
+}
+
+void tt_mpi_stop(void)
+{
+    if (!tt_mpi_on)
+        return;
+    starpu_mpi_shutdown();
+    if (starpu_is_initialized())
+        starpu_shutdown();
+    tt_mpi_on = 0;
+    mpi_rank = 0;
+    mpi_size = 1;
+}
+
+int tt_mpi_wait_all(void)
+{
+    int ret = starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    if (ret != 0)
+        return tt_error(TT_ESTARPU, "starpu_mpi_wait_for_all failed (%d)", ret);
+    return TT_OK;
+}
+
+void tt_mpi_register(starpu_data_handle_t h, int owner)
+{
+    starpu_mpi_data_register(h, next_tag, owner);
+    next_tag++;
+}
+
+void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORLD, h); }
+
+void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h); }
+
+void tt_mpi_abort(int code)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    fflush(stdout);
+    fflush(stderr);
+    if (init && !fin)
+        MPI_Abort(MPI_COMM_WORLD, code);
+    _Exit(code);
+}
+
+int64_t tt_mpi_next_tag(void) { return next_tag; }
+
+#else /* no StarPU-MPI in this build */
+
+int tt_mpi_available(void) { return 0; }
+int tt_mpi_start(struct starpu_conf *conf)
+{
+    (void)conf;
+    return tt_error(TT_ESTARPU, "this tiletrain build has no StarPU-MPI (install libstarpu-dev with StarPU-MPI "
+                    "and an MPI library such as libopenmpi-dev, then rebuild)");
+}
+void tt_mpi_stop(void) {}
+int tt_mpi_wait_all(void) { return TT_OK; }
+void tt_mpi_register(starpu_data_handle_t h, int owner) { (void)h; (void)owner; }
+void tt_mpi_flush(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_abort(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    _Exit(code);
+}
+int64_t tt_mpi_next_tag(void) { return 0; }
+
+#endif
+
+int tt_mpi_enabled(void) { return tt_mpi_on; }
+int tt_mpi_rank(void) { return mpi_rank; }
+int tt_mpi_size(void) { return mpi_size; }

@@ -1,0 +1,88 @@
+"""Under mpirun: the same scripts give the single-process results, and a failing rank ends
+the whole job quickly.  Each launch has a timeout (tests/mpi/launch.py)."""
+import time
+
+import numpy as np
+import pytest
+
+from mpi_launch import requires_mpi, run_mpi, run_single
+
+pytestmark = [requires_mpi, pytest.mark.mpi]
+
+
+def _load(path):
+    with np.load(path) as d:
+        return {k: d[k] for k in d.files}
+
+
+def _compare(ref: dict, got: dict, rtol: float, skip=("executed",)):
+    for key, want in ref.items():
+        if key in skip or key.startswith("owners"):
+            continue
+        np.testing.assert_allclose(got[key], want, rtol=rtol, atol=rtol, err_msg=key)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_ops_on_block_cyclic_tensors_match_one_process(tmp_path, nprocs):
+    run_single("ops.py", tmp_path, "single")
+    run_mpi("ops.py", nprocs, tmp_path, "mpi")
+    ref = _load(tmp_path / "single-rank0.npz")
+    # the single-process run against NumPy: the reference itself is right
+    rng = np.random.default_rng(42)
+    a, b, m = rng.standard_normal((7, 5)), rng.standard_normal((7, 5)), rng.standard_normal((5, 6))
+    np.testing.assert_allclose(ref["matmul"], a @ m, rtol=1e-12)
+    np.testing.assert_allclose(ref["add"], 2 * a + b, rtol=1e-12)
+    np.testing.assert_allclose(ref["sum1"], b.sum(axis=1), rtol=1e-12)
+    assert (ref["owners_A"] == 0).all()
+    executed = []
+    for r in range(nprocs):
+        got = _load(tmp_path / f"mpi-rank{r}.npz")
+        _compare(ref, got, 1e-12)  # every rank sees the full values
+        # the tiles really are spread: A's tile rows cycle over the ranks
+        assert got["owners_A"][:, 0].tolist() == [i % nprocs for i in range(3)]
+        assert got["owners_B"][0].tolist() == [j % nprocs for j in range(3)]
+        executed.append(int(got["executed"]))
+    assert all(n > 0 for n in executed), executed  # every rank ran some of the tasks
+    assert sum(executed) <= int(ref["executed"]) + 2 * nprocs, (executed, int(ref["executed"]))
+
+
+def test_mlp_adamw_steps_match_one_process(tmp_path):
+    run_single("mlp.py", tmp_path, "single")
+    run_mpi("mlp.py", 2, tmp_path, "mpi")
+    ref = _load(tmp_path / "single-rank0.npz")
+    assert ref["losses"][2] < ref["losses"][0]
+    for r in range(2):
+        got = _load(tmp_path / f"mpi-rank{r}.npz")
+        assert got["owners_w1"].ravel().tolist() == [0, 0, 1, 1]
+        _compare(ref, got, 1e-12)
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_quickly(mode):
+    t0 = time.monotonic()
+    res = run_mpi("fail.py", 2, mode, timeout=60, check=False)
+    elapsed = time.monotonic() - t0
+    assert res.returncode != 0, res.stdout
+    assert elapsed < 30, f"the job took {elapsed:.1f} s to end after a rank failed\n{res.stdout}"
+    if mode == "raise":
+        assert "rank 1 of 2 raised ValueError: deliberate failure on rank 1" in res.stdout, res.stdout
+    else:
+        assert "rank 1" in res.stdout, res.stdout
+
+
+def test_mpi_true_without_mpirun_runs_as_one_rank():
+    res = run_single("singleton.py")
+    assert res.stdout.strip().endswith("ok"), res.stdout
+
+
+def test_gpt_trained_with_tiles_dealt_over_ranks_matches_one_process(tmp_path):
+    """The whole GPT (embeddings with tied weights, attention, LayerNorm, cross-entropy,
+    AdamW) built and trained under BlockCyclic(): the losses of one process, in float64."""
+    run_single("gpt.py", tmp_path, "single", "cyclic")
+    run_mpi("gpt.py", 2, tmp_path, "mpi", "cyclic")
+    ref = _load(tmp_path / "single-rank0.npz")
+    assert ref["losses"][2] < ref["losses"][0]
+    for r in range(2):
+        got = _load(tmp_path / f"mpi-rank{r}.npz")
+        assert got["owners"][:, 0].tolist() == [0, 1]  # wte's two row tiles on two ranks
+        _compare(ref, got, 1e-12)

@@ -1,0 +1,199 @@
+"""Distributions: which MPI rank owns each tile (DESIGN principle 7, "Distribution is data").
+
+A distribution is a small immutable value that maps a tile grid to owner ranks.  It lives
+on ``TensorTraits`` (``TensorTraits(shape, tiles, dist=...)``), so ops whose outputs reuse an
+input's traits put the output where the input lives; traits made without one take the
+current default (``SingleRank(0)`` unless changed with :func:`use`).  Without MPI every
+tile is local whatever the distribution says (owners are taken modulo the world size, which
+is 1), so the same script runs in one process and under ``mpirun``.
+
+Under ``mpirun`` every rank creates the same tensors in the same order with the same
+distributions; StarPU-MPI runs each task on the rank that owns the tile it writes and moves
+the tiles it reads.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "use", "default", "rank", "world_size"]
+
+
+def rank() -> int:
+    """This process' MPI rank (0 without MPI; before init, the launcher's rank)."""
+    from ._ffi import lib
+    if lib.tt_mpi_enabled():
+        return int(lib.tt_mpi_rank())
+    from .config import launcher_rank
+    return launcher_rank()
+
+
+def world_size() -> int:
+    """Number of MPI ranks (1 without MPI; before init, the launcher's world size)."""
+    from ._ffi import lib
+    if lib.tt_mpi_enabled():
+        return int(lib.tt_mpi_size())
+    from .config import launcher_world_size
+    return launcher_world_size()
+
+
+def _runtime_world_size() -> int:
+    from ._ffi import lib
+    return int(lib.tt_mpi_size()) if lib.tt_mpi_enabled() else 1
+
+
+class Distribution:
+    """Maps a tile grid to owner ranks.  Subclasses implement ``_owners(grid)``, returning
+    raw ranks (before reduction modulo the world size) for every tile, row-major."""
+
+    def owners(self, grid: Sequence[int], world: int | None = None) -> np.ndarray:
+        """int32 owner rank of every tile (row-major over ``grid``) for ``world`` ranks
+        (default: the running session's; 1 without MPI).  With more than one rank, a
+        distribution that does not fit the job raises ValueError (check())."""
+        world = _runtime_world_size() if world is None else int(world)
+        if world > 1:
+            self.check(world)
+        raw = np.asarray(self._owners(tuple(int(g) for g in grid)), dtype=np.int64).reshape(-1)
+        if raw.size != math.prod(grid):
+            raise ValueError(f"{self!r} gave {raw.size} owners for a tile grid {tuple(grid)}")
+        return (raw % world).astype(np.int32)
+
+    def _owners(self, grid: tuple[int, ...]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def check(self, world: int) -> None:
+        """Raise ValueError if this distribution cannot run on ``world`` ranks."""
+
+
+class SingleRank(Distribution):
+    """Every tile on one rank (the default: rank 0)."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, rank: int = 0):
+        if not isinstance(rank, numbers.Integral) or isinstance(rank, bool) or rank < 0:
+            raise ValueError(f"SingleRank: rank must be an int >= 0, got {rank!r}")
+        self.rank = int(rank)
+
+    def _owners(self, grid):
+        return np.full(math.prod(grid), self.rank, dtype=np.int64)
+
+    def check(self, world: int) -> None:
+        if self.rank >= world:
+            raise ValueError(f"SingleRank({self.rank}) needs at least {self.rank + 1} ranks; the job has {world}")
+
+    def __eq__(self, other):
+        return isinstance(other, SingleRank) and other.rank == self.rank
+
+    def __hash__(self):
+        return hash(("SingleRank", self.rank))
+
+    def __repr__(self):
+        return f"SingleRank({self.rank})"
+
+
+class BlockCyclic(Distribution):
+    """Tiles dealt cyclically over a process grid ``pgrid`` (ScaLAPACK-style, one tile per
+    block): tile (i0, i1, ...) belongs to the rank at (i0 % p0, i1 % p1, ...) of the process
+    grid, numbered row-major.  The process grid applies to the leading axes; a tensor with
+    fewer axes uses the first entries, one with more axes ignores the extra ones (they are
+    not split).  ``BlockCyclic()`` is a 1-D cyclic over the first axis on every rank."""
+
+    __slots__ = ("pgrid",)
+
+    def __init__(self, pgrid: Sequence[int] | int | None = None):
+        if pgrid is None:
+            pgrid = (0,)  # resolved to the world size
+        elif isinstance(pgrid, numbers.Integral) and not isinstance(pgrid, bool):
+            pgrid = (int(pgrid),)
+        pgrid = tuple(pgrid)
+        if not pgrid:
+            raise ValueError("BlockCyclic: the process grid is empty")
+        for i, p in enumerate(pgrid):
+            if not isinstance(p, numbers.Integral) or isinstance(p, bool) or p < 0 or (p == 0 and len(pgrid) > 1):
+                raise ValueError(f"BlockCyclic: pgrid[{i}] must be an int >= 1, got {p!r}")
+        self.pgrid = tuple(int(p) for p in pgrid)
+
+    def _resolved(self, world: int) -> tuple[int, ...]:
+        return (world,) if self.pgrid == (0,) else self.pgrid
+
+    def _owners(self, grid):
+        world = _runtime_world_size()
+        pgrid = self._resolved(world)
+        n = len(grid)
+        if n == 0:
+            return np.zeros(1, dtype=np.int64)
+        idx = np.indices(grid).reshape(n, -1)
+        owner = np.zeros(idx.shape[1], dtype=np.int64)
+        k = min(len(pgrid), n)
+        # row-major rank over the first k process-grid axes
+        for d in range(k):
+            owner = owner * pgrid[d] + idx[d] % pgrid[d]
+        return owner
+
+    def check(self, world: int) -> None:
+        nprocs = math.prod(self._resolved(world))
+        if nprocs > world:
+            raise ValueError(f"BlockCyclic{self.pgrid}: the process grid has {nprocs} ranks; the job has {world}")
+
+    def __eq__(self, other):
+        return isinstance(other, BlockCyclic) and other.pgrid == self.pgrid
+
+    def __hash__(self):
+        return hash(("BlockCyclic", self.pgrid))
+
+    def __repr__(self):
+        return "BlockCyclic()" if self.pgrid == (0,) else f"BlockCyclic({self.pgrid})"
+
+
+class Explicit(Distribution):
+    """Owners given tile by tile (an array shaped like the tile grid, or flat row-major)."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, owners):
+        a = np.asarray(owners)
+        if a.dtype.kind not in "iu" or (a.size and a.min() < 0):
+            raise ValueError("Explicit: owners must be non-negative integers")
+        self.table = a.astype(np.int64)
+
+    def _owners(self, grid):
+        if self.table.size != math.prod(grid):
+            raise ValueError(f"Explicit: {self.table.size} owners for a tile grid {grid} "
+                             f"({math.prod(grid)} tiles)")
+        return self.table.reshape(-1)
+
+    def check(self, world: int) -> None:
+        if self.table.size and int(self.table.max()) >= world:
+            raise ValueError(f"Explicit: owner rank {int(self.table.max())} but the job has {world} ranks")
+
+    def __repr__(self):
+        return f"Explicit({self.table.tolist()})"
+
+
+_default: Distribution = SingleRank(0)
+
+
+def default() -> Distribution:
+    """The distribution of tensors whose traits do not name one."""
+    return _default
+
+
+@contextlib.contextmanager
+def use(dist: Distribution):
+    """Tensors created inside (whose traits name no distribution) get ``dist``."""
+    global _default
+    if not isinstance(dist, Distribution):
+        raise TypeError(f"use() expects a Distribution, got {type(dist).__name__}")
+    world = _runtime_world_size()
+    if world > 1:  # in one process every tile is local whatever the distribution says
+        dist.check(world)
+    old, _default = _default, dist
+    try:
+        yield dist
+    finally:
+        _default = old
