@@ -36,6 +36,7 @@ bench: setup
 	$(PY) benchmarks/matmul.py
 	$(PY) benchmarks/task_overhead.py
 	$(PY) benchmarks/block.py
+	$(PY) benchmarks/gpt_step.py
 
 info: setup
 	$(PY) -m tiletrain info
