@@ -129,7 +129,7 @@ class Optimizer:
                 if v.shape != p.shape:
                     raise ValueError(f"optimizer state {k!r} of parameter {idx} has shape {v.shape}, "
                                      f"the parameter has {p.shape}")
-                entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles)
+                entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles, dist=_dist_of(p))
             new_state[id(p)] = entry
         for mine, theirs in zip(self.param_groups, groups):
             for k, v in theirs.items():
@@ -138,8 +138,18 @@ class Optimizer:
         self.state = new_state
 
 
+def _dist_of(p: Tensor):
+    """Under MPI, the parameter's own owners (optimizer state must live with the parameter:
+    the update task writes both); None in one process."""
+    from .._ffi import lib
+    if not lib.tt_mpi_enabled():
+        return None
+    from ..distribution import Explicit
+    return Explicit(p.owners())
+
+
 def _state_tensor(p: Tensor) -> Tensor:
-    return zeros(p.traits, dtype=p.dtype)
+    return zeros(p.traits, dtype=p.dtype, dist=_dist_of(p))
 
 
 class AdamW(Optimizer):
