@@ -171,6 +171,7 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
 def load_training_state(path: Path, model, opt, rng: np.random.Generator) -> dict:
     from .ops import activations
     arrays, meta = ck.load(path)
+    arrays = {k: arrays[k] for k in sorted(arrays)}  # safetensors' order varies by process; MPI needs one
     weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
     weights["lm_head.weight"] = weights.get("transformer.wte.weight")
     try:
