@@ -87,8 +87,23 @@ int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype
     return tt_tensor_new_owned(ndim, shape, tile, dtype, NULL, out);
 }
 
+static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
+                      int deferred, tt_tensor **out);
+
 int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
                         tt_tensor **out)
+{
+    return tensor_new(ndim, shape, tile, dtype, owners, 0, out);
+}
+
+int tt_tensor_new_deferred(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *fallback,
+                           tt_tensor **out)
+{
+    return tensor_new(ndim, shape, tile, dtype, fallback, 1, out);
+}
+
+static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
+                      int deferred, tt_tensor **out)
 {
     if (!out)
         return tt_error(TT_EINVAL, "tensor_new: out is NULL");
@@ -147,7 +162,9 @@ int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int
         /* home node -1: StarPU allocates the tile where it is first written (under MPI, on
          * the ranks that own it or receive a copy). */
         starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)tt_tile_nelems(t, idx), es);
-        if (tt_mpi_on)
+        if (tt_mpi_on && deferred)
+            tt_mpi_defer(t->handles[i], &t->owner[i], t->owner[i]);
+        else if (tt_mpi_on)
             tt_mpi_register(t->handles[i], t->owner[i]);
     }
     t->session = tt_current_session();
@@ -169,8 +186,11 @@ void tt_tensor_free(tt_tensor *t)
         tt_tensors_unlink(t);
         tt_bytes_live_locked_add(-tensor_bytes(t));
         tt_trace_forget_handles(t->handles, t->ntiles); /* the trace's per-handle DAG state */
-        for (int64_t i = 0; i < t->ntiles; i++)
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            if (tt_mpi_on && t->owner[i] < 0)
+                tt_mpi_forget(t->handles[i]); /* never written: never registered with StarPU-MPI */
             starpu_data_unregister_submit(t->handles[i]); /* freed once its last task is done */
+        }
     }
     tt_tensors_unlock();
     free(t->handles);
@@ -241,6 +261,8 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
     int me = tt_mpi_rank();
     if (tt_mpi_on) {
         for (int64_t i = 0; i < t->ntiles; i++) {
+            if (t->owner[i] < 0)
+                tt_mpi_resolve(t->handles[i]); /* written or read directly: its fallback owner */
             if (to_tile)
                 tt_mpi_flush(t->handles[i]);
             else

@@ -91,6 +91,94 @@ void tt_mpi_register(starpu_data_handle_t h, int owner)
     next_tag++;
 }
 
+/* Deferred owners (DESIGN principle 7: outputs live where their inputs are).  A tensor made
+ * without an explicit distribution registers its tiles with StarPU-MPI lazily: the first
+ * task that writes a tile gives it the owner of the first tile that task reads (the
+ * "corresponding input tile": A's tile for a gemm, x's for an element-wise op or a
+ * reduction, the ids' for an embedding), else the tensor's fallback owner.  Every rank
+ * submits the same flow, so every rank resolves the same tiles in the same order and the
+ * tags still agree.  Pending handles live in a small chained hash table; with none
+ * pending (the usual case once a step's tensors exist) the submission path pays one load. */
+typedef struct pend { starpu_data_handle_t h; int *slot; int fallback; struct pend *next; } pend_t;
+#define PEND_BUCKETS 4096
+static pend_t *pend_tab[PEND_BUCKETS];
+static long pend_count = 0;
+
+static size_t pend_hash(starpu_data_handle_t h) { return ((uintptr_t)h >> 4) % PEND_BUCKETS; }
+
+void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback)
+{
+    pend_t *p = malloc(sizeof *p);
+    if (!p) { /* out of memory: place it now on its fallback owner */
+        *slot = fallback;
+        tt_mpi_register(h, fallback);
+        return;
+    }
+    size_t b = pend_hash(h);
+    p->h = h;
+    p->slot = slot;
+    p->fallback = fallback;
+    p->next = pend_tab[b];
+    pend_tab[b] = p;
+    *slot = -1;
+    pend_count++;
+}
+
+static pend_t *pend_take(starpu_data_handle_t h)
+{
+    if (!pend_count)
+        return NULL;
+    pend_t **pp = &pend_tab[pend_hash(h)];
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->h == h) {
+            pend_t *p = *pp;
+            *pp = p->next;
+            pend_count--;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static int pend_has(starpu_data_handle_t h)
+{
+    for (pend_t *p = pend_tab[pend_hash(h)]; p; p = p->next)
+        if (p->h == h)
+            return 1;
+    return 0;
+}
+
+static void pend_place(pend_t *p, int owner)
+{
+    *p->slot = owner;
+    tt_mpi_register(p->h, owner);
+    free(p);
+}
+
+void tt_mpi_resolve(starpu_data_handle_t h)
+{
+    pend_t *p = pend_take(h);
+    if (p)
+        pend_place(p, p->fallback);
+}
+
+void tt_mpi_forget(starpu_data_handle_t h) { free(pend_take(h)); }
+
+void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n)
+{
+    if (!pend_count)
+        return;
+    int src = -1;
+    for (int i = 0; i < n && src < 0; i++)
+        if ((d[i].mode & STARPU_R) && !pend_has(d[i].handle))
+            src = starpu_mpi_data_get_rank(d[i].handle);
+    for (int i = 0; i < n; i++) {
+        pend_t *p = pend_take(d[i].handle);
+        if (p)
+            pend_place(p, ((d[i].mode & STARPU_W) && src >= 0) ? src : p->fallback);
+    }
+}
+
 void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORLD, h); }
 
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h); }
@@ -122,6 +210,9 @@ void tt_mpi_stop(void) {}
 int tt_mpi_wait_all(void) { return TT_OK; }
 void tt_mpi_register(starpu_data_handle_t h, int owner) { (void)h; (void)owner; }
 void tt_mpi_flush(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback) { (void)h; *slot = fallback; }
+void tt_mpi_resolve(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_forget(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_abort(int code)
 {

@@ -76,8 +76,11 @@ void tt_tensors_kill_all(void)
     struct tt_tensor *t = live_tensors;
     while (t) {
         struct tt_tensor *next = t->next;
-        for (int64_t i = 0; i < t->ntiles; i++)
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            if (tt_mpi_on && t->owner[i] < 0)
+                tt_mpi_forget(t->handles[i]); /* deferred owner, never written */
             starpu_data_unregister_no_coherency(t->handles[i]);
+        }
         t->dead = 1;
         t->prev = t->next = NULL;
         t = next;

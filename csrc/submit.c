@@ -44,6 +44,7 @@ static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handle
         descr[i].handle = handles[i];
         descr[i].mode = modes ? modes[i] : k->modes[i];
     }
+    tt_mpi_resolve_task(descr, k->nbuffers); /* tiles of outputs placed by their first writer */
     kernel_ntasks[kernel]++; /* the flow's task count: the same on every rank */
     struct starpu_task *task = starpu_mpi_task_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr,
                                                      k->nbuffers, 0);

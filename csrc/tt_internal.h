@@ -102,6 +102,14 @@ int tt_mpi_start(struct starpu_conf *conf); /* MPI (once per process) + starpu_m
 void tt_mpi_stop(void);                     /* starpu_mpi_shutdown + starpu_shutdown */
 int tt_mpi_wait_all(void);                  /* collective: every task and transfer, all ranks */
 void tt_mpi_register(starpu_data_handle_t h, int owner); /* next tag of the process-wide counter */
+/* deferred owners: registered by the first task writing the tile (owner of its first read
+ * tile, else fallback); resolve: register now with the fallback; forget: on free */
+void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback);
+void tt_mpi_resolve(starpu_data_handle_t h);
+void tt_mpi_forget(starpu_data_handle_t h);
+#ifdef TT_HAVE_MPI
+void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n);
+#endif
 void tt_mpi_flush(starpu_data_handle_t h);  /* collective: drop cached copies on non-owners */
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h); /* collective: owner sends the tile to all */
 

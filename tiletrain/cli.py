@@ -109,6 +109,10 @@ def _add_train(sub) -> None:
     _runtime_args(g)
     g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"])
     g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data"],
+                   help="under mpirun: single (all on rank 0), pipeline (layers split over the ranks as "
+                        "stages) or data (each batch split over the ranks, gradients reduced); see "
+                        "README 'Running under mpirun'")
     g = p.add_argument_group("checkpoints and output")
     g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
@@ -128,7 +132,7 @@ def cmd_train(args) -> int:
         stop_after=args.stop_after, lr=args.lr,
         min_lr=args.min_lr, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         tiles=args.tiles, sched=args.sched, ncpu=args.ncpu, dtype=args.dtype, seed=args.seed,
-        ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
+        dist=args.dist, ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
         sample_tokens=args.sample_tokens, progress=not args.no_progress)
     res = train(targs)
     return 130 if res.stopped_early else 0

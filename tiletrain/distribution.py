@@ -7,6 +7,18 @@ current default (``SingleRank(0)`` unless changed with :func:`use`).  Without MP
 tile is local whatever the distribution says (owners are taken modulo the world size, which
 is 1), so the same script runs in one process and under ``mpirun``.
 
+Where a tensor made by an op lives (under MPI; :class:`tiletrain.tensor.Tensor`):
+
+1. its traits' distribution, if they name one (``dist=`` on creation, or an op's output
+   reusing such an input's traits) -- except for gradients made in ``backward()``;
+2. else the innermost ``with use(dist):`` block (a pipeline stage, a data-parallel shard;
+   ``backward()`` re-enters the block each op was recorded in, so gradients are made where
+   the forward ran);
+3. else its tiles are placed by their first writer: each output tile goes to the owner of
+   the first tile the task writing it reads (the corresponding input tile), in C
+   (csrc/mpi.c), else to the default distribution.  ``Tensor.owners()`` shows -1 for a tile
+   not written yet.
+
 Under ``mpirun`` every rank creates the same tensors in the same order with the same
 distributions; StarPU-MPI runs each task on the rank that owns the tile it writes and moves
 the tiles it reads.
@@ -20,7 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "use", "default", "rank", "world_size"]
+__all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "use", "default", "explicit", "rank",
+           "world_size"]
 
 
 def rank() -> int:
@@ -176,6 +189,13 @@ class Explicit(Distribution):
 
 
 _default: Distribution = SingleRank(0)
+_explicit: list[Distribution] = []   # the use() blocks entered, innermost last
+_in_backward = 0                     # > 0 while backward() submits gradient tasks
+
+
+def explicit() -> Distribution | None:
+    """The distribution of the innermost ``with use(...)`` block, None outside any."""
+    return _explicit[-1] if _explicit else None
 
 
 def default() -> Distribution:
@@ -193,7 +213,9 @@ def use(dist: Distribution):
     if world > 1:  # in one process every tile is local whatever the distribution says
         dist.check(world)
     old, _default = _default, dist
+    _explicit.append(dist)
     try:
         yield dist
     finally:
+        _explicit.pop()
         _default = old

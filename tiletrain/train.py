@@ -49,6 +49,7 @@ class TrainArgs:
     ncpu: int | None = None
     dtype: str = "float32"
     seed: int = 0
+    dist: str = "single"  # under mpirun: single | pipeline | data (tiletrain/parallel.py)
     # checkpoints, evaluation, output
     ckpt_dir: str | None = None
     resume: bool = False
@@ -69,6 +70,9 @@ class TrainArgs:
             raise ValueError(f"--n-embd {self.n_embd} must be divisible by --n-head {self.n_head}")
         if self.block_size is not None and self.seq_len > self.block_size:
             raise ValueError(f"--seq-len {self.seq_len} exceeds --block-size {self.block_size}")
+        from .parallel import MODES
+        if self.dist not in MODES:
+            raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {self.dist!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype must be float32 or float64, got {self.dtype!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -157,12 +161,17 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
         "dropout_rng": _rng_state(activations._seeds),
         "losses": losses,
     }
-    ck.save(path, tensors, meta)
+    # under MPI, state_dict() above was collective (every rank holds the full values); the
+    # file is written once, by rank 0, atomically (checkpoint.write_atomic)
+    from .distribution import rank
+    if rank() == 0:
+        ck.save(path, tensors, meta)
 
 
 def load_training_state(path: Path, model, opt, rng: np.random.Generator) -> dict:
     from .ops import activations
     arrays, meta = ck.load(path)
+    arrays = {k: arrays[k] for k in sorted(arrays)}  # safetensors' order varies by process; MPI needs one
     weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
     weights["lm_head.weight"] = weights.get("transformer.wte.weight")
     try:
@@ -214,8 +223,17 @@ def train(args: TrainArgs, out=None) -> TrainResult:
     from .optim import AdamW, clip_grad_norm_, cosine_with_warmup
     from .ops import activations
 
+    from .distribution import rank, world_size
+    from .parallel import check_fit, place, shards
+
     args.validate()
+    # a distribution that does not fit the job: the same message on every rank, before any task
+    check_fit(args.dist, n_layer=args.n_layer, batch=args.batch)
     out = out or sys.stdout
+    if rank() != 0:  # under mpirun only rank 0 reports (every rank runs the same flow)
+        import os
+        out = open(os.devnull, "w")
+        args = dataclasses.replace(args, progress=False)
     ckpt_path = Path(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
     resume_meta = None
     if args.resume:
@@ -240,6 +258,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     + ", ".join(f"{k} checkpoint={a} requested={b}" for k, (a, b) in diff.items()))
         activations.manual_seed(args.seed)
         model = build_model(args, tok.vocab_size, cfg)
+        place(model, args.dist)  # owners of parameters and where each module runs (before the optimizer)
         opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
         data_rng = np.random.default_rng(args.seed)
         eval_rng_seed = args.seed + 1
@@ -276,6 +295,16 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                 micro = []
                 for _ in range(args.micro_batches):
                     x, y = corpus.batch("train", args.batch, args.seq_len, data_rng)
+                    if args.dist == "data" and world_size() > 1:
+                        # each rank's shard: forward and backward owned by that rank; the
+                        # partial gradients are reduced on each parameter's owner
+                        nsh = world_size()
+                        for r, xs, ys in shards(x, y):
+                            with tt.distribution.use(tt.distribution.SingleRank(r)):
+                                loss = model.loss(xs, ys)
+                                tt.scale(loss, 1.0 / (args.micro_batches * nsh)).backward()
+                            micro.append(loss)
+                        continue
                     loss = model.loss(x, y)
                     (loss if args.micro_batches == 1 else tt.scale(loss, 1.0 / args.micro_batches)).backward()
                     micro.append(loss)

@@ -219,7 +219,11 @@ int64_t tt_mpi_next_tag(void); /* the data tag the next registered tile gets */
 /* A tensor whose tile i belongs to rank owners[i] (NULL: rank 0); owners must be in [0, size). */
 int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
                         tt_tensor **out);
-int tt_tensor_owner(const tt_tensor *t, int64_t tile); /* owner rank of a tile; <0: error */
+/* The same with deferred owners: tile i is placed by the first task that writes it, on the
+ * owner of the first tile that task reads (else on fallback[i]); see csrc/mpi.c. */
+int tt_tensor_new_deferred(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *fallback,
+                           tt_tensor **out);
+int tt_tensor_owner(const tt_tensor *t, int64_t tile); /* owner rank of a tile; -1: not placed yet (or a bad argument) */
 
 /* CDEF END */
 

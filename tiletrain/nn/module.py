@@ -110,7 +110,12 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        place = self.__dict__.get("placement")  # a Distribution: where this module's work runs (MPI)
+        if place is None:
+            return self.forward(*args, **kwargs)
+        from ..distribution import use
+        with use(place):
+            return self.forward(*args, **kwargs)
 
     # -- traversal --------------------------------------------------------------------
     def named_children(self) -> Iterator[tuple[str, "Module"]]:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+
+import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .. import distribution as _dist
 from ..tensor import Tensor
 from ..trace.tags import tag
 
@@ -53,6 +56,7 @@ class Node:
     saved: tuple = ()        # tensors the rule reads
     ctx: dict = field(default_factory=dict)  # plain values (axes, scalars, flags)
     released: bool = False
+    place: Any = None        # the use() distribution the op ran under (backward runs there too)
 
 
 BackwardRule = Callable[[Node, Tensor], Sequence["Tensor | None"]]
@@ -80,7 +84,7 @@ def record(op: str, out: Tensor, inputs: Sequence, saved: Sequence = (), **ctx: 
     if op not in BACKWARD:
         raise RuntimeError(f"op {op!r} has no backward rule")
     ins = tuple(t if isinstance(t, Tensor) and t.requires_grad else None for t in inputs)
-    out._node = Node(op, ins, tuple(saved), ctx)
+    out._node = Node(op, ins, tuple(saved), ctx, place=_dist._explicit[-1] if _dist._explicit else None)
     out.requires_grad = True
     return out
 
@@ -112,6 +116,8 @@ class _Placer:
     in place (beta = 1) never changes another tensor's gradient."""
 
     def __init__(self, foreign: Tensor | None = None):
+        from .._ffi import lib
+        self.mpi = bool(lib.tt_mpi_enabled())
         self.placed: set[int] = set() if foreign is None else {id(foreign)}
         self.keep: list[Tensor] = [] if foreign is None else [foreign]  # keep ids unique while used
 
@@ -126,9 +132,30 @@ class _Placer:
     def leaf(self, leaf: Tensor, g: Tensor) -> None:
         from .basic import axpy_
         if leaf.grad is None:
+            if self.mpi:
+                owners = leaf.owners()
+                if not np.array_equal(owners, g.owners()):
+                    # a partial gradient made elsewhere (a data-parallel shard, another
+                    # stage): the sum lives on the leaf's owners, so that later partials
+                    # are reduced there (axpy tasks run where .grad lives) and the
+                    # optimizer update stays local
+                    leaf.grad = _copy_to(g, owners.reshape(-1))
+                    self.placed.add(id(leaf.grad))
+                    self.keep.append(leaf.grad)
+                    return
             leaf.grad = self.own(g)
         else:
             axpy_(leaf.grad, g, 1.0, 1.0)
+
+
+def _copy_to(g: Tensor, owners) -> Tensor:
+    """A copy of g in a new tensor whose tile i is owned by owners[i]."""
+    from .._ffi import ffi, lib
+    y = Tensor(g.traits, g.dtype, _owners=np.ascontiguousarray(owners, dtype=np.int32))
+    tensors = ffi.new("tt_tensor *[]", [g._ptr, y._ptr])
+    from .._ffi import check
+    check(lib.tt_map(lib.TT_K_COPY, ffi.new("tt_args_copy *"), 2, tensors))
+    return y
 
 
 @tag(phase="bwd")
@@ -162,12 +189,24 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
                                "earlier backward()")
     placer = _Placer(grad)
     pending: dict[int, Tensor] = {id(root): grad}
+    _dist._in_backward += 1
+    try:
+        _run_backward(order, pending, placer)
+    finally:
+        _dist._in_backward -= 1
+
+
+def _run_backward(order, pending, placer) -> None:
     with no_grad():
         for t in order:
             node = t._node
             g = pending.pop(id(t), None)
             if g is not None:
-                grads = BACKWARD[node.op](node, g)
+                if node.place is None:
+                    grads = BACKWARD[node.op](node, g)
+                else:  # where the forward ran (a pipeline stage, a data shard)
+                    with _dist.use(node.place):
+                        grads = BACKWARD[node.op](node, g)
                 if len(grads) != len(node.inputs):
                     raise RuntimeError(f"backward rule of {node.op!r} returned {len(grads)} gradients for "
                                        f"{len(node.inputs)} inputs")

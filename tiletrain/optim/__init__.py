@@ -100,8 +100,11 @@ class Optimizer:
                 ids.append(index[id(p)])
             groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": ids})
         state = {}
-        for pid, st in self.state.items():
-            state[index[pid]] = {k: (v.numpy() if isinstance(v, Tensor) else v) for k, v in st.items()}
+        # in parameter order and name order, whatever order the state was created or loaded
+        # in: under MPI every .numpy() is collective and all ranks must read in the same order
+        for pid in sorted(self.state, key=index.__getitem__):
+            st = self.state[pid]
+            state[index[pid]] = {k: (st[k].numpy() if isinstance(st[k], Tensor) else st[k]) for k in sorted(st)}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -115,8 +118,9 @@ class Optimizer:
                 raise ValueError(f"parameter group {gi}: state has {len(theirs['params'])} parameters, "
                                  f"this optimizer has {len(mine['params'])}")
         new_state: dict[int, dict] = {}
-        for idx, st in sd.get("state", {}).items():
+        for idx, st in sorted(sd.get("state", {}).items(), key=lambda kv: int(kv[0])):
             idx = int(idx)
+            st = {k: st[k] for k in sorted(st)}  # the same order on every rank (MPI: collective writes)
             if not 0 <= idx < len(params):
                 raise ValueError(f"optimizer state for parameter {idx}, but there are only {len(params)}")
             p = params[idx]
@@ -129,7 +133,7 @@ class Optimizer:
                 if v.shape != p.shape:
                     raise ValueError(f"optimizer state {k!r} of parameter {idx} has shape {v.shape}, "
                                      f"the parameter has {p.shape}")
-                entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles)
+                entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles, dist=_dist_of(p))
             new_state[id(p)] = entry
         for mine, theirs in zip(self.param_groups, groups):
             for k, v in theirs.items():
@@ -138,8 +142,18 @@ class Optimizer:
         self.state = new_state
 
 
+def _dist_of(p: Tensor):
+    """Under MPI, the parameter's own owners (optimizer state must live with the parameter:
+    the update task writes both); None in one process."""
+    from .._ffi import lib
+    if not lib.tt_mpi_enabled():
+        return None
+    from ..distribution import Explicit
+    return Explicit(p.owners())
+
+
 def _state_tensor(p: Tensor) -> Tensor:
-    return zeros(p.traits, dtype=p.dtype)
+    return zeros(p.traits, dtype=p.dtype, dist=_dist_of(p))
 
 
 class AdamW(Optimizer):

@@ -22,6 +22,26 @@ def as_dtype(dtype) -> np.dtype:
     return dt
 
 
+def _new_placed(traits: TensorTraits, code: int, out) -> None:
+    """Create the tiles of a tensor under MPI, with owners chosen as tiletrain.distribution's
+    docstring says: traits' distribution, else the innermost use() block, else placed by the
+    first task writing each tile (fallback: the default distribution)."""
+    from .. import distribution as D
+    dist = traits.dist
+    if dist is None or D._in_backward:
+        ctx = D.explicit()
+        if ctx is not None:
+            dist = ctx
+        else:
+            fallback = (dist or D.default()).owners(traits.grid)
+            check(lib.tt_tensor_new_deferred(traits.ndim, traits.shape, traits.tiles, code,
+                                             ffi.from_buffer("int[]", fallback), out))
+            return
+    owners = dist.owners(traits.grid)
+    check(lib.tt_tensor_new_owned(traits.ndim, traits.shape, traits.tiles, code,
+                                  ffi.from_buffer("int[]", owners), out))
+
+
 class Tensor:
     """A tensor split into tiles; every tile is one StarPU data handle.
 
@@ -31,7 +51,7 @@ class Tensor:
     __slots__ = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node",
                  "__weakref__")
 
-    def __init__(self, traits: TensorTraits, dtype=np.float32):
+    def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None):
         rt = current()
         self.traits = traits
         self.dtype = as_dtype(dtype)
@@ -41,10 +61,11 @@ class Tensor:
         self.grad: Tensor | None = None
         self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
         out = ffi.new("tt_tensor **")
-        if lib.tt_mpi_enabled():
-            owners = traits.owners()
+        if _owners is not None:  # placed like another tensor (autograd's leaf gradients)
             check(lib.tt_tensor_new_owned(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype],
-                                          ffi.from_buffer("int[]", owners), out))
+                                          ffi.from_buffer("int[]", _owners), out))
+        elif lib.tt_mpi_enabled():
+            _new_placed(traits, DTYPES[self.dtype], out)
         else:  # one process: every tile is local
             check(lib.tt_tensor_new(traits.ndim, traits.shape, traits.tiles, DTYPES[self.dtype], out))
         self._ptr = out[0]
@@ -104,10 +125,12 @@ class Tensor:
         return self.traits.dist or default()
 
     def owners(self) -> np.ndarray:
-        """Owner rank of every tile, shaped like the tile grid (all 0 without MPI)."""
+        """Owner rank of every tile, shaped like the tile grid (all 0 without MPI; -1 for a tile
+        whose owner is chosen by its first writer and that has not been written yet)."""
         ptr = self._handle("owners()")
         n = self.traits.ntiles
-        return np.array([check(lib.tt_tensor_owner(ptr, i)) for i in range(n)], dtype=np.int32).reshape(self.grid)
+        # every index is valid here: -1 is "not placed yet", not an error
+        return np.array([lib.tt_tensor_owner(ptr, i) for i in range(n)], dtype=np.int32).reshape(self.grid)
 
     def __len__(self) -> int:
         if self.ndim == 0:

@@ -1,0 +1,91 @@
+"""`tiletrain train --dist pipeline|data` under mpirun gives the single-process losses;
+distributions that do not fit are rejected on every rank; checkpoints written under MPI
+resume in one process and vice versa.  Each launch has a timeout (mpi_launch.py)."""
+import numpy as np
+import pytest
+
+from mpi_launch import requires_mpi, run_mpi, run_single
+
+pytestmark = [requires_mpi, pytest.mark.mpi]
+
+TEXT = "def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    f = tmp_path / "corpus.txt"
+    f.write_text(TEXT)
+    return f"data={f}"
+
+
+def _load(path):
+    with np.load(path) as d:
+        return {k: d[k] for k in d.files}
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-9), ("float32", 1e-5)])
+def test_pipeline_and_data_match_one_process(tmp_path, corpus, dtype, rtol):
+    run_single("train.py", tmp_path, "single", corpus, f"dtype={dtype}")
+    ref = _load(tmp_path / "single-rank0.npz")["losses"]
+    assert len(ref) == 4 and np.isfinite(ref).all()
+    for dist in ("pipeline", "data"):
+        run_mpi("train.py", 2, tmp_path, dist, corpus, f"dtype={dtype}", f"dist={dist}", timeout=90)
+        runs = [_load(tmp_path / f"{dist}-rank{r}.npz") for r in range(2)]
+        for r, got in enumerate(runs):
+            np.testing.assert_allclose(got["losses"], ref, rtol=rtol, atol=0, err_msg=f"{dist} rank {r}")
+            assert got["executed"] > 0, (dist, r)  # every rank computes its part
+        o = runs[0]
+        if dist == "pipeline":  # 2 blocks on 2 stages: embeddings + block 0 on 0, block 1 + ln_f on 1
+            assert (o["owner_wte"], o["owner_h0"], o["owner_hlast"], o["owner_ln_f"]) == (0, 0, 1, 1)
+        else:  # parameters spread whole over the ranks
+            assert {int(o[k]) for k in ("owner_wte", "owner_h0", "owner_hlast", "owner_ln_f")} == {0, 1}
+
+
+def test_three_ranks_uneven_pipeline(tmp_path, corpus):
+    """3 ranks (oversubscribed on 2 cores): 4 layers on 3 stages (2 + 1 + 1 blocks)."""
+    run_single("train.py", tmp_path, "single", corpus, "dtype=float64", "n_layer=4", "steps=2")
+    ref = _load(tmp_path / "single-rank0.npz")["losses"]
+    run_mpi("train.py", 3, tmp_path, "pipe3", corpus, "dtype=float64", "n_layer=4", "steps=2", "dist=pipeline",
+            timeout=120)
+    for r in range(3):
+        got = _load(tmp_path / f"pipe3-rank{r}.npz")
+        np.testing.assert_allclose(got["losses"], ref, rtol=1e-9, atol=0, err_msg=f"rank {r}")
+        assert got["executed"] > 0, r
+    o = _load(tmp_path / "pipe3-rank0.npz")
+    assert (o["owner_wte"], o["owner_h0"], o["owner_hlast"], o["owner_ln_f"]) == (0, 0, 2, 2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("dist=pipeline",), "--dist pipeline: 3 stages (one per rank) but the model has only 2 layers"),
+    (("dist=data",), "--dist data: the batch of 4 sequences cannot be split evenly over 3 ranks"),
+])
+def test_a_distribution_that_does_not_fit_is_rejected_before_any_task(tmp_path, corpus, args, message):
+    res = run_mpi("train.py", 3, tmp_path, "bad", corpus, *args, timeout=60, check=False)
+    assert res.returncode != 0
+    assert message in res.stdout, res.stdout
+    assert "model:" not in res.stdout  # rejected before the runtime started (nothing submitted)
+
+
+def test_mpi_checkpoint_resumes_in_one_process_and_back(tmp_path, corpus):
+    # uninterrupted single-process reference: 4 steps
+    run_single("train.py", tmp_path, "full", corpus, "dtype=float64", "steps=4")
+    full = _load(tmp_path / "full-rank0.npz")["losses"]
+    # 2 steps under mpirun (data mode), checkpoint, then steps 3-4 in one process
+    a = tmp_path / "a"
+    run_mpi("train.py", 2, tmp_path, "a1", corpus, "dtype=float64", "dist=data", f"ckpt_dir={a}", "stop_after=2",
+            timeout=90)
+    saves = [int(_load(tmp_path / f"a1-rank{r}.npz")["saves"]) for r in range(2)]
+    assert saves[0] >= 1 and saves[1] == 0, saves  # written by rank 0 only
+    assert sorted(p.name for p in a.iterdir()) == ["checkpoint.safetensors"]  # atomic: no temporaries left
+    run_single("train.py", tmp_path, "a2", corpus, "dtype=float64", f"ckpt_dir={a}", "resume=1")
+    first = _load(tmp_path / "a1-rank0.npz")["losses"]
+    second = _load(tmp_path / "a2-rank0.npz")["losses"]
+    np.testing.assert_allclose(np.concatenate([first, second]), full, rtol=1e-9, atol=0)
+    # and back: 2 steps in one process, steps 3-4 under mpirun (pipeline mode)
+    b = tmp_path / "b"
+    run_single("train.py", tmp_path, "b1", corpus, "dtype=float64", f"ckpt_dir={b}", "stop_after=2")
+    run_mpi("train.py", 2, tmp_path, "b2", corpus, "dtype=float64", "dist=pipeline", f"ckpt_dir={b}", "resume=1",
+            timeout=90)
+    for r in range(2):
+        got = np.concatenate([_load(tmp_path / "b1-rank0.npz")["losses"], _load(tmp_path / f"b2-rank{r}.npz")["losses"]])
+        np.testing.assert_allclose(got, full, rtol=1e-9, atol=0)
