@@ -93,6 +93,8 @@ void tt_tensors_kill_all(void)
 
 int tt_devices_init(void);      /* csrc/devices.c */
 void tt_devices_shutdown(void);
+void tt_pool_install(void);     /* csrc/pool.c */
+void tt_pool_drain(void);
 
 static void stop_starpu(void)
 {
@@ -164,9 +166,11 @@ int tt_init(const tt_config *cfg)
         stop_starpu();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
+    tt_pool_install(); /* reuse freed tile buffers (csrc/pool.c; CPU-only sessions) */
     int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */
     if (rc) {
         stop_starpu();
+        tt_pool_drain();
         return rc;
     }
     /* explicitly both ways: StarPU keeps the status across starpu_shutdown/starpu_init */
@@ -189,6 +193,7 @@ int tt_shutdown(void)
     tt_tensors_kill_all();
     tt_devices_shutdown();
     stop_starpu();
+    tt_pool_drain();
     initialized = 0;
     tt_submit_reset_counters();
     return TT_OK;

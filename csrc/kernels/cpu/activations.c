@@ -7,33 +7,10 @@
 #define TT_INV_SQRT_2 0.70710678118654752440
 #define TT_INV_SQRT_2PI 0.39894228040143267794
 
-/* exp for float32 in straight-line arithmetic that the compiler vectorises (no libm
- * call): round-to-nearest range reduction x = n ln2 + r (magic-number rounding), a
- * degree-6 polynomial for e^r (Cephes expf coefficients, ~1 ulp), 2^n from the exponent
- * bits.  Inputs are clamped to [-87, 88].  (Vectorised thanks to -fno-trapping-math.) */
-static inline float tt_expf(float x)
-{
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
-
 /* tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error ~1e-7, enough wherever it enters as 1 + t. */
 static inline float tt_tanhf_fast(float u) { return 1.0f - 2.0f / (tt_expf(2.0f * u) + 1.0f); }
 
-static void gelu_tanh_f32(int64_t n, const float *restrict x, float *restrict y)
+TT_SIMD_CLONES static void gelu_tanh_f32(int64_t n, const float *restrict x, float *restrict y)
 {
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
@@ -42,7 +19,7 @@ static void gelu_tanh_f32(int64_t n, const float *restrict x, float *restrict y)
     }
 }
 
-static void gelu_tanh_backward_f32(int64_t n, const float *restrict x, const float *restrict g, float *restrict d)
+TT_SIMD_CLONES static void gelu_tanh_backward_f32(int64_t n, const float *restrict x, const float *restrict g, float *restrict d)
 {
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];

@@ -60,49 +60,148 @@ static int64_t visible(int64_t causal, int64_t qpos, int64_t koff, int64_t tk)
     return n < 0 ? 0 : (n > tk ? tk : n);
 }
 
+/* Query rows are processed in blocks of ATTN_RB: under a causal mask a block only needs the
+ * keys its last row sees, so the masked upper triangle of a diagonal tile is skipped (about
+ * 40 % of a diagonal tile's work with 256-row tiles). */
+#define ATTN_RB 64
+
+/* Row helpers, float versions vectorised (tt_expf, lane-wise partial max/sum). */
+TT_SIMD_CLONES static float row_max_f32(const float *restrict s, int64_t n, float init)
+{
+    float lane[16];
+    for (int j = 0; j < 16; j++)
+        lane[j] = init;
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int j = 0; j < 16; j++)
+            lane[j] = s[c + j] > lane[j] ? s[c + j] : lane[j];
+    for (; c < n; c++)
+        lane[0] = s[c] > lane[0] ? s[c] : lane[0];
+    float m = lane[0];
+    for (int j = 1; j < 16; j++)
+        m = lane[j] > m ? lane[j] : m;
+    return m;
+}
+
+/* s[c] = exp(s[c] - shift) for c < n; returns the sum. */
+TT_SIMD_CLONES static float row_exp_sum_f32(float *restrict s, int64_t n, float shift)
+{
+    float lane[16] = {0};
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int j = 0; j < 16; j++) {
+            float e = tt_expf(s[c + j] - shift);
+            s[c + j] = e;
+            lane[j] += e;
+        }
+    float sum = 0;
+    for (; c < n; c++) {
+        s[c] = tt_expf(s[c] - shift);
+        sum += s[c];
+    }
+    for (int j = 0; j < 16; j++)
+        sum += lane[j];
+    return sum;
+}
+
+/* p[c] = exp(p[c] - lse); d[c] = p[c] (d[c] - delta) for c < n. */
+TT_SIMD_CLONES static void row_dsoftmax_f32(float *restrict p, float *restrict d, int64_t n, float lse, float delta)
+{
+    for (int64_t c = 0; c < n; c++) {
+        float e = tt_expf(p[c] - lse);
+        p[c] = e;
+        d[c] = e * (d[c] - delta);
+    }
+}
+
+static double row_max_f64(const double *s, int64_t n, double m)
+{
+    for (int64_t c = 0; c < n; c++)
+        m = s[c] > m ? s[c] : m;
+    return m;
+}
+
+static double row_exp_sum_f64(double *s, int64_t n, double shift)
+{
+    double sum = 0;
+    for (int64_t c = 0; c < n; c++) {
+        s[c] = exp(s[c] - shift);
+        sum += s[c];
+    }
+    return sum;
+}
+
+static void row_dsoftmax_f64(double *p, double *d, int64_t n, double lse, double delta)
+{
+    for (int64_t c = 0; c < n; c++) {
+        p[c] = exp(p[c] - lse);
+        d[c] = p[c] * (d[c] - delta);
+    }
+}
+
+#define ROW_MAX(s, n, m)                                                                                 \
+    (sizeof(T) == 4 ? (T)row_max_f32((const float *)(s), n, (float)(m))                                \
+                    : (T)row_max_f64((const double *)(s), n, (double)(m)))
+#define ROW_EXP_SUM(s, n, sh)                                                                            \
+    (sizeof(T) == 4 ? (T)row_exp_sum_f32((float *)(s), n, (float)(sh)) : (T)row_exp_sum_f64((double *)(s), n, (double)(sh)))
+#define ROW_DSOFTMAX(p, d, n, lse, delta)                                                                \
+    (sizeof(T) == 4 ? row_dsoftmax_f32((float *)(p), (float *)(d), n, (float)(lse), (float)(delta))      \
+                    : row_dsoftmax_f64((double *)(p), (double *)(d), n, (double)(lse), (double)(delta)))
+
 void tt_cpu_attn_fwd(const tt_args_attn_fwd *a, const void *q, const void *k, const void *v, void *o, void *m,
                      void *l)
 {
     const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd;
+    const int64_t rbmax = tq < ATTN_RB ? tq : ATTN_RB;
     TT_FLOAT_DISPATCH(a->dtype, {
-        T *s = malloc((size_t)(tq * tk) * sizeof(T));
+        T *s = malloc((size_t)(rbmax * tk) * sizeof(T));
         if (!s)
             abort();
         for (int64_t b = 0; b < bh; b++) {
             const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + b * tk * hd, *V = (const T *)v + b * tk * hd;
             T *O = (T *)o + b * tq * hd, *M = (T *)m + b * tq, *L = (T *)l + b * tq;
-            gemm_rm(a->dtype, 0, 1, tq, tk, hd, a->scale, Q, hd, K, hd, 0.0, s, tk); /* S = scale Q K^T */
-            for (int64_t r = 0; r < tq; r++) {
-                T *srow = s + r * tk, *orow = O + r * hd;
-                const int64_t nv = visible(a->causal, a->qoff + r, a->koff, tk);
-                const T mold = a->init ? (T)-INFINITY : M[r], lold = a->init ? (T)0 : L[r];
-                T mnew = mold;
-                for (int64_t c = 0; c < nv; c++)
-                    if (srow[c] > mnew)
-                        mnew = srow[c];
-                T sum = 0;
-                if (mnew == (T)-INFINITY) { /* nothing visible yet: the row stays empty */
-                    for (int64_t c = 0; c < tk; c++)
-                        srow[c] = 0;
-                } else {
-                    for (int64_t c = 0; c < nv; c++) {
-                        srow[c] = (T)exp((double)(srow[c] - mnew));
-                        sum += srow[c];
-                    }
-                    for (int64_t c = nv; c < tk; c++)
-                        srow[c] = 0;
+            for (int64_t r0 = 0; r0 < tq; r0 += rbmax) {
+                const int64_t rb = tq - r0 < rbmax ? tq - r0 : rbmax;
+                const int64_t ncol = visible(a->causal, a->qoff + r0 + rb - 1, a->koff, tk); /* keys the block sees */
+                if (ncol == 0) { /* no row of the block sees a key of this tile */
+                    if (a->init)
+                        for (int64_t r = r0; r < r0 + rb; r++) {
+                            for (int64_t d = 0; d < hd; d++)
+                                O[r * hd + d] = 0;
+                            M[r] = (T)-INFINITY;
+                            L[r] = 0;
+                        }
+                    continue;
                 }
-                const T alpha = (a->init || mold == (T)-INFINITY) ? (T)0 : (T)exp((double)(mold - mnew));
-                if (a->init)
-                    for (int64_t d = 0; d < hd; d++)
-                        orow[d] = 0;
-                else if (alpha != (T)1)
-                    for (int64_t d = 0; d < hd; d++)
-                        orow[d] *= alpha;
-                M[r] = mnew;
-                L[r] = alpha * lold + sum;
+                /* S = scale Q K^T over the visible keys */
+                gemm_rm(a->dtype, 0, 1, rb, ncol, hd, a->scale, Q + r0 * hd, hd, K, hd, 0.0, s, ncol);
+                for (int64_t i = 0; i < rb; i++) {
+                    const int64_t r = r0 + i;
+                    T *srow = s + i * ncol, *orow = O + r * hd;
+                    const int64_t nv = visible(a->causal, a->qoff + r, a->koff, tk);
+                    const T mold = a->init ? (T)-INFINITY : M[r], lold = a->init ? (T)0 : L[r];
+                    const T mnew = ROW_MAX(srow, nv, mold);
+                    T sum = 0;
+                    if (mnew == (T)-INFINITY) { /* nothing visible yet: the row stays empty */
+                        for (int64_t c = 0; c < ncol; c++)
+                            srow[c] = 0;
+                    } else {
+                        sum = ROW_EXP_SUM(srow, nv, mnew);
+                        for (int64_t c = nv; c < ncol; c++)
+                            srow[c] = 0;
+                    }
+                    const T alpha = (a->init || mold == (T)-INFINITY) ? (T)0 : (T)exp((double)(mold - mnew));
+                    if (a->init)
+                        for (int64_t d = 0; d < hd; d++)
+                            orow[d] = 0;
+                    else if (alpha != (T)1)
+                        for (int64_t d = 0; d < hd; d++)
+                            orow[d] *= alpha;
+                    M[r] = mnew;
+                    L[r] = alpha * lold + sum;
+                }
+                gemm_rm(a->dtype, 0, 0, rb, hd, ncol, 1.0, s, ncol, V, hd, 1.0, O + r0 * hd, hd); /* O += P V */
             }
-            gemm_rm(a->dtype, 0, 0, tq, hd, tk, 1.0, s, tk, V, hd, 1.0, O, hd); /* O += P V */
         }
         free(s);
     });
@@ -150,31 +249,41 @@ void tt_cpu_attn_bwd(const tt_args_attn_bwd *a, const void *q, const void *k, co
                      const void *st, void *dq, void *dk, void *dv)
 {
     const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd;
+    const int64_t rbmax = tq < ATTN_RB ? tq : ATTN_RB;
     TT_FLOAT_DISPATCH(a->dtype, {
-        T *p = malloc((size_t)(2 * tq * tk) * sizeof(T));
+        T *p = malloc((size_t)(2 * rbmax * tk) * sizeof(T));
         if (!p)
             abort();
-        T *ds = p + tq * tk;
+        T *ds = p + rbmax * tk;
+        if (a->initq)
+            memset(dq, 0, (size_t)(bh * tq * hd) * sizeof(T));
+        if (a->initkv) {
+            memset(dk, 0, (size_t)(bh * tk * hd) * sizeof(T));
+            memset(dv, 0, (size_t)(bh * tk * hd) * sizeof(T));
+        }
         for (int64_t b = 0; b < bh; b++) {
             const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + b * tk * hd, *V = (const T *)v + b * tk * hd;
             const T *dO = (const T *)dout + b * tq * hd, *ST = (const T *)st + b * tq * 2;
             T *dQ = (T *)dq + b * tq * hd, *dK = (T *)dk + b * tk * hd, *dV = (T *)dv + b * tk * hd;
-            gemm_rm(a->dtype, 0, 1, tq, tk, hd, a->scale, Q, hd, K, hd, 0.0, p, tk);  /* S = scale Q K^T */
-            gemm_rm(a->dtype, 0, 1, tq, tk, hd, 1.0, dO, hd, V, hd, 0.0, ds, tk);     /* dP = dO V^T */
-            for (int64_t r = 0; r < tq; r++) {
-                T *prow = p + r * tk, *drow = ds + r * tk;
-                const int64_t nv = visible(a->causal, a->qoff + r, a->koff, tk);
-                const T lse = ST[2 * r], delta = ST[2 * r + 1];
-                for (int64_t c = 0; c < nv; c++) {
-                    prow[c] = (T)exp((double)(prow[c] - lse));
-                    drow[c] = prow[c] * (drow[c] - delta); /* dS = P o (dP - Delta) */
+            for (int64_t r0 = 0; r0 < tq; r0 += rbmax) {
+                const int64_t rb = tq - r0 < rbmax ? tq - r0 : rbmax;
+                const int64_t ncol = visible(a->causal, a->qoff + r0 + rb - 1, a->koff, tk);
+                if (ncol == 0)
+                    continue;
+                const T *Qb = Q + r0 * hd, *dOb = dO + r0 * hd;
+                gemm_rm(a->dtype, 0, 1, rb, ncol, hd, a->scale, Qb, hd, K, hd, 0.0, p, ncol); /* S = scale Q K^T */
+                gemm_rm(a->dtype, 0, 1, rb, ncol, hd, 1.0, dOb, hd, V, hd, 0.0, ds, ncol);    /* dP = dO V^T */
+                for (int64_t i = 0; i < rb; i++) {
+                    T *prow = p + i * ncol, *drow = ds + i * ncol;
+                    const int64_t nv = visible(a->causal, a->qoff + r0 + i, a->koff, tk);
+                    ROW_DSOFTMAX(prow, drow, nv, ST[2 * (r0 + i)], ST[2 * (r0 + i) + 1]); /* dS = P o (dP - Delta) */
+                    for (int64_t c = nv; c < ncol; c++)
+                        prow[c] = drow[c] = 0;
                 }
-                for (int64_t c = nv; c < tk; c++)
-                    prow[c] = drow[c] = 0;
+                gemm_rm(a->dtype, 1, 0, ncol, hd, rb, 1.0, p, ncol, dOb, hd, 1.0, dV, hd);            /* P^T dO */
+                gemm_rm(a->dtype, 0, 0, rb, hd, ncol, a->scale, ds, ncol, K, hd, 1.0, dQ + r0 * hd, hd); /* dS K */
+                gemm_rm(a->dtype, 1, 0, ncol, hd, rb, a->scale, ds, ncol, Qb, hd, 1.0, dK, hd);       /* dS^T Q */
             }
-            gemm_rm(a->dtype, 1, 0, tk, hd, tq, 1.0, p, tk, dO, hd, a->initkv ? 0.0 : 1.0, dV, hd);     /* P^T dO */
-            gemm_rm(a->dtype, 0, 0, tq, hd, tk, a->scale, ds, tk, K, hd, a->initq ? 0.0 : 1.0, dQ, hd);  /* dS K */
-            gemm_rm(a->dtype, 1, 0, tk, hd, tq, a->scale, ds, tk, Q, hd, a->initkv ? 0.0 : 1.0, dK, hd); /* dS^T Q */
         }
         free(p);
     });

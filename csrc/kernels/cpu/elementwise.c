@@ -2,7 +2,7 @@
 #include <string.h>
 #include "tt_cpu.h"
 
-void tt_cpu_fill(const tt_args_fill *a, void *y)
+TT_SIMD_CLONES void tt_cpu_fill(const tt_args_fill *a, void *y)
 {
     if (a->dtype == TT_I64) {
         int64_t v = (int64_t)a->value, *p = y;
@@ -53,7 +53,7 @@ void tt_cpu_rdiv_scalar(const tt_args_rdiv_scalar *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_add(const tt_args_add *a, const void *x, const void *b, void *c)
+TT_SIMD_CLONES void tt_cpu_add(const tt_args_add *a, const void *x, const void *b, void *c)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x, *pb = b;
@@ -83,7 +83,7 @@ void tt_cpu_div(const tt_args_div *a, const void *x, const void *b, void *c)
     });
 }
 
-void tt_cpu_axpy(const tt_args_axpy *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_axpy(const tt_args_axpy *a, const void *x, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;

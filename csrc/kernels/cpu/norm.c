@@ -9,7 +9,7 @@
 /* Per-row mean and M2 = sum((x - mean)^2), merged across the tiles of a row with Chan et
  * al.'s pairwise update: the tile's own mean and M2 come from two passes over the tile, so
  * neither involves a difference of large sums. */
-void tt_cpu_layer_norm_stats(const tt_args_layer_norm_stats *a, const void *x, void *mean, void *m2)
+TT_SIMD_CLONES void tt_cpu_layer_norm_stats(const tt_args_layer_norm_stats *a, const void *x, void *mean, void *m2)
 {
     const int64_t m = a->m, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -17,14 +17,31 @@ void tt_cpu_layer_norm_stats(const tt_args_layer_norm_stats *a, const void *x, v
         T *pmean = mean, *pm2 = m2;
         for (int64_t i = 0; i < m; i++) {
             const T *row = px + i * n;
+            /* double sums in 8 lanes, so that they vectorise */
+            double acc[8] = {0};
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8)
+                for (int q = 0; q < 8; q++)
+                    acc[q] += row[j + q];
             double s = 0.0;
-            for (int64_t j = 0; j < n; j++)
+            for (; j < n; j++)
                 s += row[j];
+            for (int q = 0; q < 8; q++)
+                s += acc[q];
             double mb = s / (double)n, m2b = 0.0;
-            for (int64_t j = 0; j < n; j++) {
+            for (int q = 0; q < 8; q++)
+                acc[q] = 0.0;
+            for (j = 0; j + 8 <= n; j += 8)
+                for (int q = 0; q < 8; q++) {
+                    double d = row[j + q] - mb;
+                    acc[q] += d * d;
+                }
+            for (; j < n; j++) {
                 double d = row[j] - mb;
                 m2b += d * d;
             }
+            for (int q = 0; q < 8; q++)
+                m2b += acc[q];
             if (a->first || a->na <= 0.0) {
                 pmean[i] = (T)mb;
                 pm2[i] = (T)m2b;
@@ -56,7 +73,7 @@ void tt_cpu_rms_norm_stats(const tt_args_rms_norm_stats *a, const void *x, void 
 }
 
 /* s = 1 / sqrt(alpha * s + eps), in place (variance or mean square -> inverse std). */
-void tt_cpu_norm_rstd(const tt_args_norm_rstd *a, void *s)
+TT_SIMD_CLONES void tt_cpu_norm_rstd(const tt_args_norm_rstd *a, void *s)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         T *p = s;
@@ -68,7 +85,7 @@ void tt_cpu_norm_rstd(const tt_args_norm_rstd *a, void *s)
 }
 
 /* y = (x - mean) * rstd * w + b */
-void tt_cpu_layer_norm_fwd(const tt_args_layer_norm_fwd *a, const void *x, void *y, const void *mean,
+TT_SIMD_CLONES void tt_cpu_layer_norm_fwd(const tt_args_layer_norm_fwd *a, const void *x, void *y, const void *mean,
                            const void *rstd, const void *w, const void *b)
 {
     const int64_t m = a->m, n = a->n;
@@ -100,7 +117,7 @@ void tt_cpu_rms_norm_fwd(const tt_args_rms_norm_fwd *a, const void *x, void *y, 
 
 /* Per-row sums of the backward: with g = dy * w and xhat = (x - mean) * rstd,
  * ra += alpha * sum(g), rb += alpha * sum(g * xhat)  (alpha = 1 / C: the row means). */
-void tt_cpu_layer_norm_bwd_rows(const tt_args_layer_norm_bwd_rows *a, const void *dy, const void *x,
+TT_SIMD_CLONES void tt_cpu_layer_norm_bwd_rows(const tt_args_layer_norm_bwd_rows *a, const void *dy, const void *x,
                                 const void *mean, const void *rstd, void *ra, void *rb, const void *w)
 {
     const int64_t m = a->m, n = a->n;
@@ -109,11 +126,22 @@ void tt_cpu_layer_norm_bwd_rows(const tt_args_layer_norm_bwd_rows *a, const void
         T *pa = ra, *pb = rb;
         for (int64_t i = 0; i < m; i++) {
             const double mu = pmean[i], r = prstd[i];
-            double sa = 0.0, sb = 0.0;
-            for (int64_t j = 0; j < n; j++) {
+            double la[8] = {0}, lb[8] = {0}, sa = 0.0, sb = 0.0; /* 8 lanes: vectorises */
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8)
+                for (int q = 0; q < 8; q++) {
+                    double g = (double)pdy[i * n + j + q] * pw[j + q];
+                    la[q] += g;
+                    lb[q] += g * ((px[i * n + j + q] - mu) * r);
+                }
+            for (; j < n; j++) {
                 double g = (double)pdy[i * n + j] * pw[j];
                 sa += g;
                 sb += g * ((px[i * n + j] - mu) * r);
+            }
+            for (int q = 0; q < 8; q++) {
+                sa += la[q];
+                sb += lb[q];
             }
             pa[i] = (T)((a->first ? 0.0 : (double)pa[i]) + a->alpha * sa);
             pb[i] = (T)((a->first ? 0.0 : (double)pb[i]) + a->alpha * sb);
@@ -122,7 +150,7 @@ void tt_cpu_layer_norm_bwd_rows(const tt_args_layer_norm_bwd_rows *a, const void
 }
 
 /* dx = rstd * (dy * w - ra - xhat * rb) */
-void tt_cpu_layer_norm_bwd_x(const tt_args_layer_norm_bwd_x *a, const void *dy, const void *x, void *dx,
+TT_SIMD_CLONES void tt_cpu_layer_norm_bwd_x(const tt_args_layer_norm_bwd_x *a, const void *dy, const void *x, void *dx,
                              const void *mean, const void *rstd, const void *ra, const void *rb, const void *w)
 {
     const int64_t m = a->m, n = a->n;
@@ -142,7 +170,7 @@ void tt_cpu_layer_norm_bwd_x(const tt_args_layer_norm_bwd_x *a, const void *dy, 
 /* Column sums over the rows: dw += sum(dy * xhat), db += sum(dy).  Columns go in chunks of
  * NCHUNK so the sums accumulate in double on the stack. */
 #define NCHUNK 256
-void tt_cpu_layer_norm_bwd_w(const tt_args_layer_norm_bwd_w *a, const void *dy, const void *x,
+TT_SIMD_CLONES void tt_cpu_layer_norm_bwd_w(const tt_args_layer_norm_bwd_w *a, const void *dy, const void *x,
                              const void *mean, const void *rstd, void *dw, void *db)
 {
     const int64_t m = a->m, n = a->n;

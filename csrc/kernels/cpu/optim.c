@@ -4,7 +4,7 @@
 
 /* AdamW as PyTorch computes it: decoupled weight decay, then
  * p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), with bc_i = 1 - beta_i^step. */
-void tt_cpu_adamw(const tt_args_adamw *a, const void *g, void *p, void *m, void *v)
+TT_SIMD_CLONES void tt_cpu_adamw(const tt_args_adamw *a, const void *g, void *p, void *m, void *v)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *pg = g;

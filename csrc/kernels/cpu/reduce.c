@@ -2,7 +2,7 @@
 #include <math.h>
 #include "tt_cpu.h"
 
-void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -54,7 +54,7 @@ void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, void *y, const void *b)
+TT_SIMD_CLONES void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, void *y, const void *b)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {

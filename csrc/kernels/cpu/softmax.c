@@ -127,6 +127,64 @@ static inline void span_position(int64_t tile, int64_t vtile, int64_t ncols, int
     *last = t == vgrid - 1;
 }
 
+
+/* float32 fast paths for a contiguous row (n == 1: the op's last axis), vectorised:
+ * exp through tt_expf (0 below -87.3, where expf underflows to denormals anyway), lane-wise
+ * max and double sums.  Rows holding a NaN or +inf take the generic code above. */
+static inline float expf_z(float v) { return v < -87.3f ? 0.0f : tt_expf(v); }
+
+/* Row stats of k contiguous values merged into (*mxr, *sr); 0 (nothing written) when the
+ * row or the running max holds a NaN or +inf (a NaN logit makes the sum NaN; so does a row
+ * of -inf only, which the generic code also turns into NaN). */
+TT_SIMD_CLONES static int row_stats_f32(const float *restrict x, int64_t k, int first, float *mxr, float *sr)
+{
+    float lane[16];
+    for (int q = 0; q < 16; q++)
+        lane[q] = -INFINITY;
+    int64_t c = 0;
+    for (; c + 16 <= k; c += 16)
+        for (int q = 0; q < 16; q++)
+            lane[q] = x[c + q] > lane[q] ? x[c + q] : lane[q];
+    float nm = -INFINITY;
+    for (; c < k; c++)
+        nm = x[c] > nm ? x[c] : nm;
+    for (int q = 0; q < 16; q++)
+        nm = lane[q] > nm ? lane[q] : nm;
+    double acc = 0.0;
+    if (!first) {
+        float om = *mxr;
+        if (!(om == om))
+            return 0;
+        if (om > nm)
+            nm = om;
+        acc = (double)*sr * (om == nm ? 1.0 : (double)expf(om - nm));
+    }
+    if (nm == INFINITY)
+        return 0;
+    double dl[8] = {0};
+    c = 0;
+    for (; c + 8 <= k; c += 8)
+        for (int q = 0; q < 8; q++)
+            dl[q] += (double)expf_z(x[c + q] - nm);
+    for (; c < k; c++)
+        acc += (double)expf_z(x[c] - nm);
+    for (int q = 0; q < 8; q++)
+        acc += dl[q];
+    if (!(acc == acc))
+        return 0;
+    *mxr = nm;
+    *sr = (float)acc;
+    return 1;
+}
+
+/* dx = exp(x - mr) / sr * g over k contiguous values (the target's -g is applied by the caller) */
+TT_SIMD_CLONES static void row_softmax_grad_f32(const float *restrict x, float *restrict dx, int64_t k, float mr,
+                                                float sr, float g)
+{
+    for (int64_t c = 0; c < k; c++)
+        dx[c] = expf_z(x[c] - mr) / sr * g;
+}
+
 static inline int target_valid(int64_t t, int64_t ignore_index, int64_t ncols)
 {
     return t != ignore_index && t >= 0 && t < ncols;
@@ -151,7 +209,9 @@ void tt_cpu_cross_entropy_fwd(const tt_args_cross_entropy_fwd *a, const void *x,
             for (int64_t j = 0; j < n; j++) {
                 const int64_t r = i * n + j, t = pt[r];
                 const int valid = target_valid(t, a->ignore_index, a->ncols);
-                ROW_STATS(T, px, i, j, k, n, a->first, pm[r], ps[r]);
+                if (!(sizeof(T) == 4 && n == 1 &&
+                      row_stats_f32((const float *)px + i * k, k, (int)a->first, (float *)&pm[r], (float *)&ps[r])))
+                    ROW_STATS(T, px, i, j, k, n, a->first, pm[r], ps[r]);
                 if (a->first)
                     pl[r] = 0;
                 pw[r] = valid ? (T)1 : (T)0;
@@ -186,6 +246,14 @@ void tt_cpu_cross_entropy_bwd(const tt_args_cross_entropy_bwd *a, const void *x,
                     continue;
                 }
                 const T mr = pm[r], sr = ps[r], g = pg[r];
+                if (sizeof(T) == 4 && n == 1 && mr == mr && mr != (T)INFINITY && mr != (T)-INFINITY) {
+                    const float *xr = (const float *)px + i * k;
+                    float *dr = (float *)pdx + i * k;
+                    row_softmax_grad_f32(xr, dr, k, (float)mr, (float)sr, (float)g);
+                    if (t >= col0 && t - col0 < k)
+                        dr[t - col0] = (expf_z(xr[t - col0] - (float)mr) / (float)sr - 1.0f) * (float)g;
+                    continue;
+                }
                 for (int64_t l = 0; l < k; l++) {
                     const int64_t e = (i * k + l) * n + j;
                     T p = EXP(T, px[e] - mr) / sr;
