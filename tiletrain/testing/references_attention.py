@@ -58,8 +58,9 @@ def _attn_fwd_ref(a, q, k, v, o, m, l):
     if a["init"]:
         m, l, o = np.full_like(m, -np.inf), np.zeros_like(l), np.zeros_like(o)
     mnew = np.maximum(m, s.max(axis=2))
-    p = np.exp(s - mnew[..., None])
-    alpha = np.exp(m - mnew)
+    with np.errstate(invalid="ignore"):  # rows that have seen no key yet: -inf - -inf
+        p = np.nan_to_num(np.exp(s - mnew[..., None]), nan=0.0)
+        alpha = np.nan_to_num(np.exp(m - mnew), nan=0.0)
     return {3: alpha[..., None] * o + p @ v, 4: mnew, 5: alpha * l + p.sum(axis=2)}
 
 
