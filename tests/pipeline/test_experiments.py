@@ -7,7 +7,7 @@ import pytest
 import tiletrain as tt
 from tiletrain.pipeline import build_plan, experiments as E, formulas
 
-from _pipeline_rt import default_runtime_afterwards, restart  # noqa: F401 (fixture)
+from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from tiletrain.pipeline import build_plan, submit
 from tiletrain.pipeline.synthetic import data_names
 from tiletrain.trace import TraceError
 
-from _trace_rt import default_runtime_afterwards, restart  # noqa: F401 (autouse fixture)
+from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture

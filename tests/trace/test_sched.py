@@ -6,7 +6,7 @@ import pytest
 import tiletrain as tt
 from tiletrain.config import KNOWN_POLICIES, RuntimeConfig, tiletrain_policies
 
-from _trace_rt import default_runtime_afterwards, restart  # noqa: F401 (autouse fixture)
+from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (autouse fixture)
 
 ALL = list(KNOWN_POLICIES) + ["modular-eager", "modular-prio", "modular-heft"] + list(tiletrain_policies())
 # measured: pheft and the modular prio/heft policies ignore the per-task worker mask;

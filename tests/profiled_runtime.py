@@ -1,4 +1,5 @@
-"""Runtime helpers for these tests (not a conftest.py: the suite imports `conftest` by name)."""
+"""Profiled-runtime helpers shared by tests/trace and tests/pipeline (not a conftest.py: the
+suite imports `conftest` by name)."""
 import pytest
 
 import tiletrain as tt
