@@ -31,6 +31,34 @@ static int submit_failed(const tt_kernel_desc *k, int ret)
     return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);
 }
 
+/* Common to both submission paths: the task owns args from here (cl_arg_free), gets its
+ * FLOPs, priority, placement and trace hook, and is submitted; on failure it is destroyed
+ * (which frees args) and the error says why. */
+static int finish_and_submit(struct starpu_task *task, int kernel, void *args)
+{
+    const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    task->cl_arg = args;
+    task->cl_arg_size = k->args_size;
+    task->cl_arg_free = 1;
+    task->flops = k->flops(args);
+    task->priority = tt_get_priority();
+    uint32_t where = tt_where_for(k->cl);
+    if (where)
+        task->where = where;
+    /* trace records + DAG, priority plan, stage affinity (csrc/trace.c): one branch when off */
+    if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
+        tt_trace_on_submit(task, kernel);
+    int ret = starpu_task_submit(task);
+    if (ret != 0) {
+        if (tt_submit_hooks_on)
+            tt_trace_on_submit_failed(task);
+        task->destroy = 0;
+        starpu_task_destroy(task);
+        return submit_failed(k, ret);
+    }
+    return TT_OK;
+}
+
 #ifdef TT_HAVE_MPI
 /* Under StarPU-MPI every rank submits the same flow: starpu_mpi_task_build decides from the
  * owners of the written tiles which rank runs the task (NULL elsewhere) and posts the
@@ -53,25 +81,9 @@ static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handle
         starpu_mpi_task_post_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr, k->nbuffers, 0);
         return TT_OK;
     }
-    task->cl_arg = args;
-    task->cl_arg_size = k->args_size;
-    task->cl_arg_free = 1;
-    task->flops = k->flops(args);
-    task->priority = tt_get_priority();
-    uint32_t where = tt_where_for(k->cl);
-    if (where)
-        task->where = where;
-    if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
-        tt_trace_on_submit(task, kernel);
-    int ret = starpu_task_submit(task);
-    if (ret != 0) {
-        if (tt_submit_hooks_on)
-            tt_trace_on_submit_failed(task);
-        task->destroy = 0;
-        starpu_task_destroy(task);
-        /* the other ranks go on: this rank's Python raises, and the job aborts (excepthook) */
-        return submit_failed(k, ret);
-    }
+    int rc = finish_and_submit(task, kernel, args);
+    if (rc)
+        return rc; /* the other ranks go on: this rank's Python raises, and the job aborts (excepthook) */
     starpu_mpi_task_post_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr, k->nbuffers, 0);
     return TT_OK;
 }
@@ -92,30 +104,14 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
         return tt_error(TT_ENOMEM, "%s: starpu_task_create failed", k->name);
     }
     task->cl = k->cl;
-    task->cl_arg = args;
-    task->cl_arg_size = k->args_size;
-    task->cl_arg_free = 1; /* StarPU frees args after the task */
     task->nbuffers = k->nbuffers;
     for (int i = 0; i < k->nbuffers; i++) {
         task->handles[i] = handles[i];
         task->modes[i] = modes ? modes[i] : k->modes[i];
     }
-    task->flops = k->flops(args);
-    task->priority = tt_get_priority();
-    uint32_t where = tt_where_for(k->cl);
-    if (where)
-        task->where = where;
-    /* trace records + DAG, priority plan, stage affinity (csrc/trace.c): one branch when off */
-    if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
-        tt_trace_on_submit(task, kernel);
-    int ret = starpu_task_submit(task);
-    if (ret != 0) {
-        if (tt_submit_hooks_on)
-            tt_trace_on_submit_failed(task);
-        task->destroy = 0;
-        starpu_task_destroy(task); /* frees args too (cl_arg_free) */
-        return submit_failed(k, ret);
-    }
+    int rc = finish_and_submit(task, kernel, args);
+    if (rc)
+        return rc;
     kernel_ntasks[kernel]++;
     return TT_OK;
 }
