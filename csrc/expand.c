@@ -247,6 +247,30 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
     return TT_OK;
 }
 
+/* One gemm task on tile t of c from tiles aidx of a and bidx of b.  The first task of an
+ * accumulation chain applies beta (and only writes c when beta == 0); later ones add. */
+static int submit_gemm_tile(tt_tensor *a, const int64_t *aidx, tt_tensor *b, const int64_t *bidx, tt_tensor *c,
+                            int64_t t, int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha,
+                            double beta, int first)
+{
+    tt_args_gemm *g = tt_args_new(TT_K_GEMM);
+    if (!g)
+        return tt_error(TT_ENOMEM, "matmul: out of memory");
+    g->dtype = a->dtype;
+    g->batch = batch;
+    g->m = m;
+    g->n = n;
+    g->k = k;
+    g->ta = ta;
+    g->tb = tb;
+    g->alpha = alpha;
+    g->beta = first ? beta : 1.0;
+    enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R, (first && beta == 0.0) ? STARPU_W : STARPU_RW};
+    starpu_data_handle_t h[3] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
+                                 c->handles[t]};
+    return tt_submit(TT_K_GEMM, g, h, modes);
+}
+
 /* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),
  * b is (..., N) with the same leading shape and tiles (the weight gradient of a linear
  * layer: x^T dy over every batch and time tile). */
@@ -278,23 +302,8 @@ static int gemm_contract_leading(double alpha, tt_tensor *a, tt_tensor *b, doubl
             }
             aidx[nd - 1] = cidx[0];
             bidx[nd - 1] = cidx[1];
-            tt_args_gemm *g = tt_args_new(TT_K_GEMM);
-            if (!g)
-                return tt_error(TT_ENOMEM, "%s: out of memory", what);
-            g->dtype = a->dtype;
-            g->batch = 1;
-            g->m = tt_tile_dim(c, 0, cidx[0]);
-            g->n = tt_tile_dim(c, 1, cidx[1]);
-            g->k = k;
-            g->ta = 1;
-            g->tb = 0;
-            g->alpha = alpha;
-            g->beta = r == 0 ? beta : 1.0;
-            enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R,
-                                                     (r == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
-            starpu_data_handle_t h[3] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
-                                         c->handles[t]};
-            int rc = tt_submit(TT_K_GEMM, g, h, modes);
+            int rc = submit_gemm_tile(a, aidx, b, bidx, c, t, 1, tt_tile_dim(c, 0, cidx[0]),
+                                      tt_tile_dim(c, 1, cidx[1]), k, 1, 0, alpha, beta, r == 0);
             if (rc)
                 return rc;
         }
@@ -364,23 +373,9 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
             aidx[ak] = kt;
             bidx[bk] = kt;
             bidx[bn] = cidx[nd - 1];
-            tt_args_gemm *g = tt_args_new(TT_K_GEMM);
-            if (!g)
-                return tt_error(TT_ENOMEM, "%s: out of memory", what);
-            g->dtype = a->dtype;
-            g->batch = batched ? lead : 1;
-            g->m = batched ? cts[nd - 2] : lead * cts[nd - 2];
-            g->n = cts[nd - 1];
-            g->k = tt_tile_dim(a, ak, kt);
-            g->ta = transa != 0;
-            g->tb = transb != 0;
-            g->alpha = alpha;
-            g->beta = kt == 0 ? beta : 1.0;
-            enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R,
-                                                     (kt == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
-            starpu_data_handle_t h[3] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
-                                         c->handles[t]};
-            int rc = tt_submit(TT_K_GEMM, g, h, modes);
+            int rc = submit_gemm_tile(a, aidx, b, bidx, c, t, batched ? lead : 1,
+                                      batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1],
+                                      tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha, beta, kt == 0);
             if (rc)
                 return rc;
         }
