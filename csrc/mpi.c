@@ -51,6 +51,44 @@ static int ensure_mpi(void)
     return TT_OK;
 }
 
+/* The MPI thread as a worker (STARPU_MPI_DRIVER_CALL_FREQUENCY > 0, set by RuntimeConfig's
+ * mpi_driver): StarPU-MPI's progression thread then also runs the tasks of CPU worker 0, so
+ * a rank has one busy thread instead of a polling MPI thread plus a polling worker -- on
+ * oversubscribed cores (2 ranks on 2 cores) that halves the threads fighting for them.
+ * StarPU 1.3's progression loop only runs that driver while a receive is waiting for its
+ * envelope and sleeps when no request is pending at all, which would leave tasks of a rank
+ * with no communication unrun (a hang).  So a detached receive from this rank to itself, on
+ * a tag no tile ever gets, stays posted for the whole session and keeps the loop awake; the
+ * matching send is posted at shutdown. */
+#define KEEPALIVE_TAG ((int64_t)1 << 62)
+static int keepalive_on = 0;
+static int keepalive_rbuf, keepalive_sbuf;
+static starpu_data_handle_t keepalive_recv, keepalive_send;
+
+static void keepalive_start(void)
+{
+    const char *env = getenv("STARPU_MPI_DRIVER_CALL_FREQUENCY");
+    if (!env || atoi(env) <= 0)
+        return;
+    starpu_variable_data_register(&keepalive_recv, STARPU_MAIN_RAM, (uintptr_t)&keepalive_rbuf, sizeof(int));
+    starpu_variable_data_register(&keepalive_send, STARPU_MAIN_RAM, (uintptr_t)&keepalive_sbuf, sizeof(int));
+    starpu_mpi_irecv_detached(keepalive_recv, mpi_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
+    keepalive_on = 1;
+}
+
+static void keepalive_stop(void)
+{
+    if (!keepalive_on)
+        return;
+    keepalive_sbuf = 1;
+    starpu_mpi_isend_detached(keepalive_send, mpi_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
+    starpu_data_acquire(keepalive_recv, STARPU_R); /* the receive has completed */
+    starpu_data_release(keepalive_recv);
+    starpu_data_unregister(keepalive_recv);
+    starpu_data_unregister(keepalive_send);
+    keepalive_on = 0;
+}
+
 int tt_mpi_start(struct starpu_conf *conf)
 {
     int rc = ensure_mpi();
@@ -61,6 +99,7 @@ int tt_mpi_start(struct starpu_conf *conf)
         return tt_error(TT_ESTARPU, "starpu_mpi_init_conf failed (%d)", ret);
     starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
     starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
+    keepalive_start();
     tt_mpi_on = 1;
     return TT_OK;
 }
@@ -69,6 +108,7 @@ void tt_mpi_stop(void)
 {
     if (!tt_mpi_on)
         return;
+    keepalive_stop();
     starpu_mpi_shutdown();
     if (starpu_is_initialized())
         starpu_shutdown();

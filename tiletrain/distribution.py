@@ -59,6 +59,11 @@ def _runtime_world_size() -> int:
     return int(lib.tt_mpi_size()) if lib.tt_mpi_enabled() else 1
 
 
+# owners() of the immutable distributions, by (distribution, grid, world): every op creates
+# tensors, and under MPI each needs its owner table (read-only arrays, shared)
+_OWNERS_CACHE: dict = {}
+
+
 class Distribution:
     """Maps a tile grid to owner ranks.  Subclasses implement ``_owners(grid)``, returning
     raw ranks (before reduction modulo the world size) for every tile, row-major."""
@@ -68,12 +73,24 @@ class Distribution:
         (default: the running session's; 1 without MPI).  With more than one rank, a
         distribution that does not fit the job raises ValueError (check())."""
         world = _runtime_world_size() if world is None else int(world)
+        cacheable = type(self) in (SingleRank, BlockCyclic)
+        if cacheable:
+            key = (self, tuple(grid), world)
+            hit = _OWNERS_CACHE.get(key)
+            if hit is not None:
+                return hit
         if world > 1:
             self.check(world)
         raw = np.asarray(self._owners(tuple(int(g) for g in grid)), dtype=np.int64).reshape(-1)
         if raw.size != math.prod(grid):
             raise ValueError(f"{self!r} gave {raw.size} owners for a tile grid {tuple(grid)}")
-        return (raw % world).astype(np.int32)
+        out = (raw % world).astype(np.int32)
+        if cacheable:
+            out.flags.writeable = False
+            if len(_OWNERS_CACHE) > 4096:
+                _OWNERS_CACHE.clear()
+            _OWNERS_CACHE[key] = out
+        return out
 
     def _owners(self, grid: tuple[int, ...]) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

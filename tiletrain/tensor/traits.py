@@ -11,6 +11,8 @@ DEFAULT_TILE = 512
 
 
 def _as_dims(value, name: str) -> tuple[int, ...]:
+    if type(value) is tuple and all(type(d) is int for d in value):
+        return value  # the common case (another tensor's shape): nothing to convert
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return (int(value),)
     try:
