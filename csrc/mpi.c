@@ -61,15 +61,79 @@ static int ensure_mpi(void)
  * a tag no tile ever gets, stays posted for the whole session and keeps the loop awake; the
  * matching send is posted at shutdown. */
 #define KEEPALIVE_TAG ((int64_t)1 << 62)
+#define BARRIER_TAG (KEEPALIVE_TAG + 1) /* + 2 * epoch + phase */
 static int keepalive_on = 0;
 static int keepalive_rbuf, keepalive_sbuf;
 static starpu_data_handle_t keepalive_recv, keepalive_send;
+
+/* A barrier made of StarPU-MPI messages (every rank -> rank 0, then rank 0 -> every rank),
+ * for sessions whose progression thread is kept awake: StarPU 1.3's own barrier request
+ * runs a blocking MPI_Barrier inside one rank's progression thread, which then stops
+ * serving the envelopes another rank's pending sends wait on before that rank reaches
+ * the barrier (a deadlock, reproduced at shutdown after a checkpoint). */
+static int *token_buf;
+static starpu_data_handle_t *token_h; /* one per rank: rank 0 receives into token_h[r] */
+static int64_t barrier_epoch = 0;
+static starpu_pthread_mutex_t token_mutex = STARPU_PTHREAD_MUTEX_INITIALIZER;
+static starpu_pthread_cond_t token_cond = STARPU_PTHREAD_COND_INITIALIZER;
+static int token_left = 0;
+
+static void token_done(void *arg)
+{
+    (void)arg;
+    STARPU_PTHREAD_MUTEX_LOCK(&token_mutex);
+    token_left--;
+    STARPU_PTHREAD_COND_BROADCAST(&token_cond);
+    STARPU_PTHREAD_MUTEX_UNLOCK(&token_mutex);
+}
+
+static void token_wait(void)
+{
+    STARPU_PTHREAD_MUTEX_LOCK(&token_mutex);
+    while (token_left > 0)
+        STARPU_PTHREAD_COND_WAIT(&token_cond, &token_mutex);
+    STARPU_PTHREAD_MUTEX_UNLOCK(&token_mutex);
+}
+
+static void token_barrier(void)
+{
+    int64_t tag = BARRIER_TAG + 2 * barrier_epoch++;
+    if (mpi_size == 1)
+        return;
+    if (mpi_rank == 0) {
+        token_left = mpi_size - 1;
+        for (int r = 1; r < mpi_size; r++)
+            starpu_mpi_irecv_detached(token_h[r], r, tag, MPI_COMM_WORLD, token_done, NULL);
+        token_wait();
+        token_left = mpi_size - 1;
+        for (int r = 1; r < mpi_size; r++)
+            starpu_mpi_isend_detached(token_h[0], r, tag + 1, MPI_COMM_WORLD, token_done, NULL);
+        token_wait();
+    } else {
+        token_left = 2;
+        starpu_mpi_isend_detached(token_h[0], 0, tag, MPI_COMM_WORLD, token_done, NULL);
+        starpu_mpi_irecv_detached(token_h[1], 0, tag + 1, MPI_COMM_WORLD, token_done, NULL);
+        token_wait();
+    }
+}
 
 static void keepalive_start(void)
 {
     const char *env = getenv("STARPU_MPI_DRIVER_CALL_FREQUENCY");
     if (!env || atoi(env) <= 0)
         return;
+    int n = mpi_size > 2 ? mpi_size : 2;
+    token_buf = calloc((size_t)n, sizeof(int));
+    token_h = calloc((size_t)n, sizeof(*token_h));
+    if (!token_buf || !token_h) {
+        free(token_buf);
+        free(token_h);
+        token_buf = NULL;
+        token_h = NULL;
+        return; /* out of memory: StarPU-MPI's own thread and barrier, as without the driver */
+    }
+    for (int r = 0; r < n; r++)
+        starpu_variable_data_register(&token_h[r], STARPU_MAIN_RAM, (uintptr_t)&token_buf[r], sizeof(int));
     starpu_variable_data_register(&keepalive_recv, STARPU_MAIN_RAM, (uintptr_t)&keepalive_rbuf, sizeof(int));
     starpu_variable_data_register(&keepalive_send, STARPU_MAIN_RAM, (uintptr_t)&keepalive_sbuf, sizeof(int));
     starpu_mpi_irecv_detached(keepalive_recv, mpi_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
@@ -86,6 +150,13 @@ static void keepalive_stop(void)
     starpu_data_release(keepalive_recv);
     starpu_data_unregister(keepalive_recv);
     starpu_data_unregister(keepalive_send);
+    int n = mpi_size > 2 ? mpi_size : 2;
+    for (int r = 0; r < n; r++)
+        starpu_data_unregister(token_h[r]);
+    free(token_h);
+    free(token_buf);
+    token_h = NULL;
+    token_buf = NULL;
     keepalive_on = 0;
 }
 
@@ -108,6 +179,10 @@ void tt_mpi_stop(void)
 {
     if (!tt_mpi_on)
         return;
+    if (keepalive_on) {
+        starpu_task_wait_for_all();
+        token_barrier(); /* every rank's tasks are done before any stops serving transfers */
+    }
     keepalive_stop();
     starpu_mpi_shutdown();
     if (starpu_is_initialized())
@@ -119,9 +194,19 @@ void tt_mpi_stop(void)
 
 int tt_mpi_wait_all(void)
 {
-    int ret = starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    int ret;
+    if (keepalive_on) {
+        /* starpu_mpi_wait_for_all (1.3) waits for the progression thread to go to sleep
+         * with nothing pending, which the kept-awake thread never does: wait for this
+         * rank's tasks -- which includes every receive they need -- then for every rank. */
+        ret = starpu_task_wait_for_all();
+        if (ret == 0)
+            token_barrier();
+    } else {
+        ret = starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    }
     if (ret != 0)
-        return tt_error(TT_ESTARPU, "starpu_mpi_wait_for_all failed (%d)", ret);
+        return tt_error(TT_ESTARPU, "waiting for every rank's tasks failed (%d)", ret);
     return TT_OK;
 }
 
