@@ -32,31 +32,28 @@ def worker(a) -> None:
     import tiletrain as tt
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import place, shards
+    from tiletrain.parallel import n_replicas, place, replica, shards
 
     tt.init()
-    world = tt.world_size()
     cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
     model = GPT(cfg, dtype=np.dtype(a.dtype), seed=0)
     place(model, a.mode)
     opt = AdamW(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     times = []
+    m = a.micro_batches
     for step in range(a.warmup + a.steps):
         ids = rng.integers(0, 256, size=(a.batch, a.seq_len + 1))
-        x, y = ids[:, :-1], ids[:, 1:]
         t0 = time.perf_counter()
         losses = []
-        if a.mode == "data" and world > 1:
-            for r, xs, ys in shards(x, y):
-                with tt.distribution.use(tt.distribution.SingleRank(r)):
+        for mb in range(m):  # micro-batches: all submitted before any loss is read
+            part = ids[mb * a.batch // m:(mb + 1) * a.batch // m]
+            for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
+                with replica(d):
                     loss = model.loss(xs, ys)
-                    tt.scale(loss, 1.0 / world).backward()
+                    n = m * n_replicas()
+                    (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
                 losses.append(loss)
-        else:
-            loss = model.loss(x, y)
-            loss.backward()
-            losses.append(loss)
         opt.step()
         opt.zero_grad()
         value = float(np.mean([float(v) for v in losses]))  # waits for the step (collective)
@@ -79,7 +76,8 @@ def launch(a, mode: str, nprocs: int, ncpu: int, stats: bool = False) -> dict:
     env.setdefault("STARPU_HOME", str(ROOT / "build" / "starpu-home-bench"))
     args = [sys.executable, __file__, "--worker", mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
             "--n-layer", str(a.n_layer), "--n-embd", str(a.n_embd), "--batch", str(a.batch),
-            "--seq-len", str(a.seq_len), "--dtype", a.dtype]
+            "--seq-len", str(a.seq_len), "--dtype", a.dtype,
+            "--micro-batches", str(a.micro_batches if mode == "pipeline" else 1)]
     cmd = args if nprocs == 1 else [shutil.which("mpirun"), *MPI_FLAGS, "-np", str(nprocs), *args]
     if nprocs == 1:
         env["TILETRAIN_MPI"] = "0"
@@ -107,6 +105,8 @@ def main() -> None:
     ap.add_argument("--n-embd", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--micro-batches", type=int, default=4,
+                    help="micro-batches per step in pipeline mode (the batch is split; they overlap)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--timeout", type=float, default=600)
     a = ap.parse_args()
@@ -117,7 +117,7 @@ def main() -> None:
     tokens = a.batch * a.seq_len
     print(f"GPT {a.n_layer} layers x {a.n_embd}, batch {a.batch} x {a.seq_len} ({tokens} tokens/step), {a.dtype}, "
           f"{a.steps} timed steps after {a.warmup} warm-up; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}")
-    rows = [("1 process x 2 workers", "single", 1, 2), ("2 ranks x 1 worker, pipeline", "pipeline", 2, 1),
+    rows = [("1 process x 2 workers", "single", 1, 2), (f"2 ranks x 1 worker, pipeline x{a.micro_batches}", "pipeline", 2, 1),
             ("2 ranks x 1 worker, data", "data", 2, 1)]
     base = None
     print(f"{'configuration':32} {'step (s)':>9} {'tokens/s':>9} {'MB moved/step':>14} {'vs 1 process':>13}")

@@ -252,7 +252,7 @@ static tt_task_record *record_task_locked(struct starpu_task *task, int kernel)
     r->stage = cur_stage;
     r->worker = -1;
     r->memnode = -1;
-    r->rank = 0; /* MPI is not there yet: every task runs on rank 0 */
+    r->rank = tt_mpi_on ? tt_mpi_rank() : 0; /* tasks are recorded on the rank that runs them */
     r->submit_us = r->start_us = r->end_us = -1.0;
     r->dep_start = ndeps;
     for (int i = 0; i < (int)task->nbuffers; i++) {
@@ -312,6 +312,9 @@ void tt_trace_on_submit(struct starpu_task *task, int kernel)
         if (r) {
             task->callback_func = tt_trace_task_done;
             task->callback_arg = r;
+            /* tasks built by starpu_mpi_task_build come with callback_arg_free set: the
+             * record lives in our chunks, StarPU must not free it */
+            task->callback_arg_free = 0;
         }
     }
     pthread_mutex_unlock(&trace_mutex);

@@ -109,10 +109,14 @@ def _add_train(sub) -> None:
     _runtime_args(g)
     g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"])
     g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data"],
+    g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data", "pipeline+data"],
                    help="under mpirun: single (all on rank 0), pipeline (layers split over the ranks as "
-                        "stages) or data (each batch split over the ranks, gradients reduced); see "
-                        "README 'Running under mpirun'")
+                        "stages), data (each batch split over the ranks, gradients reduced) or "
+                        "pipeline+data (--stages stages x the rest as replicas); see README "
+                        "'Running under mpirun'")
+    g.add_argument("--stages", type=int, default=None,
+                   help="--dist pipeline+data: number of pipeline stages (default 2; the world size "
+                        "must be a multiple)")
     g = p.add_argument_group("checkpoints and output")
     g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
@@ -132,7 +136,7 @@ def cmd_train(args) -> int:
         stop_after=args.stop_after, lr=args.lr,
         min_lr=args.min_lr, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         tiles=args.tiles, sched=args.sched, ncpu=args.ncpu, dtype=args.dtype, seed=args.seed,
-        dist=args.dist, ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
+        dist=args.dist, stages=args.stages, ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
         sample_tokens=args.sample_tokens, progress=not args.no_progress)
     res = train(targs)
     return 130 if res.stopped_early else 0

@@ -1,105 +1,195 @@
-"""Training distributions over MPI ranks: ``single``, ``pipeline`` and ``data``.
+"""Training distributions over MPI ranks: ``single``, ``pipeline``, ``data`` and
+``pipeline+data``.
 
 They are owner maps (DESIGN principle 7): the model code is the same in every mode, and
-StarPU-MPI moves the tiles.  Chosen in one place: ``tiletrain train --dist MODE`` or
-``TrainArgs(dist=MODE)``; from a script, ``check_fit`` then ``place(model, MODE)`` once,
-before the optimizer is made, and (data mode) :func:`shards` for each batch.
+StarPU-MPI moves the tiles.  Chosen in one place: ``tiletrain train --dist MODE [--stages S]``
+or ``TrainArgs(dist=MODE, stages=S)``; from a script, ``check_fit`` then ``place(model, MODE)``
+once, before the optimizer is made, and for each batch::
 
-- ``single``: every parameter and activation on rank 0 (the default distribution).
-- ``pipeline``: ``world_size()`` stages.  GPT blocks are split evenly over the stages (block
-  i on stage ``i * S // L``), the embeddings (and dropout) on the first stage, ``ln_f`` and
-  the head on the last.  Each module's parameters are owned by its stage and its forward
-  runs under ``use(SingleRank(stage))`` (``Module.placement``), so its activations -- and,
-  as backward re-enters the block each op was recorded in, its gradients -- live there too;
-  only the activations crossing a stage boundary move.  The tied token embedding ``wte`` is
-  also the LM head's weight: it lives on the first stage, so every step the last stage
-  reads it (vocab x n_embd moved first -> last after each update) and its head gradient
-  is sent back to the first stage, where it is added to the embedding gradient.
-- ``data``: each batch is split into ``world_size()`` equal shards along the batch axis;
-  shard r's forward and backward run under ``use(SingleRank(r))``, so every rank computes
-  its part.  Parameters are spread whole over the ranks (largest first, to the rank with
-  the fewest bytes): rank r's partial gradient of a parameter is reduced into the
-  parameter's ``.grad`` on its owner by a chain of tile tasks (copy, then axpy for each
-  further shard: autograd's leaf placement), the optimizer update runs there, and
-  StarPU-MPI sends the updated tiles to the other ranks when they next read them.
+    for d, xs, ys in shards(x, y):        # one shard per data-parallel replica
+        with replica(d):
+            loss = model.loss(xs, ys)
+            tt.scale(loss, 1 / n_replicas()).backward()
+
+Every mode is a grid of ``S`` pipeline stages x ``D`` data-parallel replicas (``S * D`` =
+the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
+
+- ``single``: S = D = 1 -- every parameter and activation on rank 0 (the default).
+- ``pipeline``: S = world, D = 1.  GPT blocks are split evenly over the stages (block i on
+  stage ``i * S // L``), the embeddings (and dropout) on the first stage, ``ln_f`` and the
+  head on the last.  Each module's forward runs on its stage's rank
+  (``Module.placement``, a :class:`Stage`), so its activations -- and, as backward
+  re-enters the block each op was recorded in, its gradients -- live there too; only the
+  activations crossing a stage boundary move.  The tied token embedding ``wte`` is also the
+  LM head's weight: it lives on the first stage, so every step the last stage reads it and
+  its head gradient is sent back to the first stage, where it is added to the embedding
+  gradient.  Micro-batches (``--micro-batches``) overlap by dataflow: stage 0 starts the
+  next micro-batch while the later stages work on the previous one.
+- ``data``: S = 1, D = world.  Each batch is split into D equal shards along the batch axis;
+  replica d's forward and backward run on rank d.  Parameters are spread whole over the
+  ranks (largest first, to the rank with the fewest bytes): replica d's partial gradient
+  of a parameter is reduced into the parameter's ``.grad`` on its owner by a chain of tile
+  tasks (copy, then axpy for each further replica: autograd's leaf placement), the
+  optimizer update runs there, and StarPU-MPI sends the updated tiles to the other ranks
+  when they next read them.
+- ``pipeline+data``: S stages (``stages``, default 2) x D = world / S replicas.  Stage s's
+  parameters are spread (as in data mode) over the D ranks that run stage s; each replica
+  pipelines its shard through its S ranks.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
 from .distribution import SingleRank, world_size
 
-__all__ = ["MODES", "check_fit", "place", "shards"]
+__all__ = ["MODES", "Stage", "check_fit", "layout", "n_replicas", "place", "replica", "shards"]
 
-MODES = ("single", "pipeline", "data")
+MODES = ("single", "pipeline", "data", "pipeline+data")
+DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
+
+_grid = (1, 1)      # (stages, replicas) of the last place(); shards() and Stage use it
+_replica = 0        # the replica whose shard is being submitted (replica())
 
 
-def check_fit(mode: str, *, n_layer: int, batch: int, world: int | None = None) -> None:
+def layout(mode: str, world: int | None = None, stages: int | None = None) -> tuple[int, int]:
+    """(S stages, D replicas) of ``mode`` on ``world`` ranks (S * D == world, except in
+    ``single`` mode, where everything is on rank 0).  Raises ValueError for an unknown mode
+    or a stage count that does not divide the world."""
+    world = world_size() if world is None else int(world)
+    if mode not in MODES:
+        raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {mode!r}")
+    if stages is not None and mode != "pipeline+data":
+        raise ValueError(f"--stages is for --dist pipeline+data (--dist {mode} uses "
+                         f"{'one stage per rank' if mode == 'pipeline' else 'no stages'})")
+    if mode == "single":
+        return 1, 1
+    if mode == "pipeline":
+        return world, 1
+    if mode == "data":
+        return 1, world
+    S = DEFAULT_STAGES if stages is None else int(stages)
+    if S < 2 or world % S or world // S < 2:
+        raise ValueError(f"--dist pipeline+data: {world} ranks cannot form {S} stages x at least 2 replicas "
+                         f"(the world size must be a multiple of the stage count, with >= 2 stages and "
+                         f">= 2 replicas; use --dist pipeline or --dist data otherwise)")
+    return S, world // S
+
+
+def check_fit(mode: str, *, n_layer: int, batch: int, world: int | None = None, stages: int | None = None) -> None:
     """Raise ValueError if ``mode`` cannot run on ``world`` ranks (default: the launcher's or
     session's world size).  Depends only on its arguments, so every rank raises the same
     message, before anything is submitted."""
     world = world_size() if world is None else int(world)
-    if mode not in MODES:
-        raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "pipeline" and world > n_layer:
-        raise ValueError(f"--dist pipeline: {world} stages (one per rank) but the model has only {n_layer} "
-                         f"layers; use at most {n_layer} ranks or more layers")
-    if mode == "data" and batch % world:
-        raise ValueError(f"--dist data: the batch of {batch} sequences cannot be split evenly over {world} "
-                         f"ranks; use a batch that is a multiple of {world}")
+    S, D = layout(mode, world, stages)
+    if S > n_layer:
+        what = "(one per rank)" if mode == "pipeline" else f"(--stages {S})"
+        raise ValueError(f"--dist {mode}: {S} stages {what} but the model has only {n_layer} "
+                         f"layers; use at most {n_layer} stages or more layers")
+    if batch % D:
+        raise ValueError(f"--dist {mode}: the batch of {batch} sequences cannot be split evenly over {D} "
+                         f"{'ranks' if mode == 'data' else 'data-parallel replicas'}; use a batch that is a "
+                         f"multiple of {D}")
 
 
 def stage_of_block(i: int, n_layer: int, stages: int) -> int:
     return i * stages // n_layer
 
 
-def plan(model, mode: str, world: int | None = None) -> tuple[dict[int, int], dict[int, int]]:
-    """(parameter id -> owner rank, module id -> rank its forward runs on) for a GPT."""
+def rank_of(replica_index: int, stage: int) -> int:
+    """The rank that runs ``stage`` of replica ``replica_index`` in the placed layout."""
+    return replica_index * _grid[0] + stage
+
+
+class Stage:
+    """Where a module's work runs: pipeline stage ``stage`` of the replica being submitted
+    (``Module.placement``; resolved by ``Module.__call__`` at each call)."""
+
+    __slots__ = ("stage",)
+
+    def __init__(self, stage: int):
+        self.stage = int(stage)
+
+    def resolve(self) -> SingleRank:
+        return SingleRank(rank_of(_replica, self.stage))
+
+    def __repr__(self):
+        return f"Stage({self.stage})"
+
+
+def n_replicas() -> int:
+    """D, the number of data-parallel replicas of the placed layout (1 before place())."""
+    return _grid[1]
+
+
+@contextlib.contextmanager
+def replica(d: int):
+    """Submit replica ``d``'s shard: modules run on that replica's ranks, and tensors made
+    outside any module (the batch, the loss) default to its first stage's rank."""
+    from . import distribution as D
+    global _replica
+    if not 0 <= int(d) < _grid[1]:
+        raise ValueError(f"replica({d}): the placed layout has {_grid[1]} replica(s)")
+    old_r, old_default = _replica, D._default
+    _replica = int(d)
+    D._default = SingleRank(rank_of(_replica, 0))
+    try:
+        yield
+    finally:
+        _replica, D._default = old_r, old_default
+
+
+def plan(model, mode: str, world: int | None = None, stages: int | None = None
+         ) -> tuple[dict[int, int], dict[int, int]]:
+    """(parameter id -> owner rank, module id -> stage its forward runs on) for a GPT."""
     world = world_size() if world is None else int(world)
+    S, D = layout(mode, world, stages)
     params = list(model.named_parameters())
-    owner: dict[int, int] = {}
-    where: dict[int, int] = {}
-    if mode == "single" or world == 1:
+    if world == 1 or mode == "single":
         return {id(p): 0 for _, p in params}, {}
-    if mode == "pipeline":
-        tr = model.transformer
-        L = len(tr.h)
-        first, last = 0, stage_of_block(L - 1, L, world)
-        for mod in (tr.wte, tr.wpe, tr.drop):
-            where[id(mod)] = first
-        for i, block in enumerate(tr.h):
-            where[id(block)] = stage_of_block(i, L, world)
-        where[id(tr.ln_f)] = last
-        where[id(model.lm_head)] = last
-        mods = [tr.wte, tr.wpe, *tr.h, tr.ln_f]  # lm_head's weight is wte's: first stage
-        for mod in mods:
-            for p in mod.parameters():
-                owner.setdefault(id(p), where[id(mod)])
-        for _, p in params:
-            owner.setdefault(id(p), first)
-        return owner, where
-    if mode == "data":
-        load = np.zeros(world, dtype=np.int64)
-        for _, p in sorted(params, key=lambda kv: -kv[1].size * kv[1].dtype.itemsize):  # stable: same on every rank
-            r = int(np.argmin(load))
-            owner[id(p)] = r
-            load[r] += p.size * p.dtype.itemsize
-        return owner, where
-    raise ValueError(f"unknown distribution mode {mode!r}; expected one of {', '.join(MODES)}")
+    tr = model.transformer
+    L = len(tr.h)
+    first, last = 0, stage_of_block(L - 1, L, S)
+    where: dict[int, int] = {}
+    for mod in (tr.wte, tr.wpe, tr.drop):
+        where[id(mod)] = first
+    for i, block in enumerate(tr.h):
+        where[id(block)] = stage_of_block(i, L, S)
+    where[id(tr.ln_f)] = last
+    where[id(model.lm_head)] = last
+    stage_of: dict[int, int] = {}
+    for mod in (tr.wte, tr.wpe, *tr.h, tr.ln_f):  # lm_head's weight is wte's: first stage
+        for p in mod.parameters():
+            stage_of.setdefault(id(p), where[id(mod)])
+    # each stage's parameters spread whole over the D ranks running it: largest first, to
+    # the rank holding the fewest bytes (stable order: the same on every rank)
+    load = np.zeros((S, D), dtype=np.int64)
+    owner: dict[int, int] = {}
+    for _, p in sorted(params, key=lambda kv: -kv[1].size * kv[1].dtype.itemsize):
+        if id(p) in owner:
+            continue
+        s = stage_of.get(id(p), first)
+        d = int(np.argmin(load[s]))
+        owner[id(p)] = d * S + s
+        load[s, d] += p.size * p.dtype.itemsize
+    return owner, where
 
 
-def place(model, mode: str) -> None:
+def place(model, mode: str, stages: int | None = None) -> None:
     """Move ``model``'s parameters to their owners for ``mode`` and set each module's
     ``placement`` (collective under MPI: every rank calls it at the same point).  Call it
     before creating the optimizer (its state is created where the parameters live)."""
     from ._ffi import lib
     from .ops.autograd import _copy_to
-    if mode not in MODES:
-        raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {mode!r}")
-    owner, where = plan(model, mode)
+    global _grid, _replica
+    world = world_size()
+    S, D = layout(mode, world, stages)
+    owner, where = plan(model, mode, world, stages)
+    _grid, _replica = ((S, D) if world > 1 else (1, 1)), 0
     for mod in model.modules():
-        rank = where.get(id(mod))
-        object.__setattr__(mod, "placement", None if rank is None else SingleRank(rank))
+        stage = where.get(id(mod))
+        object.__setattr__(mod, "placement", None if stage is None else Stage(stage))
     if not lib.tt_mpi_enabled():
         return  # one process: every tile is already local
     seen = set()
@@ -119,9 +209,11 @@ def place(model, mode: str) -> None:
         p.traits, p._ptr, p._base = moved.traits, moved._ptr, moved
 
 
-def shards(x: np.ndarray, y: np.ndarray, world: int | None = None):
-    """Data mode: the batch (x, y) split into ``world`` equal shards along axis 0, as
-    ``(rank, x_r, y_r)``."""
-    world = world_size() if world is None else int(world)
-    n = x.shape[0] // world
-    return [(r, x[r * n:(r + 1) * n], y[r * n:(r + 1) * n]) for r in range(world)]
+def shards(x: np.ndarray, y: np.ndarray, n: int | None = None):
+    """The batch (x, y) split into ``n`` equal shards along axis 0 (default: the placed
+    layout's replica count), as ``(replica, x_d, y_d)``."""
+    n = n_replicas() if n is None else int(n)
+    if x.shape[0] % n:
+        raise ValueError(f"shards(): a batch of {x.shape[0]} cannot be split evenly into {n} shards")
+    k = x.shape[0] // n
+    return [(d, x[d * k:(d + 1) * k], y[d * k:(d + 1) * k]) for d in range(n)]

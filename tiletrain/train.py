@@ -49,7 +49,8 @@ class TrainArgs:
     ncpu: int | None = None
     dtype: str = "float32"
     seed: int = 0
-    dist: str = "single"  # under mpirun: single | pipeline | data (tiletrain/parallel.py)
+    dist: str = "single"  # under mpirun: single | pipeline | data | pipeline+data (tiletrain/parallel.py)
+    stages: int | None = None  # pipeline+data: pipeline stages (default 2); the rest are replicas
     # checkpoints, evaluation, output
     ckpt_dir: str | None = None
     resume: bool = False
@@ -224,11 +225,11 @@ def train(args: TrainArgs, out=None) -> TrainResult:
     from .ops import activations
 
     from .distribution import rank, world_size
-    from .parallel import check_fit, place, shards
+    from .parallel import check_fit, n_replicas, place, replica, shards
 
     args.validate()
     # a distribution that does not fit the job: the same message on every rank, before any task
-    check_fit(args.dist, n_layer=args.n_layer, batch=args.batch)
+    check_fit(args.dist, n_layer=args.n_layer, batch=args.batch, stages=args.stages)
     out = out or sys.stdout
     if rank() != 0:  # under mpirun only rank 0 reports (every rank runs the same flow)
         import os
@@ -258,7 +259,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     + ", ".join(f"{k} checkpoint={a} requested={b}" for k, (a, b) in diff.items()))
         activations.manual_seed(args.seed)
         model = build_model(args, tok.vocab_size, cfg)
-        place(model, args.dist)  # owners of parameters and where each module runs (before the optimizer)
+        place(model, args.dist, args.stages)  # owners of parameters and where each module runs (before the optimizer)
         opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
         data_rng = np.random.default_rng(args.seed)
         eval_rng_seed = args.seed + 1
@@ -295,19 +296,15 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                 micro = []
                 for _ in range(args.micro_batches):
                     x, y = corpus.batch("train", args.batch, args.seq_len, data_rng)
-                    if args.dist == "data" and world_size() > 1:
-                        # each rank's shard: forward and backward owned by that rank; the
-                        # partial gradients are reduced on each parameter's owner
-                        nsh = world_size()
-                        for r, xs, ys in shards(x, y):
-                            with tt.distribution.use(tt.distribution.SingleRank(r)):
-                                loss = model.loss(xs, ys)
-                                tt.scale(loss, 1.0 / (args.micro_batches * nsh)).backward()
-                            micro.append(loss)
-                        continue
-                    loss = model.loss(x, y)
-                    (loss if args.micro_batches == 1 else tt.scale(loss, 1.0 / args.micro_batches)).backward()
-                    micro.append(loss)
+                    # one shard per data-parallel replica (one in single and pipeline mode):
+                    # its forward and backward run on the replica's ranks; the partial
+                    # gradients are reduced on each parameter's owner
+                    n = args.micro_batches * n_replicas()
+                    for d, xs, ys in shards(x, y):
+                        with replica(d):
+                            loss = model.loss(xs, ys)
+                            (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
+                        micro.append(loss)
                 if args.grad_clip > 0:
                     clip_grad_norm_(model.parameters(), args.grad_clip)
                 opt.step()

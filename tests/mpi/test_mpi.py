@@ -70,6 +70,23 @@ def test_a_failing_rank_ends_the_job_quickly(mode):
         assert "rank 1" in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize("driver", ["1", "0"])
+def test_task_records_under_mpirun(tmp_path, driver):
+    """profile=True under mpirun: each rank records the tasks it ran, with its rank (with
+    StarPU-MPI's thread running worker 0's tasks, and without)."""
+    run_mpi("trace.py", 2, tmp_path, "tr", env={"TILETRAIN_MPI_DRIVER": driver})
+    counts = []
+    for r in range(2):
+        got = _load(tmp_path / f"tr-rank{r}.npz")
+        assert got["err"] < 1e-12
+        assert len(got["ranks"]) > 0 and (got["ranks"] == r).all()
+        assert (got["worker_ranks"] == r).all()
+        assert "gemm" in set(got["kernels"].tolist())
+        counts.append(len(got["ranks"]))
+    # C has 4 x 2 tiles, each a chain of 3 gemm tasks: recorded once, by the rank running it
+    assert sum(counts) == 24, counts
+
+
 def test_mpi_true_without_mpirun_runs_as_one_rank():
     res = run_single("singleton.py")
     assert res.stdout.strip().endswith("ok"), res.stdout

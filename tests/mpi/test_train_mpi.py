@@ -55,7 +55,26 @@ def test_three_ranks_uneven_pipeline(tmp_path, corpus):
     assert (o["owner_wte"], o["owner_h0"], o["owner_hlast"], o["owner_ln_f"]) == (0, 0, 2, 2)
 
 
+def test_pipeline_plus_data_on_four_ranks(tmp_path, corpus):
+    """4 ranks (oversubscribed on 2 cores) as 2 stages x 2 replicas: the single-process
+    losses, every rank computing, each stage's parameters on that stage's two ranks."""
+    run_single("train.py", tmp_path, "single", corpus, "dtype=float64", "steps=2")
+    ref = _load(tmp_path / "single-rank0.npz")["losses"]
+    run_mpi("train.py", 4, tmp_path, "pd", corpus, "dtype=float64", "steps=2", "dist=pipeline+data", "stages=2",
+            timeout=150)
+    for r in range(4):
+        got = _load(tmp_path / f"pd-rank{r}.npz")
+        np.testing.assert_allclose(got["losses"], ref, rtol=1e-9, atol=0, err_msg=f"rank {r}")
+        assert got["executed"] > 0, r
+    o = _load(tmp_path / "pd-rank0.npz")
+    # rank = replica * 2 + stage: stage 0 on ranks 0 and 2, stage 1 on ranks 1 and 3
+    assert int(o["owner_wte"]) in (0, 2) and int(o["owner_h0"]) in (0, 2)
+    assert int(o["owner_hlast"]) in (1, 3) and int(o["owner_ln_f"]) in (1, 3)
+
+
 @pytest.mark.parametrize("args, message", [
+    (("dist=pipeline+data",), "--dist pipeline+data: 3 ranks cannot form 2 stages x at least 2 replicas"),
+    (("dist=pipeline+data", "stages=3"), "--dist pipeline+data: 3 ranks cannot form 3 stages x at least 2 replicas"),
     (("dist=pipeline",), "--dist pipeline: 3 stages (one per rank) but the model has only 2 layers"),
     (("dist=data",), "--dist data: the batch of 4 sequences cannot be split evenly over 3 ranks"),
 ])

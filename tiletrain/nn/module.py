@@ -110,9 +110,11 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        place = self.__dict__.get("placement")  # a Distribution: where this module's work runs (MPI)
+        place = self.__dict__.get("placement")  # where this module's work runs (MPI)
         if place is None:
             return self.forward(*args, **kwargs)
+        if hasattr(place, "resolve"):  # a pipeline stage (tiletrain.parallel.Stage): its rank now
+            place = place.resolve()
         from ..distribution import use
         with use(place):
             return self.forward(*args, **kwargs)

@@ -152,6 +152,11 @@ def is_recording() -> bool:
     return bool(lib.tt_trace_is_recording())
 
 
+def _rank() -> int:
+    from ..distribution import rank
+    return rank()
+
+
 def _kernel_names() -> np.ndarray:
     return np.array([cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())] + ["?"])
 
@@ -183,7 +188,7 @@ def worker_stats() -> list[dict]:
     out = []
     for w in rt.workers():
         check(lib.tt_worker_profile(w.id, total, ex, sl, nt))
-        out.append({"id": w.id, "name": w.name, "kind": w.kind, "memnode": w.memory_node, "rank": 0,
+        out.append({"id": w.id, "name": w.name, "kind": w.kind, "memnode": w.memory_node, "rank": _rank(),
                     "total_us": total[0], "executing_us": ex[0], "sleeping_us": sl[0],
                     "idle_us": max(0.0, total[0] - ex[0] - sl[0]), "ntasks": int(nt[0])})
     return out

@@ -18,7 +18,7 @@ kw = dict(n_layer=2, n_head=2, n_embd=16, seq_len=8, batch=4, steps=4, warmup=1,
           progress=False, val_fraction=0.1, lr=3e-3, tiles=(2, 8, 8), seed=5)
 for item in sys.argv[3:]:
     k, v = item.split("=", 1)
-    kw[k] = {"data": lambda s: [s], "resume": lambda s: s == "1", "ckpt_dir": str, "dist": str,
+    kw[k] = {"data": lambda s: [s], "resume": lambda s: s == "1", "ckpt_dir": str, "dist": str, "stages": int,
              "dtype": str}.get(k, int)(v)
 info = {"saves": 0, "executed": 0, "owners": {}}
 
@@ -37,8 +37,8 @@ def recording_shutdown():
     _shutdown()
 
 
-def recording_place(model, mode):
-    _place(model, mode)
+def recording_place(model, mode, stages=None):
+    _place(model, mode, stages)
     tr = model.transformer
     for name, p in (("wte", tr.wte.weight), ("h0", tr.h[0].attn.c_attn.weight),
                     ("hlast", tr.h[-1].mlp.c_proj.weight), ("ln_f", tr.ln_f.weight)):
