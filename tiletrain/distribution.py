@@ -25,7 +25,6 @@ the tiles it reads.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 from collections.abc import Sequence
@@ -36,9 +35,21 @@ __all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "use", "defa
            "world_size"]
 
 
+_lib = None
+
+
+def _get_lib():
+    """The compiled module (imported on first use: this module is imported by it)."""
+    global _lib
+    if _lib is None:
+        from ._ffi import lib
+        _lib = lib
+    return _lib
+
+
 def rank() -> int:
     """This process' MPI rank (0 without MPI; before init, the launcher's rank)."""
-    from ._ffi import lib
+    lib = _get_lib()
     if lib.tt_mpi_enabled():
         return int(lib.tt_mpi_rank())
     from .config import launcher_rank
@@ -47,7 +58,7 @@ def rank() -> int:
 
 def world_size() -> int:
     """Number of MPI ranks (1 without MPI; before init, the launcher's world size)."""
-    from ._ffi import lib
+    lib = _get_lib()
     if lib.tt_mpi_enabled():
         return int(lib.tt_mpi_size())
     from .config import launcher_world_size
@@ -55,7 +66,7 @@ def world_size() -> int:
 
 
 def _runtime_world_size() -> int:
-    from ._ffi import lib
+    lib = _get_lib()
     return int(lib.tt_mpi_size()) if lib.tt_mpi_enabled() else 1
 
 
@@ -220,19 +231,27 @@ def default() -> Distribution:
     return _default
 
 
-@contextlib.contextmanager
-def use(dist: Distribution):
-    """Tensors created inside (whose traits name no distribution) get ``dist``."""
-    global _default
-    if not isinstance(dist, Distribution):
-        raise TypeError(f"use() expects a Distribution, got {type(dist).__name__}")
-    world = _runtime_world_size()
-    if world > 1:  # in one process every tile is local whatever the distribution says
-        dist.check(world)
-    old, _default = _default, dist
-    _explicit.append(dist)
-    try:
-        yield dist
-    finally:
+class use:
+    """``with use(dist):`` -- tensors created inside (whose traits name no distribution) get
+    ``dist``.  (A class rather than a generator: modules enter one at every call.)"""
+
+    __slots__ = ("dist", "_old")
+
+    def __init__(self, dist: Distribution):
+        if not isinstance(dist, Distribution):
+            raise TypeError(f"use() expects a Distribution, got {type(dist).__name__}")
+        self.dist = dist
+
+    def __enter__(self) -> Distribution:
+        global _default
+        world = _runtime_world_size()
+        if world > 1:  # in one process every tile is local whatever the distribution says
+            self.dist.check(world)
+        self._old, _default = _default, self.dist
+        _explicit.append(self.dist)
+        return self.dist
+
+    def __exit__(self, *exc) -> None:
+        global _default
         _explicit.pop()
-        _default = old
+        _default = self._old

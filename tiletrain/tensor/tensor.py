@@ -13,6 +13,8 @@ DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 
 
 
 def as_dtype(dtype) -> np.dtype:
+    if isinstance(dtype, np.dtype) and dtype in DTYPES:  # the common case: nothing to convert
+        return dtype
     try:
         dt = np.dtype(dtype)
     except TypeError:
