@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Train the GPT of `make train` on two MPI ranks on one machine (tiletrain train --dist ...).
 #
-#   examples/mpirun_gpt.sh [pipeline|data] [extra tiletrain train flags...]
+#   examples/mpirun_gpt.sh [pipeline|data|pipeline+data] [extra tiletrain train flags...]
 #   e.g. examples/mpirun_gpt.sh data --steps 20 --n-layer 2 --n-embd 64 --seq-len 32
+#        NP=4 examples/mpirun_gpt.sh pipeline+data --stages 2 --steps 20   (2 stages x 2 replicas)
 #
 # Every rank runs the same command and submits the same task flow; StarPU-MPI runs each tile
 # task on the rank that owns the tile it writes and moves the tiles it reads.  Only rank 0
@@ -10,7 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODE=${1:-data}    # pipeline: layers split over the 2 ranks as stages; data: each batch split over them
+MODE=${1:-data}    # pipeline: layers split over the ranks as stages; data: each batch split over them;
+                   # pipeline+data: --stages stages x (NP / stages) data-parallel replicas
+NP=${NP:-2}        # ranks (more ranks than cores needs --oversubscribe, below)
 shift || true
 PY=${PY:-.venv/bin/python}
 
@@ -28,11 +31,11 @@ export STARPU_SILENT=1
 # --allow-run-as-root: Open MPI refuses to start as root without it (containers).
 # --oversubscribe:     allow more ranks than cores (harmless with 2 ranks on 2 cores; needed for -np 3).
 # --bind-to none:      let the OS place the ranks (StarPU binds nothing with the variables above).
-# -np 2:               two ranks; tiletrain switches MPI mode on by itself under mpirun.
+# -np $NP:             the ranks (2 by default); tiletrain switches MPI mode on by itself under mpirun.
 # -x VAR:              forward these variables to every rank (Open MPI forwards the
 #                      environment of local ranks anyway; on a cluster -x is needed).
-# --dist:              where tiles live: pipeline, data (or single: everything on rank 0).
+# --dist:              where tiles live: pipeline, data, pipeline+data (or single: everything on rank 0).
 # --ckpt-dir:          the checkpoint, written once by rank 0; it resumes in one process too.
-exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
     -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x OPENBLAS_NUM_THREADS -x STARPU_SILENT \
     "$PY" -m tiletrain train --dist "$MODE" --ckpt-dir "runs/mpirun-$MODE" --no-progress "$@"

@@ -108,3 +108,22 @@ def test_mpi_checkpoint_resumes_in_one_process_and_back(tmp_path, corpus):
     for r in range(2):
         got = np.concatenate([_load(tmp_path / "b1-rank0.npz")["losses"], _load(tmp_path / f"b2-rank{r}.npz")["losses"]])
         np.testing.assert_allclose(got, full, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("mode, nprocs", [("data", 2), ("pipeline+data", 4)])
+def test_the_mpirun_example_trains(tmp_path, corpus, mode, nprocs):
+    """examples/mpirun_gpt.sh as a user runs it (tiny model, a few steps)."""
+    import os
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env.update(NP=str(nprocs), PY=os.environ.get("PYTHON", __import__("sys").executable))
+    ckpt = tmp_path / "ckpt"
+    cmd = ["bash", str(root / "examples" / "mpirun_gpt.sh"), mode, "--steps", "2", "--n-layer", "2", "--n-embd", "32",
+           "--n-head", "2", "--seq-len", "16", "--batch", "4", "--eval-every", "0", "--sample-tokens", "0",
+           "--data", corpus.split("=", 1)[1], "--ckpt-dir", str(ckpt)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (ckpt / "checkpoint.safetensors").is_file()
+    assert "done at step 2" in res.stdout, res.stdout
