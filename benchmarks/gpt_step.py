@@ -3,6 +3,11 @@ weights and batch, alternating step by step in one process; plus each framework'
 memory measured in a separate process (peak RSS above the interpreter with its imports).
 
     python benchmarks/gpt_step.py [--sizes small medium small-v8k] [--reps 5]
+    python benchmarks/gpt_step.py --device cuda [--sizes gpu] [--reps 5]
+
+--device cuda: both frameworks on the GPU (tiletrain with one CUDA worker plus --ncpu CPU
+workers under dmdas, PyTorch eager on cuda:0), no memory probe; the last line is
+`tokens_per_s tiletrain=<x> torch=<y>` (scripts/gpu_check.sh reads it).
 
 Sizes: small = 4 layers x 512, 8 heads, T=256, B=8, vocab 256; medium = 12 x 768, 12 heads,
 T=256, B=4, vocab 256; small-v8k = small with an 8,192-token vocabulary.
@@ -24,6 +29,8 @@ SIZES = {
     "small": dict(n_layer=4, n_embd=512, n_head=8, T=256, B=8, vocab=256),
     "medium": dict(n_layer=12, n_embd=768, n_head=12, T=256, B=4, vocab=256),
     "small-v8k": dict(n_layer=4, n_embd=512, n_head=8, T=256, B=8, vocab=8192),
+    # --device cuda: GPT-2 small's shape (vocabulary cut to 8,192)
+    "gpu": dict(n_layer=12, n_embd=768, n_head=12, T=1024, B=8, vocab=8192),
 }
 
 
@@ -98,9 +105,74 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     return _status_mb("VmHWM") - base
 
 
+def cuda_main(args, tiles) -> int:
+    """Both frameworks on the GPU; float32; medians of --reps steps after one warm-up."""
+    import torch
+    import tiletrain as tt
+    from tiletrain.train import flops_per_token
+    if not torch.cuda.is_available():
+        print("gpt_step --device cuda: PyTorch sees no CUDA device", file=sys.stderr)
+        return 1
+    dev = torch.device("cuda:0")
+    ncpu = min(args.ncpu, 2) if args.ncpu else 1
+    tps = {}
+    for size in args.sizes:
+        s = SIZES[size]
+        x, y = _batch(s)
+        tm = _torch_model(torch, s)
+        with tt.init(ncpu=ncpu, ncuda=1, sched=args.sched or "dmdas") as rt:
+            if not any(w.kind == "cuda" for w in rt.workers()):
+                print("gpt_step --device cuda: the runtime has no CUDA worker (StarPU or tiletrain built "
+                      "without CUDA; see README 'GPUs')", file=sys.stderr)
+                return 1
+            m = _tiletrain_model(tt, tm, s, tiles)
+            opt = tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+            times, losses = [], []
+            for rep in range(args.reps + 1):
+                t0 = time.perf_counter()
+                loss = m.loss(x, y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(float(loss))
+                tt.wait()
+                times.append(time.perf_counter() - t0)
+                print(f"  {size} tiletrain step {rep}: {times[-1] * 1e3:.0f} ms loss {losses[-1]:.5f}", flush=True)
+            sched = rt.sched
+        tm = tm.to(dev)
+        topt = torch.optim.AdamW(tm.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        xt, yt = torch.tensor(x, device=dev), torch.tensor(y, device=dev)
+        t_times, t_losses = [], []
+        for rep in range(args.reps + 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            _, tl = tm(xt, yt)
+            tl.backward()
+            topt.step()
+            topt.zero_grad(set_to_none=True)
+            t_losses.append(tl.item())
+            torch.cuda.synchronize()
+            t_times.append(time.perf_counter() - t0)
+            print(f"  {size} pytorch step {rep}: {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}", flush=True)
+        if abs(t_losses[0] - losses[0]) > 1e-3 * abs(t_losses[0]):
+            print(f"  {size}: first-step losses differ: torch {t_losses[0]} vs tiletrain {losses[0]}")
+        tokens = s["B"] * s["T"]
+        n_params = sum(p.numel() for p in tm.parameters())
+        fpt = flops_per_token(dict(n_layer=s["n_layer"], n_embd=s["n_embd"]), n_params, s["T"])
+        om, tmed = float(np.median(times[1:])), float(np.median(t_times[1:]))
+        print(f"{size}: tiletrain ({sched}, {ncpu} CPU + 1 CUDA worker) {om * 1e3:.1f} ms "
+              f"{fpt * tokens / om / 1e12:.2f} TFLOP/s; pytorch eager {tmed * 1e3:.1f} ms "
+              f"{fpt * tokens / tmed / 1e12:.2f} TFLOP/s; speed vs torch {tmed / om:.2f}")
+        tps = {"tiletrain": tokens / om, "torch": tokens / tmed}
+    print(f"tokens_per_s tiletrain={tps['tiletrain']:.0f} torch={tps['torch']:.0f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--sizes", nargs="+", default=None, choices=list(SIZES),
+                    help="default: small medium small-v8k on the CPU, gpu with --device cuda")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ncpu", type=int, default=os.cpu_count())
     ap.add_argument("--sched", default=None)
@@ -109,6 +181,10 @@ def main() -> int:
     ap.add_argument("--memory-probe", nargs=2, metavar=("FRAMEWORK", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     tiles = tuple(int(v) for v in args.tiles.split(",")) if args.tiles else None
+    if args.sizes is None:
+        args.sizes = ["gpu"] if args.device == "cuda" else ["small", "medium", "small-v8k"]
+    if args.device == "cuda":
+        return cuda_main(args, tiles)
     if args.memory_probe:
         print(json.dumps({"peak_mb": memory_probe(args.memory_probe[0], args.memory_probe[1], tiles, args.ncpu)}))
         return 0
