@@ -31,7 +31,8 @@ def round_to(x, dtype) -> np.ndarray:
     x = np.asarray(x)
     dtype = np.dtype(dtype)
     if x.dtype != np.float64 or dtype != np.dtype(ml_dtypes.bfloat16):
-        return x.astype(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # out of range: inf, as intended
+            return x.astype(dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         f = x.astype(np.float32)
         back = f.astype(np.float64)
