@@ -7,15 +7,13 @@ for bfloat16) is within u |exact| of the exact value; float32 products and sums 
 about K * 2^-24 * sum |a_i b_i| for a length-K contraction, far below that.  A computation
 that rounded to the half type along the way (half accumulation, or rounding C between tiles
 of the contracted axis) breaks these bounds on the cases below."""
-import contextlib
-
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tiletrain as tt
 import tiletrain.functional as F
-from conftest import GRIDS_2D, GRIDS_ND, total_tasks
+from conftest import GRIDS_2D, GRIDS_ND, submits_nothing
 from tiletrain._ffi import check, ffi, lib
 from tiletrain.testing.references import round_to
 
@@ -359,15 +357,6 @@ def test_mul_backward_and_gradient_accumulation(rng, dtype):
 
 
 # ---------------------------------------------------------------------------- what is refused
-@contextlib.contextmanager
-def _submits_nothing():
-    """The calls inside are refused before any task is submitted."""
-    tt.wait()
-    before = total_tasks()
-    yield
-    assert total_tasks() == before, "a refused call submitted tasks"
-
-
 def _half_calls(dtype):
     """Every public op without half bodies, with half operands (made beforehand)."""
     x, w = tt.ones((3, 4), dtype=dtype), tt.ones((4, 4), dtype=dtype)
@@ -403,7 +392,7 @@ def test_ops_without_half_bodies_raise_type_error(dtype):
     w, bf = tt.ones((4, 4), dtype=dtype), tt.zeros((2,), dtype=BF16)
     from tiletrain.nn import Parameter
     from tiletrain.optim import SGD, AdamW
-    with _submits_nothing():
+    with submits_nothing():
         for name, call in calls.items():
             # "<op>: <operand> has dtype bfloat16; this op supports float32 and float64 (...)"
             with pytest.raises(TypeError, match=rf"^\w+: \w+ has dtype {dtype.name}; this op supports float32 "
@@ -422,7 +411,7 @@ def test_ops_without_half_bodies_raise_type_error(dtype):
 def test_mixed_dtypes_are_refused():
     h, b, f = tt.ones((3,), dtype=F16), tt.ones((3,), dtype=BF16), tt.ones((3,))
     mats = {dt: tt.ones((3, 3), dtype=dt) for dt in (F16, BF16, np.dtype(np.float32))}
-    with _submits_nothing():
+    with submits_nothing():
         for x, y in ((h, b), (h, f), (f, b)):
             with pytest.raises(TypeError, match="dtype mismatch"):
                 x + y
@@ -441,7 +430,7 @@ def test_c_layer_rejects_unsupported_dtype_kernel_pairs():
     i64, retiled = tt.empty((5, 4), (2, 2), np.int64), tt.empty((5, 4), (3, 2), F16)
     div = ffi.new("tt_tensor *[]", [h._ptr, h._ptr, h._ptr])
     mx, red = ffi.new("tt_tensor *[]", [h._ptr]), ffi.new("tt_tensor *[]", [out._ptr])
-    with _submits_nothing():
+    with submits_nothing():
         with pytest.raises(ValueError, match=r"div: dtype float16 is not supported \(supported: float32, float64\)"):
             check(lib.tt_map(lib.TT_K_DIV, ffi.new("tt_args_div *"), 3, div))
         with pytest.raises(ValueError, match="max_axis: dtype float16 is not supported"):

@@ -18,7 +18,7 @@ from .autograd import backward_rule, record
 
 # The ops that take float16/bfloat16 tensors (besides float32/float64).
 HALF_OPS = ("astype", "copy", "fill_", "scale", "neg", "add_scalar", "add", "sub", "mul", "axpy_", "broadcast",
-            "sum", "matmul", "matmul_leading", "backward")
+            "sum", "matmul", "matmul_leading")
 
 
 def _tensor(x, what: str, name: str) -> Tensor:

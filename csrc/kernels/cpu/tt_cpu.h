@@ -105,15 +105,16 @@ static inline double tt_st_f64(double v) { return v; }
 
 /* Run BODY with T bound to the element type of any float dtype and C to its compute type
  * (float for float32, float16, bfloat16; double for float64).  Bodies use TT_LD / TT_ST. */
-#define TT_ANY_FLOAT_DISPATCH(dtype, ...)                          \
-    do {                                                           \
-        switch (dtype) {                                           \
-        case TT_F32: { typedef float T; typedef float C __attribute__((unused)); __VA_ARGS__; break; }       \
-        case TT_F64: { typedef double T; typedef double C __attribute__((unused)); __VA_ARGS__; break; }     \
-        case TT_F16: { typedef tt_f16 T; typedef float C __attribute__((unused)); __VA_ARGS__; break; }      \
-        case TT_BF16: { typedef tt_bf16 T; typedef float C __attribute__((unused)); __VA_ARGS__; break; }    \
-        default: break;                                            \
-        }                                                          \
+#define TT_UNUSED_TYPE __attribute__((unused))
+#define TT_ANY_FLOAT_DISPATCH(dtype, ...)                                                        \
+    do {                                                                                         \
+        switch (dtype) {                                                                         \
+        case TT_F32: { typedef float T; typedef float C TT_UNUSED_TYPE; __VA_ARGS__; break; }    \
+        case TT_F64: { typedef double T; typedef double C TT_UNUSED_TYPE; __VA_ARGS__; break; }  \
+        case TT_F16: { typedef tt_f16 T; typedef float C TT_UNUSED_TYPE; __VA_ARGS__; break; }   \
+        case TT_BF16: { typedef tt_bf16 T; typedef float C TT_UNUSED_TYPE; __VA_ARGS__; break; } \
+        default: break;                                                                          \
+        }                                                                                        \
     } while (0)
 
 /* Put on a hot element-wise loop: GCC compiles it for AVX-512, AVX2+FMA and baseline x86-64
