@@ -51,6 +51,17 @@ int tt_kernel_impls(int kernel)
     return where_to_mask(tt_kernel_table[kernel].cl->where);
 }
 
+int tt_kernel_impls_for(int kernel, int dtype)
+{
+    if (kernel < 0 || kernel >= TT_NKERNELS || dtype < 0 || dtype >= TT_NDTYPES ||
+        !(tt_kernel_table[kernel].dtypes >> dtype & 1))
+        return 0;
+    int mask = tt_kernel_impls(kernel);
+    if (!(tt_kernel_table[kernel].opencl_dtypes >> dtype & 1))
+        mask &= ~TT_WHERE_OPENCL;
+    return mask;
+}
+
 /* ---- placement preference (tt_submit restricts tasks to it where the kernel can) ---- */
 static int where_pref = 0;
 
@@ -178,6 +189,11 @@ int tt_run_kernel(int kernel, const void *args, int nbuf, void *const *bufs, con
     if (!mask || (tt_kernel_impls(kernel) & mask) != mask)
         return tt_error(TT_EINVAL, "run_kernel: %s has no implementation for worker kinds %d in this build "
                         "(it has %d; cpu=1, cuda=2, opencl=4)", k->name, mask, tt_kernel_impls(kernel));
+    const int dtype = (int)*(const int64_t *)args;
+    if ((tt_kernel_impls_for(kernel, dtype) & mask) != mask)
+        return tt_error(TT_EINVAL, "run_kernel: %s has no implementation for dtype %s on worker kinds %d "
+                        "(it has %d for that dtype; cpu=1, cuda=2, opencl=4)", k->name, tt_dtype_name(dtype), mask,
+                        tt_kernel_impls_for(kernel, dtype));
     starpu_data_handle_t h[8];
     for (int i = 0; i < nbuf; i++) {
         if (!bufs[i] || nbytes[i] < 1)

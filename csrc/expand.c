@@ -20,31 +20,19 @@
             return rc_;                       \
     } while (0)
 
-int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors)
+/* A kernel's dtype check, before anything is submitted (tt_submit checks every task too). */
+static int check_kernel_dtype(const tt_kernel_desc *k, int dtype)
 {
-    if (kernel < 0 || kernel >= TT_NKERNELS)
-        return tt_error(TT_EINVAL, "map: unknown kernel id %d", kernel);
+    if (dtype < 0 || dtype >= TT_NDTYPES || !(k->dtypes >> dtype & 1))
+        return tt_error(TT_EINVAL, "%s: dtype %s is not supported (supported: %s)", k->name, tt_dtype_name(dtype),
+                        tt_dtype_list(k->dtypes));
+    return TT_OK;
+}
+
+/* One task per tile of tensors of one layout (checked by the caller); tasks of `dtype`. */
+static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_tensor *const *tensors)
+{
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
-    if (!k->is_map)
-        return tt_error(TT_EINVAL, "map: kernel '%s' is not an element-wise map", k->name);
-    if (ntensors != k->nbuffers)
-        return tt_error(TT_EINVAL, "map: kernel '%s' takes %d tensors, got %d", k->name, k->nbuffers, ntensors);
-    if (!args)
-        return tt_error(TT_EINVAL, "map: args is NULL");
-    for (int j = 0; j < ntensors; j++) {
-        if (k->modes[j] & STARPU_R)
-            CHECK_READ(tensors[j], k->name);
-        else
-            CHECK(tensors[j], k->name);
-        if (!tt_same_layout(tensors[0], tensors[j]))
-            return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
-        if (tensors[j]->dtype != tensors[0]->dtype)
-            return tt_error(TT_EINVAL, "%s: operand %d is %s, operand 0 is %s", k->name, j,
-                            tt_dtype_name(tensors[j]->dtype), tt_dtype_name(tensors[0]->dtype));
-    }
-    if (!tt_is_float(tensors[0]->dtype) && kernel != TT_K_FILL && kernel != TT_K_COPY)
-        return tt_error(TT_EINVAL, "%s: dtype %s is not supported (float32, float64)", k->name,
-                        tt_dtype_name(tensors[0]->dtype));
     const tt_tensor *t0 = tensors[0];
     starpu_data_handle_t h[8];
     int64_t idx[TT_MAX_NDIM];
@@ -54,7 +42,7 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
             return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
         memcpy(a, args, k->args_size);
         tt_tile_index(t0, i, idx);
-        *(int64_t *)a = t0->dtype; /* dtype is always the first field */
+        *(int64_t *)a = dtype; /* dtype is always the first field */
         *(int64_t *)((char *)a + k->off[TT_OFF_N]) = tt_tile_nelems(t0, idx);
         if (k->off[TT_OFF_TILE] >= 0)
             *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = i;
@@ -68,6 +56,55 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
         if (k->modes[j] & STARPU_W)
             tensors[j]->written = 1;
     return TT_OK;
+}
+
+int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors)
+{
+    if (kernel < 0 || kernel >= TT_NKERNELS)
+        return tt_error(TT_EINVAL, "map: unknown kernel id %d", kernel);
+    const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    if (!k->is_map)
+        return tt_error(TT_EINVAL, "map: kernel '%s' is not an element-wise map", k->name);
+    if (kernel == TT_K_CAST) /* its operands have different dtypes */
+        return tt_error(TT_EINVAL, "map: cast goes through tt_cast, which checks both dtypes");
+    if (ntensors != k->nbuffers)
+        return tt_error(TT_EINVAL, "map: kernel '%s' takes %d tensors, got %d", k->name, k->nbuffers, ntensors);
+    if (!args)
+        return tt_error(TT_EINVAL, "map: args is NULL");
+    for (int j = 0; j < ntensors; j++) {
+        if (k->modes[j] & STARPU_R)
+            CHECK_READ(tensors[j], k->name);
+        else
+            CHECK(tensors[j], k->name);
+        if (!tt_same_layout(tensors[0], tensors[j]))
+            return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
+        int want = tt_buffer_dtype(k, j, tensors[0]->dtype);
+        if (tensors[j]->dtype != want)
+            return tt_error(TT_EINVAL, "%s: operand %d is %s, expected %s (operand 0 is %s)", k->name, j,
+                            tt_dtype_name(tensors[j]->dtype), tt_dtype_name(want), tt_dtype_name(tensors[0]->dtype));
+    }
+    int rc = check_kernel_dtype(k, tensors[0]->dtype);
+    if (rc)
+        return rc;
+    return map_tiles(kernel, args, tensors[0]->dtype, ntensors, tensors);
+}
+
+int tt_cast(tt_tensor *x, tt_tensor *y)
+{
+    const tt_kernel_desc *k = &tt_kernel_table[TT_K_CAST];
+    CHECK_READ(x, "cast");
+    CHECK(y, "cast");
+    if (!tt_same_layout(x, y))
+        return tt_error(TT_EINVAL, "cast: x and y must have the same shape and tiling");
+    int rc = check_kernel_dtype(k, x->dtype);
+    if (rc)
+        return rc;
+    if (!(k->dtypes >> y->dtype & 1))
+        return tt_error(TT_EINVAL, "cast: cannot cast to %s (supported: %s)", tt_dtype_name(y->dtype),
+                        tt_dtype_list(k->dtypes));
+    tt_args_cast a = {.to = y->dtype};
+    tt_tensor *ts[2] = {x, y};
+    return map_tiles(TT_K_CAST, &a, x->dtype, 2, ts);
 }
 
 /* Span geometry: axes [axis, axis+naxes) of a `full` tensor are reduced or broadcast; a
@@ -118,8 +155,9 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     if (reduce && k->off[TT_OFF_FIRST] < 0)
         return tt_error(TT_EINVAL, "%s: a span reduction needs a `first` argument", k->name);
     tt_tensor *x = full[0];
-    /* Float operands share one dtype (the kernel's `dtype`); int64 operands are index
-     * tensors (targets, token ids) whose meaning the kernel knows. */
+    /* Float operands share one dtype (the kernel's `dtype`), except `acc` buffers, float32 for
+     * a half dtype; int64 operands are index tensors (targets, token ids) whose meaning the
+     * kernel knows. */
     int fdtype = -1;
     for (int j = 0; j < nfull + nred; j++) {
         tt_tensor *t = j < nfull ? full[j] : red[j - nfull];
@@ -128,16 +166,21 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
         int rc = read ? tt_check_readable(t, k->name) : tt_check_tensor(t, k->name);
         if (rc)
             return rc;
-        if (t->dtype == TT_I64)
-            continue;
-        if (fdtype < 0)
+        if (fdtype < 0 && t->dtype != TT_I64 && !(k->acc >> j & 1))
             fdtype = t->dtype;
-        if (t->dtype != fdtype)
-            return tt_error(TT_EINVAL, "%s: float operands must share a dtype (operand %d is %s, another is %s)",
-                            k->name, j, tt_dtype_name(t->dtype), tt_dtype_name(fdtype));
     }
     if (fdtype < 0)
         return tt_error(TT_EINVAL, "%s: needs at least one float operand", k->name);
+    int rc = check_kernel_dtype(k, fdtype);
+    if (rc)
+        return rc;
+    for (int j = 0; j < nfull + nred; j++) {
+        const tt_tensor *t = j < nfull ? full[j] : red[j - nfull];
+        int want = tt_buffer_dtype(k, j, fdtype);
+        if (t->dtype != TT_I64 && t->dtype != want)
+            return tt_error(TT_EINVAL, "%s: operand %d is %s, expected %s (the float operands are %s)", k->name, j,
+                            tt_dtype_name(t->dtype), tt_dtype_name(want), tt_dtype_name(fdtype));
+    }
     if (axis < 0 || naxes < 1 || axis + naxes > x->ndim)
         return tt_error(TT_EINVAL, "%s: axes [%d, %d) out of range for a rank-%d tensor", k->name, axis,
                         axis + naxes, x->ndim);
@@ -201,7 +244,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
                 if (reduce && sp == 0 && (modes[nfull + j] & STARPU_W))
                     modes[nfull + j] = STARPU_W;
             }
-            int rc = tt_submit(kernel, a, h, modes);
+            rc = tt_submit(kernel, a, h, modes);
             if (rc)
                 return rc;
         }
@@ -224,9 +267,13 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
         CHECK(y, what);
     if (y->ntiles != 1 || tt_tile_nelems(y, (int64_t[TT_MAX_NDIM]){0}) != 1)
         return tt_error(TT_EINVAL, "%s: output must hold exactly one element", what);
-    if (!tt_is_float(x->dtype) || x->dtype != y->dtype)
-        return tt_error(TT_EINVAL, "%s: operands must share a float dtype (got %s and %s)", what,
-                        tt_dtype_name(x->dtype), tt_dtype_name(y->dtype));
+    const tt_kernel_desc *k = &tt_kernel_table[TT_K_SUM_ALL];
+    int rc = check_kernel_dtype(k, x->dtype);
+    if (rc)
+        return rc;
+    if (y->dtype != tt_buffer_dtype(k, 1, x->dtype)) /* float32 accumulator for a half x */
+        return tt_error(TT_EINVAL, "%s: y is %s, expected %s for a %s x", what, tt_dtype_name(y->dtype),
+                        tt_dtype_name(tt_buffer_dtype(k, 1, x->dtype)), tt_dtype_name(x->dtype));
     y->written = 1;
     int64_t idx[TT_MAX_NDIM];
     for (int64_t i = 0; i < x->ntiles; i++) {
@@ -240,7 +287,7 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
         a->beta = i == 0 ? beta : 1.0;
         enum starpu_data_access_mode modes[2] = {STARPU_R, (i == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
         starpu_data_handle_t h[2] = {x->handles[i], y->handles[0]};
-        int rc = tt_submit(TT_K_SUM_ALL, a, h, modes);
+        rc = tt_submit(TT_K_SUM_ALL, a, h, modes);
         if (rc)
             return rc;
     }
@@ -263,6 +310,7 @@ static int submit_gemm_tile(tt_tensor *a, const int64_t *aidx, tt_tensor *b, con
     g->k = k;
     g->ta = ta;
     g->tb = tb;
+    g->cacc = c->dtype != a->dtype; /* a float32 accumulator for half a and b (checked by tt_gemm) */
     g->alpha = alpha;
     g->beta = first ? beta : 1.0;
     enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R, (first && beta == 0.0) ? STARPU_W : STARPU_RW};
@@ -320,9 +368,15 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
         CHECK_READ(c, what);
     else
         CHECK(c, what);
-    if (!tt_is_float(a->dtype) || a->dtype != b->dtype || a->dtype != c->dtype)
-        return tt_error(TT_EINVAL, "%s: operands must share a float dtype (got %s, %s, %s)", what,
-                        tt_dtype_name(a->dtype), tt_dtype_name(b->dtype), tt_dtype_name(c->dtype));
+    /* a, b and c share a dtype; half a and b may also accumulate into a float32 c */
+    if (!tt_is_float(a->dtype) || a->dtype != b->dtype ||
+        (a->dtype != c->dtype && !(tt_is_half(a->dtype) && c->dtype == TT_F32)))
+        return tt_error(TT_EINVAL, "%s: operands must share a float dtype, or c be float32 for float16/bfloat16 "
+                        "a and b (got %s, %s, %s)", what, tt_dtype_name(a->dtype), tt_dtype_name(b->dtype),
+                        tt_dtype_name(c->dtype));
+    int rc = check_kernel_dtype(&tt_kernel_table[TT_K_GEMM], a->dtype);
+    if (rc)
+        return rc;
     int nd = a->ndim;
     if (nd < 2 || b->ndim < 2)
         return tt_error(TT_EINVAL, "%s: operands must have rank >= 2 (got %d and %d)", what, a->ndim, b->ndim);
@@ -373,9 +427,9 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
             aidx[ak] = kt;
             bidx[bk] = kt;
             bidx[bn] = cidx[nd - 1];
-            int rc = submit_gemm_tile(a, aidx, b, bidx, c, t, batched ? lead : 1,
-                                      batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1],
-                                      tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha, beta, kt == 0);
+            rc = submit_gemm_tile(a, aidx, b, bidx, c, t, batched ? lead : 1,
+                                    batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1],
+                                    tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha, beta, kt == 0);
             if (rc)
                 return rc;
         }

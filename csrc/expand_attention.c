@@ -23,8 +23,8 @@
 static int heads_geometry(const char *what, const tt_tensor *x, const tt_tensor *y, int part, int nparts,
                           int64_t *cwidth)
 {
-    if (!tt_is_float(x->dtype) || x->dtype != y->dtype)
-        return tt_error(TT_EINVAL, "%s: operands must share a float dtype", what);
+    if (!tt_is_f32_f64(x->dtype) || x->dtype != y->dtype)
+        return tt_error(TT_EINVAL, "%s: operands must share a float dtype (float32, float64)", what);
     if (x->ndim != 3 || y->ndim != 4)
         return tt_error(TT_EINVAL, "%s: x must be (B, T, W) and y (B, H, T, D) (got ranks %d and %d)", what,
                         x->ndim, y->ndim);
@@ -130,7 +130,7 @@ int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
 static int attn_geometry(const char *what, const tt_tensor *q, int nothers, tt_tensor *const *others, int nrows,
                          tt_tensor *const *rows)
 {
-    if (!tt_is_float(q->dtype))
+    if (!tt_is_f32_f64(q->dtype))
         return tt_error(TT_EINVAL, "%s: q must be float32 or float64", what);
     if (q->ndim != 4)
         return tt_error(TT_EINVAL, "%s: q must be (B, H, T, D), got rank %d", what, q->ndim);

@@ -31,7 +31,7 @@ static int check_operands(const char *what, const tt_tensor *ids, const tt_tenso
 {
     if (ids->dtype != TT_I64)
         return tt_error(TT_EINVAL, "%s: ids must be int64", what);
-    if (!tt_is_float(table->dtype) || table->dtype != out->dtype)
+    if (!tt_is_f32_f64(table->dtype) || table->dtype != out->dtype)
         return tt_error(TT_EINVAL, "%s: %s and %s must share a float dtype (float32, float64)", what, table_name,
                         out_name);
     if (table->ndim != 2)

@@ -36,8 +36,14 @@ BACKENDS = ("opencl", "cuda")
 #   rows E       E groups of TT_DEV_LOCAL work-items (one group per row, reductions in local memory)
 #   tiles R,C,Z  TT_DEV_TILE x TT_DEV_TILE groups over an R x C grid, Z along the third dimension
 GEOMETRIES = {"items": 1, "rows": 2, "tiles": 3}
-# Kernels that expand.c also runs on int64 tiles: their device sources have an _i64 variant.
-ANY_DTYPE = ("fill", "copy")
+# Element types (the optional `dtypes ...` column; default f32 f64).  f16/bf16 are storage
+# types: CPU bodies compute in float32; their CUDA bodies are hand-written templates
+# tt_<name>_half<H> (csrc/kernels/cuda/half_kernels.cuh) since the portable OpenCL sources
+# have no half variant, so OpenCL workers never get a half task.
+DTYPES = {"f32": "TT_F32", "f64": "TT_F64", "i64": "TT_I64", "f16": "TT_F16", "bf16": "TT_BF16"}
+HALF = ("f16", "bf16")
+HALF_CUDA_TYPE = {"f16": "__half", "bf16": "__nv_bfloat16"}
+DEFAULT_DTYPES = ["f32", "f64"]
 
 
 @dataclass
@@ -49,6 +55,15 @@ class Kernel:
     flops: str
     impls: dict[str, str] = None   # backend -> "generic" | "custom"
     geom: tuple[str, list[str]] | None = None  # (kind, expressions)
+    dtypes: list[str] = None       # keys of DTYPES
+    acc: frozenset = frozenset()   # buffer names that are float32 accumulators for half dtypes
+
+    @property
+    def has_half(self) -> bool:
+        return any(d in HALF for d in self.dtypes)
+
+    def dtype_mask(self, exclude=()) -> str:
+        return " | ".join(f"(1u << {DTYPES[d]})" for d in self.dtypes if d not in exclude) or "0u"
 
     @property
     def is_map(self) -> bool:
@@ -66,19 +81,36 @@ def parse(text: str) -> list[Kernel]:
         if not line:
             continue
         cols = [c.strip() for c in line.split("|")]
+        dtypes = list(DEFAULT_DTYPES)
+        tagged = [c for c in cols[5:] if c.split(" ", 1)[0] == "dtypes"]
+        if len(tagged) > 1:
+            raise SystemExit(f"kernels.def:{lineno}: more than one `dtypes` column")
+        if tagged:
+            cols.remove(tagged[0])
+            dtypes = [d for d in re.split(r"[,\s]+", tagged[0])[1:] if d]
+            bad = [d for d in dtypes if d not in DTYPES]
+            if bad or not dtypes or len(set(dtypes)) != len(dtypes):
+                raise SystemExit(f"kernels.def:{lineno}: bad dtypes column {tagged[0]!r} "
+                                 f"(want `dtypes` and some of {', '.join(DTYPES)}, each once)")
         if not 5 <= len(cols) <= 7:
-            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns, got {len(cols)}")
+            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns (besides `dtypes`), "
+                             f"got {len(cols)}")
         name, bufs, ints, reals, flops = cols[:5]
         impls_col = cols[5] if len(cols) > 5 else ""
         geom_col = cols[6] if len(cols) > 6 else ""
         if not IDENT.match(name):
             raise SystemExit(f"kernels.def:{lineno}: bad kernel name {name!r}")
-        buffers = []
+        buffers, acc = [], set()
         for b in bufs.split(","):
             parts = b.split()
-            if len(parts) != 2 or parts[0] not in MODES or not IDENT.match(parts[1]):
-                raise SystemExit(f"kernels.def:{lineno}: bad buffer {b.strip()!r} (want 'R|W|RW name')")
+            if not 2 <= len(parts) <= 3 or parts[0] not in MODES or not IDENT.match(parts[1]) \
+                    or parts[2:] not in ([], ["acc"]):
+                raise SystemExit(f"kernels.def:{lineno}: bad buffer {b.strip()!r} (want 'R|W|RW name [acc]')")
             buffers.append((parts[0], parts[1]))
+            if parts[2:]:
+                acc.add(parts[1])
+        if acc and not any(d in HALF for d in dtypes):
+            raise SystemExit(f"kernels.def:{lineno}: `acc` buffers need a half dtype (f16, bf16) in `dtypes`")
         if not 1 <= len(buffers) <= 8:
             raise SystemExit(f"kernels.def:{lineno}: 1..8 buffers per kernel")
         il = [a.strip() for a in ints.split(",") if a.strip()]
@@ -112,7 +144,7 @@ def parse(text: str) -> list[Kernel]:
         if any(h == "generic" for h in impls.values()) and geom is None:
             raise SystemExit(f"kernels.def:{lineno}: {name} has device implementations but no launch geometry "
                              "(7th column: items E | rows E | tiles R, C, Z)")
-        kernels.append(Kernel(name, buffers, il, rl, flops or "0", impls, geom))
+        kernels.append(Kernel(name, buffers, il, rl, flops or "0", impls, geom, dtypes, frozenset(acc)))
     return kernels
 
 
@@ -170,8 +202,9 @@ def body_params(k: Kernel) -> list[str]:
 
 def dev_header(kernels: list[Kernel]) -> str:
     """Device launch geometry and CUDA prototypes; generic CUDA launchers (cudaLaunchKernel
-    with the arguments in table order: buffers, integer args as 64-bit, real args as the
-    element type) under TT_CUDA_GENERIC_LAUNCHERS.  No StarPU types."""
+    with the arguments in table order: buffers, integer args as 64-bit, real args as float
+    for float32 and as double otherwise) under TT_CUDA_GENERIC_LAUNCHERS; a half dtype
+    launches the template tt_<name>_half<__half | __nv_bfloat16>.  No StarPU types."""
     out = [
         "/* Generated by csrc/gen_kernels.py from csrc/kernels.def. Do not edit. */",
         "#ifndef TT_KERNELS_DEV_H",
@@ -214,7 +247,10 @@ def dev_header(kernels: list[Kernel]) -> str:
         out.append(f"extern \"C\" void tt_cuda_{n}({', '.join(body_params(k) + ['const tt_cuda_ctx *ctx'])})")
         out.append("{")
         # buffers are named as in the table (a, b, x, ...): only `args` and tt_-prefixed locals here
-        out.append("    const int tt_f32 = args->dtype == TT_F32;")
+        # real args travel as float for float32 tiles, as double otherwise (the half kernels
+        # round a double straight to their type, as the CPU bodies do)
+        if k.reals:
+            out.append("    const int tt_f32 = args->dtype == TT_F32;")
         argv = [f"(void *)&{b}" for _, b in k.buffers]
         for i, name in enumerate(k.ints):
             out.append(f"    long long tt_i{i} = (long long)args->{name};")
@@ -224,8 +260,11 @@ def dev_header(kernels: list[Kernel]) -> str:
             out.append(f"    double tt_d{i} = args->{name};")
             argv.append(f"(tt_f32 ? (void *)&tt_f{i} : (void *)&tt_d{i})")
         out.append(f"    void *tt_argv[] = {{{', '.join(argv)}}};")
-        fn = f"tt_f32 ? (const void *)tt_{n}_f32 : args->dtype == TT_F64 ? (const void *)tt_{n}_f64 : "
-        fn += f"(const void *)tt_{n}_i64" if n in ANY_DTYPE else "(const void *)0"
+        fn = ""
+        for d in k.dtypes:
+            sym = f"tt_{n}_half<{HALF_CUDA_TYPE[d]}>" if d in HALF else f"tt_{n}_{d}"
+            fn += f"args->dtype == {DTYPES[d]} ? (const void *){sym} : "
+        fn += "(const void *)0"
         out.append(f"    tt_cuda_launch(\"{n}\", {fn}, tt_geom_{n}(args), tt_argv, ctx);")
         out.append("}")
     out.append("#endif")
@@ -339,10 +378,12 @@ def codelets_source(kernels: list[Kernel]) -> str:
     for k in kernels:
         n = k.name
         modes = ", ".join(MODES[m] for m, _ in k.buffers)
+        acc = sum(1 << i for i, (_, b) in enumerate(k.buffers) if b in k.acc)
         offs = ", ".join(f"(long)offsetof(tt_args_{n}, {f})" if f in k.ints else "-1" for f in SPECIAL)
         out.append(
             f"    [TT_K_{n.upper()}] = {{\"{n}\", &tt_cl_{n}, sizeof(tt_args_{n}), {len(k.buffers)}, "
-            f"{{{modes}}}, tt_flops_{n}, {k.is_map:d}, {k.is_span:d}, {{{offs}}}}},"
+            f"{{{modes}}}, tt_flops_{n}, {k.is_map:d}, {k.is_span:d}, {{{offs}}}, {k.dtype_mask()}, "
+            f"{k.dtype_mask(exclude=HALF)}, {acc:#x}u}},"
         )
     out.append("};")
     return "\n".join(out) + "\n"

@@ -5,16 +5,6 @@
 #include "tt_internal.h"
 #include "tt_trace.h"
 
-static size_t dtype_size(int dtype)
-{
-    switch (dtype) {
-    case TT_F32: return 4;
-    case TT_F64: return 8;
-    case TT_I64: return 8;
-    default: return 0;
-    }
-}
-
 static int64_t tensor_bytes(const tt_tensor *t)
 {
     int64_t n = 1;
@@ -112,7 +102,7 @@ static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int d
         return tt_error(TT_ENOTINIT, "tensor_new: the tiletrain runtime is not initialised");
     if (ndim < 0 || ndim > TT_MAX_NDIM)
         return tt_error(TT_EINVAL, "tensor_new: ndim=%d outside [0, %d]", ndim, TT_MAX_NDIM);
-    size_t es = dtype_size(dtype);
+    size_t es = tt_dtype_size(dtype);
     if (!es)
         return tt_error(TT_EINVAL, "tensor_new: unknown dtype code %d", dtype);
     tt_tensor *t = calloc(1, sizeof *t);

@@ -48,6 +48,9 @@ void tt_opencl_launch(int kernel, int64_t dtype, int nbuf, void *buffers[], int 
                       int nreal, const double *reals, tt_dev_geom geom)
 {
     const int devid = starpu_worker_get_devid(starpu_worker_get_id_check());
+    /* f32, f64, i64 variants; csrc/submit.c keeps tasks of other dtypes off OpenCL workers */
+    STARPU_ASSERT_MSG(dtype == TT_F32 || dtype == TT_F64 || dtype == TT_I64, "%s: no OpenCL body for dtype %s",
+                      tt_kernel_table[kernel].name, tt_dtype_name((int)dtype));
     const int di = dtype == TT_F32 ? 0 : dtype == TT_F64 ? 1 : 2;
     char name[96];
     snprintf(name, sizeof name, "tt_%s_%s", tt_kernel_table[kernel].name, suffix[di]);

@@ -314,6 +314,22 @@ const char *tt_kernel_name(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kern
 int tt_kernel_nbuffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].nbuffers : -1; }
 int tt_kernel_is_map(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].is_map : 0; }
 
+int tt_kernel_dtypes(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kernel_table[k].dtypes : 0; }
+
+int tt_kernel_acc_buffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kernel_table[k].acc : 0; }
+
+const char *tt_dtype_list(unsigned mask)
+{
+    static __thread char buf[64];
+    static const int order[] = {TT_F32, TT_F64, TT_F16, TT_BF16, TT_I64};
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (mask >> order[i] & 1)
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? ", " : "", tt_dtype_name(order[i]));
+    return buf;
+}
+
 int64_t tt_memory_total(int node)
 {
     if (!initialized || node < 0 || node >= (int)starpu_memory_nodes_get_count())

@@ -43,6 +43,13 @@ static int finish_and_submit(struct starpu_task *task, int kernel, void *args)
     task->flops = k->flops(args);
     task->priority = tt_get_priority();
     uint32_t where = tt_where_for(k->cl);
+    const int64_t dtype = *(const int64_t *)args; /* dtype is always the first field */
+    if ((k->cl->where & STARPU_OPENCL) && !(k->opencl_dtypes >> dtype & 1)) {
+        /* no OpenCL body for this dtype (the half types): the kernel's other kinds */
+        where = (where ? where : k->cl->where) & ~(uint32_t)STARPU_OPENCL;
+        if (!where)
+            where = k->cl->where & ~(uint32_t)STARPU_OPENCL;
+    }
     if (where)
         task->where = where;
     /* trace records + DAG, priority plan, stage affinity (csrc/trace.c): one branch when off */
@@ -93,6 +100,14 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes)
 {
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    /* Every task passes here: a dtype the kernel's line in kernels.def does not list would
+     * have its body read tiles with the wrong element size (or do nothing). */
+    const int64_t dtype = *(const int64_t *)args;
+    if (dtype < 0 || dtype >= TT_NDTYPES || !(k->dtypes >> dtype & 1)) {
+        free(args);
+        return tt_error(TT_EINVAL, "%s: dtype %s is not supported by this kernel (it takes %s)", k->name,
+                        tt_dtype_name((int)dtype), tt_dtype_list(k->dtypes));
+    }
     tt_ensure_running();
 #ifdef TT_HAVE_MPI
     if (__builtin_expect(tt_mpi_on, 0))

@@ -33,6 +33,9 @@ typedef struct tt_kernel_desc {
     int is_map;  /* integer arguments start with n: element-wise map over same-layout tensors */
     int is_span; /* integer arguments start with m, k, n: span expander (reduce/broadcast along axes) */
     long off[5]; /* offsets of the expander-filled arguments n, m, k, first, tile (-1: absent) */
+    unsigned dtypes;        /* bit (1 << dtype): the dtypes the kernel takes (kernels.def, `dtypes` column) */
+    unsigned opencl_dtypes; /* the dtypes its OpenCL body takes (no halves) */
+    unsigned acc;           /* bit i: buffer i is float32 when dtype is float16/bfloat16 (`acc` buffers) */
 } tt_kernel_desc;
 
 enum { TT_OFF_N = 0, TT_OFF_M, TT_OFF_K, TT_OFF_FIRST, TT_OFF_TILE };
@@ -57,7 +60,10 @@ void tt_bytes_live_locked_add(int64_t delta);
 void tt_ensure_running(void);
 
 /* small helpers shared by the expanders */
-static inline int tt_is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
+static inline int tt_is_half(int dtype) { return dtype == TT_F16 || dtype == TT_BF16; }
+static inline int tt_is_float(int dtype) { return dtype == TT_F32 || dtype == TT_F64 || tt_is_half(dtype); }
+/* the dtypes of the kernels without half bodies (norms, attention, embedding, ...) */
+static inline int tt_is_f32_f64(int dtype) { return dtype == TT_F32 || dtype == TT_F64; }
 
 static inline const char *tt_dtype_name(int dtype)
 {
@@ -65,9 +71,21 @@ static inline const char *tt_dtype_name(int dtype)
     case TT_F32: return "float32";
     case TT_F64: return "float64";
     case TT_I64: return "int64";
+    case TT_F16: return "float16";
+    case TT_BF16: return "bfloat16";
     default: return "unknown";
     }
 }
+
+/* The dtype a kernel's buffer j holds for a task of `dtype`: an `acc` buffer is the float32
+ * accumulator of a float16/bfloat16 task. */
+static inline int tt_buffer_dtype(const tt_kernel_desc *k, int j, int dtype)
+{
+    return (tt_is_half(dtype) && (k->acc >> j & 1)) ? TT_F32 : dtype;
+}
+
+/* "float32, float64, ..." for a dtype mask (static buffer: for error messages) */
+const char *tt_dtype_list(unsigned mask);
 
 /* same shape and same tiles */
 static inline int tt_same_layout(const tt_tensor *a, const tt_tensor *b)

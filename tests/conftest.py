@@ -1,3 +1,5 @@
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -41,13 +43,20 @@ def total_tasks() -> int:
     return sum(lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count()))
 
 
-@pytest.fixture
-def nothing_submitted():
-    """Fails the test if the code under it submitted any task (bad input must be rejected first)."""
+@contextlib.contextmanager
+def submits_nothing():
+    """Fails if the code inside submitted any task (bad input must be rejected first)."""
     tt.wait()
     before = total_tasks()
     yield
     assert total_tasks() == before, "a rejected call submitted tasks"
+
+
+@pytest.fixture
+def nothing_submitted():
+    """Fails the test if the code under it submitted any task (bad input must be rejected first)."""
+    with submits_nothing():
+        yield
 
 
 @pytest.fixture

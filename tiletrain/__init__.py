@@ -6,9 +6,9 @@ from ._version import __version__
 from .config import RuntimeConfig
 from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, wait, world_size
 from .trace.tags import tag
-from .tensor import Tensor, TensorTraits, empty, from_numpy, full, ones, zeros
+from .tensor import Tensor, TensorTraits, bfloat16, empty, float16, from_numpy, full, ones, zeros
 from .tensor.cupy_interop import from_cupy
-from .ops import (add, add_broadcast, add_scalar, backward, broadcast, copy, div, enable_grad, fill_,
+from .ops import (add, add_broadcast, add_scalar, astype, backward, broadcast, copy, div, enable_grad, fill_,
                   grad_enabled, matmul, max, mul, neg, no_grad, rdiv_scalar, scale, sub, sum)
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "wait", "Tensor", "TensorTraits", "empty", "from_cupy", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag", "rank", "world_size", "distribution",
+    "astype", "bfloat16", "float16",
 ]
 
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)

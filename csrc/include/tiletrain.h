@@ -19,7 +19,10 @@ extern "C" {
 #define TT_ABI_VERSION 1
 #define TT_MAX_NDIM 8
 
-enum tt_dtype { TT_F32 = 0, TT_F64 = 1, TT_I64 = 2 };
+/* float16 and bfloat16 are storage types: the kernels that take them (csrc/kernels.def, last
+ * column) compute and accumulate in float32 and round once when they store. */
+enum tt_dtype { TT_F32 = 0, TT_F64 = 1, TT_I64 = 2, TT_F16 = 3, TT_BF16 = 4 };
+#define TT_NDTYPES 5
 
 enum tt_status {
     TT_OK = 0,
@@ -75,6 +78,8 @@ int tt_kernel_count(void);
 const char *tt_kernel_name(int kernel);
 int tt_kernel_nbuffers(int kernel);
 int tt_kernel_is_map(int kernel);
+int tt_kernel_dtypes(int kernel);  /* bit (1 << dtype) for every dtype the kernel takes */
+int tt_kernel_acc_buffers(int kernel); /* bit i: buffer i is a float32 accumulator when dtype is float16/bfloat16 */
 int tt_kernel_ntasks(int kernel);  /* tasks submitted for this kernel since init */
 int64_t tt_memory_used(int node);  /* bytes StarPU has allocated on a memory node; -1 without a memory limit */
 int64_t tt_memory_total(int node); /* the node's memory limit in bytes; -1 without one */
@@ -97,7 +102,12 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
 int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt_tensor *const *full, int nred,
                 tt_tensor *const *red, int reduce);
 int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y);
+/* c = alpha op(a) op(b) + beta c.  a, b, c share a float dtype; with float16/bfloat16 a and b, c
+ * may be float32 instead: it accumulates the chain along the contracted axis unrounded. */
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c);
+/* y = x rounded to y's dtype (round to nearest even), any pair of float32, float64, float16,
+ * bfloat16; same shape and tiles. */
+int tt_cast(tt_tensor *x, tt_tensor *y);
 
 /* family expanders (csrc/expand_<family>.c), one block per family */
 /* -- norm -- */
@@ -196,6 +206,7 @@ const char *tt_sched_policy_description(int i);
 enum tt_where { TT_WHERE_CPU = 1, TT_WHERE_CUDA = 2, TT_WHERE_OPENCL = 4 }; /* worker kinds as bits */
 int64_t tt_worker_executed(int worker); /* tasks this worker has run since init; -1: no such worker */
 int tt_kernel_impls(int kernel);        /* TT_WHERE_* bits of the implementations compiled in */
+int tt_kernel_impls_for(int kernel, int dtype); /* the same, for tasks of one dtype (no OpenCL body takes halves) */
 /* Placement preference: tasks of kernels that have an implementation for a kind in `mask`
  * are restricted to those kinds (the others run where they can); 0: none.  Returns the
  * previous mask. */
@@ -226,6 +237,17 @@ int tt_tensor_new_deferred(int ndim, const int64_t *shape, const int64_t *tile, 
 int tt_tensor_owner(const tt_tensor *t, int64_t tile); /* owner rank of a tile; -1: not placed yet (or a bad argument) */
 
 /* CDEF END */
+
+/* bytes per element of a dtype; 0 for an unknown code (C only: kernel bodies, expanders) */
+static inline size_t tt_dtype_size(int dtype)
+{
+    switch (dtype) {
+    case TT_F32: return 4;
+    case TT_F64: case TT_I64: return 8;
+    case TT_F16: case TT_BF16: return 2;
+    default: return 0;
+    }
+}
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@ import tiletrain as tt
 from tiletrain._ffi import cstr, lib
 from tiletrain.runtime.hetero import build_option, kernel_devices, prefer, run_kernel
 from tiletrain.testing.device_cases import CASES, TRAINING, run_case
+from tiletrain.testing.half import check_half_result, dtype_code, half_case, half_kernels
 from tiletrain.testing.references import REFERENCES
 
 pytestmark = pytest.mark.cuda
@@ -101,3 +102,33 @@ def test_tiled_gemm_against_cupy(gpu):
 def test_from_cupy_rejects_a_numpy_array(gpu):
     with pytest.raises(TypeError, match="cupy.ndarray"):
         tt.from_cupy(np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", [k for k in half_kernels() if "cuda" in kernel_devices(k)])
+def test_cuda_half_body_against_reference(name, dtype, gpu):
+    """The float16/bfloat16 CUDA bodies (half_kernels.cuh, cast.cu, cuBLAS GemmEx): one
+    rounding of float32 arithmetic, as the CPU bodies (tests/kernels/test_registry.py)."""
+    rng = np.random.default_rng(11)
+    for trial in range(4):
+        fields, buffers, expected = half_case(name, rng, dtype)
+        run_kernel(name, fields, buffers, "cuda", dtype_code(dtype))
+        for i, exp in expected.items():
+            check_half_result(buffers[i], exp, f"CUDA kernel {name} ({dtype}) buffer {i}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_matmul_and_sum_on_cuda(dtype, gpu):
+    """Tiled half matmul (several K tiles: a float32 accumulator, cast once) and sum on the
+    GPU, within one rounding step of the CPU-only results."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((300, 200)).astype(dtype)
+    b = rng.standard_normal((200, 260)).astype(dtype)
+    out = {}
+    for kinds in ("cpu", "cuda"):
+        with prefer(kinds):
+            c = tt.matmul(tt.from_numpy(a, 128), tt.from_numpy(b, 128))
+            out[kinds] = (c.numpy().astype(np.float64), tt.sum(c, axis=0).numpy().astype(np.float64))
+    u = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7
+    for got, ref in zip(out["cuda"], out["cpu"]):
+        np.testing.assert_allclose(got, ref, rtol=0, atol=u * np.abs(ref).max())

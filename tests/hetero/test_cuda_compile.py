@@ -44,7 +44,8 @@ def gen_dir(tmp_path_factory):
 
 def test_every_kernel_with_a_cuda_implementation_has_a_body():
     """Generic CUDA implementations come from the portable kernels compiled by
-    device_kernels.cu; `cuda:custom` ones need tt_cuda_<name> in some .cu file."""
+    device_kernels.cu (and, for float16/bfloat16, the templates of half_kernels.cuh);
+    `cuda:custom` ones need tt_cuda_<name> in some .cu file."""
     sys.path.insert(0, str(ROOT / "csrc"))
     try:
         import gen_kernels
@@ -53,12 +54,16 @@ def test_every_kernel_with_a_cuda_implementation_has_a_body():
     kernels = gen_kernels.parse((ROOT / "csrc" / "kernels.def").read_text())
     device = "\n".join(p.read_text() for p in (ROOT / "csrc" / "kernels" / "opencl").glob("*.cl"))
     cuda = "\n".join(p.read_text() for p in CUDA_SOURCES)
+    half = (ROOT / "csrc" / "kernels" / "cuda" / "half_kernels.cuh").read_text()
     assert "device_kernels.cu" in {p.name for p in CUDA_SOURCES}
     for k in kernels:
         if k.impls.get("cuda") == "generic" or k.impls.get("opencl") == "generic":
             assert f"SUF(tt_{k.name})(" in device, f"{k.name}: no portable device kernel in csrc/kernels/opencl/"
         if k.impls.get("cuda") == "custom":
             assert f"tt_cuda_{k.name}(" in cuda, f"{k.name}: cuda:custom but no tt_cuda_{k.name} in csrc/kernels/cuda/"
+        if k.impls.get("cuda") == "generic" and k.has_half:
+            assert f"__global__ void tt_{k.name}_half(" in half, \
+                f"{k.name}: takes f16/bf16 but has no tt_{k.name}_half<H> in csrc/kernels/cuda/half_kernels.cuh"
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (install the CUDA toolkit to compile-check the CUDA bodies)")

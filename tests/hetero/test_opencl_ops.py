@@ -52,3 +52,34 @@ def test_every_opencl_kernel_is_exercised_by_an_op_case(hetero):
     assert not missing, f"kernels with an OpenCL body that no op case runs: {missing}"
     # and none of those tasks ran on the CPU worker
     assert hetero.executed_tasks().get("cpu", 0) == cpu_before
+
+
+def test_half_tasks_avoid_opencl_workers():
+    """No OpenCL body takes float16/bfloat16 tiles: with OpenCL preferred, half tasks run on
+    the CPU worker (tiles move back from the OpenCL node as needed), float32 ones do not."""
+    import ml_dtypes
+    from tiletrain.runtime.hetero import run_kernel
+
+    rt = tt.current()
+    x = np.linspace(-2, 2, 35).reshape(7, 5)
+
+    def step(a):
+        return tt.sum(tt.matmul(a + a, a, transpose_b=True) * 0.5, axis=0).numpy()
+
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        with prefer("cpu"):
+            ref = step(tt.from_numpy(x.astype(dtype), (4, 2)))
+        with prefer("opencl"):
+            a = tt.from_numpy(x.astype(dtype), (4, 2))
+            b = tt.scale(tt.from_numpy(x.astype(np.float32), (4, 2)), 2.0)  # runs on OpenCL
+            tt.wait()
+            assert rt.executed_tasks().get("opencl", 0) > 0
+            before = rt.executed_tasks()["opencl"]
+            got = step(a)
+            assert rt.executed_tasks()["opencl"] == before
+            h = tt.astype(b, dtype)  # a float32 tile made on the OpenCL node, cast on the CPU
+            np.testing.assert_array_equal(h.numpy(), (2 * x).astype(np.float32).astype(dtype))
+        np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+        with pytest.raises(ValueError, match="no implementation for dtype"):
+            run_kernel("add", {"n": 4}, [np.zeros(4, dtype)] * 3, "opencl", lib.TT_F16 if dtype == np.float16
+                       else lib.TT_BF16)

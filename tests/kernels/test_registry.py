@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tiletrain._ffi import cstr, ffi, lib
+from tiletrain.testing.half import check_half_result, dtype_code, half_case, half_kernels
 from tiletrain.testing.references import REFERENCES
 
 KERNELS = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
@@ -37,8 +38,38 @@ def test_kernel_body_against_reference(name, dtype):
         getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
         for i, exp in expected.items():
             rtol = 1e-5 if dtype == np.float32 else 1e-12
-            np.testing.assert_allclose(buffers[i], np.asarray(exp, dtype=dtype).reshape(buffers[i].shape),
-                                       rtol=rtol, atol=rtol, err_msg=f"kernel {name} buffer {i}")
+            # cast writes another dtype: compare in the buffer's own
+            exp = np.asarray(exp, dtype=buffers[i].dtype).reshape(buffers[i].shape)
+            np.testing.assert_allclose(buffers[i], exp, rtol=rtol, atol=rtol, err_msg=f"kernel {name} buffer {i}")
+
+
+HALF_KERNELS = half_kernels()
+
+
+def test_half_kernels_are_the_documented_ones():
+    """The kernel table's f16/bf16 kernels: what README and tiletrain.ops.HALF_OPS rely on."""
+    assert sorted(HALF_KERNELS) == sorted(["fill", "copy", "scale", "add_scalar", "add", "mul", "axpy", "bcast",
+                                           "sum_axis", "sum_all", "gemm", "cast"])
+    for name in HALF_KERNELS:
+        k = getattr(lib, f"TT_K_{name.upper()}")
+        assert lib.tt_kernel_dtypes(k) >> lib.TT_BF16 & 1, name
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", HALF_KERNELS)
+def test_half_kernel_body_against_reference(name, dtype):
+    """float16/bfloat16 tiles: float32 arithmetic, one rounding of each stored element (acc
+    buffers stay float32)."""
+    rng = np.random.default_rng(11)
+    for trial in range(4):
+        fields, buffers, expected = half_case(name, rng, dtype)
+        args = ffi.new(f"tt_args_{name} *")
+        args.dtype = dtype_code(dtype)
+        for k, v in fields.items():
+            setattr(args, k, v)
+        getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+        for i, exp in expected.items():
+            check_half_result(buffers[i], exp, f"kernel {name} ({dtype}) buffer {i}")
 
 
 def test_max_axis_first_overwrites():

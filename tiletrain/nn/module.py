@@ -38,7 +38,7 @@ class Parameter(Tensor):
             raise ValueError(f"Parameter: tiles={tiles} given for a tensor that already has tiles "
                              f"{data.tiles}")
         data._handle("Parameter")
-        if data.dtype.kind != "f":
+        if data.dtype not in (np.float32, np.float64):
             raise TypeError(f"Parameter: parameters must be float32 or float64, got {data.dtype}")
         # share data's tiles (as Tensor.detach does); data stays alive as long as the parameter
         self.traits, self.dtype, self._ptr, self._session = data.traits, data.dtype, data._ptr, data._session

@@ -1,13 +1,24 @@
 """Basic tensor operations.  Each op validates its operands in Python, then makes one C
 call that expands into one task per tile, and records its autograd node; its backward
-rule follows it."""
+rule follows it.
+
+float16 and bfloat16 tensors (storage types: float32 arithmetic and accumulation, one
+rounding per result) are taken by the ops in HALF_OPS; every other op raises a TypeError
+for them, naming the op and the dtypes it supports."""
 from __future__ import annotations
 
+import math
 import numbers
 
+import numpy as np
+
 from .._ffi import check, ffi, lib
-from ..tensor import Tensor, TensorTraits, from_value_
+from ..tensor import Tensor, TensorTraits, as_dtype, from_value_, is_float, is_half
 from .autograd import backward_rule, record
+
+# The ops that take float16/bfloat16 tensors (besides float32/float64).
+HALF_OPS = ("astype", "copy", "fill_", "scale", "neg", "add_scalar", "add", "sub", "mul", "axpy_", "broadcast",
+            "sum", "matmul", "matmul_leading")
 
 
 def _tensor(x, what: str, name: str) -> Tensor:
@@ -18,9 +29,21 @@ def _tensor(x, what: str, name: str) -> Tensor:
 
 
 def _float_tensor(x, what: str, name: str) -> Tensor:
+    """x, checked to be a float32 or float64 tensor (the ops without half-precision bodies)."""
     x = _tensor(x, what, name)
-    if x.dtype.kind != "f":
-        raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32 and float64")
+    if x.dtype not in (np.float32, np.float64):
+        extra = (f" (float16/bfloat16 tensors work with {', '.join(HALF_OPS)}; cast with astype)"
+                 if is_half(x.dtype) else "")
+        raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32 and float64{extra}")
+    return x
+
+
+def _any_float_tensor(x, what: str, name: str) -> Tensor:
+    """x, checked to be float32, float64, float16 or bfloat16 (ops in HALF_OPS)."""
+    x = _tensor(x, what, name)
+    if not is_float(x.dtype):
+        raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32, float64, float16 and "
+                        "bfloat16")
     return x
 
 
@@ -69,9 +92,32 @@ def _copy_bwd(node, g):
     return (g,)
 
 
+def _cast(x: Tensor, dtype) -> Tensor:
+    y = Tensor(x.traits, dtype)
+    check(lib.tt_cast(x._ptr, y._ptr))
+    return y
+
+
+def astype(x: Tensor, dtype) -> Tensor:
+    """x converted to ``dtype`` (a new tensor, same tiles): any pair of float32, float64,
+    float16 and bfloat16, rounded to nearest even (float64 to a half type rounds once).  The
+    gradient is cast back to x's dtype."""
+    what = "astype"
+    _any_float_tensor(x, what, "x")
+    dt = as_dtype(dtype)
+    if not is_float(dt):
+        raise TypeError(f"{what}: casts between float32, float64, float16 and bfloat16, not to {dt}")
+    return record("astype", _cast(x, dt), (x,), dtype=x.dtype)
+
+
+@backward_rule("astype")
+def _astype_bwd(node, g):
+    return (_cast(g, node.ctx["dtype"]),)
+
+
 def scale(x: Tensor, alpha: float) -> Tensor:
     """alpha * x"""
-    _float_tensor(x, "scale", "x")
+    _any_float_tensor(x, "scale", "x")
     y = _like(x)
     alpha = _scalar(alpha, "scale", "alpha")
     _map(lib.TT_K_SCALE, "tt_args_scale *", {"alpha": alpha}, x, y)
@@ -93,7 +139,7 @@ def neg(x: Tensor) -> Tensor:
 
 def add_scalar(x: Tensor, s: float, alpha: float = 1.0) -> Tensor:
     """alpha * x + s"""
-    _float_tensor(x, "add_scalar", "x")
+    _any_float_tensor(x, "add_scalar", "x")
     y = _like(x)
     alpha = _scalar(alpha, "add_scalar", "alpha")
     _map(lib.TT_K_ADD_SCALAR, "tt_args_add_scalar *", {"alpha": alpha, "s": _scalar(s, "add_scalar", "s")}, x, y)
@@ -115,9 +161,11 @@ def _rdiv_scalar_bwd(node, g):
     return (div(g, mul(x, x), -node.ctx["s"]),)  # d(s/x) = -s/x^2
 
 
-def _binary(what: str, kernel: int, ctype: str, fields: dict, a: Tensor, b: Tensor) -> Tensor:
-    _float_tensor(a, what, "a")
-    _float_tensor(b, what, "b")
+def _binary(what: str, kernel: int, ctype: str, fields: dict, a: Tensor, b: Tensor,
+            half: bool = False) -> Tensor:
+    check_dtype = _any_float_tensor if half else _float_tensor
+    check_dtype(a, what, "a")
+    check_dtype(b, what, "b")
     _same(what, a, b)
     c = _like(a)
     _map(kernel, ctype, fields, a, b, c)
@@ -127,7 +175,7 @@ def _binary(what: str, kernel: int, ctype: str, fields: dict, a: Tensor, b: Tens
 def add(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
     """alpha * a + beta * b"""
     alpha, beta = _scalar(alpha, "add", "alpha"), _scalar(beta, "add", "beta")
-    c = _binary("add", lib.TT_K_ADD, "tt_args_add *", {"alpha": alpha, "beta": beta}, a, b)
+    c = _binary("add", lib.TT_K_ADD, "tt_args_add *", {"alpha": alpha, "beta": beta}, a, b, half=True)
     return record("add", c, (a, b), alpha=alpha, beta=beta)
 
 
@@ -146,7 +194,7 @@ def sub(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
 def mul(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """alpha * a * b (element-wise)"""
     alpha = _scalar(alpha, "mul", "alpha")
-    c = _binary("mul", lib.TT_K_MUL, "tt_args_mul *", {"alpha": alpha}, a, b)
+    c = _binary("mul", lib.TT_K_MUL, "tt_args_mul *", {"alpha": alpha}, a, b, half=True)
     return record("mul", c, (a, b), saved=(a, b), alpha=alpha)
 
 
@@ -214,7 +262,7 @@ def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tens
     """alpha * b repeated along ``axis`` (an int or consecutive axes) of ``traits``' layout;
     b has that layout without those axes."""
     what = "broadcast"
-    _float_tensor(b, what, "b")
+    _any_float_tensor(b, what, "b")
     start, naxes = traits.axis_span(axis)
     expect = traits.drop_axis(start, naxes)
     if b.shape != expect.shape or b.tiles != expect.tiles:
@@ -234,16 +282,21 @@ def _broadcast_bwd(node, g):
 
 def sum(x: Tensor, axis=None, alpha: float = 1.0) -> Tensor:  # noqa: A001 - mirrors numpy/torch
     """alpha * the sum of all elements (a 0-d tensor), or along ``axis`` (an int or a tuple of
-    consecutive axes; those axes are removed)."""
-    _float_tensor(x, "sum", "x")
+    consecutive axes; those axes are removed).  The result has x's dtype; float16/bfloat16
+    inputs are summed into a float32 accumulator, rounded once at the end."""
+    _any_float_tensor(x, "sum", "x")
     alpha = _scalar(alpha, "sum", "alpha")
+    acc_dtype = np.float32 if is_half(x.dtype) else x.dtype
     if axis is None:
-        y = Tensor(TensorTraits(()), x.dtype)
+        start, naxes = 0, x.ndim
+        y = Tensor(TensorTraits(()), acc_dtype)
         check(lib.tt_sum_all(alpha, x._ptr, 0.0, y._ptr))
-        return record("sum", y, (x,), alpha=alpha, start=0, naxes=x.ndim, traits=x.traits)
-    start, naxes = x.traits.axis_span(axis)
-    y = Tensor(x.traits.drop_axis(start, naxes), x.dtype)
-    _span(lib.TT_K_SUM_AXIS, "tt_args_sum_axis *", {"alpha": alpha}, start, naxes, [x], [y], reduce=True)
+    else:
+        start, naxes = x.traits.axis_span(axis)
+        y = Tensor(x.traits.drop_axis(start, naxes), acc_dtype)
+        _span(lib.TT_K_SUM_AXIS, "tt_args_sum_axis *", {"alpha": alpha}, start, naxes, [x], [y], reduce=True)
+    if y.dtype != x.dtype:
+        y = _cast(y, x.dtype)
     return record("sum", y, (x,), alpha=alpha, start=start, naxes=naxes, traits=x.traits)
 
 
@@ -274,8 +327,8 @@ def _max_bwd(node, g):
 
 def axpy_(y: Tensor, x: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
     """In place: y = alpha * x + beta * y (gradient accumulation)."""
-    _float_tensor(y, "axpy_", "y")
-    _float_tensor(x, "axpy_", "x")
+    _any_float_tensor(y, "axpy_", "y")
+    _any_float_tensor(x, "axpy_", "x")
     _same("axpy_", x, y, names=("x", "y"))
     _map(lib.TT_K_AXPY, "tt_args_axpy *",
          {"alpha": _scalar(alpha, "axpy_", "alpha"), "beta": _scalar(beta, "axpy_", "beta")}, x, y)
@@ -288,10 +341,11 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
 
     a is (..., M, K) (or (..., K, M) with transpose_a), b is (K, N) (or (N, K)) or batched
     (..., K, N) with the same batch shape and tiles as a.  The contracted axis must have the
-    same tile size in both operands.  The result is tiled like a's rows and b's columns."""
+    same tile size in both operands.  The result is tiled like a's rows and b's columns.
+    float16/bfloat16 operands: float32 products and sums, one rounding of the result."""
     what = "matmul"
-    _float_tensor(a, what, "a")
-    _float_tensor(b, what, "b")
+    _any_float_tensor(a, what, "a")
+    _any_float_tensor(b, what, "b")
     if a.dtype != b.dtype:
         raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
     if a.ndim < 2 or b.ndim < 2:
@@ -317,10 +371,9 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
                          f"{b.tiles[bk]} in b")
     shape = a.shape[:-2] + (a.shape[am], b.shape[bn])
     tiles = a.tiles[:-2] + (a.tiles[am], b.tiles[bn])
-    c = Tensor(TensorTraits(shape, tiles), a.dtype)
     alpha = _scalar(alpha, what, "alpha")
     ta, tb = bool(transpose_a), bool(transpose_b)
-    check(lib.tt_gemm(alpha, a._ptr, int(ta), b._ptr, int(tb), 0.0, c._ptr))
+    c = _gemm(alpha, a, ta, b, tb, TensorTraits(shape, tiles), chain=a.grid[ak] > 1)
     return record("matmul", c, (a, b), saved=(a, b), alpha=alpha, ta=ta, tb=tb, folded=not batched and nd > 2)
 
 
@@ -329,17 +382,27 @@ def matmul_leading(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     (..., P), b is (..., N) with the same leading shape and tiles; the result is (P, N).
     (The weight gradient of a linear layer: x^T dy over all batch and time tiles.)"""
     what = "matmul_leading"
-    _float_tensor(a, what, "a")
-    _float_tensor(b, what, "b")
+    _any_float_tensor(a, what, "a")
+    _any_float_tensor(b, what, "b")
     if a.dtype != b.dtype:
         raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
     if a.ndim < 2 or a.shape[:-1] != b.shape[:-1] or a.tiles[:-1] != b.tiles[:-1]:
         raise ValueError(f"{what}: a {a.shape} tiles {a.tiles} and b {b.shape} tiles {b.tiles} must share "
                          "every axis but the last, shape and tiles")
-    c = Tensor(TensorTraits((a.shape[-1], b.shape[-1]), (a.tiles[-1], b.tiles[-1])), a.dtype)
     alpha = _scalar(alpha, what, "alpha")
-    check(lib.tt_gemm(alpha, a._ptr, 1, b._ptr, 0, 0.0, c._ptr))
+    c = _gemm(alpha, a, True, b, False, TensorTraits((a.shape[-1], b.shape[-1]), (a.tiles[-1], b.tiles[-1])),
+              chain=math.prod(a.grid[:-1]) > 1)
     return record("matmul_leading", c, (a, b), saved=(a, b), alpha=alpha)
+
+
+def _gemm(alpha: float, a: Tensor, ta: bool, b: Tensor, tb: bool, traits: TensorTraits, chain: bool) -> Tensor:
+    """c = alpha op(a) op(b) into a new tensor of a's dtype.  Half a and b with several tiles
+    along the contracted axis (``chain``) accumulate into a float32 c, cast once at the end,
+    so the result is rounded once however the operands are tiled."""
+    acc = chain and is_half(a.dtype)
+    c = Tensor(traits, np.float32 if acc else a.dtype)
+    check(lib.tt_gemm(alpha, a._ptr, int(ta), b._ptr, int(tb), 0.0, c._ptr))
+    return _cast(c, a.dtype) if acc else c
 
 
 @backward_rule("matmul_leading")
@@ -379,5 +442,5 @@ def _matmul_bwd(node, g):
     return da, db
 
 
-__all__ = ["fill_", "copy", "scale", "neg", "add_scalar", "rdiv_scalar", "add", "sub", "mul", "div",
+__all__ = ["fill_", "copy", "astype", "scale", "neg", "add_scalar", "rdiv_scalar", "add", "sub", "mul", "div",
            "add_broadcast", "broadcast", "sum", "max", "matmul", "matmul_leading", "axpy_"]

@@ -73,4 +73,5 @@ def install() -> None:
     Tensor.__rtruediv__ = _rtruediv
     Tensor.__matmul__ = _matmul
     Tensor.__neg__ = basic.neg
+    Tensor.astype = basic.astype
     Tensor.backward = autograd.backward

@@ -19,8 +19,8 @@ __all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
 def _check_param(p, i: int) -> Tensor:
     if not isinstance(p, Tensor):
         raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tiletrain Tensor")
-    if p.dtype.kind != "f":
-        raise TypeError(f"parameter {i} has dtype {p.dtype}; optimizers update float tensors")
+    if p.dtype not in (np.float32, np.float64):
+        raise TypeError(f"parameter {i} has dtype {p.dtype}; optimizers update float32 and float64 tensors")
     return p
 
 

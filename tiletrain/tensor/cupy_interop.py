@@ -6,7 +6,7 @@ Needs cupy, an NVIDIA GPU and a runtime with a CUDA worker on cupy's current dev
 from __future__ import annotations
 
 from .._ffi import check, ffi, lib
-from .tensor import Tensor, as_dtype
+from .tensor import Tensor, as_dtype, bfloat16
 from .traits import TensorTraits
 
 
@@ -44,6 +44,8 @@ def _tile_view(cp, ptr, nbytes: int, shape, dtype, dev: int):
 def to_cupy(t: Tensor):
     """A new cupy array (C-contiguous, on cupy's current device) with the tensor's values."""
     ptr_ = t._handle("to_cupy()")
+    if t.dtype == bfloat16:
+        raise TypeError("to_cupy: cupy has no bfloat16 arrays; convert first, e.g. x.astype('float32')")
     cp = _cupy()
     dev, node = _gpu_node(cp)
     out = cp.empty(t.shape, dtype=t.dtype)

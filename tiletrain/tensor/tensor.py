@@ -3,13 +3,30 @@ from __future__ import annotations
 
 import numbers
 
+import ml_dtypes
 import numpy as np
 
 from .._ffi import check, ffi, lib
 from ..runtime import current
 from .traits import TensorTraits
 
-DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2}
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+# dtype -> the C library's code (enum tt_dtype in csrc/include/tiletrain.h)
+DTYPES = {np.dtype(np.float32): lib.TT_F32, np.dtype(np.float64): lib.TT_F64, np.dtype(np.int64): lib.TT_I64,
+          float16: lib.TT_F16, bfloat16: lib.TT_BF16}
+# Storage types: ops that take them compute and accumulate in float32 and round once.
+HALF_DTYPES = (float16, bfloat16)
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64)) + HALF_DTYPES
+
+
+def is_float(dtype) -> bool:
+    """float32, float64, float16 or bfloat16 (bfloat16's numpy kind is 'V', not 'f')."""
+    return np.dtype(dtype) in FLOAT_DTYPES
+
+
+def is_half(dtype) -> bool:
+    return np.dtype(dtype) in HALF_DTYPES
 
 
 def as_dtype(dtype) -> np.dtype:
@@ -20,7 +37,8 @@ def as_dtype(dtype) -> np.dtype:
     except TypeError:
         raise TypeError(f"dtype {dtype!r} is not a data type") from None
     if dt not in DTYPES:
-        raise TypeError(f"unsupported dtype {dt}; tiletrain supports float32, float64 and int64")
+        raise TypeError(f"unsupported dtype {dt}; tiletrain supports float32, float64, float16, bfloat16 "
+                        "(ml_dtypes.bfloat16) and int64")
     return dt
 
 
@@ -88,7 +106,7 @@ class Tensor:
         return Tensor._view_of(self)
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":
-        if flag and self.dtype.kind != "f":
+        if flag and not is_float(self.dtype):
             raise TypeError(f"requires_grad_: gradients need a float tensor, this one is {self.dtype}")
         if not flag and self._node is not None:
             raise RuntimeError("requires_grad_(False) on a tensor computed by a recorded op; use detach()")

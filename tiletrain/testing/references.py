@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._refbase import Reference, _pos, _r  # noqa: F401  (family modules import these from _refbase)
+from ..tensor import DTYPES, FLOAT_DTYPES
+from ._refbase import Reference, _pos, _r, round_to  # noqa: F401  (family modules import these from _refbase)
 
 
 def _gemm_case(rng, dt):
@@ -17,13 +18,23 @@ def _gemm_case(rng, dt):
     a = _r(rng, dt, batch, *((k, m) if ta else (m, k)))
     b = _r(rng, dt, batch, *((n, k) if tb else (k, n)))
     c = _r(rng, dt, batch, m, n)
-    return dict(batch=batch, m=m, n=n, k=k, ta=ta, tb=tb, alpha=0.7, beta=0.3), [a, b, c]
+    return dict(batch=batch, m=m, n=n, k=k, ta=ta, tb=tb, cacc=0, alpha=0.7, beta=0.3), [a, b, c]
 
 
 def _gemm_ref(a, A, B, C):
     opa = np.swapaxes(A, 1, 2) if a["ta"] else A
     opb = np.swapaxes(B, 1, 2) if a["tb"] else B
     return {2: a["alpha"] * (opa @ opb) + a["beta"] * C}
+
+
+_DTYPE_OF_CODE = {code: dt for dt, code in DTYPES.items()}
+
+
+def _cast_case(rng, dt):
+    targets = [t for t in FLOAT_DTYPES if t != np.dtype(dt)]
+    to = targets[int(rng.integers(len(targets)))]
+    x = (_r(rng, np.float64, 9) * 50.0).astype(dt)  # beyond float16's precision at that range
+    return dict(n=9, to=DTYPES[to]), [x, np.zeros(9, to)]
 
 
 REFERENCES: dict[str, Reference] = {
@@ -64,6 +75,7 @@ REFERENCES: dict[str, Reference] = {
         lambda rng, dt: (dict(nx=9, alpha=0.5, beta=2.0), [_r(rng, dt, 9), _r(rng, dt, 1)]),
         lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(dtype=np.float64)}),
     "gemm": Reference(_gemm_case, _gemm_ref),
+    "cast": Reference(_cast_case, lambda a, x, y: {1: round_to(x, _DTYPE_OF_CODE[a["to"]])}),
 }
 
 

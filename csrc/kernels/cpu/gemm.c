@@ -1,19 +1,74 @@
-/* Tile gemm through CBLAS, row-major tiles: C = alpha op(A) op(B) + beta C, per batch element. */
+/* Tile gemm through CBLAS, row-major tiles: C = alpha op(A) op(B) + beta C, per batch element.
+ *
+ * float16/bfloat16 A and B: the tiles are converted to float32 (exact), multiplied with
+ * cblas_sgemm (float32 products and sums, alpha and beta applied in float32), and the result
+ * is rounded once into C; or, with cacc, C is a float32 accumulator that the op rounds at
+ * the end of the chain along the contracted axis. */
 #include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include "tt_cpu.h"
 
-void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
+static void sgemm_batch(const tt_args_gemm *a, const float *A, const float *B, float *C)
 {
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
     const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;
     const int lda = a->ta ? m : k, ldb = a->tb ? k : n;
-    for (int64_t i = 0; i < a->batch; i++) {
-        if (a->dtype == TT_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)a->alpha, (const float *)A + i * (int64_t)m * k, lda,
-                        (const float *)B + i * (int64_t)k * n, ldb, (float)a->beta, (float *)C + i * (int64_t)m * n, n);
-        else if (a->dtype == TT_F64)
+    for (int64_t i = 0; i < a->batch; i++)
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)a->alpha, A + i * (int64_t)m * k, lda,
+                    B + i * (int64_t)k * n, ldb, (float)a->beta, C + i * (int64_t)m * n, n);
+}
+
+static void half_to_f32(int64_t dtype, const void *src, int64_t n, float *dst)
+{
+    if (dtype == TT_F16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = tt_ld_f16(((const tt_f16 *)src)[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = tt_ld_bf16(((const tt_bf16 *)src)[i]);
+}
+
+static void half_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
+{
+    const int64_t na = a->batch * a->m * a->k, nb = a->batch * a->k * a->n, nc = a->batch * a->m * a->n;
+    float *buf = malloc(sizeof(float) * (size_t)(na + nb + (a->cacc ? 0 : nc)));
+    if (!buf) { /* a kernel body has no error path: report and abort, as StarPU does */
+        fprintf(stderr, "tiletrain: gemm: out of memory for the float32 copies of a %s tile\n",
+                a->dtype == TT_F16 ? "float16" : "bfloat16");
+        abort();
+    }
+    float *fa = buf, *fb = buf + na, *fc = a->cacc ? (float *)C : buf + na + nb;
+    half_to_f32(a->dtype, A, na, fa);
+    half_to_f32(a->dtype, B, nb, fb);
+    if (!a->cacc && a->beta != 0.0)
+        half_to_f32(a->dtype, C, nc, fc);
+    sgemm_batch(a, fa, fb, fc);
+    if (!a->cacc) {
+        if (a->dtype == TT_F16)
+            for (int64_t i = 0; i < nc; i++)
+                ((tt_f16 *)C)[i] = tt_st_f16(fc[i]);
+        else
+            for (int64_t i = 0; i < nc; i++)
+                ((tt_bf16 *)C)[i] = tt_st_bf16(fc[i]);
+    }
+    free(buf);
+}
+
+void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
+{
+    const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
+    if (a->dtype == TT_F32) {
+        sgemm_batch(a, A, B, C);
+    } else if (a->dtype == TT_F64) {
+        const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
+        const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;
+        const int lda = a->ta ? m : k, ldb = a->tb ? k : n;
+        for (int64_t i = 0; i < a->batch; i++)
             cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, a->alpha, (const double *)A + i * (int64_t)m * k, lda,
                         (const double *)B + i * (int64_t)k * n, ldb, a->beta, (double *)C + i * (int64_t)m * n, n);
+    } else if (a->dtype == TT_F16 || a->dtype == TT_BF16) {
+        half_gemm(a, A, B, C);
     }
 }

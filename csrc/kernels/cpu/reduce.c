@@ -1,29 +1,32 @@
-/* Reductions and broadcasts along one axis of a tile viewed as (m, k, n), row-major. */
+/* Reductions and broadcasts along one axis of a tile viewed as (m, k, n), row-major.
+ * sum_axis and sum_all also take float16/bfloat16 x: their y is then the float32
+ * accumulator (an `acc` buffer, C = float), so the sum over every tile rounds once, when
+ * the op casts it back to the half type. */
 #include <math.h>
 #include "tt_cpu.h"
 
 TT_SIMD_CLONES void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
+    TT_ANY_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
-        T *py = y;
+        C *py = y; /* T for float32/float64; the float32 accumulator for the half types */
         for (int64_t i = 0; i < m; i++) {
-            T *row = py + i * n;
+            C *row = py + i * n;
             if (a->first)
                 for (int64_t j = 0; j < n; j++)
                     row[j] = 0;
             if (n == 1) {
                 double acc = 0.0;
                 for (int64_t l = 0; l < k; l++)
-                    acc += px[i * k + l];
-                row[0] += (T)(a->alpha * acc);
+                    acc += TT_LD(px[i * k + l]);
+                row[0] += (C)(a->alpha * acc);
             } else {
                 for (int64_t l = 0; l < k; l++) {
                     const T *src = px + (i * k + l) * n;
-                    T alpha = (T)a->alpha;
+                    C alpha = (C)a->alpha;
                     for (int64_t j = 0; j < n; j++)
-                        row[j] += alpha * src[j];
+                        row[j] += alpha * TT_LD(src[j]);
                 }
             }
         }
@@ -72,28 +75,29 @@ TT_SIMD_CLONES void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, 
 
 void tt_cpu_sum_all(const tt_args_sum_all *a, const void *x, void *y)
 {
-    TT_FLOAT_DISPATCH(a->dtype, {
+    TT_ANY_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
-        T *py = y;
+        C *py = y; /* the float32 accumulator for the half types */
         double acc = 0.0;
         for (int64_t i = 0; i < a->nx; i++)
-            acc += px[i];
+            acc += TT_LD(px[i]);
         double prev = a->beta == 0.0 ? 0.0 : a->beta * (double)py[0];
-        py[0] = (T)(prev + a->alpha * acc);
+        py[0] = (C)(prev + a->alpha * acc);
     });
 }
 
 void tt_cpu_bcast(const tt_args_bcast *a, void *y, const void *b)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
+    TT_ANY_FLOAT_DISPATCH(a->dtype, {
         const T *pb = b;
-        T *py = y, alpha = (T)a->alpha;
+        T *py = y;
+        C alpha = (C)a->alpha;
         for (int64_t i = 0; i < m; i++)
             for (int64_t l = 0; l < k; l++) {
                 T *dst = py + (i * k + l) * n;
                 for (int64_t j = 0; j < n; j++)
-                    dst[j] = alpha * pb[i * n + j];
+                    dst[j] = TT_ST(T, alpha * TT_LD(pb[i * n + j]));
             }
     });
 }

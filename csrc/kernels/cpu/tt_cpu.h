@@ -1,6 +1,7 @@
 /* Helpers for CPU kernel bodies: plain C, no StarPU types. */
 #ifndef TT_CPU_H
 #define TT_CPU_H
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "tiletrain.h"
@@ -16,6 +17,104 @@
             typedef double T;            \
             __VA_ARGS__;                     \
         }                                \
+    } while (0)
+
+/* ---- float16 / bfloat16 storage ----
+ * Half tiles hold IEEE binary16 / bfloat16 bit patterns.  Bodies load them as float (exact),
+ * compute in float32 and store with one round-to-nearest-even.  Distinct struct types keep
+ * the two apart (and keep anybody from doing arithmetic on the bits by mistake). */
+typedef struct tt_f16 { uint16_t bits; } tt_f16;
+typedef struct tt_bf16 { uint16_t bits; } tt_bf16;
+
+static inline uint32_t tt_f32_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+static inline float tt_bits_f32(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+
+static inline float tt_ld_f16(tt_f16 h)
+{
+    uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 0x1fu, man = h.bits & 0x3ffu;
+    if (exp == 0x1f) /* inf, NaN (payload kept) */
+        return tt_bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) { /* zero, subnormal: man * 2^-24, exact in float */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return tt_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+static inline tt_f16 tt_st_f16(float f)
+{
+    uint32_t x = tt_f32_bits(f), r;
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) /* inf; NaN stays a quiet NaN */
+        r = x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u;
+    else if (x >= 0x477ff000u) /* >= 65520: rounds past 65504 */
+        r = 0x7c00u;
+    else if (x >= 0x38800000u) { /* normal: rebias the exponent, round 13 bits away */
+        r = (x - 0x38000000u) >> 13;
+        const uint32_t rem = x & 0x1fffu;
+        r += rem > 0x1000u || (rem == 0x1000u && (r & 1u));
+    } else if (x <= 0x33000000u) /* <= 2^-25: rounds to zero */
+        r = 0;
+    else { /* subnormal half: round man * 2^(e - 150) to a multiple of 2^-24 */
+        const uint32_t man = (x & 0x7fffffu) | 0x800000u, shift = 126u - (x >> 23);
+        const uint32_t rem = man & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+        r = man >> shift;
+        r += rem > halfway || (rem == halfway && (r & 1u));
+    }
+    return (tt_f16){(uint16_t)(sign | r)};
+}
+
+static inline float tt_ld_bf16(tt_bf16 h) { return tt_bits_f32((uint32_t)h.bits << 16); }
+
+static inline tt_bf16 tt_st_bf16(float f)
+{
+    const uint32_t x = tt_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (tt_bf16){(uint16_t)((x >> 16) | 0x40u)};
+    return (tt_bf16){(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+}
+
+/* float64 -> float rounded to odd: truncate, and set the last bit when inexact.  Rounding
+ * that float to a half type (>= 2 fewer bits) then equals rounding the double directly. */
+static inline float tt_f64_to_f32_odd(double d)
+{
+    float f = (float)d;
+    if (isnan(d) || (double)f == d)
+        return f;
+    if (fabs((double)f) > fabs(d))
+        f = nextafterf(f, 0.0f);
+    return tt_bits_f32(tt_f32_bits(f) | 1u);
+}
+
+static inline tt_f16 tt_st_f16_d(double d) { return tt_st_f16(tt_f64_to_f32_odd(d)); }
+static inline tt_bf16 tt_st_bf16_d(double d) { return tt_st_bf16(tt_f64_to_f32_odd(d)); }
+static inline float tt_ld_f32(float v) { return v; }
+static inline double tt_ld_f64(double v) { return v; }
+static inline float tt_st_f32(float v) { return v; }
+static inline double tt_st_f64(double v) { return v; }
+
+/* TT_LD(v): an element as its compute type C (float, or double for float64).
+ * TT_ST(U, v): compute value v stored as element type U (one rounding; from a double
+ * straight to a half type without passing through float's rounding). */
+#define TT_LD(v) _Generic((v), float: tt_ld_f32, double: tt_ld_f64, tt_f16: tt_ld_f16, tt_bf16: tt_ld_bf16)(v)
+#define TT_ST(U, v)                                                                        \
+    _Generic((U){0}, float: tt_st_f32, double: tt_st_f64,                                  \
+             tt_f16: _Generic((v), double: tt_st_f16_d, default: tt_st_f16),               \
+             tt_bf16: _Generic((v), double: tt_st_bf16_d, default: tt_st_bf16))(v)
+
+/* Run BODY with T bound to the element type of any float dtype and C to its compute type
+ * (float for float32, float16, bfloat16; double for float64).  Bodies use TT_LD / TT_ST. */
+#define TT_UNUSED_TYPE __attribute__((unused))
+#define TT_ANY_FLOAT_DISPATCH(dtype, ...)                                                        \
+    do {                                                                                         \
+        switch (dtype) {                                                                         \
+        case TT_F32: { typedef float T; typedef float C TT_UNUSED_TYPE; __VA_ARGS__; break; }    \
+        case TT_F64: { typedef double T; typedef double C TT_UNUSED_TYPE; __VA_ARGS__; break; }  \
+        case TT_F16: { typedef tt_f16 T; typedef float C TT_UNUSED_TYPE; __VA_ARGS__; break; }   \
+        case TT_BF16: { typedef tt_bf16 T; typedef float C TT_UNUSED_TYPE; __VA_ARGS__; break; } \
+        default: break;                                                                          \
+        }                                                                                        \
     } while (0)
 
 /* Put on a hot element-wise loop: GCC compiles it for AVX-512, AVX2+FMA and baseline x86-64

@@ -2,9 +2,10 @@
  * (csrc/kernels/cpu/gemm.c).  A plain local-memory tiled kernel: TT_DEV_TILE x
  * TT_DEV_TILE work-items per group, one element of C each.  Correctness, not speed: the
  * CUDA build uses cuBLAS instead (csrc/kernels/cuda/gemm.cu).  beta == 0 never reads C
- * (the expander then declares C write-only: its contents are undefined). */
+ * (the expander then declares C write-only: its contents are undefined).  cacc (a float32
+ * accumulator C for half A and B) is always 0 here: no OpenCL body takes half tiles. */
 KERNEL SUF(tt_gemm)(GLOBAL const T *A, GLOBAL const T *B, GLOBAL T *C, tt_long batch, tt_long m, tt_long n,
-                    tt_long k, tt_long ta, tt_long tb, R alpha, R beta)
+                    tt_long k, tt_long ta, tt_long tb, tt_long cacc, R alpha, R beta)
 {
     LOCAL T As[TT_DEV_TILE][TT_DEV_TILE];
     LOCAL T Bs[TT_DEV_TILE][TT_DEV_TILE];
