@@ -32,7 +32,7 @@ def worker(a) -> None:
     import tiletrain as tt
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import n_replicas, place, replica, shards
+    from tiletrain.parallel import microbatch, n_replicas, place, replica, shards
 
     tt.init()
     cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
@@ -49,7 +49,7 @@ def worker(a) -> None:
         for mb in range(m):  # micro-batches: all submitted before any loss is read
             part = ids[mb * a.batch // m:(mb + 1) * a.batch // m]
             for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
-                with replica(d):
+                with replica(d), microbatch(mb):
                     loss = model.loss(xs, ys)
                     n = m * n_replicas()
                     (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()

@@ -53,3 +53,33 @@ def test_plan_puts_each_stage_on_its_ranks():
     assert owner[id(tr.wte.weight)] in (0, 2)
     pipe, _ = plan(model, "pipeline", world=2)
     assert {pipe[id(p)] for p in tr.h[3].parameters()} == {1}
+
+
+def test_microbatch_gives_1f1b_priorities_in_a_pipelined_layout(monkeypatch):
+    """With more than one stage, micro-batch k's backward outranks every forward and
+    micro-batch k outranks k+1; with one stage, tags only."""
+    from profiled_runtime import restart
+
+    import tiletrain as tt
+    import tiletrain.parallel as par
+    restart(sched="prio")
+    try:
+        def run(grid):
+            monkeypatch.setattr(par, "_grid", grid)
+            with tt.trace.recording() as rec:
+                for k in range(2):
+                    with par.microbatch(k):
+                        x = tt.ones((4, 4), (2, 2)).requires_grad_()
+                        tt.sum(tt.mul(x, x)).backward()
+            return rec.trace.tasks
+        t = run((2, 1))
+        fwd = t[t["phase"] == ""]
+        bwd = t[t["phase"] == "bwd"]
+        assert set(t["microbatch"].tolist()) == {0, 1}
+        assert bwd["priority"].min() > fwd["priority"].max()
+        for ph in (fwd, bwd):
+            assert ph[ph["microbatch"] == 0]["priority"].min() > ph[ph["microbatch"] == 1]["priority"].max()
+        flat = run((1, 2))
+        assert set(flat["priority"].tolist()) == {0} and set(flat["microbatch"].tolist()) == {0, 1}
+    finally:
+        tt.shutdown()

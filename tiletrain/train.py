@@ -225,7 +225,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
     from .ops import activations
 
     from .distribution import rank, world_size
-    from .parallel import check_fit, n_replicas, place, replica, shards
+    from .parallel import check_fit, microbatch, n_replicas, place, replica, shards
 
     args.validate()
     # a distribution that does not fit the job: the same message on every rank, before any task
@@ -294,14 +294,14 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     g["lr"] = lr
                 # every micro-batch is submitted before any loss is read: they overlap
                 micro = []
-                for _ in range(args.micro_batches):
+                for k in range(args.micro_batches):
                     x, y = corpus.batch("train", args.batch, args.seq_len, data_rng)
                     # one shard per data-parallel replica (one in single and pipeline mode):
                     # its forward and backward run on the replica's ranks; the partial
                     # gradients are reduced on each parameter's owner
                     n = args.micro_batches * n_replicas()
                     for d, xs, ys in shards(x, y):
-                        with replica(d):
+                        with replica(d), microbatch(k):
                             loss = model.loss(xs, ys)
                             (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
                         micro.append(loss)
