@@ -91,6 +91,23 @@ def test_tied_use_gets_both_contributions(rng):
     vjp_check(lambda X_, W_: tt.matmul(X_ @ W_, W_, transpose_b=True), [x, w], [(3, 2), (2, 2)])
 
 
+def test_shared_pending_gradients_are_never_changed_behind_a_reader(rng):
+    """A gradient handed to two inputs (add's backward; the residual stream) is shared, not
+    copied; accumulating into one of them must not change what the other sees."""
+    a = _r(rng, *SHAPE)
+    # h = x*2 gets g from both branches of add(h, h*h); x's pending gradient then receives
+    # a second contribution through the residual (in place only when nobody shares it)
+    vjp_check(lambda x: (lambda h: (h + h * h) + h * 3.0)(x * 2.0), [a], [TILES])
+    vjp_check(lambda x: (lambda h: tt.add(h, h) * h + h)(x + 1.0), [a], [TILES])
+    # the seed gradient passed by the caller stays untouched
+    x = tt.from_numpy(a, TILES).requires_grad_()
+    y = (lambda h: h + h)(x * 1.0)
+    seed = tt.from_numpy(np.ones(SHAPE), TILES)
+    y.backward(seed)
+    np.testing.assert_array_equal(seed.numpy(), np.ones(SHAPE))
+    np.testing.assert_allclose(x.grad.numpy(), np.full(SHAPE, 2.0), rtol=1e-12)
+
+
 def test_no_grad_detach_and_flags(rng):
     x = tt.from_numpy(_r(rng, *SHAPE), TILES).requires_grad_()
     with tt.no_grad():

@@ -120,10 +120,34 @@ class _Placer:
         self.mpi = bool(lib.tt_mpi_enabled())
         self.placed: set[int] = set() if foreign is None else {id(foreign)}
         self.keep: list[Tensor] = [] if foreign is None else [foreign]  # keep ids unique while used
+        self.pending_refs: dict[int, int] = {}  # id -> how many pending entries hold that tensor
+
+    # Pending (non-leaf) gradients are shared rather than copied: a rule that hands the same
+    # gradient to two inputs (add, the residual stream) costs no copy.  Accumulating into a
+    # pending gradient is done in place only when no other entry, leaf or caller holds it;
+    # otherwise out of place (one add task per tile, as many as the in-place axpy).
+    def share(self, g: Tensor) -> Tensor:
+        self.pending_refs[id(g)] = self.pending_refs.get(id(g), 0) + 1
+        self.keep.append(g)
+        return g
+
+    def release(self, g: Tensor) -> None:
+        self.pending_refs[id(g)] -= 1
+
+    def accumulate(self, acc: Tensor, g: Tensor) -> Tensor:
+        from .basic import add, axpy_
+        mine = (self.pending_refs.get(id(acc), 0) == 1 and id(acc) not in self.placed and acc._base is None
+                and acc._node is None and not acc.requires_grad)
+        if mine:
+            axpy_(acc, g, 1.0, 1.0)
+            return acc
+        self.release(acc)
+        return self.share(add(acc, g))
 
     def own(self, g: Tensor) -> Tensor:
         from .basic import copy
-        if id(g) in self.placed or g._base is not None or g._node is not None or g.requires_grad:
+        if (id(g) in self.placed or self.pending_refs.get(id(g), 0) > 0 or g._base is not None
+                or g._node is not None or g.requires_grad):
             g = copy(g)
         self.placed.add(id(g))
         self.keep.append(g)
@@ -188,7 +212,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
             raise RuntimeError(f"backward: the graph through op {t._node.op!r} was already released by an "
                                "earlier backward()")
     placer = _Placer(grad)
-    pending: dict[int, Tensor] = {id(root): grad}
+    pending: dict[int, Tensor] = {id(root): placer.share(grad)}
     _dist._in_backward += 1
     try:
         _run_backward(order, pending, placer)
@@ -202,6 +226,7 @@ def _run_backward(order, pending, placer) -> None:
             node = t._node
             g = pending.pop(id(t), None)
             if g is not None:
+                placer.release(g)
                 if node.place is None:
                     grads = BACKWARD[node.op](node, g)
                 else:  # where the forward ran (a pipeline stage, a data shard)
@@ -219,10 +244,9 @@ def _run_backward(order, pending, placer) -> None:
                     if inp._node is None:
                         placer.leaf(inp, gi)
                     elif id(inp) in pending:
-                        from .basic import axpy_
-                        axpy_(pending[id(inp)], gi, 1.0, 1.0)
+                        pending[id(inp)] = placer.accumulate(pending[id(inp)], gi)
                     else:
-                        pending[id(inp)] = placer.own(gi)
+                        pending[id(inp)] = placer.share(gi)
             # release the tape: saved activations go when their last reader has run
             node.saved = ()
             node.inputs = tuple(None for _ in node.inputs)
