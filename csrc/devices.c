@@ -152,7 +152,7 @@ int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr,
     if (!ptr || !nbytes)
         return tt_error(TT_EINVAL, "tile acquire: NULL output");
     tt_ensure_running();
-    starpu_data_handle_t h = t->handles[tile];
+    starpu_data_handle_t h = t->handles[tile] = tt_mpi_materialize(t->handles[tile]);
     int ret = starpu_data_acquire_on_node(h, node, write ? STARPU_W : STARPU_R);
     if (ret != 0)
         return tt_error(TT_ESTARPU, "starpu_data_acquire_on_node failed on tile %lld (%d)", (long long)tile, ret);

@@ -147,8 +147,17 @@ static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int d
         }
     }
     int64_t idx[TT_MAX_NDIM];
+    int me = tt_mpi_rank();
     for (int64_t i = 0; i < t->ntiles; i++) {
         tt_tile_index(t, i, idx);
+        if (tt_mpi_on && !deferred && t->owner[i] != me) { /* registered if this rank ever needs it */
+            starpu_data_handle_t z = tt_mpi_lazy_new(&t->handles[i], (uint32_t)tt_tile_nelems(t, idx), es,
+                                                     t->owner[i]);
+            if (z) {
+                t->handles[i] = z;
+                continue;
+            }
+        }
         /* home node -1: StarPU allocates the tile where it is first written (under MPI, on
          * the ranks that own it or receive a copy). */
         starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)tt_tile_nelems(t, idx), es);
@@ -177,6 +186,10 @@ void tt_tensor_free(tt_tensor *t)
         tt_bytes_live_locked_add(-tensor_bytes(t));
         tt_trace_forget_handles(t->handles, t->ntiles); /* the trace's per-handle DAG state */
         for (int64_t i = 0; i < t->ntiles; i++) {
+            if (tt_handle_lazy(t->handles[i])) {
+                tt_mpi_lazy_free(t->handles[i]); /* another rank's tile, never needed here */
+                continue;
+            }
             if (tt_mpi_on && t->owner[i] < 0)
                 tt_mpi_forget(t->handles[i]); /* never written: never registered with StarPU-MPI */
             starpu_data_unregister_submit(t->handles[i]); /* freed once its last task is done */
@@ -251,6 +264,9 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
     int me = tt_mpi_rank();
     if (tt_mpi_on) {
         for (int64_t i = 0; i < t->ntiles; i++) {
+            if (to_tile && tt_handle_lazy(t->handles[i]))
+                continue; /* another rank's tile this rank never received: no copy to drop */
+            t->handles[i] = tt_mpi_materialize(t->handles[i]); /* collective read: every rank gets it */
             if (t->owner[i] < 0)
                 tt_mpi_resolve(t->handles[i]); /* written or read directly: its fallback owner */
             if (to_tile)

@@ -17,6 +17,7 @@ static int mpi_rank = 0, mpi_size = 1;
  * never collide across tensors created at different times (or across sessions).  Every
  * rank creates the same tensors in the same order, so the counters agree. */
 static int64_t next_tag = 1;
+static int64_t lazy_created = 0, lazy_registered = 0; /* other ranks' tiles (tt_mpi_lazy_counts) */
 static int we_initialized_mpi = 0;
 
 int tt_mpi_available(void) { return 1; }
@@ -171,6 +172,7 @@ int tt_mpi_start(struct starpu_conf *conf)
     starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
     starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
     keepalive_start();
+    lazy_created = lazy_registered = 0;
     tt_mpi_on = 1;
     return TT_OK;
 }
@@ -224,6 +226,8 @@ void tt_mpi_register(starpu_data_handle_t h, int owner)
  * submits the same flow, so every rank resolves the same tiles in the same order and the
  * tags still agree.  Pending handles live in a small chained hash table; with none
  * pending (the usual case once a step's tensors exist) the submission path pays one load. */
+static int lazy_owner(starpu_data_handle_t h);
+
 typedef struct pend { starpu_data_handle_t h; int *slot; int fallback; struct pend *next; } pend_t;
 #define PEND_BUCKETS 4096
 static pend_t *pend_tab[PEND_BUCKETS];
@@ -296,12 +300,85 @@ void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n)
     int src = -1;
     for (int i = 0; i < n && src < 0; i++)
         if ((d[i].mode & STARPU_R) && !pend_has(d[i].handle))
-            src = starpu_mpi_data_get_rank(d[i].handle);
+            src = tt_handle_lazy(d[i].handle) ? lazy_owner(d[i].handle) : starpu_mpi_data_get_rank(d[i].handle);
     for (int i = 0; i < n; i++) {
         pend_t *p = pend_take(d[i].handle);
         if (p)
             pend_place(p, ((d[i].mode & STARPU_W) && src >= 0) ? src : p->fallback);
     }
+}
+
+/* Does this rank take part in a task?  Not when it owns none of the task's tiles (so it
+ * neither runs the task -- StarPU-MPI runs it on an owner of a written tile -- nor sends
+ * a tile it reads) and holds no received copy of a tile the task writes (which
+ * starpu_mpi_task_post_build would invalidate).  Then starpu_mpi_task_build/post_build
+ * would do nothing here, and the submission skips them (half the flow of a data-parallel
+ * step runs on the other ranks). */
+typedef struct lazy_tile {
+    starpu_data_handle_t *slot; /* the tensor's handle slot, replaced on registration */
+    int64_t tag;
+    uint32_t nelems;
+    uint32_t elemsize;
+    int owner;
+} lazy_tile;
+
+static lazy_tile *lazy_of(starpu_data_handle_t h) { return (lazy_tile *)((uintptr_t)h & ~(uintptr_t)1); }
+static int lazy_owner(starpu_data_handle_t h) { return lazy_of(h)->owner; }
+
+void tt_mpi_lazy_counts(int64_t *out)
+{
+    out[0] = lazy_created;
+    out[1] = lazy_registered;
+}
+
+/* A tile of another rank: its tag is taken now (every rank creates the same tensors in the
+ * same order), StarPU learns about it only if this rank ever touches it.  NULL when out of
+ * memory (the caller registers it at once instead). */
+starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner)
+{
+    lazy_tile *z = malloc(sizeof *z);
+    if (!z)
+        return NULL;
+    z->slot = slot;
+    z->tag = next_tag++;
+    z->nelems = nelems;
+    z->elemsize = (uint32_t)elemsize;
+    z->owner = owner;
+    lazy_created++;
+    return (starpu_data_handle_t)((uintptr_t)z | 1u);
+}
+
+starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h)
+{
+    if (!tt_handle_lazy(h))
+        return h;
+    lazy_tile *z = lazy_of(h);
+    starpu_data_handle_t real;
+    starpu_vector_data_register(&real, -1, 0, z->nelems, z->elemsize);
+    starpu_mpi_data_register(real, z->tag, z->owner);
+    *z->slot = real;
+    free(z);
+    lazy_registered++;
+    return real;
+}
+
+void tt_mpi_lazy_free(starpu_data_handle_t h)
+{
+    if (tt_handle_lazy(h))
+        free(lazy_of(h));
+}
+
+int tt_mpi_involved(const struct starpu_data_descr *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (tt_handle_lazy(d[i].handle))
+            continue; /* another rank's tile this rank never touched: neither owned nor cached */
+        if (starpu_mpi_data_get_rank(d[i].handle) == mpi_rank)
+            return 1;
+        if ((d[i].mode & STARPU_W) && starpu_mpi_cached_receive(d[i].handle))
+            return 1;
+    }
+    return 0;
 }
 
 void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORLD, h); }
@@ -346,6 +423,14 @@ void tt_mpi_abort(int code)
     _Exit(code);
 }
 int64_t tt_mpi_next_tag(void) { return 0; }
+starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner)
+{
+    (void)slot; (void)nelems; (void)elemsize; (void)owner;
+    return NULL;
+}
+starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h) { return h; }
+void tt_mpi_lazy_free(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_lazy_counts(int64_t *out) { out[0] = out[1] = 0; }
 
 #endif
 

@@ -79,7 +79,10 @@ void tt_tensors_kill_all(void)
         for (int64_t i = 0; i < t->ntiles; i++) {
             if (tt_mpi_on && t->owner[i] < 0)
                 tt_mpi_forget(t->handles[i]); /* deferred owner, never written */
-            starpu_data_unregister_no_coherency(t->handles[i]);
+            if (tt_handle_lazy(t->handles[i]))
+                tt_mpi_lazy_free(t->handles[i]);
+            else
+                starpu_data_unregister_no_coherency(t->handles[i]);
         }
         t->dead = 1;
         t->prev = t->next = NULL;

@@ -81,6 +81,12 @@ static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handle
     }
     tt_mpi_resolve_task(descr, k->nbuffers); /* tiles of outputs placed by their first writer */
     kernel_ntasks[kernel]++; /* the flow's task count: the same on every rank */
+    if (!tt_mpi_involved(descr, k->nbuffers)) { /* nothing to run, send or forget here */
+        free(args);
+        return TT_OK;
+    }
+    for (int i = 0; i < k->nbuffers; i++)
+        descr[i].handle = tt_mpi_materialize(descr[i].handle); /* other ranks' tiles it needs */
     struct starpu_task *task = starpu_mpi_task_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr,
                                                      k->nbuffers, 0);
     if (!task) { /* another rank runs it (no task was created: the args are ours to free) */

@@ -118,6 +118,9 @@ void *tt_args_new(int kernel);
 extern int tt_mpi_on;
 int tt_mpi_start(struct starpu_conf *conf); /* MPI (once per process) + starpu_mpi_init_conf */
 void tt_mpi_stop(void);                     /* starpu_mpi_shutdown + starpu_shutdown */
+#ifdef TT_HAVE_MPI
+int tt_mpi_involved(const struct starpu_data_descr *d, int n); /* does this rank take part in the task? */
+#endif
 int tt_mpi_wait_all(void);                  /* collective: every task and transfer, all ranks */
 void tt_mpi_register(starpu_data_handle_t h, int owner); /* next tag of the process-wide counter */
 /* deferred owners: registered by the first task writing the tile (owner of its first read
@@ -129,6 +132,13 @@ void tt_mpi_forget(starpu_data_handle_t h);
 void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n);
 #endif
 void tt_mpi_flush(starpu_data_handle_t h);  /* collective: drop cached copies on non-owners */
+/* Lazy tiles (csrc/mpi.c): under MPI a tile owned by another rank is registered with StarPU
+ * only when a task of this rank (or a collective read/write) needs it; until then its slot
+ * in the tensor's handle array holds a tagged pointer (low bit set) with its tag and owner. */
+static inline int tt_handle_lazy(starpu_data_handle_t h) { return ((uintptr_t)h & 1u) != 0; }
+starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner);
+starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h); /* registers a lazy tile; others as is */
+void tt_mpi_lazy_free(starpu_data_handle_t h);
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h); /* collective: owner sends the tile to all */
 
 #endif

@@ -133,9 +133,14 @@ def replica(d: int):
         raise ValueError(f"replica({d}): the placed layout has {_grid[1]} replica(s)")
     old_r, old_default = _replica, D._default
     _replica = int(d)
-    D._default = SingleRank(rank_of(_replica, 0))
+    here = SingleRank(rank_of(_replica, 0))
+    D._default = here
     try:
-        yield
+        if _grid[0] == 1:  # the replica is one rank: everything of its shard lives there
+            with D.use(here):
+                yield
+        else:
+            yield
     finally:
         _replica, D._default = old_r, old_default
 
@@ -210,7 +215,7 @@ def place(model, mode: str, stages: int | None = None) -> None:
     owner, where = plan(model, mode, world, stages)
     _grid, _replica = ((S, D) if world > 1 else (1, 1)), 0
     for mod in model.modules():
-        stage = where.get(id(mod))
+        stage = where.get(id(mod)) if S > 1 else None  # one stage: replica() places the shard
         object.__setattr__(mod, "placement", None if stage is None else Stage(stage))
     if not lib.tt_mpi_enabled():
         return  # one process: every tile is already local

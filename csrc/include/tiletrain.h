@@ -227,6 +227,9 @@ int tt_mpi_rank(void);       /* this process' rank (0 without MPI) */
 int tt_mpi_size(void);       /* number of ranks (1 without MPI) */
 void tt_mpi_abort(int code); /* MPI_Abort(MPI_COMM_WORLD, code) (or _Exit without MPI): never returns */
 int64_t tt_mpi_next_tag(void); /* the data tag the next registered tile gets */
+/* other ranks' tiles created lazily (out[0]) and registered since because this rank needed
+ * them (out[1]), this session */
+void tt_mpi_lazy_counts(int64_t *out);
 /* A tensor whose tile i belongs to rank owners[i] (NULL: rank 0); owners must be in [0, size). */
 int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
                         tt_tensor **out);

@@ -87,6 +87,16 @@ def test_task_records_under_mpirun(tmp_path, driver):
     assert sum(counts) == 24, counts
 
 
+def test_other_ranks_tiles_are_registered_only_when_needed(tmp_path):
+    run_mpi("lazy.py", 2, tmp_path, "lz")
+    r0, r1 = (_load(tmp_path / f"lz-rank{r}.npz") for r in range(2))
+    assert r0["err"] == 0 and r1["err"] == 0
+    assert r0["before"].tolist() == [0, 0]           # rank 0 owns everything: nothing lazy
+    created, registered = r1["before"].tolist()
+    assert created == 12 and registered == 0, (created, registered)  # x, x*x and y: 3 x 4 tiles, untouched
+    assert r1["after"].tolist() == [12, 4]           # the read needed y's 4 tiles
+
+
 def test_mpi_true_without_mpirun_runs_as_one_rank():
     res = run_single("singleton.py")
     assert res.stdout.strip().endswith("ok"), res.stdout
