@@ -217,6 +217,33 @@ int tt_tensor_owner(const tt_tensor *t, int64_t tile)
     return t->owner[tile];
 }
 
+int tt_tensor_migrate(tt_tensor *t, const int *owners)
+{
+    int rc = tt_check_readable(t, "tensor migrate");
+    if (rc)
+        return rc;
+    if (!owners)
+        return tt_error(TT_EINVAL, "tensor migrate: owners is NULL");
+    int size = tt_mpi_size();
+    for (int64_t i = 0; i < t->ntiles; i++)
+        if (owners[i] < 0 || owners[i] >= size)
+            return tt_error(TT_EINVAL, "tensor migrate: tile %lld's owner rank %d is outside [0, %d)", (long long)i,
+                            owners[i], size);
+    if (!tt_mpi_on)
+        return TT_OK; /* one process: every tile is local */
+    tt_ensure_running();
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        if (t->owner[i] < 0)
+            tt_mpi_resolve(t->handles[i]);
+        if (owners[i] == t->owner[i])
+            continue;
+        t->handles[i] = tt_mpi_materialize(t->handles[i]); /* both ranks take part in the move */
+        tt_mpi_migrate(t->handles[i], owners[i]);
+        t->owner[i] = owners[i];
+    }
+    return TT_OK;
+}
+
 /* Copy an N-d block between a strided buffer and a contiguous tile.
  * `strides` are the strided side's byte strides, `shape` the block shape. */
 static void copy_block(char *strided, const int64_t *strides, char *tile, const int64_t *shape, int ndim,

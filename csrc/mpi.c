@@ -382,6 +382,7 @@ int tt_mpi_involved(const struct starpu_data_descr *d, int n)
 }
 
 void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORLD, h); }
+void tt_mpi_migrate(starpu_data_handle_t h, int new_owner) { starpu_mpi_data_migrate(MPI_COMM_WORLD, h, new_owner); }
 
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h); }
 
@@ -412,6 +413,7 @@ void tt_mpi_stop(void) {}
 int tt_mpi_wait_all(void) { return TT_OK; }
 void tt_mpi_register(starpu_data_handle_t h, int owner) { (void)h; (void)owner; }
 void tt_mpi_flush(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_migrate(starpu_data_handle_t h, int new_owner) { (void)h; (void)new_owner; }
 void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback) { (void)h; *slot = fallback; }
 void tt_mpi_resolve(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_forget(starpu_data_handle_t h) { (void)h; }

@@ -139,6 +139,7 @@ static inline int tt_handle_lazy(starpu_data_handle_t h) { return ((uintptr_t)h 
 starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner);
 starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h); /* registers a lazy tile; others as is */
 void tt_mpi_lazy_free(starpu_data_handle_t h);
+void tt_mpi_migrate(starpu_data_handle_t h, int new_owner); /* collective: starpu_mpi_data_migrate */
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h); /* collective: owner sends the tile to all */
 
 #endif

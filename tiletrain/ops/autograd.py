@@ -134,11 +134,14 @@ class _Placer:
     def release(self, g: Tensor) -> None:
         self.pending_refs[id(g)] -= 1
 
+    def exclusive(self, g: Tensor, refs: int = 0) -> bool:
+        """No other pending entry, leaf or caller holds g (it may be changed in place)."""
+        return (self.pending_refs.get(id(g), 0) == refs and id(g) not in self.placed and g._base is None
+                and g._node is None and not g.requires_grad)
+
     def accumulate(self, acc: Tensor, g: Tensor) -> Tensor:
         from .basic import add, axpy_
-        mine = (self.pending_refs.get(id(acc), 0) == 1 and id(acc) not in self.placed and acc._base is None
-                and acc._node is None and not acc.requires_grad)
-        if mine:
+        if self.exclusive(acc, refs=1):
             axpy_(acc, g, 1.0, 1.0)
             return acc
         self.release(acc)
@@ -162,14 +165,28 @@ class _Placer:
                     # a partial gradient made elsewhere (a data-parallel shard, another
                     # stage): the sum lives on the leaf's owners, so that later partials
                     # are reduced there (axpy tasks run where .grad lives) and the
-                    # optimizer update stays local
-                    leaf.grad = _copy_to(g, owners.reshape(-1))
+                    # optimizer update stays local.  A gradient nobody else holds is
+                    # handed over whole (StarPU-MPI moves it; no task), else copied there.
+                    if self.exclusive(g):
+                        leaf.grad = _migrate(g, owners.reshape(-1))
+                    else:
+                        leaf.grad = _copy_to(g, owners.reshape(-1))
                     self.placed.add(id(leaf.grad))
                     self.keep.append(leaf.grad)
                     return
             leaf.grad = self.own(g)
         else:
             axpy_(leaf.grad, g, 1.0, 1.0)
+
+
+def _migrate(g: Tensor, owners) -> Tensor:
+    """g itself, its tile i handed to rank owners[i] (collective; StarPU-MPI moves the data)."""
+    from .._ffi import check, ffi, lib
+    from ..distribution import Explicit, SingleRank
+    owners = np.ascontiguousarray(owners, dtype=np.int32)
+    check(lib.tt_tensor_migrate(g._ptr, ffi.from_buffer("int[]", owners)))
+    g.traits = g.traits.with_dist(SingleRank(int(owners[0])) if (owners == owners[0]).all() else Explicit(owners))
+    return g
 
 
 def _copy_to(g: Tensor, owners) -> Tensor:

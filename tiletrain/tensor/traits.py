@@ -9,6 +9,9 @@ from collections.abc import Iterator, Sequence
 
 DEFAULT_TILE = 512
 
+# (shape, tiles) as given -> validated (shape, tiles, grid) (TensorTraits.__init__)
+_GEOMETRY: dict = {}
+
 
 def _as_dims(value, name: str) -> tuple[int, ...]:
     if type(value) is tuple and all(type(d) is int for d in value):
@@ -32,6 +35,18 @@ class TensorTraits:
     __slots__ = ("shape", "tiles", "grid", "dist")
 
     def __init__(self, shape: Sequence[int] | int, tiles: Sequence[int] | int | None = None, dist=None):
+        key = None
+        if type(shape) is tuple and (tiles is None or type(tiles) is tuple):
+            key = (shape, tiles)
+            geom = _GEOMETRY.get(key)
+            # a hit must also be ints (8.0 == 8 would match a cached int shape)
+            if geom is not None and all(type(d) is int for d in shape) and (
+                    tiles is None or all(type(t) is int for t in tiles)):
+                self.shape, self.tiles, self.grid = geom
+                self.dist = None
+                if dist is not None:
+                    self._set_dist(dist)
+                return
         shape = _as_dims(shape, "shape")
         if len(shape) > 8:
             raise ValueError(f"shape has {len(shape)} dimensions; tiletrain supports at most 8")
@@ -52,12 +67,20 @@ class TensorTraits:
         self.shape: tuple[int, ...] = shape
         self.tiles: tuple[int, ...] = tuple(min(t, d) for t, d in zip(tiles, shape))
         self.grid: tuple[int, ...] = tuple(math.ceil(d / t) for d, t in zip(shape, self.tiles))
+        if key is not None:  # every op makes traits: remember validated geometries
+            if len(_GEOMETRY) > 4096:
+                _GEOMETRY.clear()
+            _GEOMETRY[key] = (self.shape, self.tiles, self.grid)
         # Which rank owns each tile (tiletrain.distribution); None: the default at tensor
         # creation.  Not part of equality: ops combine tensors of any distributions.
+        self.dist = None
         if dist is not None:
-            from ..distribution import Distribution
-            if not isinstance(dist, Distribution):
-                raise TypeError(f"dist must be a tiletrain.distribution.Distribution, got {type(dist).__name__}")
+            self._set_dist(dist)
+
+    def _set_dist(self, dist) -> None:
+        from ..distribution import Distribution
+        if not isinstance(dist, Distribution):
+            raise TypeError(f"dist must be a tiletrain.distribution.Distribution, got {type(dist).__name__}")
         self.dist = dist
 
     def with_dist(self, dist) -> "TensorTraits":
