@@ -4,6 +4,7 @@ schedule, periodic validation, atomic checkpoints, exact resume and a sample at 
 Used by `tiletrain train` / `make train`; `train(TrainArgs(...))` from Python."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import signal
@@ -284,11 +285,11 @@ def train(args: TrainArgs, out=None) -> TrainResult:
             bar = tqdm(total=args.steps, initial=start, desc="train", unit="step", dynamic_ncols=True,
                        file=sys.stderr)
         t_start, tokens_done = time.perf_counter(), 0
+        ends = collections.deque(maxlen=11)  # wall times of the last step completions
         step = start
         stopped = False
         with _StopFlag() as stop:
             while step < args.steps:
-                t0 = time.perf_counter()
                 lr = cosine_with_warmup(step, lr=args.lr, warmup=args.warmup, total=args.steps, min_lr=args.min_lr)
                 for g in opt.param_groups:
                     g["lr"] = lr
@@ -315,14 +316,21 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     raise FloatingPointError(f"the training loss became {value} at step {step}; lower --lr")
                 step += 1
                 train_losses.append(value)
-                dt = time.perf_counter() - t0
                 tokens_done += tokens_per_step
+                # throughput from the spacing of the last step completions: a loss can be read
+                # before its step's backward and update have run, so one step's own time
+                # under-counts right after a drain (an evaluation) and over-counts otherwise
+                ends.append(time.perf_counter())
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(loss=f"{value:.4f}", tok_s=f"{tokens_per_step / dt:,.0f}",
-                                    gflops=f"{fpt * tokens_per_step / dt / 1e9:.1f}", lr=f"{lr:.2e}")
+                    rate = {}
+                    if len(ends) >= 2:
+                        dt = (ends[-1] - ends[0]) / (len(ends) - 1)
+                        rate = dict(tok_s=f"{tokens_per_step / dt:,.0f}", gflops=f"{fpt * tokens_per_step / dt / 1e9:.1f}")
+                    bar.set_postfix(loss=f"{value:.4f}", **rate, lr=f"{lr:.2e}")
                 last = step == args.steps
                 if args.eval_every and (step % args.eval_every == 0 or last):
+                    ends.clear()  # the evaluation's time is not training throughput
                     val_losses[step] = evaluate(model, corpus, args, np.random.default_rng(eval_rng_seed))
                     msg = f"step {step}: train loss {value:.4f}, val loss {val_losses[step]:.4f}"
                     (bar.write(msg) if bar is not None else print(msg, file=out, flush=True))
