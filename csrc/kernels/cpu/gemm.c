@@ -30,10 +30,28 @@ static void half_to_f32(int64_t dtype, const void *src, int64_t n, float *dst)
             dst[i] = tt_ld_bf16(((const tt_bf16 *)src)[i]);
 }
 
+/* The float32 copies of a half task's tiles: one buffer per worker thread, grown to the
+ * largest task seen and kept (a malloc/free of tile-sized blocks per task would map and
+ * unmap fresh pages every time). */
+static __thread float *scratch = NULL;
+static __thread size_t scratch_len = 0;
+
+static float *scratch_floats(size_t n)
+{
+    if (n > scratch_len) {
+        float *p = realloc(scratch, sizeof(float) * n);
+        if (!p)
+            return NULL;
+        scratch = p;
+        scratch_len = n;
+    }
+    return scratch;
+}
+
 static void half_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
 {
     const int64_t na = a->batch * a->m * a->k, nb = a->batch * a->k * a->n, nc = a->batch * a->m * a->n;
-    float *buf = malloc(sizeof(float) * (size_t)(na + nb + (a->cacc ? 0 : nc)));
+    float *buf = scratch_floats((size_t)(na + nb + (a->cacc ? 0 : nc)));
     if (!buf) { /* a kernel body has no error path: report and abort, as StarPU does */
         fprintf(stderr, "tiletrain: gemm: out of memory for the float32 copies of a %s tile\n",
                 a->dtype == TT_F16 ? "float16" : "bfloat16");
@@ -53,7 +71,6 @@ static void half_gemm(const tt_args_gemm *a, const void *A, const void *B, void 
             for (int64_t i = 0; i < nc; i++)
                 ((tt_bf16 *)C)[i] = tt_st_bf16(fc[i]);
     }
-    free(buf);
 }
 
 void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
