@@ -95,6 +95,27 @@ int tt_heads_split(tt_tensor *x, int part, int nparts, tt_tensor *y)
     return TT_OK;
 }
 
+/* Zero the tiles of x (B, T, nparts*C) that belong to no part in `parts` (bit p: part p). */
+static int heads_fill_others(const char *what, tt_tensor *x, int nparts, uint32_t parts, int64_t C)
+{
+    const int64_t tc = x->tile[2];
+    int64_t idx[3];
+    for (int64_t t = 0; t < x->ntiles; t++) {
+        tt_tile_index(x, t, idx);
+        const int64_t p = idx[2] * tc / C;
+        if (p < 32 && (parts >> p) & 1u)
+            continue;
+        tt_args_fill *a = tt_args_new(TT_K_FILL);
+        if (!a)
+            return tt_error(TT_ENOMEM, "%s: out of memory", what);
+        a->dtype = x->dtype;
+        a->n = tt_tile_nelems(x, idx);
+        a->value = 0.0;
+        CHECK(tt_submit(TT_K_FILL, a, &x->handles[t], NULL));
+    }
+    return TT_OK;
+}
+
 int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
 {
     const char *what = "merge_heads";
@@ -103,22 +124,34 @@ int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
     int64_t C;
     CHECK(heads_geometry(what, x, y, part, nparts, &C));
     CHECK(heads_permute(TT_K_HEADS_MERGE, what, x, y, part, C));
-    if (nparts > 1) { /* the other parts' columns are zero */
-        const int64_t tc = x->tile[2], lo = part * C / tc, hi = (part + 1) * C / tc;
-        int64_t idx[3];
-        for (int64_t t = 0; t < x->ntiles; t++) {
-            tt_tile_index(x, t, idx);
-            if (idx[2] >= lo && idx[2] < hi)
-                continue;
-            tt_args_fill *a = tt_args_new(TT_K_FILL);
-            if (!a)
-                return tt_error(TT_ENOMEM, "%s: out of memory", what);
-            a->dtype = x->dtype;
-            a->n = tt_tile_nelems(x, idx);
-            a->value = 0.0;
-            CHECK(tt_submit(TT_K_FILL, a, &x->handles[t], NULL));
-        }
-    }
+    if (nparts > 1) /* the other parts' columns are zero */
+        CHECK(heads_fill_others(what, x, nparts, 1u << part, C));
+    x->written = 1;
+    return TT_OK;
+}
+
+int tt_heads_merge_part(tt_tensor *y, int part, int nparts, tt_tensor *x)
+{
+    const char *what = "merge_heads";
+    CHECK(tt_check_readable(y, what));
+    CHECK(tt_check_tensor(x, what));
+    if (nparts > 32)
+        return tt_error(TT_EINVAL, "%s: at most 32 parts, got %d", what, nparts);
+    int64_t C;
+    CHECK(heads_geometry(what, x, y, part, nparts, &C));
+    CHECK(heads_permute(TT_K_HEADS_MERGE, what, x, y, part, C));
+    x->written = 1; /* the caller completes the other parts (tt_heads_fill_parts) before any read */
+    return TT_OK;
+}
+
+int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts)
+{
+    const char *what = "merge_heads";
+    CHECK(tt_check_tensor(x, what));
+    if (x->ndim != 3 || nparts < 1 || nparts > 32 || x->shape[2] % nparts || (x->shape[2] / nparts) % x->tile[2])
+        return tt_error(TT_EINVAL, "%s: x (B, T, nparts*C) with tiles not straddling the %d parts expected", what,
+                        nparts);
+    CHECK(heads_fill_others(what, x, nparts, parts, x->shape[2] / nparts));
     x->written = 1;
     return TT_OK;
 }

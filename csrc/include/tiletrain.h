@@ -133,6 +133,10 @@ int tt_embedding_backward(tt_tensor *ids, tt_tensor *dy, tt_tensor *dtable);
  * tiled (tile_B, tc/D, tile_T, D).  merge writes all of x (zeros outside the part). */
 int tt_heads_split(tt_tensor *x, int part, int nparts, tt_tensor *y);
 int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x);
+/* split_heads' backward written straight into x's gradient: part `part` only (the other
+ * parts' tiles untouched), then tt_heads_fill_parts zeroes the parts not in the bit mask */
+int tt_heads_merge_part(tt_tensor *y, int part, int nparts, tt_tensor *x);
+int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts);
 /* Flash attention on (B, H, T, D) tensors of one layout (D a single tile): o = softmax(scale
  * q k^T (+ causal mask)) v and lse (B, H, T) = the row logsumexp of the scores. */
 int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,

@@ -209,6 +209,26 @@ def test_split_heads_backward_zeros_other_parts(rng):
     np.testing.assert_array_equal(X.grad.numpy(), expect)
 
 
+@pytest.mark.parametrize("use", ["all", "two", "twice", "dense_too"])
+def test_vjp_split_parts_written_into_a_pending_gradient(rng, use):
+    """split_heads' part gradients go straight into a non-leaf input's pending gradient;
+    blocks no part wrote are zeroed, a repeated part or a dense contribution still adds."""
+    x = rng.standard_normal((2, 5, 3 * 6))
+
+    def f(t):
+        h = t * 1.5                                    # a non-leaf: the engine's pending path
+        parts = {"all": (0, 1, 2), "two": (2, 0), "twice": (1, 0, 1), "dense_too": (0, 1, 2)}[use]
+        ys = [F.merge_heads(F.split_heads(h, 2, p, 3)) * float(i + 1) for i, p in enumerate(parts)]
+        out = ys[0]
+        for y in ys[1:]:
+            out = out + y
+        if use == "dense_too":
+            return tt.sum(h * h, axis=2) + tt.sum(out, axis=2)
+        return out
+
+    vjp_check(f, [x], [(1, 2, 6)])
+
+
 def test_vjp_merge_heads(rng):
     y = rng.standard_normal((3, 5, 4, 2))
     vjp_check(F.merge_heads, [y], [(2, 2, 3, 2)])

@@ -13,7 +13,7 @@ import numbers
 
 from .._ffi import check, lib
 from ..tensor import Tensor, TensorTraits
-from .autograd import backward_rule, needs_grad, record
+from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
 
 
@@ -70,9 +70,16 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
 @backward_rule("split_heads")
 def _split_heads_bwd(node, g):
     c = node.ctx
-    dx = Tensor(c["traits"], g.dtype)  # the part's columns from g, zeros elsewhere
-    check(lib.tt_heads_merge(g._ptr, c["part"], c["nparts"], dx._ptr))
-    return (dx,)
+    part, nparts = c["part"], c["nparts"]
+    if nparts == 1:
+        dx = Tensor(c["traits"], g.dtype)
+        check(lib.tt_heads_merge(g._ptr, 0, 1, dx._ptr))
+        return (dx,)
+    # the part's columns from g, zeros elsewhere: written into x's gradient by the engine
+    # (the q, k and v parts of a fused projection fill it with no zero tile and no sum)
+    return (PartialGradient(c["traits"], g.dtype, part, nparts,
+                            write=lambda acc: check(lib.tt_heads_merge_part(g._ptr, part, nparts, acc._ptr)),
+                            fill=lambda acc, mask: check(lib.tt_heads_fill_parts(acc._ptr, nparts, mask))),)
 
 
 def merge_heads(y: Tensor) -> Tensor:

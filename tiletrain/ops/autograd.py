@@ -237,10 +237,50 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
         _dist._in_backward -= 1
 
 
+class PartialGradient:
+    """A gradient that is zero outside one of ``nparts`` disjoint blocks of its input's tiles
+    (split_heads' backward on a fused q|k|v projection).  Not built as a tensor: the engine
+    writes each part straight into the input's pending gradient and zeroes only the blocks
+    no part wrote, instead of one zero-padded tensor per part added together.
+
+    write(acc): write this part's tiles of acc (the others untouched); fill(acc, mask): zero
+    the blocks whose bit is not set in mask."""
+
+    __slots__ = ("traits", "dtype", "part", "nparts", "write", "fill")
+
+    def __init__(self, traits, dtype, part: int, nparts: int, write, fill):
+        self.traits, self.dtype, self.part, self.nparts = traits, dtype, part, nparts
+        self.write, self.fill = write, fill
+
+    @property
+    def shape(self):
+        return self.traits.shape
+
+    @property
+    def tiles(self):
+        return self.traits.tiles
+
+    def dense(self) -> Tensor:
+        acc = Tensor(self.traits, self.dtype)
+        self.write(acc)
+        self.fill(acc, 1 << self.part)
+        return acc
+
+
 def _run_backward(order, pending, placer) -> None:
+    # pending gradients built part by part: id -> (bit mask of the parts written, a part)
+    parts: dict[int, tuple[int, PartialGradient]] = {}
+
+    def complete(key: int) -> None:  # zero the blocks no part wrote, before a dense use
+        info = parts.pop(key, None)
+        if info is not None and info[0] != (1 << info[1].nparts) - 1:
+            info[1].fill(pending[key], info[0])
+
     with no_grad():
         for t in order:
             node = t._node
+            if id(t) in pending:
+                complete(id(t))
             g = pending.pop(id(t), None)
             if g is not None:
                 placer.release(g)
@@ -258,9 +298,28 @@ def _run_backward(order, pending, placer) -> None:
                     if gi.shape != inp.shape or gi.tiles != inp.tiles:
                         raise RuntimeError(f"backward rule of {node.op!r} gave a gradient of shape {gi.shape} "
                                            f"tiles {gi.tiles} for an input of shape {inp.shape} tiles {inp.tiles}")
+                    if isinstance(gi, PartialGradient):
+                        key = id(inp)
+                        info = parts.get(key)
+                        if inp._node is None:
+                            gi = gi.dense()
+                        elif key not in pending:
+                            acc = Tensor(gi.traits, gi.dtype)
+                            gi.write(acc)
+                            pending[key] = placer.share(acc)
+                            parts[key] = (1 << gi.part, gi)
+                            continue
+                        elif (info is not None and not (info[0] >> gi.part) & 1
+                              and placer.exclusive(pending[key], refs=1)):
+                            gi.write(pending[key])
+                            parts[key] = (info[0] | (1 << gi.part), gi)
+                            continue
+                        else:
+                            gi = gi.dense()
                     if inp._node is None:
                         placer.leaf(inp, gi)
                     elif id(inp) in pending:
+                        complete(id(inp))
                         pending[id(inp)] = placer.accumulate(pending[id(inp)], gi)
                     else:
                         pending[id(inp)] = placer.share(gi)
