@@ -68,7 +68,13 @@ def launch(a, mode: str, nprocs: int, ncpu: int, stats: bool = False) -> dict:
     """One run; stats: with STARPU_COMM_STATS (counting bytes; a separate run, so that the
     counting does not weigh on the timed one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-    env.update(RANK_ENV, STARPU_NCPU=str(ncpu))
+    if nprocs > 1:
+        env.update(RANK_ENV)  # ranks sharing the cores: no binding (README "Running under mpirun")
+    else:  # the baseline with StarPU's defaults (workers bound to cores)
+        for k in ("STARPU_WORKERS_NOBIND", "STARPU_MPI_NOBIND"):
+            env.pop(k, None)
+        env["OPENBLAS_NUM_THREADS"] = "1"
+    env["STARPU_NCPU"] = str(ncpu)
     if stats:
         env["STARPU_COMM_STATS"] = "1"
     else:
