@@ -276,6 +276,9 @@ def train(args: TrainArgs, out=None) -> TrainResult:
               f"{n_params / 1e6:.2f} M parameters, {args.dtype}; {rt!r}", file=out, flush=True)
         print(f"data: {len(corpus.train):,} train / {len(corpus.val):,} val tokens; {tokens_per_step} tokens "
               f"per step ({args.micro_batches} micro-batches of {args.batch} x {args.seq_len})", file=out, flush=True)
+        if args.dist in ("pipeline", "pipeline+data") and world_size() > 1 and args.micro_batches == 1:
+            print("note: with one micro-batch the pipeline stages run one after the other; --micro-batches 4 "
+                  "(with a 4x smaller --batch for the same tokens per step) lets them overlap", file=out, flush=True)
 
         train_losses: list[float] = []
         val_losses: dict[int, float] = {}
