@@ -7,8 +7,7 @@ tagged by autograd and tiletrain.optim.
   gemm        C = A @ B, n x n float32 (tile: the square tile size)
   block       one pre-LN transformer block forward + backward (GPT-2 style)
   pipeline    the synthetic p-stage pipeline of tiletrain.pipeline (sleeping tasks)
-  gpt         a full GPT training step -- TODO: hook for tiletrain.nn's GPT model, which is
-              being written; it raises until tiletrain.nn.GPT exists (see GPTStep)
+  gpt         a full GPT training step (tiletrain.nn.GPT, AdamW; see GPTStep)
 """
 from __future__ import annotations
 
