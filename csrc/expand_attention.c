@@ -95,15 +95,16 @@ int tt_heads_split(tt_tensor *x, int part, int nparts, tt_tensor *y)
     return TT_OK;
 }
 
-/* Zero the tiles of x (B, T, nparts*C) that belong to no part in `parts` (bit p: part p). */
-static int heads_fill_others(const char *what, tt_tensor *x, int nparts, uint32_t parts, int64_t C)
+/* Zero the tiles of x (B, T, nparts*C) of every part that `keep` says was written:
+ * keep >= 0: that one part; keep < 0: the parts whose bit is set in `mask`. */
+static int heads_fill_others(const char *what, tt_tensor *x, int keep, uint32_t mask, int64_t C)
 {
     const int64_t tc = x->tile[2];
     int64_t idx[3];
     for (int64_t t = 0; t < x->ntiles; t++) {
         tt_tile_index(x, t, idx);
         const int64_t p = idx[2] * tc / C;
-        if (p < 32 && (parts >> p) & 1u)
+        if (keep >= 0 ? p == keep : (p < 32 && (mask >> p) & 1u))
             continue;
         tt_args_fill *a = tt_args_new(TT_K_FILL);
         if (!a)
@@ -116,32 +117,33 @@ static int heads_fill_others(const char *what, tt_tensor *x, int nparts, uint32_
     return TT_OK;
 }
 
-int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
+/* y's heads into part `part` of x's columns; x's other tiles untouched. */
+static int heads_merge_part(const char *what, tt_tensor *y, int part, int nparts, tt_tensor *x, int64_t *C)
 {
-    const char *what = "merge_heads";
     CHECK(tt_check_readable(y, what));
     CHECK(tt_check_tensor(x, what));
-    int64_t C;
-    CHECK(heads_geometry(what, x, y, part, nparts, &C));
-    CHECK(heads_permute(TT_K_HEADS_MERGE, what, x, y, part, C));
-    if (nparts > 1) /* the other parts' columns are zero */
-        CHECK(heads_fill_others(what, x, nparts, 1u << part, C));
+    CHECK(heads_geometry(what, x, y, part, nparts, C));
+    CHECK(heads_permute(TT_K_HEADS_MERGE, what, x, y, part, *C));
     x->written = 1;
+    return TT_OK;
+}
+
+int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x)
+{
+    int64_t C;
+    CHECK(heads_merge_part("merge_heads", y, part, nparts, x, &C));
+    if (nparts > 1) /* the other parts' columns are zero */
+        CHECK(heads_fill_others("merge_heads", x, part, 0, C));
     return TT_OK;
 }
 
 int tt_heads_merge_part(tt_tensor *y, int part, int nparts, tt_tensor *x)
 {
-    const char *what = "merge_heads";
-    CHECK(tt_check_readable(y, what));
-    CHECK(tt_check_tensor(x, what));
     if (nparts > 32)
-        return tt_error(TT_EINVAL, "%s: at most 32 parts, got %d", what, nparts);
+        return tt_error(TT_EINVAL, "merge_heads: at most 32 parts, got %d", nparts);
     int64_t C;
-    CHECK(heads_geometry(what, x, y, part, nparts, &C));
-    CHECK(heads_permute(TT_K_HEADS_MERGE, what, x, y, part, C));
-    x->written = 1; /* the caller completes the other parts (tt_heads_fill_parts) before any read */
-    return TT_OK;
+    /* x->written is set: the caller completes the other parts (tt_heads_fill_parts) before any read */
+    return heads_merge_part("merge_heads", y, part, nparts, x, &C);
 }
 
 int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts)
@@ -151,7 +153,7 @@ int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts)
     if (x->ndim != 3 || nparts < 1 || nparts > 32 || x->shape[2] % nparts || (x->shape[2] / nparts) % x->tile[2])
         return tt_error(TT_EINVAL, "%s: x (B, T, nparts*C) with tiles not straddling the %d parts expected", what,
                         nparts);
-    CHECK(heads_fill_others(what, x, nparts, parts, x->shape[2] / nparts));
+    CHECK(heads_fill_others(what, x, -1, parts, x->shape[2] / nparts));
     x->written = 1;
     return TT_OK;
 }
