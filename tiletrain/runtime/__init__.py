@@ -22,14 +22,6 @@ class WorkerInfo:
     memory_node: int
 
 
-def _build_option(name: str) -> str:
-    for item in cstr(lib.tt_build_options()).split():
-        key, _, value = item.partition("=")
-        if key == name:
-            return value
-    return "?"
-
-
 @contextlib.contextmanager
 def _environment(values: dict[str, str | None]):
     saved = {k: os.environ.get(k) for k in values}
@@ -87,8 +79,9 @@ class Runtime:
             raise
         ncpu = sum(1 for w in self.workers() if w.kind == "cpu")
         if cfg.ncpu is not None and ncpu < cfg.ncpu:
+            from .hetero import build_option
             warnings.warn(f"asked for {cfg.ncpu} CPU workers, StarPU started {ncpu}: this StarPU build allows "
-                          f"at most {_build_option('starpu_maxcpus')} per process (build StarPU with "
+                          f"at most {build_option('starpu_maxcpus')} per process (build StarPU with "
                           "--enable-maxcpus=N for more)", RuntimeWarning, stacklevel=3)
         if cfg.sched and self.sched != cfg.sched:
             actual = self.sched
