@@ -49,6 +49,32 @@ def _tiletrain_model(tt, torch_model, s, tiles):
     return GPT.from_hf(sd, config=cfg, tiling=tiling)
 
 
+def _torch_adamw(torch, m):
+    return torch.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def _tiletrain_adamw(tt, m):
+    return tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def _torch_step(m, opt, x, y) -> float:
+    """One PyTorch training step; returns the loss (read after the update)."""
+    _, loss = m(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def _tiletrain_step(m, opt, x, y) -> float:
+    """One tiletrain training step, submitted whole before the loss is read."""
+    loss = m.loss(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return float(loss)
+
+
 def _batch(s, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.integers(0, s["vocab"], (s["B"], s["T"]))
@@ -81,26 +107,18 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     base = _status_mb("VmRSS")
     if framework == "torch":
         m = _torch_model(torch, s)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        opt = _torch_adamw(torch, m)
         xt, yt = torch.tensor(x), torch.tensor(y)
         for _ in range(3):
-            _, loss = m(xt, yt)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss.item()
+            _torch_step(m, opt, xt, yt)
     else:
         tt.init(ncpu=ncpu)
         tm = _torch_model(torch, s)
         m = _tiletrain_model(tt, tm, s, tiles)
         del tm
-        opt = tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        opt = _tiletrain_adamw(tt, m)
         for _ in range(3):
-            loss = m.loss(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            float(loss)
+            _tiletrain_step(m, opt, x, y)
         tt.wait()
     return _status_mb("VmHWM") - base
 
@@ -126,31 +144,23 @@ def cuda_main(args, tiles) -> int:
                       "without CUDA; see README 'GPUs')", file=sys.stderr)
                 return 1
             m = _tiletrain_model(tt, tm, s, tiles)
-            opt = tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+            opt = _tiletrain_adamw(tt, m)
             times, losses = [], []
             for rep in range(args.reps + 1):
                 t0 = time.perf_counter()
-                loss = m.loss(x, y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                losses.append(float(loss))
+                losses.append(_tiletrain_step(m, opt, x, y))
                 tt.wait()
                 times.append(time.perf_counter() - t0)
                 print(f"  {size} tiletrain step {rep}: {times[-1] * 1e3:.0f} ms loss {losses[-1]:.5f}", flush=True)
             sched = rt.sched
         tm = tm.to(dev)
-        topt = torch.optim.AdamW(tm.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        topt = _torch_adamw(torch, tm)
         xt, yt = torch.tensor(x, device=dev), torch.tensor(y, device=dev)
         t_times, t_losses = [], []
         for rep in range(args.reps + 1):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            _, tl = tm(xt, yt)
-            tl.backward()
-            topt.step()
-            topt.zero_grad(set_to_none=True)
-            t_losses.append(tl.item())
+            t_losses.append(_torch_step(tm, topt, xt, yt))
             torch.cuda.synchronize()
             t_times.append(time.perf_counter() - t0)
             print(f"  {size} pytorch step {rep}: {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}", flush=True)
@@ -204,11 +214,11 @@ def main() -> int:
         s = SIZES[size]
         x, y = _batch(s)
         tm = _torch_model(torch, s)
-        topt = torch.optim.AdamW(tm.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        topt = _torch_adamw(torch, tm)
         xt, yt = torch.tensor(x), torch.tensor(y)
         with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
             m = _tiletrain_model(tt, tm, s, tiles)
-            opt = tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+            opt = _tiletrain_adamw(tt, m)
             n_params = sum(p.numel() for p in tm.parameters())
             fpt = flops_per_token(dict(n_layer=s["n_layer"], n_embd=s["n_embd"]), n_params, s["T"])
             tokens = s["B"] * s["T"]
@@ -216,18 +226,10 @@ def main() -> int:
             for rep in range(args.reps + 1):
                 tt.wait()  # tiletrain's workers sleep during PyTorch's step
                 t0 = time.perf_counter()
-                _, tl = tm(xt, yt)
-                tl.backward()
-                topt.step()
-                topt.zero_grad(set_to_none=True)
-                t_losses.append(tl.item())
+                t_losses.append(_torch_step(tm, topt, xt, yt))
                 t_times.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                loss = m.loss(x, y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                o_losses.append(float(loss))
+                o_losses.append(_tiletrain_step(m, opt, x, y))
                 tt.wait()
                 o_times.append(time.perf_counter() - t0)
                 print(f"  {size} step {rep}: pytorch {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}, "
