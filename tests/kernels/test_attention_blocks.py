@@ -4,8 +4,8 @@ last row block are all exercised against the NumPy references (no StarPU involve
 import numpy as np
 import pytest
 
-from tiletrain._ffi import ffi, lib
-from tiletrain.testing.references import REFERENCES
+from tiletrain._ffi import lib
+from tiletrain.testing.references import REFERENCES, run_cpu_kernel
 
 DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64}
 # (causal, qoff, koff, tq, tk): diagonal tile, query tile past the keys, a query tile whose
@@ -15,11 +15,7 @@ BLOCKS = [(1, 0, 0, 150, 150), (1, 300, 100, 130, 90), (1, 0, 70, 150, 90), (1, 
 
 
 def _run(name, fields, buffers, dtype):
-    args = ffi.new(f"tt_args_{name} *")
-    args.dtype = DTYPE_CODE[dtype]
-    for k, v in fields.items():
-        setattr(args, k, v)
-    getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+    run_cpu_kernel(name, fields, buffers, DTYPE_CODE[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

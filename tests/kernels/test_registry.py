@@ -5,7 +5,7 @@ import pytest
 
 from tiletrain._ffi import cstr, ffi, lib
 from tiletrain.testing.half import check_half_result, dtype_code, half_case, half_kernels
-from tiletrain.testing.references import REFERENCES
+from tiletrain.testing.references import REFERENCES, run_cpu_kernel
 
 KERNELS = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
 DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64}
@@ -31,11 +31,7 @@ def test_kernel_body_against_reference(name, dtype):
     for trial in range(4):  # gemm draws its transposes at random: cover them
         fields, buffers = REFERENCES[name].case(rng, dtype)
         expected = REFERENCES[name].ref(fields, *[b.copy() for b in buffers])
-        args = ffi.new(f"tt_args_{name} *")
-        args.dtype = DTYPE_CODE[dtype]
-        for k, v in fields.items():
-            setattr(args, k, v)
-        getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+        run_cpu_kernel(name, fields, buffers, DTYPE_CODE[dtype])
         for i, exp in expected.items():
             rtol = 1e-5 if dtype == np.float32 else 1e-12
             # cast writes another dtype: compare in the buffer's own
@@ -63,11 +59,7 @@ def test_half_kernel_body_against_reference(name, dtype):
     rng = np.random.default_rng(11)
     for trial in range(4):
         fields, buffers, expected = half_case(name, rng, dtype)
-        args = ffi.new(f"tt_args_{name} *")
-        args.dtype = dtype_code(dtype)
-        for k, v in fields.items():
-            setattr(args, k, v)
-        getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+        run_cpu_kernel(name, fields, buffers, dtype_code(dtype))
         for i, exp in expected.items():
             check_half_result(buffers[i], exp, f"kernel {name} ({dtype}) buffer {i}")
 

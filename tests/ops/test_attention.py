@@ -8,8 +8,9 @@ import pytest
 import tiletrain as tt
 import tiletrain.functional as F
 from conftest import FLOATS
-from tiletrain._ffi import ffi, lib
+from tiletrain._ffi import lib
 from tiletrain.testing.gradcheck import vjp_check
+from tiletrain.testing.references import run_cpu_kernel
 from tiletrain.testing.references_attention import _ATTN_BLOCKS, REFERENCES
 
 
@@ -269,11 +270,7 @@ def test_attention_kernel_blocks(name, block, dtype, monkeypatch):
         fields, buffers = REFERENCES[name].case(rng, dtype)
         seen.add(tuple(fields.get(f, 0) for f in ("init", "initq", "initkv")))
         expected = REFERENCES[name].ref(fields, *[b.copy() for b in buffers])
-        args = ffi.new(f"tt_args_{name} *")
-        args.dtype = code
-        for f, val in fields.items():
-            setattr(args, f, val)
-        getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+        run_cpu_kernel(name, fields, buffers, code)
         tol = 1e-5 if dtype == np.float32 else 1e-12
         for i, exp in expected.items():
             np.testing.assert_allclose(buffers[i], np.asarray(exp, dtype), rtol=tol, atol=tol)

@@ -12,6 +12,16 @@ from ..tensor import DTYPES, FLOAT_DTYPES
 from ._refbase import Reference, _pos, _r, round_to  # noqa: F401  (family modules import these from _refbase)
 
 
+def run_cpu_kernel(name: str, fields: dict, buffers, dtype_code: int) -> None:
+    """Call kernel ``name``'s CPU body directly on NumPy tile buffers (no runtime, no task)."""
+    from .._ffi import ffi, lib
+    args = ffi.new(f"tt_args_{name} *")
+    args.dtype = dtype_code
+    for k, v in fields.items():
+        setattr(args, k, v)
+    getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+
+
 def _gemm_case(rng, dt):
     batch, m, n, k = 2, 5, 3, 4
     ta, tb = int(rng.integers(2)), int(rng.integers(2))
