@@ -5,7 +5,7 @@ import gc
 import numpy as np
 
 import tiletrain as tt
-import tiletrain.functional as F
+from tiletrain.testing.device_cases import block_lm_loss
 
 
 def test_forward_backward_200_times_memory_is_flat(rng):
@@ -26,16 +26,10 @@ def test_forward_backward_200_times_memory_is_flat(rng):
         w2 = tt.from_numpy(rng.standard_normal((32, C)) * 0.1, (16, 8)).requires_grad_()
         samples = []
         for it in range(200):
-            x = F.embedding(ids, wte)                                        # (B, T, C)
-            qkv = F.linear(F.layer_norm(x, ln_w, ln_b), w_qkv)
-            q, k, v = (F.split_heads(qkv, H, part=i, nparts=3) for i in range(3))
-            x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
-            h = F.gelu(F.linear(x, w1, b1), approximate="tanh")
-            y = F.linear(h, w2) + x
-            loss = F.cross_entropy(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
+            loss = block_lm_loss(ids, targets, wte, ln_w, ln_b, w_qkv, w1, b1, w2, n_head=H)
             loss.backward()
             float(loss)  # a training loop reads its loss every step...
-            del x, qkv, q, k, v, h, y, loss
+            del loss
             tt.wait()    # ...and its optimizer step waits for the gradients
             if it in (98, 99, 199):
                 gc.collect()

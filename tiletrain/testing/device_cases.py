@@ -193,6 +193,19 @@ def mlp_steps(kinds, steps=3):
         return losses, [p.numpy() for p in params]
 
 
+def block_lm_loss(ids, targets, wte, ln_w, ln_b, w_qkv, w1, b1, w2, n_head):
+    """A small pre-LN transformer block with a tied LM head and cross-entropy: embedding,
+    layer norm, fused q|k|v projection, causal attention, tanh-GELU MLP (shared with
+    tests/ops/test_memory.py, which checks that its activations are freed)."""
+    x = F.embedding(ids, wte)                                        # (B, T, C)
+    qkv = F.linear(F.layer_norm(x, ln_w, ln_b), w_qkv)
+    q, k, v = (F.split_heads(qkv, n_head, part=i, nparts=3) for i in range(3))
+    x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    h = F.gelu(F.linear(x, w1, b1), approximate="tanh")
+    y = F.linear(h, w2) + x
+    return F.cross_entropy(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
+
+
 def gpt_steps(kinds, steps=2):
     """A small GPT block: embedding, layer norm, causal attention, MLP, tied LM head,
     cross-entropy, gradient clipping, AdamW."""
@@ -211,13 +224,7 @@ def gpt_steps(kinds, steps=2):
         losses = []
         for _ in range(steps):
             opt.zero_grad()
-            x = F.embedding(ids, wte)                                        # (B, T, C)
-            qkv = F.linear(F.layer_norm(x, ln_w, ln_b), w_qkv)
-            q, k, v = (F.split_heads(qkv, H, part=i, nparts=3) for i in range(3))
-            x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
-            h = F.gelu(F.linear(x, w1, b1), approximate="tanh")
-            y = F.linear(h, w2) + x
-            loss = F.cross_entropy(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
+            loss = block_lm_loss(ids, targets, *params, n_head=H)
             loss.backward()
             tt.optim.clip_grad_norm_(params, 1.0)
             opt.step()
