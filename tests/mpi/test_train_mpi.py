@@ -23,18 +23,24 @@ def _load(path):
         return {k: d[k] for k in d.files}
 
 
+def _mpi_matches(tmp_path, corpus, nprocs, tag, ref, *args, rtol=1e-9, timeout=90):
+    """train.py under mpirun: every rank's losses equal the single-process ``ref`` and every
+    rank executed tasks; returns rank 0's record."""
+    run_mpi("train.py", nprocs, tmp_path, tag, corpus, *args, timeout=timeout)
+    for r in range(nprocs):
+        got = _load(tmp_path / f"{tag}-rank{r}.npz")
+        np.testing.assert_allclose(got["losses"], ref, rtol=rtol, atol=0, err_msg=f"{tag} rank {r}")
+        assert got["executed"] > 0, (tag, r)  # every rank computes its part
+    return _load(tmp_path / f"{tag}-rank0.npz")
+
+
 @pytest.mark.parametrize("dtype, rtol", [("float64", 1e-9), ("float32", 1e-5)])
 def test_pipeline_and_data_match_one_process(tmp_path, corpus, dtype, rtol):
     run_single("train.py", tmp_path, "single", corpus, f"dtype={dtype}")
     ref = _load(tmp_path / "single-rank0.npz")["losses"]
     assert len(ref) == 4 and np.isfinite(ref).all()
     for dist in ("pipeline", "data"):
-        run_mpi("train.py", 2, tmp_path, dist, corpus, f"dtype={dtype}", f"dist={dist}", timeout=90)
-        runs = [_load(tmp_path / f"{dist}-rank{r}.npz") for r in range(2)]
-        for r, got in enumerate(runs):
-            np.testing.assert_allclose(got["losses"], ref, rtol=rtol, atol=0, err_msg=f"{dist} rank {r}")
-            assert got["executed"] > 0, (dist, r)  # every rank computes its part
-        o = runs[0]
+        o = _mpi_matches(tmp_path, corpus, 2, dist, ref, f"dtype={dtype}", f"dist={dist}", rtol=rtol)
         if dist == "pipeline":  # 2 blocks on 2 stages: embeddings + block 0 on 0, block 1 + ln_f on 1
             assert (o["owner_wte"], o["owner_h0"], o["owner_hlast"], o["owner_ln_f"]) == (0, 0, 1, 1)
         else:  # parameters spread whole over the ranks
@@ -45,13 +51,8 @@ def test_three_ranks_uneven_pipeline(tmp_path, corpus):
     """3 ranks (oversubscribed on 2 cores): 4 layers on 3 stages (2 + 1 + 1 blocks)."""
     run_single("train.py", tmp_path, "single", corpus, "dtype=float64", "n_layer=4", "steps=2")
     ref = _load(tmp_path / "single-rank0.npz")["losses"]
-    run_mpi("train.py", 3, tmp_path, "pipe3", corpus, "dtype=float64", "n_layer=4", "steps=2", "dist=pipeline",
-            timeout=120)
-    for r in range(3):
-        got = _load(tmp_path / f"pipe3-rank{r}.npz")
-        np.testing.assert_allclose(got["losses"], ref, rtol=1e-9, atol=0, err_msg=f"rank {r}")
-        assert got["executed"] > 0, r
-    o = _load(tmp_path / "pipe3-rank0.npz")
+    o = _mpi_matches(tmp_path, corpus, 3, "pipe3", ref, "dtype=float64", "n_layer=4", "steps=2", "dist=pipeline",
+                     timeout=120)
     assert (o["owner_wte"], o["owner_h0"], o["owner_hlast"], o["owner_ln_f"]) == (0, 0, 2, 2)
 
 
@@ -60,13 +61,8 @@ def test_pipeline_plus_data_on_four_ranks(tmp_path, corpus):
     losses, every rank computing, each stage's parameters on that stage's two ranks."""
     run_single("train.py", tmp_path, "single", corpus, "dtype=float64", "steps=2")
     ref = _load(tmp_path / "single-rank0.npz")["losses"]
-    run_mpi("train.py", 4, tmp_path, "pd", corpus, "dtype=float64", "steps=2", "dist=pipeline+data", "stages=2",
-            timeout=150)
-    for r in range(4):
-        got = _load(tmp_path / f"pd-rank{r}.npz")
-        np.testing.assert_allclose(got["losses"], ref, rtol=1e-9, atol=0, err_msg=f"rank {r}")
-        assert got["executed"] > 0, r
-    o = _load(tmp_path / "pd-rank0.npz")
+    o = _mpi_matches(tmp_path, corpus, 4, "pd", ref, "dtype=float64", "steps=2", "dist=pipeline+data", "stages=2",
+                     timeout=150)
     # rank = replica * 2 + stage: stage 0 on ranks 0 and 2, stage 1 on ranks 1 and 3
     assert int(o["owner_wte"]) in (0, 2) and int(o["owner_h0"]) in (0, 2)
     assert int(o["owner_hlast"]) in (1, 3) and int(o["owner_ln_f"]) in (1, 3)
