@@ -65,26 +65,25 @@ def uses_perf_models(sched: str | None) -> bool:
                             or sched.startswith("modular-heft") or sched.startswith("modular-dm"))
 
 
-def launcher_world_size() -> int:
-    """World size announced by an MPI launcher (Open MPI, MPICH, Slurm), 1 if none."""
-    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"):
+def _launcher_int(names: tuple[str, ...], default: int) -> int:
+    """The first of these launcher variables that is set to an integer, else ``default``."""
+    for var in names:
         if var in os.environ:
             try:
                 return int(os.environ[var])
             except ValueError:
                 pass
-    return 1
+    return default
+
+
+def launcher_world_size() -> int:
+    """World size announced by an MPI launcher (Open MPI, MPICH, Slurm), 1 if none."""
+    return _launcher_int(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"), 1)
 
 
 def launcher_rank() -> int:
     """Rank announced by an MPI launcher (Open MPI, MPICH, Slurm), 0 if none."""
-    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if var in os.environ:
-            try:
-                return int(os.environ[var])
-            except ValueError:
-                pass
-    return 0
+    return _launcher_int(("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"), 0)
 
 
 @dataclass(frozen=True)
