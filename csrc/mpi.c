@@ -74,6 +74,7 @@ static starpu_data_handle_t keepalive_recv, keepalive_send;
  * the barrier (a deadlock, reproduced at shutdown after a checkpoint). */
 static int *token_buf;
 static starpu_data_handle_t *token_h; /* one per rank: rank 0 receives into token_h[r] */
+static int token_n;                   /* handles in token_h: the world size, at least 2 */
 static int64_t barrier_epoch = 0;
 static starpu_pthread_mutex_t token_mutex = STARPU_PTHREAD_MUTEX_INITIALIZER;
 static starpu_pthread_cond_t token_cond = STARPU_PTHREAD_COND_INITIALIZER;
@@ -123,9 +124,9 @@ static void keepalive_start(void)
     const char *env = getenv("STARPU_MPI_DRIVER_CALL_FREQUENCY");
     if (!env || atoi(env) <= 0)
         return;
-    int n = mpi_size > 2 ? mpi_size : 2;
-    token_buf = calloc((size_t)n, sizeof(int));
-    token_h = calloc((size_t)n, sizeof(*token_h));
+    token_n = mpi_size > 2 ? mpi_size : 2;
+    token_buf = calloc((size_t)token_n, sizeof(int));
+    token_h = calloc((size_t)token_n, sizeof(*token_h));
     if (!token_buf || !token_h) {
         free(token_buf);
         free(token_h);
@@ -133,7 +134,7 @@ static void keepalive_start(void)
         token_h = NULL;
         return; /* out of memory: StarPU-MPI's own thread and barrier, as without the driver */
     }
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < token_n; r++)
         starpu_variable_data_register(&token_h[r], STARPU_MAIN_RAM, (uintptr_t)&token_buf[r], sizeof(int));
     starpu_variable_data_register(&keepalive_recv, STARPU_MAIN_RAM, (uintptr_t)&keepalive_rbuf, sizeof(int));
     starpu_variable_data_register(&keepalive_send, STARPU_MAIN_RAM, (uintptr_t)&keepalive_sbuf, sizeof(int));
@@ -151,8 +152,7 @@ static void keepalive_stop(void)
     starpu_data_release(keepalive_recv);
     starpu_data_unregister(keepalive_recv);
     starpu_data_unregister(keepalive_send);
-    int n = mpi_size > 2 ? mpi_size : 2;
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < token_n; r++)
         starpu_data_unregister(token_h[r]);
     free(token_h);
     free(token_buf);
@@ -308,12 +308,6 @@ void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n)
     }
 }
 
-/* Does this rank take part in a task?  Not when it owns none of the task's tiles (so it
- * neither runs the task -- StarPU-MPI runs it on an owner of a written tile -- nor sends
- * a tile it reads) and holds no received copy of a tile the task writes (which
- * starpu_mpi_task_post_build would invalidate).  Then starpu_mpi_task_build/post_build
- * would do nothing here, and the submission skips them (half the flow of a data-parallel
- * step runs on the other ranks). */
 typedef struct lazy_tile {
     starpu_data_handle_t *slot; /* the tensor's handle slot, replaced on registration */
     int64_t tag;
@@ -368,6 +362,12 @@ void tt_mpi_lazy_free(starpu_data_handle_t h)
         free(lazy_of(h));
 }
 
+/* Does this rank take part in a task?  Not when it owns none of the task's tiles (so it
+ * neither runs the task -- StarPU-MPI runs it on an owner of a written tile -- nor sends
+ * a tile it reads) and holds no received copy of a tile the task writes (which
+ * starpu_mpi_task_post_build would invalidate).  Then starpu_mpi_task_build/post_build
+ * would do nothing here, and the submission skips them (half the flow of a data-parallel
+ * step runs on the other ranks). */
 int tt_mpi_involved(const struct starpu_data_descr *d, int n)
 {
     for (int i = 0; i < n; i++) {

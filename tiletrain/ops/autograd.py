@@ -149,8 +149,7 @@ class _Placer:
 
     def own(self, g: Tensor) -> Tensor:
         from .basic import copy
-        if (id(g) in self.placed or self.pending_refs.get(id(g), 0) > 0 or g._base is not None
-                or g._node is not None or g.requires_grad):
+        if not self.exclusive(g):
             g = copy(g)
         self.placed.add(id(g))
         self.keep.append(g)
