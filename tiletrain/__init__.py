@@ -6,8 +6,8 @@ from ._version import __version__
 from .config import RuntimeConfig
 from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, wait, world_size
 from .trace.tags import tag
-from .tensor import Tensor, TensorTraits, bfloat16, empty, float16, from_numpy, full, ones, zeros
-from .tensor.cupy_interop import from_cupy
+from .tensors import Tensor, TensorTraits, bfloat16, empty, float16, from_numpy, full, ones, zeros
+from .tensors.cupy_interop import from_cupy
 from .ops import (add, add_broadcast, add_scalar, astype, backward, broadcast, copy, div, enable_grad, fill_,
                   grad_enabled, matmul, max, mul, neg, no_grad, rdiv_scalar, scale, sub, sum)
 

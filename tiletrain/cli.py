@@ -29,7 +29,7 @@ def cmd_info(args) -> int:
         from ._ffi import cstr, lib
         names = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
         print(f"kernels        {len(names)}: {' '.join(names)}")
-        from .tensor.tensor import DTYPES
+        from .tensors.tensor import DTYPES
         half = sum(1 << code for dt, code in DTYPES.items() if dt.itemsize == 2)
         names_half = [n for k, n in enumerate(names) if lib.tt_kernel_dtypes(k) & half]
         print(f"float16/bfloat16 kernels {len(names_half)}: {' '.join(names_half)}")

@@ -7,7 +7,7 @@ current default (``SingleRank(0)`` unless changed with :func:`use`).  Without MP
 tile is local whatever the distribution says (owners are taken modulo the world size, which
 is 1), so the same script runs in one process and under ``mpirun``.
 
-Where a tensor made by an op lives (under MPI; :class:`tiletrain.tensor.Tensor`):
+Where a tensor made by an op lives (under MPI; :class:`tiletrain.tensors.Tensor`):
 
 1. its traits' distribution, if they name one (``dist=`` on creation, or an op's output
    reusing such an input's traits) -- except for gradients made in ``backward()``;

@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import functional as F
 from ..ops import add_broadcast, matmul
-from ..tensor import Tensor, from_numpy
-from ..tensor.tensor import as_dtype
+from ..tensors import Tensor, from_numpy
+from ..tensors.tensor import as_dtype
 from .layers import Dropout, Embedding, LayerNorm, Linear
 from .module import Module, ModuleDict, ModuleList, Parameter
 

@@ -10,8 +10,8 @@ import numbers
 import numpy as np
 
 from .. import functional as F
-from ..tensor import Tensor, TensorTraits, from_numpy
-from ..tensor.tensor import as_dtype
+from ..tensors import Tensor, TensorTraits, from_numpy
+from ..tensors.tensor import as_dtype
 from .module import Module, Parameter
 
 __all__ = ["Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]

@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from ..ops import axpy_, fill_, no_grad
-from ..tensor import Tensor, TensorTraits, from_numpy
+from ..tensors import Tensor, TensorTraits, from_numpy
 
 __all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy"]
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._ffi import lib
-from ..tensor import Tensor
+from ..runtime.kernels import run_map
+from ..tensors import Tensor
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _like, _map, _scalar, add_broadcast, matmul
+from .basic import _float_tensor, _like, _scalar, add_broadcast, matmul
 
 __all__ = ["gelu", "relu", "silu", "dropout", "linear", "manual_seed"]
 
@@ -20,7 +20,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in _GELU_APPROX:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     y = _like(x)
-    _map(lib.TT_K_GELU, "tt_args_gelu *", {"approx": _GELU_APPROX[approximate]}, x, y)
+    run_map("gelu", x, y, approx=_GELU_APPROX[approximate])
     return record("gelu", y, (x,), saved=(x,), approx=_GELU_APPROX[approximate])
 
 
@@ -28,14 +28,14 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 def _gelu_bwd(node, g):
     (x,) = node.saved
     dx = _like(x)
-    _map(lib.TT_K_GELU_BACKWARD, "tt_args_gelu_backward *", {"approx": node.ctx["approx"]}, x, g, dx)
+    run_map("gelu_backward", x, g, dx, approx=node.ctx["approx"])
     return (dx,)
 
 
 def relu(x: Tensor) -> Tensor:
     _float_tensor(x, "relu", "x")
     y = _like(x)
-    _map(lib.TT_K_RELU, "tt_args_relu *", {}, x, y)
+    run_map("relu", x, y)
     return record("relu", y, (x,), saved=(x,))
 
 
@@ -43,7 +43,7 @@ def relu(x: Tensor) -> Tensor:
 def _relu_bwd(node, g):
     (x,) = node.saved
     dx = _like(x)
-    _map(lib.TT_K_RELU_BACKWARD, "tt_args_relu_backward *", {}, x, g, dx)
+    run_map("relu_backward", x, g, dx)
     return (dx,)
 
 
@@ -51,7 +51,7 @@ def silu(x: Tensor) -> Tensor:
     """x * sigmoid(x)"""
     _float_tensor(x, "silu", "x")
     y = _like(x)
-    _map(lib.TT_K_SILU, "tt_args_silu *", {}, x, y)
+    run_map("silu", x, y)
     return record("silu", y, (x,), saved=(x,))
 
 
@@ -59,7 +59,7 @@ def silu(x: Tensor) -> Tensor:
 def _silu_bwd(node, g):
     (x,) = node.saved
     dx = _like(x)
-    _map(lib.TT_K_SILU_BACKWARD, "tt_args_silu_backward *", {}, x, g, dx)
+    run_map("silu_backward", x, g, dx)
     return (dx,)
 
 
@@ -93,7 +93,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int | None =
     if not 0 <= seed < 2**63:
         raise ValueError(f"dropout: seed must be in [0, 2**63), got {seed}")
     y = _like(x)
-    _map(lib.TT_K_DROPOUT, "tt_args_dropout *", {"p": p, "seed": seed}, x, y)
+    run_map("dropout", x, y, p=p, seed=seed)
     return record("dropout", y, (x,), p=p, seed=seed)
 
 
@@ -101,7 +101,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int | None =
 def _dropout_bwd(node, g):
     # dropout is linear in x: its backward is the same mask and scale applied to g
     dx = _like(g)
-    _map(lib.TT_K_DROPOUT, "tt_args_dropout *", {"p": node.ctx["p"], "seed": node.ctx["seed"]}, g, dx)
+    run_map("dropout", g, dx, p=node.ctx["p"], seed=node.ctx["seed"])
     return (dx,)
 
 

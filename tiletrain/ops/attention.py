@@ -12,7 +12,7 @@ import math
 import numbers
 
 from .._ffi import check, lib
-from ..tensor import Tensor, TensorTraits
+from ..tensors import Tensor, TensorTraits
 from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
 

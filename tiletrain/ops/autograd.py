@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import distribution as _dist
-from ..tensor import Tensor
+from ..tensors import Tensor
 from ..trace.tags import tag
 
 _state = threading.local()
@@ -190,11 +190,9 @@ def _migrate(g: Tensor, owners) -> Tensor:
 
 def _copy_to(g: Tensor, owners) -> Tensor:
     """A copy of g in a new tensor whose tile i is owned by owners[i]."""
-    from .._ffi import ffi, lib
+    from ..runtime.kernels import run_map
     y = Tensor(g.traits, g.dtype, _owners=np.ascontiguousarray(owners, dtype=np.int32))
-    tensors = ffi.new("tt_tensor *[]", [g._ptr, y._ptr])
-    from .._ffi import check
-    check(lib.tt_map(lib.TT_K_COPY, ffi.new("tt_args_copy *"), 2, tensors))
+    run_map("copy", g, y)
     return y
 
 
@@ -209,7 +207,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
     if grad is None:
         if root.size != 1:
             raise RuntimeError(f"backward: a seed gradient is needed for a non-scalar output of shape {root.shape}")
-        from ..tensor import full
+        from ..tensors import full
         grad = full(root.traits, 1.0, dtype=root.dtype)
     else:
         if not isinstance(grad, Tensor):

@@ -12,8 +12,8 @@ import numbers
 
 import numpy as np
 
-from .._ffi import check, ffi, lib
-from ..tensor import Tensor, TensorTraits, as_dtype, from_value_, is_float, is_half
+from ..runtime.kernels import gemm, run_cast, run_map, run_span, sum_all
+from ..tensors import Tensor, TensorTraits, as_dtype, from_value_, is_float, is_half
 from .autograd import backward_rule, record
 
 # The ops that take float16/bfloat16 tensors (besides float32/float64).
@@ -62,14 +62,6 @@ def _same(what: str, a: Tensor, b: Tensor, names=("a", "b")) -> None:
         raise TypeError(f"{what}: dtype mismatch, {names[0]} is {a.dtype} and {names[1]} is {b.dtype}")
 
 
-def _map(kernel: int, ctype: str, fields: dict, *tensors: Tensor) -> None:
-    args = ffi.new(ctype)
-    for k, v in fields.items():
-        setattr(args, k, v)
-    arr = ffi.new("tt_tensor *[]", [t._ptr for t in tensors])
-    check(lib.tt_map(kernel, args, len(tensors), arr))
-
-
 def _like(x: Tensor) -> Tensor:
     return Tensor(x.traits, x.dtype)
 
@@ -83,7 +75,7 @@ def fill_(x: Tensor, value: float) -> Tensor:
 def copy(x: Tensor) -> Tensor:
     _tensor(x, "copy", "x")
     y = _like(x)
-    _map(lib.TT_K_COPY, "tt_args_copy *", {}, x, y)
+    run_map("copy", x, y)
     return record("copy", y, (x,))
 
 
@@ -94,7 +86,7 @@ def _copy_bwd(node, g):
 
 def _cast(x: Tensor, dtype) -> Tensor:
     y = Tensor(x.traits, dtype)
-    check(lib.tt_cast(x._ptr, y._ptr))
+    run_cast(x, y)
     return y
 
 
@@ -120,7 +112,7 @@ def scale(x: Tensor, alpha: float) -> Tensor:
     _any_float_tensor(x, "scale", "x")
     y = _like(x)
     alpha = _scalar(alpha, "scale", "alpha")
-    _map(lib.TT_K_SCALE, "tt_args_scale *", {"alpha": alpha}, x, y)
+    run_map("scale", x, y, alpha=alpha)
     return record("scale", y, (x,), alpha=alpha)
 
 
@@ -142,7 +134,7 @@ def add_scalar(x: Tensor, s: float, alpha: float = 1.0) -> Tensor:
     _any_float_tensor(x, "add_scalar", "x")
     y = _like(x)
     alpha = _scalar(alpha, "add_scalar", "alpha")
-    _map(lib.TT_K_ADD_SCALAR, "tt_args_add_scalar *", {"alpha": alpha, "s": _scalar(s, "add_scalar", "s")}, x, y)
+    run_map("add_scalar", x, y, alpha=alpha, s=_scalar(s, "add_scalar", "s"))
     return record("scale", y, (x,), alpha=alpha)  # d(alpha x + s)/dx = alpha: scale's rule
 
 
@@ -151,7 +143,7 @@ def rdiv_scalar(s: float, x: Tensor) -> Tensor:
     _float_tensor(x, "rdiv_scalar", "x")
     y = _like(x)
     s = _scalar(s, "rdiv_scalar", "s")
-    _map(lib.TT_K_RDIV_SCALAR, "tt_args_rdiv_scalar *", {"s": s}, x, y)
+    run_map("rdiv_scalar", x, y, s=s)
     return record("rdiv_scalar", y, (x,), saved=(x,), s=s)
 
 
@@ -161,21 +153,20 @@ def _rdiv_scalar_bwd(node, g):
     return (div(g, mul(x, x), -node.ctx["s"]),)  # d(s/x) = -s/x^2
 
 
-def _binary(what: str, kernel: int, ctype: str, fields: dict, a: Tensor, b: Tensor,
-            half: bool = False) -> Tensor:
+def _binary(what: str, a: Tensor, b: Tensor, half: bool = False, **fields) -> Tensor:
     check_dtype = _any_float_tensor if half else _float_tensor
     check_dtype(a, what, "a")
     check_dtype(b, what, "b")
     _same(what, a, b)
     c = _like(a)
-    _map(kernel, ctype, fields, a, b, c)
+    run_map(what, a, b, c, **fields)
     return c
 
 
 def add(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
     """alpha * a + beta * b"""
     alpha, beta = _scalar(alpha, "add", "alpha"), _scalar(beta, "add", "beta")
-    c = _binary("add", lib.TT_K_ADD, "tt_args_add *", {"alpha": alpha, "beta": beta}, a, b, half=True)
+    c = _binary("add", a, b, half=True, alpha=alpha, beta=beta)
     return record("add", c, (a, b), alpha=alpha, beta=beta)
 
 
@@ -194,7 +185,7 @@ def sub(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
 def mul(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """alpha * a * b (element-wise)"""
     alpha = _scalar(alpha, "mul", "alpha")
-    c = _binary("mul", lib.TT_K_MUL, "tt_args_mul *", {"alpha": alpha}, a, b, half=True)
+    c = _binary("mul", a, b, half=True, alpha=alpha)
     return record("mul", c, (a, b), saved=(a, b), alpha=alpha)
 
 
@@ -209,7 +200,7 @@ def _mul_bwd(node, g):
 def div(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """alpha * a / b (element-wise)"""
     alpha = _scalar(alpha, "div", "alpha")
-    c = _binary("div", lib.TT_K_DIV, "tt_args_div *", {"alpha": alpha}, a, b)
+    c = _binary("div", a, b, alpha=alpha)
     return record("div", c, (a, b), saved=(a, b), alpha=alpha)
 
 
@@ -219,15 +210,6 @@ def _div_bwd(node, g):
     da = div(g, b, node.ctx["alpha"])                                 # alpha g / b
     db = div(mul(da, a), b, -1.0) if node.inputs[1] is not None else None  # -alpha g a / b^2
     return (da if node.inputs[0] is not None else None, db)
-
-
-def _span(kernel: int, ctype: str, fields: dict, axis: int, naxes: int, full, red, reduce: bool) -> None:
-    args = ffi.new(ctype)
-    for k, v in fields.items():
-        setattr(args, k, v)
-    f = ffi.new("tt_tensor *[]", [t._ptr for t in full])
-    r = ffi.new("tt_tensor *[]", [t._ptr for t in red]) if red else ffi.NULL
-    check(lib.tt_span_map(kernel, args, axis, naxes, len(full), f, len(red), r, int(reduce)))
 
 
 def add_broadcast(x: Tensor, b: Tensor, axis, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
@@ -245,8 +227,7 @@ def add_broadcast(x: Tensor, b: Tensor, axis, alpha: float = 1.0, beta: float = 
         raise TypeError(f"{what}: dtype mismatch, x is {x.dtype} and b is {b.dtype}")
     y = _like(x)
     alpha, beta = _scalar(alpha, what, "alpha"), _scalar(beta, what, "beta")
-    _span(lib.TT_K_ADD_BCAST, "tt_args_add_bcast *", {"alpha": alpha, "beta": beta},
-          start, naxes, [x, y], [b], reduce=False)
+    run_span("add_bcast", start, naxes, [x, y], [b], reduce=False, alpha=alpha, beta=beta)
     return record("add_broadcast", y, (x, b), alpha=alpha, beta=beta, start=start, naxes=naxes)
 
 
@@ -270,7 +251,7 @@ def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tens
                          f"got shape {b.shape} and tiles {b.tiles}")
     alpha = _scalar(alpha, what, "alpha")
     y = Tensor(traits, b.dtype)
-    _span(lib.TT_K_BCAST, "tt_args_bcast *", {"alpha": alpha}, start, naxes, [y], [b], reduce=False)
+    run_span("bcast", start, naxes, [y], [b], reduce=False, alpha=alpha)
     return record("broadcast", y, (b,), alpha=alpha, start=start, naxes=naxes)
 
 
@@ -290,11 +271,11 @@ def sum(x: Tensor, axis=None, alpha: float = 1.0) -> Tensor:  # noqa: A001 - mir
     if axis is None:
         start, naxes = 0, x.ndim
         y = Tensor(TensorTraits(()), acc_dtype)
-        check(lib.tt_sum_all(alpha, x._ptr, 0.0, y._ptr))
+        sum_all(alpha, x, 0.0, y)
     else:
         start, naxes = x.traits.axis_span(axis)
         y = Tensor(x.traits.drop_axis(start, naxes), acc_dtype)
-        _span(lib.TT_K_SUM_AXIS, "tt_args_sum_axis *", {"alpha": alpha}, start, naxes, [x], [y], reduce=True)
+        run_span("sum_axis", start, naxes, [x], [y], reduce=True, alpha=alpha)
     if y.dtype != x.dtype:
         y = _cast(y, x.dtype)
     return record("sum", y, (x,), alpha=alpha, start=start, naxes=naxes, traits=x.traits)
@@ -315,7 +296,7 @@ def max(x: Tensor, axis) -> Tensor:  # noqa: A001
         raise ValueError("max: axis is required (max along an axis)")
     start, naxes = x.traits.axis_span(axis)
     y = Tensor(x.traits.drop_axis(start, naxes), x.dtype)
-    _span(lib.TT_K_MAX_AXIS, "tt_args_max_axis *", {}, start, naxes, [x], [y], reduce=True)
+    run_span("max_axis", start, naxes, [x], [y], reduce=True)
     return record("max", y, (x,))
 
 
@@ -330,8 +311,7 @@ def axpy_(y: Tensor, x: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor
     _any_float_tensor(y, "axpy_", "y")
     _any_float_tensor(x, "axpy_", "x")
     _same("axpy_", x, y, names=("x", "y"))
-    _map(lib.TT_K_AXPY, "tt_args_axpy *",
-         {"alpha": _scalar(alpha, "axpy_", "alpha"), "beta": _scalar(beta, "axpy_", "beta")}, x, y)
+    run_map("axpy", x, y, alpha=_scalar(alpha, "axpy_", "alpha"), beta=_scalar(beta, "axpy_", "beta"))
     return y
 
 
@@ -401,7 +381,7 @@ def _gemm(alpha: float, a: Tensor, ta: bool, b: Tensor, tb: bool, traits: Tensor
     so the result is rounded once however the operands are tiled."""
     acc = chain and is_half(a.dtype)
     c = Tensor(traits, np.float32 if acc else a.dtype)
-    check(lib.tt_gemm(alpha, a._ptr, int(ta), b._ptr, int(tb), 0.0, c._ptr))
+    gemm(alpha, a, ta, b, tb, 0.0, c)
     return _cast(c, a.dtype) if acc else c
 
 

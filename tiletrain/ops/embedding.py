@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._ffi import check, lib
-from ..tensor import Tensor, TensorTraits
+from ..tensors import Tensor, TensorTraits
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _tensor
 

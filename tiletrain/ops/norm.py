@@ -10,20 +10,10 @@ from __future__ import annotations
 
 import numbers
 
-from .._ffi import check, ffi, lib
-from ..tensor import Tensor, TensorTraits, full
+from ..runtime.kernels import run_map, run_norm
+from ..tensors import Tensor, TensorTraits, full
 from .autograd import backward_rule, record
 from .basic import _float_tensor
-
-
-def _norm_map(kernel: int, ctype: str, fields: dict, full_, rows, cols, reduce: int) -> None:
-    args = ffi.new(ctype)
-    for k, v in fields.items():
-        setattr(args, k, v)
-    f = ffi.new("tt_tensor *[]", [t._ptr for t in full_])
-    r = ffi.new("tt_tensor *[]", [t._ptr for t in rows]) if rows else ffi.NULL
-    c = ffi.new("tt_tensor *[]", [t._ptr for t in cols]) if cols else ffi.NULL
-    check(lib.tt_norm_map(kernel, args, len(full_), f, len(rows), r, len(cols), c, reduce))
 
 
 def _rows_traits(x: Tensor) -> TensorTraits:
@@ -72,14 +62,13 @@ def _stats(x: Tensor, eps: float, centred: bool):
     rstd = Tensor(_rows_traits(x), x.dtype)
     if centred:
         mean = Tensor(_rows_traits(x), x.dtype)
-        _norm_map(lib.TT_K_LAYER_NORM_STATS, "tt_args_layer_norm_stats *", {}, [x], [mean, rstd], [],
+        run_norm("layer_norm_stats", [x], [mean, rstd], [],
                   reduce=1)
     else:
         mean = None
-        _norm_map(lib.TT_K_RMS_NORM_STATS, "tt_args_rms_norm_stats *", {}, [x], [rstd], [], reduce=1)
-    args = ffi.new("tt_args_norm_rstd *")
-    args.alpha, args.eps = 1.0 / C, eps  # rstd = 1 / sqrt(M2 / C + eps), or 1 / sqrt(sum(x^2) / C + eps)
-    check(lib.tt_map(lib.TT_K_NORM_RSTD, args, 1, ffi.new("tt_tensor *[1]", [rstd._ptr])))
+        run_norm("rms_norm_stats", [x], [rstd], [], reduce=1)
+    # rstd = 1 / sqrt(M2 / C + eps), or 1 / sqrt(sum(x^2) / C + eps)
+    run_map("norm_rstd", rstd, alpha=1.0 / C, eps=eps)
     return mean, rstd
 
 
@@ -97,7 +86,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
     b = bias if bias is not None else full(_cols_traits(x), 0.0, dtype=x.dtype)
     y = Tensor(x.traits, x.dtype)
-    _norm_map(lib.TT_K_LAYER_NORM_FWD, "tt_args_layer_norm_fwd *", {}, [x, y], [mean, rstd], [w, b], reduce=0)
+    run_norm("layer_norm_fwd", [x, y], [mean, rstd], [w, b], reduce=0)
     return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w))
 
 
@@ -108,15 +97,12 @@ def _layer_norm_bwd(node, g):
     dx = dw = db = None
     if need_x:
         ra, rb = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
-        _norm_map(lib.TT_K_LAYER_NORM_BWD_ROWS, "tt_args_layer_norm_bwd_rows *", {"alpha": 1.0 / x.shape[-1]},
-                  [g, x], [mean, rstd, ra, rb], [w], reduce=1)
+        run_norm("layer_norm_bwd_rows", [g, x], [mean, rstd, ra, rb], [w], reduce=1, alpha=1.0 / x.shape[-1])
         dx = Tensor(x.traits, x.dtype)
-        _norm_map(lib.TT_K_LAYER_NORM_BWD_X, "tt_args_layer_norm_bwd_x *", {},
-                  [g, x, dx], [mean, rstd, ra, rb], [w], reduce=0)
+        run_norm("layer_norm_bwd_x", [g, x, dx], [mean, rstd, ra, rb], [w], reduce=0)
     if need_w or need_b:
         dw, db = Tensor(_cols_traits(x), x.dtype), Tensor(_cols_traits(x), x.dtype)
-        _norm_map(lib.TT_K_LAYER_NORM_BWD_W, "tt_args_layer_norm_bwd_w *", {},
-                  [g, x], [mean, rstd], [dw, db], reduce=2)
+        run_norm("layer_norm_bwd_w", [g, x], [mean, rstd], [dw, db], reduce=2)
     return (dx, dw if need_w else None, db if need_b else None)
 
 
@@ -130,7 +116,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     _, rstd = _stats(x, eps, centred=False)
     w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
     y = Tensor(x.traits, x.dtype)
-    _norm_map(lib.TT_K_RMS_NORM_FWD, "tt_args_rms_norm_fwd *", {}, [x, y], [rstd], [w], reduce=0)
+    run_norm("rms_norm_fwd", [x, y], [rstd], [w], reduce=0)
     return record("rms_norm", y, (x, weight), saved=(x, rstd, w))
 
 
@@ -141,14 +127,13 @@ def _rms_norm_bwd(node, g):
     dx = dw = None
     if need_x:
         rb = Tensor(_rows_traits(x), x.dtype)
-        _norm_map(lib.TT_K_RMS_NORM_BWD_ROWS, "tt_args_rms_norm_bwd_rows *", {"alpha": 1.0 / x.shape[-1]},
-                  [g, x], [rstd, rb], [w], reduce=1)
+        run_norm("rms_norm_bwd_rows", [g, x], [rstd, rb], [w], reduce=1, alpha=1.0 / x.shape[-1])
         dx = Tensor(x.traits, x.dtype)
-        _norm_map(lib.TT_K_RMS_NORM_BWD_X, "tt_args_rms_norm_bwd_x *", {}, [g, x, dx], [rstd, rb], [w],
+        run_norm("rms_norm_bwd_x", [g, x, dx], [rstd, rb], [w],
                   reduce=0)
     if need_w:
         dw = Tensor(_cols_traits(x), x.dtype)
-        _norm_map(lib.TT_K_RMS_NORM_BWD_W, "tt_args_rms_norm_bwd_w *", {}, [g, x], [rstd], [dw], reduce=2)
+        run_norm("rms_norm_bwd_w", [g, x], [rstd], [dw], reduce=2)
     return (dx, dw)
 
 

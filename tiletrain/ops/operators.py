@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from ..tensor import Tensor
+from ..tensors import Tensor
 from . import autograd, basic
 
 

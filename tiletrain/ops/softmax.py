@@ -21,10 +21,10 @@ import numbers
 
 import numpy as np
 
-from .._ffi import check, ffi, lib
-from ..tensor import Tensor, TensorTraits
+from ..runtime.kernels import run_map, run_span, sum_all
+from ..tensors import Tensor, TensorTraits
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _span, _tensor
+from .basic import _float_tensor, _tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -47,7 +47,7 @@ def _row_stats(x: Tensor) -> tuple[Tensor, Tensor]:
     """(row max, row sum of exp(x - max)) along the last axis, as span-reduction tasks."""
     rows = x.traits.drop_axis(x.ndim - 1)
     mx, s = Tensor(rows, x.dtype), Tensor(rows, x.dtype)
-    _span(lib.TT_K_SOFTMAX_STATS, "tt_args_softmax_stats *", {}, x.ndim - 1, 1, [x], [mx, s], reduce=True)
+    run_span("softmax_stats", x.ndim - 1, 1, [x], [mx, s], reduce=True)
     return mx, s
 
 
@@ -56,8 +56,8 @@ def _softmax(x: Tensor, dim, islog: int, what: str) -> Tensor:
     axis = _last_axis(x, dim, what)
     mx, s = _row_stats(x)
     y = Tensor(x.traits, x.dtype)
-    _span(lib.TT_K_SOFTMAX_APPLY, "tt_args_softmax_apply *", {"islog": islog}, axis, 1, [x, y], [mx, s],
-          reduce=False)
+    run_span("softmax_apply", axis, 1, [x, y], [mx, s],
+                 reduce=False, islog=islog)
     return record(what, y, (x,), saved=(x, mx, s), islog=islog)
 
 
@@ -76,11 +76,11 @@ def _softmax_bwd(node, g):
     islog = node.ctx["islog"]
     axis = x.ndim - 1
     d = Tensor(mx.traits, x.dtype)  # sum(g * y) for softmax, sum(g) for log_softmax
-    _span(lib.TT_K_SOFTMAX_BWD_DOT, "tt_args_softmax_bwd_dot *", {"islog": islog}, axis, 1, [x, g],
-          [mx, s, d], reduce=True)
+    run_span("softmax_bwd_dot", axis, 1, [x, g],
+                 [mx, s, d], reduce=True, islog=islog)
     dx = Tensor(x.traits, x.dtype)
-    _span(lib.TT_K_SOFTMAX_BWD, "tt_args_softmax_bwd *", {"islog": islog}, axis, 1, [x, g, dx], [mx, s, d],
-          reduce=False)
+    run_span("softmax_bwd", axis, 1, [x, g, dx], [mx, s, d],
+                 reduce=False, islog=islog)
     return (dx,)
 
 
@@ -95,16 +95,14 @@ def _zero_d(dtype) -> Tensor:
 def _div0(a: Tensor, b: Tensor) -> Tensor:
     """a / b on 0-d tensors, as one task (0 / 0 = nan)."""
     c = _zero_d(a.dtype)
-    args = ffi.new("tt_args_div *")
-    args.alpha = 1.0
-    check(lib.tt_map(lib.TT_K_DIV, args, 3, ffi.new("tt_tensor *[]", [a._ptr, b._ptr, c._ptr])))
+    run_map("div", a, b, c, alpha=1.0)
     return c
 
 
 def _sum0(x: Tensor) -> Tensor:
     """The sum of every element of x, as a 0-d tensor (one task per tile)."""
     y = _zero_d(x.dtype)
-    check(lib.tt_sum_all(1.0, x._ptr, 0.0, y._ptr))
+    sum_all(1.0, x, 0.0, y)
     return y
 
 
@@ -162,8 +160,8 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
     geom = {"vtile": logits.tiles[-1], "ncols": logits.shape[-1], "ignore_index": ignore_index}
     mx, s = Tensor(rows, logits.dtype), Tensor(rows, logits.dtype)
     per_row, counted = Tensor(rows, logits.dtype), Tensor(rows, logits.dtype)
-    _span(lib.TT_K_CROSS_ENTROPY_FWD, "tt_args_cross_entropy_fwd *", geom, axis, 1, [logits],
-          [targets, mx, s, per_row, counted], reduce=True)
+    run_span("cross_entropy_fwd", axis, 1, [logits],
+          [targets, mx, s, per_row, counted], reduce=True, **geom)
     count = None
     if reduction == "none":
         out = per_row
@@ -188,11 +186,11 @@ def _cross_entropy_bwd(node, g):
             gr = scale
         else:
             gr = Tensor(rows, logits.dtype)
-            _span(lib.TT_K_BCAST, "tt_args_bcast *", {"alpha": 1.0}, 0, rows.ndim, [gr], [scale],
-                  reduce=False)
+            run_span("bcast", 0, rows.ndim, [gr], [scale],
+                  reduce=False, alpha=1.0)
     dx = Tensor(logits.traits, logits.dtype)
-    _span(lib.TT_K_CROSS_ENTROPY_BWD, "tt_args_cross_entropy_bwd *", c["geom"], logits.ndim - 1, 1,
-          [logits, dx], [targets, mx, s, gr], reduce=False)
+    run_span("cross_entropy_bwd", logits.ndim - 1, 1,
+          [logits, dx], [targets, mx, s, gr], reduce=False, **c["geom"])
     return (dx,)
 
 

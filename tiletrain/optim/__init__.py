@@ -9,8 +9,8 @@ import numpy as np
 
 from .._ffi import lib
 from ..ops.autograd import no_grad
-from ..ops.basic import _map, _span
-from ..tensor import Tensor, TensorTraits, from_numpy, zeros
+from ..runtime.kernels import run_map, run_span
+from ..tensors import Tensor, TensorTraits, from_numpy, zeros
 from ..trace.tags import tag
 
 __all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
@@ -71,7 +71,7 @@ class Optimizer:
             if set_to_none:
                 p.grad = None
             else:
-                from ..tensor import from_value_
+                from ..tensors import from_value_
                 from_value_(p.grad, 0.0)
 
     @tag(phase="opt")
@@ -175,10 +175,9 @@ class AdamW(Optimizer):
             st["exp_avg_sq"] = _state_tensor(p)
         b1, b2 = g["betas"]
         t = st["step"]
-        _map(lib.TT_K_ADAMW, "tt_args_adamw *",
-             dict(lr=float(g["lr"]), beta1=float(b1), beta2=float(b2), eps=float(g["eps"]),
-                  weight_decay=float(g["weight_decay"]), bc1=1.0 - b1 ** t, bc2=1.0 - b2 ** t),
-             p.grad, p, st["exp_avg"], st["exp_avg_sq"])
+        run_map("adamw", p.grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
+                beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]), bc1=1.0 - b1 ** t,
+                bc2=1.0 - b2 ** t)
 
 
 class SGD(Optimizer):
@@ -195,17 +194,14 @@ class SGD(Optimizer):
 
     def _update(self, g, p, st):
         if g["momentum"] == 0:
-            _map(lib.TT_K_SGD, "tt_args_sgd *", dict(lr=float(g["lr"]), weight_decay=float(g["weight_decay"])),
-                 p.grad, p)
+            run_map("sgd", p.grad, p, lr=float(g["lr"]), weight_decay=float(g["weight_decay"]))
             return
         first = "momentum_buffer" not in st
         if first:
             st["momentum_buffer"] = _state_tensor(p)  # overwritten by the first update (first=1)
-        _map(lib.TT_K_SGD_MOMENTUM, "tt_args_sgd_momentum *",
-             dict(first=int(first), nesterov=int(bool(g["nesterov"])), lr=float(g["lr"]),
-                  momentum=float(g["momentum"]), dampening=float(g["dampening"]),
-                  weight_decay=float(g["weight_decay"])),
-             p.grad, p, st["momentum_buffer"])
+        run_map("sgd_momentum", p.grad, p, st["momentum_buffer"], first=int(first),
+                nesterov=int(bool(g["nesterov"])), lr=float(g["lr"]), momentum=float(g["momentum"]),
+                dampening=float(g["dampening"]), weight_decay=float(g["weight_decay"]))
 
 
 @no_grad()
@@ -224,12 +220,11 @@ def clip_grad_norm_(params, max_norm: float) -> Tensor:
         raise ValueError("clip_grad_norm_: 0-d parameters are not supported")
     sumsq = zeros((), dtype=grads[0].dtype)
     for g in grads:  # one accumulating task per gradient tile into the shared 0-d sum
-        _span(lib.TT_K_SUMSQ_ACC, "tt_args_sumsq_acc *", {}, 0, g.ndim, [g], [sumsq], reduce=False)
+        run_span("sumsq_acc", 0, g.ndim, [g], [sumsq], reduce=False)
     for g in grads:
-        _span(lib.TT_K_CLIP_SCALE, "tt_args_clip_scale *", {"max_norm": float(max_norm)},
-              0, g.ndim, [g], [sumsq], reduce=False)
+        run_span("clip_scale", 0, g.ndim, [g], [sumsq], reduce=False, max_norm=float(max_norm))
     norm = Tensor(TensorTraits(()), grads[0].dtype)
-    _map(lib.TT_K_SQRT_SCALAR, "tt_args_sqrt_scalar *", {}, sumsq, norm)
+    run_map("sqrt_scalar", sumsq, norm)
     return norm
 
 

@@ -74,7 +74,7 @@ class PipelineResult:
 def run(plan: PipelinePlan, sleep: bool = True, priorities: np.ndarray | None = None) -> PipelineResult:
     """Submit the plan once (data created first, outside the recording), wait, measure."""
     from ..runtime import wait
-    from ..tensor import from_numpy
+    from ..tensors import from_numpy
     data = {name: from_numpy(np.zeros(1)) for name in data_names(plan)}
     wait()
     with recording() as rec:

@@ -168,7 +168,7 @@ def submit(plan: PipelinePlan, sleep: bool = True, dtype=np.float64, data: dict 
     """Submit the plan's tasks in order (no waiting) with their tags, affinity and priority
     (``priorities`` overrides the plan's, e.g. bottom levels).  Returns the data tensors."""
     from .._ffi import check, lib
-    from ..tensor import from_numpy
+    from ..tensors import from_numpy
     from ..trace.tags import intern
 
     if lib.tt_nworkers() < plan.nworkers:

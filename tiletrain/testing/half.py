@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._ffi import cstr, lib
-from ..tensor import DTYPES, HALF_DTYPES
+from ..tensors import DTYPES, HALF_DTYPES
 from .references import REFERENCES
 
 # Unit roundoff u = 2^-(p) of each half type (p = significand bits incl. the implicit one):

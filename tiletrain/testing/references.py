@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor import DTYPES, FLOAT_DTYPES
+from ..tensors import DTYPES, FLOAT_DTYPES
 from ._refbase import Reference, _pos, _r, round_to  # noqa: F401  (family modules import these from _refbase)
 
 

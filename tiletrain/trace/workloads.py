@@ -122,7 +122,7 @@ class Pipeline(Workload):
     def setup(self) -> None:
         from .._ffi import lib
         from ..pipeline.synthetic import build_plan, data_names
-        from ..tensor import from_numpy
+        from ..tensors import from_numpy
         p = int(self.params.get("p", lib.tt_nworkers()))
         m = int(self.params.get("m", 8))
         us = float(self.params.get("usec", 2000))

@@ -204,7 +204,7 @@ class Tensor:
 
     def to_cupy(self):
         """The tensor as a new cupy array on the GPU (tiles acquired on the GPU's memory node;
-        needs cupy and a CUDA worker: tiletrain/tensor/cupy_interop.py)."""
+        needs cupy and a CUDA worker: tiletrain/tensors/cupy_interop.py)."""
         from .cupy_interop import to_cupy
         return to_cupy(self)
 
@@ -259,10 +259,9 @@ def ones(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
 
 def from_value_(t: Tensor, value: float) -> Tensor:
     """Fill every tile with ``value`` (one fill task per tile)."""
-    args = ffi.new("tt_args_fill *")
-    args.value = float(value)
-    tensors = ffi.new("tt_tensor *[1]", [t._handle("fill")])
-    check(lib.tt_map(lib.TT_K_FILL, args, 1, tensors))
+    from ..runtime.kernels import run_map
+    t._handle("fill")
+    run_map("fill", t, value=float(value))
     return t
 
 
