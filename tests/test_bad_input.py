@@ -50,14 +50,12 @@ def test_dtypes(nothing_submitted):
 
 def test_mismatched_operands(ab, nothing_submitted):
     a, b = ab
-    with pytest.raises(ValueError, match=r"tile mismatch, a has tiles \(3, 2\) and b has \(2, 2\)"):
-        a + b
     c = tt.from_numpy(np.zeros((6, 5)), (3, 2))
-    with pytest.raises(ValueError, match=r"shape mismatch, a is \(6, 4\) and b is \(6, 5\)"):
+    with pytest.raises(ValueError, match=r"could not be broadcast together with shapes \(6, 4\) \(6, 5\)"):
         tt.mul(a, c)
-    f32 = tt.from_numpy(np.zeros((6, 4), np.float32), (3, 2))
-    with pytest.raises(TypeError, match="dtype mismatch"):
-        a - f32
+    ids = tt.from_numpy(np.zeros((6, 4), np.int64), (3, 2))
+    with pytest.raises(TypeError, match="int64"):
+        a - ids
     with pytest.raises(TypeError, match="must be a tiletrain Tensor"):
         tt.add(a, np.zeros((6, 4)))
     with pytest.raises(TypeError, match="unsupported operand"):

@@ -8,15 +8,19 @@ from .runtime import Runtime, current, init, is_initialized, priority, rank, shu
 from .trace.tags import tag
 from .tensors import Tensor, TensorTraits, bfloat16, empty, float16, from_numpy, full, ones, zeros
 from .tensors.cupy_interop import from_cupy
-from .ops import (add, add_broadcast, add_scalar, astype, backward, broadcast, copy, div, enable_grad, fill_,
-                  grad_enabled, matmul, max, mul, neg, no_grad, rdiv_scalar, scale, sub, sum)
+from .ops import (abs, add, add_broadcast, add_scalar, astype, backward, broadcast, clamp, clip, copy, cos, div,
+                  divide, enable_grad, exp, fill_, grad_enabled, log, matmul, max, maximum, minimum, mul, multiply, neg,
+                  negative, no_grad, pow, rdiv_scalar, reciprocal, relu, rsqrt, scale, sigmoid, sign, sin, sqrt, sub,
+                  subtract, sum, tanh, true_divide)
 
 __all__ = [
     "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
     "wait", "Tensor", "TensorTraits", "empty", "from_cupy", "from_numpy", "full", "ones", "zeros", "add", "add_broadcast",
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag", "rank", "world_size", "distribution",
-    "astype", "bfloat16", "float16",
+    "astype", "bfloat16", "float16", "abs", "clamp", "clip", "cos", "divide", "exp", "log", "maximum", "minimum",
+    "multiply", "negative", "pow", "reciprocal", "relu", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "subtract",
+    "tanh", "true_divide",
 ]
 
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)

@@ -193,13 +193,13 @@ def plan(model, mode: str, world: int | None = None, stages: int | None = None
     # the rank holding the fewest bytes (stable order: the same on every rank)
     load = np.zeros((S, D), dtype=np.int64)
     owner: dict[int, int] = {}
-    for _, p in sorted(params, key=lambda kv: -kv[1].size * kv[1].dtype.itemsize):
+    for _, p in sorted(params, key=lambda kv: -kv[1].numel() * kv[1].dtype.itemsize):
         if id(p) in owner:
             continue
         s = stage_of.get(id(p), first)
         d = int(np.argmin(load[s]))
         owner[id(p)] = d * S + s
-        load[s, d] += p.size * p.dtype.itemsize
+        load[s, d] += p.numel() * p.dtype.itemsize
     return owner, where
 
 

@@ -269,7 +269,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
             meta = load_training_state(ckpt_path, model, opt, data_rng)
             start = int(meta["step"])
             print(f"resumed from {ckpt_path} at step {start}", file=out, flush=True)
-        n_params = sum(p.size for p in model.parameters())
+        n_params = sum(p.numel() for p in model.parameters())
         tokens_per_step = args.batch * args.micro_batches * args.seq_len
         fpt = flops_per_token(dataclasses.asdict(model.config), n_params, args.seq_len)
         print(f"model: {model.config.n_layer} layers x {model.config.n_embd} wide, {model.config.n_head} heads, "

@@ -37,7 +37,7 @@ def test_dmda_gives_tasks_to_both_worker_kinds(hetero):
     before = hetero.executed_tasks()
     outs = []
     for i in range(4):  # independent tile tasks: dmda balances them over both workers
-        C = F.gelu(tt.add(tt.matmul(A, B), A, beta=float(i)))
+        C = F.gelu(tt.add(tt.matmul(A, B), A, alpha=float(i)))
         outs.append(tt.sum(C, axis=0))
     tt.wait()
     after = hetero.executed_tasks()

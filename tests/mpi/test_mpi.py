@@ -31,7 +31,7 @@ def test_ops_on_block_cyclic_tensors_match_one_process(tmp_path, nprocs):
     rng = np.random.default_rng(42)
     a, b, m = rng.standard_normal((7, 5)), rng.standard_normal((7, 5)), rng.standard_normal((5, 6))
     np.testing.assert_allclose(ref["matmul"], a @ m, rtol=1e-12)
-    np.testing.assert_allclose(ref["add"], 2 * a + b, rtol=1e-12)
+    np.testing.assert_allclose(ref["add"], a + 2 * b, rtol=1e-12)
     np.testing.assert_allclose(ref["sum1"], b.sum(axis=1), rtol=1e-12)
     assert (ref["owners_A"] == 0).all()
     executed = []

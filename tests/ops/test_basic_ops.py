@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tiletrain as tt
+from tiletrain.ops import basic
 from conftest import FLOATS, GRIDS_2D, GRIDS_ND, tol
 
 GRIDS = GRIDS_2D + GRIDS_ND
@@ -27,10 +28,14 @@ def test_elementwise_binary(rng, shape, tiles, dtype):
     np.testing.assert_allclose((A - B).numpy(), a - b, **t)
     np.testing.assert_allclose((A * B).numpy(), a * b, **t)
     np.testing.assert_allclose((A / B).numpy(), a / b, **t)
-    np.testing.assert_allclose(tt.add(A, B, alpha=2.0, beta=-0.5).numpy(), 2 * a - 0.5 * b, **t)
+    np.testing.assert_allclose(tt.add(A, B, alpha=2.0).numpy(), a + 2 * b, **t)   # torch's alpha
     np.testing.assert_allclose(tt.sub(A, B, alpha=3.0).numpy(), a - 3 * b, **t)
-    np.testing.assert_allclose(tt.mul(A, B, alpha=-2.0).numpy(), -2 * a * b, **t)
-    np.testing.assert_allclose(tt.div(A, B, alpha=0.5).numpy(), 0.5 * a / b, **t)
+    np.testing.assert_allclose(tt.mul(A, B).numpy(), a * b, **t)
+    np.testing.assert_allclose(tt.div(A, B).numpy(), a / b, **t)
+    # the same-layout kernel ops they end in (alpha, beta scaling)
+    np.testing.assert_allclose(basic.add(A, B, 2.0, -0.5).numpy(), 2 * a - 0.5 * b, **t)
+    np.testing.assert_allclose(basic.mul(A, B, -2.0).numpy(), -2 * a * b, **t)
+    np.testing.assert_allclose(basic.div(A, B, 0.5).numpy(), 0.5 * a / b, **t)
     for r in (A + B, A / B):
         assert r.dtype == dtype and r.shape == A.shape and r.tiles == A.tiles
 

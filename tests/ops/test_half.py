@@ -324,8 +324,9 @@ def test_elementwise_ops_round_once(rng, shape, tiles, dtype):
     cases = {
         "add": (A + B, a64 + b64),
         "sub": (A - B, a64 - b64),
-        "add alpha beta": (tt.add(A, B, alpha=0.3, beta=-1.7), 0.3 * a64 - 1.7 * b64),
-        "mul": (tt.mul(A, B, alpha=3.0), 3.0 * a64 * b64),
+        "add alpha beta": (tt.ops.basic.add(A, B, 0.3, -1.7), 0.3 * a64 - 1.7 * b64),
+        "add alpha": (tt.add(A, B, alpha=-1.7), a64 - 1.7 * b64),
+        "mul": (tt.ops.basic.mul(A, B, 3.0), 3.0 * a64 * b64),
         "scale": (A * 0.1, 0.1 * a64),
         "neg": (-A, -a64),
         "add_scalar": (A + 0.3, a64 + 0.3),
@@ -408,13 +409,16 @@ def test_ops_without_half_bodies_raise_type_error(dtype):
             bf.to_cupy()
 
 
-def test_mixed_dtypes_are_refused():
+def test_mixed_dtypes_promote_like_torch():
     h, b, f = tt.ones((3,), dtype=F16), tt.ones((3,), dtype=BF16), tt.ones((3,))
+    d = tt.ones((3,), dtype=np.float64)
+    for x, y, want in ((h, b, np.float32), (h, f, np.float32), (f, b, np.float32), (h, d, np.float64),
+                       (f, d, np.float64)):
+        assert (x + y).dtype == want and (y * x).dtype == want
+        np.testing.assert_array_equal((x + y).numpy(), 2.0)
     mats = {dt: tt.ones((3, 3), dtype=dt) for dt in (F16, BF16, np.dtype(np.float32))}
     with submits_nothing():
         for x, y in ((h, b), (h, f), (f, b)):
-            with pytest.raises(TypeError, match="dtype mismatch"):
-                x + y
             with pytest.raises(TypeError, match="dtype mismatch"):
                 tt.matmul(mats[x.dtype], mats[y.dtype])
 

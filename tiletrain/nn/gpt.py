@@ -240,7 +240,7 @@ class GPT(Module):
         """Parameter count, the tied head counted once.  non_embedding=True leaves out the
         position table (the token table stays: it is also the LM head), as nanoGPT."""
         n = self.num_parameters()
-        return n - self.transformer.wpe.weight.size if non_embedding else n
+        return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
     def flops_per_token(self, T: int) -> int:
         """Forward + backward FLOPs per token at sequence length T (nanoGPT / PaLM estimate:

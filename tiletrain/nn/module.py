@@ -166,7 +166,7 @@ class Module:
 
     def num_parameters(self) -> int:
         """Number of parameter elements (a tied weight counted once)."""
-        return sum(p.size for p in self.parameters())
+        return sum(p.numel() for p in self.parameters())
 
     # -- modes ------------------------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":

@@ -1,4 +1,5 @@
-"""Activations (gelu, relu, silu), dropout and linear, with their backward rules."""
+"""Dropout and linear, with their backward rules (the activations gelu, relu, silu, tanh,
+sigmoid are rows of the element-wise op table, tiletrain/ops/elementwise.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,61 +8,9 @@ from ..runtime.kernels import run_map
 from ..tensors import Tensor
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _like, _scalar, add_broadcast, matmul
+from .elementwise import gelu, relu, silu
 
 __all__ = ["gelu", "relu", "silu", "dropout", "linear", "manual_seed"]
-
-_GELU_APPROX = {"none": 0, "tanh": 1}
-
-
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    """GELU: x * Phi(x) (approximate="none", erf form) or the tanh approximation
-    (approximate="tanh", as GPT-2)."""
-    _float_tensor(x, "gelu", "x")
-    if approximate not in _GELU_APPROX:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    y = _like(x)
-    run_map("gelu", x, y, approx=_GELU_APPROX[approximate])
-    return record("gelu", y, (x,), saved=(x,), approx=_GELU_APPROX[approximate])
-
-
-@backward_rule("gelu")
-def _gelu_bwd(node, g):
-    (x,) = node.saved
-    dx = _like(x)
-    run_map("gelu_backward", x, g, dx, approx=node.ctx["approx"])
-    return (dx,)
-
-
-def relu(x: Tensor) -> Tensor:
-    _float_tensor(x, "relu", "x")
-    y = _like(x)
-    run_map("relu", x, y)
-    return record("relu", y, (x,), saved=(x,))
-
-
-@backward_rule("relu")
-def _relu_bwd(node, g):
-    (x,) = node.saved
-    dx = _like(x)
-    run_map("relu_backward", x, g, dx)
-    return (dx,)
-
-
-def silu(x: Tensor) -> Tensor:
-    """x * sigmoid(x)"""
-    _float_tensor(x, "silu", "x")
-    y = _like(x)
-    run_map("silu", x, y)
-    return record("silu", y, (x,), saved=(x,))
-
-
-@backward_rule("silu")
-def _silu_bwd(node, g):
-    (x,) = node.saved
-    dx = _like(x)
-    run_map("silu_backward", x, g, dx)
-    return (dx,)
-
 
 _seeds = np.random.default_rng(0)
 

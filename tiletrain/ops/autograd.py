@@ -205,7 +205,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
     if not root.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad (no input had requires_grad=True)")
     if grad is None:
-        if root.size != 1:
+        if root.numel() != 1:
             raise RuntimeError(f"backward: a seed gradient is needed for a non-scalar output of shape {root.shape}")
         from ..tensors import full
         grad = full(root.traits, 1.0, dtype=root.dtype)

@@ -138,6 +138,15 @@ def add_scalar(x: Tensor, s: float, alpha: float = 1.0) -> Tensor:
     return record("scale", y, (x,), alpha=alpha)  # d(alpha x + s)/dx = alpha: scale's rule
 
 
+def div_scalar(x: Tensor, s: float) -> Tensor:
+    """x / s.  Division by zero gives inf or nan, as IEEE arithmetic does."""
+    _any_float_tensor(x, "div", "x")
+    s = _scalar(s, "div", "other")
+    if s == 0.0:  # x * +-inf: +-inf, and nan where x is 0 or nan (as x / 0)
+        return scale(x, math.copysign(float("inf"), s))
+    return scale(x, 1.0 / s)
+
+
 def rdiv_scalar(s: float, x: Tensor) -> Tensor:
     """s / x"""
     _float_tensor(x, "rdiv_scalar", "x")

@@ -135,10 +135,6 @@ class Tensor:
         return self.traits.ndim
 
     @property
-    def size(self) -> int:
-        return self.traits.size
-
-    @property
     def dist(self):
         """The distribution this tensor's tiles were placed with (tiletrain.distribution)."""
         from ..distribution import default
@@ -213,7 +209,7 @@ class Tensor:
         return a if dtype is None else a.astype(dtype)
 
     def item(self) -> float | int:
-        if self.size != 1:
+        if self.numel() != 1:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
@@ -227,6 +223,173 @@ class Tensor:
         elif self.requires_grad:
             state += ", requires_grad=True"
         return f"Tensor(shape={self.shape}, tiles={self.tiles}, dtype={self.dtype}{state})"
+
+
+    # -- ops (torch's Tensor methods; each delegates to the function of the same name in
+    # tiletrain.ops, which imports this module, so it is looked up when first called) --------
+    def __add__(self, other):
+        return _ops.add(self, other) if _operand(other) else NotImplemented
+
+    def __radd__(self, other):
+        return _ops.add(other, self) if _operand(other) else NotImplemented
+
+    def __sub__(self, other):
+        return _ops.sub(self, other) if _operand(other) else NotImplemented
+
+    def __rsub__(self, other):
+        return _ops.sub(other, self) if _operand(other) else NotImplemented
+
+    def __mul__(self, other):
+        return _ops.mul(self, other) if _operand(other) else NotImplemented
+
+    def __rmul__(self, other):
+        return _ops.mul(other, self) if _operand(other) else NotImplemented
+
+    def __truediv__(self, other):
+        return _ops.div(self, other) if _operand(other) else NotImplemented
+
+    def __rtruediv__(self, other):
+        return _ops.div(other, self) if _operand(other) else NotImplemented
+
+    def __pow__(self, other):
+        return _ops.pow(self, other) if _operand(other) else NotImplemented
+
+    def __rpow__(self, other):
+        return _ops.pow(other, self) if _operand(other) else NotImplemented
+
+    def __matmul__(self, other):
+        return _ops.matmul(self, other) if isinstance(other, Tensor) else NotImplemented
+
+    def __neg__(self):
+        return _ops.neg(self)
+
+    def __abs__(self):
+        return _ops.abs(self)
+
+    def __eq__(self, other):  # element-wise, as torch; hash stays identity
+        return _ops.eq(self, other) if _operand(other) else NotImplemented
+
+    def __ne__(self, other):
+        return _ops.ne(self, other) if _operand(other) else NotImplemented
+
+    def __lt__(self, other):
+        return _ops.lt(self, other) if _operand(other) else NotImplemented
+
+    def __le__(self, other):
+        return _ops.le(self, other) if _operand(other) else NotImplemented
+
+    def __gt__(self, other):
+        return _ops.gt(self, other) if _operand(other) else NotImplemented
+
+    def __ge__(self, other):
+        return _ops.ge(self, other) if _operand(other) else NotImplemented
+
+    __hash__ = object.__hash__
+
+    def __getitem__(self, index):
+        return _ops.getitem(self, index)
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of a tensor with {self.numel()} values is ambiguous")
+        return bool(self.item())
+
+    def backward(self, gradient=None):
+        """Submit the backward pass from this tensor (no waiting)."""
+        _ops.backward(self, gradient)
+
+    def astype(self, dtype):
+        return _ops.astype(self, dtype)
+
+    def to(self, dtype):
+        """A cast to ``dtype`` (the tensor itself when it already has it)."""
+        from .tensor import as_dtype as _as
+        return self if _as(dtype) == self.dtype else _ops.astype(self, dtype)
+
+    def float(self):
+        return self.to(np.float32)
+
+    def double(self):
+        return self.to(np.float64)
+
+    def half(self):
+        return self.to(float16)
+
+    def bfloat16(self):
+        return self.to(bfloat16)
+
+    def clone(self):
+        return _ops.copy(self)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[self.traits.normalize_axis(dim)]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return self.traits.size
+
+    def matmul(self, other):
+        return _ops.matmul(self, other)
+
+    @property
+    def T(self):
+        return _ops.permute(self, *reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return _ops.transpose(self, -2, -1)
+
+
+def _operand(v) -> bool:
+    """A tensor or a real number: what the operators take (others get NotImplemented)."""
+    return isinstance(v, Tensor) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+def _method(name: str, doc: str):
+    def method(self, *args, **kwargs):
+        return getattr(_ops, name)(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
+
+
+# Methods that pass every argument on to the tiletrain function of the same name.
+for _name in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "neg", "abs", "exp", "log", "sqrt",
+              "rsqrt", "sign", "sin", "cos", "tanh", "sigmoid", "relu", "reciprocal", "clamp", "clip",
+              "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill",
+              "sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax", "argmin", "logsumexp", "norm",
+              "softmax", "log_softmax",
+              "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
+              "split", "chunk"):
+    setattr(Tensor, _name, _method(_name, f"tiletrain.{_name}(self, ...)"))
+del _name
+
+
+def _expand_as(self, other):
+    return _ops.expand(self, *other.shape)
+
+
+def _view_as(self, other):
+    return _ops.reshape(self, other.shape)
+
+
+Tensor.expand_as = _expand_as
+Tensor.view_as = Tensor.reshape_as = _view_as
+
+
+class _LazyOps:
+    """tiletrain.ops, imported on first use (it imports this module)."""
+
+    def __getattr__(self, name):
+        global _ops
+        from .. import ops
+        _ops = ops
+        return getattr(ops, name)
+
+
+_ops = _LazyOps()
 
 
 def _traits(shape, tiles, dist=None) -> TensorTraits:

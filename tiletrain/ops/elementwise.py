@@ -1,0 +1,317 @@
+"""Element-wise ops, generated from one table.
+
+A unary op is one ``Unary`` row: its forward kernel, its backward kernel and which tensor
+that kernel reads (the input x or the output y), and how the op's Python parameters become
+kernel arguments.  A binary op is one ``Binary`` row: its forward kernel and its backward
+kernel (which writes both gradients at once).  From a row come the public function (torch's
+name and signature), its autograd node and its backward rule; nothing else is written by
+hand.  Adding an element-wise op with its derivative = a kernels.def line (csrc/kernels.def,
+with an `expr` the bodies are generated) + one row here + a test row.
+
+Binary ops take tensors or Python numbers and follow PyTorch's rules:
+- broadcasting (NumPy's rules): operands are expanded to the result's shape by copy tasks
+  (tiletrain.ops.shape.expand_to), whose backward sums the gradient back;
+- tiling: operands tiled differently are re-tiled to the result's tiling, which takes, axis
+  by axis, the tile size of the first operand that spans that axis (so ``x + bias`` keeps
+  x's tiling and costs no copy of x);
+- dtype promotion between float types (float32 + float64 -> float64; float16 + bfloat16 ->
+  float32), by a cast of the narrower operand."""
+from __future__ import annotations
+
+import numbers
+import weakref
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..runtime.kernels import run_map
+from ..tensors import Tensor, TensorTraits, is_float
+from . import basic
+from .autograd import backward_rule, record
+from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _tensor
+
+# ---------------------------------------------------------------------------------- unary
+
+
+@dataclass(frozen=True)
+class Unary:
+    """One element-wise unary op: y = kernel(x), dx = backward(x or y, dy)."""
+    name: str                       # torch's name: the function, the method and the autograd node
+    kernel: str                     # forward kernel (csrc/kernels.def): R x, W y
+    backward: str | None            # backward kernel: R x|y, R dy, W dx (None: the gradient is zero)
+    reads: str = "x"                # what the backward kernel reads: "x" (the input) or "y" (the output)
+    params: Callable | None = None  # (*args, **kwargs after x) -> kernel arguments
+    doc: str = ""
+
+
+def _gelu_params(approximate: str = "none") -> dict:
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return {"approx": int(approximate == "tanh")}
+
+
+def _clamp_params(min=None, max=None) -> dict:  # noqa: A002 - torch's names
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must not be None")
+    lo = -np.inf if min is None else _scalar(min, "clamp", "min")
+    hi = np.inf if max is None else _scalar(max, "clamp", "max")
+    return {"lo": lo, "hi": hi}
+
+
+def _pow_params(exponent) -> dict:
+    return {"p": _scalar(exponent, "pow", "exponent")}
+
+
+def _rpow_params(base) -> dict:
+    return {"s": _scalar(base, "pow", "self")}
+
+
+UNARY = [
+    Unary("relu", "relu", "relu_backward", "x", doc="max(x, 0)"),
+    Unary("gelu", "gelu", "gelu_backward", "x", _gelu_params,
+          "x * Phi(x) (approximate='none', erf form) or the tanh approximation (approximate='tanh')"),
+    Unary("silu", "silu", "silu_backward", "x", doc="x * sigmoid(x)"),
+    Unary("exp", "exp", "exp_backward", "y", doc="e ** x"),
+    Unary("log", "log", "log_backward", "x", doc="natural logarithm"),
+    Unary("sqrt", "sqrt", "sqrt_backward", "y", doc="square root"),
+    Unary("rsqrt", "rsqrt", "rsqrt_backward", "y", doc="1 / sqrt(x)"),
+    Unary("abs", "abs", "abs_backward", "x", doc="|x|"),
+    Unary("sign", "sign", None, doc="-1, 0 or 1 (NaN stays NaN); zero gradient"),
+    Unary("sin", "sin", "sin_backward", "x", doc="sine"),
+    Unary("cos", "cos", "cos_backward", "x", doc="cosine"),
+    Unary("tanh", "tanh", "tanh_backward", "y", doc="hyperbolic tangent"),
+    Unary("sigmoid", "sigmoid", "sigmoid_backward", "y", doc="1 / (1 + e ** -x)"),
+    Unary("clamp", "clamp", "clamp_backward", "x", _clamp_params,
+          "min(max(x, min), max); the gradient passes where min <= x <= max"),
+    Unary("pow_scalar", "pow_scalar", "pow_scalar_backward", "x", _pow_params, "x ** exponent"),
+    Unary("rpow_scalar", "rpow_scalar", "rpow_scalar_backward", "y", _rpow_params, "base ** x"),
+]
+
+
+def _unary_op(row: Unary) -> Callable:
+    def op(input: Tensor, *args, **kwargs) -> Tensor:  # noqa: A002 - torch's name
+        x = _float_tensor(input, row.name, "input")
+        if row.params is not None:
+            params = row.params(*args, **kwargs)
+        elif args or kwargs:
+            raise TypeError(f"{row.name}() takes one tensor argument")
+        else:
+            params = {}
+        y = Tensor(x.traits, x.dtype)
+        run_map(row.kernel, x, y, **params)
+        # the output is saved weakly: it is alive whenever its node can be reached
+        return record(row.name, y, (x,), saved=(x,) if row.reads == "x" else (),
+                      params=params, output=weakref.ref(y) if row.reads == "y" else None)
+
+    op.__name__ = op.__qualname__ = row.name
+    op.__doc__ = f"{row.doc} (element-wise; kernel `{row.kernel}`)."
+
+    @backward_rule(row.name)
+    def rule(node, g):
+        if row.backward is None:
+            return (basic.fill_(Tensor(g.traits, g.dtype), 0.0),)
+        t = node.saved[0] if row.reads == "x" else node.ctx["output"]()
+        dx = Tensor(t.traits, t.dtype)
+        run_map(row.backward, t, g, dx, **node.ctx["params"])
+        return (dx,)
+
+    return op
+
+
+_UNARY_OPS = {row.name: _unary_op(row) for row in UNARY}
+relu, gelu, silu = _UNARY_OPS["relu"], _UNARY_OPS["gelu"], _UNARY_OPS["silu"]
+exp, log, sqrt, rsqrt = _UNARY_OPS["exp"], _UNARY_OPS["log"], _UNARY_OPS["sqrt"], _UNARY_OPS["rsqrt"]
+abs, sign = _UNARY_OPS["abs"], _UNARY_OPS["sign"]  # noqa: A001 - torch's name
+sin, cos, tanh, sigmoid = _UNARY_OPS["sin"], _UNARY_OPS["cos"], _UNARY_OPS["tanh"], _UNARY_OPS["sigmoid"]
+clamp = _UNARY_OPS["clamp"]
+clip = clamp
+
+
+def reciprocal(input: Tensor) -> Tensor:  # noqa: A002
+    """1 / x (element-wise)."""
+    return basic.rdiv_scalar(1.0, input)
+
+
+def neg(input: Tensor) -> Tensor:  # noqa: A002
+    """-x (element-wise)."""
+    return basic.scale(input, -1.0)
+
+
+negative = neg
+
+# ---------------------------------------------------------------------------------- binary
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def result_layout(*shapes_tiles) -> TensorTraits:
+    """The broadcast shape of (shape, tiles) operands, with each axis tiled like the first
+    operand that spans it (size > 1 along it), else like the first that has it."""
+    shapes = [s for s, _ in shapes_tiles]
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError("operands could not be broadcast together with shapes "
+                         + " ".join(str(tuple(s)) for s in shapes)) from None
+    nd = len(shape)
+    tiles = []
+    for ax in range(nd):
+        pick = None
+        for s, t in shapes_tiles:
+            off = ax - (nd - len(s))
+            if off < 0:
+                continue
+            if s[off] == shape[ax]:
+                pick = t[off]
+                break
+        tiles.append(pick if pick is not None else min(shape[ax], 512))
+    return TensorTraits(tuple(shape), tuple(tiles))
+
+
+def _promote(what: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    if a.dtype == b.dtype:
+        return a, b
+    if not (is_float(a.dtype) and is_float(b.dtype)):
+        raise TypeError(f"{what}: dtype mismatch, input is {a.dtype} and other is {b.dtype}")
+    dt = np.promote_types(a.dtype, b.dtype) if not {a.dtype.itemsize, b.dtype.itemsize} == {2} else np.float32
+    dt = np.dtype(dt)
+    return (a if a.dtype == dt else basic.astype(a, dt)), (b if b.dtype == dt else basic.astype(b, dt))
+
+
+def align(what: str, *tensors: Tensor) -> tuple[Tensor, ...]:
+    """The operands expanded and re-tiled to their common layout (themselves when they have it)."""
+    first = tensors[0]
+    if all(t.shape == first.shape and t.tiles == first.tiles for t in tensors[1:]):
+        return tensors
+    traits = result_layout(*((t.shape, t.tiles) for t in tensors))
+    from .shape import expand_to
+    return tuple(expand_to(t, traits.shape, traits.tiles) for t in tensors)
+
+
+def _tensor_operands(what: str, a, b, half: bool) -> tuple[Tensor, Tensor]:
+    check = _any_float_tensor if half else _float_tensor
+    check(a, what, "input")
+    check(b, what, "other")
+    a, b = _promote(what, a, b)
+    return align(what, a, b)
+
+
+@dataclass(frozen=True)
+class Binary:
+    """One element-wise binary op of same-layout tensors: c = kernel(a, b); (da, db) =
+    backward(a, b, dc) in one kernel."""
+    name: str
+    kernel: str
+    backward: str
+    params: dict | None = None
+
+
+BINARY = [
+    Binary("maximum", "maximum", "maximum_backward", {"ismin": 0}),
+    Binary("minimum", "minimum", "maximum_backward", {"ismin": 1}),
+    Binary("pow", "pow", "pow_backward"),
+]
+
+
+def _binary_op(row: Binary) -> Callable:
+    def op(a: Tensor, b: Tensor) -> Tensor:
+        c = Tensor(a.traits, a.dtype)
+        run_map(row.kernel, a, b, c)
+        return record(row.name, c, (a, b), saved=(a, b))
+
+    @backward_rule(row.name)
+    def rule(node, g):
+        a, b = node.saved
+        da, db = Tensor(a.traits, a.dtype), Tensor(b.traits, b.dtype)
+        run_map(row.backward, a, b, g, da, db, **(row.params or {}))
+        return (da if node.inputs[0] is not None else None, db if node.inputs[1] is not None else None)
+
+    return op
+
+
+_BINARY_OPS = {row.name: _binary_op(row) for row in BINARY}
+
+
+def maximum(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """Element-wise maximum (NaN propagates; ties split the gradient, as torch)."""
+    return _BINARY_OPS["maximum"](*_tensor_operands("maximum", input, other, half=False))
+
+
+def minimum(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """Element-wise minimum (NaN propagates; ties split the gradient, as torch)."""
+    return _BINARY_OPS["minimum"](*_tensor_operands("minimum", input, other, half=False))
+
+
+def pow(input, exponent) -> Tensor:  # noqa: A001,A002
+    """input ** exponent: tensor ** number, number ** tensor or tensor ** tensor (broadcast)."""
+    if isinstance(input, Tensor) and _is_number(exponent):
+        e = float(exponent)
+        if e == 1.0:
+            return basic.copy(_float_tensor(input, "pow", "input"))
+        return _UNARY_OPS["pow_scalar"](input, e)
+    if _is_number(input) and isinstance(exponent, Tensor):
+        return _UNARY_OPS["rpow_scalar"](exponent, float(input))
+    if isinstance(input, Tensor) and isinstance(exponent, Tensor):
+        return _BINARY_OPS["pow"](*_tensor_operands("pow", input, exponent, half=False))
+    raise TypeError(f"pow: expected tensors or numbers, got {type(input).__name__} and "
+                    f"{type(exponent).__name__}")
+
+
+def add(input, other, *, alpha=1) -> Tensor:  # noqa: A002
+    """input + alpha * other (broadcasting; other may be a number)."""
+    alpha = _scalar(alpha, "add", "alpha")
+    if _is_number(other):
+        return basic.add_scalar(_any_float_tensor(input, "add", "input"), alpha * float(other))
+    if _is_number(input) and isinstance(other, Tensor):
+        return basic.add_scalar(_any_float_tensor(other, "add", "other"), float(input), alpha=alpha)
+    a, b = _tensor_operands("add", input, other, half=True)
+    return basic.add(a, b, 1.0, alpha)
+
+
+def sub(input, other, *, alpha=1) -> Tensor:  # noqa: A002
+    """input - alpha * other (broadcasting; either may be a number)."""
+    alpha = _scalar(alpha, "sub", "alpha")
+    if _is_number(input) and isinstance(other, Tensor):
+        return basic.add_scalar(_any_float_tensor(other, "sub", "other"), float(input), alpha=-alpha)
+    return add(input, -alpha * float(other) if _is_number(other) else other,
+               alpha=1.0 if _is_number(other) else -alpha)
+
+
+subtract = sub
+
+
+def mul(input, other) -> Tensor:  # noqa: A002
+    """input * other (broadcasting; either may be a number)."""
+    if _is_number(other):
+        return basic.scale(_any_float_tensor(input, "mul", "input"), float(other))
+    if _is_number(input):
+        return basic.scale(_any_float_tensor(other, "mul", "other"), float(input))
+    a, b = _tensor_operands("mul", input, other, half=True)
+    return basic.mul(a, b)
+
+
+multiply = mul
+
+
+def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
+    """input / other (true division, broadcasting; either may be a number; x / 0 gives inf
+    or nan as in IEEE arithmetic)."""
+    if rounding_mode is not None:
+        raise NotImplementedError(f"div: rounding_mode={rounding_mode!r} is not supported (only true division)")
+    if _is_number(other):
+        return basic.div_scalar(_any_float_tensor(input, "div", "input"), float(other))
+    if _is_number(input):
+        return basic.rdiv_scalar(float(input), _float_tensor(other, "div", "other"))
+    a, b = _tensor_operands("div", input, other, half=False)
+    return basic.div(a, b)
+
+
+divide = true_divide = div
+
+__all__ = ["UNARY", "BINARY", "Unary", "Binary", "abs", "add", "align", "clamp", "clip", "cos", "div", "divide",
+           "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",
+           "relu", "result_layout", "rsqrt", "sigmoid", "sign", "silu", "sin", "sqrt", "sub", "subtract", "tanh",
+           "true_divide"]
