@@ -10,7 +10,7 @@ class Toy(nn.Module):
     def __init__(self):
         super().__init__()
         self.b = nn.Parameter(np.zeros(3))
-        self.first = nn.Linear(3, 4, tiles=(2, 3), dtype=np.float64, rng=np.random.default_rng(0))
+        self.first = nn.Linear(3, 4, tiles=(3, 2), dtype=np.float64, rng=np.random.default_rng(0))
         self.a = nn.Parameter(np.ones(2))
         self.note = "not registered"
         self.plain = tt.from_numpy(np.ones(2)).requires_grad_()  # a Tensor, not a Parameter
@@ -109,13 +109,20 @@ def test_load_state_dict_from_torch_tensors_and_dtype_conversion(rng):
 
 
 def test_linear_layernorm_embedding_against_numpy(rng):
-    lin = nn.Linear(5, 7, tiles=(2, 3), dtype=np.float64, rng=rng)
-    assert lin.weight.shape == (5, 7) and lin.weight.tiles == (2, 3) and lin.bias.tiles == (3,)
-    lin.load_state_dict({"weight": rng.standard_normal((5, 7)), "bias": rng.standard_normal(7)})
+    lin = nn.Linear(5, 7, tiles=(3, 2), dtype=np.float64, rng=rng)
+    assert lin.weight.shape == (7, 5) and lin.weight.tiles == (3, 2) and lin.bias.tiles == (3,)
+    bound = 1 / np.sqrt(5)  # torch's default init: U(-1/sqrt(in), 1/sqrt(in))
+    assert np.abs(lin.weight.numpy()).max() <= bound and np.abs(lin.bias.numpy()).max() <= bound
+    import torch
+    ref = torch.nn.Linear(5, 7, dtype=torch.float64)
+    lin.load_state_dict(ref.state_dict())  # torch's state dict loads as it is
     x = rng.standard_normal((3, 4, 5))
     y = lin(tt.from_numpy(x, (2, 3, 2))).numpy()
-    np.testing.assert_allclose(y, x @ lin.weight.numpy() + lin.bias.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(y, ref(torch.from_numpy(x)).detach().numpy(), rtol=1e-12)
     assert nn.Linear(5, 7, bias=False).bias is None
+    hf = nn.Conv1D(7, 5, tiles=(2, 3), dtype=np.float64, rng=rng)  # GPT-2's layout: weight (in, out)
+    assert hf.weight.shape == (5, 7) and hf.weight.tiles == (2, 3) and hf.bias.tiles == (3,)
+    np.testing.assert_allclose(hf(tt.from_numpy(x, (2, 3, 2))).numpy(), x @ hf.weight.numpy(), rtol=1e-12)
 
     ln = nn.LayerNorm(6, tile=4, dtype=np.float64)
     ln.load_state_dict({"weight": rng.standard_normal(6), "bias": rng.standard_normal(6)})

@@ -69,14 +69,18 @@ def test_dropout(rng):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_linear(rng, dtype):
+    """torch's layout: weight (out, in), y = x @ w^T + b; against torch, any tilings."""
+    import torch
     x = rng.standard_normal((3, 7, 6)).astype(dtype)
-    w = rng.standard_normal((6, 5)).astype(dtype)
+    w = rng.standard_normal((5, 6)).astype(dtype)
     b = rng.standard_normal(5).astype(dtype)
-    X, W, B = tt.from_numpy(x, (2, 3, 4)), tt.from_numpy(w, (4, 2)), tt.from_numpy(b, 2)
-    np.testing.assert_allclose(F.linear(X, W, B).numpy(), x @ w + b, **tol(dtype))
-    np.testing.assert_allclose(F.linear(X, W).numpy(), x @ w, **tol(dtype))
+    X, W, B = tt.from_numpy(x, (2, 3, 4)), tt.from_numpy(w, (2, 4)), tt.from_numpy(b, 2)
+    want = torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)).numpy()
+    np.testing.assert_allclose(F.linear(X, W, B).numpy(), want, **tol(dtype))
+    np.testing.assert_allclose(F.linear(X, W).numpy(), x @ w.T, **tol(dtype))
     if dtype == np.float64:
-        vjp_check(F.linear, [x, w, b], [(2, 3, 4), (4, 2), (2,)])
+        vjp_check(F.linear, [x, w, b], [(2, 3, 4), (2, 4), (2,)])
+        vjp_check(lambda a, v: tt.ops.activations.affine(a, v), [x, w.T.copy()], [(2, 3, 4), (4, 2)])
     with pytest.raises(ValueError, match="bias must have shape"):
         F.linear(X, W, tt.from_numpy(b[:4].copy()))
     with pytest.raises(ValueError, match="must equal weight's in_features"):

@@ -3,10 +3,11 @@
 ``Module`` registers Parameters and Modules assigned to it; ``GPT`` is GPT-2 with Hugging
 Face's parameter names and layouts (``GPT.from_hf`` / ``GPT.to_hf_state_dict``).  How the
 tensors are tiled is one ``Tiling`` argument of the model."""
+from .activation import GELU, Flatten, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .gpt import GPT, LMHead, MLP, Block, CausalSelfAttention, GPTConfig, Tiling
-from .layers import Dropout, Embedding, LayerNorm, Linear
+from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear
 from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter
 
 __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LayerNorm",
            "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
-           "Tiling"]
+           "Tiling", "Conv1D", "GELU", "Flatten", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh"]

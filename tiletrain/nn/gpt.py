@@ -17,7 +17,7 @@ from .. import functional as F
 from ..ops import add_broadcast, matmul
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import as_dtype
-from .layers import Dropout, Embedding, LayerNorm, Linear
+from .layers import Conv1D, Dropout, Embedding, LayerNorm
 from .module import Module, ModuleDict, ModuleList, Parameter
 
 __all__ = ["GPTConfig", "Tiling", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT"]
@@ -37,7 +37,7 @@ class GPTConfig:
     n_head: int
     n_embd: int
     dropout: float = 0.0     # embeddings and residual branches (attention probabilities: none)
-    bias: bool = True        # biases in Linear and LayerNorm layers (GPT-2: True)
+    bias: bool = True        # biases in Conv1D and LayerNorm layers (GPT-2: True)
 
     def __post_init__(self):
         for f in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -106,8 +106,8 @@ class MLP(Module):
         super().__init__()
         C, W, Hd = config.n_embd, tiling.width, tiling.hidden
         proj_std = 0.02 / math.sqrt(2 * config.n_layer)
-        self.c_fc = Linear(C, 4 * C, config.bias, tiles=(W, Hd), dtype=dtype, rng=rng)
-        self.c_proj = Linear(4 * C, C, config.bias, tiles=(Hd, W), dtype=dtype, std=proj_std, rng=rng)
+        self.c_fc = Conv1D(4 * C, C, config.bias, tiles=(W, Hd), dtype=dtype, rng=rng)
+        self.c_proj = Conv1D(C, 4 * C, config.bias, tiles=(Hd, W), dtype=dtype, std=proj_std, rng=rng)
         self.dropout = Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -121,8 +121,8 @@ class CausalSelfAttention(Module):
         super().__init__()
         C, W = config.n_embd, tiling.width
         proj_std = 0.02 / math.sqrt(2 * config.n_layer)
-        self.c_attn = Linear(C, 3 * C, config.bias, tiles=(W, W), dtype=dtype, rng=rng)  # q, k, v fused
-        self.c_proj = Linear(C, C, config.bias, tiles=(W, W), dtype=dtype, std=proj_std, rng=rng)
+        self.c_attn = Conv1D(3 * C, C, config.bias, tiles=(W, W), dtype=dtype, rng=rng)  # q, k, v fused
+        self.c_proj = Conv1D(C, C, config.bias, tiles=(W, W), dtype=dtype, std=proj_std, rng=rng)
         self.resid_dropout = Dropout(config.dropout)
         self.n_head = config.n_head
 

@@ -1,4 +1,4 @@
-"""Basic layers: Linear (GPT-2's Conv1D layout), LayerNorm, Embedding, Dropout.
+"""Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, Embedding, Dropout.
 
 Parameters are initialised in NumPy (normal with standard deviation ``std`` from ``rng``,
 zero biases, unit LayerNorm weights) and copied into tiled tensors with the tile shape the
@@ -10,11 +10,12 @@ import numbers
 import numpy as np
 
 from .. import functional as F
+from ..ops.activations import affine
 from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import as_dtype
 from .module import Module, Parameter
 
-__all__ = ["Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
+__all__ = ["Conv1D", "Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
 
 _default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
 
@@ -47,19 +48,22 @@ def normal(shape, std: float, rng, dtype) -> np.ndarray:
 
 
 class Linear(Module):
-    """y = x @ weight + bias, weight in (in_features, out_features) layout (GPT-2's Conv1D;
-    torch.nn.Linear stores the transpose).  ``tiles`` = (tile along in, tile along out)."""
+    """y = x @ weight^T + bias, as torch.nn.Linear: weight (out_features, in_features) and bias
+    initialised U(-1/sqrt(in_features), 1/sqrt(in_features)) (torch's default).
+    ``tiles`` = (tile along out, tile along in); ``rng`` draws the initial values (NumPy)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, tiles=None,
-                 dtype=np.float32, std: float = 0.02, rng: np.random.Generator | None = None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=np.float32,
+                 tiles=None, rng: np.random.Generator | None = None):
         super().__init__()
         self.in_features = _int(in_features, "Linear", "in_features")
         self.out_features = _int(out_features, "Linear", "out_features")
         dtype = as_dtype(dtype)
-        shape = (self.in_features, self.out_features)
-        tiles = param_tiles(shape, tiles)
-        self.weight = Parameter(normal(shape, std, rng, dtype), tiles)
-        self.bias = Parameter(np.zeros(self.out_features, dtype), self.weight.tiles[1]) if bias else None
+        shape = (self.out_features, self.in_features)
+        rng = _default_rng if rng is None else rng
+        bound = 1.0 / np.sqrt(self.in_features)
+        self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), param_tiles(shape, tiles))
+        self.bias = (Parameter(rng.uniform(-bound, bound, self.out_features).astype(dtype), self.weight.tiles[0])
+                     if bias else None)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)  # (..., in) -> (..., out)
@@ -67,6 +71,28 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Conv1D(Module):
+    """y = x @ weight + bias with weight (nx, nf) = (in, out): GPT-2's Conv1D of Hugging Face
+    (same argument order: ``Conv1D(nf, nx)``, nf = out features).  N(0, std^2) weight, zero bias.
+    ``tiles`` = (tile along in, tile along out)."""
+
+    def __init__(self, nf: int, nx: int, bias: bool = True, *, tiles=None, dtype=np.float32, std: float = 0.02,
+                 rng: np.random.Generator | None = None):
+        super().__init__()
+        self.nf = _int(nf, "Conv1D", "nf")
+        self.nx = _int(nx, "Conv1D", "nx")
+        dtype = as_dtype(dtype)
+        shape = (self.nx, self.nf)
+        self.weight = Parameter(normal(shape, std, rng, dtype), param_tiles(shape, tiles))
+        self.bias = Parameter(np.zeros(self.nf, dtype), self.weight.tiles[1]) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return affine(x, self.weight, self.bias, what="Conv1D")  # (..., nx) -> (..., nf)
+
+    def extra_repr(self) -> str:
+        return f"nf={self.nf}, nx={self.nx}, bias={self.bias is not None}"
 
 
 class LayerNorm(Module):

@@ -54,29 +54,46 @@ def _dropout_bwd(node, g):
     return (dx,)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight + bias, weight in (in_features, out_features) layout (as GPT-2's Conv1D;
-    note torch.nn.functional.linear takes (out, in)).  x is (..., in); bias (out,) is
-    broadcast over every leading axis.  weight's tile along `in` must equal x's last tile;
-    bias's tile equals weight's tile along `out`."""
-    _float_tensor(x, "linear", "x")
-    _float_tensor(weight, "linear", "weight")
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    """input @ weight^T + bias, as torch.nn.functional.linear: weight is (out_features,
+    in_features), input (..., in_features), bias (out_features,)."""
+    return affine(input, weight, bias, transposed=True, what="linear")
+
+
+def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed: bool = False,
+           what: str = "affine") -> Tensor:
+    """x @ weight + bias with weight (in, out) (GPT-2's Conv1D layout), or x @ weight^T + bias
+    with weight (out, in) when ``transposed`` (torch's Linear).  x is (..., in) with rank >= 2;
+    bias (out,) is added along the last axis.  Operands tiled differently from the weight are
+    re-tiled (copy tasks): x's last axis to the weight's tile along `in`, bias to its tile along
+    `out`."""
+    _float_tensor(x, what, "input")
+    _float_tensor(weight, what, "weight")
+    i_ax, o_ax = (1, 0) if transposed else (0, 1)
+    layout = "(out_features, in_features)" if transposed else "(in_features, out_features)"
     if weight.ndim != 2:
-        raise ValueError(f"linear: weight must be 2-D (in, out), got shape {weight.shape}")
-    if x.ndim < 1 or x.shape[-1] != weight.shape[0]:
-        raise ValueError(f"linear: x's last dimension ({x.shape[-1] if x.ndim else None}) must equal "
-                         f"weight's in_features ({weight.shape[0]})")
+        raise ValueError(f"{what}: weight must be 2-D {layout}, got shape {weight.shape}")
+    if x.ndim < 2:
+        raise ValueError(f"{what}: input must have shape (..., in_features) with rank >= 2, got {x.shape}")
+    if x.shape[-1] != weight.shape[i_ax]:
+        raise ValueError(f"{what}: input's last dimension ({x.shape[-1]}) must equal weight's in_features "
+                         f"({weight.shape[i_ax]}; weight {layout} has shape {weight.shape})")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"{what}: dtype mismatch, input is {x.dtype} and weight is {weight.dtype}")
     if bias is not None:
-        _float_tensor(bias, "linear", "bias")
-        if bias.shape != (weight.shape[1],) or bias.tiles != (weight.tiles[1],):
-            raise ValueError(f"linear: bias must have shape ({weight.shape[1]},) and tiles ({weight.tiles[1]},), "
-                             f"got shape {bias.shape} and tiles {bias.tiles}")
+        _float_tensor(bias, what, "bias")
+        if bias.shape != (weight.shape[o_ax],):
+            raise ValueError(f"{what}: bias must have shape ({weight.shape[o_ax]},), got {bias.shape}")
         if bias.dtype != weight.dtype:
-            raise TypeError(f"linear: dtype mismatch, weight is {weight.dtype} and bias is {bias.dtype}")
-    if x.ndim == 1:
-        raise ValueError("linear: x must have a batch axis, shape (..., in_features) with rank >= 2")
-    y = matmul(x, weight)
+            raise TypeError(f"{what}: dtype mismatch, weight is {weight.dtype} and bias is {bias.dtype}")
+    if x.tiles[-1] != weight.tiles[i_ax]:
+        from .shape import retile
+        x = retile(x, x.tiles[:-1] + (weight.tiles[i_ax],))
+    y = matmul(x, weight, transpose_b=transposed)
     if bias is not None:
+        if bias.tiles != (weight.tiles[o_ax],):
+            from .shape import retile
+            bias = retile(bias, (weight.tiles[o_ax],))
         y = add_broadcast(y, bias, tuple(range(y.ndim - 1)))
     return y
 

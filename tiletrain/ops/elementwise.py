@@ -311,7 +311,114 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
 
 divide = true_divide = div
 
+# ---------------------------------------------------------------- comparisons, where, masks
+
+_COMPARE = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}
+_SWAPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _compare(name: str, input, other) -> Tensor:  # noqa: A002
+    """A bool tensor: input <op> other, element-wise (broadcasting; either may be a number).
+    NaN compares unequal to everything.  No gradient (as torch)."""
+    if _is_number(input) and isinstance(other, Tensor):
+        return _compare(_SWAPPED[name], other, input)
+    x = _tensor(input, name, "input")
+    if not is_float(x.dtype):
+        raise TypeError(f"{name}: input has dtype {x.dtype}; comparisons take float tensors")
+    if _is_number(other):
+        y = Tensor(x.traits, np.bool_)
+        run_map("compare_scalar", x, y, op=_COMPARE[name], s=float(other))
+        return y
+    a, b = _tensor_operands(name, x, other, half=False)
+    y = Tensor(a.traits, np.bool_)
+    run_map("compare", a, b, y, op=_COMPARE[name])
+    return y
+
+
+def _comparison(name: str) -> Callable:
+    def op(input, other) -> Tensor:  # noqa: A002
+        return _compare(name, input, other)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"input {name} other, element-wise, as a bool tensor (broadcasting; numbers allowed)."
+    return op
+
+
+eq, ne, lt, le, gt, ge = (_comparison(n) for n in _COMPARE)
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+
+def _bool_tensor(t, what: str, name: str) -> Tensor:
+    _tensor(t, what, name)
+    if t.dtype != np.bool_:
+        raise TypeError(f"{what}: {name} must be a bool tensor, got dtype {t.dtype}")
+    return t
+
+
+def where(condition: Tensor, input, other) -> Tensor:  # noqa: A002
+    """input where condition is true, else other (broadcasting all three; input or other may
+    be a number).  The gradient flows to the chosen operand."""
+    what = "where"
+    _bool_tensor(condition, what, "condition")
+    ref = input if isinstance(input, Tensor) else other
+    if not isinstance(ref, Tensor):
+        raise TypeError(f"{what}: input or other must be a tensor")
+    _float_tensor(ref, what, "input" if ref is input else "other")
+    if _is_number(input):
+        input = basic.fill_(Tensor(ref.traits, ref.dtype), float(input))
+    if _is_number(other):
+        other = basic.fill_(Tensor(ref.traits, ref.dtype), float(other))
+    _float_tensor(input, what, "input")
+    _float_tensor(other, what, "other")
+    a, b = _promote(what, input, other)
+    c, a, b = align(what, condition, a, b)
+    y = Tensor(a.traits, a.dtype)
+    run_map("where", c, a, b, y)
+    return record("where", y, (a, b), saved=(c,))
+
+
+@backward_rule("where")
+def _where_bwd(node, g):
+    (c,) = node.saved
+    da = db = None
+    if node.inputs[0] is not None:
+        da = Tensor(g.traits, g.dtype)
+        run_map("masked_fill", g, c, da, value=0.0, invert=1)
+    if node.inputs[1] is not None:
+        db = Tensor(g.traits, g.dtype)
+        run_map("masked_fill", g, c, db, value=0.0, invert=0)
+    return da, db
+
+
+def masked_fill(input: Tensor, mask: Tensor, value) -> Tensor:  # noqa: A002
+    """input with ``value`` where mask is true (mask broadcasts to input's shape)."""
+    what = "masked_fill"
+    x = _float_tensor(input, what, "input")
+    _bool_tensor(mask, what, "mask")
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{what}: value must be a number or a 0-d tensor, got shape {value.shape}")
+        value = value.item()
+    value = _scalar(value, what, "value")
+    if mask.shape != x.shape or mask.tiles != x.tiles:
+        if np.broadcast_shapes(mask.shape, x.shape) != x.shape:
+            raise ValueError(f"{what}: mask of shape {mask.shape} does not broadcast to input's shape {x.shape}")
+        from .shape import expand_to
+        mask = expand_to(mask, x.shape, x.tiles)
+    y = Tensor(x.traits, x.dtype)
+    run_map("masked_fill", x, mask, y, value=value, invert=0)
+    return record("masked_fill", y, (x,), saved=(mask,))
+
+
+@backward_rule("masked_fill")
+def _masked_fill_bwd(node, g):
+    (mask,) = node.saved
+    dx = Tensor(g.traits, g.dtype)
+    run_map("masked_fill", g, mask, dx, value=0.0, invert=0)
+    return (dx,)
+
+
 __all__ = ["UNARY", "BINARY", "Unary", "Binary", "abs", "add", "align", "clamp", "clip", "cos", "div", "divide",
-           "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",
+           "eq", "ge", "greater", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
+           "not_equal", "where", "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",
            "relu", "result_layout", "rsqrt", "sigmoid", "sign", "silu", "sin", "sqrt", "sub", "subtract", "tanh",
            "true_divide"]

@@ -18,8 +18,8 @@ rng = np.random.default_rng(7)
 x = rng.standard_normal((8, 6))
 y = rng.integers(0, 4, size=8).astype(np.int64)
 with tt.distribution.use(BlockCyclic()):  # parameters and data spread over the ranks
-    fc1 = nn.Linear(6, 10, tiles=(3, 5), dtype=np.float64, std=0.5, rng=rng)
-    fc2 = nn.Linear(10, 4, tiles=(5, 2), dtype=np.float64, std=0.5, rng=rng)
+    fc1 = nn.Linear(6, 10, tiles=(5, 3), dtype=np.float64, rng=rng)
+    fc2 = nn.Linear(10, 4, tiles=(2, 5), dtype=np.float64, rng=rng)
     X = tt.from_numpy(x, (4, 3))
     Y = tt.from_numpy(y, 4)
 params = [fc1.weight, fc1.bias, fc2.weight, fc2.bias]
