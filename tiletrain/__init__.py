@@ -11,7 +11,9 @@ from .tensors.cupy_interop import from_cupy
 from .ops import (abs, add, add_broadcast, add_scalar, astype, backward, broadcast, clamp, clip, copy, cos, div,
                   divide, enable_grad, exp, fill_, grad_enabled, log, matmul, max, maximum, minimum, mul, multiply, neg,
                   negative, no_grad, pow, rdiv_scalar, reciprocal, relu, rsqrt, scale, sigmoid, sign, sin, sqrt, sub,
-                  subtract, sum, tanh, true_divide)
+                  subtract, sum, tanh, true_divide, broadcast_to, cat, chunk, expand, flatten, permute, reshape,
+                  retile, split, squeeze, stack, t, transpose, unsqueeze, view, eq, ne, lt, le, gt, ge, greater,
+                  greater_equal, less, less_equal, not_equal, where, masked_fill)
 
 __all__ = [
     "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
@@ -20,7 +22,9 @@ __all__ = [
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag", "rank", "world_size", "distribution",
     "astype", "bfloat16", "float16", "abs", "clamp", "clip", "cos", "divide", "exp", "log", "maximum", "minimum",
     "multiply", "negative", "pow", "reciprocal", "relu", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "subtract",
-    "tanh", "true_divide",
+    "tanh", "true_divide", "broadcast_to", "cat", "chunk", "expand", "flatten", "permute", "reshape", "retile",
+    "split", "squeeze", "stack", "t", "transpose", "unsqueeze", "view", "eq", "ne", "lt", "le", "gt", "ge", "greater",
+    "greater_equal", "less", "less_equal", "not_equal", "where", "masked_fill",
 ]
 
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)

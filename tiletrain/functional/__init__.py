@@ -6,5 +6,6 @@ from ..ops.attention import *  # noqa: F401,F403
 from ..ops.basic import broadcast, matmul, scale, sum  # noqa: F401
 from ..ops.elementwise import *  # noqa: F401,F403
 from ..ops.embedding import *  # noqa: F401,F403
+from ..ops.shape import flatten  # noqa: F401
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403

@@ -199,11 +199,11 @@ def _new_shape(x: Tensor, args, what: str) -> tuple[int, ...]:
             raise ValueError(f"{what}: shape[{i}] = {d}; sizes must be >= 1 (or -1 to infer one)")
     known = math.prod(d for d in shape if d != -1)
     if -1 in shape:
-        if x.size % known:
-            raise ValueError(f"{what}: shape {shape} is invalid for a tensor of size {x.size}")
-        shape = tuple(x.size // known if d == -1 else d for d in shape)
-    if math.prod(shape) != x.size:
-        raise ValueError(f"{what}: shape {shape} is invalid for a tensor of size {x.size} (shape {x.shape})")
+        if x.numel() % known:
+            raise ValueError(f"{what}: shape {shape} is invalid for a tensor of size {x.numel()}")
+        shape = tuple(x.numel() // known if d == -1 else d for d in shape)
+    if math.prod(shape) != x.numel():
+        raise ValueError(f"{what}: shape {shape} is invalid for a tensor of size {x.numel()} (shape {x.shape})")
     return shape
 
 
@@ -348,7 +348,7 @@ def expand_to(x: Tensor, shape, tiles) -> Tensor:
         raise ValueError(f"{what}: x of shape {x.shape} does not broadcast to {shape}")
     if traits == x.traits:
         return x
-    if math.prod(shape) == x.size:  # only size-1 axes added: a view (then a re-tiling)
+    if math.prod(shape) == x.numel():  # only size-1 axes added: a view (then a re-tiling)
         return retile(_reshape(x, shape), traits.tiles)
     lead = len(shape) - x.ndim
     xaxis = tuple(-1 if d < lead or (x.shape[d - lead] == 1 and s != 1) else d - lead for d, s in enumerate(shape))
