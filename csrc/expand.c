@@ -86,10 +86,13 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
     const int dtype = first < ntensors ? tensors[first]->dtype : TT_BOOL;
     for (int j = 0; j < ntensors; j++) {
         int want = tt_buffer_dtype(k, j, dtype);
-        if (tensors[j]->dtype != want)
-            return tt_error(TT_EINVAL, "%s: operand %d is %s, expected %s (operand %d is %s)", k->name, j,
-                            tt_dtype_name(tensors[j]->dtype), tt_dtype_name(want), first < ntensors ? first : 0,
-                            tt_dtype_name(dtype));
+        if (tensors[j]->dtype == want)
+            continue;
+        if (want == TT_BOOL)
+            return tt_error(TT_EINVAL, "%s: operand %d is %s, expected bool", k->name, j,
+                            tt_dtype_name(tensors[j]->dtype));
+        return tt_error(TT_EINVAL, "%s: operand %d is %s, expected %s (operand %d is %s)", k->name, j,
+                        tt_dtype_name(tensors[j]->dtype), tt_dtype_name(want), first, tt_dtype_name(dtype));
     }
     int rc = check_kernel_dtype(k, dtype);
     if (rc)

@@ -61,7 +61,7 @@ def _scalar_case(gen, choices, name):
 
 def _pow_scalar_bwd(a, x, dy, dx):
     p = _f(np.asarray(a["p"], dtype=x.dtype))
-    return {2: np.zeros(N) if p == 0 else _f(dy) * (p * _f(x) ** (p - 1))}
+    return {2: np.zeros_like(_f(x)) if p == 0 else _f(dy) * (p * _f(x) ** (p - 1))}
 
 
 def _rpow_scalar_bwd(a, y, dy, dx):
