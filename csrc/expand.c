@@ -78,15 +78,26 @@ int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors
             CHECK(tensors[j], k->name);
         if (!tt_same_layout(tensors[0], tensors[j]))
             return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
-        int want = tt_buffer_dtype(k, j, tensors[0]->dtype);
-        if (tensors[j]->dtype != want)
-            return tt_error(TT_EINVAL, "%s: operand %d is %s, expected %s (operand 0 is %s)", k->name, j,
-                            tt_dtype_name(tensors[j]->dtype), tt_dtype_name(want), tt_dtype_name(tensors[0]->dtype));
     }
-    int rc = check_kernel_dtype(k, tensors[0]->dtype);
+    /* the task's dtype: that of the first operand that is not a `bool` buffer (all bool: bool) */
+    int first = 0;
+    while (first < ntensors && (k->bools >> first & 1))
+        first++;
+    const int dtype = first < ntensors ? tensors[first]->dtype : TT_BOOL;
+    for (int j = 0; j < ntensors; j++) {
+        int want = tt_buffer_dtype(k, j, dtype);
+        if (tensors[j]->dtype == want)
+            continue;
+        if (want == TT_BOOL)
+            return tt_error(TT_EINVAL, "%s: operand %d is %s, expected bool", k->name, j,
+                            tt_dtype_name(tensors[j]->dtype));
+        return tt_error(TT_EINVAL, "%s: operand %d is %s, expected %s (operand %d is %s)", k->name, j,
+                        tt_dtype_name(tensors[j]->dtype), tt_dtype_name(want), first, tt_dtype_name(dtype));
+    }
+    int rc = check_kernel_dtype(k, dtype);
     if (rc)
         return rc;
-    return map_tiles(kernel, args, tensors[0]->dtype, ntensors, tensors);
+    return map_tiles(kernel, args, dtype, ntensors, tensors);
 }
 
 int tt_cast(tt_tensor *x, tt_tensor *y)
@@ -166,7 +177,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
         int rc = read ? tt_check_readable(t, k->name) : tt_check_tensor(t, k->name);
         if (rc)
             return rc;
-        if (fdtype < 0 && t->dtype != TT_I64 && !(k->acc >> j & 1))
+        if (fdtype < 0 && t->dtype != TT_I64 && !(k->acc >> j & 1) && !(k->bools >> j & 1))
             fdtype = t->dtype;
     }
     if (fdtype < 0)

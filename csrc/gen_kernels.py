@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the C side of the kernel table (csrc/kernels.def).
 
-Writes three files into OUTDIR:
+Writes five files into OUTDIR:
   tt_kernels_args.h  kernel ids, argument structs and CPU body prototypes (no StarPU
                      types: kernel bodies and the cffi declarations include it)
   tt_kernels_dev.h   device launch geometry, CUDA body prototypes and (under
@@ -11,6 +11,9 @@ Writes three files into OUTDIR:
                      the build has them: TT_HAVE_OPENCL_KERNELS, TT_HAVE_CUDA_KERNELS),
                      history-based perf models with a footprint per tile shape, FLOP
                      counts and the kernel registry
+  tt_kernels_expr.c  CPU bodies tt_cpu_<name> of the kernels with an `expr` column
+  tt_kernels_expr.cl their portable device bodies tt_<name>_<f32|f64|b8> (OpenCL C, also
+                     compiled as CUDA; csrc/kernels/opencl/tiletrain.cl includes it)
 
 Used by CMake at build time and imported by tiletrain/_build_ffi.py for the cffi cdef.
 Usage: gen_kernels.py KERNELS_DEF OUTDIR
@@ -40,7 +43,7 @@ GEOMETRIES = {"items": 1, "rows": 2, "tiles": 3}
 # types: CPU bodies compute in float32; their CUDA bodies are hand-written templates
 # tt_<name>_half<H> (csrc/kernels/cuda/half_kernels.cuh) since the portable OpenCL sources
 # have no half variant, so OpenCL workers never get a half task.
-DTYPES = {"f32": "TT_F32", "f64": "TT_F64", "i64": "TT_I64", "f16": "TT_F16", "bf16": "TT_BF16"}
+DTYPES = {"f32": "TT_F32", "f64": "TT_F64", "i64": "TT_I64", "f16": "TT_F16", "bf16": "TT_BF16", "b8": "TT_BOOL"}
 HALF = ("f16", "bf16")
 HALF_CUDA_TYPE = {"f16": "__half", "bf16": "__nv_bfloat16"}
 DEFAULT_DTYPES = ["f32", "f64"]
@@ -57,6 +60,8 @@ class Kernel:
     geom: tuple[str, list[str]] | None = None  # (kind, expressions)
     dtypes: list[str] = None       # keys of DTYPES
     acc: frozenset = frozenset()   # buffer names that are float32 accumulators for half dtypes
+    bools: frozenset = frozenset() # buffer names that hold bool (uint8 0/1) whatever the dtype
+    expr: list[tuple[str, str]] | None = None  # `expr` column: (lhs, rhs) statements
 
     @property
     def has_half(self) -> bool:
@@ -92,6 +97,11 @@ def parse(text: str) -> list[Kernel]:
             if bad or not dtypes or len(set(dtypes)) != len(dtypes):
                 raise SystemExit(f"kernels.def:{lineno}: bad dtypes column {tagged[0]!r} "
                                  f"(want `dtypes` and some of {', '.join(DTYPES)}, each once)")
+        expr_cols = [c for c in cols[5:] if c.split(" ", 1)[0] == "expr"]
+        if len(expr_cols) > 1:
+            raise SystemExit(f"kernels.def:{lineno}: more than one `expr` column")
+        if expr_cols:
+            cols.remove(expr_cols[0])
         if not 5 <= len(cols) <= 7:
             raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns (besides `dtypes`), "
                              f"got {len(cols)}")
@@ -100,15 +110,14 @@ def parse(text: str) -> list[Kernel]:
         geom_col = cols[6] if len(cols) > 6 else ""
         if not IDENT.match(name):
             raise SystemExit(f"kernels.def:{lineno}: bad kernel name {name!r}")
-        buffers, acc = [], set()
+        buffers, acc, bools = [], set(), set()
         for b in bufs.split(","):
             parts = b.split()
             if not 2 <= len(parts) <= 3 or parts[0] not in MODES or not IDENT.match(parts[1]) \
-                    or parts[2:] not in ([], ["acc"]):
-                raise SystemExit(f"kernels.def:{lineno}: bad buffer {b.strip()!r} (want 'R|W|RW name [acc]')")
+                    or parts[2:] not in ([], ["acc"], ["bool"]):
+                raise SystemExit(f"kernels.def:{lineno}: bad buffer {b.strip()!r} (want 'R|W|RW name [acc|bool]')")
             buffers.append((parts[0], parts[1]))
-            if parts[2:]:
-                acc.add(parts[1])
+            (acc if parts[2:] == ["acc"] else bools if parts[2:] else set()).add(parts[1])
         if acc and not any(d in HALF for d in dtypes):
             raise SystemExit(f"kernels.def:{lineno}: `acc` buffers need a half dtype (f16, bf16) in `dtypes`")
         if not 1 <= len(buffers) <= 8:
@@ -144,8 +153,129 @@ def parse(text: str) -> list[Kernel]:
         if any(h == "generic" for h in impls.values()) and geom is None:
             raise SystemExit(f"kernels.def:{lineno}: {name} has device implementations but no launch geometry "
                              "(7th column: items E | rows E | tiles R, C, Z)")
-        kernels.append(Kernel(name, buffers, il, rl, flops or "0", impls, geom, dtypes, frozenset(acc)))
+        k = Kernel(name, buffers, il, rl, flops or "0", impls, geom, dtypes, frozenset(acc), frozenset(bools))
+        if expr_cols:
+            k.expr = parse_expr(k, expr_cols[0].partition(" ")[2], lineno)
+        kernels.append(k)
     return kernels
+
+
+# ---- `expr` kernels: element-wise bodies generated from one expression ----
+# Element type and compute type per dtype (CPU bodies load with TT_LD, store with TT_ST).
+EXPR_TYPES = {"f32": ("float", "float"), "f64": ("double", "double"), "f16": ("tt_f16", "float"),
+              "bf16": ("tt_bf16", "float"), "b8": ("uint8_t", "int")}
+DEV_TYPES = {"f32": ("float", "float"), "f64": ("double", "double"), "b8": ("tt_uchar", "int")}
+STMT = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*=(?!=)\s*(.+?)\s*$", re.S)
+FLOAT_LIT = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\.\d+(?:[eE][-+]?\d+)?)")
+
+
+def parse_expr(k: Kernel, text: str, lineno: int) -> list[tuple[str, str]]:
+    """`expr out = ...; out2 = ...`: statements in the compute type over the elements of the
+    R buffers, the integer args (int64) and the real args (cast to the compute type).  A
+    left side that is no buffer is a local value; every W buffer is assigned once."""
+    where = f"kernels.def:{lineno}: {k.name}: expr"
+    if not k.is_map:
+        raise SystemExit(f"{where}: only for element-wise maps (first integer arg n)")
+    if any(d not in EXPR_TYPES for d in k.dtypes):
+        raise SystemExit(f"{where}: dtypes must be among {', '.join(EXPR_TYPES)}")
+    modes = dict((b, m) for m, b in k.buffers)
+    if "RW" in modes.values():
+        raise SystemExit(f"{where}: buffers must be R (inputs) or W (outputs)")
+    stmts, seen = [], set(modes) | set(k.ints) | set(k.reals)
+    for part in filter(str.strip, text.split(";")):
+        m = STMT.match(part)
+        if not m:
+            raise SystemExit(f"{where}: bad statement {part.strip()!r} (want `name = expression`)")
+        lhs, rhs = m.groups()
+        if modes.get(lhs) == "R" or (lhs in seen and lhs not in modes) or any(lhs == s for s, _ in stmts):
+            raise SystemExit(f"{where}: cannot assign {lhs!r} (an input, an argument or assigned twice)")
+        stmts.append((lhs, rhs))
+        seen.add(lhs)
+    missing = [b for b, m in modes.items() if m == "W" and b not in {s for s, _ in stmts}]
+    if missing:
+        raise SystemExit(f"{where}: outputs never assigned: {', '.join(missing)}")
+    return stmts
+
+
+def _is_bool(k: Kernel, b: str, d: str) -> bool:
+    return b in k.bools or d == "b8"
+
+
+def _used(k: Kernel) -> set[str]:
+    """The names the expression reads (loads and args nothing reads are not emitted: no
+    unused-variable warnings, which nvcc -Werror would reject)."""
+    return {w for _, rhs in k.expr for w in re.findall(r"\b[a-z_][a-z0-9_]*\b", rhs)}
+
+
+def _expr_lines(k: Kernel, d: str, ctype: str, btype: str, load, store, idx: str) -> list[str]:
+    """The per-element statements of an expr kernel for dtype d: loads of the R buffers into
+    the compute type `ctype` (bool buffers: int 0/1), the statements, the stores (bool
+    buffers as `btype` 0/1).  Float literals take the compute type."""
+    used, lines = _used(k), []
+    for mode, b in k.buffers:
+        if mode == "R" and b in used:
+            lines.append(f"const int {b} = tt_{b}[{idx}] != 0;" if _is_bool(k, b, d)
+                         else f"const {ctype} {b} = {load(f'tt_{b}[{idx}]')};")
+    for lhs, rhs in k.expr:
+        rhs = FLOAT_LIT.sub(lambda m: f"(({ctype}){m.group(1)})", rhs)
+        lines.append(f"const {'int' if _is_bool(k, lhs, d) else ctype} {lhs} = {rhs};")
+    for mode, b in k.buffers:
+        if mode == "W":
+            lines.append(f"tt_{b}[{idx}] = " + (f"({btype})({b} != 0);" if _is_bool(k, b, d) else f"{store(b)};"))
+    return lines
+
+
+def expr_cpu_source(kernels: list[Kernel]) -> str:
+    out = ["/* Generated by csrc/gen_kernels.py from the `expr` column of csrc/kernels.def. Do not edit. */",
+           "#include \"tt_cpu.h\"",
+           "#include <tgmath.h> /* exp, log, pow, ... pick the float or double function by argument type */",
+           ""]
+    for k in kernels:
+        if not k.expr:
+            continue
+        params = [f"const tt_args_{k.name} *tt_args"]
+        params += [("const void *" if m == "R" else "void *") + f"tt_v_{b}" for m, b in k.buffers]
+        out += [f"void tt_cpu_{k.name}({', '.join(params)})", "{"]
+        out += [f"    const int64_t {a} = tt_args->{a};" for a in k.ints]
+        out += [f"    (void){a};" for a in k.ints]
+        out.append("    switch (tt_args->dtype) {")
+        for d in k.dtypes:
+            t, c = EXPR_TYPES[d]
+            out.append(f"    case {DTYPES[d]}: {{")
+            out += [f"        const {c} {a} = ({c})tt_args->{a};" for a in k.reals if a in _used(k)]
+            for m, b in k.buffers:
+                ty = "uint8_t" if _is_bool(k, b, d) else t
+                out.append(f"        {'const ' if m == 'R' else ''}{ty} *tt_{b} = tt_v_{b};")
+            out.append("        for (int64_t tt_i = 0; tt_i < n; tt_i++) {")
+            out += ["            " + ln for ln in _expr_lines(k, d, c, "uint8_t", lambda v: f"TT_LD({v})",
+                                                             lambda v: f"TT_ST({t}, {v})", "tt_i")]
+            out += ["        }", "        break;", "    }"]
+        out += ["    default:", "        break;", "    }", "}", ""]
+    return "\n".join(out) + "\n"
+
+
+def expr_device_source(kernels: list[Kernel]) -> str:
+    out = ["/* Generated by csrc/gen_kernels.py from the `expr` column of csrc/kernels.def. Do not edit.",
+           " * Portable device bodies (csrc/kernels/opencl/tt_device.h), one per f32/f64/b8 dtype. */"]
+    for k in kernels:
+        if not k.expr or not any(h == "generic" for h in k.impls.values()):
+            continue
+        for d in k.dtypes:
+            if d not in DEV_TYPES:
+                continue
+            t, c = DEV_TYPES[d]
+            r = "float" if d == "f32" else "double"
+            params = [f"GLOBAL {'const ' if m == 'R' else ''}{'tt_uchar' if _is_bool(k, b, d) else t} *tt_{b}"
+                      for m, b in k.buffers]
+            params += [f"tt_long {a}" for a in k.ints] + [f"{r} tt_r_{a}" for a in k.reals]
+            out += [f"KERNEL tt_{k.name}_{d}({', '.join(params)})", "{",
+                    "    const tt_long tt_i = GID0();",
+                    "    if (tt_i >= n)", "        return;"]
+            out += [f"    const {c} {a} = ({c})tt_r_{a};" for a in k.reals if a in _used(k)]
+            out += ["    " + ln for ln in _expr_lines(k, d, c, "tt_uchar", lambda v: v, lambda v: f"({t}){v}",
+                                                     "tt_i")]
+            out += ["}", ""]
+    return "\n".join(out) + "\n"
 
 
 def args_header(kernels: list[Kernel]) -> str:
@@ -379,11 +509,12 @@ def codelets_source(kernels: list[Kernel]) -> str:
         n = k.name
         modes = ", ".join(MODES[m] for m, _ in k.buffers)
         acc = sum(1 << i for i, (_, b) in enumerate(k.buffers) if b in k.acc)
+        bools = sum(1 << i for i, (_, b) in enumerate(k.buffers) if b in k.bools)
         offs = ", ".join(f"(long)offsetof(tt_args_{n}, {f})" if f in k.ints else "-1" for f in SPECIAL)
         out.append(
             f"    [TT_K_{n.upper()}] = {{\"{n}\", &tt_cl_{n}, sizeof(tt_args_{n}), {len(k.buffers)}, "
             f"{{{modes}}}, tt_flops_{n}, {k.is_map:d}, {k.is_span:d}, {{{offs}}}, {k.dtype_mask()}, "
-            f"{k.dtype_mask(exclude=HALF)}, {acc:#x}u}},"
+            f"{k.dtype_mask(exclude=HALF)}, {acc:#x}u, {bools:#x}u}},"
         )
     out.append("};")
     return "\n".join(out) + "\n"
@@ -398,7 +529,9 @@ def main(argv: list[str]) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     for fname, text in (("tt_kernels_args.h", args_header(kernels)),
                         ("tt_kernels_dev.h", dev_header(kernels)),
-                        ("tt_kernels_gen.c", codelets_source(kernels))):
+                        ("tt_kernels_gen.c", codelets_source(kernels)),
+                        ("tt_kernels_expr.c", expr_cpu_source(kernels)),
+                        ("tt_kernels_expr.cl", expr_device_source(kernels))):
         path = outdir / fname
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

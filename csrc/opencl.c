@@ -16,8 +16,8 @@ extern const char tt_opencl_source[];
 static struct starpu_opencl_program programs;
 /* One kernel object per (device, kernel, element type), created on first use by the
  * device's worker (one worker per OpenCL device: no lock), released at shutdown. */
-static cl_kernel kcache[STARPU_MAXOPENCLDEVS][TT_NKERNELS][3];
-static const char *const suffix[3] = {"f32", "f64", "i64"};
+static cl_kernel kcache[STARPU_MAXOPENCLDEVS][TT_NKERNELS][4];
+static const char *const suffix[4] = {"f32", "f64", "i64", "b8"};
 
 int tt_opencl_load(void)
 {
@@ -34,7 +34,7 @@ void tt_opencl_unload(void)
 {
     for (int d = 0; d < STARPU_MAXOPENCLDEVS; d++)
         for (int k = 0; k < TT_NKERNELS; k++)
-            for (int t = 0; t < 3; t++)
+            for (int t = 0; t < 4; t++)
                 if (kcache[d][k][t]) {
                     starpu_opencl_release_kernel(kcache[d][k][t]);
                     kcache[d][k][t] = NULL;
@@ -48,10 +48,10 @@ void tt_opencl_launch(int kernel, int64_t dtype, int nbuf, void *buffers[], int 
                       int nreal, const double *reals, tt_dev_geom geom)
 {
     const int devid = starpu_worker_get_devid(starpu_worker_get_id_check());
-    /* f32, f64, i64 variants; csrc/submit.c keeps tasks of other dtypes off OpenCL workers */
-    STARPU_ASSERT_MSG(dtype == TT_F32 || dtype == TT_F64 || dtype == TT_I64, "%s: no OpenCL body for dtype %s",
-                      tt_kernel_table[kernel].name, tt_dtype_name((int)dtype));
-    const int di = dtype == TT_F32 ? 0 : dtype == TT_F64 ? 1 : 2;
+    /* f32, f64, i64, b8 variants; csrc/submit.c keeps tasks of other dtypes off OpenCL workers */
+    STARPU_ASSERT_MSG(dtype == TT_F32 || dtype == TT_F64 || dtype == TT_I64 || dtype == TT_BOOL,
+                      "%s: no OpenCL body for dtype %s", tt_kernel_table[kernel].name, tt_dtype_name((int)dtype));
+    const int di = dtype == TT_F32 ? 0 : dtype == TT_F64 ? 1 : dtype == TT_I64 ? 2 : 3;
     char name[96];
     snprintf(name, sizeof name, "tt_%s_%s", tt_kernel_table[kernel].name, suffix[di]);
     cl_command_queue queue;

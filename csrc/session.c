@@ -321,10 +321,12 @@ int tt_kernel_dtypes(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kerne
 
 int tt_kernel_acc_buffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kernel_table[k].acc : 0; }
 
+int tt_kernel_bool_buffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kernel_table[k].bools : 0; }
+
 const char *tt_dtype_list(unsigned mask)
 {
     static __thread char buf[64];
-    static const int order[] = {TT_F32, TT_F64, TT_F16, TT_BF16, TT_I64};
+    static const int order[] = {TT_F32, TT_F64, TT_F16, TT_BF16, TT_I64, TT_BOOL};
     size_t len = 0;
     buf[0] = 0;
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)

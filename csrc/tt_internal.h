@@ -37,6 +37,7 @@ typedef struct tt_kernel_desc {
     unsigned dtypes;        /* bit (1 << dtype): the dtypes the kernel takes (kernels.def, `dtypes` column) */
     unsigned opencl_dtypes; /* the dtypes its OpenCL body takes (no halves) */
     unsigned acc;           /* bit i: buffer i is float32 when dtype is float16/bfloat16 (`acc` buffers) */
+    unsigned bools;         /* bit i: buffer i is bool whatever the dtype (`bool` buffers) */
 } tt_kernel_desc;
 
 enum { TT_OFF_N = 0, TT_OFF_M, TT_OFF_K, TT_OFF_FIRST, TT_OFF_TILE };
@@ -74,14 +75,17 @@ static inline const char *tt_dtype_name(int dtype)
     case TT_I64: return "int64";
     case TT_F16: return "float16";
     case TT_BF16: return "bfloat16";
+    case TT_BOOL: return "bool";
     default: return "unknown";
     }
 }
 
 /* The dtype a kernel's buffer j holds for a task of `dtype`: an `acc` buffer is the float32
- * accumulator of a float16/bfloat16 task. */
+ * accumulator of a float16/bfloat16 task; a `bool` buffer is bool (a mask, a comparison). */
 static inline int tt_buffer_dtype(const tt_kernel_desc *k, int j, int dtype)
 {
+    if (k->bools >> j & 1)
+        return TT_BOOL;
     return (tt_is_half(dtype) && (k->acc >> j & 1)) ? TT_F32 : dtype;
 }
 

@@ -21,8 +21,9 @@ extern "C" {
 
 /* float16 and bfloat16 are storage types: the kernels that take them (csrc/kernels.def, last
  * column) compute and accumulate in float32 and round once when they store. */
-enum tt_dtype { TT_F32 = 0, TT_F64 = 1, TT_I64 = 2, TT_F16 = 3, TT_BF16 = 4 };
-#define TT_NDTYPES 5
+enum tt_dtype { TT_F32 = 0, TT_F64 = 1, TT_I64 = 2, TT_F16 = 3, TT_BF16 = 4,
+                TT_BOOL = 5 /* 1 byte, 0 or 1 (NumPy's bool); `bool` buffers in csrc/kernels.def */ };
+#define TT_NDTYPES 6
 
 enum tt_status {
     TT_OK = 0,
@@ -80,6 +81,7 @@ int tt_kernel_nbuffers(int kernel);
 int tt_kernel_is_map(int kernel);
 int tt_kernel_dtypes(int kernel);  /* bit (1 << dtype) for every dtype the kernel takes */
 int tt_kernel_acc_buffers(int kernel); /* bit i: buffer i is a float32 accumulator when dtype is float16/bfloat16 */
+int tt_kernel_bool_buffers(int kernel); /* bit i: buffer i is bool whatever the dtype (`bool` buffers) */
 int tt_kernel_ntasks(int kernel);  /* tasks submitted for this kernel since init */
 int64_t tt_memory_used(int node);  /* bytes StarPU has allocated on a memory node; -1 without a memory limit */
 int64_t tt_memory_total(int node); /* the node's memory limit in bytes; -1 without one */
@@ -269,6 +271,7 @@ static inline size_t tt_dtype_size(int dtype)
     case TT_F32: return 4;
     case TT_F64: case TT_I64: return 8;
     case TT_F16: case TT_BF16: return 2;
+    case TT_BOOL: return 1;
     default: return 0;
     }
 }

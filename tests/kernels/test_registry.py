@@ -8,7 +8,10 @@ from tiletrain.testing.half import check_half_result, dtype_code, half_case, hal
 from tiletrain.testing.references import REFERENCES, run_cpu_kernel
 
 KERNELS = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
-DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64}
+DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64, np.bool_: lib.TT_BOOL}
+# every kernel with each of float32, float64, bool that its table line takes
+BODY_CASES = [pytest.param(name, dt, id=f"{name}-{dt.__name__}") for name in KERNELS for dt in DTYPE_CODE
+              if lib.tt_kernel_dtypes(getattr(lib, f"TT_K_{name.upper()}")) >> DTYPE_CODE[dt] & 1]
 
 
 def test_registry_matches_table():
@@ -24,8 +27,11 @@ def test_every_kernel_has_a_reference():
     assert not stale, f"references for kernels that do not exist: {stale}"
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", KERNELS)
+def test_every_kernel_has_a_body_case():
+    assert {p.values[0] for p in BODY_CASES} == set(KERNELS)
+
+
+@pytest.mark.parametrize("name, dtype", BODY_CASES)
 def test_kernel_body_against_reference(name, dtype):
     rng = np.random.default_rng(7)
     for trial in range(4):  # gemm draws its transposes at random: cover them
@@ -36,7 +42,10 @@ def test_kernel_body_against_reference(name, dtype):
             rtol = 1e-5 if dtype == np.float32 else 1e-12
             # cast writes another dtype: compare in the buffer's own
             exp = np.asarray(exp, dtype=buffers[i].dtype).reshape(buffers[i].shape)
-            np.testing.assert_allclose(buffers[i], exp, rtol=rtol, atol=rtol, err_msg=f"kernel {name} buffer {i}")
+            if buffers[i].dtype == np.bool_:  # comparisons, masks: exact
+                np.testing.assert_array_equal(buffers[i], exp, err_msg=f"kernel {name} buffer {i}")
+            else:
+                np.testing.assert_allclose(buffers[i], exp, rtol=rtol, atol=rtol, err_msg=f"kernel {name} buffer {i}")
 
 
 HALF_KERNELS = half_kernels()

@@ -142,9 +142,16 @@ def div_scalar(x: Tensor, s: float) -> Tensor:
     """x / s.  Division by zero gives inf or nan, as IEEE arithmetic does."""
     _any_float_tensor(x, "div", "x")
     s = _scalar(s, "div", "other")
-    if s == 0.0:  # x * +-inf: +-inf, and nan where x is 0 or nan (as x / 0)
-        return scale(x, math.copysign(float("inf"), s))
-    return scale(x, 1.0 / s)
+    if is_half(x.dtype):  # float32 arithmetic, one rounding: x * (1 / s) is within it
+        return scale(x, math.copysign(float("inf"), s) if s == 0.0 else 1.0 / s)
+    y = _like(x)
+    run_map("div_scalar", x, y, s=s)
+    return record("div_scalar", y, (x,), s=s)
+
+
+@backward_rule("div_scalar")
+def _div_scalar_bwd(node, g):
+    return (div_scalar(g, node.ctx["s"]),)
 
 
 def rdiv_scalar(s: float, x: Tensor) -> Tensor:

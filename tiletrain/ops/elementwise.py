@@ -400,7 +400,11 @@ def masked_fill(input: Tensor, mask: Tensor, value) -> Tensor:  # noqa: A002
         value = value.item()
     value = _scalar(value, what, "value")
     if mask.shape != x.shape or mask.tiles != x.tiles:
-        if np.broadcast_shapes(mask.shape, x.shape) != x.shape:
+        try:
+            fits = np.broadcast_shapes(mask.shape, x.shape) == x.shape
+        except ValueError:
+            fits = False
+        if not fits:
             raise ValueError(f"{what}: mask of shape {mask.shape} does not broadcast to input's shape {x.shape}")
         from .shape import expand_to
         mask = expand_to(mask, x.shape, x.tiles)

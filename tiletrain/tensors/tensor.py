@@ -15,6 +15,9 @@ bfloat16 = np.dtype(ml_dtypes.bfloat16)
 # dtype -> the C library's code (enum tt_dtype in csrc/include/tiletrain.h)
 DTYPES = {np.dtype(np.float32): lib.TT_F32, np.dtype(np.float64): lib.TT_F64, np.dtype(np.int64): lib.TT_I64,
           float16: lib.TT_F16, bfloat16: lib.TT_BF16}
+# bool: one byte, 0 or 1 (comparisons, masks); `tiletrain.bool` is the lead's public alias to decide
+bool_ = np.dtype(np.bool_)
+DTYPES[bool_] = lib.TT_BOOL
 # Storage types: ops that take them compute and accumulate in float32 and round once.
 HALF_DTYPES = (float16, bfloat16)
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64)) + HALF_DTYPES
@@ -38,7 +41,7 @@ def as_dtype(dtype) -> np.dtype:
         raise TypeError(f"dtype {dtype!r} is not a data type") from None
     if dt not in DTYPES:
         raise TypeError(f"unsupported dtype {dt}; tiletrain supports float32, float64, float16, bfloat16 "
-                        "(ml_dtypes.bfloat16) and int64")
+                        "(ml_dtypes.bfloat16), int64 and bool")
     return dt
 
 

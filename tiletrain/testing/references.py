@@ -90,11 +90,14 @@ REFERENCES: dict[str, Reference] = {
 
 
 def _merge() -> None:
-    from . import (references_activations, references_attention, references_embedding, references_norm,
-                   references_optim, references_pipeline, references_softmax)
-    from . import references_shape
-    for mod in (references_activations, references_norm, references_softmax, references_embedding,
-                references_attention, references_optim, references_pipeline, references_shape):
+    """Add every family module's REFERENCES (tiletrain/testing/references_<family>.py)."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+        if not info.name.startswith("references_"):
+            continue
+        mod = importlib.import_module(f"{__package__}.{info.name}")
         dup = set(mod.REFERENCES) & set(REFERENCES)
         if dup:
             raise RuntimeError(f"kernel references defined twice: {sorted(dup)}")

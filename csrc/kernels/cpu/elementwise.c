@@ -13,6 +13,10 @@ TT_SIMD_CLONES void tt_cpu_fill(const tt_args_fill *a, void *y)
             p[i] = v;
         return;
     }
+    if (a->dtype == TT_BOOL) { /* any nonzero value is true (1) */
+        memset(y, a->value != 0, (size_t)a->n);
+        return;
+    }
     TT_ANY_FLOAT_DISPATCH(a->dtype, {
         T v = TT_ST(T, a->value), *p = y; /* one rounding from the double value */
         for (int64_t i = 0; i < a->n; i++)

@@ -24,8 +24,9 @@
 
 void tt_cpu_region_copy(const tt_args_region_copy *a, const void *x, void *y)
 {
-    if (a->dtype == TT_F32)
-        TT_REGION_COPY(uint32_t);
-    else /* float64, int64: 8-byte elements, copied as bits */
-        TT_REGION_COPY(uint64_t);
+    switch (tt_dtype_size((int)a->dtype)) { /* elements are copied as bits */
+    case 1: TT_REGION_COPY(uint8_t); break;
+    case 4: TT_REGION_COPY(uint32_t); break;
+    default: TT_REGION_COPY(uint64_t); break;
+    }
 }

@@ -1,9 +1,10 @@
-/* fill and copy: also instantiated for int64 tiles (T = tt_long). */
+/* fill and copy: also instantiated for int64 tiles (T = tt_long) and bool tiles (T = tt_uchar;
+ * TO_T(v) stores any nonzero value as 1). */
 KERNEL SUF(tt_fill)(GLOBAL T *y, tt_long n, R value)
 {
     const tt_long i = GID0();
     if (i < n)
-        y[i] = (T)value;
+        y[i] = TO_T(value);
 }
 
 KERNEL SUF(tt_copy)(GLOBAL const T *x, GLOBAL T *y, tt_long n)

@@ -1,8 +1,11 @@
 /* The device kernels, instantiated per element type: tt_<name>_f32, tt_<name>_f64 (and
- * tt_<name>_i64 for fill, copy and region_copy, which also run on int64 tiles).  OpenCL:
- * the library embeds this file with its includes inlined (csrc/embed_opencl.py); CUDA:
- * csrc/kernels/cuda/device_kernels.cu includes it. */
+ * tt_<name>_i64 for fill, copy and region_copy, which also run on int64 tiles, and
+ * tt_<name>_b8 for fill, copy and region_copy, which also run on bool tiles).  OpenCL: the library embeds
+ * this file with its includes inlined (csrc/embed_opencl.py); CUDA:
+ * csrc/kernels/cuda/device_kernels.cu includes it.  The bodies of the `expr` kernels of
+ * csrc/kernels.def are generated per dtype into tt_kernels_expr.cl (build directory). */
 #include "tt_device.h"
+#define TO_T(v) ((T)(v))
 
 #define T float
 #define R float
@@ -48,3 +51,17 @@
 #undef T
 #undef R
 #undef SUF
+
+#undef TO_T
+#define TO_T(v) ((T)((v) != 0))
+#define T tt_uchar
+#define R double
+#define SUF(name) name##_b8
+#include "fill_copy.cl"
+#include "shape.cl"
+#undef T
+#undef R
+#undef SUF
+#undef TO_T
+
+#include "tt_kernels_expr.cl"

@@ -29,6 +29,7 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 typedef long tt_long;
 typedef ulong tt_ulong;
+typedef uchar tt_uchar; /* bool tiles: one byte, 0 or 1 */
 #define KERNEL __kernel void
 #define DEVFN static inline
 #define GLOBAL __global
@@ -46,6 +47,7 @@ typedef ulong tt_ulong;
 #elif defined(__CUDACC__)
 typedef long long tt_long;
 typedef unsigned long long tt_ulong;
+typedef unsigned char tt_uchar;
 #define KERNEL extern "C" __global__ void
 #define DEVFN static __device__ __forceinline__
 #define GLOBAL
