@@ -351,7 +351,8 @@ def expand_to(x: Tensor, shape, tiles) -> Tensor:
     if math.prod(shape) == x.size:  # only size-1 axes added: a view (then a re-tiling)
         return retile(_reshape(x, shape), traits.tiles)
     lead = len(shape) - x.ndim
-    xaxis = tuple(-1 if d < lead or (x.shape[d - lead] == 1 and s != 1) else d - lead for d, s in enumerate(shape))
+    xaxis = tuple(-1 if d < lead or (x.shape[d - lead] == 1 and s != 1) else d - lead
+                  for d, s in enumerate(shape))
     n = len(shape)
     y = Tensor(traits, x.dtype)
     copy_regions(y, [(x, (0,) * x.ndim, xaxis, (1,) * n, (0,) * n, (1,) * n, shape)])
@@ -394,8 +395,8 @@ def getitem(x: Tensor, index) -> Tensor:
     for it in items:
         if not (it is None or it is Ellipsis or isinstance(it, slice)
                 or (isinstance(it, numbers.Integral) and not isinstance(it, bool))):
-            raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, None "
-                            "and ...")
+            raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, "
+                            "None and ...")
     if sum(it is Ellipsis for it in items) > 1:
         raise IndexError(f"{what}: an index can only have a single ellipsis ('...')")
     nreal = sum(it is not None and it is not Ellipsis for it in items)
@@ -416,7 +417,8 @@ def getitem(x: Tensor, index) -> Tensor:
                 if part is not None and (not isinstance(part, numbers.Integral) or isinstance(part, bool)):
                     raise TypeError(f"{what}: slice {it} along dimension {a} must have int or None bounds")
             if it.step is not None and it.step <= 0:
-                raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along dimension {a})")
+                raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along "
+                                 f"dimension {a})")
             start, stop, st = it.indices(n)
             c = len(range(start, stop, st))
             if c == 0:
@@ -465,8 +467,8 @@ def cat(tensors, dim: int = 0) -> Tensor:
     d = _dim(dim, x0.ndim, what)
     for i, t in enumerate(ts):
         if t.ndim != x0.ndim or t.shape[:d] + t.shape[d + 1:] != x0.shape[:d] + x0.shape[d + 1:]:
-            raise ValueError(f"{what}: sizes must match except in dimension {d}: tensors[0] has shape {x0.shape}, "
-                             f"tensors[{i}] {t.shape}")
+            raise ValueError(f"{what}: sizes must match except in dimension {d}: tensors[0] has shape "
+                             f"{x0.shape}, tensors[{i}] {t.shape}")
     n = x0.ndim
     specs, offset = [], 0
     for t in ts:
@@ -511,7 +513,8 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]
     if isinstance(split_size_or_sections, (list, tuple)):
         sizes = [_int(s, what, f"split_size_or_sections[{i}]") for i, s in enumerate(split_size_or_sections)]
         if sum(sizes) != n or any(s < 1 for s in sizes):
-            raise ValueError(f"{what}: sections {tuple(sizes)} must be >= 1 and add up to dimension {d}'s size {n}")
+            raise ValueError(f"{what}: sections {tuple(sizes)} must be >= 1 and add up to dimension {d}'s "
+                             f"size {n}")
     else:
         size = _int(split_size_or_sections, what, "split_size_or_sections")
         if size < 1:
@@ -534,5 +537,5 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     return split(x, -(-x.shape[d] // chunks), d)
 
 
-__all__ = ["retile", "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
-           "broadcast_to", "getitem", "cat", "stack", "split", "chunk", "expand_to", "sum_to"]
+__all__ = ["retile", "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t",
+           "expand", "broadcast_to", "getitem", "cat", "stack", "split", "chunk", "expand_to", "sum_to"]
