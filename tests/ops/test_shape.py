@@ -70,6 +70,10 @@ CASES = {
     "split": (lambda x: S.split(x, 4, 1)[1], lambda x: x.split(4, 1)[1], [((5, 11), (2, 3))]),
     "split_sections": (lambda x: S.split(x, [2, 6, 3])[2], lambda x: x.split([2, 6, 3])[2],
                        [((11, 7), (4, 3))]),
+    "split_aligned": (lambda x: S.split(x, 4, 1)[2], lambda x: x.split(4, 1)[2], [((5, 11), (2, 4))]),
+    "getitem_aligned": (lambda x: S.getitem(x, (slice(2, 4), None, slice(4, None))), lambda x: x[2:4, None, 4:],
+                        [((5, 11), (2, 4))]),
+    "getitem_aligned_int": (lambda x: S.getitem(x, (Ellipsis, 6)), lambda x: x[..., 6], [((5, 4, 7), (2, 3, 3))]),
     "chunk": (lambda x: S.chunk(x, 3, -1)[2], lambda x: x.chunk(3, -1)[2], [((5, 4, 7), (2, 3, 4))]),
 }
 
@@ -169,18 +173,27 @@ def test_retile_task_count(rng):
 def test_tile_aligned_views_submit_nothing(rng):
     a = rng.standard_normal((11, 7))
     x = tt.from_numpy(a, (4, 3))
+    x41 = tt.from_numpy(a, (4, 1))
     with submits_nothing():
         u = S.unsqueeze(x, 0)
         s = S.squeeze(S.unsqueeze(u, -1))
         v = S.reshape(tt.from_numpy(a, (4, 7)), 77)  # whole rows per tile: a view
         n = S.getitem(x, (None, Ellipsis, None))
         p = S.permute(u, 1, 0, 2)
+        pieces = S.chunk(tt.from_numpy(a, (4, 7)), 3)  # rows 0-3 | 4-7 | 8-10: whole tiles
+        sub = S.getitem(x, (slice(4, 8), slice(3, None)))
+        col = S.getitem(x41, (slice(None), 5))
     assert u.shape == (1, 11, 7) and u.tiles == (1, 4, 3) and s.shape == (11, 7)
     np.testing.assert_array_equal(u.numpy(), a[None])
     np.testing.assert_array_equal(s.numpy(), a)
     np.testing.assert_array_equal(v.numpy(), a.reshape(77))
     np.testing.assert_array_equal(n.numpy(), a[None, ..., None])
     np.testing.assert_array_equal(p.numpy(), a[:, None])
+    for piece, ref in zip(pieces, np.split(a, [4, 8])):
+        np.testing.assert_array_equal(piece.numpy(), ref)
+    np.testing.assert_array_equal(sub.numpy(), a[4:8, 3:])
+    assert sub.tiles == (4, 3) and col.shape == (11,) and col.tiles == (4,)
+    np.testing.assert_array_equal(col.numpy(), a[:, 5])
 
 
 def test_view_keeps_its_base_alive(rng):
@@ -191,6 +204,9 @@ def test_view_keeps_its_base_alive(rng):
     gc.collect()
     np.testing.assert_array_equal(w.numpy(), a.reshape(1, 24))
     np.testing.assert_array_equal(S.retile(w, (1, 5)).numpy(), a.reshape(1, 24))
+    col = S.getitem(tt.from_numpy(a, (2, 1)), (slice(2, 4), 3))  # a reshape view of a tile view
+    gc.collect()
+    np.testing.assert_array_equal(col.numpy(), a[2:4, 3])
 
 
 def test_unsqueeze_squeeze_take_half_dtypes(rng):

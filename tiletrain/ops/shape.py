@@ -31,7 +31,7 @@ import numbers
 
 import numpy as np
 
-from ..runtime.kernels import copy_regions, tensor_view, view_tiles
+from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, zeros
 from ..tensors.traits import DEFAULT_TILE
 from . import basic
@@ -165,12 +165,11 @@ def _aligned_tiles(xs, xt, ys) -> tuple[int, ...]:
     return tuple(tiles)
 
 
-def _view(x: Tensor, shape, tiles) -> Tensor:
-    """A tensor of ``shape`` sharing x's tiles (no copy); x's tiles stay alive while it lives."""
+def _view(x: Tensor, ptr, shape, tiles) -> Tensor:
+    """The tensor of C view ``ptr`` of x's tiles (no copy); x stays alive while it lives."""
     t = Tensor.__new__(Tensor)
-    t.traits, t.dtype, t._session = TensorTraits(shape, tiles), x.dtype, x._session
-    t._ptr = tensor_view(x, shape)
-    t._base = x if x._base is None else x._base
+    t.traits, t.dtype, t._session, t._ptr = TensorTraits(shape, tiles), x.dtype, x._session, ptr
+    t._base = x  # x, not its base: a view may use x's own arrays of tile handles
     t.requires_grad, t.grad, t._node = False, None, None
     return t
 
@@ -182,7 +181,8 @@ def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     if tiles is None:  # re-tile so that the tiles line up, then view
         x = retile(x, _aligned_tiles(x.shape, x.tiles, shape))
         tiles = view_tiles(x, shape)
-    return record("reshape", _view(x, shape, tiles), (x,), shape=x.shape, tiles=x.tiles)
+    y = _view(x, tensor_view(x, shape), shape, tiles)
+    return record("reshape", y, (x,), shape=x.shape, tiles=x.tiles)
 
 
 @backward_rule("reshape")
@@ -439,7 +439,30 @@ def getitem(x: Tensor, index) -> Tensor:
         return _reshape(x, shape)  # only size-1 axes added or dropped: a view
     n = len(shape)
     spec = (tuple(xstart), tuple(xaxis), tuple(step), (0,) * n, (1,) * n, shape)
+    y = _tile_aligned(x, xstart, mapped, step, count, shape)
+    if y is not None:
+        return record("region", y, (x,), specs=[spec], traits=[x.traits])
     return _regions([x], TensorTraits(shape, tuple(tiles)), [spec])
+
+
+def _tile_aligned(x: Tensor, xstart, mapped, step, count, shape) -> Tensor | None:
+    """x's selected region as a view when it is whole tiles of x (slices from and to tile
+    boundaries, ints along axes of tile 1), else None."""
+    lo, hi = [], []
+    for a, (n, tile) in enumerate(zip(x.shape, x.tiles)):
+        d = mapped.get(a)
+        c = 1 if d is None else count[d]
+        stop = xstart[a] + (c - 1) * (1 if d is None else step[d]) + 1
+        if (c > 1 and step[d] != 1) or xstart[a] % tile or (stop % tile and stop != n):
+            return None
+        lo.append(xstart[a] // tile)
+        hi.append(-(-stop // tile))
+    ptr = tile_view(x, lo, hi)
+    if ptr is None:
+        return None
+    sub = tuple(min(h * t, n) - i * t for i, h, t, n in zip(lo, hi, x.tiles, x.shape))
+    v = _view(x, ptr, sub, x.tiles)
+    return v if sub == shape else _view(v, tensor_view(v, shape), shape, view_tiles(v, shape))
 
 
 # ---- cat, stack, split, chunk -----------------------------------------------------------------

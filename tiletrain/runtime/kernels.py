@@ -133,5 +133,16 @@ def tensor_view(x, shape):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
+def tile_view(x, lo, hi):
+    """A C tensor made of x's tiles lo[d] <= idx[d] < hi[d] (no copy), or None under MPI; it
+    frees itself (never the tiles) when dropped."""
+    if lib.tt_mpi_enabled():
+        return None
+    out = ffi.new("tt_tensor **")
+    lo, hi = (ffi.new("int64_t[]", list(v) or [0]) for v in (lo, hi))
+    check(lib.tt_tensor_tile_view(x._ptr, lo, hi, out))
+    return ffi.gc(out[0], lib.tt_tensor_free)
+
+
 __all__ = ["copy_regions", "gemm", "kernel_id", "kernel_names", "run_cast", "run_map", "run_norm", "run_span",
-           "sum_all", "tensor_view", "view_tiles"]
+           "sum_all", "tensor_view", "tile_view", "view_tiles"]
