@@ -10,9 +10,14 @@ in any way, and mixed tilings (``cat`` of tensors tiled differently) are fine.
 Zero-copy: a reshape whose tiles line up (in every group of merged or split axes, a tile
 holds whole rows of all axes but the group's first) returns a *view* sharing the input's
 tile handles; size-1 axes always line up, so ``unsqueeze``/``squeeze`` (and ``getitem``,
-``permute`` or ``expand`` that only add, drop or move size-1 axes) never copy.  ``view`` is
+``permute`` or ``expand`` that only add, drop or move size-1 axes) never copy.  A
+``getitem``/``split``/``chunk`` that selects whole tiles (slices from and to tile boundaries,
+ints along axes of tile 1) is a view of those tiles too (a copy under MPI).  ``view`` is
 ``reshape``: unlike torch it copies when the tiles do not line up (it never fails for
-layout reasons).  Ops that change nothing return their input itself.
+layout reasons).  Ops that change nothing return their input itself.  Whether a result
+shares tiles with its input depends on the tiling, so in-place ops (fill_, axpy_) must not
+be used on shape-op results or on their inputs while the results are live (autograd never
+accumulates into a view in place).
 
 Result tiling: an axis kept from an input keeps its tile size (clipped to the new length;
 ``cat``: the first tensor's tiles, ``stack``: the first tensor's tiles and 1 along the new
