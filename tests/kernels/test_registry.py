@@ -54,7 +54,7 @@ HALF_KERNELS = half_kernels()
 def test_half_kernels_are_the_documented_ones():
     """The kernel table's f16/bf16 kernels: what README and tiletrain.ops.HALF_OPS rely on."""
     assert sorted(HALF_KERNELS) == sorted(["fill", "copy", "scale", "add_scalar", "add", "mul", "axpy", "bcast",
-                                           "sum_axis", "sum_all", "gemm", "cast"])
+                                           "sum_axis", "sum_all", "gemm", "cast", "region_copy"])
     for name in HALF_KERNELS:
         k = getattr(lib, f"TT_K_{name.upper()}")
         assert lib.tt_kernel_dtypes(k) >> lib.TT_BF16 & 1, name

@@ -209,6 +209,17 @@ def test_view_keeps_its_base_alive(rng):
     np.testing.assert_array_equal(col.numpy(), a[2:4, 3])
 
 
+@pytest.mark.parametrize("dtype", [tt.float16, tt.bfloat16, np.bool_])
+def test_copies_take_half_and_bool_dtypes(rng, dtype):
+    a = (rng.standard_normal((9, 7)) > 0) if dtype == np.bool_ else rng.standard_normal((9, 7)).astype(dtype)
+    x = tt.from_numpy(a, (4, 3))
+    np.testing.assert_array_equal(S.retile(x, (2, 5)).numpy(), a)
+    np.testing.assert_array_equal(S.permute(x, 1, 0).numpy(), a.T)
+    np.testing.assert_array_equal(x[1:8:3, ::2].numpy(), a[1:8:3, ::2])
+    np.testing.assert_array_equal(S.cat([x, x], 1).numpy(), np.concatenate([a, a], 1))
+    np.testing.assert_array_equal(S.expand(x[:, :1], 9, 4).numpy(), np.broadcast_to(a[:, :1], (9, 4)))
+
+
 def test_unsqueeze_squeeze_take_half_dtypes(rng):
     h = tt.from_numpy(rng.standard_normal((5, 3)).astype(np.float16), (2, 2))
     np.testing.assert_array_equal(S.squeeze(S.unsqueeze(h, 1), 1).numpy(), h.numpy())
@@ -217,11 +228,10 @@ def test_unsqueeze_squeeze_take_half_dtypes(rng):
 def _bad_calls():
     x = tt.from_numpy(np.zeros((11, 7)), (4, 3))
     y = tt.from_numpy(np.zeros((5, 6)), (2, 4))
-    h = tt.from_numpy(np.zeros((4, 3), np.float16), (2, 2))
     return [
         (lambda: S.retile(x, (0, 3)), ValueError, "tiles"),
         (lambda: S.retile("x", (2, 3)), TypeError, "x must be a tiletrain Tensor"),
-        (lambda: S.retile(h, (1, 1)), TypeError, "float16"),
+        (lambda: S.retile(x, (1, 1, 1)), ValueError, "tiles"),
         (lambda: S.reshape(x, 10, 7), ValueError, "invalid for a tensor of size 77"),
         (lambda: S.reshape(x, -1, -1), ValueError, "only one dimension"),
         (lambda: S.reshape(x, 7, 2.0), TypeError, "shape"),

@@ -26,7 +26,7 @@ in ``getitem`` gives tile 1; a reshape that lines up takes the view's tiles, and
 does not first re-tiles the input so that each group of merged/split axes is whole inside
 a tile except its first axis, keeping about the input's tile volume, then views it.
 
-Supported dtypes: float32, float64, int64 and bool (``unsqueeze``/``squeeze``, never copying,
+Supported dtypes: float32, float64, float16, bfloat16, int64 and bool (``unsqueeze``/``squeeze``, never copying,
 take any dtype).  Bad input raises a TypeError/ValueError/IndexError naming the argument
 before any task is submitted."""
 from __future__ import annotations
@@ -37,19 +37,19 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
-from ..tensors import Tensor, TensorTraits, zeros
+from ..tensors import Tensor, TensorTraits, bfloat16, float16, zeros
 from ..tensors.traits import DEFAULT_TILE
 from . import basic
 from .autograd import backward_rule, record
 from .basic import _tensor
 
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_), float16, bfloat16)
 
 
 def _shape_tensor(x, what: str, name: str = "x") -> Tensor:
     x = _tensor(x, what, name)
     if x.dtype not in _DTYPES:
-        raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32, float64, int64 and bool")
+        raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32, float64, float16, bfloat16, int64 and bool")
     return x
 
 

@@ -26,6 +26,7 @@ void tt_cpu_region_copy(const tt_args_region_copy *a, const void *x, void *y)
 {
     switch (tt_dtype_size((int)a->dtype)) { /* elements are copied as bits */
     case 1: TT_REGION_COPY(uint8_t); break;
+    case 2: TT_REGION_COPY(uint16_t); break;
     case 4: TT_REGION_COPY(uint32_t); break;
     default: TT_REGION_COPY(uint64_t); break;
     }

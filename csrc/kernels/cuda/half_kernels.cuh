@@ -97,4 +97,22 @@ template <typename H> __global__ void tt_sum_all_half(const H *x, float *y, tt_l
     }
 }
 
+/* region_copy of 2-byte elements: a bit copy, as the portable body (csrc/kernels/opencl/shape.cl). */
+template <typename H>
+__global__ void tt_region_copy_half(const H *x, H *y, tt_long d0, tt_long d1, tt_long d2, tt_long d3, tt_long xo,
+                                    tt_long xs0, tt_long xs1, tt_long xs2, tt_long xs3, tt_long yo, tt_long ys0,
+                                    tt_long ys1, tt_long ys2, tt_long ys3)
+{
+    tt_long r = GID0();
+    if (r >= d0 * d1 * d2 * d3)
+        return;
+    const tt_long i3 = r % d3;
+    r /= d3;
+    const tt_long i2 = r % d2;
+    r /= d2;
+    const tt_long i1 = r % d1;
+    const tt_long i0 = r / d1;
+    y[yo + i0 * ys0 + i1 * ys1 + i2 * ys2 + i3 * ys3] = x[xo + i0 * xs0 + i1 * xs1 + i2 * xs2 + i3 * xs3];
+}
+
 #endif
