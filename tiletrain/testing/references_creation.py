@@ -67,7 +67,7 @@ def linspace_ref(start: float, end: float, steps: int, dtype) -> np.ndarray:
     if dtype.kind == "i":
         s, e = np.int64(start), np.int64(end)
         step = (float(e) - float(s)) / (steps - 1) if steps > 1 else 0.0
-        return np.where(k < steps // 2, s + step * k, e - step * (steps - k - 1)).astype(dtype)
+        return np.where((k < steps // 2) | (steps == 1), s + step * k, e - step * (steps - k - 1)).astype(dtype)
     s, e = dtype.type(start), dtype.type(end)
     step = (e - s) / dtype.type(steps - 1) if steps > 1 else dtype.type(0)
     out = np.where(k < steps // 2, s + step * k.astype(dtype), e - step * (steps - k - 1).astype(dtype))

@@ -98,7 +98,7 @@ void tt_cpu_linspace(const tt_args_linspace *a, void *y)
         const int64_t start = (int64_t)a->start, end = (int64_t)a->end;
         const double step = steps > 1 ? (double)(end - start) / (double)(steps - 1) : 0.0;
         for (int64_t i = 0, k = i0; i < a->n; i++, k++)
-            ((int64_t *)y)[i] = k < half ? (int64_t)((double)start + step * (double)k)
+            ((int64_t *)y)[i] = steps == 1 || k < half ? (int64_t)((double)start + step * (double)k)
                                          : (int64_t)((double)end - step * (double)(steps - k - 1));
         return;
     }
