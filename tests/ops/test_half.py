@@ -62,8 +62,8 @@ def test_from_numpy_numpy_round_trip(rng, shape, tiles, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=IDS)
 def test_zeros_ones_full(dtype):
     shape, tiles = (11, 7), (4, 3)
-    np.testing.assert_array_equal(_bits(tt.zeros(shape, tiles, dtype).numpy()), _bits(np.zeros(shape, dtype)))
-    np.testing.assert_array_equal(_bits(tt.ones(shape, tiles, dtype).numpy()), _bits(np.ones(shape, dtype)))
+    np.testing.assert_array_equal(_bits(tt.zeros(shape, tiles=tiles, dtype=dtype).numpy()), _bits(np.zeros(shape, dtype)))
+    np.testing.assert_array_equal(_bits(tt.ones(shape, tiles=tiles, dtype=dtype).numpy()), _bits(np.ones(shape, dtype)))
     for value in (0.1, -3.3e4, 1e-6, 1 + 2.0 ** -8 + 2.0 ** -30):  # the last one: round once from float64
         got = tt.full(shape, value, tiles=tiles, dtype=dtype).numpy()
         np.testing.assert_array_equal(_bits(got), _bits(round_to(np.full(shape, value), dtype)), err_msg=str(value))
