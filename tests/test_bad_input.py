@@ -20,11 +20,11 @@ def test_tile_and_shape_arguments(nothing_submitted):
         tt.zeros((4,), tiles=-3)
     with pytest.raises(ValueError, match="tiles has 3 dimensions but shape"):
         tt.zeros((4, 4), tiles=(2, 2, 2))
-    with pytest.raises(ValueError, match=r"shape\[0\] must be >= 1"):
+    with pytest.raises(ValueError, match=r"zeros: size\[0\] = 0; tiletrain has no empty tensors"):
         tt.zeros((0, 3))
     with pytest.raises(TypeError, match=r"tiles\[0\] must be an int"):
         tt.zeros((4,), tiles=(2.5,))
-    with pytest.raises(TypeError, match="shape must be an int or a sequence"):
+    with pytest.raises(TypeError, match=r"zeros: size must be ints or one tuple of ints, size\[0\] is NoneType"):
         tt.zeros(None)
     with pytest.raises(ValueError, match=r"shape\[0\] must be >= 1"):
         tt.from_numpy(np.zeros((0, 2)))
@@ -44,7 +44,7 @@ def test_dtypes(nothing_submitted):
     ids = tt.from_numpy(np.ones(3, np.int64))
     with pytest.raises(TypeError, match="int64; this op supports float32, float64, float16 and bfloat16"):
         ids + ids
-    with pytest.raises(TypeError, match="fill value must be a real number"):
+    with pytest.raises(TypeError, match="fill_value must be a real number"):
         tt.full((2,), "x")
 
 

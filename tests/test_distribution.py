@@ -61,9 +61,9 @@ def test_one_process_ignores_owners():
     np.testing.assert_array_equal(y.numpy(), 2 * a)
     assert default() == SingleRank(0)
     with use(BlockCyclic((4, 4))):  # larger than the job: fine in one process
-        assert (tt.zeros((4, 4), 2).owners() == 0).all()
+        assert (tt.zeros((4, 4), tiles=2).owners() == 0).all()
     with use(BlockCyclic()):
-        z = tt.zeros((4, 4), 2)
+        z = tt.zeros((4, 4), tiles=2)
         assert z.dist == BlockCyclic()
     assert default() == SingleRank(0)
     with pytest.raises(TypeError, match="Distribution"):

@@ -69,7 +69,7 @@ def test_microbatch_gives_1f1b_priorities_in_a_pipelined_layout(monkeypatch):
             with tt.trace.recording() as rec:
                 for k in range(2):
                     with par.microbatch(k):
-                        x = tt.ones((4, 4), (2, 2)).requires_grad_()
+                        x = tt.ones((4, 4), tiles=(2, 2)).requires_grad_()
                         tt.sum(tt.mul(x, x)).backward()
             return rec.trace.tasks
         t = run((2, 1))

@@ -33,7 +33,7 @@ def test_opencl_and_mixed_equal_cpu_only(name, dtype):
 
 def test_int64_fill_and_copy_on_opencl():
     with prefer("opencl"):
-        t = tt.full((5, 3), 7, (2, 2), np.int64)
+        t = tt.full((5, 3), 7, tiles=(2, 2), dtype=np.int64)
         c = tt.copy(tt.from_numpy(np.arange(15).reshape(5, 3) - 2**40, (2, 2)))
         np.testing.assert_array_equal(t.numpy(), np.full((5, 3), 7))
         np.testing.assert_array_equal(c.numpy(), np.arange(15).reshape(5, 3) - 2**40)

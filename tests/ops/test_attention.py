@@ -108,7 +108,7 @@ def test_attention_tasks_per_tile_pair(rng, causal):
     pairs = 2 * (6 if causal else 9)
     assert _ntasks(lib.TT_K_ATTN_FWD) - fwd0 == pairs
     assert _ntasks(lib.TT_K_ATTN_FWD_NORM) - norm0 == 2 * 3
-    out.backward(tt.ones(shape, tiles, dtype=np.float64))
+    out.backward(tt.ones(shape, tiles=tiles, dtype=np.float64))
     assert _ntasks(lib.TT_K_ATTN_BWD) - bwd0 == pairs
     tt.wait()
 
@@ -340,12 +340,12 @@ def test_c_expanders_revalidate(rng, nothing_submitted):
     """The C side rejects what Python would have: a straddling tile, mismatched layouts."""
     from tiletrain._ffi import check
     x = tt.from_numpy(rng.standard_normal((1, 2, 18)), (1, 2, 4))
-    y = tt.empty((1, 3, 2, 2), (1, 2, 2, 2), dtype=np.float64)
+    y = tt.empty((1, 3, 2, 2), tiles=(1, 2, 2, 2), dtype=np.float64)
     with pytest.raises(ValueError, match="straddle parts"):
         check(lib.tt_heads_split(x._ptr, 0, 3, y._ptr))
     shape, tiles = (1, 1, 5, 4), (1, 1, 2, 4)
     q, k = (tt.from_numpy(a, tiles) for a in _qkv(rng, shape, np.float64)[:2])
     v = tt.from_numpy(rng.standard_normal(shape), (1, 1, 3, 4))
-    o, lse = tt.empty(shape, tiles, dtype=np.float64), tt.empty((1, 1, 5), (1, 1, 2), dtype=np.float64)
+    o, lse = tt.empty(shape, tiles=tiles, dtype=np.float64), tt.empty((1, 1, 5), tiles=(1, 1, 2), dtype=np.float64)
     with pytest.raises(ValueError, match="operand 2 must have q's shape"):
         check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, 0.5, 1, o._ptr, lse._ptr))

@@ -62,10 +62,10 @@ def test_from_numpy_numpy_round_trip(rng, shape, tiles, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=IDS)
 def test_zeros_ones_full(dtype):
     shape, tiles = (11, 7), (4, 3)
-    np.testing.assert_array_equal(_bits(tt.zeros(shape, tiles, dtype).numpy()), _bits(np.zeros(shape, dtype)))
-    np.testing.assert_array_equal(_bits(tt.ones(shape, tiles, dtype).numpy()), _bits(np.ones(shape, dtype)))
+    np.testing.assert_array_equal(_bits(tt.zeros(shape, tiles=tiles, dtype=dtype).numpy()), _bits(np.zeros(shape, dtype)))
+    np.testing.assert_array_equal(_bits(tt.ones(shape, tiles=tiles, dtype=dtype).numpy()), _bits(np.ones(shape, dtype)))
     for value in (0.1, -3.3e4, 1e-6, 1 + 2.0 ** -8 + 2.0 ** -30):  # the last one: round once from float64
-        got = tt.full(shape, value, tiles, dtype).numpy()
+        got = tt.full(shape, value, tiles=tiles, dtype=dtype).numpy()
         np.testing.assert_array_equal(_bits(got), _bits(round_to(np.full(shape, value), dtype)), err_msg=str(value))
     assert tt.full((3,), 1e6, dtype=F16).numpy()[0] == np.inf  # beyond float16's range
 
@@ -427,11 +427,11 @@ def test_c_layer_rejects_unsupported_dtype_kernel_pairs():
     """Past the Python checks, the C expanders refuse a kernel that does not take the dtype
     (its table line), so no body reads tiles with the wrong element size."""
     # (every tensor handed to C is held in a variable: a temporary would be freed first)
-    h, h32 = tt.ones((5, 4), (2, 2), F16), tt.ones((5, 4), (2, 2))
-    out = tt.empty((4,), (2,), F16)
+    h, h32 = tt.ones((5, 4), tiles=(2, 2), dtype=F16), tt.ones((5, 4), tiles=(2, 2))
+    out = tt.empty((4,), tiles=(2,), dtype=F16)
     y16, y32, x64 = tt.empty((), dtype=F16), tt.empty(()), tt.ones((3,), dtype=np.float64)
-    a, cb, c64 = tt.ones((4, 4), dtype=F16), tt.empty((4, 4), dtype=BF16), tt.empty((5, 5), (2, 2), np.float64)
-    i64, retiled = tt.empty((5, 4), (2, 2), np.int64), tt.empty((5, 4), (3, 2), F16)
+    a, cb, c64 = tt.ones((4, 4), dtype=F16), tt.empty((4, 4), dtype=BF16), tt.empty((5, 5), tiles=(2, 2), dtype=np.float64)
+    i64, retiled = tt.empty((5, 4), tiles=(2, 2), dtype=np.int64), tt.empty((5, 4), tiles=(3, 2), dtype=F16)
     div = ffi.new("tt_tensor *[]", [h._ptr, h._ptr, h._ptr])
     mx, red = ffi.new("tt_tensor *[]", [h._ptr]), ffi.new("tt_tensor *[]", [out._ptr])
     with submits_nothing():

@@ -192,7 +192,7 @@ def test_bad_input(rng, nothing_submitted):
 def test_expander_revalidates(rng, nothing_submitted):
     """The C expander checks layouts and dtypes itself (a caller bypassing Python)."""
     X = tt.from_numpy(rng.standard_normal((4, 6)), (2, 4))
-    Y = tt.empty((4, 6), (2, 4), np.float64)
+    Y = tt.empty((4, 6), tiles=(2, 4), dtype=np.float64)
     good_row = tt.from_numpy(np.ones(4), (2,))
     col = tt.from_numpy(np.ones(6), (4,))
     args = ffi.new("tt_args_layer_norm_fwd *")
@@ -213,11 +213,11 @@ def test_expander_revalidates(rng, nothing_submitted):
     with pytest.raises(ValueError, match="takes 6 tensors"):
         call([X, Y], [good_row], [col, col])
     with pytest.raises(ValueError, match="operand 1 has a different shape or tiling"):
-        call([X, tt.empty((4, 6), (4, 4), np.float64)], [good_row, good_row], [col, col])
+        call([X, tt.empty((4, 6), tiles=(4, 4), dtype=np.float64)], [good_row, good_row], [col, col])
     with pytest.raises(ValueError, match="is written but is a row tensor and reduce=0"):
         call([X], [good_row, good_row], [], reduce=0, kernel=lib.TT_K_LAYER_NORM_STATS,
              a=ffi.new("tt_args_layer_norm_stats *"))
     with pytest.raises(ValueError, match="never been written"):
-        call([X, Y], [tt.empty((4,), (2,), np.float64), good_row], [col, col])
+        call([X, Y], [tt.empty((4,), tiles=(2,), dtype=np.float64), good_row], [col, col])
     with pytest.raises(ValueError, match="not a row/column kernel"):
         call([X, Y], [], [], kernel=lib.TT_K_ADD)

@@ -2,29 +2,19 @@
 sigmoid are rows of the element-wise op table, tiletrain/ops/elementwise.py)."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..runtime.kernels import run_map
 from ..tensors import Tensor
+from ..tensors.creation import default_generator, manual_seed  # one seeding function for dropout and random tensors
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _like, _scalar, add_broadcast, matmul
 from .elementwise import gelu, relu, silu
 
 __all__ = ["gelu", "relu", "silu", "dropout", "linear", "manual_seed"]
 
-_seeds = np.random.default_rng(0)
-
-
-def manual_seed(seed: int) -> None:
-    """Seed the generator that gives every dropout call its own seed (default: 0)."""
-    global _seeds
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
-    _seeds = np.random.default_rng(int(seed))
 
 
 def _next_seed() -> int:
-    return int(_seeds.integers(0, 2**63 - 1))
+    return default_generator.next_seed()
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int | None = None) -> Tensor:

@@ -10,6 +10,7 @@ from .._ffi import check, ffi, lib
 from ..runtime import current
 from .traits import TensorTraits
 
+float32, float64, int64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 # dtype -> the C library's code (enum tt_dtype in csrc/include/tiletrain.h)
@@ -219,14 +220,38 @@ class Tensor:
     def __float__(self) -> float:
         return float(self.item())
 
-    def __repr__(self) -> str:
-        state = "" if self.alive else ", shut down"
-        if self._node is not None:
-            state += f", grad_fn={self._node.op}"
-        elif self.requires_grad:
-            state += ", requires_grad=True"
-        return f"Tensor(shape={self.shape}, tiles={self.tiles}, dtype={self.dtype}{state})"
+    def tolist(self):
+        """The values as nested Python lists (a Python number for a 0-d tensor); waits for writers."""
+        a = self.numpy()
+        return (a.astype(np.float32) if is_half(a.dtype) else a).tolist()
 
+    def __iter__(self):
+        """Rows along axis 0, each a new tensor (a copy, outside autograd) tiled like self's other axes."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        a = self.numpy()
+        return iter([from_numpy(row, tiles=self.tiles[1:] or None) for row in a])
+
+    def __repr__(self) -> str:
+        """torch's layout: ``tensor([...], dtype=tiletrain.float64, requires_grad=True)``; dtype is
+        omitted for float32 and int64 (torch's defaults), ``tiles=`` is shown when the tensor has
+        more than one tile, ``grad_fn=<MulBackward>`` for a tensor computed by a recorded op.
+        Reads the values (waits for the tasks writing them)."""
+        from .printing import format_tensor
+        suffixes = [] if self.dtype in (float32, int64) else [f"dtype=tiletrain.{self.dtype.name}"]
+        if self.traits.ntiles > 1:
+            suffixes.append(f"tiles={self.tiles}")
+        if self._node is not None:
+            suffixes.append(f"grad_fn=<{''.join(w.capitalize() for w in self._node.op.split('_'))}Backward>")
+        elif self.requires_grad:
+            suffixes.append("requires_grad=True")
+        if not self.alive:
+            return "tensor(<shut down>, " + ", ".join([f"shape={self.shape}"] + suffixes) + ")"
+        try:
+            values = self.numpy()
+        except ValueError:  # created with empty() and never written: nothing to read
+            return "tensor(<not written yet>, " + ", ".join([f"shape={self.shape}"] + suffixes) + ")"
+        return format_tensor(values, is_float(self.dtype), suffixes)
 
     # -- ops (torch's Tensor methods; each delegates to the function of the same name in
     # tiletrain.ops, which imports this module, so it is looked up when first called) --------
@@ -394,33 +419,6 @@ class _LazyOps:
 
 _ops = _LazyOps()
 
-
-def _traits(shape, tiles, dist=None) -> TensorTraits:
-    if isinstance(shape, TensorTraits):
-        return shape if dist is None else shape.with_dist(dist)
-    return TensorTraits(shape, tiles, dist)
-
-
-def empty(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
-    """A tensor whose tiles are allocated on first write (contents undefined until then).
-    ``dist``: which rank owns each tile under MPI (tiletrain.distribution)."""
-    return Tensor(_traits(shape, tiles, dist), dtype)
-
-
-def full(shape, value, tiles=None, dtype=np.float32, dist=None) -> Tensor:
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"fill value must be a real number, got {type(value).__name__}")
-    t = Tensor(_traits(shape, tiles, dist), dtype)
-    from_value_(t, value)
-    return t
-
-
-def zeros(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
-    return full(shape, 0.0, tiles, dtype, dist)
-
-
-def ones(shape, tiles=None, dtype=np.float32, dist=None) -> Tensor:
-    return full(shape, 1.0, tiles, dtype, dist)
 
 
 def from_value_(t: Tensor, value: float) -> Tensor:

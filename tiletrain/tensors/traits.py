@@ -5,12 +5,47 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import os
 from collections.abc import Iterator, Sequence
 
 DEFAULT_TILE = 512
 
 # (shape, tiles) as given -> validated (shape, tiles, grid) (TensorTraits.__init__)
 _GEOMETRY: dict = {}
+
+
+def _env_max_tiles() -> int:
+    raw = os.environ.get("TILETRAIN_MAX_TILES", "1000000")
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"TILETRAIN_MAX_TILES must be a positive integer, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"TILETRAIN_MAX_TILES must be a positive integer, got {raw!r}")
+    return n
+
+
+# Most tiles one tensor may have (every tile is a StarPU handle with its own bookkeeping: a
+# tiling of millions of tiny tiles eats memory before any data).  Default 1,000,000; set it
+# with tiletrain.set_max_tiles(n) or the environment variable TILETRAIN_MAX_TILES (read at import).
+_MAX_TILES = _env_max_tiles()
+
+
+def set_max_tiles(n: int) -> int:
+    """Set the most tiles one tensor may have (default 1,000,000, or the environment variable
+    TILETRAIN_MAX_TILES); returns the previous limit.  A tiling beyond it is refused with a
+    ValueError before anything is allocated."""
+    global _MAX_TILES
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"set_max_tiles: n must be a positive int, got {n!r}")
+    old, _MAX_TILES = _MAX_TILES, int(n)
+    _GEOMETRY.clear()  # cached geometries were checked against the old limit
+    return old
+
+
+def get_max_tiles() -> int:
+    """The most tiles one tensor may have (tiletrain.set_max_tiles)."""
+    return _MAX_TILES
 
 
 def _as_dims(value, name: str) -> tuple[int, ...]:
@@ -67,6 +102,11 @@ class TensorTraits:
         self.shape: tuple[int, ...] = shape
         self.tiles: tuple[int, ...] = tuple(min(t, d) for t, d in zip(tiles, shape))
         self.grid: tuple[int, ...] = tuple(math.ceil(d / t) for d, t in zip(shape, self.tiles))
+        ntiles = math.prod(self.grid)
+        if ntiles > _MAX_TILES:
+            raise ValueError(f"shape {shape} with tiles {self.tiles} makes {ntiles:,} tiles (grid {self.grid}), more "
+                             f"than the limit of {_MAX_TILES:,} tiles per tensor; use larger tiles, or raise the "
+                             "limit with tiletrain.set_max_tiles(n) or the environment variable TILETRAIN_MAX_TILES")
         if key is not None:  # every op makes traits: remember validated geometries
             if len(_GEOMETRY) > 4096:
                 _GEOMETRY.clear()

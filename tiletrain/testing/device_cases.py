@@ -40,14 +40,14 @@ def _weighted_backward(y, rng):
 def elementwise(rng, dt):
     x = _t(rng, (11, 7), (4, 3), dt)
     y = _t(rng, (11, 7), (4, 3), dt, shift=3.0)  # away from 0 for div
-    z = tt.zeros((11, 7), (4, 3), dt)
+    z = tt.zeros((11, 7), tiles=(4, 3), dtype=dt)
     tt.ops.axpy_(z, x, alpha=0.5, beta=0.0)
     tt.ops.axpy_(z, y, alpha=2.0, beta=1.0)
-    w = tt.full((11, 7), 1.5, (4, 3), dt)
+    w = tt.full((11, 7), 1.5, tiles=(4, 3), dtype=dt)
     tt.ops.axpy_(w, x, alpha=1.0, beta=-0.5)
     return dict(add=tt.ops.basic.add(x, y, 2.0, -0.5), sub=tt.sub(x, y), mul=tt.ops.basic.mul(x, y, 3.0),
                 div=tt.div(x, y), scale=tt.scale(x, -1.25), add_scalar=tt.add_scalar(x, 2.0, alpha=0.5),
-                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x), full=tt.full((5, 3), 2.5, (2, 2), dt),
+                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x), full=tt.full((5, 3), 2.5, tiles=(2, 2), dtype=dt),
                 axpy=z, axpy_beta=w)
 
 

@@ -33,7 +33,7 @@ L = tt.from_numpy(b, (3, 2), dist=SingleRank(w - 1))
 res["add_last"] = tt.add(L, A).numpy()
 # numpy-written tensor rewritten in place by from-numpy-like writes after use
 with tt.distribution.use(BlockCyclic((w, 1))):
-    Z = tt.zeros((7, 5), (3, 2), dtype=np.float64)
+    Z = tt.zeros((7, 5), tiles=(3, 2), dtype=np.float64)
     res["owners_Z"] = Z.owners()
     res["z_plus_a"] = tt.add(Z, A).numpy()
 tt.wait()

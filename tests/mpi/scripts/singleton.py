@@ -14,7 +14,7 @@ for session in range(2):
     a = tt.from_numpy(np.arange(12.0).reshape(3, 4), (2, 3), dist=BlockCyclic((2, 2)))
     assert lib.tt_mpi_next_tag() == t0 + 4, (t0, lib.tt_mpi_next_tag())  # one tag per tile
     del a
-    b = tt.ones((3, 4), (2, 2))
+    b = tt.ones((3, 4), tiles=(2, 2))
     assert lib.tt_mpi_next_tag() == t0 + 4 + 4  # never reused, even after a tensor is freed
     assert float(tt.sum(b)) == 12.0
     assert (b.owners() == 0).all()

@@ -1,0 +1,315 @@
+"""Creation functions with torch's names, signatures, defaults and dtype inference.
+
+Every function takes ``tiles=`` (the tile shape; default: tiletrain.tensors.DEFAULT_TILE per
+axis) after torch's arguments, and the whole-tensor ones ``dist=`` (tile owners under MPI).
+Random tensors come from a counter-based generator keyed by (seed, global element index):
+reproducible for a seed, and the same values for any tiling.  Each call draws its seed from a
+Generator (default: the one ``manual_seed`` seeds, which dropout draws from too).
+
+Not supported: tensors with a zero-size axis (ValueError), bool data (TypeError)."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .tensor import DTYPES, Tensor, as_dtype, from_numpy, from_value_, is_float
+from .traits import TensorTraits
+
+F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
+
+
+class Generator:
+    """Source of per-call seeds for random tensors and dropout (torch.Generator-shaped)."""
+
+    def __init__(self, seed: int = 0):
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed: int) -> "Generator":
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
+        self._initial, self._rng = int(seed), np.random.default_rng(int(seed))
+        return self
+
+    def initial_seed(self) -> int:
+        return self._initial
+
+    def next_seed(self) -> int:
+        return int(self._rng.integers(0, 2**63 - 1))
+
+
+default_generator = Generator(0)
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed the default generator (random tensors and dropout draw their seeds from it)."""
+    return default_generator.manual_seed(seed)
+
+
+def _seed(op: str, generator) -> int:
+    if generator is None:
+        return default_generator.next_seed()
+    if not isinstance(generator, Generator):
+        raise TypeError(f"{op}: generator must be a tiletrain.Generator, got {type(generator).__name__}")
+    return generator.next_seed()
+
+
+# -- argument checks -----------------------------------------------------------------
+
+def _size(op: str, size) -> tuple[int, ...] | TensorTraits:
+    """torch's *size: ints, or one tuple/list (a TensorTraits passes through: tiletrain internal)."""
+    if not size:
+        raise TypeError(f"{op}() missing 1 required positional argument: 'size'")
+    if len(size) == 1 and isinstance(size[0], (tuple, list, TensorTraits)):
+        size = size[0]
+        if isinstance(size, TensorTraits):
+            return size
+    for i, d in enumerate(size):
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+            raise TypeError(f"{op}: size must be ints or one tuple of ints, size[{i}] is {type(d).__name__} ({d!r})")
+        if d < 0:
+            raise ValueError(f"{op}: size[{i}] = {d}; sizes must be non-negative")
+        if d == 0:
+            raise ValueError(f"{op}: size[{i}] = 0; tiletrain has no empty tensors")
+    return tuple(int(d) for d in size)
+
+
+def _dtype(op: str, dtype, default: np.dtype, floats_only: bool = False) -> np.dtype:
+    if dtype is None:
+        return default
+    try:
+        dt = as_dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{op}: {e}") from None
+    if floats_only and not is_float(dt):
+        raise TypeError(f"{op}: dtype {dt} is not supported (supported: float32, float64)")
+    return dt
+
+
+def _finish(op: str, t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        if not is_float(t.dtype):
+            raise RuntimeError(f"{op}: only Tensors of floating point dtype can require gradients, got {t.dtype}")
+        t.requires_grad = True
+    return t
+
+
+def _check_grad(op: str, dtype: np.dtype, requires_grad) -> None:
+    """requires_grad checked before anything is created."""
+    if not isinstance(requires_grad, bool):
+        raise TypeError(f"{op}: requires_grad must be a bool, got {type(requires_grad).__name__}")
+    if requires_grad and not is_float(dtype):
+        raise RuntimeError(f"{op}: only Tensors of floating point dtype can require gradients, got {dtype}")
+
+
+def _new(op, size, dtype, tiles, dist, requires_grad) -> Tensor:
+    _check_grad(op, dtype, requires_grad)
+    traits = size if isinstance(size, TensorTraits) else TensorTraits(size, tiles if size else None)
+    return Tensor(traits if dist is None else traits.with_dist(dist), dtype)
+
+
+def _real(op: str, name: str, v) -> float | int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(v).__name__} ({v!r})")
+    return v
+
+
+# -- from data -----------------------------------------------------------------------
+
+def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, a scalar, a NumPy array or a
+    tiletrain Tensor).  dtype as torch infers it: Python floats -> float32, ints -> int64,
+    NumPy arrays and scalars keep theirs."""
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    numpy_data = isinstance(data, (np.ndarray, np.generic))
+    try:
+        a = np.asarray(data)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"tensor: data is not a rectangular array of numbers ({e})") from None
+    if a.dtype == np.bool_:
+        raise TypeError("tensor: bool data is not supported (supported dtypes: float32, float64, float16, "
+                        "bfloat16, int64)")
+    if a.dtype.kind in "iu" and not numpy_data:
+        a = a.astype(np.int64)
+    elif a.dtype.kind == "f" and not numpy_data:
+        a = a.astype(np.float32)
+    elif a.dtype.kind not in "iufV":
+        raise TypeError(f"tensor: data of type {a.dtype} is not a number array")
+    dt = _dtype("tensor", dtype, a.dtype if a.dtype in DTYPES else None)
+    if dt is None:
+        raise TypeError(f"tensor: NumPy dtype {a.dtype} is not supported (supported: float32, float64, float16, "
+                        "bfloat16, int64); pass dtype= to convert")
+    _check_grad("tensor", dt, requires_grad)
+    if 0 in a.shape:
+        raise ValueError(f"tensor: data has shape {a.shape}; tiletrain has no empty tensors")
+    t = from_numpy(np.array(a, dtype=dt, order="C"), tiles=tiles if a.ndim else None)
+    return _finish("tensor", t, requires_grad)
+
+
+# -- constant tensors ----------------------------------------------------------------
+
+def empty(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    """A tensor whose tiles are allocated on first write (contents undefined until then)."""
+    size = _size("empty", size)
+    return _finish("empty", _new("empty", size, _dtype("empty", dtype, F32), tiles, dist, requires_grad),
+                   requires_grad)
+
+
+def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    """torch.full: dtype from fill_value when not given (int -> int64, float -> float32)."""
+    if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real):
+        raise TypeError(f"full: fill_value must be a real number, got {type(fill_value).__name__} ({fill_value!r})")
+    size = _size("full", (size,) if isinstance(size, (tuple, list, TensorTraits)) else (size,))
+    default = I64 if isinstance(fill_value, numbers.Integral) else F32
+    t = _new("full", size, _dtype("full", dtype, default), tiles, dist, requires_grad)
+    from_value_(t, fill_value)
+    return _finish("full", t, requires_grad)
+
+
+def zeros(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("zeros", size), 0.0, dtype=_dtype("zeros", dtype, F32), requires_grad=requires_grad,
+                tiles=tiles, dist=dist)
+
+
+def ones(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("ones", size), 1.0, dtype=_dtype("ones", dtype, F32), requires_grad=requires_grad,
+                tiles=tiles, dist=dist)
+
+
+# -- ranges --------------------------------------------------------------------------
+
+def arange(start=0, end=None, step=1, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    """torch.arange: arange(end), arange(start, end), arange(start, end, step); int64 when every
+    argument is an int, else float32; ceil((end - start) / step) elements."""
+    if end is None:
+        start, end = 0, start
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        _real("arange", name, v)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if not all(math.isfinite(v) for v in (start, end, step)):
+        raise ValueError(f"arange: start, end and step must be finite, got {start}, {end}, {step}")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dt = _dtype("arange", dtype, I64 if ints else F32)
+    n = -((start - end) // step) if ints else math.ceil((end - start) / step)
+    if n == 0:
+        raise ValueError(f"arange: start == end ({start}) gives an empty tensor; tiletrain has no empty tensors")
+    t = _new("arange", (int(n),), dt, tiles, None, requires_grad)
+    from ..runtime.kernels import run_map
+    run_map("arange", t, ts=t.tiles[0], start=float(start), step=float(step))
+    return _finish("arange", t, requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    """torch.linspace: ``steps`` values from start to end, float32 unless dtype says otherwise
+    (torch's formula: the step in the element type, the second half counted down from end)."""
+    _real("linspace", "start", start), _real("linspace", "end", end)
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool):
+        raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+    if steps == 0:
+        raise ValueError("linspace: steps = 0 gives an empty tensor; tiletrain has no empty tensors")
+    t = _new("linspace", (int(steps),), _dtype("linspace", dtype, F32), tiles, None, requires_grad)
+    from ..runtime.kernels import run_map
+    run_map("linspace", t, ts=t.tiles[0], steps=int(steps), start=float(start), end=float(end))
+    return _finish("linspace", t, requires_grad)
+
+
+# -- random --------------------------------------------------------------------------
+
+_DIST = {"rand": 0, "randn": 1, "randint": 2}
+
+
+def _random(op: str, size, lo: float, hi: float, generator, dtype, requires_grad, tiles, dist) -> Tensor:
+    seed = _seed(op, generator)
+    t = _new(op, size, dtype, tiles, dist, requires_grad)
+    shape, tl = t.shape + (1,) * (8 - t.ndim), t.tiles + (1,) * (8 - t.ndim)
+    from ..runtime.kernels import run_map
+    run_map("random", t, seed=seed, dist=_DIST[op], nd=t.ndim, lo=float(lo), hi=float(hi),
+            **{f"d{i}": shape[i] for i in range(8)}, **{f"t{i}": tl[i] for i in range(8)})
+    return _finish(op, t, requires_grad)
+
+
+def rand(*size, generator=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    """Uniform on [0, 1)."""
+    return _random("rand", _size("rand", size), 0.0, 1.0, generator, _dtype("rand", dtype, F32, True),
+                   requires_grad, tiles, dist)
+
+
+def randn(*size, generator=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    """Standard normal (Box-Muller on two counter-based uniforms)."""
+    return _random("randn", _size("randn", size), 0.0, 1.0, generator, _dtype("randn", dtype, F32, True),
+                   requires_grad, tiles, dist)
+
+
+def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+            dist=None) -> Tensor:
+    """torch.randint(high, size) or randint(low, high, size): integers uniform on [low, high),
+    int64 unless dtype says otherwise (high - low at most 2**53)."""
+    if size is not None:
+        args = args + (size,)
+    if len(args) == 2:
+        args = (0,) + args
+    if len(args) != 3:
+        raise TypeError("randint: expected randint(high, size) or randint(low, high, size)")
+    low, high, size = args
+    for name, v in (("low", low), ("high", high)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(f"randint: {name} must be an int, got {type(v).__name__} ({v!r})")
+    if high <= low:
+        raise ValueError(f"randint: random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    if high - low > 2**53 or abs(low) > 2**53 or abs(high) > 2**53:
+        raise ValueError(f"randint: low and high must lie within +-2**53, got [{low}, {high})")
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"randint: size must be a tuple of ints, got {type(size).__name__}")
+    return _random("randint", _size("randint", (size,)), low, high, generator, _dtype("randint", dtype, I64),
+                   requires_grad, tiles, dist)
+
+
+# -- *_like: x's shape and tiling by default ---------------------------------------------
+
+def _like(op: str, x, dtype, tiles):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: input must be a tiletrain Tensor, got {type(x).__name__}")
+    return x.shape, x.dtype if dtype is None else dtype, x.tiles if tiles is None else tiles
+
+
+def empty_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    shape, dtype, tiles = _like("empty_like", input, dtype, tiles)
+    return empty(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+
+
+def full_like(input, fill_value, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    shape, dtype, tiles = _like("full_like", input, dtype, tiles)
+    return full(shape, fill_value, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+
+
+def zeros_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    shape, dtype, tiles = _like("zeros_like", input, dtype, tiles)
+    return zeros(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+
+
+def ones_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    shape, dtype, tiles = _like("ones_like", input, dtype, tiles)
+    return ones(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+
+
+def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None, generator=None) -> Tensor:
+    shape, dtype, tiles = _like("rand_like", input, dtype, tiles)
+    return rand(shape, generator=generator, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+
+
+def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None, generator=None) -> Tensor:
+    shape, dtype, tiles = _like("randn_like", input, dtype, tiles)
+    return randn(shape, generator=generator, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+
+
+__all__ = ["Generator", "arange", "default_generator", "empty", "empty_like", "full", "full_like", "linspace",
+           "manual_seed", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "tensor",
+           "zeros", "zeros_like"]
