@@ -39,6 +39,17 @@ def test_zeros_ones_full_empty(shape, tiles):
     assert e.shape == shape and e.dtype == F32 and e.tiles == tiles
 
 
+def test_size_forms_like_torch():
+    for got, ref in [(tt.zeros(size=(2, 3)), torch.zeros(size=(2, 3))), (tt.ones([4]), torch.ones([4])),
+                     (tt.empty(size=[3, 1]).shape, torch.empty(size=[3, 1]).shape),
+                     (tt.rand(size=(5,)).shape, torch.rand(size=(5,)).shape),
+                     (tt.randint(3, size=(2, 2)).shape, torch.randint(3, size=(2, 2)).shape)]:
+        if isinstance(got, tt.Tensor):
+            check(got, ref)
+        else:
+            assert got == tuple(ref)
+
+
 def test_zero_dim_and_requires_grad():
     check(tt.zeros(()), torch.zeros(()))
     check(tt.full((), 3.0), torch.full((), 3.0))
@@ -235,6 +246,12 @@ def test_bad_input(nothing_submitted):
         tt.tensor([[1, 2], [3]])
     with pytest.raises(TypeError, match="tensor: data of type <U1 is not a number array"):
         tt.tensor(["a"])
+    with pytest.raises(TypeError, match="full: size must be a tuple of ints, not int"):
+        tt.full(3, 1.0)
+    with pytest.raises(TypeError, match="randint: size must be a tuple of ints, got int"):
+        tt.randint(5, 3)
+    with pytest.raises(TypeError, match="zeros: size given both positionally and as size="):
+        tt.zeros(2, size=(2,))
     with pytest.raises(TypeError, match="full: fill_value must be a real number"):
         tt.full((2,), None)
     with pytest.raises(TypeError, match="zeros_like: input must be a tiletrain Tensor"):

@@ -57,10 +57,16 @@ def _seed(op: str, generator) -> int:
 
 # -- argument checks -----------------------------------------------------------------
 
-def _size(op: str, size) -> tuple[int, ...] | TensorTraits:
-    """torch's *size: ints, or one tuple/list (a TensorTraits passes through: tiletrain internal)."""
-    if not size:
+def _size(op: str, args: tuple, size=None) -> tuple[int, ...] | TensorTraits:
+    """torch's size: ints, one tuple/list, or the keyword ``size=`` (a TensorTraits passes
+    through: tiletrain internal)."""
+    if size is not None:
+        if args:
+            raise TypeError(f"{op}: size given both positionally and as size=")
+        args = (size,)
+    if not args:
         raise TypeError(f"{op}() missing 1 required positional argument: 'size'")
+    size = args
     if len(size) == 1 and isinstance(size[0], (tuple, list, TensorTraits)):
         size = size[0]
         if isinstance(size, TensorTraits):
@@ -148,9 +154,9 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
 
 # -- constant tensors ----------------------------------------------------------------
 
-def empty(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+def empty(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     """A tensor whose tiles are allocated on first write (contents undefined until then)."""
-    return _new("empty", _size("empty", size), _dtype("empty", dtype, F32), tiles, dist, requires_grad)
+    return _new("empty", _size("empty", args, size), _dtype("empty", dtype, F32), tiles, dist, requires_grad)
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
@@ -158,6 +164,8 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, 
     if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real):
         raise TypeError(f"full: fill_value must be a real number, "
                         f"got {type(fill_value).__name__} ({fill_value!r})")
+    if not isinstance(size, (tuple, list, TensorTraits)):
+        raise TypeError(f"full: size must be a tuple of ints, not {type(size).__name__}")
     size = _size("full", (size,))
     default = I64 if isinstance(fill_value, numbers.Integral) else F32
     t = _new("full", size, _dtype("full", dtype, default), tiles, dist, requires_grad)
@@ -165,14 +173,14 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, 
     return t
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
-    return full(_size("zeros", size), 0.0, dtype=_dtype("zeros", dtype, F32), requires_grad=requires_grad,
-                tiles=tiles, dist=dist)
+def zeros(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("zeros", args, size), 0.0, dtype=_dtype("zeros", dtype, F32),
+                requires_grad=requires_grad, tiles=tiles, dist=dist)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
-    return full(_size("ones", size), 1.0, dtype=_dtype("ones", dtype, F32), requires_grad=requires_grad,
-                tiles=tiles, dist=dist)
+def ones(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("ones", args, size), 1.0, dtype=_dtype("ones", dtype, F32),
+                requires_grad=requires_grad, tiles=tiles, dist=dist)
 
 
 # -- ranges --------------------------------------------------------------------------
@@ -234,16 +242,18 @@ def _random(op: str, size, lo: float, hi: float, generator, dtype, requires_grad
     return t
 
 
-def rand(*size, generator=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+def rand(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+         dist=None) -> Tensor:
     """Uniform on [0, 1)."""
-    return _random("rand", _size("rand", size), 0.0, 1.0, generator, _dtype("rand", dtype, F32, True),
-                   requires_grad, tiles, dist)
+    dtype = _dtype("rand", dtype, F32, floats_only=True)
+    return _random("rand", _size("rand", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
 
 
-def randn(*size, generator=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+def randn(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+          dist=None) -> Tensor:
     """Standard normal (Box-Muller on two counter-based uniforms)."""
-    return _random("randn", _size("randn", size), 0.0, 1.0, generator, _dtype("randn", dtype, F32, True),
-                   requires_grad, tiles, dist)
+    dtype = _dtype("randn", dtype, F32, floats_only=True)
+    return _random("randn", _size("randn", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
 
 
 def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
@@ -267,46 +277,42 @@ def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = 
         raise ValueError(f"randint: low and high must lie within +-2**53, got [{low}, {high})")
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"randint: size must be a tuple of ints, got {type(size).__name__}")
-    return _random("randint", _size("randint", (size,)), low, high, generator, _dtype("randint", dtype, I64),
-                   requires_grad, tiles, dist)
+    dtype = _dtype("randint", dtype, I64)
+    return _random("randint", _size("randint", (), size), low, high, generator, dtype, requires_grad, tiles, dist)
 
 
 # -- *_like: x's shape and tiling by default ---------------------------------------------
 
-def _like(op: str, x, dtype, tiles):
+def _like(make, op: str, x, dtype, requires_grad, tiles, *fill):
+    """make(x's shape, *fill) with x's dtype, tiling and distribution unless given."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: input must be a tiletrain Tensor, got {type(x).__name__}")
-    return x.shape, x.dtype if dtype is None else dtype, x.tiles if tiles is None else tiles
+    return make(x.shape, *fill, dtype=x.dtype if dtype is None else dtype, requires_grad=requires_grad,
+                tiles=x.tiles if tiles is None else tiles, dist=x.traits.dist)
 
 
 def empty_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("empty_like", input, dtype, tiles)
-    return empty(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(empty, "empty_like", input, dtype, requires_grad, tiles)
 
 
 def full_like(input, fill_value, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("full_like", input, dtype, tiles)
-    return full(shape, fill_value, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(full, "full_like", input, dtype, requires_grad, tiles, fill_value)
 
 
 def zeros_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("zeros_like", input, dtype, tiles)
-    return zeros(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(zeros, "zeros_like", input, dtype, requires_grad, tiles)
 
 
 def ones_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("ones_like", input, dtype, tiles)
-    return ones(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(ones, "ones_like", input, dtype, requires_grad, tiles)
 
 
-def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None, generator=None) -> Tensor:
-    shape, dtype, tiles = _like("rand_like", input, dtype, tiles)
-    return rand(shape, generator=generator, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(rand, "rand_like", input, dtype, requires_grad, tiles)
 
 
-def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None, generator=None) -> Tensor:
-    shape, dtype, tiles = _like("randn_like", input, dtype, tiles)
-    return randn(shape, generator=generator, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(randn, "randn_like", input, dtype, requires_grad, tiles)
 
 
 __all__ = ["Generator", "arange", "default_generator", "empty", "empty_like", "full", "full_like", "linspace",
