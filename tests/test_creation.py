@@ -84,6 +84,13 @@ def test_tensor_infers_dtype_like_torch(data):
     np.testing.assert_array_equal(t.numpy(), ref.numpy())
 
 
+def test_tensor_with_dtype_converts_python_numbers_once():
+    for data, dt in [([0.1, 1 / 3], tt.float64), (0.1, tt.float64), ([[1, 2**40 + 1]], tt.float64),
+                     ([2.7, -2.7], tt.int64), ([0.1], tt.float16)]:
+        t, ref = tt.tensor(data, dtype=dt), torch.tensor(data, dtype=getattr(torch, dt.name))
+        assert t.dtype == dt and t.tolist() == ref.tolist()
+
+
 @pytest.mark.parametrize("shape,tiles", GRIDS_2D + GRIDS_ND)
 def test_tensor_dtype_tiles_requires_grad(shape, tiles):
     a = np.random.default_rng(0).standard_normal(shape)

@@ -134,14 +134,15 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     if a.dtype == np.bool_:
         raise TypeError("tensor: bool data is not supported (supported dtypes: float32, float64, float16, "
                         "bfloat16, int64)")
-    if a.dtype.kind in "iu" and not numpy_data:
-        a = a.astype(np.int64)
-    elif a.dtype.kind == "f" and not numpy_data:
-        a = a.astype(np.float32)
-    elif a.dtype.kind not in "iufV":
+    if a.dtype.kind not in "iufV":
         raise TypeError(f"tensor: data of type {a.dtype} is not a number array")
-    dt = _dtype("tensor", dtype, a.dtype if a.dtype in DTYPES else None)
-    if dt is None:
+    if dtype is not None:
+        dt = _dtype("tensor", dtype, None)
+    elif not numpy_data:  # Python numbers: torch's defaults
+        dt = I64 if a.dtype.kind in "iu" else F32
+    elif a.dtype in DTYPES:
+        dt = a.dtype
+    else:
         raise TypeError(f"tensor: NumPy dtype {a.dtype} is not supported (supported: float32, float64, "
                         "float16, bfloat16, int64); pass dtype= to convert")
     _check_grad("tensor", dt, requires_grad)
