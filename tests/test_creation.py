@@ -198,6 +198,15 @@ def test_random_values_are_the_keyed_stream(shape, tiles):
                                   random_values(seed, idx, 1, np.float64, 0.0, 1.0))
 
 
+def test_generator_state_round_trips():
+    g = tt.Generator(3)
+    g.next_seed()
+    state = g.get_state()
+    a = tt.randn(4, 5, generator=g).numpy()
+    np.testing.assert_array_equal(tt.randn(4, 5, generator=g.set_state(state)).numpy(), a)
+    assert g.initial_seed() == 3
+
+
 def test_manual_seed_is_shared_with_dropout():
     x = tt.ones(50, 40, tiles=(16, 16))
     tt.manual_seed(1)

@@ -35,6 +35,14 @@ class Generator:
     def initial_seed(self) -> int:
         return self._initial
 
+    def get_state(self) -> dict:
+        """The generator's state (a JSON-able dict: checkpoints keep it)."""
+        return self._rng.bit_generator.state
+
+    def set_state(self, state: dict) -> "Generator":
+        self._rng.bit_generator.state = state
+        return self
+
     def next_seed(self) -> int:
         return int(self._rng.integers(0, 2**63 - 1))
 
