@@ -24,7 +24,7 @@ def test_tile_and_shape_arguments(nothing_submitted):
         tt.zeros((0, 3))
     with pytest.raises(TypeError, match=r"tiles\[0\] must be an int"):
         tt.zeros((4,), tiles=(2.5,))
-    with pytest.raises(TypeError, match=r"zeros: size must be ints or one tuple of ints, size\[0\] is NoneType"):
+    with pytest.raises(TypeError, match=r"zeros: size must be ints or one tuple of ints, size\[0\] is None"):
         tt.zeros(None)
     with pytest.raises(ValueError, match=r"shape\[0\] must be >= 1"):
         tt.from_numpy(np.zeros((0, 2)))

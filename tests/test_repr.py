@@ -10,7 +10,8 @@ import tiletrain as tt
 rng = np.random.default_rng(3)
 VALUES = [
     np.array([[0.1, 0.2], [3, 4]]), np.array([1.0, 2.0]), np.array([1.5e10, 1.0]), np.array([1e-5, 1.0]),
-    np.array([np.inf, -1.0, np.nan]), np.zeros((2, 2)), np.array(1.5), np.array(-2.0), np.arange(24.0).reshape(2, 3, 4),
+    np.array([np.inf, -1.0, np.nan]), np.zeros((2, 2)), np.array(1.5), np.array(-2.0),
+    np.arange(24.0).reshape(2, 3, 4),
     rng.standard_normal((5, 6, 7)), rng.standard_normal((50, 60)) * 1e3, np.arange(2000.0).reshape(40, 50),
     rng.standard_normal((20, 30, 40)), rng.standard_normal(1500), np.arange(-7, 33, dtype=np.float64) / 8,
 ]
@@ -53,7 +54,8 @@ def test_repr_shows_tiles_when_more_than_one():
     assert repr(tt.tensor([1.0, 2.0, 3.0], tiles=2)) == "tensor([1., 2., 3.], tiles=(2,))"
     assert repr(tt.arange(10, tiles=3)) == "tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], tiles=(3,))"
     assert repr(tt.linspace(-3, 10, 8, tiles=3)) == (
-        "tensor([-3.0000, -1.1429,  0.7143,  2.5714,  4.4286,  6.2857,  8.1429, 10.0000],\n       tiles=(3,))")
+        "tensor([-3.0000, -1.1429,  0.7143,  2.5714,  4.4286,  6.2857,  8.1429, 10.0000],\n"
+        "       tiles=(3,))")
     a = rng.standard_normal((300, 5)).astype(np.float32)  # summarised; the suffix fits on the last line
     assert repr(tt.tensor(a, tiles=(7, 2))) == as_tiletrain(torch.from_numpy(a))[:-1] + ", tiles=(7, 2))"
 
@@ -61,7 +63,8 @@ def test_repr_shows_tiles_when_more_than_one():
 def test_repr_of_tensors_without_values():
     e = tt.empty(2, 2, tiles=1)
     assert repr(e) == "tensor(<not written yet>, shape=(2, 2), tiles=(1, 1))"
-    assert repr(tt.empty(3, dtype=tt.float64)) == "tensor(<not written yet>, shape=(3,), dtype=tiletrain.float64)"
+    assert repr(tt.empty(3, dtype=tt.float64)) == \
+        "tensor(<not written yet>, shape=(3,), dtype=tiletrain.float64)"
 
 
 @pytest.mark.parametrize("shape,tiles", [((), None), ((5,), (2,)), ((5, 4, 3), (2, 3, 2))])

@@ -8,9 +8,9 @@ from .runtime import Runtime, current, init, is_initialized, priority, rank, shu
 from .trace.tags import tag
 from .tensors import Tensor, TensorTraits, bfloat16, empty, float16, from_numpy, full, ones, zeros
 # creation functions (torch's names and signatures), dtypes, seeding, the tile-count limit
-from .tensors import (Generator, arange, empty_like, float32, float64, full_like, get_max_tiles, int64, linspace,
-                      manual_seed, ones_like, rand, rand_like, randint, randn, randn_like, set_max_tiles, tensor,
-                      zeros_like)
+from .tensors import (Generator, arange, empty_like, float32, float64, full_like, get_max_tiles, int64,
+                      linspace, manual_seed, ones_like, rand, rand_like, randint, randn, randn_like,
+                      set_max_tiles, tensor, zeros_like)
 from .tensors.cupy_interop import from_cupy
 from .ops import (abs, add, add_broadcast, add_scalar, astype, backward, broadcast, clamp, clip, copy, cos, div,
                   divide, enable_grad, exp, fill_, grad_enabled, log, matmul, max, maximum, minimum, mul, multiply, neg,

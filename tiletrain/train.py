@@ -160,7 +160,7 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
         "step": step,
         "optimizer": opt_meta,
         "data_rng": _rng_state(rng),
-        "dropout_rng": _rng_state(activations._seeds),
+        "dropout_rng": activations.default_generator.get_state(),
         "losses": losses,
     }
     # under MPI, state_dict() above was collective (every rank holds the full values); the
@@ -192,7 +192,7 @@ def load_training_state(path: Path, model, opt, rng: np.random.Generator) -> dic
     except (ValueError, KeyError, TypeError) as exc:
         raise ck.CheckpointError(f"{path}: the optimizer state does not fit ({exc})") from None
     _set_rng_state(rng, meta["data_rng"])
-    _set_rng_state(activations._seeds, meta["dropout_rng"])
+    activations.default_generator.set_state(meta["dropout_rng"])
     return meta
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..runtime.kernels import run_map
 from ..tensors import Tensor
-from ..tensors.creation import default_generator, manual_seed  # one seeding function for dropout and random tensors
+# one seeding function for dropout and random tensors
+from ..tensors.creation import default_generator, manual_seed
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _like, _scalar, add_broadcast, matmul
 from .elementwise import gelu, relu, silu

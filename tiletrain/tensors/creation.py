@@ -35,6 +35,14 @@ class Generator:
     def initial_seed(self) -> int:
         return self._initial
 
+    def get_state(self) -> dict:
+        """The generator's state (a JSON-able dict: checkpoints keep it)."""
+        return self._rng.bit_generator.state
+
+    def set_state(self, state: dict) -> "Generator":
+        self._rng.bit_generator.state = state
+        return self
+
     def next_seed(self) -> int:
         return int(self._rng.integers(0, 2**63 - 1))
 
@@ -57,17 +65,24 @@ def _seed(op: str, generator) -> int:
 
 # -- argument checks -----------------------------------------------------------------
 
-def _size(op: str, size) -> tuple[int, ...] | TensorTraits:
-    """torch's *size: ints, or one tuple/list (a TensorTraits passes through: tiletrain internal)."""
-    if not size:
+def _size(op: str, args: tuple, size=None) -> tuple[int, ...] | TensorTraits:
+    """torch's size: ints, one tuple/list, or the keyword ``size=`` (a TensorTraits passes
+    through: tiletrain internal)."""
+    if size is not None:
+        if args:
+            raise TypeError(f"{op}: size given both positionally and as size=")
+        args = (size,)
+    if not args:
         raise TypeError(f"{op}() missing 1 required positional argument: 'size'")
+    size = args
     if len(size) == 1 and isinstance(size[0], (tuple, list, TensorTraits)):
         size = size[0]
         if isinstance(size, TensorTraits):
             return size
     for i, d in enumerate(size):
         if not isinstance(d, numbers.Integral) or isinstance(d, bool):
-            raise TypeError(f"{op}: size must be ints or one tuple of ints, size[{i}] is {type(d).__name__} ({d!r})")
+            raise TypeError(f"{op}: size must be ints or one tuple of ints, "
+                            f"size[{i}] is {type(d).__name__} ({d!r})")
         if d < 0:
             raise ValueError(f"{op}: size[{i}] = {d}; sizes must be non-negative")
         if d == 0:
@@ -87,16 +102,8 @@ def _dtype(op: str, dtype, default: np.dtype, floats_only: bool = False) -> np.d
     return dt
 
 
-def _finish(op: str, t: Tensor, requires_grad: bool) -> Tensor:
-    if requires_grad:
-        if not is_float(t.dtype):
-            raise RuntimeError(f"{op}: only Tensors of floating point dtype can require gradients, got {t.dtype}")
-        t.requires_grad = True
-    return t
-
-
 def _check_grad(op: str, dtype: np.dtype, requires_grad) -> None:
-    """requires_grad checked before anything is created."""
+    """requires_grad checked before anything is created (torch's error for a non-float dtype)."""
     if not isinstance(requires_grad, bool):
         raise TypeError(f"{op}: requires_grad must be a bool, got {type(requires_grad).__name__}")
     if requires_grad and not is_float(dtype):
@@ -104,9 +111,13 @@ def _check_grad(op: str, dtype: np.dtype, requires_grad) -> None:
 
 
 def _new(op, size, dtype, tiles, dist, requires_grad) -> Tensor:
+    """A new tensor (tiles allocated on first write); requires_grad is set on it, so callers
+    fill it before returning it to the user."""
     _check_grad(op, dtype, requires_grad)
     traits = size if isinstance(size, TensorTraits) else TensorTraits(size, tiles if size else None)
-    return Tensor(traits if dist is None else traits.with_dist(dist), dtype)
+    t = Tensor(traits if dist is None else traits.with_dist(dist), dtype)
+    t.requires_grad = requires_grad
+    return t
 
 
 def _real(op: str, name: str, v) -> float | int:
@@ -131,51 +142,54 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     if a.dtype == np.bool_:
         raise TypeError("tensor: bool data is not supported (supported dtypes: float32, float64, float16, "
                         "bfloat16, int64)")
-    if a.dtype.kind in "iu" and not numpy_data:
-        a = a.astype(np.int64)
-    elif a.dtype.kind == "f" and not numpy_data:
-        a = a.astype(np.float32)
-    elif a.dtype.kind not in "iufV":
+    if a.dtype.kind not in "iufV":
         raise TypeError(f"tensor: data of type {a.dtype} is not a number array")
-    dt = _dtype("tensor", dtype, a.dtype if a.dtype in DTYPES else None)
-    if dt is None:
-        raise TypeError(f"tensor: NumPy dtype {a.dtype} is not supported (supported: float32, float64, float16, "
-                        "bfloat16, int64); pass dtype= to convert")
+    if dtype is not None:
+        dt = _dtype("tensor", dtype, None)
+    elif not numpy_data:  # Python numbers: torch's defaults
+        dt = I64 if a.dtype.kind in "iu" else F32
+    elif a.dtype in DTYPES:
+        dt = a.dtype
+    else:
+        raise TypeError(f"tensor: NumPy dtype {a.dtype} is not supported (supported: float32, float64, "
+                        "float16, bfloat16, int64); pass dtype= to convert")
     _check_grad("tensor", dt, requires_grad)
     if 0 in a.shape:
         raise ValueError(f"tensor: data has shape {a.shape}; tiletrain has no empty tensors")
     t = from_numpy(np.array(a, dtype=dt, order="C"), tiles=tiles if a.ndim else None)
-    return _finish("tensor", t, requires_grad)
+    t.requires_grad = requires_grad
+    return t
 
 
 # -- constant tensors ----------------------------------------------------------------
 
-def empty(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+def empty(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     """A tensor whose tiles are allocated on first write (contents undefined until then)."""
-    size = _size("empty", size)
-    return _finish("empty", _new("empty", size, _dtype("empty", dtype, F32), tiles, dist, requires_grad),
-                   requires_grad)
+    return _new("empty", _size("empty", args, size), _dtype("empty", dtype, F32), tiles, dist, requires_grad)
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     """torch.full: dtype from fill_value when not given (int -> int64, float -> float32)."""
     if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real):
-        raise TypeError(f"full: fill_value must be a real number, got {type(fill_value).__name__} ({fill_value!r})")
-    size = _size("full", (size,) if isinstance(size, (tuple, list, TensorTraits)) else (size,))
+        raise TypeError(f"full: fill_value must be a real number, "
+                        f"got {type(fill_value).__name__} ({fill_value!r})")
+    if not isinstance(size, (tuple, list, TensorTraits)):
+        raise TypeError(f"full: size must be a tuple of ints, not {type(size).__name__}")
+    size = _size("full", (size,))
     default = I64 if isinstance(fill_value, numbers.Integral) else F32
     t = _new("full", size, _dtype("full", dtype, default), tiles, dist, requires_grad)
     from_value_(t, fill_value)
-    return _finish("full", t, requires_grad)
+    return t
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
-    return full(_size("zeros", size), 0.0, dtype=_dtype("zeros", dtype, F32), requires_grad=requires_grad,
-                tiles=tiles, dist=dist)
+def zeros(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("zeros", args, size), 0.0, dtype=_dtype("zeros", dtype, F32),
+                requires_grad=requires_grad, tiles=tiles, dist=dist)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
-    return full(_size("ones", size), 1.0, dtype=_dtype("ones", dtype, F32), requires_grad=requires_grad,
-                tiles=tiles, dist=dist)
+def ones(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("ones", args, size), 1.0, dtype=_dtype("ones", dtype, F32),
+                requires_grad=requires_grad, tiles=tiles, dist=dist)
 
 
 # -- ranges --------------------------------------------------------------------------
@@ -198,11 +212,12 @@ def arange(start=0, end=None, step=1, dtype=None, requires_grad: bool = False, t
     dt = _dtype("arange", dtype, I64 if ints else F32)
     n = -((start - end) // step) if ints else math.ceil((end - start) / step)
     if n == 0:
-        raise ValueError(f"arange: start == end ({start}) gives an empty tensor; tiletrain has no empty tensors")
+        raise ValueError(f"arange: start == end ({start}) gives an empty tensor; "
+                         "tiletrain has no empty tensors")
     t = _new("arange", (int(n),), dt, tiles, None, requires_grad)
     from ..runtime.kernels import run_map
     run_map("arange", t, ts=t.tiles[0], start=float(start), step=float(step))
-    return _finish("arange", t, requires_grad)
+    return t
 
 
 def linspace(start, end, steps, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
@@ -218,7 +233,7 @@ def linspace(start, end, steps, dtype=None, requires_grad: bool = False, tiles=N
     t = _new("linspace", (int(steps),), _dtype("linspace", dtype, F32), tiles, None, requires_grad)
     from ..runtime.kernels import run_map
     run_map("linspace", t, ts=t.tiles[0], steps=int(steps), start=float(start), end=float(end))
-    return _finish("linspace", t, requires_grad)
+    return t
 
 
 # -- random --------------------------------------------------------------------------
@@ -233,19 +248,21 @@ def _random(op: str, size, lo: float, hi: float, generator, dtype, requires_grad
     from ..runtime.kernels import run_map
     run_map("random", t, seed=seed, dist=_DIST[op], nd=t.ndim, lo=float(lo), hi=float(hi),
             **{f"d{i}": shape[i] for i in range(8)}, **{f"t{i}": tl[i] for i in range(8)})
-    return _finish(op, t, requires_grad)
+    return t
 
 
-def rand(*size, generator=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+def rand(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+         dist=None) -> Tensor:
     """Uniform on [0, 1)."""
-    return _random("rand", _size("rand", size), 0.0, 1.0, generator, _dtype("rand", dtype, F32, True),
-                   requires_grad, tiles, dist)
+    dtype = _dtype("rand", dtype, F32, floats_only=True)
+    return _random("rand", _size("rand", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
 
 
-def randn(*size, generator=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+def randn(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+          dist=None) -> Tensor:
     """Standard normal (Box-Muller on two counter-based uniforms)."""
-    return _random("randn", _size("randn", size), 0.0, 1.0, generator, _dtype("randn", dtype, F32, True),
-                   requires_grad, tiles, dist)
+    dtype = _dtype("randn", dtype, F32, floats_only=True)
+    return _random("randn", _size("randn", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
 
 
 def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
@@ -263,53 +280,50 @@ def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = 
         if not isinstance(v, numbers.Integral) or isinstance(v, bool):
             raise TypeError(f"randint: {name} must be an int, got {type(v).__name__} ({v!r})")
     if high <= low:
-        raise ValueError(f"randint: random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+        raise ValueError(f"randint: random_ expects 'from' to be less than 'to', "
+                         f"but got from={low} >= to={high}")
     if high - low > 2**53 or abs(low) > 2**53 or abs(high) > 2**53:
         raise ValueError(f"randint: low and high must lie within +-2**53, got [{low}, {high})")
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"randint: size must be a tuple of ints, got {type(size).__name__}")
-    return _random("randint", _size("randint", (size,)), low, high, generator, _dtype("randint", dtype, I64),
-                   requires_grad, tiles, dist)
+    dtype = _dtype("randint", dtype, I64)
+    return _random("randint", _size("randint", (), size), low, high, generator, dtype, requires_grad, tiles, dist)
 
 
 # -- *_like: x's shape and tiling by default ---------------------------------------------
 
-def _like(op: str, x, dtype, tiles):
+def _like(make, op: str, x, dtype, requires_grad, tiles, *fill):
+    """make(x's shape, *fill) with x's dtype, tiling and distribution unless given."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: input must be a tiletrain Tensor, got {type(x).__name__}")
-    return x.shape, x.dtype if dtype is None else dtype, x.tiles if tiles is None else tiles
+    return make(x.shape, *fill, dtype=x.dtype if dtype is None else dtype, requires_grad=requires_grad,
+                tiles=x.tiles if tiles is None else tiles, dist=x.traits.dist)
 
 
 def empty_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("empty_like", input, dtype, tiles)
-    return empty(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(empty, "empty_like", input, dtype, requires_grad, tiles)
 
 
 def full_like(input, fill_value, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("full_like", input, dtype, tiles)
-    return full(shape, fill_value, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(full, "full_like", input, dtype, requires_grad, tiles, fill_value)
 
 
 def zeros_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("zeros_like", input, dtype, tiles)
-    return zeros(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(zeros, "zeros_like", input, dtype, requires_grad, tiles)
 
 
 def ones_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
-    shape, dtype, tiles = _like("ones_like", input, dtype, tiles)
-    return ones(shape, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+    return _like(ones, "ones_like", input, dtype, requires_grad, tiles)
 
 
-def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None, generator=None) -> Tensor:
-    shape, dtype, tiles = _like("rand_like", input, dtype, tiles)
-    return rand(shape, generator=generator, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(rand, "rand_like", input, dtype, requires_grad, tiles)
 
 
-def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None, generator=None) -> Tensor:
-    shape, dtype, tiles = _like("randn_like", input, dtype, tiles)
-    return randn(shape, generator=generator, dtype=dtype, requires_grad=requires_grad, tiles=tiles)
+def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(randn, "randn_like", input, dtype, requires_grad, tiles)
 
 
 __all__ = ["Generator", "arange", "default_generator", "empty", "empty_like", "full", "full_like", "linspace",
-           "manual_seed", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "tensor",
-           "zeros", "zeros_like"]
+           "manual_seed", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like",
+           "tensor", "zeros", "zeros_like"]

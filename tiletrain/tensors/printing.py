@@ -61,8 +61,9 @@ def _str(a: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) -> str:
     if a.ndim == 1:
         per_line = max(1, (LINEWIDTH - indent) // (fmt.width + 2))
         vals = a.tolist()
-        data = ([fmt.format(v) for v in vals[:EDGEITEMS]] + [" ..."] + [fmt.format(v) for v in vals[-EDGEITEMS:]]
-                if cut else [fmt.format(v) for v in vals])
+        if cut:
+            vals = vals[:EDGEITEMS] + [None] + vals[-EDGEITEMS:]
+        data = [" ..." if v is None else fmt.format(v) for v in vals]
         lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
     rows = list(range(EDGEITEMS)) + [None] + list(range(a.shape[0] - EDGEITEMS, a.shape[0])) if cut \

@@ -104,9 +104,10 @@ class TensorTraits:
         self.grid: tuple[int, ...] = tuple(math.ceil(d / t) for d, t in zip(shape, self.tiles))
         ntiles = math.prod(self.grid)
         if ntiles > _MAX_TILES:
-            raise ValueError(f"shape {shape} with tiles {self.tiles} makes {ntiles:,} tiles (grid {self.grid}), more "
-                             f"than the limit of {_MAX_TILES:,} tiles per tensor; use larger tiles, or raise the "
-                             "limit with tiletrain.set_max_tiles(n) or the environment variable TILETRAIN_MAX_TILES")
+            raise ValueError(f"shape {shape} with tiles {self.tiles} makes {ntiles:,} tiles "
+                             f"(grid {self.grid}), more than the limit of {_MAX_TILES:,} tiles per tensor; use larger tiles, or "
+                             "raise the limit with tiletrain.set_max_tiles(n) or the environment variable "
+                             "TILETRAIN_MAX_TILES")
         if key is not None:  # every op makes traits: remember validated geometries
             if len(_GEOMETRY) > 4096:
                 _GEOMETRY.clear()

@@ -47,8 +47,18 @@ def elementwise(rng, dt):
     tt.ops.axpy_(w, x, alpha=1.0, beta=-0.5)
     return dict(add=tt.ops.basic.add(x, y, 2.0, -0.5), sub=tt.sub(x, y), mul=tt.ops.basic.mul(x, y, 3.0),
                 div=tt.div(x, y), scale=tt.scale(x, -1.25), add_scalar=tt.add_scalar(x, 2.0, alpha=0.5),
-                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x), full=tt.full((5, 3), 2.5, tiles=(2, 2), dtype=dt),
+                rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x),
+                full=tt.full((5, 3), 2.5, tiles=(2, 2), dtype=dt),
                 axpy=z, axpy_beta=w)
+
+
+@case
+def creation(rng, dt):
+    """random tensors (the random kernel; keyed by element index, so any worker gives the same values)"""
+    g = tt.Generator(int(rng.integers(2**31)))
+    return dict(rand=tt.rand((5, 4, 6), generator=g, dtype=dt, tiles=(2, 3, 4)),
+                randn=tt.randn((11, 7), generator=g, dtype=dt, tiles=(4, 3)),
+                randint=tt.randint(-5, 9, (11, 7), generator=g, tiles=(4, 3)))
 
 
 @case

@@ -39,7 +39,8 @@ def random_values(seed: int, idx, dist: int, dtype, lo: float, hi: float) -> np.
 
 def _tile_slices(shape, tiles, tile):
     grid = [-(-d // t) for d, t in zip(shape, tiles)]
-    return tuple(slice(i * t, min(d, i * t + t)) for d, t, i in zip(shape, tiles, np.unravel_index(tile, grid)))
+    idx = np.unravel_index(tile, grid)
+    return tuple(slice(i * t, min(d, i * t + t)) for d, t, i in zip(shape, tiles, idx))
 
 
 def _random_case(rng, dt):
@@ -67,7 +68,8 @@ def linspace_ref(start: float, end: float, steps: int, dtype) -> np.ndarray:
     if dtype.kind == "i":
         s, e = np.int64(start), np.int64(end)
         step = (float(e) - float(s)) / (steps - 1) if steps > 1 else 0.0
-        return np.where((k < steps // 2) | (steps == 1), s + step * k, e - step * (steps - k - 1)).astype(dtype)
+        up = (k < steps // 2) | (steps == 1)
+        return np.where(up, s + step * k, e - step * (steps - k - 1)).astype(dtype)
     s, e = dtype.type(start), dtype.type(end)
     step = (e - s) / dtype.type(steps - 1) if steps > 1 else dtype.type(0)
     out = np.where(k < steps // 2, s + step * k.astype(dtype), e - step * (steps - k - 1).astype(dtype))

@@ -1,7 +1,7 @@
 /* The device kernels, instantiated per element type: tt_<name>_f32, tt_<name>_f64 (and
- * tt_<name>_i64 for fill, copy and region_copy, which also run on int64 tiles, and
- * tt_<name>_b8 for fill, copy and region_copy, which also run on bool tiles).  OpenCL: the library embeds
- * this file with its includes inlined (csrc/embed_opencl.py); CUDA:
+ * tt_<name>_i64 for fill, copy, region_copy and random, which also run on int64 tiles, and
+ * tt_<name>_b8 for fill, copy and region_copy, which also run on bool tiles).  OpenCL: the library
+ * embeds this file with its includes inlined (csrc/embed_opencl.py); CUDA:
  * csrc/kernels/cuda/device_kernels.cu includes it.  The bodies of the `expr` kernels of
  * csrc/kernels.def are generated per dtype into tt_kernels_expr.cl (build directory). */
 #include "tt_device.h"
@@ -21,6 +21,7 @@
 #include "attention.cl"
 #include "optim.cl"
 #include "shape.cl"
+#include "random.cl"
 #undef T
 #undef R
 #undef SUF
@@ -39,6 +40,7 @@
 #include "attention.cl"
 #include "optim.cl"
 #include "shape.cl"
+#include "random.cl"
 #undef T
 #undef R
 #undef SUF
@@ -48,6 +50,7 @@
 #define SUF(name) name##_i64
 #include "fill_copy.cl"
 #include "shape.cl"
+#include "random.cl"
 #undef T
 #undef R
 #undef SUF
