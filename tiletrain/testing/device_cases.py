@@ -52,6 +52,31 @@ def elementwise(rng, dt):
 
 
 @case
+def elementwise_math(rng, dt):
+    """Every element-wise math kernel (csrc/kernels.def `# --- element-wise math`) through
+    run_map, kernel level until the element-wise op table calls them: the tile case of each
+    reference (NaN, ties, zeros) repeated over a tiled tensor.  bool results come back as
+    float (masked_fill of zeros), which the device tests compare with assert_allclose."""
+    from ..runtime.kernels import run_map
+    from .references_elementwise import REFERENCES
+    shape, tiles = (11, 7), (4, 3)
+    zeros, out = tt.zeros(shape, tiles, dt), {}
+    for name, ref in REFERENCES.items():
+        fields, bufs = ref.case(rng, dt)
+        with np.errstate(all="ignore"):
+            written = sorted(ref.ref(fields, *bufs))
+        ts = [tt.from_numpy(np.resize(b, shape), tiles) for b in bufs]
+        run_map(name, *ts, **{k: v for k, v in fields.items() if k != "n"})
+        for i in written:
+            res = ts[i]
+            if res.dtype == np.bool_:
+                res = tt.empty(shape, tiles, dt)
+                run_map("masked_fill", zeros, ts[i], res, value=1.0)
+            out[f"{name}[{i}]"] = res
+    return out
+
+
+@case
 def reductions(rng, dt):
     x = _t(rng, (5, 4, 6), (2, 3, 4), dt)
     b = _t(rng, (5, 6), (2, 4), dt)
