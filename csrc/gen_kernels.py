@@ -103,8 +103,8 @@ def parse(text: str) -> list[Kernel]:
         if expr_cols:
             cols.remove(expr_cols[0])
         if not 5 <= len(cols) <= 7:
-            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns (besides `dtypes`), "
-                             f"got {len(cols)}")
+            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns "
+                             f"(besides `dtypes` and `expr`), got {len(cols)}")
         name, bufs, ints, reals, flops = cols[:5]
         impls_col = cols[5] if len(cols) > 5 else ""
         geom_col = cols[6] if len(cols) > 6 else ""
