@@ -103,8 +103,8 @@ def parse(text: str) -> list[Kernel]:
         if expr_cols:
             cols.remove(expr_cols[0])
         if not 5 <= len(cols) <= 7:
-            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns (besides `dtypes`), "
-                             f"got {len(cols)}")
+            raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns "
+                             f"(besides `dtypes` and `expr`), got {len(cols)}")
         name, bufs, ints, reals, flops = cols[:5]
         impls_col = cols[5] if len(cols) > 5 else ""
         geom_col = cols[6] if len(cols) > 6 else ""
@@ -117,7 +117,10 @@ def parse(text: str) -> list[Kernel]:
                     or parts[2:] not in ([], ["acc"], ["bool"]):
                 raise SystemExit(f"kernels.def:{lineno}: bad buffer {b.strip()!r} (want 'R|W|RW name [acc|bool]')")
             buffers.append((parts[0], parts[1]))
-            (acc if parts[2:] == ["acc"] else bools if parts[2:] else set()).add(parts[1])
+            if parts[2:] == ["acc"]:
+                acc.add(parts[1])
+            elif parts[2:] == ["bool"]:
+                bools.add(parts[1])
         if acc and not any(d in HALF for d in dtypes):
             raise SystemExit(f"kernels.def:{lineno}: `acc` buffers need a half dtype (f16, bf16) in `dtypes`")
         if not 1 <= len(buffers) <= 8:
@@ -235,7 +238,7 @@ def expr_cpu_source(kernels: list[Kernel]) -> str:
             continue
         params = [f"const tt_args_{k.name} *tt_args"]
         params += [("const void *" if m == "R" else "void *") + f"tt_v_{b}" for m, b in k.buffers]
-        out += [f"void tt_cpu_{k.name}({', '.join(params)})", "{"]
+        out += [f"TT_SIMD_CLONES void tt_cpu_{k.name}({', '.join(params)})", "{"]
         out += [f"    const int64_t {a} = tt_args->{a};" for a in k.ints]
         out += [f"    (void){a};" for a in k.ints]
         out.append("    switch (tt_args->dtype) {")

@@ -17,7 +17,8 @@ from .ops import (abs, add, add_broadcast, add_scalar, astype, backward, broadca
                   negative, no_grad, pow, rdiv_scalar, reciprocal, relu, rsqrt, scale, sigmoid, sign, sin, sqrt, sub,
                   subtract, sum, tanh, true_divide, broadcast_to, cat, chunk, expand, flatten, permute, reshape,
                   retile, split, squeeze, stack, t, transpose, unsqueeze, view, eq, ne, lt, le, gt, ge, greater,
-                  greater_equal, less, less_equal, not_equal, where, masked_fill)
+                  greater_equal, less, less_equal, not_equal, where, masked_fill, logical_and, logical_not,
+                  logical_or, logical_xor)
 
 __all__ = [
     "__version__", "RuntimeConfig", "Runtime", "current", "init", "is_initialized", "priority", "shutdown",
@@ -28,7 +29,8 @@ __all__ = [
     "multiply", "negative", "pow", "reciprocal", "relu", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "subtract",
     "tanh", "true_divide", "broadcast_to", "cat", "chunk", "expand", "flatten", "permute", "reshape", "retile",
     "split", "squeeze", "stack", "t", "transpose", "unsqueeze", "view", "eq", "ne", "lt", "le", "gt", "ge", "greater",
-    "greater_equal", "less", "less_equal", "not_equal", "where", "masked_fill",
+    "greater_equal", "less", "less_equal", "not_equal", "where", "masked_fill", "logical_and", "logical_not",
+    "logical_or", "logical_xor",
     "Generator", "arange", "empty_like", "float32", "float64", "full_like", "get_max_tiles", "int64", "linspace",
     "manual_seed", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "set_max_tiles", "tensor",
     "zeros_like",

@@ -13,7 +13,10 @@ pytestmark = pytest.mark.usefixtures("hetero")
 
 KERNELS = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
 OPENCL = [k for k in KERNELS if "opencl" in kernel_devices(k)]
-DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64}
+DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64, np.bool_: lib.TT_BOOL}
+# every OpenCL kernel with each of float32, float64, bool that its table line takes
+OPENCL_CASES = [pytest.param(name, dt, id=f"{name}-{dt.__name__}") for name in OPENCL for dt in DTYPE_CODE
+                if lib.tt_kernel_dtypes(getattr(lib, f"TT_K_{name.upper()}")) >> DTYPE_CODE[dt] & 1]
 
 
 def test_opencl_bodies_are_compiled_in():
@@ -23,8 +26,7 @@ def test_opencl_bodies_are_compiled_in():
         assert name in OPENCL, name
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", OPENCL)
+@pytest.mark.parametrize("name, dtype", OPENCL_CASES)
 def test_opencl_body_against_reference(name, dtype):
     rng = np.random.default_rng(7)
     for trial in range(4):  # gemm draws its transposes at random: cover them
@@ -34,8 +36,11 @@ def test_opencl_body_against_reference(name, dtype):
         run_kernel(name, fields, buffers, "opencl", DTYPE_CODE[dtype])
         for i, exp in expected.items():
             rtol = 1e-5 if dtype == np.float32 else 1e-11
-            np.testing.assert_allclose(buffers[i], np.asarray(exp, dtype=dtype).reshape(buffers[i].shape),
-                                       rtol=rtol, atol=rtol, err_msg=f"OpenCL kernel {name} buffer {i}")
+            exp = np.asarray(exp, dtype=buffers[i].dtype).reshape(buffers[i].shape)
+            if exp.dtype == np.bool_:  # comparisons, masks: exact
+                np.testing.assert_array_equal(buffers[i], exp, err_msg=f"OpenCL kernel {name} buffer {i}")
+            else:
+                np.testing.assert_allclose(buffers[i], exp, rtol=rtol, atol=rtol, err_msg=f"OpenCL kernel {name} buffer {i}")
 
 
 def test_run_kernel_rejects_a_missing_implementation():

@@ -9,7 +9,8 @@ from .shape import (broadcast_to, cat, chunk, expand, flatten, getitem, permute,
 from .elementwise import (abs, add, clamp, clip, cos, div, divide, exp, gelu, log, maximum, minimum, mul, multiply,
                           neg, negative, pow, reciprocal, relu, rsqrt, sigmoid, sign, silu, sin, sqrt, sub, subtract,
                           tanh, true_divide, eq, ne, lt, le, gt, ge, greater, greater_equal, less, less_equal,
-                          not_equal, where, masked_fill)
+                          not_equal, where, masked_fill, logical_and, logical_not, logical_or,
+                          logical_xor)
 
 __all__ = ["HALF_OPS", "abs", "add", "add_broadcast", "add_scalar", "astype", "axpy_", "backward", "broadcast", "clamp",
            "clip", "copy", "cos", "div", "divide", "enable_grad", "exp", "fill_", "gelu", "grad_enabled", "log",
@@ -18,4 +19,4 @@ __all__ = ["HALF_OPS", "abs", "add", "add_broadcast", "add_scalar", "astype", "a
            "sub", "subtract", "sum", "tanh", "true_divide", "broadcast_to", "cat", "chunk", "expand", "flatten",
            "getitem", "permute", "reshape", "retile", "split", "squeeze", "stack", "t", "transpose", "unsqueeze",
            "view", "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal",
-           "not_equal", "where", "masked_fill"]
+           "not_equal", "where", "masked_fill", "logical_and", "logical_not", "logical_or", "logical_xor"]

@@ -354,6 +354,32 @@ def _bool_tensor(t, what: str, name: str) -> Tensor:
     return t
 
 
+_LOGICAL = {"logical_and": 0, "logical_or": 1, "logical_xor": 2}
+
+
+def _logical(name: str) -> Callable:
+    def op(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+        a, b = _bool_tensor(input, name, "input"), _bool_tensor(other, name, "other")
+        a, b = align(name, a, b)
+        y = Tensor(a.traits, np.bool_)
+        run_map("logical", a, b, y, op=_LOGICAL[name])
+        return y
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"{name.replace('_', ' ')} of two bool tensors, element-wise (broadcasting)."
+    return op
+
+
+logical_and, logical_or, logical_xor = (_logical(n) for n in _LOGICAL)
+
+
+def logical_not(input: Tensor) -> Tensor:  # noqa: A002
+    """not input, element-wise, for a bool tensor."""
+    x = _bool_tensor(input, "logical_not", "input")
+    y = Tensor(x.traits, np.bool_)
+    run_map("logical_not", x, y)
+    return y
+
+
 def where(condition: Tensor, input, other) -> Tensor:  # noqa: A002
     """input where condition is true, else other (broadcasting all three; input or other may
     be a number).  The gradient flows to the chosen operand."""
@@ -422,7 +448,7 @@ def _masked_fill_bwd(node, g):
 
 
 __all__ = ["UNARY", "BINARY", "Unary", "Binary", "abs", "add", "align", "clamp", "clip", "cos", "div", "divide",
-           "eq", "ge", "greater", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
+           "eq", "ge", "greater", "logical_and", "logical_not", "logical_or", "logical_xor", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
            "not_equal", "where", "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",
            "relu", "result_layout", "rsqrt", "sigmoid", "sign", "silu", "sin", "sqrt", "sub", "subtract", "tanh",
            "true_divide"]

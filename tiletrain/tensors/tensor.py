@@ -314,6 +314,18 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def __and__(self, other):  # bool tensors
+        return _ops.logical_and(self, other) if isinstance(other, Tensor) else NotImplemented
+
+    def __or__(self, other):
+        return _ops.logical_or(self, other) if isinstance(other, Tensor) else NotImplemented
+
+    def __xor__(self, other):
+        return _ops.logical_xor(self, other) if isinstance(other, Tensor) else NotImplemented
+
+    def __invert__(self):
+        return _ops.logical_not(self)
+
     def __getitem__(self, index):
         return _ops.getitem(self, index)
 

@@ -8,6 +8,7 @@ import numpy as np
 
 import tiletrain as tt
 import tiletrain.functional as F
+from tiletrain.ops.activations import affine  # x @ w + b, w (in, out): GPT-2's layout
 from tiletrain.runtime.hetero import prefer
 
 
@@ -59,6 +60,27 @@ def creation(rng, dt):
     return dict(rand=tt.rand((5, 4, 6), generator=g, dtype=dt, tiles=(2, 3, 4)),
                 randn=tt.randn((11, 7), generator=g, dtype=dt, tiles=(4, 3)),
                 randint=tt.randint(-5, 9, (11, 7), generator=g, tiles=(4, 3)))
+
+
+@case
+def elementwise_math(rng, dt):
+    """Every row of the element-wise op table forward and backward, comparisons, where,
+    masked_fill, broadcasting (region_copy) and division by a number."""
+    x = _t(rng, (11, 7), (4, 3), dt, grad=True)
+    p = tt.from_numpy((np.abs(rng.standard_normal((11, 7))) + 0.5).astype(dt), (4, 3)).requires_grad_()
+    row = _t(rng, (7,), (2,), dt, grad=True)
+    mask = x > 0.3
+    outs = dict(exp=tt.exp(x), log=tt.log(p), sqrt=tt.sqrt(p), rsqrt=tt.rsqrt(p), abs=tt.abs(x), sign=tt.sign(x),
+                sin=tt.sin(x), cos=tt.cos(x), tanh=tt.tanh(x), sigmoid=tt.sigmoid(x), clamp=tt.clamp(x, -0.5, 0.5),
+                pow_scalar=p ** 1.5, rpow_scalar=1.7 ** x, maximum=tt.maximum(x, row), minimum=tt.minimum(x, row),
+                pow=tt.pow(p, x), where=tt.where(mask, x, row), masked_fill=x.masked_fill(x < -0.2, 2.0),
+                div_scalar=x / 3.0, broadcast=x * row)
+    for name, y in list(outs.items()):
+        _weighted_backward(y, rng)
+    outs.update(dx=x.grad, dp=p.grad, drow=row.grad,
+                compare=tt.where(x >= row, 1.0, 0.0 * x.detach()), compare_scalar=tt.where(mask, 1.0, 0.0 * x.detach()),
+                logical=tt.where((mask & (x < 0.9)) | ~(x > 0) ^ mask, 1.0, 0.0 * x.detach()))
+    return outs
 
 
 @case
@@ -195,7 +217,7 @@ def mlp_steps(kinds, steps=3):
         losses = []
         for _ in range(steps):
             opt.zero_grad()
-            y = F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+            y = affine(F.gelu(affine(x, w1, b1)), w2, b2)
             loss = tt.sum(y)
             loss.backward()
             opt.step()
@@ -208,11 +230,11 @@ def block_lm_loss(ids, targets, wte, ln_w, ln_b, w_qkv, w1, b1, w2, n_head):
     layer norm, fused q|k|v projection, causal attention, tanh-GELU MLP (shared with
     tests/ops/test_memory.py, which checks that its activations are freed)."""
     x = F.embedding(ids, wte)                                        # (B, T, C)
-    qkv = F.linear(F.layer_norm(x, ln_w, ln_b), w_qkv)
+    qkv = affine(F.layer_norm(x, ln_w, ln_b), w_qkv)
     q, k, v = (F.split_heads(qkv, n_head, part=i, nparts=3) for i in range(3))
     x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    h = F.gelu(F.linear(x, w1, b1), approximate="tanh")
-    y = F.linear(h, w2) + x
+    h = F.gelu(affine(x, w1, b1), approximate="tanh")
+    y = affine(h, w2) + x
     return F.cross_entropy(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
 
 

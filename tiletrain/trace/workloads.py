@@ -92,17 +92,18 @@ class Block(Workload):
     def forward(self):
         import tiletrain as tt
         import tiletrain.functional as F
+        from tiletrain.ops.activations import affine  # GPT-2's (in, out) weights
         p, x, H = self.t_p, self.t_x, self.shape[3]
         with tt.tag(phase="fwd", layer=0):
             h = F.layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], 1e-5)
-            qkv = F.linear(h, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
+            qkv = affine(h, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
             q, k, v = (F.split_heads(qkv, H, part=i, nparts=3) for i in range(3))
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x1 = x + F.linear(F.merge_heads(a), p["attn.c_proj.weight"], p["attn.c_proj.bias"])
+            x1 = x + affine(F.merge_heads(a), p["attn.c_proj.weight"], p["attn.c_proj.bias"])
         with tt.tag(phase="fwd", layer=1):
             h = F.layer_norm(x1, p["ln_2.weight"], p["ln_2.bias"], 1e-5)
-            h = F.gelu(F.linear(h, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"]), approximate="tanh")
-            return x1 + F.linear(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
+            h = F.gelu(affine(h, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"]), approximate="tanh")
+            return x1 + affine(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
 
     def step(self) -> None:
         for t in [self.t_x, *self.t_p.values()]:
