@@ -3,7 +3,9 @@ transformer needs, with autograd, under the names and argument orders of PyTorch
 torch.nn.functional (and torch for the basic arithmetic)."""
 from ..ops.activations import *  # noqa: F401,F403
 from ..ops.attention import *  # noqa: F401,F403
-from ..ops.basic import add, broadcast, div, matmul, mul, scale, sub, sum  # noqa: F401
+from ..ops.basic import add, broadcast, div, matmul, mul, scale, sub  # noqa: F401
+from ..ops.reduce import sum  # noqa: F401
 from ..ops.embedding import *  # noqa: F401,F403
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403
+from .losses import *  # noqa: F401,F403

@@ -55,8 +55,8 @@ def elementwise(rng, dt):
 def reductions(rng, dt):
     x = _t(rng, (5, 4, 6), (2, 3, 4), dt)
     b = _t(rng, (5, 6), (2, 4), dt)
-    return dict(sum0=tt.sum(x, axis=0), sum1=tt.sum(x, axis=1, alpha=0.5), sum2=tt.sum(x, axis=2),
-                sum01=tt.sum(x, axis=(0, 1)), sum_all=tt.sum(x), max1=tt.max(x, axis=1), max2=tt.max(x, axis=2),
+    return dict(sum0=tt.sum(x, dim=0), sum1=tt.sum(x, dim=1) * 0.5, sum2=tt.sum(x, dim=2),
+                sum01=tt.sum(x, dim=(0, 1)), sum_all=tt.sum(x), max1=tt.amax(x, dim=1), max2=tt.amax(x, dim=2),
                 add_bcast=tt.add_broadcast(x, b, 1, alpha=2.0, beta=0.5),
                 bcast=tt.broadcast(b, x.traits, 1, alpha=3.0))
 
