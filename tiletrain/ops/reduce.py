@@ -42,7 +42,7 @@ def _dim_index(x: Tensor, d, what: str) -> int:
     lo, hi = (-1, 0) if x.ndim == 0 else (-x.ndim, x.ndim - 1)
     if not lo <= d <= hi:
         raise IndexError(f"{what}: Dimension out of range (expected to be in range of [{lo}, {hi}], but got {d})")
-    return int(d) % max(x.ndim, 1)
+    return int(d) % x.ndim if x.ndim else 0
 
 
 def _dims(x: Tensor, dim, what: str) -> tuple[int, ...]:
@@ -287,7 +287,7 @@ def _var(x: Tensor, dim, correction, keepdim, root: bool, what: str) -> Tensor:
         run_map("fill", out, value=math.nan if div <= 0 else 0.0)
         return out
     stages = _stages(x.traits, dims, keepdim)
-    mu = _span_reduce("sum_axis", x, stages, alpha=1.0 / n)
+    mu = _span_reduce("sum_axis", _span_reduce("sum_axis", x, stages[:1], alpha=1.0 / n), stages[1:], alpha=1.0)
     first = stages[0]
     sq = Tensor(first.dst, x.dtype)  # two-pass: sum((x - mean)^2), the mean read as a reduced operand
     run_span("sqdev_axis", first.start, first.naxes, [x], [_expand(mu, stages[1:]), sq], reduce=True, alpha=alpha)
