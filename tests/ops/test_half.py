@@ -267,7 +267,7 @@ def test_sum_all_and_along_axes(rng, shape, tiles, dtype):
     assert s.dtype == dtype and s.shape == ()
     _within_one_rounding(s.numpy(), x64.sum(), dtype, tiny, "sum")
     for axis in range(x.ndim):
-        got = tt.sum(X, dim=axis) * 0.5.numpy()
+        got = (tt.sum(X, dim=axis) * 0.5).numpy()
         _within_one_rounding(got, 0.5 * x64.sum(axis=axis), dtype, tiny, f"sum axis {axis}")
     if x.ndim >= 3:
         got = tt.sum(X, dim=(0, 1)).numpy()
