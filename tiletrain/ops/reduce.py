@@ -54,8 +54,10 @@ def _dims(x: Tensor, dim, what: str) -> tuple[int, ...]:
         for d in out:
             if out.count(d) > 1:
                 raise ValueError(f"{what}: dim {d} appears multiple times in the list of dims")
-        return tuple(sorted(out)) if out else tuple(range(x.ndim))
-    return (_dim_index(x, dim, what),)
+        dims = tuple(sorted(out)) if out else tuple(range(x.ndim))
+    else:
+        dims = (_dim_index(x, dim, what),)
+    return dims if x.ndim else ()  # a 0-d tensor takes dim 0 or -1 and has nothing to reduce
 
 
 class _Stage(tuple):
@@ -138,7 +140,8 @@ def _sum_like(x, dim, keepdim, dtype, what: str, mean: bool) -> Tensor:
     dims = _dims(x, dim, what)
     keepdim = _keepdim(keepdim, what)
     x = _cast_to(x, dtype, what)
-    alpha = 1.0 / _count(x, dims) if mean and _count(x, dims) else (math.nan if mean else 1.0)
+    n = _count(x, dims)
+    alpha = (1.0 / n if n else math.nan) if mean else 1.0
     if x.ndim == 0:
         return basic.scale(x, alpha) if alpha != 1.0 else _noop(x)
     if len(dims) == x.ndim and not keepdim:
@@ -277,8 +280,6 @@ def _var(x: Tensor, dim, correction, keepdim, root: bool, what: str) -> Tensor:
     dims = _dims(x, dim, what)
     keepdim = _keepdim(keepdim, what)
     correction = basic._scalar(correction, what, "correction")
-    if x.ndim == 0:
-        dims = ()
     n = _count(x, dims)
     div = n - correction
     alpha = 1.0 / div if div > 0 else math.inf  # torch: 0/0 = nan, s/0 = inf
