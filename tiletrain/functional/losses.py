@@ -52,27 +52,29 @@ def _absdiff_bwd(node, g):
             basic.neg(da) if node.inputs[1] is not None else None)
 
 
-def _weight(w, x: Tensor, what: str, name: str, fill: float) -> Tensor:
-    """w as a tensor of x's layout: None -> fill, x's shape as is, a 1-D tensor over x's last
-    axis broadcast over the others."""
+def _check_weight(w, x: Tensor, what: str, name: str) -> None:
+    """w: None, input's shape and tiles, or 1-D over input's last axis (checked before any task)."""
     if w is None:
-        t = Tensor(x.traits, x.dtype)
-        run_map("fill", t, value=fill)
-        return t
+        return
     _float_tensor(w, what, name)
     if w.dtype != x.dtype:
         raise TypeError(f"{what}: dtype mismatch, input is {x.dtype} and {name} is {w.dtype}")
-    if w.shape == x.shape and w.tiles == x.tiles:
+    if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])):
+        raise ValueError(f"{what}: {name} must have input's shape {x.shape} and tiles {x.tiles}, or be 1-D of "
+                         f"shape {x.shape[-1:]} with tiles {x.tiles[-1:]} (input's last axis); got shape "
+                         f"{w.shape} and tiles {w.tiles}")
+
+
+def _weight(w, x: Tensor) -> Tensor:
+    """w (checked) as a tensor of x's layout: None -> ones; a 1-D w broadcast over x's other axes."""
+    if w is not None and w.shape == x.shape:
         return w
-    if x.ndim >= 1 and w.shape == x.shape[-1:] and w.tiles == x.tiles[-1:]:
-        if x.ndim == 1:
-            return w
-        t = Tensor(x.traits, x.dtype)
+    t = Tensor(x.traits, x.dtype)
+    if w is None:
+        run_map("fill", t, value=1.0)
+    else:
         run_span("bcast", 0, x.ndim - 1, [t], [w], reduce=False, alpha=1.0)
-        return t
-    raise ValueError(f"{what}: {name} must have input's shape {x.shape} and tiles {x.tiles}, or be 1-D of "
-                     f"shape {x.shape[-1:]} with tiles {x.tiles[-1:]} (input's last axis); got shape {w.shape} "
-                     f"and tiles {w.tiles}")
+    return t
 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None, reduction: str = "mean",
@@ -83,8 +85,9 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None,
     and target (not to weight or pos_weight)."""
     what = "binary_cross_entropy_with_logits"
     _check(what, input, target, reduction)
-    w = _weight(weight, input, what, "weight", 1.0)
-    pw = _weight(pos_weight, input, what, "pos_weight", 1.0)
+    _check_weight(weight, input, what, "weight")
+    _check_weight(pos_weight, input, what, "pos_weight")
+    w, pw = _weight(weight, input), _weight(pos_weight, input)
     y = Tensor(input.traits, input.dtype)
     run_map("bce_logits", input, target, w, pw, y)
     return _reduce(record("bce_logits", y, (input, target), saved=(input, target, w, pw)), reduction)
