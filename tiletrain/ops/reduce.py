@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import namedtuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor, TensorTraits, as_dtype, is_float
 from . import basic
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _tensor
+from .basic import _float_tensor
 
 # torch.return_types.max / min: (values, indices)
 return_types = type("return_types", (), {
@@ -60,12 +61,12 @@ def _dims(x: Tensor, dim, what: str) -> tuple[int, ...]:
     return dims if x.ndim else ()  # a 0-d tensor takes dim 0 or -1 and has nothing to reduce
 
 
-class _Stage(tuple):
-    """One run of consecutive axes: (start, naxes, traits in, traits out)."""
-    start = property(lambda s: s[0])
-    naxes = property(lambda s: s[1])
-    src = property(lambda s: s[2])
-    dst = property(lambda s: s[3])
+class _Stage(NamedTuple):
+    """One run of consecutive axes [start, start + naxes) and the traits before and after it."""
+    start: int
+    naxes: int
+    src: TensorTraits
+    dst: TensorTraits
 
 
 def _stages(traits: TensorTraits, dims, keepdim: bool) -> list[_Stage]:
@@ -79,7 +80,7 @@ def _stages(traits: TensorTraits, dims, keepdim: bool) -> list[_Stage]:
     out, t = [], traits
     for r in reversed(runs):
         dst = t.keep_axis(r[0], len(r)) if keepdim else t.drop_axis(r[0], len(r))
-        out.append(_Stage((r[0], len(r), t, dst)))
+        out.append(_Stage(r[0], len(r), t, dst))
         t = dst
     return out
 
@@ -372,7 +373,7 @@ def _abs_bwd(node, g):
 
 
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    """torch.norm for vectors norms over ``dim``: p = "fro" (= 2), inf, -inf or any real p
+    """torch.norm, vector norms over ``dim``: p = "fro" (= 2), inf, -inf or any real p
     (0: the count of nonzeros).  "nuc" is not supported."""
     what = "norm"
     x = _float_tensor(input, what, "input")
