@@ -62,6 +62,23 @@ def reductions(rng, dt):
 
 
 @case
+def torch_reductions(rng, dt):
+    """tiletrain/ops/reduce.py and the losses, forward and backward (every reduction kernel)."""
+    x = _t(rng, (5, 4, 6), (2, 3, 4), dt, grad=True)
+    t = _t(rng, (5, 4, 6), (2, 3, 4), dt, grad=True)
+    v, i = tt.max(x, 1, keepdim=True)
+    outs = dict(amin=tt.amin(x, (0, 2)), max_v=v, max_i=i, argmin=tt.argmin(x), var=tt.var(x, (0, 2)),
+                std=tt.std(x, 1), lse=tt.logsumexp(x, (1, 2)), norm3=tt.norm(x, 3.0, 0), norm2=tt.norm(x),
+                mse=F.mse_loss(x, t), l1=F.l1_loss(x, t, reduction="sum"),
+                bce=F.binary_cross_entropy_with_logits(x, t, reduction="none"))
+    loss = tt.sum(outs["bce"]) + outs["mse"] + outs["l1"] + tt.sum(outs["var"]) + tt.sum(outs["std"])
+    for k in ("amin", "max_v", "lse", "norm3", "norm2"):
+        loss = loss + tt.sum(outs[k])
+    loss.backward()
+    return dict(outs, loss=loss, dx=x.grad, dt=t.grad)
+
+
+@case
 def matmul(rng, dt):
     a = _t(rng, (11, 7), (4, 3), dt)
     b = _t(rng, (7, 9), (3, 4), dt)
