@@ -176,6 +176,9 @@ def test_sum_mean_dtype_and_0d(rng):
     for fn in (tt.sum, tt.mean, tt.amax, tt.amin):
         assert fn(s, 0).shape == () and float(fn(s, -1)) == 2.5
     assert math.isnan(float(tt.var(s))) and float(tt.var(s, correction=0)) == 0.0
+    v, i = tt.max(s, 0)
+    assert float(v) == 2.5 and i.dtype == np.int64 and int(i.item()) == 0 and int(tt.argmin(s).item()) == 0
+    assert float(tt.norm(s, 3.0)) == 2.5 and float(tt.logsumexp(s, 0)) == 2.5
 
 
 def test_vjp_reductions(rng):
