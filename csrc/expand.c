@@ -119,14 +119,22 @@ int tt_cast(tt_tensor *x, tt_tensor *y)
 }
 
 /* Span geometry: axes [axis, axis+naxes) of a `full` tensor are reduced or broadcast; a
- * `reduced` tensor has the full layout with those axes removed. */
+ * `reduced` tensor has the full layout with those axes removed, or (keepdim) the full rank
+ * with those axes of size 1 in tiles of 1: the same grid and tile memory either way, so a
+ * keepdim result costs no copy.  Reductions over non-consecutive axes run one span per run
+ * of consecutive axes (tiletrain/ops/reduce.py), each task still one tile pair. */
 static int layout_without_span(const tt_tensor *a, int axis, int naxes, const tt_tensor *b)
 {
-    if (b->ndim != a->ndim - naxes)
+    int keep = b->ndim == a->ndim;
+    if (!keep && b->ndim != a->ndim - naxes)
         return 0;
     for (int d = 0, e = 0; d < a->ndim; d++) {
-        if (d >= axis && d < axis + naxes)
+        if (d >= axis && d < axis + naxes) {
+            if (keep && (b->shape[d] != 1 || b->tile[d] != 1))
+                return 0;
+            e += keep;
             continue;
+        }
         if (a->shape[d] != b->shape[e] || a->tile[d] != b->tile[e])
             return 0;
         e++;
@@ -195,6 +203,9 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     if (axis < 0 || naxes < 1 || axis + naxes > x->ndim)
         return tt_error(TT_EINVAL, "%s: axes [%d, %d) out of range for a rank-%d tensor", k->name, axis,
                         axis + naxes, x->ndim);
+    if (k->off[TT_OFF_KOFF] >= 0 && naxes != 1)
+        return tt_error(TT_EINVAL, "%s: takes a one-axis span (koff), got axes [%d, %d)", k->name, axis,
+                        axis + naxes);
     for (int j = 1; j < nfull; j++)
         if (!tt_same_layout(x, full[j]))
             return tt_error(TT_EINVAL, "%s: operand %d has a different shape or tiling than operand 0", k->name, j);
@@ -245,6 +256,8 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
                 *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = xl;
             if (k->off[TT_OFF_FIRST] >= 0)
                 *(int64_t *)((char *)a + k->off[TT_OFF_FIRST]) = reduce ? (sp == 0) : 0;
+            if (k->off[TT_OFF_KOFF] >= 0) /* checked above: a one-axis span */
+                *(int64_t *)((char *)a + k->off[TT_OFF_KOFF]) = sidx[0] * x->tile[axis];
             for (int j = 0; j < nfull; j++) {
                 h[j] = full[j]->handles[xl];
                 modes[j] = k->modes[j];

@@ -28,7 +28,7 @@ from pathlib import Path
 MODES = {"R": "STARPU_R", "W": "STARPU_W", "RW": "STARPU_RW"}
 IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 # Integer arguments that expanders fill in themselves (their offsets go into the kernel table).
-SPECIAL = ("n", "m", "k", "first", "tile")
+SPECIAL = ("n", "m", "k", "first", "tile", "koff")
 # Device implementations a kernel may declare in the optional 6th column.  `cuda` gets a
 # generated launcher around the portable device kernel tt_<name>_<f32|f64> (csrc/kernels/
 # opencl/*.cl, compiled as CUDA by csrc/kernels/cuda/device_kernels.cu); `cuda:custom` means

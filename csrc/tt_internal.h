@@ -37,14 +37,14 @@ typedef struct tt_kernel_desc {
     double (*flops)(const void *args);
     int is_map;  /* integer arguments start with n: element-wise map over same-layout tensors */
     int is_span; /* integer arguments start with m, k, n: span expander (reduce/broadcast along axes) */
-    long off[5]; /* offsets of the expander-filled arguments n, m, k, first, tile (-1: absent) */
+    long off[6]; /* offsets of the expander-filled arguments n, m, k, first, tile, koff (-1: absent) */
     unsigned dtypes;        /* bit (1 << dtype): the dtypes the kernel takes (kernels.def, `dtypes` column) */
     unsigned opencl_dtypes; /* the dtypes its OpenCL body takes (no halves) */
     unsigned acc;           /* bit i: buffer i is float32 when dtype is float16/bfloat16 (`acc` buffers) */
     unsigned bools;         /* bit i: buffer i is bool whatever the dtype (`bool` buffers) */
 } tt_kernel_desc;
 
-enum { TT_OFF_N = 0, TT_OFF_M, TT_OFF_K, TT_OFF_FIRST, TT_OFF_TILE };
+enum { TT_OFF_N = 0, TT_OFF_M, TT_OFF_K, TT_OFF_FIRST, TT_OFF_TILE, TT_OFF_KOFF };
 
 extern const tt_kernel_desc tt_kernel_table[TT_NKERNELS];
 

@@ -128,7 +128,7 @@ def test_half_matmul_and_sum_on_cuda(dtype, gpu):
     for kinds in ("cpu", "cuda"):
         with prefer(kinds):
             c = tt.matmul(tt.from_numpy(a, 128), tt.from_numpy(b, 128))
-            out[kinds] = (c.numpy().astype(np.float64), tt.sum(c, axis=0).numpy().astype(np.float64))
+            out[kinds] = (c.numpy().astype(np.float64), tt.sum(c, dim=0).numpy().astype(np.float64))
     u = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7
     for got, ref in zip(out["cuda"], out["cpu"]):
         np.testing.assert_allclose(got, ref, rtol=0, atol=u * np.abs(ref).max())

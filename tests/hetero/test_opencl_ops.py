@@ -64,7 +64,7 @@ def test_half_tasks_avoid_opencl_workers():
     x = np.linspace(-2, 2, 35).reshape(7, 5)
 
     def step(a):
-        return tt.sum(tt.matmul(a + a, a, transpose_b=True) * 0.5, axis=0).numpy()
+        return tt.sum(tt.matmul(a + a, a, transpose_b=True) * 0.5, dim=0).numpy()
 
     for dtype in (np.float16, ml_dtypes.bfloat16):
         with prefer("cpu"):

@@ -38,7 +38,7 @@ def test_dmda_gives_tasks_to_both_worker_kinds(hetero):
     outs = []
     for i in range(4):  # independent tile tasks: dmda balances them over both workers
         C = F.gelu(tt.add(tt.matmul(A, B), A, alpha=float(i)))
-        outs.append(tt.sum(C, axis=0))
+        outs.append(tt.sum(C, dim=0))
     tt.wait()
     after = hetero.executed_tasks()
     ran = {k: after.get(k, 0) - before.get(k, 0) for k in ("cpu", "opencl")}
@@ -76,7 +76,7 @@ def test_tiles_move_between_nodes_and_read_back(hetero):
     with prefer("cpu"):
         z = tt.add(y2, x)            # the CPU worker reads the OpenCL node's tiles
     with prefer("opencl"):
-        w = tt.sum(z, axis=1)        # ...and the OpenCL worker the CPU's
+        w = tt.sum(z, dim=1)        # ...and the OpenCL worker the CPU's
     np.testing.assert_allclose(z.numpy(), 4 * a)
     np.testing.assert_allclose(w.numpy(), (4 * a).sum(1))
     assert float(tt.sum(w)) == pytest.approx(float((4 * a).sum()), abs=1e-9)

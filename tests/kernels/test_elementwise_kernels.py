@@ -53,7 +53,7 @@ EDGE_B = np.array([[1.0, np.nan, 0.0, 2.0, 1.0], [0.5, np.nan, -3.0, 5.0, -0.0],
 
 def _run(name, *inputs, out=(np.float64,), **fields):
     ts = [tt.from_numpy(np.asarray(a), TILES) for a in inputs]
-    outs = [tt.empty(SHAPE, TILES, dtype=dt) for dt in out]
+    outs = [tt.empty(SHAPE, tiles=TILES, dtype=dt) for dt in out]
     run_map(name, *ts, *outs, **fields)
     return [o.numpy() for o in outs]
 
@@ -178,11 +178,11 @@ def test_bool_round_trip_fill_and_copy(shape, tiles):
     got = t.numpy()
     assert got.dtype == np.bool_
     np.testing.assert_array_equal(got, a)
-    c = tt.empty(shape, tiles, dtype=np.bool_)
+    c = tt.empty(shape, tiles=tiles, dtype=np.bool_)
     run_map("copy", t, c)
     np.testing.assert_array_equal(c.numpy(), a)
     for value, want in ((2.0, True), (0.0, False), (-0.5, True)):  # nonzero is true, as torch.full
-        f = tt.full(shape, value, tiles, dtype=np.bool_)
+        f = tt.full(shape, value, tiles=tiles, dtype=np.bool_)
         assert f.numpy().view(np.uint8).tolist() == np.full(shape, want).view(np.uint8).tolist()
 
 
@@ -202,9 +202,9 @@ def test_bool_dtype_name_in_errors():
 # ---- bad operands: rejected before any task ----
 
 def test_bool_buffer_dtypes_are_checked():
-    x = tt.zeros(SHAPE, TILES, dtype=np.float64)
-    m = tt.zeros(SHAPE, TILES, dtype=np.bool_)
-    f32 = tt.zeros(SHAPE, TILES, dtype=np.float32)
+    x = tt.zeros(SHAPE, tiles=TILES, dtype=np.float64)
+    m = tt.zeros(SHAPE, tiles=TILES, dtype=np.bool_)
+    f32 = tt.zeros(SHAPE, tiles=TILES, dtype=np.float32)
     with submits_nothing():
         _rejected(x, m, f32)
 

@@ -224,7 +224,7 @@ def test_vjp_split_parts_written_into_a_pending_gradient(rng, use):
         for y in ys[1:]:
             out = out + y
         if use == "dense_too":
-            return tt.sum(h * h, axis=2) + tt.sum(out, axis=2)
+            return tt.sum(h * h, dim=2) + tt.sum(out, dim=2)
         return out
 
     vjp_check(f, [x], [(1, 2, 6)])

@@ -36,7 +36,7 @@ def test_vjp_reductions_and_broadcast(rng):
     x = _r(rng, *SHAPE3)
     vjp_check(lambda t: tt.sum(t), [x], [TILES3])
     for axis in (0, 1, 2, (0, 1), (1, 2), -1):
-        vjp_check(lambda t, axis=axis: tt.sum(t, axis, alpha=0.5), [x], [TILES3])
+        vjp_check(lambda t, axis=axis: tt.sum(t, axis) * 0.5, [x], [TILES3])
     b = _r(rng, 5)
     vjp_check(lambda t, c: tt.add_broadcast(t, c, (0, 1), 2.0, -1.0), [x, b], [TILES3, (2,)])
     b1 = _r(rng, 3, 5)
@@ -138,9 +138,6 @@ def test_backward_errors(rng):
     loss.backward()
     with pytest.raises(RuntimeError, match="already released"):
         loss.backward()
-    m = tt.max(x, 1)
-    with pytest.raises(NotImplementedError, match="max along an axis has no backward"):
-        tt.sum(m).backward()
 
 
 def test_backward_submits_without_waiting_and_frees_the_tape(rng):

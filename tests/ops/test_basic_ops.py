@@ -74,16 +74,16 @@ def test_sum_and_max(rng, shape, tiles, dtype):
     assert s.shape == () and s.ndim == 0
     np.testing.assert_allclose(float(s), a.sum(dtype=np.float64), **t)
     for axis in range(-a.ndim, a.ndim):
-        got = tt.sum(A, axis=axis)
+        got = tt.sum(A, dim=axis)
         np.testing.assert_allclose(got.numpy(), a.sum(axis=axis), **t)
         assert got.shape == a.sum(axis=axis).shape
-        np.testing.assert_array_equal(tt.max(A, axis=axis).numpy(), a.max(axis=axis))
+        np.testing.assert_array_equal(tt.amax(A, dim=axis).numpy(), a.max(axis=axis))
 
 
 def test_max_propagates_nan():
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
     a[1, 2] = np.nan
-    got = tt.max(tt.from_numpy(a, (2, 3)), axis=1).numpy()
+    got = tt.amax(tt.from_numpy(a, (2, 3)), dim=1).numpy()
     np.testing.assert_array_equal(got, a.max(axis=1))
 
 

@@ -267,10 +267,10 @@ def test_sum_all_and_along_axes(rng, shape, tiles, dtype):
     assert s.dtype == dtype and s.shape == ()
     _within_one_rounding(s.numpy(), x64.sum(), dtype, tiny, "sum")
     for axis in range(x.ndim):
-        got = tt.sum(X, axis=axis, alpha=0.5).numpy()
+        got = (tt.sum(X, dim=axis) * 0.5).numpy()
         _within_one_rounding(got, 0.5 * x64.sum(axis=axis), dtype, tiny, f"sum axis {axis}")
     if x.ndim >= 3:
-        got = tt.sum(X, axis=(0, 1)).numpy()
+        got = tt.sum(X, dim=(0, 1)).numpy()
         _within_one_rounding(got, x64.sum(axis=(0, 1)), dtype, tiny, "sum axes (0, 1)")
 
 
@@ -286,9 +286,9 @@ def test_sum_accumulates_in_float32(dtype, tile):
     X = tt.from_numpy(x, tile)
     _within_one_rounding(tt.sum(X).numpy(), np.float64(exact), dtype, 0.0, "sum_all")
     X2 = tt.from_numpy(x.reshape(16, 1), (tile, 1))
-    _within_one_rounding(tt.sum(X2, axis=0).numpy(), np.array([exact]), dtype, 0.0, "sum along axis 0")
+    _within_one_rounding(tt.sum(X2, dim=0).numpy(), np.array([exact]), dtype, 0.0, "sum along axis 0")
     X3 = tt.from_numpy(np.ascontiguousarray(np.tile(x, (3, 1))), (2, tile))
-    _within_one_rounding(tt.sum(X3, axis=1).numpy(), np.full(3, exact), dtype, 0.0, "sum along axis 1")
+    _within_one_rounding(tt.sum(X3, dim=1).numpy(), np.full(3, exact), dtype, 0.0, "sum along axis 1")
 
 
 def test_long_float16_sum_is_accurate():
@@ -298,14 +298,14 @@ def test_long_float16_sum_is_accurate():
     exact = x.astype(np.float64).sum()
     got = tt.sum(tt.from_numpy(x, 1000)).numpy()
     assert got == np.float16(exact) == np.float16(1000.0)
-    rows = tt.sum(tt.from_numpy(x.reshape(100, 100), (16, 16)), axis=(0, 1)).numpy()
+    rows = tt.sum(tt.from_numpy(x.reshape(100, 100), (16, 16)), dim=(0, 1)).numpy()
     assert rows == np.float16(exact)
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=IDS)
 def test_sum_backward_broadcasts_in_the_half_type(rng, dtype):
     x = tt.from_numpy(_rand(rng, (7, 5), dtype), (4, 2)).requires_grad_()
-    y = tt.sum(x, axis=0, alpha=2.0)
+    y = tt.sum(x, dim=0) * 2.0
     seed = _rand(rng, (5,), dtype)
     y.backward(tt.from_numpy(seed, (2,)))
     assert x.grad.dtype == dtype

@@ -1,7 +1,7 @@
-"""softmax, log_softmax and the fused cross_entropy: forward against NumPy over tile grids
-(one tile; an even grid; a smaller last tile on every axis, the last axis split across
-tiles), float32 and float64; VJP checks of every backward rule in float64; large-magnitude
-logits; bad input."""
+"""softmax, log_softmax (every dim) and the fused cross_entropy: forward against NumPy and
+torch over tile grids (one tile; an even grid; a smaller last tile on every axis, the axis
+split across tiles), float32 and float64; VJP checks of every backward rule in float64;
+large-magnitude logits; bad input."""
 import numpy as np
 import pytest
 
@@ -58,12 +58,12 @@ def test_softmax_forward(rng, shape, tiles, dtype):
     X = tt.from_numpy(x, tiles)
     ls = _np_log_softmax(x)
     t = tol(dtype)
-    y = F.softmax(X)
+    y = F.softmax(X, dim=-1)
     assert y.shape == X.shape and y.tiles == X.tiles and y.dtype == dtype
     np.testing.assert_allclose(y.numpy(), np.exp(ls), **t)
     np.testing.assert_allclose(F.softmax(X, dim=X.ndim - 1).numpy(), np.exp(ls), **t)
-    np.testing.assert_allclose(F.log_softmax(X).numpy(), ls, **t)
-    np.testing.assert_allclose(F.softmax(X).numpy().sum(axis=-1), np.ones(shape[:-1]), **t)
+    np.testing.assert_allclose(F.log_softmax(X, dim=-1).numpy(), ls, **t)
+    np.testing.assert_allclose(F.softmax(X, dim=-1).numpy().sum(axis=-1), np.ones(shape[:-1]), **t)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -123,7 +123,7 @@ def test_large_magnitude_does_not_overflow(rng, dtype):
     x[1] -= 2000.0                     # a row around -1000 as well
     X = tt.from_numpy(x, tiles)
     ls = _np_log_softmax(x)
-    y, lsy = F.softmax(X).numpy(), F.log_softmax(X).numpy()
+    y, lsy = F.softmax(X, dim=-1).numpy(), F.log_softmax(X, dim=-1).numpy()
     assert np.all(np.isfinite(y)) and np.all(np.isfinite(lsy))
     np.testing.assert_allclose(y, np.exp(ls), **tol(dtype))
     np.testing.assert_allclose(lsy, ls, **tol(dtype))
@@ -172,9 +172,9 @@ VJP_GRIDS = [((4, 6), (4, 6)), ((5, 13), (2, 5)), ((2, 3, 8), (1, 2, 4)), ((9,),
 @pytest.mark.parametrize("shape,tiles", VJP_GRIDS)
 def test_vjp_softmax(rng, shape, tiles):
     x = rng.standard_normal(shape) * 2
-    vjp_check(lambda t: F.softmax(t), [x], [tiles])
+    vjp_check(lambda t: F.softmax(t, dim=-1), [x], [tiles])
     vjp_check(lambda t: F.log_softmax(t, dim=-1), [x], [tiles])
-    vjp_check(lambda t: F.softmax(t) * t, [x], [tiles])      # the input used twice
+    vjp_check(lambda t: F.softmax(t, dim=-1) * t, [x], [tiles])      # the input used twice
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -210,23 +210,55 @@ def test_cross_entropy_gradient_values(rng):
 
 # -- bad input -------------------------------------------------------------------------
 
-def test_softmax_bad_input(rng):
+def test_softmax_bad_input(rng, nothing_submitted):
     X = tt.from_numpy(rng.standard_normal((4, 6)), (2, 3))
     for fn in (F.softmax, F.log_softmax):
-        with pytest.raises(ValueError, match="only the last axis"):
-            fn(X, dim=0)
-        with pytest.raises(ValueError, match="only the last axis"):
-            fn(X, dim=-2)
-        with pytest.raises(ValueError, match="out of range"):
+        with pytest.raises(TypeError, match="dim is required"):
+            fn(X)
+        with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], "
+                                             r"but got 2\)"):
             fn(X, dim=2)
+        with pytest.raises(IndexError, match="Dimension out of range"):
+            fn(X, dim=-3)
         with pytest.raises(TypeError, match="dim must be an int"):
             fn(X, dim=1.0)
-        with pytest.raises(TypeError, match="x must be a tiletrain Tensor"):
-            fn(np.zeros((4, 6)))
+        with pytest.raises(TypeError, match="input must be a tiletrain Tensor"):
+            fn(np.zeros((4, 6)), dim=-1)
         with pytest.raises(TypeError, match="float32 and float64"):
-            fn(tt.from_numpy(np.zeros((4, 6), dtype=np.int64), (2, 3)))
+            fn(tt.from_numpy(np.zeros((4, 6), dtype=np.int64), (2, 3)), dim=-1)
         with pytest.raises(ValueError, match="0-d"):
-            fn(tt.from_numpy(np.array(1.0)))
+            fn(tt.from_numpy(np.array(1.0)), dim=-1)
+
+
+# -- any dim: forward against torch, backward against torch and VJP checks ------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,tiles", GRIDS)
+def test_softmax_every_dim_matches_torch(rng, shape, tiles, dtype):
+    torch = pytest.importorskip("torch")
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    X = tt.from_numpy(x, tiles)
+    for dim in range(-len(shape), len(shape)):
+        for fn, tfn in ((F.softmax, torch.softmax), (F.log_softmax, torch.log_softmax)):
+            y = fn(X, dim=dim)
+            assert y.shape == X.shape and y.tiles == X.tiles and y.dtype == dtype
+            np.testing.assert_allclose(y.numpy(), tfn(torch.from_numpy(x.astype(np.float64)), dim).numpy(),
+                                       **tol(dtype))
+
+
+@pytest.mark.parametrize("shape,tiles", [((5, 7, 6), (2, 3, 4)), ((9, 4), (4, 3))])
+def test_softmax_every_dim_backward_matches_torch(rng, shape, tiles):
+    torch = pytest.importorskip("torch")
+    x, g = rng.standard_normal(shape), rng.standard_normal(shape)
+    for dim in range(len(shape)):
+        for fn, tfn in ((F.softmax, torch.softmax), (F.log_softmax, torch.log_softmax)):
+            X = tt.from_numpy(x, tiles).requires_grad_()
+            fn(X, dim=dim).backward(tt.from_numpy(g, tiles))
+            T = torch.from_numpy(x).requires_grad_()
+            tfn(T, dim).backward(torch.from_numpy(g))
+            np.testing.assert_allclose(X.grad.numpy(), T.grad.numpy(), rtol=1e-10, atol=1e-10)
+        vjp_check(lambda t, dim=dim: F.softmax(t, dim=dim), [x], [tiles])
+        vjp_check(lambda t, dim=dim: F.log_softmax(t, dim=dim), [x], [tiles])
 
 
 def test_cross_entropy_bad_input(rng):

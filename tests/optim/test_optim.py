@@ -24,7 +24,7 @@ def _run_tiletrain(make_opt, w, b, x, steps, clip=None):
     for _ in range(steps):
         opt.zero_grad()
         y = tt.functional.linear(X, W, B)
-        loss = tt.sum(y * y, alpha=0.5)
+        loss = tt.sum(y * y) * 0.5
         loss.backward()
         if clip is not None:
             clip_grad_norm_([W, B], clip)

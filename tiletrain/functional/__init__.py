@@ -3,9 +3,11 @@ transformer needs, with autograd, under the names and argument orders of PyTorch
 torch.nn.functional (and torch for the basic arithmetic)."""
 from ..ops.activations import *  # noqa: F401,F403
 from ..ops.attention import *  # noqa: F401,F403
-from ..ops.basic import broadcast, matmul, scale, sum  # noqa: F401
+from ..ops.basic import broadcast, matmul, scale  # noqa: F401
 from ..ops.elementwise import *  # noqa: F401,F403
+from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.embedding import *  # noqa: F401,F403
 from ..ops.shape import flatten  # noqa: F401
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403
+from .losses import *  # noqa: F401,F403

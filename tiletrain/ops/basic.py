@@ -252,7 +252,7 @@ def _add_broadcast_bwd(node, g):
     x, b = node.inputs
     c = node.ctx
     return (_scaled(g, c["alpha"]) if x is not None else None,
-            sum(g, tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["beta"]) if b is not None else None)
+            _sum_axes(g, c["start"], c["naxes"], alpha=c["beta"]) if b is not None else None)
 
 
 def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tensor:
@@ -261,10 +261,10 @@ def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tens
     what = "broadcast"
     _any_float_tensor(b, what, "b")
     start, naxes = traits.axis_span(axis)
-    expect = traits.drop_axis(start, naxes)
-    if b.shape != expect.shape or b.tiles != expect.tiles:
-        raise ValueError(f"{what}: b must have shape {expect.shape} and tiles {expect.tiles}, "
-                         f"got shape {b.shape} and tiles {b.tiles}")
+    expect, keep = traits.drop_axis(start, naxes), traits.keep_axis(start, naxes)
+    if (b.shape, b.tiles) not in ((expect.shape, expect.tiles), (keep.shape, keep.tiles)):
+        raise ValueError(f"{what}: b must have shape {expect.shape} and tiles {expect.tiles} (or {keep.shape} "
+                         f"and {keep.tiles}), got shape {b.shape} and tiles {b.tiles}")
     alpha = _scalar(alpha, what, "alpha")
     y = Tensor(traits, b.dtype)
     run_span("bcast", start, naxes, [y], [b], reduce=False, alpha=alpha)
@@ -274,23 +274,24 @@ def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tens
 @backward_rule("broadcast")
 def _broadcast_bwd(node, g):
     c = node.ctx
-    return (sum(g, tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["alpha"]),)
+    return (_sum_axes(g, c["start"], c["naxes"], alpha=c["alpha"]),)
 
 
-def sum(x: Tensor, axis=None, alpha: float = 1.0) -> Tensor:  # noqa: A001 - mirrors numpy/torch
-    """alpha * the sum of all elements (a 0-d tensor), or along ``axis`` (an int or a tuple of
-    consecutive axes; those axes are removed).  The result has x's dtype; float16/bfloat16
-    inputs are summed into a float32 accumulator, rounded once at the end."""
+def _sum_axes(x: Tensor, start=None, naxes: int = 0, alpha: float = 1.0, out=None) -> Tensor:
+    """alpha * the sum of all elements (start None: a 0-d tensor), or along axes [start, start +
+    naxes) into ``out`` traits (default: those axes removed; tiletrain/ops/reduce.py also passes
+    them kept with size 1).  The one sum used inside tiletrain (tiletrain.sum is
+    tiletrain.ops.reduce.sum, torch-shaped).  The result has x's dtype; float16/bfloat16 inputs
+    are summed into a float32 accumulator, rounded once at the end."""
     _any_float_tensor(x, "sum", "x")
     alpha = _scalar(alpha, "sum", "alpha")
     acc_dtype = np.float32 if is_half(x.dtype) else x.dtype
-    if axis is None:
+    if start is None:
         start, naxes = 0, x.ndim
         y = Tensor(TensorTraits(()), acc_dtype)
         sum_all(alpha, x, 0.0, y)
     else:
-        start, naxes = x.traits.axis_span(axis)
-        y = Tensor(x.traits.drop_axis(start, naxes), acc_dtype)
+        y = Tensor(out if out is not None else x.traits.drop_axis(start, naxes), acc_dtype)
         run_span("sum_axis", start, naxes, [x], [y], reduce=True, alpha=alpha)
     if y.dtype != x.dtype:
         y = _cast(y, x.dtype)
@@ -303,23 +304,6 @@ def _sum_bwd(node, g):
     if c["naxes"] == 0:  # sum of a 0-d tensor
         return (_scaled(g, c["alpha"]),)
     return (broadcast(g, c["traits"], tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["alpha"]),)
-
-
-def max(x: Tensor, axis) -> Tensor:  # noqa: A001
-    """Maximum along ``axis`` (an int or a tuple of consecutive axes; removed); NaN propagates."""
-    _float_tensor(x, "max", "x")
-    if axis is None:
-        raise ValueError("max: axis is required (max along an axis)")
-    start, naxes = x.traits.axis_span(axis)
-    y = Tensor(x.traits.drop_axis(start, naxes), x.dtype)
-    run_span("max_axis", start, naxes, [x], [y], reduce=True)
-    return record("max", y, (x,))
-
-
-@backward_rule("max")
-def _max_bwd(node, g):
-    raise NotImplementedError("max along an axis has no backward rule yet (it is not differentiable in "
-                              "tiletrain); compute it under tiletrain.no_grad() or on detached tensors")
 
 
 def axpy_(y: Tensor, x: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
@@ -439,4 +423,4 @@ def _matmul_bwd(node, g):
 
 
 __all__ = ["fill_", "copy", "astype", "scale", "neg", "add_scalar", "rdiv_scalar", "add", "sub", "mul", "div",
-           "add_broadcast", "broadcast", "sum", "max", "matmul", "matmul_leading", "axpy_"]
+           "add_broadcast", "broadcast", "matmul", "matmul_leading", "axpy_"]

@@ -447,8 +447,8 @@ def _masked_fill_bwd(node, g):
     return (dx,)
 
 
-__all__ = ["UNARY", "BINARY", "Unary", "Binary", "abs", "add", "align", "clamp", "clip", "cos", "div", "divide",
+__all__ = ["abs", "add", "clamp", "clip", "cos", "div", "divide",
            "eq", "ge", "greater", "logical_and", "logical_not", "logical_or", "logical_xor", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
            "not_equal", "where", "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",
-           "relu", "result_layout", "rsqrt", "sigmoid", "sign", "silu", "sin", "sqrt", "sub", "subtract", "tanh",
+           "relu", "rsqrt", "sigmoid", "sign", "silu", "sin", "sqrt", "sub", "subtract", "tanh",
            "true_divide"]

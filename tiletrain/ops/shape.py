@@ -379,14 +379,12 @@ def sum_to(g: Tensor, shape) -> Tensor:
     lead = g.ndim - len(shape)
     if lead < 0 or any(s != 1 and s != n for s, n in zip(shape, g.shape[lead:])):
         raise ValueError(f"sum_to: shape {shape} does not broadcast to g's shape {g.shape}")
+    from .reduce import sum as _sum
     if not shape:
-        return basic.sum(g)
-    if lead:
-        g = basic.sum(g, tuple(range(lead)))
-    for a, s in enumerate(shape):
-        if s == 1 and g.shape[a] != 1:
-            g = unsqueeze(basic.sum(g, a), a)
-    return g
+        return _sum(g)
+    dims = tuple(range(lead)) + tuple(lead + a for a, s in enumerate(shape) if s == 1 and g.shape[lead + a] != 1)
+    g = _sum(g, dims, keepdim=True)  # keepdim: the same tiles, no copy
+    return squeeze(g, tuple(range(lead))) if lead else g
 
 
 # ---- getitem ----------------------------------------------------------------------------------
@@ -566,4 +564,4 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
 
 
 __all__ = ["retile", "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t",
-           "expand", "broadcast_to", "getitem", "cat", "stack", "split", "chunk", "expand_to", "sum_to"]
+           "expand", "broadcast_to", "getitem", "cat", "stack", "split", "chunk"]

@@ -1,6 +1,6 @@
-"""softmax, log_softmax and a fused cross-entropy, along the last axis.
+"""softmax, log_softmax (along any axis) and a fused cross-entropy (along the last axis).
 
-The last axis may be split into several tiles.  Each op first runs a span reduction along
+The axis may be split into several tiles.  Each op first runs a span reduction along
 it that keeps two numbers per row, the row max ``mx`` and ``s = sum exp(x - mx)``
 (accumulated online across the row's tiles), then a broadcast pass over the tiles.  The
 backward rules recompute the probabilities ``exp(x - mx) / s`` from the saved input and
@@ -22,65 +22,64 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import run_map, run_span, sum_all
-from ..tensors import Tensor, TensorTraits
+from ..tensors import Tensor, TensorTraits, as_dtype
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _tensor
+from .basic import _float_tensor, _tensor, astype
 
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _last_axis(x: Tensor, dim, what: str) -> int:
-    if x.ndim == 0:
-        raise ValueError(f"{what}: x must have at least one axis, got a 0-d tensor")
+def _axis(x: Tensor, dim, what: str) -> int:
+    if dim is None:
+        raise TypeError(f"{what}: dim is required (torch's implicit dim choice is deprecated): pass dim=-1 for "
+                        "the last axis")
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise TypeError(f"{what}: dim must be an int, got {type(dim).__name__}")
+    if x.ndim == 0:
+        raise ValueError(f"{what}: input must have at least one axis, got a 0-d tensor")
     if not -x.ndim <= dim < x.ndim:
-        raise ValueError(f"{what}: dim {dim} out of range for a rank-{x.ndim} tensor")
-    axis = int(dim) % x.ndim
-    if axis != x.ndim - 1:
-        raise ValueError(f"{what}: only the last axis is supported (dim=-1 or dim={x.ndim - 1}), "
-                         f"got dim={dim}")
-    return axis
+        raise IndexError(f"{what}: Dimension out of range (expected to be in range of [{-x.ndim}, {x.ndim - 1}], "
+                         f"but got {dim})")
+    return int(dim) % x.ndim
 
 
-def _row_stats(x: Tensor) -> tuple[Tensor, Tensor]:
-    """(row max, row sum of exp(x - max)) along the last axis, as span-reduction tasks."""
-    rows = x.traits.drop_axis(x.ndim - 1)
+def _row_stats(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
+    """(max, sum of exp(x - max)) along ``axis``, as span-reduction tasks."""
+    rows = x.traits.drop_axis(axis)
     mx, s = Tensor(rows, x.dtype), Tensor(rows, x.dtype)
-    run_span("softmax_stats", x.ndim - 1, 1, [x], [mx, s], reduce=True)
+    run_span("softmax_stats", axis, 1, [x], [mx, s], reduce=True)
     return mx, s
 
 
-def _softmax(x: Tensor, dim, islog: int, what: str) -> Tensor:
-    _float_tensor(x, what, "x")
-    axis = _last_axis(x, dim, what)
-    mx, s = _row_stats(x)
+def _softmax(x: Tensor, dim, dtype, islog: int, what: str) -> Tensor:
+    _float_tensor(x, what, "input")
+    axis = _axis(x, dim, what)
+    if dtype is not None and as_dtype(dtype) != x.dtype:
+        x = astype(x, dtype)
+        _float_tensor(x, what, "dtype")
+    mx, s = _row_stats(x, axis)
     y = Tensor(x.traits, x.dtype)
-    run_span("softmax_apply", axis, 1, [x, y], [mx, s],
-                 reduce=False, islog=islog)
-    return record(what, y, (x,), saved=(x, mx, s), islog=islog)
+    run_span("softmax_apply", axis, 1, [x, y], [mx, s], reduce=False, islog=islog)
+    return record(what, y, (x,), saved=(x, mx, s), islog=islog, axis=axis)
 
 
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x - max) / sum(exp(x - max)) along the last axis (``dim`` must name it)."""
-    return _softmax(x, dim, 0, "softmax")
+def softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
+    """torch.nn.functional.softmax: exp(x - max) / sum(exp(x - max)) along ``dim`` (required)."""
+    return _softmax(input, dim, dtype, 0, "softmax")
 
 
-def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """(x - max) - log(sum(exp(x - max))) along the last axis (``dim`` must name it)."""
-    return _softmax(x, dim, 1, "log_softmax")
+def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
+    """torch.nn.functional.log_softmax: (x - max) - log(sum(exp(x - max))) along ``dim`` (required)."""
+    return _softmax(input, dim, dtype, 1, "log_softmax")
 
 
 def _softmax_bwd(node, g):
     x, mx, s = node.saved
-    islog = node.ctx["islog"]
-    axis = x.ndim - 1
+    islog, axis = node.ctx["islog"], node.ctx["axis"]
     d = Tensor(mx.traits, x.dtype)  # sum(g * y) for softmax, sum(g) for log_softmax
-    run_span("softmax_bwd_dot", axis, 1, [x, g],
-                 [mx, s, d], reduce=True, islog=islog)
+    run_span("softmax_bwd_dot", axis, 1, [x, g], [mx, s, d], reduce=True, islog=islog)
     dx = Tensor(x.traits, x.dtype)
-    run_span("softmax_bwd", axis, 1, [x, g, dx], [mx, s, d],
-                 reduce=False, islog=islog)
+    run_span("softmax_bwd", axis, 1, [x, g, dx], [mx, s, d], reduce=False, islog=islog)
     return (dx,)
 
 

@@ -173,6 +173,14 @@ class TensorTraits:
         end = axis + naxes
         return TensorTraits(self.shape[:axis] + self.shape[end:], self.tiles[:axis] + self.tiles[end:], self.dist)
 
+    def keep_axis(self, axis: int, naxes: int = 1) -> "TensorTraits":
+        """These traits with axes [axis, axis + naxes) of size 1 in tiles of 1 (keepdim: the same
+        grid and tile memory as drop_axis)."""
+        end = axis + naxes
+        one = (1,) * naxes
+        return TensorTraits(self.shape[:axis] + one + self.shape[end:], self.tiles[:axis] + one + self.tiles[end:],
+                            self.dist)
+
     def axis_span(self, axis) -> tuple[int, int]:
         """(first axis, count) for an int axis or a tuple of consecutive axes (negatives allowed)."""
         if isinstance(axis, (tuple, list)):

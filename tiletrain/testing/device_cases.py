@@ -87,10 +87,27 @@ def elementwise_math(rng, dt):
 def reductions(rng, dt):
     x = _t(rng, (5, 4, 6), (2, 3, 4), dt)
     b = _t(rng, (5, 6), (2, 4), dt)
-    return dict(sum0=tt.sum(x, axis=0), sum1=tt.sum(x, axis=1, alpha=0.5), sum2=tt.sum(x, axis=2),
-                sum01=tt.sum(x, axis=(0, 1)), sum_all=tt.sum(x), max1=tt.max(x, axis=1), max2=tt.max(x, axis=2),
+    return dict(sum0=tt.sum(x, dim=0), sum1=tt.sum(x, dim=1) * 0.5, sum2=tt.sum(x, dim=2),
+                sum01=tt.sum(x, dim=(0, 1)), sum_all=tt.sum(x), max1=tt.amax(x, dim=1), max2=tt.amax(x, dim=2),
                 add_bcast=tt.add_broadcast(x, b, 1, alpha=2.0, beta=0.5),
                 bcast=tt.broadcast(b, x.traits, 1, alpha=3.0))
+
+
+@case
+def torch_reductions(rng, dt):
+    """tiletrain/ops/reduce.py and the losses, forward and backward (every reduction kernel)."""
+    x = _t(rng, (5, 4, 6), (2, 3, 4), dt, grad=True)
+    t = _t(rng, (5, 4, 6), (2, 3, 4), dt, grad=True)
+    v, i = tt.max(x, 1, keepdim=True)
+    outs = dict(amin=tt.amin(x, (0, 2)), max_v=v, max_i=i, argmin=tt.argmin(x), var=tt.var(x, (0, 2)),
+                std=tt.std(x, 1), lse=tt.logsumexp(x, (1, 2)), norm3=tt.norm(x, 3.0, 0), norm2=tt.norm(x),
+                mse=F.mse_loss(x, t), l1=F.l1_loss(x, t, reduction="sum"),
+                bce=F.binary_cross_entropy_with_logits(x, t, reduction="none"))
+    loss = tt.sum(outs["bce"]) + outs["mse"] + outs["l1"] + tt.sum(outs["var"]) + tt.sum(outs["std"])
+    for k in ("amin", "max_v", "lse", "norm3", "norm2"):
+        loss = loss + tt.sum(outs[k])
+    loss.backward()
+    return dict(outs, loss=loss, dx=x.grad, dt=t.grad)
 
 
 @case

@@ -101,3 +101,224 @@ void tt_cpu_bcast(const tt_args_bcast *a, void *y, const void *b)
             }
     });
 }
+
+/* ---- reductions of tiletrain/ops/reduce.py (kernels.def `# --- reductions`) ---- */
+
+void tt_cpu_min_axis(const tt_args_min_axis *a, const void *x, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++) {
+            T *row = py + i * n;
+            int64_t l0 = 0;
+            if (a->first) {
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = px[i * k * n + j];
+                l0 = 1;
+            }
+            for (int64_t l = l0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++)
+                    if (src[j] < row[j] || isnan(src[j]))
+                        row[j] = src[j];
+            }
+        }
+    });
+}
+
+/* v replaces best: strictly better, or the first NaN (torch: NaN is the extreme, first wins). */
+#define TT_ARG_BETTER(v, best, ismin) \
+    (isnan(v) ? !isnan(best) : !isnan(best) && ((ismin) ? (v) < (best) : (v) > (best)))
+
+/* arg_axis / arg_carry: ci == NULL: index = koff + l; else index = (koff + l) * inner + ci. */
+static void arg_reduce(int dtype, int64_t m, int64_t k, int64_t n, int64_t first, int64_t koff, int64_t inner,
+                       int64_t ismin, const void *x, const int64_t *ci, void *v, int64_t *idx)
+{
+    TT_FLOAT_DISPATCH(dtype, {
+        const T *px = x;
+        T *pv = v;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                const int64_t *csrc = ci ? ci + (i * k + l) * n : NULL;
+                for (int64_t j = 0; j < n; j++) {
+                    int64_t r = i * n + j;
+                    if ((first && l == 0) || TT_ARG_BETTER(src[j], pv[r], ismin)) {
+                        pv[r] = src[j];
+                        idx[r] = csrc ? (koff + l) * inner + csrc[j] : koff + l;
+                    }
+                }
+            }
+    });
+}
+
+void tt_cpu_arg_axis(const tt_args_arg_axis *a, const void *x, void *v, void *i)
+{
+    arg_reduce(a->dtype, a->m, a->k, a->n, a->first, a->koff, 1, a->ismin, x, NULL, v, i);
+}
+
+void tt_cpu_arg_carry(const tt_args_arg_carry *a, const void *x, const void *ci, void *v, void *i)
+{
+    arg_reduce(a->dtype, a->m, a->k, a->n, a->first, a->koff, a->inner, a->ismin, x, ci, v, i);
+}
+
+void tt_cpu_arg_scatter(const tt_args_arg_scatter *a, void *dx, const void *i, const void *g)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    const int64_t *pi = i;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *pg = g;
+        T *pd = dx;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t l = 0; l < k; l++)
+                for (int64_t j = 0; j < n; j++)
+                    pd[(r * k + l) * n + j] = pi[r * n + j] == a->koff + l ? pg[r * n + j] : (T)0;
+    });
+}
+
+void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x, const void *mu, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pm = mu;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0.0, c = (double)pm[i * n + j];
+                for (int64_t l = 0; l < k; l++) {
+                    double d = (double)px[(i * k + l) * n + j] - c;
+                    acc += d * d;
+                }
+                py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + a->alpha * acc);
+            }
+    });
+}
+
+void tt_cpu_eq_mask(const tt_args_eq_mask *a, const void *x, const void *v, void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pv = v;
+        T *py = y;
+        for (int64_t e = 0; e < a->n; e++)
+            py[e] = px[e] == pv[e] ? (T)1 : (T)0;
+    });
+}
+
+void tt_cpu_lse_finish(const tt_args_lse_finish *a, const void *mx, const void *s, void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *pm = mx, *ps = s;
+        T *py = y;
+        for (int64_t e = 0; e < a->n; e++)
+            py[e] = isinf(pm[e]) ? pm[e] : pm[e] + log(ps[e]); /* all -inf: -inf; a +inf: +inf */
+    });
+}
+
+static inline double pnorm_term(double v, double p)
+{
+    v = fabs(v);
+    return p == 2.0 ? v * v : p == 1.0 ? v : p == 0.0 ? (double)(v != 0.0) : pow(v, p);
+}
+
+void tt_cpu_pnorm_axis(const tt_args_pnorm_axis *a, const void *x, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0.0;
+                for (int64_t l = 0; l < k; l++)
+                    acc += pnorm_term((double)px[(i * k + l) * n + j], a->p);
+                py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + acc);
+            }
+    });
+}
+
+void tt_cpu_pnorm_root(const tt_args_pnorm_root *a, const void *s, void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *ps = s;
+        T *py = y;
+        for (int64_t e = 0; e < a->n; e++)
+            py[e] = a->p == 0.0 ? ps[e] : a->p == 1.0 ? ps[e] : a->p == 2.0 ? sqrt(ps[e]) : pow(ps[e], 1.0 / a->p);
+    });
+}
+
+void tt_cpu_pnorm_bwd(const tt_args_pnorm_bwd *a, const void *x, const void *out, const void *g, void *dx)
+{
+    const double p = a->p;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *po = out, *pg = g;
+        T *pd = dx;
+        for (int64_t e = 0; e < a->n; e++) {
+            double v = px[e], o = po[e], sg = (v > 0) - (v < 0), r;
+            if (p == 0.0 || o == 0.0)
+                r = 0.0;
+            else if (p == 1.0)
+                r = sg;
+            else if (p == 2.0)
+                r = v / o;
+            else
+                r = sg * pow(fabs(v), p - 1.0) / pow(o, p - 1.0);
+            pd[e] = (T)(r * (double)pg[e]);
+        }
+    });
+}
+
+void tt_cpu_absdiff(const tt_args_absdiff *a, const void *pa, const void *pb, void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *u = pa, *w = pb;
+        T *py = y;
+        for (int64_t e = 0; e < a->n; e++)
+            py[e] = fabs(u[e] - w[e]);
+    });
+}
+
+void tt_cpu_absdiff_bwd(const tt_args_absdiff_bwd *a, const void *pa, const void *pb, const void *g, void *dx)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *u = pa, *w = pb, *pg = g;
+        T *pd = dx;
+        for (int64_t e = 0; e < a->n; e++) {
+            T d = u[e] - w[e];
+            pd[e] = (T)(a->alpha * (double)((d > 0) - (d < 0)) * (double)pg[e]);
+        }
+    });
+}
+
+/* softplus(-x) = log1p(exp(-|x|)) + max(-x, 0), without overflow */
+static inline double softplus_neg(double x) { return log1p(exp(-fabs(x))) + (x < 0 ? -x : 0.0); }
+
+void tt_cpu_bce_logits(const tt_args_bce_logits *a, const void *x, const void *t, const void *w, const void *pw,
+                       void *y)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pt = t, *pW = w, *pP = pw;
+        T *py = y;
+        for (int64_t e = 0; e < a->n; e++) {
+            double xv = px[e], tv = pt[e], lw = 1.0 + ((double)pP[e] - 1.0) * tv;
+            py[e] = (T)((double)pW[e] * ((1.0 - tv) * xv + lw * softplus_neg(xv)));
+        }
+    });
+}
+
+void tt_cpu_bce_logits_bwd(const tt_args_bce_logits_bwd *a, const void *x, const void *t, const void *w,
+                           const void *pw, const void *g, void *dx, void *dt)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pt = t, *pW = w, *pP = pw, *pg = g;
+        T *pdx = dx, *pdt = dt;
+        for (int64_t e = 0; e < a->n; e++) {
+            double xv = px[e], tv = pt[e], pv = pP[e], lw = 1.0 + (pv - 1.0) * tv;
+            double sig = xv >= 0 ? 1.0 / (1.0 + exp(-xv)) : exp(xv) / (1.0 + exp(xv)); /* sigmoid(x) */
+            double s = (double)pW[e] * (double)pg[e];
+            pdx[e] = (T)(s * ((1.0 - tv) + lw * (sig - 1.0)));
+            pdt[e] = (T)(s * (-xv + (pv - 1.0) * softplus_neg(xv)));
+        }
+    });
+}

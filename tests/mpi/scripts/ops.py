@@ -25,8 +25,8 @@ res["add"] = tt.add(A, B, alpha=2.0).numpy()
 res["mul"] = (A * B).numpy()
 res["matmul"] = tt.matmul(A, M).numpy()               # k split over 3 tiles, owners mixed
 res["matmul_tn"] = tt.matmul(A, B, transpose_a=True).numpy()
-res["sum0"] = tt.sum(A, axis=0).numpy()
-res["sum1"] = tt.sum(B, axis=1).numpy()
+res["sum0"] = tt.sum(A, dim=0).numpy()
+res["sum1"] = tt.sum(B, dim=1).numpy()
 res["sum_all"] = np.array(float(tt.sum(A)))
 # a tensor owned by the last rank only, combined with distributed ones
 L = tt.from_numpy(b, (3, 2), dist=SingleRank(w - 1))

@@ -1,0 +1,104 @@
+"""Losses with torch.nn.functional's signatures and numerics: mse_loss, l1_loss,
+binary_cross_entropy_with_logits (cross_entropy lives in tiletrain/ops/softmax.py).
+
+Each is element-wise kernels (kernels.def, `# --- reductions`: absdiff, bce_logits and their
+backward kernels) followed by tiletrain/ops/reduce.py's mean or sum.  input and target have one
+shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
+from __future__ import annotations
+
+from ..ops import basic, reduce
+from ..ops.autograd import backward_rule, record
+from ..ops.basic import _float_tensor, _same
+from ..runtime.kernels import run_map, run_span
+from ..tensors import Tensor
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    return loss if reduction == "none" else reduce.mean(loss) if reduction == "mean" else reduce.sum(loss)
+
+
+def _check(what: str, input, target, reduction) -> None:
+    _float_tensor(input, what, "input")
+    _float_tensor(target, what, "target")
+    _same(what, input, target, names=("input", "target"))
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """torch.nn.functional.mse_loss: (input - target)^2, reduced."""
+    _check("mse_loss", input, target, reduction)
+    d = basic.sub(input, target)
+    return _reduce(basic.mul(d, d), reduction)
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """torch.nn.functional.l1_loss: |input - target|, reduced (gradient sign(input - target),
+    0 where they are equal)."""
+    _check("l1_loss", input, target, reduction)
+    y = Tensor(input.traits, input.dtype)
+    run_map("absdiff", input, target, y)
+    return _reduce(record("absdiff", y, (input, target), saved=(input, target)), reduction)
+
+
+@backward_rule("absdiff")
+def _absdiff_bwd(node, g):
+    a, b = node.saved
+    da = Tensor(a.traits, a.dtype)
+    run_map("absdiff_bwd", a, b, g, da, alpha=1.0)
+    return (da if node.inputs[0] is not None else None,
+            basic.neg(da) if node.inputs[1] is not None else None)
+
+
+def _check_weight(w, x: Tensor, what: str, name: str) -> None:
+    """w: None, input's shape and tiles, or 1-D over input's last axis (checked before any task)."""
+    if w is None:
+        return
+    _float_tensor(w, what, name)
+    if w.dtype != x.dtype:
+        raise TypeError(f"{what}: dtype mismatch, input is {x.dtype} and {name} is {w.dtype}")
+    if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])):
+        raise ValueError(f"{what}: {name} must have input's shape {x.shape} and tiles {x.tiles}, or be 1-D of "
+                         f"shape {x.shape[-1:]} with tiles {x.tiles[-1:]} (input's last axis); got shape "
+                         f"{w.shape} and tiles {w.tiles}")
+
+
+def _weight(w, x: Tensor) -> Tensor:
+    """w (checked) as a tensor of x's layout: None -> ones; a 1-D w broadcast over x's other axes."""
+    if w is not None and w.shape == x.shape:
+        return w
+    t = Tensor(x.traits, x.dtype)
+    if w is None:
+        run_map("fill", t, value=1.0)
+    else:
+        run_span("bcast", 0, x.ndim - 1, [t], [w], reduce=False, alpha=1.0)
+    return t
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None, reduction: str = "mean",
+                                     pos_weight=None) -> Tensor:
+    """torch.nn.functional.binary_cross_entropy_with_logits, in torch's stable form
+    (1 - t) x + (1 + (pos_weight - 1) t) (log1p(exp(-|x|)) + max(-x, 0)), times weight.
+    weight and pos_weight: input's shape, or 1-D over the last axis.  Gradients flow to input
+    and target (not to weight or pos_weight)."""
+    what = "binary_cross_entropy_with_logits"
+    _check(what, input, target, reduction)
+    _check_weight(weight, input, what, "weight")
+    _check_weight(pos_weight, input, what, "pos_weight")
+    w, pw = _weight(weight, input), _weight(pos_weight, input)
+    y = Tensor(input.traits, input.dtype)
+    run_map("bce_logits", input, target, w, pw, y)
+    return _reduce(record("bce_logits", y, (input, target), saved=(input, target, w, pw)), reduction)
+
+
+@backward_rule("bce_logits")
+def _bce_logits_bwd(node, g):
+    x, t, w, pw = node.saved
+    dx, dt = Tensor(x.traits, x.dtype), Tensor(x.traits, x.dtype)
+    run_map("bce_logits_bwd", x, t, w, pw, g, dx, dt)
+    return (dx if node.inputs[0] is not None else None, dt if node.inputs[1] is not None else None)
+
+
+__all__ = ["binary_cross_entropy_with_logits", "l1_loss", "mse_loss"]

@@ -1,0 +1,418 @@
+"""Reductions with torch's signatures: sum, mean, var, std, amax, amin, max, min, argmax,
+argmin, logsumexp, norm.
+
+``dim`` is an int or a tuple of ints (any order, negatives allowed, not necessarily
+consecutive); None (or an empty tuple, where torch allows it) reduces every axis.  A set of
+reduced axes is split into runs of consecutive axes, reduced one run after another, highest
+run first (so the lower runs keep their axis numbers), each run by one span expander call
+(csrc/expand.c, tt_span_map: one task per tile pair).  ``keepdim`` results cost no copy: the
+span expander writes a reduced operand that keeps the reduced axes with size 1 (tiles of 1)
+as well as one without them.
+
+Gradients: sum, mean and logsumexp over several runs are chains of recorded single-run
+reductions (the chain rule composes them); amax/amin (torch's gradient: evenly distributed
+among the tied extremes of the whole reduced set), var/std and norm record one node for the
+whole set and broadcast back over every run (_expand)."""
+from __future__ import annotations
+
+import math
+import numbers
+from collections import namedtuple
+from typing import NamedTuple
+
+import numpy as np
+
+from ..runtime.kernels import run_map, run_span
+from ..tensors import Tensor, TensorTraits, as_dtype, is_float
+from . import basic
+from .autograd import backward_rule, record
+from .basic import _float_tensor
+
+# torch.return_types.max / min: (values, indices)
+return_types = type("return_types", (), {
+    "max": namedtuple("max", ["values", "indices"]),
+    "min": namedtuple("min", ["values", "indices"]),
+})
+
+
+# ---- dims, runs, stages -------------------------------------------------------------------
+
+def _dim_index(x: Tensor, d, what: str) -> int:
+    if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+        raise TypeError(f"{what}: dim must be an int or a tuple of ints, got {type(d).__name__}")
+    lo, hi = (-1, 0) if x.ndim == 0 else (-x.ndim, x.ndim - 1)
+    if not lo <= d <= hi:
+        raise IndexError(f"{what}: Dimension out of range (expected to be in range of [{lo}, {hi}], but got {d})")
+    return int(d) % x.ndim if x.ndim else 0
+
+
+def _dims(x: Tensor, dim, what: str) -> tuple[int, ...]:
+    """The sorted axes to reduce (every axis for None or ())."""
+    if dim is None:
+        return tuple(range(x.ndim))
+    if isinstance(dim, (tuple, list)):
+        out = [_dim_index(x, d, what) for d in dim]
+        for d in out:
+            if out.count(d) > 1:
+                raise ValueError(f"{what}: dim {d} appears multiple times in the list of dims")
+        dims = tuple(sorted(out)) if out else tuple(range(x.ndim))
+    else:
+        dims = (_dim_index(x, dim, what),)
+    return dims if x.ndim else ()  # a 0-d tensor takes dim 0 or -1 and has nothing to reduce
+
+
+class _Stage(NamedTuple):
+    """One run of consecutive axes [start, start + naxes) and the traits before and after it."""
+    start: int
+    naxes: int
+    src: TensorTraits
+    dst: TensorTraits
+
+
+def _stages(traits: TensorTraits, dims, keepdim: bool) -> list[_Stage]:
+    """The runs of ``dims`` (sorted), highest first, with the traits before and after each."""
+    runs: list[list[int]] = []
+    for d in dims:
+        if runs and runs[-1][-1] == d - 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    out, t = [], traits
+    for r in reversed(runs):
+        dst = t.keep_axis(r[0], len(r)) if keepdim else t.drop_axis(r[0], len(r))
+        out.append(_Stage(r[0], len(r), t, dst))
+        t = dst
+    return out
+
+
+def _count(x: Tensor, dims) -> int:
+    return math.prod(x.shape[d] for d in dims)
+
+
+def _span_reduce(kernel: str, x: Tensor, stages, **fields) -> Tensor:
+    """``kernel`` (a span reduction) along each stage in turn; nothing recorded."""
+    for st in stages:
+        y = Tensor(st.dst, x.dtype)
+        run_span(kernel, st.start, st.naxes, [x], [y], reduce=True, **fields)
+        x = y
+    return x
+
+
+def _expand(t: Tensor, stages) -> Tensor:
+    """t (the result of ``stages``) repeated back over every stage's axes: the first stage's
+    input layout.  Nothing recorded."""
+    for st in reversed(stages):
+        y = Tensor(st.src, t.dtype)
+        run_span("bcast", st.start, st.naxes, [y], [t], reduce=False, alpha=1.0)
+        t = y
+    return t
+
+
+def _keepdim(v, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{what}: keepdim must be a bool, got {type(v).__name__}")
+    return v
+
+
+def _noop(x: Tensor) -> Tensor:
+    """A 0-d (or empty-dims) reduction: x itself, as a new tensor."""
+    return basic.copy(x)
+
+
+# ---- sum, mean ----------------------------------------------------------------------------
+
+def _sum_stages(x: Tensor, stages, alpha: float) -> Tensor:
+    for i, st in enumerate(stages):
+        x = basic._sum_axes(x, st.start, st.naxes, alpha if i == 0 else 1.0, out=st.dst)
+    return x
+
+
+def _cast_to(x: Tensor, dtype, what: str) -> Tensor:
+    if dtype is None:
+        return x
+    dt = as_dtype(dtype)
+    if not is_float(dt):
+        raise TypeError(f"{what}: dtype must be a float dtype, got {dt}")
+    return x if dt == x.dtype else basic.astype(x, dt)
+
+
+def _sum_like(x, dim, keepdim, dtype, what: str, mean: bool) -> Tensor:
+    basic._any_float_tensor(x, what, "input")
+    dims = _dims(x, dim, what)
+    keepdim = _keepdim(keepdim, what)
+    x = _cast_to(x, dtype, what)
+    n = _count(x, dims)
+    alpha = (1.0 / n if n else math.nan) if mean else 1.0
+    if x.ndim == 0:
+        return basic.scale(x, alpha) if alpha != 1.0 else _noop(x)
+    if len(dims) == x.ndim and not keepdim:
+        return basic._sum_axes(x, None, 0, alpha)
+    return _sum_stages(x, _stages(x.traits, dims, keepdim), alpha)
+
+
+def sum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A001
+    """torch.sum: the sum over ``dim`` (None: every element, a 0-d tensor)."""
+    return _sum_like(input, dim, keepdim, dtype, "sum", mean=False)
+
+
+def mean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """torch.mean."""
+    return _sum_like(input, dim, keepdim, dtype, "mean", mean=True)
+
+
+# ---- amax, amin, max, min -----------------------------------------------------------------
+
+def _extreme(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
+    _float_tensor(x, what, "input")
+    dims = _dims(x, dim, what)
+    keepdim = _keepdim(keepdim, what)
+    if x.ndim == 0:
+        return _noop(x)
+    stages = _stages(x.traits, dims, keepdim)
+    y = _span_reduce("min_axis" if ismin else "max_axis", x, stages)
+    return record("amax", y, (x,), saved=(x, y), stages=stages)
+
+
+@backward_rule("amax")
+def _amax_bwd(node, g):
+    """torch: the gradient is split evenly among the elements equal to the result."""
+    x, y = node.saved
+    stages = node.ctx["stages"]
+    mask = Tensor(x.traits, x.dtype)
+    run_map("eq_mask", x, _expand(y, stages), mask)
+    count = _span_reduce("sum_axis", mask, stages, alpha=1.0)
+    return (basic.mul(mask, _expand(basic.div(g, count), stages)),)
+
+
+def amax(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
+    """torch.amax: the maximum over ``dim`` (() or None: every axis); NaN propagates."""
+    return _extreme(input, dim, keepdim, 0, "amax")
+
+
+def amin(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
+    """torch.amin."""
+    return _extreme(input, dim, keepdim, 1, "amin")
+
+
+def _arg_dim(x: Tensor, dim, keepdim, ismin: int, what: str) -> tuple[Tensor, Tensor]:
+    """(values, int64 indices) along one axis, as torch.max(x, dim)."""
+    _float_tensor(x, what, "input")
+    if isinstance(dim, (tuple, list)):
+        raise TypeError(f"{what}: dim must be an int, got {type(dim).__name__}")
+    axis = _dim_index(x, dim, what)
+    keepdim = _keepdim(keepdim, what)
+    if x.ndim == 0:
+        i = Tensor(TensorTraits(()), np.int64)
+        run_map("fill", i, value=0.0)
+        return _noop(x), i
+    (st,) = _stages(x.traits, (axis,), keepdim)
+    v, i = Tensor(st.dst, x.dtype), Tensor(st.dst, np.int64)
+    run_span("arg_axis", axis, 1, [x], [v, i], reduce=True, ismin=ismin)
+    return record("max_dim", v, (x,), saved=(i,), traits=x.traits, axis=axis), i
+
+
+@backward_rule("max_dim")
+def _max_dim_bwd(node, g):
+    (i,) = node.saved
+    dx = Tensor(node.ctx["traits"], g.dtype)
+    run_span("arg_scatter", node.ctx["axis"], 1, [dx], [i, g], reduce=False)
+    return (dx,)
+
+
+def _max_min(x, dim, keepdim, ismin: int, what: str):
+    if dim is None:
+        if keepdim:
+            raise TypeError(f"{what}: keepdim needs a dim (torch.{what}(input) reduces every element)")
+        return _extreme(x, None, False, ismin, what)
+    if isinstance(dim, Tensor):
+        raise TypeError(f"{what}: dim must be an int (the element-wise {what} of two tensors is "
+                        f"{'minimum' if ismin else 'maximum'})")
+    return getattr(return_types, what)(*_arg_dim(x, dim, keepdim, ismin, what))
+
+
+def max(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
+    """torch.max: max(input) is the maximum element (0-d, gradient as amax); max(input, dim,
+    keepdim=False) is a (values, indices) namedtuple, int64 indices of the first maximum
+    (the first NaN), the gradient flowing to the selected index."""
+    return _max_min(input, dim, keepdim, 0, "max")
+
+
+def min(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
+    """torch.min (see max)."""
+    return _max_min(input, dim, keepdim, 1, "min")
+
+
+def _argext(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
+    if dim is not None:
+        return _arg_dim(x, dim, keepdim, ismin, what)[1]
+    _float_tensor(x, what, "input")
+    keepdim = _keepdim(keepdim, what)
+    if x.ndim == 0:
+        return _arg_dim(x, 0, False, ismin, what)[1]
+    # the flat index: the last axis first, then each earlier axis carrying the index chosen so
+    # far (index = position * inner + carried), so ties keep the first index in row-major order
+    v, i, inner = x, None, 1
+    for axis in reversed(range(x.ndim)):
+        (st,) = _stages(v.traits, (axis,), keepdim)
+        nv, ni = Tensor(st.dst, x.dtype), Tensor(st.dst, np.int64)
+        if i is None:
+            run_span("arg_axis", axis, 1, [v], [nv, ni], reduce=True, ismin=ismin)
+        else:
+            run_span("arg_carry", axis, 1, [v, i], [nv, ni], reduce=True, inner=inner, ismin=ismin)
+        v, i, inner = nv, ni, inner * x.shape[axis]
+    return i
+
+
+def argmax(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """torch.argmax: int64 index of the first maximum along ``dim`` (None: in the flattened
+    tensor)."""
+    return _argext(input, dim, keepdim, 0, "argmax")
+
+
+def argmin(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """torch.argmin."""
+    return _argext(input, dim, keepdim, 1, "argmin")
+
+
+# ---- var, std -----------------------------------------------------------------------------
+
+def _var(x: Tensor, dim, correction, keepdim, root: bool, what: str) -> Tensor:
+    _float_tensor(x, what, "input")
+    dims = _dims(x, dim, what)
+    keepdim = _keepdim(keepdim, what)
+    correction = basic._scalar(correction, what, "correction")
+    n = _count(x, dims)
+    div = n - correction
+    alpha = 1.0 / div if div > 0 else math.inf  # torch: 0/0 = nan, s/0 = inf
+    if x.ndim == 0:  # one element
+        out = Tensor(x.traits, x.dtype)
+        run_map("fill", out, value=math.nan if div <= 0 else 0.0)
+        return out
+    stages = _stages(x.traits, dims, keepdim)
+    mu = _span_reduce("sum_axis", _span_reduce("sum_axis", x, stages[:1], alpha=1.0 / n), stages[1:], alpha=1.0)
+    first = stages[0]
+    sq = Tensor(first.dst, x.dtype)  # two-pass: sum((x - mean)^2), the mean read as a reduced operand
+    run_span("sqdev_axis", first.start, first.naxes, [x], [_expand(mu, stages[1:]), sq], reduce=True, alpha=alpha)
+    y = _span_reduce("sum_axis", sq, stages[1:], alpha=1.0)
+    if root:
+        r = Tensor(y.traits, y.dtype)
+        run_map("sqrt_scalar", y, r)
+        y = r
+    return record("var", y, (x,), saved=(x, mu, y), stages=stages, scale=2.0 / div if div > 0 else math.inf,
+                  root=root)
+
+
+@backward_rule("var")
+def _var_bwd(node, g):
+    """d var = 2 (x - mean) / (N - correction) g;  d std = d var / (2 std)."""
+    x, mu, y = node.saved
+    c = node.ctx
+    if c["root"]:
+        g = basic.div(g, y, 0.5)
+    stages = c["stages"]
+    d = basic.sub(x, _expand(mu, stages))
+    return (basic.mul(d, _expand(g, stages), c["scale"]),)
+
+
+def var(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
+    """torch.var: sum((x - mean)^2) / max(0, N - correction), two passes."""
+    return _var(input, dim, correction, keepdim, False, "var")
+
+
+def std(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
+    """torch.std: sqrt(var)."""
+    return _var(input, dim, correction, keepdim, True, "std")
+
+
+# ---- logsumexp ----------------------------------------------------------------------------
+
+def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
+    """torch.logsumexp: log(sum(exp(x))) over ``dim``, as max + log(sum(exp(x - max))) (the
+    softmax statistics kernel); several runs of axes are chained (logsumexp is associative)."""
+    what = "logsumexp"
+    x = _float_tensor(input, what, "input")
+    dims = _dims(x, dim, what)
+    keepdim = _keepdim(keepdim, what)
+    if x.ndim == 0:
+        return _noop(x)
+    for st in _stages(x.traits, dims, keepdim):
+        mx, s, y = (Tensor(st.dst, x.dtype) for _ in range(3))
+        run_span("softmax_stats", st.start, st.naxes, [x], [mx, s], reduce=True)
+        run_map("lse_finish", mx, s, y)
+        x = record("logsumexp", y, (x,), saved=(x, mx, s), start=st.start, naxes=st.naxes)
+    return x
+
+
+@backward_rule("logsumexp")
+def _logsumexp_bwd(node, g):
+    x, mx, s = node.saved
+    c = node.ctx
+    p = Tensor(x.traits, x.dtype)  # softmax over the span: exp(x - logsumexp)
+    run_span("softmax_apply", c["start"], c["naxes"], [x, p], [mx, s], reduce=False, islog=0)
+    ge = Tensor(x.traits, x.dtype)
+    run_span("bcast", c["start"], c["naxes"], [ge], [g], reduce=False, alpha=1.0)
+    return (basic.mul(p, ge),)
+
+
+# ---- norm ---------------------------------------------------------------------------------
+
+def _abs(x: Tensor) -> Tensor:
+    zero = Tensor(x.traits, x.dtype)
+    run_map("fill", zero, value=0.0)
+    y = Tensor(x.traits, x.dtype)
+    run_map("absdiff", x, zero, y)
+    return record("abs_", y, (x,), saved=(x, zero))
+
+
+@backward_rule("abs_")
+def _abs_bwd(node, g):
+    x, zero = node.saved
+    dx = Tensor(x.traits, x.dtype)
+    run_map("absdiff_bwd", x, zero, g, dx, alpha=1.0)
+    return (dx,)
+
+
+def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """torch.norm, vector norms over ``dim``: p = "fro" (= 2), inf, -inf or any real p
+    (0: the count of nonzeros).  "nuc" is not supported."""
+    what = "norm"
+    x = _float_tensor(input, what, "input")
+    x = _cast_to(x, dtype, what)
+    if p == "fro":
+        p = 2.0
+    if isinstance(p, str) or not isinstance(p, numbers.Real) or isinstance(p, bool):
+        raise ValueError(f"{what}: p must be 'fro', inf, -inf or a real number, got {p!r}")
+    p = float(p)
+    if math.isinf(p):
+        return _extreme(_abs(x), dim, keepdim, int(p < 0), what)
+    dims = _dims(x, dim, what)
+    keepdim = _keepdim(keepdim, what)
+    if x.ndim == 0:
+        return _abs(x) if p != 0 else _nonzero0(x)
+    stages = _stages(x.traits, dims, keepdim)
+    s = _span_reduce("sum_axis", _span_reduce("pnorm_axis", x, stages[:1], p=p), stages[1:], alpha=1.0)
+    y = Tensor(s.traits, s.dtype)
+    run_map("pnorm_root", s, y, p=p)
+    return record("norm", y, (x,), saved=(x, y), stages=stages, p=p)
+
+
+def _nonzero0(x: Tensor) -> Tensor:
+    """A 0-d x's 0-norm: 1 if x != 0 else 0 (no gradient)."""
+    zero = Tensor(x.traits, x.dtype)
+    run_map("fill", zero, value=0.0)
+    eq = Tensor(x.traits, x.dtype)
+    run_map("eq_mask", x, zero, eq)
+    return basic.add_scalar(eq.detach(), 1.0, alpha=-1.0)
+
+
+@backward_rule("norm")
+def _norm_bwd(node, g):
+    x, y = node.saved
+    stages = node.ctx["stages"]
+    dx = Tensor(x.traits, x.dtype)
+    run_map("pnorm_bwd", x, _expand(y, stages), _expand(g, stages), dx, p=node.ctx["p"])
+    return (dx,)
+
+
+__all__ = ["sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax", "argmin", "logsumexp", "norm",
+           "return_types"]
