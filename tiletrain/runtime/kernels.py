@@ -10,6 +10,8 @@ keyword arguments named as in the table.  Three C expanders cover the ops:
                                          `reduced` tensors lack those axes (reductions, broadcasts)
   run_norm(name, full, rows, cols, reduce=0, **args)
                                          row/column kernels over the last axis (layer/rms norm)
+  run_batch(name, batch, whole, reduce=False, **args)
+                                         one task per batch tile (conv, pools, batch norm)
 
 Nothing above this module names a C type or a kernel id."""
 from __future__ import annotations
@@ -83,6 +85,14 @@ def run_norm(name: str, full, rows=(), cols=(), reduce: int = 0, **fields) -> No
                           reduce))
 
 
+def run_batch(name: str, batch, whole=(), reduce: bool = False, **fields) -> None:
+    """One ``name`` task per batch tile (csrc/expand_conv.c: conv, pools, batch norm):
+    ``batch`` tensors are tiled along axis 0 only, ``whole`` ones are single tiles (with
+    ``reduce`` the written whole tensors accumulate over the batch tiles in order)."""
+    kid, args = _args(name, fields)
+    check(lib.tt_batch_map(kid, args, len(batch), _ptrs(batch), len(whole), _ptrs(whole), int(reduce)))
+
+
 # The expanders with a fixed kernel and a signature of their own.
 
 def run_cast(x, y) -> None:
@@ -100,4 +110,5 @@ def gemm(alpha: float, a, transpose_a: bool, b, transpose_b: bool, beta: float, 
     check(lib.tt_gemm(alpha, a._ptr, int(transpose_a), b._ptr, int(transpose_b), beta, c._ptr))
 
 
-__all__ = ["gemm", "kernel_id", "kernel_names", "run_cast", "run_map", "run_norm", "run_span", "sum_all"]
+__all__ = ["gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm", "run_span",
+           "sum_all"]
