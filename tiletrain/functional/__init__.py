@@ -7,3 +7,5 @@ from ..ops.basic import add, broadcast, div, matmul, mul, scale, sub, sum  # noq
 from ..ops.embedding import *  # noqa: F401,F403
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403
+# convolution, pooling, batch norm (tiletrain/ops/conv.py)
+from ..ops.conv import *  # noqa: F401,F403

@@ -84,13 +84,13 @@ static int64_t window(const geom *g, const int64_t *o, int64_t *st, int64_t *en,
             f##_f64(__VA_ARGS__);       \
     } while (0)
 
-void tt_cpu_conv_fwd(const tt_args_conv_fwd *a, const void *x, const void *w, const void *b, void *y)
+void tt_cpu_conv_fwd(const tt_args_conv_fwd *a, const void *x, void *y, const void *w, const void *b)
 {
     geom g = GEOM_OF(a);
     DISPATCH(a->dtype, conv_fwd, &g, a->nb, a->cin, a->cout, a->groups, x, w, b, y);
 }
 
-void tt_cpu_conv_bwd_x(const tt_args_conv_bwd_x *a, const void *dy, const void *w, void *dx)
+void tt_cpu_conv_bwd_x(const tt_args_conv_bwd_x *a, const void *dy, void *dx, const void *w)
 {
     geom g = GEOM_OF(a);
     DISPATCH(a->dtype, conv_bwd_x, &g, a->nb, a->cin, a->cout, a->groups, dy, w, dx);
