@@ -179,6 +179,12 @@ void tt_tensor_free(tt_tensor *t)
 {
     if (!t)
         return;
+    if (t->view) { /* a view (tt_tensor_view): its base unregisters the tiles */
+        free(t->handles);
+        free(t->owner);
+        free(t);
+        return;
+    }
     tt_tensors_lock();
     if (!t->dead && t->session == tt_current_session() && tt_session_active()) {
         tt_ensure_running();

@@ -20,6 +20,7 @@ struct tt_tensor {
     uint64_t session;              /* runtime session that registered the handles */
     int dead;                      /* handles gone (runtime shut down) */
     int written;                   /* some task or write has initialised every tile */
+    int view;                      /* shares another tensor's handles (csrc/expand_shape.c): frees none */
     struct tt_tensor *prev, *next; /* live list, for shutdown */
 };
 

@@ -136,6 +136,20 @@ int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *bat
 int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y);
 int tt_embedding_backward(tt_tensor *ids, tt_tensor *dy, tt_tensor *dtable);
 
+/* -- shape -- */
+/* (csrc/expand_shape.c) Region copies into y, one per source c (arrays of TT_MAX_NDIM entries
+ * per source, [c * TT_MAX_NDIM + axis]): for every y axis d and i < count[d],
+ * y[ystart[d] + ystep[d] * i] = x_c[xstart[xaxis[d]] + step[d] * i]; xaxis[d] = -1 broadcasts; x axes no
+ * y axis maps stay at xstart (an index).  Any tilings; tiles written whole are W, tiles written
+ * in part need y to hold data already. */
+int tt_copy_regions(tt_tensor *y, int ncopies, tt_tensor *const *xs, const int64_t *xstart, const int *xaxis,
+                    const int64_t *step, const int64_t *ystart, const int64_t *ystep, const int64_t *count);
+/* 1 and the view's tiles when x's tiles line up with `shape` (same size), else 0 */
+int tt_reshape_tiles(const tt_tensor *x, int ndim, const int64_t *shape, int64_t *tiles);
+/* a tensor of `shape` sharing x's tile handles (tt_reshape_tiles must hold); freeing it
+ * frees no tile, so x must outlive it */
+int tt_tensor_view(tt_tensor *x, int ndim, const int64_t *shape, tt_tensor **out);
+
 /* -- attention -- */
 /* Heads: x (B, T, nparts*C) <-> y (B, H, T, D), H*D = C, part `part` of x's last axis.
  * x's tile along the last axis (tc) holds whole heads and does not straddle parts; y is

@@ -110,5 +110,37 @@ def gemm(alpha: float, a, transpose_a: bool, b, transpose_b: bool, beta: float, 
     check(lib.tt_gemm(alpha, a._ptr, int(transpose_a), b._ptr, int(transpose_b), beta, c._ptr))
 
 
-__all__ = ["gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm", "run_span",
-           "sum_all"]
+# -- shape (csrc/expand_shape.c) --
+
+def copy_regions(y, copies) -> None:
+    """Region copies into ``y``: each copy is ``(x, xstart, xaxis, step, ystart, ystep, count)``,
+    xstart per x axis, the rest per y axis: y[ystart + ystep i] = x[xstart + step i] along y
+    axis d and x axis xaxis[d] (-1: broadcast); x axes no y axis maps are held at xstart."""
+    m = lib.TT_MAX_NDIM
+    n = len(copies)
+    arrays = [[0] * (n * m) for _ in range(6)]
+    for c, (x, *fields) in enumerate(copies):
+        for arr, vals in zip(arrays, fields):
+            arr[c * m:c * m + len(vals)] = vals
+    xstart, xaxis, step, ystart, ystep, count = arrays
+    check(lib.tt_copy_regions(y._ptr, n, _ptrs([c[0] for c in copies]), ffi.new("int64_t[]", xstart),
+                              ffi.new("int[]", xaxis), ffi.new("int64_t[]", step), ffi.new("int64_t[]", ystart),
+                              ffi.new("int64_t[]", ystep), ffi.new("int64_t[]", count)))
+
+
+def view_tiles(x, shape) -> tuple[int, ...] | None:
+    """The tiles of a view of x reshaped to ``shape`` when x's tiles line up with it, else None."""
+    tiles = ffi.new("int64_t[]", max(len(shape), 1))
+    ok = lib.tt_reshape_tiles(x._ptr, len(shape), ffi.new("int64_t[]", list(shape) or [0]), tiles)
+    return tuple(tiles[i] for i in range(len(shape))) if ok else None
+
+
+def tensor_view(x, shape):
+    """A C tensor of ``shape`` sharing x's tile handles (view_tiles(x, shape) must hold); it
+    frees itself (never the tiles) when dropped."""
+    out = ffi.new("tt_tensor **")
+    check(lib.tt_tensor_view(x._ptr, len(shape), ffi.new("int64_t[]", list(shape) or [0]), out))
+    return ffi.gc(out[0], lib.tt_tensor_free)
+
+
+__all__ = ["copy_regions", "tensor_view", "view_tiles", "gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm", "run_span", "sum_all"]

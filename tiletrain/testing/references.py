@@ -92,9 +92,9 @@ REFERENCES: dict[str, Reference] = {
 def _merge() -> None:
     from . import (references_activations, references_attention, references_embedding, references_norm,
                    references_optim, references_pipeline, references_softmax)
-    from . import references_conv
+    from . import references_conv, references_shape
     for mod in (references_activations, references_norm, references_softmax, references_embedding,
-                references_attention, references_optim, references_pipeline, references_conv):
+                references_attention, references_optim, references_pipeline, references_shape, references_conv):
         dup = set(mod.REFERENCES) & set(REFERENCES)
         if dup:
             raise RuntimeError(f"kernel references defined twice: {sorted(dup)}")

@@ -1,0 +1,538 @@
+"""Shape operations: re-tiling, reshape/view/flatten/squeeze/unsqueeze, permute/transpose/t,
+expand/broadcast_to, getitem, cat/stack/split/chunk — PyTorch's semantics, any tilings.
+
+Everything that moves data is one C mechanism, the strided region copy of
+csrc/expand_shape.c (``y[ystart + ystep i] = x[xstart + step i]`` per axis, an axis of y
+mapped to an axis of x or broadcast; one task per overlapping (source tile, destination
+tile) pair).  Tiling is a performance choice, never a correctness rule: inputs may be tiled
+in any way, and mixed tilings (``cat`` of tensors tiled differently) are fine.
+
+Zero-copy: a reshape whose tiles line up (in every group of merged or split axes, a tile
+holds whole rows of all axes but the group's first) returns a *view* sharing the input's
+tile handles; size-1 axes always line up, so ``unsqueeze``/``squeeze`` (and ``getitem``,
+``permute`` or ``expand`` that only add, drop or move size-1 axes) never copy.  ``view`` is
+``reshape``: unlike torch it copies when the tiles do not line up (it never fails for
+layout reasons).  Ops that change nothing return their input itself.
+
+Result tiling: an axis kept from an input keeps its tile size (clipped to the new length;
+``cat``: the first tensor's tiles, ``stack``: the first tensor's tiles and 1 along the new
+axis); a new or expanded axis of ``expand``/``broadcast_to`` gets min(size, 512); ``None``
+in ``getitem`` gives tile 1; a reshape that lines up takes the view's tiles, and one that
+does not first re-tiles the input so that each group of merged/split axes is whole inside
+a tile except its first axis, keeping about the input's tile volume, then views it.
+
+Supported dtypes: float32, float64 and int64 (``unsqueeze``/``squeeze``, never copying,
+take any dtype).  Bad input raises a TypeError/ValueError/IndexError naming the argument
+before any task is submitted."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..runtime.kernels import copy_regions, tensor_view, view_tiles
+from ..tensors import Tensor, TensorTraits, zeros
+from ..tensors.traits import DEFAULT_TILE
+from . import basic
+from .autograd import backward_rule, record
+from .basic import _tensor
+
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64))
+
+
+def _shape_tensor(x, what: str, name: str = "x") -> Tensor:
+    x = _tensor(x, what, name)
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32, float64 and int64")
+    return x
+
+
+def _int(v, what: str, name: str) -> int:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
+    return int(v)
+
+
+def _dim(dim, ndim: int, what: str, name: str = "dim", extra: int = 0) -> int:
+    """dim normalised into [0, ndim + extra) (torch's rule: a 0-d tensor takes dims -1 and 0)."""
+    dim = _int(dim, what, name)
+    n = max(ndim, 1) + extra
+    if not -n <= dim < n:
+        raise IndexError(f"{what}: {name}={dim} is out of range (expected to be in [{-n}, {n - 1}])")
+    return dim % n
+
+
+def _dims_arg(args, what: str, name: str) -> tuple[int, ...]:
+    """f(x, 2, 3) and f(x, (2, 3)) alike."""
+    if len(args) == 1 and not isinstance(args[0], numbers.Integral):
+        args = args[0]
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"{what}: {name} must be ints or a tuple of ints, got {type(args).__name__}")
+    return tuple(_int(a, what, f"{name}[{i}]") for i, a in enumerate(args))
+
+
+# ---- the region-copy op: re-tiling, permute, getitem, cat, stack ----------------------
+# A spec maps y onto x (the arguments of copy_regions after x): xstart per x axis; xaxis,
+# step, ystart, ystep, count per y axis.
+
+def _identity(shape) -> tuple:
+    n = len(shape)
+    return (0,) * n, tuple(range(n)), (1,) * n, (0,) * n, (1,) * n, tuple(shape)
+
+
+def _inverse(spec, x_ndim: int) -> tuple:
+    """The spec copying back what ``spec`` copied (its broadcast axes have count 1): source y,
+    destination x."""
+    xstart, xaxis, step, ystart, ystep, count = spec
+    axis, st, start, dst_step, cnt = [-1] * x_ndim, [1] * x_ndim, list(xstart), [1] * x_ndim, [1] * x_ndim
+    for d, a in enumerate(xaxis):
+        if a >= 0:
+            axis[a], st[a], dst_step[a], cnt[a] = d, ystep[d], step[d], count[d]
+    return tuple(ystart), tuple(axis), tuple(st), tuple(start), tuple(dst_step), tuple(cnt)
+
+
+def _regions(xs, traits: TensorTraits, specs) -> Tensor:
+    y = Tensor(traits, xs[0].dtype)
+    copy_regions(y, [(x, *spec) for x, spec in zip(xs, specs)])
+    return record("region", y, xs, specs=specs, traits=[x.traits for x in xs])
+
+
+@backward_rule("region")
+def _region_bwd(node, g):
+    grads = []
+    for x, spec, traits in zip(node.inputs, node.ctx["specs"], node.ctx["traits"]):
+        if x is None:
+            grads.append(None)
+            continue
+        inv = _inverse(spec, traits.ndim)
+        whole = math.prod(inv[5]) == traits.size  # else the elements x gave nothing to get zero
+        dx = Tensor(traits, g.dtype) if whole else zeros(traits, dtype=g.dtype)
+        copy_regions(dx, [(g, *inv)])
+        grads.append(dx)
+    return tuple(grads)
+
+
+def retile(x: Tensor, tiles) -> Tensor:
+    """x with another tiling (a copy; x itself when the tiles are already ``tiles``)."""
+    x = _shape_tensor(x, "retile")
+    traits = TensorTraits(x.shape, tiles)
+    if traits.tiles == x.tiles:
+        return x
+    return _regions([x], traits, [_identity(x.shape)])
+
+
+# ---- reshape and views ----------------------------------------------------------------
+
+def _groups(xs, ys):
+    """Axis groups a reshape merges or splits: [(x axes, y axes)], size-1 axes outside."""
+    i = j = 0
+    out = []
+    while True:
+        while i < len(xs) and xs[i] == 1:
+            i += 1
+        while j < len(ys) and ys[j] == 1:
+            j += 1
+        if i == len(xs) or j == len(ys):
+            return out
+        ia, jb, px, py = [i], [j], xs[i], ys[j]
+        i, j = i + 1, j + 1
+        while px != py:
+            if px < py:
+                ia.append(i)
+                px *= xs[i]
+                i += 1
+            else:
+                jb.append(j)
+                py *= ys[j]
+                j += 1
+        out.append((ia, jb))
+
+
+def _aligned_tiles(xs, xt, ys) -> tuple[int, ...]:
+    """Tiles of x (shape xs, tiles xt) under which a reshape to ys is a view: in each group
+    every x axis but the first whole, the first's extent times the rest a multiple of the
+    product of the group's other new axes, near the old tile volume."""
+    tiles = list(xt)
+    for ia, jb in _groups(xs, ys):
+        rest_x = math.prod(xs[a] for a in ia[1:])
+        rest_y = math.prod(ys[b] for b in jb[1:])
+        lcm = math.lcm(rest_x, rest_y)
+        extent = max(lcm, math.prod(xt[a] for a in ia) // lcm * lcm)
+        tiles[ia[0]] = min(extent // rest_x, xs[ia[0]])
+        for a in ia[1:]:
+            tiles[a] = xs[a]
+    return tuple(tiles)
+
+
+def _view(x: Tensor, shape, tiles) -> Tensor:
+    """A tensor of ``shape`` sharing x's tiles (no copy); x's tiles stay alive while it lives."""
+    t = Tensor.__new__(Tensor)
+    t.traits, t.dtype, t._session = TensorTraits(shape, tiles), x.dtype, x._session
+    t._ptr = tensor_view(x, shape)
+    t._base = x if x._base is None else x._base
+    t.requires_grad, t.grad, t._node = False, None, None
+    return t
+
+
+def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if shape == x.shape:
+        return x
+    tiles = view_tiles(x, shape)
+    if tiles is None:  # re-tile so that the tiles line up, then view
+        x = retile(x, _aligned_tiles(x.shape, x.tiles, shape))
+        tiles = view_tiles(x, shape)
+    return record("reshape", _view(x, shape, tiles), (x,), shape=x.shape, tiles=x.tiles)
+
+
+@backward_rule("reshape")
+def _reshape_bwd(node, g):
+    return (retile(_reshape(g, node.ctx["shape"]), node.ctx["tiles"]),)
+
+
+def _new_shape(x: Tensor, args, what: str) -> tuple[int, ...]:
+    shape = _dims_arg(args, what, "shape")
+    if shape.count(-1) > 1:
+        raise ValueError(f"{what}: only one dimension can be inferred (-1), got shape {shape}")
+    for i, d in enumerate(shape):
+        if d < 1 and d != -1:
+            raise ValueError(f"{what}: shape[{i}] = {d}; sizes must be >= 1 (or -1 to infer one)")
+    known = math.prod(d for d in shape if d != -1)
+    if -1 in shape:
+        if x.size % known:
+            raise ValueError(f"{what}: shape {shape} is invalid for a tensor of size {x.size}")
+        shape = tuple(x.size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != x.size:
+        raise ValueError(f"{what}: shape {shape} is invalid for a tensor of size {x.size} (shape {x.shape})")
+    return shape
+
+
+def reshape(x: Tensor, *shape) -> Tensor:
+    """x with a new shape of the same size (one dimension may be -1).  A view when the tiles
+    line up, else a re-tiling copy then a view (module docstring)."""
+    x = _shape_tensor(x, "reshape")
+    return _reshape(x, _new_shape(x, shape, "reshape"))
+
+
+def view(x: Tensor, *shape) -> Tensor:
+    """reshape: a view when the tiles line up, a copy otherwise (torch's view would fail)."""
+    x = _shape_tensor(x, "view")
+    return _reshape(x, _new_shape(x, shape, "view"))
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    what = "flatten"
+    x = _shape_tensor(x, what)
+    s, e = _dim(start_dim, x.ndim, what, "start_dim"), _dim(end_dim, x.ndim, what, "end_dim")
+    if s > e:
+        raise ValueError(f"{what}: start_dim ({start_dim}) cannot come after end_dim ({end_dim})")
+    if x.ndim == 0:
+        return _reshape(x, (1,))
+    return _reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """x with a size-1 axis inserted at ``dim`` (a view, never a copy)."""
+    x = _tensor(x, "unsqueeze", "x")
+    d = _dim(dim, x.ndim, "unsqueeze", extra=1 if x.ndim else 0)
+    return _reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+def squeeze(x: Tensor, dim=None) -> Tensor:
+    """x without its size-1 axes (all, or those of ``dim``, an int or a tuple; axes of
+    another size are kept, as in torch).  A view, never a copy."""
+    what = "squeeze"
+    x = _tensor(x, what, "x")
+    if dim is None:
+        dims = set(range(x.ndim))
+    else:
+        dims = {_dim(d, x.ndim, what, f"dim[{i}]") for i, d in enumerate(dim)} if isinstance(
+            dim, (tuple, list)) else {_dim(dim, x.ndim, what)}
+    return _reshape(x, tuple(n for a, n in enumerate(x.shape) if not (a in dims and n == 1)))
+
+
+# ---- permute ----------------------------------------------------------------------------
+
+def permute(x: Tensor, *dims) -> Tensor:
+    """x with its axes reordered: result axis i is x's axis dims[i] (tiles follow their axes)."""
+    what = "permute"
+    x = _shape_tensor(x, what)
+    dims = _dims_arg(dims, what, "dims")
+    if len(dims) != x.ndim:
+        raise ValueError(f"{what}: dims {dims} has {len(dims)} entries for a {x.ndim}-d tensor")
+    dims = tuple(_dim(d, x.ndim, what, f"dims[{i}]") for i, d in enumerate(dims))
+    if sorted(dims) != list(range(x.ndim)):
+        raise ValueError(f"{what}: dims {dims} is not a permutation of the axes (an axis repeats)")
+    shape = tuple(x.shape[d] for d in dims)
+    moved = [d for d in dims if x.shape[d] != 1]
+    if moved == sorted(moved):  # only size-1 axes move: a reshape, a view
+        return _reshape(x, shape)
+    n = x.ndim
+    spec = ((0,) * n, dims, (1,) * n, (0,) * n, (1,) * n, shape)
+    return _regions([x], TensorTraits(shape, tuple(x.tiles[d] for d in dims)), [spec])
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    what = "transpose"
+    x = _shape_tensor(x, what)
+    if x.ndim == 0:
+        _dim(dim0, 0, what, "dim0"), _dim(dim1, 0, what, "dim1")
+        return x
+    a, b = _dim(dim0, x.ndim, what, "dim0"), _dim(dim1, x.ndim, what, "dim1")
+    dims = list(range(x.ndim))
+    dims[a], dims[b] = b, a
+    return permute(x, dims)
+
+
+def t(x: Tensor) -> Tensor:
+    """The transpose of a 2-D tensor (0-d and 1-D tensors are returned as they are)."""
+    x = _shape_tensor(x, "t")
+    if x.ndim > 2:
+        raise ValueError(f"t: expects a tensor with <= 2 dimensions, got {x.ndim} (shape {x.shape})")
+    return x if x.ndim < 2 else transpose(x, 0, 1)
+
+
+# ---- expand / broadcast -------------------------------------------------------------------
+
+def _expanded_shape(x: Tensor, sizes, what: str) -> tuple[int, ...]:
+    if len(sizes) < x.ndim:
+        raise ValueError(f"{what}: the number of sizes ({len(sizes)}) must be >= the tensor's dimensions "
+                         f"({x.ndim}); x has shape {x.shape}")
+    lead = len(sizes) - x.ndim
+    shape = []
+    for d, s in enumerate(sizes):
+        if d < lead:
+            if s < 1:
+                raise ValueError(f"{what}: size {s} is not allowed in a new leading dimension ({d})")
+            shape.append(s)
+            continue
+        n = x.shape[d - lead]
+        if s == -1 or s == n:
+            shape.append(n)
+        elif n == 1 and s >= 1:
+            shape.append(s)
+        else:
+            raise ValueError(f"{what}: the size {s} at dimension {d} must match x's size {n} (x has shape "
+                             f"{x.shape}) unless x's size there is 1")
+    return tuple(shape)
+
+
+def _default_tiles(x: Tensor, shape) -> tuple[int, ...]:
+    """Kept axes keep x's tiles; new and expanded ones get min(size, DEFAULT_TILE)."""
+    lead = len(shape) - x.ndim
+    return tuple(x.tiles[d - lead] if d >= lead and x.shape[d - lead] == s else min(s, DEFAULT_TILE)
+                 for d, s in enumerate(shape))
+
+
+def expand(x: Tensor, *sizes) -> Tensor:
+    """x repeated along its size-1 axes and new leading axes to ``sizes`` (-1 keeps a size)."""
+    x = _shape_tensor(x, "expand")
+    shape = _expanded_shape(x, _dims_arg(sizes, "expand", "sizes"), "expand")
+    return expand_to(x, shape, _default_tiles(x, shape))
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    x = _shape_tensor(x, "broadcast_to")
+    shape = _expanded_shape(x, _dims_arg((shape,), "broadcast_to", "shape"), "broadcast_to")
+    return expand_to(x, shape, _default_tiles(x, shape))
+
+
+def expand_to(x: Tensor, shape, tiles) -> Tensor:
+    """(internal) x broadcast to ``shape`` (x's shape must broadcast to it) with the tiling
+    ``tiles``; x itself when nothing changes."""
+    what = "expand_to"
+    x = _shape_tensor(x, what)
+    traits = TensorTraits(shape, tiles)
+    shape = traits.shape
+    if _expanded_shape(x, shape, what) != shape:
+        raise ValueError(f"{what}: x of shape {x.shape} does not broadcast to {shape}")
+    if traits == x.traits:
+        return x
+    if math.prod(shape) == x.size:  # only size-1 axes added: a view (then a re-tiling)
+        return retile(_reshape(x, shape), traits.tiles)
+    lead = len(shape) - x.ndim
+    xaxis = tuple(-1 if d < lead or (x.shape[d - lead] == 1 and s != 1) else d - lead for d, s in enumerate(shape))
+    n = len(shape)
+    y = Tensor(traits, x.dtype)
+    copy_regions(y, [(x, (0,) * x.ndim, xaxis, (1,) * n, (0,) * n, (1,) * n, shape)])
+    return record("expand", y, (x,), shape=x.shape, tiles=x.tiles)
+
+
+@backward_rule("expand")
+def _expand_bwd(node, g):
+    return (retile(sum_to(g, node.ctx["shape"]), node.ctx["tiles"]),)
+
+
+def sum_to(g: Tensor, shape) -> Tensor:
+    """(internal) The gradient of a broadcast: g summed over the axes along which ``shape``
+    was broadcast to g's shape (new leading axes, expanded size-1 axes), reshaped to
+    ``shape``.  g itself when the shapes are equal."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead < 0 or any(s != 1 and s != n for s, n in zip(shape, g.shape[lead:])):
+        raise ValueError(f"sum_to: shape {shape} does not broadcast to g's shape {g.shape}")
+    if not shape:
+        return basic.sum(g)
+    if lead:
+        g = basic.sum(g, tuple(range(lead)))
+    for a, s in enumerate(shape):
+        if s == 1 and g.shape[a] != 1:
+            g = unsqueeze(basic.sum(g, a), a)
+    return g
+
+
+# ---- getitem ----------------------------------------------------------------------------------
+
+def getitem(x: Tensor, index) -> Tensor:
+    """x[index] with ints (negative ok), slices with positive steps, None, Ellipsis and tuples
+    of those: a copy of the selected region (a view when it only adds or drops size-1 axes)."""
+    what = "getitem"
+    x = _shape_tensor(x, what)
+    items = index if isinstance(index, tuple) else (index,)
+    for it in items:
+        if not (it is None or it is Ellipsis or isinstance(it, slice)
+                or (isinstance(it, numbers.Integral) and not isinstance(it, bool))):
+            raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, None "
+                            "and ...")
+    if sum(it is Ellipsis for it in items) > 1:
+        raise IndexError(f"{what}: an index can only have a single ellipsis ('...')")
+    nreal = sum(it is not None and it is not Ellipsis for it in items)
+    if nreal > x.ndim:
+        raise IndexError(f"{what}: too many indices for a tensor of dimension {x.ndim} (index {index!r})")
+    fill = (slice(None),) * (x.ndim - nreal)
+    items = (tuple(y for it in items for y in (fill if it is Ellipsis else (it,)))
+             if Ellipsis in items else items + fill)
+    xstart, xaxis, step, count, tiles = [0] * x.ndim, [], [], [], []
+    a = 0
+    for it in items:
+        if it is None:
+            xaxis.append(-1), step.append(1), count.append(1), tiles.append(1)
+            continue
+        n = x.shape[a]
+        if isinstance(it, slice):
+            for part in (it.start, it.stop, it.step):
+                if part is not None and (not isinstance(part, numbers.Integral) or isinstance(part, bool)):
+                    raise TypeError(f"{what}: slice {it} along dimension {a} must have int or None bounds")
+            if it.step is not None and it.step <= 0:
+                raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along dimension {a})")
+            start, stop, st = it.indices(n)
+            c = len(range(start, stop, st))
+            if c == 0:
+                raise ValueError(f"{what}: slice {it} selects nothing of dimension {a} (size {n}); tiletrain "
+                                 "has no empty tensors")
+            xstart[a] = start
+            xaxis.append(a), step.append(st), count.append(c), tiles.append(min(x.tiles[a], c))
+        else:
+            i = int(it)
+            if not -n <= i < n:
+                raise IndexError(f"{what}: index {i} is out of bounds for dimension {a} with size {n}")
+            xstart[a] = i % n
+        a += 1
+    shape = tuple(count)
+    mapped = {ax: d for d, ax in enumerate(xaxis) if ax >= 0}
+    if all(x.shape[ax] == 1 or (ax in mapped and xstart[ax] == 0 and step[mapped[ax]] == 1
+                                and count[mapped[ax]] == x.shape[ax]) for ax in range(x.ndim)):
+        return _reshape(x, shape)  # only size-1 axes added or dropped: a view
+    n = len(shape)
+    spec = (tuple(xstart), tuple(xaxis), tuple(step), (0,) * n, (1,) * n, shape)
+    return _regions([x], TensorTraits(shape, tuple(tiles)), [spec])
+
+
+# ---- cat, stack, split, chunk -----------------------------------------------------------------
+
+def _tensor_list(tensors, what: str) -> list[Tensor]:
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{what}: tensors must be a list or tuple of tensors, got {type(tensors).__name__}")
+    if not tensors:
+        raise ValueError(f"{what}: expected a non-empty list of tensors")
+    ts = [_shape_tensor(t, what, f"tensors[{i}]") for i, t in enumerate(tensors)]
+    for i, t in enumerate(ts):
+        if t.dtype != ts[0].dtype:
+            raise TypeError(f"{what}: tensors[{i}] is {t.dtype} and tensors[0] is {ts[0].dtype}")
+    return ts
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    """The tensors concatenated along ``dim`` (same shapes elsewhere, any tilings); tiled like
+    the first."""
+    what = "cat"
+    ts = _tensor_list(tensors, what)
+    x0 = ts[0]
+    if x0.ndim == 0:
+        raise ValueError(f"{what}: zero-dimensional tensors cannot be concatenated")
+    d = _dim(dim, x0.ndim, what)
+    for i, t in enumerate(ts):
+        if t.ndim != x0.ndim or t.shape[:d] + t.shape[d + 1:] != x0.shape[:d] + x0.shape[d + 1:]:
+            raise ValueError(f"{what}: sizes must match except in dimension {d}: tensors[0] has shape {x0.shape}, "
+                             f"tensors[{i}] {t.shape}")
+    n = x0.ndim
+    specs, offset = [], 0
+    for t in ts:
+        specs.append(((0,) * n, tuple(range(n)), (1,) * n, tuple(offset if a == d else 0 for a in range(n)),
+                      (1,) * n, t.shape))
+        offset += t.shape[d]
+    shape = x0.shape[:d] + (offset,) + x0.shape[d + 1:]
+    return _regions(ts, TensorTraits(shape, x0.tiles), specs)
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    """The tensors (one shape, any tilings) stacked along a new axis ``dim`` (tile 1 there)."""
+    what = "stack"
+    ts = _tensor_list(tensors, what)
+    x0 = ts[0]
+    d = _dim(dim, x0.ndim, what, extra=1 if x0.ndim else 0)
+    for i, t in enumerate(ts):
+        if t.shape != x0.shape:
+            raise ValueError(f"{what}: expects each tensor to be of equal shape: tensors[0] is {x0.shape}, "
+                             f"tensors[{i}] {t.shape}")
+    n = x0.ndim + 1
+    xaxis = tuple(range(d)) + (-1,) + tuple(range(d, x0.ndim))
+    shape = x0.shape[:d] + (len(ts),) + x0.shape[d:]
+    specs = [((0,) * x0.ndim, xaxis, (1,) * n, tuple(i if a == d else 0 for a in range(n)), (1,) * n,
+              x0.shape[:d] + (1,) + x0.shape[d:]) for i in range(len(ts))]
+    return _regions(ts, TensorTraits(shape, x0.tiles[:d] + (1,) + x0.tiles[d:]), specs)
+
+
+def _narrow(x: Tensor, d: int, start: int, length: int) -> Tensor:
+    return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+    """Pieces of x along ``dim``: of ``split_size`` each (the last may be smaller), or of the
+    listed sizes (which must add up to the dimension)."""
+    what = "split"
+    x = _shape_tensor(x, what)
+    if x.ndim == 0:
+        raise ValueError(f"{what}: a zero-dimensional tensor cannot be split")
+    d = _dim(dim, x.ndim, what)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [_int(s, what, f"split_size_or_sections[{i}]") for i, s in enumerate(split_size_or_sections)]
+        if sum(sizes) != n or any(s < 1 for s in sizes):
+            raise ValueError(f"{what}: sections {tuple(sizes)} must be >= 1 and add up to dimension {d}'s size {n}")
+    else:
+        size = _int(split_size_or_sections, what, "split_size_or_sections")
+        if size < 1:
+            raise ValueError(f"{what}: split_size must be >= 1, got {size}")
+        sizes = [min(size, n - s) for s in range(0, n, size)]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    return tuple(_narrow(x, d, s, c) for s, c in zip(starts, sizes))
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """x split into ``chunks`` pieces of ceil(size / chunks) along ``dim`` (maybe fewer pieces)."""
+    what = "chunk"
+    x = _shape_tensor(x, what)
+    chunks = _int(chunks, what, "chunks")
+    if chunks < 1:
+        raise ValueError(f"{what}: chunks must be >= 1, got {chunks}")
+    if x.ndim == 0:
+        raise ValueError(f"{what}: a zero-dimensional tensor cannot be chunked")
+    d = _dim(dim, x.ndim, what)
+    return split(x, -(-x.shape[d] // chunks), d)
+
+
+__all__ = ["retile", "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
+           "broadcast_to", "getitem", "cat", "stack", "split", "chunk", "expand_to", "sum_to"]
