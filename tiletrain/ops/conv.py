@@ -1,8 +1,8 @@
 """Convolution, pooling and batch normalisation over NC(D)HW activations, as torch.nn.functional.
 
-Activations are tiled along the batch axis only (every tile holds whole images, so no task
-needs a halo from its neighbours); weights, biases and per-channel statistics are single
-tiles.  Every op is one C call that submits one task per batch tile (csrc/expand_conv.c,
+The kernels see activations tiled along the batch axis only (every tile holds whole images,
+so no task needs a halo from its neighbours) and weights, biases and per-channel statistics
+as single tiles; operands tiled otherwise are re-tiled first (ops.shape.retile).  Every op is one C call that submits one task per batch tile (csrc/expand_conv.c,
 ``run_batch``); conv1d/2d/3d and the 1/2/3-d pools share one N-d implementation whose
 kernels always see 3-D spatial geometry (leading unit axes for 1-D and 2-D).
 
@@ -21,26 +21,22 @@ from ..runtime.kernels import run_batch, run_map
 from ..tensors import Tensor, TensorTraits, full
 from .autograd import backward_rule, record
 from .basic import _float_tensor
+from .shape import retile
 
 _SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
 
 
-def _layout(t: Tensor, tiles: tuple, what: str, name: str, kind: str) -> Tensor:
-    """THE place where an operand's tiling is made the one these kernels need.
-    TODO(lead): once tiletrain.ops.shape.retile lands (branch `shape`), replace the raise by
-    ``return retile(t, tiles)`` (differentiable), so that tiling is never a correctness rule."""
-    if t.tiles != tuple(tiles):
-        raise ValueError(f"{what}: {name} must be tiled {kind}, tiles {tuple(tiles)}, got {t.tiles} "
-                         "(re-tile it; a retile op is coming)")
-    return t
+def _layout(t: Tensor, tiles: tuple) -> Tensor:
+    """t tiled as these kernels need (a differentiable re-tiling copy when it is not)."""
+    return retile(t, tiles)
 
 
-def _batch_layout(x: Tensor, what: str, name: str = "input") -> Tensor:
-    return _layout(x, (x.tiles[0],) + x.shape[1:], what, name, "along the batch axis only")
+def _batch_layout(x: Tensor) -> Tensor:
+    return _layout(x, (x.tiles[0],) + x.shape[1:])
 
 
-def _whole(t: Tensor | None, what: str, name: str) -> Tensor | None:
-    return None if t is None else _layout(t, t.shape, what, name, "as a single tile")
+def _whole(t: Tensor | None) -> Tensor | None:
+    return None if t is None else _layout(t, t.shape)
 
 
 def _ntuple(v, n: int, what: str, name: str, minimum: int) -> tuple[int, ...]:
@@ -71,7 +67,7 @@ def _input(x, nsp: int, what: str) -> Tensor:
 
 
 def _vector(t, n: int, x: Tensor, what: str, name: str) -> Tensor | None:
-    """None or a (n,) tensor of x's dtype (bias, batch-norm weight and statistics)."""
+    """None or a (n,) tensor of x's dtype (bias, batch-norm weight and statistics), as given."""
     if t is None:
         return None
     t = _float_tensor(t, what, name)
@@ -79,7 +75,7 @@ def _vector(t, n: int, x: Tensor, what: str, name: str) -> Tensor | None:
         raise ValueError(f"{what}: {name} must have shape ({n},), got {t.shape}")
     if t.dtype != x.dtype:
         raise TypeError(f"{what}: {name} is {t.dtype} but input is {x.dtype}")
-    return _whole(t, what, name)
+    return t
 
 
 # -- convolution ---------------------------------------------------------------------------
@@ -100,7 +96,7 @@ def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> T
     if x.shape[1] != cg * groups:
         raise ValueError(f"{what}: input has {x.shape[1]} channels but weight expects {cg * groups} "
                          f"(weight.shape[1] = {cg} times groups = {groups})")
-    bias = _vector(bias, cout, x, what, "bias")
+    bias = _whole(_vector(bias, cout, x, what, "bias"))
     s = _ntuple(stride, nsp, what, "stride", 1)
     d = _ntuple(dilation, nsp, what, "dilation", 1)
     l = x.shape[2:]
@@ -119,8 +115,8 @@ def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> T
         raise ValueError(f"{what}: the (dilated) kernel {tuple(span)} is larger than the padded input "
                          f"{tuple(li + t for li, t in zip(l, total))}")
     o = tuple((li + t - e) // si + 1 for li, t, e, si in zip(l, total, span, s))
-    x = _batch_layout(x, what)
-    w = _whole(w, what, "weight")
+    x = _batch_layout(x)
+    w = _whole(w)
     args = dict(cin=x.shape[1], cout=cout, groups=int(groups), **_geom(l, o, k, s, p, d))
     y = Tensor(TensorTraits((x.shape[0], cout) + o, (x.tiles[0], cout) + o), x.dtype)
     b = bias if bias is not None else full((cout,), 0.0, (cout,), dtype=x.dtype)
@@ -186,7 +182,7 @@ def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_m
                              f"{tuple(lj + 2 * pj for lj, pj in zip(l, p))}")
         o.append(oi)
     o = tuple(o)
-    x = _batch_layout(x, what)
+    x = _batch_layout(x)
     args = dict(c=x.shape[1], **_geom(l, o, k, s, p, d), **extra)
     y = Tensor(TensorTraits(x.shape[:2] + o, (x.tiles[0], x.shape[1]) + o), x.dtype)
     run_batch(f"{kind}_pool_fwd", [x, y], **args)
@@ -277,8 +273,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     C = x.shape[1]
     rm = _vector(running_mean, C, x, what, "running_mean")
     rv = _vector(running_var, C, x, what, "running_var")
-    w = _vector(weight, C, x, what, "weight")
-    b = _vector(bias, C, x, what, "bias")
+    w = _whole(_vector(weight, C, x, what, "weight"))
+    b = _whole(_vector(bias, C, x, what, "bias"))
     if not isinstance(training, bool):
         raise TypeError(f"{what}: training must be a bool, got {type(training).__name__}")
     if (rm is None) != (rv is None):
@@ -293,7 +289,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     count = x.size // C
     if training and count <= 1:
         raise ValueError(f"{what}: expected more than 1 value per channel when training, got input shape {x.shape}")
-    x = _batch_layout(x, what)
+    x = _batch_layout(x)
     hw = count // x.shape[0]
     vec = TensorTraits((C,), (C,))
     if training:
@@ -301,13 +297,16 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         run_batch("bn_stats", [x], [mean, rstd], reduce=True, c=C, hw=hw)
         if rm is not None:
             m = float(momentum)
-            run_map("axpy", mean, rm, alpha=m, beta=1.0 - m)
-            run_map("axpy", rstd, rv, alpha=m / (count - 1), beta=1.0 - m)
+            for run, new, alpha in ((rm, mean, m), (rv, rstd, m / (count - 1))):
+                whole = _whole(run)                  # the buffer itself unless it is tiled otherwise
+                run_map("axpy", new, whole, alpha=alpha, beta=1.0 - m)
+                if whole is not run:                 # in place: back into the caller's tiles
+                    run_map("copy", retile(whole, run.tiles), run)
         run_map("norm_rstd", rstd, alpha=1.0 / count, eps=float(eps))
     else:
         mean, rstd = Tensor(vec, x.dtype), Tensor(vec, x.dtype)   # copies: later updates of the buffers
-        run_map("copy", rm, mean)                                 # must not change this op's backward
-        run_map("copy", rv, rstd)
+        run_map("copy", _whole(rm), mean)                         # must not change this op's backward
+        run_map("copy", _whole(rv), rstd)
         run_map("norm_rstd", rstd, alpha=1.0, eps=float(eps))
     w_ = w if w is not None else full((C,), 1.0, (C,), dtype=x.dtype)
     b_ = b if b is not None else full((C,), 0.0, (C,), dtype=x.dtype)
