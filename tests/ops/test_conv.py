@@ -41,6 +41,7 @@ CONVS = [  # (dims, x shape, weight shape, bias, batch tile, kwargs)
     (2, (7, 4, 6, 5), (5, 4, 1, 1), False, 4, dict()),
     (2, (5, 4, 8, 7), (4, 1, 3, 3), True, 2, dict(stride=3, padding="valid", groups=4)),
     (2, (5, 3, 6, 7), (4, 3, 3, 3), True, 2, dict(stride=2, padding=2)),
+    (2, (5, 3, 6, 7), (4, 3, 4, 3), True, 2, dict(padding="same")),     # odd total padding: extra on the right
     (3, (5, 2, 5, 6, 4), (3, 2, 2, 3, 2), True, 2, dict(stride=(1, 2, 1), padding=(1, 1, 0), dilation=(2, 1, 1))),
 ]
 
@@ -55,6 +56,16 @@ def test_conv_against_torch(dims, xs, ws, bias, tb, kw):
         _against_torch(lambda x, w, b: ours(x, w, b, **kw), lambda x, w, b: theirs(x, w, b, **kw), arrays, tiles)
     else:
         _against_torch(lambda x, w: ours(x, w, **kw), lambda x, w: theirs(x, w, **kw), arrays, tiles)
+
+
+def test_unbatched_input():
+    """(C, *spatial) without a batch axis, as torch accepts."""
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((3, 7, 6)), rng.standard_normal((4, 3, 3, 2))
+    _against_torch(lambda t, u: F.conv2d(t, u, padding=1), lambda t, u: TF.conv2d(t, u, padding=1), [x, w],
+                   [x.shape, w.shape])
+    _against_torch(lambda t: F.max_pool1d(t, 2), lambda t: TF.max_pool1d(t, 2), [x[0]], [(7, 6)])
+    _against_torch(lambda t: F.avg_pool2d(t, 2, 1), lambda t: TF.avg_pool2d(t, 2, 1), [x], [(1, 7, 6)])
 
 
 def test_conv_float32():
@@ -155,7 +166,7 @@ BAD = [
     (lambda: F.conv2d(_t((2, 4, 5, 5)), _t((3, 2, 3, 3)), groups=2), ValueError, "divisible by groups"),
     (lambda: F.conv2d(_t((2, 4, 5, 5)), _t((4, 4, 3, 3)), groups=0), ValueError, "groups"),
     (lambda: F.conv2d(_t((2, 3, 2, 5)), _t((4, 3, 3, 3))), ValueError, "larger than the padded input"),
-    (lambda: F.conv2d(_t((3, 5, 5)), _t((4, 3, 3, 3))), ValueError, "input must be 4-D"),
+    (lambda: F.conv2d(_t((5, 5)), _t((4, 3, 3, 3))), ValueError, "input must be 4-D"),
     (lambda: F.conv2d(_t((2, 3, 5, 5)), _t((4, 3, 3))), ValueError, "weight must be 4-D"),
     (lambda: F.conv1d(_t((2, 3, 5)), _t((4, 3, 3), dtype=np.float32)), TypeError, "weight is float32"),
     (lambda: F.conv1d(_t((2, 3, 5)), _t((4, 3, 3)), _t((3,))), ValueError, "bias must have shape"),
@@ -168,6 +179,8 @@ BAD = [
     (lambda: F.max_pool2d(_t((2, 3, 2, 5)), 3), ValueError, "larger than the padded input"),
     (lambda: F.max_pool2d(_t((2, 3, 5, 5)), 2, return_indices=True), ValueError, "return_indices"),
     (lambda: F.avg_pool1d(_t((2, 3, 5, 5)), 2), ValueError, "input must be 3-D"),
+    (lambda: F.conv2d(_t((3, 2, 5), (2, 2, 5)), _t((4, 3, 3, 3))), ValueError, "larger than the padded input"),
+    (lambda: F.max_pool2d(_t((2, 3, 5, 5), dtype=np.float16), 2), TypeError, "float32 and float64"),
     (lambda: F.avg_pool2d(_t((2, 3, 5, 5)), 2, divisor_override=0), ValueError, "divisor_override"),
     (lambda: F.batch_norm(_t((2, 3, 4)), _t((4,)), _t((3,))), ValueError, "running_mean must have shape"),
     (lambda: F.batch_norm(_t((2, 3, 4)), None, None), ValueError, "required when training=False"),

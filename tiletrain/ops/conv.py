@@ -21,7 +21,7 @@ from ..runtime.kernels import run_batch, run_map
 from ..tensors import Tensor, TensorTraits, full
 from .autograd import backward_rule, record
 from .basic import _float_tensor
-from .shape import retile
+from .shape import retile, squeeze, unsqueeze
 
 _SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
 
@@ -59,11 +59,13 @@ def _geom(l, o, k, s, p, d) -> dict:
     return g
 
 
-def _input(x, nsp: int, what: str) -> Tensor:
+def _input(x, nsp: int, what: str) -> tuple[Tensor, bool]:
+    """(input with a batch axis, whether it came without one: (C, *spatial), as torch allows)."""
     x = _float_tensor(x, what, "input")
-    if x.ndim != nsp + 2:
-        raise ValueError(f"{what}: input must be {nsp + 2}-D (N, C, {_SPATIAL[nsp]}), got shape {x.shape}")
-    return x
+    if x.ndim not in (nsp + 1, nsp + 2):
+        raise ValueError(f"{what}: input must be {nsp + 2}-D (N, C, {_SPATIAL[nsp]}) or {nsp + 1}-D (C, "
+                         f"{_SPATIAL[nsp]}), got shape {x.shape}")
+    return (unsqueeze(x, 0), True) if x.ndim == nsp + 1 else (x, False)   # a view: nothing submitted
 
 
 def _vector(t, n: int, x: Tensor, what: str, name: str) -> Tensor | None:
@@ -82,7 +84,7 @@ def _vector(t, n: int, x: Tensor, what: str, name: str) -> Tensor | None:
 
 def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
     what = f"conv{nsp}d"
-    x = _input(input, nsp, what)
+    x, unbatched = _input(input, nsp, what)
     w = _float_tensor(weight, what, "weight")
     if w.ndim != nsp + 2:
         raise ValueError(f"{what}: weight must be {nsp + 2}-D (C_out, C_in / groups, kernel...), got shape {w.shape}")
@@ -121,7 +123,8 @@ def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> T
     y = Tensor(TensorTraits((x.shape[0], cout) + o, (x.tiles[0], cout) + o), x.dtype)
     b = bias if bias is not None else full((cout,), 0.0, (cout,), dtype=x.dtype)
     run_batch("conv_fwd", [x, y], [w, b], **args)
-    return record("conv", y, (x, w, bias), saved=(x, w), args=args)
+    y = record("conv", y, (x, w, bias), saved=(x, w), args=args)
+    return squeeze(y, 0) if unbatched else y
 
 
 @backward_rule("conv")
@@ -158,7 +161,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) 
 
 def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_mode, **extra) -> Tensor:
     what = f"{kind}_pool{nsp}d"
-    x = _input(x, nsp, what)
+    x, unbatched = _input(x, nsp, what)
     k = _ntuple(kernel_size, nsp, what, "kernel_size", 1)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
         _ntuple(stride, nsp, what, "stride", 1)
@@ -186,7 +189,8 @@ def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_m
     args = dict(c=x.shape[1], **_geom(l, o, k, s, p, d), **extra)
     y = Tensor(TensorTraits(x.shape[:2] + o, (x.tiles[0], x.shape[1]) + o), x.dtype)
     run_batch(f"{kind}_pool_fwd", [x, y], **args)
-    return record(f"{kind}_pool", y, (x,), saved=(x,), args=args)
+    y = record(f"{kind}_pool", y, (x,), saved=(x,), args=args)
+    return squeeze(y, 0) if unbatched else y
 
 
 @backward_rule("max_pool")
