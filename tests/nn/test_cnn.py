@@ -46,7 +46,8 @@ def test_conv_module_bad_arguments():
 
 
 @pytest.mark.parametrize("cls, shape, tb", [("BatchNorm1d", (7, 3), 3), ("BatchNorm1d", (7, 3, 5), 2),
-                                            ("BatchNorm2d", (7, 3, 4, 5), 3), ("BatchNorm3d", (5, 3, 2, 3, 4), 2)])
+                                            ("BatchNorm2d", (7, 3, 4, 5), 3),
+                                            ("BatchNorm3d", (5, 3, 2, 3, 4), 2)])
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_batch_norm_module_train_eval(cls, shape, tb, momentum):
     ours = getattr(nn, cls)(3, momentum=momentum, dtype=np.float64)
@@ -72,10 +73,10 @@ def test_batch_norm_module_train_eval(cls, shape, tb, momentum):
 
 def _models(dtype=np.float64):
     def ours_():
-        return nn.Sequential(
-            nn.Conv2d(3, 4, 3, padding=1, dtype=dtype), nn.BatchNorm2d(4, dtype=dtype), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(4, 8, 3, padding=1, dtype=dtype), nn.BatchNorm2d(8, dtype=dtype), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32, 10, dtype=dtype))
+        def stage(cin, cout):
+            return [nn.Conv2d(cin, cout, 3, padding=1, dtype=dtype), nn.BatchNorm2d(cout, dtype=dtype),
+                    nn.ReLU(), nn.MaxPool2d(2)]
+        return nn.Sequential(*stage(3, 4), *stage(4, 8), nn.Flatten(), nn.Linear(32, 10, dtype=dtype))
     torch.manual_seed(0)
     T = torch.nn
     theirs = T.Sequential(T.Conv2d(3, 4, 3, padding=1), T.BatchNorm2d(4), T.ReLU(), T.MaxPool2d(2),

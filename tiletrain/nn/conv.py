@@ -39,7 +39,8 @@ class _ConvNd(Module):
     _dims = 0
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", *, dtype=np.float32, rng: np.random.Generator | None = None):
+                 bias=True, padding_mode="zeros", *, dtype=np.float32,
+                 rng: np.random.Generator | None = None):
         super().__init__()
         what = type(self).__name__
         self.in_channels = _pos_int(in_channels, what, "in_channels")
@@ -63,16 +64,16 @@ class _ConvNd(Module):
         shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
         bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))   # kaiming_uniform_(a=sqrt(5))
         self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), shape)
-        self.bias = (Parameter(rng.uniform(-bound, bound, self.out_channels).astype(dtype), (self.out_channels,))
-                     if bias else None)
+        cout = self.out_channels
+        self.bias = Parameter(rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         return getattr(F, f"conv{self._dims}d")(x, self.weight, self.bias, self.stride, self.padding,
                                                 self.dilation, self.groups)
 
     def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-             f"padding={self.padding}")
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}, padding={self.padding}")
         if any(d != 1 for d in self.dilation):
             s += f", dilation={self.dilation}"
         if self.groups != 1:
@@ -95,16 +96,18 @@ class Conv3d(_ConvNd):
 class _MaxPoolNd(Module):
     _dims = 0
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
         super().__init__()
         if return_indices:
             raise ValueError(f"{type(self).__name__}: return_indices=True is not supported")
-        self.kernel_size, self.stride, self.padding = kernel_size, stride if stride is not None else kernel_size, padding
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
         self.dilation, self.ceil_mode = dilation, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return getattr(F, f"max_pool{self._dims}d")(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                                                    self.ceil_mode)
+        pool = getattr(F, f"max_pool{self._dims}d")
+        return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -129,13 +132,16 @@ class _AvgPoolNd(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride if stride is not None else kernel_size, padding
-        self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
 
     def forward(self, x: Tensor) -> Tensor:
         extra = () if self._dims == 1 else (self.divisor_override,)
-        return getattr(F, f"avg_pool{self._dims}d")(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                                                    self.count_include_pad, *extra)
+        pool = getattr(F, f"avg_pool{self._dims}d")
+        return pool(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                    *extra)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -178,8 +184,8 @@ class _BatchNorm(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if isinstance(x, Tensor) and x.ndim not in self._ranks:
-            raise ValueError(f"{type(self).__name__}: expected {' or '.join(f'{r}D' for r in self._ranks)} input "
-                             f"(got {x.ndim}D input)")
+            ranks = " or ".join(f"{r}D" for r in self._ranks)
+            raise ValueError(f"{type(self).__name__}: expected {ranks} input (got {x.ndim}D input)")
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked += 1                      # in place: the registered array

@@ -2,8 +2,9 @@
 
 The kernels see activations tiled along the batch axis only (every tile holds whole images,
 so no task needs a halo from its neighbours) and weights, biases and per-channel statistics
-as single tiles; operands tiled otherwise are re-tiled first (ops.shape.retile).  Every op is one C call that submits one task per batch tile (csrc/expand_conv.c,
-``run_batch``); conv1d/2d/3d and the 1/2/3-d pools share one N-d implementation whose
+as single tiles; operands tiled otherwise are re-tiled first (ops.shape.retile).  Every op
+is one C call that submits one task per batch tile (csrc/expand_conv.c, ``run_batch``);
+conv1d/2d/3d and the 1/2/3-d pools share one N-d implementation whose
 kernels always see 3-D spatial geometry (leading unit axes for 1-D and 2-D).
 
 conv: per batch tile, im2col of every image and group + one BLAS gemm with the weight;
@@ -87,14 +88,16 @@ def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> T
     x, unbatched = _input(input, nsp, what)
     w = _float_tensor(weight, what, "weight")
     if w.ndim != nsp + 2:
-        raise ValueError(f"{what}: weight must be {nsp + 2}-D (C_out, C_in / groups, kernel...), got shape {w.shape}")
+        raise ValueError(f"{what}: weight must be {nsp + 2}-D (C_out, C_in / groups, kernel...), "
+                         f"got shape {w.shape}")
     if w.dtype != x.dtype:
         raise TypeError(f"{what}: weight is {w.dtype} but input is {x.dtype}")
     if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"{what}: groups must be a positive int, got {groups!r}")
     cout, cg, k = w.shape[0], w.shape[1], w.shape[2:]
     if cout % groups:
-        raise ValueError(f"{what}: out_channels ({cout}, weight.shape[0]) must be divisible by groups ({groups})")
+        raise ValueError(f"{what}: out_channels ({cout}, weight.shape[0]) must be divisible by groups "
+                         f"({groups})")
     if x.shape[1] != cg * groups:
         raise ValueError(f"{what}: input has {x.shape[1]} channels but weight expects {cg * groups} "
                          f"(weight.shape[1] = {cg} times groups = {groups})")
@@ -178,7 +181,7 @@ def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_m
     for li, pi, e, si in zip(l, p, span, s):
         num = li + 2 * pi - e
         oi = (-(-num // si) if ceil_mode else num // si) + 1
-        if ceil_mode and (oi - 1) * si >= li + pi:   # the last window must start inside the input or left padding
+        if ceil_mode and (oi - 1) * si >= li + pi:   # the last window must start in the input or left padding
             oi -= 1
         if oi < 1:
             raise ValueError(f"{what}: the (dilated) kernel {tuple(span)} is larger than the padded input "
@@ -223,7 +226,8 @@ def _avg(nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
     if divisor_override is not None:
         if not isinstance(divisor_override, numbers.Integral) or isinstance(divisor_override, bool) \
                 or divisor_override == 0:
-            raise ValueError(f"{what}: divisor_override must be a non-zero int or None, got {divisor_override!r}")
+            raise ValueError(f"{what}: divisor_override must be a non-zero int or None, "
+                             f"got {divisor_override!r}")
         div = float(divisor_override)
         if div < 0:
             raise ValueError(f"{what}: divisor_override must be positive, got {divisor_override!r}")
@@ -292,7 +296,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise ValueError(f"{what}: eps must be positive, got {eps}")
     count = x.size // C
     if training and count <= 1:
-        raise ValueError(f"{what}: expected more than 1 value per channel when training, got input shape {x.shape}")
+        raise ValueError(f"{what}: expected more than 1 value per channel when training, "
+                         f"got input shape {x.shape}")
     x = _batch_layout(x)
     hw = count // x.shape[0]
     vec = TensorTraits((C,), (C,))

@@ -143,4 +143,5 @@ def tensor_view(x, shape):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
-__all__ = ["copy_regions", "tensor_view", "view_tiles", "gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm", "run_span", "sum_all"]
+__all__ = ["copy_regions", "tensor_view", "view_tiles", "gemm", "kernel_id", "kernel_names", "run_batch",
+           "run_cast", "run_map", "run_norm", "run_span", "sum_all"]

@@ -48,7 +48,8 @@ def _unpack(a):
 
 def _padded(x, l, o, k, s, p, d, value=0.0):
     """x padded left by p and right far enough for every window; the window slices."""
-    right = [max(0, (oi - 1) * si + (ki - 1) * di + 1 - pi - li) for li, oi, ki, si, pi, di in zip(l, o, k, s, p, d)]
+    right = [max(0, (oi - 1) * si + (ki - 1) * di + 1 - pi - li)
+             for li, oi, ki, si, pi, di in zip(l, o, k, s, p, d)]
     xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(p, right)), constant_values=value)
 
     def window(kk):
