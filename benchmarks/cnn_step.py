@@ -12,6 +12,7 @@ torch.set_num_threads(--ncpu); the two alternate step by step.  Median of --reps
 (< 1: tiletrain is faster).  The first steps check that both give the same loss.
 
     python benchmarks/cnn_step.py [--batch 64] [--tiles 8,16,32] [--ncpu 2] [--reps 5] [--warmup 2]
+                                  [--profile]   (+ task time per kernel of one step, per tile size)
 """
 from __future__ import annotations
 
@@ -55,6 +56,22 @@ def forward(lib, relu, mods, blocks, head, x):
     return head(lib.flatten(lib.avg_pool(x), 1))
 
 
+def profile(step, tb) -> None:
+    """Task time per kernel (summed over workers) and the step's makespan."""
+    with tt.trace.recording() as rec:
+        step()
+    tr = rec.trace
+    busy: dict[str, list] = {}
+    for name, d in zip(tr.tasks["kernel"], tr.duration):
+        busy.setdefault(str(name), []).append(d)
+    total = sum(sum(v) for v in busy.values())
+    rows = [[k, len(v), f"{sum(v) / 1e3:.1f}", f"{100 * sum(v) / total:.0f}%"]
+            for k, v in sorted(busy.items(), key=lambda kv: -sum(kv[1]))]
+    print(f"\nbatch tile {tb}: {len(tr)} tasks, makespan {tt.trace.makespan(tr) / 1e3:.1f} ms, "
+          f"task time {total / 1e3:.1f} ms over all workers")
+    print(table(["kernel", "tasks", "ms", "share"], rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=64)
@@ -62,11 +79,12 @@ def main() -> None:
     ap.add_argument("--ncpu", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="also print task time per kernel of one step")
     args = ap.parse_args()
 
     import torch
     torch.set_num_threads(args.ncpu)
-    tt.init(ncpu=args.ncpu)
+    tt.init(ncpu=args.ncpu, profile=args.profile)
     print(environment())
     torch.manual_seed(0)
     tmods, tblocks, thead = build(torch.nn)
@@ -131,6 +149,8 @@ def main() -> None:
         first = (tt_step(), torch_step())   # same weights and data: the same first loss
         assert abs(first[0] - first[1]) < 1e-3 * max(1.0, abs(first[1])), first
         t, t_torch = timed(tt_step, torch_step)
+        if args.profile:
+            profile(tt_step, tb)
         rows.append([tb, f"{t * 1e3:.1f}", f"{t_torch * 1e3:.1f}", f"{t / t_torch:.2f}",
                      f"{t_torch / t:.2f}x"])
     print(f"\nResNet-ish CNN step, batch {args.batch}, 32x32, float32, {args.ncpu} threads each, "

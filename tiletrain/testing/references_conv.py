@@ -27,7 +27,7 @@ def _out(l, k, s, p, d):
 
 
 CONV_GEOMS = [  # (l, k, s, p, d)
-    ((3, 5, 4), (2, 3, 2), (1, 2, 1), (1, 1, 0), (1, 1, 2)),
+    ((3, 5, 7), (2, 3, 2), (1, 2, 2), (1, 1, 1), (1, 1, 2)),
     ((1, 4, 5), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1)),   # pointwise
 ]
 # pools: (l, o, k, s, p, d); the second has ceil_mode's extra output along the last axis

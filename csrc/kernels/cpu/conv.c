@@ -60,6 +60,17 @@ static int64_t window(const geom *g, const int64_t *o, int64_t *st, int64_t *en,
     return cnt;
 }
 
+/* The output positions [*lo, *hi) along the last axis whose input position oc * s - p + kc * d
+ * falls inside [0, l): the rows of im2col/col2im are copied over that range without tests. */
+static void inner_range(const geom *g, int64_t kc, int64_t *lo, int64_t *hi)
+{
+    const int64_t s = g->s[2], off = g->p[2] - kc * g->d[2]; /* ic = oc * s - off */
+    int64_t a = off > 0 ? (off + s - 1) / s : 0;                    /* first oc with ic >= 0 */
+    int64_t b = g->l[2] + off > 0 ? (g->l[2] - 1 + off) / s + 1 : 0; /* first oc with ic >= l */
+    *lo = a < g->o[2] ? a : g->o[2];
+    *hi = b < *lo ? *lo : b > g->o[2] ? g->o[2] : b;
+}
+
 #define TT_CONV_T float
 #define TT_CONV_S(name) name##_f32
 #define TT_GEMM cblas_sgemm
@@ -160,6 +171,9 @@ static void TT_CONV_S(im2col)(const geom *g, int64_t cg, const T *x, T *cols)
             for (int64_t kb = 0; kb < g->k[1]; kb++)
                 for (int64_t kc = 0; kc < g->k[2]; kc++) {
                     T *dst = cols + (((c * g->k[0] + ka) * g->k[1] + kb) * g->k[2] + kc) * g->O;
+                    int64_t lo, hi;
+                    inner_range(g, kc, &lo, &hi);
+                    const int64_t s2 = g->s[2], off = kc * g->d[2] - g->p[2];
                     for (int64_t oa = 0; oa < g->o[0]; oa++) {
                         const int64_t ia = oa * g->s[0] - g->p[0] + ka * g->d[0];
                         for (int64_t ob = 0; ob < g->o[1]; ob++) {
@@ -170,10 +184,15 @@ static void TT_CONV_S(im2col)(const geom *g, int64_t cg, const T *x, T *cols)
                                 continue;
                             }
                             const T *src = x + (c * g->l[0] + ia) * g->l[1] * g->l[2] + ib * g->l[2];
-                            for (int64_t oc = 0; oc < g->o[2]; oc++) {
-                                const int64_t ic = oc * g->s[2] - g->p[2] + kc * g->d[2];
-                                row[oc] = ic >= 0 && ic < g->l[2] ? src[ic] : (T)0;
-                            }
+                            for (int64_t oc = 0; oc < lo; oc++)
+                                row[oc] = 0;
+                            if (s2 == 1 && hi > lo)
+                                memcpy(row + lo, src + lo + off, (size_t)(hi - lo) * sizeof(T));
+                            else
+                                for (int64_t oc = lo; oc < hi; oc++)
+                                    row[oc] = src[oc * s2 + off];
+                            for (int64_t oc = hi; oc < g->o[2]; oc++)
+                                row[oc] = 0;
                         }
                     }
                 }
@@ -187,6 +206,9 @@ static void TT_CONV_S(col2im)(const geom *g, int64_t cg, const T *cols, T *dx)
             for (int64_t kb = 0; kb < g->k[1]; kb++)
                 for (int64_t kc = 0; kc < g->k[2]; kc++) {
                     const T *src = cols + (((c * g->k[0] + ka) * g->k[1] + kb) * g->k[2] + kc) * g->O;
+                    int64_t lo, hi;
+                    inner_range(g, kc, &lo, &hi);
+                    const int64_t s2 = g->s[2], off = kc * g->d[2] - g->p[2];
                     for (int64_t oa = 0; oa < g->o[0]; oa++) {
                         const int64_t ia = oa * g->s[0] - g->p[0] + ka * g->d[0];
                         if (ia < 0 || ia >= g->l[0])
@@ -197,11 +219,8 @@ static void TT_CONV_S(col2im)(const geom *g, int64_t cg, const T *cols, T *dx)
                                 continue;
                             const T *row = src + (oa * g->o[1] + ob) * g->o[2];
                             T *dst = dx + (c * g->l[0] + ia) * g->l[1] * g->l[2] + ib * g->l[2];
-                            for (int64_t oc = 0; oc < g->o[2]; oc++) {
-                                const int64_t ic = oc * g->s[2] - g->p[2] + kc * g->d[2];
-                                if (ic >= 0 && ic < g->l[2])
-                                    dst[ic] += row[oc];
-                            }
+                            for (int64_t oc = lo; oc < hi; oc++)
+                                dst[oc * s2 + off] += row[oc];
                         }
                     }
                 }
