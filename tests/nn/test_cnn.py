@@ -116,3 +116,21 @@ def test_small_cnn_trains_like_torch():
     x = rng.standard_normal((5, 3, 8, 8))
     np.testing.assert_allclose(ours(tt.from_numpy(x, (2, 3, 8, 8))).numpy(),
                                theirs(torch.tensor(x)).detach().numpy(), **TOL)
+
+
+def test_buffers_in_state_dict_and_load():
+    model = nn.Sequential(nn.Conv2d(2, 3, 1, dtype=np.float64), nn.BatchNorm2d(3, dtype=np.float64))
+    assert [n for n, _ in model.named_buffers()] == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    assert "1.running_var" in model.state_dict() and "1.weight" not in dict(model.named_buffers())
+    state = model.state_dict()
+    state["1.running_mean"] = np.arange(3.0)
+    state["1.num_batches_tracked"] = np.array(7)
+    bn = model[1]
+    model.load_state_dict(state)
+    np.testing.assert_array_equal(bn.running_mean.numpy(), np.arange(3.0))   # written in place
+    assert int(bn.num_batches_tracked) == 7
+    del state["1.running_var"]
+    with pytest.raises(ValueError, match="missing keys: 1.running_var"):
+        model.load_state_dict(state)
+    with pytest.raises(TypeError, match="buffer"):
+        bn.register_buffer("extra", [1.0])

@@ -227,6 +227,13 @@ class Sequential(ModuleList):
 
 
 class ReLU(Module):
+    """max(x, 0).  ``inplace`` is accepted for torch compatibility; the result is always a new
+    tensor (tiles are freed by dataflow, so nothing is saved by overwriting x)."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = bool(inplace)
+
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
 
