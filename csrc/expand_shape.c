@@ -344,46 +344,94 @@ int tt_reshape_tiles(const tt_tensor *x, int ndim, const int64_t *shape, int64_t
     return nx == ny && view_tiles(x, ndim, shape, tiles);
 }
 
-int tt_tensor_view(tt_tensor *x, int ndim, const int64_t *shape, tt_tensor **out)
+/* A new struct describing x's tiles with another geometry (the caller sets it). */
+static int view_struct(tt_tensor *x, const char *what, tt_tensor **out)
 {
     if (!out)
-        return tt_error(TT_EINVAL, "tensor view: out is NULL");
+        return tt_error(TT_EINVAL, "%s: out is NULL", what);
     *out = NULL;
-    int rc = tt_check_tensor(x, "tensor view");
+    int rc = tt_check_tensor(x, what);
     if (rc)
         return rc;
-    if (tt_mpi_on)
-        return tt_error(TT_EINVAL, "tensor view: views are not supported under MPI (copy instead)");
-    int64_t tiles[TT_MAX_NDIM];
-    if (!tt_reshape_tiles(x, ndim, shape, tiles))
-        return tt_error(TT_EINVAL, "tensor view: the tiles of x do not line up with the new shape");
     tt_tensor *t = calloc(1, sizeof *t);
     if (!t)
-        return tt_error(TT_ENOMEM, "tensor view: out of memory");
+        return tt_error(TT_ENOMEM, "%s: out of memory", what);
     *t = *x;
     t->prev = t->next = NULL;
-    t->view = 1;
+    *out = t;
+    return TT_OK;
+}
+
+static void set_geometry(tt_tensor *t, int ndim, const int64_t *shape, const int64_t *tiles)
+{
     t->ndim = ndim;
-    int64_t ntiles = 1;
+    t->ntiles = 1;
     for (int d = 0; d < ndim; d++) {
         t->shape[d] = shape[d];
-        t->tile[d] = tiles[d];
-        t->grid[d] = (shape[d] + tiles[d] - 1) / tiles[d];
-        ntiles *= t->grid[d];
+        t->tile[d] = tiles[d] < shape[d] ? tiles[d] : shape[d];
+        t->grid[d] = (shape[d] + t->tile[d] - 1) / t->tile[d];
+        t->ntiles *= t->grid[d];
     }
-    if (ntiles != x->ntiles) { /* cannot happen when view_tiles holds; never share a wrong mapping */
+}
+
+/* A reshape view shares x's handle and owner arrays themselves (the tiles keep their order),
+ * so that it sees what MPI does to them (lazy tiles registered, owners placed, migrations). */
+int tt_tensor_view(tt_tensor *x, int ndim, const int64_t *shape, tt_tensor **out)
+{
+    int64_t tiles[TT_MAX_NDIM];
+    if (x && !tt_reshape_tiles(x, ndim, shape, tiles))
+        return tt_error(TT_EINVAL, "tensor view: the tiles of x do not line up with the new shape");
+    int rc = view_struct(x, "tensor view", out);
+    if (rc)
+        return rc;
+    tt_tensor *t = *out;
+    t->view = TT_VIEW_SHARED;
+    set_geometry(t, ndim, shape, tiles);
+    if (t->ntiles != x->ntiles) { /* cannot happen when view_tiles holds; never share a wrong mapping */
         free(t);
-        return tt_error(TT_EINVAL, "tensor view: %lld tiles for %lld (internal error)", (long long)ntiles,
+        *out = NULL;
+        return tt_error(TT_EINVAL, "tensor view: %lld tiles for %lld (internal error)", (long long)t->ntiles,
                         (long long)x->ntiles);
     }
-    t->handles = malloc(sizeof *t->handles * (size_t)ntiles);
-    t->owner = malloc(sizeof *t->owner * (size_t)ntiles);
+    return TT_OK;
+}
+
+/* A view of the sub-grid of x's tiles lo[d] <= idx[d] < hi[d]: its own arrays of x's handles.
+ * Not under MPI, where a tile's slot in its tensor's array changes when it is registered. */
+int tt_tensor_tile_view(tt_tensor *x, const int64_t *lo, const int64_t *hi, tt_tensor **out)
+{
+    if (tt_mpi_on)
+        return tt_error(TT_EINVAL, "tensor tile view: not under MPI (copy the region instead)");
+    if (!lo || !hi)
+        return tt_error(TT_EINVAL, "tensor tile view: lo or hi is NULL");
+    int64_t shape[TT_MAX_NDIM];
+    for (int d = 0; x && d < x->ndim; d++) {
+        if (lo[d] < 0 || hi[d] <= lo[d] || hi[d] > x->grid[d])
+            return tt_error(TT_EINVAL, "tensor tile view: tiles [%lld, %lld) along axis %d outside [0, %lld)",
+                            (long long)lo[d], (long long)hi[d], d, (long long)x->grid[d]);
+        shape[d] = (hi[d] == x->grid[d] ? x->shape[d] : hi[d] * x->tile[d]) - lo[d] * x->tile[d];
+    }
+    int rc = view_struct(x, "tensor tile view", out);
+    if (rc)
+        return rc;
+    tt_tensor *t = *out;
+    t->view = TT_VIEW_OWN_ARRAYS;
+    set_geometry(t, x->ndim, shape, x->tile);
+    t->handles = malloc(sizeof *t->handles * (size_t)t->ntiles);
+    t->owner = malloc(sizeof *t->owner * (size_t)t->ntiles);
     if (!t->handles || !t->owner) {
         free(t->handles), free(t->owner), free(t);
-        return tt_error(TT_ENOMEM, "tensor view: out of memory");
+        *out = NULL;
+        return tt_error(TT_ENOMEM, "tensor tile view: out of memory");
     }
-    memcpy(t->handles, x->handles, sizeof *t->handles * (size_t)ntiles);
-    memcpy(t->owner, x->owner, sizeof *t->owner * (size_t)ntiles);
-    *out = t;
+    int64_t idx[TT_MAX_NDIM];
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        tt_tile_index(t, i, idx);
+        for (int d = 0; d < x->ndim; d++)
+            idx[d] += lo[d];
+        int64_t j = tt_tile_linear(x, idx);
+        t->handles[i] = x->handles[j];
+        t->owner[i] = x->owner[j];
+    }
     return TT_OK;
 }

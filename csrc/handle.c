@@ -179,9 +179,11 @@ void tt_tensor_free(tt_tensor *t)
 {
     if (!t)
         return;
-    if (t->view) { /* a view (tt_tensor_view): its base unregisters the tiles */
-        free(t->handles);
-        free(t->owner);
+    if (t->view) { /* a view (csrc/expand_shape.c): its base unregisters the tiles */
+        if (t->view == TT_VIEW_OWN_ARRAYS) {
+            free(t->handles);
+            free(t->owner);
+        }
         free(t);
         return;
     }

@@ -20,9 +20,13 @@ struct tt_tensor {
     uint64_t session;              /* runtime session that registered the handles */
     int dead;                      /* handles gone (runtime shut down) */
     int written;                   /* some task or write has initialised every tile */
-    int view;                      /* shares another tensor's handles (csrc/expand_shape.c): frees none */
+    int view;                      /* a view of another tensor's tiles (csrc/expand_shape.c): TT_VIEW_* */
     struct tt_tensor *prev, *next; /* live list, for shutdown */
 };
+
+/* tt_tensor.view: 0, the tensor owns its tiles; else it unregisters none and, when SHARED, its
+ * handle and owner arrays are its base's (reshape views), else its own (tile sub-grid views). */
+enum { TT_VIEW_SHARED = 1, TT_VIEW_OWN_ARRAYS = 2 };
 
 typedef struct tt_kernel_desc {
     const char *name;

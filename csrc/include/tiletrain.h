@@ -146,9 +146,11 @@ int tt_copy_regions(tt_tensor *y, int ncopies, tt_tensor *const *xs, const int64
                     const int64_t *step, const int64_t *ystart, const int64_t *ystep, const int64_t *count);
 /* 1 and the view's tiles when x's tiles line up with `shape` (same size), else 0 */
 int tt_reshape_tiles(const tt_tensor *x, int ndim, const int64_t *shape, int64_t *tiles);
-/* a tensor of `shape` sharing x's tile handles (tt_reshape_tiles must hold); freeing it
- * frees no tile, so x must outlive it */
+/* Views: tensors made of x's tiles, no copy; freeing one frees no tile, so x must outlive it.
+ * tensor_view: x reshaped to `shape` (tt_reshape_tiles must hold); tile_view: x's sub-grid of
+ * tiles lo[d] <= idx[d] < hi[d] (not under MPI). */
 int tt_tensor_view(tt_tensor *x, int ndim, const int64_t *shape, tt_tensor **out);
+int tt_tensor_tile_view(tt_tensor *x, const int64_t *lo, const int64_t *hi, tt_tensor **out);
 
 /* -- attention -- */
 /* Heads: x (B, T, nparts*C) <-> y (B, H, T, D), H*D = C, part `part` of x's last axis.

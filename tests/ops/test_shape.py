@@ -19,9 +19,11 @@ CASES = {
     "retile_3d": (lambda x: S.retile(x, (2, 4, 3)), lambda x: x.clone(), [((5, 4, 6), (2, 3, 4))]),
     "reshape_view": (lambda x: S.reshape(x, 66), lambda x: x.reshape(66), [((11, 6), (4, 6))]),
     "reshape_copy": (lambda x: S.reshape(x, 6, 11), lambda x: x.reshape(6, 11), [((11, 6), (4, 4))]),
-    "reshape_split": (lambda x: S.reshape(x, (5, 2, 2, 6)), lambda x: x.reshape(5, 2, 2, 6), [((5, 4, 6), (2, 3, 4))]),
+    "reshape_split": (lambda x: S.reshape(x, (5, 2, 2, 6)), lambda x: x.reshape(5, 2, 2, 6),
+                      [((5, 4, 6), (2, 3, 4))]),
     "reshape_infer": (lambda x: S.reshape(x, -1, 6), lambda x: x.reshape(-1, 6), [((5, 4, 6), (2, 3, 4))]),
-    "reshape_odd": (lambda x: S.reshape(x, 6, 35), lambda x: x.reshape(6, 35), [((3, 2, 5, 7), (2, 2, 3, 3))]),
+    "reshape_odd": (lambda x: S.reshape(x, 6, 35), lambda x: x.reshape(6, 35),
+                    [((3, 2, 5, 7), (2, 2, 3, 3))]),
     "view": (lambda x: S.view(x, 4, 5, 6), lambda x: x.view(4, 5, 6), [((5, 4, 6), (2, 3, 4))]),
     "flatten": (lambda x: S.flatten(x, 1), lambda x: x.flatten(1), [((3, 2, 5, 4), (2, 2, 3, 3))]),
     "flatten_all": (lambda x: S.flatten(x), lambda x: x.flatten(), [((5, 4, 6), (2, 3, 4))]),
@@ -29,34 +31,49 @@ CASES = {
     "unsqueeze": (lambda x: S.unsqueeze(x, 1), lambda x: x.unsqueeze(1), [((11, 7), (4, 3))]),
     "unsqueeze_last": (lambda x: S.unsqueeze(x, -1), lambda x: x.unsqueeze(-1), [((11, 7), (4, 3))]),
     "squeeze_all": (lambda x: S.squeeze(x), lambda x: x.squeeze(), [((1, 7, 1, 5), (1, 3, 1, 2))]),
-    "squeeze_dims": (lambda x: S.squeeze(x, (0, 1)), lambda x: x.squeeze((0, 1)), [((1, 7, 1, 5), (1, 3, 1, 2))]),
+    "squeeze_dims": (lambda x: S.squeeze(x, (0, 1)), lambda x: x.squeeze((0, 1)),
+                     [((1, 7, 1, 5), (1, 3, 1, 2))]),
     "squeeze_int": (lambda x: S.squeeze(x, 2), lambda x: x.squeeze(2), [((1, 7, 1, 5), (1, 3, 1, 2))]),
-    "permute": (lambda x: S.permute(x, 2, 0, 3, 1), lambda x: x.permute(2, 0, 3, 1), [((3, 2, 5, 4), (2, 2, 3, 3))]),
-    "permute_ones": (lambda x: S.permute(x, (1, 0, 2)), lambda x: x.permute(1, 0, 2), [((1, 7, 5), (1, 3, 2))]),
+    "permute": (lambda x: S.permute(x, 2, 0, 3, 1), lambda x: x.permute(2, 0, 3, 1),
+                [((3, 2, 5, 4), (2, 2, 3, 3))]),
+    "permute_ones": (lambda x: S.permute(x, (1, 0, 2)), lambda x: x.permute(1, 0, 2),
+                     [((1, 7, 5), (1, 3, 2))]),
+    "permute_6d": (lambda x: S.permute(x, 5, 3, 1, 4, 2, 0), lambda x: x.permute(5, 3, 1, 4, 2, 0),
+                   [((2, 3, 2, 3, 2, 3), (1, 2, 1, 2, 1, 2))]),  # 6 axes after merging: tasks per pair
     "transpose": (lambda x: S.transpose(x, 0, -1), lambda x: x.transpose(0, -1), [((5, 4, 6), (2, 3, 4))]),
     "t": (S.t, lambda x: x.t(), [((11, 7), (4, 3))]),
     "expand": (lambda x: S.expand(x, 3, 5, 4, 6), lambda x: x.expand(3, 5, 4, 6), [((5, 1, 6), (2, 1, 4))]),
     "expand_keep": (lambda x: S.expand(x, -1, 9), lambda x: x.expand(-1, 9), [((7, 1), (3, 1))]),
     "broadcast_to": (lambda x: S.broadcast_to(x, (2, 11, 7)), lambda x: x.broadcast_to((2, 11, 7)),
                      [((1, 7), (1, 3))]),
+    "expand_scalar": (lambda x: S.expand(x, 3, 4), lambda x: x.expand(3, 4), [((), ())]),
+    "getitem_scalar": (lambda x: S.getitem(x, (1, -2)), lambda x: x[1, -2], [((3, 4), (2, 3))]),
+    "unsqueeze_scalar": (lambda x: S.unsqueeze(x, 0), lambda x: x.unsqueeze(0), [((), ())]),
     "getitem_int": (lambda x: S.getitem(x, 5), lambda x: x[5], [((11, 7), (4, 3))]),
     "getitem_neg": (lambda x: S.getitem(x, (-1, slice(2, 6))), lambda x: x[-1, 2:6], [((11, 7), (4, 3))]),
-    "getitem_step": (lambda x: S.getitem(x, (slice(1, None, 3), slice(None, None, 2))), lambda x: x[1::3, ::2],
-                     [((11, 7), (4, 3))]),
+    "getitem_step": (lambda x: S.getitem(x, (slice(1, None, 3), slice(None, None, 2))),
+                     lambda x: x[1::3, ::2], [((11, 7), (4, 3))]),
     "getitem_none": (lambda x: S.getitem(x, (None, slice(3, 9), None, 4)), lambda x: x[None, 3:9, None, 4],
                      [((11, 7), (4, 3))]),
     "getitem_ellipsis": (lambda x: S.getitem(x, (Ellipsis, slice(1, 5, 2))), lambda x: x[..., 1:5:2],
                          [((5, 4, 6), (2, 3, 4))]),
-    "getitem_mixed": (lambda x: S.getitem(x, (1, Ellipsis, None, slice(-3, None))), lambda x: x[1, ..., None, -3:],
-                      [((3, 2, 5, 4), (2, 2, 3, 3))]),
-    "cat0": (lambda a, b: S.cat([a, b]), lambda a, b: torch.cat([a, b]), [((11, 7), (4, 3)), ((5, 7), (2, 4))]),
+    "getitem_mixed": (lambda x: S.getitem(x, (1, Ellipsis, None, slice(-3, None))),
+                      lambda x: x[1, ..., None, -3:], [((3, 2, 5, 4), (2, 2, 3, 3))]),
+    "cat0": (lambda a, b: S.cat([a, b]), lambda a, b: torch.cat([a, b]),
+             [((11, 7), (4, 3)), ((5, 7), (2, 4))]),
     "cat1": (lambda a, b, c: S.cat((a, b, c), dim=-1), lambda a, b, c: torch.cat((a, b, c), dim=-1),
              [((5, 4, 3), (2, 3, 2)), ((5, 4, 6), (5, 2, 4)), ((5, 4, 1), (3, 4, 1))]),
-    "stack": (lambda a, b: S.stack([a, b], 1), lambda a, b: torch.stack([a, b], 1), [((11, 7), (4, 3)), ((11, 7), (5, 5))]),
+    "stack": (lambda a, b: S.stack([a, b], 1), lambda a, b: torch.stack([a, b], 1),
+              [((11, 7), (4, 3)), ((11, 7), (5, 5))]),
     "stack_last": (lambda a, b: S.stack([a, b], -1), lambda a, b: torch.stack([a, b], -1),
                    [((5, 4, 6), (2, 3, 4)), ((5, 4, 6), (5, 4, 6))]),
     "split": (lambda x: S.split(x, 4, 1)[1], lambda x: x.split(4, 1)[1], [((5, 11), (2, 3))]),
-    "split_sections": (lambda x: S.split(x, [2, 6, 3])[2], lambda x: x.split([2, 6, 3])[2], [((11, 7), (4, 3))]),
+    "split_sections": (lambda x: S.split(x, [2, 6, 3])[2], lambda x: x.split([2, 6, 3])[2],
+                       [((11, 7), (4, 3))]),
+    "split_aligned": (lambda x: S.split(x, 4, 1)[2], lambda x: x.split(4, 1)[2], [((5, 11), (2, 4))]),
+    "getitem_aligned": (lambda x: S.getitem(x, (slice(2, 4), None, slice(4, None))), lambda x: x[2:4, None, 4:],
+                        [((5, 11), (2, 4))]),
+    "getitem_aligned_int": (lambda x: S.getitem(x, (Ellipsis, 6)), lambda x: x[..., 6], [((5, 4, 7), (2, 3, 3))]),
     "chunk": (lambda x: S.chunk(x, 3, -1)[2], lambda x: x.chunk(3, -1)[2], [((5, 4, 7), (2, 3, 4))]),
 }
 
@@ -89,7 +106,8 @@ def test_vjp(rng, name):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
-@pytest.mark.parametrize("name", ["retile", "reshape_copy", "permute", "expand", "getitem_step", "cat1", "stack"])
+@pytest.mark.parametrize("name", ["retile", "reshape_copy", "permute", "permute_6d", "expand", "getitem_step",
+                                  "cat1", "stack"])
 def test_other_dtypes(rng, name, dtype):
     fn, tfn, specs = CASES[name]
     arrays = [(rng.standard_normal(shape) * 100).astype(dtype) for shape, _ in specs]
@@ -116,7 +134,8 @@ def test_reshape_tilings(rng):
     a = rng.standard_normal((6, 4, 10))
     for tiles in [(6, 4, 10), (2, 4, 10), (5, 3, 7), (1, 1, 1), (4, 4, 3)]:
         x = tt.from_numpy(a, tiles)
-        for shape in [(24, 10), (6, 40), (240,), (3, 2, 2, 2, 10), (10, 24), (4, 6, 10), (1, 240, 1), (8, 30)]:
+        for shape in [(24, 10), (6, 40), (240,), (3, 2, 2, 2, 10), (10, 24), (4, 6, 10), (1, 240, 1),
+                      (8, 30)]:
             np.testing.assert_array_equal(S.reshape(x, shape).numpy(), a.reshape(shape))
 
 
@@ -154,18 +173,27 @@ def test_retile_task_count(rng):
 def test_tile_aligned_views_submit_nothing(rng):
     a = rng.standard_normal((11, 7))
     x = tt.from_numpy(a, (4, 3))
+    x41 = tt.from_numpy(a, (4, 1))
     with submits_nothing():
         u = S.unsqueeze(x, 0)
         s = S.squeeze(S.unsqueeze(u, -1))
         v = S.reshape(tt.from_numpy(a, (4, 7)), 77)  # whole rows per tile: a view
         n = S.getitem(x, (None, Ellipsis, None))
         p = S.permute(u, 1, 0, 2)
+        pieces = S.chunk(tt.from_numpy(a, (4, 7)), 3)  # rows 0-3 | 4-7 | 8-10: whole tiles
+        sub = S.getitem(x, (slice(4, 8), slice(3, None)))
+        col = S.getitem(x41, (slice(None), 5))
     assert u.shape == (1, 11, 7) and u.tiles == (1, 4, 3) and s.shape == (11, 7)
     np.testing.assert_array_equal(u.numpy(), a[None])
     np.testing.assert_array_equal(s.numpy(), a)
     np.testing.assert_array_equal(v.numpy(), a.reshape(77))
     np.testing.assert_array_equal(n.numpy(), a[None, ..., None])
     np.testing.assert_array_equal(p.numpy(), a[:, None])
+    for piece, ref in zip(pieces, np.split(a, [4, 8])):
+        np.testing.assert_array_equal(piece.numpy(), ref)
+    np.testing.assert_array_equal(sub.numpy(), a[4:8, 3:])
+    assert sub.tiles == (4, 3) and col.shape == (11,) and col.tiles == (4,)
+    np.testing.assert_array_equal(col.numpy(), a[:, 5])
 
 
 def test_view_keeps_its_base_alive(rng):
@@ -176,6 +204,9 @@ def test_view_keeps_its_base_alive(rng):
     gc.collect()
     np.testing.assert_array_equal(w.numpy(), a.reshape(1, 24))
     np.testing.assert_array_equal(S.retile(w, (1, 5)).numpy(), a.reshape(1, 24))
+    col = S.getitem(tt.from_numpy(a, (2, 1)), (slice(2, 4), 3))  # a reshape view of a tile view
+    gc.collect()
+    np.testing.assert_array_equal(col.numpy(), a[2:4, 3])
 
 
 def test_unsqueeze_squeeze_take_half_dtypes(rng):

@@ -10,9 +10,14 @@ in any way, and mixed tilings (``cat`` of tensors tiled differently) are fine.
 Zero-copy: a reshape whose tiles line up (in every group of merged or split axes, a tile
 holds whole rows of all axes but the group's first) returns a *view* sharing the input's
 tile handles; size-1 axes always line up, so ``unsqueeze``/``squeeze`` (and ``getitem``,
-``permute`` or ``expand`` that only add, drop or move size-1 axes) never copy.  ``view`` is
+``permute`` or ``expand`` that only add, drop or move size-1 axes) never copy.  A
+``getitem``/``split``/``chunk`` that selects whole tiles (slices from and to tile boundaries,
+ints along axes of tile 1) is a view of those tiles too (a copy under MPI).  ``view`` is
 ``reshape``: unlike torch it copies when the tiles do not line up (it never fails for
-layout reasons).  Ops that change nothing return their input itself.
+layout reasons).  Ops that change nothing return their input itself.  Whether a result
+shares tiles with its input depends on the tiling, so in-place ops (fill_, axpy_) must not
+be used on shape-op results or on their inputs while the results are live (autograd never
+accumulates into a view in place).
 
 Result tiling: an axis kept from an input keeps its tile size (clipped to the new length;
 ``cat``: the first tensor's tiles, ``stack``: the first tensor's tiles and 1 along the new
@@ -31,7 +36,7 @@ import numbers
 
 import numpy as np
 
-from ..runtime.kernels import copy_regions, tensor_view, view_tiles
+from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, zeros
 from ..tensors.traits import DEFAULT_TILE
 from . import basic
@@ -165,12 +170,11 @@ def _aligned_tiles(xs, xt, ys) -> tuple[int, ...]:
     return tuple(tiles)
 
 
-def _view(x: Tensor, shape, tiles) -> Tensor:
-    """A tensor of ``shape`` sharing x's tiles (no copy); x's tiles stay alive while it lives."""
+def _view(x: Tensor, ptr, shape, tiles) -> Tensor:
+    """The tensor of C view ``ptr`` of x's tiles (no copy); x stays alive while it lives."""
     t = Tensor.__new__(Tensor)
-    t.traits, t.dtype, t._session = TensorTraits(shape, tiles), x.dtype, x._session
-    t._ptr = tensor_view(x, shape)
-    t._base = x if x._base is None else x._base
+    t.traits, t.dtype, t._session, t._ptr = TensorTraits(shape, tiles), x.dtype, x._session, ptr
+    t._base = x  # x, not its base: a view may use x's own arrays of tile handles
     t.requires_grad, t.grad, t._node = False, None, None
     return t
 
@@ -182,7 +186,8 @@ def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     if tiles is None:  # re-tile so that the tiles line up, then view
         x = retile(x, _aligned_tiles(x.shape, x.tiles, shape))
         tiles = view_tiles(x, shape)
-    return record("reshape", _view(x, shape, tiles), (x,), shape=x.shape, tiles=x.tiles)
+    y = _view(x, tensor_view(x, shape), shape, tiles)
+    return record("reshape", y, (x,), shape=x.shape, tiles=x.tiles)
 
 
 @backward_rule("reshape")
@@ -351,7 +356,8 @@ def expand_to(x: Tensor, shape, tiles) -> Tensor:
     if math.prod(shape) == x.size:  # only size-1 axes added: a view (then a re-tiling)
         return retile(_reshape(x, shape), traits.tiles)
     lead = len(shape) - x.ndim
-    xaxis = tuple(-1 if d < lead or (x.shape[d - lead] == 1 and s != 1) else d - lead for d, s in enumerate(shape))
+    xaxis = tuple(-1 if d < lead or (x.shape[d - lead] == 1 and s != 1) else d - lead
+                  for d, s in enumerate(shape))
     n = len(shape)
     y = Tensor(traits, x.dtype)
     copy_regions(y, [(x, (0,) * x.ndim, xaxis, (1,) * n, (0,) * n, (1,) * n, shape)])
@@ -394,8 +400,8 @@ def getitem(x: Tensor, index) -> Tensor:
     for it in items:
         if not (it is None or it is Ellipsis or isinstance(it, slice)
                 or (isinstance(it, numbers.Integral) and not isinstance(it, bool))):
-            raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, None "
-                            "and ...")
+            raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, "
+                            "None and ...")
     if sum(it is Ellipsis for it in items) > 1:
         raise IndexError(f"{what}: an index can only have a single ellipsis ('...')")
     nreal = sum(it is not None and it is not Ellipsis for it in items)
@@ -416,7 +422,8 @@ def getitem(x: Tensor, index) -> Tensor:
                 if part is not None and (not isinstance(part, numbers.Integral) or isinstance(part, bool)):
                     raise TypeError(f"{what}: slice {it} along dimension {a} must have int or None bounds")
             if it.step is not None and it.step <= 0:
-                raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along dimension {a})")
+                raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along "
+                                 f"dimension {a})")
             start, stop, st = it.indices(n)
             c = len(range(start, stop, st))
             if c == 0:
@@ -437,7 +444,30 @@ def getitem(x: Tensor, index) -> Tensor:
         return _reshape(x, shape)  # only size-1 axes added or dropped: a view
     n = len(shape)
     spec = (tuple(xstart), tuple(xaxis), tuple(step), (0,) * n, (1,) * n, shape)
+    y = _tile_aligned(x, xstart, mapped, step, count, shape)
+    if y is not None:
+        return record("region", y, (x,), specs=[spec], traits=[x.traits])
     return _regions([x], TensorTraits(shape, tuple(tiles)), [spec])
+
+
+def _tile_aligned(x: Tensor, xstart, mapped, step, count, shape) -> Tensor | None:
+    """x's selected region as a view when it is whole tiles of x (slices from and to tile
+    boundaries, ints along axes of tile 1), else None."""
+    lo, hi = [], []
+    for a, (n, tile) in enumerate(zip(x.shape, x.tiles)):
+        d = mapped.get(a)
+        c = 1 if d is None else count[d]
+        stop = xstart[a] + (c - 1) * (1 if d is None else step[d]) + 1
+        if (c > 1 and step[d] != 1) or xstart[a] % tile or (stop % tile and stop != n):
+            return None
+        lo.append(xstart[a] // tile)
+        hi.append(-(-stop // tile))
+    ptr = tile_view(x, lo, hi)
+    if ptr is None:
+        return None
+    sub = tuple(min(h * t, n) - i * t for i, h, t, n in zip(lo, hi, x.tiles, x.shape))
+    v = _view(x, ptr, sub, x.tiles)
+    return v if sub == shape else _view(v, tensor_view(v, shape), shape, view_tiles(v, shape))
 
 
 # ---- cat, stack, split, chunk -----------------------------------------------------------------
@@ -465,8 +495,8 @@ def cat(tensors, dim: int = 0) -> Tensor:
     d = _dim(dim, x0.ndim, what)
     for i, t in enumerate(ts):
         if t.ndim != x0.ndim or t.shape[:d] + t.shape[d + 1:] != x0.shape[:d] + x0.shape[d + 1:]:
-            raise ValueError(f"{what}: sizes must match except in dimension {d}: tensors[0] has shape {x0.shape}, "
-                             f"tensors[{i}] {t.shape}")
+            raise ValueError(f"{what}: sizes must match except in dimension {d}: tensors[0] has shape "
+                             f"{x0.shape}, tensors[{i}] {t.shape}")
     n = x0.ndim
     specs, offset = [], 0
     for t in ts:
@@ -511,7 +541,8 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]
     if isinstance(split_size_or_sections, (list, tuple)):
         sizes = [_int(s, what, f"split_size_or_sections[{i}]") for i, s in enumerate(split_size_or_sections)]
         if sum(sizes) != n or any(s < 1 for s in sizes):
-            raise ValueError(f"{what}: sections {tuple(sizes)} must be >= 1 and add up to dimension {d}'s size {n}")
+            raise ValueError(f"{what}: sections {tuple(sizes)} must be >= 1 and add up to dimension {d}'s "
+                             f"size {n}")
     else:
         size = _int(split_size_or_sections, what, "split_size_or_sections")
         if size < 1:
@@ -534,5 +565,5 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     return split(x, -(-x.shape[d] // chunks), d)
 
 
-__all__ = ["retile", "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
-           "broadcast_to", "getitem", "cat", "stack", "split", "chunk", "expand_to", "sum_to"]
+__all__ = ["retile", "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t",
+           "expand", "broadcast_to", "getitem", "cat", "stack", "split", "chunk", "expand_to", "sum_to"]

@@ -123,9 +123,9 @@ def copy_regions(y, copies) -> None:
         for arr, vals in zip(arrays, fields):
             arr[c * m:c * m + len(vals)] = vals
     xstart, xaxis, step, ystart, ystep, count = arrays
-    check(lib.tt_copy_regions(y._ptr, n, _ptrs([c[0] for c in copies]), ffi.new("int64_t[]", xstart),
-                              ffi.new("int[]", xaxis), ffi.new("int64_t[]", step), ffi.new("int64_t[]", ystart),
-                              ffi.new("int64_t[]", ystep), ffi.new("int64_t[]", count)))
+    i64 = [ffi.new("int64_t[]", a) for a in (xstart, step, ystart, ystep, count)]
+    check(lib.tt_copy_regions(y._ptr, n, _ptrs([c[0] for c in copies]), i64[0], ffi.new("int[]", xaxis),
+                              *i64[1:]))
 
 
 def view_tiles(x, shape) -> tuple[int, ...] | None:
@@ -143,5 +143,16 @@ def tensor_view(x, shape):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
-__all__ = ["copy_regions", "tensor_view", "view_tiles", "gemm", "kernel_id", "kernel_names", "run_batch",
-           "run_cast", "run_map", "run_norm", "run_span", "sum_all"]
+def tile_view(x, lo, hi):
+    """A C tensor made of x's tiles lo[d] <= idx[d] < hi[d] (no copy), or None under MPI; it
+    frees itself (never the tiles) when dropped."""
+    if lib.tt_mpi_enabled():
+        return None
+    out = ffi.new("tt_tensor **")
+    lo, hi = (ffi.new("int64_t[]", list(v) or [0]) for v in (lo, hi))
+    check(lib.tt_tensor_tile_view(x._ptr, lo, hi, out))
+    return ffi.gc(out[0], lib.tt_tensor_free)
+
+
+__all__ = ["copy_regions", "gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
+           "run_span", "sum_all", "tensor_view", "tile_view", "view_tiles"]

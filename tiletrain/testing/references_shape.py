@@ -11,12 +11,10 @@ from ._refbase import Reference, _r
 
 
 def _case(rng, dt):
-    # x tile (6, 5, 4): read x[1 + 2 i1, j, 3 - ...]; y tile (3, 4, 3, 5): write a box of (2, 2, 3, 4)
-    args = dict(d0=2, d1=2, d2=3, d3=4, xo=1 * 20 + 0 * 4 + 0,
-                xs0=0, xs1=2 * 20, xs2=4, xs3=1,          # d0 broadcast, d1 steps 2 along x axis 0
-                yo=1 * 60 + 0 * 15 + 0 * 5 + 1,
-                ys0=60, ys1=15, ys2=5, ys3=1)
-    args["xs2"], args["xs3"] = 1, 4                        # transpose x's last two axes (d2 <- axis 2, d3 <- axis 1)
+    """x a (6, 5, 4) tile, y a (3, 4, 3, 5) tile: y[1 + i0, i1, i2, 1 + i3] = x[1 + 2 i1, i3, i2] over a
+    (2, 2, 3, 4) box: i0 broadcasts (stride 0), i1 steps by 2, x's last two axes are swapped."""
+    args = dict(d0=2, d1=2, d2=3, d3=4, xo=1 * 20, xs0=0, xs1=2 * 20, xs2=1, xs3=4,
+                yo=1 * 60 + 1, ys0=60, ys1=15, ys2=5, ys3=1)
     return args, [_r(rng, dt, 120), _r(rng, dt, 180)]
 
 

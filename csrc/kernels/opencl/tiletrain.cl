@@ -1,6 +1,6 @@
 /* The device kernels, instantiated per element type: tt_<name>_f32, tt_<name>_f64 (and
- * tt_<name>_i64 for fill and copy, which also run on int64 tiles).  OpenCL: the library
- * embeds this file with its includes inlined (csrc/embed_opencl.py); CUDA:
+ * tt_<name>_i64 for fill, copy and region_copy, which also run on int64 tiles).  OpenCL:
+ * the library embeds this file with its includes inlined (csrc/embed_opencl.py); CUDA:
  * csrc/kernels/cuda/device_kernels.cu includes it. */
 #include "tt_device.h"
 
@@ -17,6 +17,7 @@
 #include "embedding.cl"
 #include "attention.cl"
 #include "optim.cl"
+#include "shape.cl"
 #undef T
 #undef R
 #undef SUF
@@ -34,6 +35,7 @@
 #include "embedding.cl"
 #include "attention.cl"
 #include "optim.cl"
+#include "shape.cl"
 #undef T
 #undef R
 #undef SUF
@@ -42,6 +44,7 @@
 #define R double
 #define SUF(name) name##_i64
 #include "fill_copy.cl"
+#include "shape.cl"
 #undef T
 #undef R
 #undef SUF
