@@ -121,6 +121,15 @@ int tt_cast(tt_tensor *x, tt_tensor *y);
 int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full, int nrow, tt_tensor *const *rows,
                 int ncol, tt_tensor *const *cols, int reduce);
 
+/* -- convolution, pooling, batch norm -- */
+/* (csrc/expand_conv.c) One task per batch tile: `batch` tensors (N, ...) are tiled along axis 0
+ * only and share its tiling (their other axes may differ); `whole` tensors have a single tile
+ * and are read by every task, or (reduce = 1) the written ones accumulate over the batch tiles
+ * in order (`first` on the first).  Kernels: conv_*, max_pool_*, avg_pool_*, bn_* (integer
+ * args start with nb, the tile's batch count, filled in here). */
+int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *batch, int nwhole,
+                 tt_tensor *const *whole, int reduce);
+
 /* -- softmax / cross_entropy -- */
 
 /* -- embedding -- */

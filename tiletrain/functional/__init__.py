@@ -11,3 +11,5 @@ from ..ops.shape import flatten  # noqa: F401
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
+# convolution, pooling, batch norm (tiletrain/ops/conv.py)
+from ..ops.conv import *  # noqa: F401,F403

@@ -8,7 +8,13 @@ from .module import Module
 
 
 class _Elementwise(Module):
+    """``inplace`` is accepted as torch's; the result is always a new tensor (tiles are freed by
+    dataflow, so nothing is saved by overwriting the input)."""
     fn = None
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = bool(inplace)
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return type(self).fn(input)
@@ -22,12 +28,14 @@ class SiLU(_Elementwise):
     fn = staticmethod(F.silu)
 
 
-class Tanh(_Elementwise):
-    fn = staticmethod(F.tanh)
+class Tanh(Module):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.tanh(input)
 
 
-class Sigmoid(_Elementwise):
-    fn = staticmethod(F.sigmoid)
+class Sigmoid(Module):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.sigmoid(input)
 
 
 class GELU(Module):

@@ -83,6 +83,7 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "training", True)
 
     # -- registration -----------------------------------------------------------------
@@ -95,16 +96,54 @@ class Module:
             mods = self.__dict__["_modules"]
             params.pop(name, None)
             mods.pop(name, None)
+            buffers = self.__dict__["_buffers"]
+            if name in buffers and not isinstance(value, (Parameter, Module)):
+                buffers[name] = self._buffer_value(name, value)
             if isinstance(value, Parameter):
+                buffers.pop(name, None)
                 params[name] = value
             elif isinstance(value, Module):
                 mods[name] = value
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
+        self.__dict__["_buffers"].pop(name, None)
         self.__dict__["_parameters"].pop(name, None)
         self.__dict__["_modules"].pop(name, None)
         object.__delattr__(self, name)
+
+    # -- buffers: state that is not trained (batch norm's running statistics) -----------
+    def register_buffer(self, name: str, value) -> None:
+        """Register ``value`` (a tiletrain Tensor, a NumPy array for host-side counters, or
+        None) as buffer ``name``: listed by ``named_buffers()``, saved by ``state_dict()`` and
+        written in place by ``load_state_dict()``, as torch.nn.Module.register_buffer."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot register a buffer before Module.__init__() is called")
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(f"register_buffer: bad buffer name {name!r}")
+        if name in self._parameters or name in self._modules:
+            raise KeyError(f"register_buffer: attribute {name!r} already exists")
+        self.__dict__["_buffers"][name] = self._buffer_value(name, value)
+        object.__setattr__(self, name, value)
+
+    @staticmethod
+    def _buffer_value(name: str, value):
+        if value is not None and not isinstance(value, (Tensor, np.ndarray)):
+            raise TypeError(f"buffer {name!r} must be a tiletrain Tensor, a numpy.ndarray or None, "
+                            f"got {type(value).__name__}")
+        return value
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, object]]:
+        """(dotted name, buffer) for this module's buffers (None skipped), then each submodule's."""
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mname, m in modules:
+            for bname, b in m._buffers.items():
+                if b is not None:
+                    yield (f"{mname}.{bname}" if mname else bname), b
+
+    def buffers(self, recurse: bool = True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
@@ -196,6 +235,8 @@ class Module:
             if id(p) not in arrays:
                 arrays[id(p)] = p.numpy()
             out[name] = arrays[id(p)]
+        for name, b in self.named_buffers():
+            out[name] = b.numpy() if isinstance(b, Tensor) else b.copy()
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
@@ -210,6 +251,7 @@ class Module:
             raise TypeError("load_state_dict: expected a mapping of names to arrays, "
                             f"got {type(state_dict).__name__}")
         params = dict(self.named_parameters(remove_duplicate=False))
+        params.update(self.named_buffers())
         aliases: dict[int, list[str]] = {}
         for name, p in params.items():
             aliases.setdefault(id(p), []).append(name)
@@ -230,7 +272,7 @@ class Module:
             if arr.dtype.kind not in "fiu":
                 problems.append(f"{name}: dtype {arr.dtype} is not numeric")
                 continue
-            if tuple(arr.shape) != p.shape:
+            if tuple(arr.shape) != tuple(p.shape):
                 problems.append(f"{name}: shape {tuple(arr.shape)} in the state dict, {p.shape} in the model")
                 continue
             if id(p) in values:
@@ -249,7 +291,9 @@ class Module:
             raise ValueError(f"load_state_dict into {type(self).__name__}: " + "; ".join(problems))
         with no_grad():
             for name, p in params.items():
-                if id(p) in values and values[id(p)][0] == name:
+                if id(p) in values and values[id(p)][0] == name and isinstance(p, np.ndarray):
+                    np.copyto(p, values[id(p)][1], casting="unsafe")   # a host-side buffer
+                elif id(p) in values and values[id(p)][0] == name:
                     arr = np.ascontiguousarray(values[id(p)][1], dtype=p.dtype)
                     fill_(p, 0.0)                       # in place: p = 0 + arr, exactly arr
                     axpy_(p, from_numpy(arr, p.tiles), 1.0, 1.0)
@@ -294,6 +338,18 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))
+
+
+class Sequential(ModuleList):
+    """Modules applied in order (registered as "0", "1", ..., as torch.nn.Sequential)."""
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__(modules)
+
+    def forward(self, x):
+        for m in self:
+            x = m(x)
+        return x
 
 
 class ModuleDict(Module):

@@ -10,6 +10,8 @@ keyword arguments named as in the table.  Three C expanders cover the ops:
                                          `reduced` tensors lack those axes (reductions, broadcasts)
   run_norm(name, full, rows, cols, reduce=0, **args)
                                          row/column kernels over the last axis (layer/rms norm)
+  run_batch(name, batch, whole, reduce=False, **args)
+                                         one task per batch tile (conv, pools, batch norm)
 
 Nothing above this module names a C type or a kernel id."""
 from __future__ import annotations
@@ -83,6 +85,14 @@ def run_norm(name: str, full, rows=(), cols=(), reduce: int = 0, **fields) -> No
                           reduce))
 
 
+def run_batch(name: str, batch, whole=(), reduce: bool = False, **fields) -> None:
+    """One ``name`` task per batch tile (csrc/expand_conv.c: conv, pools, batch norm):
+    ``batch`` tensors are tiled along axis 0 only, ``whole`` ones are single tiles (with
+    ``reduce`` the written whole tensors accumulate over the batch tiles in order)."""
+    kid, args = _args(name, fields)
+    check(lib.tt_batch_map(kid, args, len(batch), _ptrs(batch), len(whole), _ptrs(whole), int(reduce)))
+
+
 # The expanders with a fixed kernel and a signature of their own.
 
 def run_cast(x, y) -> None:
@@ -144,5 +154,5 @@ def tile_view(x, lo, hi):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
-__all__ = ["copy_regions", "gemm", "kernel_id", "kernel_names", "run_cast", "run_map", "run_norm", "run_span",
-           "sum_all", "tensor_view", "tile_view", "view_tiles"]
+__all__ = ["copy_regions", "gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
+           "run_span", "sum_all", "tensor_view", "tile_view", "view_tiles"]

@@ -1,0 +1,215 @@
+"""CNN layers as torch.nn: Conv1d/2d/3d, MaxPool1d/2d/3d, AvgPool1d/2d/3d, BatchNorm1d/2d/3d,
+plus Sequential, ReLU and Flatten.
+
+Parameter names, shapes and initialisation are torch's (conv weight (C_out, C_in / groups,
+*kernel) and bias drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), i.e. kaiming_uniform_ with
+a = sqrt(5); batch norm weight 1, bias 0, buffers running_mean 0, running_var 1 and
+num_batches_tracked), so a torch state_dict loads as is.  Parameters and batch-norm buffers
+are single tiles; activations are best tiled along the batch axis only (anything else is
+re-tiled by the ops)."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import functional as F
+from ..tensors import Tensor, from_numpy
+from ..tensors.tensor import as_dtype
+from .layers import _default_rng
+from .module import Module, Parameter
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
+           "AvgPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
+
+
+def _pos_int(v, what: str, name: str) -> int:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{what}: {name} must be a positive int, got {v!r}")
+    return int(v)
+
+
+def _tuple(v, n: int) -> tuple:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+class _ConvNd(Module):
+    _dims = 0
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", *, dtype=np.float32,
+                 rng: np.random.Generator | None = None):
+        super().__init__()
+        what = type(self).__name__
+        self.in_channels = _pos_int(in_channels, what, "in_channels")
+        self.out_channels = _pos_int(out_channels, what, "out_channels")
+        self.groups = _pos_int(groups, what, "groups")
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"{what}: in_channels ({in_channels}) and out_channels ({out_channels}) must be "
+                             f"divisible by groups ({groups})")
+        if padding_mode != "zeros":
+            raise ValueError(f"{what}: padding_mode {padding_mode!r} is not supported (only 'zeros')")
+        n = self._dims
+        self.kernel_size = tuple(_pos_int(k, what, "kernel_size") for k in _tuple(kernel_size, n))
+        if len(self.kernel_size) != n:
+            raise ValueError(f"{what}: kernel_size must be an int or {n} ints, got {kernel_size!r}")
+        self.stride, self.dilation = _tuple(stride, n), _tuple(dilation, n)
+        self.padding = padding if isinstance(padding, str) else _tuple(padding, n)
+        if padding == "same" and any(s != 1 for s in self.stride):
+            raise ValueError(f"{what}: padding='same' is not supported for strided convolutions")
+        dtype = as_dtype(dtype)
+        rng = _default_rng if rng is None else rng
+        shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
+        bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))   # kaiming_uniform_(a=sqrt(5))
+        self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), shape)
+        cout = self.out_channels
+        self.bias = Parameter(rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, f"conv{self._dims}d")(x, self.weight, self.bias, self.stride, self.padding,
+                                                self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}, padding={self.padding}")
+        if any(d != 1 for d in self.dilation):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class Conv1d(_ConvNd):
+    _dims = 1
+
+
+class Conv2d(_ConvNd):
+    _dims = 2
+
+
+class Conv3d(_ConvNd):
+    _dims = 3
+
+
+class _MaxPoolNd(Module):
+    _dims = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        if return_indices:
+            raise ValueError(f"{type(self).__name__}: return_indices=True is not supported")
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        pool = getattr(F, f"max_pool{self._dims}d")
+        return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPoolNd):
+    _dims = 1
+
+
+class MaxPool2d(_MaxPoolNd):
+    _dims = 2
+
+
+class MaxPool3d(_MaxPoolNd):
+    _dims = 3
+
+
+class _AvgPoolNd(Module):
+    _dims = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        extra = () if self._dims == 1 else (self.divisor_override,)
+        pool = getattr(F, f"avg_pool{self._dims}d")
+        return pool(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                    *extra)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool1d(_AvgPoolNd):
+    _dims = 1
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+class AvgPool2d(_AvgPoolNd):
+    _dims = 2
+
+
+class AvgPool3d(_AvgPoolNd):
+    _dims = 3
+
+
+class _BatchNorm(Module):
+    _ranks: tuple = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, *,
+                 dtype=np.float32):
+        super().__init__()
+        what = type(self).__name__
+        self.num_features = _pos_int(num_features, what, "num_features")
+        self.eps, self.momentum = float(eps), momentum
+        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
+        dtype, C = as_dtype(dtype), self.num_features
+        self.weight = Parameter(np.ones(C, dtype), (C,)) if affine else None
+        self.bias = Parameter(np.zeros(C, dtype), (C,)) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", from_numpy(np.zeros(C, dtype), (C,)))
+            self.register_buffer("running_var", from_numpy(np.ones(C, dtype), (C,)))
+            self.register_buffer("num_batches_tracked", np.zeros((), np.int64))   # a host-side counter
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if isinstance(x, Tensor) and x.ndim not in self._ranks:
+            ranks = " or ".join(f"{r}D" for r in self._ranks)
+            raise ValueError(f"{type(self).__name__}: expected {ranks} input (got {x.ndim}D input)")
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked += 1                      # in place: the registered array
+            if self.momentum is None:                          # cumulative moving average
+                factor = 1.0 / float(self.num_batches_tracked)
+        training = self.training or self.running_mean is None
+        use_running = not self.training or self.track_running_stats
+        return F.batch_norm(x, self.running_mean if use_running else None,
+                            self.running_var if use_running else None, self.weight, self.bias, training,
+                            factor, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    _ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    _ranks = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    _ranks = (5,)
+
+

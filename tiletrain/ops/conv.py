@@ -1,0 +1,344 @@
+"""Convolution, pooling and batch normalisation over NC(D)HW activations, as torch.nn.functional.
+
+The kernels see activations tiled along the batch axis only (every tile holds whole images,
+so no task needs a halo from its neighbours) and weights, biases and per-channel statistics
+as single tiles; operands tiled otherwise are re-tiled first (ops.shape.retile).  Every op
+is one C call that submits one task per batch tile (csrc/expand_conv.c, ``run_batch``);
+conv1d/2d/3d and the 1/2/3-d pools share one N-d implementation whose
+kernels always see 3-D spatial geometry (leading unit axes for 1-D and 2-D).
+
+conv: per batch tile, im2col of every image and group + one BLAS gemm with the weight;
+backward: dx by gemm + col2im per tile, dw/db accumulated over the batch tiles in order.
+batch_norm: per-channel mean and M2 merged over the batch tiles (Chan), running statistics
+updated in place with the unbiased variance (as torch), then one normalising pass; its
+backward sums dy and dy * xhat per channel, then one pass for dx."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..runtime.kernels import run_batch, run_map
+from ..tensors import Tensor, TensorTraits, full
+from .autograd import backward_rule, record
+from .basic import _float_tensor
+from .shape import retile, squeeze, unsqueeze
+
+_SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
+
+
+def _layout(t: Tensor, tiles: tuple) -> Tensor:
+    """t tiled as these kernels need (a differentiable re-tiling copy when it is not)."""
+    return retile(t, tiles)
+
+
+def _batch_layout(x: Tensor) -> Tensor:
+    return _layout(x, (x.tiles[0],) + x.shape[1:])
+
+
+def _whole(t: Tensor | None) -> Tensor | None:
+    return None if t is None else _layout(t, t.shape)
+
+
+def _ntuple(v, n: int, what: str, name: str, minimum: int) -> tuple[int, ...]:
+    vals = (v,) * n if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+    if not isinstance(vals, (tuple, list)) or len(vals) != n or not all(
+            isinstance(e, numbers.Integral) and not isinstance(e, bool) for e in vals):
+        raise TypeError(f"{what}: {name} must be an int or a tuple of {n} ints, got {v!r}")
+    if any(e < minimum for e in vals):
+        raise ValueError(f"{what}: {name} must be >= {minimum}, got {v!r}")
+    return tuple(int(e) for e in vals)
+
+
+def _geom(l, o, k, s, p, d) -> dict:
+    """The kernels' 3-D geometry: leading unit axes for 1-D and 2-D."""
+    pad = 3 - len(l)
+    g = {}
+    for name, vals, fill in (("l", l, 1), ("o", o, 1), ("k", k, 1), ("s", s, 1), ("p", p, 0), ("d", d, 1)):
+        vals = (fill,) * pad + tuple(vals)
+        g.update({f"{name}{j}": int(vals[j]) for j in range(3)})
+    return g
+
+
+def _input(x, nsp: int, what: str) -> tuple[Tensor, bool]:
+    """(input with a batch axis, whether it came without one: (C, *spatial), as torch allows)."""
+    x = _float_tensor(x, what, "input")
+    if x.ndim not in (nsp + 1, nsp + 2):
+        raise ValueError(f"{what}: input must be {nsp + 2}-D (N, C, {_SPATIAL[nsp]}) or {nsp + 1}-D (C, "
+                         f"{_SPATIAL[nsp]}), got shape {x.shape}")
+    return (unsqueeze(x, 0), True) if x.ndim == nsp + 1 else (x, False)   # a view: nothing submitted
+
+
+def _vector(t, n: int, x: Tensor, what: str, name: str) -> Tensor | None:
+    """None or a (n,) tensor of x's dtype (bias, batch-norm weight and statistics), as given."""
+    if t is None:
+        return None
+    t = _float_tensor(t, what, name)
+    if t.shape != (n,):
+        raise ValueError(f"{what}: {name} must have shape ({n},), got {t.shape}")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{what}: {name} is {t.dtype} but input is {x.dtype}")
+    return t
+
+
+# -- convolution ---------------------------------------------------------------------------
+
+def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
+    what = f"conv{nsp}d"
+    x, unbatched = _input(input, nsp, what)
+    w = _float_tensor(weight, what, "weight")
+    if w.ndim != nsp + 2:
+        raise ValueError(f"{what}: weight must be {nsp + 2}-D (C_out, C_in / groups, kernel...), "
+                         f"got shape {w.shape}")
+    if w.dtype != x.dtype:
+        raise TypeError(f"{what}: weight is {w.dtype} but input is {x.dtype}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{what}: groups must be a positive int, got {groups!r}")
+    cout, cg, k = w.shape[0], w.shape[1], w.shape[2:]
+    if cout % groups:
+        raise ValueError(f"{what}: out_channels ({cout}, weight.shape[0]) must be divisible by groups "
+                         f"({groups})")
+    if x.shape[1] != cg * groups:
+        raise ValueError(f"{what}: input has {x.shape[1]} channels but weight expects {cg * groups} "
+                         f"(weight.shape[1] = {cg} times groups = {groups})")
+    bias = _whole(_vector(bias, cout, x, what, "bias"))
+    s = _ntuple(stride, nsp, what, "stride", 1)
+    d = _ntuple(dilation, nsp, what, "dilation", 1)
+    l = x.shape[2:]
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ValueError(f"{what}: padding must be 'same', 'valid', an int or a tuple, got {padding!r}")
+        if padding == "same" and any(si != 1 for si in s):
+            raise ValueError(f"{what}: padding='same' is not supported for strided convolutions")
+        total = [di * (ki - 1) if padding == "same" else 0 for di, ki in zip(d, k)]
+        p = tuple(t // 2 for t in total)   # torch pads the odd extra element on the right
+    else:
+        p = _ntuple(padding, nsp, what, "padding", 0)
+        total = [2 * pi for pi in p]
+    span = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
+    if any(li + t < e for li, t, e in zip(l, total, span)):
+        raise ValueError(f"{what}: the (dilated) kernel {tuple(span)} is larger than the padded input "
+                         f"{tuple(li + t for li, t in zip(l, total))}")
+    o = tuple((li + t - e) // si + 1 for li, t, e, si in zip(l, total, span, s))
+    x = _batch_layout(x)
+    w = _whole(w)
+    args = dict(cin=x.shape[1], cout=cout, groups=int(groups), **_geom(l, o, k, s, p, d))
+    y = Tensor(TensorTraits((x.shape[0], cout) + o, (x.tiles[0], cout) + o), x.dtype)
+    b = bias if bias is not None else full((cout,), 0.0, tiles=(cout,), dtype=x.dtype)
+    run_batch("conv_fwd", [x, y], [w, b], **args)
+    y = record("conv", y, (x, w, bias), saved=(x, w), args=args)
+    return squeeze(y, 0) if unbatched else y
+
+
+@backward_rule("conv")
+def _conv_bwd(node, g):
+    x, w = node.saved
+    args = node.ctx["args"]
+    need_x, need_w, need_b = (t is not None for t in node.inputs)
+    dx = dw = db = None
+    if need_x:
+        dx = Tensor(x.traits, x.dtype)
+        run_batch("conv_bwd_x", [g, dx], [w], **args)
+    if need_w or need_b:
+        dw, db = Tensor(w.traits, w.dtype), Tensor(TensorTraits((w.shape[0],)), w.dtype)
+        run_batch("conv_bwd_w", [x, g], [dw, db], reduce=True, **args)
+    return dx, (dw if need_w else None), (db if need_b else None)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """torch.nn.functional.conv1d: input (N, C_in, L), weight (C_out, C_in / groups, k)."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """torch.nn.functional.conv2d: input (N, C_in, H, W), weight (C_out, C_in / groups, kh, kw)."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """torch.nn.functional.conv3d: input (N, C_in, D, H, W), weight (C_out, C_in / groups, kd, kh, kw)."""
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups)
+
+
+# -- pooling --------------------------------------------------------------------------------
+
+def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_mode, **extra) -> Tensor:
+    what = f"{kind}_pool{nsp}d"
+    x, unbatched = _input(x, nsp, what)
+    k = _ntuple(kernel_size, nsp, what, "kernel_size", 1)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
+        _ntuple(stride, nsp, what, "stride", 1)
+    p = _ntuple(padding, nsp, what, "padding", 0)
+    d = _ntuple(dilation, nsp, what, "dilation", 1)
+    if not isinstance(ceil_mode, bool):
+        raise TypeError(f"{what}: ceil_mode must be a bool, got {type(ceil_mode).__name__}")
+    span = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
+    # torch: pad at most half of the (effective) kernel
+    if any(pi > (e if kind == "max" else ki) // 2 for pi, e, ki in zip(p, span, k)):
+        raise ValueError(f"{what}: padding {p} must be at most half of the kernel size {k}")
+    l = x.shape[2:]
+    o = []
+    for li, pi, e, si in zip(l, p, span, s):
+        num = li + 2 * pi - e
+        oi = (-(-num // si) if ceil_mode else num // si) + 1
+        if ceil_mode and (oi - 1) * si >= li + pi:   # the last window must start in the input or left padding
+            oi -= 1
+        if oi < 1:
+            raise ValueError(f"{what}: the (dilated) kernel {tuple(span)} is larger than the padded input "
+                             f"{tuple(lj + 2 * pj for lj, pj in zip(l, p))}")
+        o.append(oi)
+    o = tuple(o)
+    x = _batch_layout(x)
+    args = dict(c=x.shape[1], **_geom(l, o, k, s, p, d), **extra)
+    y = Tensor(TensorTraits(x.shape[:2] + o, (x.tiles[0], x.shape[1]) + o), x.dtype)
+    run_batch(f"{kind}_pool_fwd", [x, y], **args)
+    y = record(f"{kind}_pool", y, (x,), saved=(x,), args=args)
+    return squeeze(y, 0) if unbatched else y
+
+
+@backward_rule("max_pool")
+def _max_pool_bwd(node, g):
+    (x,) = node.saved
+    dx = Tensor(x.traits, x.dtype)
+    run_batch("max_pool_bwd", [x, g, dx], **node.ctx["args"])
+    return (dx,)
+
+
+@backward_rule("avg_pool")
+def _avg_pool_bwd(node, g):
+    (x,) = node.saved
+    dx = Tensor(x.traits, x.dtype)
+    run_batch("avg_pool_bwd", [g, dx], **node.ctx["args"])
+    return (dx,)
+
+
+def _max(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    if return_indices:
+        raise ValueError(f"max_pool{nsp}d: return_indices=True is not supported")
+    return _pool("max", nsp, input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def _avg(nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    what = f"avg_pool{nsp}d"
+    if not isinstance(count_include_pad, bool):
+        raise TypeError(f"{what}: count_include_pad must be a bool, got {type(count_include_pad).__name__}")
+    div = 0.0
+    if divisor_override is not None:
+        if not isinstance(divisor_override, numbers.Integral) or isinstance(divisor_override, bool) \
+                or divisor_override == 0:
+            raise ValueError(f"{what}: divisor_override must be a non-zero int or None, "
+                             f"got {divisor_override!r}")
+        div = float(divisor_override)
+        if div < 0:
+            raise ValueError(f"{what}: divisor_override must be positive, got {divisor_override!r}")
+    return _pool("avg", nsp, input, kernel_size, stride, padding, 1, ceil_mode, cip=int(count_include_pad),
+                 divisor=div)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """torch.nn.functional.max_pool1d on (N, C, L); the gradient goes to the first maximum."""
+    return _max(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """torch.nn.functional.max_pool2d on (N, C, H, W); the gradient goes to the first maximum."""
+    return _max(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """torch.nn.functional.max_pool3d on (N, C, D, H, W); the gradient goes to the first maximum."""
+    return _max(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """torch.nn.functional.avg_pool1d on (N, C, L)."""
+    return _avg(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """torch.nn.functional.avg_pool2d on (N, C, H, W)."""
+    return _avg(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """torch.nn.functional.avg_pool3d on (N, C, D, H, W)."""
+    return _avg(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+# -- batch norm -----------------------------------------------------------------------------
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+               eps=1e-5) -> Tensor:
+    """torch.nn.functional.batch_norm over (N, C, *): per-channel statistics of the batch in
+    training (biased variance to normalise; running_mean/running_var, when given, updated in
+    place with momentum and the unbiased variance), the running statistics otherwise."""
+    what = "batch_norm"
+    x = _float_tensor(input, what, "input")
+    if x.ndim < 2:
+        raise ValueError(f"{what}: input must be at least 2-D (N, C, *), got shape {x.shape}")
+    C = x.shape[1]
+    rm = _vector(running_mean, C, x, what, "running_mean")
+    rv = _vector(running_var, C, x, what, "running_var")
+    w = _whole(_vector(weight, C, x, what, "weight"))
+    b = _whole(_vector(bias, C, x, what, "bias"))
+    if not isinstance(training, bool):
+        raise TypeError(f"{what}: training must be a bool, got {type(training).__name__}")
+    if (rm is None) != (rv is None):
+        raise ValueError(f"{what}: running_mean and running_var must both be given or both be None")
+    if not training and rm is None:
+        raise ValueError(f"{what}: running_mean and running_var are required when training=False")
+    for name, v in (("momentum", momentum), ("eps", eps)):
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            raise TypeError(f"{what}: {name} must be a real number, got {type(v).__name__}")
+    if not eps > 0:
+        raise ValueError(f"{what}: eps must be positive, got {eps}")
+    count = x.numel() // C
+    if training and count <= 1:
+        raise ValueError(f"{what}: expected more than 1 value per channel when training, "
+                         f"got input shape {x.shape}")
+    x = _batch_layout(x)
+    hw = count // x.shape[0]
+    vec = TensorTraits((C,), (C,))
+    if training:
+        mean, rstd = Tensor(vec, x.dtype), Tensor(vec, x.dtype)   # rstd holds M2 until norm_rstd
+        run_batch("bn_stats", [x], [mean, rstd], reduce=True, c=C, hw=hw)
+        if rm is not None:
+            m = float(momentum)
+            for run, new, alpha in ((rm, mean, m), (rv, rstd, m / (count - 1))):
+                whole = _whole(run)                  # the buffer itself unless it is tiled otherwise
+                run_map("axpy", new, whole, alpha=alpha, beta=1.0 - m)
+                if whole is not run:                 # in place: back into the caller's tiles
+                    run_map("copy", retile(whole, run.tiles), run)
+        run_map("norm_rstd", rstd, alpha=1.0 / count, eps=float(eps))
+    else:
+        mean, rstd = Tensor(vec, x.dtype), Tensor(vec, x.dtype)   # copies: later updates of the buffers
+        run_map("copy", _whole(rm), mean)                         # must not change this op's backward
+        run_map("copy", _whole(rv), rstd)
+        run_map("norm_rstd", rstd, alpha=1.0, eps=float(eps))
+    w_ = w if w is not None else full((C,), 1.0, tiles=(C,), dtype=x.dtype)
+    b_ = b if b is not None else full((C,), 0.0, tiles=(C,), dtype=x.dtype)
+    y = Tensor(x.traits, x.dtype)
+    run_batch("bn_fwd", [x, y], [mean, rstd, w_, b_], c=C, hw=hw)
+    return record("batch_norm", y, (x, w, b), saved=(x, mean, rstd, w_),
+                  c=C, hw=hw, alpha=1.0 / count if training else 0.0)
+
+
+@backward_rule("batch_norm")
+def _batch_norm_bwd(node, g):
+    x, mean, rstd, w = node.saved
+    c, hw = node.ctx["c"], node.ctx["hw"]
+    need_x, need_w, need_b = (t is not None for t in node.inputs)
+    vec = TensorTraits((c,), (c,))
+    sdy, sdyx = Tensor(vec, x.dtype), Tensor(vec, x.dtype)
+    run_batch("bn_bwd_stats", [g, x], [mean, rstd, sdy, sdyx], reduce=True, c=c, hw=hw)
+    dx = None
+    if need_x:
+        dx = Tensor(x.traits, x.dtype)
+        run_batch("bn_bwd_x", [g, x, dx], [mean, rstd, w, sdy, sdyx], c=c, hw=hw, alpha=node.ctx["alpha"])
+    return dx, (sdyx if need_w else None), (sdy if need_b else None)
+
+
+__all__ = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",
+           "max_pool2d", "max_pool3d"]
