@@ -36,21 +36,26 @@ def _heads_traits(x: TensorTraits, n_head: int, nparts: int, what: str, name: st
     if C % n_head:
         raise ValueError(f"{what}: n_head={n_head} does not divide the width C={C} of a part")
     D = C // n_head
-    if tc % D:
-        raise ValueError(f"{what}: {name}'s tile {tc} along the last axis does not hold whole heads "
-                         f"(head size D={D}); use a multiple of {D}")
-    if nparts > 1 and C % tc:
-        raise ValueError(f"{what}: {name}'s tile {tc} along the last axis straddles two of the {nparts} "
-                         f"parts (part width C={C} is not a multiple of it)")
+    tc = head_tile(tc, C, D, nparts)
     return TensorTraits((B, n_head, T, D), (tb, tc // D, tt_, D))
+
+
+def head_tile(tc: int, C: int, D: int, nparts: int) -> int:
+    """The tile along the width that split_heads needs, closest below ``tc``: whole heads
+    (a multiple of D) and, with several parts, a divisor of the part width C."""
+    if tc % D == 0 and (nparts == 1 or C % tc == 0):
+        return tc
+    heads = C // D
+    return D * max(h for h in range(1, heads + 1) if (nparts == 1 or heads % h == 0) and h * D <= max(tc, D))
 
 
 def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tensor:
     """Part ``part`` of x (B, T, nparts*C) as heads (B, n_head, T, D), D = C // n_head.
 
     With nparts=3 this splits the fused q|k|v output of a c_attn projection.  x's tile
-    along the last axis must be a multiple of D and (with several parts) divide C; the
-    result is tiled (tile_B, tile_C // D, tile_T, D)."""
+    along the last axis should be a multiple of D and (with several parts) divide C; other
+    tilings are re-tiled first (``head_tile``).  The result is tiled (tile_B, tile_C // D,
+    tile_T, D)."""
     what = "split_heads"
     _float_tensor(x, what, "x")
     n_head = _int(n_head, what, "n_head")
@@ -62,7 +67,12 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
         raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
     if not 0 <= part < nparts:
         raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
-    y = Tensor(_heads_traits(x.traits, n_head, nparts, what), x.dtype)
+    traits = _heads_traits(x.traits, n_head, nparts, what)
+    tc = traits.tiles[1] * traits.tiles[3]
+    if x.tiles[2] != tc:  # heads straddle tiles: re-tiled first (copy tasks)
+        from .shape import retile
+        x = retile(x, x.tiles[:2] + (tc,))
+    y = Tensor(traits, x.dtype)
     check(lib.tt_heads_split(x._ptr, part, nparts, y._ptr))
     return record("split_heads", y, (x,), part=part, nparts=nparts, traits=x.traits)
 
@@ -83,7 +93,7 @@ def _split_heads_bwd(node, g):
 
 
 def merge_heads(y: Tensor) -> Tensor:
-    """(B, H, T, D) -> (B, T, H*D), the inverse of split_heads; D must be a single tile.
+    """(B, H, T, D) -> (B, T, H*D), the inverse of split_heads (D is made a single tile).
     The result is tiled (tile_B, tile_T, tile_H * D)."""
     what = "merge_heads"
     _float_tensor(y, what, "y")
@@ -91,8 +101,9 @@ def merge_heads(y: Tensor) -> Tensor:
         raise ValueError(f"{what}: y must be (B, H, T, D), got shape {y.shape}")
     B, H, T, D = y.shape
     tb, th, tt_, td = y.tiles
-    if td != D:
-        raise ValueError(f"{what}: the head dimension D={D} of y must be a single tile, got tile {td}")
+    if td != D:  # D is one tile: re-tiled first (copy tasks)
+        from .shape import retile
+        y = retile(y, (tb, th, tt_, D))
     x = Tensor(TensorTraits((B, T, H * D), (tb, tt_, th * D)), y.dtype)
     check(lib.tt_heads_merge(y._ptr, 0, 1, x._ptr))
     return record("merge_heads", x, (y,), traits=y.traits)
@@ -139,14 +150,13 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     for t, n in ((k, "key"), (v, "value")):
         if t.shape != q.shape:
             raise ValueError(f"{what}: {n} has shape {t.shape}, query has {q.shape}; they must be equal")
-        if t.tiles != q.tiles:
-            raise ValueError(f"{what}: {n} has tiles {t.tiles}, query has {q.tiles}; "
-                             "they must be tiled alike")
         if t.dtype != q.dtype:
             raise TypeError(f"{what}: dtype mismatch, query is {q.dtype} and {n} is {t.dtype}")
     D = q.shape[3]
-    if q.tiles[3] != D:
-        raise ValueError(f"{what}: the head dimension D={D} must be a single tile, got tile {q.tiles[3]}")
+    want = q.tiles[:3] + (D,)  # D is one tile; key and value tiled as query (re-tiled otherwise)
+    if any(t.tiles != want for t in (q, k, v)):
+        from .shape import retile
+        q, k, v = (retile(t, want) for t in (q, k, v))
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     elif not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):

@@ -320,8 +320,9 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     """alpha * op(a) @ op(b).
 
     a is (..., M, K) (or (..., K, M) with transpose_a), b is (K, N) (or (N, K)) or batched
-    (..., K, N) with the same batch shape and tiles as a.  The contracted axis must have the
-    same tile size in both operands.  The result is tiled like a's rows and b's columns.
+    (..., K, N) with the same batch shape as a.  b is re-tiled (copy tasks) when its batch or
+    contracted axes are tiled otherwise than a's.  The result is tiled like a's rows and b's
+    columns.
     float16/bfloat16 operands: float32 products and sums, one rounding of the result."""
     what = "matmul"
     _any_float_tensor(a, what, "a")
@@ -335,9 +336,8 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     if batched:
         if b.ndim != nd:
             raise ValueError(f"{what}: batched b must have a's rank {nd}, got shape {b.shape}")
-        if a.shape[:-2] != b.shape[:-2] or a.tiles[:-2] != b.tiles[:-2]:
-            raise ValueError(f"{what}: batch dimensions differ: a {a.shape[:-2]} tiles {a.tiles[:-2]}, "
-                             f"b {b.shape[:-2]} tiles {b.tiles[:-2]}")
+        if a.shape[:-2] != b.shape[:-2]:
+            raise ValueError(f"{what}: batch dimensions differ: a {a.shape[:-2]}, b {b.shape[:-2]}")
     elif nd > 2 and transpose_a:
         raise ValueError(f"{what}: transpose_a needs a 2-D a when b is 2-D (a has shape {a.shape})")
     am, ak = (nd - 1, nd - 2) if transpose_a else (nd - 2, nd - 1)
@@ -346,9 +346,11 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     if a.shape[ak] != b.shape[bk]:
         raise ValueError(f"{what}: inner dimensions differ: a {a.shape} (transpose_a={transpose_a}) "
                          f"and b {b.shape} (transpose_b={transpose_b}) contract {a.shape[ak]} with {b.shape[bk]}")
-    if a.tiles[ak] != b.tiles[bk]:
-        raise ValueError(f"{what}: the contracted axis is tiled differently: {a.tiles[ak]} in a, "
-                         f"{b.tiles[bk]} in b")
+    want = (a.tiles[:-2] if batched else b.tiles[:-2]) + tuple(
+        a.tiles[ak] if i == bk - (b.ndim - 2) else t for i, t in enumerate(b.tiles[-2:]))
+    if b.tiles != want:  # b re-tiled like a along the batch and contracted axes (copy tasks)
+        from .shape import retile
+        b = retile(b, want)
     shape = a.shape[:-2] + (a.shape[am], b.shape[bn])
     tiles = a.tiles[:-2] + (a.tiles[am], b.tiles[bn])
     alpha = _scalar(alpha, what, "alpha")
