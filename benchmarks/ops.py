@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import tiletrain as tt  # noqa: E402
+import torch  # noqa: E402
 from _common import environment, median, table  # noqa: E402
 
 # (section, name, tiletrain fn, torch fn)
@@ -38,7 +39,23 @@ CASES = [
     ("reductions", "logsumexp dim 0", lambda x: tt.logsumexp(x, 0), lambda x: x.logsumexp(0)),
     ("reductions", "logsumexp dim -1", lambda x: tt.logsumexp(x, -1), lambda x: x.logsumexp(-1)),
     ("reductions", "logsumexp all", lambda x: tt.logsumexp(x, None), lambda x: x.logsumexp(tuple(range(x.ndim)))),
+    # element-wise: OTHER holds a second input of x's shape ("y") and a row over the last axis
+    ("elementwise", "x + y", lambda x: x + OTHER["y"], lambda x: x + OTHER["y"]),
+    ("elementwise", "x * y", lambda x: x * OTHER["y"], lambda x: x * OTHER["y"]),
+    ("elementwise", "x / y", lambda x: x / OTHER["y"], lambda x: x / OTHER["y"]),
+    ("elementwise", "x + row (broadcast)", lambda x: x + OTHER["row"], lambda x: x + OTHER["row"]),
+    ("elementwise", "x * 2 + 1", lambda x: x * 2.0 + 1.0, lambda x: x * 2.0 + 1.0),
+    ("elementwise", "maximum", lambda x: tt.maximum(x, OTHER["y"]), lambda x: torch.maximum(x, OTHER["y"])),
+    ("elementwise", "exp", tt.exp, lambda x: x.exp()),
+    ("elementwise", "tanh", tt.tanh, lambda x: x.tanh()),
+    ("elementwise", "sigmoid", tt.sigmoid, lambda x: x.sigmoid()),
+    ("elementwise", "gelu", lambda x: tt.functional.gelu(x), lambda x: torch.nn.functional.gelu(x)),
+    ("elementwise", "x ** 2", lambda x: x ** 2, lambda x: x ** 2),
+    ("elementwise", "x > 0", lambda x: x > 0, lambda x: x > 0),
+    ("elementwise", "where", lambda x: tt.where(OTHER["mask"], x, OTHER["y"]),
+     lambda x: torch.where(OTHER["mask"], x, OTHER["y"])),
 ]
+OTHER: dict = {}  # the second inputs of the current shape (tiletrain or torch, set per library)
 
 SHAPES = [(4096, 4096), (64, 512, 512)]
 
@@ -71,7 +88,6 @@ def main(argv=None) -> int:
     ap.add_argument("--section", default=None, help="only this section of CASES")
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     args = ap.parse_args(argv)
-    import torch
 
     torch.set_num_threads(args.ncpu)
     tt.init(ncpu=args.ncpu)
@@ -84,10 +100,19 @@ def main(argv=None) -> int:
         x = rng.standard_normal(shape).astype(np.float32)
         tiles = tiles_for(shape, args.tile)
         X, T = tt.from_numpy(x, tiles), torch.from_numpy(x)
+        y = rng.standard_normal(shape).astype(np.float32) + 3.0
+        row = rng.standard_normal(shape[-1]).astype(np.float32)
+        ours = dict(y=tt.from_numpy(y, tiles), row=tt.from_numpy(row, tiles[-1]))
+        ours["mask"] = ours["y"] > 3.0
+        theirs = dict(y=torch.from_numpy(y), row=torch.from_numpy(row), mask=torch.from_numpy(y > 3.0))
         for section, name, f, tf in CASES:
             if args.section and section != args.section:
                 continue
+            OTHER.clear()
+            OTHER.update(ours)
             t_tt = timed(lambda: f(X), args.reps, tt.wait)
+            OTHER.clear()
+            OTHER.update(theirs)
             t_torch = timed(lambda: tf(T), args.reps)
             rows.append([section, name, "x".join(map(str, shape)), "x".join(map(str, tiles)),
                          f"{t_tt * 1e3:.2f}", f"{t_torch * 1e3:.2f}", f"{t_torch / t_tt:.2f}"])

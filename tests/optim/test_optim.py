@@ -23,7 +23,7 @@ def _run_tiletrain(make_opt, w, b, x, steps, clip=None):
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        y = tt.functional.linear(X, W, B)
+        y = tt.ops.activations.affine(X, W, B)  # x @ w + b
         loss = tt.sum(y * y) * 0.5
         loss.backward()
         if clip is not None:

@@ -155,9 +155,10 @@ def norms(rng, dt):
 @case
 def softmax(rng, dt):
     out = {}
-    for name, fn in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):
+    for name, fn, dim in (("softmax", F.softmax, -1), ("log_softmax", F.log_softmax, -1),
+                          ("softmax_dim1", F.softmax, 1)):
         x = _t(rng, (4, 3, 13), (3, 2, 5), dt, grad=True, scale=3.0)
-        y = fn(x)
+        y = fn(x, dim=dim)
         _weighted_backward(y, rng)
         out[name], out[name + "_grad"] = y, x.grad
     x = _t(rng, (4, 6, 13), (3, 4, 5), dt, grad=True, scale=3.0)
