@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..runtime.kernels import run_map, run_span
-from ..tensors import Tensor, TensorTraits, as_dtype, is_float
+from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import _float_tensor
@@ -69,14 +69,19 @@ class _Stage(NamedTuple):
     dst: TensorTraits
 
 
-def _stages(traits: TensorTraits, dims, keepdim: bool) -> list[_Stage]:
-    """The runs of ``dims`` (sorted), highest first, with the traits before and after each."""
+def _stages(traits: TensorTraits, dims, keepdim: bool, split: bool = True) -> list[_Stage]:
+    """The runs of ``dims`` (sorted), highest first, with the traits before and after each.
+    With ``split``, a run that starts at axis 0 and spans several tiles along it is reduced in
+    two stages, its other axes first: one chain of tasks per tile along axis 0 runs in
+    parallel, instead of a single chain over every tile (whole-tensor reductions)."""
     runs: list[list[int]] = []
     for d in dims:
         if runs and runs[-1][-1] == d - 1:
             runs[-1].append(d)
         else:
             runs.append([d])
+    if split and runs and runs[0][0] == 0 and len(runs[0]) > 1 and traits.grid[0] > 1:
+        runs[:1] = [[0], runs[0][1:]]
     out, t = [], traits
     for r in reversed(runs):
         dst = t.keep_axis(r[0], len(r)) if keepdim else t.drop_axis(r[0], len(r))
@@ -145,9 +150,10 @@ def _sum_like(x, dim, keepdim, dtype, what: str, mean: bool) -> Tensor:
     alpha = (1.0 / n if n else math.nan) if mean else 1.0
     if x.ndim == 0:
         return basic.scale(x, alpha) if alpha != 1.0 else _noop(x)
-    if len(dims) == x.ndim and not keepdim:
+    half = is_half(x.dtype)  # half types: one float32 accumulation, rounded once
+    if len(dims) == x.ndim and not keepdim and (half or x.ndim == 1):
         return basic._sum_axes(x, None, 0, alpha)
-    return _sum_stages(x, _stages(x.traits, dims, keepdim), alpha)
+    return _sum_stages(x, _stages(x.traits, dims, keepdim, split=not half), alpha)
 
 
 def sum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A001

@@ -30,7 +30,7 @@ TT_SIMD_CLONES static void gelu_tanh_backward_f32(int64_t n, const float *restri
 }
 
 /* approx = 0: exact x * Phi(x) with erf; approx = 1: tanh approximation (GPT-2). */
-void tt_cpu_gelu(const tt_args_gelu *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_gelu(const tt_args_gelu *a, const void *x, void *y)
 {
     if (a->dtype == TT_F32 && a->approx) {
         gelu_tanh_f32(a->n, x, y);
@@ -53,7 +53,7 @@ void tt_cpu_gelu(const tt_args_gelu *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_gelu_backward(const tt_args_gelu_backward *a, const void *x, const void *dy, void *dx)
+TT_SIMD_CLONES void tt_cpu_gelu_backward(const tt_args_gelu_backward *a, const void *x, const void *dy, void *dx)
 {
     if (a->dtype == TT_F32 && a->approx) {
         gelu_tanh_backward_f32(a->n, x, dy, dx);
@@ -80,7 +80,7 @@ void tt_cpu_gelu_backward(const tt_args_gelu_backward *a, const void *x, const v
     });
 }
 
-void tt_cpu_relu(const tt_args_relu *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_relu(const tt_args_relu *a, const void *x, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
@@ -90,7 +90,7 @@ void tt_cpu_relu(const tt_args_relu *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_relu_backward(const tt_args_relu_backward *a, const void *x, const void *dy, void *dx)
+TT_SIMD_CLONES void tt_cpu_relu_backward(const tt_args_relu_backward *a, const void *x, const void *dy, void *dx)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x, *pg = dy;
@@ -100,7 +100,7 @@ void tt_cpu_relu_backward(const tt_args_relu_backward *a, const void *x, const v
     });
 }
 
-void tt_cpu_silu(const tt_args_silu *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_silu(const tt_args_silu *a, const void *x, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
@@ -112,7 +112,7 @@ void tt_cpu_silu(const tt_args_silu *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_silu_backward(const tt_args_silu_backward *a, const void *x, const void *dy, void *dx)
+TT_SIMD_CLONES void tt_cpu_silu_backward(const tt_args_silu_backward *a, const void *x, const void *dy, void *dx)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x, *pg = dy;
@@ -141,7 +141,7 @@ uint64_t tt_dropout_bits(uint64_t seed, uint64_t tile, uint64_t i)
     return splitmix64(splitmix64(seed ^ splitmix64(tile)) + i);
 }
 
-void tt_cpu_dropout(const tt_args_dropout *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_dropout(const tt_args_dropout *a, const void *x, void *y)
 {
     const double p = a->p;
     const double keep_scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;

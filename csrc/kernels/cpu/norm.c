@@ -56,7 +56,7 @@ TT_SIMD_CLONES void tt_cpu_layer_norm_stats(const tt_args_layer_norm_stats *a, c
 }
 
 /* Per-row sum of squares. */
-void tt_cpu_rms_norm_stats(const tt_args_rms_norm_stats *a, const void *x, void *ss)
+TT_SIMD_CLONES void tt_cpu_rms_norm_stats(const tt_args_rms_norm_stats *a, const void *x, void *ss)
 {
     const int64_t m = a->m, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -101,7 +101,7 @@ TT_SIMD_CLONES void tt_cpu_layer_norm_fwd(const tt_args_layer_norm_fwd *a, const
 }
 
 /* y = x * rstd * w */
-void tt_cpu_rms_norm_fwd(const tt_args_rms_norm_fwd *a, const void *x, void *y, const void *rstd, const void *w)
+TT_SIMD_CLONES void tt_cpu_rms_norm_fwd(const tt_args_rms_norm_fwd *a, const void *x, void *y, const void *rstd, const void *w)
 {
     const int64_t m = a->m, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -199,7 +199,7 @@ TT_SIMD_CLONES void tt_cpu_layer_norm_bwd_w(const tt_args_layer_norm_bwd_w *a, c
 }
 
 /* rb += alpha * sum(dy * w * xhat) with xhat = x * rstd (alpha = 1 / C). */
-void tt_cpu_rms_norm_bwd_rows(const tt_args_rms_norm_bwd_rows *a, const void *dy, const void *x,
+TT_SIMD_CLONES void tt_cpu_rms_norm_bwd_rows(const tt_args_rms_norm_bwd_rows *a, const void *dy, const void *x,
                               const void *rstd, void *rb, const void *w)
 {
     const int64_t m = a->m, n = a->n;
@@ -217,7 +217,7 @@ void tt_cpu_rms_norm_bwd_rows(const tt_args_rms_norm_bwd_rows *a, const void *dy
 }
 
 /* dx = rstd * (dy * w - xhat * rb) */
-void tt_cpu_rms_norm_bwd_x(const tt_args_rms_norm_bwd_x *a, const void *dy, const void *x, void *dx,
+TT_SIMD_CLONES void tt_cpu_rms_norm_bwd_x(const tt_args_rms_norm_bwd_x *a, const void *dy, const void *x, void *dx,
                            const void *rstd, const void *rb, const void *w)
 {
     const int64_t m = a->m, n = a->n;
@@ -233,7 +233,7 @@ void tt_cpu_rms_norm_bwd_x(const tt_args_rms_norm_bwd_x *a, const void *dy, cons
 }
 
 /* dw += sum over rows of dy * xhat (double sums, columns in chunks as above) */
-void tt_cpu_rms_norm_bwd_w(const tt_args_rms_norm_bwd_w *a, const void *dy, const void *x, const void *rstd,
+TT_SIMD_CLONES void tt_cpu_rms_norm_bwd_w(const tt_args_rms_norm_bwd_w *a, const void *dy, const void *x, const void *rstd,
                            void *dw)
 {
     const int64_t m = a->m, n = a->n;

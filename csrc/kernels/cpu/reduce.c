@@ -5,6 +5,43 @@
 #include <math.h>
 #include "tt_cpu.h"
 
+/* Reductions of a contiguous run (the reduced axis innermost: n == 1) keep TT_LANES independent
+ * partial results, so that the compiler vectorises them; the lanes are combined in a fixed order
+ * (results do not depend on the machine).  Sums accumulate in double. */
+#define TT_LANES 16
+#define TT_SUM_RUN(p, cnt, out)                                                                        \
+    do {                                                                                               \
+        double l_[TT_LANES] = {0}, s_ = 0.0;                                                           \
+        int64_t q_ = 0;                                                                                \
+        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
+            for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
+                l_[r_] += (double)TT_LD((p)[q_ + r_]);                                                 \
+        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
+            s_ += l_[r_];                                                                              \
+        for (; q_ < (cnt); q_++)                                                                       \
+            s_ += (double)TT_LD((p)[q_]);                                                              \
+        (out) = s_;                                                                                    \
+    } while (0)
+/* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
+ * (a NaN, once there, stays). */
+#define TT_EXTREME_RUN(T, p, cnt, OP, out)                                                             \
+    do {                                                                                               \
+        T l_[TT_LANES], b_ = (p)[0];                                                                   \
+        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
+            l_[r_] = (p)[0];                                                                           \
+        int64_t q_ = 0;                                                                                \
+        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
+            for (int r_ = 0; r_ < TT_LANES; r_++) {                                                    \
+                T v_ = (p)[q_ + r_];                                                                   \
+                l_[r_] = (v_ OP l_[r_] || v_ != v_) ? v_ : l_[r_];                                     \
+            }                                                                                          \
+        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
+            b_ = (l_[r_] OP b_ || l_[r_] != l_[r_]) ? l_[r_] : b_;                                     \
+        for (; q_ < (cnt); q_++)                                                                       \
+            b_ = ((p)[q_] OP b_ || (p)[q_] != (p)[q_]) ? (p)[q_] : b_;                                 \
+        (out) = b_;                                                                                    \
+    } while (0)
+
 TT_SIMD_CLONES void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
@@ -17,9 +54,8 @@ TT_SIMD_CLONES void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, vo
                 for (int64_t j = 0; j < n; j++)
                     row[j] = 0;
             if (n == 1) {
-                double acc = 0.0;
-                for (int64_t l = 0; l < k; l++)
-                    acc += TT_LD(px[i * k + l]);
+                double acc;
+                TT_SUM_RUN(px + i * k, k, acc);
                 row[0] += (C)(a->alpha * acc);
             } else {
                 for (int64_t l = 0; l < k; l++) {
@@ -33,7 +69,7 @@ TT_SIMD_CLONES void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, vo
     });
 }
 
-void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -41,6 +77,13 @@ void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, void *y)
         T *py = y;
         for (int64_t i = 0; i < m; i++) {
             T *row = py + i * n;
+            if (n == 1) { /* a contiguous run */
+                T best;
+                TT_EXTREME_RUN(T, px + i * k, k, >, best);
+                if (a->first || best > row[0] || best != best)
+                    row[0] = best;
+                continue;
+            }
             int64_t l0 = 0;
             if (a->first) {
                 for (int64_t j = 0; j < n; j++)
@@ -73,20 +116,19 @@ TT_SIMD_CLONES void tt_cpu_add_bcast(const tt_args_add_bcast *a, const void *x, 
     });
 }
 
-void tt_cpu_sum_all(const tt_args_sum_all *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_sum_all(const tt_args_sum_all *a, const void *x, void *y)
 {
     TT_ANY_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
         C *py = y; /* the float32 accumulator for the half types */
-        double acc = 0.0;
-        for (int64_t i = 0; i < a->nx; i++)
-            acc += TT_LD(px[i]);
+        double acc;
+        TT_SUM_RUN(px, a->nx, acc);
         double prev = a->beta == 0.0 ? 0.0 : a->beta * (double)py[0];
         py[0] = (C)(prev + a->alpha * acc);
     });
 }
 
-void tt_cpu_bcast(const tt_args_bcast *a, void *y, const void *b)
+TT_SIMD_CLONES void tt_cpu_bcast(const tt_args_bcast *a, void *y, const void *b)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_ANY_FLOAT_DISPATCH(a->dtype, {
@@ -104,7 +146,7 @@ void tt_cpu_bcast(const tt_args_bcast *a, void *y, const void *b)
 
 /* ---- reductions of tiletrain/ops/reduce.py (kernels.def `# --- reductions`) ---- */
 
-void tt_cpu_min_axis(const tt_args_min_axis *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_min_axis(const tt_args_min_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -112,6 +154,13 @@ void tt_cpu_min_axis(const tt_args_min_axis *a, const void *x, void *y)
         T *py = y;
         for (int64_t i = 0; i < m; i++) {
             T *row = py + i * n;
+            if (n == 1) { /* a contiguous run */
+                T best;
+                TT_EXTREME_RUN(T, px + i * k, k, <, best);
+                if (a->first || best < row[0] || best != best)
+                    row[0] = best;
+                continue;
+            }
             int64_t l0 = 0;
             if (a->first) {
                 for (int64_t j = 0; j < n; j++)
@@ -154,17 +203,17 @@ static void arg_reduce(int dtype, int64_t m, int64_t k, int64_t n, int64_t first
     });
 }
 
-void tt_cpu_arg_axis(const tt_args_arg_axis *a, const void *x, void *v, void *i)
+TT_SIMD_CLONES void tt_cpu_arg_axis(const tt_args_arg_axis *a, const void *x, void *v, void *i)
 {
     arg_reduce(a->dtype, a->m, a->k, a->n, a->first, a->koff, 1, a->ismin, x, NULL, v, i);
 }
 
-void tt_cpu_arg_carry(const tt_args_arg_carry *a, const void *x, const void *ci, void *v, void *i)
+TT_SIMD_CLONES void tt_cpu_arg_carry(const tt_args_arg_carry *a, const void *x, const void *ci, void *v, void *i)
 {
     arg_reduce(a->dtype, a->m, a->k, a->n, a->first, a->koff, a->inner, a->ismin, x, ci, v, i);
 }
 
-void tt_cpu_arg_scatter(const tt_args_arg_scatter *a, void *dx, const void *i, const void *g)
+TT_SIMD_CLONES void tt_cpu_arg_scatter(const tt_args_arg_scatter *a, void *dx, const void *i, const void *g)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     const int64_t *pi = i;
@@ -178,7 +227,7 @@ void tt_cpu_arg_scatter(const tt_args_arg_scatter *a, void *dx, const void *i, c
     });
 }
 
-void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x, const void *mu, void *y)
+TT_SIMD_CLONES void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x, const void *mu, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -196,7 +245,7 @@ void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x, const void *m
     });
 }
 
-void tt_cpu_eq_mask(const tt_args_eq_mask *a, const void *x, const void *v, void *y)
+TT_SIMD_CLONES void tt_cpu_eq_mask(const tt_args_eq_mask *a, const void *x, const void *v, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x, *pv = v;
@@ -206,7 +255,7 @@ void tt_cpu_eq_mask(const tt_args_eq_mask *a, const void *x, const void *v, void
     });
 }
 
-void tt_cpu_lse_finish(const tt_args_lse_finish *a, const void *mx, const void *s, void *y)
+TT_SIMD_CLONES void tt_cpu_lse_finish(const tt_args_lse_finish *a, const void *mx, const void *s, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *pm = mx, *ps = s;
@@ -222,7 +271,7 @@ static inline double pnorm_term(double v, double p)
     return p == 2.0 ? v * v : p == 1.0 ? v : p == 0.0 ? (double)(v != 0.0) : pow(v, p);
 }
 
-void tt_cpu_pnorm_axis(const tt_args_pnorm_axis *a, const void *x, void *y)
+TT_SIMD_CLONES void tt_cpu_pnorm_axis(const tt_args_pnorm_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -238,7 +287,7 @@ void tt_cpu_pnorm_axis(const tt_args_pnorm_axis *a, const void *x, void *y)
     });
 }
 
-void tt_cpu_pnorm_root(const tt_args_pnorm_root *a, const void *s, void *y)
+TT_SIMD_CLONES void tt_cpu_pnorm_root(const tt_args_pnorm_root *a, const void *s, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *ps = s;
@@ -248,7 +297,7 @@ void tt_cpu_pnorm_root(const tt_args_pnorm_root *a, const void *s, void *y)
     });
 }
 
-void tt_cpu_pnorm_bwd(const tt_args_pnorm_bwd *a, const void *x, const void *out, const void *g, void *dx)
+TT_SIMD_CLONES void tt_cpu_pnorm_bwd(const tt_args_pnorm_bwd *a, const void *x, const void *out, const void *g, void *dx)
 {
     const double p = a->p;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -269,7 +318,7 @@ void tt_cpu_pnorm_bwd(const tt_args_pnorm_bwd *a, const void *x, const void *out
     });
 }
 
-void tt_cpu_absdiff(const tt_args_absdiff *a, const void *pa, const void *pb, void *y)
+TT_SIMD_CLONES void tt_cpu_absdiff(const tt_args_absdiff *a, const void *pa, const void *pb, void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *u = pa, *w = pb;
@@ -279,7 +328,7 @@ void tt_cpu_absdiff(const tt_args_absdiff *a, const void *pa, const void *pb, vo
     });
 }
 
-void tt_cpu_absdiff_bwd(const tt_args_absdiff_bwd *a, const void *pa, const void *pb, const void *g, void *dx)
+TT_SIMD_CLONES void tt_cpu_absdiff_bwd(const tt_args_absdiff_bwd *a, const void *pa, const void *pb, const void *g, void *dx)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *u = pa, *w = pb, *pg = g;
@@ -294,7 +343,7 @@ void tt_cpu_absdiff_bwd(const tt_args_absdiff_bwd *a, const void *pa, const void
 /* softplus(-x) = log1p(exp(-|x|)) + max(-x, 0), without overflow */
 static inline double softplus_neg(double x) { return log1p(exp(-fabs(x))) + (x < 0 ? -x : 0.0); }
 
-void tt_cpu_bce_logits(const tt_args_bce_logits *a, const void *x, const void *t, const void *w, const void *pw,
+TT_SIMD_CLONES void tt_cpu_bce_logits(const tt_args_bce_logits *a, const void *x, const void *t, const void *w, const void *pw,
                        void *y)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -307,7 +356,7 @@ void tt_cpu_bce_logits(const tt_args_bce_logits *a, const void *x, const void *t
     });
 }
 
-void tt_cpu_bce_logits_bwd(const tt_args_bce_logits_bwd *a, const void *x, const void *t, const void *w,
+TT_SIMD_CLONES void tt_cpu_bce_logits_bwd(const tt_args_bce_logits_bwd *a, const void *x, const void *t, const void *w,
                            const void *pw, const void *g, void *dx, void *dt)
 {
     TT_FLOAT_DISPATCH(a->dtype, {

@@ -38,7 +38,7 @@
         (sr) = (T)acc_;                                                                \
     } while (0)
 
-void tt_cpu_softmax_stats(const tt_args_softmax_stats *a, const void *x, void *mx, void *s)
+TT_SIMD_CLONES void tt_cpu_softmax_stats(const tt_args_softmax_stats *a, const void *x, void *mx, void *s)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -51,7 +51,7 @@ void tt_cpu_softmax_stats(const tt_args_softmax_stats *a, const void *x, void *m
 }
 
 /* y = exp(x - mx) / s (softmax) or (x - mx) - log(s) (log_softmax) */
-void tt_cpu_softmax_apply(const tt_args_softmax_apply *a, const void *x, void *y, const void *mx, const void *s)
+TT_SIMD_CLONES void tt_cpu_softmax_apply(const tt_args_softmax_apply *a, const void *x, void *y, const void *mx, const void *s)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
     TT_FLOAT_DISPATCH(a->dtype, {
@@ -70,7 +70,7 @@ void tt_cpu_softmax_apply(const tt_args_softmax_apply *a, const void *x, void *y
 }
 
 /* d = sum over the span of g * softmax(x) (softmax) or of g (log_softmax) */
-void tt_cpu_softmax_bwd_dot(const tt_args_softmax_bwd_dot *a, const void *x, const void *g, const void *mx,
+TT_SIMD_CLONES void tt_cpu_softmax_bwd_dot(const tt_args_softmax_bwd_dot *a, const void *x, const void *g, const void *mx,
                             const void *s, void *d)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
@@ -97,7 +97,7 @@ void tt_cpu_softmax_bwd_dot(const tt_args_softmax_bwd_dot *a, const void *x, con
 }
 
 /* softmax: dx = p * (g - d); log_softmax: dx = g - p * d; p = exp(x - mx) / s */
-void tt_cpu_softmax_bwd(const tt_args_softmax_bwd *a, const void *x, const void *g, void *dx, const void *mx,
+TT_SIMD_CLONES void tt_cpu_softmax_bwd(const tt_args_softmax_bwd *a, const void *x, const void *g, void *dx, const void *mx,
                         const void *s, const void *d)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
@@ -194,7 +194,7 @@ static inline int target_valid(int64_t t, int64_t ignore_index, int64_t ncols)
  * loss = lse - x[target] per row, finished on the span's last tile (0 where the target is
  * ignored or out of range); w = 1 for a counted target, 0 otherwise.  A target is read only
  * when it falls inside this tile's columns. */
-void tt_cpu_cross_entropy_fwd(const tt_args_cross_entropy_fwd *a, const void *x, const void *tgt, void *mx,
+TT_SIMD_CLONES void tt_cpu_cross_entropy_fwd(const tt_args_cross_entropy_fwd *a, const void *x, const void *tgt, void *mx,
                               void *s, void *loss, void *w)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
@@ -225,7 +225,7 @@ void tt_cpu_cross_entropy_fwd(const tt_args_cross_entropy_fwd *a, const void *x,
 
 /* dx = (softmax(x) - onehot(target)) * gr per row; zero rows where the target is ignored
  * (or out of range). */
-void tt_cpu_cross_entropy_bwd(const tt_args_cross_entropy_bwd *a, const void *x, void *dx, const void *tgt,
+TT_SIMD_CLONES void tt_cpu_cross_entropy_bwd(const tt_args_cross_entropy_bwd *a, const void *x, void *dx, const void *tgt,
                               const void *mx, const void *s, const void *gr)
 {
     const int64_t m = a->m, k = a->k, n = a->n;

@@ -5,6 +5,35 @@
 #include <stdint.h>
 #include <string.h>
 #include "tiletrain.h"
+
+/* Vector math: glibc's libmvec (2.35+) has SIMD variants of these functions; declaring them
+ * `simd` lets the compiler vectorise loops that call them (csrc/gen_kernels.py's `expr`
+ * bodies, activations, softmax) instead of one libm call per element.  glibc itself only
+ * declares them under -ffast-math, which tiletrain does not use (it would break NaN
+ * handling).  Accuracy: libmvec's documented bound of 4 ulp.  TT_HAVE_LIBMVEC comes from
+ * CMakeLists.txt when libmvec is found. */
+#if defined(TT_HAVE_LIBMVEC) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TT_VEC_DECL(fn) fn __attribute__((simd("notinbranch")))
+TT_VEC_DECL(float expf(float));
+TT_VEC_DECL(double exp(double));
+TT_VEC_DECL(float logf(float));
+TT_VEC_DECL(double log(double));
+TT_VEC_DECL(float log1pf(float));
+TT_VEC_DECL(double log1p(double));
+TT_VEC_DECL(float expm1f(float));
+TT_VEC_DECL(double expm1(double));
+TT_VEC_DECL(float sinf(float));
+TT_VEC_DECL(double sin(double));
+TT_VEC_DECL(float cosf(float));
+TT_VEC_DECL(double cos(double));
+TT_VEC_DECL(float tanhf(float));
+TT_VEC_DECL(double tanh(double));
+TT_VEC_DECL(float erff(float));
+TT_VEC_DECL(double erf(double));
+TT_VEC_DECL(float powf(float, float));
+TT_VEC_DECL(double pow(double, double));
+#undef TT_VEC_DECL
+#endif
 #include "tt_kernels_args.h"
 
 /* Run BODY with T bound to the C type of a float dtype. */
