@@ -136,7 +136,7 @@ def test_chrome_round_trip(profiled, tmp_path):
     assert len(xs) == len(tr)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     assert len(names) == 2                                  # one track per worker
-    assert {e["name"] for e in xs} == {"fwd", "sum_all"}    # named (so coloured) by phase, else kernel
+    assert {e["name"] for e in xs} == {"fwd", "sum_axis"}   # named (so coloured) by phase, else kernel
     assert all(e["tid"] == e["args"]["id"] * 0 + int(tr.tasks["worker"][e["args"]["id"]]) for e in xs)
     tt.trace.save(tr, path)
     back = tt.trace.load(path)
