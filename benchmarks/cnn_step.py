@@ -128,8 +128,7 @@ def main() -> None:
     for tb in [int(v) for v in args.tiles.split(",")]:
         mods, blocks, head = build(nn)
         state = {f"mods.{k}": v for k, v in tmods.state_dict().items()}
-        state.update({f"head.{k}": (v.numpy().T if k == "weight" else v)
-                      for k, v in thead.state_dict().items()})
+        state.update({f"head.{k}": v for k, v in thead.state_dict().items()})
         holder = nn.Module()
         holder.mods, holder.head = mods, head
         holder.load_state_dict(state)
