@@ -42,6 +42,28 @@
         (out) = b_;                                                                                    \
     } while (0)
 
+/* max_axis / min_axis along the span (m, k, n): y = the extreme over k (OP is > or <); NaN
+ * propagates; `first` overwrites y. */
+#define TT_EXTREME_AXIS(OP)                                                                            \
+    for (int64_t i = 0; i < m; i++) {                                                                  \
+        T *row = py + i * n;                                                                           \
+        if (n == 1) { /* a contiguous run */                                                           \
+            T best;                                                                                    \
+            TT_EXTREME_RUN(T, px + i * k, k, OP, best);                                                \
+            if (a->first || best OP row[0] || best != best)                                            \
+                row[0] = best;                                                                         \
+            continue;                                                                                  \
+        }                                                                                              \
+        for (int64_t j = 0; a->first && j < n; j++)                                                    \
+            row[j] = px[i * k * n + j];                                                                \
+        for (int64_t l = a->first ? 1 : 0; l < k; l++) {                                               \
+            const T *src = px + (i * k + l) * n;                                                       \
+            for (int64_t j = 0; j < n; j++)                                                            \
+                if (src[j] OP row[j] || isnan(src[j]))                                                 \
+                    row[j] = src[j];                                                                   \
+        }                                                                                              \
+    }
+
 TT_SIMD_CLONES void tt_cpu_sum_axis(const tt_args_sum_axis *a, const void *x, void *y)
 {
     const int64_t m = a->m, k = a->k, n = a->n;
@@ -75,28 +97,7 @@ TT_SIMD_CLONES void tt_cpu_max_axis(const tt_args_max_axis *a, const void *x, vo
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
         T *py = y;
-        for (int64_t i = 0; i < m; i++) {
-            T *row = py + i * n;
-            if (n == 1) { /* a contiguous run */
-                T best;
-                TT_EXTREME_RUN(T, px + i * k, k, >, best);
-                if (a->first || best > row[0] || best != best)
-                    row[0] = best;
-                continue;
-            }
-            int64_t l0 = 0;
-            if (a->first) {
-                for (int64_t j = 0; j < n; j++)
-                    row[j] = px[i * k * n + j];
-                l0 = 1;
-            }
-            for (int64_t l = l0; l < k; l++) {
-                const T *src = px + (i * k + l) * n;
-                for (int64_t j = 0; j < n; j++)
-                    if (src[j] > row[j] || isnan(src[j]))
-                        row[j] = src[j];
-            }
-        }
+        TT_EXTREME_AXIS(>);
     });
 }
 
@@ -152,28 +153,7 @@ TT_SIMD_CLONES void tt_cpu_min_axis(const tt_args_min_axis *a, const void *x, vo
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x;
         T *py = y;
-        for (int64_t i = 0; i < m; i++) {
-            T *row = py + i * n;
-            if (n == 1) { /* a contiguous run */
-                T best;
-                TT_EXTREME_RUN(T, px + i * k, k, <, best);
-                if (a->first || best < row[0] || best != best)
-                    row[0] = best;
-                continue;
-            }
-            int64_t l0 = 0;
-            if (a->first) {
-                for (int64_t j = 0; j < n; j++)
-                    row[j] = px[i * k * n + j];
-                l0 = 1;
-            }
-            for (int64_t l = l0; l < k; l++) {
-                const T *src = px + (i * k + l) * n;
-                for (int64_t j = 0; j < n; j++)
-                    if (src[j] < row[j] || isnan(src[j]))
-                        row[j] = src[j];
-            }
-        }
+        TT_EXTREME_AXIS(<);
     });
 }
 

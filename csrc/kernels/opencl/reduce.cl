@@ -31,20 +31,23 @@ KERNEL SUF(tt_sum_axis)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt
     y[r] = (T)((first ? (ACC)0 : (ACC)y[r]) + (ACC)alpha * acc);
 }
 
-KERNEL SUF(tt_max_axis)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt_long n, tt_long first)
-{
-    const tt_long r = GID0();
-    if (r >= m * n)
-        return;
-    const tt_long i = r / n, j = r % n;
-    T best = first ? x[i * k * n + j] : y[r];
-    for (tt_long l = first ? 1 : 0; l < k; l++) {
-        T v = x[(i * k + l) * n + j];
-        if (v > best || TT_ISNAN(v))
-            best = v;
+/* max_axis / min_axis: the extreme over k (OP is > or <), NaN propagates; `first` overwrites y. */
+#define TT_EXTREME_AXIS(OP)                                                                            \
+    {                                                                                                  \
+        const tt_long r = GID0();                                                                      \
+        if (r >= m * n)                                                                                \
+            return;                                                                                    \
+        const tt_long i = r / n, j = r % n;                                                            \
+        T best = first ? x[i * k * n + j] : y[r];                                                      \
+        for (tt_long l = first ? 1 : 0; l < k; l++) {                                                  \
+            T v = x[(i * k + l) * n + j];                                                              \
+            if (v OP best || TT_ISNAN(v))                                                              \
+                best = v;                                                                              \
+        }                                                                                              \
+        y[r] = best;                                                                                   \
     }
-    y[r] = best;
-}
+KERNEL SUF(tt_max_axis)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt_long n, tt_long first)
+TT_EXTREME_AXIS(>)
 
 /* One group sums the tile: y = beta y + alpha sum(x) (beta == 0: y is not read). */
 KERNEL SUF(tt_sum_all)(GLOBAL const T *x, GLOBAL T *y, tt_long nx, R alpha, R beta)
@@ -80,19 +83,7 @@ DEVFN ACC tt_pnorm_term(ACC v, ACC p)
 #endif
 
 KERNEL SUF(tt_min_axis)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt_long n, tt_long first)
-{
-    const tt_long r = GID0();
-    if (r >= m * n)
-        return;
-    const tt_long i = r / n, j = r % n;
-    T best = first ? x[i * k * n + j] : y[r];
-    for (tt_long l = first ? 1 : 0; l < k; l++) {
-        T v = x[(i * k + l) * n + j];
-        if (v < best || TT_ISNAN(v))
-            best = v;
-    }
-    y[r] = best;
-}
+TT_EXTREME_AXIS(<)
 
 KERNEL SUF(tt_arg_axis)(GLOBAL const T *x, GLOBAL T *v, GLOBAL tt_long *idx, tt_long m, tt_long k, tt_long n,
                         tt_long first, tt_long koff, tt_long ismin)
