@@ -37,6 +37,9 @@ bench: setup
 	$(PY) benchmarks/task_overhead.py
 	$(PY) benchmarks/block.py
 	$(PY) benchmarks/gpt_step.py
+	$(PY) benchmarks/ops.py
+	$(PY) benchmarks/cnn_step.py
+	$(PY) benchmarks/retile.py
 
 info: setup
 	$(PY) -m tiletrain info
