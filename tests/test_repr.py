@@ -22,10 +22,12 @@ def as_tiletrain(t: torch.Tensor) -> str:
 
 
 @pytest.mark.parametrize("i", range(len(VALUES)))
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.float16, ml_dtypes.bfloat16, np.bool_])
 def test_repr_matches_torch_on_one_tile(i, dtype):
     a = VALUES[i]
-    if np.dtype(dtype).kind == "i":
+    if np.dtype(dtype) == np.bool_:
+        a = np.nan_to_num(a) > 0.5
+    elif np.dtype(dtype).kind == "i":
         a = np.nan_to_num(a, nan=0, posinf=9, neginf=-9).clip(-1e15, 1e15)
     with np.errstate(over="ignore"):  # 1.5e10 is inf in float16, as in torch
         a = np.asarray(a).astype(dtype)

@@ -234,11 +234,11 @@ class Tensor:
 
     def __repr__(self) -> str:
         """torch's layout: ``tensor([...], dtype=tiletrain.float64, requires_grad=True)``; dtype is
-        omitted for float32 and int64 (torch's defaults), ``tiles=`` is shown when the tensor has
+        omitted for float32, int64 and bool (as torch), ``tiles=`` is shown when the tensor has
         more than one tile, ``grad_fn=<MulBackward>`` for a tensor computed by a recorded op.
         Reads the values (waits for the tasks writing them)."""
         from .printing import format_tensor
-        suffixes = [] if self.dtype in (float32, int64) else [f"dtype=tiletrain.{self.dtype.name}"]
+        suffixes = [] if self.dtype in (float32, int64, bool_) else [f"dtype=tiletrain.{self.dtype.name}"]
         if self.traits.ntiles > 1:
             suffixes.append(f"tiles={self.tiles}")
         if self._node is not None:
