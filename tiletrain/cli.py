@@ -103,11 +103,11 @@ def _add_train(sub) -> None:
     g.add_argument("--steps", type=int, default=d.steps, help="total steps (the schedule spans them)")
     g.add_argument("--stop-after", type=int, default=None,
                    help="stop after this many steps in this run, with a checkpoint (continue with --resume)")
-    g.add_argument("--lr", type=float, default=d.lr)
-    g.add_argument("--min-lr", type=float, default=d.min_lr)
-    g.add_argument("--warmup", type=int, default=d.warmup)
+    g.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, in (0, 1]")
+    g.add_argument("--min-lr", type=float, default=d.min_lr, help="final learning rate, in [0, --lr]")
+    g.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps (>= 0)")
     g.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    g.add_argument("--grad-clip", type=float, default=d.grad_clip, help="0 disables clipping")
+    g.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the gradient norm to this (>= 0; 0 disables clipping)")
     g = p.add_argument_group("runtime")
     g.add_argument("--tiles", type=_tiles, default=None, help="tile sizes B,T,C (default: chosen from the model)")
     _runtime_args(g)
@@ -124,7 +124,7 @@ def _add_train(sub) -> None:
     g = p.add_argument_group("checkpoints and output")
     g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
-    g.add_argument("--eval-every", type=int, default=d.eval_every, help="validate (and checkpoint) every N steps")
+    g.add_argument("--eval-every", type=int, default=d.eval_every, help="validate (and checkpoint) every N steps (0: never, a checkpoint at the end)")
     g.add_argument("--eval-batches", type=int, default=d.eval_batches)
     g.add_argument("--sample-tokens", type=int, default=d.sample_tokens, help="tokens to sample at the end")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -143,7 +143,7 @@ def cmd_train(args) -> int:
         dist=args.dist, stages=args.stages, ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
         sample_tokens=args.sample_tokens, progress=not args.no_progress)
     res = train(targs)
-    return 130 if res.stopped_early else 0
+    return 130 if res.interrupted else 0  # --stop-after is a normal end; Ctrl-C keeps the shell's code
 
 
 def _add_generate(sub) -> None:
@@ -192,10 +192,36 @@ def main(argv: list[str] | None = None) -> int:
     add_subcommands(sub, _runtime_args)
     args = parser.parse_args(argv)
     try:
+        check_options(args)
         return args.func(args)
     except (ValueError, TypeError, RuntimeError, NotImplementedError, FileNotFoundError) as exc:
-        print(f"tiletrain: error: {exc}", file=sys.stderr)
+        print(f"tiletrain: error: {exc}", file=sys.stderr)  # bad input: argparse's status
         return 2
+    except (OSError, ArithmeticError) as exc:  # disk full, I/O error, a diverging loss: one line
+        print(f"tiletrain: error: {exc}", file=sys.stderr)
+        return 1
+
+
+# Allowed values of the numeric options of the commands other than `train` (whose options
+# TrainArgs.validate checks): option -> (low, high, low excluded, high excluded); a list
+# option's every value is checked
+OPTION_LIMITS = {
+    **{name: (1, None) for name in ("ncpu", "size", "tile", "tiles", "top_k", "reps", "p", "m")},
+    **{name: (0, None) for name in ("nopencl", "ncuda", "tokens", "temperature", "seed", "calib", "warmup")},
+    "usec": (0, None, True),
+}
+
+
+def check_options(args) -> None:
+    """The numeric options of `generate`, `bench`, `trace`, `demo`, `info`: finite and in range,
+    before any work (ValueError naming the option)."""
+    if args.command == "train":
+        return  # TrainArgs.validate, called by train(), is the one place for train's options
+    from .train import check_option
+    for name, limits in OPTION_LIMITS.items():
+        values = getattr(args, name, None)
+        for v in values if isinstance(values, list) else [values]:
+            check_option(f"--{name.replace('_', '-')}", v, *limits)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ import numpy as np
 from . import checkpoint as ck
 
 OPTIM_PREFIX = "optimizer."
+# metadata a training checkpoint must hold to resume ("a.b": key b under a) / to generate
+RESUME_KEYS = ("config", "train_args", "step", "optimizer.steps", "optimizer.param_groups", "data_rng",
+               "dropout_rng")
+MODEL_KEYS = ("config", "config.vocab_size", "train_args")
 
 
 @dataclass
@@ -65,9 +69,10 @@ class TrainArgs:
                     n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=True)
 
     def validate(self) -> None:
-        for name in ("n_layer", "n_head", "n_embd", "batch", "micro_batches", "seq_len", "steps", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        """Every option checked (ranges, finiteness, combinations) before any work: the one
+        place for `tiletrain train` and train(); ValueError naming the option."""
+        for name, limits in TRAIN_LIMITS.items():
+            check_option(f"--{name.replace('_', '-')}", getattr(self, name), *limits)
         if self.n_embd % self.n_head:
             raise ValueError(f"--n-embd {self.n_embd} must be divisible by --n-head {self.n_head}")
         if self.block_size is not None and self.seq_len > self.block_size:
@@ -77,17 +82,45 @@ class TrainArgs:
             raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {self.dist!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype must be float32 or float64, got {self.dtype!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
-            raise ValueError(f"need 0 <= --min-lr <= --lr and --lr > 0 (got {self.min_lr}, {self.lr})")
-        if self.stop_after is not None and self.stop_after < 1:
-            raise ValueError(f"--stop-after must be >= 1, got {self.stop_after}")
+        if self.min_lr > self.lr:
+            raise ValueError(f"--min-lr {self.min_lr} must not exceed --lr {self.lr}")
         if self.resume and not self.ckpt_dir:
             raise ValueError("--resume needs --ckpt-dir")
         if self.tiles is not None:
             if len(self.tiles) != 3 or any(t < 1 for t in self.tiles):
                 raise ValueError(f"--tiles must be three positive sizes B,T,C, got {self.tiles}")
+
+
+# Allowed values of TrainArgs' numeric fields: (low, high, low excluded, high excluded),
+# None: unbounded; a field set to None is skipped (optional).  --lr is at most 1: AdamW moves
+# every weight by about lr per step, so larger rates only destroy the model.
+TRAIN_LIMITS = {
+    **{name: (1, None) for name in ("n_layer", "n_head", "n_embd", "block_size", "max_bytes", "batch",
+                                    "micro_batches", "seq_len", "steps", "stop_after", "ncpu", "stages",
+                                    "eval_batches")},
+    **{name: (0, None) for name in ("warmup", "eval_every", "sample_tokens", "seed", "weight_decay",
+                                    "grad_clip", "min_lr")},  # eval_every 0: never; grad_clip 0: off
+    "dropout": (0, 1, False, True),
+    "val_fraction": (0, 1, True, True),
+    "lr": (0, 1, True, False),
+}
+
+
+def check_option(option: str, value, low=None, high=None, low_open: bool = False, high_open: bool = False) -> None:
+    """ValueError unless `value` (None: not given, fine) is a finite number in the range."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{option} must be a number, got {value!r}")
+    ok = math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    ok = ok and (high is None or (value < high if high_open else value <= high))
+    if not ok:
+        if high is None:
+            want = f"{'>' if low_open else '>='} {low}"
+        else:
+            want = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{option} must be {want}, got {value}")
 
 
 def flops_per_token(cfg: dict, n_params: int, seq_len: int) -> float:
@@ -172,7 +205,7 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
 
 def load_training_state(path: Path, model, opt, rng: np.random.Generator) -> dict:
     from .ops import activations
-    arrays, meta = ck.load(path)
+    arrays, meta = ck.load(path, RESUME_KEYS)
     arrays = {k: arrays[k] for k in sorted(arrays)}  # safetensors' order varies by process; MPI needs one
     weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
     weights["lm_head.weight"] = weights.get("transformer.wte.weight")
@@ -206,6 +239,7 @@ class TrainResult:
     stopped_early: bool
     checkpoint: str | None
     sample: str | None
+    interrupted: bool = False  # stopped by Ctrl-C (stopped_early without it: --stop-after)
 
 
 def evaluate(model, corpus, args: TrainArgs, rng: np.random.Generator) -> float:
@@ -236,12 +270,22 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         import os
         out = open(os.devnull, "w")
         args = dataclasses.replace(args, progress=False)
-    ckpt_path = Path(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
+    ckpt_path = ck.check_writable(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
     resume_meta = None
     if args.resume:
         if not ckpt_path.is_file():
             raise ck.CheckpointError(f"--resume: no checkpoint at {ckpt_path}")
-        _, resume_meta = ck.load(ckpt_path)
+        _, resume_meta = ck.load(ckpt_path, RESUME_KEYS)
+        done = resume_meta["step"]
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            raise ck.CheckpointError(f"{ckpt_path}: checkpoint metadata has a bad step {done!r}")
+        if done > args.steps:
+            raise ValueError(f"--resume: {ckpt_path} is at step {done}, beyond --steps {args.steps} "
+                             f"(the schedule spans --steps: pass --steps {done} or more)")
+        if done == args.steps:
+            print(f"training is already complete: {ckpt_path} is at step {done} of --steps {args.steps} "
+                  f"(pass a larger --steps to train on)", file=out, flush=True)
+            return TrainResult(done, [], {}, 0.0, 0.0, False, str(ckpt_path), None)
     corpus = load_corpus(args.data or None, val_fraction=args.val_fraction, max_bytes=args.max_bytes)
     tok = ByteTokenizer()
     if len(corpus.val) <= args.seq_len + 1:
@@ -290,7 +334,19 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         t_start, tokens_done = time.perf_counter(), 0
         ends = collections.deque(maxlen=11)  # wall times of the last step completions
         step = start
-        stopped = False
+        stopped = interrupted = False
+        last_good = start if resume_meta is not None else None  # step of the last checkpoint written
+
+        def checkpoint(losses: dict) -> None:
+            nonlocal last_good
+            try:
+                save_training_state(ckpt_path, model, opt, args, step, data_rng, losses)
+            except ck.CheckpointWriteError as exc:  # one line: what, where, and what is left
+                good = (f"the last good checkpoint is {ckpt_path} at step {last_good}" if last_good is not None
+                        else "no checkpoint was written in this run")
+                raise ck.CheckpointWriteError(f"{exc} (at step {step}); {good}") from None
+            last_good = step
+
         with _StopFlag() as stop:
             while step < args.steps:
                 lr = cosine_with_warmup(step, lr=args.lr, warmup=args.warmup, total=args.steps, min_lr=args.min_lr)
@@ -338,17 +394,15 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     msg = f"step {step}: train loss {value:.4f}, val loss {val_losses[step]:.4f}"
                     (bar.write(msg) if bar is not None else print(msg, file=out, flush=True))
                     if ckpt_path is not None:
-                        save_training_state(ckpt_path, model, opt, args, step, data_rng,
-                                            {"train": value, "val": val_losses[step]})
+                        checkpoint({"train": value, "val": val_losses[step]})
                 if stop.stop or (args.stop_after is not None and step - start >= args.stop_after):
-                    stopped = True
+                    stopped, interrupted = True, stop.stop
                     break
         if bar is not None:
             bar.close()
         elapsed = time.perf_counter() - t_start
         if ckpt_path is not None and (stopped or not args.eval_every or step % args.eval_every):
-            save_training_state(ckpt_path, model, opt, args, step, data_rng,
-                                {"train": train_losses[-1] if train_losses else None})
+            checkpoint({"train": train_losses[-1] if train_losses else None})
         tps = tokens_done / elapsed if elapsed > 0 else 0.0
         print(f"{'stopped' if stopped else 'done'} at step {step}: {tps:,.0f} tokens/s, "
               f"{fpt * tps / 1e9:.1f} GFLOP/s" + (f"; checkpoint {ckpt_path}" if ckpt_path else ""),
@@ -359,7 +413,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                               rng=np.random.default_rng(args.seed))
             print("sample:\n" + sample, file=out, flush=True)
         return TrainResult(step, train_losses, val_losses, tps, fpt * tps / 1e9, stopped,
-                           str(ckpt_path) if ckpt_path else None, sample)
+                           str(ckpt_path) if ckpt_path else None, sample, interrupted)
     finally:
         tt.shutdown()
 
@@ -401,7 +455,7 @@ def load_for_generation(ckpt_dir: str, ncpu=None, tiles=None):
     """Start a runtime and build the checkpoint's model with its weights."""
     import tiletrain as tt
     path = Path(ckpt_dir) / ck.CHECKPOINT_NAME
-    arrays, meta = ck.load(path)
+    arrays, meta = ck.load(path, MODEL_KEYS)
     targs = TrainArgs(**{k: (tuple(v) if k == "tiles" and v is not None else v)
                          for k, v in meta["train_args"].items() if k in {f.name for f in dataclasses.fields(TrainArgs)}})
     if tiles is not None:
