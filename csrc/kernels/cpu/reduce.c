@@ -7,36 +7,60 @@
 
 /* Reductions of a contiguous run (the reduced axis innermost: n == 1) keep TT_LANES independent
  * partial results, so that the compiler vectorises them; the lanes are combined in a fixed order
- * (results do not depend on the machine).  Sums accumulate in double. */
+ * (results do not depend on the machine).  Sums accumulate blocks of TT_SUM_BLOCK elements in
+ * lanes of the compute type (float for float32 and the half types: at most TT_SUM_BLOCK /
+ * TT_LANES additions per lane) and the block sums in double. */
 #define TT_LANES 16
+#define TT_SUM_BLOCK 1024
 #define TT_SUM_RUN(p, cnt, out)                                                                        \
     do {                                                                                               \
-        double l_[TT_LANES] = {0}, s_ = 0.0;                                                           \
+        typedef __typeof__(TT_LD((p)[0])) A_;                                                          \
+        double d_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
-        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
+        while (q_ + TT_LANES <= (cnt)) {                                                               \
+            int64_t e_ = (cnt) - q_ > TT_SUM_BLOCK ? q_ + TT_SUM_BLOCK : (cnt);                        \
+            A_ l_[TT_LANES] = {0};                                                                     \
+            for (; q_ + TT_LANES <= e_; q_ += TT_LANES)                                                \
+                for (int r_ = 0; r_ < TT_LANES; r_++)                                                  \
+                    l_[r_] += TT_LD((p)[q_ + r_]);                                                     \
             for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
-                l_[r_] += (double)TT_LD((p)[q_ + r_]);                                                 \
+                d_[r_] += (double)l_[r_];                                                              \
+        }                                                                                              \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            s_ += l_[r_];                                                                              \
+            s_ += d_[r_];                                                                              \
         for (; q_ < (cnt); q_++)                                                                       \
             s_ += (double)TT_LD((p)[q_]);                                                              \
         (out) = s_;                                                                                    \
     } while (0)
 /* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
- * (a NaN, once there, stays). */
+ * (a NaN, once there, stays).  Two 32-byte GCC vectors of lanes, the select as compare + bit
+ * blend: this vectorises where `?:` on scalars does not (a wider vector type than the machine's
+ * is lowered to scalar code). */
+#define TT_VBYTES 32
+#define TT_EXTREME_STEP(V, M, v, l, OP)                                                                \
+    do {                                                                                               \
+        M s_ = ((v) OP (l)) | ((v) != (v));                                                            \
+        (l) = (V)(((M)(v) & s_) | ((M)(l) & ~s_));                                                     \
+    } while (0)
 #define TT_EXTREME_RUN(T, p, cnt, OP, out)                                                             \
     do {                                                                                               \
-        T l_[TT_LANES], b_ = (p)[0];                                                                   \
-        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            l_[r_] = (p)[0];                                                                           \
+        typedef T V_ __attribute__((vector_size(TT_VBYTES)));                                          \
+        typedef __typeof__((V_){0} > (V_){0}) M_;                                                      \
+        enum { W_ = TT_VBYTES / sizeof(T) };                                                           \
+        T b_ = (p)[0];                                                                                 \
+        V_ l0_ = (V_){0} + b_, l1_ = l0_;                                                              \
         int64_t q_ = 0;                                                                                \
-        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
-            for (int r_ = 0; r_ < TT_LANES; r_++) {                                                    \
-                T v_ = (p)[q_ + r_];                                                                   \
-                l_[r_] = (v_ OP l_[r_] || v_ != v_) ? v_ : l_[r_];                                     \
-            }                                                                                          \
-        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            b_ = (l_[r_] OP b_ || l_[r_] != l_[r_]) ? l_[r_] : b_;                                     \
+        for (; q_ + 2 * W_ <= (cnt); q_ += 2 * W_) {                                                   \
+            V_ v0_, v1_;                                                                               \
+            memcpy(&v0_, (p) + q_, sizeof v0_);                                                        \
+            memcpy(&v1_, (p) + q_ + W_, sizeof v1_);                                                   \
+            TT_EXTREME_STEP(V_, M_, v0_, l0_, OP);                                                     \
+            TT_EXTREME_STEP(V_, M_, v1_, l1_, OP);                                                     \
+        }                                                                                              \
+        for (int r_ = 0; r_ < W_; r_++) {                                                              \
+            b_ = (l0_[r_] OP b_ || l0_[r_] != l0_[r_]) ? l0_[r_] : b_;                                 \
+            b_ = (l1_[r_] OP b_ || l1_[r_] != l1_[r_]) ? l1_[r_] : b_;                                 \
+        }                                                                                              \
         for (; q_ < (cnt); q_++)                                                                       \
             b_ = ((p)[q_] OP b_ || (p)[q_] != (p)[q_]) ? (p)[q_] : b_;                                 \
         (out) = b_;                                                                                    \
