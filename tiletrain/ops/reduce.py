@@ -333,8 +333,9 @@ def std(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tens
 # ---- logsumexp ----------------------------------------------------------------------------
 
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
-    """torch.logsumexp: log(sum(exp(x))) over ``dim``, as max + log(sum(exp(x - max))) (the
-    softmax statistics kernel); several runs of axes are chained (logsumexp is associative)."""
+    """torch.logsumexp: log(sum(exp(x))) over ``dim``, as max + log(sum(exp(x - max))) in two
+    passes (the max, then one exp per element); several runs of axes are chained (logsumexp is
+    associative)."""
     what = "logsumexp"
     x = _float_tensor(input, what, "input")
     dims = _dims(x, dim, what)
@@ -343,7 +344,8 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
         return _noop(x)
     for st in _stages(x.traits, dims, keepdim):
         mx, s, y = (Tensor(st.dst, x.dtype) for _ in range(3))
-        run_span("softmax_stats", st.start, st.naxes, [x], [mx, s], reduce=True)
+        run_span("max_axis", st.start, st.naxes, [x], [mx], reduce=True)
+        run_span("expsum_axis", st.start, st.naxes, [x], [mx, s], reduce=True)
         run_map("lse_finish", mx, s, y)
         x = record("logsumexp", y, (x,), saved=(x, mx, s), start=st.start, naxes=st.naxes)
     return x

@@ -12,26 +12,31 @@
  * TT_LANES additions per lane) and the block sums in double. */
 #define TT_LANES 16
 #define TT_SUM_BLOCK 1024
-#define TT_SUM_RUN(p, cnt, out)                                                                        \
+/* out = the sum of EXPR over IDX = 0 .. cnt - 1 (EXPR names IDX), A the lanes' type */
+#define TT_SUM_RUN_OF(A, IDX, EXPR, cnt, out)                                                          \
     do {                                                                                               \
-        typedef __typeof__(TT_LD((p)[0])) A_;                                                          \
         double d_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
         while (q_ + TT_LANES <= (cnt)) {                                                               \
             int64_t e_ = (cnt) - q_ > TT_SUM_BLOCK ? q_ + TT_SUM_BLOCK : (cnt);                        \
-            A_ l_[TT_LANES] = {0};                                                                     \
+            A l_[TT_LANES] = {0};                                                                      \
             for (; q_ + TT_LANES <= e_; q_ += TT_LANES)                                                \
-                for (int r_ = 0; r_ < TT_LANES; r_++)                                                  \
-                    l_[r_] += TT_LD((p)[q_ + r_]);                                                     \
+                for (int r_ = 0; r_ < TT_LANES; r_++) {                                                \
+                    const int64_t IDX = q_ + r_;                                                       \
+                    l_[r_] += (EXPR);                                                                  \
+                }                                                                                      \
             for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
                 d_[r_] += (double)l_[r_];                                                              \
         }                                                                                              \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
             s_ += d_[r_];                                                                              \
-        for (; q_ < (cnt); q_++)                                                                       \
-            s_ += (double)TT_LD((p)[q_]);                                                              \
+        for (; q_ < (cnt); q_++) {                                                                     \
+            const int64_t IDX = q_;                                                                    \
+            s_ += (double)(EXPR);                                                                      \
+        }                                                                                              \
         (out) = s_;                                                                                    \
     } while (0)
+#define TT_SUM_RUN(p, cnt, out) TT_SUM_RUN_OF(__typeof__(TT_LD((p)[0])), e_i_, TT_LD((p)[e_i_]), cnt, out)
 /* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
  * (a NaN, once there, stays).  Two 32-byte GCC vectors of lanes, the select as compare + bit
  * blend: this vectorises where `?:` on scalars does not (a wider vector type than the machine's
@@ -246,6 +251,36 @@ TT_SIMD_CLONES void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x
                 }
                 py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + a->alpha * acc);
             }
+    });
+}
+
+#define TT_EXP(T, v) (sizeof(T) == 4 ? (T)expf((float)(v)) : (T)exp((double)(v)))
+
+/* y (+)= sum over k of exp(x - mx), mx read as a reduced operand (logsumexp's second pass) */
+TT_SIMD_CLONES void tt_cpu_expsum_axis(const tt_args_expsum_axis *a, const void *x, const void *mx, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pm = mx;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++) {
+            T *row = py + i * n;
+            const T *mrow = pm + i * n;
+            for (int64_t j = 0; a->first && j < n; j++)
+                row[j] = 0;
+            if (n == 1) { /* a contiguous run */
+                const T *src = px + i * k, c = mrow[0];
+                double acc;
+                TT_SUM_RUN_OF(T, e_i_, TT_EXP(T, src[e_i_] - c), k, acc);
+                row[0] = (T)((double)row[0] + acc);
+                continue;
+            }
+            for (int64_t l = 0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++)
+                    row[j] += TT_EXP(T, src[j] - mrow[j]);
+            }
+        }
     });
 }
 
