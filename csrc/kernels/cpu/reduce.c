@@ -12,31 +12,26 @@
  * TT_LANES additions per lane) and the block sums in double. */
 #define TT_LANES 16
 #define TT_SUM_BLOCK 1024
-/* out = the sum of EXPR over IDX = 0 .. cnt - 1 (EXPR names IDX), A the lanes' type */
-#define TT_SUM_RUN_OF(A, IDX, EXPR, cnt, out)                                                          \
+#define TT_SUM_RUN(p, cnt, out)                                                                        \
     do {                                                                                               \
+        typedef __typeof__(TT_LD((p)[0])) A_;                                                          \
         double d_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
         while (q_ + TT_LANES <= (cnt)) {                                                               \
             int64_t e_ = (cnt) - q_ > TT_SUM_BLOCK ? q_ + TT_SUM_BLOCK : (cnt);                        \
-            A l_[TT_LANES] = {0};                                                                      \
+            A_ l_[TT_LANES] = {0};                                                                     \
             for (; q_ + TT_LANES <= e_; q_ += TT_LANES)                                                \
-                for (int r_ = 0; r_ < TT_LANES; r_++) {                                                \
-                    const int64_t IDX = q_ + r_;                                                       \
-                    l_[r_] += (EXPR);                                                                  \
-                }                                                                                      \
+                for (int r_ = 0; r_ < TT_LANES; r_++)                                                  \
+                    l_[r_] += TT_LD((p)[q_ + r_]);                                                     \
             for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
                 d_[r_] += (double)l_[r_];                                                              \
         }                                                                                              \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
             s_ += d_[r_];                                                                              \
-        for (; q_ < (cnt); q_++) {                                                                     \
-            const int64_t IDX = q_;                                                                    \
-            s_ += (double)(EXPR);                                                                      \
-        }                                                                                              \
+        for (; q_ < (cnt); q_++)                                                                       \
+            s_ += (double)TT_LD((p)[q_]);                                                              \
         (out) = s_;                                                                                    \
     } while (0)
-#define TT_SUM_RUN(p, cnt, out) TT_SUM_RUN_OF(__typeof__(TT_LD((p)[0])), e_i_, TT_LD((p)[e_i_]), cnt, out)
 /* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
  * (a NaN, once there, stays).  Two 32-byte GCC vectors of lanes, the select as compare + bit
  * blend: this vectorises where `?:` on scalars does not (a wider vector type than the machine's
@@ -268,10 +263,18 @@ TT_SIMD_CLONES void tt_cpu_expsum_axis(const tt_args_expsum_axis *a, const void 
             const T *mrow = pm + i * n;
             for (int64_t j = 0; a->first && j < n; j++)
                 row[j] = 0;
-            if (n == 1) { /* a contiguous run */
+            if (n == 1) { /* a contiguous run: exp of a block into e (a loop that vectorises), summed */
                 const T *src = px + i * k, c = mrow[0];
-                double acc;
-                TT_SUM_RUN_OF(T, e_i_, TT_EXP(T, src[e_i_] - c), k, acc);
+                double acc = 0.0;
+                for (int64_t q = 0; q < k; q += TT_SUM_BLOCK) {
+                    T e[TT_SUM_BLOCK];
+                    const int64_t len = k - q < TT_SUM_BLOCK ? k - q : TT_SUM_BLOCK;
+                    double part;
+                    for (int64_t l = 0; l < len; l++)
+                        e[l] = TT_EXP(T, src[q + l] - c);
+                    TT_SUM_RUN(e, len, part);
+                    acc += part;
+                }
                 row[0] = (T)((double)row[0] + acc);
                 continue;
             }
