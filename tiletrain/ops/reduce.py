@@ -22,11 +22,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..runtime.kernels import run_map, run_span
+from ..runtime.kernels import run_map, run_span, tensor_view, view_tiles
 from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import _float_tensor
+from .shape import _view
 
 # torch.return_types.max / min: (values, indices)
 return_types = type("return_types", (), {
@@ -94,10 +95,31 @@ def _count(x: Tensor, dims) -> int:
     return math.prod(x.shape[d] for d in dims)
 
 
-def _span_reduce(kernel: str, x: Tensor, stages, **fields) -> Tensor:
-    """``kernel`` (a span reduction) along each stage in turn; nothing recorded."""
+def _regrouped(x: Tensor, st: _Stage) -> Tensor | None:
+    """x viewed (no copy) with st's axis split in two, (tile along it, position in the tile),
+    when st reduces one axis of whole tiles into fewer result tiles than there are tiles along
+    it; else None.  Reducing within the tiles first, then across them, runs one task per tile
+    at once instead of chains of tasks as long as the axis's grid (e.g. amax over axis 0 of a
+    (64, 512, 512) tensor in tiles of (8, 512, 512): one chain of 8 tasks)."""
+    a = st.start
+    g, t = x.traits.grid[a], x.traits.tiles[a]
+    if st.naxes != 1 or g < 2 or t < 2 or x.shape[a] != g * t or st.dst.ntiles >= g:
+        return None
+    shape = x.shape[:a] + (g, t) + x.shape[a + 1:]
+    tiles = view_tiles(x, shape)
+    return None if tiles is None else _view(x, tensor_view(x, shape), shape, tiles)
+
+
+def _span_reduce(kernel: str, x: Tensor, stages, regroup: bool = False, **fields) -> Tensor:
+    """``kernel`` (a span reduction) along each stage in turn; nothing recorded.  ``regroup``
+    (a kernel that also combines its own partial results, such as max_axis): a stage whose
+    result has few tiles reduces within x's tiles first (_regrouped)."""
     for st in stages:
         y = Tensor(st.dst, x.dtype)
+        v = _regrouped(x, st) if regroup else None
+        if v is not None:
+            x = Tensor(v.traits.drop_axis(st.start + 1), x.dtype)
+            run_span(kernel, st.start + 1, 1, [v], [x], reduce=True, **fields)
         run_span(kernel, st.start, st.naxes, [x], [y], reduce=True, **fields)
         x = y
     return x
@@ -175,7 +197,7 @@ def _extreme(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
     if x.ndim == 0:
         return _noop(x)
     stages = _stages(x.traits, dims, keepdim)
-    y = _span_reduce("min_axis" if ismin else "max_axis", x, stages)
+    y = _span_reduce("min_axis" if ismin else "max_axis", x, stages, regroup=True)
     return record("amax", y, (x,), saved=(x, y), stages=stages)
 
 

@@ -7,27 +7,18 @@
 
 /* Reductions of a contiguous run (the reduced axis innermost: n == 1) keep TT_LANES independent
  * partial results, so that the compiler vectorises them; the lanes are combined in a fixed order
- * (results do not depend on the machine).  Sums accumulate blocks of TT_SUM_BLOCK elements in
- * lanes of the compute type (float for float32 and the half types: at most TT_SUM_BLOCK /
- * TT_LANES additions per lane) and the block sums in double. */
+ * (results do not depend on the machine).  Sums accumulate in double (float lanes in blocks
+ * were measured no faster: the sum of a tile that is not in cache is bound by memory). */
 #define TT_LANES 16
-#define TT_SUM_BLOCK 1024
 #define TT_SUM_RUN(p, cnt, out)                                                                        \
     do {                                                                                               \
-        typedef __typeof__(TT_LD((p)[0])) A_;                                                          \
-        double d_[TT_LANES] = {0}, s_ = 0.0;                                                           \
+        double l_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
-        while (q_ + TT_LANES <= (cnt)) {                                                               \
-            int64_t e_ = (cnt) - q_ > TT_SUM_BLOCK ? q_ + TT_SUM_BLOCK : (cnt);                        \
-            A_ l_[TT_LANES] = {0};                                                                     \
-            for (; q_ + TT_LANES <= e_; q_ += TT_LANES)                                                \
-                for (int r_ = 0; r_ < TT_LANES; r_++)                                                  \
-                    l_[r_] += TT_LD((p)[q_ + r_]);                                                     \
+        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
             for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
-                d_[r_] += (double)l_[r_];                                                              \
-        }                                                                                              \
+                l_[r_] += (double)TT_LD((p)[q_ + r_]);                                                 \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            s_ += d_[r_];                                                                              \
+            s_ += l_[r_];                                                                              \
         for (; q_ < (cnt); q_++)                                                                       \
             s_ += (double)TT_LD((p)[q_]);                                                              \
         (out) = s_;                                                                                    \
@@ -66,6 +57,9 @@
         (out) = b_;                                                                                    \
     } while (0)
 
+/* Reductions along a strided axis (n > 1) go over row blocks of TT_JBLOCK results. */
+#define TT_JBLOCK 2048
+
 /* max_axis / min_axis along the span (m, k, n): y = the extreme over k (OP is > or <); NaN
  * propagates; `first` overwrites y. */
 #define TT_EXTREME_AXIS(OP)                                                                            \
@@ -78,13 +72,17 @@
                 row[0] = best;                                                                         \
             continue;                                                                                  \
         }                                                                                              \
-        for (int64_t j = 0; a->first && j < n; j++)                                                    \
-            row[j] = px[i * k * n + j];                                                                \
-        for (int64_t l = a->first ? 1 : 0; l < k; l++) {                                               \
-            const T *src = px + (i * k + l) * n;                                                       \
-            for (int64_t j = 0; j < n; j++)                                                            \
-                if (src[j] OP row[j] || isnan(src[j]))                                                 \
-                    row[j] = src[j];                                                                   \
+        for (int64_t j0 = 0; j0 < n; j0 += TT_JBLOCK) { /* a block of row stays in cache over k */   \
+            const int64_t jn = n - j0 < TT_JBLOCK ? n : j0 + TT_JBLOCK;                                \
+            for (int64_t j = j0; a->first && j < jn; j++)                                              \
+                row[j] = px[i * k * n + j];                                                            \
+            for (int64_t l = a->first ? 1 : 0; l < k; l++) {                                           \
+                const T *src = px + (i * k + l) * n;                                                   \
+                for (int64_t j = j0; j < jn; j++) {                                                    \
+                    T v_ = src[j], r_ = row[j];                                                        \
+                    row[j] = ((v_ OP r_) | (v_ != v_)) ? v_ : r_;                                      \
+                }                                                                                      \
+            }                                                                                          \
         }                                                                                              \
     }
 
@@ -249,6 +247,7 @@ TT_SIMD_CLONES void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x
     });
 }
 
+#define TT_EXP_BLOCK 1024
 #define TT_EXP(T, v) (sizeof(T) == 4 ? (T)expf((float)(v)) : (T)exp((double)(v)))
 
 /* y (+)= sum over k of exp(x - mx), mx read as a reduced operand (logsumexp's second pass) */
@@ -266,9 +265,9 @@ TT_SIMD_CLONES void tt_cpu_expsum_axis(const tt_args_expsum_axis *a, const void 
             if (n == 1) { /* a contiguous run: exp of a block into e (a loop that vectorises), summed */
                 const T *src = px + i * k, c = mrow[0];
                 double acc = 0.0;
-                for (int64_t q = 0; q < k; q += TT_SUM_BLOCK) {
-                    T e[TT_SUM_BLOCK];
-                    const int64_t len = k - q < TT_SUM_BLOCK ? k - q : TT_SUM_BLOCK;
+                for (int64_t q = 0; q < k; q += TT_EXP_BLOCK) {
+                    T e[TT_EXP_BLOCK];
+                    const int64_t len = k - q < TT_EXP_BLOCK ? k - q : TT_EXP_BLOCK;
                     double part;
                     for (int64_t l = 0; l < len; l++)
                         e[l] = TT_EXP(T, src[q + l] - c);
