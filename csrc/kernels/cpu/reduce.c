@@ -10,19 +10,25 @@
  * (results do not depend on the machine).  Sums accumulate in double (float lanes in blocks
  * were measured no faster: the sum of a tile that is not in cache is bound by memory). */
 #define TT_LANES 16
-#define TT_SUM_RUN(p, cnt, out)                                                                        \
+/* out = the sum over IDX = 0 .. cnt - 1 of EXPR (a double expression that names IDX) */
+#define TT_SUM_RUN_OF(IDX, EXPR, cnt, out)                                                             \
     do {                                                                                               \
         double l_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
         for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
-            for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
-                l_[r_] += (double)TT_LD((p)[q_ + r_]);                                                 \
+            for (int r_ = 0; r_ < TT_LANES; r_++) {                                                    \
+                const int64_t IDX = q_ + r_;                                                           \
+                l_[r_] += (EXPR);                                                                      \
+            }                                                                                          \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
             s_ += l_[r_];                                                                              \
-        for (; q_ < (cnt); q_++)                                                                       \
-            s_ += (double)TT_LD((p)[q_]);                                                              \
+        for (; q_ < (cnt); q_++) {                                                                     \
+            const int64_t IDX = q_;                                                                    \
+            s_ += (EXPR);                                                                              \
+        }                                                                                              \
         (out) = s_;                                                                                    \
     } while (0)
+#define TT_SUM_RUN(p, cnt, out) TT_SUM_RUN_OF(q_i_, (double)TT_LD((p)[q_i_]), cnt, out)
 /* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
  * (a NaN, once there, stays).  Two 32-byte GCC vectors of lanes, the select as compare + bit
  * blend: this vectorises where `?:` on scalars does not (a wider vector type than the machine's
@@ -235,15 +241,30 @@ TT_SIMD_CLONES void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x, *pm = mu;
         T *py = y;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) {
-                double acc = 0.0, c = (double)pm[i * n + j];
-                for (int64_t l = 0; l < k; l++) {
-                    double d = (double)px[(i * k + l) * n + j] - c;
-                    acc += d * d;
-                }
-                py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + a->alpha * acc);
+        for (int64_t i = 0; i < m; i++) {
+            if (n == 1) { /* a contiguous run */
+                const T *src = px + i * k;
+                const double c = (double)pm[i];
+                double acc;
+                TT_SUM_RUN_OF(q, ((double)src[q] - c) * ((double)src[q] - c), k, acc);
+                py[i] = (T)((a->first ? 0.0 : (double)py[i]) + a->alpha * acc);
+                continue;
             }
+            for (int64_t j0 = 0; j0 < n; j0 += TT_JBLOCK) {
+                const int64_t jn = n - j0 < TT_JBLOCK ? n : j0 + TT_JBLOCK;
+                double acc[TT_JBLOCK] = {0};
+                const T *mrow = pm + i * n;
+                for (int64_t l = 0; l < k; l++) {
+                    const T *src = px + (i * k + l) * n;
+                    for (int64_t j = j0; j < jn; j++) {
+                        const double d = (double)src[j] - (double)mrow[j];
+                        acc[j - j0] += d * d;
+                    }
+                }
+                for (int64_t j = j0; j < jn; j++)
+                    py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + a->alpha * acc[j - j0]);
+            }
+        }
     });
 }
 
