@@ -7,28 +7,37 @@
 
 /* Reductions of a contiguous run (the reduced axis innermost: n == 1) keep TT_LANES independent
  * partial results, so that the compiler vectorises them; the lanes are combined in a fixed order
- * (results do not depend on the machine).  Sums accumulate in double (float lanes in blocks
- * were measured no faster: the sum of a tile that is not in cache is bound by memory). */
+ * (results do not depend on the machine).  Sums add blocks of TT_SUM_BLOCK elements in lanes of
+ * type A (float for float32 and the half types: TT_SUM_BLOCK / TT_LANES = 64 additions per lane;
+ * double lanes convert every element, which costs a core more than memory delivers) and the
+ * block sums in double. */
 #define TT_LANES 16
-/* out = the sum over IDX = 0 .. cnt - 1 of EXPR (a double expression that names IDX) */
-#define TT_SUM_RUN_OF(IDX, EXPR, cnt, out)                                                             \
+#define TT_SUM_BLOCK 1024
+/* out = the sum over IDX = 0 .. cnt - 1 of EXPR (an expression of type A that names IDX) */
+#define TT_SUM_RUN_OF(A, IDX, EXPR, cnt, out)                                                          \
     do {                                                                                               \
-        double l_[TT_LANES] = {0}, s_ = 0.0;                                                           \
+        double d_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
-        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
-            for (int r_ = 0; r_ < TT_LANES; r_++) {                                                    \
-                const int64_t IDX = q_ + r_;                                                           \
-                l_[r_] += (EXPR);                                                                      \
-            }                                                                                          \
+        while (q_ + TT_LANES <= (cnt)) {                                                               \
+            const int64_t e_ = (cnt) - q_ > TT_SUM_BLOCK ? q_ + TT_SUM_BLOCK : (cnt);                  \
+            A l_[TT_LANES] = {0};                                                                      \
+            for (; q_ + TT_LANES <= e_; q_ += TT_LANES)                                                \
+                for (int r_ = 0; r_ < TT_LANES; r_++) {                                                \
+                    const int64_t IDX = q_ + r_;                                                       \
+                    l_[r_] += (EXPR);                                                                  \
+                }                                                                                      \
+            for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
+                d_[r_] += (double)l_[r_];                                                              \
+        }                                                                                              \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            s_ += l_[r_];                                                                              \
+            s_ += d_[r_];                                                                              \
         for (; q_ < (cnt); q_++) {                                                                     \
             const int64_t IDX = q_;                                                                    \
-            s_ += (EXPR);                                                                              \
+            s_ += (double)(EXPR);                                                                      \
         }                                                                                              \
         (out) = s_;                                                                                    \
     } while (0)
-#define TT_SUM_RUN(p, cnt, out) TT_SUM_RUN_OF(q_i_, (double)TT_LD((p)[q_i_]), cnt, out)
+#define TT_SUM_RUN(p, cnt, out) TT_SUM_RUN_OF(__typeof__(TT_LD((p)[0])), q_i_, TT_LD((p)[q_i_]), cnt, out)
 /* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
  * (a NaN, once there, stays).  Two 32-byte GCC vectors of lanes, the select as compare + bit
  * blend: this vectorises where `?:` on scalars does not (a wider vector type than the machine's
@@ -246,7 +255,7 @@ TT_SIMD_CLONES void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x
                 const T *src = px + i * k;
                 const double c = (double)pm[i];
                 double acc;
-                TT_SUM_RUN_OF(q, ((double)src[q] - c) * ((double)src[q] - c), k, acc);
+                TT_SUM_RUN_OF(double, q, ((double)src[q] - c) * ((double)src[q] - c), k, acc);
                 py[i] = (T)((a->first ? 0.0 : (double)py[i]) + a->alpha * acc);
                 continue;
             }
