@@ -12,10 +12,12 @@
 #include <pthread.h>
 #include <starpu.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #define POOL_ALIGN 64          /* cache line; also what AVX-512 loads like */
 #define POOL_MIN_BYTES 4096    /* smaller buffers come from malloc's bins anyway */
 #define POOL_NBUCKETS 128
+#define HUGE_BYTES ((size_t)2 << 20) /* buffers this large start on a huge page boundary */
 
 struct bucket {
     size_t size;
@@ -47,10 +49,14 @@ static int pool_malloc(unsigned node, void **A, size_t dim, int flags)
             return 0;
         }
     }
-    if (posix_memalign(A, POOL_ALIGN, dim ? dim : 1) != 0) {
+    if (posix_memalign(A, dim >= HUGE_BYTES ? HUGE_BYTES : POOL_ALIGN, dim ? dim : 1) != 0) {
         *A = NULL;
         return -ENOMEM;
     }
+#ifdef MADV_HUGEPAGE
+    if (dim >= HUGE_BYTES) /* transparent huge pages: fewer TLB misses when a kernel streams a tile */
+        madvise(*A, dim, MADV_HUGEPAGE);
+#endif
     return 0;
 }
 

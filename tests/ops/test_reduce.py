@@ -19,6 +19,7 @@ GRIDS = [
     ((11, 7), (4, 3)),              # leftover tiles on both axes
     ((5, 7, 6), (2, 3, 4)),         # leftover tiles on every axis
     ((3, 2, 5, 4), (2, 2, 3, 3)),
+    ((6, 4, 5), (2, 4, 3)),         # whole tiles along axis 0: amax/amin reduce within them first
 ]
 
 
@@ -106,6 +107,26 @@ def test_amax_amin_gradient_is_split_among_ties(rng):
     T = torch.from_numpy(x).requires_grad_()
     torch.max(T).backward()
     np.testing.assert_allclose(X.grad.numpy(), T.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_amax_amin_nan_and_inf_in_long_runs(rng, dtype):
+    """Runs long enough for the vectorised path (and its tail), whole tiles along axis 0 (reduced
+    within the tiles first): a NaN anywhere wins, infinities are ordinary extremes."""
+    x = rng.standard_normal((6, 43)).astype(dtype)
+    x[1, 37] = np.nan      # row 1, in the tail of a run of 43 (after 2 vector steps)
+    x[4, 5] = np.nan       # row 4, inside the vector lanes
+    x[2, 20] = np.inf
+    x[3, :] = -np.inf      # a row of -inf only
+    x[0, 17] = -np.inf
+    for tiles in ((2, 43), (6, 43), (2, 20)):
+        X = tt.from_numpy(x, tiles)
+        for fn in ("amax", "amin"):
+            for dim in (None, 0, -1):
+                for keepdim in (False, True):
+                    got = getattr(tt, fn)(X, dim, keepdim=keepdim).numpy()
+                    want = getattr(torch, fn)(torch.from_numpy(x), _torch_dim(dim), keepdim=keepdim).numpy()
+                    np.testing.assert_array_equal(got, want, err_msg=f"{fn} {dim} {keepdim} {tiles}")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -22,11 +22,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..runtime.kernels import run_map, run_span
+from ..runtime.kernels import run_map, run_span, tensor_view, view_tiles
 from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import _float_tensor
+from .shape import _reshape, _view
 
 # torch.return_types.max / min: (values, indices)
 return_types = type("return_types", (), {
@@ -94,10 +95,32 @@ def _count(x: Tensor, dims) -> int:
     return math.prod(x.shape[d] for d in dims)
 
 
-def _span_reduce(kernel: str, x: Tensor, stages, **fields) -> Tensor:
-    """``kernel`` (a span reduction) along each stage in turn; nothing recorded."""
+def _regroup_shape(x: Tensor, st: _Stage) -> tuple[int, ...] | None:
+    """x's shape with st's axis split in two, (tile along it, position in the tile), when st
+    reduces one axis of whole tiles into fewer result tiles than there are tiles along it and
+    the split is a view (no copy); else None.  Reducing within the tiles first, then across
+    them, runs one task per tile at once instead of chains of tasks as long as the axis's grid
+    (e.g. amax over axis 0 of a (64, 512, 512) tensor in tiles of (8, 512, 512): one chain of
+    8 tasks)."""
+    a = st.start
+    g, t = x.traits.grid[a], x.traits.tiles[a]
+    if st.naxes != 1 or g < 2 or t < 2 or x.shape[a] != g * t or st.dst.ntiles >= g:
+        return None
+    shape = x.shape[:a] + (g, t) + x.shape[a + 1:]
+    return shape if view_tiles(x, shape) is not None else None
+
+
+def _span_reduce(kernel: str, x: Tensor, stages, regroup: bool = False, **fields) -> Tensor:
+    """``kernel`` (a span reduction) along each stage in turn; nothing recorded.  ``regroup``
+    (a kernel that also combines its own partial results, such as max_axis): a stage whose
+    result has few tiles reduces within x's tiles first (_regroup_shape)."""
     for st in stages:
         y = Tensor(st.dst, x.dtype)
+        shape = _regroup_shape(x, st) if regroup else None
+        if shape is not None:
+            v = _view(x, tensor_view(x, shape), shape, view_tiles(x, shape))
+            x = Tensor(v.traits.drop_axis(st.start + 1), x.dtype)
+            run_span(kernel, st.start + 1, 1, [v], [x], reduce=True, **fields)
         run_span(kernel, st.start, st.naxes, [x], [y], reduce=True, **fields)
         x = y
     return x
@@ -127,8 +150,13 @@ def _noop(x: Tensor) -> Tensor:
 # ---- sum, mean ----------------------------------------------------------------------------
 
 def _sum_stages(x: Tensor, stages, alpha: float) -> Tensor:
-    for i, st in enumerate(stages):
-        x = basic._sum_axes(x, st.start, st.naxes, alpha if i == 0 else 1.0, out=st.dst)
+    for st in stages:
+        shape = None if is_half(x.dtype) else _regroup_shape(x, st)  # half types: one rounding
+        if shape is not None:  # within the tiles first (a recorded view: gradients flow back)
+            x = basic._sum_axes(_reshape(x, shape), st.start + 1, 1, alpha)
+            alpha = 1.0
+        x = basic._sum_axes(x, st.start, st.naxes, alpha, out=st.dst)
+        alpha = 1.0
     return x
 
 
@@ -175,7 +203,7 @@ def _extreme(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
     if x.ndim == 0:
         return _noop(x)
     stages = _stages(x.traits, dims, keepdim)
-    y = _span_reduce("min_axis" if ismin else "max_axis", x, stages)
+    y = _span_reduce("min_axis" if ismin else "max_axis", x, stages, regroup=True)
     return record("amax", y, (x,), saved=(x, y), stages=stages)
 
 
@@ -333,8 +361,9 @@ def std(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tens
 # ---- logsumexp ----------------------------------------------------------------------------
 
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
-    """torch.logsumexp: log(sum(exp(x))) over ``dim``, as max + log(sum(exp(x - max))) (the
-    softmax statistics kernel); several runs of axes are chained (logsumexp is associative)."""
+    """torch.logsumexp: log(sum(exp(x))) over ``dim``, as max + log(sum(exp(x - max))) in two
+    passes (the max, then one exp per element); several runs of axes are chained (logsumexp is
+    associative)."""
     what = "logsumexp"
     x = _float_tensor(input, what, "input")
     dims = _dims(x, dim, what)
@@ -343,7 +372,8 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
         return _noop(x)
     for st in _stages(x.traits, dims, keepdim):
         mx, s, y = (Tensor(st.dst, x.dtype) for _ in range(3))
-        run_span("softmax_stats", st.start, st.naxes, [x], [mx, s], reduce=True)
+        run_span("max_axis", st.start, st.naxes, [x], [mx], reduce=True)
+        run_span("expsum_axis", st.start, st.naxes, [x], [mx, s], reduce=True)
         run_map("lse_finish", mx, s, y)
         x = record("logsumexp", y, (x,), saved=(x, mx, s), start=st.start, naxes=st.naxes)
     return x

@@ -105,6 +105,9 @@ REFERENCES: dict[str, Reference] = {
     "sqdev_axis": Reference(
         lambda rng, dt: (_span(rng, dt, alpha=0.25), [_r(rng, dt, M, K, N), _r(rng, dt, M, N), _pos(rng, dt, M, N)]),
         _sqdev_ref),
+    "expsum_axis": Reference(
+        lambda rng, dt: (_span(rng, dt), [_r(rng, dt, M, K, N), _r(rng, dt, M, N), _pos(rng, dt, M, N)]),
+        lambda a, x, mx, y: {2: (0 if a["first"] else y) + np.exp(x.astype(np.float64) - mx[:, None, :]).sum(axis=1)}),
     "eq_mask": Reference(
         lambda rng, dt: (dict(n=9), [_ties(rng, dt, 9), _ties(rng, dt, 9), np.zeros(9, dt)]),
         lambda a, x, v, y: {2: (x == v).astype(np.float64)}),

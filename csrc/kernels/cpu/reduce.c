@@ -7,40 +7,73 @@
 
 /* Reductions of a contiguous run (the reduced axis innermost: n == 1) keep TT_LANES independent
  * partial results, so that the compiler vectorises them; the lanes are combined in a fixed order
- * (results do not depend on the machine).  Sums accumulate in double. */
+ * (results do not depend on the machine).  Sums add blocks of TT_SUM_BLOCK elements in lanes of
+ * type A (float for float32 and the half types: TT_SUM_BLOCK / TT_LANES = 64 additions per lane;
+ * double lanes convert every element, which costs a core more than memory delivers) and the
+ * block sums in double. */
 #define TT_LANES 16
-#define TT_SUM_RUN(p, cnt, out)                                                                        \
+#define TT_SUM_BLOCK 1024
+/* out = the sum over IDX = 0 .. cnt - 1 of EXPR (an expression of type A that names IDX) */
+#define TT_SUM_RUN_OF(A, IDX, EXPR, cnt, out)                                                          \
     do {                                                                                               \
-        double l_[TT_LANES] = {0}, s_ = 0.0;                                                           \
+        double d_[TT_LANES] = {0}, s_ = 0.0;                                                           \
         int64_t q_ = 0;                                                                                \
-        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
+        while (q_ + TT_LANES <= (cnt)) {                                                               \
+            const int64_t e_ = (cnt) - q_ > TT_SUM_BLOCK ? q_ + TT_SUM_BLOCK : (cnt);                  \
+            A l_[TT_LANES] = {0};                                                                      \
+            for (; q_ + TT_LANES <= e_; q_ += TT_LANES)                                                \
+                for (int r_ = 0; r_ < TT_LANES; r_++) {                                                \
+                    const int64_t IDX = q_ + r_;                                                       \
+                    l_[r_] += (EXPR);                                                                  \
+                }                                                                                      \
             for (int r_ = 0; r_ < TT_LANES; r_++)                                                      \
-                l_[r_] += (double)TT_LD((p)[q_ + r_]);                                                 \
+                d_[r_] += (double)l_[r_];                                                              \
+        }                                                                                              \
         for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            s_ += l_[r_];                                                                              \
-        for (; q_ < (cnt); q_++)                                                                       \
-            s_ += (double)TT_LD((p)[q_]);                                                              \
+            s_ += d_[r_];                                                                              \
+        for (; q_ < (cnt); q_++) {                                                                     \
+            const int64_t IDX = q_;                                                                    \
+            s_ += (double)(EXPR);                                                                      \
+        }                                                                                              \
         (out) = s_;                                                                                    \
     } while (0)
+#define TT_SUM_RUN(p, cnt, out) TT_SUM_RUN_OF(__typeof__(TT_LD((p)[0])), q_i_, TT_LD((p)[q_i_]), cnt, out)
 /* best over a contiguous run of cnt >= 1 elements: v replaces best when v OP best or v is NaN
- * (a NaN, once there, stays). */
+ * (a NaN, once there, stays).  Two 32-byte GCC vectors of lanes, the select as compare + bit
+ * blend: this vectorises where `?:` on scalars does not (a wider vector type than the machine's
+ * is lowered to scalar code). */
+#define TT_VBYTES 32
+#define TT_EXTREME_STEP(V, M, v, l, OP)                                                                \
+    do {                                                                                               \
+        M s_ = ((v) OP (l)) | ((v) != (v));                                                            \
+        (l) = (V)(((M)(v) & s_) | ((M)(l) & ~s_));                                                     \
+    } while (0)
 #define TT_EXTREME_RUN(T, p, cnt, OP, out)                                                             \
     do {                                                                                               \
-        T l_[TT_LANES], b_ = (p)[0];                                                                   \
-        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            l_[r_] = (p)[0];                                                                           \
+        typedef T V_ __attribute__((vector_size(TT_VBYTES)));                                          \
+        typedef __typeof__((V_){0} > (V_){0}) M_;                                                      \
+        enum { W_ = TT_VBYTES / sizeof(T) };                                                           \
+        T b_ = (p)[0];                                                                                 \
+        V_ l0_ = (V_){0} + b_, l1_ = l0_;                                                              \
         int64_t q_ = 0;                                                                                \
-        for (; q_ + TT_LANES <= (cnt); q_ += TT_LANES)                                                 \
-            for (int r_ = 0; r_ < TT_LANES; r_++) {                                                    \
-                T v_ = (p)[q_ + r_];                                                                   \
-                l_[r_] = (v_ OP l_[r_] || v_ != v_) ? v_ : l_[r_];                                     \
-            }                                                                                          \
-        for (int r_ = 0; r_ < TT_LANES; r_++)                                                          \
-            b_ = (l_[r_] OP b_ || l_[r_] != l_[r_]) ? l_[r_] : b_;                                     \
+        for (; q_ + 2 * W_ <= (cnt); q_ += 2 * W_) {                                                   \
+            V_ v0_, v1_;                                                                               \
+            memcpy(&v0_, (p) + q_, sizeof v0_);                                                        \
+            memcpy(&v1_, (p) + q_ + W_, sizeof v1_);                                                   \
+            TT_EXTREME_STEP(V_, M_, v0_, l0_, OP);                                                     \
+            TT_EXTREME_STEP(V_, M_, v1_, l1_, OP);                                                     \
+        }                                                                                              \
+        for (int r_ = 0; r_ < W_; r_++) {                                                              \
+            b_ = (l0_[r_] OP b_ || l0_[r_] != l0_[r_]) ? l0_[r_] : b_;                                 \
+            b_ = (l1_[r_] OP b_ || l1_[r_] != l1_[r_]) ? l1_[r_] : b_;                                 \
+        }                                                                                              \
         for (; q_ < (cnt); q_++)                                                                       \
             b_ = ((p)[q_] OP b_ || (p)[q_] != (p)[q_]) ? (p)[q_] : b_;                                 \
         (out) = b_;                                                                                    \
     } while (0)
+
+/* Reductions along a strided axis (n > 1) go over row blocks of TT_JBLOCK results. */
+#define TT_JBLOCK 2048
 
 /* max_axis / min_axis along the span (m, k, n): y = the extreme over k (OP is > or <); NaN
  * propagates; `first` overwrites y. */
@@ -54,13 +87,17 @@
                 row[0] = best;                                                                         \
             continue;                                                                                  \
         }                                                                                              \
-        for (int64_t j = 0; a->first && j < n; j++)                                                    \
-            row[j] = px[i * k * n + j];                                                                \
-        for (int64_t l = a->first ? 1 : 0; l < k; l++) {                                               \
-            const T *src = px + (i * k + l) * n;                                                       \
-            for (int64_t j = 0; j < n; j++)                                                            \
-                if (src[j] OP row[j] || isnan(src[j]))                                                 \
-                    row[j] = src[j];                                                                   \
+        for (int64_t j0 = 0; j0 < n; j0 += TT_JBLOCK) { /* a block of row stays in cache over k */   \
+            const int64_t jn = n - j0 < TT_JBLOCK ? n : j0 + TT_JBLOCK;                                \
+            for (int64_t j = j0; a->first && j < jn; j++)                                              \
+                row[j] = px[i * k * n + j];                                                            \
+            for (int64_t l = a->first ? 1 : 0; l < k; l++) {                                           \
+                const T *src = px + (i * k + l) * n;                                                   \
+                for (int64_t j = j0; j < jn; j++) {                                                    \
+                    T v_ = src[j], r_ = row[j];                                                        \
+                    row[j] = ((v_ OP r_) | (v_ != v_)) ? v_ : r_;                                      \
+                }                                                                                      \
+            }                                                                                          \
         }                                                                                              \
     }
 
@@ -213,15 +250,69 @@ TT_SIMD_CLONES void tt_cpu_sqdev_axis(const tt_args_sqdev_axis *a, const void *x
     TT_FLOAT_DISPATCH(a->dtype, {
         const T *px = x, *pm = mu;
         T *py = y;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) {
-                double acc = 0.0, c = (double)pm[i * n + j];
-                for (int64_t l = 0; l < k; l++) {
-                    double d = (double)px[(i * k + l) * n + j] - c;
-                    acc += d * d;
-                }
-                py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + a->alpha * acc);
+        for (int64_t i = 0; i < m; i++) {
+            if (n == 1) { /* a contiguous run */
+                const T *src = px + i * k;
+                const double c = (double)pm[i];
+                double acc;
+                TT_SUM_RUN_OF(double, q, ((double)src[q] - c) * ((double)src[q] - c), k, acc);
+                py[i] = (T)((a->first ? 0.0 : (double)py[i]) + a->alpha * acc);
+                continue;
             }
+            for (int64_t j0 = 0; j0 < n; j0 += TT_JBLOCK) {
+                const int64_t jn = n - j0 < TT_JBLOCK ? n : j0 + TT_JBLOCK;
+                double acc[TT_JBLOCK] = {0};
+                const T *mrow = pm + i * n;
+                for (int64_t l = 0; l < k; l++) {
+                    const T *src = px + (i * k + l) * n;
+                    for (int64_t j = j0; j < jn; j++) {
+                        const double d = (double)src[j] - (double)mrow[j];
+                        acc[j - j0] += d * d;
+                    }
+                }
+                for (int64_t j = j0; j < jn; j++)
+                    py[i * n + j] = (T)((a->first ? 0.0 : (double)py[i * n + j]) + a->alpha * acc[j - j0]);
+            }
+        }
+    });
+}
+
+#define TT_EXP_BLOCK 1024
+#define TT_EXP(T, v) (sizeof(T) == 4 ? (T)expf((float)(v)) : (T)exp((double)(v)))
+
+/* y (+)= sum over k of exp(x - mx), mx read as a reduced operand (logsumexp's second pass) */
+TT_SIMD_CLONES void tt_cpu_expsum_axis(const tt_args_expsum_axis *a, const void *x, const void *mx, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pm = mx;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++) {
+            T *row = py + i * n;
+            const T *mrow = pm + i * n;
+            for (int64_t j = 0; a->first && j < n; j++)
+                row[j] = 0;
+            if (n == 1) { /* a contiguous run: exp of a block into e (a loop that vectorises), summed */
+                const T *src = px + i * k, c = mrow[0];
+                double acc = 0.0;
+                for (int64_t q = 0; q < k; q += TT_EXP_BLOCK) {
+                    T e[TT_EXP_BLOCK];
+                    const int64_t len = k - q < TT_EXP_BLOCK ? k - q : TT_EXP_BLOCK;
+                    double part;
+                    for (int64_t l = 0; l < len; l++)
+                        e[l] = TT_EXP(T, src[q + l] - c);
+                    TT_SUM_RUN(e, len, part);
+                    acc += part;
+                }
+                row[0] = (T)((double)row[0] + acc);
+                continue;
+            }
+            for (int64_t l = 0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++)
+                    row[j] += TT_EXP(T, src[j] - mrow[j]);
+            }
+        }
     });
 }
 

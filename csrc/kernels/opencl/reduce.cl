@@ -143,6 +143,20 @@ KERNEL SUF(tt_sqdev_axis)(GLOBAL const T *x, GLOBAL const T *mu, GLOBAL T *y, tt
     y[r] = (T)((first ? (ACC)0 : (ACC)y[r]) + (ACC)alpha * acc);
 }
 
+KERNEL SUF(tt_expsum_axis)(GLOBAL const T *x, GLOBAL const T *mx, GLOBAL T *y, tt_long m, tt_long k, tt_long n,
+                           tt_long first)
+{
+    const tt_long r = GID0();
+    if (r >= m * n)
+        return;
+    const tt_long i = r / n, j = r % n;
+    const ACC c = mx[r];
+    ACC acc = 0;
+    for (tt_long l = 0; l < k; l++)
+        acc += exp((ACC)x[(i * k + l) * n + j] - c);
+    y[r] = (T)((first ? (ACC)0 : (ACC)y[r]) + acc);
+}
+
 KERNEL SUF(tt_eq_mask)(GLOBAL const T *x, GLOBAL const T *v, GLOBAL T *y, tt_long n)
 {
     const tt_long e = GID0();
