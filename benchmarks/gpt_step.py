@@ -127,7 +127,6 @@ def cuda_main(args, tiles) -> int:
     """Both frameworks on the GPU; float32; medians of --reps steps after one warm-up."""
     import torch
     import tiletrain as tt
-    from tiletrain.train import flops_per_token
     if not torch.cuda.is_available():
         print("gpt_step --device cuda: PyTorch sees no CUDA device", file=sys.stderr)
         return 1
@@ -167,8 +166,7 @@ def cuda_main(args, tiles) -> int:
         if abs(t_losses[0] - losses[0]) > 1e-3 * abs(t_losses[0]):
             print(f"  {size}: first-step losses differ: torch {t_losses[0]} vs tiletrain {losses[0]}")
         tokens = s["B"] * s["T"]
-        n_params = sum(p.numel() for p in tm.parameters())
-        fpt = flops_per_token(dict(n_layer=s["n_layer"], n_embd=s["n_embd"]), n_params, s["T"])
+        fpt = m.flops_per_token(s["T"])  # GPT.flops_per_token: the one formula
         om, tmed = float(np.median(times[1:])), float(np.median(t_times[1:]))
         print(f"{size}: tiletrain ({sched}, {ncpu} CPU + 1 CUDA worker) {om * 1e3:.1f} ms "
               f"{fpt * tokens / om / 1e12:.2f} TFLOP/s; pytorch eager {tmed * 1e3:.1f} ms "
@@ -202,7 +200,6 @@ def main() -> int:
     import torch
     import tiletrain as tt
     from _common import environment, median, table
-    from tiletrain.train import flops_per_token
 
     torch.set_num_threads(args.ncpu)
     print(environment())
@@ -219,8 +216,7 @@ def main() -> int:
         with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
             m = _tiletrain_model(tt, tm, s, tiles)
             opt = _tiletrain_adamw(tt, m)
-            n_params = sum(p.numel() for p in tm.parameters())
-            fpt = flops_per_token(dict(n_layer=s["n_layer"], n_embd=s["n_embd"]), n_params, s["T"])
+            fpt = m.flops_per_token(s["T"])  # GPT.flops_per_token: the one formula
             tokens = s["B"] * s["T"]
             t_times, o_times, t_losses, o_losses = [], [], [], []
             for rep in range(args.reps + 1):

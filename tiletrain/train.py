@@ -123,11 +123,6 @@ def check_option(option: str, value, low=None, high=None, low_open: bool = False
         raise ValueError(f"{option} must be {want}, got {value}")
 
 
-def flops_per_token(cfg: dict, n_params: int, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward): 6 N + 12 L T C (attention)."""
-    return 6.0 * n_params + 12.0 * cfg["n_layer"] * seq_len * cfg["n_embd"]
-
-
 def _rng_state(rng: np.random.Generator) -> dict:
     return rng.bit_generator.state
 
@@ -315,7 +310,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
             print(f"resumed from {ckpt_path} at step {start}", file=out, flush=True)
         n_params = sum(p.numel() for p in model.parameters())
         tokens_per_step = args.batch * args.micro_batches * args.seq_len
-        fpt = flops_per_token(dataclasses.asdict(model.config), n_params, args.seq_len)
+        fpt = model.flops_per_token(args.seq_len)  # the model's one formula (nn/gpt.py)
         print(f"model: {model.config.n_layer} layers x {model.config.n_embd} wide, {model.config.n_head} heads, "
               f"{n_params / 1e6:.2f} M parameters, {args.dtype}; {rt!r}", file=out, flush=True)
         print(f"data: {len(corpus.train):,} train / {len(corpus.val):,} val tokens; {tokens_per_step} tokens "

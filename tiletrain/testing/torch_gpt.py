@@ -72,7 +72,7 @@ def make_torch_gpt(torch, vocab_size: int, block_size: int, n_layer: int, n_head
 
         def forward(self, idx, targets=None):
             B, T = idx.shape
-            x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
+            x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T, device=idx.device))
             for block in self.transformer.h:
                 x = block(x)
             logits = self.lm_head(self.transformer.ln_f(x))
