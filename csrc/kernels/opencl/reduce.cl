@@ -85,8 +85,10 @@ DEVFN ACC tt_pnorm_term(ACC v, ACC p)
 KERNEL SUF(tt_min_axis)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt_long n, tt_long first)
 TT_EXTREME_AXIS(<)
 
-KERNEL SUF(tt_arg_axis)(GLOBAL const T *x, GLOBAL T *v, GLOBAL tt_long *idx, tt_long m, tt_long k, tt_long n,
-                        tt_long first, tt_long koff, tt_long ismin)
+/* arg_axis / arg_carry (one body, as on the CPU): ci == 0: index = koff + l; else index =
+ * (koff + l) * inner + ci. */
+DEVFN void SUF(tt_arg_run)(GLOBAL const T *x, GLOBAL const tt_long *ci, GLOBAL T *v, GLOBAL tt_long *idx, tt_long m,
+                           tt_long k, tt_long n, tt_long first, tt_long koff, tt_long inner, tt_long ismin)
 {
     const tt_long r = GID0();
     if (r >= m * n)
@@ -96,25 +98,21 @@ KERNEL SUF(tt_arg_axis)(GLOBAL const T *x, GLOBAL T *v, GLOBAL tt_long *idx, tt_
         const T c = x[(i * k + l) * n + j];
         if ((first && l == 0) || tt_arg_better(c, v[r], ismin)) {
             v[r] = c;
-            idx[r] = koff + l;
+            idx[r] = ci ? (koff + l) * inner + ci[(i * k + l) * n + j] : koff + l;
         }
     }
+}
+
+KERNEL SUF(tt_arg_axis)(GLOBAL const T *x, GLOBAL T *v, GLOBAL tt_long *idx, tt_long m, tt_long k, tt_long n,
+                        tt_long first, tt_long koff, tt_long ismin)
+{
+    SUF(tt_arg_run)(x, 0, v, idx, m, k, n, first, koff, 1, ismin);
 }
 
 KERNEL SUF(tt_arg_carry)(GLOBAL const T *x, GLOBAL const tt_long *ci, GLOBAL T *v, GLOBAL tt_long *idx, tt_long m,
                          tt_long k, tt_long n, tt_long first, tt_long koff, tt_long inner, tt_long ismin)
 {
-    const tt_long r = GID0();
-    if (r >= m * n)
-        return;
-    const tt_long i = r / n, j = r % n;
-    for (tt_long l = 0; l < k; l++) {
-        const T c = x[(i * k + l) * n + j];
-        if ((first && l == 0) || tt_arg_better(c, v[r], ismin)) {
-            v[r] = c;
-            idx[r] = (koff + l) * inner + ci[(i * k + l) * n + j];
-        }
-    }
+    SUF(tt_arg_run)(x, ci, v, idx, m, k, n, first, koff, inner, ismin);
 }
 
 KERNEL SUF(tt_arg_scatter)(GLOBAL T *dx, GLOBAL const tt_long *idx, GLOBAL const T *g, tt_long m, tt_long k,
