@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..runtime.kernels import run_map
-from ..tensors import Tensor, TensorTraits, is_float
+from ..tensors import Tensor, TensorTraits, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _tensor
@@ -176,8 +176,8 @@ def _promote(what: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
         return a, b
     if not (is_float(a.dtype) and is_float(b.dtype)):
         raise TypeError(f"{what}: dtype mismatch, input is {a.dtype} and other is {b.dtype}")
-    dt = np.promote_types(a.dtype, b.dtype) if not {a.dtype.itemsize, b.dtype.itemsize} == {2} else np.float32
-    dt = np.dtype(dt)
+    # float16 + bfloat16 -> float32, as torch; otherwise NumPy's promotion of the float types
+    dt = np.dtype(np.float32) if is_half(a.dtype) and is_half(b.dtype) else np.promote_types(a.dtype, b.dtype)
     return (a if a.dtype == dt else basic.astype(a, dt)), (b if b.dtype == dt else basic.astype(b, dt))
 
 

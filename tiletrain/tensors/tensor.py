@@ -343,8 +343,7 @@ class Tensor:
 
     def to(self, dtype):
         """A cast to ``dtype`` (the tensor itself when it already has it)."""
-        from .tensor import as_dtype as _as
-        return self if _as(dtype) == self.dtype else _ops.astype(self, dtype)
+        return self if as_dtype(dtype) == self.dtype else _ops.astype(self, dtype)
 
     def float(self):
         return self.to(np.float32)
