@@ -185,6 +185,7 @@ int tt_init(const tt_config *cfg)
 }
 
 extern void tt_submit_reset_counters(void);
+static void stop_waiter(void); /* tt_wait_for's helper thread, below */
 
 int tt_shutdown(void)
 {
@@ -192,6 +193,7 @@ int tt_shutdown(void)
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     tt_ensure_running();
     wait_everything();
+    stop_waiter();
     tt_trace_session_end();
     tt_tensors_kill_all();
     tt_devices_shutdown();
@@ -217,12 +219,52 @@ static double now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Bounded wait so that Python can check for Ctrl-C between slices. */
-int tt_wait_for(double seconds)
+/* tt_wait_for's helper thread: it blocks in starpu_task_wait_for_all() while the caller
+ * sleeps on a condition variable with a deadline, so the caller wakes as soon as the last task
+ * ends (no polling latency, no wake-ups stealing a core from the workers) and still returns
+ * after `seconds`, so that Python can check for Ctrl-C between slices. */
+static pthread_mutex_t waiter_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t waiter_go = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t waiter_done = PTHREAD_COND_INITIALIZER;
+static pthread_t waiter_thread;
+static int waiter_started = 0, waiter_busy = 0, waiter_quit = 0; /* under waiter_mu */
+static uint64_t waiter_rounds = 0;                                /* under waiter_mu */
+
+static void *waiter_main(void *arg)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
-    tt_ensure_running();
+    (void)arg;
+    pthread_mutex_lock(&waiter_mu);
+    for (;;) {
+        while (!waiter_busy && !waiter_quit)
+            pthread_cond_wait(&waiter_go, &waiter_mu);
+        if (waiter_quit)
+            break;
+        pthread_mutex_unlock(&waiter_mu);
+        starpu_task_wait_for_all();
+        pthread_mutex_lock(&waiter_mu);
+        waiter_busy = 0;
+        waiter_rounds++;
+        pthread_cond_broadcast(&waiter_done);
+    }
+    pthread_mutex_unlock(&waiter_mu);
+    return NULL;
+}
+
+/* At shutdown, after every task has ended (so the thread is not inside StarPU). */
+static void stop_waiter(void)
+{
+    pthread_mutex_lock(&waiter_mu);
+    int started = waiter_started;
+    waiter_quit = 1;
+    pthread_cond_signal(&waiter_go);
+    pthread_mutex_unlock(&waiter_mu);
+    if (started)
+        pthread_join(waiter_thread, NULL);
+    waiter_started = waiter_busy = waiter_quit = 0;
+}
+
+static int poll_for(double seconds) /* under MPI: the MPI progress thread owns the waiting */
+{
     double end = now() + seconds;
     long sleep_ns = 2000;
     while (starpu_task_nsubmitted() > 0) {
@@ -234,6 +276,45 @@ int tt_wait_for(double seconds)
             sleep_ns *= 2;
     }
     return 1;
+}
+
+/* 1 when no task is pending, 0 after `seconds` with tasks still pending. */
+int tt_wait_for(double seconds)
+{
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    tt_ensure_running();
+    if (starpu_task_nsubmitted() == 0)
+        return 1;
+    if (tt_mpi_on)
+        return poll_for(seconds);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    double frac = seconds - (double)(int64_t)seconds;
+    deadline.tv_sec += (time_t)seconds;
+    deadline.tv_nsec += (long)(frac * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&waiter_mu);
+    if (!waiter_started) {
+        if (pthread_create(&waiter_thread, NULL, waiter_main, NULL) != 0) {
+            pthread_mutex_unlock(&waiter_mu);
+            return poll_for(seconds);
+        }
+        waiter_started = 1;
+    }
+    if (!waiter_busy) {
+        waiter_busy = 1;
+        pthread_cond_signal(&waiter_go);
+    }
+    const uint64_t round = waiter_rounds;
+    while (waiter_rounds == round)
+        if (pthread_cond_timedwait(&waiter_done, &waiter_mu, &deadline) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&waiter_mu);
+    return starpu_task_nsubmitted() == 0;
 }
 
 int tt_pending(void) { return initialized ? starpu_task_nsubmitted() : 0; }
