@@ -2,11 +2,15 @@
 threads (tiletrain: --ncpu workers; PyTorch: torch.set_num_threads(--ncpu)).
 
 Each case is one row of CASES: (section, name, tiletrain fn, torch fn), both taking the
-input tensor of their library; adding a row is one line.  tiletrain's time includes waiting
-for the result (tt.wait()).  Prints the median of --reps runs (after one warm-up) per case
-and input, and the ratio torch time / tiletrain time (> 1: tiletrain is faster).
+input tensor of their library; adding a row is one line.  Two figures per case, each the
+median of --reps runs (after one warm-up), with the ratio torch time / tiletrain time (> 1:
+tiletrain is faster):
+  - one op: a single call, tiletrain's time including the wait for its result (tt.wait()):
+    the latency a user sees at an interactive prompt;
+  - in a stream: --stream calls back to back, then one wait, per call: the cost of the op
+    inside a model, where tiletrain submits the next ops while this one runs.
 
-    python benchmarks/ops.py [--reps 5] [--ncpu 2] [--tile 1024] [--section reductions] [--quick]
+    python benchmarks/ops.py [--reps 5] [--stream 8] [--ncpu 2] [--tile 1024] [--section reductions] [--quick]
 """
 from __future__ import annotations
 
@@ -68,21 +72,24 @@ def tiles_for(shape, tile: int) -> tuple[int, ...]:
     return (lead,) + tuple(min(tile // 2, s) for s in shape[1:])
 
 
-def timed(fn, reps: int, sync=lambda: None) -> float:
+def timed(fn, reps: int, sync=lambda: None, calls: int = 1) -> float:
+    """Median over reps of the time per call of ``calls`` calls of fn followed by sync()."""
     fn()
     sync()
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(calls):
+            fn()
         sync()
-        ts.append(time.perf_counter() - t0)
+        ts.append((time.perf_counter() - t0) / calls)
     return median(ts)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--stream", type=int, default=8, help="calls per timed run in the stream figures (default: 8)")
     ap.add_argument("--ncpu", type=int, default=2)
     ap.add_argument("--tile", type=int, default=1024)
     ap.add_argument("--section", default=None, help="only this section of CASES")
@@ -111,12 +118,16 @@ def main(argv=None) -> int:
             OTHER.clear()
             OTHER.update(ours)
             t_tt = timed(lambda: f(X), args.reps, tt.wait)
+            s_tt = timed(lambda: f(X), args.reps, tt.wait, args.stream)
             OTHER.clear()
             OTHER.update(theirs)
             t_torch = timed(lambda: tf(T), args.reps)
+            s_torch = timed(lambda: tf(T), args.reps, calls=args.stream)
             rows.append([section, name, "x".join(map(str, shape)), "x".join(map(str, tiles)),
-                         f"{t_tt * 1e3:.2f}", f"{t_torch * 1e3:.2f}", f"{t_torch / t_tt:.2f}"])
-    print(table(["section", "op", "shape", "tiles", "tiletrain ms", "torch ms", "torch/tiletrain"], rows))
+                         f"{t_tt * 1e3:.2f}", f"{t_torch * 1e3:.2f}", f"{t_torch / t_tt:.2f}",
+                         f"{s_tt * 1e3:.2f}", f"{s_torch * 1e3:.2f}", f"{s_torch / s_tt:.2f}"])
+    print(table(["section", "op", "shape", "tiles", "one op: tiletrain ms", "torch ms", "torch/tiletrain",
+                 f"stream of {args.stream}: tiletrain ms/op", "torch ms/op", "torch/tiletrain"], rows))
     tt.shutdown()
     return 0
 
