@@ -58,6 +58,13 @@ class Node:
     released: bool = False
     place: Any = None        # the use() distribution the op ran under (backward runs there too)
 
+    def name(self) -> str:
+        """torch's grad_fn name: ``MulBackward0`` for the op ``mul``."""
+        return "".join(w.capitalize() for w in self.op.split("_")) + "Backward0"
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
 
 BackwardRule = Callable[[Node, Tensor], Sequence["Tensor | None"]]
 BACKWARD: dict[str, BackwardRule] = {}

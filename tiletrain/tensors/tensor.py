@@ -121,6 +121,12 @@ class Tensor:
     def is_leaf(self) -> bool:
         return self._node is None
 
+    @property
+    def grad_fn(self):
+        """The autograd node that computed this tensor (None for a leaf), as torch's grad_fn:
+        ``name()`` gives e.g. ``MulBackward0``."""
+        return self._node
+
     # -- geometry -------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
@@ -235,14 +241,14 @@ class Tensor:
     def __repr__(self) -> str:
         """torch's layout: ``tensor([...], dtype=tiletrain.float64, requires_grad=True)``; dtype is
         omitted for float32, int64 and bool (as torch), ``tiles=`` is shown when the tensor has
-        more than one tile, ``grad_fn=<MulBackward>`` for a tensor computed by a recorded op.
+        more than one tile, ``grad_fn=<MulBackward0>`` for a tensor computed by a recorded op.
         Reads the values (waits for the tasks writing them)."""
         from .printing import format_tensor
         suffixes = [] if self.dtype in (float32, int64, bool_) else [f"dtype=tiletrain.{self.dtype.name}"]
         if self.traits.ntiles > 1:
             suffixes.append(f"tiles={self.tiles}")
         if self._node is not None:
-            suffixes.append(f"grad_fn=<{''.join(w.capitalize() for w in self._node.op.split('_'))}Backward>")
+            suffixes.append(f"grad_fn={self._node!r}")
         elif self.requires_grad:
             suffixes.append("requires_grad=True")
         if not self.alive:
