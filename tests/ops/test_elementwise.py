@@ -236,3 +236,13 @@ def _bad_calls(x, v, mask):
         x.masked_fill(mask, 1.0)
     with pytest.raises(NotImplementedError, match="rounding_mode"):
         tt.div(x, x, rounding_mode="floor")
+
+
+def test_clamp_with_a_nan_bound_is_nan_everywhere_as_torch():
+    a = np.array([1.0, np.nan, 3.0, -np.inf])
+    for kw in (dict(min=float("nan")), dict(max=float("nan")), dict(min=0.0, max=float("nan"))):
+        got = tt.clamp(tt.tensor(a), **kw).numpy()
+        want = torch.clamp(torch.tensor(a), **kw).numpy()
+        np.testing.assert_array_equal(got, want)
+    got = tt.clamp(tt.tensor(a), min=-np.inf, max=np.inf).numpy()
+    np.testing.assert_array_equal(got, torch.clamp(torch.tensor(a), min=-np.inf, max=np.inf).numpy())

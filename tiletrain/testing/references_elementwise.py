@@ -80,7 +80,7 @@ def _rpow_scalar_bwd_case(rng, dt):
 
 
 def _clamp_case(rng, dt, bwd=False):
-    lo, hi = [(-0.5, 0.7), (-np.inf, 0.25), (0.3, np.inf), (0.5, 0.2)][int(rng.integers(4))]
+    lo, hi = [(-0.5, 0.7), (-np.inf, 0.25), (0.3, np.inf), (0.5, 0.2), (np.nan, 0.7), (-0.5, np.nan)][int(rng.integers(6))]
     x = _r(rng, dt, N)
     x[0], x[1], x[2] = lo if np.isfinite(lo) else 0, hi if np.isfinite(hi) else 0, np.nan
     bufs = [x, _r(rng, dt, N), np.zeros(N, dt)] if bwd else [x, np.zeros(N, dt)]
