@@ -29,7 +29,11 @@ def test_parameter_is_a_tensor_that_requires_grad():
     np.testing.assert_array_equal(p.numpy(), np.arange(6.0).reshape(2, 3))
     t = tt.from_numpy(np.ones((2, 2), np.float32))
     q = nn.Parameter(t)  # shares t's tiles
-    assert q.shape == (2, 2) and q.dtype == np.float32 and repr(q).startswith("Parameter(")
+    assert q.shape == (2, 2) and q.dtype == np.float32
+    import torch
+    assert repr(q) == repr(torch.nn.Parameter(torch.ones(2, 2)))
+    frozen = nn.Parameter(t, False)  # torch's Parameter(data, requires_grad)
+    assert not frozen.requires_grad and repr(frozen) == "Parameter containing:\n" + repr(t)
     del t
     np.testing.assert_array_equal(q.numpy(), np.ones((2, 2)))
     with pytest.raises(TypeError, match="float32 or float64"):

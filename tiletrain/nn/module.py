@@ -23,12 +23,18 @@ __all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys"
 class Parameter(Tensor):
     """A Tensor that requires gradients and is registered by a Module.
 
-    ``Parameter(data, tiles=None)``: data is a tiletrain Tensor (the parameter shares its
-    tiles, no copy) or a NumPy array (copied into a tensor with the given tile shape)."""
+    ``Parameter(data, tiles=None, requires_grad=True)``: data is a tiletrain Tensor (the
+    parameter shares its tiles, no copy) or a NumPy array (copied into a tensor with the given
+    tile shape).  As in torch, ``Parameter(data, False)`` makes one without gradients (a bool
+    is never a tile shape)."""
 
     __slots__ = ()
 
-    def __init__(self, data, tiles=None):
+    def __init__(self, data, tiles=None, requires_grad: bool = True):
+        if isinstance(tiles, bool):  # torch's Parameter(data, requires_grad)
+            tiles, requires_grad = None, tiles
+        if not isinstance(requires_grad, bool):
+            raise TypeError(f"Parameter: requires_grad must be a bool, got {type(requires_grad).__name__}")
         if isinstance(data, np.ndarray):
             data = from_numpy(np.ascontiguousarray(data), tiles)
         elif not isinstance(data, Tensor):
@@ -44,10 +50,10 @@ class Parameter(Tensor):
         self.traits, self.dtype, self._ptr, self._session = data.traits, data.dtype, data._ptr, data._session
         self._base = data if data._base is None else data._base
         self.grad, self._node = None, None
-        self.requires_grad = True
+        self.requires_grad = requires_grad
 
     def __repr__(self) -> str:
-        return "Parameter" + super().__repr__()[len("Tensor"):]
+        return "Parameter containing:\n" + super().__repr__()
 
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
