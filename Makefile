@@ -4,7 +4,10 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.tiletrain-installed
+# The CPU BLAS: openblas (Debian's, the default) or mkl (Intel MKL from the mkl-devel wheel,
+# installed into .venv): `make setup BLAS=mkl` rebuilds with it.
+BLAS   ?= openblas
+STAMP  := $(VENV)/.tiletrain-installed-$(BLAS)
 # Changes to these rebuild the C library and the cffi module.
 BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py pyproject.toml \
                 tiletrain/_build_ffi.py tiletrain/_version.py
@@ -20,7 +23,11 @@ system:
 
 $(STAMP): $(BUILD_INPUTS) | system
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@test "$(BLAS)" = openblas || test "$(BLAS)" = mkl || { echo "BLAS must be openblas or mkl, got '$(BLAS)'" >&2; exit 2; }
+	@test "$(BLAS)" != mkl || $(PY) -m pip install --quiet --disable-pip-version-check mkl-devel
+	rm -f $(VENV)/.tiletrain-installed*
+	TILETRAIN_BLAS=$(BLAS) TILETRAIN_MKL_PREFIX=$(CURDIR)/$(VENV) \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
 
 test: setup

@@ -19,8 +19,12 @@ class CMakeThenCffi(build_ext):
         for tool in ("cmake", "pkg-config"):
             if shutil.which(tool) is None:
                 raise SystemExit(f"tiletrain build: '{tool}' not found; run `make setup` (installs system packages)")
+        # TILETRAIN_BLAS=openblas|mkl (and TILETRAIN_MKL_PREFIX, where the mkl-devel wheel is
+        # installed) choose the CPU BLAS; `make setup BLAS=mkl` sets both.
+        blas = os.environ.get("TILETRAIN_BLAS", "openblas")
         subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(CMAKE_DIR),
-                               f"-DTT_VERSION={VERSION}", "-DCMAKE_BUILD_TYPE=Release"])
+                               f"-DTT_VERSION={VERSION}", "-DCMAKE_BUILD_TYPE=Release", f"-DTT_BLAS={blas}",
+                               f"-DTT_MKL_PREFIX={os.environ.get('TILETRAIN_MKL_PREFIX', '')}"])
         subprocess.check_call(["cmake", "--build", str(CMAKE_DIR), "-j", str(os.cpu_count() or 2)])
         super().run()
         lib = CMAKE_DIR / "libtiletrain.so"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <cblas.h>
+#include "tt_blas.h"
 
 #include "tt_internal.h"
 #include "tt_trace.h"
@@ -124,8 +124,7 @@ int tt_init(const tt_config *cfg)
         return tt_error(TT_EBUSY, "the tiletrain runtime is already initialised; call shutdown() first");
     if (!cfg)
         return tt_error(TT_EINVAL, "config is NULL");
-    /* BLAS inside a worker must be single-threaded: the workers are the parallelism. */
-    openblas_set_num_threads(1);
+    tt_blas_single_thread(); /* csrc/kernels/cpu/tt_blas.h */
 
     struct starpu_conf conf;
     starpu_conf_init(&conf);
@@ -390,7 +389,21 @@ const char *tt_build_options(void)
 #else
            " tiletrain_opencl_kernels=no"
 #endif
-           " blas=openblas";
+           " blas=" TT_BLAS_NAME;
+}
+
+/* The BLAS in use and its version, e.g. "openblas 0.3.21 (OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen)". */
+const char *tt_blas_info(void)
+{
+    static char buf[256];
+#ifdef TT_BLAS_MKL
+    char ver[198];
+    mkl_get_version_string(ver, (int)sizeof ver);
+    snprintf(buf, sizeof buf, "mkl (%s)", ver);
+#else
+    snprintf(buf, sizeof buf, "openblas (%s; core %s)", openblas_get_config(), openblas_get_corename());
+#endif
+    return buf;
 }
 
 int tt_kernel_count(void) { return TT_NKERNELS; }

@@ -75,6 +75,7 @@ int tt_nmemnodes(void);
 const char *tt_sched_name(void);
 const char *tt_starpu_version(void);
 const char *tt_build_options(void);
+const char *tt_blas_info(void); /* the CPU BLAS chosen at build time, its version and core type */
 int tt_kernel_count(void);
 const char *tt_kernel_name(int kernel);
 int tt_kernel_nbuffers(int kernel);

@@ -2,7 +2,7 @@
  * softmax, FlashAttention-2 style backward).  Tiles are row-major; an attention tile of a
  * (B, H, T, D) tensor is viewed as (bh, t, hd) with bh = its batch*head extent.  The block
  * matmuls go through CBLAS; only a tq x tk score block is ever held (malloc'ed per task). */
-#include <cblas.h>
+#include "tt_blas.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

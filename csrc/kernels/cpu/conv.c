@@ -10,7 +10,7 @@
  * The typed bodies are written once below (#ifdef TT_CONV_T) and included twice, for float
  * (cblas_s*) and double (cblas_d*). */
 #ifndef TT_CONV_T
-#include <cblas.h>
+#include "tt_blas.h"
 #include <math.h>
 #include <stdlib.h>
 #include "tt_cpu.h"

@@ -4,7 +4,7 @@
  * cblas_sgemm (float32 products and sums, alpha and beta applied in float32), and the result
  * is rounded once into C; or, with cacc, C is a float32 accumulator that the op rounds at
  * the end of the chain along the contracted axis. */
-#include <cblas.h>
+#include "tt_blas.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include "tt_cpu.h"
