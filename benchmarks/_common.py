@@ -12,10 +12,15 @@ def environment() -> str:
     lines.append(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} "
                  f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}")
     try:
+        from tiletrain._ffi import cstr, lib
+        lines.append(f"tiletrain blas: {cstr(lib.tt_blas_info())}")
+    except ImportError:
+        pass
+    try:
         from threadpoolctl import threadpool_info
         for lib in threadpool_info():
             if lib.get("user_api") == "blas":
-                lines.append(f"blas: {lib.get('internal_api')} {lib.get('version')} "
+                lines.append(f"blas loaded: {lib.get('internal_api')} {lib.get('version')} "
                              f"({os.path.basename(lib.get('filepath', ''))}), arch {lib.get('architecture')}, "
                              f"threads {lib.get('num_threads')}")
     except ImportError:

@@ -21,6 +21,7 @@ def cmd_info(args) -> int:
         print(f"tiletrain      {info['tiletrain']}")
         print(f"StarPU         {info['starpu']}")
         print(f"build          {info['build']}")
+        print(f"blas           {info['blas']}")
         print(f"scheduler      {info['sched']}")
         print(f"memory nodes   {info['memory_nodes']}")
         print(f"workers        {len(info['workers'])}")

@@ -150,6 +150,7 @@ class Runtime:
             "tiletrain": cstr(lib.tt_version()),
             "starpu": cstr(lib.tt_starpu_version()),
             "build": cstr(lib.tt_build_options()),
+            "blas": cstr(lib.tt_blas_info()),
             "sched": self.sched,
             "workers": self.workers(),
             "memory_nodes": lib.tt_nmemnodes(),

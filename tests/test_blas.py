@@ -1,0 +1,58 @@
+"""The CPU BLAS chosen at build time (CMake TT_BLAS: openblas or mkl)."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tiletrain as tt
+from tiletrain._ffi import cstr, lib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_info_names_the_blas_it_was_built_with():
+    blas = cstr(lib.tt_blas_info())
+    built = cstr(lib.tt_build_options()).split("blas=")[1].split()[0]
+    assert built in ("openblas", "mkl") and blas.startswith(built + " (")
+    assert tt.current().info()["blas"] == blas
+
+
+def _mkl_prefix():
+    for prefix in (sys.prefix, os.environ.get("TILETRAIN_MKL_PREFIX", "")):
+        if prefix and glob.glob(os.path.join(prefix, "lib", "libmkl_core.so*")) and \
+                os.path.exists(os.path.join(prefix, "include", "mkl_cblas.h")):
+            return prefix
+    return None
+
+
+@pytest.mark.skipif(_mkl_prefix() is None, reason="the mkl-devel wheel is not installed here")
+def test_the_other_blas_builds(tmp_path):
+    """Configure and build the C library with the BLAS this build does not use."""
+    built = cstr(lib.tt_build_options()).split("blas=")[1].split()[0]
+    other = "openblas" if built == "mkl" else "mkl"
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                    f"-DTT_VERSION={tt.__version__}", f"-DTT_BLAS={other}", f"-DTT_MKL_PREFIX={_mkl_prefix()}"],
+                   check=True, capture_output=True, timeout=300)
+    subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "tiletrain"], check=True,
+                   capture_output=True, timeout=900)
+    so = build / "libtiletrain.so"
+    needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert ("libmkl_core" in needed) == (other == "mkl")
+
+
+def test_a_bad_blas_choice_is_refused(tmp_path):
+    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=atlas"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "TT_BLAS must be openblas or mkl" in r.stdout + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake")
+def test_mkl_without_its_wheel_is_a_clear_error(tmp_path):
+    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=mkl",
+                        f"-DTT_MKL_PREFIX={tmp_path / 'nothing'}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "pip install mkl-devel" in r.stdout + r.stderr
