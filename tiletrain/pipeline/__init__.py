@@ -10,12 +10,15 @@ from .formulas import (gpipe_bubble_over_ideal, gpipe_idle_fraction, interleaved
                        one_f_one_b_bubble, one_f_one_b_makespan, zb_h1_bubble, zb_h1_makespan, zb_h2_bubble)
 from .priorities import (ONE_F_ONE_B, ZERO_BUBBLE, affinity, bottom_level_priorities, make_hint,
                          priority_hints, priority_plan, priority_range, stage)
-from .simulate import Schedule, simulate
+from . import schedules
+from .schedule import Action, Schedule, ScheduleError, Simulation
+from .simulate import Timeline, simulate
 from .synthetic import PipelinePlan, PlanTask, build_plan, dataflow_deps, submit
 
 __all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan",
            "one_f_one_b_bubble", "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan",
            "interleaved_bubble_over_ideal",
            "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
-           "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "simulate",
+           "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "Action", "ScheduleError",
+           "Simulation", "schedules", "Timeline", "simulate",
            "PipelinePlan", "PlanTask", "build_plan", "dataflow_deps", "submit"]
