@@ -200,7 +200,11 @@ class Schedule:
         if self.ranks < 1 or S < 1 or M < 1 or K < 1:
             raise ScheduleError(f"schedule {self.name!r}: ranks, stages, microbatches, chunks must be >= 1")
         seen: dict[Action, int] = {}
-        home: dict[int, int] = {}
+        count: dict[tuple[int, int], int] = {}
+        for r, row in enumerate(self.actions):      # a stage's home: the rank holding most of it
+            for a in row:
+                count[(a.stage, r)] = count.get((a.stage, r), 0) + 1
+        home = {s: r for (s, r), _ in sorted(count.items(), key=lambda kv: (kv[1], -kv[0][1]))}
         for r, row in enumerate(self.actions):
             for a in row:
                 if not (0 <= a.stage < S and 0 <= a.microbatch < M and 0 <= a.chunk < K):
@@ -209,7 +213,7 @@ class Schedule:
                 if a in seen:
                     raise ScheduleError(f"action {a} appears twice (ranks {seen[a]} and {r})")
                 seen[a] = r
-                if home.setdefault(a.stage, r) != r:
+                if home[a.stage] != r:
                     raise ScheduleError(f"action {a} on rank {r}: stage {a.stage} is on rank {home[a.stage]}")
         for s in range(S):
             for j in range(M):
@@ -220,10 +224,11 @@ class Schedule:
                     if b in seen and (i in seen or w in seen):
                         raise ScheduleError(f"action {b} (full backward) and {i if i in seen else w} (split) "
                                             "both present")
+                    if b not in seen and i not in seen and w not in seen:
+                        raise ScheduleError(f"missing action {b} (or {i} and {w})")
                     for need in ([] if b in seen else [i, w]):
                         if need not in seen:
-                            raise ScheduleError(f"missing action {need}" + ("" if i in seen or w in seen
-                                                                           else f" (or {b})"))
+                            raise ScheduleError(f"missing action {need}")
         if self.ordered:
             self._check_deadlock()
         return self
@@ -243,11 +248,14 @@ class Schedule:
                     head[r] += 1
                     progress = True
         if not done.all():
-            r = next(r for r in range(self.ranks) if head[r] < starts[r + 1])
-            i = head[r]
-            waits = [d for d in deps[i] if not done[d]]
-            why = ", ".join(f"{flat[d]} (rank {rank[d]}, still behind {flat[head[rank[d]]]})" for d in waits)
-            raise ScheduleError(f"deadlock: action {flat[i]} on rank {r} waits for {why}")
+            stuck = []
+            for r in range(self.ranks):
+                if head[r] < starts[r + 1]:
+                    i = head[r]
+                    waits = ", ".join(str(flat[d]) + (f" (behind it on rank {r})" if rank[d] == r else "")
+                                      for d in deps[i] if not done[d])
+                    stuck.append(f"action {flat[i]} on rank {r} waits for {waits}")
+            raise ScheduleError("deadlock: " + "; ".join(stuck))
 
     # ----------------------------------------------------------------- simulation
     def durations(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None) -> np.ndarray:

@@ -223,7 +223,8 @@ def get(name: str, stages: int, microbatches: int, virtual: int | None = None, c
     args = [stages, microbatches]
     k = 1
     if extra:
-        val = {"virtual": virtual, "chunks": chunks}[extra] or 2
+        val = {"virtual": virtual, "chunks": chunks}[extra]
+        val = 2 if val is None else val
         _ints(**{extra: val})
         args.append(val)
         k = val if extra == "chunks" else 1
