@@ -130,3 +130,23 @@ def test_durations_and_chrome_trace(tmp_path):
     assert len(tr) == 3 * 4 * 8 and set(tr.tasks["phase"]) == {"fwd", "bwd", "wgrad"}
     assert trace.makespan(tr) == pytest.approx(sim.makespan * 1000)
     assert sorted(set(tr.tasks["worker"])) == [0, 1, 2, 3]
+
+
+def test_imports_run_one_way():
+    """trace (records, metrics) <- pipeline (schedules, priorities) <- experiments (drivers
+    above nn): no module imports a layer above its own, not even lazily."""
+    import ast
+    import pathlib
+
+    import tiletrain
+    root = pathlib.Path(tiletrain.__file__).parent
+    above = {"trace": ("pipeline", "experiments", "nn"), "pipeline": ("experiments", "nn")}
+    for pkg, banned in above.items():
+        for path in (root / pkg).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
+                    assert node.module.split(".")[0] not in banned, f"{path.name} imports ..{node.module}"
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    parts = node.module.split(".")
+                    assert not (parts[0] == "tiletrain" and len(parts) > 1 and parts[1] in banned), \
+                        f"{path.name} imports {node.module}"

@@ -1,6 +1,6 @@
 """Pipelines and scheduling knobs: stage affinity, priority hints, critical-path priorities,
 the schedule formulas, a list-scheduling simulator, and pipeline experiments in miniature
-with synthetic busy-wait/sleep tasks (tiletrain.pipeline.experiments).
+with synthetic busy-wait/sleep tasks (the experiments: tiletrain.experiments.pipeline).
 
 Schedules as data (tiletrain.pipeline.schedule, .schedules, .enforce): a ``Schedule`` lists
 per rank the ordered actions F/B/I/W in PyTorch's notation; the published ones are built in
