@@ -47,7 +47,8 @@ def measure(args) -> list[dict]:
                                      "makespan_s": d["makespan_s"], "idle": d["idle_fraction"],
                                      "formula": d["formula_idle_fraction"],
                                      "diff_pts": 100 * (d["idle_fraction"] - d["formula_idle_fraction"]),
-                                     "sim_idle": d["simulated_idle_fraction"], "peak_act": d["peak_activations"],
+                                     "sim_idle": d["simulated_idle_fraction"],
+                                     "peak_act": d["peak_activations"],
                                      "sim_peak": d["simulated_peak_activations"],
                                      "order": d["order_fraction"]})
                         print(f"{name:17s} p={p} m={m:2d} {d['mechanism']:8s} idle {d['idle_fraction']:.3f} "

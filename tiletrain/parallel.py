@@ -132,7 +132,8 @@ class Plan:
         return (self.stages, self.replicas) if self.world > 1 else (1, 1)
 
     def __str__(self) -> str:
-        lines = [f"plan {self.mode}: {self.world} rank(s), {self.stages} stage(s) x {self.replicas} replica(s)"]
+        lines = [f"plan {self.mode}: {self.world} rank(s), {self.stages} stage(s) x {self.replicas} "
+                 "replica(s)"]
         if self.modules:
             lines.append("  modules (stage): " + ", ".join(f"{n or '<model>'}={s}" for n, s in self.modules))
         per_rank: dict[int, list[str]] = {}

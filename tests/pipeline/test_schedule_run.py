@@ -13,7 +13,7 @@ from tiletrain.pipeline.enforce import enforce, order_fraction, run_synthetic, s
 from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
-P, M, US = 4, 8, 8000.0
+P, M, US = 4, 8, 20000.0   # long tasks: a loaded machine wakes sleepers late
 
 
 def best_of(fn, ok, tries=3):

@@ -26,5 +26,6 @@ __all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_
            "interleaved_bubble_over_ideal",
            "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
            "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "Action", "ScheduleError",
-           "Simulation", "schedules", "enforce", "MECHANISMS", "ScheduleRun", "run_synthetic", "Timeline", "simulate",
+           "Simulation", "schedules", "enforce", "MECHANISMS", "ScheduleRun", "run_synthetic",
+           "Timeline", "simulate",
            "PipelinePlan", "PlanTask", "build_plan", "dataflow_deps", "submit"]

@@ -29,7 +29,8 @@ def load(args):
         raise ValueError(f"unknown schedule {args.schedule!r}: a built-in ({', '.join(schedules.NAMES)}) "
                          "or a CSV file (PyTorch's layout: one row per rank)")
     s = Schedule.from_csv(args.schedule).validate()
-    for opt, want, got in (("--stages", args.stages, s.ranks), ("--microbatches", args.microbatches, s.microbatches)):
+    for opt, want, got in (("--stages", args.stages, s.ranks),
+                           ("--microbatches", args.microbatches, s.microbatches)):
         if want is not None and want != got:
             raise ValueError(f"{opt} {want} does not match {args.schedule} ({got})")
     return s
@@ -81,7 +82,8 @@ def cmd_run(args) -> int:
 def add_subcommands(sub) -> None:
     from .enforce import MECHANISMS
     from .schedules import NAMES
-    p = sub.add_parser("schedule", help="pipeline schedules as data: show the action table, run on synthetic tasks")
+    p = sub.add_parser("schedule",
+                       help="pipeline schedules as data: show the action table, run on synthetic tasks")
     ssub = p.add_subparsers(dest="schedule_command", required=True)
 
     def common(q):
@@ -101,7 +103,8 @@ def add_subcommands(sub) -> None:
     r.add_argument("--usec", type=float, default=10000.0, help="F = I = W task time in microseconds (B = 2x)")
     r.add_argument("--mechanism", default="deps", choices=list(MECHANISMS),
                    help="how the order is enforced: submission order, + priorities, + ordering dependencies")
-    r.add_argument("--sched", default="tt-cp", help="StarPU policy (a priority policy for --mechanism priority)")
+    r.add_argument("--sched", default="tt-cp",
+                   help="StarPU policy (a priority policy for --mechanism priority)")
     r.add_argument("--busy", action="store_true", help="busy-wait instead of sleeping (stages <= cores)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=cmd_run)

@@ -187,7 +187,8 @@ class ScheduleRun:
     def to_dict(self) -> dict:
         s = self.schedule
         return {"schedule": s.name, "stages": s.ranks, "microbatches": s.microbatches,
-                "virtual_stages": s.stages, "chunks": s.chunks, "mechanism": self.mechanism if s.ordered else "dataflow",
+                "virtual_stages": s.stages, "chunks": s.chunks,
+                "mechanism": self.mechanism if s.ordered else "dataflow",
                 "task_us": self.usec, "makespan_s": self.makespan_s, "idle_fraction": self.idle_fraction,
                 "stage_idle": self.stage_idle, "formula_idle_fraction": self.formula_idle_fraction,
                 "simulated_idle_fraction": self.simulated.idle_fraction,
@@ -221,7 +222,8 @@ def run_synthetic(schedule: Schedule, usec: float = 10000.0, mechanism: str = "d
         x, y, z = ops[a]
         d = data["dummy"] if token is None else token
         check(lib.tt_spin(data[x]._handle("spin"), data[y]._handle("spin"), data[z]._handle("spin"),
-                          d._handle("spin"), int(round(dur[a.kind])), 1 if sleep else 0, 1 if token is None else 3))
+                          d._handle("spin"), int(round(dur[a.kind])), 1 if sleep else 0,
+                          1 if token is None else 3))
 
     with recording() as rec:
         order = enforce(schedule, submit, mechanism, tokens=tokens)
@@ -236,6 +238,7 @@ def run_synthetic(schedule: Schedule, usec: float = 10000.0, mechanism: str = "d
     return ScheduleRun(schedule, mechanism, float(usec), start - t0, end - t0, tr)
 
 
-__all__ = ["MECHANISMS", "enforce", "submission_order", "action_priorities", "order_fraction", "formula_idle_fraction",
+__all__ = ["MECHANISMS", "enforce", "submission_order", "action_priorities", "order_fraction",
+           "formula_idle_fraction",
            "run_synthetic",
            "ScheduleRun"]

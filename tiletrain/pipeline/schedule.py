@@ -208,7 +208,8 @@ class Schedule:
         for r, row in enumerate(self.actions):
             for a in row:
                 if not (0 <= a.stage < S and 0 <= a.microbatch < M and 0 <= a.chunk < K):
-                    raise ScheduleError(f"action {a} on rank {r} is out of range ({S} stages, {M} micro-batches, "
+                    raise ScheduleError(f"action {a} on rank {r} is out of range ({S} stages, "
+                                        f"{M} micro-batches, "
                                         f"{K} chunks)")
                 if a in seen:
                     raise ScheduleError(f"action {a} appears twice (ranks {seen[a]} and {r})")
@@ -273,7 +274,8 @@ class Schedule:
             return [EMERGENT_PRIORITY[a.kind] for a in self.flat()]
         return [-i for row in self.actions for i in range(len(row))]
 
-    def simulate(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None) -> "Simulation":
+    def simulate(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None
+                 ) -> "Simulation":
         """Event simulation (tiletrain.pipeline.simulate): each rank one worker; ordered
         schedules run each rank's list in order, emergent ones greedily by priority."""
         self.validate()
@@ -286,7 +288,8 @@ class Schedule:
                 for k in range(1, len(row)):
                     deps[pos + k] = deps[pos + k] + [pos + k - 1]
                 pos += len(row)
-        tl = _list_schedule(dur, deps, self.ranks, allowed=[[int(r)] for r in rank], priorities=self.priorities())
+        tl = _list_schedule(dur, deps, self.ranks, allowed=[[int(r)] for r in rank],
+                            priorities=self.priorities())
         return Simulation(self, tl.start, tl.end, rank)
 
 
@@ -300,7 +303,6 @@ def peak_activations(schedule: Schedule, start: Sequence[float], end: Sequence[f
     """Per rank: the most activations alive at once, an activation (s, j, c) living from the
     start of its forward to the end of its last backward action (B, or I and W)."""
     flat = schedule.flat()
-    rank = schedule.rank_of()
     born: dict[tuple, float] = {}
     dies: dict[tuple, float] = {}
     for a, s, e in zip(flat, start, end):
@@ -319,7 +321,6 @@ def peak_activations(schedule: Schedule, start: Sequence[float], end: Sequence[f
             live += d
             peak = max(peak, live)
         out.append(peak * w)
-    del rank
     return out
 
 
@@ -380,7 +381,7 @@ class Simulation:
         for k, i in enumerate(order):
             a = flat[i]
             d = sorted(int(new[x]) for x in deps[i])
-            tasks[k] = (k, f"{a.kind}", PHASE[a.kind], int(self.rank[i]), 0, 0, 0, a.chunk, a.microbatch, a.stage,
+            tasks[k] = (k, a.kind, PHASE[a.kind], int(self.rank[i]), 0, 0, 0, a.chunk, a.microbatch, a.stage,
                         self.start[i] * time_unit_us, self.start[i] * time_unit_us, self.end[i] * time_unit_us,
                         0.0, len(dl), len(d))
             dl += d

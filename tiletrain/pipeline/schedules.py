@@ -110,8 +110,10 @@ def zb_v(p: int, m: int) -> list[list[Action]]:
     while sum(len(r) for r in rows) < 3 * S * m:
         for r in range(p):
             ready_i = [(j, -s) for s, j in ni[r].items()
-                       if j < m and fdone.get((s, j), never) <= t and (s == S - 1 or idone.get((s + 1, j), never) <= t)]
-            ready_f = [(j, -s) for s, j in nf[r].items() if j < m and (s == 0 or fdone.get((s - 1, j), never) <= t)]
+                       if j < m and fdone.get((s, j), never) <= t
+                       and (s == S - 1 or idone.get((s + 1, j), never) <= t)]
+            ready_f = [(j, -s) for s, j in nf[r].items()
+                       if j < m and (s == 0 or fdone.get((s - 1, j), never) <= t)]
             if ready_i:
                 j, s = min(ready_i)
                 a = Action(-s, "I", j)
@@ -193,7 +195,7 @@ def emergent(p: int, m: int) -> list[list[Action]]:
     return gpipe(p, m)
 
 
-# name -> (builder, takes virtual, takes chunks, ordered)
+# name -> (builder, its extra option: "virtual" | "chunks" | None, ordered)
 SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
     "gpipe": (gpipe, None, True),
     "1f1b": (one_f_one_b, None, True),
@@ -228,9 +230,9 @@ def get(name: str, stages: int, microbatches: int, virtual: int | None = None, c
         _ints(**{extra: val})
         args.append(val)
         k = val if extra == "chunks" else 1
-    S = stages * (2 if name in ("zb-v", "dualpipe-v") else args[2] if extra == "virtual" else 1)
-    return Schedule(name, tuple(tuple(r) for r in builder(*args)), S, microbatches, k, ordered).validate()
+    return Schedule(name, tuple(tuple(r) for r in builder(*args)), 0, microbatches, k, ordered).validate()
 
 
-__all__ = ["get", "NAMES", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipe_v",
+__all__ = ["get", "NAMES", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
+           "dualpipe_v",
            "seq1f1b", "emergent"]
