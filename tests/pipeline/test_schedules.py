@@ -150,3 +150,19 @@ def test_imports_run_one_way():
                     parts = node.module.split(".")
                     assert not (parts[0] == "tiletrain" and len(parts) > 1 and parts[1] in banned), \
                         f"{path.name} imports {node.module}"
+
+
+def test_pytorch_reads_our_actions():
+    """Every cell of our CSV (no sequence chunks) is an action PyTorch's parser reads back as
+    the same stage, kind and micro-batch."""
+    import csv
+    import io
+    pipelining = pytest.importorskip("torch.distributed.pipelining.schedules")
+    kinds = {"F": "FORWARD", "I": "BACKWARD_INPUT", "W": "BACKWARD_WEIGHT", "B": "FULL_BACKWARD"}
+    for name in ("zb-v", "interleaved-1f1b", "dualpipe-v"):
+        s = schedules.get(name, 2, 4)
+        for r, row in enumerate(csv.reader(io.StringIO(s.to_csv()))):
+            for cell, ours in zip(row, s.actions[r]):
+                theirs = pipelining._Action.from_str(cell)
+                assert (theirs.stage_index, theirs.computation_type.name, theirs.microbatch_index) == \
+                    (ours.stage, kinds[ours.kind], ours.microbatch)
