@@ -57,6 +57,10 @@ def test_notation_and_format():
     for bad in ("F0", "2X0", "2F", "-1F0", "2F0.x"):
         with pytest.raises(ScheduleError, match="bad action"):
             Action.parse(bad)
+    for args in ((0, "X", 0), (-1, "F", 0), (0, "F", 1.5)):
+        with pytest.raises(ScheduleError, match="bad action"):
+            Action(*args)
+    assert repr(schedules.get("zb-v", 2, 4)) == "<Schedule zb-v: 2 ranks, 4 stages, 4 micro-batches, 1 chunks>"
     text = schedules.get("1f1b", 2, 3).format()
     assert "Rank 0" in text and "Rank 1" in text and "Step 000: 0F0    1F0" in text
     assert text.splitlines()[0] == "schedule 1f1b: 2 ranks, 2 stages, 3 micro-batches"

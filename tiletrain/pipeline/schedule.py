@@ -50,6 +50,12 @@ class Action:
     microbatch: int
     chunk: int = 0
 
+    def __post_init__(self):
+        if self.kind not in KINDS or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                             for v in (self.stage, self.microbatch, self.chunk)):
+            raise ScheduleError(f"bad action ({self.stage!r}, {self.kind!r}, {self.microbatch!r}, {self.chunk!r}): "
+                                "stage, micro-batch and chunk are ints >= 0, kind one of F, B, I, W")
+
     def __str__(self) -> str:
         return f"{self.stage}{self.kind}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
 
@@ -91,6 +97,10 @@ class Schedule:
             object.__setattr__(self, "microbatches", max(a.microbatch for a in flat) + 1)
         if self.chunks == 1 and any(a.chunk for a in flat):
             object.__setattr__(self, "chunks", max(a.chunk for a in flat) + 1)
+
+    def __repr__(self) -> str:
+        return (f"<Schedule {self.name}: {self.ranks} ranks, {self.stages} stages, {self.microbatches} "
+                f"micro-batches, {self.chunks} chunks{'' if self.ordered else ', no order'}>")
 
     # ----------------------------------------------------------------- shape
     @property
