@@ -1,6 +1,6 @@
 """Written schedules run on sleeping synthetic tasks (p = 4 stages share 2 cores), measured
 against their formulas; the order each StarPU mechanism keeps; the `tiletrain schedule` CLI.
-Timings on a shared machine are late, never early: each check takes the best of 3 runs."""
+Timings on a shared machine are late, never early: each check takes the best of a few runs."""
 import json
 
 import numpy as np
@@ -32,7 +32,8 @@ def close(r):
 @pytest.fixture(scope="module")
 def runs():
     restart(ncpu=P, sched="tt-cp")
-    return {name: best_of(lambda: run_synthetic(schedules.get(name, P, M), US, "deps"), close)
+    # up to 5 tries: a loaded machine sometimes stalls one sleeping task for 0.3-0.6 s
+    return {name: best_of(lambda: run_synthetic(schedules.get(name, P, M), US, "deps"), close, tries=5)
             for name in schedules.NAMES}
 
 
