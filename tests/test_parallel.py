@@ -41,18 +41,42 @@ def test_shards_split_the_batch_in_order():
 def test_plan_puts_each_stage_on_its_ranks():
     from tiletrain.nn import GPT, GPTConfig
     model = GPT(GPTConfig(vocab_size=64, block_size=8, n_layer=4, n_head=2, n_embd=16), dtype=np.float64, seed=0)
-    tr = model.transformer
-    owner, where = plan(model, "pipeline+data", world=4, stages=2)
-    assert where[id(tr.wte)] == 0 and where[id(tr.h[1])] == 0 and where[id(tr.h[2])] == 1
-    assert where[id(tr.ln_f)] == 1 and where[id(model.lm_head)] == 1
-    for i, block in enumerate(tr.h):
-        for p in block.parameters():
-            assert owner[id(p)] % 2 == (0 if i < 2 else 1)  # rank = replica * 2 + stage
+    pl = plan(model, "pipeline+data", world=4, stages=2)
+    assert (pl.mode, pl.world, pl.stages, pl.replicas) == ("pipeline+data", 4, 2, 2)
+    assert [pl.stage(f"transformer.{n}") for n in ("wte", "h.1", "h.2", "ln_f")] == [0, 0, 1, 1]
+    assert pl.stage("lm_head") == 1 and pl.stage("transformer.h.2.attn") is None
+    for i in range(4):
+        for name, _ in model.transformer.h[i].named_parameters(f"transformer.h.{i}"):
+            assert pl.owner(name) % 2 == (0 if i < 2 else 1)  # rank = replica * 2 + stage
     # both replicas' ranks of a stage hold parameters, and every parameter has one owner
-    assert set(owner.values()) == {0, 1, 2, 3}
-    assert owner[id(tr.wte.weight)] in (0, 2)
-    pipe, _ = plan(model, "pipeline", world=2)
-    assert {pipe[id(p)] for p in tr.h[3].parameters()} == {1}
+    assert {r for _, r in pl.owners} == {0, 1, 2, 3}
+    assert [n for n, _ in pl.owners] == [n for n, _ in model.named_parameters()]
+    assert pl.owner("transformer.wte.weight") in (0, 2) and pl.rank_of(1, 1) == 3
+    text = str(pl)
+    assert text.startswith("plan pipeline+data: 4 rank(s), 2 stage(s) x 2 replica(s)")
+    assert "transformer.h.3=1" in text
+    pipe = plan(model, "pipeline", world=2)
+    assert {pipe.owner(n) for n, _ in model.transformer.h[3].named_parameters("transformer.h.3")} == {1}
+    assert plan(model, "single", world=1).grid == (1, 1)
+    with pytest.raises(KeyError, match="no parameter 'nope'"):
+        pipe.owner("nope")
+
+
+def test_place_takes_a_plan_and_makes_it_current():
+    import tiletrain.parallel as par
+    from tiletrain.nn import GPT, GPTConfig
+    model = GPT(GPTConfig(vocab_size=64, block_size=8, n_layer=2, n_head=2, n_embd=16), dtype=np.float64, seed=0)
+    pl = plan(model, "single", world=1)
+    try:
+        assert par.place(model, pl) is pl and par.current_plan() is pl and par.n_replicas() == 1
+        with pytest.raises(ValueError, match="plan is for 2 rank"):
+            par.place(model, plan(model, "pipeline", world=2))
+        other = GPT(GPTConfig(vocab_size=64, block_size=8, n_layer=3, n_head=2, n_embd=16), dtype=np.float64,
+                    seed=0)
+        with pytest.raises(ValueError, match="another model"):
+            par.place(other, pl)
+    finally:
+        par._placed = par.Plan()
 
 
 def test_microbatch_gives_1f1b_priorities_in_a_pipelined_layout(monkeypatch):
@@ -65,7 +89,7 @@ def test_microbatch_gives_1f1b_priorities_in_a_pipelined_layout(monkeypatch):
     restart(sched="prio")
     try:
         def run(grid):
-            monkeypatch.setattr(par, "_grid", grid)
+            monkeypatch.setattr(par, "_placed", par.Plan(world=2, stages=grid[0], replicas=grid[1]))
             with tt.trace.recording() as rec:
                 for k in range(2):
                     with par.microbatch(k):

@@ -1,4 +1,4 @@
-"""Command line: `tiletrain info | demo | train | generate | trace | bench`."""
+"""Command line: `tiletrain info | demo | train | generate | trace | bench | schedule`."""
 from __future__ import annotations
 
 import argparse
@@ -189,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_demo)
     _add_train(sub)
     _add_generate(sub)
-    from .trace.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/trace/cli.py)
+    from .experiments.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)
     add_subcommands(sub, _runtime_args)
+    # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py)
+    from .pipeline.cli import add_subcommands as add_schedule_subcommands
+    add_schedule_subcommands(sub)
     args = parser.parse_args(argv)
     try:
         check_options(args)

@@ -4,7 +4,9 @@
 They are owner maps (DESIGN principle 7): the model code is the same in every mode, and
 StarPU-MPI moves the tiles.  Chosen in one place: ``tiletrain train --dist MODE [--stages S]``
 or ``TrainArgs(dist=MODE, stages=S)``; from a script, ``check_fit`` then ``place(model, MODE)``
-once, before the optimizer is made, and for each batch::
+once, before the optimizer is made (or ``pl = plan(model, MODE)``, ``print(pl)``,
+``place(model, pl)``: the placement as a named, printable :class:`Plan` record), and for
+each batch::
 
     for d, xs, ys in shards(x, y):        # one shard per data-parallel replica
         with replica(d):
@@ -39,17 +41,18 @@ the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 
 from .distribution import SingleRank, world_size
 
-__all__ = ["MODES", "Stage", "check_fit", "layout", "microbatch", "n_replicas", "place", "replica", "shards"]
+__all__ = ["MODES", "Plan", "Stage", "check_fit", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
+           "replica", "shards"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
 DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
 
-_grid = (1, 1)      # (stages, replicas) of the last place(); shards() and Stage use it
 _replica = 0        # the replica whose shard is being submitted (replica())
 
 
@@ -97,9 +100,61 @@ def stage_of_block(i: int, n_layer: int, stages: int) -> int:
     return i * stages // n_layer
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Where a model runs: ``stages`` pipeline stages x ``replicas`` data-parallel replicas
+    on ``world`` ranks (rank ``d * stages + s`` runs stage s of replica d), each parameter's
+    owner rank and the pipeline stage each module's forward runs on, by name
+    (``model.named_parameters()`` / ``named_modules()``).  Made by :func:`plan`, applied by
+    ``place(model, plan)``; ``current_plan()`` is the placed one."""
+    mode: str = "single"
+    world: int = 1
+    stages: int = 1
+    replicas: int = 1
+    owners: tuple[tuple[str, int], ...] = ()      # (parameter name, owner rank)
+    modules: tuple[tuple[str, int], ...] = ()     # (module name, stage), modules with a stage
+
+    def owner(self, name: str) -> int:
+        for n, r in self.owners:
+            if n == name:
+                return r
+        raise KeyError(f"plan has no parameter {name!r}")
+
+    def stage(self, name: str) -> int | None:
+        """The stage module ``name``'s forward runs on (None: wherever it is called)."""
+        return dict(self.modules).get(name)
+
+    def rank_of(self, replica_index: int, stage: int) -> int:
+        return replica_index * self.stages + stage
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.stages, self.replicas) if self.world > 1 else (1, 1)
+
+    def __str__(self) -> str:
+        lines = [f"plan {self.mode}: {self.world} rank(s), {self.stages} stage(s) x {self.replicas} "
+                 "replica(s)"]
+        if self.modules:
+            lines.append("  modules (stage): " + ", ".join(f"{n or '<model>'}={s}" for n, s in self.modules))
+        per_rank: dict[int, list[str]] = {}
+        for n, r in self.owners:
+            per_rank.setdefault(r, []).append(n)
+        for r in sorted(per_rank):
+            lines.append(f"  rank {r}: {len(per_rank[r])} parameter(s): {', '.join(per_rank[r])}")
+        return "\n".join(lines)
+
+
+_placed = Plan()    # the placement context: the last place()'s plan (current_plan())
+
+
+def current_plan() -> Plan:
+    """The plan of the last ``place()`` (a single-rank plan before)."""
+    return _placed
+
+
 def rank_of(replica_index: int, stage: int) -> int:
     """The rank that runs ``stage`` of replica ``replica_index`` in the placed layout."""
-    return replica_index * _grid[0] + stage
+    return replica_index * _placed.grid[0] + stage
 
 
 class Stage:
@@ -120,7 +175,7 @@ class Stage:
 
 def n_replicas() -> int:
     """D, the number of data-parallel replicas of the placed layout (1 before place())."""
-    return _grid[1]
+    return _placed.grid[1]
 
 
 @contextlib.contextmanager
@@ -129,14 +184,14 @@ def replica(d: int):
     outside any module (the batch, the loss) default to its first stage's rank."""
     from . import distribution as D
     global _replica
-    if not 0 <= int(d) < _grid[1]:
-        raise ValueError(f"replica({d}): the placed layout has {_grid[1]} replica(s)")
+    if not 0 <= int(d) < n_replicas():
+        raise ValueError(f"replica({d}): the placed layout has {n_replicas()} replica(s)")
     old_r, old_default = _replica, D._default
     _replica = int(d)
     here = SingleRank(rank_of(_replica, 0))
     D._default = here
     try:
-        if _grid[0] == 1:  # the replica is one rank: everything of its shard lives there
+        if _placed.grid[0] == 1:  # the replica is one rank: everything of its shard lives there
             with D.use(here):
                 yield
         else:
@@ -158,7 +213,7 @@ def microbatch(k: int):
     ``microbatch=k``, and in a pipelined layout (more than one stage) they get 1F1B
     priorities (:data:`PIPELINE_PRIORITIES`, earlier micro-batches first)."""
     from .trace.tags import tag
-    if _grid[0] > 1:
+    if _placed.grid[0] > 1:
         from .pipeline.priorities import priority_hints
         with priority_hints(phase=PIPELINE_PRIORITIES, microbatch=-1), tag(microbatch=int(k)):
             yield
@@ -167,14 +222,13 @@ def microbatch(k: int):
             yield
 
 
-def plan(model, mode: str, world: int | None = None, stages: int | None = None
-         ) -> tuple[dict[int, int], dict[int, int]]:
-    """(parameter id -> owner rank, module id -> stage its forward runs on) for a GPT."""
+def plan(model, mode: str, world: int | None = None, stages: int | None = None) -> Plan:
+    """The :class:`Plan` of a GPT for ``mode`` on ``world`` ranks (default: the world size)."""
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     params = list(model.named_parameters())
     if world == 1 or mode == "single":
-        return {id(p): 0 for _, p in params}, {}
+        return Plan(mode, world, S, D, tuple((n, 0) for n, _ in params), ())
     tr = model.transformer
     L = len(tr.h)
     first, last = 0, stage_of_block(L - 1, L, S)
@@ -200,31 +254,41 @@ def plan(model, mode: str, world: int | None = None, stages: int | None = None
         d = int(np.argmin(load[s]))
         owner[id(p)] = d * S + s
         load[s, d] += p.numel() * p.dtype.itemsize
-    return owner, where
+    modules = tuple((n, where[id(m)]) for n, m in model.named_modules() if id(m) in where)
+    return Plan(mode, world, S, D, tuple((n, owner[id(p)]) for n, p in params), modules)
 
 
-def place(model, mode: str, stages: int | None = None) -> None:
-    """Move ``model``'s parameters to their owners for ``mode`` and set each module's
-    ``placement`` (collective under MPI: every rank calls it at the same point).  Call it
-    before creating the optimizer (its state is created where the parameters live)."""
+def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
+    """Move ``model``'s parameters to their owners and set each module's ``placement`` for
+    ``mode`` (a mode name, or a :class:`Plan` made by :func:`plan` for this model and world);
+    the plan becomes the current one (collective under MPI: every rank calls it at the same
+    point).  Call it before creating the optimizer (its state is created where the
+    parameters live).  Returns the plan."""
     from ._ffi import lib
     from .ops.autograd import _copy_to
-    global _grid, _replica
+    global _placed, _replica
     world = world_size()
-    S, D = layout(mode, world, stages)
-    owner, where = plan(model, mode, world, stages)
-    _grid, _replica = ((S, D) if world > 1 else (1, 1)), 0
-    for mod in model.modules():
-        stage = where.get(id(mod)) if S > 1 else None  # one stage: replica() places the shard
+    if isinstance(mode, Plan):
+        if stages is not None:
+            raise ValueError("place(model, plan): the plan already fixes the stages")
+        pl = mode
+        if pl.world != world:
+            raise ValueError(f"place(): the plan is for {pl.world} rank(s), the world has {world}")
+    else:
+        pl = plan(model, mode, world, stages)
+    owner = dict(pl.owners)
+    where = dict(pl.modules)
+    params = list(model.named_parameters())
+    if set(owner) != {n for n, _ in params}:
+        raise ValueError("place(): the plan was made for another model (its parameter names differ)")
+    _placed, _replica = pl, 0
+    for name, mod in model.named_modules():
+        stage = where.get(name) if pl.stages > 1 and pl.world > 1 else None  # one stage: replica() places it
         object.__setattr__(mod, "placement", None if stage is None else Stage(stage))
     if not lib.tt_mpi_enabled():
-        return  # one process: every tile is already local
-    seen = set()
-    for _, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        dist = SingleRank(owner[id(p)])
+        return pl  # one process: every tile is already local
+    for name, p in params:
+        dist = SingleRank(owner[name])
         if p.grad is not None:
             raise RuntimeError("place(): call it before the first backward (a parameter has a gradient)")
         want = dist.owners(p.grid)
@@ -234,6 +298,7 @@ def place(model, mode: str, stages: int | None = None) -> None:
         moved = _copy_to(p, want)  # one copy task per tile, on the new owner
         moved.traits = p.traits.with_dist(dist)
         p.traits, p._ptr, p._base = moved.traits, moved._ptr, moved
+    return pl
 
 
 def shards(x: np.ndarray, y: np.ndarray, n: int | None = None):

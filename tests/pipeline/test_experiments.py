@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import tiletrain as tt
-from tiletrain.pipeline import build_plan, experiments as E, formulas
+from tiletrain.experiments import pipeline as E
+from tiletrain.pipeline import build_plan, formulas
 
 from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
 

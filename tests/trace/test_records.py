@@ -219,7 +219,7 @@ def test_cli_trace_run_and_show(tmp_path, capsys):
 
 def test_gpt_workload_records_a_full_training_step(profiled):
     from tiletrain.trace.metrics import critical_path, makespan
-    from tiletrain.trace.workloads import make
+    from tiletrain.experiments.workloads import make
     w = make("gpt", 32, n_layer=1, n_embd=32, n_head=2, T=16, B=2, vocab=17)
     w.setup()
     with tt.trace.recording() as rec:

@@ -1,21 +1,31 @@
 """Pipelines and scheduling knobs: stage affinity, priority hints, critical-path priorities,
 the schedule formulas, a list-scheduling simulator, and pipeline experiments in miniature
-with synthetic busy-wait/sleep tasks (tiletrain.pipeline.experiments).
+with synthetic busy-wait/sleep tasks (the experiments: tiletrain.experiments.pipeline).
 
-No schedule is written anywhere: tasks carry their data dependencies, the stage (worker)
-that owns them and priorities; the overlap is whatever dataflow gives, and it is measured.
+Schedules as data (tiletrain.pipeline.schedule, .schedules, .enforce): a ``Schedule`` lists
+per rank the ordered actions F/B/I/W in PyTorch's notation; the published ones are built in
+(``schedules.get("zb-v", stages=4, microbatches=8)``); ``enforce``/``run_synthetic`` run one
+on the runtime and measure how much of its order submission order, priorities and ordering
+dependencies achieved.  The ``emergent`` schedule writes no order: tasks carry their data
+dependencies, the stage (worker) that owns them and priorities; the overlap is whatever
+dataflow gives, and it is measured.
 """
 from . import formulas
 from .formulas import (gpipe_bubble_over_ideal, gpipe_idle_fraction, interleaved_bubble_over_ideal,
                        one_f_one_b_bubble, one_f_one_b_makespan, zb_h1_bubble, zb_h1_makespan, zb_h2_bubble)
 from .priorities import (ONE_F_ONE_B, ZERO_BUBBLE, affinity, bottom_level_priorities, make_hint,
                          priority_hints, priority_plan, priority_range, stage)
-from .simulate import Schedule, simulate
+from . import enforce, schedules
+from .enforce import MECHANISMS, ScheduleRun, run_synthetic
+from .schedule import Action, Schedule, ScheduleError, Simulation
+from .simulate import Timeline, simulate
 from .synthetic import PipelinePlan, PlanTask, build_plan, dataflow_deps, submit
 
 __all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan",
            "one_f_one_b_bubble", "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan",
            "interleaved_bubble_over_ideal",
            "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
-           "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "simulate",
+           "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "Action", "ScheduleError",
+           "Simulation", "schedules", "enforce", "MECHANISMS", "ScheduleRun", "run_synthetic",
+           "Timeline", "simulate",
            "PipelinePlan", "PlanTask", "build_plan", "dataflow_deps", "submit"]

@@ -70,5 +70,62 @@ def interleaved_bubble_over_ideal(p: int, m: int, v: int) -> float:
     return (p - 1) / (v * m)
 
 
+# --- written schedules (tiletrain.pipeline.schedules) -----------------------------------------
+# Times per action: for interleaved, V-shaped and sequence-chunked schedules an action is one
+# chunk, so F, B, W below are a chunk's times (a v-th, half or k-th of a whole stage's).
+
+def zb_v_bubble(p: int, F: float, B: float, W: float) -> float:
+    """ZB-V (two chunks per rank in a V, Qi et al. 2024) idle time of a rank in chunk times:
+    (p-1)(F+B-W) -- ZB-H1's expression, but a chunk is half a stage, so half ZB-H1's bubble
+    at 1F1B's memory; with F = B = W it is the (p-1) chunk forwards that fill the V."""
+    _check(p, 1)
+    return max(0.0, (p - 1) * (F + B - W))
+
+
+def dualpipe_v_bubble(p: int, FB: float, B: float, W: float) -> float:
+    """DualPipeV (DeepSeek-V3 report's DualPipe table, PP = 2p stages on p ranks) idle time of a
+    rank: (PP/2-1)(F&B + B' - 3W) with B' = B + W the full backward, i.e. (p-1)(FB + B - 2W);
+    FB the time of an overlapped forward + backward pair (max(F, B+W) when fully overlapped)."""
+    _check(p, 1)
+    return max(0.0, (p - 1) * (FB + B - 2 * W))
+
+
+def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W: float = 1.0,
+                    virtual: int = 2, chunks: int = 2) -> tuple[float, float]:
+    """(idle time, busy time) of a rank for the built-in schedule ``name`` (F, B = dX, W = dW
+    per action; a full backward takes B + W), from each schedule's paper:
+      gpipe, 1f1b, emergent (p-1)(F+B+W)          busy m(F+B+W)
+      interleaved-1f1b      (p-1)(F+B+W)          busy v m(F+B+W)    ((p-1)/v of a stage's time)
+      seq1f1b               (p-1)(F+B+W)          busy k m(F+B+W)    ((p-1)/k of a micro-batch's)
+      zb-h1                 (p-1)(F+B-W)          busy m(F+B+W)
+      zb-v                  (p-1)(F+B-W)          busy 2m(F+B+W)
+      dualpipe-v            (p-1)(F&B+B-2W)       busy 2m(F+B+W), F&B = max(F, B+W)"""
+    _check(p, m)
+    full = F + B + W
+    table = {
+        "gpipe": (one_f_one_b_bubble(p, F, B, W), m * full),
+        "1f1b": (one_f_one_b_bubble(p, F, B, W), m * full),
+        "emergent": (one_f_one_b_bubble(p, F, B, W), m * full),
+        "interleaved-1f1b": (one_f_one_b_bubble(p, F, B, W), virtual * m * full),
+        "seq1f1b": (one_f_one_b_bubble(p, F, B, W), chunks * m * full),
+        "zb-h1": (zb_h1_bubble(p, F, B, W), m * full),
+        "zb-v": (zb_v_bubble(p, F, B, W), 2 * m * full),
+        "dualpipe-v": (dualpipe_v_bubble(p, max(F, B + W), B, W), 2 * m * full),
+    }
+    if name not in table:
+        raise ValueError(f"no formula for schedule {name!r}; known: {', '.join(table)}")
+    return table[name]
+
+
+def schedule_idle_fraction(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W: float = 1.0,
+                           virtual: int = 2, chunks: int = 2) -> float:
+    """Idle / total time of a rank for the built-in schedule ``name`` (schedule_bubble):
+    (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(vm+p-1) interleaved, (p-1)/(3m+p-1) ZB-H1 with
+    F = B = W, (p-1)/(6m+p-1) ZB-V and DualPipeV, (p-1)/(km+p-1) Seq1F1B."""
+    idle, busy = schedule_bubble(name, p, m, F, B, W, virtual, chunks)
+    return idle / (idle + busy)
+
+
 __all__ = ["gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan", "one_f_one_b_bubble",
-           "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal"]
+           "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal",
+           "zb_v_bubble", "dualpipe_v_bubble", "schedule_bubble", "schedule_idle_fraction"]

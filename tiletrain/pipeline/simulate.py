@@ -5,7 +5,9 @@ replays what a greedy priority scheduler does: whenever a worker is free it star
 ready task of highest priority (oldest first on ties) that it may run.  That is what
 StarPU's ``prio`` and tiletrain's ``tt-cp`` do with zero overhead, so the simulated
 makespan is what dataflow + affinity + priorities can reach; measurements are compared
-with it and with the closed-form formulas (tiletrain.pipeline.formulas).
+with it and with the closed-form formulas (tiletrain.pipeline.formulas).  The one simulator:
+written schedules (tiletrain.pipeline.schedule.Schedule.simulate) run through it too, their
+order given as dependencies between a rank's consecutive actions.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Timeline:
     start: np.ndarray    # per task
     end: np.ndarray
     worker: np.ndarray
@@ -29,7 +31,7 @@ class Schedule:
 
 def simulate(durations: Sequence[float], deps: Sequence[Sequence[int]], nworkers: int,
              allowed: Sequence[Sequence[int] | None] | None = None,
-             priorities: Sequence[int] | None = None) -> Schedule:
+             priorities: Sequence[int] | None = None) -> Timeline:
     """Greedy list scheduling.  ``deps[i]``: predecessors of task i (any order); ``allowed[i]``:
     the workers task i may run on (None: any); higher priority first, then lower id."""
     n = len(durations)
@@ -93,7 +95,7 @@ def simulate(durations: Sequence[float], deps: Sequence[Sequence[int]], nworkers
                 missing[s] -= 1
                 if missing[s] == 0:
                     ready.append(s)
-    return Schedule(start, end, worker)
+    return Timeline(start, end, worker)
 
 
-__all__ = ["Schedule", "simulate"]
+__all__ = ["Timeline", "simulate"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .priorities import ONE_F_ONE_B, ZERO_BUBBLE
-from .simulate import Schedule, simulate
+from .simulate import Timeline, simulate
 
 PHASE = {"F": "fwd", "B": "bwd", "Bx": "bwd", "Bw": "wgrad", "O": "opt"}
 PRIORITY_MODES = {"none": {}, "1f1b": ONE_F_ONE_B, "zb": ZERO_BUBBLE}
@@ -103,7 +103,7 @@ class PipelinePlan:
     def deps(self) -> list[tuple[int, ...]]:
         return [t.deps for t in self.tasks]
 
-    def simulate(self) -> Schedule:
+    def simulate(self) -> Timeline:
         return simulate([t.usec for t in self.tasks], self.deps, self.nworkers,
                         allowed=[[t.worker] for t in self.tasks], priorities=[t.priority for t in self.tasks])
 

@@ -9,7 +9,8 @@
     tt.trace.gantt(tr, "step.png")          # matplotlib Gantt + utilisation
 
 ``tiletrain.tag(phase=..., layer=..., microbatch=..., stage=...)`` tags tasks; see also
-``tiletrain trace --help`` and tiletrain.pipeline (priorities, stage affinity, experiments).
+``tiletrain trace --help``, tiletrain.pipeline (priorities, stage affinity, schedules) and
+tiletrain.experiments (workloads, sweeps, pipeline experiments: the drivers above nn).
 """
 from .chrome import from_chrome, load, save, to_chrome
 from .metrics import (Metrics, area_bound, bottom_levels, busy_per_worker, critical_path, format_metrics,

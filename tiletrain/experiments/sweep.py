@@ -31,8 +31,8 @@ def _one_config(workload: str, sched: str, tile: int, ncpu: int, prios, reps: in
                 log) -> list[dict]:
     import tiletrain as tt
     from ..pipeline.priorities import ONE_F_ONE_B, bottom_level_priorities, priority_hints, priority_plan
-    from .metrics import metrics
-    from .records import recording
+    from ..trace.metrics import metrics
+    from ..trace.records import recording
     from .workloads import make
 
     rows = []
@@ -140,7 +140,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path, title: str = "") -> Path:
-    from .plot import _figure
+    from ..trace.plot import _figure
     groups = sorted({(r["tile"], r["ncpu"]) for r in rows})
     fig = _figure(figsize=(4.5 * len(groups) + 1, 4))
     axes = fig.subplots(1, len(groups), squeeze=False)

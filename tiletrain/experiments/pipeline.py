@@ -20,9 +20,9 @@ import numpy as np
 
 from ..trace.metrics import makespan, stage_bubbles
 from ..trace.records import Trace, recording
-from . import formulas
-from .priorities import bottom_level_priorities
-from .synthetic import PipelinePlan, build_plan, data_names, submit
+from ..pipeline import formulas
+from ..pipeline.priorities import bottom_level_priorities
+from ..pipeline.synthetic import PipelinePlan, build_plan, data_names, submit
 
 
 def peak_live_activations(trace: Trace) -> dict[int, int]:
@@ -156,7 +156,7 @@ def real_layers(m: int = 4, B: int = 4, T: int = 128, C: int = 256, tile: int = 
     plan field describes the equivalent synthetic pipeline)."""
     import tiletrain as tt
     import tiletrain.functional as F_
-    from .priorities import ONE_F_ONE_B, priority_hints, stage
+    from ..pipeline.priorities import ONE_F_ONE_B, priority_hints, stage
 
     rng = np.random.default_rng(seed)
     p = 2

@@ -23,7 +23,7 @@ def _params(items: list[str]) -> dict:
 
 def cmd_trace_run(args) -> int:
     import tiletrain as tt
-    from . import format_metrics, gantt, metrics, recording, save
+    from ..trace import format_metrics, gantt, metrics, recording, save
     from .workloads import make
 
     with tt.init(ncpu=args.ncpu, sched=args.sched, profile=True) as rt:
@@ -46,7 +46,7 @@ def cmd_trace_run(args) -> int:
 
 
 def cmd_trace_show(args) -> int:
-    from . import format_metrics, gantt, load, metrics
+    from ..trace import format_metrics, gantt, load, metrics
     tr = load(args.file)
     print(f"{args.file}: {len(tr)} tasks, {len(tr.deps)} dependencies, sched {tr.meta.get('sched', '?')}")
     print(format_metrics(metrics(tr)))
@@ -58,7 +58,7 @@ def cmd_trace_show(args) -> int:
 
 def cmd_trace_pipeline(args) -> int:
     import tiletrain as tt
-    from ..pipeline import experiments as E
+    from . import pipeline as E
 
     ps = args.p or [2, 4]
     rows = []

@@ -1,0 +1,110 @@
+"""`tiletrain schedule show|run` (registered by tiletrain/cli.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def load(args):
+    """The schedule named by args.schedule: a built-in name or a CSV file."""
+    from . import schedules
+    from .schedule import Schedule
+    if args.schedule in schedules.NAMES:
+        if args.stages is None or args.microbatches is None:
+            raise ValueError(f"schedule {args.schedule!r}: --stages and --microbatches are required")
+        return schedules.get(args.schedule, stages=args.stages, microbatches=args.microbatches,
+                             virtual=args.virtual, chunks=args.chunks)
+    if not args.schedule.endswith(".csv") and not os.path.exists(args.schedule):
+        raise ValueError(f"unknown schedule {args.schedule!r}: a built-in ({', '.join(schedules.NAMES)}) "
+                         "or a CSV file (PyTorch's layout: one row per rank)")
+    s = Schedule.from_csv(args.schedule).validate()
+    for opt, want, got in (("--stages", args.stages, s.ranks),
+                           ("--microbatches", args.microbatches, s.microbatches)):
+        if want is not None and want != got:
+            raise ValueError(f"{opt} {want} does not match {args.schedule} ({got})")
+    return s
+
+
+def cmd_show(args) -> int:
+    from .enforce import formula_idle_fraction
+    s = load(args)
+    print(s.format())
+    sim = s.simulate()
+    print(f"unit-time simulation (F = I = W = 1, B = 2): makespan {sim.makespan:g}, idle fraction "
+          f"{sim.idle_fraction:.4f} (formula {formula_idle_fraction(s):.4f}), peak activations "
+          f"{sim.peak_activations:g} (micro-batches of a rank's layers)")
+    if args.csv:
+        s.to_csv(args.csv)
+        print(f"csv: {args.csv}")
+    if args.trace:
+        sim.save_chrome(args.trace)
+        print(f"trace: {args.trace} (simulated; open in https://ui.perfetto.dev)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import tiletrain as tt
+    from .enforce import run_synthetic
+    s = load(args)
+    with tt.init(ncpu=s.ranks, sched=args.sched, profile=True):
+        r = run_synthetic(s, args.usec, args.mechanism, sleep=not args.busy)
+        d = r.to_dict()
+        if args.trace:
+            from ..trace import save
+            save(r.trace, args.trace)
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    order = "-" if d["order_fraction"] is None else f"{d['order_fraction']:.3f}"
+    print(f"schedule {d['schedule']}: {d['stages']} stages, {d['microbatches']} micro-batches, mechanism "
+          f"{d['mechanism']}, tasks F = I = W = {args.usec:g} us (sleeping)")
+    print(f"  makespan              {d['makespan_s']:.4f} s")
+    print(f"  idle fraction         {d['idle_fraction']:.4f} (formula {d['formula_idle_fraction']:.4f}, "
+          f"per stage {' '.join(f'{x:.3f}' for x in d['stage_idle'])})")
+    print(f"  peak activations      {d['peak_activations']:g} (simulated {d['simulated_peak_activations']:g})")
+    print(f"  schedule order kept   {order} of adjacent action pairs")
+    if args.trace:
+        print(f"  trace: {args.trace}")
+    return 0
+
+
+def add_subcommands(sub) -> None:
+    from .enforce import MECHANISMS
+    from .schedules import NAMES
+    p = sub.add_parser("schedule",
+                       help="pipeline schedules as data: show the action table, run on synthetic tasks")
+    ssub = p.add_subparsers(dest="schedule_command", required=True)
+
+    def common(q):
+        q.add_argument("schedule", help=f"built-in ({', '.join(NAMES)}) or a CSV file (one row per rank)")
+        q.add_argument("--stages", type=_positive, default=None, help="pipeline stages (ranks)")
+        q.add_argument("--microbatches", type=_positive, default=None)
+        q.add_argument("--virtual", type=_positive, default=None, help="interleaved-1f1b: stages per rank (2)")
+        q.add_argument("--chunks", type=_positive, default=None, help="seq1f1b: sequence chunks (2)")
+        q.add_argument("--trace", default=None, help="write a Chrome trace (show: of the simulation)")
+
+    sh = ssub.add_parser("show", help="print the action table and its unit-time simulation")
+    common(sh)
+    sh.add_argument("--csv", default=None, help="also write the schedule as CSV")
+    sh.set_defaults(func=cmd_show)
+    r = ssub.add_parser("run", help="run on sleeping synthetic tasks; measured idle fraction vs formula")
+    common(r)
+    r.add_argument("--usec", type=float, default=10000.0, help="F = I = W task time in microseconds (B = 2x)")
+    r.add_argument("--mechanism", default="deps", choices=list(MECHANISMS),
+                   help="how the order is enforced: submission order, + priorities, + ordering dependencies")
+    r.add_argument("--sched", default="tt-cp",
+                   help="StarPU policy (a priority policy for --mechanism priority)")
+    r.add_argument("--busy", action="store_true", help="busy-wait instead of sleeping (stages <= cores)")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=cmd_run)

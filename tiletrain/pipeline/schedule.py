@@ -1,0 +1,409 @@
+"""Pipeline schedules as data: ``Schedule``, a plain, printable, validated record.
+
+A schedule lists, per rank (a worker or worker group, or an MPI rank), the ordered actions
+that rank runs.  An action is (virtual stage, kind, micro-batch[, sequence chunk]) with kind
+  F  forward                  B  full backward (input and weight gradient in one task)
+  I  input gradient (dX)      W  weight gradient (dW)
+written in PyTorch's notation ``{stage}{kind}{microbatch}`` ("2F0": stage 2 forward of
+micro-batch 0), with ``.{chunk}`` appended for sequence chunks ("2F0.1").
+
+Dependencies (what ``validate`` and ``simulate`` enforce; virtual stages 0..S-1 in model order):
+  F(s,j,c)  after F(s-1,j,c) and, causal attention, F(s,j,c-1)
+  B/I(s,j,c) after F(s,j,c), the backward (B or I) of (s+1,j,c) and of (s,j,c+1)
+  W(s,j,c)  after I(s,j,c)
+Every (s,j,c) has one F and either one B or one I and one W.  A virtual stage lives on one
+rank.  ``ordered=False`` (the ``emergent`` schedule) lists the actions without an order:
+dataflow + stage affinity + priorities decide (tiletrain.pipeline.priorities).
+
+Durations default to unit times F = I = W = 1, B = I + W = 2 per action (a chunk of a V or
+interleaved schedule is one action: times are per action, so formulas are in those units).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .simulate import simulate as _list_schedule
+
+KINDS = "FBIW"
+PHASE = {"F": "fwd", "B": "bwd", "I": "bwd", "W": "wgrad"}
+UNIT = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}
+# emergent schedules: the priorities of tiletrain.pipeline.priorities.ONE_F_ONE_B by phase
+EMERGENT_PRIORITY = {"F": 0, "B": 2, "I": 2, "W": 1}
+_ACTION = re.compile(r"^\s*(\d+)([FBIW])(\d+)(?:\.(\d+))?\s*$")
+
+
+class ScheduleError(ValueError):
+    """An invalid schedule: the message names the offending action."""
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    stage: int
+    kind: str
+    microbatch: int
+    chunk: int = 0
+
+    def __post_init__(self):
+        if self.kind not in KINDS or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                             for v in (self.stage, self.microbatch, self.chunk)):
+            raise ScheduleError(f"bad action ({self.stage!r}, {self.kind!r}, {self.microbatch!r}, {self.chunk!r}): "
+                                "stage, micro-batch and chunk are ints >= 0, kind one of F, B, I, W")
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        mt = _ACTION.match(text)
+        if not mt:
+            raise ScheduleError(f"bad action {text!r}: expected e.g. '2F0', '1I3', '0W2' or '2F0.1' "
+                                "(stage, F|B|I|W, micro-batch[, .chunk])")
+        return cls(int(mt[1]), mt[2], int(mt[3]), int(mt[4] or 0))
+
+    @property
+    def unit(self) -> tuple[int, int, int]:
+        return (self.stage, self.microbatch, self.chunk)
+
+
+def _as_action(a) -> Action:
+    return a if isinstance(a, Action) else Action.parse(a)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    actions: tuple[tuple[Action, ...], ...]     # per rank, in execution order
+    stages: int = 0                              # virtual stages (0: inferred)
+    microbatches: int = 0                        # (0: inferred)
+    chunks: int = 1                              # sequence chunks per micro-batch
+    ordered: bool = True                         # False: dataflow + priorities (emergent)
+
+    def __post_init__(self):
+        acts = tuple(tuple(_as_action(a) for a in row) for row in self.actions)
+        object.__setattr__(self, "actions", acts)
+        flat = [a for row in acts for a in row]
+        if not flat:
+            raise ScheduleError(f"schedule {self.name!r} has no actions")
+        if not self.stages:
+            object.__setattr__(self, "stages", max(a.stage for a in flat) + 1)
+        if not self.microbatches:
+            object.__setattr__(self, "microbatches", max(a.microbatch for a in flat) + 1)
+        if self.chunks == 1 and any(a.chunk for a in flat):
+            object.__setattr__(self, "chunks", max(a.chunk for a in flat) + 1)
+
+    def __repr__(self) -> str:
+        return (f"<Schedule {self.name}: {self.ranks} ranks, {self.stages} stages, {self.microbatches} "
+                f"micro-batches, {self.chunks} chunks{'' if self.ordered else ', no order'}>")
+
+    # ----------------------------------------------------------------- shape
+    @property
+    def ranks(self) -> int:
+        return len(self.actions)
+
+    @property
+    def virtual(self) -> float:
+        """Virtual stages (model chunks) per rank."""
+        return self.stages / self.ranks
+
+    def flat(self) -> list[Action]:
+        """All actions, rank by rank, each rank in order (the index every result array uses)."""
+        return [a for row in self.actions for a in row]
+
+    def rank_of(self) -> np.ndarray:
+        return np.concatenate([np.full(len(row), r, dtype=np.int64) for r, row in enumerate(self.actions)])
+
+    def placement(self) -> dict[int, int]:
+        """Virtual stage -> rank."""
+        return {a.stage: r for r, row in enumerate(self.actions) for a in row}
+
+    # ----------------------------------------------------------------- text
+    def __str__(self) -> str:
+        return self.format()
+
+    def format(self, width: int | None = None) -> str:
+        """The action table in PyTorch's notation: one column per rank, one row per step
+        (the position in the rank's list)."""
+        head = (f"schedule {self.name}: {self.ranks} ranks, {self.stages} stages, {self.microbatches} "
+                f"micro-batches" + (f", {self.chunks} chunks" if self.chunks > 1 else "")
+                + ("" if self.ordered else " (no order: dataflow + priorities)"))
+        n = max(len(row) for row in self.actions)
+        cells = [[str(row[i]) if i < len(row) else "" for row in self.actions] for i in range(n)]
+        w = width or max([len(f"Rank {self.ranks - 1}")] + [len(c) for r in cells for c in r])
+        lines = [head, " " * 10 + " ".join(f"Rank {r}".ljust(w) for r in range(self.ranks)).rstrip()]
+        lines += [f"Step {i:03d}: " + " ".join(c.ljust(w) for c in row).rstrip() for i, row in enumerate(cells)]
+        return "\n".join(lines)
+
+    def to_csv(self, path: str | os.PathLike | None = None) -> str:
+        """PyTorch's CSV layout: one row per rank, one action per cell.  Returns the text;
+        writes it to ``path`` when given."""
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([[str(a) for a in row] for row in self.actions])
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", newline="") as f:
+                f.write(text)
+        return text
+
+    @classmethod
+    def from_csv(cls, source: str | os.PathLike, name: str | None = None, stages: int = 0,
+                 microbatches: int = 0) -> "Schedule":
+        """Read a schedule in PyTorch's CSV layout (a path, or the CSV text itself when it
+        contains a newline).  Empty cells (idle steps) are skipped.  Not validated: call
+        ``validate()``."""
+        if isinstance(source, str) and "\n" in source:
+            text, name = source, name or "csv"
+        else:
+            path = os.fspath(source)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"schedule file {path} does not exist")
+            with open(path, newline="") as f:
+                text = f.read()
+            name = name or os.path.splitext(os.path.basename(path))[0]
+        rows = []
+        for r, row in enumerate(csv.reader(io.StringIO(text))):
+            try:
+                rows.append(tuple(Action.parse(c) for c in row if c.strip()))
+            except ScheduleError as exc:
+                raise ScheduleError(f"row {r}: {exc}") from None
+        while rows and not rows[-1]:
+            rows.pop()
+        if not rows:
+            raise ScheduleError(f"schedule {name!r}: the CSV has no actions")
+        return cls(name, tuple(rows), stages, microbatches)
+
+    # ----------------------------------------------------------------- rules
+    def dependencies(self) -> list[list[int]]:
+        """Per action (``flat()`` order): the indices of the actions it waits for (data only)."""
+        flat = self.flat()
+        where = {a: i for i, a in enumerate(flat)}
+
+        def back(s, j, c):
+            return where.get(Action(s, "B", j, c), where.get(Action(s, "I", j, c)))
+
+        deps: list[list[int]] = []
+        for a in flat:
+            s, j, c = a.unit
+            if a.kind == "F":
+                want = [where.get(Action(s - 1, "F", j, c)) if s > 0 else None,
+                        where.get(Action(s, "F", j, c - 1)) if c > 0 else None]
+            elif a.kind in "BI":
+                want = [where.get(Action(s, "F", j, c)),
+                        back(s + 1, j, c) if s + 1 < self.stages else None,
+                        back(s, j, c + 1) if c + 1 < self.chunks else None]
+            else:
+                want = [where.get(Action(s, "I", j, c))]
+            deps.append([d for d in want if d is not None])
+        return deps
+
+    def validate(self) -> "Schedule":
+        """Every action exactly once and in range, each virtual stage on one rank, every
+        dependency present and, for ordered schedules, satisfiable in the ranks' orders
+        (no deadlock).  Raises ScheduleError naming the offending action; returns self."""
+        S, M, K = self.stages, self.microbatches, self.chunks
+        if self.ranks < 1 or S < 1 or M < 1 or K < 1:
+            raise ScheduleError(f"schedule {self.name!r}: ranks, stages, microbatches, chunks must be >= 1")
+        seen: dict[Action, int] = {}
+        count: dict[tuple[int, int], int] = {}
+        for r, row in enumerate(self.actions):      # a stage's home: the rank holding most of it
+            for a in row:
+                count[(a.stage, r)] = count.get((a.stage, r), 0) + 1
+        home = {s: r for (s, r), _ in sorted(count.items(), key=lambda kv: (kv[1], -kv[0][1]))}
+        for r, row in enumerate(self.actions):
+            for a in row:
+                if not (0 <= a.stage < S and 0 <= a.microbatch < M and 0 <= a.chunk < K):
+                    raise ScheduleError(f"action {a} on rank {r} is out of range ({S} stages, "
+                                        f"{M} micro-batches, "
+                                        f"{K} chunks)")
+                if a in seen:
+                    raise ScheduleError(f"action {a} appears twice (ranks {seen[a]} and {r})")
+                seen[a] = r
+                if home[a.stage] != r:
+                    raise ScheduleError(f"action {a} on rank {r}: stage {a.stage} is on rank {home[a.stage]}")
+        for s in range(S):
+            for j in range(M):
+                for c in range(K):
+                    f, b, i, w = (Action(s, k, j, c) for k in "FBIW")
+                    if f not in seen:
+                        raise ScheduleError(f"missing action {f}")
+                    if b in seen and (i in seen or w in seen):
+                        raise ScheduleError(f"action {b} (full backward) and {i if i in seen else w} (split) "
+                                            "both present")
+                    if b not in seen and i not in seen and w not in seen:
+                        raise ScheduleError(f"missing action {b} (or {i} and {w})")
+                    for need in ([] if b in seen else [i, w]):
+                        if need not in seen:
+                            raise ScheduleError(f"missing action {need}")
+        if self.ordered:
+            self._check_deadlock()
+        return self
+
+    def _check_deadlock(self) -> None:
+        flat, deps = self.flat(), self.dependencies()
+        rank = self.rank_of()
+        starts = np.cumsum([0] + [len(row) for row in self.actions])
+        head = list(starts[:-1])
+        done = np.zeros(len(flat), dtype=bool)
+        progress = True
+        while progress:
+            progress = False
+            for r in range(self.ranks):
+                while head[r] < starts[r + 1] and all(done[d] for d in deps[head[r]]):
+                    done[head[r]] = True
+                    head[r] += 1
+                    progress = True
+        if not done.all():
+            stuck = []
+            for r in range(self.ranks):
+                if head[r] < starts[r + 1]:
+                    i = head[r]
+                    waits = ", ".join(str(flat[d]) + (f" (behind it on rank {r})" if rank[d] == r else "")
+                                      for d in deps[i] if not done[d])
+                    stuck.append(f"action {flat[i]} on rank {r} waits for {waits}")
+            raise ScheduleError("deadlock: " + "; ".join(stuck))
+
+    # ----------------------------------------------------------------- simulation
+    def durations(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None) -> np.ndarray:
+        if durations is None or isinstance(durations, Mapping):
+            table = dict(UNIT, **(durations or {}))
+            if durations is not None and "B" not in durations:
+                table["B"] = table["I"] + table["W"]
+            return np.array([table[a.kind] for a in self.flat()], dtype=float)
+        return np.array([float(durations(a)) for a in self.flat()], dtype=float)
+
+    def priorities(self) -> list[int]:
+        """Per action: emergent schedules the phase priorities, ordered ones the negated
+        position in the rank's list (earlier first)."""
+        if not self.ordered:
+            return [EMERGENT_PRIORITY[a.kind] for a in self.flat()]
+        return [-i for row in self.actions for i in range(len(row))]
+
+    def simulate(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None
+                 ) -> "Simulation":
+        """Event simulation (tiletrain.pipeline.simulate): each rank one worker; ordered
+        schedules run each rank's list in order, emergent ones greedily by priority."""
+        self.validate()
+        dur = self.durations(durations)
+        deps = self.dependencies()
+        rank = self.rank_of()
+        if self.ordered:
+            pos = 0
+            for row in self.actions:
+                for k in range(1, len(row)):
+                    deps[pos + k] = deps[pos + k] + [pos + k - 1]
+                pos += len(row)
+        tl = _list_schedule(dur, deps, self.ranks, allowed=[[int(r)] for r in rank],
+                            priorities=self.priorities())
+        return Simulation(self, tl.start, tl.end, rank)
+
+
+def activation_units(schedule: Schedule) -> float:
+    """Weight of one (stage, micro-batch, chunk) activation in micro-batch activations of a
+    rank's whole share of the model (1 for 1F1B; 1/v interleaved; 1/k sequence chunks)."""
+    return schedule.ranks / (schedule.stages * schedule.chunks)
+
+
+def peak_activations(schedule: Schedule, start: Sequence[float], end: Sequence[float]) -> list[float]:
+    """Per rank: the most activations alive at once, an activation (s, j, c) living from the
+    start of its forward to the end of its last backward action (B, or I and W)."""
+    flat = schedule.flat()
+    born: dict[tuple, float] = {}
+    dies: dict[tuple, float] = {}
+    for a, s, e in zip(flat, start, end):
+        if a.kind == "F":
+            born[a.unit] = float(s)
+        else:
+            dies[a.unit] = max(dies.get(a.unit, -np.inf), float(e))
+    home = schedule.placement()
+    w = activation_units(schedule)
+    out = []
+    for r in range(schedule.ranks):
+        ev = sorted([(born[u], 1) for u in born if home[u[0]] == r and u in dies]
+                    + [(dies[u], -1) for u in born if home[u[0]] == r and u in dies])
+        live = peak = 0
+        for _, d in ev:
+            live += d
+            peak = max(peak, live)
+        out.append(peak * w)
+    return out
+
+
+@dataclass
+class Simulation:
+    """Start and end time of every action (``schedule.flat()`` order) and what follows."""
+    schedule: Schedule
+    start: np.ndarray
+    end: np.ndarray
+    rank: np.ndarray
+    makespan: float = field(init=False)
+
+    def __post_init__(self):
+        self.makespan = float(self.end.max() - self.start.min())
+
+    @property
+    def busy(self) -> np.ndarray:
+        return np.array([(self.end - self.start)[self.rank == r].sum() for r in range(self.schedule.ranks)])
+
+    @property
+    def stage_idle(self) -> list[float]:
+        """Per rank: idle / makespan."""
+        return [float(1 - b / self.makespan) for b in self.busy]
+
+    @property
+    def idle_fraction(self) -> float:
+        return float(np.mean(self.stage_idle))
+
+    @property
+    def bubble(self) -> float:
+        """Mean idle time of a rank."""
+        return float(np.mean(self.makespan - self.busy))
+
+    @property
+    def stage_peak_activations(self) -> list[float]:
+        return peak_activations(self.schedule, self.start, self.end)
+
+    @property
+    def peak_activations(self) -> float:
+        return max(self.stage_peak_activations)
+
+    def summary(self) -> dict:
+        return {"schedule": self.schedule.name, "stages": self.schedule.ranks,
+                "virtual_stages": self.schedule.stages, "microbatches": self.schedule.microbatches,
+                "chunks": self.schedule.chunks, "makespan": self.makespan, "idle_fraction": self.idle_fraction,
+                "stage_idle": self.stage_idle, "peak_activations": self.peak_activations}
+
+    def to_trace(self, time_unit_us: float = 1000.0):
+        """A tiletrain Trace of the simulation (one worker per rank), for trace.save/gantt."""
+        from ..trace.records import TASK_DTYPE, Trace
+        flat = self.schedule.flat()
+        order = np.lexsort((self.rank, self.start))
+        new = np.empty(len(order), dtype=np.int64)
+        new[order] = np.arange(len(order))
+        deps = self.schedule.dependencies()
+        tasks = np.zeros(len(order), dtype=TASK_DTYPE)
+        dl: list[int] = []
+        for k, i in enumerate(order):
+            a = flat[i]
+            d = sorted(int(new[x]) for x in deps[i])
+            tasks[k] = (k, a.kind, PHASE[a.kind], int(self.rank[i]), 0, 0, 0, a.chunk, a.microbatch, a.stage,
+                        self.start[i] * time_unit_us, self.start[i] * time_unit_us, self.end[i] * time_unit_us,
+                        0.0, len(dl), len(d))
+            dl += d
+        workers = [{"id": r, "name": f"rank {r}", "rank": 0} for r in range(self.schedule.ranks)]
+        return Trace(tasks, np.asarray(dl, dtype=np.int64), workers,
+                     {"sched": f"simulated {self.schedule.name}", "schedule": self.schedule.name})
+
+    def save_chrome(self, path, time_unit_us: float = 1000.0):
+        """Chrome trace-event JSON of the simulation (one unit of time = ``time_unit_us``)."""
+        from ..trace.chrome import save
+        return save(self.to_trace(time_unit_us), path)
+
+
+__all__ = ["Action", "Schedule", "ScheduleError", "Simulation", "peak_activations", "activation_units",
+           "KINDS", "UNIT", "PHASE"]
