@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -201,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, RuntimeError, NotImplementedError, FileNotFoundError) as exc:
         print(f"tiletrain: error: {exc}", file=sys.stderr)  # bad input: argparse's status
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except (OSError, ArithmeticError) as exc:  # disk full, I/O error, a diverging loss: one line
         print(f"tiletrain: error: {exc}", file=sys.stderr)
         return 1
