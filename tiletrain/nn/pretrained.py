@@ -148,7 +148,7 @@ def save_pretrained(model, path, tokenizer=None) -> Path:
         raise ValueError(f"save_pretrained: {path} exists and is not a folder")
     cfg = model.hf_config()
     tensors = unique_tensors(model.state_dict())
-    cfg["torch_dtype"] = str(next(iter(tensors.values())).dtype)
+    cfg["dtype"] = str(next(iter(tensors.values())).dtype)
     write_atomic(path / WEIGHTS_NAME, st_save(tensors, metadata={"format": "pt"}))
     if tokenizer is not None and getattr(tokenizer, "to_str", None) is not None:
         write_atomic(path / "tokenizer.json", tokenizer.to_str().encode())
