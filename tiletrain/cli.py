@@ -14,9 +14,10 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        if ("default" in text or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or not action.option_strings):
             return text
-        return f"{text} (default: %(default)s)"
+        return f"{text} (default: %(default)r)" if isinstance(action.default, str) else f"{text} (default: %(default)s)"
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -241,7 +242,7 @@ def cmd_export(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="tiletrain", description="task-based training runtime on StarPU")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="print workers, memory nodes, scheduler, StarPU version and build options")
@@ -260,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     _add_export(sub)
     from .trace.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/trace/cli.py)
     add_subcommands(sub, _runtime_args)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         check_options(args)
         return args.func(args)

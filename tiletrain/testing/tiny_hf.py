@@ -7,7 +7,8 @@ from pathlib import Path
 
 
 def tiny_tokenizer(path, text: str, vocab_size: int = 300) -> Path:
-    """Train a GPT-2-style byte-level BPE (<|endoftext|> special token) on ``text``; write
+    """Train a GPT-2-style byte-level BPE (<|endoftext|> special token) on ``text``, padded
+    with special tokens to exactly ``vocab_size`` ids; write
     ``path``/tokenizer.json (``path`` a folder) and return its path."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
@@ -16,6 +17,8 @@ def tiny_tokenizer(path, text: str, vocab_size: int = 300) -> Path:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([text], trainer)
+    n = tok.get_vocab_size()  # a short text may run out of merges: pad to exactly vocab_size
+    tok.add_special_tokens([f"<|extra_{i}|>" for i in range(vocab_size - n)])
     out = Path(path) / "tokenizer.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))
