@@ -3,7 +3,9 @@
 The GPT's parameter names and layouts already are GPT2LMHeadModel's (Conv1D weights in
 (in, out) layout, lm_head.weight tied to transformer.wte.weight), so conversion is a
 matter of configs, key clean-up and dtypes.  transformers is never imported: a model is
-anything with ``.config`` and ``.state_dict()``; nothing touches the network."""
+anything with ``.config`` and ``.state_dict()``; nothing touches the network.  Folders
+(config.json + safetensors) are read and written by tiletrain/nn/pretrained.py, which uses
+the GPT's config_from_hf / hf_config / hf_rename defined from this module."""
 from __future__ import annotations
 
 import re

@@ -150,8 +150,9 @@ def save_pretrained(model, path, tokenizer=None) -> Path:
     tensors = unique_tensors(model.state_dict())
     cfg["dtype"] = str(next(iter(tensors.values())).dtype)
     write_atomic(path / WEIGHTS_NAME, st_save(tensors, metadata={"format": "pt"}))
-    if tokenizer is not None and getattr(tokenizer, "to_str", None) is not None:
-        write_atomic(path / "tokenizer.json", tokenizer.to_str().encode())
+    text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
+    if text is not None:
+        write_atomic(path / "tokenizer.json", text.encode())
     (path / INDEX_NAME).unlink(missing_ok=True)  # transformers would prefer stale shards
     write_atomic(path / CONFIG_NAME, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
     return path
