@@ -190,15 +190,9 @@ class _StopFlag:
             signal.signal(signal.SIGINT, self._old)
 
 
-def model_class(model_type: str):
-    from .nn import MODELS
-    if model_type not in MODELS:
-        raise ValueError(f"unknown model_type {model_type!r} (supported: {', '.join(MODELS)})")
-    return MODELS[model_type]
-
-
 def build_model(args: TrainArgs, model_type: str, cfg: dict):
     """A freshly initialised model of this type and config (a dict of its config class)."""
+    from .nn.pretrained import model_class
     cls = model_class(model_type)
     config = cls.config_class(**cfg)
     return cls(config, tiling=make_tiling(args, config), dtype=np.dtype(args.dtype), seed=args.seed)
@@ -219,9 +213,9 @@ class ModelSource:
         if args.init_from is None:
             tok = load_tokenizer(args.tokenizer)
             return cls(ARCHS[args.arch].model_type, args.model_config(tok.vocab_size), tok)
-        from .nn.pretrained import model_class as hf_model_class, read_hf_config
+        from .nn.pretrained import model_class, read_hf_config
         hf = read_hf_config(args.init_from)
-        config = dataclasses.asdict(hf_model_class(hf).config_from_hf(hf))
+        config = dataclasses.asdict(model_class(hf.get("model_type")).config_from_hf(hf))
         if "dropout" in config:
             config["dropout"] = float(args.dropout)
         folder = Path(args.init_from) if Path(args.init_from).is_dir() else Path(args.init_from).parent
@@ -290,7 +284,9 @@ def model_metadata(model, tokenizer=None) -> dict:
     """What rebuilds the model (generate, export): its model_type, its config, and the
     tokenizer.json text (None: bytes)."""
     from .nn import MODELS
-    model_type = next(k for k, cls in MODELS.items() if type(model) is cls)
+    model_type = next((k for k, cls in MODELS.items() if type(model) is cls), None)
+    if model_type is None:
+        raise TypeError(f"{type(model).__name__} is not in tiletrain.nn.MODELS ({', '.join(MODELS)})")
     return {"model_type": model_type, "config": dataclasses.asdict(model.config),
             "tokenizer": tokenizer.to_str() if tokenizer is not None else None}
 

@@ -144,3 +144,10 @@ def test_gpt_from_pretrained_refuses_other_model_types(folder):
     _edit_config(path, model_type="llama")
     with pytest.raises(ValueError, match="model_type 'llama', not 'gpt2'"):
         GPT.from_pretrained(path)
+
+
+def test_from_hf_takes_a_config_json_dict(folder):
+    path, want = folder
+    cfg = json.loads((path / "config.json").read_text())
+    model = GPT.from_hf(load_file(path / "model.safetensors"), config=cfg, tiling=FINE, dtype=np.float64)
+    np.testing.assert_allclose(model(IDX).numpy(), want, rtol=1e-9, atol=1e-12)

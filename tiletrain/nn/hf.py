@@ -111,8 +111,8 @@ def infer_config(state_dict: Mapping) -> dict:
 def _as_config(config) -> GPTConfig:
     if isinstance(config, GPTConfig):
         return config
-    if isinstance(config, Mapping):
-        return GPTConfig(**config)
+    if isinstance(config, Mapping):  # a config.json dict (HF names) or GPTConfig's fields
+        return config_from_hf(config) if "n_positions" in config else GPTConfig(**config)
     if hasattr(config, "n_positions"):
         return config_from_hf(config)
     raise TypeError("from_hf: config must be a GPTConfig, a dict or a GPT2Config, "

@@ -23,7 +23,7 @@ import numpy as np
 from .gpt import GPT
 
 __all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors",
-           "model_class", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
+           "model_class", "unique_tensors", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
 
 # model_type of config.json -> model class (one line per architecture)
 MODELS = {"gpt2": GPT}
@@ -58,14 +58,13 @@ def read_hf_config(path) -> dict:
     return cfg
 
 
-def model_class(cfg: dict):
-    """The model class for a config.json dict, by its model_type."""
-    mt = cfg.get("model_type")
-    if mt is None:
-        raise ValueError(f"from_pretrained: config.json has no 'model_type' (supported: {', '.join(MODELS)})")
-    if mt not in MODELS:
-        raise ValueError(f"from_pretrained: model_type {mt!r} is not supported (supported: {', '.join(MODELS)})")
-    return MODELS[mt]
+def model_class(model_type: str | None):
+    """The class registered in MODELS for a model_type (of a config.json or a checkpoint)."""
+    if model_type is None:
+        raise ValueError(f"config.json has no 'model_type' (supported: {', '.join(MODELS)})")
+    if model_type not in MODELS:
+        raise ValueError(f"model_type {model_type!r} is not supported (supported: {', '.join(MODELS)})")
+    return MODELS[model_type]
 
 
 def _read_file(f: Path) -> dict[str, np.ndarray]:
@@ -109,7 +108,7 @@ def from_pretrained(path, dtype=np.float32, tiling=None, **config_overrides):
 
     ``config_overrides`` replace fields of the model's config (e.g. ``dropout=0.1``)."""
     cfg = read_hf_config(path)
-    cls = model_class(cfg)
+    cls = model_class(cfg.get("model_type"))
     config = cls.config_from_hf(cfg)
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
