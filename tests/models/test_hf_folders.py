@@ -151,3 +151,13 @@ def test_from_hf_takes_a_config_json_dict(folder):
     cfg = json.loads((path / "config.json").read_text())
     model = GPT.from_hf(load_file(path / "model.safetensors"), config=cfg, tiling=FINE, dtype=np.float64)
     np.testing.assert_allclose(model(IDX).numpy(), want, rtol=1e-9, atol=1e-12)
+
+
+def test_bfloat16_folder(tmp_path):
+    """transformers folders are often bfloat16: read (as float32, exactly) like any other."""
+    hf = _hf_model().to(torch.bfloat16)
+    hf.save_pretrained(tmp_path / "bf16")
+    model = ttnn.from_pretrained(tmp_path / "bf16", dtype=np.float64, tiling=FINE)
+    want = hf.float().double()
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v, want.state_dict()[k].numpy(), err_msg=k)

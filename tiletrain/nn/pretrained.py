@@ -68,12 +68,16 @@ def model_class(model_type: str | None):
 
 
 def _read_file(f: Path) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file; bfloat16 ones (common in HF folders) as float32
+    (exact: NumPy computes nothing in bfloat16)."""
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy, which safetensors needs)
     from safetensors import SafetensorError, safe_open
     try:
         with safe_open(str(f), framework="numpy") as st:
-            return {k: st.get_tensor(k) for k in st.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
+            out = {k: st.get_tensor(k) for k in st.keys()}
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
         raise ValueError(f"from_pretrained: {f} is not a readable safetensors file ({exc})") from None
+    return {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v for k, v in out.items()}
 
 
 def read_safetensors(path) -> dict[str, np.ndarray]:
