@@ -161,3 +161,13 @@ def test_bfloat16_folder(tmp_path):
     want = hf.float().double()
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v, want.state_dict()[k].numpy(), err_msg=k)
+
+
+def test_save_pretrained_over_a_sharded_folder(tmp_path):
+    _hf_model().save_pretrained(tmp_path / "m", max_shard_size="4KB")
+    model = GPT(GPTConfig(23, 16, 2, 2, 16), FINE, dtype=np.float64, seed=7)
+    model.save_pretrained(tmp_path / "m")
+    left = sorted(p.name for p in (tmp_path / "m").iterdir())
+    assert left == ["config.json", "generation_config.json", "model.safetensors"]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float64).eval()
+    np.testing.assert_allclose(_hf_logits(hf), model(IDX).numpy(), rtol=1e-9, atol=1e-12)

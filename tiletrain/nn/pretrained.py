@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data.tokenizer import TOKENIZER_NAME
 from .gpt import GPT
 
 __all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors",
@@ -138,11 +139,26 @@ def unique_tensors(sd: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def _remove_shards(folder: Path) -> None:
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        return
+    try:
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        shards = set()
+    for shard in shards:
+        if shard != WEIGHTS_NAME and "/" not in shard:
+            (folder / shard).unlink(missing_ok=True)
+    index.unlink()
+
+
 def save_pretrained(model, path, tokenizer=None) -> Path:
     """Write ``model`` as a Hugging Face folder (config.json + model.safetensors) that
     ``transformers.AutoModelForCausalLM.from_pretrained`` loads unchanged; with a
     tokenizer (a tiletrain.data.Tokenizer) also its tokenizer.json.  Each file is written
-    atomically, the weights before config.json; a stale shard index is removed."""
+    atomically, the weights before config.json; the shards of an earlier sharded save are
+    removed."""
     from safetensors.numpy import save as st_save
 
     from ..checkpoint import write_atomic
@@ -155,7 +171,7 @@ def save_pretrained(model, path, tokenizer=None) -> Path:
     write_atomic(path / WEIGHTS_NAME, st_save(tensors, metadata={"format": "pt"}))
     text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
     if text is not None:
-        write_atomic(path / "tokenizer.json", text.encode())
-    (path / INDEX_NAME).unlink(missing_ok=True)  # transformers would prefer stale shards
+        write_atomic(path / TOKENIZER_NAME, text.encode())
+    _remove_shards(path)  # an earlier sharded save's files would contradict the new weights
     write_atomic(path / CONFIG_NAME, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
     return path
