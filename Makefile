@@ -14,7 +14,7 @@ BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py p
 # Tests keep their StarPU perf models out of the user's ~/.starpu.
 TEST_ENV := STARPU_HOME=$(CURDIR)/build/starpu-home-test
 
-.PHONY: setup system test train bench info clean
+.PHONY: setup system test train generate bench info clean
 
 setup: system $(STAMP)
 
@@ -34,9 +34,18 @@ test: setup
 	$(TEST_ENV) $(PY) -m pytest -q tests
 
 # The main job: a 4-layer GPT on the Python standard library's sources, ~2 minutes on 2
-# cores; the checkpoint goes to runs/default (sample again with `tiletrain generate`).
+# cores; the checkpoint goes to runs/default (sample again with `make generate`).  A second
+# `make train` resumes that run (an interrupted one continues; a finished one says so and
+# stops); start over with `make train TRAIN_FLAGS=--overwrite`.
+RUN := runs/default
+TRAIN_FLAGS ?= $(if $(wildcard $(RUN)/checkpoint.safetensors),--resume)
 train: setup
-	$(PY) -m tiletrain train --ckpt-dir runs/default
+	$(PY) -m tiletrain train --ckpt-dir $(RUN) $(TRAIN_FLAGS)
+
+# A sample from the model `make train` wrote, e.g. make generate GENERATE_FLAGS="--prompt 'class ' --tokens 400"
+# (every option: .venv/bin/tiletrain generate --help).
+generate: setup
+	$(PY) -m tiletrain generate --ckpt-dir $(RUN) $(GENERATE_FLAGS)
 
 bench: setup
 	@$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check 'torch==2.13.0'

@@ -1,57 +1,56 @@
-"""Fine-tune a Hugging Face GPT-2 state dict with tiletrain and export it back.
+"""Fine-tune a Hugging Face GPT-2 folder with tiletrain and write it back as a folder that
+transformers loads.
 
-With `transformers` installed and weights on disk, pass a GPT2LMHeadModel to GPT.from_hf;
-without them this builds a randomly initialised GPT-2-shaped state dict with the same
-names and layouts (Conv1D (in, out) weights, tied lm_head), so it runs anywhere offline.
+    .venv/bin/python examples/finetune_hf_gpt2.py [HF_FOLDER]
 
-    .venv/bin/python examples/finetune_hf_gpt2.py
+HF_FOLDER is a model folder (config.json + model.safetensors, tokenizer.json if any), e.g. a
+downloaded openai-community/gpt2.  Without one, a small random GPT2LMHeadModel is made with
+transformers (in the test extra) and saved to runs/hf-gpt2-tiny, so this runs offline.
+The same from the command line:
+
+    .venv/bin/tiletrain train --init-from HF_FOLDER --ckpt-dir runs/ft --steps 100
+    .venv/bin/tiletrain export --ckpt-dir runs/ft --out runs/ft-hf
 """
+import sys
+from pathlib import Path
+
 import numpy as np
+import torch
+import transformers
 
 import tiletrain as tt
-from tiletrain.data import load_corpus
-from tiletrain.nn import GPT, GPTConfig
+from tiletrain.data import ByteTokenizer, Tokenizer, load_corpus
+from tiletrain.nn import from_pretrained
 from tiletrain.optim import AdamW
 
-config = GPTConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=128)
+B, T, STEPS = 4, 64, 10
 
-
-def random_hf_state_dict(cfg: GPTConfig, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    C, sd = cfg.n_embd, {}
-    sd["transformer.wte.weight"] = rng.normal(0, 0.02, (cfg.vocab_size, C))
-    sd["transformer.wpe.weight"] = rng.normal(0, 0.01, (cfg.block_size, C))
-    for i in range(cfg.n_layer):
-        p = f"transformer.h.{i}."
-        for ln in ("ln_1", "ln_2"):
-            sd[p + ln + ".weight"], sd[p + ln + ".bias"] = np.ones(C), np.zeros(C)
-        for name, (n_in, n_out) in {"attn.c_attn": (C, 3 * C), "attn.c_proj": (C, C),
-                                    "mlp.c_fc": (C, 4 * C), "mlp.c_proj": (4 * C, C)}.items():
-            sd[p + name + ".weight"] = rng.normal(0, 0.02, (n_in, n_out))
-            sd[p + name + ".bias"] = np.zeros(n_out)
-    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = np.ones(C), np.zeros(C)
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]  # tied
-    return {k: v.astype(np.float32) for k, v in sd.items()}
-
-
-try:
-    from transformers import GPT2LMHeadModel  # noqa: F401  (use GPT.from_hf(model) with real weights)
-except ImportError:
-    pass
-
-hf = random_hf_state_dict(config)
-data = load_corpus(max_bytes=1_000_000)
+if len(sys.argv) > 1:
+    src = Path(sys.argv[1])
+else:  # a random GPT-2 over bytes (vocabulary 256), written by transformers itself
+    src = Path("runs/hf-gpt2-tiny")
+    cfg = transformers.GPT2Config(vocab_size=256, n_positions=T, n_layer=2, n_head=4, n_embd=128)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(src)
+tok = Tokenizer.from_pretrained(src) if (src / "tokenizer.json").is_file() else ByteTokenizer()
+data = load_corpus(max_bytes=1_000_000, tokenizer=tok)   # the Python standard library's sources
 rng = np.random.default_rng(0)
+
 with tt.init():
-    model = GPT.from_hf(hf, config=config)
+    model = from_pretrained(src)                 # a tiletrain GPT, by config.json's model_type
     opt = AdamW(model.parameters(), lr=1e-3)
-    for step in range(10):
-        loss = model.loss(*data.batch("train", 4, 64, rng))
+    for step in range(STEPS):
+        loss = model.loss(*data.batch("train", B, min(T, model.config.block_size), rng))
         loss.backward()
         opt.step()
         opt.zero_grad()
         print(f"step {step}  loss {float(loss):.3f}")
-    out = model.to_hf_state_dict()          # numpy arrays under the same names
-changed = np.abs(out["transformer.h.0.attn.c_attn.weight"] - hf["transformer.h.0.attn.c_attn.weight"]).max()
-print(f"exported {len(out)} arrays; c_attn weight moved by up to {changed:.2e}; "
-      f"lm_head tied: {np.array_equal(out['lm_head.weight'], out['transformer.wte.weight'])}")
+    out = model.save_pretrained("runs/hf-gpt2-finetuned", tokenizer=tok)
+    idx = data.batch("val", 2, 16, rng)[0]
+    ours = model(idx).numpy()
+
+hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()   # transformers reads it unchanged
+with torch.no_grad():
+    theirs = hf(torch.tensor(idx)).logits.numpy()
+print(f"wrote {out}; transformers' {type(hf).__name__} gives the same logits "
+      f"(max difference {np.abs(theirs - ours).max():.1e})")

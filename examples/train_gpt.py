@@ -37,8 +37,10 @@ with tt.init():                                   # StarPU on every core
         x, y = data.batch("val", B, T, rng)
         print(f"validation loss {float(model.loss(x, y)):.3f}")
 
-    # weights under Hugging Face GPT-2 names, written atomically
+    # weights under Hugging Face GPT-2 names with the model's config, written atomically;
+    # sample from it with `.venv/bin/tiletrain generate --ckpt-dir runs/example`
     checkpoint.save("runs/example/model.safetensors",
                     {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"},
                     {"config": vars(config)})
+    model.save_pretrained("runs/example-hf")      # a Hugging Face folder (transformers loads it)
     print(generate(model, tok.encode("def "), 80, temperature=0.8))

@@ -1,4 +1,4 @@
-"""Command line: `tiletrain info | demo | train | generate | trace | bench | schedule`."""
+"""Command line: `tiletrain info | demo | train | generate | export | trace | bench | schedule`."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,26 @@ import sys
 import time
 
 import numpy as np
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default shown once: appended to its help unless the help already
+    names it or there is none (None, a flag's False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)r)" if isinstance(action.default, str) else f"{text} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with HelpFormatter; subcommands' parsers are of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def _runtime_args(p: argparse.ArgumentParser) -> None:
@@ -84,37 +104,47 @@ def _tiles(text: str) -> tuple[int, int, int]:
 
 
 def _add_train(sub) -> None:
-    from .train import TrainArgs
+    from .train import ARCHS, MODEL_FLAGS, TrainArgs
     d = TrainArgs()
-    p = sub.add_parser("train", help="train a GPT on a text corpus (default: the Python standard library)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser("train", help="train a model on a text corpus (default: a GPT-2 on the Python standard "
+                       "library), from scratch or fine-tuning a Hugging Face folder")
     g = p.add_argument_group("model")
-    g.add_argument("--n-layer", type=int, default=d.n_layer)
-    g.add_argument("--n-head", type=int, default=d.n_head)
-    g.add_argument("--n-embd", type=int, default=d.n_embd)
+    g.add_argument("--arch", default=d.arch, choices=list(ARCHS),
+                   help="architecture to train from scratch, sized by the flags below")
+    for name, (kind, text) in MODEL_FLAGS.items():  # each architecture's size flags
+        users = "/".join(a for a, arch in ARCHS.items() if name in arch.sizes)
+        g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=getattr(d, name), help=f"{text} ({users})")
     g.add_argument("--block-size", type=int, default=None, help="context length (default: --seq-len)")
-    g.add_argument("--dropout", type=float, default=d.dropout)
+    g.add_argument("--init-from", default=None, metavar="HF_FOLDER",
+                   help="fine-tune the model of a Hugging Face folder (config.json + safetensors): its config "
+                        "replaces --arch and the size flags, its tokenizer.json (if any) is the tokenizer")
     g = p.add_argument_group("data")
-    g.add_argument("--data", nargs="+", default=[], metavar="FILE", help="text files (default: stdlib sources)")
+    g.add_argument("--data", nargs="+", default=[], metavar="FILE",
+                   help="UTF-8 text files (default: the Python standard library's sources)")
+    g.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="a Hugging Face tokenizer.json (or a folder holding one) to tokenise --data with; the "
+                        "tokenised corpus is cached in $TILETRAIN_CACHE (default: bytes, or --init-from's)")
     g.add_argument("--max-bytes", type=int, default=d.max_bytes, help="read at most this much text")
-    g.add_argument("--val-fraction", type=float, default=d.val_fraction)
+    g.add_argument("--val-fraction", type=float, default=d.val_fraction, help="share of the tokens held out for "
+                   "validation (the end of the corpus)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--batch", type=int, default=d.batch, help="sequences per micro-batch")
     g.add_argument("--micro-batches", type=int, default=d.micro_batches, help="micro-batches per step")
-    g.add_argument("--seq-len", type=int, default=d.seq_len)
+    g.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per training sequence")
     g.add_argument("--steps", type=int, default=d.steps, help="total steps (the schedule spans them)")
     g.add_argument("--stop-after", type=int, default=None,
                    help="stop after this many steps in this run, with a checkpoint (continue with --resume)")
     g.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, in (0, 1]")
     g.add_argument("--min-lr", type=float, default=d.min_lr, help="final learning rate, in [0, --lr]")
     g.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps (>= 0)")
-    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    g.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the gradient norm to this (>= 0; 0 disables clipping)")
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
+    g.add_argument("--grad-clip", type=float, default=d.grad_clip,
+                   help="clip the gradient norm to this (>= 0; 0 disables clipping)")
     g = p.add_argument_group("runtime")
     g.add_argument("--tiles", type=_tiles, default=None, help="tile sizes B,T,C (default: chosen from the model)")
     _runtime_args(g)
-    g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"])
-    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"], help="parameter and activation dtype")
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights, batches and dropout")
     g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data", "pipeline+data"],
                    help="under mpirun: single (all on rank 0), pipeline (layers split over the ranks as "
                         "stages), data (each batch split over the ranks, gradients reduced) or "
@@ -124,58 +154,98 @@ def _add_train(sub) -> None:
                    help="--dist pipeline+data: number of pipeline stages (default 2; the world size "
                         "must be a multiple)")
     g = p.add_argument_group("checkpoints and output")
-    g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here")
-    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
-    g.add_argument("--eval-every", type=int, default=d.eval_every, help="validate (and checkpoint) every N steps (0: never, a checkpoint at the end)")
-    g.add_argument("--eval-batches", type=int, default=d.eval_batches)
+    g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here (default: no checkpoint)")
+    how = g.add_mutually_exclusive_group()
+    how.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
+    how.add_argument("--overwrite", action="store_true",
+                     help="replace the checkpoint in --ckpt-dir (without --resume or --overwrite an existing one "
+                          "is refused)")
+    g.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="validate (and checkpoint) every N steps (0: never, a checkpoint at the end)")
+    g.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
     g.add_argument("--sample-tokens", type=int, default=d.sample_tokens, help="tokens to sample at the end")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args) -> int:
+    import dataclasses
     from .train import TrainArgs, train
-    targs = TrainArgs(
-        n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
-        dropout=args.dropout, data=args.data, max_bytes=args.max_bytes, val_fraction=args.val_fraction,
-        batch=args.batch, micro_batches=args.micro_batches, seq_len=args.seq_len, steps=args.steps,
-        stop_after=args.stop_after, lr=args.lr,
-        min_lr=args.min_lr, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
-        tiles=args.tiles, sched=args.sched, ncpu=args.ncpu, dtype=args.dtype, seed=args.seed,
-        dist=args.dist, stages=args.stages, ckpt_dir=args.ckpt_dir, resume=args.resume, eval_every=args.eval_every, eval_batches=args.eval_batches,
-        sample_tokens=args.sample_tokens, progress=not args.no_progress)
+    names = {f.name for f in dataclasses.fields(TrainArgs)} - {"progress"}
+    targs = TrainArgs(**{k: v for k, v in vars(args).items() if k in names}, progress=not args.no_progress)
     res = train(targs)
     return 130 if res.interrupted else 0  # --stop-after is a normal end; Ctrl-C keeps the shell's code
 
 
+def _model_source_args(p) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt-dir", default=None,
+                     help="a checkpoint directory (tiletrain train --ckpt-dir) or a checkpoint file written "
+                          "by tiletrain.checkpoint.save")
+    src.add_argument("--model", default=None, metavar="HF_FOLDER",
+                     help="a Hugging Face model folder (config.json + safetensors, tokenizer.json if any)")
+    p.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="a tokenizer.json (or its folder) replacing the model's own (default: the model's; "
+                        "bytes if it has none)")
+    p.add_argument("--ncpu", type=int, default=None, help="CPU workers (default: STARPU_NCPU or all cores)")
+
+
 def _add_generate(sub) -> None:
-    p = sub.add_parser("generate", help="sample text from a checkpoint")
-    p.add_argument("--ckpt-dir", required=True)
-    p.add_argument("--prompt", default="def ")
-    p.add_argument("--tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ncpu", type=int, default=None)
+    p = sub.add_parser("generate", help="sample text from a checkpoint or a Hugging Face folder")
+    _model_source_args(p)
+    p.add_argument("--prompt", default="def ", help="text the sample continues")
+    p.add_argument("--tokens", type=int, default=200, help="tokens to generate")
+    p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0: greedy")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.set_defaults(func=cmd_generate)
 
 
 def cmd_generate(args) -> int:
     import tiletrain as tt
-    from .data import ByteTokenizer
-    from .train import generate, load_for_generation
-    model, meta = load_for_generation(args.ckpt_dir, ncpu=args.ncpu)
+    from .train import generate, load_model
+    model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu)
     try:
-        text = generate(model, ByteTokenizer().encode(args.prompt), args.tokens, args.temperature, args.top_k,
-                        np.random.default_rng(args.seed))
+        text = generate(model, tok.encode(args.prompt), args.tokens, args.temperature, args.top_k,
+                        np.random.default_rng(args.seed), tokenizer=tok)
         print(text)
     finally:
         tt.shutdown()
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tiletrain", description="task-based training runtime on StarPU")
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face folder (transformers loads it)")
+    p.add_argument("--ckpt-dir", required=True,
+                   help="a checkpoint directory (tiletrain train --ckpt-dir) or a checkpoint file")
+    p.add_argument("--out", required=True, metavar="HF_FOLDER",
+                   help="the folder to write: config.json, model.safetensors, tokenizer.json (if the "
+                        "checkpoint has a tokenizer.json tokenizer)")
+    p.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
+    p.add_argument("--ncpu", type=int, default=None, help="CPU workers (default: STARPU_NCPU or all cores)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    import tiletrain as tt
+    from pathlib import Path
+    from .nn.pretrained import CONFIG_NAME
+    from .train import load_model
+    out = Path(args.out)
+    if (out / CONFIG_NAME).exists() and not args.overwrite:
+        raise ValueError(f"--out {out} already holds a model ({out / CONFIG_NAME}); pass --overwrite to replace it")
+    model, tok, meta = load_model(args.ckpt_dir, ncpu=args.ncpu)
+    try:
+        model.save_pretrained(out, tokenizer=tok)
+    finally:
+        tt.shutdown()
+    step = f" at step {meta['step']}" if "step" in meta else ""
+    print(f"exported {args.ckpt_dir}{step} to {out} ({', '.join(sorted(f.name for f in out.iterdir()))})")
+    return 0
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="tiletrain", description="task-based training runtime on StarPU")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="print workers, memory nodes, scheduler, StarPU version and build options")
     _runtime_args(p)
@@ -185,17 +255,22 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("demo", help="a short run of tiled ops checked against NumPy")
     _runtime_args(p)
-    p.add_argument("--size", type=int, default=2048, help="matrix size (default 2048)")
-    p.add_argument("--tile", type=int, default=512, help="tile size (default 512)")
+    p.add_argument("--size", type=int, default=2048, help="matrix size")
+    p.add_argument("--tile", type=int, default=512, help="tile size")
     p.set_defaults(func=cmd_demo)
     _add_train(sub)
     _add_generate(sub)
+    _add_export(sub)
     from .experiments.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)
     add_subcommands(sub, _runtime_args)
     # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py)
     from .pipeline.cli import add_subcommands as add_schedule_subcommands
     add_schedule_subcommands(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         check_options(args)
         return args.func(args)

@@ -1,5 +1,6 @@
-"""The training command: a GPT on a text corpus, with micro-batches, AdamW, a cosine
-schedule, periodic validation, atomic checkpoints, exact resume and a sample at the end.
+"""The training command: a model (--arch, or fine-tuning a Hugging Face folder with
+--init-from) on a text corpus (bytes, or a tokenizer.json), with micro-batches, AdamW, a
+cosine schedule, periodic validation, atomic checkpoints, exact resume and a sample at the end.
 
 Used by `tiletrain train` / `make train`; `train(TrainArgs(...))` from Python."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -22,12 +23,14 @@ OPTIM_PREFIX = "optimizer."
 # metadata a training checkpoint must hold to resume ("a.b": key b under a) / to generate
 RESUME_KEYS = ("config", "train_args", "step", "optimizer.steps", "optimizer.param_groups", "data_rng",
                "dropout_rng")
-MODEL_KEYS = ("config", "config.vocab_size", "train_args")
+MODEL_KEYS = ("config", "config.vocab_size")  # generate/export need only the model's config
 
 
 @dataclass
 class TrainArgs:
-    # model
+    # model: an architecture from scratch (sized by its ARCHS[arch].sizes fields), or a HF folder
+    arch: str = "gpt2"
+    init_from: str | None = None    # a Hugging Face model folder to fine-tune (model, config, tokenizer)
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 256
@@ -35,6 +38,7 @@ class TrainArgs:
     dropout: float = 0.0
     # data
     data: list[str] = field(default_factory=list)  # text files; empty: the Python stdlib sources
+    tokenizer: str | None = None    # a tokenizer.json (or a folder holding one); None: bytes or init_from's
     max_bytes: int | None = 8_000_000
     val_fraction: float = 0.05
     # optimisation
@@ -59,21 +63,24 @@ class TrainArgs:
     # checkpoints, evaluation, output
     ckpt_dir: str | None = None
     resume: bool = False
+    overwrite: bool = False         # replace a checkpoint in ckpt_dir (else refused unless resume)
     eval_every: int = 50
     eval_batches: int = 4
     sample_tokens: int = 200
     progress: bool = True
 
     def model_config(self, vocab_size: int) -> dict:
-        return dict(vocab_size=vocab_size, block_size=self.block_size or self.seq_len, n_layer=self.n_layer,
-                    n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=True)
+        """The --arch model's config (as a dict) for a vocabulary size."""
+        return ARCHS[self.arch].config(self, vocab_size)
 
     def validate(self) -> None:
         """Every option checked (ranges, finiteness, combinations) before any work: the one
         place for `tiletrain train` and train(); ValueError naming the option."""
         for name, limits in TRAIN_LIMITS.items():
             check_option(f"--{name.replace('_', '-')}", getattr(self, name), *limits)
-        if self.n_embd % self.n_head:
+        if self.arch not in ARCHS:
+            raise ValueError(f"--arch must be one of {', '.join(ARCHS)}, got {self.arch!r}")
+        if self.arch == "gpt2" and self.init_from is None and self.n_embd % self.n_head:
             raise ValueError(f"--n-embd {self.n_embd} must be divisible by --n-head {self.n_head}")
         if self.block_size is not None and self.seq_len > self.block_size:
             raise ValueError(f"--seq-len {self.seq_len} exceeds --block-size {self.block_size}")
@@ -86,9 +93,36 @@ class TrainArgs:
             raise ValueError(f"--min-lr {self.min_lr} must not exceed --lr {self.lr}")
         if self.resume and not self.ckpt_dir:
             raise ValueError("--resume needs --ckpt-dir")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
         if self.tiles is not None:
             if len(self.tiles) != 3 or any(t < 1 for t in self.tiles):
                 raise ValueError(f"--tiles must be three positive sizes B,T,C, got {self.tiles}")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """An architecture `tiletrain train --arch NAME` builds from scratch."""
+    model_type: str                                  # key of tiletrain.nn.MODELS (config.json's model_type)
+    sizes: tuple[str, ...]                           # TrainArgs fields (CLI flags) that size it
+    config: Callable[["TrainArgs", int], dict]       # its config as a dict, for a vocabulary size
+
+
+# --arch NAME -> Arch: one line per architecture
+ARCHS = {
+    "gpt2": Arch("gpt2", ("n_layer", "n_head", "n_embd", "dropout"), lambda a, vocab: dict(
+        vocab_size=vocab, block_size=a.block_size or a.seq_len, n_layer=a.n_layer, n_head=a.n_head,
+        n_embd=a.n_embd, dropout=a.dropout, bias=True)),
+}
+
+# model-size options of `tiletrain train`: TrainArgs field -> (type, help); the help names the
+# architectures (ARCHS) that use it
+MODEL_FLAGS = {
+    "n_layer": (int, "transformer blocks"),
+    "n_head": (int, "attention heads"),
+    "n_embd": (int, "embedding width"),
+    "dropout": (float, "dropout on the embeddings and residual branches (also when fine-tuning)"),
+}
 
 
 # Allowed values of TrainArgs' numeric fields: (low, high, low excluded, high excluded),
@@ -156,10 +190,86 @@ class _StopFlag:
             signal.signal(signal.SIGINT, self._old)
 
 
-def build_model(args: TrainArgs, vocab_size: int, cfg: dict | None = None):
-    from .nn import GPT, GPTConfig
-    config = GPTConfig(**(cfg or args.model_config(vocab_size)))
-    return GPT(config, tiling=make_tiling(args, config), dtype=np.dtype(args.dtype), seed=args.seed)
+def build_model(args: TrainArgs, model_type: str, cfg: dict):
+    """A freshly initialised model of this type and config (a dict of its config class)."""
+    from .nn.pretrained import model_class
+    cls = model_class(model_type)
+    config = cls.config_class(**cfg)
+    return cls(config, tiling=make_tiling(args, config), dtype=np.dtype(args.dtype), seed=args.seed)
+
+
+@dataclass
+class ModelSource:
+    """What `train` builds: an --arch model from scratch or the model of an --init-from
+    folder, with its tokenizer; resolved (files read, sizes checked) before any work."""
+    model_type: str
+    config: dict                 # fields of the model's config class
+    tokenizer: Any               # a tiletrain.data tokenizer
+    init_from: str | None = None
+
+    @classmethod
+    def resolve(cls, args: TrainArgs) -> "ModelSource":
+        from .data import TOKENIZER_NAME, load_tokenizer
+        if args.init_from is None:
+            tok = load_tokenizer(args.tokenizer)
+            return cls(ARCHS[args.arch].model_type, args.model_config(tok.vocab_size), tok)
+        from .nn.pretrained import model_class, read_hf_config
+        hf = read_hf_config(args.init_from)
+        config = dataclasses.asdict(model_class(hf.get("model_type")).config_from_hf(hf))
+        if "dropout" in config:
+            config["dropout"] = float(args.dropout)
+        folder = Path(args.init_from) if Path(args.init_from).is_dir() else Path(args.init_from).parent
+        tok_path = args.tokenizer
+        if tok_path is None and (folder / TOKENIZER_NAME).is_file():
+            tok_path = folder
+        tok = load_tokenizer(tok_path)
+        src = cls(hf["model_type"], config, tok, args.init_from)
+        if tok.vocab_size > config["vocab_size"]:
+            raise ValueError(f"--tokenizer {tok_path or '(bytes)'} has a vocabulary of {tok.vocab_size} tokens, "
+                             f"larger than the model's vocab_size {config['vocab_size']} (--init-from {args.init_from})")
+        if args.seq_len > src.context:
+            raise ValueError(f"--seq-len {args.seq_len} exceeds the context length {src.context} of --init-from "
+                             f"{args.init_from}")
+        return src
+
+    @property
+    def n_layer(self) -> int:
+        return self.config.get("n_layer", self.config.get("num_hidden_layers"))
+
+    @property
+    def context(self) -> int:
+        return self.config.get("block_size", self.config.get("max_position_embeddings"))
+
+    def describe(self) -> str:
+        sizes = ", ".join(f"{k} {v}" for k, v in self.config.items())
+        origin = f"from {self.init_from}" if self.init_from else "from scratch"
+        return f"{self.model_type} {origin} ({sizes}), tokenizer {self.tokenizer!r}"
+
+    def check_resume(self, meta: dict, path: Path) -> None:
+        """CheckpointError unless the checkpoint holds this model type, config and tokenizer."""
+        from .data import ByteTokenizer, Tokenizer
+        kind = meta.get("model_type", "gpt2")  # checkpoints before --arch: GPT-2
+        if kind != self.model_type:
+            raise ck.CheckpointError(f"{path} holds a {kind} model, not the requested {self.model_type}")
+        cfg = meta["config"]
+        diff = {k: (cfg.get(k), v) for k, v in self.config.items() if cfg.get(k) != v}
+        if diff:
+            raise ck.CheckpointError(
+                f"{path} holds a model with a different configuration: "
+                + ", ".join(f"{k} checkpoint={a} requested={b}" for k, (a, b) in diff.items()))
+        text = meta.get("tokenizer")
+        theirs = (Tokenizer.from_str(text) if text else ByteTokenizer()).fingerprint
+        if theirs != self.tokenizer.fingerprint:
+            raise ck.CheckpointError(f"{path} was trained with a different tokenizer than {self.tokenizer!r}")
+
+    def build(self, args: TrainArgs, fresh: bool):
+        """The model: --init-from's weights when fresh, else initialised from the seed (a
+        resumed run then loads the checkpoint's weights)."""
+        if self.init_from is not None and fresh:
+            from .nn import from_pretrained
+            return from_pretrained(self.init_from, dtype=np.dtype(args.dtype), tiling=make_tiling(args, None),
+                                   **self.config)
+        return build_model(args, self.model_type, self.config)
 
 
 def make_tiling(args: TrainArgs, config):
@@ -170,10 +280,22 @@ def make_tiling(args: TrainArgs, config):
     return Tiling(batch=b, time=t, width=c)
 
 
+def model_metadata(model, tokenizer=None) -> dict:
+    """What rebuilds the model (generate, export): its model_type, its config, and the
+    tokenizer.json text (None: bytes)."""
+    from .nn import MODELS
+    model_type = next((k for k, cls in MODELS.items() if type(model) is cls), None)
+    if model_type is None:
+        raise TypeError(f"{type(model).__name__} is not in tiletrain.nn.MODELS ({', '.join(MODELS)})")
+    return {"model_type": model_type, "config": dataclasses.asdict(model.config),
+            "tokenizer": tokenizer.to_str() if tokenizer is not None else None}
+
+
 def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng: np.random.Generator,
-                        losses: dict) -> None:
+                        losses: dict, tokenizer=None) -> None:
     from .ops import activations
-    tensors = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied to wte
+    from .nn.pretrained import unique_tensors
+    tensors = unique_tensors(model.state_dict())  # a tied weight once
     osd = opt.state_dict()
     opt_meta = {"param_groups": osd["param_groups"], "steps": {}}
     for idx, st in osd["state"].items():
@@ -183,7 +305,7 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
             else:
                 tensors[f"{OPTIM_PREFIX}{idx}.{name}"] = value
     meta = {
-        "config": dataclasses.asdict(model.config),
+        **model_metadata(model, tokenizer),
         "train_args": {k: v for k, v in dataclasses.asdict(args).items()},
         "step": step,
         "optimizer": opt_meta,
@@ -202,8 +324,7 @@ def load_training_state(path: Path, model, opt, rng: np.random.Generator) -> dic
     from .ops import activations
     arrays, meta = ck.load(path, RESUME_KEYS)
     arrays = {k: arrays[k] for k in sorted(arrays)}  # safetensors' order varies by process; MPI needs one
-    weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
-    weights["lm_head.weight"] = weights.get("transformer.wte.weight")
+    weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}  # tied: one name is enough
     try:
         model.load_state_dict(weights)
     except (ValueError, KeyError, TypeError) as exc:
@@ -250,7 +371,7 @@ def evaluate(model, corpus, args: TrainArgs, rng: np.random.Generator) -> float:
 def train(args: TrainArgs, out=None) -> TrainResult:
     """Run training; prints progress to `out` (default stderr for the bar, stdout for text)."""
     import tiletrain as tt
-    from .data import ByteTokenizer, load_corpus
+    from .data import load_corpus
     from .optim import AdamW, clip_grad_norm_, cosine_with_warmup
     from .ops import activations
 
@@ -258,14 +379,18 @@ def train(args: TrainArgs, out=None) -> TrainResult:
     from .parallel import check_fit, microbatch, n_replicas, place, replica, shards
 
     args.validate()
+    source = ModelSource.resolve(args)  # model type, config and tokenizer: before any work
     # a distribution that does not fit the job: the same message on every rank, before any task
-    check_fit(args.dist, n_layer=args.n_layer, batch=args.batch, stages=args.stages)
+    check_fit(args.dist, n_layer=source.n_layer, batch=args.batch, stages=args.stages)
     out = out or sys.stdout
     if rank() != 0:  # under mpirun only rank 0 reports (every rank runs the same flow)
         import os
         out = open(os.devnull, "w")
         args = dataclasses.replace(args, progress=False)
     ckpt_path = ck.check_writable(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
+    if ckpt_path is not None and ckpt_path.exists() and not (args.resume or args.overwrite):
+        raise ValueError(f"--ckpt-dir {args.ckpt_dir} already holds a checkpoint ({ckpt_path}): pass --resume "
+                         "to continue it or --overwrite to replace it")
     resume_meta = None
     if args.resume:
         if not ckpt_path.is_file():
@@ -281,24 +406,19 @@ def train(args: TrainArgs, out=None) -> TrainResult:
             print(f"training is already complete: {ckpt_path} is at step {done} of --steps {args.steps} "
                   f"(pass a larger --steps to train on)", file=out, flush=True)
             return TrainResult(done, [], {}, 0.0, 0.0, False, str(ckpt_path), None)
-    corpus = load_corpus(args.data or None, val_fraction=args.val_fraction, max_bytes=args.max_bytes)
-    tok = ByteTokenizer()
+    tok = source.tokenizer
+    if resume_meta is not None:
+        source.check_resume(resume_meta, ckpt_path)
+    corpus = load_corpus(args.data or None, val_fraction=args.val_fraction, max_bytes=args.max_bytes,
+                         tokenizer=tok, progress=args.progress and rank() == 0)
     if len(corpus.val) <= args.seq_len + 1:
         raise ValueError(f"the validation split has {len(corpus.val)} tokens, too few for --seq-len "
                          f"{args.seq_len}: use more data or a larger --val-fraction")
 
     rt = tt.init(ncpu=args.ncpu, sched=args.sched)
     try:
-        cfg = resume_meta["config"] if resume_meta else None
-        if cfg is not None:
-            mine = args.model_config(tok.vocab_size)
-            diff = {k: (cfg.get(k), v) for k, v in mine.items() if cfg.get(k) != v}
-            if diff:
-                raise ck.CheckpointError(
-                    f"{ckpt_path} holds a model with a different configuration: "
-                    + ", ".join(f"{k} checkpoint={a} requested={b}" for k, (a, b) in diff.items()))
         activations.manual_seed(args.seed)
-        model = build_model(args, tok.vocab_size, cfg)
+        model = source.build(args, fresh=resume_meta is None)
         place(model, args.dist, args.stages)  # owners of parameters and where each module runs (before the optimizer)
         opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
         data_rng = np.random.default_rng(args.seed)
@@ -311,8 +431,8 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         n_params = sum(p.numel() for p in model.parameters())
         tokens_per_step = args.batch * args.micro_batches * args.seq_len
         fpt = model.flops_per_token(args.seq_len)  # the model's one formula (nn/gpt.py)
-        print(f"model: {model.config.n_layer} layers x {model.config.n_embd} wide, {model.config.n_head} heads, "
-              f"{n_params / 1e6:.2f} M parameters, {args.dtype}; {rt!r}", file=out, flush=True)
+        print(f"model: {source.describe()}, {n_params / 1e6:.2f} M parameters, {args.dtype}; {rt!r}",
+              file=out, flush=True)
         print(f"data: {len(corpus.train):,} train / {len(corpus.val):,} val tokens; {tokens_per_step} tokens "
               f"per step ({args.micro_batches} micro-batches of {args.batch} x {args.seq_len})", file=out, flush=True)
         if args.dist in ("pipeline", "pipeline+data") and world_size() > 1 and args.micro_batches == 1:
@@ -335,7 +455,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         def checkpoint(losses: dict) -> None:
             nonlocal last_good
             try:
-                save_training_state(ckpt_path, model, opt, args, step, data_rng, losses)
+                save_training_state(ckpt_path, model, opt, args, step, data_rng, losses, tok)
             except ck.CheckpointWriteError as exc:  # one line: what, where, and what is left
                 good = (f"the last good checkpoint is {ckpt_path} at step {last_good}" if last_good is not None
                         else "no checkpoint was written in this run")
@@ -405,7 +525,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         sample = None
         if args.sample_tokens > 0 and not stopped:
             sample = generate(model, tok.encode("def "), args.sample_tokens, temperature=0.8,
-                              rng=np.random.default_rng(args.seed))
+                              rng=np.random.default_rng(args.seed), tokenizer=tok)
             print("sample:\n" + sample, file=out, flush=True)
         return TrainResult(step, train_losses, val_losses, tps, fpt * tps / 1e9, stopped,
                            str(ckpt_path) if ckpt_path else None, sample, interrupted)
@@ -414,15 +534,17 @@ def train(args: TrainArgs, out=None) -> TrainResult:
 
 
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             rng: np.random.Generator | None = None) -> str:
-    """Sample tokens from the model (greedy when temperature == 0) and decode the result."""
+             rng: np.random.Generator | None = None, tokenizer=None) -> str:
+    """Sample tokens from the model (greedy when temperature == 0) and decode the result
+    with ``tokenizer`` (default: bytes)."""
     import tiletrain as tt
     from .data import ByteTokenizer
+    tokenizer = tokenizer or ByteTokenizer()
 
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     rng = rng or np.random.default_rng(0)
-    ids = list(int(i) for i in prompt_ids) or [10]
+    ids = list(int(i) for i in prompt_ids) or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
     bs = model.config.block_size
     was_training = model.training
     model.eval()
@@ -443,24 +565,66 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 1.0, t
             ids.append(nxt)
     if was_training:
         model.train()
-    return ByteTokenizer().decode(ids)
+    return tokenizer.decode(ids)
 
 
-def load_for_generation(ckpt_dir: str, ncpu=None, tiles=None):
-    """Start a runtime and build the checkpoint's model with its weights."""
+def find_checkpoint(path) -> Path:
+    """The checkpoint file of a --ckpt-dir: checkpoint.safetensors, or the directory's only
+    .safetensors file (as written by checkpoint.save from Python), or the file itself."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if (p / ck.CHECKPOINT_NAME).is_file() or not p.is_dir():
+        return p / ck.CHECKPOINT_NAME  # ck.load says "no checkpoint at ..." if missing
+    from .nn.pretrained import CONFIG_NAME
+    if (p / CONFIG_NAME).is_file():
+        raise ck.CheckpointError(f"{p} is a Hugging Face model folder, not a checkpoint directory (use --model {p})")
+    files = sorted(p.glob("*.safetensors"))
+    if len(files) == 1:
+        return files[0]
+    what = f"several .safetensors files ({', '.join(f.name for f in files)})" if files else "no .safetensors file"
+    raise ck.CheckpointError(f"no checkpoint at {p / ck.CHECKPOINT_NAME} and {what} in {p}")
+
+
+def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=None, dtype=None):
+    """Start a runtime and return (model, tokenizer, metadata) of a checkpoint (any written
+    by train or by checkpoint.save with the model's config in its metadata) or of a Hugging
+    Face folder.  ``tokenizer``: a tokenizer.json path replacing the model's own."""
     import tiletrain as tt
-    path = Path(ckpt_dir) / ck.CHECKPOINT_NAME
-    arrays, meta = ck.load(path, MODEL_KEYS)
-    targs = TrainArgs(**{k: (tuple(v) if k == "tiles" and v is not None else v)
-                         for k, v in meta["train_args"].items() if k in {f.name for f in dataclasses.fields(TrainArgs)}})
-    if tiles is not None:
-        targs.tiles = tiles
-    targs.batch = 1
-    tt.init(ncpu=ncpu)
-    model = build_model(targs, meta["config"]["vocab_size"], meta["config"])
-    weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
-    weights["lm_head.weight"] = weights["transformer.wte.weight"]
-    model.load_state_dict(weights)
-    return model, meta
-
-
+    from .data import TOKENIZER_NAME, ByteTokenizer, Tokenizer, load_tokenizer
+    if (ckpt_dir is None) == (hf_folder is None):
+        raise ValueError("give exactly one of --ckpt-dir and --model")
+    if ckpt_dir is not None:
+        path = find_checkpoint(ckpt_dir)
+        arrays, meta = ck.load(path, MODEL_KEYS)
+        train_args = meta.get("train_args") or {}
+        targs = TrainArgs(dtype=str(dtype or train_args.get("dtype", "float32")),
+                          tiles=tuple(tiles or train_args.get("tiles") or ()) or None)
+        own = Tokenizer.from_str(meta["tokenizer"]) if meta.get("tokenizer") else ByteTokenizer()
+        tt.init(ncpu=ncpu)
+        try:
+            model = build_model(targs, meta.get("model_type", "gpt2"), meta["config"])
+            weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
+            model.load_state_dict(weights)
+        except (ValueError, TypeError) as exc:
+            tt.shutdown()
+            raise ck.CheckpointError(f"{path}: the weights do not fit its config ({exc})") from None
+    else:
+        from .nn import from_pretrained
+        folder = Path(hf_folder) if Path(hf_folder).is_dir() else Path(hf_folder).parent
+        own = load_tokenizer(folder if (folder / TOKENIZER_NAME).is_file() else None)
+        meta = {"init_from": str(hf_folder)}
+        tt.init(ncpu=ncpu)
+        try:
+            model = from_pretrained(hf_folder, dtype=np.dtype(dtype or "float32"),
+                                    tiling=make_tiling(TrainArgs(tiles=tiles), None))
+        except BaseException:
+            tt.shutdown()
+            raise
+    tok = own if tokenizer is None else load_tokenizer(tokenizer)
+    vocab = model.config.vocab_size
+    if tok.vocab_size > vocab:
+        tt.shutdown()
+        raise ValueError(f"the tokenizer {tok!r} has {tok.vocab_size} tokens, more than the model's "
+                         f"vocab_size {vocab}" + ("" if tokenizer else ": pass --tokenizer"))
+    return model, tok, meta

@@ -1,7 +1,7 @@
 """Hugging Face GPT-2 compatibility: GPT.from_hf from a model or a state dict (torch tensors or
 NumPy arrays), to_hf_state_dict back, config handling and errors.  The model here is the
-tests' own plain-PyTorch GPT-2 with HF names; when transformers is installed, the real
-GPT2LMHeadModel is checked too (it is not a dependency)."""
+tests' own plain-PyTorch GPT-2 with HF names, and the real transformers GPT2LMHeadModel
+(transformers is in the test extra: that check runs, it does not skip)."""
 import types
 
 import numpy as np
@@ -120,9 +120,9 @@ def test_from_hf_errors(rng):
 
 
 def test_real_transformers_gpt2(rng):
-    """Only where transformers is installed (it is not a dependency): same names, same
-    named_parameters, same logits as GPT2LMHeadModel, both ways."""
-    transformers = pytest.importorskip("transformers")
+    """Same names, same named_parameters, same logits as GPT2LMHeadModel, both ways
+    (transformers comes with the test extra: a missing one fails here, it is not skipped)."""
+    import transformers
     hf_cfg = transformers.GPT2Config(vocab_size=23, n_positions=16, n_layer=2, n_head=2, n_embd=16,
                                      bos_token_id=0, eos_token_id=0)
     torch.manual_seed(0)

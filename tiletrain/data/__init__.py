@@ -1,8 +1,13 @@
-"""Corpora and batching: a byte-level tokenizer (vocabulary 256) and a text corpus with a
-train/validation split, sampled reproducibly from a seed."""
+"""Corpora and batching: tokenizers (bytes, the default, or a Hugging Face tokenizer.json) and
+a text corpus with a train/validation split, sampled reproducibly from a seed.  A corpus
+tokenised with a tokenizer.json is cached on disk, keyed by a hash of the text and the
+tokenizer (``$TILETRAIN_CACHE``, default ~/.cache/tiletrain)."""
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,22 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ByteTokenizer", "Corpus", "stdlib_sources", "load_corpus"]
+from .tokenizer import TOKENIZER_NAME, ByteTokenizer, Tokenizer, load_tokenizer
 
-
-class ByteTokenizer:
-    """UTF-8 bytes as tokens: vocabulary 256, lossless for any text."""
-
-    vocab_size = 256
-
-    def encode(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-
-    def decode(self, ids) -> str:
-        arr = np.asarray(ids, dtype=np.int64)
-        if arr.size and (arr.min() < 0 or arr.max() > 255):
-            raise ValueError(f"byte tokens must be in [0, 255], got values in [{arr.min()}, {arr.max()}]")
-        return arr.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+__all__ = ["ByteTokenizer", "Tokenizer", "load_tokenizer", "TOKENIZER_NAME", "Corpus", "stdlib_sources",
+           "load_corpus", "cache_dir"]
 
 
 def stdlib_sources() -> list[Path]:
@@ -60,10 +53,53 @@ class Corpus:
         return np.ascontiguousarray(window[:, :-1]), np.ascontiguousarray(window[:, 1:])
 
 
+def cache_dir() -> Path:
+    """Where tokenised corpora are cached: $TILETRAIN_CACHE/tokens or ~/.cache/tiletrain/tokens."""
+    root = os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
+    return Path(root) / "tokens"
+
+
+def _tokenise(data: bytes, tokenizer, progress: bool) -> np.ndarray:
+    """Token ids of UTF-8 text with a tokenizer.json, cached on disk by content hash; a
+    progress line on stderr while tokenising."""
+    key = hashlib.sha256(tokenizer.fingerprint.encode() + b"\0" + data).hexdigest()
+    path = cache_dir() / f"{key}.npy"
+    if path.is_file():
+        try:
+            return np.load(path).astype(np.int64)
+        except (OSError, ValueError):
+            pass  # a damaged cache entry is rebuilt
+    text = data.decode("utf-8", errors="ignore")  # max_bytes may have cut a character
+    lines = text.splitlines(keepends=True)
+    chunks, start, size = [], 0, 0
+    for i, line in enumerate(lines):  # ~1 MB pieces at line ends: a progress unit each
+        size += len(line)
+        if size >= 1 << 20 or i == len(lines) - 1:
+            chunks.append("".join(lines[start:i + 1]))
+            start, size = i + 1, 0
+    from tqdm import tqdm
+    ids: list[int] = []
+    with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"tokenise ({tokenizer.source})",
+              disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        for chunk in chunks:
+            ids.extend(tokenizer.encode(chunk, add_special_tokens=False))
+            bar.update(len(chunk.encode("utf-8")))
+    arr = np.asarray(ids, dtype=np.int64)
+    try:  # cache atomically; an unwritable cache only costs the next run the time
+        from ..checkpoint import write_atomic
+        buf = io.BytesIO()
+        np.save(buf, arr.astype(np.int32 if tokenizer.vocab_size < 2**31 else np.int64))
+        write_atomic(path, buf.getvalue())
+    except OSError:
+        pass
+    return arr
+
+
 def load_corpus(files: Sequence[str | os.PathLike] | None = None, *, val_fraction: float = 0.1,
-                max_bytes: int | None = None) -> Corpus:
+                max_bytes: int | None = None, tokenizer=None, progress: bool = False) -> Corpus:
     """Read text files (default: the standard library's sources) as UTF-8, concatenate them
-    in the given order, tokenize bytes and split off the last `val_fraction` for validation."""
+    in the given order, tokenize (bytes, or ``tokenizer``: a tiletrain.data.Tokenizer, the
+    result cached on disk) and split off the last `val_fraction` for validation."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     paths = [Path(f) for f in files] if files else stdlib_sources()
@@ -86,6 +122,11 @@ def load_corpus(files: Sequence[str | os.PathLike] | None = None, *, val_fractio
     if len(data) < 64:
         raise ValueError(f"the corpus has {len(data)} bytes ({', '.join(map(str, paths[:3]))}); "
                          "it needs at least 64")
-    ids = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+    if tokenizer is None or isinstance(tokenizer, ByteTokenizer):
+        ids = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+    else:
+        ids = _tokenise(data, tokenizer, progress)
+        if len(ids) < 2:
+            raise ValueError(f"the corpus has {len(ids)} tokens after tokenisation; it needs more text")
     n_val = max(1, int(len(ids) * val_fraction))
     return Corpus(ids[:-n_val], ids[-n_val:], [str(p) for p in paths])

@@ -16,3 +16,7 @@ __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys"
            "Tiling", "Conv1D", "GELU", "Flatten", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh"]
 __all__ += ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
             "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential"]
+# Hugging Face folders for every model (tiletrain/nn/pretrained.py)
+from .pretrained import MODELS, from_pretrained, save_pretrained  # noqa: E402
+
+__all__ += ["MODELS", "from_pretrained", "save_pretrained"]

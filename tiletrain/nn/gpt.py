@@ -166,6 +166,8 @@ class GPT(Module):
     NumPy's generator seeded with ``seed`` (normal 0.02, residual projections 0.02 /
     sqrt(2 n_layer), zero biases, unit LayerNorm weights), as nanoGPT and GPT-2."""
 
+    config_class = GPTConfig  # checkpoints rebuild the model from its config as a dict
+
     def __init__(self, config: GPTConfig, tiling: Tiling | None = None, dtype=np.float32, seed: int = 0):
         super().__init__()
         if not isinstance(config, GPTConfig):
@@ -264,3 +266,40 @@ class GPT(Module):
         layouts, lm_head.weight included).  Needs bias=True."""
         from .hf import to_hf_state_dict
         return to_hf_state_dict(self)
+
+    # -- Hugging Face folders (the interface of tiletrain/nn/pretrained.py) ----------------
+    @classmethod
+    def config_from_hf(cls, cfg) -> GPTConfig:
+        """A GPTConfig from a GPT-2 config.json dict (or a GPT2Config); ValueError naming
+        an unsupported key or a missing one."""
+        from .hf import config_from_hf
+        return config_from_hf(cfg)
+
+    @staticmethod
+    def hf_rename(state_dict) -> dict:
+        """A GPT-2 checkpoint's keys as this model's: attention buffers dropped, a bare
+        GPT2Model's keys prefixed with ``transformer.``."""
+        from .hf import clean_state_dict
+        return clean_state_dict(state_dict)
+
+    def hf_config(self) -> dict:
+        """config.json of the GPT2LMHeadModel this model is (model_type, architectures, sizes)."""
+        from .hf import hf_config
+        return hf_config(self.config)
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=np.float32, tiling: Tiling | None = None, **config_overrides) -> "GPT":
+        """A GPT from a Hugging Face GPT-2 folder or .safetensors file (see
+        tiletrain.nn.from_pretrained, which also dispatches to other architectures)."""
+        from .pretrained import from_pretrained, read_hf_config
+        mt = read_hf_config(path).get("model_type")
+        if mt != "gpt2":
+            raise ValueError(f"GPT.from_pretrained: {path} holds model_type {mt!r}, not 'gpt2' "
+                             "(tiletrain.nn.from_pretrained picks the class by model_type)")
+        return from_pretrained(path, dtype=dtype, tiling=tiling, **config_overrides)
+
+    def save_pretrained(self, path, tokenizer=None):
+        """Write a Hugging Face folder (config.json, model.safetensors, and tokenizer.json
+        when a tiletrain.data.Tokenizer is given) that transformers loads unchanged."""
+        from .pretrained import save_pretrained
+        return save_pretrained(self, path, tokenizer=tokenizer)

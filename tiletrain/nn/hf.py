@@ -3,7 +3,9 @@
 The GPT's parameter names and layouts already are GPT2LMHeadModel's (Conv1D weights in
 (in, out) layout, lm_head.weight tied to transformer.wte.weight), so conversion is a
 matter of configs, key clean-up and dtypes.  transformers is never imported: a model is
-anything with ``.config`` and ``.state_dict()``; nothing touches the network."""
+anything with ``.config`` and ``.state_dict()``; nothing touches the network.  Folders
+(config.json + safetensors) are read and written by tiletrain/nn/pretrained.py, which uses
+the GPT's config_from_hf / hf_config / hf_rename defined from this module."""
 from __future__ import annotations
 
 import re
@@ -14,7 +16,7 @@ import numpy as np
 from .gpt import GPTConfig
 from .module import to_numpy
 
-__all__ = ["config_from_hf", "infer_config", "from_hf", "to_hf_state_dict", "HF_BUFFERS"]
+__all__ = ["config_from_hf", "hf_config", "clean_state_dict", "infer_config", "from_hf", "to_hf_state_dict", "HF_BUFFERS"]
 
 # non-parameter buffers that older transformers versions put in the state dict
 HF_BUFFERS = re.compile(r"^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$")
@@ -22,12 +24,19 @@ _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
 
 
 def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
-    """A GPTConfig from a transformers GPT2Config (or any object with its attributes).
+    """A GPTConfig from a GPT-2 config: a transformers GPT2Config (or any object with its
+    attributes) or a config.json dict.  Unsupported values are refused (ValueError naming
+    the key); keys that do not change the computation (dropout rates, token ids, ...) are
+    ignored.
 
     Dropout is not taken from the HF config (its attn/resid/embd_pdrop differ and attention
     dropout is not supported); the model is built with ``dropout`` (default 0)."""
-    def get(name, default=None):
-        return getattr(hf_config, name, default)
+    if isinstance(hf_config, Mapping):
+        def get(name, default=None):
+            return hf_config.get(name, default)
+    else:
+        def get(name, default=None):
+            return getattr(hf_config, name, default)
 
     for name in ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd"):
         if get(name) is None:
@@ -44,8 +53,9 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
         problems.append(f"n_inner={n_inner} (tiletrain's GPT uses 4 * n_embd = {4 * get('n_embd')})")
     if not get("scale_attn_weights", True):
         problems.append("scale_attn_weights=False")
-    if get("scale_attn_by_inverse_layer_idx", False):
-        problems.append("scale_attn_by_inverse_layer_idx=True")
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
+        if get(flag, False):
+            problems.append(f"{flag}=True")
     if not get("tie_word_embeddings", True):
         problems.append("tie_word_embeddings=False (tiletrain's GPT ties the head to wte)")
     if problems:
@@ -54,7 +64,24 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
                      n_head=get("n_head"), n_embd=get("n_embd"), dropout=dropout, bias=True)
 
 
-def _clean(state_dict: Mapping) -> dict:
+def hf_config(config: GPTConfig) -> dict:
+    """config.json of a GPT2LMHeadModel with this configuration (transformers loads it as is)."""
+    if not config.bias:
+        raise ValueError("hf_config: GPT-2 has biases in every Linear and LayerNorm; this model was built "
+                         "with bias=False and cannot be exported as a GPT2LMHeadModel")
+    # GPT-2's <|endoftext|> is id 50256; a smaller vocabulary has no such token
+    eot = 50256 if config.vocab_size > 50256 else None
+    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": config.vocab_size,
+            "n_positions": config.block_size, "n_ctx": config.block_size, "n_layer": config.n_layer,
+            "n_head": config.n_head, "n_embd": config.n_embd, "n_inner": None,
+            "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
+            "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": 0.0,
+            "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+            "reorder_and_upcast_attn": False, "tie_word_embeddings": True, "use_cache": True,
+            "bos_token_id": eot, "eos_token_id": eot}
+
+
+def clean_state_dict(state_dict: Mapping) -> dict:
     """HF keys as tiletrain names: buffers dropped, a bare GPT2Model's keys prefixed."""
     sd = {str(k): v for k, v in state_dict.items() if not HF_BUFFERS.match(str(k))}
     if "transformer.wte.weight" not in sd and "wte.weight" in sd:  # GPT2Model (no LM head)
@@ -69,7 +96,7 @@ def _shape(v) -> tuple:
 def infer_config(state_dict: Mapping) -> dict:
     """What the shapes of a GPT-2 state dict say: vocab_size, block_size, n_embd, n_layer
     (n_head cannot be inferred)."""
-    sd = _clean(state_dict)
+    sd = clean_state_dict(state_dict)
     out = {}
     if "transformer.wte.weight" in sd:
         out["vocab_size"], out["n_embd"] = _shape(sd["transformer.wte.weight"])
@@ -84,8 +111,8 @@ def infer_config(state_dict: Mapping) -> dict:
 def _as_config(config) -> GPTConfig:
     if isinstance(config, GPTConfig):
         return config
-    if isinstance(config, Mapping):
-        return GPTConfig(**config)
+    if isinstance(config, Mapping):  # a config.json dict (HF names) or GPTConfig's fields
+        return config_from_hf(config) if "n_positions" in config else GPTConfig(**config)
     if hasattr(config, "n_positions"):
         return config_from_hf(config)
     raise TypeError("from_hf: config must be a GPTConfig, a dict or a GPT2Config, "
@@ -112,7 +139,7 @@ def from_hf(cls, model_or_state_dict, config=None, tiling=None, dtype=np.float32
     config = _as_config(config)
     if not config.bias:
         raise ValueError("from_hf: GPT-2 checkpoints have biases; config.bias must be True")
-    sd = _clean(sd)
+    sd = clean_state_dict(sd)
     known = infer_config(sd)
     mismatch = [f"{k}: config {getattr(config, k)}, state dict {v}" for k, v in known.items()
                 if getattr(config, k) != v]

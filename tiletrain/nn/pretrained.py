@@ -1,0 +1,177 @@
+"""Hugging Face model folders: ``from_pretrained`` / ``save_pretrained`` for every model.
+
+A folder holds ``config.json`` and the weights as ``model.safetensors`` or as shards listed
+by ``model.safetensors.index.json``.  ``config["model_type"]`` picks the class in ``MODELS``;
+a model class provides
+
+    Cls.config_from_hf(cfg: dict) -> its config   (ValueError naming an unsupported key)
+    Cls(config, tiling=..., dtype=...)
+    model.hf_config() -> dict                    (config.json that transformers accepts)
+    model.state_dict() / model.load_state_dict(d) under Hugging Face's names
+
+and optionally ``Cls.hf_rename(state_dict) -> state_dict`` (old key spellings, buffers).
+A tied weight appears in ``state_dict()`` under each name as the same array; the file
+stores it once, under its first name, as transformers does."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..data.tokenizer import TOKENIZER_NAME
+from .gpt import GPT
+
+__all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors",
+           "model_class", "unique_tensors", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
+
+# model_type of config.json -> model class (one line per architecture)
+MODELS = {"gpt2": GPT}
+
+CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME = "config.json", "model.safetensors", "model.safetensors.index.json"
+
+
+def _folder_and_weights(path) -> tuple[Path, Path | None]:
+    """(folder holding config.json, a single .safetensors file or None for the folder's own)."""
+    path = Path(path)
+    if path.is_dir():
+        return path, None
+    if path.suffix == ".safetensors" and path.is_file():
+        return path.parent, path
+    if path.name == CONFIG_NAME and path.is_file():
+        return path.parent, None
+    raise FileNotFoundError(f"from_pretrained: {path} is neither a model folder nor a .safetensors file")
+
+
+def read_hf_config(path) -> dict:
+    """config.json of a model folder (or of the folder of a .safetensors file) as a dict."""
+    folder, _ = _folder_and_weights(path)
+    f = folder / CONFIG_NAME
+    if not f.is_file():
+        raise FileNotFoundError(f"from_pretrained: no {CONFIG_NAME} in {folder}")
+    try:
+        cfg = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"from_pretrained: {f} is not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"from_pretrained: {f} must hold a JSON object")
+    return cfg
+
+
+def model_class(model_type: str | None):
+    """The class registered in MODELS for a model_type (of a config.json or a checkpoint)."""
+    if model_type is None:
+        raise ValueError(f"config.json has no 'model_type' (supported: {', '.join(MODELS)})")
+    if model_type not in MODELS:
+        raise ValueError(f"model_type {model_type!r} is not supported (supported: {', '.join(MODELS)})")
+    return MODELS[model_type]
+
+
+def _read_file(f: Path) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file; bfloat16 ones (common in HF folders) as float32
+    (exact: NumPy computes nothing in bfloat16)."""
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy, which safetensors needs)
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(str(f), framework="numpy") as st:
+            out = {k: st.get_tensor(k) for k in st.keys()}
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"from_pretrained: {f} is not a readable safetensors file ({exc})") from None
+    return {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v for k, v in out.items()}
+
+
+def read_safetensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of a folder (model.safetensors or its sharded index) or of one file."""
+    folder, single = _folder_and_weights(path)
+    if single is not None:
+        return _read_file(single)
+    if (folder / WEIGHTS_NAME).is_file():
+        return _read_file(folder / WEIGHTS_NAME)
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        raise FileNotFoundError(f"from_pretrained: no {WEIGHTS_NAME} or {INDEX_NAME} in {folder} "
+                                "(PyTorch .bin weights are not read: convert them to safetensors)")
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"from_pretrained: {index} has no readable weight_map ({exc})") from None
+    out: dict[str, np.ndarray] = {}
+    for shard in sorted(set(weight_map.values())):
+        if not (folder / shard).is_file():
+            raise FileNotFoundError(f"from_pretrained: shard {shard} listed in {index} is missing")
+        out.update(_read_file(folder / shard))
+    missing = sorted(set(weight_map) - set(out))
+    if missing:
+        raise ValueError(f"from_pretrained: tensors listed in {index} are not in its shards: {', '.join(missing)}")
+    return out
+
+
+def from_pretrained(path, dtype=np.float32, tiling=None, **config_overrides):
+    """The model of a Hugging Face folder (config.json + model.safetensors or a sharded
+    index), or of a .safetensors file next to a config.json, by ``config["model_type"]``.
+
+    ``config_overrides`` replace fields of the model's config (e.g. ``dropout=0.1``)."""
+    cfg = read_hf_config(path)
+    cls = model_class(cfg.get("model_type"))
+    config = cls.config_from_hf(cfg)
+    if config_overrides:
+        config = dataclasses.replace(config, **config_overrides)
+    sd = read_safetensors(path)
+    rename = getattr(cls, "hf_rename", None)
+    if rename is not None:
+        sd = rename(sd)
+    model = cls(config, tiling=tiling, dtype=dtype)
+    try:
+        model.load_state_dict(sd, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"from_pretrained: the tensors in {path} do not fit its config.json: {exc}") from None
+    return model
+
+
+def unique_tensors(sd: dict) -> dict[str, np.ndarray]:
+    """Each array once, under its first name (tied weights as transformers stores them)."""
+    seen, out = set(), {}
+    for k, v in sd.items():
+        if id(v) not in seen:
+            seen.add(id(v))
+            out[k] = np.ascontiguousarray(v)
+    return out
+
+
+def _remove_shards(folder: Path) -> None:
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        return
+    try:
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        shards = set()
+    for shard in shards:
+        if shard != WEIGHTS_NAME and "/" not in shard:
+            (folder / shard).unlink(missing_ok=True)
+    index.unlink()
+
+
+def save_pretrained(model, path, tokenizer=None) -> Path:
+    """Write ``model`` as a Hugging Face folder (config.json + model.safetensors) that
+    ``transformers.AutoModelForCausalLM.from_pretrained`` loads unchanged; with a
+    tokenizer (a tiletrain.data.Tokenizer) also its tokenizer.json.  Each file is written
+    atomically, the weights before config.json; the shards of an earlier sharded save are
+    removed."""
+    from safetensors.numpy import save as st_save
+
+    from ..checkpoint import write_atomic
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"save_pretrained: {path} exists and is not a folder")
+    cfg = model.hf_config()
+    tensors = unique_tensors(model.state_dict())
+    cfg["dtype"] = str(next(iter(tensors.values())).dtype)
+    write_atomic(path / WEIGHTS_NAME, st_save(tensors, metadata={"format": "pt"}))
+    text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
+    if text is not None:
+        write_atomic(path / TOKENIZER_NAME, text.encode())
+    _remove_shards(path)  # an earlier sharded save's files would contradict the new weights
+    write_atomic(path / CONFIG_NAME, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
+    return path
