@@ -169,13 +169,10 @@ class LlamaDecoderLayer(Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-# transformers LlamaConfig keys -> accepted values (anything else is refused, naming the key)
+# transformers LlamaConfig keys tiletrain does not implement -> the values it accepts (other
+# keys are ignored: token ids, use_cache, dtype, ...)
 _HF_FIXED = {"hidden_act": ("silu",), "rope_scaling": (None,), "attention_bias": (False,), "mlp_bias": (False,),
              "attention_dropout": (0, 0.0), "pretraining_tp": (1,), "model_type": ("llama",)}
-_HF_IGNORED = {"architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
-               "pad_token_id", "use_cache", "_name_or_path", "return_dict", "output_attentions",
-               "output_hidden_states", "torchscript", "tie_encoder_decoder", "is_encoder_decoder", "id2label",
-               "label2id", "tokenizer_class", "_attn_implementation_autoset", "layer_types", "rope_parameters"}
 
 
 class Llama(Module):
@@ -273,20 +270,28 @@ class Llama(Module):
             if key in cfg and cfg[key] not in allowed:
                 raise ValueError(f"Llama.config_from_hf: unsupported {key}={cfg[key]!r} (supported: "
                                  f"{', '.join(map(repr, allowed))})")
-        if cfg.get("head_dim") is not None and "hidden_size" in cfg and "num_attention_heads" in cfg \
-                and cfg["head_dim"] != cfg["hidden_size"] // cfg["num_attention_heads"]:
+        values = {k: cfg[k] for k in names if k in cfg}
+        rope = cfg.get("rope_parameters")  # transformers 5: {"rope_type": "default", "rope_theta": ...}
+        if rope is not None:
+            if not isinstance(rope, dict):
+                raise ValueError(f"Llama.config_from_hf: rope_parameters must be a dict, got {rope!r}")
+            for k, v in rope.items():
+                if k == "rope_theta":
+                    values["rope_theta"] = v
+                elif not (k == "rope_type" and v == "default"):
+                    raise ValueError(f"Llama.config_from_hf: unsupported rope_parameters.{k}={v!r} (only the "
+                                     "default rope_type with rope_theta)")
+        C, H = cfg.get("hidden_size", 4096), cfg.get("num_attention_heads", 32)
+        if cfg.get("head_dim") is not None and cfg["head_dim"] * H != C:
             raise ValueError(f"Llama.config_from_hf: unsupported head_dim={cfg['head_dim']} (only hidden_size / "
-                             f"num_attention_heads = {cfg['hidden_size'] // cfg['num_attention_heads']})")
-        unknown = sorted(k for k in cfg if k not in names and k not in _HF_FIXED and k not in _HF_IGNORED
-                         and k != "head_dim")
-        if unknown:
-            raise ValueError(f"Llama.config_from_hf: unsupported key(s) {', '.join(unknown)}")
-        return LlamaConfig(**{k: cfg[k] for k in names if k in cfg})
+                             f"num_attention_heads = {C // H if H else '?'})")
+        return LlamaConfig(**values)
 
     def hf_config(self) -> dict:
         """A config.json dict that transformers' LlamaConfig accepts unchanged."""
         c = asdict(self.config)
         c.update(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu", rope_scaling=None,
+                 rope_parameters={"rope_type": "default", "rope_theta": self.config.rope_theta},
                  attention_bias=False, mlp_bias=False, attention_dropout=0.0, pretraining_tp=1,
                  head_dim=self.config.head_dim, torch_dtype=str(self.dtype), use_cache=True)
         return c
