@@ -21,7 +21,8 @@ from .gpt import GPT, LMHead, Tiling, _positive_int
 from .layers import Embedding, Linear, normal
 from .module import Module, ModuleDict, ModuleList, Parameter
 
-__all__ = ["LlamaConfig", "LlamaRMSNorm", "LlamaMLP", "LlamaAttention", "LlamaDecoderLayer", "Llama"]
+__all__ = ["LlamaConfig", "LlamaRMSNorm", "LlamaMLP", "LlamaAttention", "LlamaDecoderLayer", "Llama",
+           "hf_config_dict"]
 
 
 @dataclass
@@ -289,9 +290,15 @@ class Llama(Module):
 
     def hf_config(self) -> dict:
         """A config.json dict that transformers' LlamaConfig accepts unchanged."""
-        c = asdict(self.config)
-        c.update(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu", rope_scaling=None,
-                 rope_parameters={"rope_type": "default", "rope_theta": self.config.rope_theta},
-                 attention_bias=False, mlp_bias=False, attention_dropout=0.0, pretraining_tp=1,
-                 head_dim=self.config.head_dim, torch_dtype=str(self.dtype), use_cache=True)
-        return c
+        return hf_config_dict(self.config, self.dtype)
+
+
+def hf_config_dict(config: LlamaConfig, dtype=np.float32) -> dict:
+    """``config`` as a transformers config.json dict (model_type, architectures, dtype, the
+    fixed values tiletrain implements; rope_theta both as transformers 4 and 5 write it)."""
+    c = asdict(config)
+    c.update(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu", rope_scaling=None,
+             rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+             attention_bias=False, mlp_bias=False, attention_dropout=0.0, pretraining_tp=1,
+             head_dim=config.head_dim, torch_dtype=str(as_dtype(dtype)), use_cache=True)
+    return c
