@@ -209,7 +209,7 @@ class Llama(Module):
             x = layer(x)
         return self.lm_head(self.model.norm(x))              # (B, T, vocab)
 
-    # GPT's helpers, unchanged: loss, id checking, the FLOP estimate
+    # GPT's helpers, unchanged: the loss and the checking of token ids
     loss = GPT.loss
     _ids = GPT._ids
 
