@@ -15,7 +15,7 @@ from tiletrain.optim import AdamW
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from transformers.models.llama import modeling_llama  # noqa: E402
+from transformers.models.llama import modeling_llama
 
 CFG = dict(vocab_size=37, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=32, rope_theta=500.0, rms_norm_eps=1e-5)
