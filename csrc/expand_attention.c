@@ -1,5 +1,6 @@
 /* Attention expanders: head split/merge (one permute task per tile) and flash attention
- * (one task per (query tile, key tile) pair, forward and backward).  The Python side
+ * (one task per (query tile, key tile) pair, forward and backward; key/value may have fewer
+ * heads than the query: grouped-query attention, no repeated copy).  The Python side
  * validates first; these re-validate everything. */
 #include <math.h>
 #include <stdio.h>
@@ -186,6 +187,48 @@ static int attn_geometry(const char *what, const tt_tensor *q, int nothers, tt_t
     return TT_OK;
 }
 
+/* Grouped-query attention: k (and `nkv` others) are (B, Hkv, T, D) with Hkv dividing q's H;
+ * query head h reads kv head h / (H / Hkv).  q's head tile th must be a multiple or a
+ * divisor of the group size G = H / Hkv, and the kv tensors' head tile is max(th / G, 1), so
+ * each query tile reads one kv tile.  Sets *group, the (batch, head) rows of a query tile
+ * per kv row (min(th, G)), and *gsize = G. */
+static int kv_geometry(const char *what, const tt_tensor *q, int nkv, tt_tensor *const *kv, int64_t *group,
+                       int64_t *gsize)
+{
+    const tt_tensor *k = kv[0];
+    if (k->ndim != 4 || k->dtype != q->dtype || k->shape[0] != q->shape[0] || k->shape[2] != q->shape[2] ||
+        k->shape[3] != q->shape[3] || k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
+        return tt_error(TT_EINVAL, "%s: key/value must be (B, Hkv, T, D) of q's dtype, with Hkv dividing q's "
+                        "H=%lld", what, (long long)q->shape[1]);
+    const int64_t G = q->shape[1] / k->shape[1], th = q->tile[1];
+    if (th % G != 0 && G % th != 0)
+        return tt_error(TT_EINVAL, "%s: q's head tile %lld must be a multiple or a divisor of the group size %lld",
+                        what, (long long)th, (long long)G);
+    const int64_t thk = th >= G ? th / G : 1;
+    if (k->tile[0] != q->tile[0] || k->tile[1] != thk || k->tile[2] != q->tile[2] || k->tile[3] != q->tile[3])
+        return tt_error(TT_EINVAL, "%s: key/value tiles (%lld, %lld, %lld, %lld) must be (%lld, %lld, %lld, %lld)",
+                        what, (long long)k->tile[0], (long long)k->tile[1], (long long)k->tile[2],
+                        (long long)k->tile[3], (long long)q->tile[0], (long long)thk, (long long)q->tile[2],
+                        (long long)q->tile[3]);
+    for (int j = 1; j < nkv; j++)
+        if (!tt_same_layout(k, kv[j]))
+            return tt_error(TT_EINVAL, "%s: value and the key/value gradients must have key's shape, tiles and dtype",
+                            what);
+    *group = th < G ? th : G;
+    *gsize = G;
+    return TT_OK;
+}
+
+/* the linear index of the kv tile that q's tile (index qi) with key tile j along T reads */
+static int64_t kv_tile(const tt_tensor *q, const tt_tensor *k, const int64_t *qi, int64_t j, int64_t G)
+{
+    int64_t ki[TT_MAX_NDIM];
+    memcpy(ki, qi, sizeof ki);
+    ki[1] = qi[1] * q->tile[1] / G / k->tile[1];
+    ki[2] = j;
+    return tt_tile_linear(k, ki);
+}
+
 /* (batch*head extent, rows) of q's tile `t`, its index and first position along T */
 static void attn_tile(const tt_tensor *q, int64_t t, int64_t *idx, int64_t *bh, int64_t *rows)
 {
@@ -210,14 +253,16 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
     CHECK(tt_check_readable(v, what));
     CHECK(tt_check_tensor(o, what));
     CHECK(tt_check_tensor(lse, what));
-    tt_tensor *others[3] = {k, v, o};
-    CHECK(attn_geometry(what, q, 3, others, 1, &lse));
+    tt_tensor *others[1] = {o}, *kv[2] = {k, v};
+    CHECK(attn_geometry(what, q, 1, others, 1, &lse));
+    int64_t group, G;
+    CHECK(kv_geometry(what, q, 2, kv, &group, &G));
     if (!isfinite(scale))
         return tt_error(TT_EINVAL, "%s: scale must be finite", what);
     tt_tensor *l; /* running row sums, dropped once the normalise tasks are submitted */
     CHECK(temp_like(q, 3, 1, &l));
     const int64_t nkt = q->grid[2], tT = q->tile[2], D = q->shape[3];
-    int64_t qi[TT_MAX_NDIM], ki[TT_MAX_NDIM];
+    int64_t qi[TT_MAX_NDIM];
     int rc = TT_OK;
     for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
         int64_t bh, tq;
@@ -225,8 +270,6 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
         const int64_t r = tt_tile_linear(lse, qi); /* lse/l index: q's without the D axis */
         const int64_t last = causal ? (qi[2] < nkt - 1 ? qi[2] : nkt - 1) : nkt - 1;
         for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
-            memcpy(ki, qi, sizeof ki);
-            ki[2] = j;
             tt_args_attn_fwd *a = tt_args_new(TT_K_ATTN_FWD);
             if (!a) {
                 rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
@@ -235,10 +278,11 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
             a->dtype = q->dtype;
             a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
             a->qoff = qi[2] * tT, a->koff = j * tT, a->causal = causal != 0, a->init = j == 0;
+            a->group = group;
             a->scale = scale;
             enum starpu_data_access_mode acc = j == 0 ? STARPU_W : STARPU_RW;
             enum starpu_data_access_mode modes[6] = {STARPU_R, STARPU_R, STARPU_R, acc, acc, acc};
-            const int64_t kl = tt_tile_linear(k, ki);
+            const int64_t kl = kv_tile(q, k, qi, j, G);
             starpu_data_handle_t h[6] = {q->handles[t], k->handles[kl], v->handles[kl],
                                          o->handles[t], lse->handles[r], l->handles[r]};
             rc = tt_submit(TT_K_ATTN_FWD, a, h, modes);
@@ -274,14 +318,16 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
     CHECK(tt_check_tensor(dq, what));
     CHECK(tt_check_tensor(dk, what));
     CHECK(tt_check_tensor(dv, what));
-    tt_tensor *others[7] = {k, v, o, dout, dq, dk, dv};
-    CHECK(attn_geometry(what, q, 7, others, 1, &lse));
+    tt_tensor *others[3] = {o, dout, dq}, *kv[4] = {k, v, dk, dv};
+    CHECK(attn_geometry(what, q, 3, others, 1, &lse));
+    int64_t group, G;
+    CHECK(kv_geometry(what, q, 4, kv, &group, &G));
     if (!isfinite(scale))
         return tt_error(TT_EINVAL, "%s: scale must be finite", what);
     tt_tensor *st; /* (lse, rowsum(dO * O)) per query row */
     CHECK(temp_like(q, 4, 2, &st));
     const int64_t nkt = q->grid[2], tT = q->tile[2], D = q->shape[3];
-    int64_t qi[TT_MAX_NDIM], ki[TT_MAX_NDIM];
+    int64_t qi[TT_MAX_NDIM];
     int rc = TT_OK;
     for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
         int64_t bh, tq;
@@ -303,21 +349,21 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
         int64_t bh, tq;
         attn_tile(q, t, qi, &bh, &tq);
         const int64_t last = causal ? (qi[2] < nkt - 1 ? qi[2] : nkt - 1) : nkt - 1;
+        /* the first query tile (in submission order) of the kv tile's group overwrites dk, dv */
+        const int firsthead = qi[1] * q->tile[1] % G == 0;
         for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
-            memcpy(ki, qi, sizeof ki);
-            ki[2] = j;
             tt_args_attn_bwd *a = tt_args_new(TT_K_ATTN_BWD);
             if (!a) {
                 rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
                 break;
             }
-            const int initq = j == 0, initkv = causal ? qi[2] == j : qi[2] == 0;
+            const int initq = j == 0, initkv = firsthead && (causal ? qi[2] == j : qi[2] == 0);
             a->dtype = q->dtype;
             a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
             a->qoff = qi[2] * tT, a->koff = j * tT, a->causal = causal != 0;
-            a->initq = initq, a->initkv = initkv;
+            a->initq = initq, a->initkv = initkv, a->group = group;
             a->scale = scale;
-            const int64_t kl = tt_tile_linear(k, ki);
+            const int64_t kl = kv_tile(q, k, qi, j, G);
             enum starpu_data_access_mode mq = initq ? STARPU_W : STARPU_RW, mkv = initkv ? STARPU_W : STARPU_RW;
             enum starpu_data_access_mode modes[8] = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, mq, mkv, mkv};
             starpu_data_handle_t h[8] = {q->handles[t],  k->handles[kl],  v->handles[kl],  dout->handles[t],

@@ -166,7 +166,10 @@ int tt_heads_merge(tt_tensor *y, int part, int nparts, tt_tensor *x);
 int tt_heads_merge_part(tt_tensor *y, int part, int nparts, tt_tensor *x);
 int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts);
 /* Flash attention on (B, H, T, D) tensors of one layout (D a single tile): o = softmax(scale
- * q k^T (+ causal mask)) v and lse (B, H, T) = the row logsumexp of the scores. */
+ * q k^T (+ causal mask)) v and lse (B, H, T) = the row logsumexp of the scores.  k, v (and
+ * dk, dv) may have Hkv heads dividing H (grouped-query attention: query head h reads kv head
+ * h / G, G = H / Hkv, in place); then q's head tile th is a multiple or a divisor of G and
+ * the kv tensors are tiled (tile_B, max(th / G, 1), tile_T, D). */
 int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
                      tt_tensor *lse);
 int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_tensor *dout, tt_tensor *lse,

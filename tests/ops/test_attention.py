@@ -356,5 +356,88 @@ def test_c_expanders_revalidate(rng, nothing_submitted):
     q, k = (tt.from_numpy(a, tiles) for a in _qkv(rng, shape, np.float64)[:2])
     v = tt.from_numpy(rng.standard_normal(shape), (1, 1, 3, 4))
     o, lse = tt.empty(shape, tiles=tiles, dtype=np.float64), tt.empty((1, 1, 5), tiles=(1, 1, 2), dtype=np.float64)
-    with pytest.raises(ValueError, match="operand 2 must have q's shape"):
+    with pytest.raises(ValueError, match="value and the key/value gradients must have key's shape"):
         check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, 0.5, 1, o._ptr, lse._ptr))
+
+
+# -- grouped-query attention and rotary embeddings (Llama) ---------------------------------
+
+# (B, H, Hkv, T, D), query tiles: heads per tile a multiple of the group, a divisor of it, and
+# a tile that is neither (re-tiled); T with a smaller last tile
+GQA_CASES = [((2, 8, 2, 13, 6), (1, 8, 5, 6)), ((2, 8, 2, 13, 6), (2, 2, 4, 6)), ((1, 6, 3, 9, 4), (1, 1, 9, 4)),
+             ((2, 8, 2, 7, 4), (1, 3, 3, 4))]
+
+
+@pytest.mark.parametrize("shape,tiles", GQA_CASES)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gqa_matches_torch(rng, shape, tiles, dtype):
+    torch = pytest.importorskip("torch")
+    B, H, Hkv, T, D = shape
+    G = H // Hkv
+    q = rng.standard_normal((B, H, T, D)).astype(dtype)
+    k, v = (rng.standard_normal((B, Hkv, T, D)).astype(dtype) for _ in range(2))
+    kv_tiles = (tiles[0], max(tiles[1] // G, 1)) + tiles[2:]
+    Q, K, V = tt.from_numpy(q, tiles), tt.from_numpy(k, kv_tiles), tt.from_numpy(v, kv_tiles)
+    for t in (Q, K, V):
+        t.requires_grad = True
+    y = F.scaled_dot_product_attention(Q, K, V, is_causal=True, enable_gqa=True)
+    do = rng.standard_normal(y.shape).astype(dtype)
+    (y * tt.from_numpy(do, y.tiles)).sum().backward()
+    tq, tk, tv = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (q, k, v))
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
+    ty.backward(torch.tensor(do.astype(np.float64)))
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), **attn_tol(dtype))
+    for got, want in ((Q, tq), (K, tk), (V, tv)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), **attn_tol(dtype))
+    # the same as plain attention on kv heads repeated for their query heads
+    o, _ = ref_attention(q, np.repeat(k, G, axis=1), np.repeat(v, G, axis=1), True)
+    np.testing.assert_allclose(y.numpy(), o, **attn_tol(dtype))
+
+
+def test_vjp_gqa(rng):
+    q = rng.standard_normal((1, 4, 7, 4))
+    k, v = rng.standard_normal((1, 2, 7, 4)), rng.standard_normal((1, 2, 7, 4))
+    vjp_check(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True),
+              [q, k, v], [(1, 1, 3, 4), (1, 1, 3, 4), (1, 1, 3, 4)])
+
+
+def test_gqa_bad_input(rng, nothing_submitted):
+    q = tt.from_numpy(rng.standard_normal((1, 4, 5, 2)))
+    kv = tt.from_numpy(rng.standard_normal((1, 2, 5, 2)))
+    kv3 = tt.from_numpy(rng.standard_normal((1, 3, 5, 2)))
+    with pytest.raises(ValueError, match="key has shape .* they must be equal"):
+        F.scaled_dot_product_attention(q, kv, kv)  # heads differ without enable_gqa
+    with pytest.raises(ValueError, match="number of heads dividing query's"):
+        F.scaled_dot_product_attention(q, kv3, kv3, enable_gqa=True)
+    with pytest.raises(ValueError, match="value has shape"):
+        F.scaled_dot_product_attention(q, kv, q, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("tiles", [(2, 3, 5, 8), (1, 1, 13, 8), (2, 2, 4, 4)])
+def test_rotary_embedding_matches_transformers_convention(rng, dtype, tiles):
+    from tiletrain.testing.references_attention import rope_apply
+    x = rng.standard_normal((2, 3, 13, 8)).astype(dtype)
+    y = F.rotary_embedding(tt.from_numpy(x, tiles), 500.0).numpy()
+    np.testing.assert_allclose(y, rope_apply(x, np.arange(13), 500.0), **attn_tol(dtype))
+    # transformers' formula: x * cos + rotate_half(x) * sin with cos, sin of (T, D)
+    torch = pytest.importorskip("torch")
+    inv = 1.0 / (500.0 ** (torch.arange(0, 8, 2, dtype=torch.float) / 8))
+    ang = torch.arange(13).float()[:, None] * inv
+    emb = torch.cat((ang, ang), dim=-1).double()
+    xt = torch.tensor(x.astype(np.float64))
+    rot = torch.cat((-xt[..., 4:], xt[..., :4]), dim=-1)
+    np.testing.assert_allclose(y, (xt * emb.cos() + rot * emb.sin()).numpy(), **attn_tol(dtype))
+
+
+def test_vjp_rotary_embedding(rng):
+    vjp_check(lambda a: F.rotary_embedding(a, 10000.0), [rng.standard_normal((2, 2, 7, 6))], [(1, 2, 3, 6)])
+
+
+def test_rotary_embedding_bad_input(rng, nothing_submitted):
+    with pytest.raises(ValueError, match="must be \\(B, H, T, D\\)"):
+        F.rotary_embedding(tt.from_numpy(rng.standard_normal((2, 3, 4))))
+    with pytest.raises(ValueError, match="D=5 must be even"):
+        F.rotary_embedding(tt.from_numpy(rng.standard_normal((1, 1, 2, 5))))
+    with pytest.raises(ValueError, match="theta must be a positive"):
+        F.rotary_embedding(tt.from_numpy(rng.standard_normal((1, 1, 2, 4))), -1.0)

@@ -215,21 +215,21 @@ class GPT(Module):
         tiling says."""
         if isinstance(ids, Tensor):
             if ids.dtype != np.int64:
-                raise TypeError(f"GPT: {name} must be an int64 tensor, got {ids.dtype}")
+                raise TypeError(f"{type(self).__name__}: {name} must be an int64 tensor, got {ids.dtype}")
             arr = None
             dims = ids.shape
         else:
             arr = np.asarray(ids)
             if arr.dtype.kind not in "iu":
-                raise TypeError(f"GPT: {name} must be an integer array, got dtype {arr.dtype}")
+                raise TypeError(f"{type(self).__name__}: {name} must be an integer array, got dtype {arr.dtype}")
             dims = arr.shape
         if len(dims) != 2:
-            raise ValueError(f"GPT: {name} must be 2-D (B, T), got shape {tuple(dims)}")
+            raise ValueError(f"{type(self).__name__}: {name} must be 2-D (B, T), got shape {tuple(dims)}")
         if shape is not None and tuple(dims) != tuple(shape):
-            raise ValueError(f"GPT: {name} has shape {tuple(dims)}, expected {tuple(shape)} (idx's shape)")
+            raise ValueError(f"{type(self).__name__}: {name} has shape {tuple(dims)}, expected {tuple(shape)} (idx's shape)")
         B, T = dims
         if T > self.config.block_size:
-            raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only "
+            raise ValueError(f"{type(self).__name__}: cannot forward a sequence of length {T}: block_size is only "
                              f"{self.config.block_size}")
         tiles = self.tiling.rows(B, T)
         if arr is None:

@@ -12,6 +12,7 @@ import math
 import numbers
 
 from .._ffi import check, lib
+from ..runtime.kernels import run_span
 from ..tensors import Tensor, TensorTraits
 from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
@@ -118,13 +119,18 @@ def _merge_heads_bwd(node, g):
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = True,
-                                 scale: float | None = None, *, causal: bool | None = None) -> Tensor:
+                                 scale: float | None = None, enable_gqa: bool = False, *,
+                                 causal: bool | None = None) -> Tensor:
     """softmax(query key^T * scale (+ causal mask)) value on (B, H, T, D) tensors.
 
     PyTorch's name and argument order (``attn_mask`` must be None and ``dropout_p`` 0);
     ``causal=`` is accepted for ``is_causal=``, which defaults to True here.  scale
-    defaults to 1/sqrt(D).  query, key and value must share shape, tiles and dtype, with D
-    in a single tile; T need not be a multiple of its tile.
+    defaults to 1/sqrt(D).  query, key and value must share shape and dtype (T need not be
+    a multiple of its tile); other tilings are re-tiled (D becomes a single tile).
+
+    ``enable_gqa=True`` (grouped-query attention, as PyTorch): key and value may have Hkv
+    heads, Hkv dividing H; query head h attends with kv head h // (H // Hkv).  The kv heads
+    are read in place by the tasks (never repeated in memory).
 
     One task per (query tile, key tile) pair updates a running row max, row sum and
     unnormalised output (online softmax); causal attention skips the key tiles above the
@@ -147,16 +153,26 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     for t, n in zip((q, k, v), names):
         if t.ndim != 4:
             raise ValueError(f"{what}: {n} must be (B, H, T, D), got shape {t.shape}")
+    if not isinstance(enable_gqa, (bool, numbers.Integral)):
+        raise TypeError(f"{what}: enable_gqa must be a bool, got {type(enable_gqa).__name__}")
+    H = q.shape[1]
     for t, n in ((k, "key"), (v, "value")):
-        if t.shape != q.shape:
-            raise ValueError(f"{what}: {n} has shape {t.shape}, query has {q.shape}; they must be equal")
         if t.dtype != q.dtype:
             raise TypeError(f"{what}: dtype mismatch, query is {q.dtype} and {n} is {t.dtype}")
-    D = q.shape[3]
-    want = q.tiles[:3] + (D,)  # D is one tile; key and value tiled as query (re-tiled otherwise)
-    if any(t.tiles != want for t in (q, k, v)):
+        same = t.shape == q.shape or (enable_gqa and t.shape[:1] + t.shape[2:] == q.shape[:1] + q.shape[2:]
+                                      and H % t.shape[1] == 0)
+        if not same or t.shape != k.shape:
+            rule = ("equal to query's but for a number of heads dividing query's" if enable_gqa else "equal")
+            raise ValueError(f"{what}: {n} has shape {t.shape}, query has {q.shape} (key {k.shape}); "
+                             f"they must be {rule}")
+    D, G = q.shape[3], H // k.shape[1]
+    th = gqa_head_tile(q.tiles[1], G)
+    want = (q.tiles[0], th, q.tiles[2], D)  # D is one tile; key and value tiled to match (re-tiled otherwise)
+    kv_want = (q.tiles[0], max(th // G, 1), q.tiles[2], D)
+    if q.tiles != want or k.tiles != kv_want or v.tiles != kv_want:
         from .shape import retile
-        q, k, v = (retile(t, want) for t in (q, k, v))
+        q = retile(q, want) if q.tiles != want else q
+        k, v = (retile(t, kv_want) if t.tiles != kv_want else t for t in (k, v))
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     elif not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):
@@ -173,13 +189,51 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
                   causal=is_causal)
 
 
+def gqa_head_tile(th: int, G: int) -> int:
+    """The head tile of a query with G query heads per kv head, closest below ``th``: a
+    multiple of G, or a divisor of G when th < G (so each query tile reads one kv tile)."""
+    if th >= G:
+        return th - th % G
+    return max(d for d in range(1, th + 1) if G % d == 0)
+
+
 @backward_rule("scaled_dot_product_attention")
 def _sdpa_bwd(node, g):
     q, k, v, o, lse = node.saved
-    dq, dk, dv = (Tensor(q.traits, q.dtype) for _ in range(3))
+    dq = Tensor(q.traits, q.dtype)
+    dk, dv = (Tensor(k.traits, k.dtype) for _ in range(2))
     check(lib.tt_attention_bwd(q._ptr, k._ptr, v._ptr, o._ptr, g._ptr, lse._ptr, node.ctx["scale"],
                                int(node.ctx["causal"]), dq._ptr, dk._ptr, dv._ptr))
     return tuple(d if inp is not None else None for d, inp in zip((dq, dk, dv), node.inputs))
 
 
-__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention"]
+def rotary_embedding(x: Tensor, theta: float = 10000.0) -> Tensor:
+    """Rotary position embedding of x (B, H, T, D) at positions 0..T-1, Hugging Face Llama's
+    rotate-half convention: with x1, x2 the halves of the last axis and angle t * inv_freq,
+    inv_freq[i] = 1 / theta^(2i / D), y = (x1 cos - x2 sin, x2 cos + x1 sin).  One task per
+    tile (D is one tile; other tilings are re-tiled); the backward rotates by -angle."""
+    what = "rotary_embedding"
+    _float_tensor(x, what, "x")
+    if x.ndim != 4:
+        raise ValueError(f"{what}: x must be (B, H, T, D), got shape {x.shape}")
+    D = x.shape[3]
+    if D % 2:
+        raise ValueError(f"{what}: the head size D={D} must be even")
+    if not isinstance(theta, numbers.Real) or isinstance(theta, bool) or not math.isfinite(theta) or theta <= 0:
+        raise ValueError(f"{what}: theta must be a positive finite number, got {theta!r}")
+    if x.tiles[3] != D:
+        from .shape import retile
+        x = retile(x, x.tiles[:3] + (D,))
+    y = Tensor(x.traits, x.dtype)
+    run_span("rope", 2, 1, [x, y], inverse=0, theta=float(theta))
+    return record("rotary_embedding", y, (x,), theta=float(theta))
+
+
+@backward_rule("rotary_embedding")
+def _rope_bwd(node, g):
+    dx = Tensor(g.traits, g.dtype)
+    run_span("rope", 2, 1, [g, dx], inverse=1, theta=node.ctx["theta"])
+    return (dx,)
+
+
+__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention", "rotary_embedding"]

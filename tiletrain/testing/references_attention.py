@@ -38,7 +38,7 @@ def _mask(causal, qoff, koff, tq, tk):
 def _attn_fwd_case(rng, dt):
     causal, qoff, koff, tq, tk = _ATTN_BLOCKS[int(rng.integers(len(_ATTN_BLOCKS)))]
     init = int(rng.integers(2))
-    bh, hd = 2, 3
+    bh, hd, group = 4, 3, int(rng.choice([1, 2, 4]))  # group: query rows per key/value row (GQA)
     m = _r(rng, dt, bh, tq)
     l = (rng.random((bh, tq)) + 0.5).astype(dt)
     if init:  # the kernel must overwrite o, m, l
@@ -46,12 +46,28 @@ def _attn_fwd_case(rng, dt):
         m, l = np.full((bh, tq), np.nan, dt), np.full((bh, tq), np.nan, dt)
     else:
         o = _r(rng, dt, bh, tq, hd)
-    args = dict(bh=bh, tq=tq, tk=tk, hd=hd, qoff=qoff, koff=koff, causal=causal, init=init, scale=0.6)
-    return args, [_r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tk, hd), _r(rng, dt, bh, tk, hd), o, m, l]
+    args = dict(bh=bh, tq=tq, tk=tk, hd=hd, qoff=qoff, koff=koff, causal=causal, init=init, group=group, scale=0.6)
+    bk = bh // group
+    return args, [_r(rng, dt, bh, tq, hd), _r(rng, dt, bk, tk, hd), _r(rng, dt, bk, tk, hd), o, m, l]
+
+
+def _group(a):
+    return max(int(a.get("group", 1)), 1)
+
+
+def _expand(x, a):
+    """kv rows repeated for the query rows that read them (row b of q reads row b // group)"""
+    return np.repeat(x, _group(a), axis=0)
+
+
+def _fold(x, a):
+    """the inverse of _expand for gradients: rows of one group summed"""
+    return x.reshape(-1, _group(a), *x.shape[1:]).sum(axis=1)
 
 
 def _attn_fwd_ref(a, q, k, v, o, m, l):
     q, k, v, o, m, l = (x.astype(np.float64) for x in (q, k, v, o, m, l))
+    k, v = _expand(k, a), _expand(v, a)
     s = a["scale"] * q @ np.swapaxes(k, 1, 2)
     mask = _mask(a["causal"], a["qoff"], a["koff"], a["tq"], a["tk"])
     s = np.where(mask, s, -np.inf)
@@ -88,22 +104,24 @@ def _attn_bwd_rows_ref(a, do, o, lse, st):
 def _attn_bwd_case(rng, dt):
     causal, qoff, koff, tq, tk = _ATTN_BLOCKS[int(rng.integers(len(_ATTN_BLOCKS)))]
     initq, initkv = int(rng.integers(2)), int(rng.integers(2))
-    bh, hd = 2, 3
+    bh, hd, group = 4, 3, int(rng.choice([1, 2, 4]))
+    bk = bh // group
     st = np.stack([_r(rng, dt, bh, tq) + 2.0, _r(rng, dt, bh, tq)], axis=2)
-    dq, dk, dv = _r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tk, hd), _r(rng, dt, bh, tk, hd)
+    dq, dk, dv = _r(rng, dt, bh, tq, hd), _r(rng, dt, bk, tk, hd), _r(rng, dt, bk, tk, hd)
     if initq:
         dq[:] = np.nan
     if initkv:
         dk[:] = np.nan
         dv[:] = np.nan
     args = dict(bh=bh, tq=tq, tk=tk, hd=hd, qoff=qoff, koff=koff, causal=causal, initq=initq, initkv=initkv,
-                scale=0.6)
-    return args, [_r(rng, dt, bh, tq, hd), _r(rng, dt, bh, tk, hd), _r(rng, dt, bh, tk, hd),
+                group=group, scale=0.6)
+    return args, [_r(rng, dt, bh, tq, hd), _r(rng, dt, bk, tk, hd), _r(rng, dt, bk, tk, hd),
                   _r(rng, dt, bh, tq, hd), st, dq, dk, dv]
 
 
 def _attn_bwd_ref(a, q, k, v, do, st, dq, dk, dv):
     q, k, v, do, st, dq, dk, dv = (x.astype(np.float64) for x in (q, k, v, do, st, dq, dk, dv))
+    k, v = _expand(k, a), _expand(v, a)
     sc = a["scale"]
     s = sc * q @ np.swapaxes(k, 1, 2)
     mask = _mask(a["causal"], a["qoff"], a["koff"], a["tq"], a["tk"])
@@ -111,11 +129,42 @@ def _attn_bwd_ref(a, q, k, v, do, st, dq, dk, dv):
     dp = do @ np.swapaxes(v, 1, 2)
     ds = p * (dp - st[..., 1:2])
     return {5: (0 if a["initq"] else dq) + sc * ds @ k,
-            6: (0 if a["initkv"] else dk) + sc * np.swapaxes(ds, 1, 2) @ q,
-            7: (0 if a["initkv"] else dv) + np.swapaxes(p, 1, 2) @ do}
+            6: (0 if a["initkv"] else dk) + _fold(sc * np.swapaxes(ds, 1, 2) @ q, a),
+            7: (0 if a["initkv"] else dv) + _fold(np.swapaxes(p, 1, 2) @ do, a)}
+
+
+def rope_tables(positions, D: int, theta: float, dtype=np.float64):
+    """(cos, sin) of shape (len(positions), D // 2): angles position * inv_freq rounded to
+    float32 as transformers computes them, cos and sin then in ``dtype``."""
+    i = np.arange(0, D, 2, dtype=np.float32)
+    inv = (np.float32(1.0) / np.power(np.float32(theta), i / np.float32(D))).astype(np.float32)
+    ang = (np.asarray(positions, np.float32)[:, None] * inv[None, :]).astype(np.float32)
+    return np.cos(ang.astype(dtype)), np.sin(ang.astype(dtype))
+
+
+def rope_apply(x, positions, theta: float, inverse: bool = False):
+    """Rotate-half rotary embedding of x (..., T, D) at ``positions`` (T,), in float64."""
+    D = x.shape[-1]
+    c, s = rope_tables(positions, D, theta)
+    s = -s if inverse else s
+    x = x.astype(np.float64)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def _rope_case(rng, dt):
+    m, k, n = 3, 5, 8
+    return (dict(m=m, k=k, n=n, koff=int(rng.integers(0, 300)), inverse=int(rng.integers(2)), theta=10000.0),
+            [_r(rng, dt, m, k, n), np.zeros((m, k, n), dt)])
+
+
+def _rope_ref(a, x, y):
+    pos = a["koff"] + np.arange(a["k"])
+    return {1: rope_apply(x, pos, a["theta"], bool(a["inverse"]))}
 
 
 REFERENCES: dict = {
+    "rope": Reference(_rope_case, _rope_ref),
     "heads_split": Reference(_heads_split_case, _heads_split_ref),
     "heads_merge": Reference(_heads_merge_case, _heads_merge_ref),
     "attn_fwd": Reference(_attn_fwd_case, _attn_fwd_ref),

@@ -151,14 +151,15 @@ static void row_dsoftmax_f64(double *p, double *d, int64_t n, double lse, double
 void tt_cpu_attn_fwd(const tt_args_attn_fwd *a, const void *q, const void *k, const void *v, void *o, void *m,
                      void *l)
 {
-    const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd;
+    const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd, group = a->group > 1 ? a->group : 1;
     const int64_t rbmax = tq < ATTN_RB ? tq : ATTN_RB;
     TT_FLOAT_DISPATCH(a->dtype, {
         T *s = malloc((size_t)(rbmax * tk) * sizeof(T));
         if (!s)
             abort();
         for (int64_t b = 0; b < bh; b++) {
-            const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + b * tk * hd, *V = (const T *)v + b * tk * hd;
+            const int64_t bk = b / group; /* the key/value row this query row reads */
+            const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + bk * tk * hd, *V = (const T *)v + bk * tk * hd;
             T *O = (T *)o + b * tq * hd, *M = (T *)m + b * tq, *L = (T *)l + b * tq;
             for (int64_t r0 = 0; r0 < tq; r0 += rbmax) {
                 const int64_t rb = tq - r0 < rbmax ? tq - r0 : rbmax;
@@ -248,7 +249,7 @@ void tt_cpu_attn_bwd_rows(const tt_args_attn_bwd_rows *a, const void *dout, cons
 void tt_cpu_attn_bwd(const tt_args_attn_bwd *a, const void *q, const void *k, const void *v, const void *dout,
                      const void *st, void *dq, void *dk, void *dv)
 {
-    const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd;
+    const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd, group = a->group > 1 ? a->group : 1;
     const int64_t rbmax = tq < ATTN_RB ? tq : ATTN_RB;
     TT_FLOAT_DISPATCH(a->dtype, {
         T *p = malloc((size_t)(2 * rbmax * tk) * sizeof(T));
@@ -258,13 +259,14 @@ void tt_cpu_attn_bwd(const tt_args_attn_bwd *a, const void *q, const void *k, co
         if (a->initq)
             memset(dq, 0, (size_t)(bh * tq * hd) * sizeof(T));
         if (a->initkv) {
-            memset(dk, 0, (size_t)(bh * tk * hd) * sizeof(T));
-            memset(dv, 0, (size_t)(bh * tk * hd) * sizeof(T));
+            memset(dk, 0, (size_t)(bh / group * tk * hd) * sizeof(T));
+            memset(dv, 0, (size_t)(bh / group * tk * hd) * sizeof(T));
         }
         for (int64_t b = 0; b < bh; b++) {
-            const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + b * tk * hd, *V = (const T *)v + b * tk * hd;
+            const int64_t bk = b / group; /* the key/value row this query row reads */
+            const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + bk * tk * hd, *V = (const T *)v + bk * tk * hd;
             const T *dO = (const T *)dout + b * tq * hd, *ST = (const T *)st + b * tq * 2;
-            T *dQ = (T *)dq + b * tq * hd, *dK = (T *)dk + b * tk * hd, *dV = (T *)dv + b * tk * hd;
+            T *dQ = (T *)dq + b * tq * hd, *dK = (T *)dk + bk * tk * hd, *dV = (T *)dv + bk * tk * hd;
             for (int64_t r0 = 0; r0 < tq; r0 += rbmax) {
                 const int64_t rb = tq - r0 < rbmax ? tq - r0 : rbmax;
                 const int64_t ncol = visible(a->causal, a->qoff + r0 + rb - 1, a->koff, tk);
@@ -286,5 +288,43 @@ void tt_cpu_attn_bwd(const tt_args_attn_bwd *a, const void *q, const void *k, co
             }
         }
         free(p);
+    });
+}
+
+/* Rotary embedding: angle of pair i at position pos, float32 as transformers computes it */
+static float rope_angle(int64_t pos, int64_t i, int64_t n, double theta)
+{
+    const float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)n);
+    return (float)pos * inv;
+}
+
+void tt_cpu_rope(const tt_args_rope *a, const void *x, void *y)
+{
+    const int64_t m = a->m, k = a->k, n = a->n, h = n / 2;
+    const double sgn = a->inverse ? -1.0 : 1.0;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *X = x;
+        T *Y = y;
+        T *cs = malloc((size_t)(2 * h) * sizeof(T));
+        if (!cs)
+            abort();
+        T *sn = cs + h;
+        for (int64_t t = 0; t < k; t++) {
+            for (int64_t i = 0; i < h; i++) {
+                const T ang = (T)rope_angle(a->koff + t, i, n, a->theta);
+                cs[i] = cos(ang);
+                sn[i] = (T)sgn * sin(ang);
+            }
+            for (int64_t b = 0; b < m; b++) {
+                const T *xr = X + (b * k + t) * n;
+                T *yr = Y + (b * k + t) * n;
+                for (int64_t i = 0; i < h; i++) {
+                    const T x1 = xr[i], x2 = xr[i + h];
+                    yr[i] = x1 * cs[i] - x2 * sn[i];
+                    yr[i + h] = x2 * cs[i] + x1 * sn[i];
+                }
+            }
+        }
+        free(cs);
     });
 }

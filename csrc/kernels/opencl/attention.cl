@@ -34,14 +34,15 @@ DEVFN ACC SUF(tt_dot)(GLOBAL const T *a, GLOBAL const T *b, tt_long n)
 
 KERNEL SUF(tt_attn_fwd)(GLOBAL const T *q, GLOBAL const T *k, GLOBAL const T *v, GLOBAL T *o, GLOBAL T *m,
                         GLOBAL T *l, tt_long bh, tt_long tq, tt_long tk, tt_long hd, tt_long qoff, tt_long koff,
-                        tt_long causal, tt_long init, R scale)
+                        tt_long causal, tt_long init, tt_long group, R scale)
 {
     LOCAL ACC p[TT_DEV_LOCAL];
     LOCAL ACC red[TT_DEV_LOCAL];
     const tt_long row = GROUP0(), b = row / tq, r = row % tq, lid = LID0();
+    const tt_long bk = b / (group > 1 ? group : 1); /* the key/value row this query row reads */
     GLOBAL const T *Q = q + row * hd;
-    GLOBAL const T *K = k + b * tk * hd;
-    GLOBAL const T *V = v + b * tk * hd;
+    GLOBAL const T *K = k + bk * tk * hd;
+    GLOBAL const T *V = v + bk * tk * hd;
     GLOBAL T *O = o + row * hd;
     const tt_long nv = tt_visible(causal, qoff + r, koff, tk);
     ACC mrun = init ? -(ACC)TT_INF : (ACC)m[row];
@@ -110,18 +111,18 @@ KERNEL SUF(tt_attn_bwd_rows)(GLOBAL const T *dout, GLOBAL const T *o, GLOBAL con
 KERNEL SUF(tt_attn_bwd)(GLOBAL const T *q, GLOBAL const T *k, GLOBAL const T *v, GLOBAL const T *dout,
                         GLOBAL const T *st, GLOBAL T *dq, GLOBAL T *dk, GLOBAL T *dv, tt_long bh, tt_long tq,
                         tt_long tk, tt_long hd, tt_long qoff, tt_long koff, tt_long causal, tt_long initq,
-                        tt_long initkv, R scale)
+                        tt_long initkv, tt_long group, R scale)
 {
     LOCAL ACC pa[TT_DEV_LOCAL];
     LOCAL ACC pb[TT_DEV_LOCAL];
-    const tt_long g = GROUP0(), lid = LID0();
+    const tt_long g = GROUP0(), lid = LID0(), grp = group > 1 ? group : 1;
     const ACC sc = scale;
     if (g < bh * tq) { /* query row: dq += scale dS K */
-        const tt_long b = g / tq, r = g % tq;
+        const tt_long b = g / tq, r = g % tq, bk = b / grp;
         GLOBAL const T *Q = q + g * hd;
         GLOBAL const T *dO = dout + g * hd;
-        GLOBAL const T *K = k + b * tk * hd;
-        GLOBAL const T *V = v + b * tk * hd;
+        GLOBAL const T *K = k + bk * tk * hd;
+        GLOBAL const T *V = v + bk * tk * hd;
         GLOBAL T *dQ = dq + g * hd;
         const ACC lse = st[2 * g], delta = st[2 * g + 1];
         const tt_long nv = tt_visible(causal, qoff + r, koff, tk);
@@ -146,8 +147,8 @@ KERNEL SUF(tt_attn_bwd)(GLOBAL const T *q, GLOBAL const T *k, GLOBAL const T *v,
             }
             BARRIER();
         }
-    } else { /* key row: dv += P^T dO, dk += scale dS^T Q */
-        const tt_long g2 = g - bh * tq, b = g2 / tk, c = g2 % tk;
+    } else { /* key row: dv += P^T dO, dk += scale dS^T Q, summed over the group's query rows */
+        const tt_long g2 = g - bh * tq, bk = g2 / tk, c = g2 % tk;
         GLOBAL const T *Kc = k + g2 * hd;
         GLOBAL const T *Vc = v + g2 * hd;
         GLOBAL T *dK = dk + g2 * hd;
@@ -163,29 +164,47 @@ KERNEL SUF(tt_attn_bwd)(GLOBAL const T *q, GLOBAL const T *k, GLOBAL const T *v,
                 dK[d] = (T)0;
                 dV[d] = (T)0;
             }
-        for (tt_long r0 = r0min; r0 < tq; r0 += TT_DEV_LOCAL) {
-            const tt_long r = r0 + lid, qr = b * tq + r;
-            ACC pv = 0, ds = 0;
-            if (r < tq) {
-                const ACC lse = st[2 * qr], delta = st[2 * qr + 1];
-                pv = exp(sc * SUF(tt_dot)(q + qr * hd, Kc, hd) - lse);
-                ds = pv * (SUF(tt_dot)(dout + qr * hd, Vc, hd) - delta);
-            }
-            pa[lid] = pv;
-            pb[lid] = ds;
-            BARRIER();
-            const tt_long nr = tq - r0 < TT_DEV_LOCAL ? tq - r0 : TT_DEV_LOCAL;
-            for (tt_long d = lid; d < hd; d += TT_DEV_LOCAL) {
-                ACC av = 0, ak = 0;
-                for (tt_long jj = 0; jj < nr; jj++) {
-                    const tt_long e = (b * tq + r0 + jj) * hd + d;
-                    av += pa[jj] * (ACC)dout[e];
-                    ak += pb[jj] * (ACC)q[e];
+        for (tt_long b = bk * grp; b < (bk + 1) * grp; b++) {
+            for (tt_long r0 = r0min; r0 < tq; r0 += TT_DEV_LOCAL) {
+                const tt_long r = r0 + lid, qr = b * tq + r;
+                ACC pv = 0, ds = 0;
+                if (r < tq) {
+                    const ACC lse = st[2 * qr], delta = st[2 * qr + 1];
+                    pv = exp(sc * SUF(tt_dot)(q + qr * hd, Kc, hd) - lse);
+                    ds = pv * (SUF(tt_dot)(dout + qr * hd, Vc, hd) - delta);
                 }
-                dV[d] = (T)((ACC)dV[d] + av);
-                dK[d] = (T)((ACC)dK[d] + sc * ak);
+                pa[lid] = pv;
+                pb[lid] = ds;
+                BARRIER();
+                const tt_long nr = tq - r0 < TT_DEV_LOCAL ? tq - r0 : TT_DEV_LOCAL;
+                for (tt_long d = lid; d < hd; d += TT_DEV_LOCAL) {
+                    ACC av = 0, ak = 0;
+                    for (tt_long jj = 0; jj < nr; jj++) {
+                        const tt_long e = (b * tq + r0 + jj) * hd + d;
+                        av += pa[jj] * (ACC)dout[e];
+                        ak += pb[jj] * (ACC)q[e];
+                    }
+                    dV[d] = (T)((ACC)dV[d] + av);
+                    dK[d] = (T)((ACC)dK[d] + sc * ak);
+                }
+                BARRIER();
             }
-            BARRIER();
         }
     }
+}
+
+/* Rotary embedding (csrc/kernels/cpu/attention.c tt_cpu_rope): one work-item per (row, pair) */
+KERNEL SUF(tt_rope)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt_long n, tt_long koff, tt_long inverse,
+                    R theta)
+{
+    const tt_long e = GID0(), h = n / 2;
+    if (e >= m * k * h)
+        return;
+    const tt_long i = e % h, row = e / h, t = row % k;
+    const float inv = 1.0f / pow((float)theta, (float)(2 * i) / (float)n);
+    const float ang = (float)(koff + t) * inv;
+    const ACC c = cos((ACC)ang), s = (inverse ? -(ACC)1 : (ACC)1) * sin((ACC)ang);
+    const ACC x1 = x[row * n + i], x2 = x[row * n + i + h];
+    y[row * n + i] = (T)(x1 * c - x2 * s);
+    y[row * n + i + h] = (T)(x2 * c + x1 * s);
 }

@@ -1,0 +1,304 @@
+"""Llama in tiletrain: token embedding, pre-RMSNorm decoder layers with rotary grouped-query
+causal self-attention and a SwiGLU MLP, a final RMSNorm and a language-model head (tied to
+the embedding or not), no biases.  Parameter names and layouts are those of Hugging Face's
+LlamaForCausalLM, so ``state_dict()`` / ``load_state_dict()`` exchange weights with it
+directly; ``Llama.config_from_hf`` / ``hf_config`` convert its config.json.
+
+GPT's pieces are reused: ``Tiling``, the token embedding, the tied head, cross-entropy,
+head split/merge and flash attention (which reads the shared kv heads in place)."""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from .. import functional as F
+from ..tensors import Tensor
+from ..tensors.tensor import as_dtype
+from .gpt import GPT, LMHead, Tiling, _positive_int
+from .layers import Embedding, Linear, normal
+from .module import Module, ModuleDict, ModuleList, Parameter
+
+__all__ = ["LlamaConfig", "LlamaRMSNorm", "LlamaMLP", "LlamaAttention", "LlamaDecoderLayer", "Llama",
+           "hf_config_dict"]
+
+
+@dataclass
+class LlamaConfig:
+    """transformers' LlamaConfig fields tiletrain implements (same names and defaults;
+    num_key_value_heads None means num_attention_heads)."""
+
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "max_position_embeddings"):
+            setattr(self, f, _positive_int(getattr(self, f), f"LlamaConfig.{f}"))
+        H, Hkv, C = self.num_attention_heads, self.num_key_value_heads, self.hidden_size
+        if C % H:
+            raise ValueError(f"LlamaConfig: num_attention_heads={H} must divide hidden_size={C}")
+        if H % Hkv:
+            raise ValueError(f"LlamaConfig: num_key_value_heads={Hkv} must divide num_attention_heads={H}")
+        if (C // H) % 2:
+            raise ValueError(f"LlamaConfig: the head size hidden_size / num_attention_heads = {C // H} must be "
+                             "even (rotary embeddings rotate pairs)")
+        for f in ("rms_norm_eps", "rope_theta", "initializer_range"):
+            v = getattr(self, f)
+            if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"LlamaConfig.{f} must be a positive number, got {v!r}")
+            setattr(self, f, float(v))
+        if not isinstance(self.tie_word_embeddings, (bool, np.bool_)):
+            raise ValueError(f"LlamaConfig.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")
+        self.tie_word_embeddings = bool(self.tie_word_embeddings)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    # GPT's names, for code written against GPTConfig (Tiling, generate, the training loop)
+    n_embd = property(lambda self: self.hidden_size)
+    n_head = property(lambda self: self.num_attention_heads)
+    n_layer = property(lambda self: self.num_hidden_layers)
+    block_size = property(lambda self: self.max_position_embeddings)
+
+
+def resolve_tiling(tiling: Tiling, config: LlamaConfig) -> Tiling:
+    """``tiling`` with width, hidden and vocab filled in and checked for a Llama: width holds
+    whole heads (a multiple of the head size) whose number is a multiple or a divisor of the
+    query heads per kv head, so each attention task reads one kv tile (default: the largest
+    such tile up to 1024 dividing hidden_size); hidden tiles intermediate_size (default
+    min(intermediate_size, 1024))."""
+    C, D = config.hidden_size, config.head_dim
+    G = config.num_attention_heads // config.num_key_value_heads
+    ok = [t for t in range(D, C + 1, D) if (t // D) % G == 0 or G % (t // D) == 0]
+    width = tiling.width
+    if width is None:
+        width = max([t for t in ok if t <= 1024 and C % t == 0] or ok[:1])
+    elif width not in ok:
+        raise ValueError(f"Tiling.width={width} must be a multiple of the head size {D} holding a multiple or a "
+                         f"divisor of {G} heads (query heads per kv head); valid: {ok}")
+    I, V = config.intermediate_size, config.vocab_size
+    hidden = min(I, 1024) if tiling.hidden is None else min(tiling.hidden, I)
+    vocab = min(V, 1024) if tiling.vocab is None else min(tiling.vocab, V)
+    return replace(tiling, width=width, hidden=hidden, vocab=vocab)
+
+
+def _linear(n_in: int, n_out: int, tiles, std: float, kw) -> Linear:
+    """A bias-free Linear (HF layout (out, in)) drawn N(0, std^2) as transformers initialises."""
+    lin = Linear(n_in, n_out, bias=False, tiles=tiles, dtype=kw["dtype"], rng=kw["rng"])
+    lin.weight = Parameter(normal((n_out, n_in), std, kw["rng"], kw["dtype"]), lin.weight.tiles)
+    return lin
+
+
+class LlamaRMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (unit weight)."""
+
+    def __init__(self, n: int, eps: float = 1e-6, *, tile=None, dtype=np.float32):
+        super().__init__()
+        self.n, self.eps = n, float(eps)
+        self.weight = Parameter(np.ones(n, as_dtype(dtype)), None if tile is None else (tile,))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.n}, eps={self.eps}"
+
+
+class LlamaMLP(Module):
+
+    def __init__(self, config: LlamaConfig, tiling: Tiling, kw):
+        super().__init__()
+        C, I, W, Hd, std = config.hidden_size, config.intermediate_size, tiling.width, tiling.hidden, \
+            config.initializer_range
+        self.gate_proj = _linear(C, I, (Hd, W), std, kw)
+        self.up_proj = _linear(C, I, (Hd, W), std, kw)
+        self.down_proj = _linear(I, C, (W, Hd), std, kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # SwiGLU: (B, T, C)
+
+
+class LlamaAttention(Module):
+
+    def __init__(self, config: LlamaConfig, tiling: Tiling, kw):
+        super().__init__()
+        C, D, std = config.hidden_size, config.head_dim, config.initializer_range
+        self.n_head, self.n_kv_head, self.theta = config.num_attention_heads, config.num_key_value_heads, \
+            config.rope_theta
+        W = tiling.width
+        Wkv = max(W // (self.n_head // self.n_kv_head), D)   # whole kv heads: one kv tile per query tile
+        self.q_proj = _linear(C, C, (W, W), std, kw)
+        self.k_proj = _linear(C, self.n_kv_head * D, (Wkv, W), std, kw)
+        self.v_proj = _linear(C, self.n_kv_head * D, (Wkv, W), std, kw)
+        self.o_proj = _linear(C, C, (W, W), std, kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q = F.rotary_embedding(F.split_heads(self.q_proj(x), self.n_head), self.theta)     # (B, H, T, D)
+        k = F.rotary_embedding(F.split_heads(self.k_proj(x), self.n_kv_head), self.theta)  # (B, Hkv, T, D)
+        v = F.split_heads(self.v_proj(x), self.n_kv_head)                                  # (B, Hkv, T, D)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)     # (B, H, T, D)
+        return self.o_proj(F.merge_heads(y))                                               # (B, T, C)
+
+
+class LlamaDecoderLayer(Module):
+
+    def __init__(self, config: LlamaConfig, tiling: Tiling, kw):
+        super().__init__()
+        C, eps, W = config.hidden_size, config.rms_norm_eps, tiling.width
+        self.self_attn = LlamaAttention(config, tiling, kw)
+        self.mlp = LlamaMLP(config, tiling, kw)
+        self.input_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
+        self.post_attention_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x))     # (B, T, C)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+# transformers LlamaConfig keys tiletrain does not implement -> the values it accepts (other
+# keys are ignored: token ids, use_cache, dtype, ...)
+_HF_FIXED = {"hidden_act": ("silu",), "rope_scaling": (None,), "attention_bias": (False,), "mlp_bias": (False,),
+             "attention_dropout": (0, 0.0), "pretraining_tp": (1,), "model_type": ("llama",)}
+
+
+class Llama(Module):
+    """Llama (Hugging Face LlamaForCausalLM).  ``Llama(config, tiling=None, dtype=np.float32,
+    seed=0)``: weights drawn from NumPy's generator seeded with ``seed``, N(0,
+    initializer_range^2) for every projection and the embedding, unit RMSNorm weights, as
+    transformers initialises them.  GPT's interface: ``model(idx)`` -> logits,
+    ``model.loss(idx, targets)``, ``generate``."""
+
+    def __init__(self, config: LlamaConfig, tiling: Tiling | None = None, dtype=np.float32, seed: int = 0):
+        super().__init__()
+        if not isinstance(config, LlamaConfig):
+            raise TypeError(f"Llama: config must be a LlamaConfig, got {type(config).__name__}")
+        if tiling is not None and not isinstance(tiling, Tiling):
+            raise TypeError(f"Llama: tiling must be a Tiling or None, got {type(tiling).__name__}")
+        self.config, self.dtype = config, as_dtype(dtype)
+        if self.dtype.kind != "f" or self.dtype.itemsize < 4:
+            raise TypeError(f"Llama: dtype must be float32 or float64, got {self.dtype}")
+        self.tiling = t = resolve_tiling(tiling or Tiling(), config)
+        kw = dict(dtype=self.dtype, rng=np.random.default_rng(seed))
+        C, V = config.hidden_size, config.vocab_size
+        self.model = ModuleDict(dict(
+            embed_tokens=Embedding(V, C, tiles=(t.vocab, t.width), std=config.initializer_range, **kw),
+            layers=ModuleList([LlamaDecoderLayer(config, t, kw) for _ in range(config.num_hidden_layers)]),
+            norm=LlamaRMSNorm(C, config.rms_norm_eps, tile=t.width, dtype=self.dtype),
+        ))
+        self.lm_head = (LMHead(self.model.embed_tokens.weight) if config.tie_word_embeddings
+                        else _linear(C, V, (t.vocab, t.width), config.initializer_range, kw))
+
+    def forward(self, idx) -> Tensor:
+        x = self.model.embed_tokens(self._ids(idx, "idx"))   # (B, T, C)
+        for layer in self.model.layers:
+            x = layer(x)
+        return self.lm_head(self.model.norm(x))              # (B, T, vocab)
+
+    # GPT's helpers, unchanged: the loss and the checking of token ids
+    loss = GPT.loss
+    _ids = GPT._ids
+
+    def flops_per_token(self, T: int) -> int:
+        """Forward + backward FLOPs per token at sequence length T: 6 N for the weights (the
+        embedding table left out, the head counted) plus 12 n_layer hidden T for attention."""
+        c = self.config
+        n = self.num_parameters() - (0 if c.tie_word_embeddings else self.model.embed_tokens.weight.numel())
+        return 6 * n + 12 * c.num_hidden_layers * c.hidden_size * T
+
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 rng: np.random.Generator | None = None) -> np.ndarray:
+        """Extend idx (B, T) by max_new_tokens sampled tokens (greedy when temperature == 0),
+        re-running the model on the last max_position_embeddings tokens (nanoGPT's loop)."""
+        from ..ops import no_grad
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.ndim != 2:
+            raise ValueError(f"Llama.generate: idx must be 2-D (B, T), got shape {idx.shape}")
+        if not isinstance(temperature, numbers.Real) or temperature < 0:
+            raise ValueError(f"Llama.generate: temperature must be >= 0, got {temperature!r}")
+        rng = rng or np.random.default_rng(0)
+        was_training = self.training
+        self.eval()
+        with no_grad():
+            for _ in range(int(max_new_tokens)):
+                logits = self(idx[:, -self.config.max_position_embeddings:]).numpy()[:, -1].astype(np.float64)
+                if temperature == 0:
+                    nxt = logits.argmax(axis=-1)
+                else:
+                    logits = logits / temperature
+                    if top_k is not None and top_k < logits.shape[-1]:
+                        cut = np.partition(logits, -top_k, axis=-1)[:, -top_k:-top_k + 1]
+                        logits = np.where(logits < cut, -np.inf, logits)
+                    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+                    p /= p.sum(axis=-1, keepdims=True)
+                    nxt = np.array([rng.choice(p.shape[1], p=row) for row in p])
+                idx = np.concatenate([idx, nxt[:, None].astype(np.int64)], axis=1)
+        self.train(was_training)
+        return idx
+
+    # -- Hugging Face LlamaForCausalLM ----------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """HF LlamaForCausalLM names and layouts; lm_head.weight is absent when the embeddings
+        are tied (as transformers saves it)."""
+        d = super().state_dict()
+        if self.config.tie_word_embeddings:
+            d.pop("lm_head.weight", None)
+        return d
+
+    @classmethod
+    def config_from_hf(cls, cfg: dict) -> LlamaConfig:
+        """A LlamaConfig from a transformers config.json dict; values tiletrain does not
+        implement (another activation, rope scaling, biases, a head_dim other than
+        hidden_size / num_attention_heads, ...) raise ValueError naming the key."""
+        if not isinstance(cfg, dict):
+            raise TypeError(f"Llama.config_from_hf: expected a dict, got {type(cfg).__name__}")
+        names = {f.name for f in fields(LlamaConfig)}
+        for key, allowed in _HF_FIXED.items():
+            if key in cfg and cfg[key] not in allowed:
+                raise ValueError(f"Llama.config_from_hf: unsupported {key}={cfg[key]!r} (supported: "
+                                 f"{', '.join(map(repr, allowed))})")
+        values = {k: cfg[k] for k in names if k in cfg}
+        rope = cfg.get("rope_parameters")  # transformers 5: {"rope_type": "default", "rope_theta": ...}
+        if rope is not None:
+            if not isinstance(rope, dict):
+                raise ValueError(f"Llama.config_from_hf: rope_parameters must be a dict, got {rope!r}")
+            for k, v in rope.items():
+                if k == "rope_theta":
+                    values["rope_theta"] = v
+                elif not (k == "rope_type" and v == "default"):
+                    raise ValueError(f"Llama.config_from_hf: unsupported rope_parameters.{k}={v!r} (only the "
+                                     "default rope_type with rope_theta)")
+        C, H = cfg.get("hidden_size", 4096), cfg.get("num_attention_heads", 32)
+        if cfg.get("head_dim") is not None and cfg["head_dim"] * H != C:
+            raise ValueError(f"Llama.config_from_hf: unsupported head_dim={cfg['head_dim']} (only hidden_size / "
+                             f"num_attention_heads = {C // H if H else '?'})")
+        return LlamaConfig(**values)
+
+    def hf_config(self) -> dict:
+        """A config.json dict that transformers' LlamaConfig accepts unchanged."""
+        return hf_config_dict(self.config, self.dtype)
+
+
+def hf_config_dict(config: LlamaConfig, dtype=np.float32) -> dict:
+    """``config`` as a transformers config.json dict (model_type, architectures, dtype, the
+    fixed values tiletrain implements; rope_theta both as transformers 4 and 5 write it)."""
+    c = asdict(config)
+    c.update(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu", rope_scaling=None,
+             rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+             attention_bias=False, mlp_bias=False, attention_dropout=0.0, pretraining_tp=1,
+             head_dim=config.head_dim, torch_dtype=str(as_dtype(dtype)), use_cache=True)
+    return c
