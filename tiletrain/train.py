@@ -34,6 +34,8 @@ class TrainArgs:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 256
+    n_kv_head: int | None = None    # llama: key/value heads (grouped-query attention); None: n_head
+    ffn: int | None = None          # llama: SwiGLU width; None: 8/3 n_embd rounded up to a multiple of 64
     block_size: int | None = None   # default: seq_len
     dropout: float = 0.0
     # data
@@ -80,8 +82,14 @@ class TrainArgs:
             check_option(f"--{name.replace('_', '-')}", getattr(self, name), *limits)
         if self.arch not in ARCHS:
             raise ValueError(f"--arch must be one of {', '.join(ARCHS)}, got {self.arch!r}")
-        if self.arch == "gpt2" and self.init_from is None and self.n_embd % self.n_head:
+        if self.init_from is None and self.n_embd % self.n_head:
             raise ValueError(f"--n-embd {self.n_embd} must be divisible by --n-head {self.n_head}")
+        if self.arch == "llama" and self.init_from is None:
+            if self.n_kv_head is not None and self.n_head % self.n_kv_head:
+                raise ValueError(f"--n-kv-head {self.n_kv_head} must divide --n-head {self.n_head}")
+            if (self.n_embd // self.n_head) % 2:
+                raise ValueError(f"--n-embd / --n-head = {self.n_embd // self.n_head} must be even for llama "
+                                 "(rotary embeddings rotate pairs)")
         if self.block_size is not None and self.seq_len > self.block_size:
             raise ValueError(f"--seq-len {self.seq_len} exceeds --block-size {self.block_size}")
         from .parallel import MODES
@@ -113,6 +121,10 @@ ARCHS = {
     "gpt2": Arch("gpt2", ("n_layer", "n_head", "n_embd", "dropout"), lambda a, vocab: dict(
         vocab_size=vocab, block_size=a.block_size or a.seq_len, n_layer=a.n_layer, n_head=a.n_head,
         n_embd=a.n_embd, dropout=a.dropout, bias=True)),
+    "llama": Arch("llama", ("n_layer", "n_head", "n_kv_head", "n_embd", "ffn"), lambda a, vocab: dict(
+        vocab_size=vocab, max_position_embeddings=a.block_size or a.seq_len, num_hidden_layers=a.n_layer,
+        num_attention_heads=a.n_head, num_key_value_heads=a.n_kv_head or a.n_head, hidden_size=a.n_embd,
+        intermediate_size=a.ffn or -(-8 * a.n_embd // 3 // 64) * 64)),
 }
 
 # model-size options of `tiletrain train`: TrainArgs field -> (type, help); the help names the
@@ -121,6 +133,8 @@ MODEL_FLAGS = {
     "n_layer": (int, "transformer blocks"),
     "n_head": (int, "attention heads"),
     "n_embd": (int, "embedding width"),
+    "n_kv_head": (int, "key/value heads, shared by groups of query heads (default: --n-head)"),
+    "ffn": (int, "SwiGLU MLP width (default: 8/3 --n-embd rounded up to a multiple of 64)"),
     "dropout": (float, "dropout on the embeddings and residual branches (also when fine-tuning)"),
 }
 
@@ -129,7 +143,7 @@ MODEL_FLAGS = {
 # None: unbounded; a field set to None is skipped (optional).  --lr is at most 1: AdamW moves
 # every weight by about lr per step, so larger rates only destroy the model.
 TRAIN_LIMITS = {
-    **{name: (1, None) for name in ("n_layer", "n_head", "n_embd", "block_size", "max_bytes", "batch",
+    **{name: (1, None) for name in ("n_layer", "n_head", "n_embd", "n_kv_head", "ffn", "block_size", "max_bytes", "batch",
                                     "micro_batches", "seq_len", "steps", "stop_after", "ncpu", "stages",
                                     "eval_batches")},
     **{name: (0, None) for name in ("warmup", "eval_every", "sample_tokens", "seed", "weight_decay",

@@ -176,3 +176,28 @@ def test_every_option_has_help_and_one_default():
         for block in text.split("\n  -")[1:]:  # one block per option
             assert block.count("(default") <= 1, f"{name}: {block}"
     assert "(default: 4)" in parsers["train"].format_help()
+
+
+def test_llama_from_scratch_export_and_fine_tune(tmp_path, corpus, capsys):
+    """--arch llama (grouped-query attention) trains, exports a folder transformers loads with
+    tiletrain's logits, and that folder fine-tunes with --init-from."""
+    import torch
+    import transformers
+    ckd, out = tmp_path / "ck", tmp_path / "llama-hf"
+    rc, o, e = _run(capsys, "train", *TINY, "--arch", "llama", "--n-head", 4, "--n-kv-head", 2, "--data", corpus,
+                    "--ckpt-dir", ckd)
+    assert rc == 0, e
+    assert _run(capsys, "export", "--ckpt-dir", ckd, "--out", out)[0] == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["num_key_value_heads"] == 2 and cfg["intermediate_size"] == 128
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(hf).__name__ == "LlamaForCausalLM"
+    idx = np.random.default_rng(1).integers(0, 256, (2, 11))
+    with torch.no_grad():
+        want = hf(torch.tensor(idx)).logits.numpy()
+    with tt.init(ncpu=1):
+        np.testing.assert_allclose(tt.nn.from_pretrained(out)(idx).numpy(), want, rtol=1e-4, atol=1e-4)
+    rc, o, e = _run(capsys, "train", *TINY, "--init-from", out, "--data", corpus, "--ckpt-dir", tmp_path / "ft")
+    assert rc == 0 and f"llama from {out}" in o, e
+    rc, _, e = _run(capsys, "train", *TINY, "--arch", "llama", "--n-head", 4, "--n-kv-head", 3, "--data", corpus)
+    assert rc == 2 and "--n-kv-head 3 must divide --n-head 4" in e

@@ -8,7 +8,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script", ["train_gpt.py", "finetune_hf_gpt2.py"])
+@pytest.mark.parametrize("script", ["train_gpt.py", "finetune_hf_gpt2.py", "train_llama.py"])
 def test_example_runs(script, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "examples" / script)], capture_output=True, text=True,
                        timeout=600, cwd=tmp_path)

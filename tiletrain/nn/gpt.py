@@ -167,6 +167,7 @@ class GPT(Module):
     sqrt(2 n_layer), zero biases, unit LayerNorm weights), as nanoGPT and GPT-2."""
 
     config_class = GPTConfig  # checkpoints rebuild the model from its config as a dict
+    model_type = "gpt2"       # config.json's model_type (tiletrain.nn.MODELS)
 
     def __init__(self, config: GPTConfig, tiling: Tiling | None = None, dtype=np.float32, seed: int = 0):
         super().__init__()
@@ -288,14 +289,14 @@ class GPT(Module):
         return hf_config(self.config)
 
     @classmethod
-    def from_pretrained(cls, path, dtype=np.float32, tiling: Tiling | None = None, **config_overrides) -> "GPT":
-        """A GPT from a Hugging Face GPT-2 folder or .safetensors file (see
-        tiletrain.nn.from_pretrained, which also dispatches to other architectures)."""
+    def from_pretrained(cls, path, dtype=np.float32, tiling: Tiling | None = None, **config_overrides):
+        """This model from a Hugging Face folder or .safetensors file of its model_type (see
+        tiletrain.nn.from_pretrained, which picks the class by model_type)."""
         from .pretrained import from_pretrained, read_hf_config
         mt = read_hf_config(path).get("model_type")
-        if mt != "gpt2":
-            raise ValueError(f"GPT.from_pretrained: {path} holds model_type {mt!r}, not 'gpt2' "
-                             "(tiletrain.nn.from_pretrained picks the class by model_type)")
+        if mt != cls.model_type:
+            raise ValueError(f"{cls.__name__}.from_pretrained: {path} holds model_type {mt!r}, not "
+                             f"{cls.model_type!r} (tiletrain.nn.from_pretrained picks the class by model_type)")
         return from_pretrained(path, dtype=dtype, tiling=tiling, **config_overrides)
 
     def save_pretrained(self, path, tokenizer=None):

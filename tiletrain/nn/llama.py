@@ -209,9 +209,14 @@ class Llama(Module):
             x = layer(x)
         return self.lm_head(self.model.norm(x))              # (B, T, vocab)
 
-    # GPT's helpers, unchanged: the loss and the checking of token ids
+    config_class = LlamaConfig  # checkpoints rebuild the model from its config as a dict
+    model_type = "llama"        # config.json's model_type (tiletrain.nn.MODELS)
+
+    # GPT's helpers, unchanged: the loss, the checking of token ids, Hugging Face folders
     loss = GPT.loss
     _ids = GPT._ids
+    from_pretrained = GPT.__dict__["from_pretrained"]
+    save_pretrained = GPT.save_pretrained
 
     def flops_per_token(self, T: int) -> int:
         """Forward + backward FLOPs per token at sequence length T: 6 N for the weights (the

@@ -22,12 +22,13 @@ import numpy as np
 
 from ..data.tokenizer import TOKENIZER_NAME
 from .gpt import GPT
+from .llama import Llama
 
 __all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors",
            "model_class", "unique_tensors", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
 
 # model_type of config.json -> model class (one line per architecture)
-MODELS = {"gpt2": GPT}
+MODELS = {"gpt2": GPT, "llama": Llama}
 
 CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME = "config.json", "model.safetensors", "model.safetensors.index.json"
 
