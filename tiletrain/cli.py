@@ -92,6 +92,9 @@ def _add_train(sub) -> None:
     g.add_argument("--n-embd", type=int, default=d.n_embd)
     g.add_argument("--block-size", type=int, default=None, help="context length (default: --seq-len)")
     g.add_argument("--dropout", type=float, default=d.dropout)
+    g.add_argument("--recompute", default=d.recompute, choices=["none", "block", "attention"],
+                   help="activation recomputation: keep only each transformer block's input (block) or "
+                        "recompute the attention branch (attention) in backward: less memory, more time")
     g = p.add_argument_group("data")
     g.add_argument("--data", nargs="+", default=[], metavar="FILE", help="text files (default: stdlib sources)")
     g.add_argument("--max-bytes", type=int, default=d.max_bytes, help="read at most this much text")
@@ -135,7 +138,7 @@ def cmd_train(args) -> int:
     from .train import TrainArgs, train
     targs = TrainArgs(
         n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
-        dropout=args.dropout, data=args.data, max_bytes=args.max_bytes, val_fraction=args.val_fraction,
+        dropout=args.dropout, recompute=args.recompute, data=args.data, max_bytes=args.max_bytes, val_fraction=args.val_fraction,
         batch=args.batch, micro_batches=args.micro_batches, seq_len=args.seq_len, steps=args.steps,
         stop_after=args.stop_after, lr=args.lr,
         min_lr=args.min_lr, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,

@@ -33,6 +33,7 @@ class TrainArgs:
     n_embd: int = 256
     block_size: int | None = None   # default: seq_len
     dropout: float = 0.0
+    recompute: str = "none"  # activation recomputation: none | block | attention (GPTConfig.recompute)
     # data
     data: list[str] = field(default_factory=list)  # text files; empty: the Python stdlib sources
     max_bytes: int | None = 8_000_000
@@ -80,6 +81,9 @@ class TrainArgs:
         from .parallel import MODES
         if self.dist not in MODES:
             raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {self.dist!r}")
+        from .nn.gpt import RECOMPUTE
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype must be float32 or float64, got {self.dtype!r}")
         if self.min_lr > self.lr:
@@ -158,7 +162,8 @@ class _StopFlag:
 
 def build_model(args: TrainArgs, vocab_size: int, cfg: dict | None = None):
     from .nn import GPT, GPTConfig
-    config = GPTConfig(**(cfg or args.model_config(vocab_size)))
+    # recomputation is a choice of this run, not of the model: --recompute wins over a checkpoint's
+    config = GPTConfig(**{**(cfg or args.model_config(vocab_size)), "recompute": args.recompute})
     return GPT(config, tiling=make_tiling(args, config), dtype=np.dtype(args.dtype), seed=args.seed)
 
 
