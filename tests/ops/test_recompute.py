@@ -260,3 +260,33 @@ def test_recompute_that_changes_shape_is_caught(rng):
     out = checkpoint(fn, x)
     with pytest.raises(RuntimeError, match="recomputed outputs"):
         tt.sum(out).backward()
+
+
+def test_train_recompute_same_losses(tmp_path):
+    from tiletrain.train import TrainArgs, train
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 200)
+    base = dict(n_layer=2, n_head=2, n_embd=16, seq_len=16, batch=2, steps=3, warmup=1, eval_every=0,
+                sample_tokens=0, progress=False, data=[str(corpus)], val_fraction=0.2, dropout=0.1,
+                dtype="float64", tiles=(1, 8, 8))
+    tt.shutdown()  # train() runs its own runtime
+    try:
+        losses = {mode: train(TrainArgs(recompute=mode, **base)).train_losses for mode in ("none", "block",
+                                                                                         "attention")}
+    finally:
+        tt.shutdown()
+    assert len(losses["none"]) == 3 and losses["block"] == losses["none"] == losses["attention"]
+    with pytest.raises(ValueError, match="--recompute must be one of none, block, attention"):
+        TrainArgs(recompute="layer", **base).validate()
+
+
+def test_cli_recompute_choices(capsys):
+    from tiletrain.cli import main
+    with pytest.raises(SystemExit):
+        main(["train", "--recompute", "layer"])
+    assert "--recompute: invalid choice: 'layer'" in capsys.readouterr().err
+
+
+def test_gpt_config_recompute_checked():
+    with pytest.raises(ValueError, match="GPTConfig.recompute must be one of 'none', 'block', 'attention'"):
+        GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4, recompute="all")
