@@ -152,10 +152,10 @@ class Block(Module):
         self.attn = CausalSelfAttention(config, tiling, dtype=dtype, rng=rng)
         self.ln_2 = LayerNorm(C, bias=config.bias, tile=W, dtype=dtype)
         self.mlp = MLP(config, tiling, dtype=dtype, rng=rng)
-        self.recompute = config.recompute
+        self.config = config  # shared with the GPT: config.recompute may change between steps
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.recompute == "attention":  # backward recomputes the attention branch
+        if self.config.recompute == "attention":  # backward recomputes the attention branch
             x = x + checkpoint(self._attention, x)   # (B, T, C)
         else:
             x = x + self._attention(x)
