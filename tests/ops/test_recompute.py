@@ -166,6 +166,24 @@ def test_gpt_recompute_bitwise(dtype, tiling):
         _assert_bitwise(plain, _gpt_run(mode, dtype, tiling, 0.2))
 
 
+def test_recompute_waits_for_the_gradient_of_the_layer_above():
+    """Each block's recompute but the first is ordered (by one no-op task per tile of its
+    input) after the gradient arriving at the block above: one segment of lookahead."""
+    from tiletrain._ffi import lib
+    from tiletrain.runtime.kernels import kernel_id
+    tiling = Tiling(batch=2, time=10, width=8, hidden=24, vocab=10)
+    after = kernel_id("after")
+    counts = {}
+    for mode in ("none", "block", "attention"):
+        tt.wait()
+        before = lib.tt_kernel_ntasks(after)
+        _gpt_run(mode, np.float64, tiling, 0.0)
+        tt.wait()
+        counts[mode] = lib.tt_kernel_ntasks(after) - before
+    ntiles = 2 * 3 * 2  # x: (3, 24, 16) in tiles (2, 10, 8)
+    assert counts == {"none": 0, "block": ntiles, "attention": ntiles}  # 2 layers: the second waits
+
+
 def _gpt_peak(recompute):
     cfg = GPTConfig(vocab_size=32, block_size=64, n_layer=4, n_head=4, n_embd=32, dropout=0.1, recompute=recompute)
     model = GPT(cfg, Tiling(time=32, width=16, hidden=64), dtype=np.float32, seed=0)

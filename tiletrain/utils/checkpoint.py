@@ -20,6 +20,7 @@ from typing import Any, Callable
 from .._ffi import lib
 from ..ops.autograd import Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute, next_seq, \
     no_grad
+from ..ops.basic import copy
 from ..runtime import current, priority
 from ..runtime.kernels import run_map
 from ..tensors import Tensor, TensorTraits, zeros
@@ -69,7 +70,7 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, con
         # an output the function did not create (an argument, a parameter) gets its own copy,
         # which carries the checkpoint node
         ins = {id(a) for a in list(args) + list(kwargs.values())}
-        outs = [o if id(o) not in ins and not o.requires_grad and o._base is None else _copy(o) for o in outs]
+        outs = [o if id(o) not in ins and not o.requires_grad and o._base is None else copy(o) for o in outs]
     seg.meta = [(o.shape, o.tiles, o.dtype) for o in outs]
     inputs = tuple(a if isinstance(a, Tensor) and a.requires_grad else None for a in seg.tensor_args())
     grads = [j for j, o in enumerate(outs) if is_float(o.dtype)]
@@ -85,11 +86,6 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, con
     if isinstance(out, Tensor):
         return outs[0]
     return type(out)(outs)
-
-
-def _copy(t: Tensor) -> Tensor:
-    from ..ops.basic import copy
-    return copy(t)
 
 
 def _attach(t: Tensor, node: Node) -> None:
