@@ -166,9 +166,9 @@ def test_gpt_recompute_bitwise(dtype, tiling):
         _assert_bitwise(plain, _gpt_run(mode, dtype, tiling, 0.2))
 
 
-def test_recompute_waits_for_the_gradient_of_the_layer_above():
-    """Each block's recompute but the first is ordered (by one no-op task per tile of its
-    input) after the gradient arriving at the block above: one segment of lookahead."""
+def test_recompute_waits_for_its_output_gradient():
+    """Each block's recompute is ordered (by one no-op task per tile of its input) after the
+    gradient arriving at its output, tile by tile."""
     from tiletrain._ffi import lib
     from tiletrain.runtime.kernels import kernel_id
     tiling = Tiling(batch=2, time=10, width=8, hidden=24, vocab=10)
@@ -181,7 +181,7 @@ def test_recompute_waits_for_the_gradient_of_the_layer_above():
         tt.wait()
         counts[mode] = lib.tt_kernel_ntasks(after) - before
     ntiles = 2 * 3 * 2  # x: (3, 24, 16) in tiles (2, 10, 8)
-    assert counts == {"none": 0, "block": ntiles, "attention": ntiles}  # 2 layers: the second waits
+    assert counts == {"none": 0, "block": 2 * ntiles, "attention": 2 * ntiles}  # 2 layers
 
 
 def _gpt_peak(recompute):

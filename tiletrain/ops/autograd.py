@@ -231,14 +231,12 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
     placer = _Placer((grad,))
     pending: dict[int, Tensor] = {id(root): placer.share(grad)}
     if not _dist._in_backward:
-        _state.recomputes, _state.last_seed = 0, None
+        _state.recomputes = 0
     _dist._in_backward += 1
     try:
         _run_backward(order, pending, placer)
     finally:
         _dist._in_backward -= 1
-        if not _dist._in_backward:
-            _state.last_seed = None
 
 
 def next_seq() -> int:
@@ -246,13 +244,11 @@ def next_seq() -> int:
     return next(_seq)
 
 
-def next_recompute(seed: Tensor) -> tuple[int, Tensor | None]:
-    """(k, previous seed) for the k-th checkpoint (0, 1, 2, ...) this backward pass
-    recomputes, whose output gradient is ``seed``: the priority rank, and the output gradient
-    of the checkpoint recomputed before it (None for the first), after which it may start."""
-    k, prev = getattr(_state, "recomputes", 0), getattr(_state, "last_seed", None)
-    _state.recomputes, _state.last_seed = k + 1, seed
-    return k, prev
+def next_recompute() -> int:
+    """0, 1, 2, ...: the how-many-th checkpoint this backward pass recomputes (priorities)."""
+    k = getattr(_state, "recomputes", 0)
+    _state.recomputes = k + 1
+    return k
 
 
 def backward_from(roots: Sequence[Tensor], grads: Sequence[Tensor], since: int) -> None:

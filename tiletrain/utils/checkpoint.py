@@ -6,12 +6,14 @@ are freed by dataflow as soon as their readers have run, and one "checkpoint" no
 only the arguments is attached to the outputs.  When backward reaches that node, it
 submits ``fn`` again with autograd on (the default generator restored to its state at the
 forward, so dropout draws the same seeds and masks) and back-propagates the outputs'
-gradients through the recomputed graph.  Nothing waits: the recompute of the k-th checkpoint a
-backward pass reaches depends by dataflow on the gradient arriving at the (k-1)-th (the
-layer above): it overlaps that layer's backward, one segment ahead of its use, so that
-about two segments' activations are live at most (a no-op `after` task per tile orders the
-checkpoint's activation arguments after that gradient).  Its priority keeps it just ahead
-of its use: below the backward of the (k-1)-th checkpoint and above its own."""
+gradients through the recomputed graph.  Nothing waits: the recompute depends by dataflow, tile
+by tile, on the gradient arriving at the checkpoint's output (a no-op `after` task per tile
+orders the checkpoint's activation arguments after it), so it overlaps the rest of the
+backward of the layer above (its weight gradients, the other tiles) without starting at the
+beginning of the backward pass, when every checkpoint's arguments are ready and running all
+recomputes at once would bring back the memory they save.  Its priority keeps it just ahead
+of its use: the k-th checkpoint a backward pass recomputes runs below the backward of the
+(k-1)-th and above its own."""
 from __future__ import annotations
 
 import contextlib
@@ -117,15 +119,16 @@ class _Segment:
     def backward(self, grads: dict) -> tuple:
         """Recompute the function with autograd on, back-propagate ``grads`` (output index ->
         gradient) through it; the gradients of the tensor arguments."""
-        k, prev = next_recompute(next(iter(grads.values())))
-        if prev is not None:
-            # start once the gradient of the checkpoint above has arrived (one segment ahead of
-            # its use, so at most two segments' activations are live): a task that reads that
-            # gradient and "writes" (leaves as it was) each activation argument of its layout
-            for a in self.tensor_args():
-                if (a._node is not None or not a.requires_grad) and (a.shape, a.tiles, a.dtype) == \
-                        (prev.shape, prev.tiles, prev.dtype):
-                    run_map("after", prev, a)
+        k = next_recompute()
+        # start tile by tile as the output gradient arrives (while the layer above still
+        # computes its weight gradients), not as soon as the backward pass starts: a task that
+        # reads the gradient's tile and "writes" (leaves as it was) the same tile of each
+        # activation argument of its layout
+        g = next(iter(grads.values()))
+        for a in self.tensor_args():
+            if (a._node is not None or not a.requires_grad) and (a.shape, a.tiles, a.dtype) == \
+                    (g.shape, g.tiles, g.dtype):
+                run_map("after", g, a)
         base = lib.tt_get_priority()
         detached = {id(a): a.detach().requires_grad_() for a in self.tensor_args() if a.requires_grad}
         args = [detached.get(id(a), a) if isinstance(a, Tensor) else a for a in self.args]
