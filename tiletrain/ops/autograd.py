@@ -255,6 +255,11 @@ def backward_from(roots: Sequence[Tensor], grads: Sequence[Tensor], since: int) 
     """Submit the backward pass of several roots with their seed gradients (no waiting), over
     the nodes created since node number ``since`` only (checkpoint's recompute: an older node
     is a tensor of the enclosing graph that the function did not take as an argument)."""
+    order = _topological(*(r for r in roots if r._node is not None))
+    for t in order:
+        if t._node.seq < since:
+            raise RuntimeError(f"checkpoint: the function used a tensor computed by op {t._node.op!r} outside it "
+                               "that requires grad without taking it as an argument; pass it as an argument")
     placer = _Placer(grads)
     pending: dict[int, Tensor] = {}
     for r, g in zip(roots, grads):
@@ -264,11 +269,6 @@ def backward_from(roots: Sequence[Tensor], grads: Sequence[Tensor], since: int) 
             pending[id(r)] = placer.accumulate(pending[id(r)], g)
         else:
             pending[id(r)] = placer.share(g)
-    order = _topological(*(r for r in roots if r._node is not None))
-    for t in order:
-        if t._node.seq < since:
-            raise RuntimeError(f"checkpoint: the function used a tensor computed by op {t._node.op!r} outside it "
-                               "that requires grad without taking it as an argument; pass it as an argument")
     _dist._in_backward += 1
     try:
         _run_backward(order, pending, placer)
