@@ -55,7 +55,8 @@ def test_mlp_checkpoint_bitwise(rng, dtype, shape, tiles):
 
 
 def test_forward_records_only_the_checkpoint_node(rng):
-    x, w1, b1, w2 = _params(rng, np.float64, [((6, 5), (3, 2)), ((5, 9), (2, 4)), ((9,), (4,)), ((9, 5), (4, 3))])
+    x, w1, b1, w2 = _params(rng, np.float64, [((6, 5), (3, 2)), ((5, 9), (2, 4)), ((9,), (4,)),
+                                              ((9, 5), (4, 3))])
     y = checkpoint(_mlp, x, w1, b1, w2)
     assert y.requires_grad and y._node.op == "checkpoint"
     assert [i is t for i, t in zip(y._node.inputs, (x, w1, b1, w2))] == [True] * 4
@@ -75,8 +76,9 @@ def test_generator_state_as_without_recompute(rng):
 
 
 def test_nested_and_multiple_checkpoints_bitwise(rng):
-    x, w1, w2, w3, *b1s = params = _params(rng, np.float64, [((7, 5), (3, 2)), ((5, 9), (2, 4)), ((9, 5), (4, 3)),
-                                                              ((5, 5), (3, 2))] + [((9,), (4,))] * 3)
+    x, w1, w2, w3, *b1s = params = _params(rng, np.float64, [((7, 5), (3, 2)), ((5, 9), (2, 4)),
+                                                              ((9, 5), (4, 3)), ((5, 5), (3, 2))]
+                                            + [((9,), (4,))] * 3)
 
     def inner(h):
         return F.dropout(tt.tanh(tt.matmul(h, w3)), 0.2)
@@ -185,7 +187,8 @@ def test_recompute_waits_for_its_output_gradient():
 
 
 def _gpt_peak(recompute):
-    cfg = GPTConfig(vocab_size=32, block_size=64, n_layer=4, n_head=4, n_embd=32, dropout=0.1, recompute=recompute)
+    cfg = GPTConfig(vocab_size=32, block_size=64, n_layer=4, n_head=4, n_embd=32, dropout=0.1,
+                    recompute=recompute)
     model = GPT(cfg, Tiling(time=32, width=16, hidden=64), dtype=np.float32, seed=0)
     data = np.random.default_rng(0)
     idx, targets = data.integers(0, 32, (4, 64)), data.integers(0, 32, (4, 64))
@@ -263,7 +266,7 @@ def test_tensor_from_the_graph_not_passed_as_argument(rng):
     x = tt.from_numpy(rng.standard_normal((4, 3)), (2, 2)).requires_grad_()
     y = tt.tanh(x)  # recorded outside the function
     out = checkpoint(lambda a: a * y, x)
-    with pytest.raises(RuntimeError, match="computed by op 'tanh' outside it"):
+    with pytest.raises(RuntimeError, match="computed by op .tanh. outside"):
         tt.sum(out).backward()
 
 

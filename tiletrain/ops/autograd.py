@@ -258,8 +258,8 @@ def backward_from(roots: Sequence[Tensor], grads: Sequence[Tensor], since: int) 
     order = _topological(*(r for r in roots if r._node is not None))
     for t in order:
         if t._node.seq < since:
-            raise RuntimeError(f"checkpoint: the function used a tensor computed by op {t._node.op!r} outside it "
-                               "that requires grad without taking it as an argument; pass it as an argument")
+            raise RuntimeError(f"checkpoint: the function used a tensor computed by op {t._node.op!r} outside "
+                               "it that requires grad without taking it as an argument; pass it as an argument")
     placer = _Placer(grads)
     pending: dict[int, Tensor] = {}
     for r, g in zip(roots, grads):

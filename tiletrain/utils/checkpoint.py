@@ -20,8 +20,8 @@ import contextlib
 from typing import Any, Callable
 
 from .._ffi import lib
-from ..ops.autograd import Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute, next_seq, \
-    no_grad
+from ..ops.autograd import (Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute,
+                            next_seq, no_grad)
 from ..ops.basic import copy
 from ..runtime import current, priority
 from ..runtime.kernels import run_map
@@ -50,19 +50,21 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, con
     debug is accepted and ignored."""
     if not callable(function):
         raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
-    for name, v in (("use_reentrant", use_reentrant), ("debug", debug), ("preserve_rng_state", preserve_rng_state)):
+    flags = (("use_reentrant", use_reentrant), ("debug", debug), ("preserve_rng_state", preserve_rng_state))
+    for name, v in flags:
         if not isinstance(v, bool) and not (name == "use_reentrant" and v is None):
             raise TypeError(f"checkpoint: {name} must be a bool, got {v!r}")
     if context_fn is not None:
         raise NotImplementedError("checkpoint: context_fn is not supported (must be None)")
     if determinism_check not in ("default", "none"):
-        raise ValueError(f"checkpoint: determinism_check must be 'default' or 'none', got {determinism_check!r}")
+        raise ValueError(f"checkpoint: determinism_check must be 'default' or 'none', "
+                         f"got {determinism_check!r}")
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, (list, tuple, dict)):
             for b in (a.values() if isinstance(a, dict) else a):
                 if isinstance(b, Tensor) and b.requires_grad:
-                    raise ValueError("checkpoint: a tensor that requires grad is nested in a list, tuple or dict "
-                                     "argument; pass it as a direct argument")
+                    raise ValueError("checkpoint: a tensor that requires grad is nested in a list, tuple or "
+                                     "dict argument; pass it as a direct argument")
     if not grad_enabled():
         return function(*args, **kwargs)
     seg = _Segment(function, args, kwargs, preserve_rng_state, determinism_check == "default")
@@ -112,8 +114,8 @@ class _Segment:
     def outputs(self, out, when: str) -> list[Tensor]:
         outs = [out] if isinstance(out, Tensor) else list(out) if isinstance(out, (tuple, list)) else None
         if not outs or not all(isinstance(o, Tensor) for o in outs):
-            raise TypeError(f"checkpoint: function must return a Tensor or a non-empty tuple/list of Tensors, "
-                            f"got {_describe(out)} ({when})")
+            raise TypeError("checkpoint: function must return a Tensor or a non-empty tuple/list of "
+                            f"Tensors, got {_describe(out)} ({when})")
         return outs
 
     def backward(self, grads: dict) -> tuple:
@@ -145,8 +147,8 @@ class _Segment:
         if self.check:
             meta = [(o.shape, o.tiles, o.dtype) for o in outs]
             if meta != self.meta:
-                raise RuntimeError(f"checkpoint: the recomputed outputs (shape, tiles, dtype) {meta} differ from "
-                                   f"the forward's {self.meta}")
+                raise RuntimeError(f"checkpoint: the recomputed outputs (shape, tiles, dtype) {meta} differ "
+                                   f"from the forward's {self.meta}")
         roots = [(outs[j], g) for j, g in grads.items() if outs[j].requires_grad]
         if roots:
             with _priority(base - 2 * k - 2):
