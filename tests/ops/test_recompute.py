@@ -210,7 +210,7 @@ def test_recompute_lowers_peak_allocated_bytes():
     if tt.current().memory()["allocated_bytes"] is None:
         pytest.skip("no allocation counter (the buffer pool's hooks are not installed in this session)")
     loss, none = _gpt_peak("none")
-    for mode, most in (("block", 0.7), ("attention", 0.95)):
+    for mode, most in (("block", 0.5), ("attention", 0.85)):  # measured: about 0.3 and 0.7
         value, peak = _gpt_peak(mode)
         assert value == loss
         assert 0 < peak < most * none, (mode, peak, none)
