@@ -157,6 +157,7 @@ class _Segment:
         for a in self.tensor_args():  # an argument given twice gets its gradient once
             d = detached.pop(id(a), None)
             out.append(None if d is None else d.grad)
+        self.args, self.kwargs = (), {}  # released with the node (the engine drops its inputs too)
         return tuple(out)
 
 
