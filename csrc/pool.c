@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <starpu.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -29,10 +30,24 @@ static size_t cached_bytes, cap_bytes;
 static int installed;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Bytes of tile buffers StarPU holds from the hooks (handed out, not yet given back), and
+ * the most it held since the last tt_pool_reset_peak (tt_pool_bytes; -1 without hooks). */
+static int64_t held_bytes, peak_bytes;
+
+static void count(int64_t delta) /* under lock */
+{
+    held_bytes += delta;
+    if (held_bytes > peak_bytes)
+        peak_bytes = held_bytes;
+}
+
 static int pool_malloc(unsigned node, void **A, size_t dim, int flags)
 {
     (void)node;
     (void)flags;
+    pthread_mutex_lock(&lock);
+    count((int64_t)dim);
+    pthread_mutex_unlock(&lock);
     if (dim >= POOL_MIN_BYTES) {
         void *p = NULL;
         pthread_mutex_lock(&lock);
@@ -64,6 +79,9 @@ static int pool_free(unsigned node, void *A, size_t dim, int flags)
 {
     (void)node;
     (void)flags;
+    pthread_mutex_lock(&lock);
+    count(-(int64_t)dim);
+    pthread_mutex_unlock(&lock);
     if (dim >= POOL_MIN_BYTES) {
         int kept = 0;
         pthread_mutex_lock(&lock);
@@ -133,5 +151,21 @@ void tt_pool_drain(void)
         buckets[i].size = 0;
     }
     cached_bytes = 0;
+    held_bytes = peak_bytes = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+int64_t tt_pool_bytes(int peak)
+{
+    pthread_mutex_lock(&lock);
+    int64_t v = !installed ? -1 : peak ? peak_bytes : held_bytes;
+    pthread_mutex_unlock(&lock);
+    return v;
+}
+
+void tt_pool_reset_peak(void)
+{
+    pthread_mutex_lock(&lock);
+    peak_bytes = held_bytes;
     pthread_mutex_unlock(&lock);
 }

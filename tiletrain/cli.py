@@ -118,6 +118,9 @@ def _add_train(sub) -> None:
     g.add_argument("--init-from", default=None, metavar="HF_FOLDER",
                    help="fine-tune the model of a Hugging Face folder (config.json + safetensors): its config "
                         "replaces --arch and the size flags, its tokenizer.json (if any) is the tokenizer")
+    g.add_argument("--recompute", default=d.recompute, choices=["none", "block", "attention"],
+                   help="activation recomputation (gpt2): keep only each transformer block's input (block) or "
+                        "recompute the attention branch (attention) in backward: less memory, more time")
     g = p.add_argument_group("data")
     g.add_argument("--data", nargs="+", default=[], metavar="FILE",
                    help="UTF-8 text files (default: the Python standard library's sources)")

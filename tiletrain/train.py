@@ -38,6 +38,7 @@ class TrainArgs:
     ffn: int | None = None          # llama: SwiGLU width; None: 8/3 n_embd rounded up to a multiple of 64
     block_size: int | None = None   # default: seq_len
     dropout: float = 0.0
+    recompute: str = "none"  # activation recomputation: none | block | attention (GPTConfig.recompute)
     # data
     data: list[str] = field(default_factory=list)  # text files; empty: the Python stdlib sources
     tokenizer: str | None = None    # a tokenizer.json (or a folder holding one); None: bytes or init_from's
@@ -95,6 +96,11 @@ class TrainArgs:
         from .parallel import MODES
         if self.dist not in MODES:
             raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {self.dist!r}")
+        from .nn.gpt import RECOMPUTE
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.recompute != "none" and self.init_from is None and self.arch != "gpt2":
+            raise ValueError(f"--recompute {self.recompute} is supported for --arch gpt2 only")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype must be float32 or float64, got {self.dtype!r}")
         if self.min_lr > self.lr:
@@ -208,8 +214,27 @@ def build_model(args: TrainArgs, model_type: str, cfg: dict):
     """A freshly initialised model of this type and config (a dict of its config class)."""
     from .nn.pretrained import model_class
     cls = model_class(model_type)
-    config = cls.config_class(**cfg)
+    config = cls.config_class(**run_options(args, cls, cfg))
     return cls(config, tiling=make_tiling(args, config), dtype=np.dtype(args.dtype), seed=args.seed)
+
+
+# Config fields that are choices of a run, not of the model: the command line wins over a
+# resumed checkpoint's value, and they are not compared when resuming.
+RUN_OPTIONS = ("recompute",)
+
+
+def run_options(args: TrainArgs, cls, cfg: dict) -> dict:
+    """cfg with this run's RUN_OPTIONS (for model classes whose config has them); a
+    non-default one the model does not have is refused."""
+    have = {f.name for f in dataclasses.fields(cls.config_class)}
+    out = dict(cfg)
+    for name in RUN_OPTIONS:
+        value, default = getattr(args, name), getattr(TrainArgs, name)
+        if name in have:
+            out[name] = value
+        elif value != default:
+            raise ValueError(f"--{name} {value} is not supported by {cls.__name__} models")
+    return out
 
 
 @dataclass
@@ -266,7 +291,7 @@ class ModelSource:
         if kind != self.model_type:
             raise ck.CheckpointError(f"{path} holds a {kind} model, not the requested {self.model_type}")
         cfg = meta["config"]
-        diff = {k: (cfg.get(k), v) for k, v in self.config.items() if cfg.get(k) != v}
+        diff = {k: (cfg.get(k), v) for k, v in self.config.items() if cfg.get(k) != v and k not in RUN_OPTIONS}
         if diff:
             raise ck.CheckpointError(
                 f"{path} holds a model with a different configuration: "
@@ -281,8 +306,9 @@ class ModelSource:
         resumed run then loads the checkpoint's weights)."""
         if self.init_from is not None and fresh:
             from .nn import from_pretrained
+            from .nn.pretrained import model_class
             return from_pretrained(self.init_from, dtype=np.dtype(args.dtype), tiling=make_tiling(args, None),
-                                   **self.config)
+                                   **run_options(args, model_class(self.model_type), self.config))
         return build_model(args, self.model_type, self.config)
 
 

@@ -88,6 +88,11 @@ int64_t tt_memory_used(int node);  /* bytes StarPU has allocated on a memory nod
 int64_t tt_memory_total(int node); /* the node's memory limit in bytes; -1 without one */
 int64_t tt_bytes_live(void);       /* bytes of the tiles of live (not yet freed) tensors */
 int64_t tt_bytes_created(void);    /* bytes of all tensors created since init (monotonic) */
+/* tile buffers StarPU holds in main memory through the buffer pool's hooks (csrc/pool.c):
+ * now (peak = 0) or the most since the last tt_pool_reset_peak (peak = 1); -1 when the
+ * hooks are not installed (GPU or OpenCL workers, a memory limit, TILETRAIN_BUFFER_POOL_MB=0) */
+int64_t tt_pool_bytes(int peak);
+void tt_pool_reset_peak(void);
 
 /* tensors (csrc/handle.c): one StarPU handle per tile, tiles stored row-major */
 int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out);

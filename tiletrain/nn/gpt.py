@@ -17,6 +17,7 @@ from .. import functional as F
 from ..ops import add_broadcast, matmul
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import as_dtype
+from ..utils.checkpoint import checkpoint
 from .layers import Conv1D, Dropout, Embedding, LayerNorm
 from .module import Module, ModuleDict, ModuleList, Parameter
 
@@ -38,6 +39,8 @@ class GPTConfig:
     n_embd: int
     dropout: float = 0.0     # embeddings and residual branches (attention probabilities: none)
     bias: bool = True        # biases in Conv1D and LayerNorm layers (GPT-2: True)
+    recompute: str = "none"  # activation recomputation in training: "none", "block" (each
+    #                          transformer block) or "attention" (ln_1 + attention of each block)
 
     def __post_init__(self):
         for f in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -51,6 +54,12 @@ class GPTConfig:
         if not isinstance(self.bias, (bool, np.bool_)):
             raise ValueError(f"GPTConfig.bias must be a bool, got {self.bias!r}")
         self.bias = bool(self.bias)
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"GPTConfig.recompute must be one of {', '.join(map(repr, RECOMPUTE))}, "
+                             f"got {self.recompute!r}")
+
+
+RECOMPUTE = ("none", "block", "attention")
 
 
 @dataclass(frozen=True)
@@ -143,11 +152,18 @@ class Block(Module):
         self.attn = CausalSelfAttention(config, tiling, dtype=dtype, rng=rng)
         self.ln_2 = LayerNorm(C, bias=config.bias, tile=W, dtype=dtype)
         self.mlp = MLP(config, tiling, dtype=dtype, rng=rng)
+        self.config = config  # shared with the GPT: config.recompute may change between steps
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln_1(x))   # (B, T, C)
+        if self.config.recompute == "attention":  # backward recomputes the attention branch
+            x = x + checkpoint(self._attention, x)   # (B, T, C)
+        else:
+            x = x + self._attention(x)
         x = x + self.mlp(self.ln_2(x))
         return x
+
+    def _attention(self, x: Tensor) -> Tensor:
+        return self.attn(self.ln_1(x))
 
 
 class LMHead(Module):
@@ -199,7 +215,7 @@ class GPT(Module):
         pos_emb = self.transformer.wpe(pos)                             # (T, C)
         x = self.transformer.drop(add_broadcast(tok_emb, pos_emb, axis=0))
         for block in self.transformer.h:
-            x = block(x)
+            x = checkpoint(block, x) if self.config.recompute == "block" else block(x)
         x = self.transformer.ln_f(x)
         return self.lm_head(x)                                          # (B, T, vocab)
 

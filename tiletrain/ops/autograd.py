@@ -11,6 +11,7 @@ through the same graph raises."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..tensors import Tensor
 from ..trace.tags import tag
 
 _state = threading.local()
+_seq = itertools.count()  # creation order of nodes (checkpoint's recompute tells its own nodes apart)
 
 
 def grad_enabled() -> bool:
@@ -57,6 +59,7 @@ class Node:
     ctx: dict = field(default_factory=dict)  # plain values (axes, scalars, flags)
     released: bool = False
     place: Any = None        # the use() distribution the op ran under (backward runs there too)
+    seq: int = field(default_factory=lambda: next(_seq))  # creation order
 
     def name(self) -> str:
         """torch's grad_fn name: ``MulBackward0`` for the op ``mul``."""
@@ -96,11 +99,11 @@ def record(op: str, out: Tensor, inputs: Sequence, saved: Sequence = (), **ctx: 
     return out
 
 
-def _topological(root: Tensor) -> list[Tensor]:
+def _topological(*roots: Tensor) -> list[Tensor]:
     """Tensors with nodes, each after every tensor that consumes it (iterative DFS)."""
     order: list[Tensor] = []
     seen: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    stack: list[tuple[Tensor, bool]] = [(r, False) for r in reversed(roots)]
     while stack:
         t, done = stack.pop()
         if done:
@@ -122,11 +125,11 @@ class _Placer:
     place only (a second placement of the same object gets a copy), so that accumulating
     in place (beta = 1) never changes another tensor's gradient."""
 
-    def __init__(self, foreign: Tensor | None = None):
+    def __init__(self, foreign: Sequence[Tensor] = ()):
         from .._ffi import lib
         self.mpi = bool(lib.tt_mpi_enabled())
-        self.placed: set[int] = set() if foreign is None else {id(foreign)}
-        self.keep: list[Tensor] = [] if foreign is None else [foreign]  # keep ids unique while used
+        self.placed: set[int] = {id(f) for f in foreign}
+        self.keep: list[Tensor] = list(foreign)  # keep ids unique while used
         self.pending_refs: dict[int, int] = {}  # id -> how many pending entries hold that tensor
 
     # Pending (non-leaf) gradients are shared rather than copied: a rule that hands the same
@@ -223,7 +226,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
             raise ValueError(f"backward: seed gradient has shape {grad.shape}, tiles {grad.tiles}, dtype "
                              f"{grad.dtype}; expected {root.shape}, {root.tiles}, {root.dtype}")
     if root._node is None:
-        _Placer(grad).leaf(root, grad)
+        _Placer((grad,)).leaf(root, grad)
         return
     if root._node.released:
         raise RuntimeError("backward: the graph was already released by an earlier backward()")
@@ -232,8 +235,47 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
         if t._node.released:
             raise RuntimeError(f"backward: the graph through op {t._node.op!r} was already released by an "
                                "earlier backward()")
-    placer = _Placer(grad)
+    placer = _Placer((grad,))
     pending: dict[int, Tensor] = {id(root): placer.share(grad)}
+    if not _dist._in_backward:
+        _state.recomputes = 0
+    _dist._in_backward += 1
+    try:
+        _run_backward(order, pending, placer)
+    finally:
+        _dist._in_backward -= 1
+
+
+def next_seq() -> int:
+    """A creation number below that of every node recorded from now on."""
+    return next(_seq)
+
+
+def next_recompute() -> int:
+    """0, 1, 2, ...: the how-many-th checkpoint this backward pass recomputes (priorities)."""
+    k = getattr(_state, "recomputes", 0)
+    _state.recomputes = k + 1
+    return k
+
+
+def backward_from(roots: Sequence[Tensor], grads: Sequence[Tensor], since: int) -> None:
+    """Submit the backward pass of several roots with their seed gradients (no waiting), over
+    the nodes created since node number ``since`` only (checkpoint's recompute: an older node
+    is a tensor of the enclosing graph that the function did not take as an argument)."""
+    order = _topological(*(r for r in roots if r._node is not None))
+    for t in order:
+        if t._node.seq < since:
+            raise RuntimeError(f"checkpoint: the function used a tensor computed by op {t._node.op!r} outside "
+                               "it that requires grad without taking it as an argument; pass it as an argument")
+    placer = _Placer(grads)
+    pending: dict[int, Tensor] = {}
+    for r, g in zip(roots, grads):
+        if r._node is None:
+            placer.leaf(r, g)
+        elif id(r) in pending:
+            pending[id(r)] = placer.accumulate(pending[id(r)], g)
+        else:
+            pending[id(r)] = placer.share(g)
     _dist._in_backward += 1
     try:
         _run_backward(order, pending, placer)

@@ -140,10 +140,20 @@ class Runtime:
         """Bytes of live tensors' tiles, and StarPU's own accounting of main memory (used and
         limit; None unless a memory limit is set: ``init(memory_limit_mb=...)``)."""
         used, total = lib.tt_memory_used(0), lib.tt_memory_total(0)
+        held, peak = lib.tt_pool_bytes(0), lib.tt_pool_bytes(1)
         return {"live_tensor_bytes": lib.tt_bytes_live(),
                 "created_tensor_bytes": lib.tt_bytes_created(),
                 "starpu_used_bytes": None if used < 0 else used,
-                "starpu_limit_bytes": None if total < 0 else total}
+                "starpu_limit_bytes": None if total < 0 else total,
+                # tile buffers StarPU has allocated in main memory (now, and the most since
+                # reset_peak_memory(); None unless the buffer pool's hooks are installed:
+                # CPU workers only, no memory limit, TILETRAIN_BUFFER_POOL_MB not 0)
+                "allocated_bytes": None if held < 0 else held,
+                "peak_allocated_bytes": None if peak < 0 else peak}
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak for ``memory()["peak_allocated_bytes"]`` at the bytes held now."""
+        lib.tt_pool_reset_peak()
 
     def info(self) -> dict:
         return {

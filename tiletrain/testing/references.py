@@ -52,6 +52,8 @@ REFERENCES: dict[str, Reference] = {
                       lambda a, y: {0: np.full_like(y, a["value"])}),
     "copy": Reference(lambda rng, dt: (dict(n=7), [_r(rng, dt, 7), np.zeros(7, dt)]),
                       lambda a, x, y: {1: x.copy()}),
+    "after": Reference(lambda rng, dt: (dict(n=7), [_r(rng, dt, 7), _r(rng, dt, 7)]),
+                       lambda a, x, y: {1: y.copy()}),  # y untouched
     "scale": Reference(lambda rng, dt: (dict(n=7, alpha=-1.5), [_r(rng, dt, 7), np.zeros(7, dt)]),
                        lambda a, x, y: {1: a["alpha"] * x}),
     "add_scalar": Reference(lambda rng, dt: (dict(n=7, alpha=2.0, s=-0.25), [_r(rng, dt, 7), np.zeros(7, dt)]),

@@ -29,6 +29,13 @@ void tt_cpu_copy(const tt_args_copy *a, const void *x, void *y)
     memcpy(y, x, (size_t)a->n * tt_dtype_size((int)a->dtype));
 }
 
+void tt_cpu_after(const tt_args_after *a, const void *x, void *y)
+{
+    (void)a; /* nothing to compute: the task exists for its data dependencies */
+    (void)x;
+    (void)y;
+}
+
 void tt_cpu_scale(const tt_args_scale *a, const void *x, void *y)
 {
     TT_ANY_FLOAT_DISPATCH(a->dtype, {
