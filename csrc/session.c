@@ -94,6 +94,34 @@ void tt_tensors_kill_all(void)
     tt_tensors_unlock();
 }
 
+/* The gate between the threads that call into the runtime and tt_shutdown (issue 16): every
+ * C entry that touches StarPU from outside (a task submission, a tensor's registration,
+ * unregistration or transfer, a pause, a wait) holds it for the call -- one atomic add and
+ * load.  tt_shutdown closes it, waits until no call holds it, and only then stops StarPU, so
+ * a racing call either completes before the shutdown or fails with a clear error. */
+enum { GATE_CLOSED = 0, GATE_OPEN = 1, GATE_CLOSING = 2 };
+static int gate_state = GATE_CLOSED;
+static int gate_users = 0;
+
+int tt_gate_enter(const char *what)
+{
+    __atomic_add_fetch(&gate_users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gate_state, __ATOMIC_SEQ_CST) == GATE_OPEN)
+        return TT_OK;
+    __atomic_sub_fetch(&gate_users, 1, __ATOMIC_SEQ_CST);
+    return tt_error(TT_ENOTINIT, "%s: the tiletrain runtime was shut down (or is not initialised)", what);
+}
+
+void tt_gate_leave(void) { __atomic_sub_fetch(&gate_users, 1, __ATOMIC_SEQ_CST); }
+
+void tt_gate_wait_closed(void)
+{
+    while (__atomic_load_n(&gate_state, __ATOMIC_SEQ_CST) == GATE_CLOSING) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int tt_devices_init(void);      /* csrc/devices.c */
 void tt_devices_shutdown(void);
 void tt_pool_install(void);     /* csrc/pool.c */
@@ -181,6 +209,7 @@ int tt_init(const tt_config *cfg)
     session_counter++;
     initialized = 1;
     tt_trace_session_begin(cfg->profile); /* records every task while profiling is on */
+    __atomic_store_n(&gate_state, GATE_OPEN, __ATOMIC_SEQ_CST);
     return TT_OK;
 }
 
@@ -188,8 +217,13 @@ extern void tt_submit_reset_counters(void);
 
 int tt_shutdown(void)
 {
-    if (!initialized)
+    int open = GATE_OPEN;
+    if (!__atomic_compare_exchange_n(&gate_state, &open, GATE_CLOSING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    while (__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST) > 0) { /* calls in flight finish first */
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
     tt_ensure_running();
     wait_everything();
     tt_trace_session_end();
@@ -199,15 +233,19 @@ int tt_shutdown(void)
     tt_pool_drain();
     initialized = 0;
     tt_submit_reset_counters();
+    __atomic_store_n(&gate_state, GATE_CLOSED, __ATOMIC_SEQ_CST);
     return TT_OK;
 }
 
 int tt_wait_all(void)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    int rc = tt_gate_enter("wait");
+    if (rc)
+        return rc;
     tt_ensure_running();
-    return wait_everything();
+    rc = wait_everything();
+    tt_gate_leave();
+    return rc;
 }
 
 static double now(void)
@@ -220,20 +258,27 @@ static double now(void)
 /* Bounded wait so that Python can check for Ctrl-C between slices. */
 int tt_wait_for(double seconds)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    int rc = tt_gate_enter("wait");
+    if (rc)
+        return rc;
     tt_ensure_running();
     double end = now() + seconds;
     long sleep_ns = 2000;
+    int done = 1;
     while (starpu_task_nsubmitted() > 0) {
-        if (now() >= end)
-            return 0;
+        if (tt_mpi_on && (rc = tt_mpi_check_diverged("wait")) != TT_OK)
+            break; /* a rank that has shut down holds what these tasks wait for */
+        if (now() >= end) {
+            done = 0;
+            break;
+        }
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 200000)
             sleep_ns *= 2;
     }
-    return 1;
+    tt_gate_leave();
+    return rc ? rc : done;
 }
 
 int tt_pending(void) { return initialized ? starpu_task_nsubmitted() : 0; }
@@ -378,10 +423,11 @@ void tt_ensure_running(void)
 
 int tt_pause_if_idle(void)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     if (tt_mpi_on)
         return 0; /* never under MPI: other ranks' transfers need this rank's workers and MPI thread */
+    int rc = tt_gate_enter("pause");
+    if (rc)
+        return rc;
     int did = 0;
     pthread_mutex_lock(&pause_mutex);
     if (!paused && starpu_task_nsubmitted() == 0) {
@@ -390,6 +436,7 @@ int tt_pause_if_idle(void)
         did = 1;
     }
     pthread_mutex_unlock(&pause_mutex);
+    tt_gate_leave();
     return did;
 }
 
