@@ -196,27 +196,38 @@ static void exit_notices_start(void)
     exit_on = 1;
 }
 
-/* Normal path only (this rank's tasks are done): notify, then wait for every other rank. */
-static void exit_notices_exchange(void)
+/* The collective part of a clean shutdown (tt_shutdown, under MPI): tell every other rank
+ * that this one is stopping -- first, so that a rank stuck waiting for this one learns it even
+ * if this rank's own tasks wait for that rank -- then finish this rank's tasks, then wait for
+ * every other rank's notice, then for every rank's transfers.  Never checks for divergence:
+ * a rank that diverged is the one waiting elsewhere, and it aborts the job. */
+void tt_mpi_quiesce(void)
 {
-    if (!exit_on)
-        return;
-    exit_sends_left = mpi_size - 1;
-    for (int r = 0; r < mpi_size; r++)
-        if (r != mpi_rank)
-            starpu_mpi_isend_detached(exit_h[mpi_rank], r, EXIT_TAG, MPI_COMM_WORLD, exit_sent_cb, NULL);
-    while (__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST) < mpi_size - 1 ||
-           __atomic_load_n(&exit_sends_left, __ATOMIC_SEQ_CST) > 0) {
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
+    if (exit_on) {
+        exit_sends_left = mpi_size - 1;
+        for (int r = 0; r < mpi_size; r++)
+            if (r != mpi_rank)
+                starpu_mpi_isend_detached(exit_h[mpi_rank], r, EXIT_TAG, MPI_COMM_WORLD, exit_sent_cb, NULL);
     }
-    for (int r = 0; r < mpi_size; r++)
-        starpu_data_unregister(exit_h[r]);
-    free(exit_h);
-    free(exit_buf);
-    exit_h = NULL;
-    exit_buf = NULL;
-    exit_on = 0;
+    starpu_task_wait_for_all();
+    if (exit_on) {
+        while (__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST) < mpi_size - 1 ||
+               __atomic_load_n(&exit_sends_left, __ATOMIC_SEQ_CST) > 0) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+        for (int r = 0; r < mpi_size; r++)
+            starpu_data_unregister(exit_h[r]);
+        free(exit_h);
+        free(exit_buf);
+        exit_h = NULL;
+        exit_buf = NULL;
+        exit_on = 0;
+    }
+    if (keepalive_on)
+        token_barrier(0);
+    else
+        starpu_mpi_wait_for_all(MPI_COMM_WORLD);
 }
 
 int tt_mpi_check_diverged(const char *what)
@@ -327,11 +338,12 @@ void tt_mpi_stop(void)
 {
     if (!tt_mpi_on)
         return;
-    starpu_task_wait_for_all();
-    exit_notices_exchange(); /* every rank reached its shutdown (see tt_mpi_check_diverged) */
-    if (keepalive_on)
+    if (keepalive_on) {
+        starpu_task_wait_for_all();
         token_barrier(0); /* every rank's tasks are done before any stops serving transfers */
+    }
     keepalive_stop();
+    exit_on = 0; /* (a session stopped without tt_mpi_quiesce: a failed init) */
     starpu_mpi_shutdown();
     if (starpu_is_initialized())
         starpu_shutdown();
@@ -566,6 +578,7 @@ int tt_mpi_start(struct starpu_conf *conf)
                     "and an MPI library such as libopenmpi-dev, then rebuild)");
 }
 void tt_mpi_stop(void) {}
+void tt_mpi_quiesce(void) {}
 int tt_mpi_wait_all(void) { return TT_OK; }
 int tt_mpi_check_diverged(const char *what) { (void)what; return TT_OK; }
 int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode)

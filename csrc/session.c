@@ -225,7 +225,10 @@ int tt_shutdown(void)
         nanosleep(&ts, NULL);
     }
     tt_ensure_running();
-    wait_everything();
+    if (tt_mpi_on)
+        tt_mpi_quiesce(); /* every rank's shutdown meets here; a diverged rank aborts the job */
+    else
+        wait_everything();
     tt_trace_session_end();
     tt_tensors_kill_all();
     tt_devices_shutdown();

@@ -138,6 +138,7 @@ void *tt_args_new(int kernel);
 extern int tt_mpi_on;
 int tt_mpi_start(struct starpu_conf *conf); /* MPI (once per process) + starpu_mpi_init_conf */
 void tt_mpi_stop(void);                     /* starpu_mpi_shutdown + starpu_shutdown */
+void tt_mpi_quiesce(void);                  /* clean shutdown's collective wait (exit notices) */
 #ifdef TT_HAVE_MPI
 int tt_mpi_involved(const struct starpu_data_descr *d, int n); /* does this rank take part in the task? */
 #endif
