@@ -267,6 +267,22 @@ def _prepare_mpi() -> None:
     sys.excepthook = abort_job
 
 
+def gather_per_rank(values):
+    """Collective (under MPI, every rank calls it at the same point of its flow): this rank's
+    float ``values`` and every other rank's, as a NumPy array (world size, len(values)); row
+    r holds rank r's.  One process: just ``[values]``.  Used to agree on up-front checks."""
+    import numpy as np
+    from ..distribution import BlockCyclic
+    from ..tensors.tensor import from_numpy
+    current()
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not lib.tt_mpi_enabled():
+        return values[None, :].copy()
+    table = np.zeros((lib.tt_mpi_size(), values.size))
+    table[lib.tt_mpi_rank()] = values  # each rank stores only its own row (its tile)
+    return from_numpy(table, (1, values.size), dist=BlockCyclic()).numpy()
+
+
 def rank() -> int:
     """This process' MPI rank: 0 in one process; before init, the launcher's rank."""
     from ..distribution import rank as _rank
