@@ -5,6 +5,7 @@ import atexit
 import contextlib
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -225,7 +226,9 @@ def _abort_on_error(exc: BaseException | None) -> None:
                 else f"raised {type(exc).__name__}: {exc}")
         sys.stderr.write(f"tiletrain: rank {lib.tt_mpi_rank()} of {lib.tt_mpi_size()} {what}; "
                          "aborting the MPI job\n")
+        sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(0.3)  # mpirun forwards the message before its own MPI_ABORT banner
     finally:
         lib.tt_mpi_abort(code)
 
