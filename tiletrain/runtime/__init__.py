@@ -222,6 +222,8 @@ def _abort_on_error(exc: BaseException | None) -> None:
     try:
         if not isinstance(exc, SystemExit):
             traceback.print_exception(type(exc), exc, exc.__traceback__)
+        elif isinstance(exc.code, str):  # sys.exit("message"): Python would print it
+            sys.stderr.write(exc.code + "\n")
         what = (f"exited with code {exc.code}" if isinstance(exc, SystemExit)
                 else f"raised {type(exc).__name__}: {exc}")
         sys.stderr.write(f"tiletrain: rank {lib.tt_mpi_rank()} of {lib.tt_mpi_size()} {what}; "
