@@ -141,7 +141,9 @@ static int token_barrier(int check)
  * do -- the ranks' programs diverged, e.g. sys.exit on one rank only -- would wait forever:
  * once a notice has arrived and this rank has had no runnable task for a grace period
  * (TILETRAIN_MPI_EXIT_GRACE seconds, default 1), its wait fails with an error naming the
- * rank that stopped, which Python's error path turns into an abort of the whole job. */
+ * rank that stopped, which Python's error path turns into an abort of the whole job.
+ * Needs the kept-awake progression thread (mpi_driver, the default); without it a diverged
+ * job still hangs. */
 #define EXIT_TAG (KEEPALIVE_TAG - 1)
 static int *exit_buf;
 static starpu_data_handle_t *exit_h; /* [r]: receives rank r's notice; [mpi_rank]: the one sent */
@@ -177,7 +179,10 @@ static void exit_notices_start(void)
     quiet_since = 0;
     const char *env = getenv("TILETRAIN_MPI_EXIT_GRACE");
     exit_grace = env && atof(env) > 0 ? atof(env) : 1.0;
-    if (mpi_size < 2)
+    /* Only with the kept-awake progression thread (the default, mpi_driver): without it,
+     * starpu_mpi_wait_for_all (wait(), shutdown) waits for every posted request to finish,
+     * and the notices' receives stay posted until the other ranks stop. */
+    if (mpi_size < 2 || !keepalive_on)
         return;
     exit_buf = calloc((size_t)mpi_size, sizeof(int));
     exit_h = calloc((size_t)mpi_size, sizeof(*exit_h));
