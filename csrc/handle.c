@@ -92,8 +92,25 @@ int tt_tensor_new_deferred(int ndim, const int64_t *shape, const int64_t *tile, 
     return tensor_new(ndim, shape, tile, dtype, fallback, 1, out);
 }
 
+static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
+                            int deferred, tt_tensor **out);
+
 static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
                       int deferred, tt_tensor **out)
+{
+    int rc = tt_gate_enter("tensor_new"); /* registers tiles: not while shutdown stops StarPU */
+    if (rc) {
+        if (out)
+            *out = NULL;
+        return rc;
+    }
+    rc = tensor_new_gated(ndim, shape, tile, dtype, owners, deferred, out);
+    tt_gate_leave();
+    return rc;
+}
+
+static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
+                            int deferred, tt_tensor **out)
 {
     if (!out)
         return tt_error(TT_EINVAL, "tensor_new: out is NULL");
@@ -187,8 +204,11 @@ void tt_tensor_free(tt_tensor *t)
         free(t);
         return;
     }
+    int gated = tt_gate_enter("tensor_free") == TT_OK;
+    if (!gated)
+        tt_gate_wait_closed(); /* a shutdown in progress unregisters it (tt_tensors_kill_all) */
     tt_tensors_lock();
-    if (!t->dead && t->session == tt_current_session() && tt_session_active()) {
+    if (gated && !t->dead && t->session == tt_current_session() && tt_session_active()) {
         tt_ensure_running();
         tt_tensors_unlink(t);
         tt_bytes_live_locked_add(-tensor_bytes(t));
@@ -204,6 +224,8 @@ void tt_tensor_free(tt_tensor *t)
         }
     }
     tt_tensors_unlock();
+    if (gated)
+        tt_gate_leave();
     free(t->handles);
     free(t->owner);
     free(t);
@@ -319,7 +341,10 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
         for (int d = 0; d < t->ndim; d++)
             origin += idx[d] * t->tile[d] * strides[d];
         starpu_data_handle_t h = t->handles[i];
-        int ret = starpu_data_acquire(h, to_tile ? STARPU_W : STARPU_R);
+        int rc = tt_mpi_on ? tt_mpi_acquire(h, to_tile ? STARPU_W : STARPU_R) : TT_OK;
+        if (rc)
+            return rc;
+        int ret = tt_mpi_on ? 0 : starpu_data_acquire(h, to_tile ? STARPU_W : STARPU_R);
         if (ret != 0)
             return tt_error(TT_ESTARPU, "starpu_data_acquire failed on tile %lld (%d)", (long long)i, ret);
         char *ptr = (char *)starpu_data_get_local_ptr(h);
@@ -336,7 +361,10 @@ int tt_tensor_write(tt_tensor *t, const void *src, const int64_t *strides)
         return rc;
     if (!src)
         return tt_error(TT_EINVAL, "tensor write: source buffer is NULL");
+    if ((rc = tt_gate_enter("tensor write")) != TT_OK)
+        return rc;
     rc = transfer(t, (char *)src, strides, 1);
+    tt_gate_leave();
     if (rc == TT_OK)
         t->written = 1;
     return rc;
@@ -355,5 +383,9 @@ int tt_tensor_read(tt_tensor *t, void *dst)
         strides[d] = s;
         s *= t->shape[d];
     }
-    return transfer(t, (char *)dst, strides, 0);
+    if ((rc = tt_gate_enter("tensor read")) != TT_OK)
+        return rc;
+    rc = transfer(t, (char *)dst, strides, 0);
+    tt_gate_leave();
+    return rc;
 }

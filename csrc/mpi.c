@@ -4,6 +4,7 @@
  * report that MPI mode is unavailable and the rest of tiletrain is unchanged. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "tt_internal.h"
 
@@ -89,34 +90,194 @@ static void token_done(void *arg)
     STARPU_PTHREAD_MUTEX_UNLOCK(&token_mutex);
 }
 
-static void token_wait(void)
+/* Waits for the barrier's messages; with check, also fails (the job is then aborted by
+ * Python's error path) when another rank has shut down and so will never take part. */
+static int token_wait(int check)
 {
+    int rc = TT_OK;
     STARPU_PTHREAD_MUTEX_LOCK(&token_mutex);
-    while (token_left > 0)
-        STARPU_PTHREAD_COND_WAIT(&token_cond, &token_mutex);
+    while (token_left > 0 && rc == TT_OK) {
+        if (!check) {
+            STARPU_PTHREAD_COND_WAIT(&token_cond, &token_mutex);
+            continue;
+        }
+        STARPU_PTHREAD_MUTEX_UNLOCK(&token_mutex);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        rc = tt_mpi_check_diverged("wait (barrier of every rank)");
+        STARPU_PTHREAD_MUTEX_LOCK(&token_mutex);
+    }
     STARPU_PTHREAD_MUTEX_UNLOCK(&token_mutex);
+    return rc;
 }
 
-static void token_barrier(void)
+static int token_barrier(int check)
 {
     int64_t tag = BARRIER_TAG + 2 * barrier_epoch++;
+    int rc;
     if (mpi_size == 1)
-        return;
+        return TT_OK;
     if (mpi_rank == 0) {
         token_left = mpi_size - 1;
         for (int r = 1; r < mpi_size; r++)
             starpu_mpi_irecv_detached(token_h[r], r, tag, MPI_COMM_WORLD, token_done, NULL);
-        token_wait();
+        if ((rc = token_wait(check)) != TT_OK)
+            return rc;
         token_left = mpi_size - 1;
         for (int r = 1; r < mpi_size; r++)
             starpu_mpi_isend_detached(token_h[0], r, tag + 1, MPI_COMM_WORLD, token_done, NULL);
-        token_wait();
-    } else {
-        token_left = 2;
-        starpu_mpi_isend_detached(token_h[0], 0, tag, MPI_COMM_WORLD, token_done, NULL);
-        starpu_mpi_irecv_detached(token_h[1], 0, tag + 1, MPI_COMM_WORLD, token_done, NULL);
-        token_wait();
+        return token_wait(check);
     }
+    token_left = 2;
+    starpu_mpi_isend_detached(token_h[0], 0, tag, MPI_COMM_WORLD, token_done, NULL);
+    starpu_mpi_irecv_detached(token_h[1], 0, tag + 1, MPI_COMM_WORLD, token_done, NULL);
+    return token_wait(check);
+}
+
+/* Exit notices (issue 16): when a rank stops its session on the normal path (its program
+ * ended, or sys.exit), it first finishes its own tasks, then tells every other rank, then
+ * waits for every other rank's notice -- the collective part of a clean shutdown.  A rank
+ * that meanwhile waits (a collective read, wait()) for something the stopped rank will never
+ * do -- the ranks' programs diverged, e.g. sys.exit on one rank only -- would wait forever:
+ * once a notice has arrived and this rank has had no runnable task for a grace period
+ * (TILETRAIN_MPI_EXIT_GRACE seconds, default 1), its wait fails with an error naming the
+ * rank that stopped, which Python's error path turns into an abort of the whole job.
+ * Needs the kept-awake progression thread (mpi_driver, the default); without it a diverged
+ * job still hangs. */
+#define EXIT_TAG (KEEPALIVE_TAG - 1)
+static int *exit_buf;
+static starpu_data_handle_t *exit_h; /* [r]: receives rank r's notice; [mpi_rank]: the one sent */
+static int exit_on = 0, exit_heard = 0, exit_sends_left = 0, exit_from = -1;
+static double exit_first = 0, quiet_since = 0, exit_grace = 1.0;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void exit_notice_cb(void *arg)
+{
+    int from = (int)(intptr_t)arg;
+    if (__atomic_add_fetch(&exit_heard, 1, __ATOMIC_SEQ_CST) == 1) {
+        exit_first = now_s();
+        __atomic_store_n(&exit_from, from, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void exit_sent_cb(void *arg)
+{
+    (void)arg;
+    __atomic_sub_fetch(&exit_sends_left, 1, __ATOMIC_SEQ_CST);
+}
+
+static void exit_notices_start(void)
+{
+    exit_heard = 0;
+    exit_from = -1;
+    quiet_since = 0;
+    const char *env = getenv("TILETRAIN_MPI_EXIT_GRACE");
+    exit_grace = env && atof(env) > 0 ? atof(env) : 1.0;
+    /* Only with the kept-awake progression thread (the default, mpi_driver): without it,
+     * starpu_mpi_wait_for_all (wait(), shutdown) waits for every posted request to finish,
+     * and the notices' receives stay posted until the other ranks stop. */
+    if (mpi_size < 2 || !keepalive_on)
+        return;
+    exit_buf = calloc((size_t)mpi_size, sizeof(int));
+    exit_h = calloc((size_t)mpi_size, sizeof(*exit_h));
+    if (!exit_buf || !exit_h) {
+        free(exit_buf);
+        free(exit_h);
+        exit_buf = NULL;
+        exit_h = NULL;
+        return; /* out of memory: no divergence detection */
+    }
+    for (int r = 0; r < mpi_size; r++)
+        starpu_variable_data_register(&exit_h[r], STARPU_MAIN_RAM, (uintptr_t)&exit_buf[r], sizeof(int));
+    for (int r = 0; r < mpi_size; r++)
+        if (r != mpi_rank)
+            starpu_mpi_irecv_detached(exit_h[r], r, EXIT_TAG, MPI_COMM_WORLD, exit_notice_cb, (void *)(intptr_t)r);
+    exit_on = 1;
+}
+
+/* The collective part of a clean shutdown (tt_shutdown, under MPI): tell every other rank
+ * that this one is stopping -- first, so that a rank stuck waiting for this one learns it even
+ * if this rank's own tasks wait for that rank -- then finish this rank's tasks, then wait for
+ * every other rank's notice, then for every rank's transfers.  Never checks for divergence:
+ * a rank that diverged is the one waiting elsewhere, and it aborts the job. */
+void tt_mpi_quiesce(void)
+{
+    if (exit_on) {
+        exit_sends_left = mpi_size - 1;
+        for (int r = 0; r < mpi_size; r++)
+            if (r != mpi_rank)
+                starpu_mpi_isend_detached(exit_h[mpi_rank], r, EXIT_TAG, MPI_COMM_WORLD, exit_sent_cb, NULL);
+    }
+    starpu_task_wait_for_all();
+    if (exit_on) {
+        while (__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST) < mpi_size - 1 ||
+               __atomic_load_n(&exit_sends_left, __ATOMIC_SEQ_CST) > 0) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+        for (int r = 0; r < mpi_size; r++)
+            starpu_data_unregister(exit_h[r]);
+        free(exit_h);
+        free(exit_buf);
+        exit_h = NULL;
+        exit_buf = NULL;
+        exit_on = 0;
+    }
+    if (keepalive_on)
+        token_barrier(0);
+    else
+        starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+}
+
+int tt_mpi_check_diverged(const char *what)
+{
+    if (!exit_on || !__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST))
+        return TT_OK;
+    double t = now_s();
+    if (starpu_task_nready() > 0 || quiet_since < exit_first) {
+        quiet_since = t; /* this rank still runs tasks of its own: give it time */
+        return TT_OK;
+    }
+    if (t - quiet_since < exit_grace)
+        return TT_OK;
+    return tt_error(TT_ESTARPU, "%s: rank %d has shut down (its program ended or called sys.exit) while rank %d "
+                    "of %d still waits for work that needs it: the ranks' programs diverged (every rank must "
+                    "run the same flow of tensor operations, and exit at the same point)",
+                    what, __atomic_load_n(&exit_from, __ATOMIC_SEQ_CST), mpi_rank, mpi_size);
+}
+
+static void acquired_cb(void *arg) { __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE); }
+
+int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    if (!exit_on) {
+        int ret = starpu_data_acquire(h, mode);
+        return ret ? tt_error(TT_ESTARPU, "starpu_data_acquire failed (%d)", ret) : TT_OK;
+    }
+    int *done = malloc(sizeof *done); /* on the heap: left to the callback if this wait fails */
+    if (!done)
+        return tt_error(TT_ENOMEM, "tensor read: out of memory");
+    *done = 0;
+    int ret = starpu_data_acquire_cb(h, mode, acquired_cb, done);
+    if (ret) {
+        free(done);
+        return tt_error(TT_ESTARPU, "starpu_data_acquire_cb failed (%d)", ret);
+    }
+    while (!__atomic_load_n(done, __ATOMIC_ACQUIRE)) {
+        int rc = tt_mpi_check_diverged("tensor read/write (collective)");
+        if (rc)
+            return rc; /* the job is about to be aborted: the pending acquisition is left as is */
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    free(done);
+    return TT_OK;
 }
 
 static void keepalive_start(void)
@@ -172,6 +333,7 @@ int tt_mpi_start(struct starpu_conf *conf)
     starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
     starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
     keepalive_start();
+    exit_notices_start();
     lazy_created = lazy_registered = 0;
     tt_mpi_on = 1;
     return TT_OK;
@@ -183,9 +345,10 @@ void tt_mpi_stop(void)
         return;
     if (keepalive_on) {
         starpu_task_wait_for_all();
-        token_barrier(); /* every rank's tasks are done before any stops serving transfers */
+        token_barrier(0); /* every rank's tasks are done before any stops serving transfers */
     }
     keepalive_stop();
+    exit_on = 0; /* (a session stopped without tt_mpi_quiesce: a failed init) */
     starpu_mpi_shutdown();
     if (starpu_is_initialized())
         starpu_shutdown();
@@ -197,13 +360,23 @@ void tt_mpi_stop(void)
 int tt_mpi_wait_all(void)
 {
     int ret;
+    while (starpu_task_nsubmitted() > 0) { /* polled: a rank that shut down fails the wait */
+        int rc = tt_mpi_check_diverged("wait");
+        if (rc)
+            return rc;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
     if (keepalive_on) {
         /* starpu_mpi_wait_for_all (1.3) waits for the progression thread to go to sleep
          * with nothing pending, which the kept-awake thread never does: wait for this
          * rank's tasks -- which includes every receive they need -- then for every rank. */
         ret = starpu_task_wait_for_all();
-        if (ret == 0)
-            token_barrier();
+        if (ret == 0) {
+            int rc = token_barrier(1);
+            if (rc)
+                return rc;
+        }
     } else {
         ret = starpu_mpi_wait_for_all(MPI_COMM_WORLD);
     }
@@ -410,7 +583,14 @@ int tt_mpi_start(struct starpu_conf *conf)
                     "and an MPI library such as libopenmpi-dev, then rebuild)");
 }
 void tt_mpi_stop(void) {}
+void tt_mpi_quiesce(void) {}
 int tt_mpi_wait_all(void) { return TT_OK; }
+int tt_mpi_check_diverged(const char *what) { (void)what; return TT_OK; }
+int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    int ret = starpu_data_acquire(h, mode);
+    return ret ? tt_error(TT_ESTARPU, "starpu_data_acquire failed (%d)", ret) : TT_OK;
+}
 void tt_mpi_register(starpu_data_handle_t h, int owner) { (void)h; (void)owner; }
 void tt_mpi_flush(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_migrate(starpu_data_handle_t h, int new_owner) { (void)h; (void)new_owner; }

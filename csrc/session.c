@@ -94,6 +94,34 @@ void tt_tensors_kill_all(void)
     tt_tensors_unlock();
 }
 
+/* The gate between the threads that call into the runtime and tt_shutdown (issue 16): every
+ * C entry that touches StarPU from outside (a task submission, a tensor's registration,
+ * unregistration or transfer, a pause, a wait) holds it for the call -- one atomic add and
+ * load.  tt_shutdown closes it, waits until no call holds it, and only then stops StarPU, so
+ * a racing call either completes before the shutdown or fails with a clear error. */
+enum { GATE_CLOSED = 0, GATE_OPEN = 1, GATE_CLOSING = 2 };
+static int gate_state = GATE_CLOSED;
+static int gate_users = 0;
+
+int tt_gate_enter(const char *what)
+{
+    __atomic_add_fetch(&gate_users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gate_state, __ATOMIC_SEQ_CST) == GATE_OPEN)
+        return TT_OK;
+    __atomic_sub_fetch(&gate_users, 1, __ATOMIC_SEQ_CST);
+    return tt_error(TT_ENOTINIT, "%s: the tiletrain runtime was shut down (or is not initialised)", what);
+}
+
+void tt_gate_leave(void) { __atomic_sub_fetch(&gate_users, 1, __ATOMIC_SEQ_CST); }
+
+void tt_gate_wait_closed(void)
+{
+    while (__atomic_load_n(&gate_state, __ATOMIC_SEQ_CST) == GATE_CLOSING) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int tt_devices_init(void);      /* csrc/devices.c */
 void tt_devices_shutdown(void);
 void tt_pool_install(void);     /* csrc/pool.c */
@@ -180,6 +208,7 @@ int tt_init(const tt_config *cfg)
     session_counter++;
     initialized = 1;
     tt_trace_session_begin(cfg->profile); /* records every task while profiling is on */
+    __atomic_store_n(&gate_state, GATE_OPEN, __ATOMIC_SEQ_CST);
     return TT_OK;
 }
 
@@ -188,10 +217,18 @@ static void stop_waiter(void); /* tt_wait_for's helper thread, below */
 
 int tt_shutdown(void)
 {
-    if (!initialized)
+    int open = GATE_OPEN;
+    if (!__atomic_compare_exchange_n(&gate_state, &open, GATE_CLOSING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    while (__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST) > 0) { /* calls in flight finish first */
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
     tt_ensure_running();
-    wait_everything();
+    if (tt_mpi_on)
+        tt_mpi_quiesce(); /* every rank's shutdown meets here; a diverged rank aborts the job */
+    else
+        wait_everything();
     stop_waiter();
     tt_trace_session_end();
     tt_tensors_kill_all();
@@ -200,15 +237,19 @@ int tt_shutdown(void)
     tt_pool_drain();
     initialized = 0;
     tt_submit_reset_counters();
+    __atomic_store_n(&gate_state, GATE_CLOSED, __ATOMIC_SEQ_CST);
     return TT_OK;
 }
 
 int tt_wait_all(void)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    int rc = tt_gate_enter("wait");
+    if (rc)
+        return rc;
     tt_ensure_running();
-    return wait_everything();
+    rc = wait_everything();
+    tt_gate_leave();
+    return rc;
 }
 
 static double now(void)
@@ -262,11 +303,16 @@ static void stop_waiter(void)
     waiter_started = waiter_busy = waiter_quit = 0;
 }
 
-static int poll_for(double seconds) /* under MPI: the MPI progress thread owns the waiting */
+/* Under MPI (the MPI progress thread owns the waiting): poll, with sleeps, and stop early
+ * when another rank has shut down while these tasks wait for it. */
+static int poll_for(double seconds)
 {
     double end = now() + seconds;
     long sleep_ns = 2000;
+    int rc;
     while (starpu_task_nsubmitted() > 0) {
+        if (tt_mpi_on && (rc = tt_mpi_check_diverged("wait")) != TT_OK)
+            return rc; /* a rank that has shut down holds what these tasks wait for */
         if (now() >= end)
             return 0;
         struct timespec ts = {0, sleep_ns};
@@ -277,16 +323,9 @@ static int poll_for(double seconds) /* under MPI: the MPI progress thread owns t
     return 1;
 }
 
-/* 1 when no task is pending, 0 after `seconds` with tasks still pending. */
-int tt_wait_for(double seconds)
+/* One process: sleep on waiter_done until the helper thread's round ends or the deadline. */
+static int sleep_for(double seconds)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
-    tt_ensure_running();
-    if (starpu_task_nsubmitted() == 0)
-        return 1;
-    if (tt_mpi_on)
-        return poll_for(seconds);
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     double frac = seconds - (double)(int64_t)seconds;
@@ -314,6 +353,22 @@ int tt_wait_for(double seconds)
             break;
     pthread_mutex_unlock(&waiter_mu);
     return starpu_task_nsubmitted() == 0;
+}
+
+/* 1 when no task is pending, 0 after `seconds` with tasks still pending (Python checks for
+ * Ctrl-C between slices), < 0 on an error. */
+int tt_wait_for(double seconds)
+{
+    int rc = tt_gate_enter("wait");
+    if (rc)
+        return rc;
+    tt_ensure_running();
+    if (starpu_task_nsubmitted() == 0)
+        rc = 1;
+    else
+        rc = tt_mpi_on ? poll_for(seconds) : sleep_for(seconds);
+    tt_gate_leave();
+    return rc;
 }
 
 int tt_pending(void) { return initialized ? starpu_task_nsubmitted() : 0; }
@@ -472,10 +527,11 @@ void tt_ensure_running(void)
 
 int tt_pause_if_idle(void)
 {
-    if (!initialized)
-        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     if (tt_mpi_on)
         return 0; /* never under MPI: other ranks' transfers need this rank's workers and MPI thread */
+    int rc = tt_gate_enter("pause");
+    if (rc)
+        return rc;
     int did = 0;
     pthread_mutex_lock(&pause_mutex);
     if (!paused && starpu_task_nsubmitted() == 0) {
@@ -484,6 +540,7 @@ int tt_pause_if_idle(void)
         did = 1;
     }
     pthread_mutex_unlock(&pause_mutex);
+    tt_gate_leave();
     return did;
 }
 

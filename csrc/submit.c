@@ -102,8 +102,8 @@ static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handle
 }
 #endif
 
-int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
-              const enum starpu_data_access_mode *modes)
+static int submit(int kernel, void *args, const starpu_data_handle_t *handles,
+                  const enum starpu_data_access_mode *modes)
 {
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
     /* Every task passes here: a dtype the kernel's line in kernels.def does not list would
@@ -135,4 +135,17 @@ int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
         return rc;
     kernel_ntasks[kernel]++;
     return TT_OK;
+}
+
+int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
+              const enum starpu_data_access_mode *modes)
+{
+    int rc = tt_gate_enter(tt_kernel_table[kernel].name); /* not while shutdown stops StarPU */
+    if (rc) {
+        free(args);
+        return rc;
+    }
+    rc = submit(kernel, args, handles, modes);
+    tt_gate_leave();
+    return rc;
 }

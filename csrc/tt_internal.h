@@ -62,6 +62,17 @@ void tt_tensors_kill_all(void);
 /* caller holds the tensors lock */
 void tt_bytes_live_locked_add(int64_t delta);
 
+/* the shutdown gate (session.c): hold it around any call that touches StarPU from outside;
+ * enter fails (TT_ENOTINIT, message set) once shutdown has begun */
+int tt_gate_enter(const char *what);
+void tt_gate_leave(void);
+void tt_gate_wait_closed(void); /* returns once a shutdown in progress has finished */
+/* under MPI (mpi.c): TT_OK, or an error when another rank has shut down while this rank
+ * still waits for work that needs it (the ranks' programs diverged) */
+int tt_mpi_check_diverged(const char *what);
+/* starpu_data_acquire, whose wait fails instead of hanging when the ranks diverged (mpi.c) */
+int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode);
+
 /* wake paused workers (session.c): before any submission, transfer or wait */
 void tt_ensure_running(void);
 
@@ -127,6 +138,7 @@ void *tt_args_new(int kernel);
 extern int tt_mpi_on;
 int tt_mpi_start(struct starpu_conf *conf); /* MPI (once per process) + starpu_mpi_init_conf */
 void tt_mpi_stop(void);                     /* starpu_mpi_shutdown + starpu_shutdown */
+void tt_mpi_quiesce(void);                  /* clean shutdown's collective wait (exit notices) */
 #ifdef TT_HAVE_MPI
 int tt_mpi_involved(const struct starpu_data_descr *d, int n); /* does this rank take part in the task? */
 #endif

@@ -113,20 +113,26 @@ set -e
 
 # 6. The table.
 say "benchmarks"
-"$PY" benchmarks/gpu_gemm.py --n 4096 8192 --tiles 2048 4096 --reps 5 | tee "$WORK/gemm.txt"
-if [ -f benchmarks/gpt_step.py ]; then
-    gpt=$("$PY" benchmarks/gpt_step.py --device cuda --reps 3 | tee "$WORK/gpt.txt" | grep -E '^tokens_per_s' | tail -1 || true)
-else
-    gpt=""
-fi
+# Every figure must come out: a benchmark that fails or prints nothing fails the check (no n/a).
+fail() { echo "gpu_check: FAILED: $*" >&2; failed=1; }
+failed=0
+set +e
+"$PY" benchmarks/gpu_gemm.py --n 4096 8192 --tiles 2048 4096 --reps 5 > "$WORK/gemm.txt" 2>&1
+gemm_rc=$?
+"$PY" benchmarks/gpt_step.py --device cuda --reps 3 > "$WORK/gpt.txt" 2>&1
+gpt_rc=$?
+set -e
+cat "$WORK/gemm.txt"
+gemm=$(grep -E "cuBLAS|tiletrain tiles" "$WORK/gemm.txt" || true)
+gpt=$(grep -E '^tokens_per_s' "$WORK/gpt.txt" | tail -1 || true)
+[ "$gemm_rc" = 0 ] && [ -n "$gemm" ] || fail "benchmarks/gpu_gemm.py (rc $gemm_rc): see $WORK/gemm.txt"
+[ "$gpt_rc" = 0 ] && [ -n "$gpt" ] || { tail -20 "$WORK/gpt.txt" >&2; fail "benchmarks/gpt_step.py --device cuda (rc $gpt_rc): see $WORK/gpt.txt"; }
+[ "$tests_rc" = 0 ] || fail "the cuda tests (rc $tests_rc)"
 echo
 echo "== tiletrain GPU check ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) =="
-grep -E "cuBLAS|tiletrain tiles" "$WORK/gemm.txt" | sed 's/^/gemm  /'
-if [ -n "$gpt" ]; then
-    echo "GPT step float32: $gpt"
-else
-    echo "GPT step float32: n/a (benchmarks/gpt_step.py --device cuda failed: see $WORK/gpt.txt)"
-fi
+echo "$gemm" | sed 's/^/gemm  /'
+echo "GPT step float32: ${gpt:-FAILED}"
 echo "cuda tests: $([ "$tests_rc" = 0 ] && echo passed || echo "FAILED (rc $tests_rc)")"
+[ "$failed" = 0 ] || { say "FAILED (see above)"; exit 1; }
 say "done"
-exit "$tests_rc"
+exit 0

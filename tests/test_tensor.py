@@ -89,12 +89,28 @@ def test_int64_token_ids():
     np.testing.assert_array_equal(tt.from_numpy(ids, (3, 2)).numpy(), ids)
 
 
-def test_temporaries_are_freed(rng):
-    # Dropping tensors unregisters their tiles asynchronously; many temporaries must not pile up.
-    a = tt.from_numpy(rng.standard_normal((64, 64)), 16)
-    for _ in range(200):
-        b = a * 2.0 + 1.0
-    del b
+def _live_bytes() -> int:
     gc.collect()
     tt.wait()
+    return tt.current().memory()["live_tensor_bytes"]  # tiles of tensors not yet freed (C counter)
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_temporaries_are_freed(rng, leak):
+    # Dropping tensors unregisters their tiles asynchronously; many temporaries must not pile
+    # up: the bytes of live tensors come back to what they were.  With leak=True the test
+    # keeps every temporary (a deliberate leak) and checks that the count sees it.
+    a = tt.from_numpy(rng.standard_normal((64, 64)), 16)
+    before = _live_bytes()
+    kept = []
+    for _ in range(200):
+        b = a * 2.0 + 1.0
+        if leak:
+            kept.append(b)
+    del b
+    grown = _live_bytes() - before
+    if leak:
+        assert grown == 200 * a.numel() * 8  # every kept float64 result
+    else:
+        assert grown == 0
     assert tt.sum(a).numpy().shape == ()

@@ -408,6 +408,34 @@ def evaluate(model, corpus, args: TrainArgs, rng: np.random.Generator) -> float:
     return value
 
 
+def _agree_up_front(error: Exception | None, args: TrainArgs) -> None:
+    """Under mpirun, right after init: every rank's up-front checks (checkpoint directory
+    writable, resume checkpoint readable, data readable) and its options (but the checkpoint
+    directory, which may be node-local) are compared
+    collectively, so that when one rank's check failed, or the ranks got different options,
+    every rank stops together -- after a clean collective shutdown, before any step --
+    instead of one rank failing while the others wait for it."""
+    import zlib
+
+    import tiletrain as tt
+    from .runtime import gather_per_rank
+    options = {k: v for k, v in dataclasses.asdict(args).items() if k not in ("progress", "ckpt_dir")}
+    table = gather_per_rank([0.0 if error else 1.0, float(zlib.crc32(repr(sorted(options.items())).encode()))])
+    failed = [r for r in range(len(table)) if table[r, 0] == 0]
+    differ = [r for r in range(len(table)) if table[r, 1] != table[0, 1]]
+    if not failed and not differ:
+        return
+    tt.shutdown()  # every rank agrees to stop: nothing waits elsewhere
+    if error is not None:
+        raise error
+    if failed:
+        time.sleep(0.5)  # the failing rank's own message comes first in the job's output
+        raise RuntimeError(f"rank {failed[0]} failed its checks before training (its error is printed by "
+                           "that rank); every rank stops")
+    raise ValueError(f"the ranks were given different training options (rank {differ[0]}'s differ from rank 0's): "
+                     "pass the same options to every rank")
+
+
 def train(args: TrainArgs, out=None) -> TrainResult:
     """Run training; prints progress to `out` (default stderr for the bar, stdout for text)."""
     import tiletrain as tt
@@ -419,43 +447,50 @@ def train(args: TrainArgs, out=None) -> TrainResult:
     from .parallel import check_fit, microbatch, n_replicas, place, replica, shards
 
     args.validate()
-    source = ModelSource.resolve(args)  # model type, config and tokenizer: before any work
-    # a distribution that does not fit the job: the same message on every rank, before any task
-    check_fit(args.dist, n_layer=source.n_layer, batch=args.batch, stages=args.stages)
     out = out or sys.stdout
     if rank() != 0:  # under mpirun only rank 0 reports (every rank runs the same flow)
         import os
         out = open(os.devnull, "w")
         args = dataclasses.replace(args, progress=False)
-    ckpt_path = ck.check_writable(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
-    if ckpt_path is not None and ckpt_path.exists() and not (args.resume or args.overwrite):
-        raise ValueError(f"--ckpt-dir {args.ckpt_dir} already holds a checkpoint ({ckpt_path}): pass --resume "
-                         "to continue it or --overwrite to replace it")
-    resume_meta = None
-    if args.resume:
-        if not ckpt_path.is_file():
-            raise ck.CheckpointError(f"--resume: no checkpoint at {ckpt_path}")
-        _, resume_meta = ck.load(ckpt_path, RESUME_KEYS)
-        done = resume_meta["step"]
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            raise ck.CheckpointError(f"{ckpt_path}: checkpoint metadata has a bad step {done!r}")
-        if done > args.steps:
-            raise ValueError(f"--resume: {ckpt_path} is at step {done}, beyond --steps {args.steps} "
-                             f"(the schedule spans --steps: pass --steps {done} or more)")
-        if done == args.steps:
-            print(f"training is already complete: {ckpt_path} is at step {done} of --steps {args.steps} "
-                  f"(pass a larger --steps to train on)", file=out, flush=True)
-            return TrainResult(done, [], {}, 0.0, 0.0, False, str(ckpt_path), None)
-    tok = source.tokenizer
-    if resume_meta is not None:
-        source.check_resume(resume_meta, ckpt_path)
-    corpus = load_corpus(args.data or None, val_fraction=args.val_fraction, max_bytes=args.max_bytes,
-                         tokenizer=tok, progress=args.progress and rank() == 0)
-    if len(corpus.val) <= args.seq_len + 1:
-        raise ValueError(f"the validation split has {len(corpus.val)} tokens, too few for --seq-len "
-                         f"{args.seq_len}: use more data or a larger --val-fraction")
-
+    up_front_error = None  # under mpirun: agreed by every rank before any step (_agree_up_front)
+    try:
+        source = ModelSource.resolve(args)  # model type, config and tokenizer: before any work
+        # a distribution that does not fit the job: the same message on every rank, before any task
+        check_fit(args.dist, n_layer=source.n_layer, batch=args.batch, stages=args.stages)
+        ckpt_path = ck.check_writable(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
+        if ckpt_path is not None and ckpt_path.exists() and not (args.resume or args.overwrite):
+            raise ValueError(f"--ckpt-dir {args.ckpt_dir} already holds a checkpoint ({ckpt_path}): pass --resume "
+                             "to continue it or --overwrite to replace it")
+        resume_meta = None
+        if args.resume:
+            if not ckpt_path.is_file():
+                raise ck.CheckpointError(f"--resume: no checkpoint at {ckpt_path}")
+            _, resume_meta = ck.load(ckpt_path, RESUME_KEYS)
+            done = resume_meta["step"]
+            if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+                raise ck.CheckpointError(f"{ckpt_path}: checkpoint metadata has a bad step {done!r}")
+            if done > args.steps:
+                raise ValueError(f"--resume: {ckpt_path} is at step {done}, beyond --steps {args.steps} "
+                                 f"(the schedule spans --steps: pass --steps {done} or more)")
+            if done == args.steps:
+                print(f"training is already complete: {ckpt_path} is at step {done} of --steps {args.steps} "
+                      f"(pass a larger --steps to train on)", file=out, flush=True)
+                return TrainResult(done, [], {}, 0.0, 0.0, False, str(ckpt_path), None)
+        tok = source.tokenizer
+        if resume_meta is not None:
+            source.check_resume(resume_meta, ckpt_path)
+        corpus = load_corpus(args.data or None, val_fraction=args.val_fraction, max_bytes=args.max_bytes,
+                             tokenizer=tok, progress=args.progress and rank() == 0)
+        if len(corpus.val) <= args.seq_len + 1:
+            raise ValueError(f"the validation split has {len(corpus.val)} tokens, too few for --seq-len "
+                             f"{args.seq_len}: use more data or a larger --val-fraction")
+    except Exception as exc:
+        if world_size() == 1:
+            raise
+        up_front_error = exc
     rt = tt.init(ncpu=args.ncpu, sched=args.sched)
+    if world_size() > 1:
+        _agree_up_front(up_front_error, args)
     try:
         activations.manual_seed(args.seed)
         model = source.build(args, fresh=resume_meta is None)

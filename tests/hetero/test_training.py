@@ -17,7 +17,11 @@ def test_training_step_with_opencl_equals_cpu_only(model, hetero):
     ref_losses, ref_params = steps("cpu")
     before = hetero.executed_tasks().get("opencl", 0)
     for kinds in ("opencl", None):  # every kernel on OpenCL; dmda's mix of both kinds
+        ran = hetero.executed_tasks()
         losses, params = steps(kinds)
+        ran = {k: n - ran.get(k, 0) for k, n in hetero.executed_tasks().items()}
+        if kinds is None:  # the mixed pass did mix: tasks ran on both worker kinds
+            assert ran.get("cpu", 0) > 0 and ran.get("opencl", 0) > 0, f"dmda ran {ran}"
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=f"losses on {kinds or 'dmda'}")
         for i, (p, r) in enumerate(zip(params, ref_params)):
             np.testing.assert_allclose(p, r, rtol=1e-5, atol=1e-6, err_msg=f"parameter {i} on {kinds or 'dmda'}")

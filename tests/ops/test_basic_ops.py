@@ -155,11 +155,32 @@ def test_matmul_nd_by_2d_folds_leading_axes(rng, dtype):
 
 
 def test_results_chain_without_waiting(rng):
-    # A long dependent chain submitted without waiting gives the same result as NumPy.
+    # A long dependent chain submitted without waiting gives the same result as NumPy.  While
+    # it is submitted, this thread holds tile 0 of A (write access), so no task reading it can
+    # run: had the submission waited for any task (a read, wait()), it would block, and the
+    # thread below would not finish.
+    import threading
+
+    from tiletrain._ffi import check, ffi, lib
     a = rng.standard_normal((33, 17))
     A = tt.from_numpy(a, (8, 8))
-    x, ref = A, a
+    check(lib.tt_tile_acquire(A._ptr, 0, 0, 1, ffi.new("void **"), ffi.new("int64_t *")))
+    ref, out = a, {}
+
+    def submit():
+        x = A
+        for i in range(20):
+            x = x * 0.5 + A
+        out["x"] = x
+
+    th = threading.Thread(target=submit, daemon=True)
+    th.start()
+    th.join(60)
+    submitted_without_waiting, pending = not th.is_alive(), lib.tt_pending()
+    check(lib.tt_tile_release(A._ptr, 0, 0))
+    th.join()
+    assert submitted_without_waiting, "submitting the chain waited for its tasks"
+    assert pending > 0  # the tasks that read tile 0 of A were still held back
     for i in range(20):
-        x = x * 0.5 + A
         ref = ref * 0.5 + a
-    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-12)
+    np.testing.assert_allclose(out["x"].numpy(), ref, rtol=1e-12)

@@ -1,6 +1,9 @@
 """Pipeline experiments in miniature against the formulas (synthetic sleeping tasks: p stages
 share 2 cores).  Timings on a shared machine are noisy in one direction only (late), so each
-check takes the best of up to three runs."""
+check takes the best of up to five runs.  The bounds are what the code reliably reaches with
+other jobs on the same 2 cores (best of 3, measured under load: (a) <= 1.8 points, (b) <=
+1.016 x, (c) whole backward 1.02-1.3 x 1F1B's bubble, split 1.06-1.45 x ZB-H1's); the README
+quotes a quiet machine's figures."""
 import numpy as np
 import pytest
 
@@ -16,7 +19,7 @@ pytestmark = pytest.mark.slow
 US = {2: 3000.0, 4: 8000.0}
 
 
-def best_of(fn, ok, tries=3):
+def best_of(fn, ok, tries=5):
     r = None
     for _ in range(tries):
         r = fn()
@@ -26,13 +29,13 @@ def best_of(fn, ok, tries=3):
 
 
 @pytest.mark.parametrize("p", [2, 4])
-def test_a_gpipe_idle_fraction_within_5_points(p):
+def test_a_gpipe_idle_fraction_within_3_points(p):
     restart(ncpu=p, sched="tt-cp")
     for m in (1, 2, 4, 8):
         f = formulas.gpipe_idle_fraction(p, m)
         r = best_of(lambda: E.run(build_plan(p, m, US[p], US[p], priorities="none")),
-                    lambda r: abs(r.idle_fraction - f) <= 0.05)
-        assert abs(r.idle_fraction - f) <= 0.05, \
+                    lambda r: abs(r.idle_fraction - f) <= 0.03)
+        assert abs(r.idle_fraction - f) <= 0.03, \
             f"p={p} m={m}: measured {r.idle_fraction:.3f}, formula {f:.3f}"
         assert r.peak_activations[0] == m          # fill-drain keeps every micro-batch alive on stage 0
 
@@ -43,8 +46,8 @@ def test_b_dataflow_reaches_the_1f1b_bound(p):
     for m in (4, 8):
         bound = formulas.one_f_one_b_makespan(p, m, US[p], US[p])
         r = best_of(lambda: E.run(build_plan(p, m, US[p], US[p], priorities="1f1b")),
-                    lambda r: r.makespan_us <= 1.05 * bound)
-        assert r.makespan_us <= 1.05 * bound, f"p={p} m={m}: {r.makespan_us / bound:.3f} x the 1F1B bound"
+                    lambda r: r.makespan_us <= 1.03 * bound)
+        assert r.makespan_us <= 1.03 * bound, f"p={p} m={m}: {r.makespan_us / bound:.3f} x the 1F1B bound"
 
 
 @pytest.mark.parametrize("p", [2, 4])
@@ -54,11 +57,11 @@ def test_c_split_backward_moves_the_bubble_towards_zero_bubble(p):
     one_f_one_b = formulas.one_f_one_b_bubble(p, u, u, u)
     zb_h1 = formulas.zb_h1_bubble(p, u, u, u)
     whole = best_of(lambda: E.run(build_plan(p, m, u, u, u, priorities="1f1b")),
-                    lambda r: r.bubble_us <= 1.2 * one_f_one_b)
+                    lambda r: r.bubble_us <= 1.5 * one_f_one_b)
     split = best_of(lambda: E.run(build_plan(p, m, u, u, u, split=True, priorities="zb")),
-                    lambda r: r.bubble_us < 0.5 * (one_f_one_b + zb_h1))
-    assert whole.bubble_us >= 0.9 * one_f_one_b            # whole backward: 1F1B's bubble
-    assert split.bubble_us < 0.5 * (one_f_one_b + zb_h1)    # split: closer to ZB-H1 than to 1F1B
+                    lambda r: r.bubble_us < 0.5 * (one_f_one_b + zb_h1) and r.bubble_us >= 0.9 * zb_h1)
+    assert 0.9 * one_f_one_b <= whole.bubble_us <= 1.5 * one_f_one_b  # whole backward: 1F1B's bubble
+    assert 0.9 * zb_h1 <= split.bubble_us < 0.5 * (one_f_one_b + zb_h1)  # split: closer to ZB-H1 than to 1F1B
 
 
 def test_bottom_level_priorities_are_no_worse():

@@ -4,6 +4,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
+import time
+import traceback
 import warnings
 
 from dataclasses import dataclass
@@ -98,9 +101,15 @@ class Runtime:
     def alive(self) -> bool:
         return bool(lib.tt_is_initialized()) and lib.tt_session_id() == self.session
 
-    def shutdown(self) -> None:
+    def shutdown(self, exc: BaseException | None = None) -> None:
+        """Stop this session.  Under MPI a clean shutdown is collective (it waits for every
+        rank); on an error path -- ``exc``, or an exception being handled or propagating
+        through a ``finally`` -- it never waits for the other ranks: the error is printed and
+        the whole job aborted (see _abort_on_error)."""
         if self.alive:
             global _current
+            if self.config.mpi and lib.tt_mpi_enabled():
+                _abort_on_error(exc if exc is not None else sys.exc_info()[1])
             self._stop()
             if _current is self:
                 _current = None
@@ -191,13 +200,50 @@ class Runtime:
     def __enter__(self) -> "Runtime":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.shutdown(exc)
 
     def __repr__(self) -> str:
         if not self.alive:
             return "<tiletrain.Runtime (shut down)>"
         return f"<tiletrain.Runtime sched={self.sched} workers={lib.tt_nworkers()}>"
+
+
+def _exit_code(exc: BaseException | None) -> int | None:
+    """The exit code an error path ends the job with; None for no error (no exception, or
+    ``sys.exit(0)`` / ``sys.exit()``, which shut down collectively like the end of the program)."""
+    if exc is None:
+        return None
+    if isinstance(exc, SystemExit):
+        if exc.code is None or exc.code == 0:
+            return None
+        return exc.code if isinstance(exc.code, int) else 1
+    return 1
+
+
+def _abort_on_error(exc: BaseException | None) -> None:
+    """The one error path of an MPI job: if ``exc`` is an error, print it (with the rank and
+    its traceback) and MPI_Abort the whole job -- never a collective shutdown, which would
+    wait for ranks that may be blocked in a collective this rank will never reach.  Used by
+    every shutdown (``with tt.init()``, ``tt.shutdown()`` in a ``finally`` or ``except``,
+    train()) and by the uncaught-exception hook."""
+    code = _exit_code(exc)
+    if code is None or not lib.tt_mpi_enabled():
+        return
+    try:
+        if not isinstance(exc, SystemExit):
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        elif isinstance(exc.code, str):  # sys.exit("message"): Python would print it
+            sys.stderr.write(exc.code + "\n")
+        what = (f"exited with code {exc.code}" if isinstance(exc, SystemExit)
+                else f"raised {type(exc).__name__}: {exc}")
+        sys.stderr.write(f"tiletrain: rank {lib.tt_mpi_rank()} of {lib.tt_mpi_size()} {what}; "
+                         "aborting the MPI job\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(0.3)  # mpirun forwards the message before its own MPI_ABORT banner
+    finally:
+        lib.tt_mpi_abort(code)
 
 
 def _prepare_mpi() -> None:
@@ -208,7 +254,6 @@ def _prepare_mpi() -> None:
     libraries), but Open MPI dlopens plugins that expect libmpi's symbols in the global
     scope: reopening libmpi with RTLD_GLOBAL promotes just that library."""
     import ctypes
-    import sys
     if not lib.tt_mpi_available():
         raise RuntimeError("MPI mode was requested (mpi=True, TILETRAIN_MPI=1 or launched by mpirun with more "
                            "than one rank) but this tiletrain build has no StarPU-MPI: install StarPU-MPI and "
@@ -226,17 +271,32 @@ def _prepare_mpi() -> None:
     def abort_job(exc_type, exc, tb):
         # One rank raising must not leave the others waiting forever in a collective:
         # print the error with the rank, then MPI_Abort kills the whole job (non-zero).
-        try:
-            sys.stderr.write(f"tiletrain: rank {lib.tt_mpi_rank()} of {lib.tt_mpi_size()} raised "
-                             f"{exc_type.__name__}: {exc}; aborting the MPI job\n")
+        if not lib.tt_mpi_enabled():
             previous(exc_type, exc, tb)
-            sys.stderr.flush()
-        finally:
-            if lib.tt_mpi_enabled():
-                lib.tt_mpi_abort(1)
+            return
+        if exc is None:
+            exc = exc_type()
+        exc.__traceback__ = tb
+        _abort_on_error(exc)
 
     abort_job._tiletrain_mpi = True
     sys.excepthook = abort_job
+
+
+def gather_per_rank(values):
+    """Collective (under MPI, every rank calls it at the same point of its flow): this rank's
+    float ``values`` and every other rank's, as a NumPy array (world size, len(values)); row
+    r holds rank r's.  One process: just ``[values]``.  Used to agree on up-front checks."""
+    import numpy as np
+    from ..distribution import BlockCyclic
+    from ..tensors.tensor import from_numpy
+    current()
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not lib.tt_mpi_enabled():
+        return values[None, :].copy()
+    table = np.zeros((lib.tt_mpi_size(), values.size))
+    table[lib.tt_mpi_rank()] = values  # each rank stores only its own row (its tile)
+    return from_numpy(table, (1, values.size), dist=BlockCyclic()).numpy()
 
 
 def rank() -> int:
@@ -268,10 +328,13 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
 
 
 def shutdown() -> None:
-    """Wait for all tasks, free every tile and stop StarPU.  Tensors become unusable."""
+    """Wait for all tasks, free every tile and stop StarPU.  Tensors become unusable.
+    Under MPI, called while an exception is handled or propagates (in an ``except`` or a
+    ``finally``), it aborts the whole job after printing the error instead (see Runtime.shutdown).
+    Another thread's calls racing with it either complete first or raise RuntimeError."""
     global _current
     if _current is not None:
-        _current.shutdown()
+        _current.shutdown(sys.exc_info()[1])
     _current = None
 
 
