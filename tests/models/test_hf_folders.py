@@ -171,3 +171,29 @@ def test_save_pretrained_over_a_sharded_folder(tmp_path):
     assert left == ["config.json", "generation_config.json", "model.safetensors"]
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float64).eval()
     np.testing.assert_allclose(_hf_logits(hf), model(IDX).numpy(), rtol=1e-9, atol=1e-12)
+
+
+def _hf_llama(tie: bool, seed=0):
+    cfg = transformers.LlamaConfig(vocab_size=23, hidden_size=16, intermediate_size=40, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                                   tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("tie,shard", [(False, None), (True, "2KB")])
+def test_llama_folders_both_ways(tmp_path, tie, shard):
+    """A Llama folder transformers writes (grouped-query attention; tied or untied; one file or
+    shards) loads with its logits, and save_pretrained writes one transformers loads back."""
+    hf = _hf_llama(tie)
+    hf.save_pretrained(tmp_path / "m", **({} if shard is None else {"max_shard_size": shard}))
+    if shard:
+        assert (tmp_path / "m" / "model.safetensors.index.json").is_file()
+    model = ttnn.from_pretrained(tmp_path / "m", tiling=FINE)
+    assert isinstance(model, ttnn.Llama) and model.config.num_key_value_heads == 2
+    assert model.config.tie_word_embeddings == tie
+    np.testing.assert_allclose(model(IDX).numpy(), _hf_logits(hf), rtol=1e-4, atol=1e-5)
+    out = model.save_pretrained(tmp_path / "out")
+    back = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(back).__name__ == "LlamaForCausalLM" and back.config.tie_word_embeddings == tie
+    np.testing.assert_allclose(_hf_logits(back), _hf_logits(hf), rtol=0, atol=0)  # the same weights, exactly
