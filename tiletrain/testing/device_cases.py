@@ -192,6 +192,28 @@ def attention(rng, dt):
 
 
 @case
+def llama_attention(rng, dt):
+    """Rotary embeddings and grouped-query attention (4 query heads share 2 key/value heads)."""
+    q = _t(rng, (2, 4, 7, 4), (1, 2, 3, 4), dt, grad=True)
+    kv = _t(rng, (2, 2, 7, 4), (1, 1, 3, 4), dt, grad=True)
+    rq, rk = F.rotary_embedding(q, 10000.0), F.rotary_embedding(kv, 10000.0)
+    y = F.scaled_dot_product_attention(rq, rk, kv, is_causal=True, enable_gqa=True)
+    _weighted_backward(y, rng)
+    return dict(rope=rq, gqa=y, gqa_dq=q.grad, gqa_dkv=kv.grad)
+
+
+@case
+def recompute(rng, dt):
+    """A checkpointed function: its recomputation waits for the output gradient (`after`)."""
+    from ..utils.checkpoint import checkpoint
+    x = _t(rng, (6, 5), (4, 3), dt, grad=True)
+    h = tt.scale(x, 0.5)  # an activation (computed by an op), as checkpointed blocks take
+    y = checkpoint(lambda a: tt.mul(tt.tanh(a), a), h)
+    _weighted_backward(y, rng)
+    return dict(checkpointed=y, checkpointed_grad=x.grad)
+
+
+@case
 def optimizers(rng, dt):
     out = {}
     p1 = _t(rng, (9, 5), (4, 2), dt, grad=True)
