@@ -53,6 +53,7 @@ bench: setup
 	$(PY) benchmarks/task_overhead.py
 	$(PY) benchmarks/block.py
 	$(PY) benchmarks/gpt_step.py
+	$(PY) benchmarks/llama_step.py
 	$(PY) benchmarks/ops.py
 	$(PY) benchmarks/cnn_step.py
 	$(PY) benchmarks/retile.py
