@@ -119,7 +119,7 @@ def _add_train(sub) -> None:
                    help="fine-tune the model of a Hugging Face folder (config.json + safetensors): its config "
                         "replaces --arch and the size flags, its tokenizer.json (if any) is the tokenizer")
     g.add_argument("--recompute", default=d.recompute, choices=["none", "block", "attention"],
-                   help="activation recomputation (gpt2): keep only each transformer block's input (block) or "
+                   help="activation recomputation: keep only each transformer block's input (block) or "
                         "recompute the attention branch (attention) in backward: less memory, more time")
     g = p.add_argument_group("data")
     g.add_argument("--data", nargs="+", default=[], metavar="FILE",

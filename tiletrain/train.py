@@ -99,8 +99,6 @@ class TrainArgs:
         from .nn.gpt import RECOMPUTE
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        if self.recompute != "none" and self.init_from is None and self.arch != "gpt2":
-            raise ValueError(f"--recompute {self.recompute} is supported for --arch gpt2 only")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype must be float32 or float64, got {self.dtype!r}")
         if self.min_lr > self.lr:

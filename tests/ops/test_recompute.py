@@ -286,13 +286,14 @@ def test_recompute_that_changes_shape_is_caught(rng):
         tt.sum(out).backward()
 
 
-def test_train_recompute_same_losses(tmp_path):
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_train_recompute_same_losses(tmp_path, arch):
     from tiletrain.train import TrainArgs, train
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 200)
     base = dict(n_layer=2, n_head=2, n_embd=16, seq_len=16, batch=2, steps=3, warmup=1, eval_every=0,
                 sample_tokens=0, progress=False, data=[str(corpus)], val_fraction=0.2, dropout=0.1,
-                dtype="float64", tiles=(1, 8, 8))
+                dtype="float64", tiles=(1, 8, 8), arch=arch)
     tt.shutdown()  # train() runs its own runtime
     try:
         losses = {mode: train(TrainArgs(recompute=mode, **base)).train_losses for mode in ("none", "block",

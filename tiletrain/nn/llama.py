@@ -17,7 +17,8 @@ import numpy as np
 from .. import functional as F
 from ..tensors import Tensor
 from ..tensors.tensor import as_dtype
-from .gpt import GPT, LMHead, Tiling, _positive_int
+from ..utils.checkpoint import checkpoint
+from .gpt import GPT, RECOMPUTE, LMHead, Tiling, _positive_int
 from .layers import Embedding, Linear, normal
 from .module import Module, ModuleDict, ModuleList, Parameter
 
@@ -41,8 +42,12 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = False
     initializer_range: float = 0.02
+    recompute: str = "none"  # activation recomputation in training, as GPTConfig.recompute (not in config.json)
 
     def __post_init__(self):
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"LlamaConfig.recompute must be one of {', '.join(map(repr, RECOMPUTE))}, "
+                             f"got {self.recompute!r}")
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -164,10 +169,17 @@ class LlamaDecoderLayer(Module):
         self.mlp = LlamaMLP(config, tiling, kw)
         self.input_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
         self.post_attention_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
+        self.config = config  # shared with the model: config.recompute may change between steps
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x))     # (B, T, C)
+        if self.config.recompute == "attention":  # backward recomputes the attention branch
+            x = x + checkpoint(self._attention, x)          # (B, T, C)
+        else:
+            x = x + self._attention(x)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _attention(self, x: Tensor) -> Tensor:
+        return self.self_attn(self.input_layernorm(x))
 
 
 # transformers LlamaConfig keys tiletrain does not implement -> the values it accepts (other
@@ -206,7 +218,7 @@ class Llama(Module):
     def forward(self, idx) -> Tensor:
         x = self.model.embed_tokens(self._ids(idx, "idx"))   # (B, T, C)
         for layer in self.model.layers:
-            x = layer(x)
+            x = checkpoint(layer, x) if self.config.recompute == "block" else layer(x)
         return self.lm_head(self.model.norm(x))              # (B, T, vocab)
 
     config_class = LlamaConfig  # checkpoints rebuild the model from its config as a dict
@@ -302,6 +314,7 @@ def hf_config_dict(config: LlamaConfig, dtype=np.float32) -> dict:
     """``config`` as a transformers config.json dict (model_type, architectures, dtype, the
     fixed values tiletrain implements; rope_theta both as transformers 4 and 5 write it)."""
     c = asdict(config)
+    c.pop("recompute")  # a choice of the run, not of the model
     c.update(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu", rope_scaling=None,
              rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
              attention_bias=False, mlp_bias=False, attention_dropout=0.0, pretraining_tp=1,
