@@ -39,3 +39,58 @@ def table(headers: list[str], rows: list[list]) -> str:
     out = [fmt.format(*cells[0]), fmt.format(*["-" * w for w in widths])]
     out += [fmt.format(*r) for r in cells[1:]]
     return "\n".join(out)
+
+
+# ---- training-step comparisons (gpt_step.py, llama_step.py) ---------------------------------
+
+STEP_HEADERS = ["size", "program", "step ms", "tokens/s", "GFLOP/s", "peak MiB", "speed vs torch",
+                "memory vs torch"]
+
+
+def alternate_steps(label: str, reps: int, torch_step, tiletrain_step):
+    """One warm-up and ``reps`` steps of each framework, alternating step by step (tiletrain's
+    workers sleep during PyTorch's step); prints each step.  Returns (median torch seconds,
+    median tiletrain seconds, first losses (torch, tiletrain))."""
+    import time
+
+    import tiletrain as tt
+    t_times, o_times, t_losses, o_losses = [], [], [], []
+    for rep in range(reps + 1):
+        tt.wait()
+        t0 = time.perf_counter()
+        t_losses.append(torch_step())
+        t_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        o_losses.append(tiletrain_step())
+        tt.wait()
+        o_times.append(time.perf_counter() - t0)
+        print(f"  {label} step {rep}: pytorch {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}, "
+              f"tiletrain {o_times[-1] * 1e3:.0f} ms loss {o_losses[-1]:.5f}", flush=True)
+    return median(t_times[1:]), median(o_times[1:]), (t_losses[0], o_losses[0])
+
+
+def peak_memory(script: str, size: str, args) -> dict:
+    """Peak MiB per framework, each measured by ``script --memory-probe FRAMEWORK SIZE`` in a
+    separate process (its last stdout line: {"peak_mb": ...}); nan where a probe failed."""
+    import json
+    import subprocess
+    import sys
+    mem = {}
+    for fw in ("torch", "tiletrain"):
+        cmd = [sys.executable, script, "--memory-probe", fw, size, "--ncpu", str(args.ncpu)]
+        if args.tiles:
+            cmd += ["--tiles", args.tiles]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        mem[fw] = json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"] if r.returncode == 0 else float("nan")
+    return mem
+
+
+def step_rows(size: str, torch_name: str, sched: str, tmed: float, omed: float, tokens: int, fpt: float,
+              mem: dict) -> list[list]:
+    """The two STEP_HEADERS rows (PyTorch, tiletrain) of one size."""
+    rows = []
+    for fw, key, med in ((torch_name, "torch", tmed), (f"tiletrain ({sched})", "tiletrain", omed)):
+        rows.append([size, fw, f"{med * 1e3:.0f}", f"{tokens / med:,.0f}", f"{fpt * tokens / med / 1e9:.1f}",
+                     f"{mem.get(key, float('nan')):.0f}", f"{tmed / med:.2f}",
+                     f"{mem.get(key, float('nan')) / mem.get('torch', float('nan')):.2f}" if mem else "-"])
+    return rows

@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -128,7 +126,7 @@ def main() -> int:
     import torch
     import transformers
     import tiletrain as tt
-    from _common import environment, median, table
+    from _common import STEP_HEADERS, alternate_steps, environment, peak_memory, step_rows, table
 
     torch.set_num_threads(args.ncpu)
     print(environment())
@@ -146,39 +144,16 @@ def main() -> int:
             topt = _adamw(torch.optim.AdamW, tm.parameters())
             opt = _adamw(tt.optim.AdamW, m.parameters())
             fpt, tokens = m.flops_per_token(s["T"]), s["B"] * s["T"]
-            t_times, o_times, t_losses, o_losses = [], [], [], []
-            for rep in range(args.reps + 1):
-                tt.wait()  # tiletrain's workers sleep during PyTorch's step
-                t0 = time.perf_counter()
-                t_losses.append(_torch_step(torch, tm, topt, xt, yt))
-                t_times.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                o_losses.append(_tiletrain_step(m, opt, x, y))
-                tt.wait()
-                o_times.append(time.perf_counter() - t0)
-                print(f"  {size} step {rep}: pytorch {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}, "
-                      f"tiletrain {o_times[-1] * 1e3:.0f} ms loss {o_losses[-1]:.5f}", flush=True)
-            if abs(t_losses[0] - o_losses[0]) > 1e-3 * abs(t_losses[0]):
-                print(f"  {size}: first-step losses differ: {t_losses[0]} vs {o_losses[0]}")
+            tmed, omed, (t0, o0) = alternate_steps(size, args.reps, lambda: _torch_step(torch, tm, topt, xt, yt),
+                                                   lambda: _tiletrain_step(m, opt, x, y))
+            if abs(t0 - o0) > 1e-3 * abs(t0):
+                print(f"  {size}: first-step losses differ: {t0} vs {o0}")
                 return 1
             sched = rt.sched
-        tmed, omed = median(t_times[1:]), median(o_times[1:])
-        mem = {}
-        if not args.no_memory:
-            for fw in ("torch", "tiletrain"):
-                cmd = [sys.executable, __file__, "--memory-probe", fw, size, "--ncpu", str(args.ncpu)]
-                if args.tiles:
-                    cmd += ["--tiles", args.tiles]
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-                mem[fw] = json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"] if r.returncode == 0 else float("nan")
-        for fw, med in (("pytorch eager (transformers)", tmed), (f"tiletrain ({sched})", omed)):
-            key = "torch" if fw.startswith("pytorch") else "tiletrain"
-            rows.append([size, fw, f"{med * 1e3:.0f}", f"{tokens / med:,.0f}", f"{fpt * tokens / med / 1e9:.1f}",
-                         f"{mem.get(key, float('nan')):.0f}", f"{tmed / med:.2f}",
-                         f"{mem.get(key, float('nan')) / mem.get('torch', float('nan')):.2f}" if mem else "-"])
+        mem = {} if args.no_memory else peak_memory(__file__, size, args)
+        rows += step_rows(size, "pytorch eager (transformers)", sched, tmed, omed, tokens, fpt, mem)
     print()
-    print(table(["size", "program", "step ms", "tokens/s", "GFLOP/s", "peak MiB", "speed vs torch",
-                 "memory vs torch"], rows))
+    print(table(STEP_HEADERS, rows))
     return 0
 
 
