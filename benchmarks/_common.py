@@ -94,3 +94,33 @@ def step_rows(size: str, torch_name: str, sched: str, tmed: float, omed: float, 
                      f"{mem.get(key, float('nan')):.0f}", f"{tmed / med:.2f}",
                      f"{mem.get(key, float('nan')) / mem.get('torch', float('nan')):.2f}" if mem else "-"])
     return rows
+
+
+def tiletrain_step(m, opt, x, y) -> float:
+    """One tiletrain training step, submitted whole before the loss is read."""
+    loss = m.loss(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return float(loss)
+
+
+def random_batch(s: dict, seed: int = 0):
+    """(inputs, targets) of shape (s["B"], s["T"]) in [0, s["vocab"])."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, s["vocab"], (s["B"], s["T"])), rng.integers(0, s["vocab"], (s["B"], s["T"]))
+
+
+def rss_mb(field: str) -> float:
+    """A /proc/self/status memory field (VmRSS, VmHWM) in MiB."""
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak_rss() -> None:
+    """Reset the kernel's high-water mark of this process' RSS (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")

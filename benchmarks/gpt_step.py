@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _common import random_batch, reset_peak_rss, rss_mb, tiletrain_step  # noqa: E402
 
 SIZES = {
     "small": dict(n_layer=4, n_embd=512, n_head=8, T=256, B=8, vocab=256),
@@ -65,35 +66,6 @@ def _torch_step(m, opt, x, y) -> float:
     return loss.item()
 
 
-def _tiletrain_step(m, opt, x, y) -> float:
-    """One tiletrain training step, submitted whole before the loss is read."""
-    loss = m.loss(x, y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return float(loss)
-
-
-def _batch(s, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, s["vocab"], (s["B"], s["T"]))
-    y = rng.integers(0, s["vocab"], (s["B"], s["T"]))
-    return x, y
-
-
-def _status_mb(field: str) -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _reset_peak() -> None:
-    """Reset the kernel's high-water mark of this process' RSS (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     """Peak RSS (MiB) above the process with its imports: model, optimizer state and the
     activations of 3 training steps, in this fresh process."""
@@ -101,9 +73,9 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     import tiletrain as tt
     torch.set_num_threads(ncpu)
     s = SIZES[size]
-    x, y = _batch(s)
-    _reset_peak()
-    base = _status_mb("VmRSS")
+    x, y = random_batch(s)
+    reset_peak_rss()
+    base = rss_mb("VmRSS")
     if framework == "torch":
         m = _torch_model(torch, s)
         opt = _torch_adamw(torch, m)
@@ -117,9 +89,9 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
         del tm
         opt = _tiletrain_adamw(tt, m)
         for _ in range(3):
-            _tiletrain_step(m, opt, x, y)
+            tiletrain_step(m, opt, x, y)
         tt.wait()
-    return _status_mb("VmHWM") - base
+    return rss_mb("VmHWM") - base
 
 
 def cuda_main(args, tiles) -> int:
@@ -134,7 +106,7 @@ def cuda_main(args, tiles) -> int:
     tps = {}
     for size in args.sizes:
         s = SIZES[size]
-        x, y = _batch(s)
+        x, y = random_batch(s)
         tm = _torch_model(torch, s)
         with tt.init(ncpu=ncpu, ncuda=1, sched=args.sched or "dmdas") as rt:
             if not any(w.kind == "cuda" for w in rt.workers()):
@@ -146,7 +118,7 @@ def cuda_main(args, tiles) -> int:
             times, losses = [], []
             for rep in range(args.reps + 1):
                 t0 = time.perf_counter()
-                losses.append(_tiletrain_step(m, opt, x, y))
+                losses.append(tiletrain_step(m, opt, x, y))
                 tt.wait()
                 times.append(time.perf_counter() - t0)
                 print(f"  {size} tiletrain step {rep}: {times[-1] * 1e3:.0f} ms loss {losses[-1]:.5f}", flush=True)
@@ -208,7 +180,7 @@ def main() -> int:
     rows = []
     for size in args.sizes:
         s = SIZES[size]
-        x, y = _batch(s)
+        x, y = random_batch(s)
         tm = _torch_model(torch, s)
         topt = _torch_adamw(torch, tm)
         xt, yt = torch.tensor(x), torch.tensor(y)
@@ -218,7 +190,7 @@ def main() -> int:
             fpt = m.flops_per_token(s["T"])  # GPT.flops_per_token: the one formula
             tokens = s["B"] * s["T"]
             tmed, omed, (t0, o0) = alternate_steps(size, args.reps, lambda: _torch_step(tm, topt, xt, yt),
-                                                   lambda: _tiletrain_step(m, opt, x, y))
+                                                   lambda: tiletrain_step(m, opt, x, y))
             if abs(t0 - o0) > 1e-3 * abs(t0):
                 print(f"  {size}: first-step losses differ: {t0} vs {o0}")
                 return 1

@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _common import random_batch, reset_peak_rss, rss_mb, tiletrain_step  # noqa: E402
 
 SIZES = {
     "small": dict(layers=4, hidden=512, heads=8, kv_heads=2, inter=1408, T=256, B=8, vocab=8192),
@@ -60,26 +61,6 @@ def _torch_step(torch, m, opt, x, y) -> float:
     return loss.item()
 
 
-def _tiletrain_step(m, opt, x, y) -> float:
-    loss = m.loss(x, y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return float(loss)
-
-
-def _batch(s, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, s["vocab"], (s["B"], s["T"])), rng.integers(0, s["vocab"], (s["B"], s["T"]))
-
-
-def _status_mb(field: str) -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     """Peak RSS (MiB) above the process with its imports: model, optimizer state and the
     activations of 3 training steps, in this fresh process."""
@@ -88,10 +69,9 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     import tiletrain as tt
     torch.set_num_threads(ncpu)
     s = SIZES[size]
-    x, y = _batch(s)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    base = _status_mb("VmRSS")
+    x, y = random_batch(s)
+    reset_peak_rss()
+    base = rss_mb("VmRSS")
     if framework == "torch":
         from tiletrain.nn.llama import hf_config_dict
         m = _torch_model(torch, hf_config_dict(_config(s)))
@@ -103,9 +83,9 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
         m = _tiletrain_model(s, tiles)
         opt = _adamw(tt.optim.AdamW, m.parameters())
         for _ in range(3):
-            _tiletrain_step(m, opt, x, y)
+            tiletrain_step(m, opt, x, y)
         tt.wait()
-    return _status_mb("VmHWM") - base
+    return rss_mb("VmHWM") - base
 
 
 def main() -> int:
@@ -136,7 +116,7 @@ def main() -> int:
     rows = []
     for size in args.sizes:
         s = SIZES[size]
-        x, y = _batch(s)
+        x, y = random_batch(s)
         xt, yt = torch.tensor(x), torch.tensor(y)
         with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
             m = _tiletrain_model(s, tiles)
@@ -145,7 +125,7 @@ def main() -> int:
             opt = _adamw(tt.optim.AdamW, m.parameters())
             fpt, tokens = m.flops_per_token(s["T"]), s["B"] * s["T"]
             tmed, omed, (t0, o0) = alternate_steps(size, args.reps, lambda: _torch_step(torch, tm, topt, xt, yt),
-                                                   lambda: _tiletrain_step(m, opt, x, y))
+                                                   lambda: tiletrain_step(m, opt, x, y))
             if abs(t0 - o0) > 1e-3 * abs(t0):
                 print(f"  {size}: first-step losses differ: {t0} vs {o0}")
                 return 1
