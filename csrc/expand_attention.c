@@ -192,11 +192,15 @@ static int attn_geometry(const char *what, const tt_tensor *q, int nothers, tt_t
  * divisor of the group size G = H / Hkv, and the kv tensors' head tile is max(th / G, 1), so
  * each query tile reads one kv tile.  Sets *group, the (batch, head) rows of a query tile
  * per kv row (min(th, G)), and *gsize = G. */
-static int kv_geometry(const char *what, const tt_tensor *q, int nkv, tt_tensor *const *kv, int64_t *group,
-                       int64_t *gsize)
+static int kv_geometry_at(const char *what, const tt_tensor *q, int nkv, tt_tensor *const *kv, int64_t *group,
+                          int64_t *gsize, int64_t q_start)
 {
     const tt_tensor *k = kv[0];
-    if (k->ndim != 4 || k->dtype != q->dtype || k->shape[0] != q->shape[0] || k->shape[2] != q->shape[2] ||
+    /* q_start < 0: keys and queries share T and its tiling (training); else the queries are
+     * the positions q_start .. q_start + Tq - 1 of keys of any length and tile along T */
+    const int same_t = q_start < 0;
+    if (k->ndim != 4 || k->dtype != q->dtype || k->shape[0] != q->shape[0] ||
+        (same_t ? k->shape[2] != q->shape[2] : k->shape[2] < q_start + q->shape[2]) ||
         k->shape[3] != q->shape[3] || k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
         return tt_error(TT_EINVAL, "%s: key/value must be (B, Hkv, T, D) of q's dtype, with Hkv dividing q's "
                         "H=%lld", what, (long long)q->shape[1]);
@@ -205,7 +209,8 @@ static int kv_geometry(const char *what, const tt_tensor *q, int nkv, tt_tensor 
         return tt_error(TT_EINVAL, "%s: q's head tile %lld must be a multiple or a divisor of the group size %lld",
                         what, (long long)th, (long long)G);
     const int64_t thk = th >= G ? th / G : 1;
-    if (k->tile[0] != q->tile[0] || k->tile[1] != thk || k->tile[2] != q->tile[2] || k->tile[3] != q->tile[3])
+    if (k->tile[0] != q->tile[0] || k->tile[1] != thk || (same_t && k->tile[2] != q->tile[2]) ||
+        k->tile[3] != q->tile[3])
         return tt_error(TT_EINVAL, "%s: key/value tiles (%lld, %lld, %lld, %lld) must be (%lld, %lld, %lld, %lld)",
                         what, (long long)k->tile[0], (long long)k->tile[1], (long long)k->tile[2],
                         (long long)k->tile[3], (long long)q->tile[0], (long long)thk, (long long)q->tile[2],
@@ -217,6 +222,12 @@ static int kv_geometry(const char *what, const tt_tensor *q, int nkv, tt_tensor 
     *group = th < G ? th : G;
     *gsize = G;
     return TT_OK;
+}
+
+static int kv_geometry(const char *what, const tt_tensor *q, int nkv, tt_tensor *const *kv, int64_t *group,
+                       int64_t *gsize)
+{
+    return kv_geometry_at(what, q, nkv, kv, group, gsize, -1);
 }
 
 /* the linear index of the kv tile that q's tile (index qi) with key tile j along T reads */
@@ -244,31 +255,24 @@ static int temp_like(const tt_tensor *q, int ndim, int64_t last, tt_tensor **out
     return tt_tensor_new(ndim, shape, tile, q->dtype, out);
 }
 
-int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
-                     tt_tensor *lse)
+/* The forward tasks: queries at positions q_start + (their index along T) (q_start = 0 and
+ * keys tiled as the queries in training; the position of the first new token when decoding
+ * against a key/value cache), causal: each query tile reads the key tiles up to its last
+ * position only. */
+static int attn_fwd_submit(const char *what, tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal,
+                           int64_t q_start, int64_t group, int64_t G, tt_tensor *o, tt_tensor *lse)
 {
-    const char *what = "scaled_dot_product_attention";
-    CHECK(tt_check_readable(q, what));
-    CHECK(tt_check_readable(k, what));
-    CHECK(tt_check_readable(v, what));
-    CHECK(tt_check_tensor(o, what));
-    CHECK(tt_check_tensor(lse, what));
-    tt_tensor *others[1] = {o}, *kv[2] = {k, v};
-    CHECK(attn_geometry(what, q, 1, others, 1, &lse));
-    int64_t group, G;
-    CHECK(kv_geometry(what, q, 2, kv, &group, &G));
-    if (!isfinite(scale))
-        return tt_error(TT_EINVAL, "%s: scale must be finite", what);
     tt_tensor *l; /* running row sums, dropped once the normalise tasks are submitted */
     CHECK(temp_like(q, 3, 1, &l));
-    const int64_t nkt = q->grid[2], tT = q->tile[2], D = q->shape[3];
+    const int64_t nkt = k->grid[2], tq0 = q->tile[2], tk0 = k->tile[2], D = q->shape[3];
     int64_t qi[TT_MAX_NDIM];
     int rc = TT_OK;
     for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
         int64_t bh, tq;
         attn_tile(q, t, qi, &bh, &tq);
         const int64_t r = tt_tile_linear(lse, qi); /* lse/l index: q's without the D axis */
-        const int64_t last = causal ? (qi[2] < nkt - 1 ? qi[2] : nkt - 1) : nkt - 1;
+        const int64_t qoff = q_start + qi[2] * tq0, lastkey = (qoff + tq - 1) / tk0;
+        const int64_t last = causal ? (lastkey < nkt - 1 ? lastkey : nkt - 1) : nkt - 1;
         for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
             tt_args_attn_fwd *a = tt_args_new(TT_K_ATTN_FWD);
             if (!a) {
@@ -277,7 +281,7 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
             }
             a->dtype = q->dtype;
             a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
-            a->qoff = qi[2] * tT, a->koff = j * tT, a->causal = causal != 0, a->init = j == 0;
+            a->qoff = qoff, a->koff = j * tk0, a->causal = causal != 0, a->init = j == 0;
             a->group = group;
             a->scale = scale;
             enum starpu_data_access_mode acc = j == 0 ? STARPU_W : STARPU_RW;
@@ -305,6 +309,46 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
     o->written = 1;
     lse->written = 1;
     return TT_OK;
+}
+
+int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
+                     tt_tensor *lse)
+{
+    const char *what = "scaled_dot_product_attention";
+    CHECK(tt_check_readable(q, what));
+    CHECK(tt_check_readable(k, what));
+    CHECK(tt_check_readable(v, what));
+    CHECK(tt_check_tensor(o, what));
+    CHECK(tt_check_tensor(lse, what));
+    tt_tensor *others[1] = {o}, *kv[2] = {k, v};
+    CHECK(attn_geometry(what, q, 1, others, 1, &lse));
+    int64_t group, G;
+    CHECK(kv_geometry(what, q, 2, kv, &group, &G));
+    if (!isfinite(scale))
+        return tt_error(TT_EINVAL, "%s: scale must be finite", what);
+    return attn_fwd_submit(what, q, k, v, scale, causal, 0, group, G, o, lse);
+}
+
+int tt_attention_decode(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int64_t q_start, tt_tensor *o)
+{
+    const char *what = "decode attention";
+    CHECK(tt_check_readable(q, what));
+    CHECK(tt_check_readable(k, what));
+    CHECK(tt_check_readable(v, what));
+    CHECK(tt_check_tensor(o, what));
+    if (q_start < 0)
+        return tt_error(TT_EINVAL, "%s: q_start must be >= 0, got %lld", what, (long long)q_start);
+    tt_tensor *others[1] = {o}, *kv[2] = {k, v};
+    CHECK(attn_geometry(what, q, 1, others, 0, NULL));
+    int64_t group, G;
+    CHECK(kv_geometry_at(what, q, 2, kv, &group, &G, q_start));
+    if (!isfinite(scale))
+        return tt_error(TT_EINVAL, "%s: scale must be finite", what);
+    tt_tensor *lse; /* the row logsumexp: not needed without a backward */
+    CHECK(temp_like(q, 3, 1, &lse));
+    int rc = attn_fwd_submit(what, q, k, v, scale, 1, q_start, group, G, o, lse);
+    tt_tensor_free(lse);
+    return rc;
 }
 
 int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_tensor *dout, tt_tensor *lse,

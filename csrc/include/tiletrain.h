@@ -177,6 +177,10 @@ int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts);
  * the kv tensors are tiled (tile_B, max(th / G, 1), tile_T, D). */
 int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
                      tt_tensor *lse);
+/* Causal attention of queries q (B, H, Tq, D) at positions q_start .. q_start + Tq - 1 over
+ * keys/values (B, Hkv, Tk, D), Tk >= q_start + Tq, any tiling along T (a key/value cache;
+ * positions beyond a query's are never read); forward only. */
+int tt_attention_decode(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int64_t q_start, tt_tensor *o);
 int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_tensor *dout, tt_tensor *lse,
                      double scale, int causal, tt_tensor *dq, tt_tensor *dk, tt_tensor *dv);
 

@@ -255,6 +255,15 @@ class GPT(Module):
             arr = ids.numpy()
         return from_numpy(np.ascontiguousarray(arr, dtype=np.int64), tiles)
 
+    def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 seed: int | None = None):
+        """``input_ids`` (B, T) extended by ``max_new_tokens`` sampled tokens (greedy when
+        temperature == 0), an int64 array (B, T + new) with the prompt, as transformers'
+        generate; with a key/value cache (tiletrain/nn/generation.py): the prompt runs once,
+        then one position per new token."""
+        from .generation import generate_cached
+        return generate_cached(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count, the tied head counted once.  non_embedding=True leaves out the
         position table (the token table stays: it is also the LM head), as nanoGPT."""

@@ -197,6 +197,46 @@ def gqa_head_tile(th: int, G: int) -> int:
     return max(d for d in range(1, th + 1) if G % d == 0)
 
 
+def decode_attention(query: Tensor, key: Tensor, value: Tensor, q_start: int, scale: float | None = None) -> Tensor:
+    """Causal attention of ``query`` (B, H, Tq, D), the tokens at positions q_start .. q_start
+    + Tq - 1, over ``key``/``value`` (B, Hkv, Tk, D) with Tk >= q_start + Tq: a key/value cache
+    whose positions beyond the last query are never read (they may hold anything).  Hkv
+    divides H (grouped-query attention, no repeated K/V); the cache may be tiled along T
+    independently of the query.  Forward only (inference): no gradient is recorded."""
+    what = "decode_attention"
+    names = ("query", "key", "value")
+    q, k, v = (_float_tensor(t, what, n) for t, n in zip((query, key, value), names))
+    q_start = _int(q_start, what, "q_start")
+    for t, n in zip((q, k, v), names):
+        if t.ndim != 4:
+            raise ValueError(f"{what}: {n} must be (B, H, T, D), got shape {t.shape}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{what}: dtype mismatch, query is {q.dtype} and {n} is {t.dtype}")
+    B, H, Tq, D = q.shape
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or H % k.shape[1]:
+        raise ValueError(f"{what}: key {k.shape} and value {v.shape} must be equal and (B, Hkv, Tk, D) with Hkv "
+                         f"dividing query's H (query {q.shape})")
+    if q_start < 0 or q_start + Tq > k.shape[2]:
+        raise ValueError(f"{what}: queries at positions {q_start}..{q_start + Tq - 1} need a cache of at least "
+                         f"{q_start + Tq} positions, key has {k.shape[2]}")
+    if needs_grad(q, k, v):
+        raise RuntimeError(f"{what} has no backward: call it under tiletrain.no_grad() (inference)")
+    G = H // k.shape[1]
+    th = gqa_head_tile(q.tiles[1], G)
+    want, kv_want = (q.tiles[0], th, q.tiles[2], D), (q.tiles[0], max(th // G, 1), k.tiles[2], D)
+    if q.tiles != want or k.tiles != kv_want or v.tiles != kv_want:
+        from .shape import retile
+        q = retile(q, want) if q.tiles != want else q
+        k, v = (retile(t, kv_want) if t.tiles != kv_want else t for t in (k, v))
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    elif not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):
+        raise TypeError(f"{what}: scale must be a finite real number or None, got {scale!r}")
+    o = Tensor(q.traits, q.dtype)
+    check(lib.tt_attention_decode(q._ptr, k._ptr, v._ptr, float(scale), q_start, o._ptr))
+    return o
+
+
 @backward_rule("scaled_dot_product_attention")
 def _sdpa_bwd(node, g):
     q, k, v, o, lse = node.saved
@@ -236,4 +276,4 @@ def _rope_bwd(node, g):
     return (dx,)
 
 
-__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention", "rotary_embedding"]
+__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention", "decode_attention", "rotary_embedding"]

@@ -1,0 +1,96 @@
+"""Generation with a key/value cache: each step's logits equal the uncached model's on the
+whole context, greedy output equals the uncached loop and transformers' greedy generate, and
+decode attention equals causal attention on any cache tiling (positions beyond a query are
+never read)."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+from tiletrain.nn import GPT, GPTConfig, Tiling
+from tiletrain.nn.generation import KVCache, generate_cached, gpt_forward_cached
+from tiletrain.ops.attention import decode_attention
+
+torch = pytest.importorskip("torch")
+
+
+def _model(tiling, seed=1):
+    cfg = GPTConfig(vocab_size=50, block_size=40, n_layer=2, n_head=2, n_embd=16)
+    return GPT(cfg, tiling, dtype=np.float64, seed=seed).eval()
+
+
+@pytest.mark.parametrize("tiling,time_tile", [(Tiling(time=4, width=8), 5), (Tiling(), 64),
+                                              (Tiling(batch=1, time=3, width=16), 3)])
+def test_cached_logits_equal_the_whole_context(tiling, time_tile):
+    m = _model(tiling)
+    ids = np.random.default_rng(0).integers(0, 50, (2, 19))
+    cache = KVCache(2, 19, time_tile)
+    with tt.no_grad():
+        full = m(ids).numpy()
+        got = [gpt_forward_cached(m, ids[:, :7], cache, 0).numpy()]          # prefill
+        for p in range(7, 19, 3):                                           # then a few tokens at a time
+            got.append(gpt_forward_cached(m, ids[:, p:p + 3], cache, p).numpy())
+    np.testing.assert_allclose(np.concatenate(got, axis=1), full, rtol=1e-10, atol=1e-12)
+
+
+def test_greedy_equals_the_uncached_loop():
+    m = _model(Tiling(time=4, width=8), seed=3)
+    prompt = np.random.default_rng(2).integers(0, 50, (3, 5))
+    got = generate_cached(m, prompt, 14, temperature=0, time_tile=4)
+    idx = prompt
+    with tt.no_grad():
+        for _ in range(14):
+            idx = np.concatenate([idx, m(idx).numpy()[:, -1].argmax(-1)[:, None]], axis=1)
+    assert got.dtype == np.int64 and got.shape == (3, 19)
+    np.testing.assert_array_equal(got, idx)
+
+
+def test_greedy_equals_transformers_generate(tmp_path):
+    pytest.importorskip("transformers")
+    from tiletrain.testing.tiny_hf import tiny_gpt2_folder
+    folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=64, n_positions=32, n_layer=2, n_head=2, n_embd=32, seed=5)
+    import transformers
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
+    m = tt.nn.from_pretrained(folder, dtype=np.float64)
+    prompt = np.random.default_rng(4).integers(0, 64, (2, 6))
+    want = hf.generate(torch.tensor(prompt), max_new_tokens=10, do_sample=False, pad_token_id=0).numpy()
+    np.testing.assert_array_equal(generate_cached(m, prompt, 10, temperature=0), want)
+
+
+@pytest.mark.parametrize("tk", [2, 5, 16])
+def test_decode_attention_reads_only_visible_positions(tk):
+    rng = np.random.default_rng(0)
+    B, H, Hkv, T, D = 2, 4, 2, 11, 8
+    q, k, v = (rng.standard_normal(s) for s in ((B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D)))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        torch.tensor(q), torch.tensor(k).repeat_interleave(2, 1), torch.tensor(v).repeat_interleave(2, 1),
+        is_causal=True).numpy()
+    ck, cv = (np.full((B, Hkv, 16, D), np.nan) for _ in range(2))  # never-read positions hold NaN
+    ck[:, :, :T], cv[:, :, :T] = k, v
+    K, V = tt.from_numpy(ck, (1, 1, tk, D)), tt.from_numpy(cv, (1, 1, tk, D))
+    with tt.no_grad():
+        for s, n in ((0, T), (4, 3), (10, 1)):
+            Q = tt.from_numpy(np.ascontiguousarray(q[:, :, s:s + n]), (1, 2, 2, D))
+            np.testing.assert_allclose(decode_attention(Q, K, V, s).numpy(), want[:, :, s:s + n], atol=1e-12)
+
+
+def test_bad_input():
+    m = _model(Tiling())
+    with pytest.raises(ValueError, match="exceed the model's context of 40"):
+        generate_cached(m, np.zeros((1, 30), np.int64), 11)
+    with pytest.raises(ValueError, match="2-D integer"):
+        generate_cached(m, np.zeros((1, 3)), 2)
+    q = tt.from_numpy(np.ones((1, 2, 2, 4)))
+    kv = tt.from_numpy(np.ones((1, 2, 5, 4)))
+    with pytest.raises(ValueError, match="need a cache of at least 6"):
+        decode_attention(q, kv, kv, 4)
+    with pytest.raises(RuntimeError, match="no backward"):
+        decode_attention(q.requires_grad_(), kv, kv, 0)
+
+
+def test_gpt_generate_method_samples_reproducibly():
+    m = _model(Tiling(time=4, width=8))
+    prompt = np.random.default_rng(6).integers(0, 50, (2, 4))
+    a, b = (m.generate(prompt, 6, temperature=0.8, top_k=10, seed=7) for _ in range(2))
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (2, 10) and (a[:, :4] == prompt).all() and ((0 <= a) & (a < 50)).all()
+    np.testing.assert_array_equal(m.generate(prompt, 3, temperature=0), generate_cached(m, prompt, 3, temperature=0))
