@@ -7,7 +7,7 @@ import pytest
 
 import tiletrain as tt
 from tiletrain.nn import GPT, GPTConfig, Tiling
-from tiletrain.nn.generation import KVCache, generate_cached, gpt_forward_cached
+from tiletrain.nn.generation import KVCache, generate_cached
 from tiletrain.ops.attention import decode_attention
 
 torch = pytest.importorskip("torch")
@@ -26,9 +26,9 @@ def test_cached_logits_equal_the_whole_context(tiling, time_tile):
     cache = KVCache(2, 19, time_tile)
     with tt.no_grad():
         full = m(ids).numpy()
-        got = [gpt_forward_cached(m, ids[:, :7], cache, 0).numpy()]          # prefill
+        got = [m.forward_cached(ids[:, :7], cache, 0).numpy()]          # prefill
         for p in range(7, 19, 3):                                           # then a few tokens at a time
-            got.append(gpt_forward_cached(m, ids[:, p:p + 3], cache, p).numpy())
+            got.append(m.forward_cached(ids[:, p:p + 3], cache, p).numpy())
     np.testing.assert_allclose(np.concatenate(got, axis=1), full, rtol=1e-10, atol=1e-12)
 
 
@@ -94,3 +94,47 @@ def test_gpt_generate_method_samples_reproducibly():
     np.testing.assert_array_equal(a, b)
     assert a.shape == (2, 10) and (a[:, :4] == prompt).all() and ((0 <= a) & (a < 50)).all()
     np.testing.assert_array_equal(m.generate(prompt, 3, temperature=0), generate_cached(m, prompt, 3, temperature=0))
+
+
+def _llama(tie=False):
+    cfg = tt.nn.LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=40, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
+                            tie_word_embeddings=tie)
+    return tt.nn.Llama(cfg, Tiling(time=4, width=8), dtype=np.float64, seed=2).eval()
+
+
+def test_llama_cached_logits_equal_the_whole_context():
+    """Grouped-query attention over the cache, rotary angles from the cached position."""
+    m = _llama()
+    ids = np.random.default_rng(1).integers(0, 50, (2, 15))
+    cache = KVCache(2, 15, 4)
+    with tt.no_grad():
+        full = m(ids).numpy()
+        got = [m.forward_cached(ids[:, :6], cache, 0).numpy()]
+        got += [m.forward_cached(ids[:, p:p + 1], cache, p).numpy() for p in range(6, 15)]
+    np.testing.assert_allclose(np.concatenate(got, axis=1), full, rtol=1e-10, atol=1e-12)
+
+
+def test_llama_greedy_equals_transformers_generate(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                   bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(3)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    hf.save_pretrained(tmp_path / "llama")
+    m = tt.nn.from_pretrained(tmp_path / "llama")
+    prompt = np.random.default_rng(5).integers(1, 64, (2, 5))
+    want = hf.generate(torch.tensor(prompt), max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=None).numpy()
+    np.testing.assert_array_equal(m.generate(prompt, 10, temperature=0), want)
+
+
+def test_rotary_embedding_offset_is_a_shift_of_positions():
+    x = np.random.default_rng(0).standard_normal((1, 2, 9, 8))
+    with tt.no_grad():
+        whole = tt.functional.rotary_embedding(tt.from_numpy(x, (1, 1, 4, 8))).numpy()
+        tail = tt.functional.rotary_embedding(tt.from_numpy(np.ascontiguousarray(x[:, :, 5:]), (1, 1, 3, 8)),
+                                              offset=5).numpy()
+    np.testing.assert_allclose(tail, whole[:, :, 5:], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        tt.functional.rotary_embedding(tt.from_numpy(x), offset=-1)

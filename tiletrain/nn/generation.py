@@ -1,18 +1,18 @@
-"""Generation with a key/value cache (GPT): the prompt runs once (prefill) and each new token
-runs one position through the model, attending to the cached keys and values of the tokens
-before it (``tiletrain.ops.attention.decode_attention``) instead of recomputing the whole
-context.  Greedy output equals the uncached loop token for token."""
+"""Generation with a key/value cache (GPT and Llama): the prompt runs once (prefill) and each
+new token runs one position through the model, attending to the cached keys and values of
+the tokens before it (``tiletrain.ops.attention.decode_attention``) instead of recomputing
+the whole context.  A model provides ``forward_cached(ids, cache, pos)``; its attention
+layers call ``cache.attend``.  Greedy output equals the uncached loop token for token."""
 from __future__ import annotations
 
 import numbers
 
 import numpy as np
 
-from .. import functional as F
-from ..ops import add_broadcast, no_grad
+from ..ops import no_grad
 from ..ops.attention import decode_attention
 from ..runtime.kernels import copy_regions
-from ..tensors import Tensor, from_numpy, zeros
+from ..tensors import Tensor, zeros
 
 
 class KVCache:
@@ -38,25 +38,11 @@ class KVCache:
         copy_regions(self.k[layer], [(k, *spec)])
         copy_regions(self.v[layer], [(v, *spec)])
 
-
-def gpt_forward_cached(model, ids, cache: KVCache, pos: int) -> Tensor:
-    """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1 of a
-    GPT, the keys and values of positions < pos read from ``cache`` and those of these
-    tokens written to it.  Inference only (no gradient), dropout off."""
-    tr = model.transformer
-    idx = model._ids(ids, "ids")
-    n = idx.shape[1]
-    positions = from_numpy(np.arange(pos, pos + n, dtype=np.int64), idx.tiles[1])
-    x = add_broadcast(tr.wte(idx), tr.wpe(positions), axis=0)
-    for i, block in enumerate(tr.h):
-        attn = block.attn
-        qkv = attn.c_attn(block.ln_1(x))
-        q, k, v = (F.split_heads(qkv, attn.n_head, part=j, nparts=3) for j in range(3))
-        cache.write(i, k, v, pos)
-        y = decode_attention(q, cache.k[i], cache.v[i], pos)
-        x = x + attn.c_proj(F.merge_heads(y))
-        x = x + block.mlp(block.ln_2(x))
-    return model.lm_head(tr.ln_f(x))
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, pos: int) -> Tensor:
+        """Write the new keys/values (B, Hkv, n, D) at pos, then causal attention of the
+        queries (B, H, n, D) at pos.. over every cached position up to theirs."""
+        self.write(layer, k, v, pos)
+        return decode_attention(q, self.k[layer], self.v[layer], pos)
 
 
 def _pick(logits: np.ndarray, temperature: float, top_k, rng) -> np.ndarray:
@@ -93,14 +79,14 @@ def generate_cached(model, input_ids, max_new_tokens: int, temperature: float = 
                          f"context of {context} positions")
     rng = np.random.default_rng(seed)
     out = [idx.astype(np.int64)]
-    cache = KVCache(len(model.transformer.h), T + max_new_tokens, time_tile)
+    cache = KVCache(model.config.n_layer, T + max_new_tokens, time_tile)
     was_training = model.training
     model.eval()
     try:
         with no_grad():
             step_ids, pos = out[0], 0
             for _ in range(int(max_new_tokens)):
-                logits = gpt_forward_cached(model, step_ids, cache, pos).numpy()[:, -1].astype(np.float64)
+                logits = model.forward_cached(step_ids, cache, pos).numpy()[:, -1].astype(np.float64)
                 pos += step_ids.shape[1]
                 step_ids = _pick(logits, float(temperature), top_k, rng).astype(np.int64)[:, None]
                 out.append(step_ids)

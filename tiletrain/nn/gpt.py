@@ -142,6 +142,13 @@ class CausalSelfAttention(Module):
         y = F.merge_heads(y)                                                            # (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
+    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
+        """Inference on the tokens at positions pos..: their keys and values go into
+        ``cache`` (tiletrain/nn/generation.py), the queries attend to every cached position."""
+        qkv = self.c_attn(x)
+        q, k, v = (F.split_heads(qkv, self.n_head, part=i, nparts=3) for i in range(3))
+        return self.c_proj(F.merge_heads(cache.attend(layer, q, k, v, pos)))
+
 
 class Block(Module):
 
@@ -164,6 +171,10 @@ class Block(Module):
 
     def _attention(self, x: Tensor) -> Tensor:
         return self.attn(self.ln_1(x))
+
+    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
+        x = x + self.attn.forward_cached(self.ln_1(x), cache, layer, pos)
+        return x + self.mlp(self.ln_2(x))
 
 
 class LMHead(Module):
@@ -218,6 +229,17 @@ class GPT(Module):
             x = checkpoint(block, x) if self.config.recompute == "block" else block(x)
         x = self.transformer.ln_f(x)
         return self.lm_head(x)                                          # (B, T, vocab)
+
+    def forward_cached(self, ids, cache, pos: int) -> Tensor:
+        """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
+        with the keys and values of earlier positions read from ``cache`` and theirs written
+        to it (inference: tiletrain/nn/generation.py)."""
+        idx = self._ids(ids, "ids")
+        positions = from_numpy(np.arange(pos, pos + idx.shape[1], dtype=np.int64), idx.tiles[1])
+        x = add_broadcast(self.transformer.wte(idx), self.transformer.wpe(positions), axis=0)
+        for i, block in enumerate(self.transformer.h):
+            x = block.forward_cached(x, cache, i, pos)
+        return self.lm_head(self.transformer.ln_f(x))
 
     def loss(self, idx, targets) -> Tensor:
         """Mean cross-entropy of the next-token logits against ``targets`` (B, T) (a 0-d

@@ -159,6 +159,14 @@ class LlamaAttention(Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)     # (B, H, T, D)
         return self.o_proj(F.merge_heads(y))                                               # (B, T, C)
 
+    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
+        """Inference on the tokens at positions pos..: rotary angles from pos, their keys and
+        values go into ``cache``, the queries attend to every cached position."""
+        q = F.rotary_embedding(F.split_heads(self.q_proj(x), self.n_head), self.theta, offset=pos)
+        k = F.rotary_embedding(F.split_heads(self.k_proj(x), self.n_kv_head), self.theta, offset=pos)
+        v = F.split_heads(self.v_proj(x), self.n_kv_head)
+        return self.o_proj(F.merge_heads(cache.attend(layer, q, k, v, pos)))
+
 
 class LlamaDecoderLayer(Module):
 
@@ -180,6 +188,10 @@ class LlamaDecoderLayer(Module):
 
     def _attention(self, x: Tensor) -> Tensor:
         return self.self_attn(self.input_layernorm(x))
+
+    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
+        x = x + self.self_attn.forward_cached(self.input_layernorm(x), cache, layer, pos)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 # transformers LlamaConfig keys tiletrain does not implement -> the values it accepts (other
@@ -237,35 +249,16 @@ class Llama(Module):
         n = self.num_parameters() - (0 if c.tie_word_embeddings else self.model.embed_tokens.weight.numel())
         return 6 * n + 12 * c.num_hidden_layers * c.hidden_size * T
 
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 rng: np.random.Generator | None = None) -> np.ndarray:
-        """Extend idx (B, T) by max_new_tokens sampled tokens (greedy when temperature == 0),
-        re-running the model on the last max_position_embeddings tokens (nanoGPT's loop)."""
-        from ..ops import no_grad
-        idx = np.asarray(idx, dtype=np.int64)
-        if idx.ndim != 2:
-            raise ValueError(f"Llama.generate: idx must be 2-D (B, T), got shape {idx.shape}")
-        if not isinstance(temperature, numbers.Real) or temperature < 0:
-            raise ValueError(f"Llama.generate: temperature must be >= 0, got {temperature!r}")
-        rng = rng or np.random.default_rng(0)
-        was_training = self.training
-        self.eval()
-        with no_grad():
-            for _ in range(int(max_new_tokens)):
-                logits = self(idx[:, -self.config.max_position_embeddings:]).numpy()[:, -1].astype(np.float64)
-                if temperature == 0:
-                    nxt = logits.argmax(axis=-1)
-                else:
-                    logits = logits / temperature
-                    if top_k is not None and top_k < logits.shape[-1]:
-                        cut = np.partition(logits, -top_k, axis=-1)[:, -top_k:-top_k + 1]
-                        logits = np.where(logits < cut, -np.inf, logits)
-                    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-                    p /= p.sum(axis=-1, keepdims=True)
-                    nxt = np.array([rng.choice(p.shape[1], p=row) for row in p])
-                idx = np.concatenate([idx, nxt[:, None].astype(np.int64)], axis=1)
-        self.train(was_training)
-        return idx
+    def forward_cached(self, ids, cache, pos: int) -> Tensor:
+        """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
+        with the keys and values of earlier positions read from ``cache`` and theirs written
+        to it (inference: tiletrain/nn/generation.py)."""
+        x = self.model.embed_tokens(self._ids(ids, "ids"))
+        for i, layer in enumerate(self.model.layers):
+            x = layer.forward_cached(x, cache, i, pos)
+        return self.lm_head(self.model.norm(x))
+
+    generate = GPT.generate  # with a key/value cache (tiletrain/nn/generation.py)
 
     # -- Hugging Face LlamaForCausalLM ----------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -247,11 +247,12 @@ def _sdpa_bwd(node, g):
     return tuple(d if inp is not None else None for d, inp in zip((dq, dk, dv), node.inputs))
 
 
-def rotary_embedding(x: Tensor, theta: float = 10000.0) -> Tensor:
+def rotary_embedding(x: Tensor, theta: float = 10000.0, offset: int = 0) -> Tensor:
     """Rotary position embedding of x (B, H, T, D) at positions 0..T-1, Hugging Face Llama's
     rotate-half convention: with x1, x2 the halves of the last axis and angle t * inv_freq,
     inv_freq[i] = 1 / theta^(2i / D), y = (x1 cos - x2 sin, x2 cos + x1 sin).  One task per
-    tile (D is one tile; other tilings are re-tiled); the backward rotates by -angle."""
+    tile (D is one tile; other tilings are re-tiled); the backward rotates by -angle.
+    ``offset``: the positions are offset .. offset + T - 1 (new tokens after a cached context)."""
     what = "rotary_embedding"
     _float_tensor(x, what, "x")
     if x.ndim != 4:
@@ -261,18 +262,21 @@ def rotary_embedding(x: Tensor, theta: float = 10000.0) -> Tensor:
         raise ValueError(f"{what}: the head size D={D} must be even")
     if not isinstance(theta, numbers.Real) or isinstance(theta, bool) or not math.isfinite(theta) or theta <= 0:
         raise ValueError(f"{what}: theta must be a positive finite number, got {theta!r}")
+    offset = _int(offset, what, "offset")
+    if offset < 0:
+        raise ValueError(f"{what}: offset must be >= 0, got {offset}")
     if x.tiles[3] != D:
         from .shape import retile
         x = retile(x, x.tiles[:3] + (D,))
     y = Tensor(x.traits, x.dtype)
-    run_span("rope", 2, 1, [x, y], inverse=0, theta=float(theta))
-    return record("rotary_embedding", y, (x,), theta=float(theta))
+    run_span("rope", 2, 1, [x, y], inverse=0, pos0=offset, theta=float(theta))
+    return record("rotary_embedding", y, (x,), theta=float(theta), offset=offset)
 
 
 @backward_rule("rotary_embedding")
 def _rope_bwd(node, g):
     dx = Tensor(g.traits, g.dtype)
-    run_span("rope", 2, 1, [g, dx], inverse=1, theta=node.ctx["theta"])
+    run_span("rope", 2, 1, [g, dx], inverse=1, pos0=node.ctx["offset"], theta=node.ctx["theta"])
     return (dx,)
 
 

@@ -154,12 +154,13 @@ def rope_apply(x, positions, theta: float, inverse: bool = False):
 
 def _rope_case(rng, dt):
     m, k, n = 3, 5, 8
-    return (dict(m=m, k=k, n=n, koff=int(rng.integers(0, 300)), inverse=int(rng.integers(2)), theta=10000.0),
+    return (dict(m=m, k=k, n=n, koff=int(rng.integers(0, 300)), inverse=int(rng.integers(2)),
+                 pos0=int(rng.integers(0, 3)) * int(rng.integers(0, 200)), theta=10000.0),
             [_r(rng, dt, m, k, n), np.zeros((m, k, n), dt)])
 
 
 def _rope_ref(a, x, y):
-    pos = a["koff"] + np.arange(a["k"])
+    pos = a["pos0"] + a["koff"] + np.arange(a["k"])
     return {1: rope_apply(x, pos, a["theta"], bool(a["inverse"]))}
 
 

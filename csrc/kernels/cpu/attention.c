@@ -311,7 +311,7 @@ void tt_cpu_rope(const tt_args_rope *a, const void *x, void *y)
         T *sn = cs + h;
         for (int64_t t = 0; t < k; t++) {
             for (int64_t i = 0; i < h; i++) {
-                const T ang = (T)rope_angle(a->koff + t, i, n, a->theta);
+                const T ang = (T)rope_angle(a->pos0 + a->koff + t, i, n, a->theta);
                 cs[i] = cos(ang);
                 sn[i] = (T)sgn * sin(ang);
             }

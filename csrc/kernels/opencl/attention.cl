@@ -195,14 +195,14 @@ KERNEL SUF(tt_attn_bwd)(GLOBAL const T *q, GLOBAL const T *k, GLOBAL const T *v,
 
 /* Rotary embedding (csrc/kernels/cpu/attention.c tt_cpu_rope): one work-item per (row, pair) */
 KERNEL SUF(tt_rope)(GLOBAL const T *x, GLOBAL T *y, tt_long m, tt_long k, tt_long n, tt_long koff, tt_long inverse,
-                    R theta)
+                    tt_long pos0, R theta)
 {
     const tt_long e = GID0(), h = n / 2;
     if (e >= m * k * h)
         return;
     const tt_long i = e % h, row = e / h, t = row % k;
     const float inv = 1.0f / pow((float)theta, (float)(2 * i) / (float)n);
-    const float ang = (float)(koff + t) * inv;
+    const float ang = (float)(pos0 + koff + t) * inv;
     const ACC c = cos((ACC)ang), s = (inverse ? -(ACC)1 : (ACC)1) * sin((ACC)ang);
     const ACC x1 = x[row * n + i], x2 = x[row * n + i + h];
     y[row * n + i] = (T)(x1 * c - x2 * s);
