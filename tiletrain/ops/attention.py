@@ -165,19 +165,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             rule = ("equal to query's but for a number of heads dividing query's" if enable_gqa else "equal")
             raise ValueError(f"{what}: {n} has shape {t.shape}, query has {q.shape} (key {k.shape}); "
                              f"they must be {rule}")
-    D, G = q.shape[3], H // k.shape[1]
-    th = gqa_head_tile(q.tiles[1], G)
-    want = (q.tiles[0], th, q.tiles[2], D)  # D is one tile; key and value tiled to match (re-tiled otherwise)
-    kv_want = (q.tiles[0], max(th // G, 1), q.tiles[2], D)
-    if q.tiles != want or k.tiles != kv_want or v.tiles != kv_want:
-        from .shape import retile
-        q = retile(q, want) if q.tiles != want else q
-        k, v = (retile(t, kv_want) if t.tiles != kv_want else t for t in (k, v))
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    elif not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):
-        raise TypeError(f"{what}: scale must be a finite real number or None, got {scale!r}")
-    scale = float(scale)
+    q, k, v = _attention_tiles(q, k, v, q.tiles[2])
+    scale = _scale(scale, q.shape[3], what)
     o = Tensor(q.traits, q.dtype)
     lse = Tensor(q.traits.drop_axis(3), q.dtype)
     check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, scale, int(is_causal), o._ptr, lse._ptr))
@@ -187,6 +176,29 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     out = Tensor._view_of(o)
     return record("scaled_dot_product_attention", out, (q, k, v), saved=(q, k, v, o, lse), scale=scale,
                   causal=is_causal)
+
+
+def _attention_tiles(q: Tensor, k: Tensor, v: Tensor, kv_time_tile: int):
+    """q, k, v re-tiled (by copy tasks) where the attention expanders need it: D in one tile,
+    q's head tile whole groups of G = H / Hkv query heads (or a divisor of G), key and value
+    tiled as q but for their head tile (q's / G) and their tile along T."""
+    D, G = q.shape[3], q.shape[1] // k.shape[1]
+    th = gqa_head_tile(q.tiles[1], G)
+    want, kv_want = (q.tiles[0], th, q.tiles[2], D), (q.tiles[0], max(th // G, 1), kv_time_tile, D)
+    if q.tiles != want or k.tiles != kv_want or v.tiles != kv_want:
+        from .shape import retile
+        q = retile(q, want) if q.tiles != want else q
+        k, v = (retile(t, kv_want) if t.tiles != kv_want else t for t in (k, v))
+    return q, k, v
+
+
+def _scale(scale, D: int, what: str) -> float:
+    """The softmax scale: 1/sqrt(D) by default."""
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):
+        raise TypeError(f"{what}: scale must be a finite real number or None, got {scale!r}")
+    return float(scale)
 
 
 def gqa_head_tile(th: int, G: int) -> int:
@@ -221,19 +233,9 @@ def decode_attention(query: Tensor, key: Tensor, value: Tensor, q_start: int, sc
                          f"{q_start + Tq} positions, key has {k.shape[2]}")
     if needs_grad(q, k, v):
         raise RuntimeError(f"{what} has no backward: call it under tiletrain.no_grad() (inference)")
-    G = H // k.shape[1]
-    th = gqa_head_tile(q.tiles[1], G)
-    want, kv_want = (q.tiles[0], th, q.tiles[2], D), (q.tiles[0], max(th // G, 1), k.tiles[2], D)
-    if q.tiles != want or k.tiles != kv_want or v.tiles != kv_want:
-        from .shape import retile
-        q = retile(q, want) if q.tiles != want else q
-        k, v = (retile(t, kv_want) if t.tiles != kv_want else t for t in (k, v))
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    elif not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale):
-        raise TypeError(f"{what}: scale must be a finite real number or None, got {scale!r}")
+    q, k, v = _attention_tiles(q, k, v, k.tiles[2])  # the cache keeps its own tile along T
     o = Tensor(q.traits, q.dtype)
-    check(lib.tt_attention_decode(q._ptr, k._ptr, v._ptr, float(scale), q_start, o._ptr))
+    check(lib.tt_attention_decode(q._ptr, k._ptr, v._ptr, _scale(scale, D, what), q_start, o._ptr))
     return o
 
 
