@@ -17,6 +17,17 @@ def restart(**cfg):
     return tt.init(**want)
 
 
+def best_of(fn, ok, tries=5):
+    """fn() until ok(result), at most ``tries`` times; the last result.  Timings on a shared
+    machine are late, never early, so a timing check takes the best of a few runs."""
+    r = None
+    for _ in range(tries):
+        r = fn()
+        if ok(r):
+            break
+    return r
+
+
 @pytest.fixture(scope="module", autouse=True)
 def default_runtime_afterwards():
     """Leave the default runtime (2 workers, no profiling) to the modules after this one."""

@@ -11,21 +11,12 @@ import tiletrain as tt
 from tiletrain.experiments import pipeline as E
 from tiletrain.pipeline import build_plan, formulas
 
-from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
+from profiled_runtime import best_of, default_runtime_afterwards, restart  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
 # task time per stage count: longer tasks for p = 4 (4 workers share 2 cores)
 US = {2: 3000.0, 4: 8000.0}
-
-
-def best_of(fn, ok, tries=5):
-    r = None
-    for _ in range(tries):
-        r = fn()
-        if ok(r):
-            break
-    return r
 
 
 @pytest.mark.parametrize("p", [2, 4])

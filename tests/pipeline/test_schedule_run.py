@@ -10,19 +10,10 @@ import tiletrain as tt
 from tiletrain.pipeline import Schedule, schedules
 from tiletrain.pipeline.enforce import enforce, order_fraction, run_synthetic, submission_order
 
-from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
+from profiled_runtime import best_of, default_runtime_afterwards, restart  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 P, M, US = 4, 8, 20000.0   # long tasks: a loaded machine wakes sleepers late
-
-
-def best_of(fn, ok, tries=3):
-    r = None
-    for _ in range(tries):
-        r = fn()
-        if ok(r):
-            break
-    return r
 
 
 def close(r):
