@@ -447,7 +447,7 @@ const char *tt_build_options(void)
            " blas=" TT_BLAS_NAME;
 }
 
-/* The BLAS in use and its version, e.g. "openblas 0.3.21 (OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen)". */
+/* The BLAS in use, its version and core type, e.g. "openblas (OpenBLAS 0.3.21 ... Zen ...; core Zen)". */
 const char *tt_blas_info(void)
 {
     static char buf[256];

@@ -358,9 +358,11 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
         ck.save(path, tensors, meta)
 
 
-def load_training_state(path: Path, model, opt, rng: np.random.Generator) -> dict:
+def load_training_state(path: Path, model, opt, rng: np.random.Generator, loaded=None) -> dict:
+    """Weights, optimizer state and RNG states of the checkpoint at ``path`` into the run;
+    ``loaded``: its (arrays, metadata) when already read (train() checks them up front)."""
     from .ops import activations
-    arrays, meta = ck.load(path, RESUME_KEYS)
+    arrays, meta = loaded if loaded is not None else ck.load(path, RESUME_KEYS)
     arrays = {k: arrays[k] for k in sorted(arrays)}  # safetensors' order varies by process; MPI needs one
     weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}  # tied: one name is enough
     try:
@@ -459,11 +461,11 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         if ckpt_path is not None and ckpt_path.exists() and not (args.resume or args.overwrite):
             raise ValueError(f"--ckpt-dir {args.ckpt_dir} already holds a checkpoint ({ckpt_path}): pass --resume "
                              "to continue it or --overwrite to replace it")
-        resume_meta = None
+        resume_arrays = resume_meta = None
         if args.resume:
             if not ckpt_path.is_file():
                 raise ck.CheckpointError(f"--resume: no checkpoint at {ckpt_path}")
-            _, resume_meta = ck.load(ckpt_path, RESUME_KEYS)
+            resume_arrays, resume_meta = ck.load(ckpt_path, RESUME_KEYS)  # read and verified once
             done = resume_meta["step"]
             if isinstance(done, bool) or not isinstance(done, int) or done < 0:
                 raise ck.CheckpointError(f"{ckpt_path}: checkpoint metadata has a bad step {done!r}")
@@ -498,7 +500,8 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         eval_rng_seed = args.seed + 1
         start = 0
         if resume_meta is not None:
-            meta = load_training_state(ckpt_path, model, opt, data_rng)
+            meta = load_training_state(ckpt_path, model, opt, data_rng, (resume_arrays, resume_meta))
+            resume_arrays = None  # the model and optimizer hold them now
             start = int(meta["step"])
             print(f"resumed from {ckpt_path} at step {start}", file=out, flush=True)
         n_params = sum(p.numel() for p in model.parameters())
