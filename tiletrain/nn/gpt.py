@@ -135,19 +135,16 @@ class CausalSelfAttention(Module):
         self.resid_dropout = Dropout(config.dropout)
         self.n_head = config.n_head
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
+        """With a key/value ``cache`` (inference, tiletrain/nn/generation.py): x holds the
+        tokens at positions pos.., whose keys and values go into the cache's ``layer``, and
+        the queries attend to every cached position."""
         qkv = self.c_attn(x)                                                            # (B, T, 3C)
         q, k, v = (F.split_heads(qkv, self.n_head, part=i, nparts=3) for i in range(3))  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)                    # (B, nh, T, hs)
+        y = (F.scaled_dot_product_attention(q, k, v, is_causal=True) if cache is None  # (B, nh, T, hs)
+             else cache.attend(layer, q, k, v, pos))
         y = F.merge_heads(y)                                                            # (B, T, C)
         return self.resid_dropout(self.c_proj(y))
-
-    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
-        """Inference on the tokens at positions pos..: their keys and values go into
-        ``cache`` (tiletrain/nn/generation.py), the queries attend to every cached position."""
-        qkv = self.c_attn(x)
-        q, k, v = (F.split_heads(qkv, self.n_head, part=i, nparts=3) for i in range(3))
-        return self.c_proj(F.merge_heads(cache.attend(layer, q, k, v, pos)))
 
 
 class Block(Module):
@@ -173,7 +170,7 @@ class Block(Module):
         return self.attn(self.ln_1(x))
 
     def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
-        x = x + self.attn.forward_cached(self.ln_1(x), cache, layer, pos)
+        x = x + self.attn(self.ln_1(x), cache, layer, pos)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -219,12 +216,7 @@ class GPT(Module):
         self.lm_head = LMHead(self.transformer.wte.weight)  # weight tying (listed once, as wte)
 
     def forward(self, idx) -> Tensor:
-        idx = self._ids(idx, "idx")                                     # (B, T) int64
-        B, T = idx.shape
-        pos = from_numpy(np.arange(T, dtype=np.int64), idx.tiles[1])    # (T,)
-        tok_emb = self.transformer.wte(idx)                             # (B, T, C)
-        pos_emb = self.transformer.wpe(pos)                             # (T, C)
-        x = self.transformer.drop(add_broadcast(tok_emb, pos_emb, axis=0))
+        x = self.transformer.drop(self._embed(self._ids(idx, "idx"), 0))  # (B, T, C)
         for block in self.transformer.h:
             x = checkpoint(block, x) if self.config.recompute == "block" else block(x)
         x = self.transformer.ln_f(x)
@@ -234,12 +226,15 @@ class GPT(Module):
         """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
         with the keys and values of earlier positions read from ``cache`` and theirs written
         to it (inference: tiletrain/nn/generation.py)."""
-        idx = self._ids(ids, "ids")
-        positions = from_numpy(np.arange(pos, pos + idx.shape[1], dtype=np.int64), idx.tiles[1])
-        x = add_broadcast(self.transformer.wte(idx), self.transformer.wpe(positions), axis=0)
+        x = self._embed(self._ids(ids, "ids"), pos)
         for i, block in enumerate(self.transformer.h):
             x = block.forward_cached(x, cache, i, pos)
         return self.lm_head(self.transformer.ln_f(x))
+
+    def _embed(self, idx: Tensor, start: int) -> Tensor:
+        """Token plus position embeddings (B, T, C) of idx (B, T) at positions start.."""
+        pos = from_numpy(np.arange(start, start + idx.shape[1], dtype=np.int64), idx.tiles[1])  # (T,)
+        return add_broadcast(self.transformer.wte(idx), self.transformer.wpe(pos), axis=0)
 
     def loss(self, idx, targets) -> Tensor:
         """Mean cross-entropy of the next-token logits against ``targets`` (B, T) (a 0-d

@@ -152,20 +152,18 @@ class LlamaAttention(Module):
         self.v_proj = _linear(C, self.n_kv_head * D, (Wkv, W), std, kw)
         self.o_proj = _linear(C, C, (W, W), std, kw)
 
-    def forward(self, x: Tensor) -> Tensor:
-        q = F.rotary_embedding(F.split_heads(self.q_proj(x), self.n_head), self.theta)     # (B, H, T, D)
-        k = F.rotary_embedding(F.split_heads(self.k_proj(x), self.n_kv_head), self.theta)  # (B, Hkv, T, D)
-        v = F.split_heads(self.v_proj(x), self.n_kv_head)                                  # (B, Hkv, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)     # (B, H, T, D)
-        return self.o_proj(F.merge_heads(y))                                               # (B, T, C)
-
-    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
-        """Inference on the tokens at positions pos..: rotary angles from pos, their keys and
-        values go into ``cache``, the queries attend to every cached position."""
-        q = F.rotary_embedding(F.split_heads(self.q_proj(x), self.n_head), self.theta, offset=pos)
+    def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
+        """With a key/value ``cache`` (inference, tiletrain/nn/generation.py): x holds the
+        tokens at positions pos.. (rotary angles from pos), whose keys and values go into the
+        cache's ``layer``, and the queries attend to every cached position."""
+        q = F.rotary_embedding(F.split_heads(self.q_proj(x), self.n_head), self.theta, offset=pos)  # (B, H, T, D)
         k = F.rotary_embedding(F.split_heads(self.k_proj(x), self.n_kv_head), self.theta, offset=pos)
-        v = F.split_heads(self.v_proj(x), self.n_kv_head)
-        return self.o_proj(F.merge_heads(cache.attend(layer, q, k, v, pos)))
+        v = F.split_heads(self.v_proj(x), self.n_kv_head)                        # k, v: (B, Hkv, T, D)
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)   # (B, H, T, D)
+        else:
+            y = cache.attend(layer, q, k, v, pos)
+        return self.o_proj(F.merge_heads(y))                                               # (B, T, C)
 
 
 class LlamaDecoderLayer(Module):
@@ -190,7 +188,7 @@ class LlamaDecoderLayer(Module):
         return self.self_attn(self.input_layernorm(x))
 
     def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
-        x = x + self.self_attn.forward_cached(self.input_layernorm(x), cache, layer, pos)
+        x = x + self.self_attn(self.input_layernorm(x), cache, layer, pos)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
