@@ -615,6 +615,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 1.0, t
     with ``tokenizer`` (default: bytes)."""
     import tiletrain as tt
     from .data import ByteTokenizer
+    from .nn.generation import pick_next
     tokenizer = tokenizer or ByteTokenizer()
 
     if temperature < 0:
@@ -627,18 +628,8 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 1.0, t
     with tt.no_grad():
         for _ in range(max_new_tokens):
             ctx = np.asarray(ids[-bs:], dtype=np.int64)[None, :]
-            logits = model.forward(ctx).numpy()[0, -1].astype(np.float64)
-            if temperature == 0:
-                nxt = int(np.argmax(logits))
-            else:
-                logits = logits / temperature
-                if top_k is not None and top_k < logits.size:
-                    cut = np.partition(logits, -top_k)[-top_k]
-                    logits = np.where(logits < cut, -np.inf, logits)
-                p = np.exp(logits - logits.max())
-                p /= p.sum()
-                nxt = int(rng.choice(p.size, p=p))
-            ids.append(nxt)
+            logits = model.forward(ctx).numpy()[:, -1].astype(np.float64)
+            ids.append(int(pick_next(logits, temperature, top_k, rng)[0]))
     if was_training:
         model.train()
     return tokenizer.decode(ids)

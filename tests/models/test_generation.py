@@ -138,3 +138,10 @@ def test_rotary_embedding_offset_is_a_shift_of_positions():
     np.testing.assert_allclose(tail, whole[:, :, 5:], rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="offset must be >= 0"):
         tt.functional.rotary_embedding(tt.from_numpy(x), offset=-1)
+
+
+def test_top_k_1_is_greedy():
+    m = _model(Tiling(time=4, width=8))
+    prompt = np.random.default_rng(8).integers(0, 50, (2, 4))
+    np.testing.assert_array_equal(m.generate(prompt, 5, temperature=0.7, top_k=1, seed=3),
+                                  m.generate(prompt, 5, temperature=0))

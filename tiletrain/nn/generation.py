@@ -45,13 +45,13 @@ class KVCache:
         return decode_attention(q, self.k[layer], self.v[layer], pos)
 
 
-def _pick(logits: np.ndarray, temperature: float, top_k, rng) -> np.ndarray:
+def pick_next(logits: np.ndarray, temperature: float, top_k, rng) -> np.ndarray:
     """The next token of each row of logits (B, vocab): argmax when temperature == 0."""
     if temperature == 0:
         return logits.argmax(axis=-1)
     logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        cut = np.partition(logits, -top_k, axis=-1)[:, -top_k:-top_k + 1]
+        cut = np.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # each row's k-th largest
         logits = np.where(logits < cut, -np.inf, logits)
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
@@ -88,7 +88,7 @@ def generate_cached(model, input_ids, max_new_tokens: int, temperature: float = 
             for _ in range(int(max_new_tokens)):
                 logits = model.forward_cached(step_ids, cache, pos).numpy()[:, -1].astype(np.float64)
                 pos += step_ids.shape[1]
-                step_ids = _pick(logits, float(temperature), top_k, rng).astype(np.int64)[:, None]
+                step_ids = pick_next(logits, float(temperature), top_k, rng).astype(np.int64)[:, None]
                 out.append(step_ids)
     finally:
         model.train(was_training)
