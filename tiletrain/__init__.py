@@ -27,3 +27,4 @@ bool = bool_  # noqa: A001 - tiletrain.bool is the bool dtype, as torch.bool
 from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, tiletrain.nn, tiletrain.optim)
 from . import distribution, pipeline, trace  # noqa: E402  (traces and metrics; priorities, affinity, pipeline experiments)
 from . import utils  # noqa: E402  (tiletrain.utils.checkpoint: activation recomputation)
+from . import inference  # noqa: E402  (key/value cache, generate)

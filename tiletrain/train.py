@@ -615,7 +615,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 1.0, t
     with ``tokenizer`` (default: bytes)."""
     import tiletrain as tt
     from .data import ByteTokenizer
-    from .nn.generation import pick_next
+    from .inference import pick_next
     tokenizer = tokenizer or ByteTokenizer()
 
     if temperature < 0:

@@ -7,7 +7,7 @@ import pytest
 
 import tiletrain as tt
 from tiletrain.nn import GPT, GPTConfig, Tiling
-from tiletrain.nn.generation import KVCache, generate_cached
+from tiletrain.inference import KVCache, generate as generate_cached
 from tiletrain.ops.attention import decode_attention
 
 torch = pytest.importorskip("torch")

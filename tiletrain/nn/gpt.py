@@ -136,7 +136,7 @@ class CausalSelfAttention(Module):
         self.n_head = config.n_head
 
     def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
-        """With a key/value ``cache`` (inference, tiletrain/nn/generation.py): x holds the
+        """With a key/value ``cache`` (inference, tiletrain/inference): x holds the
         tokens at positions pos.., whose keys and values go into the cache's ``layer``, and
         the queries attend to every cached position."""
         qkv = self.c_attn(x)                                                            # (B, T, 3C)
@@ -225,7 +225,7 @@ class GPT(Module):
     def forward_cached(self, ids, cache, pos: int) -> Tensor:
         """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
         with the keys and values of earlier positions read from ``cache`` and theirs written
-        to it (inference: tiletrain/nn/generation.py)."""
+        to it (inference: tiletrain/inference)."""
         x = self._embed(self._ids(ids, "ids"), pos)
         for i, block in enumerate(self.transformer.h):
             x = block.forward_cached(x, cache, i, pos)
@@ -276,10 +276,10 @@ class GPT(Module):
                  seed: int | None = None):
         """``input_ids`` (B, T) extended by ``max_new_tokens`` sampled tokens (greedy when
         temperature == 0), an int64 array (B, T + new) with the prompt, as transformers'
-        generate; with a key/value cache (tiletrain/nn/generation.py): the prompt runs once,
+        generate; with a key/value cache (tiletrain/inference): the prompt runs once,
         then one position per new token."""
-        from .generation import generate_cached
-        return generate_cached(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+        from ..inference import generate
+        return generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count, the tied head counted once.  non_embedding=True leaves out the

@@ -153,7 +153,7 @@ class LlamaAttention(Module):
         self.o_proj = _linear(C, C, (W, W), std, kw)
 
     def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
-        """With a key/value ``cache`` (inference, tiletrain/nn/generation.py): x holds the
+        """With a key/value ``cache`` (inference, tiletrain/inference): x holds the
         tokens at positions pos.. (rotary angles from pos), whose keys and values go into the
         cache's ``layer``, and the queries attend to every cached position."""
         q = F.rotary_embedding(F.split_heads(self.q_proj(x), self.n_head), self.theta, offset=pos)  # (B, H, T, D)
@@ -250,13 +250,13 @@ class Llama(Module):
     def forward_cached(self, ids, cache, pos: int) -> Tensor:
         """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
         with the keys and values of earlier positions read from ``cache`` and theirs written
-        to it (inference: tiletrain/nn/generation.py)."""
+        to it (inference: tiletrain/inference)."""
         x = self.model.embed_tokens(self._ids(ids, "ids"))
         for i, layer in enumerate(self.model.layers):
             x = layer.forward_cached(x, cache, i, pos)
         return self.lm_head(self.model.norm(x))
 
-    generate = GPT.generate  # with a key/value cache (tiletrain/nn/generation.py)
+    generate = GPT.generate  # with a key/value cache (tiletrain/inference)
 
     # -- Hugging Face LlamaForCausalLM ----------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

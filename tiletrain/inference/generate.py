@@ -58,7 +58,7 @@ def pick_next(logits: np.ndarray, temperature: float, top_k, rng) -> np.ndarray:
     return np.array([rng.choice(p.shape[1], p=row) for row in p])
 
 
-def generate_cached(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                     seed: int | None = None, time_tile: int = 64) -> np.ndarray:
     """``input_ids`` (B, T) extended by ``max_new_tokens`` tokens (an int64 array (B, T + new),
     the prompt included, as transformers' generate), with a key/value cache: one prefill pass
