@@ -197,8 +197,8 @@ def _add_generate(sub) -> None:
     p = sub.add_parser("generate", help="sample text from a checkpoint or a Hugging Face folder")
     _model_source_args(p)
     p.add_argument("--prompt", default="def ", help="text the sample continues")
-    p.add_argument("--tokens", type=int, default=200, help="tokens to generate (past the model's context: a "
-                                                           "sliding window over its last half)")
+    p.add_argument("--tokens", type=int, default=200,
+                   help="tokens to generate; past the model's context, a sliding window keeps its last half")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0: greedy")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens (default: all)")
     p.add_argument("--top-p", type=float, default=None,
