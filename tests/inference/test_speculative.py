@@ -146,6 +146,25 @@ def test_eos_stops_rows_as_transformers(hf_gpt2):
     assert stopped >= 1
 
 
+def test_top_k_top_p_on_the_folders_logits_keep_transformers_set(hf_gpt2):
+    """The next-token distribution of both implementations of the same folder, filtered."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    hf, m = hf_gpt2
+    prompt = np.random.default_rng(7).integers(0, 64, (3, 9))
+    with torch.no_grad():
+        theirs = hf(torch.tensor(prompt)).logits[:, -1]
+    with tt.no_grad():
+        ours = m(prompt).numpy()[:, -1]
+    for temperature, top_k, top_p in ((1.0, None, 0.9), (0.6, 20, 0.5), (1.5, 40, 0.95)):
+        scores = TemperatureLogitsWarper(temperature)(None, theirs)
+        if top_k is not None:
+            scores = TopKLogitsWarper(top_k)(None, scores)
+        scores = TopPLogitsWarper(top_p)(None, scores)
+        kept = sampling_probs(ours, temperature, top_k, top_p) > 0
+        np.testing.assert_array_equal(kept, torch.isfinite(scores).numpy())
+        assert 1 < kept.sum(-1).min() and kept.sum(-1).max() < 64  # the filter did cut
+
+
 def test_sliding_window_re_prefills_half_the_context():
     """Past the context, a full cache restarts from the last block_size // 2 tokens: the same
     tokens as the uncached loop over that window."""
