@@ -1,0 +1,114 @@
+"""Pipeline-parallel serving: a GPT or Llama split over the MPI ranks by layers (the
+``pipeline`` placement of tiletrain.parallel: the embeddings and the first blocks on rank 0,
+the last blocks, the final norm and the head on the last rank), with the batch split into
+``streams`` independent request streams, each with its own key/value cache (whose tiles
+live on the rank of the layer they belong to).
+
+Every rank runs the same loop.  Nothing orders the stages but dataflow: each stream's next
+decode step is submitted as soon as its token is known, and only reading a stream's logits
+waits -- for that stream alone.  While the Python loop waits for stream s, the tasks already
+submitted for streams s+1, s+2, ... run, so stream s's step t on stage r overlaps stream
+s+1's step t on stage r-1::
+
+    rank 0 (stage 0)   s0 t | s1 t | s0 t+1 | s1 t+1 | ...
+    rank 1 (stage 1)        | s0 t | s1 t   | s0 t+1 | ...
+
+The logits of a step are read on every rank (``Tensor.numpy`` is collective under MPI), so
+every rank samples the same token: greedy output equals ``generate`` in one process token
+for token, on any number of ranks and streams.
+"""
+from __future__ import annotations
+
+import numbers
+import time
+
+import numpy as np
+
+from ..ops import no_grad
+from ..trace.tags import tag
+from .generate import KVCache, pick_next
+
+__all__ = ["generate_pipeline", "PipelineStats"]
+
+
+class PipelineStats:
+    """What the last ``generate_pipeline`` call did: streams, stages, new tokens, seconds."""
+
+    def __init__(self, streams: int, stages: int, batch: int, new_tokens: int, seconds: float):
+        self.streams, self.stages, self.batch = streams, stages, batch
+        self.new_tokens, self.seconds = new_tokens, seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch * self.new_tokens / self.seconds if self.seconds > 0 else float("inf")
+
+    def __repr__(self) -> str:
+        return (f"PipelineStats(streams={self.streams}, stages={self.stages}, batch={self.batch}, "
+                f"new_tokens={self.new_tokens}, seconds={self.seconds:.3f}, tokens/s={self.tokens_per_s:.1f})")
+
+
+def _check(model, idx, max_new_tokens, streams, temperature) -> np.ndarray:
+    idx = np.asarray(idx)
+    if idx.ndim != 2 or idx.dtype.kind not in "iu" or idx.shape[1] < 1:
+        raise ValueError(f"generate_pipeline: input_ids must be a non-empty 2-D integer array (B, T) of "
+                         f"equal-length prompts, got {idx.dtype} {idx.shape}")
+    if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+        raise ValueError(f"generate_pipeline: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if not isinstance(streams, numbers.Integral) or isinstance(streams, bool) or not 1 <= streams <= idx.shape[0]:
+        raise ValueError(f"generate_pipeline: streams must be an int between 1 and the batch size "
+                         f"{idx.shape[0]}, got {streams!r}")
+    if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or temperature < 0:
+        raise ValueError(f"generate_pipeline: temperature must be >= 0, got {temperature!r}")
+    T, context = idx.shape[1], model.config.block_size
+    if T + max_new_tokens > context:
+        raise ValueError(f"generate_pipeline: the prompt ({T}) plus max_new_tokens ({max_new_tokens}) exceed the "
+                         f"model's context of {context} positions")
+    return idx.astype(np.int64)
+
+
+def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, temperature: float = 0.0,
+                      top_k: int | None = None, seed: int | None = None, time_tile: int = 64,
+                      return_stats: bool = False):
+    """``input_ids`` (B, T) extended by ``max_new_tokens`` tokens (int64 (B, T + new), the
+    prompt included), with the model placed as a pipeline over the ranks
+    (``place(model, "pipeline")``: one stage per rank; one process: one stage) and the batch
+    split into ``streams`` request streams (``np.array_split`` of the rows), each with its own
+    key/value cache, kept in flight together.  Collective under MPI: every rank calls it with
+    the same arguments and gets the same tokens.  temperature 0 is greedy; with sampling,
+    ``seed`` fixes the draws (the rows are sampled stream by stream at each step, so one
+    stream draws in the order of ``generate``).  ``return_stats``: return (tokens,
+    :class:`PipelineStats`)."""
+    from ..parallel import check_fit, place
+    idx = _check(model, input_ids, max_new_tokens, streams, temperature)
+    B, T = idx.shape
+    check_fit("pipeline", n_layer=model.config.n_layer, batch=B)
+    plan = place(model, "pipeline")
+    rng = np.random.default_rng(seed)
+    rows = np.array_split(np.arange(B), int(streams))
+    out = [[idx[r]] for r in rows]
+    caches = [KVCache(model.config.n_layer, T + max_new_tokens, time_tile) for _ in rows]
+    pending = [None] * len(rows)      # each stream's logits being computed
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    try:
+        with no_grad():
+            if max_new_tokens:
+                for s, r in enumerate(rows):  # every stream's prefill in flight
+                    with tag(microbatch=s):
+                        pending[s] = model.forward_cached(idx[r], caches[s], 0)
+            for step in range(int(max_new_tokens)):
+                for s in range(len(rows)):    # wait for stream s only; the others keep running
+                    logits = pending[s].numpy()[:, -1].astype(np.float64)
+                    nxt = pick_next(logits, float(temperature), top_k, rng).astype(np.int64)[:, None]
+                    out[s].append(nxt)
+                    pending[s] = None
+                    if step + 1 < max_new_tokens:
+                        with tag(microbatch=s):
+                            pending[s] = model.forward_cached(nxt, caches[s], T + step)
+    finally:
+        model.train(was_training)
+    tokens = np.concatenate([np.concatenate(o, axis=1) for o in out], axis=0)
+    if return_stats:
+        return tokens, PipelineStats(len(rows), plan.stages, B, int(max_new_tokens), time.perf_counter() - t0)
+    return tokens
