@@ -48,7 +48,11 @@ class PipelineStats:
 
 
 def _check(model, idx, max_new_tokens, streams, temperature) -> np.ndarray:
-    idx = np.asarray(idx)
+    try:
+        idx = np.asarray(idx)
+    except ValueError:  # rows of different lengths
+        raise ValueError("generate_pipeline: input_ids must be a batch of equal-length prompts (B, T); "
+                         "got rows of different lengths") from None
     if idx.ndim != 2 or idx.dtype.kind not in "iu" or idx.shape[1] < 1:
         raise ValueError(f"generate_pipeline: input_ids must be a non-empty 2-D integer array (B, T) of "
                          f"equal-length prompts, got {idx.dtype} {idx.shape}")

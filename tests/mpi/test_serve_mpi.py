@@ -1,0 +1,51 @@
+"""Pipeline-parallel serving under mpirun (tiletrain.inference.serving.generate_pipeline):
+on 2 and 3 ranks, with 1 and 2 request streams, every rank gets the greedy tokens of one
+process token for token (GPT and Llama, tiny random float64 models), each layer's weights
+and key/value cache live on its stage's rank, and a layout that does not fit is rejected on
+every rank.  Each launch has a timeout (mpi_launch.py)."""
+import numpy as np
+import pytest
+
+from mpi_launch import requires_mpi, run_mpi, run_single
+
+pytestmark = [requires_mpi, pytest.mark.mpi]
+
+
+def _load(path):
+    with np.load(path) as d:
+        return {k: d[k] for k in d.files}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The single-process greedy tokens of each model (cached generate), and generate_pipeline's
+    in one process (one stage) with 2 streams."""
+    out = tmp_path_factory.mktemp("serve")
+    ref = {}
+    for kind in ("gpt", "llama"):
+        run_single("serve_generate.py", out, f"single-{kind}", kind, 2)
+        o = _load(out / f"single-{kind}-rank0.npz")
+        assert o["ref"].shape == (4, 13) and int(o["stages"]) == 1
+        np.testing.assert_array_equal(o["got"], o["ref"])
+        ref[kind] = o["ref"]
+    return ref
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+@pytest.mark.parametrize("nprocs, streams", [(2, 1), (2, 2), (3, 1), (3, 2)])
+def test_pipeline_serving_equals_one_process(tmp_path, reference, kind, nprocs, streams):
+    tag = f"{kind}-{nprocs}-{streams}"
+    run_mpi("serve_generate.py", nprocs, tmp_path, tag, kind, streams, timeout=60 * nprocs)
+    for r in range(nprocs):
+        o = _load(tmp_path / f"{tag}-rank{r}.npz")
+        np.testing.assert_array_equal(o["got"], reference[kind], err_msg=f"{tag} rank {r}")
+        assert (int(o["stages"]), int(o["streams"])) == (nprocs, streams)
+        # 3 layers: the first on rank 0, the last on the last rank, weights and cache alike
+        assert (int(o["owner_first"]), int(o["cache_first"])) == (0, 0), (tag, r)
+        assert (int(o["owner_last"]), int(o["cache_last"])) == (nprocs - 1, nprocs - 1), (tag, r)
+
+
+def test_more_ranks_than_layers_is_rejected_on_every_rank(tmp_path):
+    res = run_mpi("serve_generate.py", 4, tmp_path, "bad", "gpt", 1, timeout=90, check=False)
+    assert res.returncode != 0
+    assert "--dist pipeline: 4 stages (one per rank) but the model has only 3 layers" in res.stdout, res.stdout
