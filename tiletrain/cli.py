@@ -201,6 +201,10 @@ def _add_generate(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0: greedy")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens (default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--dist", choices=("single", "pipeline"), default="single",
+                   help="pipeline: layers split over the ranks (under mpirun: one stage per rank), the batch "
+                        "served as --streams request streams in flight together (tiletrain.inference.serving)")
+    p.add_argument("--streams", type=int, default=1, help="request streams with --dist pipeline")
     p.set_defaults(func=cmd_generate)
 
 
@@ -209,6 +213,9 @@ def cmd_generate(args) -> int:
     from .train import generate, load_model
     model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu)
     try:
+        if args.dist == "pipeline":
+            from .inference.serving import cli_generate
+            return cli_generate(model, tok, args)
         text = generate(model, tok.encode(args.prompt), args.tokens, args.temperature, args.top_k,
                         np.random.default_rng(args.seed), tokenizer=tok)
         print(text)
@@ -292,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
 # TrainArgs.validate checks): option -> (low, high, low excluded, high excluded); a list
 # option's every value is checked
 OPTION_LIMITS = {
-    **{name: (1, None) for name in ("ncpu", "size", "tile", "tiles", "top_k", "reps", "p", "m")},
+    **{name: (1, None) for name in ("ncpu", "size", "tile", "tiles", "top_k", "reps", "p", "m", "streams")},
     **{name: (0, None) for name in ("nopencl", "ncuda", "tokens", "temperature", "seed", "calib", "warmup")},
     "usec": (0, None, True),
 }

@@ -49,3 +49,18 @@ def test_more_ranks_than_layers_is_rejected_on_every_rank(tmp_path):
     res = run_mpi("serve_generate.py", 4, tmp_path, "bad", "gpt", 1, timeout=90, check=False)
     assert res.returncode != 0
     assert "--dist pipeline: 4 stages (one per rank) but the model has only 3 layers" in res.stdout, res.stdout
+
+
+def test_cli_generate_dist_pipeline_prints_the_single_process_text(tmp_path):
+    """`tiletrain generate --dist pipeline --streams 2` on 2 ranks: rank 0 prints the greedy
+    text of `tiletrain generate` in one process, once per sequence, and a tokens/s line."""
+    pytest.importorskip("transformers")
+    from tiletrain.testing.tiny_hf import tiny_gpt2_folder
+    folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=256, n_positions=48, n_layer=2, n_head=2, n_embd=32,
+                              seed=5)
+    args = ["generate", "--model", folder, "--prompt", "tile", "--tokens", 12, "--temperature", 0, "--ncpu", 1]
+    want = run_single("serve_cli.py", *args).stdout.strip()
+    assert want.startswith("tile") and len(want) > len("tile")
+    got = run_mpi("serve_cli.py", 2, *args, "--dist", "pipeline", "--streams", 2, timeout=90).stdout
+    assert got.startswith(f"--- sequence 0\n{want}\n--- sequence 1\n{want}\n24 tokens in "), got
+    assert got.count("tokens/s") == 1 and "(2 stream(s), 2 stage(s), batch 2)" in got, got  # rank 0 only

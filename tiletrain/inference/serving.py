@@ -116,3 +116,23 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     if return_stats:
         return tokens, PipelineStats(len(rows), plan.stages, B, int(max_new_tokens), time.perf_counter() - t0)
     return tokens
+
+
+def cli_generate(model, tokenizer, args) -> int:
+    """``tiletrain generate --dist pipeline --streams S``: the prompt repeated over a batch
+    (``--batch`` if the command has it, else one row per stream) served by
+    :func:`generate_pipeline`; rank 0 prints each row's text and a tokens/s line."""
+    from ..distribution import rank
+    ids = [int(i) for i in tokenizer.encode(args.prompt)] or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
+    batch = getattr(args, "batch", None) or args.streams
+    prompts = np.tile(np.asarray(ids, dtype=np.int64), (batch, 1))
+    tokens, stats = generate_pipeline(model, prompts, args.tokens, streams=args.streams, temperature=args.temperature,
+                                      top_k=args.top_k, seed=args.seed, return_stats=True)
+    if rank() == 0:
+        for b, row in enumerate(tokens):
+            if batch > 1:
+                print(f"--- sequence {b}")
+            print(tokenizer.decode([int(t) for t in row]))
+        print(f"{stats.batch * stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
+              f"({stats.streams} stream(s), {stats.stages} stage(s), batch {stats.batch})", flush=True)
+    return 0
