@@ -1,0 +1,97 @@
+"""Pipeline-parallel serving (tiletrain.inference.serving.generate_pipeline): tokens/s and the
+idle fraction of each pipeline stage with 1, 2 and 4 request streams, from task traces.
+
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \\
+        -x STARPU_NCPU=1 -x STARPU_WORKERS_NOBIND=1 -x STARPU_MPI_NOBIND=1 -x OPENBLAS_NUM_THREADS=1 \\
+        -x STARPU_SILENT=1 .venv/bin/python benchmarks/serve_pipeline.py [--streams 1 2 4] [--reps 3]
+        [--n-layer 4] [--n-embd 256] [--batch 8] [--prompt 16] [--tokens 32]
+
+One stage per rank (run without mpirun: one stage).  Every configuration serves the same
+random GPT (float32) and prompts; each is run once untimed, then ``--reps`` times with the
+tasks recorded (tiletrain.trace), medians printed.  A stage's idle fraction is 1 - (time its
+rank's workers spent running tasks) / (workers x the wall time of the generate call on that
+rank): the time the stage waited for the previous stage, the next token or a message.  Each
+rank measures its own; the values reach rank 0 as one tensor with a tile per rank (read
+collectively), and rank 0 prints the table."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, median, table  # noqa: E402
+
+
+def gather(value: float) -> np.ndarray:
+    """Every rank's ``value``, on every rank: a (world,) tensor whose tile r lives on rank r."""
+    import tiletrain as tt
+    from tiletrain.distribution import Explicit
+    world = tt.world_size()
+    mine = np.zeros(world)
+    mine[tt.rank()] = value  # from_numpy stores only the tiles this rank owns
+    return tt.from_numpy(mine, (1,), dist=Explicit(np.arange(world))).numpy()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=32)
+    a = p.parse_args(argv)
+
+    import tiletrain as tt
+    from tiletrain.inference.serving import generate_pipeline
+    from tiletrain.nn import GPT, GPTConfig
+
+    tt.init(profile=True)
+    rank, world = tt.rank(), tt.world_size()
+    cfg = GPTConfig(vocab_size=a.vocab, block_size=a.prompt + a.tokens, n_layer=a.n_layer, n_head=a.n_head,
+                    n_embd=a.n_embd)
+    model = GPT(cfg, dtype=np.float32, seed=0)
+    prompts = np.random.default_rng(0).integers(0, a.vocab, (a.batch, a.prompt))
+    rows, first = [], None
+    for streams in a.streams:
+        generate_pipeline(model, prompts, a.tokens, streams=streams)  # warm-up: allocations, perf models
+        tps, idle = [], []
+        for _ in range(a.reps):
+            with tt.trace.recording() as rec:
+                t0 = time.perf_counter()
+                tokens, stats = generate_pipeline(model, prompts, a.tokens, streams=streams, return_stats=True)
+                wall = time.perf_counter() - t0
+            tr = rec.trace
+            nworkers = max(1, len(tr.workers))
+            busy = float(tr.duration.sum()) / 1e6
+            idle.append(gather(1.0 - busy / (nworkers * wall)))
+            tps.append(stats.tokens_per_s)
+            if first is None:
+                first = tokens
+            elif not np.array_equal(tokens, first):  # greedy: the streams must not change the tokens
+                raise SystemExit(f"streams={streams}: tokens differ from the first configuration's")
+        per_stage = np.median(np.array(idle), axis=0)
+        rows.append([streams, a.batch // streams if a.batch % streams == 0 else f"~{a.batch / streams:.1f}",
+                     f"{median(tps):.1f}", *(f"{f:.2f}" for f in per_stage), f"{per_stage.mean():.2f}"])
+    if rank == 0:
+        print(environment())
+        print(f"GPT {a.n_layer} x {a.n_embd} (vocab {a.vocab}), float32, batch {a.batch}, prompt {a.prompt}, "
+              f"{a.tokens} new tokens (greedy), {world} stage(s) = rank(s), "
+              f"STARPU_NCPU={os.environ.get('STARPU_NCPU', '(unset)')} per rank, {os.cpu_count()} cores; "
+              f"medians of {a.reps} traced runs")
+        print(table(["streams", "rows/stream", "tokens/s", *(f"idle s{s}" for s in range(world)), "idle mean"],
+                    rows))
+    tt.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
