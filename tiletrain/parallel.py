@@ -301,12 +301,12 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
         return pl  # one process: every tile is already local
     for name, p in params:
         dist = SingleRank(owner[name])
-        if p.grad is not None:
-            raise RuntimeError("place(): call it before the first backward (a parameter has a gradient)")
         want = dist.owners(p.grid)
-        if np.array_equal(p.owners().reshape(-1), want):
+        if np.array_equal(p.owners().reshape(-1), want):  # already there (placed again: serving a trained model)
             p.traits = p.traits.with_dist(dist)
             continue
+        if p.grad is not None:
+            raise RuntimeError("place(): call it before the first backward (a parameter to move has a gradient)")
         moved = _copy_to(p, want)  # one copy task per tile, on the new owner
         moved.traits = p.traits.with_dist(dist)
         p.traits, p._ptr, p._base = moved.traits, moved._ptr, moved

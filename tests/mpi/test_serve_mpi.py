@@ -1,6 +1,6 @@
 """Pipeline-parallel serving under mpirun (tiletrain.inference.serving.generate_pipeline):
 on 2 and 3 ranks, with 1 and 2 request streams, every rank gets the greedy tokens of one
-process token for token (GPT and Llama, tiny random float64 models), each layer's weights
+process token for token, and the same tokens sampled with a fixed seed (GPT and Llama, tiny random float64 models), each layer's weights
 and key/value cache live on its stage's rank, and a layout that does not fit is rejected on
 every rank.  Each launch has a timeout (mpi_launch.py)."""
 import numpy as np
@@ -18,16 +18,19 @@ def _load(path):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The single-process greedy tokens of each model (cached generate), and generate_pipeline's
-    in one process (one stage) with 2 streams."""
+    """Per model and stream count, one process (one stage): the greedy tokens of the cached
+    generate (generate_pipeline's equal them) and generate_pipeline's tokens sampled with a
+    fixed seed."""
     out = tmp_path_factory.mktemp("serve")
     ref = {}
     for kind in ("gpt", "llama"):
-        run_single("serve_generate.py", out, f"single-{kind}", kind, 2)
-        o = _load(out / f"single-{kind}-rank0.npz")
-        assert o["ref"].shape == (4, 13) and int(o["stages"]) == 1
-        np.testing.assert_array_equal(o["got"], o["ref"])
-        ref[kind] = o["ref"]
+        for streams in (1, 2):
+            run_single("serve_generate.py", out, f"single-{kind}-{streams}", kind, streams)
+            o = _load(out / f"single-{kind}-{streams}-rank0.npz")
+            assert o["ref"].shape == (4, 13) and int(o["stages"]) == 1
+            np.testing.assert_array_equal(o["got"], o["ref"])
+            assert not np.array_equal(o["sampled"], o["ref"])  # it really sampled
+            ref[kind, streams] = o
     return ref
 
 
@@ -38,11 +41,21 @@ def test_pipeline_serving_equals_one_process(tmp_path, reference, kind, nprocs, 
     run_mpi("serve_generate.py", nprocs, tmp_path, tag, kind, streams, timeout=60 * nprocs)
     for r in range(nprocs):
         o = _load(tmp_path / f"{tag}-rank{r}.npz")
-        np.testing.assert_array_equal(o["got"], reference[kind], err_msg=f"{tag} rank {r}")
+        want = reference[kind, streams]
+        np.testing.assert_array_equal(o["got"], want["ref"], err_msg=f"{tag} rank {r}")
+        np.testing.assert_array_equal(o["sampled"], want["sampled"], err_msg=f"{tag} rank {r} sampled")
         assert (int(o["stages"]), int(o["streams"])) == (nprocs, streams)
         # 3 layers: the first on rank 0, the last on the last rank, weights and cache alike
         assert (int(o["owner_first"]), int(o["cache_first"])) == (0, 0), (tag, r)
         assert (int(o["owner_last"]), int(o["cache_last"])) == (nprocs - 1, nprocs - 1), (tag, r)
+
+
+def test_serving_a_model_placed_for_training(tmp_path, reference):
+    """A model already placed as a pipeline, with gradients (after a backward), is served
+    where it is."""
+    run_mpi("serve_generate.py", 2, tmp_path, "trained", "gpt", 2, 8, "trained", timeout=90)
+    for r in range(2):
+        np.testing.assert_array_equal(_load(tmp_path / f"trained-rank{r}.npz")["got"], reference["gpt", 2]["ref"])
 
 
 def test_more_ranks_than_layers_is_rejected_on_every_rank(tmp_path):
