@@ -4,15 +4,22 @@ idle fraction of each pipeline stage with 1, 2 and 4 request streams, from task 
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \\
         -x STARPU_NCPU=1 -x STARPU_WORKERS_NOBIND=1 -x STARPU_MPI_NOBIND=1 -x OPENBLAS_NUM_THREADS=1 \\
         -x STARPU_SILENT=1 .venv/bin/python benchmarks/serve_pipeline.py [--streams 1 2 4] [--reps 3]
-        [--n-layer 4] [--n-embd 256] [--batch 8] [--prompt 16] [--tokens 32]
+        [--n-layer 4] [--n-embd 1024] [--batch 32] [--prompt 4] [--tokens 24]
 
 One stage per rank (run without mpirun: one stage).  Every configuration serves the same
 random GPT (float32) and prompts; each is run once untimed, then ``--reps`` times with the
-tasks recorded (tiletrain.trace), medians printed.  A stage's idle fraction is 1 - (time its
-rank's workers spent running tasks) / (workers x the wall time of the generate call on that
-rank): the time the stage waited for the previous stage, the next token or a message.  Each
-rank measures its own; the values reach rank 0 as one tensor with a tile per rank (read
-collectively), and rank 0 prints the table."""
+tasks recorded (tiletrain.trace), the configurations alternating; medians printed.
+
+A stage's idle fraction is 1 - (time its rank's workers spent running tasks) / (workers x
+the wall time of the generate call on that rank): the time the stage waited for the previous
+stage, the next token or a message.  "task s" is the time all ranks spent running tasks (the
+work, summed over the stages).  Each rank measures its own; the values reach rank 0 as one
+tensor with a tile per rank (read collectively), and rank 0 prints the table.
+
+The default model is large enough that a decode step's tile work (about 0.2 s for the batch
+on one core) outweighs submitting it (every rank's Python submits every task of the step,
+~20 ms here); with small models the submission dominates and more streams (more, smaller
+steps) only add overhead."""
 from __future__ import annotations
 
 import argparse
@@ -42,12 +49,12 @@ def main(argv=None) -> int:
     p.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--n-embd", type=int, default=1024)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--prompt", type=int, default=16)
-    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--prompt", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=24)
     a = p.parse_args(argv)
 
     import tiletrain as tt
@@ -60,35 +67,40 @@ def main(argv=None) -> int:
                     n_embd=a.n_embd)
     model = GPT(cfg, dtype=np.float32, seed=0)
     prompts = np.random.default_rng(0).integers(0, a.vocab, (a.batch, a.prompt))
-    rows, first = [], None
-    for streams in a.streams:
-        generate_pipeline(model, prompts, a.tokens, streams=streams)  # warm-up: allocations, perf models
-        tps, idle = [], []
-        for _ in range(a.reps):
+    for streams in a.streams:  # warm-up: allocations, perf models
+        generate_pipeline(model, prompts, a.tokens, streams=streams)
+    runs = {s: {"tps": [], "idle": [], "work": []} for s in a.streams}
+    first = None
+    for _ in range(a.reps):  # the configurations alternate, so that load changes hit them alike
+        for streams in a.streams:
             with tt.trace.recording() as rec:
                 t0 = time.perf_counter()
                 tokens, stats = generate_pipeline(model, prompts, a.tokens, streams=streams, return_stats=True)
                 wall = time.perf_counter() - t0
             tr = rec.trace
-            nworkers = max(1, len(tr.workers))
             busy = float(tr.duration.sum()) / 1e6
-            idle.append(gather(1.0 - busy / (nworkers * wall)))
-            tps.append(stats.tokens_per_s)
+            r = runs[streams]
+            r["idle"].append(gather(1.0 - busy / (max(1, len(tr.workers)) * wall)))
+            r["work"].append(gather(busy).sum())
+            r["tps"].append(stats.tokens_per_s)
             if first is None:
                 first = tokens
             elif not np.array_equal(tokens, first):  # greedy: the streams must not change the tokens
                 raise SystemExit(f"streams={streams}: tokens differ from the first configuration's")
-        per_stage = np.median(np.array(idle), axis=0)
+    rows = []
+    for streams, r in runs.items():
+        per_stage = np.median(np.array(r["idle"]), axis=0)
         rows.append([streams, a.batch // streams if a.batch % streams == 0 else f"~{a.batch / streams:.1f}",
-                     f"{median(tps):.1f}", *(f"{f:.2f}" for f in per_stage), f"{per_stage.mean():.2f}"])
+                     f"{median(r['tps']):.1f}", f"{median(r['work']):.2f}", *(f"{f:.2f}" for f in per_stage),
+                     f"{per_stage.mean():.2f}"])
     if rank == 0:
         print(environment())
         print(f"GPT {a.n_layer} x {a.n_embd} (vocab {a.vocab}), float32, batch {a.batch}, prompt {a.prompt}, "
               f"{a.tokens} new tokens (greedy), {world} stage(s) = rank(s), "
               f"STARPU_NCPU={os.environ.get('STARPU_NCPU', '(unset)')} per rank, {os.cpu_count()} cores; "
               f"medians of {a.reps} traced runs")
-        print(table(["streams", "rows/stream", "tokens/s", *(f"idle s{s}" for s in range(world)), "idle mean"],
-                    rows))
+        stages = [f"idle s{s}" for s in range(world)]
+        print(table(["streams", "rows/stream", "tokens/s", "task s", *stages, "idle mean"], rows))
     tt.shutdown()
     return 0
 

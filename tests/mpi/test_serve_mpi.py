@@ -1,8 +1,9 @@
 """Pipeline-parallel serving under mpirun (tiletrain.inference.serving.generate_pipeline):
 on 2 and 3 ranks, with 1 and 2 request streams, every rank gets the greedy tokens of one
-process token for token, and the same tokens sampled with a fixed seed (GPT and Llama, tiny random float64 models), each layer's weights
-and key/value cache live on its stage's rank, and a layout that does not fit is rejected on
-every rank.  Each launch has a timeout (mpi_launch.py)."""
+process token for token and the same tokens sampled with a fixed seed (GPT and Llama, tiny
+random float64 models), each layer's weights and key/value cache live on its stage's rank,
+a layout that does not fit is rejected on every rank, and `tiletrain generate --dist
+pipeline` prints the one-process text.  Each launch has a timeout (mpi_launch.py)."""
 import numpy as np
 import pytest
 

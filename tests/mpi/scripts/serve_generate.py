@@ -1,9 +1,10 @@
 """Pipeline serving (tiletrain.inference.serving.generate_pipeline) of a tiny random GPT or
 Llama (float64), greedy; also the single-process cached generate as the reference.
 argv: out tag model(gpt|llama) streams [new_tokens [trained]] (trained: the model placed
-and a backward run before serving, so its parameters have gradients).  Saves <out>/<tag>-rank<r>.npz with
-the greedy tokens, the reference, tokens sampled with a fixed seed and the owner ranks of the first and last layers' parameters and
-of the first and last layers' key/value cache tiles."""
+and a backward run before serving, so its parameters have gradients).  Saves
+<out>/<tag>-rank<r>.npz with the greedy tokens, the reference, tokens sampled with a fixed
+seed and the owner ranks of the first and last layers' parameters and of the first and
+last layers' key/value cache tiles."""
 import sys
 
 import numpy as np
