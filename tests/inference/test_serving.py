@@ -54,6 +54,8 @@ def test_zero_new_tokens_returns_the_prompt():
     (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0"),
     (dict(max_new_tokens=21), "the prompt (4) plus max_new_tokens (21) exceed the model's context of 24"),
     (dict(temperature=-0.5), "temperature must be >= 0"),
+    (dict(top_k=0), "top_k must be None or an int >= 1, got 0"),
+    (dict(time_tile=0), "time_tile must be an int >= 1, got 0"),
     (dict(input_ids=[[1, 2], [3]]), "input_ids must be a batch of equal-length prompts (B, T)"),
     (dict(input_ids=np.zeros((2, 3))), "input_ids must be a non-empty 2-D integer array"),
 ])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numbers
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,23 +32,22 @@ from .generate import KVCache, pick_next
 __all__ = ["generate_pipeline", "PipelineStats"]
 
 
+@dataclass(frozen=True)
 class PipelineStats:
-    """What the last ``generate_pipeline`` call did: streams, stages, new tokens, seconds."""
-
-    def __init__(self, streams: int, stages: int, batch: int, new_tokens: int, seconds: float):
-        self.streams, self.stages, self.batch = streams, stages, batch
-        self.new_tokens, self.seconds = new_tokens, seconds
+    """What one ``generate_pipeline`` call did: request streams, pipeline stages, batch rows,
+    new tokens per row and wall seconds (submission to the last token, on this rank)."""
+    streams: int
+    stages: int
+    batch: int
+    new_tokens: int
+    seconds: float
 
     @property
     def tokens_per_s(self) -> float:
         return self.batch * self.new_tokens / self.seconds if self.seconds > 0 else float("inf")
 
-    def __repr__(self) -> str:
-        return (f"PipelineStats(streams={self.streams}, stages={self.stages}, batch={self.batch}, "
-                f"new_tokens={self.new_tokens}, seconds={self.seconds:.3f}, tokens/s={self.tokens_per_s:.1f})")
 
-
-def _check(model, idx, max_new_tokens, streams, temperature) -> np.ndarray:
+def _check(model, idx, max_new_tokens, streams, temperature, top_k, time_tile) -> np.ndarray:
     try:
         idx = np.asarray(idx)
     except ValueError:  # rows of different lengths
@@ -63,6 +63,10 @@ def _check(model, idx, max_new_tokens, streams, temperature) -> np.ndarray:
                          f"{idx.shape[0]}, got {streams!r}")
     if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or temperature < 0:
         raise ValueError(f"generate_pipeline: temperature must be >= 0, got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
+        raise ValueError(f"generate_pipeline: top_k must be None or an int >= 1, got {top_k!r}")
+    if not isinstance(time_tile, numbers.Integral) or isinstance(time_tile, bool) or time_tile < 1:
+        raise ValueError(f"generate_pipeline: time_tile must be an int >= 1, got {time_tile!r}")
     T, context = idx.shape[1], model.config.block_size
     if T + max_new_tokens > context:
         raise ValueError(f"generate_pipeline: the prompt ({T}) plus max_new_tokens ({max_new_tokens}) exceed the "
@@ -83,7 +87,7 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     stream draws in the order of ``generate``).  ``return_stats``: return (tokens,
     :class:`PipelineStats`)."""
     from ..parallel import check_fit, place
-    idx = _check(model, input_ids, max_new_tokens, streams, temperature)
+    idx = _check(model, input_ids, max_new_tokens, streams, temperature, top_k, time_tile)
     B, T = idx.shape
     check_fit("pipeline", n_layer=model.config.n_layer, batch=B)
     plan = place(model, "pipeline")
