@@ -64,3 +64,12 @@ def test_bad_input_is_rejected(kwargs, message):
     with pytest.raises(ValueError) as e:
         generate_pipeline(_gpt(), **args)
     assert message in str(e.value)
+
+
+def test_cli_options_serving_does_not_have_are_refused():
+    import argparse
+
+    from tiletrain.inference.serving import cli_generate
+    args = argparse.Namespace(prompt="ab", tokens=2, streams=1, temperature=0, top_k=None, seed=0, draft="x")
+    with pytest.raises(NotImplementedError, match="--dist pipeline does not support --draft"):
+        cli_generate(_gpt(), None, args)

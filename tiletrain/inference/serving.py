@@ -127,6 +127,10 @@ def cli_generate(model, tokenizer, args) -> int:
     (``--batch`` if the command has it, else one row per stream) served by
     :func:`generate_pipeline`; rank 0 prints each row's text and a tokens/s line."""
     from ..distribution import rank
+    for name in ("draft", "top_p", "eos_token_id", "eos"):  # options of the one-process generate
+        if getattr(args, name, None) is not None:
+            raise NotImplementedError(f"tiletrain generate --dist pipeline does not support --{name.replace('_', '-')} "
+                                      "yet (serving streams greedy, temperature and top-k only)")
     ids = [int(i) for i in tokenizer.encode(args.prompt)] or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
     batch = getattr(args, "batch", None) or args.streams
     prompts = np.tile(np.asarray(ids, dtype=np.int64), (batch, 1))
