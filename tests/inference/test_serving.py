@@ -73,3 +73,21 @@ def test_cli_options_serving_does_not_have_are_refused():
     args = argparse.Namespace(prompt="ab", tokens=2, streams=1, temperature=0, top_k=None, seed=0, draft="x")
     with pytest.raises(NotImplementedError, match="--dist pipeline does not support --draft"):
         cli_generate(_gpt(), None, args)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_pipeline_plan_of_a_llama(tied):
+    """plan() splits a Llama as it splits a GPT: embedding on the first stage, decoder layers
+    evenly, the final norm and the head on the last (a tied head's weight stays with the
+    embedding)."""
+    from tiletrain.parallel import plan
+    m = Llama(LlamaConfig(vocab_size=30, hidden_size=16, intermediate_size=24, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
+                          tie_word_embeddings=tied), Tiling(width=8), seed=2)
+    pl = plan(m, "pipeline", world=3)
+    assert [pl.stage(f"model.layers.{i}") for i in range(4)] == [0, 0, 1, 2]
+    assert (pl.stage("model.embed_tokens"), pl.stage("model.norm"), pl.stage("lm_head")) == (0, 2, 2)
+    assert pl.owner("model.embed_tokens.weight") == 0 and pl.owner("model.norm.weight") == 2
+    assert pl.owner("model.layers.2.mlp.up_proj.weight") == 1
+    names = dict(pl.owners)
+    assert ("lm_head.weight" in names) == (not tied) and names.get("lm_head.weight", 2) == 2
