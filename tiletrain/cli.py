@@ -205,11 +205,15 @@ def _add_generate(sub) -> None:
                    help="nucleus sampling: among the likeliest tokens whose probability reaches p (default: all)")
     p.add_argument("--eos", nargs="+", default=None, metavar="TOKEN",
                    help="token ids (or texts of one token) that end a sample (default: none)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler (sample i: its i-th stream)")
     p.add_argument("--batch", type=int, default=1, help="samples of the prompt generated together")
     p.add_argument("--draft", default=None, metavar="HF_FOLDER_or_CKPT",
                    help="speculative decoding with this smaller model (same vocabulary) proposing tokens")
     p.add_argument("--num-draft-tokens", type=int, default=4, help="tokens the draft proposes per round")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--dist", choices=("single", "pipeline"), default="single",
+                   help="pipeline: layers split over the ranks (under mpirun: one stage per rank), the batch "
+                        "served as --streams request streams in flight together (tiletrain.inference.serving)")
+    p.add_argument("--streams", type=int, default=1, help="request streams with --dist pipeline")
     p.set_defaults(func=cmd_generate)
 
 
@@ -221,6 +225,11 @@ def cmd_generate(args) -> int:
     from .train import load_model
     model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu)
     try:
+        if args.dist == "pipeline":
+            from .inference.serving import cli_generate
+            return cli_generate(model, tok, args)
+        if args.streams > 1:
+            raise ValueError("--streams needs --dist pipeline (request streams are pipeline serving)")
         draft = None
         if args.draft is not None:  # a Hugging Face folder (config.json) or a checkpoint
             hf = (Path(args.draft) / CONFIG_NAME).is_file()
@@ -316,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
 # option's every value is checked
 OPTION_LIMITS = {
     **{name: (1, None) for name in ("ncpu", "size", "tile", "tiles", "top_k", "reps", "p", "m", "batch",
-                                    "num_draft_tokens")},
+                                    "num_draft_tokens", "streams")},
     "top_p": (0, 1, True),
     **{name: (0, None) for name in ("nopencl", "ncuda", "tokens", "temperature", "seed", "calib", "warmup")},
     "usec": (0, None, True),

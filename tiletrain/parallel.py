@@ -222,25 +222,37 @@ def microbatch(k: int):
             yield
 
 
+def _pipeline_parts(model) -> tuple[tuple, list, tuple]:
+    """(modules on the first stage, the blocks in order, modules on the last stage) of a GPT
+    or a Llama."""
+    if hasattr(model, "transformer"):  # GPT
+        tr = model.transformer
+        return (tr.wte, tr.wpe, tr.drop), list(tr.h), (tr.ln_f, model.lm_head)
+    if hasattr(model, "model") and hasattr(model.model, "layers"):  # Llama
+        m = model.model
+        return (m.embed_tokens,), list(m.layers), (m.norm, model.lm_head)
+    raise TypeError(f"pipeline placement: {type(model).__name__} is neither a GPT nor a Llama")
+
+
 def plan(model, mode: str, world: int | None = None, stages: int | None = None) -> Plan:
-    """The :class:`Plan` of a GPT for ``mode`` on ``world`` ranks (default: the world size)."""
+    """The :class:`Plan` of a GPT or a Llama for ``mode`` on ``world`` ranks (default: the world size)."""
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     params = list(model.named_parameters())
     if world == 1 or mode == "single":
         return Plan(mode, world, S, D, tuple((n, 0) for n, _ in params), ())
-    tr = model.transformer
-    L = len(tr.h)
+    head, blocks, tail = _pipeline_parts(model)
+    L = len(blocks)
     first, last = 0, stage_of_block(L - 1, L, S)
     where: dict[int, int] = {}
-    for mod in (tr.wte, tr.wpe, tr.drop):
+    for mod in head:
         where[id(mod)] = first
-    for i, block in enumerate(tr.h):
+    for i, block in enumerate(blocks):
         where[id(block)] = stage_of_block(i, L, S)
-    where[id(tr.ln_f)] = last
-    where[id(model.lm_head)] = last
+    for mod in tail:
+        where[id(mod)] = last
     stage_of: dict[int, int] = {}
-    for mod in (tr.wte, tr.wpe, *tr.h, tr.ln_f):  # lm_head's weight is wte's: first stage
+    for mod in (*head, *blocks, *tail):  # a tied head's weight is the embedding's: first stage
         for p in mod.parameters():
             stage_of.setdefault(id(p), where[id(mod)])
     # each stage's parameters spread whole over the D ranks running it: largest first, to
@@ -289,12 +301,12 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
         return pl  # one process: every tile is already local
     for name, p in params:
         dist = SingleRank(owner[name])
-        if p.grad is not None:
-            raise RuntimeError("place(): call it before the first backward (a parameter has a gradient)")
         want = dist.owners(p.grid)
-        if np.array_equal(p.owners().reshape(-1), want):
+        if np.array_equal(p.owners().reshape(-1), want):  # already there (placed again: serving a trained model)
             p.traits = p.traits.with_dist(dist)
             continue
+        if p.grad is not None:
+            raise RuntimeError("place(): call it before the first backward (a parameter to move has a gradient)")
         moved = _copy_to(p, want)  # one copy task per tile, on the new owner
         moved.traits = p.traits.with_dist(dist)
         p.traits, p._ptr, p._base = moved.traits, moved._ptr, moved

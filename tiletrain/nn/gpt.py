@@ -158,7 +158,9 @@ class Block(Module):
         self.mlp = MLP(config, tiling, dtype=dtype, rng=rng)
         self.config = config  # shared with the GPT: config.recompute may change between steps
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
+        if cache is not None:  # inference (tiletrain/inference), called through the module's placement
+            return self.forward_cached(x, cache, layer, pos)
         if self.config.recompute == "attention":  # backward recomputes the attention branch
             x = x + checkpoint(self._attention, x)   # (B, T, C)
         else:
@@ -228,7 +230,7 @@ class GPT(Module):
         to it (inference: tiletrain/inference)."""
         x = self._embed(self._ids(ids, "ids"), pos)
         for i, block in enumerate(self.transformer.h):
-            x = block.forward_cached(x, cache, i, pos)
+            x = block(x, cache, i, pos)
         return self.lm_head(self.transformer.ln_f(x))
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
