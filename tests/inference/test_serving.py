@@ -33,11 +33,12 @@ def test_streams_give_the_greedy_tokens_of_generate(make, streams):
     assert stats.tokens_per_s > 0
 
 
-def test_one_stream_samples_as_generate():
+@pytest.mark.parametrize("streams", [1, 2])
+def test_streams_sample_as_generate(streams):
     m = _gpt()
     prompts = np.random.default_rng(3).integers(0, 30, (3, 4))
     want = generate(m, prompts, 6, temperature=1.5, top_k=5, seed=11)
-    got = generate_pipeline(m, prompts, 6, temperature=1.5, top_k=5, seed=11)
+    got = generate_pipeline(m, prompts, 6, streams=streams, temperature=1.5, top_k=5, seed=11)
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(want, generate(m, prompts, 6, temperature=0))  # it really sampled
 

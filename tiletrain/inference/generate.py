@@ -108,6 +108,12 @@ def _unsort(values: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
+def row_rngs(seed, n: int) -> list:
+    """One NumPy Generator per batch row: row b draws from ``SeedSequence(seed).spawn(n)[b]``,
+    so a row's samples do not depend on the other rows (or on how a server groups them)."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
 def _rngs(rng, n: int) -> list:
     return rng if isinstance(rng, (list, tuple)) else [rng] * n
 
@@ -273,7 +279,7 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
               sliding_window)
     B, T = idx.shape
     eos = _eos_ids(eos_token_id, model.config.vocab_size)
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(B)]
+    rngs = row_rngs(seed, B)
     stats = GenerationStats()
     t0 = time.perf_counter()
     lanes = [_Lane(m, T + max_new_tokens, time_tile, sliding_window) for m in (model, draft) if m is not None]

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..ops import no_grad
 from ..trace.tags import tag
-from .generate import KVCache, pick_next
+from .generate import KVCache, pick_next, row_rngs
 
 __all__ = ["generate_pipeline", "PipelineStats"]
 
@@ -84,16 +84,16 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     split into ``streams`` request streams (``np.array_split`` of the rows), each with its own
     key/value cache, kept in flight together.  Collective under MPI: every rank calls it with
     the same arguments and gets the same tokens.  temperature 0 is greedy; with sampling,
-    ``seed`` fixes the draws (the rows are sampled stream by stream at each step, so one
-    stream draws in the order of ``generate``).  ``return_stats``: return (tokens,
+    ``seed`` fixes the draws: row b draws from its own stream of the seed, as in ``generate``,
+    so any number of streams samples the tokens of ``generate``.  ``return_stats``: return (tokens,
     :class:`PipelineStats`)."""
     from ..parallel import check_fit, place
     idx = _check(model, input_ids, max_new_tokens, streams, temperature, top_k, time_tile)
     B, T = idx.shape
     check_fit("pipeline", n_layer=model.config.n_layer, batch=B)
     plan = place(model, "pipeline")
-    rng = np.random.default_rng(seed)
     rows = np.array_split(np.arange(B), int(streams))
+    rngs = row_rngs(seed, B)
     out = [[idx[r]] for r in rows]
     caches = [KVCache(model.config.n_layer, T + max_new_tokens, time_tile) for _ in rows]
     pending = [None] * len(rows)      # each stream's logits being computed
@@ -109,7 +109,7 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
             for step in range(int(max_new_tokens)):
                 for s in range(len(rows)):    # wait for stream s only; the others keep running
                     logits = pending[s].numpy()[:, -1].astype(np.float64)
-                    nxt = pick_next(logits, float(temperature), top_k, rng).astype(np.int64)[:, None]
+                    nxt = pick_next(logits, float(temperature), top_k, [rngs[i] for i in rows[s]]).astype(np.int64)[:, None]
                     out[s].append(nxt)
                     pending[s] = None
                     if step + 1 < max_new_tokens:
