@@ -14,8 +14,10 @@ Prints a table and writes pipeline_schedules.csv and .png under --out (gitignore
 one process with 2 workers (the plain step, one micro-batch: the baseline), then under
 mpirun -np 2 with 1 worker per rank (ranks as stages, README "Running under mpirun") data
 mode, pipeline mode as ``place(model, "pipeline")`` gives it (dataflow + 1F1B priorities),
-and every schedule x mechanism with --micro-batches: median step time over --steps after
---warmup, ratio to the baseline, and the order fraction each rank kept (one recorded step).
+every schedule x mechanism with --micro-batches, and rank 0 alone as a same-job reference:
+median step time over --steps rounds (round-robin over the configurations, after --warmup
+rounds), ratio to the baseline (its mean before and after the job), and the order fraction
+each rank kept (one recorded step).
 
     python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]
         [--seq-len 128] [--micro-batches 4] [--mechanisms priority deps] [--steps 4] [--warmup 2]
@@ -109,7 +111,9 @@ REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "
 
 
 def real_worker(a) -> None:
-    """One process (the baseline) or one rank of the mpirun job: prints RESULT lines."""
+    """One process (the baseline) or one rank of the mpirun job: prints RESULT lines.  Every
+    configuration is built and warmed up first, then timed round-robin, one step each per
+    round (a shared machine's load drifts: each configuration sees the same drift)."""
     import json
     import time
 
@@ -125,26 +129,11 @@ def real_worker(a) -> None:
     me, world = tt.rank(), tt.world_size()
     cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
     rng = np.random.default_rng(0)
-    data = [rng.integers(0, 256, size=(a.batch, a.seq_len + 1)) for _ in range(a.warmup + a.steps + 1)]
+    data = [rng.integers(0, 256, size=(a.batch, a.seq_len + 1)) for _ in range(4)]
     m = a.micro_batches
 
     def split(ids, k):
         return [ids[j * a.batch // k:(j + 1) * a.batch // k] for j in range(k)]
-
-    def timed(step, extra=None):
-        times = []
-        for i in range(a.warmup + a.steps):
-            t0 = time.perf_counter()
-            float(np.mean([float(v) for v in step(data[i])]))   # waits for the step (collective)
-            if i >= a.warmup:
-                times.append(time.perf_counter() - t0)
-        res = {"step_s": float(np.median(times))}
-        if extra is not None:
-            res.update(extra(data[-1]))
-        return res
-
-    def report(name, mech, res):
-        print("RESULT " + json.dumps({"rank": me, "config": name, "mechanism": mech, **res}), flush=True)
 
     def plain(mode, k):
         model = GPT(cfg, seed=0)
@@ -163,34 +152,54 @@ def real_worker(a) -> None:
             opt.step()
             opt.zero_grad()
             return losses
-        return timed(step)
+        return step
 
+    def scheduled(s, mech):
+        model = GPT(cfg, seed=0)
+        place(model, pipeline_plan(model, s))
+        opt = AdamW(model.parameters(), lr=1e-3)
+        pp = ModelPipeline(model, s, mech)
+
+        def step(ids):
+            parts = split(ids, m)
+            losses = pp.step([p[:, :-1] for p in parts], [p[:, 1:] for p in parts]).losses
+            opt.step()
+            opt.zero_grad()
+            return losses
+        return step
+
+    configs = []   # (name, mechanism, step, schedule or None)
     if world == 1:
-        report("1 process x 2 workers", "-", plain("single", 1))
+        configs.append(("1 process x 2 workers", "-", plain("single", 1), None))
     else:
-        report("data", "-", plain("data", 1))
-        report(f"pipeline (place) x{m}", "dataflow", plain("pipeline", m))
+        configs.append(("rank 0 alone (1 worker)", "-", plain("single", 1), None))
+        configs.append(("data", "-", plain("data", 1), None))
+        configs.append((f"pipeline (place) x{m}", "dataflow", plain("pipeline", m), None))
         for name, kw in REAL_SCHEDULES.items():
             s = schedules.get(name, world, m, **kw)
             for mech in (a.mechanisms if s.ordered else ["priority"]):
-                model = GPT(cfg, seed=0)
-                place(model, pipeline_plan(model, s))
-                opt = AdamW(model.parameters(), lr=1e-3)
-                pp = ModelPipeline(model, s, mech)
+                configs.append((name, mech if s.ordered else "dataflow", scheduled(s, mech), s))
 
-                def step(ids, pp=pp, opt=opt):
-                    parts = split(ids, m)
-                    losses = pp.step([p[:, :-1] for p in parts], [p[:, 1:] for p in parts]).losses
-                    opt.step()
-                    opt.zero_grad()
-                    return losses
+    def run(step, i):
+        t0 = time.perf_counter()
+        float(np.mean([float(v) for v in step(data[i % len(data)])]))   # waits for the step (collective)
+        return time.perf_counter() - t0
 
-                def order(ids, s=s, step=step):
-                    with recording() as rec:
-                        step(ids)
-                    start, _ = action_times(s, rec.trace)
-                    return {"order": rank_order_fraction(s, start, me) if s.ordered else None}
-                report(name, mech if s.ordered else "dataflow", timed(step, order))
+    times = [[] for _ in configs]
+    for i in range(a.warmup):
+        for c in configs:
+            run(c[2], i)
+    for i in range(a.steps):
+        for k, c in enumerate(configs):
+            times[k].append(run(c[2], i))
+    for k, (name, mech, step, s) in enumerate(configs):
+        res = {"step_s": float(np.median(times[k]))}
+        if s is not None and s.ordered:   # the order each rank kept, from one recorded step
+            with recording() as rec:
+                run(step, 0)
+            start, _ = action_times(s, rec.trace)
+            res["order"] = rank_order_fraction(s, start, me)
+        print("RESULT " + json.dumps({"rank": me, "config": name, "mechanism": mech, **res}), flush=True)
     tt.shutdown()
 
 
@@ -226,8 +235,12 @@ def real_main(a) -> int:
     print(environment(), flush=True)
     rows = []
     for L in a.n_layer:
-        base = real_launch(a, L, 1)[0]
+        before = real_launch(a, L, 1)[0]
         res = real_launch(a, L, 2)
+        after = real_launch(a, L, 1)[0]   # the one-process step before and after: the load drifts
+        base = dict(before, step_s=(before["step_s"] + after["step_s"]) / 2)
+        print(f"one process x 2 workers: {before['step_s']:.3f} s before, {after['step_s']:.3f} s after the "
+              "mpirun job (their mean is the baseline)", flush=True)
         print(f"\nGPT {L} x {a.n_embd}, batch {a.batch} x {a.seq_len}, {a.micro_batches} micro-batches in pipeline "
               f"rows, sched {a.sched}; median of {a.steps} steps after {a.warmup}", flush=True)
         merged: dict = {}
