@@ -17,7 +17,8 @@ mode, pipeline mode as ``place(model, "pipeline")`` gives it (dataflow + 1F1B pr
 every schedule x mechanism with --micro-batches, and rank 0 alone as a same-job reference:
 median step time over --steps rounds (round-robin over the configurations, after --warmup
 rounds), ratio to the baseline (its mean before and after the job), and the order fraction
-each rank kept (one recorded step).
+each rank kept (one recorded step).  The baseline process also runs every schedule on 2
+worker groups of 1 worker (one process, the same load as its plain step).
 
     python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]
         [--seq-len 128] [--micro-batches 4] [--mechanisms priority deps] [--steps 4] [--warmup 2]
@@ -175,8 +176,9 @@ def real_worker(a) -> None:
         configs.append(("rank 0 alone (1 worker)", "-", plain("single", 1), None))
         configs.append(("data", "-", plain("data", 1), None))
         configs.append((f"pipeline (place) x{m}", "dataflow", plain("pipeline", m), None))
+    if world > 1 or not a.baseline_only:   # one process: worker groups as the schedule's ranks
         for name, kw in REAL_SCHEDULES.items():
-            s = schedules.get(name, world, m, **kw)
+            s = schedules.get(name, max(world, 2), m, **kw)
             for mech in (a.mechanisms if s.ordered else ["priority"]):
                 configs.append((name, mech if s.ordered else "dataflow", scheduled(s, mech), s))
 
@@ -198,12 +200,13 @@ def real_worker(a) -> None:
             with recording() as rec:
                 run(step, 0)
             start, _ = action_times(s, rec.trace)
-            res["order"] = rank_order_fraction(s, start, me)
+            for r in range(s.ranks) if world == 1 else [me]:
+                res[f"order_r{r}"] = rank_order_fraction(s, start, r)
         print("RESULT " + json.dumps({"rank": me, "config": name, "mechanism": mech, **res}), flush=True)
     tt.shutdown()
 
 
-def real_launch(a, n_layer: int, nprocs: int) -> list[dict]:
+def real_launch(a, n_layer: int, nprocs: int, baseline_only: bool = False) -> list[dict]:
     import json
     import re
     import shutil
@@ -216,7 +219,7 @@ def real_launch(a, n_layer: int, nprocs: int) -> list[dict]:
     args = [sys.executable, __file__, "--real-worker", "--n-layer", str(n_layer), "--n-embd", str(a.n_embd),
             "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--micro-batches", str(a.micro_batches),
             "--steps", str(a.steps), "--warmup", str(a.warmup), "--sched", a.sched,
-            "--mechanisms", *a.mechanisms]
+            "--mechanisms", *a.mechanisms] + (["--baseline-only"] if baseline_only else [])
     if nprocs == 1:
         env["STARPU_NCPU"], env["TILETRAIN_MPI"] = "2", "0"
         cmd = args
@@ -235,12 +238,19 @@ def real_main(a) -> int:
     print(environment(), flush=True)
     rows = []
     for L in a.n_layer:
-        before = real_launch(a, L, 1)[0]
+        one = real_launch(a, L, 1)       # the plain step, then the schedules on 2 worker groups
+        before = one[0]
         res = real_launch(a, L, 2)
-        after = real_launch(a, L, 1)[0]   # the one-process step before and after: the load drifts
+        after = real_launch(a, L, 1, baseline_only=True)[0]   # before and after the job: the load drifts
         base = dict(before, step_s=(before["step_s"] + after["step_s"]) / 2)
-        print(f"one process x 2 workers: {before['step_s']:.3f} s before, {after['step_s']:.3f} s after the "
-              "mpirun job (their mean is the baseline)", flush=True)
+        print(f"\nGPT {L} x {a.n_embd}: one process x 2 workers {before['step_s']:.3f} s before, "
+              f"{after['step_s']:.3f} s after the mpirun job (their mean is the baseline)", flush=True)
+        lines = [[f"{L}x{a.n_embd}", r["config"], r["mechanism"], f"{r['step_s']:.3f}",
+                  f"{before['step_s'] / r['step_s']:.2f}x", fmt(r.get("order_r0")), fmt(r.get("order_r1"))]
+                 for r in one]
+        print("one process, the schedules on 2 worker groups of 1 worker (ratio: to the plain step of the "
+              "same process)\n" + table(["model", "configuration", "mechanism", "step_s", "vs plain", "order r0",
+                                          "order r1"], lines), flush=True)
         print(f"\nGPT {L} x {a.n_embd}, batch {a.batch} x {a.seq_len}, {a.micro_batches} micro-batches in pipeline "
               f"rows, sched {a.sched}; median of {a.steps} steps after {a.warmup}", flush=True)
         merged: dict = {}
@@ -249,8 +259,8 @@ def real_main(a) -> int:
             e = merged.setdefault(key, {"config": r["config"], "mechanism": r["mechanism"], "step_s": r["step_s"]})
             if r["rank"] == 0:
                 e["step_s"] = r["step_s"]
-            if r.get("order") is not None:
-                e[f"order_r{r['rank']}"] = r["order"]
+            if r.get(f"order_r{r['rank']}") is not None:
+                e[f"order_r{r['rank']}"] = r[f"order_r{r['rank']}"]
         lines = [[f"{L}x{a.n_embd}", base["config"], "-", f"{base['step_s']:.3f}", "1.00x", "-", "-"]]
         for e in merged.values():
             ratio = base["step_s"] / e["step_s"]
@@ -266,6 +276,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--real", action="store_true", help="the schedules on the real GPT (see above)")
     ap.add_argument("--real-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--n-layer", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--n-embd", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)

@@ -256,7 +256,7 @@ def plan(model, mode: str, world: int | None = None, stages: int | None = None,
         stage_ranks = [int(r) for r in stage_ranks]
         if mode != "pipeline":
             raise ValueError(f"plan(): stage_ranks is for mode 'pipeline', not {mode!r}")
-        if not stage_ranks or len(stage_ranks) > L or any(not 0 <= r < world for r in stage_ranks):
+        if not stage_ranks or len(stage_ranks) > L or any(r < 0 or (world > 1 and r >= world) for r in stage_ranks):
             raise ValueError(f"plan(): stage_ranks {stage_ranks} must name 1..{L} virtual stages (one per "
                              f"chunk of the {L} blocks), each on a rank in 0..{world - 1}")
         rank_of_block = [stage_ranks[v] for v in range(len(stage_ranks))
