@@ -144,3 +144,18 @@ def test_placement_and_bad_input():
         check(lib.tt_order_set(two._ptr))
     with pytest.raises(ValueError, match="no token"):
         check(lib.tt_order_barrier(ffi.NULL))
+
+
+def test_cli_schedule_run_on_a_real_gpt(capsys):
+    import json
+    from tiletrain.cli import main
+    if tt.is_initialized():
+        tt.shutdown()
+    assert main(["schedule", "run", "zb-h1", "--stages", "2", "--microbatches", "4", "--gpt", "2x16",
+                 "--seq-len", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule"] == "zb-h1" and d["model"].startswith("gpt 2x16") and d["order_fraction"] == 1.0
+    assert d["makespan_s"] > 0 and d["peak_activations"] >= 1 and d["formula_idle_fraction"] > 0
+    with pytest.raises(SystemExit) as exc:
+        main(["schedule", "run", "1f1b", "--stages", "2", "--microbatches", "2", "--gpt", "4by8"])
+    assert exc.value.code == 2 and "LAYERSxWIDTH" in capsys.readouterr().err

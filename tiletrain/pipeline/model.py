@@ -196,6 +196,32 @@ class ModelPipeline:
         return StepResult(losses, order)
 
 
+def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup: int = 1):
+    """One process: ``warmup`` unrecorded steps, then one recorded step of ``schedule`` on
+    ``model`` (gradients zeroed after each; needs a runtime with profile=True and at least
+    one worker per rank).  Returns an ``enforce.ScheduleRun`` whose action times are the
+    first start and last end of each action's tasks (µs, 0 = the first start)."""
+    from ..runtime import wait
+    from ..trace.records import recording
+    from .enforce import ScheduleRun
+    pp = ModelPipeline(model, schedule, mechanism)
+
+    def step():
+        pp.step(xs, ys)
+        for p in pp.params:
+            p.grad = None
+    for _ in range(warmup):
+        step()
+    wait()
+    with recording() as rec:
+        step()
+    start, end = action_times(schedule, rec.trace)
+    if np.isnan(start).any():
+        raise RuntimeError("an action recorded no task (was the runtime started with profile=True?)")
+    t0 = start.min()
+    return ScheduleRun(schedule, mechanism, 0.0, start - t0, end - t0, rec.trace)
+
+
 def action_times(schedule: Schedule, trace) -> tuple[np.ndarray, np.ndarray]:
     """Per action (``schedule.flat()`` order): the first start and last end (µs) of the
     recorded tasks tagged with its stage, micro-batch and phase (NaN when none ran here:
@@ -226,4 +252,5 @@ def rank_order_fraction(schedule: Schedule, start: np.ndarray, rank: int | None 
     return good / total if total else 1.0
 
 
-__all__ = ["ModelPipeline", "StepResult", "pipeline_plan", "worker_groups", "action_times", "rank_order_fraction"]
+__all__ = ["ModelPipeline", "StepResult", "pipeline_plan", "worker_groups", "run_model", "action_times",
+           "rank_order_fraction"]
