@@ -184,7 +184,8 @@ def real_worker(a) -> None:
 
     def run(step, i):
         t0 = time.perf_counter()
-        float(np.mean([float(v) for v in step(data[i % len(data)])]))   # waits for the step (collective)
+        float(np.mean([float(v) for v in step(data[i % len(data)])]))
+        tt.wait()   # the whole step (backward, update): a loss is ready before its backward has run
         return time.perf_counter() - t0
 
     times = [[] for _ in configs]
