@@ -81,6 +81,17 @@ def test_llama_under_zb_v_gives_the_same_losses():
     np.testing.assert_allclose(train(llama, "zb-v", "deps", data), ref, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("recompute", ["block", "attention"])
+def test_split_backward_with_recomputation(reference, recompute):
+    restart(ncpu=2, sched="prio", profile=False)
+
+    def model():
+        m = gpt()
+        m.config.recompute = recompute
+        return m
+    np.testing.assert_allclose(train(model, "zb-v", "deps"), reference, rtol=0, atol=1e-9)
+
+
 def test_deferred_weight_gradients_equal_the_full_backward():
     restart(ncpu=2, sched="prio", profile=False)
     ids = batches(7, 1)[0][0]

@@ -112,10 +112,12 @@ class ModelPipeline:
 
     # ----------------------------------------------------------------- actions
     def _forward(self, v: int, x):
+        from ..utils.checkpoint import checkpoint
         if v == 0:
             x = self._embed(x)
+        recompute = getattr(self.model.config, "recompute", "none") == "block"   # as the model's forward
         for block in self.blocks[v]:
-            x = block(x)
+            x = checkpoint(block, x) if recompute else block(x)
         return x
 
     def _embed(self, idx):
