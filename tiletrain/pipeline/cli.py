@@ -63,25 +63,15 @@ def _gpt_size(text: str) -> tuple[int, int]:
     return layers, width
 
 
-def _run_gpt(s, args):
-    """The schedule on a GPT (vocabulary 256, 4 heads) in one process, ranks = worker groups."""
-    import numpy as np
-    from ..nn import GPT, GPTConfig
-    from .model import run_model
-    layers, width = args.gpt
-    model = GPT(GPTConfig(vocab_size=256, block_size=args.seq_len, n_layer=layers, n_head=4, n_embd=width,
-                          dropout=0.0), seed=0)
-    ids = np.random.default_rng(0).integers(0, 256, size=(s.microbatches, args.batch, args.seq_len + 1))
-    return run_model(model, s, list(ids[:, :, :-1]), list(ids[:, :, 1:]), args.mechanism)
-
-
 def cmd_run(args) -> int:
     import tiletrain as tt
     from .enforce import run_synthetic
     s = load(args)
     with tt.init(ncpu=s.ranks, sched=args.sched, profile=True):
-        if args.gpt:
-            r = _run_gpt(s, args)
+        if args.gpt:   # a model is above this package: the runner comes from tiletrain/cli.py
+            if args.gpt_runner is None:
+                raise NotImplementedError("schedule run --gpt: no model runner was registered")
+            r = args.gpt_runner(s, *args.gpt, batch=args.batch, seq_len=args.seq_len, mechanism=args.mechanism)
         else:
             r = run_synthetic(s, args.usec, args.mechanism, sleep=not args.busy)
         d = r.to_dict()
@@ -109,7 +99,9 @@ def cmd_run(args) -> int:
     return 0
 
 
-def add_subcommands(sub) -> None:
+def add_subcommands(sub, gpt_runner=None) -> None:
+    """``gpt_runner(schedule, layers, width, batch=, seq_len=, mechanism=)`` -> ScheduleRun runs
+    ``schedule run --gpt`` (tiletrain.experiments.pipeline.gpt_schedule_run, above nn)."""
     from .enforce import MECHANISMS
     from .schedules import NAMES
     p = sub.add_parser("schedule",
@@ -142,4 +134,4 @@ def add_subcommands(sub) -> None:
                         "synthetic tasks (action times: first start to last end of its tasks)")
     r.add_argument("--batch", type=_positive, default=2, help="--gpt: sequences per micro-batch")
     r.add_argument("--seq-len", type=_positive, default=128, help="--gpt: tokens per sequence")
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=cmd_run, gpt_runner=gpt_runner)
