@@ -299,8 +299,9 @@ def build_parser() -> ArgumentParser:
     from .experiments.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)
     add_subcommands(sub, _runtime_args)
     # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py)
+    from .experiments.pipeline import gpt_schedule_run  # `schedule run --gpt`: a model is above pipeline/
     from .pipeline.cli import add_subcommands as add_schedule_subcommands
-    add_schedule_subcommands(sub)
+    add_schedule_subcommands(sub, gpt_runner=gpt_schedule_run)
     return parser
 
 
