@@ -248,6 +248,10 @@ static tt_task_record *record_task_locked(struct starpu_task *task, int kernel)
     r->kernel = kernel;
     r->priority = task->priority;
     r->flops = task->flops;
+    if (kernel >= 0 && kernel < TT_NKERNELS && task->cl_arg) { /* shapes and flags, for per-shape analysis */
+        int ni = tt_kernel_table[kernel].nints;
+        memcpy(r->iargs, task->cl_arg, sizeof(int64_t) * (size_t)(ni < 8 ? ni : 8));
+    }
     r->phase = cur_phase;
     r->layer = cur_layer;
     r->microbatch = cur_microbatch;
