@@ -50,7 +50,7 @@ def to_chrome(trace: Trace, flows: bool = False) -> dict:
                      "deps": trace.predecessors(i).tolist(), "priority": int(r["priority"]),
                      "flops": float(r["flops"]), "layer": int(r["layer"]), "microbatch": int(r["microbatch"]),
                      "stage": int(r["stage"]), "submit": float(r["submit"]), "memnode": int(r["memnode"]),
-                     "iargs": r["iargs"].tolist()},
+                     "iargs": r["iargs"].tolist(), "cpu": float(r["cpu"])},
         })
     if flows:
         for i in range(len(t)):
@@ -113,7 +113,8 @@ def from_chrome(doc) -> Trace:
                         int(e.get("tid", 0)), int(a.get("memnode", 0)), int(e.get("pid", 0)),
                         int(a.get("priority", 0)), int(a.get("layer", -1)), int(a.get("microbatch", -1)),
                         int(a.get("stage", -1)), float(a.get("submit", ts)), ts, ts + dur,
-                        float(a.get("flops", 0.0)), len(deps), len(d), iargs + [0] * (8 - len(iargs)))
+                        float(a.get("flops", 0.0)), len(deps), len(d), iargs + [0] * (8 - len(iargs)),
+                        float(a.get("cpu", -1.0)))
             deps.extend(d)
     except TraceError:
         raise
