@@ -1,19 +1,26 @@
-"""Tile GEMM efficiency inside a GPT training step against the same tile GEMM alone.
+"""Tile GEMM efficiency inside a GPT training step against the same BLAS call alone.
 
-Records one training step (forward, backward, AdamW) of benchmarks/gpt_step.py's model with
-tiletrain.trace, groups its gemm tasks by (transpose_a, transpose_b, batch, m, n, k) (from
-each record's integer arguments) and prints per shape: the task count, its share of the
-step's gemm time, the median in-step GFLOP/s, and the median GFLOP/s of the same kernel on
-single-tile operands of that shape "alone" (one task at a time, the other workers idle) and
-"pair" (two independent chains of that task on two workers at once: the cache and memory
-bandwidth sharing a training step has), then in-step / alone.  Every figure is a task
-duration measured by StarPU's profiling (the same clock for all columns).
+Records training steps (forward, backward, AdamW) of benchmarks/gpt_step.py's model with
+tiletrain.trace, groups the gemm tasks by (transpose_a, transpose_b, m, n, k) (each record's
+integer arguments, ``tasks["iargs"]``) and prints per shape: tasks per step, share of the
+step's gemm time, and GFLOP/s from median CPU times:
+
+  in-step  the task's worker-thread CPU time (``tasks["cpu"]``), over the tasks that ran back to
+           back (their worker finished its previous task just before), so time the thread was
+           preempted by other processes does not count: the figures hold on a loaded machine;
+  alone    the same cblas_sgemm call (same library, flags, shape, row-major contiguous
+           operands) on this thread with the workers idle, CPU time per call;
+  pair     the kernel as tasks on single-tile operands with both workers running a stream of
+           them at once (cache and memory bandwidth shared, as in a step);
+
+then in-step / alone and, for reference, GFLOP/s from the median wall duration in the step.
 
     python benchmarks/gemm_shapes.py [--size small] [--tiles B,T,C] [--hidden H] [--steps 3]
-    python benchmarks/gemm_shapes.py --sweep        # step time vs tiling (default tilings)
+    python benchmarks/gemm_shapes.py --sweep [--tilings B,T,C,H ...] [--steps 6]
 
---sweep: for each tiling in a list (time tile x feature tiles), the step's tasks, gemm
-tasks, median step time and the gemm-weighted in-step GFLOP/s (one table).
+--sweep: for each tiling (batch x time rows, width, MLP hidden tile), the steps of all
+tilings interleaved round-robin: tasks, gemm tasks, gemm GFLOP/s (CPU time), median step
+wall time and process CPU time per step (one table).
 """
 from __future__ import annotations
 
@@ -53,42 +60,99 @@ def record_steps(tt, s: dict, tiling, steps: int):
     return traces, walls
 
 
+def back_to_back(t: np.ndarray) -> np.ndarray:
+    """Mask of the tasks whose worker finished its previous task just before (within 2 % of
+    the task's duration, at least 20 µs): their ``cpu`` is the task's own CPU time."""
+    ok = np.zeros(len(t), dtype=bool)
+    for w in np.unique(t["worker"]):
+        idx = np.nonzero(t["worker"] == w)[0]
+        idx = idx[np.argsort(t["start"][idx], kind="stable")]
+        gap = t["start"][idx[1:]] - t["end"][idx[:-1]]
+        dur = t["end"][idx[1:]] - t["start"][idx[1:]]
+        ok[idx[1:]] = (gap <= np.maximum(20.0, 0.02 * dur)) & (t["cpu"][idx[1:]] >= 0)
+    return ok
+
+
 def gemm_groups(traces) -> dict:
-    """(ta, tb, batch, m, n, k) -> list of in-step gemm task durations (µs)."""
-    groups: dict[tuple, list] = {}
+    """(ta, tb, batch, m, n, k) -> {"wall": task durations, "cpu": CPU times of the tasks that
+    ran back to back} (µs)."""
+    groups: dict[tuple, dict] = {}
     for tr in traces:
         t = tr.tasks
-        sel = t["kernel"] == "gemm"
-        for ia, d in zip(t["iargs"][sel], (t["end"] - t["start"])[sel]):
-            _dtype, batch, m, n, k, ta, tb, _cacc = (int(v) for v in ia)
-            groups.setdefault((ta, tb, batch, m, n, k), []).append(float(d))
+        ok = back_to_back(t)
+        for i in np.nonzero(t["kernel"] == "gemm")[0]:
+            _dtype, batch, m, n, k, ta, tb, _cacc = (int(v) for v in t["iargs"][i])
+            g = groups.setdefault((ta, tb, batch, m, n, k), {"wall": [], "cpu": []})
+            g["wall"].append(float(t["end"][i] - t["start"][i]))
+            if ok[i]:
+                g["cpu"].append(float(t["cpu"][i]))
     return groups
 
 
-def alone(tt, key: tuple, reps: int, pair: bool) -> np.ndarray:
-    """Task durations (µs) of one gemm of this shape on single-tile operands: a chain of
-    ``reps`` tasks (one at a time), or two independent chains with their own operands (pair)."""
+def _blas():
+    """The CBLAS library tiletrain's kernels call (found among the loaded libraries)."""
+    import ctypes
+    from tiletrain._ffi import cstr, lib
+    want = cstr(lib.tt_blas_info()).split()[0]  # openblas | mkl
+    paths = []
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        name = os.path.basename(path)
+        if ".so" in name and want in name.lower() and "scipy" not in name and path not in paths:
+            paths.append(path)
+    for path in paths:
+        dll = ctypes.CDLL(path)
+        if hasattr(dll, "cblas_sgemm"):
+            return dll
+    raise RuntimeError(f"gemm_shapes: no loaded {want} library exports cblas_sgemm ({paths})")
+
+
+def alone(key: tuple, reps: int) -> np.ndarray:
+    """CPU times (µs, this thread's clock) of the same cblas_sgemm call as the kernel's on
+    fresh contiguous row-major operands, one at a time on this thread (the workers idle)."""
+    import ctypes
+    ta, tb, batch, m, n, k = key
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((batch,) + ((k, m) if ta else (m, k))).astype(np.float32)
+    b = rng.standard_normal((batch,) + ((n, k) if tb else (k, n))).astype(np.float32)
+    c = np.zeros((batch, m, n), np.float32)
+    blas = _blas()
+    f = blas.cblas_sgemm
+    f.restype = None
+    f.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                       ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    row, nt, tr = 101, 111, 112  # CblasRowMajor, CblasNoTrans, CblasTrans
+    out = []
+    for rep in range(reps + 1):
+        t0 = time.thread_time_ns()
+        for i in range(batch):
+            f(row, tr if ta else nt, tr if tb else nt, m, n, k, 1.0, a[i].ctypes.data, m if ta else k,
+              b[i].ctypes.data, k if tb else n, 1.0, c[i].ctypes.data, n)
+        if rep:  # the first call warms the caches
+            out.append((time.thread_time_ns() - t0) / 1e3)
+    return np.asarray(out)
+
+
+def pair(tt, key: tuple, reps: int) -> np.ndarray:
+    """CPU times (µs) of the kernel's tasks on single-tile operands, two workers each running
+    a stream of them on its own operands (the cache and memory sharing of a training step)."""
     from tiletrain.runtime import kernels
     ta, tb, batch, m, n, k = key
     rng = np.random.default_rng(0)
     lead = (batch,) if batch > 1 else ()
-
-    def operands():
+    sets = []
+    for _ in range(2):
         a = rng.standard_normal(lead + ((k, m) if ta else (m, k))).astype(np.float32)
         b = rng.standard_normal(lead + ((n, k) if tb else (k, n))).astype(np.float32)
-        a, b = tt.from_numpy(a, tiles=a.shape), tt.from_numpy(b, tiles=b.shape)
-        c = tt.zeros(lead + (m, n), dtype=np.float32, tiles=lead + (m, n))
-        return a, b, c
-
-    sets = [operands() for _ in range(2 if pair else 1)]
+        sets.append((tt.from_numpy(a, tiles=a.shape), tt.from_numpy(b, tiles=b.shape)))
+    cs = [tt.zeros(lead + (m, n), dtype=np.float32, tiles=lead + (m, n)) for _ in range(2 * reps)]
     tt.wait()
     with tt.trace.recording() as rec:
-        for _ in range(reps):
-            for a, b, c in sets:
-                kernels.gemm(1.0, a, bool(ta), b, bool(tb), 1.0, c)
+        for i, c in enumerate(cs):
+            a, b = sets[i % 2]
+            kernels.gemm(1.0, a, bool(ta), b, bool(tb), 0.0, c)
     t = rec.trace.tasks
-    d = (t["end"] - t["start"])[t["kernel"] == "gemm"]
-    return d[len(sets):]  # the first task of each chain warms the caches
+    return t["cpu"][back_to_back(t) & (t["kernel"] == "gemm")]
 
 
 def gflops(key: tuple, us: float) -> float:
@@ -96,38 +160,31 @@ def gflops(key: tuple, us: float) -> float:
     return 2.0 * batch * m * n * k / us / 1e3
 
 
-def p10(xs) -> float:
-    """The 10th-percentile duration: on a loaded machine the median includes time the worker
-    thread was preempted; the fastest decile is the kernel's own speed."""
-    return float(np.percentile(xs, 10))
-
-
 def shape_table(tt, traces, reps: int) -> str:
-    """The per-shape table (GFLOP/s at the median and the 10th-percentile task duration)."""
+    """The per-shape table: GFLOP/s from median CPU times (back-to-back tasks in the step,
+    the same BLAS call alone, two concurrent streams), and from the median wall duration."""
     groups = gemm_groups(traces)
-    total = sum(sum(v) for v in groups.values())
+    total = sum(sum(g["wall"]) for g in groups.values())
     rows = []
-    tot = {"flops": 0.0, "in": 0.0, "in10": 0.0, "a": 0.0, "a10": 0.0, "p10": 0.0}
-    for key, ds in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+    tot = {"flops": 0.0, "in": 0.0, "wall": 0.0, "a": 0.0, "p": 0.0}
+    for key, g in sorted(groups.items(), key=lambda kv: -sum(kv[1]["wall"])):
         ta, tb, batch, m, n, k = key
-        a1 = alone(tt, key, reps, pair=False)
-        a2 = alone(tt, key, reps, pair=True)
-        cnt = len(ds)
-        for name, v in (("in", median(ds)), ("in10", p10(ds)), ("a", median(a1)), ("a10", p10(a1)),
-                        ("p10", p10(a2))):
+        cnt = len(g["wall"])
+        meds = {"in": median(g["cpu"]) if g["cpu"] else float("nan"), "wall": median(g["wall"]),
+                "a": median(alone(key, reps)), "p": median(pair(tt, key, reps))}
+        for name, v in meds.items():
             tot[name] += v * cnt
         tot["flops"] += 2.0 * batch * m * n * k * cnt
         rows.append([f"{'T' if ta else 'N'}{'T' if tb else 'N'}", f"{batch}x{m}x{n}x{k}" if batch > 1 else
-                     f"{m}x{n}x{k}", cnt // len(traces), f"{100 * sum(ds) / total:.0f}%",
-                     f"{gflops(key, median(ds)):.0f} / {gflops(key, p10(ds)):.0f}",
-                     f"{gflops(key, median(a1)):.0f} / {gflops(key, p10(a1)):.0f}",
-                     f"{gflops(key, p10(a2)):.0f}", f"{p10(a1) / p10(ds):.2f}"])
+                     f"{m}x{n}x{k}", cnt // len(traces), f"{100 * sum(g['wall']) / total:.0f}%",
+                     f"{gflops(key, meds['in']):.0f} ({len(g['cpu'])})", f"{gflops(key, meds['a']):.0f}",
+                     f"{gflops(key, meds['p']):.0f}", f"{meds['a'] / meds['in']:.2f}", f"{gflops(key, meds['wall']):.0f}"])
     f = tot["flops"] / 1e3
-    rows.append(["all", "", sum(len(v) for v in groups.values()) // len(traces), "100%",
-                 f"{f / tot['in']:.0f} / {f / tot['in10']:.0f}", f"{f / tot['a']:.0f} / {f / tot['a10']:.0f}",
-                 f"{f / tot['p10']:.0f}", f"{tot['a10'] / tot['in10']:.2f}"])
-    headers = ["op", "m x n x k", "tasks/step", "gemm time", "in-step GFLOP/s med / p10", "alone med / p10",
-               "pair p10", "in-step/alone (p10)"]
+    rows.append(["all", "", sum(len(g["wall"]) for g in groups.values()) // len(traces), "100%",
+                 f"{f / tot['in']:.0f}", f"{f / tot['a']:.0f}", f"{f / tot['p']:.0f}", f"{tot['a'] / tot['in']:.2f}",
+                 f"{f / tot['wall']:.0f}"])
+    headers = ["op", "m x n x k", "tasks/step", "gemm time", "in-step GFLOP/s (n)", "alone", "pair",
+               "in-step/alone", "in-step wall GFLOP/s"]
     return table(headers, rows)
 
 
@@ -156,7 +213,7 @@ SWEEP = [(1, 256, 512, 1024), (1, 256, 512, 2048), (1, 256, 512, 512), (1, 128, 
 
 def sweep(tt, s: dict, steps: int, tilings) -> str:
     """Step time per tiling, the tilings' steps interleaved round-robin (so that a change of
-    load hits every tiling alike): tasks, gemm tasks, gemm GFLOP/s (p10), median wall time and
+    load hits every tiling alike): tasks, gemm tasks, gemm GFLOP/s (from CPU times), median wall time and
     median process CPU time per step (workers' and submitter's; less sensitive to load)."""
     from tiletrain.nn import Tiling
     x, y = random_batch(s)
@@ -180,13 +237,13 @@ def sweep(tt, s: dict, steps: int, tilings) -> str:
     base = median(runs[0]["wall"])
     for (b, t, w, h), r in zip(tilings, runs):
         groups = gemm_groups(r["traces"])
-        flops = sum(gflops(k, 1.0) * len(v) for k, v in groups.items())   # GFLOP * 1e3 / µs
-        w10 = sum(p10(v) * len(v) for v in groups.values())
+        flops = sum(gflops(k, 1.0) * len(g["wall"]) for k, g in groups.items() if g["cpu"])  # GFLOP*1e3/µs
+        w10 = sum(median(g["cpu"]) * len(g["wall"]) for g in groups.values() if g["cpu"])
         t0 = r["traces"][0].tasks
         rows.append([f"{b}x{t}", w, h, len(t0), int((t0["kernel"] == "gemm").sum()), f"{flops / w10:.0f}",
                      f"{median(r['wall']) * 1e3:.0f}", f"{median(r['cpu']) * 1e3:.0f}",
                      f"{median(r['wall']) / base:.2f}"])
-    return table(["rows (batch x time)", "width", "hidden", "tasks/step", "gemm tasks", "gemm GFLOP/s (p10)",
+    return table(["rows (batch x time)", "width", "hidden", "tasks/step", "gemm tasks", "gemm GFLOP/s (CPU time)",
                   "step ms (median)", "CPU ms/step", "vs first"], rows)
 
 
@@ -196,7 +253,7 @@ def main() -> int:
     ap.add_argument("--tiles", default=None, help="B,T,C tile sizes (default: Tiling's defaults)")
     ap.add_argument("--hidden", type=int, default=None, help="MLP hidden tile (default: Tiling's)")
     ap.add_argument("--steps", type=int, default=3, help="recorded steps (after one warm-up)")
-    ap.add_argument("--reps", type=int, default=30, help="tasks per alone/pair measurement")
+    ap.add_argument("--reps", type=int, default=20, help="calls per alone/pair measurement")
     ap.add_argument("--ncpu", type=int, default=os.cpu_count())
     ap.add_argument("--sched", default=None)
     ap.add_argument("--sweep", action="store_true", help="step time vs tiling instead of the shape table")
