@@ -69,8 +69,8 @@ class Tiling:
     batch, time: tiles of the activations along B and T (defaults: time min(T, 256), batch
         enough sequences for about 512 rows per tile).  Chosen per forward, so any (B, T) works.
         512 rows rather than 256 (benchmarks/gemm_shapes.py --sweep, GPT 4x512 B=8 and 12x768
-        B=4 at T=256, 2 workers, measured under load): half the tasks, gemm CPU-time efficiency
-        equal or up to 6 % better, step CPU time 0.93-0.99x and wall time 0.93-1.00x of 256;
+        B=4 at T=256, 2 workers, measured under load): half the tasks, the step's gemm rate (CPU
+        time) 1.00-1.19x, step CPU time 0.93-0.99x (wall time 0.90-1.07x, noise) of 256;
         128 rows were worse (0.94x gemm efficiency, 1.05x step).  With many more workers than
         two, a smaller batch or time tile gives more tasks per op.
     width: tile along n_embd, for every activation and weight; it must hold whole heads (a
