@@ -197,7 +197,7 @@ def step_summary(traces, walls) -> str:
             f"{median(walls) * 1e3:.0f} ms, busy {busy / 1e3:.0f} ms of which gemm {100 * g / busy:.0f}%")
 
 
-def parse_tiling(tt, spec: str | None, hidden: int | None):
+def parse_tiling(spec: str | None, hidden: int | None):
     from tiletrain.nn import Tiling
     if spec is None:
         return Tiling(hidden=hidden)
@@ -205,10 +205,13 @@ def parse_tiling(tt, spec: str | None, hidden: int | None):
     return Tiling(batch=b, time=t, width=c, hidden=hidden)
 
 
-# (batch, time, width, hidden) tilings swept for the small GPT (B=8, T=256, C=512, 4C=2048)
-SWEEP = [(1, 256, 512, 1024), (1, 256, 512, 2048), (1, 256, 512, 512), (1, 128, 512, 1024),
-         (2, 256, 512, 1024), (2, 256, 512, 2048), (1, 256, 256, 1024), (4, 256, 512, 2048),
-         (2, 128, 512, 1024)]
+# (batch, time, width, hidden) tilings swept per size; the first is Tiling()'s default there
+# (small: B=8, T=256, C=512, 4C=2048; medium: B=4, T=256, C=768, 4C=3072)
+_SMALL = [(2, 256, 512, 1024), (1, 256, 512, 1024), (1, 256, 512, 2048), (2, 256, 512, 2048), (4, 256, 512, 2048),
+          (1, 128, 512, 1024), (2, 256, 256, 1024), (2, 256, 512, 512)]
+SWEEP = {"small": _SMALL, "small-v8k": _SMALL,
+         "medium": [(2, 256, 768, 1024), (1, 256, 768, 1024), (1, 256, 768, 3072), (2, 256, 768, 3072),
+                    (4, 256, 768, 1024)]}
 
 
 def sweep(tt, s: dict, steps: int, tilings) -> str:
@@ -238,9 +241,9 @@ def sweep(tt, s: dict, steps: int, tilings) -> str:
     for (b, t, w, h), r in zip(tilings, runs):
         groups = gemm_groups(r["traces"])
         flops = sum(gflops(k, 1.0) * len(g["wall"]) for k, g in groups.items() if g["cpu"])  # GFLOP*1e3/µs
-        w10 = sum(median(g["cpu"]) * len(g["wall"]) for g in groups.values() if g["cpu"])
+        wcpu = sum(median(g["cpu"]) * len(g["wall"]) for g in groups.values() if g["cpu"])
         t0 = r["traces"][0].tasks
-        rows.append([f"{b}x{t}", w, h, len(t0), int((t0["kernel"] == "gemm").sum()), f"{flops / w10:.0f}",
+        rows.append([f"{b}x{t}", w, h, len(t0), int((t0["kernel"] == "gemm").sum()), f"{flops / wcpu:.0f}",
                      f"{median(r['wall']) * 1e3:.0f}", f"{median(r['cpu']) * 1e3:.0f}",
                      f"{median(r['wall']) / base:.2f}"])
     return table(["rows (batch x time)", "width", "hidden", "tasks/step", "gemm tasks", "gemm GFLOP/s (CPU time)",
@@ -258,7 +261,7 @@ def main() -> int:
     ap.add_argument("--sched", default=None)
     ap.add_argument("--sweep", action="store_true", help="step time vs tiling instead of the shape table")
     ap.add_argument("--tilings", nargs="+", default=None, metavar="B,T,C,H",
-                    help="--sweep: tilings (batch, time, width, hidden tiles); default: SWEEP")
+                    help="--sweep: tilings (batch, time, width, hidden tiles); default: SWEEP[size]")
     args = ap.parse_args()
     import tiletrain as tt
     s = SIZES[args.size]
@@ -266,11 +269,11 @@ def main() -> int:
     with tt.init(ncpu=args.ncpu, sched=args.sched, profile=True) as rt:
         print(f"GPT {args.size}: {s}; {args.ncpu} CPU workers, {rt.sched}; float32; medians", flush=True)
         if args.sweep:
-            tilings = SWEEP if args.tilings is None else [tuple(int(v) for v in t.split(","))
+            tilings = SWEEP[args.size] if args.tilings is None else [tuple(int(v) for v in t.split(","))
                                                            for t in args.tilings]
             print(sweep(tt, s, args.steps, tilings))
             return 0
-        tiling = parse_tiling(tt, args.tiles, args.hidden)
+        tiling = parse_tiling(args.tiles, args.hidden)
         traces, walls = record_steps(tt, s, tiling, args.steps)
         print(f"tiling {tiling}")
         print(step_summary(traces, walls))
