@@ -73,6 +73,11 @@ def back_to_back(t: np.ndarray) -> np.ndarray:
     return ok
 
 
+# kernels whose integer arguments start dtype, batch, m, n, k, ta, tb (a linear layer's
+# gemm_bias, where built, is a gemm with the bias rows added first: grouped with gemm)
+GEMM_KERNELS = ("gemm", "gemm_bias")
+
+
 def gemm_groups(traces) -> dict:
     """(ta, tb, batch, m, n, k) -> {"wall": task durations, "cpu": CPU times of the tasks that
     ran back to back} (µs)."""
@@ -80,8 +85,8 @@ def gemm_groups(traces) -> dict:
     for tr in traces:
         t = tr.tasks
         ok = back_to_back(t)
-        for i in np.nonzero(t["kernel"] == "gemm")[0]:
-            _dtype, batch, m, n, k, ta, tb, _cacc = (int(v) for v in t["iargs"][i])
+        for i in np.nonzero(np.isin(t["kernel"], GEMM_KERNELS))[0]:
+            _dtype, batch, m, n, k, ta, tb = (int(v) for v in t["iargs"][i][:7])
             g = groups.setdefault((ta, tb, batch, m, n, k), {"wall": [], "cpu": []})
             g["wall"].append(float(t["end"][i] - t["start"][i]))
             if ok[i]:
@@ -191,9 +196,9 @@ def shape_table(tt, traces, reps: int) -> str:
 def step_summary(traces, walls) -> str:
     t = traces[0].tasks
     busy = sum(float((tr.tasks["end"] - tr.tasks["start"]).sum()) for tr in traces) / len(traces)
-    g = sum(float(((tr.tasks["end"] - tr.tasks["start"])[tr.tasks["kernel"] == "gemm"]).sum()) for tr in traces)
-    g /= len(traces)
-    return (f"step: {len(t)} tasks ({int((t['kernel'] == 'gemm').sum())} gemm), median wall "
+    g = sum(float(((tr.tasks["end"] - tr.tasks["start"])[np.isin(tr.tasks["kernel"], GEMM_KERNELS)]).sum())
+            for tr in traces) / len(traces)
+    return (f"step: {len(t)} tasks ({int(np.isin(t['kernel'], GEMM_KERNELS).sum())} gemm), median wall "
             f"{median(walls) * 1e3:.0f} ms, busy {busy / 1e3:.0f} ms of which gemm {100 * g / busy:.0f}%")
 
 
@@ -243,7 +248,7 @@ def sweep(tt, s: dict, steps: int, tilings) -> str:
         flops = sum(gflops(k, 1.0) * len(g["wall"]) for k, g in groups.items() if g["cpu"])  # GFLOP*1e3/µs
         wcpu = sum(median(g["cpu"]) * len(g["wall"]) for g in groups.values() if g["cpu"])
         t0 = r["traces"][0].tasks
-        rows.append([f"{b}x{t}", w, h, len(t0), int((t0["kernel"] == "gemm").sum()), f"{flops / wcpu:.0f}",
+        rows.append([f"{b}x{t}", w, h, len(t0), int(np.isin(t0["kernel"], GEMM_KERNELS).sum()), f"{flops / wcpu:.0f}",
                      f"{median(r['wall']) * 1e3:.0f}", f"{median(r['cpu']) * 1e3:.0f}",
                      f"{median(r['wall']) / base:.2f}"])
     return table(["rows (batch x time)", "width", "hidden", "tasks/step", "gemm tasks", "gemm GFLOP/s (CPU time)",
