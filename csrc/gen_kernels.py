@@ -517,7 +517,7 @@ def codelets_source(kernels: list[Kernel]) -> str:
         out.append(
             f"    [TT_K_{n.upper()}] = {{\"{n}\", &tt_cl_{n}, sizeof(tt_args_{n}), {len(k.buffers)}, "
             f"{{{modes}}}, tt_flops_{n}, {k.is_map:d}, {k.is_span:d}, {{{offs}}}, {k.dtype_mask()}, "
-            f"{k.dtype_mask(exclude=HALF)}, {acc:#x}u, {bools:#x}u}},"
+            f"{k.dtype_mask(exclude=HALF)}, {acc:#x}u, {bools:#x}u, {1 + len(k.ints)}}},"
         )
     out.append("};")
     return "\n".join(out) + "\n"

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tt_internal.h"
 #include "tt_trace.h"
@@ -207,9 +208,21 @@ static int cmp_i64(const void *a, const void *b)
 
 /* ---------------------------------------------------------------- submission */
 
+static double thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static __thread double last_done_cpu_us = -1.0; /* this worker's CPU clock at its last completion */
+
 static void tt_trace_task_done(void *arg)
 {
     tt_task_record *r = arg;
+    double cpu = thread_cpu_us();
+    r->cpu_us = last_done_cpu_us >= 0 ? cpu - last_done_cpu_us : -1.0;
+    last_done_cpu_us = cpu;
     struct starpu_task *task = starpu_task_get_current();
     struct starpu_profiling_task_info *pi = task ? task->profiling_info : NULL;
     int worker;
@@ -248,6 +261,10 @@ static tt_task_record *record_task_locked(struct starpu_task *task, int kernel)
     r->kernel = kernel;
     r->priority = task->priority;
     r->flops = task->flops;
+    if (kernel >= 0 && kernel < TT_NKERNELS && task->cl_arg) { /* shapes and flags, for per-shape analysis */
+        int ni = tt_kernel_table[kernel].nints;
+        memcpy(r->iargs, task->cl_arg, sizeof(int64_t) * (size_t)(ni < 8 ? ni : 8));
+    }
     r->phase = cur_phase;
     r->layer = cur_layer;
     r->microbatch = cur_microbatch;
@@ -255,7 +272,7 @@ static tt_task_record *record_task_locked(struct starpu_task *task, int kernel)
     r->worker = -1;
     r->memnode = -1;
     r->rank = tt_mpi_on ? tt_mpi_rank() : 0; /* tasks are recorded on the rank that runs them */
-    r->submit_us = r->start_us = r->end_us = -1.0;
+    r->submit_us = r->start_us = r->end_us = r->cpu_us = -1.0;
     r->dep_start = ndeps;
     for (int i = 0; i < (int)task->nbuffers; i++) {
         hstate *s = state_of(STARPU_TASK_GET_HANDLE(task, i));

@@ -42,6 +42,7 @@ typedef struct tt_kernel_desc {
     unsigned opencl_dtypes; /* the dtypes its OpenCL body takes (no halves) */
     unsigned acc;           /* bit i: buffer i is float32 when dtype is float16/bfloat16 (`acc` buffers) */
     unsigned bools;         /* bit i: buffer i is bool whatever the dtype (`bool` buffers) */
+    int nints;              /* leading int64 fields of the argument struct: dtype + kernels.def's ints */
 } tt_kernel_desc;
 
 enum { TT_OFF_N = 0, TT_OFF_M, TT_OFF_K, TT_OFF_FIRST, TT_OFF_TILE, TT_OFF_KOFF };

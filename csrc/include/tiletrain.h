@@ -209,6 +209,11 @@ typedef struct tt_task_record {
     int32_t ndeps;
     int32_t done;        /* 1: ran; 0: not yet; -1: submission failed */
     int32_t reserved;
+    int64_t iargs[8];    /* the kernel's integer arguments: dtype, then its kernels.def ints in order
+                          * (gemm: dtype batch m n k ta tb cacc); 0 past the last */
+    double cpu_us;       /* the worker thread's CPU time from its previous recorded completion to this
+                          * one (the task's own CPU time when the worker started it at once; unlike
+                          * end - start it excludes time the thread was preempted); -1: first */
 } tt_task_record;
 
 int tt_profiling_enabled(void);

@@ -186,7 +186,8 @@ def test_config_and_tiling_validation():
     t = Tiling().resolve(CFG)
     assert (t.width, t.hidden, t.vocab) == (16, 64, 23)
     assert Tiling(hidden=1000, vocab=1000).resolve(CFG).hidden == 64
-    assert Tiling().rows(8, 256) == (1, 256) and Tiling().rows(4, 32) == (4, 32)
+    assert Tiling().rows(8, 256) == (2, 256) and Tiling().rows(4, 32) == (4, 32)   # about 512 rows
+    assert Tiling().rows(8, 128) == (4, 128) and Tiling().rows(64, 32) == (16, 32)
     assert Tiling(batch=3, time=5).rows(2, 4) == (2, 4)
     cfg = GPTConfig(vocab_size=8192, block_size=1024, n_layer=1, n_head=12, n_embd=768)
     assert Tiling().resolve(cfg).width == 768 and Tiling().resolve(cfg).vocab == 1024

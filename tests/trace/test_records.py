@@ -45,6 +45,11 @@ def test_records_fields_and_tags(profiled, rng):
     assert (t["stage"] == -1).all() and (t["rank"] == 0).all()
     assert list(t["id"]) == list(range(8))
     np.testing.assert_allclose(t["flops"][:4], 2 * 4 * 4 * 3)
+    # gemm's integer arguments: dtype (1 = float64), batch, m, n, k, ta, tb, cacc
+    assert t["iargs"][:4].tolist() == [[1, 1, 4, 4, 3, 0, 0, 0]] * 4
+    assert (t["iargs"][4:, 0] == 1).all()            # scale/add: dtype, then their own ints
+    # worker CPU time since its previous completion: -1 (none yet) or a duration, some measured
+    assert ((t["cpu"] == -1.0) | (t["cpu"] >= 0.0)).all() and (t["cpu"] >= 0.0).any()
     assert set(t["worker"]) <= {0, 1} and (t["memnode"] == 0).all()
     assert (t["submit"] <= t["start"] + 1e-6).all() and (t["start"] <= t["end"]).all()
     assert tr.meta["sched"] == profiled.sched and len(tr.workers) == 2

@@ -67,7 +67,12 @@ class Tiling:
     """Tile sizes of a GPT's tensors; None takes a default from the config and batch shape.
 
     batch, time: tiles of the activations along B and T (defaults: time min(T, 256), batch
-        enough sequences for about 256 rows per tile).  Chosen per forward, so any (B, T) works.
+        enough sequences for about 512 rows per tile).  Chosen per forward, so any (B, T) works.
+        512 rows rather than 256 (benchmarks/gemm_shapes.py --sweep, GPT 4x512 B=8 and 12x768
+        B=4 at T=256, 2 workers, measured under load): half the tasks, the step's gemm rate (CPU
+        time) 1.00-1.19x, step CPU time 0.93-0.99x (wall time 0.90-1.07x, noise) of 256;
+        128 rows were worse (0.94x gemm efficiency, 1.05x step).  With many more workers than
+        two, a smaller batch or time tile gives more tasks per op.
     width: tile along n_embd, for every activation and weight; it must hold whole heads (a
         multiple of the head size n_embd / n_head) and divide n_embd (default: the largest
         such tile up to 1024).
@@ -105,7 +110,7 @@ class Tiling:
     def rows(self, B: int, T: int) -> tuple[int, int]:
         """(batch tile, time tile) of the activations for a (B, T) batch."""
         tt_ = min(T, 256) if self.time is None else min(self.time, T)
-        tb = max(1, min(B, 256 // tt_)) if self.batch is None else min(self.batch, B)
+        tb = max(1, min(B, 512 // tt_)) if self.batch is None else min(self.batch, B)
         return tb, tt_
 
 

@@ -393,7 +393,7 @@ class Simulation:
             d = sorted(int(new[x]) for x in deps[i])
             tasks[k] = (k, a.kind, PHASE[a.kind], int(self.rank[i]), 0, 0, 0, a.chunk, a.microbatch, a.stage,
                         self.start[i] * time_unit_us, self.start[i] * time_unit_us, self.end[i] * time_unit_us,
-                        0.0, len(dl), len(d))
+                        0.0, len(dl), len(d), (0,) * 8, -1.0)  # no kernel arguments, no CPU time
             dl += d
         workers = [{"id": r, "name": f"rank {r}", "rank": 0} for r in range(self.schedule.ranks)]
         return Trace(tasks, np.asarray(dl, dtype=np.int64), workers,

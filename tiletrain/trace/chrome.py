@@ -49,7 +49,8 @@ def to_chrome(trace: Trace, flows: bool = False) -> dict:
             "args": {"id": int(r["id"]), "kernel": kernel, "phase": phase,
                      "deps": trace.predecessors(i).tolist(), "priority": int(r["priority"]),
                      "flops": float(r["flops"]), "layer": int(r["layer"]), "microbatch": int(r["microbatch"]),
-                     "stage": int(r["stage"]), "submit": float(r["submit"]), "memnode": int(r["memnode"])},
+                     "stage": int(r["stage"]), "submit": float(r["submit"]), "memnode": int(r["memnode"]),
+                     "iargs": r["iargs"].tolist(), "cpu": float(r["cpu"])},
         })
     if flows:
         for i in range(len(t)):
@@ -105,11 +106,15 @@ def from_chrome(doc) -> Trace:
                 raise TraceError(f"task ids are not 0..{n - 1} (found {a['id']} at position {i})")
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
             d = [int(x) for x in a.get("deps", [])]
+            iargs = [int(x) for x in a.get("iargs", [])]
+            if len(iargs) > 8:
+                raise TraceError(f"task event {i}: args.iargs has {len(iargs)} values, at most 8")
             tasks[i] = (i, str(a.get("kernel", e.get("cat", e.get("name", "")))), str(a.get("phase", "")),
                         int(e.get("tid", 0)), int(a.get("memnode", 0)), int(e.get("pid", 0)),
                         int(a.get("priority", 0)), int(a.get("layer", -1)), int(a.get("microbatch", -1)),
                         int(a.get("stage", -1)), float(a.get("submit", ts)), ts, ts + dur,
-                        float(a.get("flops", 0.0)), len(deps), len(d))
+                        float(a.get("flops", 0.0)), len(deps), len(d), iargs + [0] * (8 - len(iargs)),
+                        float(a.get("cpu", -1.0)))
             deps.extend(d)
     except TraceError:
         raise

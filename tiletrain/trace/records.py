@@ -20,7 +20,8 @@ RECORD_DTYPE = np.dtype([
     ("id", "<i8"), ("dep_start", "<i8"), ("submit_us", "<f8"), ("start_us", "<f8"), ("end_us", "<f8"),
     ("flops", "<f8"), ("kernel", "<i4"), ("worker", "<i4"), ("memnode", "<i4"), ("rank", "<i4"),
     ("priority", "<i4"), ("phase", "<i4"), ("layer", "<i4"), ("microbatch", "<i4"), ("stage", "<i4"),
-    ("ndeps", "<i4"), ("done", "<i4"), ("reserved", "<i4"),
+    ("ndeps", "<i4"), ("done", "<i4"), ("reserved", "<i4"), ("iargs", "<i8", (8,)),
+    ("cpu_us", "<f8"),
 ])
 if RECORD_DTYPE.itemsize != ffi.sizeof("tt_task_record") or any(
         RECORD_DTYPE.fields[f][1] != ffi.offsetof("tt_task_record", f) for f in RECORD_DTYPE.names):
@@ -32,6 +33,8 @@ TASK_DTYPE = np.dtype([
     ("rank", "<i4"),
     ("priority", "<i4"), ("layer", "<i4"), ("microbatch", "<i4"), ("stage", "<i4"), ("submit", "<f8"),
     ("start", "<f8"), ("end", "<f8"), ("flops", "<f8"), ("dep_start", "<i8"), ("ndeps", "<i4"),
+    ("iargs", "<i8", (8,)),  # the kernel's integer arguments (dtype, then kernels.def's ints; 0 past them)
+    ("cpu", "<f8"),  # worker thread CPU µs since its previous completion (tiletrain.h cpu_us); -1: unknown
 ])
 
 
@@ -205,9 +208,10 @@ def read(wait: bool = True) -> Trace:
     raw, deps = read_raw()
     tasks = np.zeros(len(raw), dtype=TASK_DTYPE)
     for f in ("id", "worker", "memnode", "rank", "priority", "layer", "microbatch", "stage", "flops",
-              "dep_start", "ndeps"):
+              "dep_start", "ndeps", "iargs"):
         tasks[f] = raw[f]
     tasks["submit"], tasks["start"], tasks["end"] = raw["submit_us"], raw["start_us"], raw["end_us"]
+    tasks["cpu"] = raw["cpu_us"]
     kn = _kernel_names()
     tasks["kernel"] = kn[np.where((raw["kernel"] >= 0) & (raw["kernel"] < len(kn) - 1), raw["kernel"], -1)]
     tasks["phase"] = _phase_names()[raw["phase"] + 1]
