@@ -9,11 +9,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tt_internal.h"
@@ -67,6 +69,58 @@ static int probe_o_direct(const char *dir)
     return ok;
 }
 
+/* StarPU 1.3 asserts (SIGABRT) when a disk node file cannot be reopened or written, e.g. its
+ * directory removed or its filesystem full while a step runs: say why before the process
+ * ends (async-signal-safe calls only), then let the previous handler or the default act. */
+static struct sigaction old_abort;
+static int abort_installed = 0;
+
+static void say(const char *s) { ssize_t r = write(2, s, strlen(s)); (void)r; }
+
+static void on_abort(int sig)
+{
+    struct stat st;
+    struct statvfs vfs;
+    if (disk_node >= 0) {
+        if (stat(disk_dir, &st) != 0) {
+            say("\ntiletrain: the disk node's directory ");
+            say(disk_dir);
+            say(" was removed while tiles were evicted there: StarPU aborted (the tiles it held are lost; "
+                "a checkpoint written before is intact: resume from it)\n");
+        } else if (statvfs(disk_dir, &vfs) == 0 && (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize < (16 << 20)) {
+            say("\ntiletrain: the filesystem of the disk node's directory ");
+            say(disk_dir);
+            say(" is full: StarPU aborted (a checkpoint written before is intact: resume from it)\n");
+        }
+    }
+    sigaction(sig, &old_abort, NULL);
+    raise(sig);
+}
+
+static void abort_handler(int on)
+{
+    if (on && !abort_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_abort;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND;
+        abort_installed = sigaction(SIGABRT, &sa, &old_abort) == 0;
+    } else if (!on && abort_installed) {
+        sigaction(SIGABRT, &old_abort, NULL);
+        abort_installed = 0;
+    }
+}
+
+/* At shutdown, after StarPU stopped. */
+void tt_memory_end(void)
+{
+    abort_handler(0);
+    disk_node = -1;
+    limit_bytes = -1;
+    tt_memory_limited = 0;
+}
+
 int tt_disk_register(const char *dir, int64_t bytes)
 {
     if (!tt_session_active())
@@ -107,6 +161,7 @@ int tt_disk_register(const char *dir, int64_t bytes)
     disk_node = node;
     disk_o_direct = o_direct;
     tt_tiles_set_ooc(o_direct ? TT_OOC_PAGES : TT_OOC_ALL); /* O_DIRECT writes whole pages only */
+    abort_handler(1);
     snprintf(disk_dir, sizeof disk_dir, "%s", dir);
     return node;
 }
@@ -124,17 +179,45 @@ int tt_disk_check(int64_t need)
     if (stat(disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return tt_error(TT_ESTARPU, "disk node: its directory %s is gone (%s); evicted tiles can no longer be "
                         "written or read back", disk_dir, errno ? strerror(errno) : "not a directory");
+    if (need <= 0)
+        return TT_OK;
+    int64_t room = (int64_t)starpu_memory_get_available((unsigned)disk_node);
+    if (room < need)
+        return tt_error(TT_ESTARPU, "disk node full: %lld more bytes of tiles must be evicted to %s beyond the memory "
+                        "limit, its size leaves %lld (ooc_size): raise ooc_size or mem_limit", (long long)need,
+                        disk_dir, (long long)room);
     struct statvfs vfs;
-    if (need > 0 && statvfs(disk_dir, &vfs) == 0) {
+    if (statvfs(disk_dir, &vfs) == 0) {
         int64_t avail = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
         if (avail < need)
-            return tt_error(TT_ESTARPU, "disk node: only %lld bytes free in %s, %lld needed for evicted tiles",
-                            (long long)avail, disk_dir, (long long)need);
+            return tt_error(TT_ESTARPU, "disk node: only %lld bytes free in %s, %lld needed for evicted tiles "
+                            "(the filesystem is filling up)", (long long)avail, disk_dir, (long long)need);
     }
     return TT_OK;
 }
 
 int tt_memory_limited = 0; /* a limit is set: tt_submit checks each task's tiles against it */
+
+/* From tensor creation: the directory still there (a stat), and, at most every 20 ms, the bytes that must be on disk
+ * once every live tile is allocated (beyond the limit), less what StarPU has there already,
+ * must still fit in the filesystem. */
+static int disk_check_every(int64_t beyond_limit)
+{
+    static double last = 0;
+    struct stat st;
+    if (stat(disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return tt_disk_check(0); /* gone: the error */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    if (now - last < 0.02)
+        return TT_OK;
+    last = now;
+    int64_t on_disk = (int64_t)starpu_memory_get_total((unsigned)disk_node) -
+                      (int64_t)starpu_memory_get_available((unsigned)disk_node);
+    int64_t need = beyond_limit - (on_disk > 0 ? on_disk : 0);
+    return tt_disk_check(need > 0 ? need : 0);
+}
 
 static void describe(const tt_tensor *t, char *buf, size_t len)
 {
@@ -147,6 +230,33 @@ static void describe(const tt_tensor *t, char *buf, size_t len)
         n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)t->tile[d]);
     if (n < len)
         snprintf(buf + n, len - n, ")");
+}
+
+/* Without a disk node StarPU cannot evict anything here (every tile's only copy is in main
+ * memory): live tensors beyond the limit would leave a task waiting for memory forever.  One
+ * process only (under MPI a rank holds only some of each tensor's tiles). */
+int tt_memory_check_tensor(const tt_tensor *t)
+{
+    char what[256];
+    int64_t tile = (int64_t)t->elemsize; /* its first tile is its largest */
+    for (int d = 0; d < t->ndim; d++)
+        tile *= t->tile[d];
+    if (tile > limit_bytes) {
+        describe(t, what, sizeof what);
+        return tt_error(TT_ENOMEM, "tensor_new: one tile of %s is %lld bytes, above the memory limit of %lld bytes "
+                        "(mem_limit): StarPU moves whole tiles, so use smaller tiles or raise mem_limit", what,
+                        (long long)tile, (long long)limit_bytes);
+    }
+    int64_t need = tt_tensor_bytes(t), live = tt_bytes_live();
+    if (disk_node >= 0)
+        return disk_check_every(live + need - limit_bytes);
+    if (tt_mpi_on || live + need <= limit_bytes)
+        return TT_OK;
+    describe(t, what, sizeof what);
+    return tt_error(TT_ENOMEM, "tensor_new: %s needs %lld bytes; live tensors hold %lld bytes, and the memory limit "
+                    "is %lld bytes (mem_limit) with no disk node to evict tiles to: pass ooc_dir=... (tiletrain "
+                    "train --ooc-dir) or raise mem_limit", what, (long long)need, (long long)live,
+                    (long long)limit_bytes);
 }
 
 /* One task needs all its tiles in main memory at once; StarPU can evict every other tile,

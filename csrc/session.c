@@ -246,7 +246,7 @@ int tt_shutdown(void)
     stop_starpu();
     tt_pool_drain();
     initialized = 0;
-    tt_memory_limited = 0;
+    tt_memory_end(); /* csrc/memory.c */
     tt_submit_reset_counters();
     __atomic_store_n(&gate_state, GATE_CLOSED, __ATOMIC_SEQ_CST);
     return TT_OK;

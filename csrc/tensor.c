@@ -7,7 +7,7 @@
 #include "tt_internal.h"
 #include "tt_trace.h"
 
-static int64_t tensor_bytes(const tt_tensor *t)
+int64_t tt_tensor_bytes(const tt_tensor *t)
 {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++)
@@ -114,6 +114,7 @@ static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int d
 static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
                             int deferred, tt_tensor **out)
 {
+    int rc;
     if (!out)
         return tt_error(TT_EINVAL, "tensor_new: out is NULL");
     *out = NULL;
@@ -165,12 +166,18 @@ static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile,
             t->owner[i] = owners[i];
         }
     }
+    if (tt_memory_limited && (rc = tt_memory_check_tensor(t)) != TT_OK) {
+        free(t->handles);
+        free(t->owner);
+        free(t);
+        return rc;
+    }
     for (int64_t i = 0; i < t->ntiles; i++)
         tt_tile_init(t, i, deferred); /* csrc/tile.c */
     t->session = tt_current_session();
     tt_tensors_lock();
     tt_tensors_link(t);
-    tt_bytes_live_locked_add(tensor_bytes(t));
+    tt_bytes_live_locked_add(tt_tensor_bytes(t));
     tt_tensors_unlock();
     *out = t;
     return TT_OK;
@@ -195,7 +202,7 @@ void tt_tensor_free(tt_tensor *t)
     if (gated && !t->dead && t->session == tt_current_session() && tt_session_active()) {
         tt_ensure_running();
         tt_tensors_unlink(t);
-        tt_bytes_live_locked_add(-tensor_bytes(t));
+        tt_bytes_live_locked_add(-tt_tensor_bytes(t));
         tt_trace_forget_handles(t->handles, t->ntiles); /* the trace's per-handle DAG state */
         tt_tensor_release_tiles(t, 1); /* freed once their last tasks are done (csrc/tile.c) */
     }

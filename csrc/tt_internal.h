@@ -144,7 +144,10 @@ void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk n
 /* the memory budget (memory.c) */
 extern int tt_memory_limited; /* a CPU memory limit is set for this session */
 void tt_memory_begin(void);   /* before starpu_init */
+void tt_memory_end(void);     /* after StarPU stopped */
 int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n);
+int tt_memory_check_tensor(const tt_tensor *t); /* before registering t's tiles */
+int64_t tt_tensor_bytes(const tt_tensor *t);
 tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h (session.c; slow) */
 
 /* submission (submit.c): the only place that submits tasks.  Takes ownership of args

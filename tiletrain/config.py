@@ -41,6 +41,7 @@ _ENV = {
     "pause_when_idle": "TILETRAIN_PAUSE_WHEN_IDLE",
     "mpi_driver": "TILETRAIN_MPI_DRIVER",
     "ooc_dir": "TILETRAIN_OOC_DIR",
+    "ooc_size_mb": "TILETRAIN_OOC_SIZE_MB",
 }
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -122,6 +123,7 @@ class RuntimeConfig:
     pause_when_idle: bool = True  # put polling workers to sleep when a wait finds nothing pending
     mpi_driver: bool = True       # under MPI: StarPU-MPI's thread also runs CPU worker 0's tasks
     ooc_dir: str | None = None    # with a memory limit: a disk memory node here receives evicted tiles
+    ooc_size_mb: int | None = None  # the disk node's size (MiB; None: what is free in ooc_dir, less 1/16)
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -164,7 +166,7 @@ class RuntimeConfig:
         return cfg
 
     def validate(self) -> None:
-        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb"):
+        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb", "ooc_size_mb"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -184,6 +186,12 @@ class RuntimeConfig:
                 raise ValueError(f"ooc_dir {self.ooc_dir!r} is not an existing directory")
             if not os.access(self.ooc_dir, os.W_OK | os.X_OK):
                 raise ValueError(f"ooc_dir {self.ooc_dir!r} is not writable")
+        if self.ooc_size_mb is not None:
+            if self.ooc_dir is None:
+                raise ValueError("ooc_size needs ooc_dir")
+            if self.ooc_size_mb < 16:
+                raise ValueError(f"ooc_size must be at least 16 MiB (StarPU's smallest disk node), "
+                                 f"got {self.ooc_size_mb} MiB")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:

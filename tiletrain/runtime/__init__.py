@@ -76,7 +76,7 @@ class Runtime:
             check(lib.tt_init(c))
         self.session = lib.tt_session_id()
         if cfg.ooc_dir is not None:  # the disk node evicted tiles go to (csrc/memory.c)
-            rc = lib.tt_disk_register(os.fsencode(cfg.ooc_dir), 0)
+            rc = lib.tt_disk_register(os.fsencode(cfg.ooc_dir), (cfg.ooc_size_mb or 0) << 20)
             if rc < 0:
                 err = RuntimeError(f"ooc_dir: {cstr(lib.tt_last_error())}")
                 self._stop()
@@ -330,13 +330,15 @@ _current: Runtime | None = None
 
 
 def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = None,
-         profile: bool | None = None, mem_limit: int | str | None = None, ooc_dir=None, **options) -> Runtime:
+         profile: bool | None = None, mem_limit: int | str | None = None, ooc_dir=None,
+         ooc_size: int | str | None = None, **options) -> Runtime:
     """Start StarPU.  Arguments override the environment (STARPU_NCPU, STARPU_SCHED, ...).
 
     mem_limit: StarPU's CPU memory limit ("512M", "2G" or bytes; rounded down to MiB), the
     same as ``memory_limit_mb`` (STARPU_LIMIT_CPU_MEM).  ooc_dir: with a limit, a directory for
     a disk memory node: tiles evicted under the limit are written there (O_DIRECT where the
-    filesystem allows it) and read back before their next task (README "Memory budget")."""
+    filesystem allows it) and read back before their next task (README "Memory budget").
+    ooc_size: the disk node's size (default: what is free in ooc_dir now, less 1/16)."""
     global _current
     if _current is not None and _current.alive:
         raise RuntimeError("the tiletrain runtime is already initialised; call tiletrain.shutdown() first")
@@ -349,6 +351,9 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
         options["memory_limit_mb"] = mb
     if ooc_dir is not None:
         options["ooc_dir"] = os.fspath(ooc_dir)
+    if ooc_size is not None:
+        from ..config import parse_bytes
+        options["ooc_size_mb"] = parse_bytes(ooc_size, "ooc_size") >> 20
     cfg = RuntimeConfig.resolve(ncpu=ncpu, sched=sched, mpi=mpi, profile=profile, **options)
     rt = Runtime(cfg)
     rt._start()
