@@ -153,7 +153,10 @@ int tt_disk_register(const char *dir, int64_t bytes)
     if (bytes > avail)
         return tt_error(TT_EINVAL, "disk node: %lld bytes asked, only %lld free in %s", (long long)bytes,
                         (long long)avail, dir);
-    int o_direct = probe_o_direct(dir);
+    /* O_DIRECT writes whole pages only: tiletrain keeps its other tiles in memory (tile.c), but
+     * under MPI StarPU-MPI registers data of its own (messages that arrive before their
+     * receive is posted) that StarPU may evict too, of any size: plain unistd there */
+    int o_direct = !tt_mpi_on && probe_o_direct(dir);
     int node = starpu_disk_register(o_direct ? &starpu_disk_unistd_o_direct_ops : &starpu_disk_unistd_ops,
                                     (void *)dir, (starpu_ssize_t)bytes);
     if (node < 0)

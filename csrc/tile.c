@@ -24,6 +24,14 @@ static int ooc_mode = TT_OOC_ALL;
 
 void tt_tiles_set_ooc(int mode) { ooc_mode = mode; }
 
+/* Every tile handle, once registered (here, or a lazy tile's in csrc/mpi.c): may StarPU evict it
+ * to the disk node? */
+void tt_tile_registered(starpu_data_handle_t h)
+{
+    if (ooc_mode == TT_OOC_PAGES && starpu_data_get_size(h) % 4096)
+        starpu_data_set_ooc_flag(h, 0);
+}
+
 /* Register slot i of a new tensor (its owner already in t->owner[i]). */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred)
 {
@@ -38,8 +46,7 @@ void tt_tile_init(tt_tensor *t, int64_t i, int deferred)
         }
     }
     starpu_vector_data_register(&t->handles[i], -1, 0, nelems, t->elemsize);
-    if (ooc_mode == TT_OOC_PAGES && ((size_t)nelems * t->elemsize) % 4096)
-        starpu_data_set_ooc_flag(t->handles[i], 0);
+    tt_tile_registered(t->handles[i]);
     if (tt_mpi_on && deferred)
         tt_mpi_defer(t->handles[i], &t->owner[i], t->owner[i]);
     else if (tt_mpi_on)

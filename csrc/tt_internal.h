@@ -130,6 +130,7 @@ void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
 
 /* tile slots (tile.c): the only code that registers, resolves or releases a tile */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred);
+void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration (disk eviction rule) */
 starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i); /* registered, owner fixed */
 int tt_tile_owner(tt_tensor *t, int64_t i);                   /* its owner rank, fixed now if deferred */
 int tt_tile_is_lazy(const tt_tensor *t, int64_t i);
