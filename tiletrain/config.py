@@ -216,6 +216,8 @@ class RuntimeConfig:
             "STARPU_CALIBRATE": None if self.calibrate is None else str(self.calibrate),
             "STARPU_CATCH_SIGNALS": "0",
             "STARPU_LIMIT_CPU_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
+            # the same cap on each GPU's memory when CUDA workers start (README "Memory budget")
+            "STARPU_LIMIT_CUDA_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
         }
         # StarPU only uses OpenCL devices of GPU type unless told otherwise; tiletrain's
         # OpenCL workers are also the CPU-side second memory node (PoCL) that CI tests with.
