@@ -1,7 +1,8 @@
-/* The life cycle of one tile slot (t->handles[i]): the only code that registers, resolves,
- * materialises or releases a tile.  Expanders read t->handles[i] as submit.c's input;
- * everything that needs a registered StarPU handle outside a task (a transfer, a migration,
- * an acquire on a node) asks tt_tile_handle, and every free goes through tt_tile_release.
+/* The life cycle of one tile slot (t->handles[i]): its registration, tt_tile_handle and
+ * tt_tile_release.  Expanders read t->handles[i] as submit.c's input, and submit.c resolves a
+ * task's lazy and deferred tiles itself (csrc/mpi.c's helpers); everything else that needs a
+ * registered StarPU handle (a transfer, a migration, an acquire on a node) asks
+ * tt_tile_handle, and every free goes through tt_tile_release (whole tensors: the reaper).
  *
  * A slot is in one of three states:
  *   LAZY      under MPI, another rank's tile this rank has never touched: a tagged pointer
@@ -213,16 +214,16 @@ void tt_reaper_stop(void)
  * else (shutdown) at once, t->handles left to the caller. */
 void tt_tensor_release_tiles(tt_tensor *t, int async)
 {
+    if (!async) {
+        for (int64_t i = 0; i < t->ntiles; i++)
+            tt_tile_release(t, i, 0);
+        return;
+    }
     int64_t n = 0;
     for (int64_t i = 0; i < t->ntiles; i++) {
         starpu_data_handle_t h = slot_forget(t, i);
         if (h)
             t->handles[n++] = h; /* compacted in place: only what StarPU must unregister */
-    }
-    if (!async) {
-        for (int64_t i = 0; i < n; i++)
-            unregister(t->handles[i], 0);
-        return;
     }
     starpu_data_handle_t *hs = t->handles;
     t->handles = NULL;

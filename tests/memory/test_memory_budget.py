@@ -188,3 +188,28 @@ def test_train_cli_takes_mem_limit_and_ooc_dir(tmp_path):
         TrainArgs(ooc_dir=str(tmp_path)).validate()
     with pytest.raises(ValueError, match="--mem-limit='lots' is not a size"):
         TrainArgs(mem_limit="lots").validate()
+
+
+@pytest.mark.parametrize("async_free", ["1", "0"])
+def test_dropped_tensors_are_freed_by_the_next_wait(fresh, monkeypatch, async_free):
+    """Dropping a tensor hands its tiles to the reaper thread (TILETRAIN_ASYNC_FREE=0: the
+    caller unregisters them); either way wait() returns with them unregistered: StarPU's
+    used bytes (which include its cache of freed buffers, reused) stay about flat round after
+    round instead of growing by a tensor each time."""
+    monkeypatch.setenv("TILETRAIN_ASYNC_FREE", async_free)
+    rt = tt.init(ncpu=2, mem_limit="64M")
+    x = tt.from_numpy(np.ones((512, 512), np.float32), (64, 64))
+
+    def rounds(n):
+        for _ in range(n):
+            y = x * 2.0  # 64 tiles of 16 KiB
+            assert float(y.sum()) == 2 * 512 * 512
+            del y
+        tt.wait()
+        return rt.memory()
+
+    first = rounds(3)
+    later = rounds(10)
+    assert later["live_tensor_bytes"] == first["live_tensor_bytes"] == 512 * 512 * 4
+    # a leak would add 1 MiB a round (10 MiB); StarPU's cache may keep a few more buffers
+    assert later["starpu_used_bytes"] - first["starpu_used_bytes"] < 1 << 20, (first, later)
