@@ -15,6 +15,7 @@ median of the timed steps; `vs tt in memory`: the same model's tokens/s with no 
 
     python benchmarks/memory_scale.py [--caps 1G 4G] [--layers 2 4 8] [--widths 256 512 768 1024]
                                       [--programs ...] [--steps 3] [--ooc-dir DIR] [--timeout 600]
+                                      [--no-reference]
 """
 from __future__ import annotations
 
@@ -168,6 +169,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3, help="steps per run (the first one warms up)")
     p.add_argument("--ooc-dir", default=None, help="disk node directory (default: a temporary one in the cwd)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the uncapped tiletrain run of each largest model (`vs tt in memory`)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--width", type=int, help=argparse.SUPPRESS)
     p.add_argument("--cap", default=None, help=argparse.SUPPRESS)
@@ -209,7 +212,7 @@ def main() -> int:
                 continue
             n, l, w, r = best
             tps = B * T / median(r["times"])
-            ref = tt_in_memory(l, w)
+            ref = float("nan") if args.no_reference else tt_in_memory(l, w)
             rows.append([cap_s, program, f"{l}x{w}", f"{n / 1e6:.1f}", f"{tps:.0f}", f"{tps / ref:.2f}",
                          f"{r['rss_peak_mib']:.0f}"])
     print()
