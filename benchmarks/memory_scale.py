@@ -167,7 +167,8 @@ def main() -> int:
     p.add_argument("--widths", nargs="+", type=int, default=[256, 512, 768, 1024])
     p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
     p.add_argument("--steps", type=int, default=3, help="steps per run (the first one warms up)")
-    p.add_argument("--ooc-dir", default=None, help="disk node directory (default: a temporary one in the cwd)")
+    p.add_argument("--ooc-dir", default=None,
+                   help="disk node directory (default: a temporary one in the cwd)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the uncapped tiletrain run of each largest model (`vs tt in memory`)")
@@ -183,8 +184,9 @@ def main() -> int:
         tmp = tempfile.TemporaryDirectory(prefix="tiletrain-ooc-", dir=os.getcwd())
         args.ooc_dir = tmp.name
     print(environment())
-    print(f"GPT grid: layers {args.layers} x width {args.widths}, T={T}, B={B}, vocab {VOCAB}, float32, AdamW; "
-          f"{args.steps} steps per run ({args.steps - 1} timed); disk node in {args.ooc_dir}", flush=True)
+    print(f"GPT grid: layers {args.layers} x width {args.widths}, T={T}, B={B}, vocab {VOCAB}, float32, "
+          f"AdamW; {args.steps} steps per run ({args.steps - 1} timed); disk node in {args.ooc_dir}",
+          flush=True)
     grid = sorted(((n_params(l, w), l, w) for l in args.layers for w in args.widths))
     in_memory: dict[tuple[int, int], float] = {}  # tiletrain tokens/s without a cap
 
@@ -192,7 +194,8 @@ def main() -> int:
         if (l, w) not in in_memory:
             r = run("tt", l, w, None, args)
             in_memory[(l, w)] = B * T / median(r["times"]) if r["ok"] else float("nan")
-            print(f"  tt (no cap) {l}x{w}: {r.get('error') or f'{in_memory[(l, w)]:.0f} tokens/s'}", flush=True)
+            msg = r.get("error") or f"{in_memory[(l, w)]:.0f} tokens/s"
+            print(f"  tt (no cap) {l}x{w}: {msg}", flush=True)
         return in_memory[(l, w)]
 
     rows = []
@@ -202,7 +205,8 @@ def main() -> int:
             best = None
             for n, l, w in grid:
                 r = run(program, l, w, cap, args)
-                msg = r.get("error") or f"{B * T / median(r['times']):.0f} tokens/s, peak RSS {r['rss_peak_mib']:.0f} MiB"
+                msg = r.get("error") or (f"{B * T / median(r['times']):.0f} tokens/s, "
+                                         f"peak RSS {r['rss_peak_mib']:.0f} MiB")
                 print(f"  {cap_s} {program} {l}x{w} ({n / 1e6:.1f} M): {msg}", flush=True)
                 if not r["ok"]:
                     break
@@ -216,8 +220,8 @@ def main() -> int:
             rows.append([cap_s, program, f"{l}x{w}", f"{n / 1e6:.1f}", f"{tps:.0f}", f"{tps / ref:.2f}",
                          f"{r['rss_peak_mib']:.0f}"])
     print()
-    print(table(["cap", "program", "largest L x C", "M params", "tokens/s", "vs tt in memory", "peak RSS MiB"],
-                rows))
+    headers = ["cap", "program", "largest L x C", "M params", "tokens/s", "vs tt in memory", "peak RSS MiB"]
+    print(table(headers, rows))
     if tmp is not None:
         tmp.cleanup()
     return 0

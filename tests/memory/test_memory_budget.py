@@ -4,7 +4,6 @@ weights + gradients + AdamW state are >= 4x the cap trains out of core with the 
 losses and StarPU never holds more tile bytes than the cap; what cannot work raises a clear
 error instead of hanging."""
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -63,7 +62,8 @@ def _gpt_steps(steps=3, **init):
         done.set()
         sampler.join()
         m = rt.memory()
-        m["state_bytes"] = 4 * sum(p.numpy().nbytes for p in model.parameters())  # weights, grads, AdamW m and v
+        # weights, gradients, AdamW's two moments
+        m["state_bytes"] = 4 * sum(p.numpy().nbytes for p in model.parameters())
         return np.array(losses), peak[0], m
     finally:
         tt.shutdown()
@@ -112,12 +112,12 @@ def test_a_task_whose_tiles_exceed_the_limit_is_refused(fresh, tmp_path):
     try:
         a = tt.from_numpy(np.ones((1024, 2048), np.float32), (1024, 2048))  # one 8 MiB tile
         b = tt.from_numpy(np.ones((2048, 1024), np.float32), (2048, 1024))
-        with pytest.raises(MemoryError, match=r"gemm: one task needs 20971520 bytes of tiles .* above the memory "
-                                              r"limit of 16777216 bytes .*float32 tensor of shape "
+        with pytest.raises(MemoryError, match=r"gemm: one task needs 20971520 bytes of tiles .* above the "
+                                              r"memory limit of 16777216 bytes .*float32 tensor of shape "
                                               r"\((1024, 2048|2048, 1024)\)"):
             a @ b  # 8 + 8 MiB of operand tiles and a 4 MiB output tile: one task cannot fit
-        with pytest.raises(MemoryError, match=r"one tile of a float32 tensor of shape \(4096, 2048\) in tiles of "
-                                              r"\(4096, 2048\) is 33554432 bytes"):
+        with pytest.raises(MemoryError, match=r"one tile of a float32 tensor of shape \(4096, 2048\) in "
+                                              r"tiles of \(4096, 2048\) is 33554432 bytes"):
             tt.zeros(4096, 2048, tiles=(4096, 2048))
         assert float((a @ tt.from_numpy(np.ones((2048, 8), np.float32), (256, 8))).sum()) == 1024 * 8 * 2048
         del rt
@@ -128,8 +128,8 @@ def test_a_task_whose_tiles_exceed_the_limit_is_refused(fresh, tmp_path):
 def test_without_a_disk_node_live_tensors_beyond_the_limit_are_refused(fresh):
     tt.init(ncpu=2, mem_limit="8M")
     keep = tt.zeros(1024, 1024, tiles=(256, 256))  # 4 MiB
-    with pytest.raises(MemoryError, match=r"needs 8388608 bytes; live tensors hold 4194304 bytes, and the memory "
-                                          r"limit is 8388608 bytes .* no disk node"):
+    with pytest.raises(MemoryError, match=r"needs 8388608 bytes; live tensors hold 4194304 bytes, and the "
+                                          r"memory limit is 8388608 bytes .* no disk node"):
         tt.zeros(2048, 1024, tiles=(256, 256))
     assert float(keep.sum()) == 0.0
 

@@ -347,7 +347,8 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
         mb = parse_bytes(mem_limit) >> 20
         given = options.get("memory_limit_mb")
         if given is not None and given != mb:
-            raise ValueError(f"mem_limit={mem_limit!r} ({mb} MiB) and memory_limit_mb={given} disagree: give one")
+            raise ValueError(f"mem_limit={mem_limit!r} ({mb} MiB) and memory_limit_mb={given} disagree: "
+                             "give one")
         options["memory_limit_mb"] = mb
     if ooc_dir is not None:
         options["ooc_dir"] = os.fspath(ooc_dir)
