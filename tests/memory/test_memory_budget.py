@@ -213,3 +213,23 @@ def test_dropped_tensors_are_freed_by_the_next_wait(fresh, monkeypatch, async_fr
     assert later["live_tensor_bytes"] == first["live_tensor_bytes"] == 512 * 512 * 4
     # a leak would add 1 MiB a round (10 MiB); StarPU's cache may keep a few more buffers
     assert later["starpu_used_bytes"] - first["starpu_used_bytes"] < 1 << 20, (first, later)
+
+
+def test_checkpoint_and_resume_under_a_budget_equal_an_uninterrupted_run(fresh, tmp_path):
+    """`tiletrain train --mem-limit --ooc-dir`: stopped after 2 of 4 steps with a checkpoint,
+    then resumed (both under a 1 MiB cap with a disk node; weights + grads + AdamW state are
+    1.8 MiB), the losses are the uninterrupted in-memory run's."""
+    from tiletrain.train import TrainArgs, train
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
+    ooc = tmp_path / "ooc"
+    ooc.mkdir()
+    kw = dict(data=[str(corpus)], n_layer=2, n_head=2, n_embd=64, seq_len=16, batch=4, steps=4, warmup=1,
+              eval_every=0, sample_tokens=0, progress=False, val_fraction=0.1, tiles=(2, 16, 64), seed=3,
+              ncpu=2)
+    ref = train(TrainArgs(**kw)).train_losses
+    budget = dict(mem_limit="1M", ooc_dir=str(ooc), ckpt_dir=str(tmp_path / "ck"))
+    first = train(TrainArgs(**kw, **budget, stop_after=2)).train_losses
+    rest = train(TrainArgs(**kw, **budget, resume=True)).train_losses
+    assert len(ref) == 4
+    np.testing.assert_allclose(list(first) + list(rest), ref, rtol=1e-6, atol=0)
