@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import tiletrain as tt
+from tiletrain._ffi import lib
 from tiletrain.config import RuntimeConfig, parse_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,12 +42,15 @@ def _gpt_steps(steps=3, **init):
         opt = tt.optim.AdamW(model.parameters(), lr=1e-3)
         rng = np.random.default_rng(0)
         x, y = (rng.integers(0, 256, (4, 64)) for _ in range(2))
-        peak, done = [0], threading.Event()
+        peak, on_disk, done = [0], [0], threading.Event()
+        disk = rt.memory()["disk_node"]
 
         def sample():
             while not done.is_set():
                 used = rt.memory()["starpu_used_bytes"]
                 peak[0] = max(peak[0], used or 0)
+                if disk is not None:
+                    on_disk[0] = max(on_disk[0], lib.tt_memory_used(disk))
                 time.sleep(0.002)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -62,6 +66,7 @@ def _gpt_steps(steps=3, **init):
         done.set()
         sampler.join()
         m = rt.memory()
+        m["peak_on_disk"] = on_disk[0]
         # weights, gradients, AdamW's two moments
         m["state_bytes"] = 4 * sum(p.numpy().nbytes for p in model.parameters())
         return np.array(losses), peak[0], m
@@ -80,6 +85,7 @@ def test_gpt_trains_out_of_core_with_the_in_memory_losses(fresh, tmp_path):
     # the hooks see every tile buffer StarPU allocates in main memory: the exact peak
     assert m["peak_allocated_bytes"] is not None and m["peak_allocated_bytes"] <= limit, m
     assert m["live_tensor_bytes"] >= 3 * limit  # weights + AdamW state now: most of it lives on disk
+    assert m["peak_on_disk"] >= 2 * limit, m  # StarPU's own count of the bytes on the disk node
     assert not any(tmp_path.iterdir())  # StarPU removed its files at shutdown
 
 
