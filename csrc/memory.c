@@ -112,6 +112,27 @@ static void abort_handler(int on)
     }
 }
 
+/* At shutdown, every task done, before the tiles are unregistered: StarPU 1.3 may still be
+ * moving tiles to or from the disk node (write-backs it starts by itself under the limit), and
+ * starpu_shutdown asserts on requests still queued.  No call waits for those, so wait until
+ * the bytes on both nodes have not changed for 60 ms (at most 2 s). */
+void tt_memory_quiesce(void)
+{
+    if (disk_node < 0)
+        return;
+    size_t prev_ram = 0, prev_disk = 0;
+    int still = 0;
+    for (int i = 0; i < 100 && still < 3; i++) {
+        size_t ram = starpu_memory_get_available(STARPU_MAIN_RAM);
+        size_t disk = starpu_memory_get_available((unsigned)disk_node);
+        still = (i > 0 && ram == prev_ram && disk == prev_disk) ? still + 1 : 0;
+        prev_ram = ram;
+        prev_disk = disk;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* At shutdown, after StarPU stopped. */
 void tt_memory_end(void)
 {
@@ -204,23 +225,32 @@ int tt_disk_check(int64_t need)
 
 int tt_memory_limited = 0; /* a limit is set: tt_submit checks each task's tiles against it */
 
-/* From tensor creation: the directory still there (a stat), and, at most every 20 ms, the bytes that must be on disk
- * once every live tile is allocated (beyond the limit), less what StarPU has there already,
- * must still fit in the filesystem. */
+/* From tensor creation, before StarPU could find its disk node full (it would then wait for
+ * room forever, and abort at shutdown on the requests left): the directory still there (a
+ * stat); what must live outside main memory once every live tile is allocated, at most 7/8 of
+ * the disk node (the rest for tiles with copies both in memory and on disk); and, at most
+ * every 20 ms, the filesystem still able to take what StarPU has not written there yet. */
 static int disk_check_every(int64_t beyond_limit)
 {
     static double last = 0;
     struct stat st;
     if (stat(disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return tt_disk_check(0); /* gone: the error */
+    if (beyond_limit <= 0)
+        return TT_OK;
+    int64_t total = (int64_t)starpu_memory_get_total((unsigned)disk_node);
+    int64_t usable = total - total / 8;
+    if (beyond_limit > usable)
+        return tt_error(TT_ESTARPU, "disk node full: %lld bytes of tiles must live beyond the memory limit, the disk "
+                        "node in %s takes %lld (7/8 of its %lld bytes, ooc_size): raise ooc_size or mem_limit",
+                        (long long)beyond_limit, disk_dir, (long long)usable, (long long)total);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double now = ts.tv_sec + 1e-9 * ts.tv_nsec;
     if (now - last < 0.02)
         return TT_OK;
     last = now;
-    int64_t on_disk = (int64_t)starpu_memory_get_total((unsigned)disk_node) -
-                      (int64_t)starpu_memory_get_available((unsigned)disk_node);
+    int64_t on_disk = total - (int64_t)starpu_memory_get_available((unsigned)disk_node);
     int64_t need = beyond_limit - (on_disk > 0 ? on_disk : 0);
     return tt_disk_check(need > 0 ? need : 0);
 }

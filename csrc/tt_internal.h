@@ -146,6 +146,7 @@ void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk n
 extern int tt_memory_limited; /* a CPU memory limit is set for this session */
 void tt_memory_begin(void);   /* before starpu_init */
 void tt_memory_end(void);     /* after StarPU stopped */
+void tt_memory_quiesce(void); /* at shutdown: the disk node's transfers settled */
 int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n);
 int tt_memory_check_tensor(const tt_tensor *t); /* before registering t's tiles */
 int64_t tt_tensor_bytes(const tt_tensor *t);

@@ -146,7 +146,9 @@ def test_a_full_disk_node_is_an_error_before_the_step(fresh, tmp_path):
     from tiletrain.nn.gpt import Tiling
     tt.init(ncpu=2, mem_limit="4M", ooc_dir=tmp_path, ooc_size="16M")
     cfg = GPTConfig(vocab_size=256, block_size=64, n_layer=4, n_head=4, n_embd=512)
-    with pytest.raises(RuntimeError, match=r"disk node full: \d+ more bytes .* raise ooc_size or mem_limit"):
+    with pytest.raises(RuntimeError, match=r"disk node full: \d+ bytes of tiles must live beyond the memory "
+                                           r"limit, the disk node in .* takes 14680064 \(7/8 of its 16777216 "
+                                           r"bytes, ooc_size\): raise ooc_size or mem_limit"):
         GPT(cfg, tiling=Tiling(width=128, hidden=256, vocab=256), seed=0)  # 12.7 M parameters: 51 MB
 
 
