@@ -4,7 +4,9 @@ One Python call (tiletrain.add on tensors of T tiles of --tile elements) submits
 tasks through the C map expander.  Reported per task, medians over --reps:
   submit     the Python call: output tensor registration + T task submissions
   end-to-end the call plus running every task and waiting (tiny kernels: this is overhead)
-  free       dropping the output tensor (asynchronous unregister of T handles)
+  free       dropping the output tensor (asynchronous unregister of T handles: the Python call)
+  free+wait  dropping it and the wait that follows (until StarPU has taken every unregistration)
+TILETRAIN_ASYNC_FREE=0 unregisters on the caller's thread instead of the reaper thread.
 
     python benchmarks/task_overhead.py [--tiles-count 16384] [--scheds eager lws dmda]
 """
@@ -38,7 +40,7 @@ def main() -> int:
     x = np.arange(ntiles * tile, dtype=np.float32)
     rows = []
     for sched in args.scheds:
-        sub, e2e, free = [], [], []
+        sub, e2e, free, freew = [], [], [], []
         with tt.init(ncpu=args.ncpu, sched=sched, calibrate=None):
             a = tt.from_numpy(x, tile)
             b = tt.from_numpy(x, tile)
@@ -56,18 +58,21 @@ def main() -> int:
                 del c
                 t3 = time.perf_counter()
                 tt.wait()
+                t4 = time.perf_counter()
                 sub.append((t1 - t0) / ntiles)
                 e2e.append((t2 - t0) / ntiles)
                 free.append((t3 - t2) / ntiles)
+                freew.append((t4 - t2) / ntiles)
             check = tt.add(a, b).numpy()
             if not np.array_equal(check, 2 * x):
                 print(f"{sched}: wrong result")
                 return 1
             del a, b
-        rows.append([sched, f"{median(sub) * 1e6:.2f}", f"{median(e2e) * 1e6:.2f}", f"{median(free) * 1e6:.2f}"])
+        rows.append([sched, f"{median(sub) * 1e6:.2f}", f"{median(e2e) * 1e6:.2f}", f"{median(free) * 1e6:.2f}",
+                     f"{median(freew) * 1e6:.2f}"])
         print(f"  {sched}: done", flush=True)
     print()
-    print(table(["sched", "submit us/task", "end-to-end us/task", "free us/tile"], rows))
+    print(table(["sched", "submit us/task", "end-to-end us/task", "free us/tile", "free+wait us/tile"], rows))
     return 0
 
 

@@ -139,7 +139,7 @@ int tt_cuda_memory_node(int devid)
                     "(start it with ncuda >= 1, with a StarPU built with CUDA: scripts/build-starpu.sh)", devid);
 }
 
-int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr, int64_t *nbytes)
+int tt_tile_acquire_on_node(tt_tensor *t, int64_t tile, int node, int write, void **ptr, int64_t *nbytes)
 {
     int rc = write ? tt_check_tensor(t, "tile acquire") : tt_check_readable(t, "tile acquire");
     if (rc)
@@ -152,7 +152,7 @@ int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr,
     if (!ptr || !nbytes)
         return tt_error(TT_EINVAL, "tile acquire: NULL output");
     tt_ensure_running();
-    starpu_data_handle_t h = t->handles[tile] = tt_mpi_materialize(t->handles[tile]);
+    starpu_data_handle_t h = tt_tile_handle(t, tile);
     int ret = starpu_data_acquire_on_node(h, node, write ? STARPU_W : STARPU_R);
     if (ret != 0)
         return tt_error(TT_ESTARPU, "starpu_data_acquire_on_node failed on tile %lld (%d)", (long long)tile, ret);
@@ -163,14 +163,14 @@ int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr,
     return TT_OK;
 }
 
-int tt_tile_release(tt_tensor *t, int64_t tile, int node)
+int tt_tile_release_on_node(tt_tensor *t, int64_t tile, int node)
 {
     int rc = tt_check_tensor(t, "tile release");
     if (rc)
         return rc;
     if (tile < 0 || tile >= t->ntiles)
         return tt_error(TT_EINVAL, "tile release: tile %lld out of range", (long long)tile);
-    starpu_data_release_on_node(t->handles[tile], node);
+    starpu_data_release_on_node(tt_tile_handle(t, tile), node);
     return TT_OK;
 }
 

@@ -522,6 +522,7 @@ starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h)
     lazy_tile *z = lazy_of(h);
     starpu_data_handle_t real;
     starpu_vector_data_register(&real, -1, 0, z->nelems, z->elemsize);
+    tt_tile_registered(real); /* csrc/tile.c */
     starpu_mpi_data_register(real, z->tag, z->owner);
     *z->slot = real;
     free(z);

@@ -5,9 +5,9 @@
  * Through glibc that means fresh pages each time (the zero-fill page faults land in the
  * kernels that first write the buffers: 10-20 % of a forward gemm).  This keeps freed
  * buffers in exact-size free lists (bounded in bytes) and hands them back to the next
- * allocation of that size.  Installed only with CPU workers alone and no StarPU memory
- * limit (pinning and StarPU's accounting then stay StarPU's business); the cap in MiB comes
- * from TILETRAIN_BUFFER_POOL_MB (default 1024; 0 turns the pool off). */
+ * allocation of that size.  Installed only with CPU workers alone (pinning stays StarPU's
+ * business); the cap in MiB comes from TILETRAIN_BUFFER_POOL_MB (default 1024; 0 turns the
+ * pool off), and is 0 under a StarPU memory limit (only counting: see tt_pool_install). */
 #include <errno.h>
 #include <pthread.h>
 #include <starpu.h>
@@ -28,6 +28,7 @@ struct bucket {
 static struct bucket buckets[POOL_NBUCKETS];
 static size_t cached_bytes, cap_bytes;
 static int installed;
+static size_t align_bytes = POOL_ALIGN;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Bytes of tile buffers StarPU holds from the hooks (handed out, not yet given back), and
@@ -64,7 +65,7 @@ static int pool_malloc(unsigned node, void **A, size_t dim, int flags)
             return 0;
         }
     }
-    if (posix_memalign(A, dim >= HUGE_BYTES ? HUGE_BYTES : POOL_ALIGN, dim ? dim : 1) != 0) {
+    if (posix_memalign(A, dim >= HUGE_BYTES ? HUGE_BYTES : align_bytes, dim ? dim : 1) != 0) {
         *A = NULL;
         return -ENOMEM;
     }
@@ -115,7 +116,7 @@ static int pool_free(unsigned node, void *A, size_t dim, int flags)
 void tt_pool_install(void)
 {
     const char *limit = getenv("STARPU_LIMIT_CPU_MEM"); /* RuntimeConfig.memory_limit_mb */
-    if (starpu_cuda_worker_get_count() > 0 || starpu_opencl_worker_get_count() > 0 || (limit && limit[0]))
+    if (starpu_cuda_worker_get_count() > 0 || starpu_opencl_worker_get_count() > 0)
         return;
     long mb = 1024;
     const char *env = getenv("TILETRAIN_BUFFER_POOL_MB");
@@ -127,7 +128,13 @@ void tt_pool_install(void)
     }
     if (mb == 0)
         return;
-    cap_bytes = (size_t)mb << 20;
+    /* Under a memory limit the pool keeps nothing: a cached buffer is memory outside StarPU's
+     * accounting, which the limit must cover.  The hooks still count the bytes StarPU holds
+     * (tt_pool_bytes: the peak under the limit). */
+    cap_bytes = (limit && limit[0]) ? 0 : (size_t)mb << 20;
+    /* page-aligned under a limit: the O_DIRECT disk node (csrc/memory.c) reads and writes the
+     * buffers directly, which needs them aligned as StarPU's own allocator would then do */
+    align_bytes = (limit && limit[0]) ? 4096 : POOL_ALIGN;
     /* posix_memalign'ed buffers are free()-compatible with StarPU's own allocator, so
      * buffers allocated before or after the hooks are freed correctly either way */
     starpu_malloc_set_hooks(pool_malloc, pool_free);

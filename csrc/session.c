@@ -68,6 +68,21 @@ void tt_tensors_unlink(struct tt_tensor *t)
     t->prev = t->next = NULL;
 }
 
+/* The live tensor whose tiles include h (error messages only: a scan of every tile). */
+tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h)
+{
+    tt_tensor *found = NULL;
+    tt_tensors_lock();
+    for (struct tt_tensor *t = live_tensors; t && !found; t = t->next)
+        for (int64_t i = 0; i < t->ntiles; i++)
+            if (t->handles[i] == h) {
+                found = t;
+                break;
+            }
+    tt_tensors_unlock();
+    return found;
+}
+
 /* At shutdown: unregister every live tensor's tiles and mark it dead, so that a Python
  * object that outlives the runtime raises instead of touching freed handles. */
 void tt_tensors_kill_all(void)
@@ -76,14 +91,7 @@ void tt_tensors_kill_all(void)
     struct tt_tensor *t = live_tensors;
     while (t) {
         struct tt_tensor *next = t->next;
-        for (int64_t i = 0; i < t->ntiles; i++) {
-            if (tt_mpi_on && t->owner[i] < 0)
-                tt_mpi_forget(t->handles[i]); /* deferred owner, never written */
-            if (tt_handle_lazy(t->handles[i]))
-                tt_mpi_lazy_free(t->handles[i]);
-            else
-                starpu_data_unregister_no_coherency(t->handles[i]);
-        }
+        tt_tensor_release_tiles(t, 0); /* every task is done (csrc/tile.c) */
         t->dead = 1;
         t->prev = t->next = NULL;
         t = next;
@@ -153,6 +161,7 @@ int tt_init(const tt_config *cfg)
     if (!cfg)
         return tt_error(TT_EINVAL, "config is NULL");
     tt_blas_single_thread(); /* csrc/kernels/cpu/tt_blas.h */
+    tt_memory_begin();       /* the memory limit StarPU will read (csrc/memory.c) */
 
     struct starpu_conf conf;
     starpu_conf_init(&conf);
@@ -225,17 +234,20 @@ int tt_shutdown(void)
         nanosleep(&ts, NULL);
     }
     tt_ensure_running();
+    tt_reaper_stop(); /* the tensors freed so far are unregistered (csrc/tile.c) */
     if (tt_mpi_on)
         tt_mpi_quiesce(); /* every rank's shutdown meets here; a diverged rank aborts the job */
     else
         wait_everything();
     stop_waiter();
+    tt_memory_quiesce(); /* the disk node's own transfers (csrc/memory.c) */
     tt_trace_session_end();
     tt_tensors_kill_all();
     tt_devices_shutdown();
     stop_starpu();
     tt_pool_drain();
     initialized = 0;
+    tt_memory_end(); /* csrc/memory.c */
     tt_submit_reset_counters();
     __atomic_store_n(&gate_state, GATE_CLOSED, __ATOMIC_SEQ_CST);
     return TT_OK;
@@ -247,6 +259,7 @@ int tt_wait_all(void)
     if (rc)
         return rc;
     tt_ensure_running();
+    tt_reaper_flush(); /* dropped tensors' unregistrations are submitted first */
     rc = wait_everything();
     tt_gate_leave();
     return rc;
@@ -363,6 +376,7 @@ int tt_wait_for(double seconds)
     if (rc)
         return rc;
     tt_ensure_running();
+    tt_reaper_flush();
     if (starpu_task_nsubmitted() == 0)
         rc = 1;
     else

@@ -208,6 +208,13 @@ static int submit(int kernel, void *args, const starpu_data_handle_t *handles,
         return tt_error(TT_EINVAL, "%s: dtype %s is not supported by this kernel (it takes %s)", k->name,
                         tt_dtype_name((int)dtype), tt_dtype_list(k->dtypes));
     }
+    if (__builtin_expect(tt_memory_limited, 0)) { /* its tiles must fit under the limit (csrc/memory.c) */
+        int rc = tt_memory_check_task(kernel, handles, k->nbuffers);
+        if (rc) {
+            free(args);
+            return rc;
+        }
+    }
     tt_ensure_running();
 #ifdef TT_HAVE_MPI
     if (__builtin_expect(tt_mpi_on, 0))

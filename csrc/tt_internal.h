@@ -119,7 +119,7 @@ static inline int tt_same_layout(const tt_tensor *a, const tt_tensor *b)
     return 1;
 }
 
-/* tensors (handle.c) */
+/* tensors (tensor.c) */
 int tt_check_tensor(const tt_tensor *t, const char *what);
 /* tt_check_tensor + the tensor must hold data (StarPU aborts on reading a never-written tile) */
 int tt_check_readable(const tt_tensor *t, const char *what);
@@ -128,6 +128,30 @@ void tt_tile_shape(const tt_tensor *t, const int64_t *idx, int64_t *out);
 int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx);
 int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx);
 void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
+
+/* tile slots (tile.c): the only code that registers, resolves or releases a tile */
+void tt_tile_init(tt_tensor *t, int64_t i, int deferred);
+void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration (disk eviction rule) */
+starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i); /* registered, owner fixed */
+int tt_tile_owner(tt_tensor *t, int64_t i);                   /* its owner rank, fixed now if deferred */
+int tt_tile_is_lazy(const tt_tensor *t, int64_t i);
+void tt_tile_release(tt_tensor *t, int64_t i, int async);
+/* every slot of t; async: t->handles is taken (the reaper thread unregisters the tiles) */
+void tt_tensor_release_tiles(tt_tensor *t, int async);
+void tt_reaper_flush(void); /* every queued unregistration submitted to StarPU */
+void tt_reaper_stop(void);  /* at shutdown, gate closed */
+enum { TT_OOC_ALL = 0, TT_OOC_PAGES = 1 };
+void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk node */
+
+/* the memory budget (memory.c) */
+extern int tt_memory_limited; /* a CPU memory limit is set for this session */
+void tt_memory_begin(void);   /* before starpu_init */
+void tt_memory_end(void);     /* after StarPU stopped */
+void tt_memory_quiesce(void); /* at shutdown: the disk node's transfers settled */
+int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n);
+int tt_memory_check_tensor(const tt_tensor *t); /* before registering t's tiles */
+int64_t tt_tensor_bytes(const tt_tensor *t);
+tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h (session.c; slow) */
 
 /* submission (submit.c): the only place that submits tasks.  Takes ownership of args
  * (malloc'ed, kernel's args struct); modes may be NULL for the table's modes. */

@@ -1,4 +1,4 @@
-/* Internal hooks of the trace module (csrc/trace.c) for submit.c, session.c and handle.c.
+/* Internal hooks of the trace module (csrc/trace.c) for submit.c, session.c and tensor.c.
  *
  * Everything here costs one predictable branch when tracing, priority plans and affinity
  * are all off: submit.c tests tt_submit_hooks_on before calling tt_trace_on_submit.
@@ -23,7 +23,7 @@ void tt_trace_on_submit_failed(struct starpu_task *task);
 void tt_trace_session_begin(int profiling);
 void tt_trace_session_end(void);
 
-/* handle.c: these tile handles are about to be unregistered */
+/* tensor.c: these tile handles are about to be unregistered */
 void tt_trace_forget_handles(const starpu_data_handle_t *handles, int64_t n);
 
 /* sched registry (csrc/sched/registry.c): NULL if `name` is not one of tiletrain's policies */

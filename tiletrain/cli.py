@@ -146,6 +146,11 @@ def _add_train(sub) -> None:
     g = p.add_argument_group("runtime")
     g.add_argument("--tiles", type=_tiles, default=None, help="tile sizes B,T,C (default: chosen from the model)")
     _runtime_args(g)
+    g.add_argument("--mem-limit", default=None, metavar="SIZE",
+                   help="cap StarPU's CPU memory, e.g. 2G or 512M (README 'Memory budget')")
+    g.add_argument("--ooc-dir", default=None, metavar="DIR",
+                   help="with --mem-limit: a directory for a disk memory node receiving the tiles evicted "
+                        "under the limit (out-of-core training)")
     g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"], help="parameter and activation dtype")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights, batches and dropout")
     g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data", "pipeline+data"],

@@ -40,7 +40,30 @@ _ENV = {
     "memory_limit_mb": "STARPU_LIMIT_CPU_MEM",
     "pause_when_idle": "TILETRAIN_PAUSE_WHEN_IDLE",
     "mpi_driver": "TILETRAIN_MPI_DRIVER",
+    "ooc_dir": "TILETRAIN_OOC_DIR",
+    "ooc_size_mb": "TILETRAIN_OOC_SIZE_MB",
 }
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(value, what: str = "mem_limit") -> int:
+    """Bytes from an int or a string such as "512M", "2G", "1.5GiB", "4096" (binary units:
+    K/M/G/T = 2**10/20/30/40; an optional trailing "B" or "iB")."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what} must be an int (bytes) or a string such as '512M' or '2G', "
+                        f"got {type(value).__name__}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", value.upper())
+        if not m:
+            raise ValueError(f"{what}={value!r} is not a size: use bytes or a number with K, M, G or T "
+                             "(binary units), e.g. '512M' or '2G'")
+        n = int(float(m.group(1)) * _UNITS[m.group(2)])
+    if n < 1 << 20:
+        raise ValueError(f"{what} must be at least 1 MiB, got {n} bytes")
+    return n
 
 
 def _env_int(name: str, value: str) -> int:
@@ -99,6 +122,8 @@ class RuntimeConfig:
     memory_limit_mb: int | None = None  # cap on StarPU's CPU memory (MiB); enables memory accounting
     pause_when_idle: bool = True  # put polling workers to sleep when a wait finds nothing pending
     mpi_driver: bool = True       # under MPI: StarPU-MPI's thread also runs CPU worker 0's tasks
+    ooc_dir: str | None = None    # with a memory limit: a disk memory node here receives evicted tiles
+    ooc_size_mb: int | None = None  # the disk node's size (MiB; None: what is free in ooc_dir, less 1/16)
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -119,7 +144,7 @@ class RuntimeConfig:
                 continue
             if f.name in ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver"):
                 values[f.name] = _env_bool(_ENV[f.name], env)
-            elif f.name == "sched":
+            elif f.name in ("sched", "ooc_dir"):
                 values[f.name] = env or None
             else:
                 values[f.name] = _env_int(_ENV[f.name], env)
@@ -141,7 +166,7 @@ class RuntimeConfig:
         return cfg
 
     def validate(self) -> None:
-        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb"):
+        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb", "ooc_size_mb"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -149,6 +174,24 @@ class RuntimeConfig:
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if self.ncpu == 0 and not self.ncuda and not self.nopencl:
             raise ValueError("ncpu=0 with no CUDA or OpenCL worker leaves StarPU without workers")
+        if self.memory_limit_mb == 0:
+            raise ValueError("memory_limit_mb must be >= 1 (StarPU's limit is in MiB)")
+        if self.ooc_dir is not None:
+            if not isinstance(self.ooc_dir, str) or not self.ooc_dir:
+                raise TypeError(f"ooc_dir must be a directory path, got {self.ooc_dir!r}")
+            if self.memory_limit_mb is None:
+                raise ValueError("ooc_dir needs a memory limit (mem_limit='2G'): StarPU evicts tiles to the "
+                                 "disk node only when main memory reaches its limit")
+            if not os.path.isdir(self.ooc_dir):
+                raise ValueError(f"ooc_dir {self.ooc_dir!r} is not an existing directory")
+            if not os.access(self.ooc_dir, os.W_OK | os.X_OK):
+                raise ValueError(f"ooc_dir {self.ooc_dir!r} is not writable")
+        if self.ooc_size_mb is not None:
+            if self.ooc_dir is None:
+                raise ValueError("ooc_size needs ooc_dir")
+            if self.ooc_size_mb < 16:
+                raise ValueError(f"ooc_size must be at least 16 MiB (StarPU's smallest disk node), "
+                                 f"got {self.ooc_size_mb} MiB")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:
@@ -173,6 +216,8 @@ class RuntimeConfig:
             "STARPU_CALIBRATE": None if self.calibrate is None else str(self.calibrate),
             "STARPU_CATCH_SIGNALS": "0",
             "STARPU_LIMIT_CPU_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
+            # the same cap on each GPU's memory when CUDA workers start (README "Memory budget")
+            "STARPU_LIMIT_CUDA_MEM": None if self.memory_limit_mb is None else str(self.memory_limit_mb),
         }
         # StarPU only uses OpenCL devices of GPU type unless told otherwise; tiletrain's
         # OpenCL workers are also the CPU-side second memory node (PoCL) that CI tests with.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import os
 import signal
 import sys
 import time
@@ -59,6 +60,8 @@ class TrainArgs:
     tiles: tuple[int, int, int] | None = None  # (batch, time, width) tile sizes; None: defaults
     sched: str | None = None
     ncpu: int | None = None
+    mem_limit: str | None = None    # StarPU's CPU memory limit ("2G"; tt.init(mem_limit=...)); None: none
+    ooc_dir: str | None = None      # with mem_limit: a disk node directory for evicted tiles
     dtype: str = "float32"
     seed: int = 0
     dist: str = "single"  # under mpirun: single | pipeline | data | pipeline+data (tiletrain/parallel.py)
@@ -101,6 +104,14 @@ class TrainArgs:
             raise ValueError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype must be float32 or float64, got {self.dtype!r}")
+        if self.mem_limit is not None:
+            from .config import parse_bytes
+            parse_bytes(self.mem_limit, "--mem-limit")
+        if self.ooc_dir is not None:
+            if self.mem_limit is None:
+                raise ValueError("--ooc-dir needs --mem-limit (tiles are evicted to disk only under a limit)")
+            if not os.path.isdir(self.ooc_dir):
+                raise ValueError(f"--ooc-dir {self.ooc_dir!r} is not an existing directory")
         if self.min_lr > self.lr:
             raise ValueError(f"--min-lr {self.min_lr} must not exceed --lr {self.lr}")
         if self.resume and not self.ckpt_dir:
@@ -488,7 +499,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         if world_size() == 1:
             raise
         up_front_error = exc
-    rt = tt.init(ncpu=args.ncpu, sched=args.sched)
+    rt = tt.init(ncpu=args.ncpu, sched=args.sched, mem_limit=args.mem_limit, ooc_dir=args.ooc_dir)
     if world_size() > 1:
         _agree_up_front(up_front_error, args)
     try:

@@ -90,9 +90,19 @@ int64_t tt_bytes_live(void);       /* bytes of the tiles of live (not yet freed)
 int64_t tt_bytes_created(void);    /* bytes of all tensors created since init (monotonic) */
 /* tile buffers StarPU holds in main memory through the buffer pool's hooks (csrc/pool.c):
  * now (peak = 0) or the most since the last tt_pool_reset_peak (peak = 1); -1 when the
- * hooks are not installed (GPU or OpenCL workers, a memory limit, TILETRAIN_BUFFER_POOL_MB=0) */
+ * hooks are not installed (GPU or OpenCL workers, TILETRAIN_BUFFER_POOL_MB=0) */
 int64_t tt_pool_bytes(int peak);
 void tt_pool_reset_peak(void);
+/* the memory budget (csrc/memory.c): a disk memory node in dir for evicted tiles (bytes <= 0:
+ * what is free there now, less a margin; O_DIRECT where the filesystem allows it), after
+ * tt_init with a memory limit; returns the node or an error.  tt_disk_check: TT_OK, or an
+ * error when its directory is gone or has fewer than `need` bytes free. */
+int tt_disk_register(const char *dir, int64_t bytes);
+int tt_disk_node(void);     /* -1: none */
+int tt_disk_o_direct(void); /* 1: unistd_o_direct, 0: unistd */
+int tt_disk_check(int64_t need);
+int64_t tt_memory_limit(void); /* this session's CPU memory limit in bytes, -1: none */
+int tt_tensor_wont_use(tt_tensor *t); /* starpu_data_wont_use on its tiles: evict them first */
 
 /* tensors (csrc/handle.c): one StarPU handle per tile, tiles stored row-major */
 int tt_tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out);
@@ -268,8 +278,8 @@ int tt_get_where(void);
 int tt_cuda_memory_node(int devid);     /* StarPU memory node of CUDA device devid */
 /* Acquire one tile on a memory node (write: its old contents are discarded) and get its
  * address there; release it after use. */
-int tt_tile_acquire(tt_tensor *t, int64_t tile, int node, int write, void **ptr, int64_t *nbytes);
-int tt_tile_release(tt_tensor *t, int64_t tile, int node);
+int tt_tile_acquire_on_node(tt_tensor *t, int64_t tile, int node, int write, void **ptr, int64_t *nbytes);
+int tt_tile_release_on_node(tt_tensor *t, int64_t tile, int node);
 /* Run one kernel synchronously on caller buffers, on the worker kinds in mask (tests). */
 int tt_run_kernel(int kernel, const void *args, int nbuf, void *const *bufs, const int64_t *nbytes, int mask);
 

@@ -164,7 +164,7 @@ def test_results_chain_without_waiting(rng):
     from tiletrain._ffi import check, ffi, lib
     a = rng.standard_normal((33, 17))
     A = tt.from_numpy(a, (8, 8))
-    check(lib.tt_tile_acquire(A._ptr, 0, 0, 1, ffi.new("void **"), ffi.new("int64_t *")))
+    check(lib.tt_tile_acquire_on_node(A._ptr, 0, 0, 1, ffi.new("void **"), ffi.new("int64_t *")))
     ref, out = a, {}
 
     def submit():
@@ -177,7 +177,7 @@ def test_results_chain_without_waiting(rng):
     th.start()
     th.join(60)
     submitted_without_waiting, pending = not th.is_alive(), lib.tt_pending()
-    check(lib.tt_tile_release(A._ptr, 0, 0))
+    check(lib.tt_tile_release_on_node(A._ptr, 0, 0))
     th.join()
     assert submitted_without_waiting, "submitting the chain waited for its tasks"
     assert pending > 0  # the tasks that read tile 0 of A were still held back

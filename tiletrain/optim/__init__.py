@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .._ffi import lib
+from .._ffi import check, lib
 from ..ops.autograd import no_grad
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor, TensorTraits, from_numpy, zeros
@@ -178,6 +178,9 @@ class AdamW(Optimizer):
         run_map("adamw", p.grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
                 beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]), bc1=1.0 - b1 ** t,
                 bc2=1.0 - b2 ** t)
+        if lib.tt_memory_limit() >= 0:  # under a memory budget: the state is done until the next step
+            check(lib.tt_tensor_wont_use(st["exp_avg"]._ptr))
+            check(lib.tt_tensor_wont_use(st["exp_avg_sq"]._ptr))
 
 
 class SGD(Optimizer):

@@ -75,6 +75,12 @@ class Runtime:
         with _environment(cfg.starpu_env()):
             check(lib.tt_init(c))
         self.session = lib.tt_session_id()
+        if cfg.ooc_dir is not None:  # the disk node evicted tiles go to (csrc/memory.c)
+            rc = lib.tt_disk_register(os.fsencode(cfg.ooc_dir), (cfg.ooc_size_mb or 0) << 20)
+            if rc < 0:
+                err = RuntimeError(f"ooc_dir: {cstr(lib.tt_last_error())}")
+                self._stop()
+                raise err
         try:
             check_started(cfg, self.workers())
         except RuntimeError:
@@ -147,7 +153,7 @@ class Runtime:
 
     def memory(self) -> dict:
         """Bytes of live tensors' tiles, and StarPU's own accounting of main memory (used and
-        limit; None unless a memory limit is set: ``init(memory_limit_mb=...)``)."""
+        limit; None unless a memory limit is set: ``init(mem_limit="2G")``)."""
         used, total = lib.tt_memory_used(0), lib.tt_memory_total(0)
         held, peak = lib.tt_pool_bytes(0), lib.tt_pool_bytes(1)
         return {"live_tensor_bytes": lib.tt_bytes_live(),
@@ -156,9 +162,18 @@ class Runtime:
                 "starpu_limit_bytes": None if total < 0 else total,
                 # tile buffers StarPU has allocated in main memory (now, and the most since
                 # reset_peak_memory(); None unless the buffer pool's hooks are installed:
-                # CPU workers only, no memory limit, TILETRAIN_BUFFER_POOL_MB not 0)
+                # CPU workers only, TILETRAIN_BUFFER_POOL_MB not 0)
                 "allocated_bytes": None if held < 0 else held,
-                "peak_allocated_bytes": None if peak < 0 else peak}
+                "peak_allocated_bytes": None if peak < 0 else peak,
+                # the disk memory node evicted tiles go to (init(ooc_dir=...)), None without one
+                "disk_node": None if lib.tt_disk_node() < 0 else lib.tt_disk_node(),
+                "disk_o_direct": bool(lib.tt_disk_o_direct()) if lib.tt_disk_node() >= 0 else None}
+
+    def check_disk(self, need: int = 0) -> None:
+        """Raise RuntimeError when the disk node's directory is gone or has fewer than ``need``
+        bytes free (training checks before each step: StarPU 1.3 fails deep inside an
+        eviction otherwise).  Nothing to check without a disk node."""
+        check(lib.tt_disk_check(int(need)))
 
     def reset_peak_memory(self) -> None:
         """Start a new peak for ``memory()["peak_allocated_bytes"]`` at the bytes held now."""
@@ -315,11 +330,31 @@ _current: Runtime | None = None
 
 
 def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = None,
-         profile: bool | None = None, **options) -> Runtime:
-    """Start StarPU.  Arguments override the environment (STARPU_NCPU, STARPU_SCHED, ...)."""
+         profile: bool | None = None, mem_limit: int | str | None = None, ooc_dir=None,
+         ooc_size: int | str | None = None, **options) -> Runtime:
+    """Start StarPU.  Arguments override the environment (STARPU_NCPU, STARPU_SCHED, ...).
+
+    mem_limit: StarPU's CPU memory limit ("512M", "2G" or bytes; rounded down to MiB), the
+    same as ``memory_limit_mb`` (STARPU_LIMIT_CPU_MEM).  ooc_dir: with a limit, a directory for
+    a disk memory node: tiles evicted under the limit are written there (O_DIRECT where the
+    filesystem allows it) and read back before their next task (README "Memory budget").
+    ooc_size: the disk node's size (default: what is free in ooc_dir now, less 1/16)."""
     global _current
     if _current is not None and _current.alive:
         raise RuntimeError("the tiletrain runtime is already initialised; call tiletrain.shutdown() first")
+    if mem_limit is not None:
+        from ..config import parse_bytes
+        mb = parse_bytes(mem_limit) >> 20
+        given = options.get("memory_limit_mb")
+        if given is not None and given != mb:
+            raise ValueError(f"mem_limit={mem_limit!r} ({mb} MiB) and memory_limit_mb={given} disagree: "
+                             "give one")
+        options["memory_limit_mb"] = mb
+    if ooc_dir is not None:
+        options["ooc_dir"] = os.fspath(ooc_dir)
+    if ooc_size is not None:
+        from ..config import parse_bytes
+        options["ooc_size_mb"] = parse_bytes(ooc_size, "ooc_size") >> 20
     cfg = RuntimeConfig.resolve(ncpu=ncpu, sched=sched, mpi=mpi, profile=profile, **options)
     rt = Runtime(cfg)
     rt._start()

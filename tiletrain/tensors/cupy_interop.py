@@ -52,13 +52,13 @@ def to_cupy(t: Tensor):
     ptr, nbytes = ffi.new("void **"), ffi.new("int64_t *")
     stream = cp.cuda.get_current_stream()
     for i, idx in enumerate(t.traits.tile_indices()):
-        check(lib.tt_tile_acquire(ptr_, i, node, 0, ptr, nbytes))
+        check(lib.tt_tile_acquire_on_node(ptr_, i, node, 0, ptr, nbytes))
         try:
             tile = _tile_view(cp, ptr[0], nbytes[0], t.traits.tile_shape_at(idx), t.dtype, dev)
             out[_slices(t.traits, idx)] = tile
             stream.synchronize()  # the copy must finish before StarPU may move or free the tile
         finally:
-            check(lib.tt_tile_release(ptr_, i, node))
+            check(lib.tt_tile_release_on_node(ptr_, i, node))
     return out
 
 
@@ -75,13 +75,13 @@ def from_cupy(array, tiles=None) -> Tensor:
     ptr, nbytes = ffi.new("void **"), ffi.new("int64_t *")
     stream = cp.cuda.get_current_stream()
     for i, idx in enumerate(t.traits.tile_indices()):
-        check(lib.tt_tile_acquire(t._ptr, i, node, 1, ptr, nbytes))
+        check(lib.tt_tile_acquire_on_node(t._ptr, i, node, 1, ptr, nbytes))
         try:
             tile = _tile_view(cp, ptr[0], nbytes[0], t.traits.tile_shape_at(idx), dtype, dev)
             tile[...] = array[_slices(t.traits, idx)]
             stream.synchronize()
         finally:
-            check(lib.tt_tile_release(t._ptr, i, node))
+            check(lib.tt_tile_release_on_node(t._ptr, i, node))
     return t
 
 

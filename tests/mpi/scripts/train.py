@@ -1,6 +1,6 @@
 """`tiletrain train` (TrainArgs, from Python) on a tiny GPT for a few steps.
 argv: out tag [key=value ...] (TrainArgs fields: dist, dtype, data, n_layer, batch, steps,
-stop_after, ckpt_dir, resume).  Saves to <out>/<tag>-rank<r>.npz: the train losses, how many
+stop_after, ckpt_dir, resume, mem_limit, ooc_dir).  Saves to <out>/<tag>-rank<r>.npz: the train losses, how many
 times this rank wrote a checkpoint, the tasks this rank's workers executed, and the owners
 of a few parameters (first/last block, wte)."""
 import sys
@@ -19,7 +19,7 @@ kw = dict(n_layer=2, n_head=2, n_embd=16, seq_len=8, batch=4, steps=4, warmup=1,
 for item in sys.argv[3:]:
     k, v = item.split("=", 1)
     kw[k] = {"data": lambda s: [s], "resume": lambda s: s == "1", "ckpt_dir": str, "dist": str, "stages": int,
-             "dtype": str}.get(k, int)(v)
+             "dtype": str, "mem_limit": str, "ooc_dir": str}.get(k, int)(v)
 info = {"saves": 0, "executed": 0, "owners": {}}
 
 _save, _shutdown, _place = ck.save, tt.shutdown, par.place

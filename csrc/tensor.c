@@ -1,11 +1,13 @@
-/* Tiled tensors: one StarPU vector handle per tile, each tile a contiguous row-major block. */
+/* Tiled tensors: geometry, creation, free, migration and whole-tensor reads and writes.
+ * One StarPU vector handle per tile, each tile a contiguous row-major block; the tile slots
+ * themselves (registration, states, release) are csrc/tile.c's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tt_internal.h"
 #include "tt_trace.h"
 
-static int64_t tensor_bytes(const tt_tensor *t)
+int64_t tt_tensor_bytes(const tt_tensor *t)
 {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++)
@@ -112,6 +114,7 @@ static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int d
 static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,
                             int deferred, tt_tensor **out)
 {
+    int rc;
     if (!out)
         return tt_error(TT_EINVAL, "tensor_new: out is NULL");
     *out = NULL;
@@ -163,30 +166,18 @@ static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile,
             t->owner[i] = owners[i];
         }
     }
-    int64_t idx[TT_MAX_NDIM];
-    int me = tt_mpi_rank();
-    for (int64_t i = 0; i < t->ntiles; i++) {
-        tt_tile_index(t, i, idx);
-        if (tt_mpi_on && !deferred && t->owner[i] != me) { /* registered if this rank ever needs it */
-            starpu_data_handle_t z = tt_mpi_lazy_new(&t->handles[i], (uint32_t)tt_tile_nelems(t, idx), es,
-                                                     t->owner[i]);
-            if (z) {
-                t->handles[i] = z;
-                continue;
-            }
-        }
-        /* home node -1: StarPU allocates the tile where it is first written (under MPI, on
-         * the ranks that own it or receive a copy). */
-        starpu_vector_data_register(&t->handles[i], -1, 0, (uint32_t)tt_tile_nelems(t, idx), es);
-        if (tt_mpi_on && deferred)
-            tt_mpi_defer(t->handles[i], &t->owner[i], t->owner[i]);
-        else if (tt_mpi_on)
-            tt_mpi_register(t->handles[i], t->owner[i]);
+    if (tt_memory_limited && (rc = tt_memory_check_tensor(t)) != TT_OK) {
+        free(t->handles);
+        free(t->owner);
+        free(t);
+        return rc;
     }
+    for (int64_t i = 0; i < t->ntiles; i++)
+        tt_tile_init(t, i, deferred); /* csrc/tile.c */
     t->session = tt_current_session();
     tt_tensors_lock();
     tt_tensors_link(t);
-    tt_bytes_live_locked_add(tensor_bytes(t));
+    tt_bytes_live_locked_add(tt_tensor_bytes(t));
     tt_tensors_unlock();
     *out = t;
     return TT_OK;
@@ -211,17 +202,9 @@ void tt_tensor_free(tt_tensor *t)
     if (gated && !t->dead && t->session == tt_current_session() && tt_session_active()) {
         tt_ensure_running();
         tt_tensors_unlink(t);
-        tt_bytes_live_locked_add(-tensor_bytes(t));
+        tt_bytes_live_locked_add(-tt_tensor_bytes(t));
         tt_trace_forget_handles(t->handles, t->ntiles); /* the trace's per-handle DAG state */
-        for (int64_t i = 0; i < t->ntiles; i++) {
-            if (tt_handle_lazy(t->handles[i])) {
-                tt_mpi_lazy_free(t->handles[i]); /* another rank's tile, never needed here */
-                continue;
-            }
-            if (tt_mpi_on && t->owner[i] < 0)
-                tt_mpi_forget(t->handles[i]); /* never written: never registered with StarPU-MPI */
-            starpu_data_unregister_submit(t->handles[i]); /* freed once its last task is done */
-        }
+        tt_tensor_release_tiles(t, 1); /* freed once their last tasks are done (csrc/tile.c) */
     }
     tt_tensors_unlock();
     if (gated)
@@ -263,12 +246,9 @@ int tt_tensor_migrate(tt_tensor *t, const int *owners)
         return TT_OK; /* one process: every tile is local */
     tt_ensure_running();
     for (int64_t i = 0; i < t->ntiles; i++) {
-        if (t->owner[i] < 0)
-            tt_mpi_resolve(t->handles[i]);
-        if (owners[i] == t->owner[i])
+        if (tt_tile_owner(t, i) == owners[i])
             continue;
-        t->handles[i] = tt_mpi_materialize(t->handles[i]); /* both ranks take part in the move */
-        tt_mpi_migrate(t->handles[i], owners[i]);
+        tt_mpi_migrate(tt_tile_handle(t, i), owners[i]); /* both ranks take part in the move */
         t->owner[i] = owners[i];
     }
     return TT_OK;
@@ -321,15 +301,13 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
     int me = tt_mpi_rank();
     if (tt_mpi_on) {
         for (int64_t i = 0; i < t->ntiles; i++) {
-            if (to_tile && tt_handle_lazy(t->handles[i]))
+            if (to_tile && tt_tile_is_lazy(t, i))
                 continue; /* another rank's tile this rank never received: no copy to drop */
-            t->handles[i] = tt_mpi_materialize(t->handles[i]); /* collective read: every rank gets it */
-            if (t->owner[i] < 0)
-                tt_mpi_resolve(t->handles[i]); /* written or read directly: its fallback owner */
+            starpu_data_handle_t h = tt_tile_handle(t, i); /* collective read: every rank gets it */
             if (to_tile)
-                tt_mpi_flush(t->handles[i]);
+                tt_mpi_flush(h);
             else
-                tt_mpi_fetch_everywhere(t->handles[i]);
+                tt_mpi_fetch_everywhere(h);
         }
     }
     for (int64_t i = 0; i < t->ntiles; i++) {
@@ -340,7 +318,7 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
         char *origin = base;
         for (int d = 0; d < t->ndim; d++)
             origin += idx[d] * t->tile[d] * strides[d];
-        starpu_data_handle_t h = t->handles[i];
+        starpu_data_handle_t h = tt_tile_handle(t, i);
         int rc = tt_mpi_on ? tt_mpi_acquire(h, to_tile ? STARPU_W : STARPU_R) : TT_OK;
         if (rc)
             return rc;
@@ -388,4 +366,22 @@ int tt_tensor_read(tt_tensor *t, void *dst)
     rc = transfer(t, (char *)dst, strides, 0);
     tt_gate_leave();
     return rc;
+}
+
+/* Hint that t's tiles are done for now (e.g. optimizer state after its update): under a memory
+ * limit StarPU evicts them first (to the disk node).  Ordered after the tasks already
+ * submitted on each tile; another rank's tiles are skipped. */
+int tt_tensor_wont_use(tt_tensor *t)
+{
+    int rc = tt_check_readable(t, "tensor wont_use");
+    if (rc)
+        return rc;
+    if ((rc = tt_gate_enter("tensor wont_use")) != TT_OK)
+        return rc;
+    tt_ensure_running();
+    for (int64_t i = 0; i < t->ntiles; i++)
+        if (!tt_tile_is_lazy(t, i) && (!tt_mpi_on || t->owner[i] == tt_mpi_rank()))
+            starpu_data_wont_use(t->handles[i]);
+    tt_gate_leave();
+    return TT_OK;
 }
