@@ -7,6 +7,7 @@
 #include "tt_blas.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "tt_cpu.h"
 
 /* A product with one row (m == 1) or one column (n == 1) is a matrix-vector product: gemv
@@ -119,4 +120,17 @@ void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
     } else if (a->dtype == TT_F16 || a->dtype == TT_BF16) {
         half_gemm(a, A, B, C);
     }
+}
+
+/* c = alpha op(A) op(B) + bias: bias (n) copied into every row of C, then gemm with beta 1 (one
+ * task where a linear layer otherwise needs a gemm and a broadcast add). */
+void tt_cpu_gemm_bias(const tt_args_gemm_bias *a, const void *A, const void *B, const void *bias, void *C)
+{
+    const int64_t rows = a->batch * a->m, n = a->n;
+    const size_t es = a->dtype == TT_F64 ? sizeof(double) : sizeof(float);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)C + (size_t)(r * n) * es, bias, (size_t)n * es);
+    const tt_args_gemm g = {.dtype = a->dtype, .batch = a->batch, .m = a->m, .n = a->n, .k = a->k, .ta = a->ta,
+                            .tb = a->tb, .cacc = 0, .alpha = a->alpha, .beta = 1.0};
+    tt_cpu_gemm(&g, A, B, C);
 }
