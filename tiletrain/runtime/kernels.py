@@ -48,6 +48,10 @@ def _lookup(name: str) -> tuple[int, str]:
 
 def _args(name: str, fields: dict):
     kid, ctype = _lookup(name)
+    try:  # one call initialises every field (the hot path: every op passes here)
+        return kid, ffi.new(ctype, fields)
+    except (KeyError, TypeError, OverflowError):
+        pass  # name the field that is wrong, below
     args = ffi.new(ctype)
     for key, value in fields.items():
         try:
