@@ -9,6 +9,19 @@ p may exceed the cores); --reps runs per configuration, the median (by makespan)
                                             [--out benchmarks/results]
 
 Prints a table and writes pipeline_schedules.csv and .png under --out (gitignored).
+
+--real: the schedules on the real GPT instead (tiletrain.pipeline.model.ModelPipeline):
+one process with 2 workers (the plain step, one micro-batch: the baseline), then under
+mpirun -np 2 with 1 worker per rank (ranks as stages, README "Running under mpirun") data
+mode, pipeline mode as ``place(model, "pipeline")`` gives it (dataflow + 1F1B priorities),
+every schedule x mechanism with --micro-batches, and rank 0 alone as a same-job reference:
+median step time over --steps rounds (round-robin over the configurations, after --warmup
+rounds), ratio to the baseline (its mean before and after the job), and the order fraction
+each rank kept (one recorded step).  The baseline process also runs every schedule on 2
+worker groups of 1 worker (one process, the same load as its plain step).
+
+    python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]
+        [--seq-len 128] [--micro-batches 4] [--mechanisms priority deps] [--steps 4] [--warmup 2]
 """
 from __future__ import annotations
 
@@ -94,8 +107,185 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
+                  "dualpipe-v": {}, "emergent": {}}
+
+
+def real_worker(a) -> None:
+    """One process (the baseline) or one rank of the mpirun job: prints RESULT lines.  Every
+    configuration is built and warmed up first, then timed round-robin, one step each per
+    round (a shared machine's load drifts: each configuration sees the same drift)."""
+    import json
+    import time
+
+    import numpy as np
+
+    from tiletrain.nn import GPT, GPTConfig
+    from tiletrain.optim import AdamW
+    from tiletrain.parallel import microbatch, n_replicas, place, replica, shards
+    from tiletrain.pipeline.model import ModelPipeline, action_times, pipeline_plan, rank_order_fraction
+    from tiletrain.trace.records import recording
+
+    tt.init(profile=True, sched=a.sched)
+    me, world = tt.rank(), tt.world_size()
+    cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
+    rng = np.random.default_rng(0)
+    data = [rng.integers(0, 256, size=(a.batch, a.seq_len + 1)) for _ in range(4)]
+    m = a.micro_batches
+
+    def split(ids, k):
+        return [ids[j * a.batch // k:(j + 1) * a.batch // k] for j in range(k)]
+
+    def plain(mode, k):
+        model = GPT(cfg, seed=0)
+        place(model, mode)
+        opt = AdamW(model.parameters(), lr=1e-3)
+
+        def step(ids):
+            losses = []
+            for j, part in enumerate(split(ids, k)):
+                for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
+                    with replica(d), microbatch(j):
+                        loss = model.loss(xs, ys)
+                        n = k * n_replicas()
+                        (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
+                    losses.append(loss)
+            opt.step()
+            opt.zero_grad()
+            return losses
+        return step
+
+    def scheduled(s, mech):
+        model = GPT(cfg, seed=0)
+        place(model, pipeline_plan(model, s))
+        opt = AdamW(model.parameters(), lr=1e-3)
+        pp = ModelPipeline(model, s, mech)
+
+        def step(ids):
+            parts = split(ids, m)
+            losses = pp.step([p[:, :-1] for p in parts], [p[:, 1:] for p in parts]).losses
+            opt.step()
+            opt.zero_grad()
+            return losses
+        return step
+
+    configs = []   # (name, mechanism, step, schedule or None)
+    if world == 1:
+        configs.append(("1 process x 2 workers", "-", plain("single", 1), None))
+    else:
+        configs.append(("rank 0 alone (1 worker)", "-", plain("single", 1), None))
+        configs.append(("data", "-", plain("data", 1), None))
+        configs.append((f"pipeline (place) x{m}", "dataflow", plain("pipeline", m), None))
+    if world > 1 or not a.baseline_only:   # one process: worker groups as the schedule's ranks
+        for name, kw in REAL_SCHEDULES.items():
+            s = schedules.get(name, max(world, 2), m, **kw)
+            for mech in (a.mechanisms if s.ordered else ["priority"]):
+                configs.append((name, mech if s.ordered else "dataflow", scheduled(s, mech), s))
+
+    def run(step, i):
+        t0 = time.perf_counter()
+        float(np.mean([float(v) for v in step(data[i % len(data)])]))
+        tt.wait()   # the whole step (backward, update): a loss is ready before its backward has run
+        return time.perf_counter() - t0
+
+    times = [[] for _ in configs]
+    for i in range(a.warmup):
+        for c in configs:
+            run(c[2], i)
+    for i in range(a.steps):
+        for k, c in enumerate(configs):
+            times[k].append(run(c[2], i))
+    for k, (name, mech, step, s) in enumerate(configs):
+        res = {"step_s": float(np.median(times[k]))}
+        if s is not None and s.ordered:   # the order each rank kept, from one recorded step
+            with recording() as rec:
+                run(step, 0)
+            start, _ = action_times(s, rec.trace)
+            for r in range(s.ranks) if world == 1 else [me]:
+                res[f"order_r{r}"] = rank_order_fraction(s, start, r)
+        print("RESULT " + json.dumps({"rank": me, "config": name, "mechanism": mech, **res}), flush=True)
+    tt.shutdown()
+
+
+def real_launch(a, n_layer: int, nprocs: int, baseline_only: bool = False) -> list[dict]:
+    import json
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    env["STARPU_SILENT"] = "1"
+    env.setdefault("STARPU_HOME", str(Path(__file__).resolve().parents[1] / "build" / "starpu-home-bench"))
+    args = [sys.executable, __file__, "--real-worker", "--n-layer", str(n_layer), "--n-embd", str(a.n_embd),
+            "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--micro-batches", str(a.micro_batches),
+            "--steps", str(a.steps), "--warmup", str(a.warmup), "--sched", a.sched,
+            "--mechanisms", *a.mechanisms] + (["--baseline-only"] if baseline_only else [])
+    if nprocs == 1:
+        env["STARPU_NCPU"], env["TILETRAIN_MPI"] = "2", "0"
+        cmd = args
+    else:   # ranks sharing the cores: no binding, one worker each
+        env.update({"STARPU_WORKERS_NOBIND": "1", "STARPU_MPI_NOBIND": "1", "STARPU_NCPU": "1"})
+        cmd = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-np", str(nprocs), *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
+    out = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{out[-4000:]}")
+    return [json.loads(x) for x in re.findall(r"RESULT (\{[^{}]*\})", out)]  # ranks may share a line
+
+
+def real_main(a) -> int:
+    print(environment(), flush=True)
+    rows = []
+    for L in a.n_layer:
+        one = real_launch(a, L, 1)       # the plain step, then the schedules on 2 worker groups
+        before = one[0]
+        res = real_launch(a, L, 2)
+        after = real_launch(a, L, 1, baseline_only=True)[0]   # before and after the job: the load drifts
+        base = dict(before, step_s=(before["step_s"] + after["step_s"]) / 2)
+        print(f"\nGPT {L} x {a.n_embd}: one process x 2 workers {before['step_s']:.3f} s before, "
+              f"{after['step_s']:.3f} s after the mpirun job (their mean is the baseline)", flush=True)
+        lines = [[f"{L}x{a.n_embd}", r["config"], r["mechanism"], f"{r['step_s']:.3f}",
+                  f"{before['step_s'] / r['step_s']:.2f}x", fmt(r.get("order_r0")), fmt(r.get("order_r1"))]
+                 for r in one]
+        print("one process, the schedules on 2 worker groups of 1 worker (ratio: to the plain step of the "
+              "same process)\n" + table(["model", "configuration", "mechanism", "step_s", "vs plain", "order r0",
+                                          "order r1"], lines), flush=True)
+        print(f"\nGPT {L} x {a.n_embd}, batch {a.batch} x {a.seq_len}, {a.micro_batches} micro-batches in pipeline "
+              f"rows, sched {a.sched}; median of {a.steps} steps after {a.warmup}", flush=True)
+        merged: dict = {}
+        for r in res:
+            key = (r["config"], r["mechanism"])
+            e = merged.setdefault(key, {"config": r["config"], "mechanism": r["mechanism"], "step_s": r["step_s"]})
+            if r["rank"] == 0:
+                e["step_s"] = r["step_s"]
+            if r.get(f"order_r{r['rank']}") is not None:
+                e[f"order_r{r['rank']}"] = r[f"order_r{r['rank']}"]
+        lines = [[f"{L}x{a.n_embd}", base["config"], "-", f"{base['step_s']:.3f}", "1.00x", "-", "-"]]
+        for e in merged.values():
+            ratio = base["step_s"] / e["step_s"]
+            rows.append({"model": f"{L}x{a.n_embd}", **e, "vs_1process": ratio})
+            lines.append([f"{L}x{a.n_embd}", e["config"], e["mechanism"], f"{e['step_s']:.3f}", f"{ratio:.2f}x",
+                          fmt(e.get("order_r0")), fmt(e.get("order_r1"))])
+        print(table(["model", "configuration", "mechanism", "step_s", "vs 1 process", "order r0", "order r1"],
+                    lines), flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--real", action="store_true", help="the schedules on the real GPT (see above)")
+    ap.add_argument("--real-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--n-layer", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--n-embd", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--stages", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--microbatches", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--usec", type=float, default=5000.0)
@@ -104,6 +294,14 @@ def main() -> int:
     ap.add_argument("--sched", default="tt-cp")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()
+    if args.real_worker:
+        args.n_layer = args.n_layer[0]
+        real_worker(args)
+        return 0
+    if args.real:
+        if args.mechanisms == list(MECHANISMS):
+            args.mechanisms = ["priority", "deps"]
+        return real_main(args)
     if min(args.stages + args.microbatches + [args.reps]) < 1 or not args.usec > 0:
         ap.error("--stages, --microbatches, --reps must be >= 1 and --usec > 0")
     print(environment(), flush=True)

@@ -22,6 +22,92 @@ void *tt_args_new(int kernel)
     return calloc(1, tt_kernel_table[kernel].args_size);
 }
 
+/* Action order (tiletrain.pipeline.enforce, mechanism "deps"): while a token is set, every task
+ * this process runs also reads the token's tile; tt_order_barrier submits a no-work task that
+ * writes it.  StarPU's sequential consistency then starts the tasks of the next action only
+ * after every task of the previous one (the tasks of one action still run concurrently).
+ * The token is local: under MPI only the tasks that run on this rank are ordered. */
+static starpu_data_handle_t order_token;
+static struct starpu_codelet order_barrier_cl = {
+    .where = STARPU_NOWHERE, .nbuffers = 1, .modes = {STARPU_RW}, .name = "order_barrier"};
+
+static int order_handle(tt_tensor *token, starpu_data_handle_t *h)
+{
+    if (!token) {
+        *h = NULL;
+        return TT_OK;
+    }
+    int rc = tt_check_readable(token, "order token");
+    if (rc)
+        return rc;
+    if (token->ntiles != 1)
+        return tt_error(TT_EINVAL, "order token: a one-tile tensor, got %lld tiles", (long long)token->ntiles);
+    if (tt_mpi_on && token->owner[0] != tt_mpi_rank())
+        return tt_error(TT_EINVAL, "order token: owned by rank %d, not this rank (%d): a token is local",
+                        token->owner[0], tt_mpi_rank());
+    *h = token->handles[0];
+    return TT_OK;
+}
+
+int tt_order_set(tt_tensor *token)
+{
+    starpu_data_handle_t h;
+    int rc = order_handle(token, &h);
+    if (rc == TT_OK)
+        order_token = h;
+    return rc;
+}
+
+int tt_order_barrier(tt_tensor *token)
+{
+    starpu_data_handle_t h;
+    int rc = order_handle(token, &h);
+    if (rc || !h)
+        return rc ? rc : tt_error(TT_EINVAL, "order barrier: no token");
+    struct starpu_task *task = starpu_task_create();
+    if (!task)
+        return tt_error(TT_ENOMEM, "order barrier: starpu_task_create failed");
+    task->cl = &order_barrier_cl;
+    task->handles[0] = h;
+    int ret = starpu_task_submit(task);
+    if (ret != 0) {
+        task->destroy = 0;
+        starpu_task_destroy(task);
+        return tt_error(TT_ESTARPU, "order barrier: starpu_task_submit failed (%d)", ret);
+    }
+    return TT_OK;
+}
+
+/* the order token as one more (read) buffer of a task about to be submitted */
+static int add_order_token(struct starpu_task *task)
+{
+    int n = task->nbuffers;
+    if (n + 1 <= STARPU_NMAXBUFS && !task->dyn_handles) {
+        task->handles[n] = order_token;
+        task->modes[n] = STARPU_R;
+    } else {
+        starpu_data_handle_t *hs = malloc((size_t)(n + 1) * sizeof *hs);
+        enum starpu_data_access_mode *ms = malloc((size_t)(n + 1) * sizeof *ms);
+        if (!hs || !ms) {
+            free(hs);
+            free(ms);
+            return tt_error(TT_ENOMEM, "order token: out of memory");
+        }
+        for (int i = 0; i < n; i++) {
+            hs[i] = STARPU_TASK_GET_HANDLE(task, i);
+            ms[i] = STARPU_TASK_GET_MODE(task, i);
+        }
+        hs[n] = order_token;
+        ms[n] = STARPU_R;
+        free(task->dyn_handles);
+        free(task->dyn_modes);
+        task->dyn_handles = hs;
+        task->dyn_modes = ms;
+    }
+    task->nbuffers = n + 1;
+    return TT_OK;
+}
+
 static int submit_failed(const tt_kernel_desc *k, int ret)
 {
     if (ret == -ENODEV)
@@ -55,7 +141,15 @@ static int finish_and_submit(struct starpu_task *task, int kernel, void *args)
     /* trace records + DAG, priority plan, stage affinity (csrc/trace.c): one branch when off */
     if (__builtin_expect(__atomic_load_n(&tt_submit_hooks_on, __ATOMIC_RELAXED), 0))
         tt_trace_on_submit(task, kernel);
-    int ret = starpu_task_submit(task);
+    int ret = order_token ? add_order_token(task) : 0;
+    if (ret) {
+        if (tt_submit_hooks_on)
+            tt_trace_on_submit_failed(task);
+        task->destroy = 0;
+        starpu_task_destroy(task);
+        return ret;
+    }
+    ret = starpu_task_submit(task);
     if (ret != 0) {
         if (tt_submit_hooks_on)
             tt_trace_on_submit_failed(task);

@@ -9,7 +9,7 @@ from tiletrain import checkpoint
 from tiletrain.data import ByteTokenizer, load_corpus
 from tiletrain.nn import GPT, GPTConfig, Tiling
 from tiletrain.optim import AdamW, clip_grad_norm_, cosine_with_warmup
-from tiletrain.train import generate
+from tiletrain.inference.text import sample_text
 
 B, T, STEPS = 8, 64, 60
 tok = ByteTokenizer()
@@ -43,4 +43,4 @@ with tt.init():                                   # StarPU on every core
                     {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"},
                     {"config": vars(config)})
     model.save_pretrained("runs/example-hf")      # a Hugging Face folder (transformers loads it)
-    print(generate(model, tok.encode("def "), 80, temperature=0.8))
+    print(sample_text(model, tok, "def ", 80, temperature=0.8)[0][0])  # past the context: a sliding window

@@ -197,21 +197,53 @@ def _add_generate(sub) -> None:
     p = sub.add_parser("generate", help="sample text from a checkpoint or a Hugging Face folder")
     _model_source_args(p)
     p.add_argument("--prompt", default="def ", help="text the sample continues")
-    p.add_argument("--tokens", type=int, default=200, help="tokens to generate")
+    p.add_argument("--tokens", type=int, default=200,
+                   help="tokens to generate; past the model's context, a sliding window keeps its last half")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0: greedy")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens (default: all)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling: among the likeliest tokens whose probability reaches p (default: all)")
+    p.add_argument("--eos", nargs="+", default=None, metavar="TOKEN",
+                   help="token ids (or texts of one token) that end a sample (default: none)")
+    p.add_argument("--batch", type=int, default=1, help="samples of the prompt generated together")
+    p.add_argument("--draft", default=None, metavar="HF_FOLDER_or_CKPT",
+                   help="speculative decoding with this smaller model (same vocabulary) proposing tokens")
+    p.add_argument("--num-draft-tokens", type=int, default=4, help="tokens the draft proposes per round")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--dist", choices=("single", "pipeline"), default="single",
+                   help="pipeline: layers split over the ranks (under mpirun: one stage per rank), the batch "
+                        "served as --streams request streams in flight together (tiletrain.inference.serving)")
+    p.add_argument("--streams", type=int, default=1, help="request streams with --dist pipeline")
     p.set_defaults(func=cmd_generate)
 
 
 def cmd_generate(args) -> int:
     import tiletrain as tt
-    from .train import generate, load_model
+    from pathlib import Path
+    from .inference.text import eos_ids, sample_text
+    from .nn.pretrained import CONFIG_NAME
+    from .train import load_model
     model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu)
     try:
-        text = generate(model, tok.encode(args.prompt), args.tokens, args.temperature, args.top_k,
-                        np.random.default_rng(args.seed), tokenizer=tok)
-        print(text)
+        if args.dist == "pipeline":
+            from .inference.serving import cli_generate
+            return cli_generate(model, tok, args)
+        if args.streams > 1:
+            raise ValueError("--streams needs --dist pipeline (request streams are pipeline serving)")
+        draft = None
+        if args.draft is not None:  # a Hugging Face folder (config.json) or a checkpoint
+            hf = (Path(args.draft) / CONFIG_NAME).is_file()
+            draft = load_model(None if hf else args.draft, args.draft if hf else None, tokenizer=args.tokenizer)[0]
+        texts, stats = sample_text(model, tok, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
+                                   eos_ids(args.eos, tok), args.seed, args.batch, draft, args.num_draft_tokens)
+        for i, text in enumerate(texts):
+            print(text if len(texts) == 1 else f"--- sample {i + 1} of {len(texts)} ---\n{text}")
+        n = stats.new_tokens * len(texts)
+        rate = f"{n / stats.seconds:.1f}" if stats.seconds > 0 else "inf"
+        if draft is not None:
+            print(f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
+                  f"accepted per round ({len(stats.accepted)} rounds)", file=sys.stderr)
+        print(f"{n} tokens in {stats.seconds:.2f} s: {rate} tokens/s", file=sys.stderr)
     finally:
         tt.shutdown()
     return 0
@@ -267,8 +299,9 @@ def build_parser() -> ArgumentParser:
     from .experiments.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)
     add_subcommands(sub, _runtime_args)
     # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py)
+    from .experiments.pipeline import gpt_schedule_run  # `schedule run --gpt`: a model is above pipeline/
     from .pipeline.cli import add_subcommands as add_schedule_subcommands
-    add_schedule_subcommands(sub)
+    add_schedule_subcommands(sub, gpt_runner=gpt_schedule_run)
     return parser
 
 
@@ -292,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
 # TrainArgs.validate checks): option -> (low, high, low excluded, high excluded); a list
 # option's every value is checked
 OPTION_LIMITS = {
-    **{name: (1, None) for name in ("ncpu", "size", "tile", "tiles", "top_k", "reps", "p", "m")},
+    **{name: (1, None) for name in ("ncpu", "size", "tile", "tiles", "top_k", "reps", "p", "m", "batch",
+                                    "num_draft_tokens", "streams")},
+    "top_p": (0, 1, True),
     **{name: (0, None) for name in ("nopencl", "ncuda", "tokens", "temperature", "seed", "calib", "warmup")},
     "usec": (0, None, True),
 }

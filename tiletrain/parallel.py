@@ -47,7 +47,7 @@ import numpy as np
 
 from .distribution import SingleRank, world_size
 
-__all__ = ["MODES", "Plan", "Stage", "check_fit", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
+__all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
            "replica", "shards"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
@@ -222,25 +222,60 @@ def microbatch(k: int):
             yield
 
 
-def plan(model, mode: str, world: int | None = None, stages: int | None = None) -> Plan:
-    """The :class:`Plan` of a GPT for ``mode`` on ``world`` ranks (default: the world size)."""
+def model_parts(model) -> tuple[tuple, tuple, tuple]:
+    """(modules before the blocks, the blocks, modules after) of a GPT or a Llama: the units
+    a pipeline places (the embeddings first, the final norm and head last)."""
+    if hasattr(model, "transformer"):      # GPT
+        tr = model.transformer
+        return (tr.wte, tr.wpe, tr.drop), tuple(tr.h), (tr.ln_f, model.lm_head)
+    if hasattr(model, "model") and hasattr(model.model, "layers"):   # Llama
+        m = model.model
+        return (m.embed_tokens,), tuple(m.layers), (m.norm, model.lm_head)
+    raise TypeError(f"pipeline placement: expected a GPT or a Llama, got {type(model).__name__}")
+
+
+def blocks_of_stage(v: int, n_layer: int, n_stages: int) -> range:
+    """The blocks of (virtual) stage ``v`` of ``n_stages``: an even, contiguous split."""
+    return range(-(-v * n_layer // n_stages), -(-(v + 1) * n_layer // n_stages))
+
+
+def plan(model, mode: str, world: int | None = None, stages: int | None = None,
+         stage_ranks=None) -> Plan:
+    """The :class:`Plan` of a GPT or Llama for ``mode`` on ``world`` ranks (default: the world
+    size).  ``stage_ranks`` (``--dist pipeline`` only): virtual stage v (an even split of the
+    blocks into ``len(stage_ranks)`` chunks) runs on rank ``stage_ranks[v]`` -- a pipeline
+    schedule's placement (``Schedule.placement()``: looped for interleaved 1F1B, a V for
+    ZB-V); the embeddings go with the first virtual stage, the final norm and head with the
+    last."""
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     params = list(model.named_parameters())
+    first_mods, blocks, last_mods = model_parts(model)
+    L = len(blocks)
+    if stage_ranks is not None:
+        stage_ranks = [int(r) for r in stage_ranks]
+        if mode != "pipeline":
+            raise ValueError(f"plan(): stage_ranks is for mode 'pipeline', not {mode!r}")
+        if not stage_ranks or len(stage_ranks) > L or any(r < 0 or (world > 1 and r >= world) for r in stage_ranks):
+            raise ValueError(f"plan(): stage_ranks {stage_ranks} must name 1..{L} virtual stages (one per "
+                             f"chunk of the {L} blocks), each on a rank in 0..{world - 1}")
+        rank_of_block = [stage_ranks[v] for v in range(len(stage_ranks))
+                         for _ in blocks_of_stage(v, L, len(stage_ranks))]
+    else:
+        rank_of_block = [stage_of_block(i, L, S) for i in range(L)]
     if world == 1 or mode == "single":
         return Plan(mode, world, S, D, tuple((n, 0) for n, _ in params), ())
-    tr = model.transformer
-    L = len(tr.h)
-    first, last = 0, stage_of_block(L - 1, L, S)
+    first = 0 if stage_ranks is None else stage_ranks[0]
+    last = rank_of_block[-1]
     where: dict[int, int] = {}
-    for mod in (tr.wte, tr.wpe, tr.drop):
+    for mod in first_mods:
         where[id(mod)] = first
-    for i, block in enumerate(tr.h):
-        where[id(block)] = stage_of_block(i, L, S)
-    where[id(tr.ln_f)] = last
-    where[id(model.lm_head)] = last
+    for i, block in enumerate(blocks):
+        where[id(block)] = rank_of_block[i]
+    for mod in last_mods:
+        where[id(mod)] = last
     stage_of: dict[int, int] = {}
-    for mod in (tr.wte, tr.wpe, *tr.h, tr.ln_f):  # lm_head's weight is wte's: first stage
+    for mod in (*first_mods, *blocks, *last_mods):  # a tied lm_head weight is wte's: first stage
         for p in mod.parameters():
             stage_of.setdefault(id(p), where[id(mod)])
     # each stage's parameters spread whole over the D ranks running it: largest first, to
@@ -289,12 +324,12 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
         return pl  # one process: every tile is already local
     for name, p in params:
         dist = SingleRank(owner[name])
-        if p.grad is not None:
-            raise RuntimeError("place(): call it before the first backward (a parameter has a gradient)")
         want = dist.owners(p.grid)
-        if np.array_equal(p.owners().reshape(-1), want):
+        if np.array_equal(p.owners().reshape(-1), want):  # already there (placed again: serving a trained model)
             p.traits = p.traits.with_dist(dist)
             continue
+        if p.grad is not None:
+            raise RuntimeError("place(): call it before the first backward (a parameter to move has a gradient)")
         moved = _copy_to(p, want)  # one copy task per tile, on the new owner
         moved.traits = p.traits.with_dist(dist)
         p.traits, p._ptr, p._base = moved.traits, moved._ptr, moved

@@ -600,39 +600,13 @@ def train(args: TrainArgs, out=None) -> TrainResult:
               file=out, flush=True)
         sample = None
         if args.sample_tokens > 0 and not stopped:
-            sample = generate(model, tok.encode("def "), args.sample_tokens, temperature=0.8,
-                              rng=np.random.default_rng(args.seed), tokenizer=tok)
+            from .inference.text import sample_text
+            sample = sample_text(model, tok, "def ", args.sample_tokens, temperature=0.8, seed=args.seed)[0][0]
             print("sample:\n" + sample, file=out, flush=True)
         return TrainResult(step, train_losses, val_losses, tps, fpt * tps / 1e9, stopped,
                            str(ckpt_path) if ckpt_path else None, sample, interrupted)
     finally:
         tt.shutdown()
-
-
-def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             rng: np.random.Generator | None = None, tokenizer=None) -> str:
-    """Sample tokens from the model (greedy when temperature == 0) and decode the result
-    with ``tokenizer`` (default: bytes)."""
-    import tiletrain as tt
-    from .data import ByteTokenizer
-    from .inference import pick_next
-    tokenizer = tokenizer or ByteTokenizer()
-
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    rng = rng or np.random.default_rng(0)
-    ids = list(int(i) for i in prompt_ids) or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
-    bs = model.config.block_size
-    was_training = model.training
-    model.eval()
-    with tt.no_grad():
-        for _ in range(max_new_tokens):
-            ctx = np.asarray(ids[-bs:], dtype=np.int64)[None, :]
-            logits = model.forward(ctx).numpy()[:, -1].astype(np.float64)
-            ids.append(int(pick_next(logits, temperature, top_k, rng)[0]))
-    if was_training:
-        model.train()
-    return tokenizer.decode(ids)
 
 
 def find_checkpoint(path) -> Path:
@@ -654,10 +628,10 @@ def find_checkpoint(path) -> Path:
 
 
 def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=None, dtype=None):
-    """Start a runtime and return (model, tokenizer, metadata) of a checkpoint (any written
-    by train or by checkpoint.save with the model's config in its metadata) or of a Hugging
-    Face folder.  ``tokenizer``: a tokenizer.json path replacing the model's own."""
-    import tiletrain as tt
+    """Start a runtime (unless one is running: a second model, e.g. a draft) and return
+    (model, tokenizer, metadata) of a checkpoint (any written by train or by checkpoint.save
+    with the model's config in its metadata) or of a Hugging Face folder.  ``tokenizer``: a
+    tokenizer.json path replacing the model's own."""
     from .data import TOKENIZER_NAME, ByteTokenizer, Tokenizer, load_tokenizer
     if (ckpt_dir is None) == (hf_folder is None):
         raise ValueError("give exactly one of --ckpt-dir and --model")
@@ -668,30 +642,45 @@ def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=N
         targs = TrainArgs(dtype=str(dtype or train_args.get("dtype", "float32")),
                           tiles=tuple(tiles or train_args.get("tiles") or ()) or None)
         own = Tokenizer.from_str(meta["tokenizer"]) if meta.get("tokenizer") else ByteTokenizer()
-        tt.init(ncpu=ncpu)
+        started = _start(ncpu)
         try:
             model = build_model(targs, meta.get("model_type", "gpt2"), meta["config"])
             weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
             model.load_state_dict(weights)
         except (ValueError, TypeError) as exc:
-            tt.shutdown()
+            _stop(started)
             raise ck.CheckpointError(f"{path}: the weights do not fit its config ({exc})") from None
     else:
         from .nn import from_pretrained
         folder = Path(hf_folder) if Path(hf_folder).is_dir() else Path(hf_folder).parent
         own = load_tokenizer(folder if (folder / TOKENIZER_NAME).is_file() else None)
         meta = {"init_from": str(hf_folder)}
-        tt.init(ncpu=ncpu)
+        started = _start(ncpu)
         try:
             model = from_pretrained(hf_folder, dtype=np.dtype(dtype or "float32"),
                                     tiling=make_tiling(TrainArgs(tiles=tiles), None))
         except BaseException:
-            tt.shutdown()
+            _stop(started)
             raise
     tok = own if tokenizer is None else load_tokenizer(tokenizer)
     vocab = model.config.vocab_size
     if tok.vocab_size > vocab:
-        tt.shutdown()
+        _stop(started)
         raise ValueError(f"the tokenizer {tok!r} has {tok.vocab_size} tokens, more than the model's "
                          f"vocab_size {vocab}" + ("" if tokenizer else ": pass --tokenizer"))
     return model, tok, meta
+
+
+def _start(ncpu) -> bool:
+    """Start the runtime unless one is running; whether this call started it."""
+    import tiletrain as tt
+    if tt.is_initialized():
+        return False
+    tt.init(ncpu=ncpu)
+    return True
+
+
+def _stop(started: bool) -> None:
+    import tiletrain as tt
+    if started:
+        tt.shutdown()

@@ -244,6 +244,10 @@ int tt_affinity_get(int *workers, int max);
 /* synthetic busy-wait/sleep tasks for scheduling experiments (csrc/expand_pipeline.c): one spin
  * task per tile; a, b read; c written when wmask & 1, d accumulated when wmask & 2 (else read). */
 int tt_spin(tt_tensor *a, tt_tensor *b, tt_tensor *c, tt_tensor *d, int64_t usec, int sleep, int wmask);
+/* action order (csrc/submit.c): while a one-tile token is set (NULL clears), every task this
+ * process runs also reads it; a barrier writes it, so the next action's tasks follow */
+int tt_order_set(tt_tensor *token);
+int tt_order_barrier(tt_tensor *token);
 /* tiletrain's own scheduling policies (files in csrc/sched), selectable by name in tt_config.sched */
 int tt_sched_policy_count(void);
 const char *tt_sched_policy_name(int i);

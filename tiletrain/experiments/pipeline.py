@@ -8,6 +8,8 @@
       against 1F1B's (p-1)(F+B+W), ZB-H1's (p-1)(F+B-W) and ZB-H2's (p-1)(F+B-2W)
   real layers (p = 2): two stages of Linear + GELU over micro-batches with autograd, each
       stage's forward and backward on its own worker
+  gpt_schedule_run: a written schedule on a real GPT in one process (worker groups as ranks;
+      ``tiletrain schedule run NAME --gpt LxC``)
 
 Each function needs a runtime started with profile=True and at least p workers (for p > 2
 on 2 cores use sleeping tasks: ``sleep=True``).
@@ -196,6 +198,20 @@ def real_layers(m: int = 4, B: int = 4, T: int = 128, C: int = 256, tile: int = 
                           {s: b["idle_over_total"] for s, b in bub.items()}, peak_live_activations(tr))
 
 
+def gpt_schedule_run(schedule, layers: int, width: int, batch: int = 2, seq_len: int = 128,
+                     mechanism: str = "deps", seed: int = 0):
+    """``schedule`` on a float32 GPT (``layers`` x ``width``, vocabulary 256, 4 heads) in one
+    process, each schedule rank a worker group (``tiletrain.pipeline.model.run_model``:
+    one warm-up step, then one recorded step of micro-batches of ``batch`` x ``seq_len``
+    random tokens).  Needs a runtime with profile=True and a worker per rank."""
+    from ..nn import GPT, GPTConfig
+    from ..pipeline.model import run_model
+    model = GPT(GPTConfig(vocab_size=256, block_size=seq_len, n_layer=layers, n_head=4, n_embd=width,
+                          dropout=0.0), seed=seed)
+    ids = np.random.default_rng(seed).integers(0, 256, size=(schedule.microbatches, batch, seq_len + 1))
+    return run_model(model, schedule, list(ids[:, :, :-1]), list(ids[:, :, 1:]), mechanism)
+
+
 class _null:
     def __enter__(self):
         return self
@@ -224,4 +240,4 @@ def format_rows(rows: list[dict]) -> str:
 
 
 __all__ = ["PipelineResult", "run", "run_bottom_level", "gpipe_fill_drain", "one_f_one_b", "zero_bubble",
-           "real_layers", "peak_live_activations", "format_rows"]
+           "real_layers", "gpt_schedule_run", "peak_live_activations", "format_rows"]

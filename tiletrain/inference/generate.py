@@ -2,10 +2,24 @@
 new token runs one position through the model, attending to the cached keys and values of
 the tokens before it (``tiletrain.ops.attention.decode_attention``) instead of recomputing
 the whole context.  A model provides ``forward_cached(ids, cache, pos)``; its attention
-layers call ``cache.attend``.  Greedy output equals the uncached loop token for token."""
+layers call ``cache.attend``.  Greedy output equals the uncached loop token for token.
+
+Sampling follows transformers' generate: temperature, then top-k, then top-p (nucleus)
+filtering; ``eos_token_id`` ends a row, which then emits the pad token (the first eos id, as
+transformers does when pad_token_id is unset) until every row has ended.
+
+Speculative decoding (``draft=``): a smaller model with the same vocabulary proposes k
+tokens one at a time (its own cache), the model scores them in one forward over k + 1
+positions, and the agreeing prefix plus one token of the model's own is kept; the rejected
+positions are dropped by lowering the caches' length.  Sampling uses the standard rule
+(accept a drafted x with probability min(1, p(x) / q(x)), on rejection sample from
+max(0, p - q) normalised, a bonus token from p when all k are accepted), so the output
+distribution is the model's; greedy output equals plain greedy."""
 from __future__ import annotations
 
 import numbers
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,10 +32,13 @@ from ..tensors import Tensor, zeros
 class KVCache:
     """Per layer, keys and values of shape (B, Hkv, max_len, D), tiled along time by
     ``time_tile``; allocated at the first write with the batch and head tiles of the keys
-    written (so decode attention reads them without re-tiling), filled in place."""
+    written (so decode attention reads them without re-tiling), filled in place.
+    ``length``: the positions it holds; ``crop(n)`` drops the later ones without copying
+    (the next write at position n overwrites them), as transformers' ``DynamicCache.crop``."""
 
     def __init__(self, n_layer: int, max_len: int, time_tile: int = 64):
         self.max_len, self.time_tile = int(max_len), int(time_tile)
+        self.length = 0
         self.k: list[Tensor | None] = [None] * n_layer
         self.v: list[Tensor | None] = [None] * n_layer
 
@@ -30,6 +47,9 @@ class KVCache:
         B, Hkv, n, D = k.shape
         if pos + n > self.max_len:
             raise ValueError(f"KVCache: positions up to {pos + n} exceed the cache length {self.max_len}")
+        if pos > self.length:
+            raise ValueError(f"KVCache: a write at position {pos} would leave a gap: the cache holds "
+                             f"{self.length} positions")
         if self.k[layer] is None:
             tiles = (k.tiles[0], k.tiles[1], min(self.time_tile, self.max_len), D)
             self.k[layer], self.v[layer] = (zeros((B, Hkv, self.max_len, D), tiles=tiles, dtype=k.dtype)
@@ -37,6 +57,7 @@ class KVCache:
         spec = ((0, 0, 0, 0), (0, 1, 2, 3), (1, 1, 1, 1), (0, 0, pos, 0), (1, 1, 1, 1), (B, Hkv, n, D))
         copy_regions(self.k[layer], [(k, *spec)])
         copy_regions(self.v[layer], [(v, *spec)])
+        self.length = pos + n
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, pos: int) -> Tensor:
         """Write the new keys/values (B, Hkv, n, D) at pos, then causal attention of the
@@ -44,52 +65,312 @@ class KVCache:
         self.write(layer, k, v, pos)
         return decode_attention(q, self.k[layer], self.v[layer], pos)
 
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` positions (rejected draft tokens, a sliding window)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"KVCache.crop: length must be in 0..{self.length}, got {length}")
+        self.length = int(length)
 
-def pick_next(logits: np.ndarray, temperature: float, top_k, rng) -> np.ndarray:
-    """The next token of each row of logits (B, vocab): argmax when temperature == 0."""
+
+def sampling_probs(logits: np.ndarray, temperature: float, top_k: int | None = None,
+                   top_p: float | None = None) -> np.ndarray:
+    """The next-token distribution (float64, same shape) of logits (..., vocab) as
+    transformers' sampling warpers make it: divided by the temperature, then top-k (ties
+    with the k-th largest kept), then top-p (the smallest set of likeliest tokens whose
+    probability reaches top_p, at least one), softmax.  temperature == 0: one-hot argmax."""
+    logits = np.asarray(logits, dtype=np.float64)
     if temperature == 0:
-        return logits.argmax(axis=-1)
+        out = np.zeros_like(logits)
+        np.put_along_axis(out, logits.argmax(axis=-1)[..., None], 1.0, axis=-1)
+        return out
     logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        cut = np.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # each row's k-th largest
+        cut = np.partition(logits, -top_k, axis=-1)[..., -top_k, None]  # each row's k-th largest
         logits = np.where(logits < cut, -np.inf, logits)
-    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.array([rng.choice(p.shape[1], p=row) for row in p])
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(logits, axis=-1, kind="stable")               # ascending
+        ranked = np.take_along_axis(logits, order, axis=-1)
+        cum = np.cumsum(_softmax(ranked), axis=-1)
+        drop = cum <= 1 - top_p                                          # the unlikely tail
+        drop[..., -1] = False                                            # the likeliest stays
+        logits = np.where(_unsort(drop, order), -np.inf, logits)
+    return _softmax(logits)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _unsort(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    out = np.empty_like(values)
+    np.put_along_axis(out, order, values, axis=-1)
+    return out
+
+
+def row_rngs(seed, n: int) -> list:
+    """One NumPy Generator per batch row: row b draws from ``SeedSequence(seed).spawn(n)[b]``,
+    so a row's samples do not depend on the other rows (or on how a server groups them)."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+def _rngs(rng, n: int) -> list:
+    return rng if isinstance(rng, (list, tuple)) else [rng] * n
+
+
+def pick_next(logits: np.ndarray, temperature: float, top_k=None, rng=None, top_p=None) -> np.ndarray:
+    """The next token of each row of logits (B, vocab): argmax when temperature == 0, else
+    drawn from ``sampling_probs``; ``rng``: one NumPy Generator, or one per row."""
+    if temperature == 0:
+        return np.asarray(logits).argmax(axis=-1)
+    return _sample(sampling_probs(logits, temperature, top_k, top_p), _rngs(rng, len(logits)))
+
+
+def _sample(p: np.ndarray, rngs) -> np.ndarray:
+    """One token per row of probabilities p (B, vocab), row b drawn with rngs[b]."""
+    return np.array([rng.choice(p.shape[-1], p=row / row.sum()) for row, rng in zip(p, rngs)], dtype=np.int64)
+
+
+@dataclass
+class GenerationStats:
+    """What one ``generate(..., return_stats=True)`` did.  ``accepted``: per speculative
+    round, the drafted tokens kept (each round also adds one token of the model's own;
+    with a batch, the fewest any unfinished row accepted); ``drafted``: the tokens proposed
+    per round (num_draft_tokens, fewer near max_new_tokens)."""
+    new_tokens: int = 0                 # generated positions per row (the output's T + new_tokens)
+    seconds: float = 0.0
+    model_calls: int = 0                # forward_cached calls of the model
+    draft_calls: int = 0
+    accepted: list[int] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)
+
+    @property
+    def mean_accepted(self) -> float:
+        """Drafted tokens accepted per round (0.0 without rounds)."""
+        return float(np.mean(self.accepted)) if self.accepted else 0.0
+
+
+class _Lane:
+    """A model, its key/value cache and the part of the sequence the cache holds: cache
+    position i holds the token at sequence index start + i.  With ``slide`` a sequence
+    longer than the model's context keeps going: when the cache is full, the last half of
+    the context is run again into it from position 0 (a sliding window)."""
+
+    def __init__(self, model, max_len: int, time_tile: int, slide: bool):
+        self.model, self.slide = model, slide
+        self.context = model.config.block_size
+        self.cache = KVCache(model.config.n_layer, min(max_len, self.context), time_tile)
+        self.start = 0
+        self.calls = 0
+
+    @property
+    def held(self) -> int:
+        """Sequence tokens whose keys and values are in the cache."""
+        return self.start + self.cache.length
+
+    def logits(self, tokens: np.ndarray, last: int = 1) -> np.ndarray:
+        """Run the tokens of ``tokens`` (B, L) the cache does not hold; the logits (B, last,
+        vocab), float64, of the last ``last`` positions."""
+        L = tokens.shape[1]
+        if L - self.start > self.cache.max_len:  # validated up front unless sliding
+            self.start = L - max(self.context // 2, last)
+            self.cache.crop(0)
+        new = np.ascontiguousarray(tokens[:, self.held:])
+        self.calls += 1
+        out = self.model.forward_cached(new, self.cache, self.cache.length).numpy()
+        return out[:, -last:].astype(np.float64)
+
+    def crop(self, held: int) -> None:
+        """Keep the first ``held`` sequence tokens (drop rejected draft tokens)."""
+        if held < self.held:
+            self.cache.crop(held - self.start)
+
+
+def _check_ids(input_ids) -> np.ndarray:
+    if isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(r, (list, tuple, np.ndarray))
+                                                                  for r in input_ids):
+        lengths = sorted({len(r) for r in input_ids})
+        if len(lengths) > 1:
+            raise ValueError(f"generate: the prompts of a batch must have equal lengths, got lengths "
+                             f"{', '.join(map(str, lengths))} (pad them, or generate them separately)")
+    idx = np.asarray(input_ids)
+    if idx.ndim != 2 or idx.dtype.kind not in "iu" or idx.shape[1] < 1 or idx.shape[0] < 1:
+        raise ValueError(f"generate: input_ids must be a non-empty 2-D integer array (B, T), got "
+                         f"{idx.dtype} {idx.shape}")
+    return idx.astype(np.int64)
+
+
+def _check_model(model, what: str):
+    cfg = getattr(model, "config", None)
+    if not hasattr(model, "forward_cached") or not all(hasattr(cfg, a) for a in ("vocab_size", "block_size",
+                                                                                  "n_layer")):
+        raise TypeError(f"generate: {what} must be a tiletrain GPT or Llama (a model with forward_cached), got "
+                        f"{type(model).__name__}")
+    return cfg
+
+
+def _eos_ids(eos_token_id, vocab: int) -> np.ndarray | None:
+    if eos_token_id is None:
+        return None
+    ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else eos_token_id
+    if (not isinstance(ids, (list, tuple, np.ndarray)) or len(ids) == 0
+            or not all(isinstance(i, numbers.Integral) and 0 <= i < vocab for i in ids)):
+        raise ValueError(f"generate: eos_token_id must be a token id or a non-empty list of token ids in "
+                         f"0..{vocab - 1}, got {eos_token_id!r}")
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens, slide):
+    cfg = _check_model(model, "the model")
+    if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if not isinstance(temperature, numbers.Real) or not temperature >= 0 or temperature == float("inf"):
+        raise ValueError(f"generate: temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, numbers.Integral) or top_k < 1):
+        raise ValueError(f"generate: top_k must be an int >= 1 or None, got {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
+    if seed is not None and not isinstance(seed, numbers.Integral):
+        raise ValueError(f"generate: seed must be an int or None, got {seed!r}")
+    if not isinstance(num_draft_tokens, numbers.Integral) or num_draft_tokens < 1:
+        raise ValueError(f"generate: num_draft_tokens must be an int >= 1, got {num_draft_tokens!r}")
+    if idx.max() >= cfg.vocab_size or idx.min() < 0:
+        raise ValueError(f"generate: input_ids must be token ids in 0..{cfg.vocab_size - 1}, got values in "
+                         f"{idx.min()}..{idx.max()}")
+    T = idx.shape[1]
+    models = [("the model", cfg)]
+    if draft is not None:
+        dcfg = _check_model(draft, "draft")
+        if dcfg.vocab_size != cfg.vocab_size:
+            raise ValueError(f"generate: the draft's vocab_size {dcfg.vocab_size} differs from the model's "
+                             f"{cfg.vocab_size} (a draft must share the model's vocabulary)")
+        models.append(("the draft", dcfg))
+    for who, c in models:
+        if slide:
+            if draft is not None and num_draft_tokens >= max(c.block_size // 2, 1):
+                raise ValueError(f"generate: num_draft_tokens ({num_draft_tokens}) must be below half of "
+                                 f"{who}'s context ({c.block_size}) for the sliding window")
+        elif T > c.block_size:
+            raise ValueError(f"generate: the prompt ({T} tokens) is longer than {who}'s context of "
+                             f"{c.block_size} positions")
+        elif T + max_new_tokens > c.block_size:
+            raise ValueError(f"generate: the prompt ({T}) plus max_new_tokens ({max_new_tokens}) exceed "
+                             f"{who}'s context of {c.block_size} positions")
 
 
 def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                    seed: int | None = None, time_tile: int = 64) -> np.ndarray:
-    """``input_ids`` (B, T) extended by ``max_new_tokens`` tokens (an int64 array (B, T + new),
-    the prompt included, as transformers' generate), with a key/value cache: one prefill pass
-    over the prompt, then one position per new token.  T + max_new_tokens must fit the
-    model's context (no sliding window)."""
-    idx = np.asarray(input_ids)
-    if idx.ndim != 2 or idx.dtype.kind not in "iu" or idx.shape[1] < 1:
-        raise ValueError(f"generate: input_ids must be a non-empty 2-D integer array (B, T), got "
-                         f"{idx.dtype} {idx.shape}")
-    if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
-        raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(temperature, numbers.Real) or temperature < 0:
-        raise ValueError(f"generate: temperature must be >= 0, got {temperature!r}")
+             top_p: float | None = None, eos_token_id=None, seed: int | None = None, draft=None,
+             num_draft_tokens: int = 4, time_tile: int = 64, sliding_window: bool = False,
+             return_stats: bool = False):
+    """``input_ids`` (B, T) extended by up to ``max_new_tokens`` tokens: an int64 array (B, T +
+    new), the prompt included, as transformers' generate; with a key/value cache (one prefill
+    pass over the prompt, then one position per new token).
+
+    temperature == 0: greedy; else sampled after temperature, ``top_k`` and ``top_p``
+    filtering, row b with its own stream of ``seed`` (``SeedSequence(seed).spawn(B)[b]``).
+    ``eos_token_id`` (an id or a list): a row that emitted one emits the first id as padding
+    from then on; generation stops when every row has (the output may be shorter).
+    ``draft``: speculative decoding with that model proposing ``num_draft_tokens`` per round.
+    T + max_new_tokens must fit the model's (and draft's) context, unless ``sliding_window``:
+    then a full cache restarts from the last half of the context.  ``return_stats``: return
+    (ids, GenerationStats)."""
+    idx = _check_ids(input_ids)
+    _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
+              sliding_window)
     B, T = idx.shape
-    context = model.config.block_size
-    if T + max_new_tokens > context:
-        raise ValueError(f"generate: the prompt ({T}) plus max_new_tokens ({max_new_tokens}) exceed the model's "
-                         f"context of {context} positions")
-    rng = np.random.default_rng(seed)
-    out = [idx.astype(np.int64)]
-    cache = KVCache(model.config.n_layer, T + max_new_tokens, time_tile)
-    was_training = model.training
-    model.eval()
+    eos = _eos_ids(eos_token_id, model.config.vocab_size)
+    rngs = row_rngs(seed, B)
+    stats = GenerationStats()
+    t0 = time.perf_counter()
+    lanes = [_Lane(m, T + max_new_tokens, time_tile, sliding_window) for m in (model, draft) if m is not None]
+    modes = [(m, m.training) for m in (model, draft) if m is not None]
+    for m, _ in modes:
+        m.eval()
     try:
         with no_grad():
-            step_ids, pos = out[0], 0
-            for _ in range(int(max_new_tokens)):
-                logits = model.forward_cached(step_ids, cache, pos).numpy()[:, -1].astype(np.float64)
-                pos += step_ids.shape[1]
-                step_ids = pick_next(logits, float(temperature), top_k, rng).astype(np.int64)[:, None]
-                out.append(step_ids)
+            seq = _decode(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
+                          int(num_draft_tokens), stats)
     finally:
-        model.train(was_training)
-    return np.concatenate(out, axis=1)
+        for m, training in modes:
+            m.train(training)
+    stats.new_tokens, stats.seconds = seq.shape[1] - T, time.perf_counter() - t0
+    stats.model_calls = lanes[0].calls
+    stats.draft_calls = lanes[1].calls if draft is not None else 0
+    return (seq, stats) if return_stats else seq
+
+
+def _decode(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats) -> np.ndarray:
+    """The generation loop: each round drafts k_r tokens (none without a draft), runs the
+    model over them, appends the accepted ones plus one of the model's own."""
+    target, draft = lanes[0], (lanes[1] if len(lanes) > 1 else None)
+    B, T = seq.shape
+    finished = np.zeros(B, dtype=bool)
+    end = np.full(B, T + max_new)           # the sequence length at which each row finished
+    greedy = temperature == 0
+    probs = (lambda lg: sampling_probs(lg, temperature, top_k, top_p))
+    while seq.shape[1] - T < max_new and not finished.all():
+        k_r = min(k, max_new - (seq.shape[1] - T) - 1) if draft is not None else 0
+        drafts = np.zeros((B, k_r), dtype=np.int64)
+        q = []
+        for i in range(k_r):  # the draft proposes k_r tokens, one position at a time
+            lg = draft.logits(np.concatenate([seq, drafts[:, :i]], axis=1))[:, 0]
+            if greedy:
+                drafts[:, i] = lg.argmax(axis=-1)
+            else:
+                q.append(probs(lg))
+                drafts[:, i] = _sample(q[-1], rngs)
+        logits = target.logits(np.concatenate([seq, drafts], axis=1), last=k_r + 1)  # (B, k_r + 1, V)
+        if greedy:
+            best = logits.argmax(axis=-1)                                               # (B, k_r + 1)
+            agree = np.cumprod(best[:, :k_r] == drafts, axis=1).sum(axis=1)            # per row
+            c = int(agree[~finished].min()) if k_r else 0
+            y = best[:, c]
+        else:
+            c, y = _verify(probs(logits), np.array(q).transpose(1, 0, 2) if k_r else None, drafts, rngs,
+                           finished)
+        if k_r:
+            stats.accepted.append(c)
+            stats.drafted.append(k_r)
+        new = np.concatenate([drafts[:, :c], y[:, None]], axis=1)                      # (B, c + 1)
+        L = seq.shape[1]
+        for lane in lanes:  # drop the rejected drafted positions
+            lane.crop(L + c)
+        if eos is not None:
+            for b in range(B):
+                if finished[b]:
+                    new[b] = eos[0]
+                    continue
+                hits = np.flatnonzero(np.isin(new[b], eos))
+                if hits.size:
+                    finished[b], end[b] = True, L + hits[0] + 1
+                    new[b, hits[0] + 1:] = eos[0]
+        seq = np.concatenate([seq, new], axis=1)
+    return seq[:, :end.max()] if finished.all() else seq
+
+
+def _verify(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, rngs, finished: np.ndarray):
+    """The standard speculative sampling rule over a batch.  p (B, k + 1, V): the model's
+    distributions after each drafted prefix; q (B, k, V): the draft's, from which drafts (B, k)
+    were drawn.  Row b accepts drafted x_i while u < p(x_i) / q(x_i); the batch keeps c
+    tokens, the fewest any unfinished row accepted; then each row's next token is its drafted
+    x_c if it accepted it, else drawn from max(0, p - q) normalised (the rejected
+    position), or from p after all k.  Returns (c, next tokens (B,))."""
+    B, k = drafts.shape
+    accepted = np.zeros(B, dtype=np.int64)
+    for b in range(B):
+        while accepted[b] < k:
+            i, x = accepted[b], drafts[b, accepted[b]]
+            if not rngs[b].random() < p[b, i, x] / q[b, i, x]:
+                break
+            accepted[b] += 1
+    c = int(accepted[~finished].min()) if k else 0
+    y = np.empty(B, dtype=np.int64)
+    for b in range(B):
+        if accepted[b] > c:
+            y[b] = drafts[b, c]
+            continue
+        dist = p[b, c] if c == k else np.maximum(p[b, c] - q[b, c], 0)
+        if not dist.sum() > 0:  # p == q up to rounding: any token of p is right
+            dist = p[b, c]
+        y[b] = _sample(dist[None], [rngs[b]])[0]
+    return c, y

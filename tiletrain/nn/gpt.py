@@ -158,7 +158,9 @@ class Block(Module):
         self.mlp = MLP(config, tiling, dtype=dtype, rng=rng)
         self.config = config  # shared with the GPT: config.recompute may change between steps
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
+        if cache is not None:  # inference (tiletrain/inference), called through the module's placement
+            return self.forward_cached(x, cache, layer, pos)
         if self.config.recompute == "attention":  # backward recomputes the attention branch
             x = x + checkpoint(self._attention, x)   # (B, T, C)
         else:
@@ -228,7 +230,7 @@ class GPT(Module):
         to it (inference: tiletrain/inference)."""
         x = self._embed(self._ids(ids, "ids"), pos)
         for i, block in enumerate(self.transformer.h):
-            x = block.forward_cached(x, cache, i, pos)
+            x = block(x, cache, i, pos)
         return self.lm_head(self.transformer.ln_f(x))
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
@@ -273,13 +275,17 @@ class GPT(Module):
         return from_numpy(np.ascontiguousarray(arr, dtype=np.int64), tiles)
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 seed: int | None = None):
+                 top_p: float | None = None, eos_token_id=None, seed: int | None = None, draft=None,
+                 num_draft_tokens: int = 4):
         """``input_ids`` (B, T) extended by ``max_new_tokens`` sampled tokens (greedy when
-        temperature == 0), an int64 array (B, T + new) with the prompt, as transformers'
-        generate; with a key/value cache (tiletrain/inference): the prompt runs once,
-        then one position per new token."""
+        temperature == 0; top_k, then top_p filtering), an int64 array (B, T + new) with the
+        prompt, as transformers' generate; rows stop at ``eos_token_id`` (then padded with it;
+        the output is shorter when every row stopped early); ``draft``: speculative decoding
+        with that model proposing ``num_draft_tokens`` per round.  With a key/value cache
+        (tiletrain/inference.generate, which also returns statistics)."""
         from ..inference import generate
-        return generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+        return generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        eos_token_id=eos_token_id, seed=seed, draft=draft, num_draft_tokens=num_draft_tokens)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count, the tied head counted once.  non_embedding=True leaves out the

@@ -177,7 +177,9 @@ class LlamaDecoderLayer(Module):
         self.post_attention_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
         self.config = config  # shared with the model: config.recompute may change between steps
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
+        if cache is not None:  # inference (tiletrain/inference), called through the module's placement
+            return self.forward_cached(x, cache, layer, pos)
         if self.config.recompute == "attention":  # backward recomputes the attention branch
             x = x + checkpoint(self._attention, x)          # (B, T, C)
         else:
@@ -253,7 +255,7 @@ class Llama(Module):
         to it (inference: tiletrain/inference)."""
         x = self.model.embed_tokens(self._ids(ids, "ids"))
         for i, layer in enumerate(self.model.layers):
-            x = layer.forward_cached(x, cache, i, pos)
+            x = layer(x, cache, i, pos)
         return self.lm_head(self.model.norm(x))
 
     generate = GPT.generate  # with a key/value cache (tiletrain/inference)

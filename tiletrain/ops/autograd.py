@@ -330,6 +330,10 @@ def _run_backward(order, pending, placer) -> None:
             g = pending.pop(id(t), None)
             if g is not None:
                 placer.release(g)
+                deferred = getattr(_state, "defer", None)
+                if deferred is not None:   # split backward: the weight-gradient part waits for run()
+                    node = deferred._split(node, g, placer)
+            if g is not None and node is not None:
                 if node.place is None:
                     grads = BACKWARD[node.op](node, g)
                 else:  # where the forward ran (a pipeline stage, a data shard)
@@ -370,6 +374,79 @@ def _run_backward(order, pending, placer) -> None:
                     else:
                         pending[id(inp)] = placer.share(gi)
             # release the tape: saved activations go when their last reader has run
+            node = t._node
             node.saved = ()
             node.inputs = tuple(None for _ in node.inputs)
             node.released = True
+
+
+class DeferredGrads:
+    """The weight-gradient (dW) parts of a backward pass, left for later: inside
+    ``defer_grads(weights)``, backward() submits only the gradients of the other inputs (the
+    input gradient dX, what the previous pipeline stage waits for) of every op that has one
+    of ``weights`` as an input, and records the rest here; ``run()`` submits them (the same
+    backward rules, asked only for the weights' gradients) and accumulates into ``.grad``.
+    The rule's saved tensors and output gradient live until then."""
+
+    def __init__(self, weights):
+        self._ids = {id(w) for w in weights}
+        self._weights = list(weights)   # keep the ids unique while recording
+        self._parts: list[tuple[Node, Tensor]] = []
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __repr__(self) -> str:
+        return f"<DeferredGrads: {len(self._parts)} weight-gradient part(s) pending>"
+
+    def _split(self, node: Node, g: Tensor, placer: "_Placer") -> Node | None:
+        """The part of ``node`` to run now (None: nothing), recording the deferred part."""
+        w = [inp is not None and id(inp) in self._ids for inp in node.inputs]
+        if not any(w):
+            return node
+        later = tuple(inp if wi else None for inp, wi in zip(node.inputs, w))
+        if id(g) in placer.placed:   # already some leaf's .grad, which later gradients accumulate into
+            from .basic import copy
+            g = copy(g)
+        # g is held for the deferred part: the engine must not accumulate into it in place
+        self._parts.append((Node(node.op, later, node.saved, node.ctx, place=node.place, seq=node.seq),
+                            placer.share(g)))
+        now = tuple(None if wi else inp for inp, wi in zip(node.inputs, w))
+        if all(inp is None for inp in now):
+            return None
+        return Node(node.op, now, node.saved, node.ctx, place=node.place, seq=node.seq)
+
+    @tag(phase="wgrad")
+    def run(self) -> None:
+        """Submit the deferred weight-gradient parts (no waiting); afterwards empty."""
+        placer = _Placer()
+        parts, self._parts = self._parts, []
+        _dist._in_backward += 1
+        try:
+            with no_grad():
+                for node, g in parts:
+                    if node.place is None:
+                        grads = BACKWARD[node.op](node, g)
+                    else:
+                        with _dist.use(node.place):
+                            grads = BACKWARD[node.op](node, g)
+                    for inp, gi in zip(node.inputs, grads):
+                        if inp is None or gi is None:
+                            continue
+                        placer.leaf(inp, gi.dense() if isinstance(gi, PartialGradient) else gi)
+        finally:
+            _dist._in_backward -= 1
+
+
+@contextlib.contextmanager
+def defer_grads(weights):
+    """``with defer_grads(model.parameters()) as dw: loss.backward()`` submits the input
+    gradients only; ``dw.run()`` later submits the weights' gradients (split backward:
+    zero-bubble pipeline schedules' I and W actions)."""
+    d = DeferredGrads(weights)
+    old = getattr(_state, "defer", None)
+    _state.defer = d
+    try:
+        yield d
+    finally:
+        _state.defer = old

@@ -9,6 +9,11 @@ on the runtime and measure how much of its order submission order, priorities an
 dependencies achieved.  The ``emergent`` schedule writes no order: tasks carry their data
 dependencies, the stage (worker) that owns them and priorities; the overlap is whatever
 dataflow gives, and it is measured.
+
+On a real GPT or Llama (tiletrain.pipeline.model): ``ModelPipeline(model, schedule, mechanism)``
+runs each action as the model's own work -- a virtual stage's blocks forward, its backward
+(B), or split into input gradient (I) and deferred weight gradients (W) -- on worker groups
+in one process or on MPI ranks (``place(model, pipeline_plan(model, schedule))`` first).
 """
 from . import formulas
 from .formulas import (gpipe_bubble_over_ideal, gpipe_idle_fraction, interleaved_bubble_over_ideal,
@@ -17,6 +22,7 @@ from .priorities import (ONE_F_ONE_B, ZERO_BUBBLE, affinity, bottom_level_priori
                          priority_hints, priority_plan, priority_range, stage)
 from . import enforce, schedules
 from .enforce import MECHANISMS, ScheduleRun, run_synthetic
+from .model import ModelPipeline, pipeline_plan
 from .schedule import Action, Schedule, ScheduleError, Simulation
 from .simulate import Timeline, simulate
 from .synthetic import PipelinePlan, PlanTask, build_plan, dataflow_deps, submit
@@ -27,5 +33,6 @@ __all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_
            "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
            "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "Action", "ScheduleError",
            "Simulation", "schedules", "enforce", "MECHANISMS", "ScheduleRun", "run_synthetic",
+           "ModelPipeline", "pipeline_plan",
            "Timeline", "simulate",
            "PipelinePlan", "PlanTask", "build_plan", "dataflow_deps", "submit"]

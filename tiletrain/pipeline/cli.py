@@ -53,22 +53,42 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _gpt_size(text: str) -> tuple[int, int]:
+    try:
+        layers, width = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpt: expected LAYERSxWIDTH such as 4x256, got {text!r}") from None
+    if layers < 1 or width < 4 or width % 4:
+        raise argparse.ArgumentTypeError(f"--gpt {text}: at least 1 layer and a width that is a multiple of 4")
+    return layers, width
+
+
 def cmd_run(args) -> int:
     import tiletrain as tt
     from .enforce import run_synthetic
     s = load(args)
     with tt.init(ncpu=s.ranks, sched=args.sched, profile=True):
-        r = run_synthetic(s, args.usec, args.mechanism, sleep=not args.busy)
+        if args.gpt:   # a model is above this package: the runner comes from tiletrain/cli.py
+            if args.gpt_runner is None:
+                raise NotImplementedError("schedule run --gpt: no model runner was registered")
+            r = args.gpt_runner(s, *args.gpt, batch=args.batch, seq_len=args.seq_len, mechanism=args.mechanism)
+        else:
+            r = run_synthetic(s, args.usec, args.mechanism, sleep=not args.busy)
         d = r.to_dict()
         if args.trace:
             from ..trace import save
             save(r.trace, args.trace)
+    if args.gpt:
+        d.pop("task_us")
+        d["model"] = f"gpt {args.gpt[0]}x{args.gpt[1]}, batch {args.batch} x {args.seq_len} per micro-batch"
     if args.json:
         print(json.dumps(d))
         return 0
     order = "-" if d["order_fraction"] is None else f"{d['order_fraction']:.3f}"
+    what = (f"the real {d['model']}, one worker group per rank" if args.gpt
+            else f"tasks F = I = W = {args.usec:g} us (sleeping)")
     print(f"schedule {d['schedule']}: {d['stages']} stages, {d['microbatches']} micro-batches, mechanism "
-          f"{d['mechanism']}, tasks F = I = W = {args.usec:g} us (sleeping)")
+          f"{d['mechanism']}, {what}")
     print(f"  makespan              {d['makespan_s']:.4f} s")
     print(f"  idle fraction         {d['idle_fraction']:.4f} (formula {d['formula_idle_fraction']:.4f}, "
           f"per stage {' '.join(f'{x:.3f}' for x in d['stage_idle'])})")
@@ -79,7 +99,9 @@ def cmd_run(args) -> int:
     return 0
 
 
-def add_subcommands(sub) -> None:
+def add_subcommands(sub, gpt_runner=None) -> None:
+    """``gpt_runner(schedule, layers, width, batch=, seq_len=, mechanism=)`` -> ScheduleRun runs
+    ``schedule run --gpt`` (tiletrain.experiments.pipeline.gpt_schedule_run, above nn)."""
     from .enforce import MECHANISMS
     from .schedules import NAMES
     p = sub.add_parser("schedule",
@@ -107,4 +129,9 @@ def add_subcommands(sub) -> None:
                    help="StarPU policy (a priority policy for --mechanism priority)")
     r.add_argument("--busy", action="store_true", help="busy-wait instead of sleeping (stages <= cores)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
-    r.set_defaults(func=cmd_run)
+    r.add_argument("--gpt", type=_gpt_size, default=None, metavar="LAYERSxWIDTH",
+                   help="run on a real GPT (e.g. 4x256) in one process, each rank a worker group, instead of "
+                        "synthetic tasks (action times: first start to last end of its tasks)")
+    r.add_argument("--batch", type=_positive, default=2, help="--gpt: sequences per micro-batch")
+    r.add_argument("--seq-len", type=_positive, default=128, help="--gpt: tokens per sequence")
+    r.set_defaults(func=cmd_run, gpt_runner=gpt_runner)

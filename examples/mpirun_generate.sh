@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Serve a model as a pipeline over MPI ranks on one machine (tiletrain generate --dist pipeline).
+#
+#   examples/mpirun_generate.sh --ckpt-dir CKPT|--model HF_FOLDER [extra tiletrain generate flags...]
+#   e.g. examples/mpirun_gpt.sh pipeline --steps 50          (writes runs/mpirun-pipeline)
+#        examples/mpirun_generate.sh --ckpt-dir runs/mpirun-pipeline --streams 2 --tokens 64 --temperature 0
+#        NP=3 examples/mpirun_generate.sh --model my-hf-folder --streams 3 --batch 6
+#
+# The model's layers are split over the NP ranks (one pipeline stage per rank: embeddings and
+# the first blocks on rank 0, the last blocks and the head on the last rank).  The batch (the
+# prompt repeated: --batch if given, else one row per stream) is served as --streams request
+# streams, each with its own key/value cache; while rank 1 runs stream 0's step, rank 0 runs
+# stream 1's, so with as many streams as stages every rank has work.  Every rank runs the
+# same command and samples the same tokens; rank 0 prints the text and a tokens/s line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+NP=${NP:-2}        # ranks = pipeline stages (more ranks than cores needs --oversubscribe, below)
+PY=${PY:-.venv/bin/python}
+
+# One CPU worker per rank: the ranks share the machine's cores (2 here).
+export STARPU_NCPU=${STARPU_NCPU:-1}
+# Do not pin workers (or StarPU-MPI's thread) to cores: by default both ranks land on one core.
+export STARPU_WORKERS_NOBIND=1
+export STARPU_MPI_NOBIND=1
+# Single-threaded BLAS inside the workers (numpy's own OpenBLAS too).
+export OPENBLAS_NUM_THREADS=1
+# StarPU's banner and warnings off (one copy per rank otherwise).
+export STARPU_SILENT=1
+
+# --allow-run-as-root: Open MPI refuses to start as root without it (containers).
+# --oversubscribe:     allow more ranks than cores (needed for NP=3 or 4 on 2 cores).
+# --bind-to none:      let the OS place the ranks (StarPU binds nothing with the variables above).
+# -x VAR:              forward these variables to every rank (needed on a cluster).
+# --dist pipeline:     one stage per rank; on one process (NP=1) it still works, with one stage.
+exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
+    -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x OPENBLAS_NUM_THREADS -x STARPU_SILENT \
+    "$PY" -m tiletrain generate --dist pipeline "$@"

@@ -1,0 +1,47 @@
+"""Pipeline serving (tiletrain.inference.serving.generate_pipeline) of a tiny random GPT or
+Llama (float64), greedy; also the single-process cached generate as the reference.
+argv: out tag model(gpt|llama) streams [new_tokens [trained]] (trained: the model placed
+and a backward run before serving, so its parameters have gradients).  Saves
+<out>/<tag>-rank<r>.npz with the greedy tokens, the reference, tokens sampled with a fixed
+seed and the owner ranks of the first and last layers' parameters and of the first and
+last layers' key/value cache tiles."""
+import sys
+
+import numpy as np
+
+import tiletrain as tt
+from tiletrain.inference import KVCache, generate
+from tiletrain.inference.serving import generate_pipeline
+from tiletrain.nn import GPT, GPTConfig, Llama, LlamaConfig, Tiling
+from tiletrain.parallel import place
+
+out, tag, kind, streams = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+new = int(sys.argv[5]) if len(sys.argv) > 5 else 8
+trained = "trained" in sys.argv[6:]  # placed and a backward run first: parameters have gradients
+rt = tt.init()
+r, w = tt.rank(), tt.world_size()
+if kind == "gpt":
+    model = GPT(GPTConfig(vocab_size=40, block_size=32, n_layer=3, n_head=2, n_embd=16), Tiling(time=4, width=8),
+                dtype=np.float64, seed=1)
+    first, last = model.transformer.h[0].attn.c_attn.weight, model.transformer.h[-1].attn.c_attn.weight
+else:
+    model = Llama(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
+                  Tiling(time=4, width=8), dtype=np.float64, seed=1)
+    first, last = model.model.layers[0].self_attn.q_proj.weight, model.model.layers[-1].self_attn.q_proj.weight
+prompts = np.random.default_rng(7).integers(0, 40, (4, 5))
+ref = generate(model, prompts, new, temperature=0, time_tile=4)  # before placement: every tile on rank 0
+if trained:
+    place(model, "pipeline")
+    model.loss(prompts[:, :-1], prompts[:, 1:]).backward()
+got, stats = generate_pipeline(model, prompts, new, streams=streams, time_tile=4, return_stats=True)
+sampled = generate_pipeline(model, prompts, new, streams=streams, temperature=1.3, seed=5, time_tile=4)
+# where a fresh cache's tiles go: the layer's stage
+cache = KVCache(model.config.n_layer, 6, 4)
+with tt.no_grad():
+    model.forward_cached(prompts[:, :5], cache, 0).numpy()
+np.savez(f"{out}/{tag}-rank{r}.npz", got=got, ref=ref, sampled=sampled, stages=stats.stages, streams=stats.streams,
+         owner_first=first.owners().max(), owner_last=last.owners().max(),
+         cache_first=cache.k[0].owners().max(), cache_last=cache.k[-1].owners().max())
+print(f"rank {r}/{w} {kind} streams={streams}: {stats}", flush=True)
+tt.shutdown()

@@ -1,0 +1,20 @@
+"""Pipeline schedules on the real GPT under mpirun -np 2 (ranks as stages): every schedule
+gives the losses of the plain loop in one process (float64, 1e-9)."""
+import numpy as np
+import pytest
+
+from mpi_launch import requires_mpi, run_mpi, run_single
+
+pytestmark = [requires_mpi, pytest.mark.mpi]
+
+
+@pytest.mark.parametrize("mechanism", ["priority", "deps"])
+def test_every_schedule_under_mpirun_gives_the_one_process_losses(tmp_path, mechanism):
+    run_single("schedules.py", tmp_path, "one", mechanism)
+    run_mpi("schedules.py", 2, tmp_path, "mpi", mechanism, timeout=300)
+    ref = np.load(tmp_path / "one-rank0.npz")["reference"]
+    for r in range(2):
+        got = np.load(tmp_path / f"mpi-rank{r}.npz")
+        assert len(got.files) == 7
+        for name in got.files:
+            np.testing.assert_allclose(got[name], ref, rtol=0, atol=1e-9, err_msg=f"rank {r}: {name} / {mechanism}")

@@ -1,0 +1,172 @@
+"""Written schedules on the real GPT and Llama in one process: each schedule rank is a group
+of workers; every schedule and mechanism gives the losses of the plain gradient-accumulation
+loop (float64, 1e-9); split backward (I/W) and its autograd deferral; the order token."""
+import numpy as np
+import pytest
+
+import tiletrain as tt
+from tiletrain.nn import GPT
+from tiletrain.nn.gpt import GPTConfig, Tiling
+from tiletrain.ops.autograd import defer_grads
+from tiletrain.optim import AdamW
+from tiletrain.parallel import blocks_of_stage, plan
+from tiletrain.pipeline import schedules
+from tiletrain.pipeline.model import ModelPipeline, action_times, pipeline_plan, rank_order_fraction, worker_groups
+from tiletrain.trace.records import recording
+
+from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
+
+CFG = GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=2, n_embd=8, dropout=0.0)
+TILING = Tiling(batch=2, time=4, width=4, hidden=16, vocab=8)   # last tiles smaller: vocab 16 / 8 ok, C 8 / 4
+M = 4
+SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
+             "dualpipe-v": {}, "emergent": {}}
+
+
+def batches(seed=3, steps=2):
+    rng = np.random.default_rng(seed)
+    return [[rng.integers(0, 16, size=(2, 9)) for _ in range(M)] for _ in range(steps)]
+
+
+def train(make_model, name=None, mechanism="deps", data=None):
+    model = make_model()
+    pp = None
+    if name is not None:
+        pp = ModelPipeline(model, schedules.get(name, 2, M, **SCHEDULES[name]), mechanism)
+    opt = AdamW(list(model.parameters()), lr=1e-2, weight_decay=0.1)
+    out = []
+    for batch in data or batches():
+        if pp is None:
+            micro = []
+            for ids in batch:
+                loss = model.loss(ids[:, :-1], ids[:, 1:])
+                tt.scale(loss, 1.0 / M).backward()
+                micro.append(loss)
+        else:
+            micro = pp.step([ids[:, :-1] for ids in batch], [ids[:, 1:] for ids in batch]).losses
+        opt.step()
+        opt.zero_grad()
+        out.append([float(v) for v in micro])
+    return np.array(out)
+
+
+def gpt():
+    return GPT(CFG, TILING, dtype=np.float64, seed=1)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    restart(ncpu=2, sched="prio", profile=False)
+    return train(gpt)
+
+
+@pytest.mark.parametrize("mechanism", ["submit", "priority", "deps"])
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_every_schedule_gives_the_one_process_losses(reference, name, mechanism):
+    restart(ncpu=2, sched="prio", profile=False)
+    got = train(gpt, name, mechanism)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-9, err_msg=f"{name} / {mechanism}")
+
+
+def test_llama_under_zb_v_gives_the_same_losses():
+    from tiletrain.nn.llama import Llama, LlamaConfig
+    restart(ncpu=2, sched="prio", profile=False)
+    cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=4,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8)
+
+    def llama():
+        return Llama(cfg, dtype=np.float64, seed=2)
+    data = batches(5, 1)
+    ref = train(llama, data=data)
+    np.testing.assert_allclose(train(llama, "zb-v", "deps", data), ref, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("recompute", ["block", "attention"])
+def test_split_backward_with_recomputation(reference, recompute):
+    restart(ncpu=2, sched="prio", profile=False)
+
+    def model():
+        m = gpt()
+        m.config.recompute = recompute
+        return m
+    np.testing.assert_allclose(train(model, "zb-v", "deps"), reference, rtol=0, atol=1e-9)
+
+
+def test_deferred_weight_gradients_equal_the_full_backward():
+    restart(ncpu=2, sched="prio", profile=False)
+    ids = batches(7, 1)[0][0]
+    full, split = gpt(), gpt()
+    full.loss(ids[:, :-1], ids[:, 1:]).backward()
+    with defer_grads(list(split.parameters())) as dw:
+        split.loss(ids[:, :-1], ids[:, 1:]).backward()
+    assert len(dw) > 0 and all(p.grad is None for p in split.parameters())   # no dW submitted yet
+    dw.run()
+    assert len(dw) == 0
+    for (n, a), (_, b) in zip(full.named_parameters(), split.named_parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=0, atol=1e-12, err_msg=n)
+
+
+def test_ordering_dependencies_keep_the_order_on_the_real_model():
+    restart(ncpu=2, sched="prio", profile=True)
+    s = schedules.get("zb-h1", 2, M)
+    model = gpt()
+    pp = ModelPipeline(model, s, "deps")
+    data = batches(1, 1)[0]
+    pp.step([d[:, :-1] for d in data], [d[:, 1:] for d in data])   # warm up
+    tt.wait()
+    with recording() as rec:
+        r = pp.step([d[:, :-1] for d in data], [d[:, 1:] for d in data])
+    start, end = action_times(s, rec.trace)
+    assert not np.isnan(start).any()
+    assert rank_order_fraction(s, start) == 1.0
+    t = rec.trace.tasks   # each action's tasks ran on its rank's worker group
+    groups = worker_groups(2)
+    place = s.placement()
+    sel = t["stage"] >= 0
+    assert all(w in groups[place[st]] for w, st in zip(t["worker"][sel], t["stage"][sel]))
+    assert len(r.losses) == M
+
+
+def test_placement_and_bad_input():
+    restart(ncpu=2, sched="prio", profile=False)
+    assert [list(blocks_of_stage(v, 4, 4)) for v in range(4)] == [[0], [1], [2], [3]]
+    assert [list(blocks_of_stage(v, 5, 2)) for v in range(2)] == [[0, 1, 2], [3, 4]]
+    model = gpt()
+    pl = pipeline_plan(model, schedules.get("zb-v", 2, M), world=2)   # V: chunks 0 and 3 on rank 0
+    st = dict(pl.modules)
+    assert [st[f"transformer.h.{i}"] for i in range(4)] == [0, 1, 1, 0]
+    assert st["transformer.wte"] == 0 and st["lm_head"] == 0 and pl.owner("transformer.wte.weight") == 0
+    pl = pipeline_plan(model, schedules.get("interleaved-1f1b", 2, M, virtual=2), world=2)   # looped
+    assert [dict(pl.modules)[f"transformer.h.{i}"] for i in range(4)] == [0, 1, 0, 1]
+    with pytest.raises(ValueError, match="stage_ranks"):
+        plan(model, "pipeline", 2, stage_ranks=[0, 1, 0, 1, 0])
+    with pytest.raises(NotImplementedError, match="sequence chunks"):
+        ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=2))
+    with pytest.raises(ValueError, match="virtual stages but the model has 4 blocks"):
+        ModelPipeline(model, schedules.get("interleaved-1f1b", 2, M, virtual=4))
+    with pytest.raises(ValueError, match="need at least 3 workers"):
+        worker_groups(3)
+    pp = ModelPipeline(model, schedules.get("1f1b", 2, M))
+    with pytest.raises(ValueError, match="has 4 micro-batches"):
+        pp.step([np.zeros((2, 8), np.int64)], [np.zeros((2, 8), np.int64)])
+    from tiletrain._ffi import check, ffi, lib
+    two = tt.from_numpy(np.zeros(8), 4)
+    with pytest.raises(ValueError, match="one-tile tensor"):
+        check(lib.tt_order_set(two._ptr))
+    with pytest.raises(ValueError, match="no token"):
+        check(lib.tt_order_barrier(ffi.NULL))
+
+
+def test_cli_schedule_run_on_a_real_gpt(capsys):
+    import json
+    from tiletrain.cli import main
+    if tt.is_initialized():
+        tt.shutdown()
+    assert main(["schedule", "run", "zb-h1", "--stages", "2", "--microbatches", "4", "--gpt", "2x16",
+                 "--seq-len", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule"] == "zb-h1" and d["model"].startswith("gpt 2x16") and d["order_fraction"] == 1.0
+    assert d["makespan_s"] > 0 and d["peak_activations"] >= 1 and d["formula_idle_fraction"] > 0
+    with pytest.raises(SystemExit) as exc:
+        main(["schedule", "run", "1f1b", "--stages", "2", "--microbatches", "2", "--gpt", "4by8"])
+    assert exc.value.code == 2 and "LAYERSxWIDTH" in capsys.readouterr().err

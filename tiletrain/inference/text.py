@@ -1,0 +1,46 @@
+"""Text in, text out: what ``tiletrain generate`` and the end-of-training sample run.  The
+cached ``generate`` with its sliding window (a prompt plus tokens longer than the model's
+context keeps going), ``batch`` copies of the prompt sampled with the seed's row streams,
+each text cut at its first eos token."""
+from __future__ import annotations
+
+import numpy as np
+
+from .generate import GenerationStats, generate
+
+
+def eos_ids(values, tokenizer) -> list[int] | None:
+    """``--eos`` values (token ids, or texts the tokenizer encodes as one token) as ids."""
+    if not values:
+        return None
+    out = []
+    for v in values:
+        v = str(v)
+        if v.lstrip("-").isdigit():
+            out.append(int(v))
+            continue
+        ids = tokenizer.encode(v)
+        if len(ids) != 1:
+            raise ValueError(f"--eos {v!r} is not one token of the tokenizer (it encodes as {ids}); give a token id")
+        out.append(int(ids[0]))
+    return out
+
+
+def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float = 1.0,
+                top_k: int | None = None, top_p: float | None = None, eos_token_id=None, seed: int | None = 0,
+                batch: int = 1, draft=None, num_draft_tokens: int = 4) -> tuple[list[str], GenerationStats]:
+    """``batch`` continuations of ``prompt`` (an empty prompt starts from a newline, or token 0)
+    decoded with ``tokenizer``, each with the prompt and up to its first eos token (left
+    out), and the GenerationStats."""
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+    ids = [int(i) for i in tokenizer.encode(prompt)] or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
+    out, stats = generate(model, np.array([ids] * batch, dtype=np.int64), max_new_tokens, temperature=temperature,
+                          top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, seed=seed, draft=draft,
+                          num_draft_tokens=num_draft_tokens, sliding_window=True, return_stats=True)
+    eos = [] if eos_token_id is None else np.atleast_1d(eos_token_id)
+    texts = []
+    for row in out:
+        hits = np.flatnonzero(np.isin(row[len(ids):], eos))
+        texts.append(tokenizer.decode([int(t) for t in (row[:len(ids) + hits[0]] if hits.size else row)]))
+    return texts, stats

@@ -1,0 +1,258 @@
+"""Running a :class:`Schedule` on a real GPT or Llama: every action is the model's own work.
+
+  F(v, j)  virtual stage v's forward of micro-batch j: the embeddings (v = 0), v's blocks
+           (an even split, ``parallel.blocks_of_stage``), and on the last stage the final
+           norm, the head and the loss (scaled by 1/m, as gradient accumulation does)
+  B(v, j)  its backward: from the loss, or from the next stage's input gradient
+  I(v, j)  the same backward with the weight gradients deferred (``autograd.defer_grads``):
+           only the input gradient (dX), what stage v-1 waits for
+  W(v, j)  the deferred weight gradients (dW) of I(v, j), accumulated into ``.grad``
+
+A stage's input is the previous stage's output detached (a leaf that requires grad), so
+each action's backward stops at its stage boundary and the gradient crosses it as data.
+
+Where stages run: in one process, rank r of the schedule is a group of workers
+(``workers[r]``, StarPU's per-task worker mask); under ``mpirun`` rank r is MPI rank r (the
+model placed with ``place(model, pipeline_plan(model, schedule))`` first: blocks, and so
+activations and gradients, live on their virtual stage's rank).  The order is enforced as
+``enforce.enforce`` does (mechanisms submit / priority / deps); under ``deps`` every task an
+action runs on its rank also reads the rank's order token, and a barrier task writes the
+token after the action (csrc/submit.c: ``tt_order_set`` / ``tt_order_barrier``), so a
+rank's actions start in list order.  Under MPI the token is the local rank's: tasks of an
+action that StarPU-MPI runs on another rank (a gradient reduced on its owner) are not
+ordered.
+
+Sequence-chunked schedules (seq1f1b with chunks > 1) need a forward over part of the
+sequence with the earlier chunks' keys and values: not implemented on the real model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .enforce import MECHANISMS, enforce
+from .schedule import PHASE, Action, Schedule
+
+
+def pipeline_plan(model, schedule: Schedule, world: int | None = None):
+    """The ``parallel.Plan`` that places ``model``'s virtual stages on the schedule's ranks
+    (``Schedule.placement()``) for ``--dist pipeline``."""
+    from ..parallel import plan
+    pl = schedule.placement()
+    return plan(model, "pipeline", world, stage_ranks=[pl[v] for v in range(schedule.stages)])
+
+
+def worker_groups(ranks: int, nworkers: int | None = None) -> list[list[int]]:
+    """The workers split into ``ranks`` contiguous groups (one process, worker groups as
+    stages); needs at least one worker per group."""
+    from .._ffi import lib
+    n = int(lib.tt_nworkers()) if nworkers is None else int(nworkers)
+    if n < ranks:
+        raise ValueError(f"{ranks} pipeline ranks need at least {ranks} workers, the runtime has {n} "
+                         f"(tiletrain.init(ncpu={ranks}) or more)")
+    return [list(range(r * n // ranks, (r + 1) * n // ranks)) for r in range(ranks)]
+
+
+@dataclass
+class StepResult:
+    losses: list                  # per micro-batch: the (unscaled) loss Tensor
+    order: list[int]              # submission order (indices into schedule.flat())
+
+
+class ModelPipeline:
+    """Runs training steps of ``model`` (a GPT or Llama) with ``schedule``.
+
+    ``step(xs, ys)`` submits one forward + backward of the m micro-batches (no optimizer
+    step, no waiting) and returns their losses; gradients accumulate into ``.grad``.
+    ``workers``: per schedule rank, the worker ids it runs on (one process; default
+    ``worker_groups``); under MPI every rank uses its own workers.
+    """
+
+    def __init__(self, model, schedule: Schedule, mechanism: str = "deps", workers: list[list[int]] | None = None):
+        from .._ffi import lib
+        from ..distribution import SingleRank
+        from ..parallel import blocks_of_stage, current_plan, model_parts
+        from ..tensors import from_numpy
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+        schedule.validate()
+        if schedule.chunks > 1:
+            raise NotImplementedError(f"schedule {schedule.name!r} splits micro-batches into {schedule.chunks} "
+                                      "sequence chunks: a forward over part of the sequence (the earlier chunks' "
+                                      "keys and values) is not implemented on the real model; use chunks=1")
+        first, blocks, last = model_parts(model)
+        if schedule.stages > len(blocks):
+            raise ValueError(f"schedule {schedule.name!r} has {schedule.stages} virtual stages but the model has "
+                             f"{len(blocks)} blocks (at most one stage per block)")
+        self.model, self.schedule, self.mechanism = model, schedule, mechanism
+        self.first, self.last = first, last
+        self.blocks = [[blocks[i] for i in blocks_of_stage(v, len(blocks), schedule.stages)]
+                       for v in range(schedule.stages)]
+        self.mpi = bool(lib.tt_mpi_enabled())
+        self.me = int(lib.tt_mpi_rank()) if self.mpi else 0
+        if self.mpi:
+            world = int(lib.tt_mpi_size())
+            if schedule.ranks != world:
+                raise ValueError(f"schedule {schedule.name!r} has {schedule.ranks} ranks; under MPI it needs one "
+                                 f"per MPI rank ({world})")
+            placed = current_plan()
+            want = pipeline_plan(model, schedule, world)
+            if placed.modules != want.modules:
+                raise ValueError(f"the model is not placed for schedule {schedule.name!r}: call "
+                                 "tiletrain.parallel.place(model, pipeline_plan(model, schedule)) before the optimizer")
+            local = list(range(lib.tt_nworkers()))
+            self.workers = [local] * schedule.ranks
+        else:
+            self.workers = workers or worker_groups(schedule.ranks)
+        self.params = list(model.parameters())
+        # the order token of each rank (collective; under MPI rank r uses only its own, token r)
+        self.tokens = [from_numpy(np.zeros(1, np.float32), dist=SingleRank(r if self.mpi else 0))
+                       for r in range(schedule.ranks)]
+
+    # ----------------------------------------------------------------- actions
+    def _forward(self, v: int, x):
+        from ..utils.checkpoint import checkpoint
+        if v == 0:
+            x = self._embed(x)
+        recompute = getattr(self.model.config, "recompute", "none") == "block"   # as the model's forward
+        for block in self.blocks[v]:
+            x = checkpoint(block, x) if recompute else block(x)
+        return x
+
+    def _embed(self, idx):
+        m = self.model
+        if hasattr(m, "transformer"):   # GPT: token + position embeddings, dropout
+            return m.transformer.drop(m._embed(m._ids(idx, "idx"), 0))
+        return m.model.embed_tokens(m._ids(idx, "idx"))
+
+    def _head_loss(self, x, targets):
+        import tiletrain.functional as F
+        norm, head = self.last
+        logits = head(norm(x))
+        return F.cross_entropy(logits, self.model._ids(targets, "targets", logits.shape[:2]))
+
+    def step(self, xs, ys) -> StepResult:
+        """Submit forward and backward of the micro-batches ``xs[j]``, ``ys[j]`` (token ids,
+        (B, T) each) in the schedule's order; returns the losses (no waiting)."""
+        from .._ffi import check, ffi, lib
+        from ..distribution import SingleRank, use
+        from ..ops import scale
+        from ..ops.autograd import defer_grads
+        sch = self.schedule
+        m, S = sch.microbatches, sch.stages
+        if len(xs) != m or len(ys) != m:
+            raise ValueError(f"schedule {sch.name!r} has {m} micro-batches, got {len(xs)} inputs and {len(ys)} targets")
+        ins: dict = {}       # (v, j) -> the stage's input leaf (v > 0)
+        outs: dict = {}      # (v, j) -> the stage's output (the scaled loss on the last stage)
+        dws: dict = {}       # (v, j) -> DeferredGrads of its I action
+        losses: list = [None] * m
+
+        def run(a: Action) -> None:
+            v, j = a.stage, a.microbatch
+            if a.kind == "F":
+                if v == 0:
+                    x = xs[j]
+                else:
+                    x = outs[(v - 1, j)].detach().requires_grad_()
+                    ins[(v, j)] = x
+                y = self._forward(v, x)
+                if v == S - 1:
+                    losses[j] = self._head_loss(y, ys[j])
+                    y = losses[j] if m == 1 else scale(losses[j], 1.0 / m)
+                outs[(v, j)] = y
+                return
+            if a.kind == "W":
+                dws.pop((v, j)).run()
+                return
+            y = outs.pop((v, j))
+            g = None if v == S - 1 else ins.pop((v + 1, j)).grad
+            if a.kind == "B":
+                y.backward(g)
+            else:
+                with defer_grads(self.params) as dw:
+                    y.backward(g)
+                dws[(v, j)] = dw
+
+        def submit(a: Action, r: int, token) -> None:
+            if self.mpi:   # the glue outside modules (the loss, its scaling) on the action's rank too
+                if r != self.me:
+                    token = None
+                with use(SingleRank(r)):
+                    ordered(a, token)
+            else:
+                ordered(a, token)
+
+        def ordered(a: Action, token) -> None:
+            if token is None:
+                run(a)
+                return
+            check(lib.tt_order_set(token._ptr))
+            try:
+                run(a)
+            finally:
+                lib.tt_order_set(ffi.NULL)
+            check(lib.tt_order_barrier(token._ptr))
+
+        order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens)
+        return StepResult(losses, order)
+
+
+def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup: int = 1):
+    """One process: ``warmup`` unrecorded steps, then one recorded step of ``schedule`` on
+    ``model`` (gradients zeroed after each; needs a runtime with profile=True and at least
+    one worker per rank).  Returns an ``enforce.ScheduleRun`` whose action times are the
+    first start and last end of each action's tasks (µs, 0 = the first start)."""
+    from ..runtime import wait
+    from ..trace.records import recording
+    from .enforce import ScheduleRun
+    pp = ModelPipeline(model, schedule, mechanism)
+
+    def step():
+        pp.step(xs, ys)
+        for p in pp.params:
+            p.grad = None
+    for _ in range(warmup):
+        step()
+    wait()
+    with recording() as rec:
+        step()
+    start, end = action_times(schedule, rec.trace)
+    if np.isnan(start).any():
+        raise RuntimeError("an action recorded no task (was the runtime started with profile=True?)")
+    t0 = start.min()
+    return ScheduleRun(schedule, mechanism, 0.0, start - t0, end - t0, rec.trace)
+
+
+def action_times(schedule: Schedule, trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per action (``schedule.flat()`` order): the first start and last end (µs) of the
+    recorded tasks tagged with its stage, micro-batch and phase (NaN when none ran here:
+    under MPI, another rank's actions)."""
+    t = trace.tasks
+    flat = schedule.flat()
+    start = np.full(len(flat), np.nan)
+    end = np.full(len(flat), np.nan)
+    for i, a in enumerate(flat):
+        sel = (t["stage"] == a.stage) & (t["microbatch"] == a.microbatch) & (t["phase"] == PHASE[a.kind])
+        if sel.any():
+            start[i] = float(t["start"][sel].min())
+            end[i] = float(t["end"][sel].max())
+    return start, end
+
+
+def rank_order_fraction(schedule: Schedule, start: np.ndarray, rank: int | None = None) -> float:
+    """``order_fraction`` over every rank's list (or only ``rank``'s), skipping actions with
+    no recorded start."""
+    rows = range(schedule.ranks) if rank is None else [rank]
+    pos = np.cumsum([0] + [len(r) for r in schedule.actions])
+    good = total = 0
+    for r in rows:
+        st = start[pos[r]:pos[r + 1]]
+        st = st[~np.isnan(st)]
+        good += int((st[1:] >= st[:-1]).sum())
+        total += max(0, len(st) - 1)
+    return good / total if total else 1.0
+
+
+__all__ = ["ModelPipeline", "StepResult", "pipeline_plan", "worker_groups", "run_model", "action_times",
+           "rank_order_fraction"]
