@@ -2,7 +2,8 @@
 same Hugging Face folder in the same run: a 6 x 384 GPT-2 and a Llama of similar size
 (6 x 384, 6 heads, 2 KV heads, SwiGLU 1024), random weights, float32, 2 threads each,
 prompt 16 tokens, --new tokens, batch 1 and 8; tokens/s (new tokens x batch / time), medians
-of --reps runs after a warm-up, and whether both produced the same tokens.
+of --reps runs after a warm-up, whether both produced the same tokens, and the tile tasks
+one tiletrain decode step submits.
 
     python benchmarks/generate.py [--new 256] [--batches 1 8] [--reps 3] [--models gpt2 llama]
 """
@@ -37,6 +38,18 @@ def _folders(root, models):
         transformers.LlamaForCausalLM(cfg).save_pretrained(os.path.join(root, "llama"))
         made["llama 6x384 gqa"] = os.path.join(root, "llama")
     return made
+
+
+def tasks_per_step(model, prompt) -> float:
+    """Tile tasks one decode step submits: (tasks of 9 new tokens - tasks of 1) / 8."""
+    from tiletrain._ffi import lib
+    from tiletrain.runtime.kernels import kernel_id, kernel_names
+
+    def count(new):
+        before = sum(lib.tt_kernel_ntasks(kernel_id(k)) for k in kernel_names())
+        model.generate(prompt, new, temperature=0)
+        return sum(lib.tt_kernel_ntasks(kernel_id(k)) for k in kernel_names()) - before
+    return (count(9) - count(1)) / 8
 
 
 def main() -> int:
@@ -81,11 +94,13 @@ def main() -> int:
                           flush=True)
                 same = bool((outs["transformers"] == outs["tiletrain"]).all())
                 th, ot = median(times["transformers"]), median(times["tiletrain"])
+                steps = {"transformers": "", "tiletrain (kv cache)": f"{tasks_per_step(m, prompt):.0f}"}
                 for prog, t in (("transformers", th), ("tiletrain (kv cache)", ot)):
                     rows.append([name, B, prog, f"{t:.2f}", f"{args.new * B / t:.1f}", f"{th / t:.2f}",
-                                 "yes" if same else "no"])
+                                 "yes" if same else "no", steps[prog]])
     print()
-    print(table(["model", "batch", "program", "seconds", "tokens/s", "speed vs transformers", "same tokens"], rows))
+    print(table(["model", "batch", "program", "seconds", "tokens/s", "speed vs transformers", "same tokens",
+                 "tasks per decode step"], rows))
     if args.draft_tokens:
         speculative(args)
     return 0

@@ -1,11 +1,20 @@
-"""Per-task overhead of a tensor op over many small tiles, from Python, per scheduler.
+"""Per-task overhead of a tensor op over many small tiles, from Python, per scheduler, next to
+StarPU's own floor for the same work written in C (benchmarks/starpu_floor.c).
 
-One Python call (tiletrain.add on tensors of T tiles of --tile elements) submits T tile
-tasks through the C map expander.  Reported per task, medians over --reps:
-  submit     the Python call: output tensor registration + T task submissions
-  end-to-end the call plus running every task and waiting (tiny kernels: this is overhead)
-  free       dropping the output tensor (asynchronous unregister of T handles: the Python call)
-  free+wait  dropping it and the wait that follows (until StarPU has taken every unregistration)
+c = a + b over tensors of T tiles of --tile float32 elements, one tile task each.  Reported
+per tile or task, medians over --reps:
+  register    creating the output tensor (registering T tile handles)
+  submit      one Python call submitting the T tasks into that tensor: Python -> C map
+              expander -> StarPU (the per-task submission cost), wall time
+  submit CPU  the same, CPU time of the submitting thread (what other processes sharing
+              the cores do not inflate: under load, wall time counts waiting for a core)
+  end-to-end  submit plus running every task and waiting (tiny kernels: this is overhead)
+  free        dropping the output tensor (asynchronous unregister of T handles: the Python call)
+  free+wait   dropping it and the wait that follows (until StarPU has taken every unregistration)
+  add         tiletrain.add(a, b) as one call: register + submit
+The "starpu C" rows do the same with StarPU calls only (starpu_vector_data_register,
+starpu_task_create + starpu_task_submit, starpu_data_unregister_submit); they need a C
+compiler and pkg-config's starpu-1.3, and are left out without them.
 TILETRAIN_ASYNC_FREE=0 unregisters on the caller's thread instead of the reaper thread.
 
     python benchmarks/task_overhead.py [--tiles-count 16384] [--scheds eager lws dmda]
@@ -15,7 +24,10 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -23,6 +35,68 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import tiletrain as tt  # noqa: E402
 from _common import environment, median, table  # noqa: E402
+from tiletrain.runtime.kernels import run_map  # noqa: E402
+from tiletrain.tensors import Tensor  # noqa: E402
+
+
+def build_floor(workdir: str) -> str | None:
+    """benchmarks/starpu_floor.c compiled, or None (with the reason printed)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not shutil.which("pkg-config"):
+        print("starpu C rows left out: no C compiler or no pkg-config")
+        return None
+    try:
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "starpu-1.3"], capture_output=True, text=True,
+                               check=True).stdout.split()
+        exe = os.path.join(workdir, "starpu_floor")
+        subprocess.run([cc, "-O2", os.path.join(os.path.dirname(__file__), "starpu_floor.c"), *flags, "-o", exe],
+                       check=True, capture_output=True, text=True)
+        return exe
+    except subprocess.CalledProcessError as e:
+        print(f"starpu C rows left out: {' '.join(e.cmd)} failed: {e.stderr.strip()[:300]}")
+        return None
+
+
+def run_floor(exe: str, sched: str, ncpu: int, ntiles: int, tile: int, reps: int) -> list[float]:
+    env = dict(os.environ, STARPU_SILENT="1")
+    out = subprocess.run([exe, sched, str(ncpu), str(ntiles), str(tile), str(reps)], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    return [float(v) for v in out.split()]
+
+
+def measure(sched: str, x: np.ndarray, tile: int, ncpu: int, reps: int) -> list[float] | None:
+    ntiles = x.size // tile
+    reg, sub, subc, e2e, free, freew, add = [], [], [], [], [], [], []
+    with tt.init(ncpu=ncpu, sched=sched, calibrate=None):
+        a = tt.from_numpy(x, tile)
+        b = tt.from_numpy(x, tile)
+        for rep in range(reps + 1):  # the first: warm-up (and perf-model samples for dm* policies)
+            t0 = time.perf_counter()
+            c = Tensor(a.traits, a.dtype)
+            t1, c1 = time.perf_counter(), time.thread_time()
+            run_map("add", a, b, c, alpha=1.0, beta=1.0)
+            t2, c2 = time.perf_counter(), time.thread_time()
+            tt.wait()
+            t3 = time.perf_counter()
+            del c
+            t4 = time.perf_counter()
+            tt.wait()
+            t4w = time.perf_counter()
+            gc.collect()
+            t5 = time.perf_counter()
+            c = tt.add(a, b)
+            t6 = time.perf_counter()
+            tt.wait()
+            del c
+            tt.wait()
+            if rep:
+                for lst, dt in ((reg, t1 - t0), (sub, t2 - t1), (subc, c2 - c1), (e2e, t3 - t1), (free, t4 - t3), (freew, t4w - t3),
+                                (add, t6 - t5)):
+                    lst.append(dt / ntiles * 1e6)
+        if not np.array_equal(tt.add(a, b).numpy(), 2 * x):
+            return None
+        del a, b
+    return [median(v) for v in (reg, sub, subc, e2e, free, freew, add)]
 
 
 def main() -> int:
@@ -36,43 +110,24 @@ def main() -> int:
     ntiles, tile = args.tiles_count, args.tile
     print(environment())
     print(f"add of two tensors with {ntiles} tiles of {tile} float32 each, {args.ncpu} CPU workers, "
-          f"{args.reps} repetitions (medians)", flush=True)
+          f"{args.reps} repetitions (medians); tiletrain and StarPU-alone runs alternate", flush=True)
     x = np.arange(ntiles * tile, dtype=np.float32)
     rows = []
-    for sched in args.scheds:
-        sub, e2e, free, freew = [], [], [], []
-        with tt.init(ncpu=args.ncpu, sched=sched, calibrate=None):
-            a = tt.from_numpy(x, tile)
-            b = tt.from_numpy(x, tile)
-            c = tt.add(a, b)  # warm-up (and perf-model samples for dm* policies)
-            tt.wait()
-            del c
-            gc.collect()
-            tt.wait()
-            for _ in range(args.reps):
-                t0 = time.perf_counter()
-                c = tt.add(a, b)
-                t1 = time.perf_counter()
-                tt.wait()
-                t2 = time.perf_counter()
-                del c
-                t3 = time.perf_counter()
-                tt.wait()
-                t4 = time.perf_counter()
-                sub.append((t1 - t0) / ntiles)
-                e2e.append((t2 - t0) / ntiles)
-                free.append((t3 - t2) / ntiles)
-                freew.append((t4 - t2) / ntiles)
-            check = tt.add(a, b).numpy()
-            if not np.array_equal(check, 2 * x):
+    with tempfile.TemporaryDirectory() as work:
+        exe = build_floor(work)
+        for sched in args.scheds:
+            got = measure(sched, x, tile, args.ncpu, args.reps)
+            if got is None:
                 print(f"{sched}: wrong result")
                 return 1
-            del a, b
-        rows.append([sched, f"{median(sub) * 1e6:.2f}", f"{median(e2e) * 1e6:.2f}", f"{median(free) * 1e6:.2f}",
-                     f"{median(freew) * 1e6:.2f}"])
-        print(f"  {sched}: done", flush=True)
+            rows.append([sched, "tiletrain", *(f"{v:.2f}" for v in got)])
+            if exe:
+                fl = run_floor(exe, sched, args.ncpu, ntiles, tile, args.reps)
+                rows.append([sched, "starpu C", *(f"{v:.2f}" for v in fl), "-", f"{fl[0] + fl[1]:.2f}"])
+            print(f"  {sched}: done", flush=True)
     print()
-    print(table(["sched", "submit us/task", "end-to-end us/task", "free us/tile", "free+wait us/tile"], rows))
+    print(table(["sched", "program", "register us/tile", "submit us/task", "submit CPU us/task", "end-to-end us/task",
+                 "free us/tile", "free+wait us/tile", "add us/task"], rows))
     return 0
 
 

@@ -343,6 +343,28 @@ static int submit_gemm_tile(tt_tensor *a, const int64_t *aidx, tt_tensor *b, con
     return tt_submit(TT_K_GEMM, g, h, modes);
 }
 
+/* The first task of tile t's chain with a bias: c = alpha op(a) op(b) + bias (tile t's column
+ * tile of bias). */
+static int submit_gemm_bias_tile(tt_tensor *a, const int64_t *aidx, tt_tensor *b, const int64_t *bidx,
+                                 tt_tensor *bias, int64_t bt, tt_tensor *c, int64_t t, int64_t m, int64_t n,
+                                 int64_t k, int ta, int tb, double alpha)
+{
+    tt_args_gemm_bias *g = tt_args_new(TT_K_GEMM_BIAS);
+    if (!g)
+        return tt_error(TT_ENOMEM, "linear: out of memory");
+    g->dtype = a->dtype;
+    g->batch = 1;
+    g->m = m;
+    g->n = n;
+    g->k = k;
+    g->ta = ta;
+    g->tb = tb;
+    g->alpha = alpha;
+    starpu_data_handle_t h[4] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
+                                 bias->handles[bt], c->handles[t]};
+    return tt_submit(TT_K_GEMM_BIAS, g, h, NULL);
+}
+
 /* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),
  * b is (..., N) with the same leading shape and tiles (the weight gradient of a linear
  * layer: x^T dy over every batch and time tile). */
@@ -383,7 +405,36 @@ static int gemm_contract_leading(double alpha, tt_tensor *a, tt_tensor *b, doubl
     return TT_OK;
 }
 
+static int gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c,
+                tt_tensor *bias);
+
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c)
+{
+    return gemm(alpha, a, transa, b, transb, beta, c, NULL);
+}
+
+/* c = alpha a @ op(b) + bias along c's last axis, b 2-D (a linear layer): the first task of
+ * each output tile's chain adds the bias (gemm_bias), so no separate broadcast add. */
+int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, tt_tensor *c)
+{
+    const char *what = "linear";
+    CHECK_READ(bias, what);
+    CHECK(c, what);
+    if (b->ndim != 2 || c->ndim < 2)
+        return tt_error(TT_EINVAL, "%s: the weight must be 2-D and the output of rank >= 2 (got %d and %d)", what,
+                        b->ndim, c->ndim);
+    if (bias->ndim != 1 || bias->shape[0] != c->shape[c->ndim - 1] || bias->tile[0] != c->tile[c->ndim - 1])
+        return tt_error(TT_EINVAL, "%s: bias must be 1-D, of the output's last dimension and tiled like it", what);
+    if (bias->dtype != a->dtype || c->dtype != a->dtype)
+        return tt_error(TT_EINVAL, "%s: bias and output must have the input's dtype", what);
+    int rc = check_kernel_dtype(&tt_kernel_table[TT_K_GEMM_BIAS], a->dtype);
+    if (rc)
+        return rc;
+    return gemm(alpha, a, 0, b, transb, 0.0, c, bias);
+}
+
+static int gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c,
+                tt_tensor *bias)
 {
     const char *what = "matmul";
     CHECK_READ(a, what);
@@ -451,9 +502,14 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
             aidx[ak] = kt;
             bidx[bk] = kt;
             bidx[bn] = cidx[nd - 1];
-            rc = submit_gemm_tile(a, aidx, b, bidx, c, t, batched ? lead : 1,
-                                    batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1],
-                                    tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha, beta, kt == 0);
+            if (bias && kt == 0) /* not batched (tt_gemm_bias): rows lead * m */
+                rc = submit_gemm_bias_tile(a, aidx, b, bidx, bias, cidx[nd - 1], c, t, lead * cts[nd - 2],
+                                           cts[nd - 1], tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha);
+            else
+                rc = submit_gemm_tile(a, aidx, b, bidx, c, t, batched ? lead : 1,
+                                      batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1],
+                                      tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha, bias ? 1.0 : beta,
+                                      kt == 0);
             if (rc)
                 return rc;
         }

@@ -123,6 +123,9 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y);
 /* c = alpha op(a) op(b) + beta c.  a, b, c share a float dtype; with float16/bfloat16 a and b, c
  * may be float32 instead: it accumulates the chain along the contracted axis unrounded. */
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c);
+/* c = alpha a op(b) + bias (1-D, along c's last axis, tiled like it), b 2-D: a linear layer's
+ * output with the bias added by the first gemm task of each tile (kernel gemm_bias). */
+int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, tt_tensor *c);
 /* y = x rounded to y's dtype (round to nearest even), any pair of float32, float64, float16,
  * bfloat16; same shape and tiles. */
 int tt_cast(tt_tensor *x, tt_tensor *y);

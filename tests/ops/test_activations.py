@@ -85,3 +85,22 @@ def test_linear(rng, dtype):
         F.linear(X, W, tt.from_numpy(b[:4].copy()))
     with pytest.raises(ValueError, match="must equal weight's in_features"):
         F.linear(X, tt.from_numpy(w.T.copy()))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xshape, xtiles", [((3, 7, 6), (2, 3, 4)), ((7, 6), (3, 6)), ((1, 1, 6), (1, 1, 6))])
+def test_affine_bias_in_gemm(rng, dtype, xshape, xtiles):
+    """GPT-2's layout, weight (in, out), y = x @ w + b: the bias is added by the first gemm task
+    of each output tile (gemm_bias), also when `in` spans several tiles (a chain of gemms after
+    it, here 4 + 2) and for one row (the decode step's gemv); against NumPy, the backward in fp64."""
+    x = rng.standard_normal(xshape).astype(dtype)
+    w = rng.standard_normal((6, 5)).astype(dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    X, W, B = tt.from_numpy(x, xtiles), tt.from_numpy(w, (4, 2)), tt.from_numpy(b, 2)
+    y = tt.ops.activations.affine(X, W, B)
+    assert y.tiles == xtiles[:-1] + (2,)
+    np.testing.assert_allclose(y.numpy(), x @ w + b, **tol(dtype))
+    if dtype == np.float64:
+        vjp_check(lambda a, v, c: tt.ops.activations.affine(a, v, c), [x, w, b], [xtiles, (4, 2), (2,)])
+        # the transposed (torch) layout with a bias whose tiles differ from the weight's (re-tiled)
+        vjp_check(lambda a, v, c: F.linear(a, v, c), [x, w.T.copy(), b], [xtiles, (2, 4), (3,)])

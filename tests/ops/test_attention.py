@@ -155,6 +155,9 @@ SPLIT_GRIDS = [
     ((2, 5, 36), (1, 3, 6), 4, 3),     # fused q|k|v, two tiles per part
     ((3, 4, 24), (2, 3, 8), 2, 3),     # one tile per part (whole part per tile)
     ((1, 3, 24), (1, 3, 3), 4, 2),     # one head per tile
+    ((3, 1, 36), (2, 1, 12), 3, 3),    # one position (a decode step): views, no task
+    ((2, 1, 24), (1, 1, 8), 2, 3),     # one position, a part in one tile of its two heads
+    ((3, 1, 16), (2, 1, 8), 4, 1),     # one position, one part over two tiles
 ]
 
 
@@ -230,10 +233,31 @@ def test_vjp_split_parts_written_into_a_pending_gradient(rng, use):
     vjp_check(f, [x], [(1, 2, 6)])
 
 
+def test_one_position_split_merge_are_views(rng):
+    """T = 1 (a decode step): split_heads and merge_heads share the input's tiles (no task, no
+    new tile); values equal the permute tasks', writing through the source shows in the view."""
+    from tiletrain.runtime.kernels import kernel_id
+    from tiletrain._ffi import lib
+    x = rng.standard_normal((3, 1, 36))
+    X = tt.from_numpy(x, (2, 1, 12))
+    before = [lib.tt_kernel_ntasks(kernel_id(k)) for k in ("heads_split", "heads_merge")]
+    parts = [F.split_heads(X, 3, p, 3) for p in range(3)]
+    merged = [F.merge_heads(q) for q in parts]
+    assert [lib.tt_kernel_ntasks(kernel_id(k)) for k in ("heads_split", "heads_merge")] == before
+    assert all(t._base is not None for t in parts + merged)
+    for p, (q, m) in enumerate(zip(parts, merged)):
+        np.testing.assert_array_equal(q.numpy(), _np_split(x, 3, p, 3))
+        np.testing.assert_array_equal(m.numpy(), x[..., 12 * p:12 * (p + 1)])
+    with tt.no_grad():  # more than one position: the permute tasks
+        Y = F.split_heads(tt.from_numpy(np.concatenate([x, x], 1), (2, 1, 12)), 3, 1, 3)
+    assert Y._base is None and lib.tt_kernel_ntasks(kernel_id("heads_split")) > before[0]
+
+
 def test_vjp_merge_heads(rng):
     y = rng.standard_normal((3, 5, 4, 2))
     vjp_check(F.merge_heads, [y], [(2, 2, 3, 2)])
     vjp_check(F.merge_heads, [y], [(3, 5, 4, 2)])
+    vjp_check(F.merge_heads, [y[:, :, :1]], [(2, 2, 1, 2)])  # one position: a view
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -221,3 +221,29 @@ def test_expander_revalidates(rng, nothing_submitted):
         call([X, Y], [tt.empty((4,), tiles=(2,), dtype=np.float64), good_row], [col, col])
     with pytest.raises(ValueError, match="not a row/column kernel"):
         call([X, Y], [], [], kernel=lib.TT_K_ADD)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_whole_row_tiles_take_one_task_with_the_same_results(rng, dtype):
+    """x's last axis in one tile: layer_norm_row / rms_norm_row (one task per tile) give the
+    values of the three-kernel path (stats, rstd, forward) to the bit, mean and rstd included."""
+    from tiletrain.ops.norm import _stats
+    from tiletrain.runtime.kernels import kernel_id, run_norm
+    x = (rng.standard_normal((5, 3, 40)) * 2 + 1).astype(dtype)
+    w, b = rng.standard_normal(40).astype(dtype), rng.standard_normal(40).astype(dtype)
+    X, W, B = tt.from_numpy(x, (2, 3, 40)), tt.from_numpy(w, 40), tt.from_numpy(b, 40)
+    counts = {k: lib.tt_kernel_ntasks(kernel_id(k)) for k in ("layer_norm_row", "rms_norm_row", "norm_rstd")}
+    y, yr = F.layer_norm(X, W, B, eps=1e-3), F.rms_norm(X, W, eps=1e-3)
+    assert lib.tt_kernel_ntasks(kernel_id("layer_norm_row")) - counts["layer_norm_row"] == 3  # row tiles
+    assert lib.tt_kernel_ntasks(kernel_id("rms_norm_row")) - counts["rms_norm_row"] == 3
+    assert lib.tt_kernel_ntasks(kernel_id("norm_rstd")) == counts["norm_rstd"]
+    with tt.no_grad():
+        mean, rstd = _stats(X, 1e-3, centred=True)
+        ref = tt.Tensor(X.traits, X.dtype)
+        run_norm("layer_norm_fwd", [X, ref], [mean, rstd], [W, B], reduce=0)
+        _, rstd2 = _stats(X, 1e-3, centred=False)
+        ref2 = tt.Tensor(X.traits, X.dtype)
+        run_norm("rms_norm_fwd", [X, ref2], [rstd2], [W], reduce=0)
+    np.testing.assert_array_equal(y.numpy(), ref.numpy())
+    np.testing.assert_array_equal(yr.numpy(), ref2.numpy())
+    np.testing.assert_allclose(y.numpy(), ln_ref(x, w, b, eps=1e-3), **tol(dtype))

@@ -2,12 +2,12 @@
 sigmoid are rows of the element-wise op table, tiletrain/ops/elementwise.py)."""
 from __future__ import annotations
 
-from ..runtime.kernels import run_map
-from ..tensors import Tensor
+from ..runtime.kernels import gemm_bias, run_map
+from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
 from ..tensors.creation import default_generator, manual_seed
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _like, _scalar, add_broadcast, matmul
+from .basic import _float_tensor, _like, _scalar, _sum_axes, matmul, matmul_leading
 from .elementwise import gelu, relu, silu
 
 __all__ = ["gelu", "relu", "silu", "dropout", "linear", "manual_seed"]
@@ -80,12 +80,27 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed:
     if x.tiles[-1] != weight.tiles[i_ax]:
         from .shape import retile
         x = retile(x, x.tiles[:-1] + (weight.tiles[i_ax],))
-    y = matmul(x, weight, transpose_b=transposed)
-    if bias is not None:
-        if bias.tiles != (weight.tiles[o_ax],):
-            from .shape import retile
-            bias = retile(bias, (weight.tiles[o_ax],))
-        y = add_broadcast(y, bias, tuple(range(y.ndim - 1)))
-    return y
+    if bias is None:
+        return matmul(x, weight, transpose_b=transposed)
+    if bias.tiles != (weight.tiles[o_ax],):
+        from .shape import retile
+        bias = retile(bias, (weight.tiles[o_ax],))
+    # one gemm_bias task per output tile (and gemm for the rest of its chain along `in`)
+    y = Tensor(TensorTraits(x.shape[:-1] + (weight.shape[o_ax],), x.tiles[:-1] + (weight.tiles[o_ax],)), x.dtype)
+    gemm_bias(1.0, x, weight, transposed, bias, y)
+    return record("affine", y, (x, weight, bias), saved=(x, weight), transposed=transposed)
+
+
+@backward_rule("affine")
+def _affine_bwd(node, g):
+    """y = x op(W) + b over every leading axis of x: dx = g op(W)^T, dW = x^T g (or g^T x when
+    W is (out, in)), db = g summed over the leading axes."""
+    x, w = node.saved
+    t = node.ctx["transposed"]
+    need_x, need_w, need_b = (i is not None for i in node.inputs)
+    dx = matmul(g, w, transpose_b=not t) if need_x else None
+    dw = (matmul_leading(g, x) if t else matmul_leading(x, g)) if need_w else None
+    db = _sum_axes(g, 0, g.ndim - 1) if need_b else None
+    return dx, dw, db
 
 

@@ -12,7 +12,7 @@ import math
 import numbers
 
 from .._ffi import check, lib
-from ..runtime.kernels import run_span
+from ..runtime.kernels import run_span, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits
 from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
@@ -73,9 +73,30 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
     if x.tiles[2] != tc:  # heads straddle tiles: re-tiled first (copy tasks)
         from .shape import retile
         x = retile(x, x.tiles[:2] + (tc,))
-    y = Tensor(traits, x.dtype)
-    check(lib.tt_heads_split(x._ptr, part, nparts, y._ptr))
+    y = _one_position_view(x, traits, part, nparts) if x.shape[1] == 1 else None
+    if y is None:
+        y = Tensor(traits, x.dtype)
+        check(lib.tt_heads_split(x._ptr, part, nparts, y._ptr))
     return record("split_heads", y, (x,), part=part, nparts=nparts, traits=x.traits)
+
+
+def _one_position_view(x: Tensor, traits: TensorTraits, part: int = 0, nparts: int = 1) -> Tensor | None:
+    """With one position (T = 1, a decode step) a tile of x (B, 1, C) and the tile of its
+    heads (B, H, 1, D) hold the same elements in the same order: the part's tiles of x seen
+    as ``traits`` (no copy, no task), or None where they cannot be (under MPI).  Also the other
+    way, for merge_heads (x (B, H, 1, D) seen as (B, 1, H*D), part 0 of 1)."""
+    from .shape import _view
+    n = x.grid[-1] // nparts
+    lo, hi = [0] * x.ndim, list(x.grid)
+    lo[-1], hi[-1] = part * n, (part + 1) * n
+    ptr = tile_view(x, lo, hi)
+    if ptr is None:
+        return None
+    sub = x.shape[:-1] + (x.shape[-1] // nparts,)
+    v = _view(x, ptr, sub, x.tiles)
+    if view_tiles(v, traits.shape) != traits.tiles:
+        return None
+    return _view(v, tensor_view(v, traits.shape), traits.shape, traits.tiles)
 
 
 @backward_rule("split_heads")
@@ -105,8 +126,11 @@ def merge_heads(y: Tensor) -> Tensor:
     if td != D:  # D is one tile: re-tiled first (copy tasks)
         from .shape import retile
         y = retile(y, (tb, th, tt_, D))
-    x = Tensor(TensorTraits((B, T, H * D), (tb, tt_, th * D)), y.dtype)
-    check(lib.tt_heads_merge(y._ptr, 0, 1, x._ptr))
+    traits = TensorTraits((B, T, H * D), (tb, tt_, th * D))
+    x = _one_position_view(y, traits) if T == 1 else None
+    if x is None:
+        x = Tensor(traits, y.dtype)
+        check(lib.tt_heads_merge(y._ptr, 0, 1, x._ptr))
     return record("merge_heads", x, (y,), traits=y.traits)
 
 

@@ -48,6 +48,8 @@ def _any_float_tensor(x, what: str, name: str) -> Tensor:
 
 
 def _scalar(v, what: str, name: str) -> float:
+    if type(v) is float:  # the common case, without the numbers.Real (ABC) check
+        return v
     if not isinstance(v, numbers.Real) or isinstance(v, bool):
         raise TypeError(f"{what}: {name} must be a real number, got {type(v).__name__}")
     return float(v)

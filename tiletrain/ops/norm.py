@@ -82,11 +82,15 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     weight = _param(weight, x, what, "weight")
     bias = _param(bias, x, what, "bias")
     eps = _eps(eps, what)
-    mean, rstd = _stats(x, eps, centred=True)
     w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
     b = bias if bias is not None else full(_cols_traits(x), 0.0, dtype=x.dtype)
     y = Tensor(x.traits, x.dtype)
-    run_norm("layer_norm_fwd", [x, y], [mean, rstd], [w, b], reduce=0)
+    if x.grid[-1] == 1:  # whole rows in a tile: one task per tile computes all three
+        mean, rstd = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
+        run_norm("layer_norm_row", [x, y], [mean, rstd], [w, b], reduce=1, eps=eps)
+    else:
+        mean, rstd = _stats(x, eps, centred=True)
+        run_norm("layer_norm_fwd", [x, y], [mean, rstd], [w, b], reduce=0)
     return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w))
 
 
@@ -113,10 +117,14 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     _check_x(x, what)
     weight = _param(weight, x, what, "weight")
     eps = _eps(eps, what)
-    _, rstd = _stats(x, eps, centred=False)
     w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
     y = Tensor(x.traits, x.dtype)
-    run_norm("rms_norm_fwd", [x, y], [rstd], [w], reduce=0)
+    if x.grid[-1] == 1:  # whole rows in a tile: one task per tile
+        rstd = Tensor(_rows_traits(x), x.dtype)
+        run_norm("rms_norm_row", [x, y], [rstd], [w], reduce=1, eps=eps)
+    else:
+        _, rstd = _stats(x, eps, centred=False)
+        run_norm("rms_norm_fwd", [x, y], [rstd], [w], reduce=0)
     return record("rms_norm", y, (x, weight), saved=(x, rstd, w))
 
 

@@ -48,6 +48,10 @@ def _lookup(name: str) -> tuple[int, str]:
 
 def _args(name: str, fields: dict):
     kid, ctype = _lookup(name)
+    try:  # one call initialises every field (the hot path: every op passes here)
+        return kid, ffi.new(ctype, fields)
+    except (KeyError, TypeError, OverflowError):
+        pass  # name the field that is wrong, below
     args = ffi.new(ctype)
     for key, value in fields.items():
         try:
@@ -110,6 +114,12 @@ def gemm(alpha: float, a, transpose_a: bool, b, transpose_b: bool, beta: float, 
     check(lib.tt_gemm(alpha, a._ptr, int(transpose_a), b._ptr, int(transpose_b), beta, c._ptr))
 
 
+def gemm_bias(alpha: float, a, b, transpose_b: bool, bias, c) -> None:
+    """c = alpha a op(b) + bias along c's last axis, b 2-D (csrc/expand.c, tt_gemm_bias: the
+    bias is added by the first gemm task of each output tile)."""
+    check(lib.tt_gemm_bias(alpha, a._ptr, b._ptr, int(transpose_b), bias._ptr, c._ptr))
+
+
 # -- shape (csrc/expand_shape.c) --
 
 def copy_regions(y, copies) -> None:
@@ -154,5 +164,5 @@ def tile_view(x, lo, hi):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
-__all__ = ["copy_regions", "gemm", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
+__all__ = ["copy_regions", "gemm", "gemm_bias", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
            "run_span", "sum_all", "tensor_view", "tile_view", "view_tiles"]

@@ -37,6 +37,17 @@ def _gemm_ref(a, A, B, C):
     return {2: a["alpha"] * (opa @ opb) + a["beta"] * C}
 
 
+def _gemm_bias_case(rng, dt):
+    fields, (a, b, _) = _gemm_case(rng, dt)
+    fields = {f: v for f, v in fields.items() if f not in ("cacc", "beta")}
+    m, n = fields["m"], fields["n"]
+    return fields, [a, b, _r(rng, dt, n), np.full((fields["batch"], m, n), np.nan, dt)]
+
+
+def _gemm_bias_ref(a, A, B, bias, C):
+    return {3: _gemm_ref(dict(a, beta=0.0), A, B, np.zeros_like(C))[2] + bias}
+
+
 _DTYPE_OF_CODE = {code: dt for dt, code in DTYPES.items()}
 
 
@@ -87,6 +98,7 @@ REFERENCES: dict[str, Reference] = {
         lambda rng, dt: (dict(nx=9, alpha=0.5, beta=2.0), [_r(rng, dt, 9), _r(rng, dt, 1)]),
         lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(dtype=np.float64)}),
     "gemm": Reference(_gemm_case, _gemm_ref),
+    "gemm_bias": Reference(_gemm_bias_case, _gemm_bias_ref),
     "cast": Reference(_cast_case, lambda a, x, y: {1: round_to(x, _DTYPE_OF_CODE[a["to"]])}),
 }
 

@@ -84,7 +84,36 @@ def _first(rng):
     return int(rng.integers(2))
 
 
+def _round(v, dt):
+    return np.asarray(v, np.float64).astype(dt).astype(np.float64)
+
+
+def _ln_row_ref(a, x, y, mean, rstd, w, b):
+    """layer_norm_stats + norm_rstd + layer_norm_fwd on a whole row, mean/rstd rounded to x's dtype."""
+    dt = x.dtype
+    xf = np.float64(x)
+    mu = _round(xf.mean(1), dt)
+    r = _round(1.0 / np.sqrt(_round(((xf - xf.mean(1, keepdims=True)) ** 2).sum(1), dt) / a["n"] + a["eps"]), dt)
+    return {1: (xf - mu[:, None]) * r[:, None] * np.float64(w) + b, 2: mu, 3: r}
+
+
+def _rms_row_ref(a, x, y, rstd, w):
+    dt = x.dtype
+    xf = np.float64(x)
+    r = _round(1.0 / np.sqrt(_round((xf ** 2).sum(1), dt) / a["n"] + a["eps"]), dt)
+    return {1: xf * r[:, None] * w, 2: r}
+
+
 REFERENCES: dict[str, Reference] = {
+    "layer_norm_row": Reference(
+        lambda rng, dt: (dict(m=M, n=N, first=1, eps=1e-3),
+                         [_r(rng, dt, M, N) + 2.0, np.zeros((M, N), dt), np.zeros(M, dt), np.zeros(M, dt),
+                          _r(rng, dt, N), _r(rng, dt, N)]),
+        _ln_row_ref),
+    "rms_norm_row": Reference(
+        lambda rng, dt: (dict(m=M, n=N, first=1, eps=1e-3),
+                         [_r(rng, dt, M, N), np.zeros((M, N), dt), np.zeros(M, dt), _r(rng, dt, N)]),
+        _rms_row_ref),
     "layer_norm_stats": Reference(_stats_case, _stats_ref),
     "rms_norm_stats": Reference(
         lambda rng, dt: (dict(m=M, n=N, first=_first(rng)), [_r(rng, dt, M, N), _rstd(rng, dt, M)]),

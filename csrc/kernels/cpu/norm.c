@@ -9,6 +9,44 @@
 /* Per-row mean and M2 = sum((x - mean)^2), merged across the tiles of a row with Chan et
  * al.'s pairwise update: the tile's own mean and M2 come from two passes over the tile, so
  * neither involves a difference of large sums. */
+/* A row's mean mb and M2 m2b (doubles) from two passes over its n elements (T row[]): double
+ * sums in 8 lanes, so that they vectorise. */
+#define TT_ROW_MEAN_M2(row, n, mb, m2b)                   \
+    do {                                                  \
+        double acc[8] = {0};                              \
+        int64_t j = 0;                                    \
+        for (; j + 8 <= (n); j += 8)                      \
+            for (int q = 0; q < 8; q++)                   \
+                acc[q] += (row)[j + q];                   \
+        double s_ = 0.0;                                  \
+        for (; j < (n); j++)                              \
+            s_ += (row)[j];                               \
+        for (int q = 0; q < 8; q++)                       \
+            s_ += acc[q];                                 \
+        (mb) = s_ / (double)(n);                          \
+        (m2b) = 0.0;                                      \
+        for (int q = 0; q < 8; q++)                       \
+            acc[q] = 0.0;                                 \
+        for (j = 0; j + 8 <= (n); j += 8)                 \
+            for (int q = 0; q < 8; q++) {                 \
+                double d = (row)[j + q] - (mb);           \
+                acc[q] += d * d;                          \
+            }                                             \
+        for (; j < (n); j++) {                            \
+            double d = (row)[j] - (mb);                   \
+            (m2b) += d * d;                               \
+        }                                                 \
+        for (int q = 0; q < 8; q++)                       \
+            (m2b) += acc[q];                              \
+    } while (0)
+
+/* 1 / sqrt(alpha * s + eps), s clamped at 0 (variance or mean square -> inverse std) */
+static inline double inv_std(double alpha, double s, double eps)
+{
+    double v = alpha * s;
+    return 1.0 / sqrt((v > 0.0 ? v : 0.0) + eps);
+}
+
 TT_SIMD_CLONES void tt_cpu_layer_norm_stats(const tt_args_layer_norm_stats *a, const void *x, void *mean, void *m2)
 {
     const int64_t m = a->m, n = a->n;
@@ -17,31 +55,8 @@ TT_SIMD_CLONES void tt_cpu_layer_norm_stats(const tt_args_layer_norm_stats *a, c
         T *pmean = mean, *pm2 = m2;
         for (int64_t i = 0; i < m; i++) {
             const T *row = px + i * n;
-            /* double sums in 8 lanes, so that they vectorise */
-            double acc[8] = {0};
-            int64_t j = 0;
-            for (; j + 8 <= n; j += 8)
-                for (int q = 0; q < 8; q++)
-                    acc[q] += row[j + q];
-            double s = 0.0;
-            for (; j < n; j++)
-                s += row[j];
-            for (int q = 0; q < 8; q++)
-                s += acc[q];
-            double mb = s / (double)n, m2b = 0.0;
-            for (int q = 0; q < 8; q++)
-                acc[q] = 0.0;
-            for (j = 0; j + 8 <= n; j += 8)
-                for (int q = 0; q < 8; q++) {
-                    double d = row[j + q] - mb;
-                    acc[q] += d * d;
-                }
-            for (; j < n; j++) {
-                double d = row[j] - mb;
-                m2b += d * d;
-            }
-            for (int q = 0; q < 8; q++)
-                m2b += acc[q];
+            double mb, m2b;
+            TT_ROW_MEAN_M2(row, n, mb, m2b);
             if (a->first || a->na <= 0.0) {
                 pmean[i] = (T)mb;
                 pm2[i] = (T)m2b;
@@ -77,10 +92,8 @@ TT_SIMD_CLONES void tt_cpu_norm_rstd(const tt_args_norm_rstd *a, void *s)
 {
     TT_FLOAT_DISPATCH(a->dtype, {
         T *p = s;
-        for (int64_t i = 0; i < a->n; i++) {
-            double v = a->alpha * (double)p[i];
-            p[i] = (T)(1.0 / sqrt((v > 0.0 ? v : 0.0) + a->eps));
-        }
+        for (int64_t i = 0; i < a->n; i++)
+            p[i] = (T)inv_std(a->alpha, (double)p[i], a->eps);
     });
 }
 
@@ -111,6 +124,49 @@ TT_SIMD_CLONES void tt_cpu_rms_norm_fwd(const tt_args_rms_norm_fwd *a, const voi
             const T r = prstd[i];
             for (int64_t j = 0; j < n; j++)
                 py[i * n + j] = px[i * n + j] * r * pw[j];
+        }
+    });
+}
+
+/* A whole row per tile: layer_norm_stats, norm_rstd (alpha = 1 / n) and layer_norm_fwd in one
+ * task, each value rounded to T where the three kernels store it (so the results are the same). */
+TT_SIMD_CLONES void tt_cpu_layer_norm_row(const tt_args_layer_norm_row *a, const void *x, void *y, void *mean,
+                                          void *rstd, const void *w, const void *b)
+{
+    const int64_t m = a->m, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pw = w, *pb = b;
+        T *py = y, *pmean = mean, *prstd = rstd;
+        for (int64_t i = 0; i < m; i++) {
+            const T *row = px + i * n;
+            double mb, m2b;
+            TT_ROW_MEAN_M2(row, n, mb, m2b);
+            const T mu = (T)mb, r = (T)inv_std(1.0 / (double)n, (double)(T)m2b, a->eps);
+            pmean[i] = mu;
+            prstd[i] = r;
+            for (int64_t j = 0; j < n; j++)
+                py[i * n + j] = (row[j] - mu) * r * pw[j] + pb[j];
+        }
+    });
+}
+
+/* A whole row per tile: rms_norm_stats, norm_rstd (alpha = 1 / n) and rms_norm_fwd in one task. */
+TT_SIMD_CLONES void tt_cpu_rms_norm_row(const tt_args_rms_norm_row *a, const void *x, void *y, void *rstd,
+                                        const void *w)
+{
+    const int64_t m = a->m, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pw = w;
+        T *py = y, *prstd = rstd;
+        for (int64_t i = 0; i < m; i++) {
+            const T *row = px + i * n;
+            double s = 0.0;
+            for (int64_t j = 0; j < n; j++)
+                s += (double)row[j] * row[j];
+            const T r = (T)inv_std(1.0 / (double)n, (double)(T)s, a->eps);
+            prstd[i] = r;
+            for (int64_t j = 0; j < n; j++)
+                py[i * n + j] = row[j] * r * pw[j];
         }
     });
 }
