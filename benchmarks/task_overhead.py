@@ -90,8 +90,8 @@ def measure(sched: str, x: np.ndarray, tile: int, ncpu: int, reps: int) -> list[
             del c
             tt.wait()
             if rep:
-                for lst, dt in ((reg, t1 - t0), (sub, t2 - t1), (subc, c2 - c1), (e2e, t3 - t1), (free, t4 - t3), (freew, t4w - t3),
-                                (add, t6 - t5)):
+                for lst, dt in ((reg, t1 - t0), (sub, t2 - t1), (subc, c2 - c1), (e2e, t3 - t1), (free, t4 - t3),
+                                (freew, t4w - t3), (add, t6 - t5)):
                     lst.append(dt / ntiles * 1e6)
         if not np.array_equal(tt.add(a, b).numpy(), 2 * x):
             return None
