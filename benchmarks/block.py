@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import tiletrain as tt  # noqa: E402
 import tiletrain.functional as F  # noqa: E402
 from _common import environment, median, table  # noqa: E402
+from tiletrain.ops.activations import affine  # noqa: E402  (x @ w + b, GPT-2's Conv1D layout)
 
 # (batch tile, time tile, width tile): two tile configurations
 CONFIGS = {"coarse": (1, 256, 512), "fine": (2, 128, 256), "rows": (2, 128, 512), "wide": (8, 256, 512)}
@@ -46,16 +47,17 @@ def make_weights(C: int, rng, dtype):
 
 
 def tiletrain_block(x, p, n_head):
+    """GPT-2's block; its weights are (in, out) as in Conv1D: affine(x, w, b) = x @ w + b."""
     B, T, C = x.shape
     h = F.layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], 1e-5)
-    qkv = F.linear(h, p["attn.c_attn.weight"], p["attn.c_attn.bias"])          # (B, T, 3C)
+    qkv = affine(h, p["attn.c_attn.weight"], p["attn.c_attn.bias"])          # (B, T, 3C)
     q, k, v = (F.split_heads(qkv, n_head, part=i, nparts=3) for i in range(3))  # (B, H, T, D)
     a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    a = F.linear(F.merge_heads(a), p["attn.c_proj.weight"], p["attn.c_proj.bias"])
+    a = affine(F.merge_heads(a), p["attn.c_proj.weight"], p["attn.c_proj.bias"])
     x1 = x + a
     h = F.layer_norm(x1, p["ln_2.weight"], p["ln_2.bias"], 1e-5)
-    h = F.gelu(F.linear(h, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"]), approximate="tanh")
-    return x1 + F.linear(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
+    h = F.gelu(affine(h, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"]), approximate="tanh")
+    return x1 + affine(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
 
 
 def torch_block(torch, x, p, n_head):
