@@ -16,23 +16,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NP=${NP:-2}        # ranks = pipeline stages (more ranks than cores needs --oversubscribe, below)
-PY=${PY:-.venv/bin/python}
-
-# One CPU worker per rank: the ranks share the machine's cores (2 here).
-export STARPU_NCPU=${STARPU_NCPU:-1}
-# Do not pin workers (or StarPU-MPI's thread) to cores: by default both ranks land on one core.
-export STARPU_WORKERS_NOBIND=1
-export STARPU_MPI_NOBIND=1
-# Single-threaded BLAS inside the workers (numpy's own OpenBLAS too).
-export OPENBLAS_NUM_THREADS=1
-# StarPU's banner and warnings off (one copy per rank otherwise).
-export STARPU_SILENT=1
-
-# --allow-run-as-root: Open MPI refuses to start as root without it (containers).
-# --oversubscribe:     allow more ranks than cores (needed for NP=3 or 4 on 2 cores).
-# --bind-to none:      let the OS place the ranks (StarPU binds nothing with the variables above).
-# -x VAR:              forward these variables to every rank (needed on a cluster).
+. examples/mpirun_env.sh   # the environment and tt_mpirun (NP ranks)
 # --dist pipeline:     one stage per rank; on one process (NP=1) it still works, with one stage.
-exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
-    -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x OPENBLAS_NUM_THREADS -x STARPU_SILENT \
-    "$PY" -m tiletrain generate --dist pipeline "$@"
+tt_mpirun -m tiletrain generate --dist pipeline "$@"

@@ -15,27 +15,7 @@ MODE=${1:-data}    # pipeline: layers split over the ranks as stages; data: each
                    # pipeline+data: --stages stages x (NP / stages) data-parallel replicas
 NP=${NP:-2}        # ranks (more ranks than cores needs --oversubscribe, below)
 shift || true
-PY=${PY:-.venv/bin/python}
-
-# One CPU worker per rank: the two ranks share the machine's cores (2 here).
-export STARPU_NCPU=${STARPU_NCPU:-1}
-# Do not pin workers to cores: by default both ranks' workers land on the same core.
-export STARPU_WORKERS_NOBIND=1
-# Do not reserve a core for StarPU-MPI's progress thread either (same reason).
-export STARPU_MPI_NOBIND=1
-# Single-threaded BLAS inside the workers (numpy's own OpenBLAS too).
-export OPENBLAS_NUM_THREADS=1
-# StarPU's banner and warnings off (one copy per rank otherwise).
-export STARPU_SILENT=1
-
-# --allow-run-as-root: Open MPI refuses to start as root without it (containers).
-# --oversubscribe:     allow more ranks than cores (harmless with 2 ranks on 2 cores; needed for -np 3).
-# --bind-to none:      let the OS place the ranks (StarPU binds nothing with the variables above).
-# -np $NP:             the ranks (2 by default); tiletrain switches MPI mode on by itself under mpirun.
-# -x VAR:              forward these variables to every rank (Open MPI forwards the
-#                      environment of local ranks anyway; on a cluster -x is needed).
+. examples/mpirun_env.sh   # the environment and tt_mpirun (NP ranks)
 # --dist:              where tiles live: pipeline, data, pipeline+data (or single: everything on rank 0).
 # --ckpt-dir:          the checkpoint, written once by rank 0; it resumes in one process too.
-exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
-    -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x OPENBLAS_NUM_THREADS -x STARPU_SILENT \
-    "$PY" -m tiletrain train --dist "$MODE" --ckpt-dir "runs/mpirun-$MODE" --no-progress "$@"
+tt_mpirun -m tiletrain train --dist "$MODE" --ckpt-dir "runs/mpirun-$MODE" --no-progress "$@"
