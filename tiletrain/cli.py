@@ -242,7 +242,7 @@ def cmd_generate(args) -> int:
         texts, stats = sample_text(model, tok, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
                                    eos_ids(args.eos, tok), args.seed, args.batch, draft, args.num_draft_tokens)
         for i, text in enumerate(texts):
-            print(text if len(texts) == 1 else f"--- sample {i + 1} of {len(texts)} ---\n{text}")
+            print(text if len(texts) == 1 else f"--- sample {i + 1} of {len(texts)} ---\n{text}", flush=True)
         n = stats.new_tokens * len(texts)
         rate = f"{n / stats.seconds:.1f}" if stats.seconds > 0 else "inf"
         if draft is not None:
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
-    except (OSError, ArithmeticError) as exc:  # disk full, I/O error, a diverging loss: one line
+    except (OSError, ArithmeticError, MemoryError) as exc:  # disk full, I/O error, a diverging loss, over a memory cap
         print(f"tiletrain: error: {exc}", file=sys.stderr)
         return 1
 

@@ -198,6 +198,20 @@ def test_train_cli_takes_mem_limit_and_ooc_dir(tmp_path):
         TrainArgs(mem_limit="lots").validate()
 
 
+def test_train_cli_over_the_cap_says_so_in_one_line(tmp_path):
+    """A cap too small for the model, no disk node: one error line naming the tensor and the
+    bytes and exit status 1, not a traceback."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--ckpt-dir", str(tmp_path / "run"),
+                        "--mem-limit", "1M", "--steps", "2", "--n-layer", "1", "--n-embd", "256", "--no-progress",
+                        "--ncpu", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("tiletrain: error: tensor_new: a float32 tensor of shape"), p.stderr
+    assert "memory limit is 1048576 bytes" in p.stderr and "--ooc-dir" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("async_free", ["1", "0"])
 def test_dropped_tensors_are_freed_by_the_next_wait(fresh, monkeypatch, async_free):
     """Dropping a tensor hands its tiles to the reaper thread (TILETRAIN_ASYNC_FREE=0: the

@@ -140,7 +140,7 @@ def cli_generate(model, tokenizer, args) -> int:
     if rank() == 0:
         for b, row in enumerate(tokens):
             text = tokenizer.decode([int(t) for t in row])
-            print(text if batch == 1 else f"--- sample {b + 1} of {batch} ---\n{text}")
+            print(text if batch == 1 else f"--- sample {b + 1} of {batch} ---\n{text}", flush=True)
         print(f"{stats.batch * stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
               f"({stats.streams} stream(s), {stats.stages} stage(s), batch {stats.batch})", file=sys.stderr, flush=True)
     return 0
