@@ -313,6 +313,20 @@ class PartialGradient:
         return acc
 
 
+def _apply_rule(node: Node, g: Tensor) -> tuple:
+    """The gradients of node's inputs for its output gradient g, computed where the forward
+    ran (a pipeline stage, a data shard)."""
+    if node.place is None:
+        grads = BACKWARD[node.op](node, g)
+    else:
+        with _dist.use(node.place):
+            grads = BACKWARD[node.op](node, g)
+    if len(grads) != len(node.inputs):
+        raise RuntimeError(f"backward rule of {node.op!r} returned {len(grads)} gradients for "
+                           f"{len(node.inputs)} inputs")
+    return grads
+
+
 def _run_backward(order, pending, placer) -> None:
     # pending gradients built part by part: id -> (bit mask of the parts written, a part)
     parts: dict[int, tuple[int, PartialGradient]] = {}
@@ -334,14 +348,7 @@ def _run_backward(order, pending, placer) -> None:
                 if deferred is not None:   # split backward: the weight-gradient part waits for run()
                     node = deferred._split(node, g, placer)
             if g is not None and node is not None:
-                if node.place is None:
-                    grads = BACKWARD[node.op](node, g)
-                else:  # where the forward ran (a pipeline stage, a data shard)
-                    with _dist.use(node.place):
-                        grads = BACKWARD[node.op](node, g)
-                if len(grads) != len(node.inputs):
-                    raise RuntimeError(f"backward rule of {node.op!r} returned {len(grads)} gradients for "
-                                       f"{len(node.inputs)} inputs")
+                grads = _apply_rule(node, g)
                 for inp, gi in zip(node.inputs, grads):
                     if inp is None or gi is None:
                         continue
@@ -425,12 +432,7 @@ class DeferredGrads:
         try:
             with no_grad():
                 for node, g in parts:
-                    if node.place is None:
-                        grads = BACKWARD[node.op](node, g)
-                    else:
-                        with _dist.use(node.place):
-                            grads = BACKWARD[node.op](node, g)
-                    for inp, gi in zip(node.inputs, grads):
+                    for inp, gi in zip(node.inputs, _apply_rule(node, g)):
                         if inp is None or gi is None:
                             continue
                         placer.leaf(inp, gi.dense() if isinstance(gi, PartialGradient) else gi)
