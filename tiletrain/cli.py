@@ -225,7 +225,7 @@ def _add_generate(sub) -> None:
 def cmd_generate(args) -> int:
     import tiletrain as tt
     from pathlib import Path
-    from .inference.text import eos_ids, sample_text
+    from .inference.text import eos_ids, print_samples, sample_text
     from .nn.pretrained import CONFIG_NAME
     from .train import load_model
     model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu)
@@ -241,14 +241,11 @@ def cmd_generate(args) -> int:
             draft = load_model(None if hf else args.draft, args.draft if hf else None, tokenizer=args.tokenizer)[0]
         texts, stats = sample_text(model, tok, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
                                    eos_ids(args.eos, tok), args.seed, args.batch, draft, args.num_draft_tokens)
-        for i, text in enumerate(texts):
-            print(text if len(texts) == 1 else f"--- sample {i + 1} of {len(texts)} ---\n{text}", flush=True)
         n = stats.new_tokens * len(texts)
         rate = f"{n / stats.seconds:.1f}" if stats.seconds > 0 else "inf"
-        if draft is not None:
-            print(f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
-                  f"accepted per round ({len(stats.accepted)} rounds)", file=sys.stderr)
-        print(f"{n} tokens in {stats.seconds:.2f} s: {rate} tokens/s", file=sys.stderr)
+        accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
+                     f"accepted per round ({len(stats.accepted)} rounds)"] if draft is not None else [])
+        print_samples(texts, *accepted, f"{n} tokens in {stats.seconds:.2f} s: {rate} tokens/s")
     finally:
         tt.shutdown()
     return 0

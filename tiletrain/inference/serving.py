@@ -20,7 +20,6 @@ for token, on any number of ranks and streams.
 from __future__ import annotations
 
 import numbers
-import sys
 import time
 from dataclasses import dataclass
 
@@ -132,15 +131,13 @@ def cli_generate(model, tokenizer, args) -> int:
         if getattr(args, name, None) is not None:
             raise NotImplementedError(f"tiletrain generate --dist pipeline does not support --{name.replace('_', '-')} "
                                       "yet (serving streams greedy, temperature and top-k only)")
-    ids = [int(i) for i in tokenizer.encode(args.prompt)] or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
+    from .text import print_samples, prompt_ids
     batch = max(getattr(args, "batch", 1), args.streams)
-    prompts = np.tile(np.asarray(ids, dtype=np.int64), (batch, 1))
+    prompts = np.tile(np.asarray(prompt_ids(tokenizer, args.prompt), dtype=np.int64), (batch, 1))
     tokens, stats = generate_pipeline(model, prompts, args.tokens, streams=args.streams, temperature=args.temperature,
                                       top_k=args.top_k, seed=args.seed, return_stats=True)
     if rank() == 0:
-        for b, row in enumerate(tokens):
-            text = tokenizer.decode([int(t) for t in row])
-            print(text if batch == 1 else f"--- sample {b + 1} of {batch} ---\n{text}", flush=True)
-        print(f"{stats.batch * stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
-              f"({stats.streams} stream(s), {stats.stages} stage(s), batch {stats.batch})", file=sys.stderr, flush=True)
+        print_samples([tokenizer.decode([int(t) for t in row]) for row in tokens],
+                      f"{stats.batch * stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_s:.1f} "
+                      f"tokens/s ({stats.streams} stream(s), {stats.stages} stage(s), batch {stats.batch})")
     return 0

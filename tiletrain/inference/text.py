@@ -4,6 +4,8 @@ context keeps going), ``batch`` copies of the prompt sampled with the seed's row
 each text cut at its first eos token."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .generate import GenerationStats, generate
@@ -26,6 +28,20 @@ def eos_ids(values, tokenizer) -> list[int] | None:
     return out
 
 
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """The prompt's token ids; an empty prompt starts from a newline (or token 0)."""
+    return [int(i) for i in tokenizer.encode(prompt)] or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
+
+
+def print_samples(texts: list[str], *summary: str) -> None:
+    """The samples on stdout (numbered when there are several), then the ``summary`` lines
+    (the tokens/s line last) on stderr."""
+    for i, text in enumerate(texts):
+        print(text if len(texts) == 1 else f"--- sample {i + 1} of {len(texts)} ---\n{text}", flush=True)
+    for line in summary:
+        print(line, file=sys.stderr, flush=True)
+
+
 def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float = 1.0,
                 top_k: int | None = None, top_p: float | None = None, eos_token_id=None, seed: int | None = 0,
                 batch: int = 1, draft=None, num_draft_tokens: int = 4) -> tuple[list[str], GenerationStats]:
@@ -34,7 +50,7 @@ def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature:
     out), and the GenerationStats."""
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be an int >= 1, got {batch!r}")
-    ids = [int(i) for i in tokenizer.encode(prompt)] or [int(i) for i in tokenizer.encode("\n")][-1:] or [0]
+    ids = prompt_ids(tokenizer, prompt)
     out, stats = generate(model, np.array([ids] * batch, dtype=np.int64), max_new_tokens, temperature=temperature,
                           top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, seed=seed, draft=draft,
                           num_draft_tokens=num_draft_tokens, sliding_window=True, return_stats=True)
