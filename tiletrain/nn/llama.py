@@ -178,20 +178,15 @@ class LlamaDecoderLayer(Module):
         self.config = config  # shared with the model: config.recompute may change between steps
 
     def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
-        if cache is not None:  # inference (tiletrain/inference), called through the module's placement
-            return self.forward_cached(x, cache, layer, pos)
-        if self.config.recompute == "attention":  # backward recomputes the attention branch
+        """``cache``: inference (tiletrain/inference), keys and values of ``layer`` at pos.."""
+        if cache is None and self.config.recompute == "attention":  # backward recomputes the attention branch
             x = x + checkpoint(self._attention, x)          # (B, T, C)
         else:
-            x = x + self._attention(x)
+            x = x + self._attention(x, cache, layer, pos)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def _attention(self, x: Tensor) -> Tensor:
-        return self.self_attn(self.input_layernorm(x))
-
-    def forward_cached(self, x: Tensor, cache, layer: int, pos: int) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cache, layer, pos)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def _attention(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
+        return self.self_attn(self.input_layernorm(x), cache, layer, pos)
 
 
 # transformers LlamaConfig keys tiletrain does not implement -> the values it accepts (other
