@@ -15,15 +15,14 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tiletrain.utils import mpirun
+
 ROOT = Path(__file__).resolve().parents[1]
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-RANK_ENV = {"STARPU_WORKERS_NOBIND": "1", "STARPU_MPI_NOBIND": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 def worker(a) -> None:
@@ -67,16 +66,15 @@ def worker(a) -> None:
 def launch(a, mode: str, nprocs: int, ncpu: int, stats: bool = False) -> dict:
     """One run; stats: with STARPU_COMM_STATS (counting bytes; a separate run, so that the
     counting does not weigh on the timed one)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-    if nprocs > 1:
-        env.update(RANK_ENV)  # ranks sharing the cores: no binding (README "Running under mpirun")
-    else:  # the baseline with StarPU's defaults (workers bound to cores)
+    # ranks sharing the cores: no binding (README "Running under mpirun"); the one-process
+    # baseline keeps StarPU's defaults (workers bound to cores)
+    env = mpirun.environment(ranks=nprocs > 1, OPENBLAS_NUM_THREADS="1", STARPU_NCPU=str(ncpu))
+    if nprocs == 1:
         for k in ("STARPU_WORKERS_NOBIND", "STARPU_MPI_NOBIND"):
             env.pop(k, None)
-        env["OPENBLAS_NUM_THREADS"] = "1"
-    env["STARPU_NCPU"] = str(ncpu)
     if stats:
         env["STARPU_COMM_STATS"] = "1"
+        env.pop("STARPU_SILENT", None)
     else:
         env["STARPU_SILENT"] = "1"
     env.setdefault("STARPU_HOME", str(ROOT / "build" / "starpu-home-bench"))
@@ -84,7 +82,7 @@ def launch(a, mode: str, nprocs: int, ncpu: int, stats: bool = False) -> dict:
             "--n-layer", str(a.n_layer), "--n-embd", str(a.n_embd), "--batch", str(a.batch),
             "--seq-len", str(a.seq_len), "--dtype", a.dtype,
             "--micro-batches", str(a.micro_batches if mode == "pipeline" else 1)]
-    cmd = args if nprocs == 1 else [shutil.which("mpirun"), *MPI_FLAGS, "-np", str(nprocs), *args]
+    cmd = args if nprocs == 1 else mpirun.command(nprocs, args)
     if nprocs == 1:
         env["TILETRAIN_MPI"] = "0"
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
@@ -116,6 +114,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--timeout", type=float, default=600)
     a = ap.parse_args()
+    if a.micro_batches < 1 or a.batch % a.micro_batches:
+        ap.error(f"--batch {a.batch} must split into --micro-batches {a.micro_batches} equal parts")
     if a.worker:
         a.mode = a.worker
         worker(a)

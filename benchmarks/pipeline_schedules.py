@@ -210,12 +210,12 @@ def real_worker(a) -> None:
 def real_launch(a, n_layer: int, nprocs: int, baseline_only: bool = False) -> list[dict]:
     import json
     import re
-    import shutil
     import subprocess
     from pathlib import Path
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-    env["OPENBLAS_NUM_THREADS"] = "1"
-    env["STARPU_SILENT"] = "1"
+
+    from tiletrain.utils import mpirun
+    # ranks sharing the cores: no binding, one worker each (README "Running under mpirun")
+    env = mpirun.environment(ranks=nprocs > 1, OPENBLAS_NUM_THREADS="1", STARPU_SILENT="1")
     env.setdefault("STARPU_HOME", str(Path(__file__).resolve().parents[1] / "build" / "starpu-home-bench"))
     args = [sys.executable, __file__, "--real-worker", "--n-layer", str(n_layer), "--n-embd", str(a.n_embd),
             "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--micro-batches", str(a.micro_batches),
@@ -224,10 +224,8 @@ def real_launch(a, n_layer: int, nprocs: int, baseline_only: bool = False) -> li
     if nprocs == 1:
         env["STARPU_NCPU"], env["TILETRAIN_MPI"] = "2", "0"
         cmd = args
-    else:   # ranks sharing the cores: no binding, one worker each
-        env.update({"STARPU_WORKERS_NOBIND": "1", "STARPU_MPI_NOBIND": "1", "STARPU_NCPU": "1"})
-        cmd = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-np", str(nprocs), *args]
+    else:
+        cmd = mpirun.command(nprocs, args)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
     out = p.stdout + p.stderr
     if p.returncode != 0:

@@ -141,6 +141,8 @@ def test_bad_inputs(rng):
         model.loss(_idx(rng, T=17), _idx(rng, T=17))
     with pytest.raises(ValueError, match=r"2-D \(B, T\)"):
         model(np.arange(5))
+    with pytest.raises(ValueError, match=r"idx is empty \(shape \(0, 4\)\)"):
+        model(np.zeros((0, 4), np.int64))
     with pytest.raises(TypeError, match="integer"):
         model(np.zeros((2, 3)))
     with pytest.raises(TypeError, match="int64"):

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tiletrain.utils import mpirun
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 MPIRUN = shutil.which("mpirun")
 
-# Per-rank StarPU settings measured best on 2 shared cores (README "Running under mpirun").
-RANK_ENV = {"STARPU_WORKERS_NOBIND": "1", "STARPU_MPI_NOBIND": "1", "STARPU_NCPU": "1", "STARPU_SILENT": "1"}
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
 
 def have_mpi() -> bool:
@@ -28,12 +27,7 @@ requires_mpi = pytest.mark.skipif(not have_mpi(), reason="mpirun or a StarPU-MPI
 
 
 def _env(extra: dict | None = None) -> dict:
-    env = dict(os.environ)
-    # this process' launcher variables (a pytest run under mpirun) must not leak into children
-    for k in list(env):
-        if k.startswith(("OMPI_", "PMIX_", "PMI_")):
-            del env[k]
-    env.update(RANK_ENV)
+    env = mpirun.environment()  # the per-rank settings of README "Running under mpirun"
     env.setdefault("STARPU_HOME", str(Path(__file__).resolve().parents[2] / "build" / "starpu-home-test"))
     env["PYTHONUNBUFFERED"] = "1"
     if extra:
@@ -61,7 +55,7 @@ def _run(cmd: list[str], timeout: float, env: dict) -> subprocess.CompletedProce
 def run_mpi(script: str, nprocs: int, *args, timeout: float = 60, env: dict | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
     """`mpirun -np nprocs python scripts/<script> args...`; check: fail the test on a non-zero exit."""
-    cmd = [MPIRUN, *MPI_FLAGS, "-np", str(nprocs), sys.executable, str(SCRIPTS / script), *map(str, args)]
+    cmd = mpirun.command(nprocs, [sys.executable, SCRIPTS / script, *args])
     res = _run(cmd, timeout, _env(env))
     if check and res.returncode != 0:
         pytest.fail(f"exit {res.returncode}: {' '.join(cmd)}\n{res.stdout}")

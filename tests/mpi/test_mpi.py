@@ -113,3 +113,16 @@ def test_gpt_trained_with_tiles_dealt_over_ranks_matches_one_process(tmp_path):
         got = _load(tmp_path / f"mpi-rank{r}.npz")
         assert got["owners"][:, 0].tolist() == [0, 1]  # wte's two row tiles on two ranks
         _compare(ref, got, 1e-12)
+
+
+def test_launch_helpers_drop_the_parents_launcher_variables():
+    """tiletrain.utils.mpirun: children of a process run under mpirun must not inherit its
+    OMPI_/PMIX_/PMI_ variables (they would join the parent's job); the rank settings are added
+    only for ranks; bad rank counts are refused."""
+    from tiletrain.utils import mpirun
+    env = mpirun.environment({"OMPI_COMM_WORLD_RANK": "1", "PMIX_RANK": "1", "PMI_FD": "3", "HOME": "/h"},
+                             STARPU_NCPU="2")
+    assert env == {"HOME": "/h", **mpirun.RANK_ENV, "STARPU_NCPU": "2"}
+    assert mpirun.environment({"PMI_FD": "3", "A": "b"}, ranks=False) == {"A": "b"}
+    with pytest.raises(ValueError, match="nprocs must be a positive int"):
+        mpirun.command(0, ["x"])

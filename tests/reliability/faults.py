@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi"))
-from mpi_launch import MPI_FLAGS, MPIRUN, _env, have_mpi  # noqa: E402
+from mpi_launch import _env, have_mpi  # noqa: E402
+
+from tiletrain.utils import mpirun  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -67,7 +69,7 @@ def _run(cmd: list[str], timeout: float, env: dict) -> Result:
 
 
 def run_mpi_scenario(name: str, timeout: float = 45) -> Result:
-    cmd = [MPIRUN, *MPI_FLAGS, "-np", "2", sys.executable, str(SCRIPTS / "mpi_fault.py"), name]
+    cmd = mpirun.command(2, [sys.executable, SCRIPTS / "mpi_fault.py", name])
     return _run(cmd, timeout, _env())
 
 

@@ -264,6 +264,9 @@ class GPT(Module):
         if shape is not None and tuple(dims) != tuple(shape):
             raise ValueError(f"{type(self).__name__}: {name} has shape {tuple(dims)}, expected {tuple(shape)} (idx's shape)")
         B, T = dims
+        if B < 1 or T < 1:
+            raise ValueError(f"{type(self).__name__}: {name} is empty (shape {tuple(dims)}): need at least one "
+                             f"sequence of at least one token")
         if T > self.config.block_size:
             raise ValueError(f"{type(self).__name__}: cannot forward a sequence of length {T}: block_size is only "
                              f"{self.config.block_size}")

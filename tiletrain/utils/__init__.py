@@ -1,5 +1,6 @@
 """Utilities shaped like torch.utils: ``tiletrain.utils.checkpoint.checkpoint`` (activation
-recomputation)."""
-from . import checkpoint
+recomputation); ``tiletrain.utils.mpirun`` (the mpirun command and per-rank environment of
+one machine's ranks)."""
+from . import checkpoint, mpirun
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "mpirun"]
