@@ -292,6 +292,11 @@ def main() -> int:
     ap.add_argument("--sched", default="tt-cp")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()
+    if args.real and min(args.n_layer) < 4:  # interleaved-1f1b, zb-v, dualpipe-v: 2 ranks x 2 chunks
+        ap.error(f"--real needs --n-layer >= 4 (2 ranks x 2 virtual stages of at least one block), "
+                 f"got {min(args.n_layer)}")
+    if args.real and (args.micro_batches < 1 or args.batch % args.micro_batches):
+        ap.error(f"--batch {args.batch} must split into --micro-batches {args.micro_batches} equal parts")
     if args.real_worker:
         args.n_layer = args.n_layer[0]
         real_worker(args)
