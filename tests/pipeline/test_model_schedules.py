@@ -20,7 +20,7 @@ CFG = GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=2, n_embd=8, drop
 TILING = Tiling(batch=2, time=4, width=4, hidden=16, vocab=8)   # last tiles smaller: vocab 16 / 8 ok, C 8 / 4
 M = 4
 SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-             "dualpipe-v": {}, "emergent": {}}
+             "dualpipe-v": {}, "emergent": {}, "seq1f1b": {"chunks": 2}}
 
 
 def batches(seed=3, steps=2):
@@ -140,8 +140,13 @@ def test_placement_and_bad_input():
     assert [dict(pl.modules)[f"transformer.h.{i}"] for i in range(4)] == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="stage_ranks"):
         plan(model, "pipeline", 2, stage_ranks=[0, 1, 0, 1, 0])
-    with pytest.raises(NotImplementedError, match="sequence chunks"):
+    model.config.recompute = "block"
+    with pytest.raises(NotImplementedError, match="recomputation .* not implemented with chunks"):
         ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=2))
+    model.config.recompute = "none"
+    pp = ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=3))
+    with pytest.raises(ValueError, match="3 chunks need at least 3 positions"):
+        pp.step([np.zeros((2, 2), np.int64)] * M, [np.zeros((2, 2), np.int64)] * M)
     with pytest.raises(ValueError, match="virtual stages but the model has 4 blocks"):
         ModelPipeline(model, schedules.get("interleaved-1f1b", 2, M, virtual=4))
     with pytest.raises(ValueError, match="need at least 3 workers"):
@@ -170,3 +175,51 @@ def test_cli_schedule_run_on_a_real_gpt(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["schedule", "run", "1f1b", "--stages", "2", "--microbatches", "2", "--gpt", "4by8"])
     assert exc.value.code == 2 and "LAYERSxWIDTH" in capsys.readouterr().err
+
+
+def grads_of_one_step(make_model, data, schedule=None):
+    """Losses and named gradients of one forward + backward of the micro-batches ``data``
+    (the plain gradient-accumulation loop when schedule is None)."""
+    model = make_model()
+    if schedule is None:
+        losses = []
+        for ids, tg in data:
+            loss = model.loss(ids, tg)
+            tt.scale(loss, 1.0 / len(data)).backward()
+            losses.append(loss)
+    else:
+        losses = ModelPipeline(model, schedule).step([d[0] for d in data], [d[1] for d in data]).losses
+    return [float(v) for v in losses], {n: p.grad.numpy() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 8])
+def test_sequence_chunks_give_the_unchunked_gradients(chunks):
+    """seq1f1b: chunks of 4, 2 + 3 + 3 (the time tile 4 straddling chunks) and 1 position;
+    targets partly ignored (-100): the chunks' losses still add up to the micro-batch mean."""
+    restart(ncpu=2, sched="prio", profile=False)
+    data = [(ids[:, :-1], ids[:, 1:].copy()) for ids in batches(11, 1)[0]]
+    data[1][1][0, 5:] = -100
+    data[2][1][:, :3] = -100
+    ref_loss, ref = grads_of_one_step(gpt, data)
+    loss, got = grads_of_one_step(gpt, data, schedules.get("seq1f1b", 2, M, chunks=chunks))
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+    assert max(np.abs(g).max() for g in ref.values()) > 1e-3   # gradients that are not all zero
+
+
+def test_llama_under_seq1f1b_gives_the_unchunked_gradients():
+    """Rotary positions from the chunk's offset, grouped-query attention over the prefix."""
+    from tiletrain.nn.llama import Llama, LlamaConfig
+    restart(ncpu=2, sched="prio", profile=False)
+    cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=4,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8)
+
+    def llama():
+        return Llama(cfg, dtype=np.float64, seed=2)
+    data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(5, 1)[0]]
+    ref_loss, ref = grads_of_one_step(llama, data)
+    loss, got = grads_of_one_step(llama, data, schedules.get("seq1f1b", 2, M, chunks=2))
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
