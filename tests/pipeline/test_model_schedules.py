@@ -106,9 +106,10 @@ def test_deferred_weight_gradients_equal_the_full_backward():
         np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=0, atol=1e-12, err_msg=n)
 
 
-def test_ordering_dependencies_keep_the_order_on_the_real_model():
+@pytest.mark.parametrize("name", ["zb-h1", "seq1f1b"])
+def test_ordering_dependencies_keep_the_order_on_the_real_model(name):
     restart(ncpu=2, sched="prio", profile=True)
-    s = schedules.get("zb-h1", 2, M)
+    s = schedules.get(name, 2, M, **SCHEDULES[name])   # seq1f1b: actions told apart by their chunk too
     model = gpt()
     pp = ModelPipeline(model, s, "deps")
     data = batches(1, 1)[0]
@@ -172,6 +173,11 @@ def test_cli_schedule_run_on_a_real_gpt(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["schedule"] == "zb-h1" and d["model"].startswith("gpt 2x16") and d["order_fraction"] == 1.0
     assert d["makespan_s"] > 0 and d["peak_activations"] >= 1 and d["formula_idle_fraction"] > 0
+    assert main(["schedule", "run", "seq1f1b", "--stages", "2", "--microbatches", "4", "--chunks", "2",
+                 "--gpt", "2x16", "--seq-len", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule"] == "seq1f1b" and d["chunks"] == 2 and d["order_fraction"] == 1.0
+    assert 0 <= d["idle_fraction"] < 1 and d["peak_activations"] > 0
     with pytest.raises(SystemExit) as exc:
         main(["schedule", "run", "1f1b", "--stages", "2", "--microbatches", "2", "--gpt", "4by8"])
     assert exc.value.code == 2 and "LAYERSxWIDTH" in capsys.readouterr().err

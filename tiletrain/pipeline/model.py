@@ -342,14 +342,15 @@ def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup
 
 def action_times(schedule: Schedule, trace) -> tuple[np.ndarray, np.ndarray]:
     """Per action (``schedule.flat()`` order): the first start and last end (µs) of the
-    recorded tasks tagged with its stage, micro-batch and phase (NaN when none ran here:
-    under MPI, another rank's actions)."""
+    recorded tasks tagged with its stage, micro-batch, phase and sequence chunk (the layer
+    tag, as ``enforce`` sets it) (NaN when none ran here: under MPI, another rank's actions)."""
     t = trace.tasks
     flat = schedule.flat()
     start = np.full(len(flat), np.nan)
     end = np.full(len(flat), np.nan)
     for i, a in enumerate(flat):
-        sel = (t["stage"] == a.stage) & (t["microbatch"] == a.microbatch) & (t["phase"] == PHASE[a.kind])
+        sel = ((t["stage"] == a.stage) & (t["microbatch"] == a.microbatch) & (t["phase"] == PHASE[a.kind])
+               & (t["layer"] == a.chunk))
         if sel.any():
             start[i] = float(t["start"][sel].min())
             end[i] = float(t["end"][sel].max())
