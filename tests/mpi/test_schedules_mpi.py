@@ -1,5 +1,6 @@
 """Pipeline schedules on the real GPT under mpirun -np 2 (ranks as stages): every schedule
-gives the losses of the plain loop in one process (float64, 1e-9)."""
+(seq1f1b with 2 sequence chunks too) gives the losses of the plain loop in one process
+(float64, 1e-9)."""
 import numpy as np
 import pytest
 
@@ -15,6 +16,6 @@ def test_every_schedule_under_mpirun_gives_the_one_process_losses(tmp_path, mech
     ref = np.load(tmp_path / "one-rank0.npz")["reference"]
     for r in range(2):
         got = np.load(tmp_path / f"mpi-rank{r}.npz")
-        assert len(got.files) == 7
+        assert len(got.files) == 8
         for name in got.files:
             np.testing.assert_allclose(got[name], ref, rtol=0, atol=1e-9, err_msg=f"rank {r}: {name} / {mechanism}")
