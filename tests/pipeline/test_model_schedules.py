@@ -1,6 +1,9 @@
 """Written schedules on the real GPT and Llama in one process: each schedule rank is a group
 of workers; every schedule and mechanism gives the losses of the plain gradient-accumulation
-loop (float64, 1e-9); split backward (I/W) and its autograd deferral; the order token."""
+loop (float64, 1e-9), with dropout too; seq1f1b's sequence chunks give the unchunked
+gradients; split backward (I/W) and its autograd deferral; the order token."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -85,10 +88,8 @@ def test_llama_under_zb_v_gives_the_same_losses():
 def test_split_backward_with_recomputation(reference, recompute):
     restart(ncpu=2, sched="prio", profile=False)
 
-    def model():
-        m = gpt()
-        m.config.recompute = recompute
-        return m
+    def model():   # a config of its own (CFG is shared by the other tests' models)
+        return GPT(replace(CFG, recompute=recompute), TILING, dtype=np.float64, seed=1)
     np.testing.assert_allclose(train(model, "zb-v", "deps"), reference, rtol=0, atol=1e-9)
 
 
@@ -141,10 +142,9 @@ def test_placement_and_bad_input():
     assert [dict(pl.modules)[f"transformer.h.{i}"] for i in range(4)] == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="stage_ranks"):
         plan(model, "pipeline", 2, stage_ranks=[0, 1, 0, 1, 0])
-    model.config.recompute = "block"
     with pytest.raises(NotImplementedError, match="recomputation .* not implemented with chunks"):
-        ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=2))
-    model.config.recompute = "none"
+        ModelPipeline(GPT(replace(CFG, recompute="block"), TILING, dtype=np.float64),
+                      schedules.get("seq1f1b", 2, M, chunks=2))
     pp = ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=3))
     with pytest.raises(ValueError, match="3 chunks need at least 3 positions"):
         pp.step([np.zeros((2, 2), np.int64)] * M, [np.zeros((2, 2), np.int64)] * M)
@@ -229,3 +229,61 @@ def test_llama_under_seq1f1b_gives_the_unchunked_gradients():
     np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
     for n in ref:
         np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+
+
+def gpt_dropout():
+    return GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=2, n_embd=8, dropout=0.3), TILING,
+               dtype=np.float64, seed=1)
+
+
+@pytest.fixture(scope="module")
+def dropout_reference():
+    restart(ncpu=2, sched="prio", profile=False)
+    tt.manual_seed(5)
+    return train(gpt_dropout)
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_every_schedule_with_dropout_gives_the_one_process_losses(reference, dropout_reference, name):
+    """The masks follow (layer, micro-batch, position), not submission order: every schedule,
+    sequence chunks too, draws the plain loop's masks."""
+    restart(ncpu=2, sched="prio", profile=False)
+    tt.manual_seed(5)
+    got = train(gpt_dropout, name, "deps")
+    np.testing.assert_allclose(got, dropout_reference, rtol=0, atol=1e-9, err_msg=name)
+    assert np.abs(dropout_reference - reference).max() > 1e-3   # the masks matter
+
+
+@pytest.mark.parametrize("name", ["zb-v", "1f1b"])
+def test_dropout_under_a_schedule_leaves_the_generator_as_the_plain_loop(name):
+    """After a step the generator is where the plain loop leaves it; recomputation (block)
+    replays the same masks."""
+    from tiletrain.tensors.creation import default_generator
+
+    def model():
+        m = gpt_dropout()
+        m.config.recompute = "block"
+        return m
+    restart(ncpu=2, sched="prio", profile=False)
+    tt.manual_seed(9)
+    ref = train(gpt_dropout, data=batches(4, 1))
+    after = default_generator.get_state()
+    tt.manual_seed(9)
+    np.testing.assert_allclose(train(model, name, "deps", batches(4, 1)), ref, rtol=0, atol=1e-9)
+    assert default_generator.get_state() == after
+
+
+def test_dropout_of_sequence_chunks_cuts_the_whole_mask():
+    import tiletrain.functional as F
+    from tiletrain.ops.activations import dropout_positions
+    restart(ncpu=2, sched="prio", profile=False)
+    x = np.random.default_rng(0).standard_normal((3, 10, 4))
+    whole = F.dropout(tt.from_numpy(x, (2, 4, 4)), 0.4, seed=17).numpy()
+    parts = []
+    for lo, hi in ((0, 3), (3, 7), (7, 10)):
+        with dropout_positions(lo, 10, 2, 4):
+            parts.append(F.dropout(tt.from_numpy(x[:, lo:hi], (3, 2, 4)), 0.4, seed=17).numpy())
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), whole)
+    assert (whole == 0).any() and (whole != 0).any()
+    with dropout_positions(8, 10, 2, 4), pytest.raises(ValueError, match="positions 8..10 of 10"):
+        F.dropout(tt.from_numpy(x[:, :3]), 0.4, seed=17)

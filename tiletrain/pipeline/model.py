@@ -35,6 +35,7 @@ add up to the micro-batch's mean.  Activation recomputation with chunks is not i
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,6 +152,7 @@ class ModelPipeline:
         from .._ffi import check, ffi, lib
         from ..distribution import SingleRank, use
         from ..ops import add, scale
+        from ..ops.activations import dropout_positions
         from ..ops.autograd import defer_grads, no_grad
         sch = self.schedule
         m, S, K = sch.microbatches, sch.stages, sch.chunks
@@ -158,6 +160,8 @@ class ModelPipeline:
             raise ValueError(f"schedule {sch.name!r} has {m} micro-batches, got {len(xs)} inputs and {len(ys)} targets")
         if K > 1:
             xs, ys, pos, counts = _sequence_chunks(xs, ys, K)
+            T = pos[-1]
+        draws = _DropoutSeeds(self, m)   # each forward draws the plain loop's dropout seeds
         ins: dict = {}       # (v, j, c) -> the stage's input leaf (v > 0)
         outs: dict = {}      # (v, j, c) -> the stage's output (the scaled loss on the last stage)
         dws: dict = {}       # (v, j, c) -> DeferredGrads of its I action
@@ -172,10 +176,12 @@ class ModelPipeline:
                 else:
                     x = outs[(v - 1, j, c)].detach().requires_grad_()
                     ins[key] = x
-                if K == 1:
-                    y = self._forward(v, x)
-                else:
-                    y = self._forward(v, x, kvs.setdefault((v, j), PrefixKV(K)).at(c), pos[c])
+                with draws.at(v, j):
+                    if K == 1:
+                        y = self._forward(v, x)
+                    else:
+                        with dropout_positions(pos[c], T, *self.model.tiling.rows(xs[j][c].shape[0], T)):
+                            y = self._forward(v, x, kvs.setdefault((v, j), PrefixKV(K)).at(c), pos[c])
                 if v == S - 1 and K == 1:
                     losses[j] = self._head_loss(y, ys[j])
                     y = losses[j] if m == 1 else scale(losses[j], 1.0 / m)
@@ -223,7 +229,63 @@ class ModelPipeline:
             check(lib.tt_order_barrier(token._ptr))
 
         order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens)
+        draws.done()
         return StepResult(losses, order)
+
+
+class _DropoutSeeds:
+    """The dropout seeds of a step as the plain loop draws them: micro-batch after micro-batch,
+    each forward through the stages in model order, one seed per active dropout (p > 0,
+    training) from the default generator.  ``at(v, j)`` sets the generator to its state
+    before micro-batch j's stage-v draws (so a forward in any order, a sequence chunk's or a
+    recomputation's, draws the plain loop's seeds: the masks follow layer, micro-batch and
+    position) and checks afterwards that stage v drew what was counted; ``done()`` leaves the
+    generator where the plain loop would."""
+
+    def __init__(self, pipe: "ModelPipeline", m: int):
+        from ..tensors.creation import default_generator
+        S = pipe.schedule.stages
+        self.gen = gen = default_generator
+        self.counts = []
+        for v in range(S):
+            mods = ((list(pipe.first) if v == 0 else []) + list(pipe.blocks[v])
+                    + (list(pipe.last) if v == S - 1 else []))
+            self.counts.append(sum(_is_dropout(d) and d.training and d.p > 0
+                                   for mod in mods for d in mod.modules()))
+        self.states = []   # (j, v) in order, then the end
+        if sum(self.counts):
+            for _ in range(m):
+                for n in self.counts:
+                    self.states.append(gen.get_state())
+                    for _ in range(n):
+                        gen.next_seed()
+            self.states.append(gen.get_state())
+
+    @contextlib.contextmanager
+    def at(self, v: int, j: int):
+        if not self.states:
+            yield
+            return
+        i = j * len(self.counts) + v
+        saved = self.gen.get_state()
+        self.gen.set_state(self.states[i])
+        try:
+            yield
+            if self.gen.get_state() != self.states[i + 1]:
+                raise RuntimeError(f"stage {v}'s forward drew other dropout seeds than its {self.counts[v]} "
+                                   "active dropout modules (the plain loop's draws cannot be replayed)")
+        finally:
+            self.gen.set_state(saved)
+
+    def done(self) -> None:
+        if self.states:
+            self.gen.set_state(self.states[-1])
+
+
+def _is_dropout(module) -> bool:
+    """A tiletrain.nn.Dropout (or a subclass), told by class name: this package is below nn
+    (a wrong count is caught by ``_DropoutSeeds.at``)."""
+    return any(c.__name__ == "Dropout" for c in type(module).__mro__)
 
 
 class PrefixKV:
@@ -293,8 +355,8 @@ def _backward(y, g, extra: list) -> None:
 
 def _sequence_chunks(xs, ys, k: int):
     """Micro-batches (B, T) split into k chunks along time (an even split): per micro-batch
-    the id chunks and target chunks, the chunks' first positions and the count of targets
-    that are not ignored (-100)."""
+    the id chunks and target chunks, the chunks' first positions followed by T, and the
+    count of targets that are not ignored (-100)."""
     from ..tensors import Tensor
 
     def arr(a):
@@ -311,7 +373,7 @@ def _sequence_chunks(xs, ys, k: int):
 
     def split(a):
         return [a[:, bounds[c]:bounds[c + 1]] for c in range(k)]
-    return [split(x) for x in xs], [split(y) for y in ys], bounds[:-1], [int((y != -100).sum()) for y in ys]
+    return [split(x) for x in xs], [split(y) for y in ys], bounds, [int((y != -100).sum()) for y in ys]
 
 
 def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup: int = 1):
