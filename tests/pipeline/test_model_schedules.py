@@ -287,3 +287,21 @@ def test_dropout_of_sequence_chunks_cuts_the_whole_mask():
     assert (whole == 0).any() and (whole != 0).any()
     with dropout_positions(8, 10, 2, 4), pytest.raises(ValueError, match="positions 8..10 of 10"):
         F.dropout(tt.from_numpy(x[:, :3]), 0.4, seed=17)
+
+
+def test_split_backward_of_sequence_chunks():
+    """A written schedule with sequence chunks and split backward: seq1f1b's order with each
+    B as I, its W deferred to the end of the rank's list (dK/dV still reach the earlier
+    chunks before their I)."""
+    from tiletrain.pipeline.schedule import Action, Schedule
+    restart(ncpu=2, sched="prio", profile=False)
+    base = schedules.get("seq1f1b", 2, M, chunks=2)
+    rows = [[Action(a.stage, "I" if a.kind == "B" else a.kind, a.microbatch, a.chunk) for a in row]
+            + [Action(a.stage, "W", a.microbatch, a.chunk) for a in row if a.kind == "B"] for row in base.actions]
+    s = Schedule("seq-zb", tuple(map(tuple, rows)), chunks=2).validate()
+    data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(13, 1)[0]]
+    ref_loss, ref = grads_of_one_step(gpt, data)
+    loss, got = grads_of_one_step(gpt, data, s)
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
