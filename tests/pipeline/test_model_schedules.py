@@ -305,3 +305,16 @@ def test_split_backward_of_sequence_chunks():
     np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
     for n in ref:
         np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+
+
+def test_dropout_draws_that_cannot_be_replayed_are_refused(monkeypatch):
+    """A stage that draws other seeds than its counted dropouts: a clear error, not other masks."""
+    import tiletrain.pipeline.model as pm
+    restart(ncpu=2, sched="prio", profile=False)
+    model = gpt_dropout()
+    monkeypatch.setattr(pm, "_is_dropout", lambda mod: type(mod).__name__ == "Dropout"
+                        and mod is not model.transformer.drop)
+    pp = ModelPipeline(model, schedules.get("1f1b", 2, M))
+    data = batches(1, 1)[0]
+    with pytest.raises(RuntimeError, match="stage 0's forward drew other dropout seeds than its 4"):
+        pp.step([d[:, :-1] for d in data], [d[:, 1:] for d in data])
