@@ -196,11 +196,13 @@ static int kv_geometry_at(const char *what, const tt_tensor *q, int nkv, tt_tens
                           int64_t *gsize, int64_t q_start)
 {
     const tt_tensor *k = kv[0];
-    /* q_start < 0: keys and queries share T and its tiling (training); else the queries are
-     * the positions q_start .. q_start + Tq - 1 of keys of any length and tile along T */
+    /* q_start < 0: keys and queries share the tile along T (training), the keys as many
+     * positions as the queries or more (a prefix: the queries are the last Tq positions);
+     * else the queries are the positions q_start .. q_start + Tq - 1 of keys of any length
+     * and tile along T */
     const int same_t = q_start < 0;
     if (k->ndim != 4 || k->dtype != q->dtype || k->shape[0] != q->shape[0] ||
-        (same_t ? k->shape[2] != q->shape[2] : k->shape[2] < q_start + q->shape[2]) ||
+        k->shape[2] < (same_t ? 0 : q_start) + q->shape[2] ||
         k->shape[3] != q->shape[3] || k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
         return tt_error(TT_EINVAL, "%s: key/value must be (B, Hkv, T, D) of q's dtype, with Hkv dividing q's "
                         "H=%lld", what, (long long)q->shape[1]);
@@ -326,7 +328,7 @@ int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int
     CHECK(kv_geometry(what, q, 2, kv, &group, &G));
     if (!isfinite(scale))
         return tt_error(TT_EINVAL, "%s: scale must be finite", what);
-    return attn_fwd_submit(what, q, k, v, scale, causal, 0, group, G, o, lse);
+    return attn_fwd_submit(what, q, k, v, scale, causal, k->shape[2] - q->shape[2], group, G, o, lse);
 }
 
 int tt_attention_decode(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int64_t q_start, tt_tensor *o)
@@ -370,7 +372,8 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
         return tt_error(TT_EINVAL, "%s: scale must be finite", what);
     tt_tensor *st; /* (lse, rowsum(dO * O)) per query row */
     CHECK(temp_like(q, 4, 2, &st));
-    const int64_t nkt = q->grid[2], tT = q->tile[2], D = q->shape[3];
+    /* keys longer than the queries: a prefix, the queries are the last Tq positions */
+    const int64_t nkt = k->grid[2], tT = q->tile[2], q_start = k->shape[2] - q->shape[2], D = q->shape[3];
     int64_t qi[TT_MAX_NDIM];
     int rc = TT_OK;
     for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
@@ -392,8 +395,10 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
     for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
         int64_t bh, tq;
         attn_tile(q, t, qi, &bh, &tq);
-        const int64_t last = causal ? (qi[2] < nkt - 1 ? qi[2] : nkt - 1) : nkt - 1;
-        /* the first query tile (in submission order) of the kv tile's group overwrites dk, dv */
+        const int64_t qoff = q_start + qi[2] * tT, lastkey = (qoff + tq - 1) / tT;
+        const int64_t last = causal ? (lastkey < nkt - 1 ? lastkey : nkt - 1) : nkt - 1;
+        /* the first query tile (in submission order) of the kv tile's group that reads a kv
+         * tile overwrites its dk, dv: causal, the first whose last position reaches it */
         const int firsthead = qi[1] * q->tile[1] % G == 0;
         for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
             tt_args_attn_bwd *a = tt_args_new(TT_K_ATTN_BWD);
@@ -401,10 +406,11 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
                 rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
                 break;
             }
-            const int initq = j == 0, initkv = firsthead && (causal ? qi[2] == j : qi[2] == 0);
+            const int first = qi[2] == 0 || (causal && (qoff - 1) / tT < j);
+            const int initq = j == 0, initkv = firsthead && first;
             a->dtype = q->dtype;
             a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
-            a->qoff = qi[2] * tT, a->koff = j * tT, a->causal = causal != 0;
+            a->qoff = qoff, a->koff = j * tT, a->causal = causal != 0;
             a->initq = initq, a->initkv = initkv, a->group = group;
             a->scale = scale;
             const int64_t kl = kv_tile(q, k, qi, j, G);

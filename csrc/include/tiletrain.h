@@ -187,7 +187,8 @@ int tt_heads_fill_parts(tt_tensor *x, int nparts, uint32_t parts);
  * q k^T (+ causal mask)) v and lse (B, H, T) = the row logsumexp of the scores.  k, v (and
  * dk, dv) may have Hkv heads dividing H (grouped-query attention: query head h reads kv head
  * h / G, G = H / Hkv, in place); then q's head tile th is a multiple or a divisor of G and
- * the kv tensors are tiled (tile_B, max(th / G, 1), tile_T, D). */
+ * the kv tensors are tiled (tile_B, max(th / G, 1), tile_T, D).  k, v may have more positions
+ * than q (same tile along T): a prefix, q holds the last Tq positions (causal: lower right). */
 int tt_attention_fwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, double scale, int causal, tt_tensor *o,
                      tt_tensor *lse);
 /* Causal attention of queries q (B, H, Tq, D) at positions q_start .. q_start + Tq - 1 over

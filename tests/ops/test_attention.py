@@ -357,7 +357,7 @@ def test_attention_bad_input(rng, nothing_submitted):
         sdpa(q, k, tt.from_numpy(rng.standard_normal(shape).astype(np.float32), tiles))
     with pytest.raises(ValueError, match=r"query must be \(B, H, T, D\)"):
         sdpa(*(tt.from_numpy(rng.standard_normal((2, 5, 4)), (1, 2, 4)) for _ in range(3)))
-    with pytest.raises(TypeError, match="attn_mask is not supported"):
+    with pytest.raises(TypeError, match="attn_mask must be None or causal_lower_right"):
         sdpa(q, k, v, True)
     with pytest.raises(ValueError, match="dropout_p must be 0"):
         sdpa(q, k, v, dropout_p=0.1)
@@ -423,6 +423,66 @@ def test_vjp_gqa(rng):
     k, v = rng.standard_normal((1, 2, 7, 4)), rng.standard_normal((1, 2, 7, 4))
     vjp_check(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True),
               [q, k, v], [(1, 1, 3, 4), (1, 1, 3, 4), (1, 1, 3, 4)])
+
+
+def ref_prefix_attention(q, k, v, do):
+    """Lower-right causal attention (the queries are the last Tq of Tk positions) and its
+    gradients, over kv heads repeated for their query heads."""
+    G = q.shape[1] // k.shape[1]
+    kr, vr = np.repeat(k, G, axis=1), np.repeat(v, G, axis=1)
+    Tq, Tk, scale = q.shape[2], k.shape[2], 1.0 / np.sqrt(q.shape[-1])
+    s = np.where(np.tril(np.ones((Tq, Tk), bool), Tk - Tq), scale * q @ np.swapaxes(kr, -1, -2), -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    dp = do @ np.swapaxes(vr, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    dk, dv = scale * np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do
+    fold = (lambda a: a.reshape(k.shape[:1] + (k.shape[1], G) + a.shape[2:]).sum(axis=2))
+    return p @ vr, scale * ds @ kr, fold(dk), fold(dv)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("Hkv,Tq,Tk,tile", [(2, 5, 9, 3), (1, 4, 8, 4), (2, 3, 3, 2), (1, 1, 6, 4)])
+def test_attention_over_a_key_value_prefix(rng, Hkv, Tq, Tk, tile, dtype):
+    """attn_mask=causal_lower_right(Tq, Tk): queries at the last Tq positions (the prefix
+    length not a multiple of the tile in the first case), forward and backward, against
+    NumPy and against the last rows of the full causal attention."""
+    q = rng.standard_normal((2, 2, Tq, 4)).astype(dtype)
+    k, v = (rng.standard_normal((2, Hkv, Tk, 4)).astype(dtype) for _ in range(2))
+    do = rng.standard_normal(q.shape).astype(dtype)
+    Q = tt.from_numpy(q, (1, 2, tile, 4)).requires_grad_()
+    K, V = (tt.from_numpy(a, (1, 1, tile, 4)).requires_grad_() for a in (k, v))
+    y = F.scaled_dot_product_attention(Q, K, V, attn_mask=F.causal_lower_right(Tq, Tk), enable_gqa=True)
+    y.backward(tt.from_numpy(do, y.tiles))
+    o, dq, dk, dv = ref_prefix_attention(*(a.astype(np.float64) for a in (q, k, v, do)))
+    for got, want in ((y, o), (Q.grad, dq), (K.grad, dk), (V.grad, dv)):
+        np.testing.assert_allclose(got.numpy(), want, **attn_tol(dtype))
+    G = 2 // Hkv
+    full = ref_attention(np.concatenate([np.zeros((2, 2, Tk - Tq, 4)), q], axis=2),
+                         np.repeat(k, G, axis=1), np.repeat(v, G, axis=1), True)[0]
+    np.testing.assert_allclose(y.numpy(), full[:, :, Tk - Tq:], **attn_tol(dtype))
+
+
+def test_vjp_prefix_attention(rng):
+    q = rng.standard_normal((1, 2, 3, 4))
+    k, v = rng.standard_normal((1, 1, 7, 4)), rng.standard_normal((1, 1, 7, 4))
+    vjp_check(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, attn_mask=F.causal_lower_right(3, 7),
+                                                             enable_gqa=True),
+              [q, k, v], [(1, 1, 2, 4), (1, 1, 2, 4), (1, 1, 2, 4)])
+
+
+def test_prefix_attention_bad_input(rng, nothing_submitted):
+    q = tt.from_numpy(rng.standard_normal((1, 2, 3, 2)))
+    kv = tt.from_numpy(rng.standard_normal((1, 2, 5, 2)))
+    with pytest.raises(ValueError, match="causal_lower_right\\(Tq, Tk\\) for a key/value prefix"):
+        F.scaled_dot_product_attention(q, kv, kv)
+    with pytest.raises(ValueError, match="attn_mask is causal_lower_right\\(3, 6\\) but query has 3 positions "
+                                         "and key 5"):
+        F.scaled_dot_product_attention(q, kv, kv, attn_mask=F.causal_lower_right(3, 6))
+    with pytest.raises(ValueError, match="seq_len_q <= seq_len_kv"):
+        F.causal_lower_right(5, 3)
+    with pytest.raises(TypeError, match="attn_mask must be None or causal_lower_right"):
+        F.scaled_dot_product_attention(q, kv, kv, attn_mask=np.ones((3, 5), bool))
 
 
 def test_gqa_bad_input(rng, nothing_submitted):

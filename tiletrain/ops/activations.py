@@ -2,6 +2,9 @@
 sigmoid are rows of the element-wise op table, tiletrain/ops/elementwise.py)."""
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from ..runtime.kernels import gemm_bias, run_map
 from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
@@ -10,12 +13,46 @@ from .autograd import backward_rule, record
 from .basic import _float_tensor, _like, _scalar, _sum_axes, matmul, matmul_leading
 from .elementwise import gelu, relu, silu
 
-__all__ = ["gelu", "relu", "silu", "dropout", "linear", "manual_seed"]
+__all__ = ["gelu", "relu", "silu", "dropout", "dropout_positions", "linear", "manual_seed"]
 
 
 
 def _next_seed() -> int:
     return default_generator.next_seed()
+
+
+_window = threading.local()
+
+
+@contextlib.contextmanager
+def dropout_positions(start: int, length: int, batch_tile: int, time_tile: int):
+    """Inside, ``dropout`` of a (B, T, ...) tensor applies the mask that a dropout with the
+    same seed draws at positions start .. start + T - 1 of the whole (B, length, ...)
+    sequence tiled (batch_tile, time_tile, x's other tiles): a sequence chunk gets its part
+    of the whole sequence's mask (the mask of the whole is drawn, then cut)."""
+    old = getattr(_window, "value", None)
+    _window.value = (int(start), int(length), int(batch_tile), int(time_tile))
+    try:
+        yield
+    finally:
+        _window.value = old
+
+
+def _chunk_mask(x: Tensor, p: float, seed: int, window) -> Tensor:
+    """The (B, T, ...) part at ``window``'s positions of the whole sequence's dropout mask
+    (0 or 1/(1-p)), tiled as x."""
+    from ..tensors import full
+    from .shape import getitem, retile
+    start, length, tb, tt_ = window
+    if x.ndim < 2 or start < 0 or start + x.shape[1] > length:
+        raise ValueError(f"dropout: a sequence chunk at positions {start}..{start + x.shape[1] - 1} of {length} "
+                         f"(x of shape {x.shape})")
+    traits = TensorTraits(x.shape[:1] + (length,) + x.shape[2:], (tb, tt_) + x.tiles[2:])
+    ones = full(traits, 1.0, dtype=x.dtype)
+    mask = _like(ones)
+    run_map("dropout", ones, mask, p=p, seed=seed)
+    mask = getitem(mask, (slice(None), slice(start, start + x.shape[1])))
+    return mask if mask.tiles == x.tiles else retile(mask, x.tiles)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int | None = None) -> Tensor:
@@ -32,6 +69,10 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int | None =
     seed = _next_seed() if seed is None else int(seed)
     if not 0 <= seed < 2**63:
         raise ValueError(f"dropout: seed must be in [0, 2**63), got {seed}")
+    window = getattr(_window, "value", None)
+    if window is not None:   # a sequence chunk: its part of the whole sequence's mask
+        from .basic import mul
+        return mul(x, _chunk_mask(x, p, seed, window))
     y = _like(x)
     run_map("dropout", x, y, p=p, seed=seed)
     return record("dropout", y, (x,), p=p, seed=seed)

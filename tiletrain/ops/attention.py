@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 from .._ffi import check, lib
 from ..runtime.kernels import run_span, tensor_view, tile_view, view_tiles
@@ -141,16 +142,40 @@ def _merge_heads_bwd(node, g):
     return (dy,)
 
 
+@dataclass(frozen=True)
+class CausalBias:
+    """A causal mask as PyTorch's ``torch.nn.attention.bias.CausalBias``: pass it as
+    ``attn_mask``.  Only the lower-right variant (``causal_lower_right``): a query at row i of
+    seq_len_q attends to the keys up to position i + seq_len_kv - seq_len_q, i.e. the queries
+    are the last positions of the keys (a prefix of earlier keys and values)."""
+    variant: str
+    seq_len_q: int
+    seq_len_kv: int
+
+
+def causal_lower_right(seq_len_q: int, seq_len_kv: int) -> CausalBias:
+    """PyTorch's ``torch.nn.attention.bias.causal_lower_right``: the causal mask aligned to the
+    lower-right corner (seq_len_kv >= seq_len_q)."""
+    what = "causal_lower_right"
+    q, kv = _int(seq_len_q, what, "seq_len_q"), _int(seq_len_kv, what, "seq_len_kv")
+    if not 1 <= q <= kv:
+        raise ValueError(f"{what}: needs 1 <= seq_len_q <= seq_len_kv, got {q} and {kv}")
+    return CausalBias("lower_right", q, kv)
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = True,
                                  scale: float | None = None, enable_gqa: bool = False, *,
                                  causal: bool | None = None) -> Tensor:
     """softmax(query key^T * scale (+ causal mask)) value on (B, H, T, D) tensors.
 
-    PyTorch's name and argument order (``attn_mask`` must be None and ``dropout_p`` 0);
-    ``causal=`` is accepted for ``is_causal=``, which defaults to True here.  scale
-    defaults to 1/sqrt(D).  query, key and value must share shape and dtype (T need not be
-    a multiple of its tile); other tilings are re-tiled (D becomes a single tile).
+    PyTorch's name and argument order (``attn_mask`` None or ``causal_lower_right(Tq, Tk)``,
+    ``dropout_p`` 0); ``causal=`` is accepted for ``is_causal=``, which defaults to True here.
+    scale defaults to 1/sqrt(D).  query, key and value must share shape and dtype (T need not
+    be a multiple of its tile); other tilings are re-tiled (D becomes a single tile).  With
+    ``attn_mask=causal_lower_right(Tq, Tk)`` (PyTorch's lower-right causal bias; is_causal is
+    then not read) key and value have Tk >= Tq positions and the queries are the last Tq of
+    them: a causal attention over a prefix of earlier keys and values, with its backward.
 
     ``enable_gqa=True`` (grouped-query attention, as PyTorch): key and value may have Hkv
     heads, Hkv dividing H; query head h attends with kv head h // (H // Hkv).  The kv heads
@@ -163,9 +188,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     what = "scaled_dot_product_attention"
     names = ("query", "key", "value")
     q, k, v = (_float_tensor(t, what, n) for t, n in zip((query, key, value), names))
-    if attn_mask is not None:
-        raise TypeError(f"{what}: attn_mask is not supported (got {type(attn_mask).__name__}); "
-                        "use is_causal= (pass it by keyword)")
+    if attn_mask is not None and not isinstance(attn_mask, CausalBias):
+        raise TypeError(f"{what}: attn_mask must be None or causal_lower_right(Tq, Tk) (got "
+                        f"{type(attn_mask).__name__}); use is_causal= (pass it by keyword)")
     if not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool) or dropout_p != 0:
         raise ValueError(f"{what}: dropout_p must be 0 (attention dropout is not supported), "
                          f"got {dropout_p!r}")
@@ -173,20 +198,26 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         is_causal = causal
     if not isinstance(is_causal, (bool, numbers.Integral)):
         raise TypeError(f"{what}: is_causal must be a bool, got {type(is_causal).__name__}")
-    is_causal = bool(is_causal)
+    is_causal = bool(is_causal) or attn_mask is not None
     for t, n in zip((q, k, v), names):
         if t.ndim != 4:
             raise ValueError(f"{what}: {n} must be (B, H, T, D), got shape {t.shape}")
     if not isinstance(enable_gqa, (bool, numbers.Integral)):
         raise TypeError(f"{what}: enable_gqa must be a bool, got {type(enable_gqa).__name__}")
-    H = q.shape[1]
+    H, Tq = q.shape[1], q.shape[2]
+    Tk = k.shape[2] if attn_mask is not None else Tq   # a prefix: only with the lower-right mask
+    if attn_mask is not None and (attn_mask.seq_len_q, attn_mask.seq_len_kv) != (Tq, Tk):
+        raise ValueError(f"{what}: attn_mask is causal_lower_right({attn_mask.seq_len_q}, {attn_mask.seq_len_kv}) "
+                         f"but query has {Tq} positions and key {Tk}")
     for t, n in ((k, "key"), (v, "value")):
         if t.dtype != q.dtype:
             raise TypeError(f"{what}: dtype mismatch, query is {q.dtype} and {n} is {t.dtype}")
-        same = t.shape == q.shape or (enable_gqa and t.shape[:1] + t.shape[2:] == q.shape[:1] + q.shape[2:]
-                                      and H % t.shape[1] == 0)
+        want = q.shape[:2] + (Tk,) + q.shape[3:]
+        same = t.shape == want or (enable_gqa and t.shape[:1] + t.shape[2:] == want[:1] + want[2:]
+                                   and H % t.shape[1] == 0)
         if not same or t.shape != k.shape:
             rule = ("equal to query's but for a number of heads dividing query's" if enable_gqa else "equal")
+            rule += " (and positions: causal_lower_right(Tq, Tk) for a key/value prefix)" if Tk == Tq else ""
             raise ValueError(f"{what}: {n} has shape {t.shape}, query has {q.shape} (key {k.shape}); "
                              f"they must be {rule}")
     q, k, v = _attention_tiles(q, k, v, q.tiles[2])
@@ -306,4 +337,5 @@ def _rope_bwd(node, g):
     return (dx,)
 
 
-__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention", "decode_attention", "rotary_embedding"]
+__all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention", "CausalBias", "causal_lower_right",
+           "decode_attention", "rotary_embedding"]

@@ -22,11 +22,20 @@ rank's actions start in list order.  Under MPI the token is the local rank's: ta
 action that StarPU-MPI runs on another rank (a gradient reduced on its owner) are not
 ordered.
 
-Sequence-chunked schedules (seq1f1b with chunks > 1) need a forward over part of the
-sequence with the earlier chunks' keys and values: not implemented on the real model.
+Sequence chunks (seq1f1b, chunks k > 1): F(v, j, c) runs stage v on chunk c of micro-batch
+j (positions c*T/k.. of the sequence, an even split along time).  Its attention reads the
+keys and values of chunks < c of the same layer (``PrefixKV``, the key/value cache that the
+blocks' forward takes; ``scaled_dot_product_attention`` with PyTorch's
+``causal_lower_right`` mask over the prefix); chunk c' < c's keys and values enter chunk c's
+graph as leaves of their own, so B(v, j, c) stops at its chunk and gathers their gradients
+(dK, dV) there; B(v, j, c') then starts from its output's gradient and those (chunks run
+their backwards in reverse order, the schedule's dependency).  The loss of a chunk is the
+sum of its cross-entropies divided by the micro-batch's count of targets: the chunks' losses
+add up to the micro-batch's mean.  Activation recomputation with chunks is not implemented.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,10 +86,10 @@ class ModelPipeline:
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
         schedule.validate()
-        if schedule.chunks > 1:
+        if schedule.chunks > 1 and getattr(model.config, "recompute", "none") != "none":
             raise NotImplementedError(f"schedule {schedule.name!r} splits micro-batches into {schedule.chunks} "
-                                      "sequence chunks: a forward over part of the sequence (the earlier chunks' "
-                                      "keys and values) is not implemented on the real model; use chunks=1")
+                                      f"sequence chunks: activation recomputation (recompute="
+                                      f"{model.config.recompute!r}) is not implemented with chunks; use 'none'")
         first, blocks, last = model_parts(model)
         if schedule.stages > len(blocks):
             raise ValueError(f"schedule {schedule.name!r} has {schedule.stages} virtual stages but the model has "
@@ -111,68 +120,93 @@ class ModelPipeline:
                        for r in range(schedule.ranks)]
 
     # ----------------------------------------------------------------- actions
-    def _forward(self, v: int, x):
+    def _forward(self, v: int, x, kv: "PrefixKV | None" = None, pos: int = 0):
+        """Stage v on x; with ``kv``, x is the sequence chunk at positions pos.."""
         from ..utils.checkpoint import checkpoint
         if v == 0:
-            x = self._embed(x)
+            x = self._embed(x, pos)
+        if kv is not None:
+            for i, block in enumerate(self.blocks[v]):
+                x = block(x, kv, i, pos)
+            return x
         recompute = getattr(self.model.config, "recompute", "none") == "block"   # as the model's forward
         for block in self.blocks[v]:
             x = checkpoint(block, x) if recompute else block(x)
         return x
 
-    def _embed(self, idx):
+    def _embed(self, idx, pos: int = 0):
         m = self.model
         if hasattr(m, "transformer"):   # GPT: token + position embeddings, dropout
-            return m.transformer.drop(m._embed(m._ids(idx, "idx"), 0))
+            return m.transformer.drop(m._embed(m._ids(idx, "idx"), pos))
         return m.model.embed_tokens(m._ids(idx, "idx"))
 
-    def _head_loss(self, x, targets):
+    def _head_loss(self, x, targets, reduction: str = "mean"):
         import tiletrain.functional as F
         norm, head = self.last
         logits = head(norm(x))
-        return F.cross_entropy(logits, self.model._ids(targets, "targets", logits.shape[:2]))
+        return F.cross_entropy(logits, self.model._ids(targets, "targets", logits.shape[:2]), reduction=reduction)
 
     def step(self, xs, ys) -> StepResult:
         """Submit forward and backward of the micro-batches ``xs[j]``, ``ys[j]`` (token ids,
         (B, T) each) in the schedule's order; returns the losses (no waiting)."""
         from .._ffi import check, ffi, lib
         from ..distribution import SingleRank, use
-        from ..ops import scale
-        from ..ops.autograd import defer_grads
+        from ..ops import add, scale
+        from ..ops.activations import dropout_positions
+        from ..ops.autograd import defer_grads, no_grad
         sch = self.schedule
-        m, S = sch.microbatches, sch.stages
+        m, S, K = sch.microbatches, sch.stages, sch.chunks
         if len(xs) != m or len(ys) != m:
             raise ValueError(f"schedule {sch.name!r} has {m} micro-batches, got {len(xs)} inputs and {len(ys)} targets")
-        ins: dict = {}       # (v, j) -> the stage's input leaf (v > 0)
-        outs: dict = {}      # (v, j) -> the stage's output (the scaled loss on the last stage)
-        dws: dict = {}       # (v, j) -> DeferredGrads of its I action
+        if K > 1:
+            xs, ys, pos, counts = _sequence_chunks(xs, ys, K)
+            T = pos[-1]
+        draws = _DropoutSeeds(self, m)   # each forward draws the plain loop's dropout seeds
+        ins: dict = {}       # (v, j, c) -> the stage's input leaf (v > 0)
+        outs: dict = {}      # (v, j, c) -> the stage's output (the scaled loss on the last stage)
+        dws: dict = {}       # (v, j, c) -> DeferredGrads of its I action
+        kvs: dict = {}       # (v, j) -> PrefixKV of the micro-batch's chunks on stage v (K > 1)
         losses: list = [None] * m
 
         def run(a: Action) -> None:
-            v, j = a.stage, a.microbatch
+            v, j, c = key = a.unit
             if a.kind == "F":
                 if v == 0:
-                    x = xs[j]
+                    x = xs[j] if K == 1 else xs[j][c]
                 else:
-                    x = outs[(v - 1, j)].detach().requires_grad_()
-                    ins[(v, j)] = x
-                y = self._forward(v, x)
-                if v == S - 1:
+                    x = outs[(v - 1, j, c)].detach().requires_grad_()
+                    ins[key] = x
+                with draws.at(v, j):
+                    if K == 1:
+                        y = self._forward(v, x)
+                    else:
+                        with dropout_positions(pos[c], T, *self.model.tiling.rows(xs[j][c].shape[0], T)):
+                            y = self._forward(v, x, kvs.setdefault((v, j), PrefixKV(K)).at(c), pos[c])
+                if v == S - 1 and K == 1:
                     losses[j] = self._head_loss(y, ys[j])
                     y = losses[j] if m == 1 else scale(losses[j], 1.0 / m)
-                outs[(v, j)] = y
+                elif v == S - 1:   # the chunk's share of the micro-batch's mean
+                    total = self._head_loss(y, ys[j][c], "sum")
+                    y = scale(total, 1.0 / (counts[j] * m) if counts[j] else float("nan"))
+                    with no_grad():
+                        share = scale(total.detach(), 1.0 / counts[j] if counts[j] else float("nan"))
+                        losses[j] = share if losses[j] is None else add(losses[j], share)
+                outs[key] = y
                 return
             if a.kind == "W":
-                dws.pop((v, j)).run()
+                dws.pop(key).run()
                 return
-            y = outs.pop((v, j))
-            g = None if v == S - 1 else ins.pop((v + 1, j)).grad
+            y = outs.pop(key)
+            g = None if v == S - 1 else ins.pop((v + 1, j, c)).grad
+            extra = kvs[(v, j)].gradients(c) if K > 1 else []
+            if c == 0 and K > 1:
+                del kvs[(v, j)]
             if a.kind == "B":
-                y.backward(g)
+                _backward(y, g, extra)
             else:
                 with defer_grads(self.params) as dw:
-                    y.backward(g)
-                dws[(v, j)] = dw
+                    _backward(y, g, extra)
+                dws[key] = dw
 
         def submit(a: Action, r: int, token) -> None:
             if self.mpi:   # the glue outside modules (the loss, its scaling) on the action's rank too
@@ -195,7 +229,151 @@ class ModelPipeline:
             check(lib.tt_order_barrier(token._ptr))
 
         order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens)
+        draws.done()
         return StepResult(losses, order)
+
+
+class _DropoutSeeds:
+    """The dropout seeds of a step as the plain loop draws them: micro-batch after micro-batch,
+    each forward through the stages in model order, one seed per active dropout (p > 0,
+    training) from the default generator.  ``at(v, j)`` sets the generator to its state
+    before micro-batch j's stage-v draws (so a forward in any order, a sequence chunk's or a
+    recomputation's, draws the plain loop's seeds: the masks follow layer, micro-batch and
+    position) and checks afterwards that stage v drew what was counted; ``done()`` leaves the
+    generator where the plain loop would."""
+
+    def __init__(self, pipe: "ModelPipeline", m: int):
+        from ..tensors.creation import default_generator
+        S = pipe.schedule.stages
+        self.gen = gen = default_generator
+        self.counts = []
+        for v in range(S):
+            mods = ((list(pipe.first) if v == 0 else []) + list(pipe.blocks[v])
+                    + (list(pipe.last) if v == S - 1 else []))
+            self.counts.append(sum(_is_dropout(d) and d.training and d.p > 0
+                                   for mod in mods for d in mod.modules()))
+        self.states = []   # (j, v) in order, then the end
+        if sum(self.counts):
+            for _ in range(m):
+                for n in self.counts:
+                    self.states.append(gen.get_state())
+                    for _ in range(n):
+                        gen.next_seed()
+            self.states.append(gen.get_state())
+
+    @contextlib.contextmanager
+    def at(self, v: int, j: int):
+        if not self.states:
+            yield
+            return
+        i = j * len(self.counts) + v
+        saved = self.gen.get_state()
+        self.gen.set_state(self.states[i])
+        try:
+            yield
+            if self.gen.get_state() != self.states[i + 1]:
+                raise RuntimeError(f"stage {v}'s forward drew other dropout seeds than its {self.counts[v]} "
+                                   "active dropout modules (the plain loop's draws cannot be replayed)")
+        finally:
+            self.gen.set_state(saved)
+
+    def done(self) -> None:
+        if self.states:
+            self.gen.set_state(self.states[-1])
+
+
+def _is_dropout(module) -> bool:
+    """A tiletrain.nn.Dropout (or a subclass), told by class name: this package is below nn
+    (a wrong count is caught by ``_DropoutSeeds.at``)."""
+    return any(c.__name__ == "Dropout" for c in type(module).__mro__)
+
+
+class PrefixKV:
+    """The keys and values of one micro-batch's sequence chunks on one stage, as the key/value
+    cache that the blocks' forward takes (``attend(layer, q, k, v, pos)``).  Chunk c's queries
+    attend to the keys of chunks < c (leaves of their own: chunk c's backward gathers their
+    gradients there) and to their own, causally; ``gradients(c)`` is what chunk c's backward
+    starts from besides its output: its keys and values with those gathered gradients."""
+
+    def __init__(self, chunks: int):
+        self.chunks = chunks
+        self.leaves: dict = {}   # layer -> [(k, v) leaves of chunks 0, 1, ...]
+        self.own: dict = {}      # (layer, chunk) -> (k, v) in the chunk's graph (read by later chunks)
+        self.chunk = 0
+
+    def at(self, chunk: int) -> "PrefixKV":
+        """The cache for chunk ``chunk``'s forward (the chunks' forwards run in order)."""
+        self.chunk = chunk
+        return self
+
+    def attend(self, layer: int, q, k, v, pos: int):
+        import tiletrain.functional as F
+        from ..ops import cat
+        c = self.chunk
+        prev = self.leaves.setdefault(layer, [])
+        if len(prev) != c:
+            raise RuntimeError(f"sequence chunk {c} of layer {layer} runs before chunk {len(prev)}'s forward")
+        if c == 0:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            keys, values = cat([lk for lk, _ in prev] + [k], 2), cat([lv for _, lv in prev] + [v], 2)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=F.causal_lower_right(q.shape[2],
+                                               keys.shape[2]), enable_gqa=True)
+        if c + 1 < self.chunks:   # later chunks read this chunk's keys and values
+            self.own[(layer, c)] = (k, v)
+            prev.append((k.detach().requires_grad_(), v.detach().requires_grad_()))
+        return y
+
+    def gradients(self, chunk: int) -> list:
+        """(tensor, gradient) pairs: chunk ``chunk``'s keys and values with the gradients the
+        later chunks' backwards gathered (after them); drops what the chunk held."""
+        out = []
+        for layer, prev in self.leaves.items():
+            if (layer, chunk) not in self.own:
+                continue
+            k, v = self.own.pop((layer, chunk))
+            lk, lv = prev[chunk]
+            prev[chunk] = None
+            if lk.grad is None or lv.grad is None:
+                raise RuntimeError(f"sequence chunk {chunk}'s backward before the later chunks' backwards")
+            out += [(k, lk.grad), (v, lv.grad)]
+        return out
+
+
+def _backward(y, g, extra: list) -> None:
+    """y's backward from ``g`` (None: a scalar's 1), and from the gradients of ``extra``'s
+    tensors (inside y's graph) in the same pass."""
+    if not extra:
+        y.backward(g)
+        return
+    from ..ops.autograd import backward_from
+    from ..tensors import full
+    if g is None:
+        g = full(y.traits, 1.0, dtype=y.dtype)
+    backward_from([y] + [t for t, _ in extra], [g] + [d for _, d in extra], 0)
+
+
+def _sequence_chunks(xs, ys, k: int):
+    """Micro-batches (B, T) split into k chunks along time (an even split): per micro-batch
+    the id chunks and target chunks, the chunks' first positions followed by T, and the
+    count of targets that are not ignored (-100)."""
+    from ..tensors import Tensor
+
+    def arr(a):
+        return np.asarray(a.numpy() if isinstance(a, Tensor) else a)
+    xs, ys = [arr(x) for x in xs], [arr(y) for y in ys]
+    for x in xs:
+        if x.ndim != 2 or x.shape != xs[0].shape:
+            raise ValueError(f"sequence chunks: the micro-batches must be (B, T) of one shape, got {x.shape} "
+                             f"and {xs[0].shape}")
+    T = xs[0].shape[1]
+    if T < k:
+        raise ValueError(f"sequence chunks: {k} chunks need at least {k} positions, the micro-batches have {T}")
+    bounds = [c * T // k for c in range(k + 1)]
+
+    def split(a):
+        return [a[:, bounds[c]:bounds[c + 1]] for c in range(k)]
+    return [split(x) for x in xs], [split(y) for y in ys], bounds, [int((y != -100).sum()) for y in ys]
 
 
 def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup: int = 1):
@@ -226,14 +404,15 @@ def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup
 
 def action_times(schedule: Schedule, trace) -> tuple[np.ndarray, np.ndarray]:
     """Per action (``schedule.flat()`` order): the first start and last end (µs) of the
-    recorded tasks tagged with its stage, micro-batch and phase (NaN when none ran here:
-    under MPI, another rank's actions)."""
+    recorded tasks tagged with its stage, micro-batch, phase and sequence chunk (the layer
+    tag, as ``enforce`` sets it) (NaN when none ran here: under MPI, another rank's actions)."""
     t = trace.tasks
     flat = schedule.flat()
     start = np.full(len(flat), np.nan)
     end = np.full(len(flat), np.nan)
     for i, a in enumerate(flat):
-        sel = (t["stage"] == a.stage) & (t["microbatch"] == a.microbatch) & (t["phase"] == PHASE[a.kind])
+        sel = ((t["stage"] == a.stage) & (t["microbatch"] == a.microbatch) & (t["phase"] == PHASE[a.kind])
+               & (t["layer"] == a.chunk))
         if sel.any():
             start[i] = float(t["start"][sel].min())
             end[i] = float(t["end"][sel].max())
@@ -254,5 +433,5 @@ def rank_order_fraction(schedule: Schedule, start: np.ndarray, rank: int | None 
     return good / total if total else 1.0
 
 
-__all__ = ["ModelPipeline", "StepResult", "pipeline_plan", "worker_groups", "run_model", "action_times",
+__all__ = ["ModelPipeline", "PrefixKV", "StepResult", "pipeline_plan", "worker_groups", "run_model", "action_times",
            "rank_order_fraction"]

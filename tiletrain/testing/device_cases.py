@@ -203,6 +203,16 @@ def llama_attention(rng, dt):
 
 
 @case
+def prefix_attention(rng, dt):
+    """Causal attention of 5 queries over 9 keys (a key/value prefix of 4: causal_lower_right)."""
+    q = _t(rng, (2, 2, 5, 4), (1, 2, 3, 4), dt, grad=True)
+    kv = _t(rng, (2, 1, 9, 4), (1, 1, 3, 4), dt, grad=True)
+    y = F.scaled_dot_product_attention(q, kv, kv, attn_mask=F.causal_lower_right(5, 9), enable_gqa=True)
+    _weighted_backward(y, rng)
+    return dict(prefix=y, prefix_dq=q.grad, prefix_dkv=kv.grad)
+
+
+@case
 def recompute(rng, dt):
     """A checkpointed function: its recomputation waits for the output gradient (`after`)."""
     from ..utils.checkpoint import checkpoint

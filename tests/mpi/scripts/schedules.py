@@ -1,8 +1,10 @@
 """A float64 GPT (4 blocks) trained 2 AdamW steps of 4 micro-batches with each pipeline
 schedule (tiletrain.pipeline.model.ModelPipeline, ranks as stages, argv[3] the mechanism),
-or, alone (no MPI), with the plain gradient-accumulation loop.  Saves the losses per
+or, alone (no MPI), with the plain gradient-accumulation loop; two schedules and the plain
+loop with dropout too.  Saves the losses per
 schedule to <out>/<tag>-rank<r>.npz."""
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,11 +25,12 @@ m = 4
 rng = np.random.default_rng(3)
 data = [[rng.integers(0, 16, size=(2, 9)) for _ in range(m)] for _ in range(2)]
 SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-             "dualpipe-v": {}, "emergent": {}}
+             "dualpipe-v": {}, "emergent": {}, "seq1f1b": {"chunks": 2}}
 
 
-def train(name):
-    model = GPT(cfg, tiling, dtype=np.float64, seed=1)
+def train(name, dropout=0.0):
+    tt.manual_seed(5)
+    model = GPT(replace(cfg, dropout=dropout), tiling, dtype=np.float64, seed=1)
     pp = None
     if name is not None:
         s = schedules.get(name, w, m, **SCHEDULES[name])
@@ -50,7 +53,11 @@ def train(name):
     return np.array(losses)
 
 
-res = {"reference": train(None)} if w == 1 else {name: train(name) for name in SCHEDULES}
+DROPOUT = ("zb-v", "seq1f1b")   # with dropout 0.3 too: the masks follow layer, micro-batch, position
+if w == 1:
+    res = {"reference": train(None), "reference-dropout": train(None, 0.3)}
+else:
+    res = {name: train(name) for name in SCHEDULES} | {f"{n}-dropout": train(n, 0.3) for n in DROPOUT}
 np.savez(f"{out}/{tag}-rank{r}.npz", **res)
 print(f"rank {r}/{w} {mechanism}: " + ", ".join(f"{k} {v[-1, -1]:.6f}" for k, v in res.items()), flush=True)
 tt.shutdown()
