@@ -108,7 +108,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-                  "dualpipe-v": {}, "emergent": {}}
+                  "dualpipe-v": {}, "seq1f1b": {"chunks": 2}, "emergent": {}}
 
 
 def real_worker(a) -> None:
