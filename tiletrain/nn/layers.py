@@ -47,7 +47,7 @@ def drawn(shape, tiles, dtype, draw) -> Tensor:
     values as one draw of the whole shape, with one block of tile rows in host memory."""
     shape = tuple(shape)
     row = int(np.prod(shape[1:], dtype=np.int64))
-    step = max(1, (1 << 20) // max(1, row))  # rows per float64 draw: about 8 MiB
+    step = max(1, (1 << 18) // max(1, row))  # rows per float64 draw: about 2 MiB
 
     def fill(r0, r1, out):
         for a in range(r0, r1, step):
