@@ -85,3 +85,55 @@ def test_construct_save_and_load_stream_under_a_small_cap(tmp_path):
     assert sorted(stored) == sorted(n for n, _ in model.named_parameters())
     for name, p in model.named_parameters():
         np.testing.assert_array_equal(p.numpy(), stored[name].numpy(), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tile_rows_round_trip_with_a_smaller_last_tile(dtype):
+    from tiletrain.tensors import empty, from_numpy
+    from tiletrain.tensors.tensor import read_rows, tile_rows, write_rows_
+    a = np.random.default_rng(0).standard_normal((10, 7, 3)).astype(dtype)  # tiles (4, 3, 3): 4+4+2 rows
+    t = empty(a.shape, dtype=dtype, tiles=(4, 3, 3))
+    runs = list(tile_rows(t, max_bytes=4 * 21 * a.itemsize))  # one tile row per run
+    assert [(lo, hi, r0, r1) for lo, hi, r0, r1 in runs] == [(0, 1, 0, 4), (1, 2, 4, 8), (2, 3, 8, 10)]
+    for lo, hi, r0, r1 in reversed(runs):
+        write_rows_(t, lo, hi, a[r0:r1])
+    np.testing.assert_array_equal(t.numpy(), a)
+    src = from_numpy(a[::-1].copy(), tiles=(4, 3, 3))
+    lo, hi, r0, r1 = next(tile_rows(src, max_bytes=1 << 20))  # everything in one run
+    assert (lo, hi, r0, r1) == (0, 3, 0, 10)
+    np.testing.assert_array_equal(read_rows(src, 0, 3, np.empty(a.shape, dtype)), a[::-1])
+    write_rows_(t, 1, 3, a[::-1][4:].T.copy().T)  # any strides
+    np.testing.assert_array_equal(t.numpy()[4:], a[::-1][4:])
+    with pytest.raises(ValueError, match=r"tile rows \[1, 2\) of a \(10, 7, 3\).*need a \(4, 7, 3\)"):
+        write_rows_(t, 1, 2, a[:2])
+    with pytest.raises(ValueError, match=r"tile rows \[2, 4\) outside \[0, 3\)"):
+        read_rows(t, 2, 4, np.empty((2, 7, 3), dtype))
+
+
+def test_save_tensors_and_load_into_another_tiling_and_dtype(tmp_path):
+    """ck.save streams tiletrain Tensors (any tiling) into the file; a lazy load streams a
+    float64 tensor into a float32 one with other tiles; corruption is caught before use."""
+    from tiletrain.tensors import empty, from_numpy
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((37, 5)), rng.standard_normal(3).astype(np.float32)
+    path = tmp_path / "t.safetensors"
+    ck.save(path, {"a": from_numpy(a, tiles=(8, 2)), "b": from_numpy(b, tiles=(2,)), "n": np.arange(4)},
+            {"step": 3})
+    plain, meta = ck.load(path)
+    assert meta == {"step": 3} and plain["n"].tolist() == [0, 1, 2, 3]
+    np.testing.assert_array_equal(plain["a"], a)
+    np.testing.assert_array_equal(plain["b"], b)
+    from safetensors.numpy import load_file  # the file is an ordinary safetensors file
+    np.testing.assert_array_equal(load_file(str(path))["a"], a)
+    stored, _ = ck.load(path, lazy=True)
+    assert stored["a"].shape == (37, 5) and stored["a"].dtype == np.float64
+    t = empty((37, 5), dtype=np.float32, tiles=(5, 5))
+    stored["a"].copy_to_(t)
+    np.testing.assert_array_equal(t.numpy(), a.astype(np.float32))
+    with pytest.raises(ValueError, match=r"a: shape \(37, 5\) in .*, \(5, 37\) in the model"):
+        stored["a"].copy_to_(empty((5, 37)))
+    data = bytearray(path.read_bytes())
+    data[-200] ^= 1  # a byte inside "a" (stored first: larger elements first)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ck.CheckpointError, match="tensor 'a' fails its SHA-256 checksum"):
+        ck.load(path, lazy=True)

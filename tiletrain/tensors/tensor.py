@@ -485,9 +485,22 @@ def tile_rows(t: Tensor, max_bytes: int = ROW_BLOCK_BYTES):
         yield lo, hi, lo * tile0, min(hi * tile0, n0)
 
 
+def _rows_shape(t: Tensor, lo: int, hi: int, block, what: str) -> None:
+    if not isinstance(block, np.ndarray):
+        raise TypeError(f"{what}: expected a numpy.ndarray, got {type(block).__name__}")
+    grid0 = t.grid[0] if t.ndim else 1
+    if not 0 <= lo < hi <= grid0:
+        raise ValueError(f"{what}: tile rows [{lo}, {hi}) outside [0, {grid0})")
+    rows = (min(hi * t.tiles[0], t.shape[0]) - lo * t.tiles[0],) + t.shape[1:] if t.ndim else ()
+    if block.shape != rows or block.dtype != t.dtype:
+        raise ValueError(f"{what}: tile rows [{lo}, {hi}) of a {t.shape} {t.dtype} tensor need a {rows} "
+                         f"{t.dtype} array, got {block.shape} {block.dtype}")
+
+
 def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
     """Write the tiles of tile rows [lo, hi) from ``block`` (those rows, t's dtype, any
     strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy)."""
+    _rows_shape(t, lo, hi, block, "write_rows_")
     strides = ffi.new("int64_t[]", list(block.strides) or [0])
     check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, ffi.cast("void *", block.ctypes.data), strides))
 
@@ -495,6 +508,9 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
 def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
     """Read the tiles of tile rows [lo, hi) into ``out`` (C-contiguous, those rows, t's
     dtype).  Waits for their writers; collective under MPI (as numpy())."""
+    _rows_shape(t, lo, hi, out, "read_rows")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("read_rows: out must be C-contiguous and writable")
     check(lib.tt_tensor_read_rows(t._handle("read"), lo, hi, ffi.from_buffer(out, require_writable=True)))
     return out
 
