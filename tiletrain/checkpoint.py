@@ -166,7 +166,8 @@ class SafetensorsFile(Mapping):
                 shape = tuple(int(d) for d in e["shape"])
                 b, end = (int(x) for x in e["data_offsets"])
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"tensor {name!r} has a bad header entry {e!r} ({type(exc).__name__}: {exc})") from None
+                raise ValueError(f"tensor {name!r} has a bad header entry {e!r} "
+                                 f"({type(exc).__name__}: {exc})") from None
             if any(d < 0 for d in shape) or end - b != math.prod(shape) * dtype.itemsize:
                 raise ValueError(f"tensor {name!r}: {end - b} bytes for shape {shape} of {dtype}")
             entries.append((b, end, name, shape, dtype))
@@ -365,7 +366,8 @@ def _verify(path: Path, stored: SafetensorsFile, meta: dict) -> None:
             for chunk in stored[k].chunks(f):
                 h.update(chunk)
             if h.hexdigest() != sums[k]:
-                raise CheckpointError(f"{path}: tensor {k!r} fails its SHA-256 checksum (the file is corrupt)")
+                raise CheckpointError(f"{path}: tensor {k!r} fails its SHA-256 checksum "
+                                      "(the file is corrupt)")
 
 
 def _missing_keys(metadata: Any, required) -> list[str]:

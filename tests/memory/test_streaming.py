@@ -62,8 +62,8 @@ def test_construct_save_and_load_stream_under_a_small_cap(tmp_path):
     path = tmp_path / "big.safetensors"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("STARPU_HOME", str(ROOT / "build" / "starpu-home-test"))
-    p = subprocess.run([sys.executable, "-c", SCRIPT, "16M", str(ooc), str(path)], capture_output=True, text=True,
-                       timeout=600, env=env)
+    p = subprocess.run([sys.executable, "-c", SCRIPT, "16M", str(ooc), str(path)], capture_output=True,
+                       text=True, timeout=600, env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert p.returncode == 0 and lines, p.stdout + p.stderr
     res = json.loads(lines[0][len("RESULT "):])

@@ -24,7 +24,8 @@ from ..data.tokenizer import TOKENIZER_NAME
 from .gpt import GPT
 from .llama import Llama
 
-__all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors", "stored_safetensors",
+__all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors",
+           "stored_safetensors",
            "model_class", "model_tensors", "unique_tensors", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
 
 # model_type of config.json -> model class (one line per architecture)
@@ -114,7 +115,8 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
         try:
             a = v.numpy()
         except (OSError, ValueError) as exc:
-            raise ValueError(f"from_pretrained: {v.path} is not a readable safetensors file ({exc})") from None
+            raise ValueError(f"from_pretrained: {v.path} is not a readable safetensors file "
+                             f"({exc})") from None
         out[k] = a.astype(np.float32) if a.dtype.name == "bfloat16" else a
     return out
 

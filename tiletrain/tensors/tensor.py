@@ -502,7 +502,8 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
     strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy)."""
     _rows_shape(t, lo, hi, block, "write_rows_")
     strides = ffi.new("int64_t[]", list(block.strides) or [0])
-    check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, ffi.cast("void *", block.ctypes.data), strides))
+    src = ffi.cast("void *", block.ctypes.data)
+    check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, src, strides))
 
 
 def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
