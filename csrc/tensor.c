@@ -293,14 +293,17 @@ static void copy_block(char *strided, const int64_t *strides, char *tile, const 
 /* Under MPI both directions are collective (every rank calls them at the same point of the
  * task flow): a write stores only the tiles this rank owns (every rank passes the same
  * source) after dropping the copies other ranks cached; a read brings every tile to every
- * rank, so every rank gets the full value. */
-static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_tile)
+ * rank, so every rank gets the full value.  Only the tiles of tile rows [lo, hi) along axis 0
+ * are copied; `base` holds those rows (row lo * tile[0] at `base`). */
+static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int64_t *strides, int to_tile)
 {
     tt_ensure_running();
     int64_t idx[TT_MAX_NDIM], tshape[TT_MAX_NDIM];
     int me = tt_mpi_rank();
+    int64_t inner = t->ndim ? t->ntiles / t->grid[0] : 1; /* tiles per tile row (row-major) */
+    int64_t first = lo * inner, last = hi * inner;
     if (tt_mpi_on) {
-        for (int64_t i = 0; i < t->ntiles; i++) {
+        for (int64_t i = first; i < last; i++) {
             if (to_tile && tt_tile_is_lazy(t, i))
                 continue; /* another rank's tile this rank never received: no copy to drop */
             starpu_data_handle_t h = tt_tile_handle(t, i); /* collective read: every rank gets it */
@@ -310,14 +313,14 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
                 tt_mpi_fetch_everywhere(h);
         }
     }
-    for (int64_t i = 0; i < t->ntiles; i++) {
+    for (int64_t i = first; i < last; i++) {
         if (tt_mpi_on && to_tile && t->owner[i] != me)
             continue;
         tt_tile_index(t, i, idx);
         tt_tile_shape(t, idx, tshape);
         char *origin = base;
         for (int d = 0; d < t->ndim; d++)
-            origin += idx[d] * t->tile[d] * strides[d];
+            origin += (idx[d] - (d == 0 ? lo : 0)) * t->tile[d] * strides[d];
         starpu_data_handle_t h = tt_tile_handle(t, i);
         int rc = tt_mpi_on ? tt_mpi_acquire(h, to_tile ? STARPU_W : STARPU_R) : TT_OK;
         if (rc)
@@ -332,26 +335,43 @@ static int transfer(tt_tensor *t, char *base, const int64_t *strides, int to_til
     return TT_OK;
 }
 
+static int check_rows(const tt_tensor *t, int64_t lo, int64_t hi, const char *what)
+{
+    int64_t rows = t->ndim ? t->grid[0] : 1;
+    if (lo < 0 || hi <= lo || hi > rows)
+        return tt_error(TT_EINVAL, "%s: tile rows [%lld, %lld) outside [0, %lld)", what, (long long)lo,
+                        (long long)hi, (long long)rows);
+    return TT_OK;
+}
+
+int tt_tensor_write_rows(tt_tensor *t, int64_t lo, int64_t hi, const void *src, const int64_t *strides)
+{
+    int rc = tt_check_tensor(t, "tensor write");
+    if (rc || (rc = check_rows(t, lo, hi, "tensor write")))
+        return rc;
+    if (!src || !strides)
+        return tt_error(TT_EINVAL, "tensor write: source buffer or strides is NULL");
+    if ((rc = tt_gate_enter("tensor write")) != TT_OK)
+        return rc;
+    rc = transfer(t, lo, hi, (char *)src, strides, 1);
+    tt_gate_leave();
+    if (rc == TT_OK)
+        t->written = 1; /* a row-wise writer (checkpoint load, initialisation) writes every row */
+    return rc;
+}
+
 int tt_tensor_write(tt_tensor *t, const void *src, const int64_t *strides)
 {
     int rc = tt_check_tensor(t, "tensor write");
     if (rc)
         return rc;
-    if (!src)
-        return tt_error(TT_EINVAL, "tensor write: source buffer is NULL");
-    if ((rc = tt_gate_enter("tensor write")) != TT_OK)
-        return rc;
-    rc = transfer(t, (char *)src, strides, 1);
-    tt_gate_leave();
-    if (rc == TT_OK)
-        t->written = 1;
-    return rc;
+    return tt_tensor_write_rows(t, 0, t->ndim ? t->grid[0] : 1, src, strides);
 }
 
-int tt_tensor_read(tt_tensor *t, void *dst)
+int tt_tensor_read_rows(tt_tensor *t, int64_t lo, int64_t hi, void *dst)
 {
     int rc = tt_check_readable(t, "tensor read");
-    if (rc)
+    if (rc || (rc = check_rows(t, lo, hi, "tensor read")))
         return rc;
     if (!dst)
         return tt_error(TT_EINVAL, "tensor read: destination buffer is NULL");
@@ -363,9 +383,17 @@ int tt_tensor_read(tt_tensor *t, void *dst)
     }
     if ((rc = tt_gate_enter("tensor read")) != TT_OK)
         return rc;
-    rc = transfer(t, (char *)dst, strides, 0);
+    rc = transfer(t, lo, hi, (char *)dst, strides, 0);
     tt_gate_leave();
     return rc;
+}
+
+int tt_tensor_read(tt_tensor *t, void *dst)
+{
+    int rc = tt_check_readable(t, "tensor read");
+    if (rc)
+        return rc;
+    return tt_tensor_read_rows(t, 0, t->ndim ? t->grid[0] : 1, dst);
 }
 
 /* Hint that t's tiles are done for now (e.g. optimizer state after its update): under a memory

@@ -1,21 +1,30 @@
 """Checkpoints: one safetensors file holding the model weights (Hugging Face GPT-2 names),
 the optimizer state, and JSON metadata (config, step, data position, RNG states).
 
+Files are read and written as a stream, a block of tile rows at a time (save: each tensor's
+rows straight to its offset, which depends only on shapes and dtypes; load: each tensor's rows
+from its offset into the tiles), so a checkpoint of a model larger than memory never needs a
+host copy of the model; only one block (about 8 MiB, at least one tile row) is in memory.
+
 Writes are atomic: the file is written under a temporary name in the same directory,
 flushed and fsynced, then renamed over the previous checkpoint (and the directory is
 fsynced), so a crash at any moment leaves either the old or the new checkpoint whole;
 temporaries left by an interrupted write are removed at the next save.
 
-Every tensor's bytes carry a SHA-256 checksum in the file's metadata, verified on load
-(CheckpointError naming the tensor and the file).  Checkpoints written before checksums
-existed load with a warning."""
+Every tensor's bytes carry a SHA-256 checksum in the file's metadata (computed while the
+tensor streams out; the header holding them is written last), verified on load by a
+streaming pass before any tensor is used (CheckpointError naming the tensor and the file).
+Checkpoints written before checksums existed load with a warning."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +32,8 @@ import numpy as np
 
 FORMAT = "tiletrain-checkpoint-1"
 CHECKPOINT_NAME = "checkpoint.safetensors"
+CHUNK_BYTES = 8 << 20  # bytes per read or write of a stream (and per hashing step)
+_DIGEST_HEX = 64       # a SHA-256 in hex: the checksum table has the same length before and after
 
 
 class CheckpointError(ValueError):
@@ -36,6 +47,223 @@ class CheckpointWriteError(OSError):
 def checksum(a: np.ndarray) -> str:
     """SHA-256 of an array's bytes (C order), as stored in the file."""
     return hashlib.sha256(np.ascontiguousarray(a).view(np.uint8).reshape(-1)).hexdigest()
+
+
+# -- safetensors files, streamed ---------------------------------------------------------
+
+def _st_dtypes() -> dict[str, np.dtype]:
+    import ml_dtypes
+    return {"F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
+            "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype(np.int64), "I32": np.dtype(np.int32),
+            "I16": np.dtype(np.int16), "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8)}
+
+
+def _st_code(dtype: np.dtype) -> str:
+    for code, dt in _st_dtypes().items():
+        if dt == dtype:
+            return code
+    raise TypeError(f"dtype {dtype} cannot be stored in a safetensors file")
+
+
+def _readinto(f, offset: int, out: np.ndarray) -> None:
+    view = memoryview(out.reshape(-1).view(np.uint8))
+    f.seek(offset)
+    done = 0
+    while done < len(view):
+        n = f.readinto(view[done:])
+        if not n:
+            raise CheckpointError(f"{f.name}: the file ends inside a tensor (truncated)")
+        done += n
+
+
+class StoredTensor:
+    """One tensor of a safetensors file, read only when used: ``shape`` and ``dtype`` come
+    from the header; ``numpy()`` reads it whole, ``copy_to_(t)`` streams it into the tiles of a
+    tiletrain tensor one block of tile rows at a time."""
+
+    __slots__ = ("path", "name", "shape", "dtype", "offset", "nbytes")
+
+    def __init__(self, path: Path, name: str, shape: tuple, dtype: np.dtype, offset: int, nbytes: int):
+        self.path, self.name, self.shape, self.dtype = path, name, shape, dtype
+        self.offset, self.nbytes = offset, nbytes
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"StoredTensor({self.name!r}, shape={self.shape}, dtype={self.dtype}, file={str(self.path)!r})"
+
+    def _rows(self, f, r0: int, r1: int) -> np.ndarray:
+        """Rows r0:r1 (the whole tensor when it is 0-d) in the file's dtype."""
+        if not self.shape:
+            out = np.empty((), self.dtype)
+            _readinto(f, self.offset, out)
+            return out
+        row = self.nbytes // self.shape[0] if self.shape[0] else 0
+        out = np.empty((r1 - r0,) + self.shape[1:], self.dtype)
+        _readinto(f, self.offset + r0 * row, out)
+        return out
+
+    def numpy(self) -> np.ndarray:
+        with open(self.path, "rb", buffering=0) as f:
+            return self._rows(f, 0, self.shape[0] if self.shape else 1)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def copy_to_(self, t) -> None:
+        """Write this tensor into tiletrain tensor ``t`` (same shape; converted to its dtype)
+        block by block; collective under MPI (every rank reads the file)."""
+        from .tensors.tensor import tile_rows, write_rows_
+        if tuple(t.shape) != tuple(self.shape):
+            raise ValueError(f"{self.name}: shape {self.shape} in {self.path}, {tuple(t.shape)} in the model")
+        with open(self.path, "rb", buffering=0) as f:
+            for lo, hi, r0, r1 in tile_rows(t):
+                block = self._rows(f, r0, r1)
+                write_rows_(t, lo, hi, block if block.dtype == t.dtype else block.astype(t.dtype))
+
+    def chunks(self, f):
+        """The tensor's bytes in pieces of at most CHUNK_BYTES (for hashing)."""
+        done = 0
+        while done < self.nbytes:
+            n = min(CHUNK_BYTES, self.nbytes - done)
+            buf = np.empty(n, np.uint8)
+            _readinto(f, self.offset + done, buf)
+            yield buf
+            done += n
+
+
+class SafetensorsFile(Mapping):
+    """The header of a safetensors file: {name: StoredTensor} (sorted by name) and its string
+    ``metadata``.  Nothing but the header is read; ValueError says what is wrong with it."""
+
+    def __init__(self, path):
+        self.path = path = Path(path)
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ValueError(f"{size} bytes, shorter than the 8-byte header length")
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                raise ValueError(f"a header of {n} bytes in a file of {size}")
+            try:
+                header = json.loads(f.read(n))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"the header is not JSON ({exc})") from None
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        meta = header.pop("__metadata__", None) or {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise ValueError("__metadata__ is not a table of strings")
+        self.metadata: dict[str, str] = meta
+        dtypes, entries, start = _st_dtypes(), [], 8 + n
+        for name, e in header.items():
+            try:
+                dtype = dtypes[e["dtype"]]
+                shape = tuple(int(d) for d in e["shape"])
+                b, end = (int(x) for x in e["data_offsets"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"tensor {name!r} has a bad header entry {e!r} "
+                                 f"({type(exc).__name__}: {exc})") from None
+            if any(d < 0 for d in shape) or end - b != math.prod(shape) * dtype.itemsize:
+                raise ValueError(f"tensor {name!r}: {end - b} bytes for shape {shape} of {dtype}")
+            entries.append((b, end, name, shape, dtype))
+        pos = 0
+        for b, end, name, _, _ in sorted(entries):
+            if b != pos:
+                raise ValueError(f"tensor {name!r} starts at byte {b} of the data, expected {pos}")
+            pos = end
+        if start + pos != size:
+            raise ValueError(f"the header describes {start + pos} bytes, the file has {size}")
+        self._tensors = {name: StoredTensor(path, name, shape, dtype, start + b, end - b)
+                         for b, end, name, shape, dtype in sorted(entries, key=lambda x: x[2])}
+
+    def __getitem__(self, name: str) -> StoredTensor:
+        return self._tensors[name]
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+def _blocks(v):
+    """Bytes of a tensor to write, C order, in blocks: a tiletrain Tensor one run of tile rows
+    at a time (read from its tiles), a NumPy array or a StoredTensor a few rows at a time."""
+    from .tensors import Tensor
+    from .tensors.tensor import read_rows, tile_rows
+    if isinstance(v, Tensor):
+        for lo, hi, r0, r1 in tile_rows(v):
+            yield read_rows(v, lo, hi, np.empty((r1 - r0,) + v.shape[1:] if v.ndim else (), v.dtype))
+        return
+    if isinstance(v, StoredTensor):
+        with open(v.path, "rb", buffering=0) as f:
+            yield from v.chunks(f)
+        return
+    if v.ndim == 0:
+        yield np.ascontiguousarray(v)
+        return
+    row = max(1, v.nbytes // max(1, v.shape[0]))
+    step = max(1, CHUNK_BYTES // row)
+    for r0 in range(0, v.shape[0], step):
+        yield np.ascontiguousarray(v[r0:r0 + step])
+
+
+def write_safetensors(path, tensors: Mapping, metadata: dict[str, str], checksums: str | None = None,
+                      _before_rename=None) -> dict[str, str]:
+    """Write ``tensors`` ({name: tiletrain Tensor, NumPy array or StoredTensor}) as one
+    safetensors file at ``path``, atomically, streaming each tensor to its offset (only one
+    block in memory).  With ``checksums``, metadata[checksums] is the JSON table {name:
+    SHA-256}, computed while the tensors stream out (the header is written last).  Returns the
+    checksums ({} without)."""
+    from .tensors import Tensor
+    entries = []
+    for name, v in tensors.items():
+        if not isinstance(v, (Tensor, StoredTensor)):
+            v = np.asarray(v)
+        dtype = np.dtype(v.dtype)
+        entries.append((-dtype.itemsize, str(name), v, _st_code(dtype), tuple(v.shape),
+                        math.prod(v.shape) * dtype.itemsize))
+    entries.sort(key=lambda e: e[:2])  # larger elements first: every tensor aligned to its size
+
+    def header(sums: dict[str, str]) -> bytes:
+        h, pos = {}, 0
+        for _, name, _, code, shape, nbytes in entries:
+            h[name] = {"dtype": code, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
+            pos += nbytes
+        meta = dict(metadata)
+        if checksums is not None:
+            meta[checksums] = json.dumps(sums, sort_keys=True)
+        h["__metadata__"] = meta
+        text = json.dumps(h, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        return len(text).to_bytes(8, "little") + text
+
+    placeholder = header({e[1]: "0" * _DIGEST_HEX for e in entries})
+    sums: dict[str, str] = {}
+    with _atomic_file(path, _before_rename) as f:
+        f.write(placeholder)
+        for _, name, v, _, _, nbytes in entries:
+            h, written = hashlib.sha256(), 0
+            for block in _blocks(v):
+                data = block.reshape(-1).view(np.uint8)
+                if checksums is not None:
+                    h.update(data)
+                f.write(data)
+                written += data.nbytes
+            if written != nbytes:
+                raise RuntimeError(f"checkpoint: tensor {name!r} streamed {written} bytes, expected {nbytes}")
+            sums[name] = h.hexdigest()
+        if checksums is not None:
+            final = header(sums)
+            assert len(final) == len(placeholder)
+            f.seek(0)
+            f.write(final)
+    return sums if checksums is not None else {}
 
 
 def _stale_temporaries(path: Path) -> list[Path]:
@@ -69,8 +297,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, _before_rename=None) -> None:
-    """Write bytes to `path` atomically (temporary file, fsync, rename, fsync dir)."""
+@contextlib.contextmanager
+def _atomic_file(path, _before_rename=None):
+    """A binary file to write `path` through: a temporary in the same directory, flushed,
+    fsynced and renamed over `path` when the block ends (removed if it raises)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in _stale_temporaries(path):  # left by a write that was killed before its rename
@@ -78,7 +308,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, _before_rename=None) -> N
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         if _before_rename is not None:  # tests simulate a crash here
@@ -93,27 +323,32 @@ def write_atomic(path: str | os.PathLike, data: bytes, _before_rename=None) -> N
     _fsync_dir(path.parent)
 
 
-def save(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, Any],
-         _before_rename=None) -> Path:
-    """Save arrays + JSON-serialisable metadata as one safetensors file, atomically."""
-    from safetensors.numpy import save as st_save
+def write_atomic(path: str | os.PathLike, data: bytes, _before_rename=None) -> None:
+    """Write bytes to `path` atomically (temporary file, fsync, rename, fsync dir)."""
+    with _atomic_file(path, _before_rename) as f:
+        f.write(data)
 
-    arrays = {}
+
+def save(path: str | os.PathLike, tensors: Mapping[str, Any], metadata: dict[str, Any],
+         _before_rename=None) -> Path:
+    """Save tensors (NumPy arrays, tiletrain Tensors, streamed from their tiles, or the
+    StoredTensors of another checkpoint) + JSON-serialisable metadata as one safetensors file,
+    atomically.  Tensors must be float32, float64 or int64."""
+    from .tensors import Tensor
     for k, v in tensors.items():
-        a = np.ascontiguousarray(v)
-        if a.dtype not in (np.float32, np.float64, np.int64):
-            raise TypeError(f"checkpoint entry {k!r} has unsupported dtype {a.dtype}")
-        arrays[k] = a
-    meta = {"format": FORMAT, "metadata": json.dumps(metadata, sort_keys=True),
-            "checksums": json.dumps({k: checksum(a) for k, a in arrays.items()}, sort_keys=True)}
+        dtype = v.dtype if isinstance(v, (Tensor, StoredTensor)) else np.asarray(v).dtype
+        if dtype not in (np.float32, np.float64, np.int64):
+            raise TypeError(f"checkpoint entry {k!r} has unsupported dtype {dtype}")
+    meta = {"format": FORMAT, "metadata": json.dumps(metadata, sort_keys=True)}
     try:
-        write_atomic(path, st_save(arrays, metadata=meta), _before_rename=_before_rename)
+        write_safetensors(path, tensors, meta, checksums="checksums", _before_rename=_before_rename)
     except OSError as exc:
         raise CheckpointWriteError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from exc
     return Path(path)
 
 
-def _verify(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
+def _verify(path: Path, stored: SafetensorsFile, meta: dict) -> None:
+    """Every tensor's bytes against the checksum table, streamed (nothing kept in memory)."""
     if "checksums" not in meta:
         warnings.warn(f"{path} has no checksums (written by an older tiletrain): loading it unverified",
                       stacklevel=3)
@@ -122,12 +357,17 @@ def _verify(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
         sums = json.loads(meta["checksums"])
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path}: the checksum table is unreadable ({exc})") from None
-    if not isinstance(sums, dict) or set(sums) != set(arrays):
-        missing = sorted(set(arrays) ^ set(sums if isinstance(sums, dict) else {}))
+    if not isinstance(sums, dict) or set(sums) != set(stored):
+        missing = sorted(set(stored) ^ set(sums if isinstance(sums, dict) else {}))
         raise CheckpointError(f"{path}: the checksum table does not match the tensors ({', '.join(missing)})")
-    for k in sorted(arrays):
-        if checksum(arrays[k]) != sums[k]:
-            raise CheckpointError(f"{path}: tensor {k!r} fails its SHA-256 checksum (the file is corrupt)")
+    with open(path, "rb", buffering=0) as f:
+        for k in sorted(stored):
+            h = hashlib.sha256()
+            for chunk in stored[k].chunks(f):
+                h.update(chunk)
+            if h.hexdigest() != sums[k]:
+                raise CheckpointError(f"{path}: tensor {k!r} fails its SHA-256 checksum "
+                                      "(the file is corrupt)")
 
 
 def _missing_keys(metadata: Any, required) -> list[str]:
@@ -142,24 +382,21 @@ def _missing_keys(metadata: Any, required) -> list[str]:
     return missing
 
 
-def load(path: str | os.PathLike, required: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Read a checkpoint: (arrays, metadata), each tensor checked against its checksum and
-    the metadata against the `required` keys ("a.b" for a nested key).  Raises
+def load(path: str | os.PathLike, required: tuple[str, ...] = (), lazy: bool = False
+         ) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """Read a checkpoint: (tensors, metadata), each tensor checked against its checksum (a
+    streaming pass over the file) and the metadata against the `required` keys ("a.b" for a
+    nested key).  Tensors are NumPy arrays, or with ``lazy`` StoredTensors read when used
+    (``copy_to_`` streams one into a model's tiles: Module.load_state_dict does).  Raises
     CheckpointError saying what is wrong."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load as st_load
-
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
-    raw = path.read_bytes()
     try:
-        arrays = st_load(raw)
-        header_len = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8:8 + header_len])
-    except (SafetensorError, ValueError, json.JSONDecodeError, OSError) as exc:
+        stored = SafetensorsFile(path)
+    except (ValueError, OSError) as exc:
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated: {exc})") from None
-    meta = header.get("__metadata__", {})
+    meta = stored.metadata
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a tiletrain checkpoint (format {meta.get('format')!r}, "
                               f"expected {FORMAT!r})")
@@ -167,9 +404,11 @@ def load(path: str | os.PathLike, required: tuple[str, ...] = ()) -> tuple[dict[
         metadata = json.loads(meta["metadata"])
     except (KeyError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: checkpoint metadata is unreadable ({exc})") from None
-    _verify(path, arrays, meta)
+    _verify(path, stored, meta)
     missing = _missing_keys(metadata, required)
     if missing:
         raise CheckpointError(f"{path}: checkpoint metadata lacks {', '.join(map(repr, missing))} "
                               f"(damaged, or not written by this version of tiletrain)")
-    return arrays, metadata
+    if lazy:
+        return stored, metadata
+    return {k: v.numpy() for k, v in stored.items()}, metadata

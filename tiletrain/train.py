@@ -343,9 +343,13 @@ def model_metadata(model, tokenizer=None) -> dict:
 def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng: np.random.Generator,
                         losses: dict, tokenizer=None) -> None:
     from .ops import activations
-    from .nn.pretrained import unique_tensors
-    tensors = unique_tensors(model.state_dict())  # a tied weight once
-    osd = opt.state_dict()
+    from .nn.pretrained import model_tensors
+    from .distribution import rank, world_size
+    # one process: the tensors themselves, streamed from their tiles into the file (no host
+    # copy of the model); under MPI, state_dict() gathers (collective: every rank holds the
+    # full values) and rank 0 writes
+    tensors = model_tensors(model)  # a tied weight once
+    osd = opt.state_dict(copy=world_size() > 1)
     opt_meta = {"param_groups": osd["param_groups"], "steps": {}}
     for idx, st in osd["state"].items():
         for name, value in st.items():
@@ -362,16 +366,15 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
         "dropout_rng": activations.default_generator.get_state(),
         "losses": losses,
     }
-    # under MPI, state_dict() above was collective (every rank holds the full values); the
-    # file is written once, by rank 0, atomically (checkpoint.write_atomic)
-    from .distribution import rank
+    # the file is written once, by rank 0, atomically
     if rank() == 0:
         ck.save(path, tensors, meta)
 
 
 def load_training_state(path: Path, model, opt, rng: np.random.Generator, loaded=None) -> dict:
     """Weights, optimizer state and RNG states of the checkpoint at ``path`` into the run;
-    ``loaded``: its (arrays, metadata) when already read (train() checks them up front)."""
+    ``loaded``: its (tensors, metadata) when already read (train() checks them up front);
+    the tensors (StoredTensors) stream from the file into the tiles."""
     from .ops import activations
     arrays, meta = loaded if loaded is not None else ck.load(path, RESUME_KEYS)
     arrays = {k: arrays[k] for k in sorted(arrays)}  # safetensors' order varies by process; MPI needs one
@@ -476,7 +479,8 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         if args.resume:
             if not ckpt_path.is_file():
                 raise ck.CheckpointError(f"--resume: no checkpoint at {ckpt_path}")
-            resume_arrays, resume_meta = ck.load(ckpt_path, RESUME_KEYS)  # read and verified once
+            # verified once (a streaming pass); the tensors stay on disk until loaded into the model
+            resume_arrays, resume_meta = ck.load(ckpt_path, RESUME_KEYS, lazy=True)
             done = resume_meta["step"]
             if isinstance(done, bool) or not isinstance(done, int) or done < 0:
                 raise ck.CheckpointError(f"{ckpt_path}: checkpoint metadata has a bad step {done!r}")
@@ -648,7 +652,7 @@ def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=N
         raise ValueError("give exactly one of --ckpt-dir and --model")
     if ckpt_dir is not None:
         path = find_checkpoint(ckpt_dir)
-        arrays, meta = ck.load(path, MODEL_KEYS)
+        arrays, meta = ck.load(path, MODEL_KEYS, lazy=True)  # streamed into the weights' tiles
         train_args = meta.get("train_args") or {}
         targs = TrainArgs(dtype=str(dtype or train_args.get("dtype", "float32")),
                           tiles=tuple(tiles or train_args.get("tiles") or ()) or None)

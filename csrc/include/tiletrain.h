@@ -111,6 +111,10 @@ int tt_tensor_alive(const tt_tensor *t);
 int64_t tt_tensor_ntiles(const tt_tensor *t);
 int tt_tensor_write(tt_tensor *t, const void *src, const int64_t *strides);
 int tt_tensor_read(tt_tensor *t, void *dst);
+/* the same for the tiles of tile rows [lo, hi) along axis 0 ([0, 1) for a 0-d tensor): src/dst
+ * hold exactly those rows (dst C-contiguous); checkpoints and initialisation stream with these */
+int tt_tensor_write_rows(tt_tensor *t, int64_t lo, int64_t hi, const void *src, const int64_t *strides);
+int tt_tensor_read_rows(tt_tensor *t, int64_t lo, int64_t hi, void *dst);
 
 /* tensor-level expanders (csrc/expand.c): one call per op, one task per tile */
 int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors);

@@ -1,6 +1,7 @@
 """Faults end cleanly: bad CLI input is refused before any work (`tiletrain: error:`, exit 2);
 checkpoint I/O errors are one line with the path and the last good checkpoint; checkpoints
 carry per-tensor checksums; stale temporaries go; --stop-after exits 0."""
+import contextlib
 import errno
 import json
 import subprocess
@@ -101,15 +102,25 @@ def test_validate_is_the_python_api_too(corpus):
 
 def test_write_error_is_one_line_with_the_last_good_checkpoint(corpus, tmp_path, monkeypatch, capsys):
     from tiletrain.cli import main
-    real, calls = ck.write_atomic, []
+    real, calls = ck._atomic_file, []
 
-    def full_disk(path, data, **kw):
+    class FullDisk:  # the second checkpoint's file: the disk fills up after its header
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += 1
+            if self.n > 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(data)
+
+    @contextlib.contextmanager
+    def full_disk(path, *a, **kw):
         calls.append(path)
-        if len(calls) > 1:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, data, **kw)
+        with real(path, *a, **kw) as f:
+            yield f if len(calls) == 1 else FullDisk(f)
 
-    monkeypatch.setattr(ck, "write_atomic", full_disk)
+    monkeypatch.setattr(ck, "_atomic_file", full_disk)
     ckd = tmp_path / "ck"
     rc = main(["train", "--data", corpus, *TINY, "--steps", "4", "--ckpt-dir", str(ckd)])
     err = capsys.readouterr().err
@@ -119,6 +130,7 @@ def test_write_error_is_one_line_with_the_last_good_checkpoint(corpus, tmp_path,
     assert lines == [f"tiletrain: error: cannot write checkpoint {path}: No space left on device (at step 4); "
                      f"the last good checkpoint is {path} at step 2"], err
     assert ck.load(path)[1]["step"] == 2  # the previous checkpoint is whole
+    assert sorted(f.name for f in ckd.iterdir()) == [ck.CHECKPOINT_NAME]  # the partial write is removed
 
 
 def test_stop_after_exits_0_and_resume_beyond_steps(corpus, tmp_path):

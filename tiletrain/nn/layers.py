@@ -1,8 +1,9 @@
 """Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, Embedding, Dropout.
 
 Parameters are initialised in NumPy (normal with standard deviation ``std`` from ``rng``,
-zero biases, unit LayerNorm weights) and copied into tiled tensors with the tile shape the
-caller gives (``tiles``; None means the default tile shape)."""
+zero biases, unit LayerNorm weights) and written into tiled tensors with the tile shape the
+caller gives (``tiles``; None means the default tile shape) one block of tile rows at a time
+(tensors.tensor.from_rows), so building a model never holds a whole weight in host memory."""
 from __future__ import annotations
 
 import numbers
@@ -12,7 +13,7 @@ import numpy as np
 from .. import functional as F
 from ..ops.activations import affine
 from ..tensors import Tensor, TensorTraits, from_numpy
-from ..tensors.tensor import as_dtype
+from ..tensors.tensor import as_dtype, from_rows
 from .module import Module, Parameter
 
 __all__ = ["Conv1D", "Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
@@ -40,11 +41,26 @@ def _int(v, what: str, name: str) -> int:
     return int(v)
 
 
-def normal(shape, std: float, rng, dtype) -> np.ndarray:
+def drawn(shape, tiles, dtype, draw) -> Tensor:
+    """A tensor of ``shape`` whose values are ``draw(shape)`` (a NumPy float64 sampler such as
+    rng.standard_normal) rounded to dtype, drawn a few rows at a time in row order: the same
+    values as one draw of the whole shape, with one block of tile rows in host memory."""
+    shape = tuple(shape)
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    step = max(1, (1 << 18) // max(1, row))  # rows per float64 draw: about 2 MiB
+
+    def fill(r0, r1, out):
+        for a in range(r0, r1, step):
+            b = min(r1, a + step)
+            out[a - r0:b - r0] = draw((b - a,) + shape[1:])
+    return from_rows(TensorTraits(shape, param_tiles(shape, tiles)), dtype, fill)
+
+
+def normal(shape, std: float, rng, dtype, tiles=None) -> Tensor:
     """N(0, std^2) drawn in float64 from rng (so float32 and float64 models built from the
-    same seed hold the same values up to rounding)."""
+    same seed hold the same values up to rounding), as a tensor with tile shape ``tiles``."""
     rng = _default_rng if rng is None else rng
-    return (rng.standard_normal(shape) * std).astype(dtype)
+    return drawn(shape, tiles, as_dtype(dtype), lambda s: rng.standard_normal(s) * std)
 
 
 class Linear(Module):
@@ -61,9 +77,9 @@ class Linear(Module):
         shape = (self.out_features, self.in_features)
         rng = _default_rng if rng is None else rng
         bound = 1.0 / np.sqrt(self.in_features)
-        self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), param_tiles(shape, tiles))
-        self.bias = (Parameter(rng.uniform(-bound, bound, self.out_features).astype(dtype), self.weight.tiles[0])
-                     if bias else None)
+        self.weight = Parameter(drawn(shape, tiles, dtype, lambda s: rng.uniform(-bound, bound, s)))
+        self.bias = (Parameter(drawn((self.out_features,), self.weight.tiles[:1], dtype,
+                                     lambda s: rng.uniform(-bound, bound, s))) if bias else None)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)  # (..., in) -> (..., out)
@@ -85,7 +101,7 @@ class Conv1D(Module):
         self.nx = _int(nx, "Conv1D", "nx")
         dtype = as_dtype(dtype)
         shape = (self.nx, self.nf)
-        self.weight = Parameter(normal(shape, std, rng, dtype), param_tiles(shape, tiles))
+        self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
         self.bias = Parameter(np.zeros(self.nf, dtype), self.weight.tiles[1]) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
@@ -124,7 +140,7 @@ class Embedding(Module):
         self.num_embeddings = _int(num_embeddings, "Embedding", "num_embeddings")
         self.embedding_dim = _int(embedding_dim, "Embedding", "embedding_dim")
         shape = (self.num_embeddings, self.embedding_dim)
-        self.weight = Parameter(normal(shape, std, rng, as_dtype(dtype)), param_tiles(shape, tiles))
+        self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
 
     def forward(self, ids) -> Tensor:
         if not isinstance(ids, Tensor):

@@ -105,7 +105,7 @@ def resolve_tiling(tiling: Tiling, config: LlamaConfig) -> Tiling:
 def _linear(n_in: int, n_out: int, tiles, std: float, kw) -> Linear:
     """A bias-free Linear (HF layout (out, in)) drawn N(0, std^2) as transformers initialises."""
     lin = Linear(n_in, n_out, bias=False, tiles=tiles, dtype=kw["dtype"], rng=kw["rng"])
-    lin.weight = Parameter(normal((n_out, n_in), std, kw["rng"], kw["dtype"]), lin.weight.tiles)
+    lin.weight = Parameter(normal((n_out, n_in), std, kw["rng"], kw["dtype"], lin.weight.tiles))
     return lin
 
 

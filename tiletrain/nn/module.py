@@ -4,8 +4,9 @@ A Module registers the attributes assigned to it that are Parameters or Modules,
 assignment order (its own parameters first, then its submodules, as torch.nn.Module), so
 that ``named_parameters()`` yields dotted names such as ``transformer.h.0.attn.c_attn.weight``.
 A Parameter is a Tensor that requires gradients.  ``state_dict()`` gathers NumPy copies;
-``load_state_dict()`` writes into the existing parameters in place (with tile tasks), so
-optimizers holding them and tied weights stay valid."""
+``load_state_dict()`` writes into the existing parameters' tiles in place, so optimizers
+holding them and tied weights stay valid; a checkpoint's StoredTensor streams from the file
+into the tiles a block of tile rows at a time (no host copy of the weight)."""
 from __future__ import annotations
 
 import numbers
@@ -14,8 +15,9 @@ from typing import Iterator
 
 import numpy as np
 
-from ..ops import axpy_, fill_, no_grad
+from ..ops import no_grad
 from ..tensors import Tensor, TensorTraits, from_numpy
+from ..tensors.tensor import write_rows_
 
 __all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy"]
 
@@ -271,19 +273,21 @@ class Module:
         for name, p in params.items():
             if name not in present:
                 continue
-            try:
-                arr = to_numpy(state_dict[name], f"load_state_dict: {name}")
-            except TypeError as e:
-                raise TypeError(str(e)) from None
-            if arr.dtype.kind not in "fiu":
-                problems.append(f"{name}: dtype {arr.dtype} is not numeric")
-                continue
+            arr = state_dict[name]
+            if not hasattr(arr, "copy_to_"):  # a checkpoint's StoredTensor stays on disk until written
+                try:
+                    arr = to_numpy(arr, f"load_state_dict: {name}")
+                except TypeError as e:
+                    raise TypeError(str(e)) from None
+                if arr.dtype.kind not in "fiu":
+                    problems.append(f"{name}: dtype {arr.dtype} is not numeric")
+                    continue
             if tuple(arr.shape) != tuple(p.shape):
                 problems.append(f"{name}: shape {tuple(arr.shape)} in the state dict, {p.shape} in the model")
                 continue
             if id(p) in values:
                 first, other = values[id(p)]
-                if not np.array_equal(other, arr):
+                if not np.array_equal(np.asarray(other), np.asarray(arr)):
                     problems.append(f"{name} and {first} are the same (tied) parameter but the state dict "
                                     "gives them different values")
                 continue
@@ -297,12 +301,15 @@ class Module:
             raise ValueError(f"load_state_dict into {type(self).__name__}: " + "; ".join(problems))
         with no_grad():
             for name, p in params.items():
-                if id(p) in values and values[id(p)][0] == name and isinstance(p, np.ndarray):
-                    np.copyto(p, values[id(p)][1], casting="unsafe")   # a host-side buffer
-                elif id(p) in values and values[id(p)][0] == name:
-                    arr = np.ascontiguousarray(values[id(p)][1], dtype=p.dtype)
-                    fill_(p, 0.0)                       # in place: p = 0 + arr, exactly arr
-                    axpy_(p, from_numpy(arr, p.tiles), 1.0, 1.0)
+                if id(p) not in values or values[id(p)][0] != name:
+                    continue
+                value = values[id(p)][1]
+                if isinstance(p, np.ndarray):
+                    np.copyto(p, np.asarray(value), casting="unsafe")   # a host-side buffer
+                elif hasattr(value, "copy_to_"):
+                    value.copy_to_(p)                    # streamed from the file, block by block
+                else:                                    # in place, tile by tile (after p's pending tasks)
+                    write_rows_(p, 0, p.grid[0] if p.ndim else 1, np.asarray(value, dtype=p.dtype))
         return IncompatibleKeys(missing, unexpected)
 
     # -- printing ---------------------------------------------------------------------

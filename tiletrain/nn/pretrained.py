@@ -25,7 +25,8 @@ from .gpt import GPT
 from .llama import Llama
 
 __all__ = ["MODELS", "from_pretrained", "save_pretrained", "read_hf_config", "read_safetensors",
-           "model_class", "unique_tensors", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
+           "stored_safetensors",
+           "model_class", "model_tensors", "unique_tensors", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
 
 # model_type of config.json -> model class (one line per architecture)
 MODELS = {"gpt2": GPT, "llama": Llama}
@@ -69,26 +70,23 @@ def model_class(model_type: str | None):
     return MODELS[model_type]
 
 
-def _read_file(f: Path) -> dict[str, np.ndarray]:
-    """Every tensor of one safetensors file; bfloat16 ones (common in HF folders) as float32
-    (exact: NumPy computes nothing in bfloat16)."""
-    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy, which safetensors needs)
-    from safetensors import SafetensorError, safe_open
+def _stored_file(f: Path) -> dict:
+    """{name: StoredTensor} of one safetensors file (only its header is read)."""
+    from ..checkpoint import SafetensorsFile
     try:
-        with safe_open(str(f), framework="numpy") as st:
-            out = {k: st.get_tensor(k) for k in st.keys()}
-    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        return dict(SafetensorsFile(f))
+    except (OSError, ValueError) as exc:
         raise ValueError(f"from_pretrained: {f} is not a readable safetensors file ({exc})") from None
-    return {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v for k, v in out.items()}
 
 
-def read_safetensors(path) -> dict[str, np.ndarray]:
-    """Every tensor of a folder (model.safetensors or its sharded index) or of one file."""
+def stored_safetensors(path) -> dict:
+    """Every tensor of a folder (model.safetensors or its sharded index) or of one file, as
+    checkpoint.StoredTensors: read when used (``copy_to_`` streams one into a model's tiles)."""
     folder, single = _folder_and_weights(path)
     if single is not None:
-        return _read_file(single)
+        return _stored_file(single)
     if (folder / WEIGHTS_NAME).is_file():
-        return _read_file(folder / WEIGHTS_NAME)
+        return _stored_file(folder / WEIGHTS_NAME)
     index = folder / INDEX_NAME
     if not index.is_file():
         raise FileNotFoundError(f"from_pretrained: no {WEIGHTS_NAME} or {INDEX_NAME} in {folder} "
@@ -97,14 +95,29 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
         weight_map = json.loads(index.read_text())["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"from_pretrained: {index} has no readable weight_map ({exc})") from None
-    out: dict[str, np.ndarray] = {}
+    out: dict = {}
     for shard in sorted(set(weight_map.values())):
         if not (folder / shard).is_file():
             raise FileNotFoundError(f"from_pretrained: shard {shard} listed in {index} is missing")
-        out.update(_read_file(folder / shard))
+        out.update(_stored_file(folder / shard))
     missing = sorted(set(weight_map) - set(out))
     if missing:
         raise ValueError(f"from_pretrained: tensors listed in {index} are not in its shards: {', '.join(missing)}")
+    return out
+
+
+def read_safetensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of a folder (model.safetensors or its sharded index) or of one file, in
+    memory; bfloat16 ones (common in HF folders) as float32 (exact: NumPy computes nothing in
+    bfloat16)."""
+    out = {}
+    for k, v in stored_safetensors(path).items():
+        try:
+            a = v.numpy()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"from_pretrained: {v.path} is not a readable safetensors file "
+                             f"({exc})") from None
+        out[k] = a.astype(np.float32) if a.dtype.name == "bfloat16" else a
     return out
 
 
@@ -118,7 +131,7 @@ def from_pretrained(path, dtype=np.float32, tiling=None, **config_overrides):
     config = cls.config_from_hf(cfg)
     if config_overrides:
         config = dataclasses.replace(config, **config_overrides)
-    sd = read_safetensors(path)
+    sd = stored_safetensors(path)  # streamed into the model's tiles by load_state_dict
     rename = getattr(cls, "hf_rename", None)
     if rename is not None:
         sd = rename(sd)
@@ -128,6 +141,19 @@ def from_pretrained(path, dtype=np.float32, tiling=None, **config_overrides):
     except ValueError as exc:
         raise ValueError(f"from_pretrained: the tensors in {path} do not fit its config.json: {exc}") from None
     return model
+
+
+def model_tensors(model) -> dict:
+    """The model's parameters and buffers, each once under its first name (as unique_tensors
+    of its state_dict()), as the tensors themselves: a file writer streams them from their
+    tiles.  Under MPI, NumPy copies (state_dict() is collective; rank 0 writes)."""
+    from ..distribution import world_size
+    if world_size() > 1:
+        return unique_tensors(model.state_dict())
+    out = dict(model.named_parameters())
+    for name, b in model.named_buffers():
+        out.setdefault(name, b)
+    return out
 
 
 def unique_tensors(sd: dict) -> dict[str, np.ndarray]:
@@ -160,16 +186,14 @@ def save_pretrained(model, path, tokenizer=None) -> Path:
     tokenizer (a tiletrain.data.Tokenizer) also its tokenizer.json.  Each file is written
     atomically, the weights before config.json; the shards of an earlier sharded save are
     removed."""
-    from safetensors.numpy import save as st_save
-
-    from ..checkpoint import write_atomic
+    from ..checkpoint import write_atomic, write_safetensors
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"save_pretrained: {path} exists and is not a folder")
     cfg = model.hf_config()
-    tensors = unique_tensors(model.state_dict())
-    cfg["dtype"] = str(next(iter(tensors.values())).dtype)
-    write_atomic(path / WEIGHTS_NAME, st_save(tensors, metadata={"format": "pt"}))
+    tensors = model_tensors(model)  # streamed from the tiles into the file
+    cfg["dtype"] = str(np.dtype(next(iter(tensors.values())).dtype))
+    write_safetensors(path / WEIGHTS_NAME, tensors, {"format": "pt"})
     text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
     if text is not None:
         write_atomic(path / TOKENIZER_NAME, text.encode())

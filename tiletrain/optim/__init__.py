@@ -10,7 +10,7 @@ import numpy as np
 from .._ffi import check, lib
 from ..ops.autograd import no_grad
 from ..runtime.kernels import run_map, run_span
-from ..tensors import Tensor, TensorTraits, from_numpy, zeros
+from ..tensors import Tensor, TensorTraits, empty, from_numpy, zeros
 from ..trace.tags import tag
 
 __all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
@@ -88,9 +88,10 @@ class Optimizer:
         raise NotImplementedError
 
     # -- state (PyTorch layout: parameters numbered in group order) ------------------
-    def state_dict(self) -> dict:
+    def state_dict(self, copy: bool = True) -> dict:
         """Plain data: {"state": {index: {"step": int, name: ndarray}}, "param_groups": [...]}.
-        Reading it waits for the state tensors."""
+        Reading it waits for the state tensors.  copy=False: the state tensors themselves (as
+        torch returns them; checkpoints stream them from their tiles)."""
         index = {}
         groups = []
         for g in self.param_groups:
@@ -104,7 +105,8 @@ class Optimizer:
         # in: under MPI every .numpy() is collective and all ranks must read in the same order
         for pid in sorted(self.state, key=index.__getitem__):
             st = self.state[pid]
-            state[index[pid]] = {k: (st[k].numpy() if isinstance(st[k], Tensor) else st[k]) for k in sorted(st)}
+            state[index[pid]] = {k: (st[k].numpy() if copy and isinstance(st[k], Tensor) else st[k])
+                                 for k in sorted(st)}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -129,11 +131,16 @@ class Optimizer:
                 if k == "step":
                     entry[k] = int(np.asarray(v))
                     continue
-                v = np.asarray(v)
-                if v.shape != p.shape:
-                    raise ValueError(f"optimizer state {k!r} of parameter {idx} has shape {v.shape}, "
+                if not hasattr(v, "copy_to_"):  # a checkpoint's StoredTensor streams from its file below
+                    v = np.asarray(v)
+                if tuple(v.shape) != tuple(p.shape):
+                    raise ValueError(f"optimizer state {k!r} of parameter {idx} has shape {tuple(v.shape)}, "
                                      f"the parameter has {p.shape}")
-                entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles, dist=_dist_of(p))
+                if hasattr(v, "copy_to_"):
+                    entry[k] = empty(p.traits, dtype=p.dtype, dist=_dist_of(p))
+                    v.copy_to_(entry[k])
+                else:
+                    entry[k] = from_numpy(np.ascontiguousarray(v, dtype=p.dtype), p.tiles, dist=_dist_of(p))
             new_state[id(p)] = entry
         for mine, theirs in zip(self.param_groups, groups):
             for k, v in theirs.items():

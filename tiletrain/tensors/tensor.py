@@ -463,3 +463,65 @@ def from_numpy(a, tiles=None, dist=None) -> Tensor:
     strides = ffi.new("int64_t[]", list(a.strides) or [0])
     check(lib.tt_tensor_write(t._handle("from_numpy"), ffi.cast("void *", a.ctypes.data), strides))
     return t
+
+
+# -- streaming: whole tile rows at a time (checkpoints, initialisation) --------------------
+
+ROW_BLOCK_BYTES = 8 << 20  # a streaming block: about this many bytes, at least one tile row
+
+
+def tile_rows(t: Tensor, max_bytes: int = ROW_BLOCK_BYTES):
+    """(lo, hi, r0, r1) for runs of whole tile rows [lo, hi) along axis 0, holding rows
+    r0:r1, each about ``max_bytes`` (at least one tile row); a 0-d tensor is one run."""
+    if t.ndim == 0:
+        yield 0, 1, 0, 1
+        return
+    tile0, n0 = t.tiles[0], t.shape[0]
+    row_bytes = int(np.prod(t.shape[1:], dtype=np.int64)) * t.dtype.itemsize
+    per = max(1, max_bytes // max(1, tile0 * row_bytes))
+    grid0 = t.grid[0]
+    for lo in range(0, grid0, per):
+        hi = min(grid0, lo + per)
+        yield lo, hi, lo * tile0, min(hi * tile0, n0)
+
+
+def _rows_shape(t: Tensor, lo: int, hi: int, block, what: str) -> None:
+    if not isinstance(block, np.ndarray):
+        raise TypeError(f"{what}: expected a numpy.ndarray, got {type(block).__name__}")
+    grid0 = t.grid[0] if t.ndim else 1
+    if not 0 <= lo < hi <= grid0:
+        raise ValueError(f"{what}: tile rows [{lo}, {hi}) outside [0, {grid0})")
+    rows = (min(hi * t.tiles[0], t.shape[0]) - lo * t.tiles[0],) + t.shape[1:] if t.ndim else ()
+    if block.shape != rows or block.dtype != t.dtype:
+        raise ValueError(f"{what}: tile rows [{lo}, {hi}) of a {t.shape} {t.dtype} tensor need a {rows} "
+                         f"{t.dtype} array, got {block.shape} {block.dtype}")
+
+
+def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
+    """Write the tiles of tile rows [lo, hi) from ``block`` (those rows, t's dtype, any
+    strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy)."""
+    _rows_shape(t, lo, hi, block, "write_rows_")
+    strides = ffi.new("int64_t[]", list(block.strides) or [0])
+    src = ffi.cast("void *", block.ctypes.data)
+    check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, src, strides))
+
+
+def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
+    """Read the tiles of tile rows [lo, hi) into ``out`` (C-contiguous, those rows, t's
+    dtype).  Waits for their writers; collective under MPI (as numpy())."""
+    _rows_shape(t, lo, hi, out, "read_rows")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("read_rows: out must be C-contiguous and writable")
+    check(lib.tt_tensor_read_rows(t._handle("read"), lo, hi, ffi.from_buffer(out, require_writable=True)))
+    return out
+
+
+def from_rows(traits: TensorTraits, dtype, fill) -> Tensor:
+    """A new tensor written one block of tile rows at a time: ``fill(r0, r1, out)`` writes
+    rows r0:r1 (in order) into ``out``; only one block is ever held in host memory."""
+    t = Tensor(traits, dtype)
+    for lo, hi, r0, r1 in tile_rows(t):
+        block = np.empty((r1 - r0,) + t.shape[1:] if t.ndim else (), t.dtype)
+        fill(r0, r1, block)
+        write_rows_(t, lo, hi, block)
+    return t
