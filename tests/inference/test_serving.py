@@ -170,14 +170,18 @@ def test_cli_dist_pipeline_prints_the_one_process_text(tmp_path, capsys):
         assert main([str(a) for a in ("generate", "--model", model, "--prompt", "tile", "--tokens", 12, *argv)]) == 0
         return capsys.readouterr()
 
-    for opts in (["--batch", 3, "--top-p", 0.9, "--temperature", 1.0, "--seed", 4],
-                 ["--batch", 3, "--top-k", 20, "--temperature", 1.0, "--seed", 2, "--eos", 101, 116],
+    sampled = ["--batch", 3, "--top-k", 20, "--top-p", 0.95, "--temperature", 1.0, "--seed", 2]
+    outs = []
+    for opts in (sampled, [*sampled, "--eos", 122, 67],
                  ["--batch", 2, "--temperature", 0, "--draft", draft, "--num-draft-tokens", 3]):
         one = run(*opts)
         served = run(*opts, "--dist", "pipeline", "--streams", 2)
         assert served.out == one.out and one.out.count("--- sample ") == opts[1], (opts, one, served)
         assert "(2 stream(s), 1 stage(s), batch " in served.err, served.err
         assert ("speculative decoding: " in served.err) == ("--draft" in opts), served.err
+        outs.append(served.out.split("--- sample ")[1:])
+    cut = [len(a) > len(b) for a, b in zip(*outs[:2])]
+    assert any(cut) and not all(cut), outs[:2]  # eos ended some samples early, not all
 
 
 @pytest.mark.parametrize("tied", [False, True])
