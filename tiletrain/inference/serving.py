@@ -130,8 +130,8 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
         for m, training in modes:
             m.train(training)
     width = max(o.shape[1] for o in out)  # streams whose rows all ended early: padded as generate pads
-    tokens = np.concatenate([np.pad(o, ((0, 0), (0, width - o.shape[1])), constant_values=eos[0] if eos is not None
-                                    else 0) for o in out], axis=0)
+    pad = eos[0] if eos is not None else 0
+    tokens = np.concatenate([np.pad(o, ((0, 0), (0, width - o.shape[1])), constant_values=pad) for o in out])
     if return_stats:
         return tokens, PipelineStats(len(rows), plan.stages, B, width - T, time.perf_counter() - t0,
                                      tuple(a for st in stats for a in st.accepted),
@@ -147,14 +147,13 @@ def cli_generate(model, tokenizer, args, draft=None) -> int:
     token) and a tokens/s line."""
     from ..distribution import rank
     from .text import decode_rows, eos_ids, print_samples, prompt_ids
-    batch = max(getattr(args, "batch", 1), args.streams)
+    batch = max(args.batch, args.streams)
     ids = prompt_ids(tokenizer, args.prompt)
-    eos = eos_ids(getattr(args, "eos", None), tokenizer)
+    eos = eos_ids(args.eos, tokenizer)
     tokens, stats = generate_pipeline(model, np.tile(np.asarray(ids, dtype=np.int64), (batch, 1)), args.tokens,
                                       streams=args.streams, temperature=args.temperature, top_k=args.top_k,
-                                      top_p=getattr(args, "top_p", None), eos_token_id=eos, seed=args.seed,
-                                      draft=draft, num_draft_tokens=getattr(args, "num_draft_tokens", 4),
-                                      return_stats=True)
+                                      top_p=args.top_p, eos_token_id=eos, seed=args.seed, draft=draft,
+                                      num_draft_tokens=args.num_draft_tokens, return_stats=True)
     if rank() == 0:
         accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
                      f"accepted per round ({len(stats.accepted)} rounds over {stats.streams} stream(s))"]
