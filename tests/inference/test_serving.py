@@ -47,11 +47,11 @@ def test_streams_sample_as_generate(streams, filters):
     assert not np.array_equal(want, generate(m, prompts, 6, temperature=0))  # it really sampled
 
 
-def _eos_hit_by_some_rows(want, T):
-    """An eos id that ends row 0 early (one of its 2nd, 3rd new tokens) but that another row
+def _eos_hit_by_some_rows(want, T, row):
+    """An eos id that ends ``row`` early (one of its 2nd, 3rd new tokens) but that another row
     never emits."""
-    for e in want[0, T + 1:T + 3]:
-        if not all(e in row[T:] for row in want):
+    for e in want[row, T + 1:T + 3]:
+        if not all(e in r[T:] for r in want):
             return int(e)
     pytest.fail(f"no eos candidate in {want}")
 
@@ -61,17 +61,18 @@ def _eos_hit_by_some_rows(want, T):
 @pytest.mark.parametrize("temperature", [0, 1.3])
 def test_eos_ends_rows_as_generate(make, streams, temperature):
     """Rows that emit eos stop and are padded with the first eos id; streams whose rows have all
-    ended stop; with every row ended, the output is as short as generate's."""
+    ended stop (3 streams: the last row alone, its tokens padded to the others' length); with
+    every row ended, the output is as short as generate's."""
     m = make()
     prompts = np.random.default_rng(5).integers(0, 30, (5, 4))
     free = generate(m, prompts, 8, temperature=temperature, seed=3, time_tile=4)
-    eos = _eos_hit_by_some_rows(free, 4)
+    eos = _eos_hit_by_some_rows(free, 4, row=4)
     want = generate(m, prompts, 8, temperature=temperature, seed=3, eos_token_id=[eos, 29], time_tile=4)
     got, stats = generate_pipeline(m, prompts, 8, streams=streams, temperature=temperature, seed=3,
                                    eos_token_id=[eos, 29], time_tile=4, return_stats=True)
     np.testing.assert_array_equal(got, want)
-    assert want[0, -1] == eos and not np.array_equal(want, free[:, :want.shape[1]])  # row 0 padded
-    assert stats.new_tokens == want.shape[1] - 4
+    assert want.shape == (5, 12) and want[4, -2:].tolist() == [eos, eos]  # the last row ended early, padded
+    assert stats.new_tokens == 8
     # every row ends: the output stops at the last row's eos
     ends = [int(row[4]) for row in free]  # each row's first new token
     want = generate(m, prompts, 8, temperature=temperature, seed=3, eos_token_id=ends, time_tile=4)
