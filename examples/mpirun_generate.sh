@@ -13,8 +13,8 @@
 # streams, each with its own key/value cache; while rank 1 runs stream 0's step, rank 0 runs
 # stream 1's, so with as many streams as stages every rank has work.  Every rank runs the
 # same command and samples the same tokens; rank 0 prints the text and a tokens/s line.
-# Every option of `tiletrain generate` works here (--top-k, --top-p, --eos, --draft), except
-# the sliding window: --tokens plus the prompt must fit the model's context.
+# Every option of `tiletrain generate` works here (--top-k, --top-p, --eos, --draft), and
+# --tokens may go past the model's context (the sliding window, as in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,7 +1,8 @@
 """generate_pipeline in one process (one stage): the request streams give the tokens of the
 cached generate, greedy and sampled (temperature, top-k, top-p) with the same seed, with eos
-(rows padded, the output as short as generate's) and with a draft (speculative greedy equals
-plain greedy; one sampled stream equals generate's speculative sampling); bad input is
+(rows padded, the output as short as generate's), with a draft (speculative greedy equals
+plain greedy; one sampled stream equals generate's speculative sampling) and past the
+context (generate's sliding window); bad input is
 rejected with generate's messages before anything is submitted; `tiletrain generate --dist
 pipeline` prints the one-process text.  The multi-rank runs are in tests/mpi/test_serve_mpi.py."""
 import numpy as np
@@ -117,6 +118,20 @@ def test_speculative_sampling_one_stream_equals_generate():
     assert stats.accepted == tuple(st.accepted) and len(stats.accepted) >= 2
 
 
+@pytest.mark.parametrize("streams, speculative", [(2, False), (1, True)])
+def test_sliding_window_as_generate(streams, speculative):
+    """Past the model's context (24), each stream's full cache restarts from the last half of
+    the context, as generate's does (with a draft the rounds decide where: one stream)."""
+    m = _gpt()
+    spec = dict(draft=_draft(m, _gpt), num_draft_tokens=3) if speculative else {}
+    prompts = np.random.default_rng(9).integers(0, 30, (3, 4))
+    want = generate(m, prompts, 30, temperature=0.9, seed=1, sliding_window=True, time_tile=4, **spec)
+    got = generate_pipeline(m, prompts, 30, streams=streams, temperature=0.9, seed=1, sliding_window=True,
+                            time_tile=4, **spec)
+    assert want.shape == (3, 34)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_zero_new_tokens_returns_the_prompt():
     prompts = np.arange(8).reshape(2, 4)
     np.testing.assert_array_equal(generate_pipeline(_gpt(), prompts, 0, streams=2), prompts)
@@ -160,7 +175,8 @@ def test_bad_draft_is_rejected():
 
 def test_cli_dist_pipeline_prints_the_one_process_text(tmp_path, capsys):
     """`tiletrain generate --dist pipeline --streams 2` (one process: one stage) with --top-p,
-    --eos or --draft prints the text of `tiletrain generate` without --dist."""
+    --eos or --draft (and 60 tokens: the sliding window past the context of 48) prints the text
+    of `tiletrain generate` without --dist."""
     pytest.importorskip("transformers")
     from tiletrain.cli import main
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
@@ -174,7 +190,7 @@ def test_cli_dist_pipeline_prints_the_one_process_text(tmp_path, capsys):
     sampled = ["--batch", 3, "--top-k", 20, "--top-p", 0.95, "--temperature", 1.0, "--seed", 2]
     outs = []
     for opts in (sampled, [*sampled, "--eos", 122, 67],
-                 ["--batch", 2, "--temperature", 0, "--draft", draft, "--num-draft-tokens", 3]):
+                 ["--batch", 2, "--temperature", 0, "--draft", draft, "--num-draft-tokens", 3, "--tokens", 60]):
         one = run(*opts)
         served = run(*opts, "--dist", "pipeline", "--streams", 2)
         assert served.out == one.out and one.out.count("--- sample ") == opts[1], (opts, one, served)

@@ -99,7 +99,8 @@ def test_cli_generate_dist_pipeline_prints_the_single_process_text(tmp_path):
 def test_cli_generate_dist_pipeline_top_p_eos_draft(tmp_path):
     """`tiletrain generate --dist pipeline --streams 2` on 2 ranks with --top-p and --eos
     prints the samples of one process (row b sampled from the b-th stream of the seed, each
-    cut at its first eos), and with --draft the greedy text."""
+    cut at its first eos), and with --draft the greedy text (60 tokens: past the context of
+    48, the sliding window)."""
     pytest.importorskip("transformers")
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
     folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=256, n_positions=48, n_layer=2, n_head=2, n_embd=32,
@@ -108,7 +109,7 @@ def test_cli_generate_dist_pipeline_top_p_eos_draft(tmp_path):
                              seed=6)
     base = ["generate", "--model", folder, "--prompt", "tile", "--tokens", 12, "--ncpu", 1, "--batch", 3]
     for opts in (["--temperature", 1.0, "--top-k", 20, "--top-p", 0.95, "--seed", 2, "--eos", 122, 67],
-                 ["--temperature", 0, "--draft", draft, "--num-draft-tokens", 3]):
+                 ["--temperature", 0, "--draft", draft, "--num-draft-tokens", 3, "--tokens", 60]):
         single = run_single("serve_cli.py", *base, *opts).stdout  # the samples, then the summary (stderr)
         want = "\n".join(line for line in single.split("\n") if "tokens/s" not in line
                          and "speculative decoding" not in line).rstrip("\n")

@@ -77,7 +77,7 @@ def _advance(rounds, logits, s: int):
 def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, temperature: float = 0.0,
                       top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
                       seed: int | None = None, draft=None, num_draft_tokens: int = 4, time_tile: int = 64,
-                      return_stats: bool = False):
+                      sliding_window: bool = False, return_stats: bool = False):
     """``input_ids`` (B, T) extended by up to ``max_new_tokens`` tokens (int64 (B, T + new), the
     prompt included), with the model placed as a pipeline over the ranks
     (``place(model, "pipeline")``: one stage per rank; one process: one stage) and the batch
@@ -94,13 +94,15 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     the draft runs where it is (not placed: on rank 0) and every rank reads its proposals.
     Greedy output equals plain greedy; sampled, each stream keeps the fewest tokens any of its
     rows accepted (``generate`` keeps the batch's fewest), so the tokens equal ``generate``'s
-    with one stream and follow the model's distribution with several.  No sliding window: T +
-    max_new_tokens must fit the context.  ``return_stats``: return (tokens,
-    :class:`PipelineStats`)."""
+    with one stream and follow the model's distribution with several.  T + max_new_tokens must
+    fit the model's (and draft's) context, unless ``sliding_window``: then a full cache
+    restarts from the last half of the context, as in ``generate`` (with a draft, where a
+    round ends decides where the window restarts: one stream gives ``generate``'s tokens).  ``return_stats``: return
+    (tokens, :class:`PipelineStats`)."""
     from ..parallel import check_fit, place
     idx = _check_ids(input_ids)
-    _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens, False,
-              time_tile)
+    _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
+              sliding_window, time_tile)
     B, T = idx.shape
     if not isinstance(streams, numbers.Integral) or isinstance(streams, bool) or not 1 <= streams <= B:
         raise ValueError(f"generate: streams must be an int between 1 and the batch size {B}, got {streams!r}")
@@ -110,9 +112,10 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     rows = np.array_split(np.arange(B), int(streams))
     rngs = row_rngs(seed, B)
     stats = [GenerationStats() for _ in rows]
-    rounds = [_rounds([_Lane(m, T + max_new_tokens, time_tile, False) for m in (model, draft) if m is not None],
-                      idx[r], int(max_new_tokens), float(temperature), top_k, top_p, eos, [rngs[i] for i in r],
-                      int(num_draft_tokens), st) for r, st in zip(rows, stats)]
+    lanes = [[_Lane(m, T + max_new_tokens, time_tile, sliding_window) for m in (model, draft) if m is not None]
+             for _ in rows]
+    rounds = [_rounds(lanes[s], idx[r], int(max_new_tokens), float(temperature), top_k, top_p, eos,
+                      [rngs[i] for i in r], int(num_draft_tokens), stats[s]) for s, r in enumerate(rows)]
     pending, out = [None] * len(rows), [None] * len(rows)
     modes = [(m, m.training) for m in (model, draft) if m is not None]
     for m, _ in modes:
@@ -143,8 +146,8 @@ def cli_generate(model, tokenizer, args, draft=None) -> int:
     """``tiletrain generate --dist pipeline --streams S``: the prompt repeated over a batch
     (``--batch`` rows, at least one per stream) served by :func:`generate_pipeline` with the
     sampling options of ``tiletrain generate`` (``--top-k``, ``--top-p``, ``--eos``, the
-    ``draft`` loaded from ``--draft``); rank 0 prints each row's text (up to its first eos
-    token) and a tokens/s line."""
+    ``draft`` loaded from ``--draft``) and its sliding window past the model's context; rank 0
+    prints each row's text (up to its first eos token) and a tokens/s line."""
     from ..distribution import rank
     from .text import decode_rows, eos_ids, print_samples, prompt_ids
     batch = max(args.batch, args.streams)
@@ -153,7 +156,8 @@ def cli_generate(model, tokenizer, args, draft=None) -> int:
     tokens, stats = generate_pipeline(model, np.tile(np.asarray(ids, dtype=np.int64), (batch, 1)), args.tokens,
                                       streams=args.streams, temperature=args.temperature, top_k=args.top_k,
                                       top_p=args.top_p, eos_token_id=eos, seed=args.seed, draft=draft,
-                                      num_draft_tokens=args.num_draft_tokens, return_stats=True)
+                                      num_draft_tokens=args.num_draft_tokens, sliding_window=True,
+                                      return_stats=True)
     if rank() == 0:
         accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
                      f"accepted per round ({len(stats.accepted)} rounds over {stats.streams} stream(s))"]
