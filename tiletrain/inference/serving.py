@@ -97,8 +97,8 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     with one stream and follow the model's distribution with several.  T + max_new_tokens must
     fit the model's (and draft's) context, unless ``sliding_window``: then a full cache
     restarts from the last half of the context, as in ``generate`` (with a draft, where a
-    round ends decides where the window restarts: one stream gives ``generate``'s tokens).  ``return_stats``: return
-    (tokens, :class:`PipelineStats`)."""
+    round ends decides where the window restarts: one stream gives ``generate``'s tokens).
+    ``return_stats``: return (tokens, :class:`PipelineStats`)."""
     from ..parallel import check_fit, place
     idx = _check_ids(input_ids)
     _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
