@@ -5,10 +5,16 @@ idle fraction of each pipeline stage with 1, 2 and 4 request streams, from task 
         -x STARPU_NCPU=1 -x STARPU_WORKERS_NOBIND=1 -x STARPU_MPI_NOBIND=1 -x OPENBLAS_NUM_THREADS=1 \\
         -x STARPU_SILENT=1 .venv/bin/python benchmarks/serve_pipeline.py [--streams 1 2 4] [--reps 3]
         [--n-layer 4] [--n-embd 1024] [--batch 32] [--prompt 4] [--tokens 24]
+        [--draft-layers 1 [--num-draft-tokens 4]]
 
 One stage per rank (run without mpirun: one stage).  Every configuration serves the same
 random GPT (float32) and prompts; each is run once untimed, then ``--reps`` times with the
 tasks recorded (tiletrain.trace), the configurations alternating; medians printed.
+``--draft-layers N``: speculative decoding with an N-layer draft of the same width that
+shares the model's embeddings, final norm and head (not placed: it runs on rank 0); the
+table then has the drafted tokens accepted per round.  With random weights the acceptance
+says little about a trained pair: read it as how the pipeline carries the draft's
+one-step-at-a-time rounds.
 
 A stage's idle fraction is 1 - (time its rank's workers spent running tasks) / (workers x
 the wall time of the generate call on that rank): the time the stage waited for the previous
@@ -27,6 +33,7 @@ steps) only add overhead."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -82,6 +89,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--prompt", type=int, default=4)
     p.add_argument("--tokens", type=int, default=24)
+    p.add_argument("--draft-layers", type=int, default=0, help="speculative decoding with a draft of this depth")
+    p.add_argument("--num-draft-tokens", type=int, default=4)
     a = p.parse_args(argv)
 
     import tiletrain as tt
@@ -93,10 +102,15 @@ def main(argv=None) -> int:
     cfg = GPTConfig(vocab_size=a.vocab, block_size=a.prompt + a.tokens, n_layer=a.n_layer, n_head=a.n_head,
                     n_embd=a.n_embd)
     model = GPT(cfg, dtype=np.float32, seed=0)
+    spec = {}
+    if a.draft_layers:
+        draft = GPT(dataclasses.replace(cfg, n_layer=a.draft_layers), dtype=np.float32, seed=1)
+        draft.load_state_dict({k: v for k, v in model.state_dict().items() if ".h." not in k}, strict=False)
+        spec = dict(draft=draft, num_draft_tokens=a.num_draft_tokens)
     prompts = np.random.default_rng(0).integers(0, a.vocab, (a.batch, a.prompt))
     for streams in a.streams:  # warm-up: allocations, perf models
-        generate_pipeline(model, prompts, a.tokens, streams=streams)
-    runs = {s: {"tps": [], "idle": [], "work": [], "overlap": []} for s in a.streams}
+        generate_pipeline(model, prompts, a.tokens, streams=streams, **spec)
+    runs = {s: {"tps": [], "idle": [], "work": [], "overlap": [], "acc": []} for s in a.streams}
     first = None
     for _ in range(a.reps):  # the configurations alternate, so that load changes hit them alike
         for streams in a.streams:
@@ -104,7 +118,8 @@ def main(argv=None) -> int:
             zero = time.perf_counter()
             with tt.trace.recording() as rec:
                 t0 = time.perf_counter()
-                tokens, stats = generate_pipeline(model, prompts, a.tokens, streams=streams, return_stats=True)
+                tokens, stats = generate_pipeline(model, prompts, a.tokens, streams=streams, return_stats=True,
+                                                  **spec)
                 t1 = time.perf_counter()
             tr = rec.trace
             busy = float(tr.duration.sum()) / 1e6
@@ -112,6 +127,7 @@ def main(argv=None) -> int:
             r["idle"].append(gather(1.0 - busy / (max(1, len(tr.workers)) * (t1 - t0))))
             r["work"].append(gather(busy).sum())
             r["tps"].append(stats.tokens_per_s)
+            r["acc"].append(stats.mean_accepted)
             ends = gather([t0, t1])  # perf_counter is the machine's monotonic clock: one time line
             count = gather(busy_workers(tr, zero, (ends[:, 0].min(), ends[:, 1].max()))).sum(axis=0)
             r["overlap"].append(float((count >= 2).mean()))
@@ -124,15 +140,18 @@ def main(argv=None) -> int:
         per_stage = np.median(np.array(r["idle"]), axis=0)
         rows.append([streams, a.batch // streams if a.batch % streams == 0 else f"~{a.batch / streams:.1f}",
                      f"{median(r['tps']):.1f}", f"{median(r['work']):.2f}", *(f"{f:.2f}" for f in per_stage),
-                     f"{per_stage.mean():.2f}", f"{median(r['overlap']):.2f}"])
+                     f"{per_stage.mean():.2f}", f"{median(r['overlap']):.2f}",
+                     *([f"{median(r['acc']):.2f}"] if spec else [])])
     if rank == 0:
         print(environment())
         print(f"GPT {a.n_layer} x {a.n_embd} (vocab {a.vocab}), float32, batch {a.batch}, prompt {a.prompt}, "
               f"{a.tokens} new tokens (greedy), {world} stage(s) = rank(s), "
-              f"STARPU_NCPU={os.environ.get('STARPU_NCPU', '(unset)')} per rank, {os.cpu_count()} cores; "
+              + (f"a {a.draft_layers}-layer draft proposing {a.num_draft_tokens} tokens per round, " if spec else "")
+              + f"STARPU_NCPU={os.environ.get('STARPU_NCPU', '(unset)')} per rank, {os.cpu_count()} cores; "
               f"medians of {a.reps} traced runs")
         stages = [f"idle s{s}" for s in range(world)]
-        print(table(["streams", "rows/stream", "tokens/s", "task s", *stages, "idle mean", ">= 2 busy"], rows))
+        print(table(["streams", "rows/stream", "tokens/s", "task s", *stages, "idle mean", ">= 2 busy",
+                     *(["accepted/round"] if spec else [])], rows))
     tt.shutdown()
     return 0
 

@@ -230,15 +230,15 @@ def cmd_generate(args) -> int:
     from .train import load_model
     model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu)
     try:
-        if args.dist == "pipeline":
-            from .inference.serving import cli_generate
-            return cli_generate(model, tok, args)
-        if args.streams > 1:
+        if args.dist != "pipeline" and args.streams > 1:
             raise ValueError("--streams needs --dist pipeline (request streams are pipeline serving)")
         draft = None
         if args.draft is not None:  # a Hugging Face folder (config.json) or a checkpoint
             hf = (Path(args.draft) / CONFIG_NAME).is_file()
             draft = load_model(None if hf else args.draft, args.draft if hf else None, tokenizer=args.tokenizer)[0]
+        if args.dist == "pipeline":
+            from .inference.serving import cli_generate
+            return cli_generate(model, tok, args, draft)
         texts, stats = sample_text(model, tok, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
                                    eos_ids(args.eos, tok), args.seed, args.batch, draft, args.num_draft_tokens)
         n = stats.new_tokens * len(texts)

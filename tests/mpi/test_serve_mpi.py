@@ -1,9 +1,12 @@
 """Pipeline-parallel serving under mpirun (tiletrain.inference.serving.generate_pipeline):
 on 2 and 3 ranks, with 1 and 2 request streams, every rank gets the greedy tokens of one
-process token for token and the same tokens sampled with a fixed seed (GPT and Llama, tiny
+process token for token and the same tokens sampled with a fixed seed -- plain, with top-k,
+top-p and an eos id that ends some rows, and speculative with a 1-layer draft on rank 0
+(greedy: plain greedy's tokens; sampled, one stream: generate's) -- (GPT and Llama, tiny
 random float64 models), each layer's weights and key/value cache live on its stage's rank,
 a layout that does not fit is rejected on every rank, and `tiletrain generate --dist
-pipeline` prints the one-process text.  Each launch has a timeout (mpi_launch.py)."""
+pipeline` (also with --top-p, --eos and --draft) prints the one-process text.  Each launch
+has a timeout (mpi_launch.py)."""
 import numpy as np
 import pytest
 
@@ -31,6 +34,13 @@ def reference(tmp_path_factory):
             assert o["ref"].shape == (4, 13) and int(o["stages"]) == 1
             np.testing.assert_array_equal(o["got"], o["ref"])
             assert not np.array_equal(o["sampled"], o["ref"])  # it really sampled
+            np.testing.assert_array_equal(o["filtered"], o["filtered_ref"])
+            eos = int(o["eos"][0])  # ends row 0 early, not every row
+            assert o["filtered"][0, -1] == eos and not all(eos in row[5:] for row in o["filtered"])
+            np.testing.assert_array_equal(o["spec"], o["ref"])
+            assert 0 in o["accepted"] and o["accepted"].max() >= 1  # the draft is rejected and accepted
+            np.testing.assert_array_equal(o["spec_sampled"], o["spec_sampled_ref"])
+            assert not np.array_equal(o["spec_sampled"], o["ref"])
             ref[kind, streams] = o
     return ref
 
@@ -45,6 +55,10 @@ def test_pipeline_serving_equals_one_process(tmp_path, reference, kind, nprocs, 
         want = reference[kind, streams]
         np.testing.assert_array_equal(o["got"], want["ref"], err_msg=f"{tag} rank {r}")
         np.testing.assert_array_equal(o["sampled"], want["sampled"], err_msg=f"{tag} rank {r} sampled")
+        np.testing.assert_array_equal(o["filtered"], want["filtered"], err_msg=f"{tag} rank {r} top-k/top-p/eos")
+        np.testing.assert_array_equal(o["spec"], want["ref"], err_msg=f"{tag} rank {r} speculative greedy")
+        np.testing.assert_array_equal(o["accepted"], want["accepted"], err_msg=f"{tag} rank {r} accepted")
+        np.testing.assert_array_equal(o["spec_sampled"], want["spec_sampled"], err_msg=f"{tag} rank {r} spec sampled")
         assert (int(o["stages"]), int(o["streams"])) == (nprocs, streams)
         # 3 layers: the first on rank 0, the last on the last rank, weights and cache alike
         assert (int(o["owner_first"]), int(o["cache_first"])) == (0, 0), (tag, r)
@@ -80,3 +94,27 @@ def test_cli_generate_dist_pipeline_prints_the_single_process_text(tmp_path):
     assert f"--- sample 1 of 2 ---\n{want}\n--- sample 2 of 2 ---\n{want}\n" in got, got
     assert "24 tokens in " in got, got
     assert got.count("tokens/s") == 1 and "(2 stream(s), 2 stage(s), batch 2)" in got, got  # rank 0 only
+
+
+def test_cli_generate_dist_pipeline_top_p_eos_draft(tmp_path):
+    """`tiletrain generate --dist pipeline --streams 2` on 2 ranks with --top-p and --eos
+    prints the samples of one process (row b sampled from the b-th stream of the seed, each
+    cut at its first eos), and with --draft the greedy text (60 tokens: past the context of
+    48, the sliding window)."""
+    pytest.importorskip("transformers")
+    from tiletrain.testing.tiny_hf import tiny_gpt2_folder
+    folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=256, n_positions=48, n_layer=2, n_head=2, n_embd=32,
+                              seed=5)
+    draft = tiny_gpt2_folder(tmp_path / "draft", vocab_size=256, n_positions=48, n_layer=1, n_head=2, n_embd=16,
+                             seed=6)
+    base = ["generate", "--model", folder, "--prompt", "tile", "--tokens", 12, "--ncpu", 1, "--batch", 3]
+    for opts in (["--temperature", 1.0, "--top-k", 20, "--top-p", 0.95, "--seed", 2, "--eos", 122, 67],
+                 ["--temperature", 0, "--draft", draft, "--num-draft-tokens", 3, "--tokens", 60]):
+        single = run_single("serve_cli.py", *base, *opts).stdout  # the samples, then the summary (stderr)
+        want = "\n".join(line for line in single.split("\n") if "tokens/s" not in line
+                         and "speculative decoding" not in line).rstrip("\n")
+        assert want.count("--- sample ") == 3, single
+        got = run_mpi("serve_cli.py", 2, *base, *opts, "--dist", "pipeline", "--streams", 2, timeout=120).stdout
+        assert want + "\n" in got, (single, got)
+        assert got.count("tokens/s") == 1 and "(2 stream(s), 2 stage(s), batch 3)" in got, got
+        assert ("speculative decoding: " in got) == ("--draft" in opts), got

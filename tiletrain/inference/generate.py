@@ -168,22 +168,31 @@ class _Lane:
         """Sequence tokens whose keys and values are in the cache."""
         return self.start + self.cache.length
 
-    def logits(self, tokens: np.ndarray, last: int = 1) -> np.ndarray:
-        """Run the tokens of ``tokens`` (B, L) the cache does not hold; the logits (B, last,
-        vocab), float64, of the last ``last`` positions."""
+    def submit(self, tokens: np.ndarray, last: int = 1) -> Tensor:
+        """Submit the model over the tokens of ``tokens`` (B, L) the cache does not hold; its
+        logits (B, n, vocab), being computed (at least ``last`` positions)."""
         L = tokens.shape[1]
         if L - self.start > self.cache.max_len:  # validated up front unless sliding
             self.start = L - max(self.context // 2, last)
             self.cache.crop(0)
         new = np.ascontiguousarray(tokens[:, self.held:])
         self.calls += 1
-        out = self.model.forward_cached(new, self.cache, self.cache.length).numpy()
-        return out[:, -last:].astype(np.float64)
+        return self.model.forward_cached(new, self.cache, self.cache.length)
+
+    def logits(self, tokens: np.ndarray, last: int = 1) -> np.ndarray:
+        """Run the tokens of ``tokens`` (B, L) the cache does not hold; the logits (B, last,
+        vocab), float64, of the last ``last`` positions."""
+        return _last(self.submit(tokens, last).numpy(), last)
 
     def crop(self, held: int) -> None:
         """Keep the first ``held`` sequence tokens (drop rejected draft tokens)."""
         if held < self.held:
             self.cache.crop(held - self.start)
+
+
+def _last(logits: np.ndarray, last: int) -> np.ndarray:
+    """The logits (B, last, vocab), float64, of the last ``last`` positions."""
+    return logits[:, -last:].astype(np.float64)
 
 
 def _check_ids(input_ids) -> np.ndarray:
@@ -220,8 +229,11 @@ def _eos_ids(eos_token_id, vocab: int) -> np.ndarray | None:
     return np.asarray(ids, dtype=np.int64)
 
 
-def _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens, slide):
+def _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens, slide,
+              time_tile=64):
     cfg = _check_model(model, "the model")
+    if not isinstance(time_tile, numbers.Integral) or time_tile < 1:
+        raise ValueError(f"generate: time_tile must be an int >= 1, got {time_tile!r}")
     if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if not isinstance(temperature, numbers.Real) or not temperature >= 0 or temperature == float("inf"):
@@ -276,7 +288,7 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     (ids, GenerationStats)."""
     idx = _check_ids(input_ids)
     _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
-              sliding_window)
+              sliding_window, time_tile)
     B, T = idx.shape
     eos = _eos_ids(eos_token_id, model.config.vocab_size)
     rngs = row_rngs(seed, B)
@@ -288,8 +300,8 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
         m.eval()
     try:
         with no_grad():
-            seq = _decode(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
-                          int(num_draft_tokens), stats)
+            seq = _run(_rounds(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
+                               int(num_draft_tokens), stats))
     finally:
         for m, training in modes:
             m.train(training)
@@ -299,9 +311,22 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     return (seq, stats) if return_stats else seq
 
 
-def _decode(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats) -> np.ndarray:
-    """The generation loop: each round drafts k_r tokens (none without a draft), runs the
-    model over them, appends the accepted ones plus one of the model's own."""
+def _run(rounds):
+    """Drive a :func:`_rounds` generator, reading each forward's logits at once; its tokens."""
+    logits = None
+    try:
+        while True:
+            logits = rounds.send(logits).numpy()
+    except StopIteration as done:
+        return done.value
+
+
+def _rounds(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats):
+    """The generation loop, a generator: each round drafts k_r tokens (none without a
+    draft), submits the model over them and yields that forward's logits tensor; sent the
+    logits read (NumPy), it appends the accepted tokens plus one of the model's own.
+    Returns the tokens (StopIteration.value).  ``generate`` reads each forward at once
+    (:func:`_run`); pipeline serving keeps several batches' forwards in flight."""
     target, draft = lanes[0], (lanes[1] if len(lanes) > 1 else None)
     B, T = seq.shape
     finished = np.zeros(B, dtype=bool)
@@ -319,7 +344,8 @@ def _decode(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats)
             else:
                 q.append(probs(lg))
                 drafts[:, i] = _sample(q[-1], rngs)
-        logits = target.logits(np.concatenate([seq, drafts], axis=1), last=k_r + 1)  # (B, k_r + 1, V)
+        out = yield target.submit(np.concatenate([seq, drafts], axis=1), last=k_r + 1)
+        logits = _last(out, k_r + 1)                                                    # (B, k_r + 1, V)
         if greedy:
             best = logits.argmax(axis=-1)                                               # (B, k_r + 1)
             agree = np.cumprod(best[:, :k_r] == drafts, axis=1).sum(axis=1)            # per row

@@ -16,6 +16,12 @@ s+1's step t on stage r-1::
 The logits of a step are read on every rank (``Tensor.numpy`` is collective under MPI), so
 every rank samples the same token: greedy output equals ``generate`` in one process token
 for token, on any number of ranks and streams.
+
+Each stream runs ``generate``'s own generation loop (``_rounds``, a generator that yields
+each forward of the model before its logits are read), so the sampling options, eos
+handling and speculative decoding are ``generate``'s.  With a draft, a stream's round
+drafts its tokens one at a time (each draft step read at once, on every rank) and then
+submits the model over them; the other streams' forwards run meanwhile.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import numpy as np
 
 from ..ops import no_grad
 from ..trace.tags import tag
-from .generate import KVCache, pick_next, row_rngs
+from .generate import GenerationStats, _check_ids, _eos_ids, _Lane, _rounds, _validate, row_rngs
 
 __all__ = ["generate_pipeline", "PipelineStats"]
 
@@ -35,109 +41,128 @@ __all__ = ["generate_pipeline", "PipelineStats"]
 @dataclass(frozen=True)
 class PipelineStats:
     """What one ``generate_pipeline`` call did: request streams, pipeline stages, batch rows,
-    new tokens per row and wall seconds (submission to the last token, on this rank)."""
+    new tokens per row (fewer than max_new_tokens when every row met an eos token) and wall
+    seconds (submission to the last token, on this rank).  With a draft: ``accepted``, the
+    drafted tokens kept per speculative round (every stream's rounds, stream by stream), and
+    ``drafted``, the tokens proposed per round."""
     streams: int
     stages: int
     batch: int
     new_tokens: int
     seconds: float
+    accepted: tuple[int, ...] = ()
+    drafted: tuple[int, ...] = ()
 
     @property
     def tokens_per_s(self) -> float:
         return self.batch * self.new_tokens / self.seconds if self.seconds > 0 else float("inf")
 
+    @property
+    def mean_accepted(self) -> float:
+        """Drafted tokens accepted per round (0.0 without rounds)."""
+        return float(np.mean(self.accepted)) if self.accepted else 0.0
 
-def _check(model, idx, max_new_tokens, streams, temperature, top_k, time_tile) -> np.ndarray:
+
+def _advance(rounds, logits, s: int):
+    """Run stream s's generation (a ``_rounds`` generator) up to its next forward of the model:
+    (that forward's logits tensor, being computed; None), or at the stream's end (None, its
+    tokens).  ``logits``: the previous forward's, read (None at the start)."""
     try:
-        idx = np.asarray(idx)
-    except ValueError:  # rows of different lengths
-        raise ValueError("generate_pipeline: input_ids must be a batch of equal-length prompts (B, T); "
-                         "got rows of different lengths") from None
-    if idx.ndim != 2 or idx.dtype.kind not in "iu" or idx.shape[1] < 1:
-        raise ValueError(f"generate_pipeline: input_ids must be a non-empty 2-D integer array (B, T) of "
-                         f"equal-length prompts, got {idx.dtype} {idx.shape}")
-    if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-        raise ValueError(f"generate_pipeline: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(streams, numbers.Integral) or isinstance(streams, bool) or not 1 <= streams <= idx.shape[0]:
-        raise ValueError(f"generate_pipeline: streams must be an int between 1 and the batch size "
-                         f"{idx.shape[0]}, got {streams!r}")
-    if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or temperature < 0:
-        raise ValueError(f"generate_pipeline: temperature must be >= 0, got {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
-        raise ValueError(f"generate_pipeline: top_k must be None or an int >= 1, got {top_k!r}")
-    if not isinstance(time_tile, numbers.Integral) or isinstance(time_tile, bool) or time_tile < 1:
-        raise ValueError(f"generate_pipeline: time_tile must be an int >= 1, got {time_tile!r}")
-    T, context = idx.shape[1], model.config.block_size
-    if T + max_new_tokens > context:
-        raise ValueError(f"generate_pipeline: the prompt ({T}) plus max_new_tokens ({max_new_tokens}) exceed the "
-                         f"model's context of {context} positions")
-    return idx.astype(np.int64)
+        with tag(microbatch=s):
+            return rounds.send(logits), None
+    except StopIteration as done:
+        return None, done.value
 
 
 def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, temperature: float = 0.0,
-                      top_k: int | None = None, seed: int | None = None, time_tile: int = 64,
-                      return_stats: bool = False):
-    """``input_ids`` (B, T) extended by ``max_new_tokens`` tokens (int64 (B, T + new), the
+                      top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
+                      seed: int | None = None, draft=None, num_draft_tokens: int = 4, time_tile: int = 64,
+                      sliding_window: bool = False, return_stats: bool = False):
+    """``input_ids`` (B, T) extended by up to ``max_new_tokens`` tokens (int64 (B, T + new), the
     prompt included), with the model placed as a pipeline over the ranks
     (``place(model, "pipeline")``: one stage per rank; one process: one stage) and the batch
     split into ``streams`` request streams (``np.array_split`` of the rows), each with its own
     key/value cache, kept in flight together.  Collective under MPI: every rank calls it with
-    the same arguments and gets the same tokens.  temperature 0 is greedy; with sampling,
-    ``seed`` fixes the draws: row b draws from its own stream of the seed, as in ``generate``,
-    so any number of streams samples the tokens of ``generate``.  ``return_stats``: return (tokens,
-    :class:`PipelineStats`)."""
+    the same arguments and gets the same tokens.
+
+    The options are ``generate``'s, with the same checks: temperature 0 is greedy; with
+    sampling (``top_k``, ``top_p``), ``seed`` fixes the draws: row b draws from its own stream
+    of the seed, as in ``generate``, so any number of streams samples the tokens of
+    ``generate``.  ``eos_token_id``: a row that emitted one emits the first id from then on; a
+    stream whose rows have all ended stops, and the output ends when every row has (as
+    ``generate``'s).  ``draft``: speculative decoding, each stream with its own draft cache;
+    the draft runs where it is (not placed: on rank 0) and every rank reads its proposals.
+    Greedy output equals plain greedy; sampled, each stream keeps the fewest tokens any of its
+    rows accepted (``generate`` keeps the batch's fewest), so the tokens equal ``generate``'s
+    with one stream and follow the model's distribution with several.  T + max_new_tokens must
+    fit the model's (and draft's) context, unless ``sliding_window``: then a full cache
+    restarts from the last half of the context, as in ``generate`` (with a draft, where a
+    round ends decides where the window restarts: one stream gives ``generate``'s tokens).
+    ``return_stats``: return (tokens, :class:`PipelineStats`)."""
     from ..parallel import check_fit, place
-    idx = _check(model, input_ids, max_new_tokens, streams, temperature, top_k, time_tile)
+    idx = _check_ids(input_ids)
+    _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
+              sliding_window, time_tile)
     B, T = idx.shape
+    if not isinstance(streams, numbers.Integral) or isinstance(streams, bool) or not 1 <= streams <= B:
+        raise ValueError(f"generate: streams must be an int between 1 and the batch size {B}, got {streams!r}")
+    eos = _eos_ids(eos_token_id, model.config.vocab_size)
     check_fit("pipeline", n_layer=model.config.n_layer, batch=B)
     plan = place(model, "pipeline")
     rows = np.array_split(np.arange(B), int(streams))
     rngs = row_rngs(seed, B)
-    out = [[idx[r]] for r in rows]
-    caches = [KVCache(model.config.n_layer, T + max_new_tokens, time_tile) for _ in rows]
-    pending = [None] * len(rows)      # each stream's logits being computed
-    was_training = model.training
-    model.eval()
+    stats = [GenerationStats() for _ in rows]
+    lanes = [[_Lane(m, T + max_new_tokens, time_tile, sliding_window) for m in (model, draft) if m is not None]
+             for _ in rows]
+    rounds = [_rounds(lanes[s], idx[r], int(max_new_tokens), float(temperature), top_k, top_p, eos,
+                      [rngs[i] for i in r], int(num_draft_tokens), stats[s]) for s, r in enumerate(rows)]
+    pending, out = [None] * len(rows), [None] * len(rows)
+    modes = [(m, m.training) for m in (model, draft) if m is not None]
+    for m, _ in modes:
+        m.eval()
     t0 = time.perf_counter()
     try:
         with no_grad():
-            if max_new_tokens:
-                for s, r in enumerate(rows):  # every stream's prefill in flight
-                    with tag(microbatch=s):
-                        pending[s] = model.forward_cached(idx[r], caches[s], 0)
-            for step in range(int(max_new_tokens)):
-                for s in range(len(rows)):    # wait for stream s only; the others keep running
-                    logits = pending[s].numpy()[:, -1].astype(np.float64)
-                    nxt = pick_next(logits, float(temperature), top_k, [rngs[i] for i in rows[s]]).astype(np.int64)[:, None]
-                    out[s].append(nxt)
-                    pending[s] = None
-                    if step + 1 < max_new_tokens:
-                        with tag(microbatch=s):
-                            pending[s] = model.forward_cached(nxt, caches[s], T + step)
+            for s in range(len(rows)):  # every stream's prefill in flight
+                pending[s], out[s] = _advance(rounds[s], None, s)
+            while any(p is not None for p in pending):
+                for s, p in enumerate(pending):  # wait for stream s only; the others keep running
+                    if p is not None:
+                        pending[s], out[s] = _advance(rounds[s], p.numpy(), s)
     finally:
-        model.train(was_training)
-    tokens = np.concatenate([np.concatenate(o, axis=1) for o in out], axis=0)
+        for m, training in modes:
+            m.train(training)
+    width = max(o.shape[1] for o in out)  # streams whose rows all ended early: padded as generate pads
+    pad = eos[0] if eos is not None else 0
+    tokens = np.concatenate([np.pad(o, ((0, 0), (0, width - o.shape[1])), constant_values=pad) for o in out])
     if return_stats:
-        return tokens, PipelineStats(len(rows), plan.stages, B, int(max_new_tokens), time.perf_counter() - t0)
+        return tokens, PipelineStats(len(rows), plan.stages, B, width - T, time.perf_counter() - t0,
+                                     tuple(a for st in stats for a in st.accepted),
+                                     tuple(d for st in stats for d in st.drafted))
     return tokens
 
 
-def cli_generate(model, tokenizer, args) -> int:
+def cli_generate(model, tokenizer, args, draft=None) -> int:
     """``tiletrain generate --dist pipeline --streams S``: the prompt repeated over a batch
-    (``--batch`` rows, at least one per stream) served by
-    :func:`generate_pipeline`; rank 0 prints each row's text and a tokens/s line."""
+    (``--batch`` rows, at least one per stream) served by :func:`generate_pipeline` with the
+    sampling options of ``tiletrain generate`` (``--top-k``, ``--top-p``, ``--eos``, the
+    ``draft`` loaded from ``--draft``) and its sliding window past the model's context; rank 0
+    prints each row's text (up to its first eos token) and a tokens/s line."""
     from ..distribution import rank
-    for name in ("draft", "top_p", "eos_token_id", "eos"):  # options of the one-process generate
-        if getattr(args, name, None) is not None:
-            raise NotImplementedError(f"tiletrain generate --dist pipeline does not support --{name.replace('_', '-')} "
-                                      "yet (serving streams greedy, temperature and top-k only)")
-    from .text import print_samples, prompt_ids
-    batch = max(getattr(args, "batch", 1), args.streams)
-    prompts = np.tile(np.asarray(prompt_ids(tokenizer, args.prompt), dtype=np.int64), (batch, 1))
-    tokens, stats = generate_pipeline(model, prompts, args.tokens, streams=args.streams, temperature=args.temperature,
-                                      top_k=args.top_k, seed=args.seed, return_stats=True)
+    from .text import decode_rows, eos_ids, print_samples, prompt_ids
+    batch = max(args.batch, args.streams)
+    ids = prompt_ids(tokenizer, args.prompt)
+    eos = eos_ids(args.eos, tokenizer)
+    tokens, stats = generate_pipeline(model, np.tile(np.asarray(ids, dtype=np.int64), (batch, 1)), args.tokens,
+                                      streams=args.streams, temperature=args.temperature, top_k=args.top_k,
+                                      top_p=args.top_p, eos_token_id=eos, seed=args.seed, draft=draft,
+                                      num_draft_tokens=args.num_draft_tokens, sliding_window=True,
+                                      return_stats=True)
     if rank() == 0:
-        print_samples([tokenizer.decode([int(t) for t in row]) for row in tokens],
+        accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
+                     f"accepted per round ({len(stats.accepted)} rounds over {stats.streams} stream(s))"]
+                    if draft is not None else [])
+        print_samples(decode_rows(tokenizer, tokens, len(ids), eos), *accepted,
                       f"{stats.batch * stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_s:.1f} "
                       f"tokens/s ({stats.streams} stream(s), {stats.stages} stage(s), batch {stats.batch})")
     return 0

@@ -54,9 +54,15 @@ def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature:
     out, stats = generate(model, np.array([ids] * batch, dtype=np.int64), max_new_tokens, temperature=temperature,
                           top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, seed=seed, draft=draft,
                           num_draft_tokens=num_draft_tokens, sliding_window=True, return_stats=True)
+    return decode_rows(tokenizer, out, len(ids), eos_token_id), stats
+
+
+def decode_rows(tokenizer, tokens: np.ndarray, prompt_len: int, eos_token_id=None) -> list[str]:
+    """Each row of ``tokens`` (B, prompt_len + new) decoded, up to its first eos token after
+    the prompt (left out)."""
     eos = [] if eos_token_id is None else np.atleast_1d(eos_token_id)
     texts = []
-    for row in out:
-        hits = np.flatnonzero(np.isin(row[len(ids):], eos))
-        texts.append(tokenizer.decode([int(t) for t in (row[:len(ids) + hits[0]] if hits.size else row)]))
-    return texts, stats
+    for row in tokens:
+        hits = np.flatnonzero(np.isin(row[prompt_len:], eos))
+        texts.append(tokenizer.decode([int(t) for t in (row[:prompt_len + hits[0]] if hits.size else row)]))
+    return texts
