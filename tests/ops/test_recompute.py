@@ -197,26 +197,41 @@ def _gpt_peak(recompute):
     gc.collect()
     tt.wait()
     rt.reset_peak_memory()
-    base = rt.memory()["allocated_bytes"]
+    base, live = rt.memory()["allocated_bytes"], rt.memory()["live_tensor_bytes"]
     loss = model.loss(idx, targets)
+    saved = rt.memory()["live_tensor_bytes"] - live  # what the forward keeps for the backward
     loss.backward()
     value = float(loss)
     del loss
     tt.wait()
-    return value, rt.memory()["peak_allocated_bytes"] - base
+    return value, rt.memory()["peak_allocated_bytes"] - base, saved
 
 
 def test_recompute_lowers_peak_allocated_bytes():
     if tt.current().memory()["allocated_bytes"] is None:
         pytest.skip("no allocation counter (the buffer pool's hooks are not installed in this session)")
-    # the peak depends on the order the workers run tasks in: medians of 3 runs per mode
-    runs = {mode: [_gpt_peak(mode) for _ in range(3)] for mode in ("none", "block", "attention")}
+    # the peak depends on the order the workers run tasks in (medians of 3 runs per mode) and on
+    # what StarPU's cache of freed buffers holds from earlier work (reused buffers are not
+    # counted as new allocations): each run in a fresh session
+    def fresh_peak(mode):
+        tt.shutdown()
+        tt.init(ncpu=2)
+        return _gpt_peak(mode)
+    runs = {mode: [fresh_peak(mode) for _ in range(3)] for mode in ("none", "block", "attention")}
     losses = {r[0] for rs in runs.values() for r in rs}
     assert len(losses) == 1  # one loss, whatever the mode
+    # the tile bytes the forward leaves alive for the backward: fixed by the graph
+    saved = {mode: {r[2] for r in rs} for mode, rs in runs.items()}
+    assert all(len(v) == 1 for v in saved.values()), saved
+    saved = {mode: v.pop() for mode, v in saved.items()}
+    assert 0 < saved["block"] < 0.6 * saved["none"], saved
+    assert 0 < saved["attention"] < 0.95 * saved["none"], saved
+    # the peak of allocated tile buffers: measured on 2 workers, block 0.26-0.45 x none,
+    # attention 0.6-0.87 x none (single runs, quiet machine); under heavy load the workers
+    # keep pace with submission and the none peak drops towards attention's (observed 1.03x),
+    # so only block's peak is checked
     peak = {mode: float(np.median([r[1] for r in rs])) for mode, rs in runs.items()}
-    # measured on 2 workers: block 0.26-0.45 x none, attention 0.6-0.87 x none (single runs)
-    assert 0 < peak["block"] < 0.6 * peak["none"], peak
-    assert 0 < peak["attention"] < 0.95 * peak["none"], peak
+    assert 0 < peak["block"] < 0.8 * peak["none"], peak
 
 
 def test_allocated_bytes_counter():
