@@ -29,6 +29,21 @@ static int check_kernel_dtype(const tt_kernel_desc *k, int dtype)
     return TT_OK;
 }
 
+/* A task's arguments on the expander's stack (tt_submit_copy copies them into the task):
+ * room for any kernel's struct, int64 and double fields only. */
+typedef union {
+    int64_t i[64];
+    double d[64];
+} args_buf;
+
+static int args_fit(const tt_kernel_desc *k)
+{
+    if (k->args_size <= sizeof(args_buf))
+        return TT_OK;
+    return tt_error(TT_EINVAL, "%s: argument struct of %zu bytes, more than an expander's %zu", k->name,
+                    (size_t)k->args_size, sizeof(args_buf));
+}
+
 /* One task per tile of tensors of one layout (checked by the caller); tasks of `dtype`. */
 static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_tensor *const *tensors)
 {
@@ -36,11 +51,13 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
     const tt_tensor *t0 = tensors[0];
     starpu_data_handle_t h[8];
     int64_t idx[TT_MAX_NDIM];
+    args_buf buf;
+    void *a = &buf;
+    int rc = args_fit(k);
+    if (rc)
+        return rc;
+    memcpy(a, args, k->args_size);
     for (int64_t i = 0; i < t0->ntiles; i++) {
-        void *a = malloc(k->args_size);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-        memcpy(a, args, k->args_size);
         tt_tile_index(t0, i, idx);
         *(int64_t *)a = dtype; /* dtype is always the first field */
         *(int64_t *)((char *)a + k->off[TT_OFF_N]) = tt_tile_nelems(t0, idx);
@@ -48,7 +65,7 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
             *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = i;
         for (int j = 0; j < ntensors; j++)
             h[j] = tensors[j]->handles[i];
-        int rc = tt_submit(kernel, a, h, NULL);
+        rc = tt_submit_copy(kernel, a, h, NULL);
         if (rc)
             return rc;
     }
@@ -227,6 +244,11 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     int64_t xidx[TT_MAX_NDIM], oidx[TT_MAX_NDIM], sidx[TT_MAX_NDIM];
     starpu_data_handle_t h[8];
     enum starpu_data_access_mode modes[8];
+    args_buf buf;
+    void *a = &buf;
+    if ((rc = args_fit(k)))
+        return rc;
+    memcpy(a, args, k->args_size);
     for (int64_t o = 0; o < nouter; o++) {
         int64_t r = o;
         for (int d = no - 1; d >= 0; d--) {
@@ -241,10 +263,6 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
             }
             for (int d = 0, e = 0; d < x->ndim; d++)
                 xidx[d] = (d >= axis && d < axis + naxes) ? sidx[d - axis] : oidx[e++];
-            void *a = malloc(k->args_size);
-            if (!a)
-                return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-            memcpy(a, args, k->args_size);
             *(int64_t *)a = fdtype;
             int64_t m_, k_, n_;
             span_view(x, xidx, axis, naxes, &m_, &k_, &n_);
@@ -268,7 +286,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
                 if (reduce && sp == 0 && (modes[nfull + j] & STARPU_W))
                     modes[nfull + j] = STARPU_W;
             }
-            rc = tt_submit(kernel, a, h, modes);
+            rc = tt_submit_copy(kernel, a, h, modes);
             if (rc)
                 return rc;
         }
@@ -336,9 +354,12 @@ static int submit_gemm_task(const gemm_op *op, const int64_t *aidx, const int64_
 {
     const int gelu = op->y && last, bias = op->bias && first;
     const int kernel = gelu ? TT_K_GEMM_GELU : bias ? TT_K_GEMM_BIAS : TT_K_GEMM;
-    void *args = tt_args_new(kernel);
-    if (!args)
-        return tt_error(TT_ENOMEM, "matmul: out of memory");
+    union {
+        tt_args_gemm gemm;
+        tt_args_gemm_bias bias;
+        tt_args_gemm_gelu gelu;
+    } u = {0};
+    void *args = &u;
 #define GEMM_FIELDS(g)                                                                                     \
     ((g)->dtype = op->a->dtype, (g)->batch = batch, (g)->m = m, (g)->n = n, (g)->k = k, (g)->ta = op->ta, \
      (g)->tb = op->tb, (g)->alpha = op->alpha)
@@ -371,7 +392,7 @@ static int submit_gemm_task(const gemm_op *op, const int64_t *aidx, const int64_
         h[nb] = op->y->handles[t];
         modes[nb++] = STARPU_W;
     }
-    return tt_submit(kernel, args, h, modes);
+    return tt_submit_copy(kernel, args, h, modes);
 }
 
 /* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),
