@@ -340,7 +340,7 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
  * GELU epilogue writing y = gelu(c) (c keeps the pre-activation). */
 typedef struct gemm_op {
     tt_tensor *a, *b, *c, *bias, *y; /* bias and y may be NULL; with a bias, beta is 0 */
-    int ta, tb, approx;
+    int ta, tb, approx, deriv; /* the GELU form; deriv: c ends as gelu'(c) (kernels.def) */
     double alpha, beta;
 } gemm_op;
 
@@ -368,6 +368,7 @@ static int submit_gemm_task(const gemm_op *op, const int64_t *aidx, const int64_
         GEMM_FIELDS(g);
         g->first = first;
         g->approx = op->approx;
+        g->deriv = op->deriv;
     } else if (bias) {
         tt_args_gemm_bias *g = args;
         GEMM_FIELDS(g);
@@ -483,14 +484,15 @@ int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor
     return gemm_linear("linear", &op, TT_K_GEMM_BIAS);
 }
 
-/* The same, and the last task of each tile's chain also writes y = gelu(c) (gemm_gelu). */
+/* The same, and the last task of each tile's chain also writes y = gelu(c) (gemm_gelu), and
+ * with deriv replaces c by gelu'(c). */
 int tt_gemm_bias_gelu(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, int approx,
-                      tt_tensor *c, tt_tensor *y)
+                      int deriv, tt_tensor *c, tt_tensor *y)
 {
     if (!y)
         return tt_error(TT_EINVAL, "linear+gelu: y is NULL");
     const gemm_op op = {.a = a, .b = b, .c = c, .bias = bias, .y = y, .tb = transb != 0, .approx = approx,
-                        .alpha = alpha};
+                        .deriv = deriv != 0, .alpha = alpha};
     return gemm_linear("linear+gelu", &op, TT_K_GEMM_GELU);
 }
 

@@ -116,7 +116,7 @@ def test_affine_bias_in_gemm(rng, dtype, xshape, xtiles):
 def test_affine_gelu_epilogue_against_torch(rng, approximate, xshape, xtiles, wtiles):
     """gelu(x @ w + b) with the GELU applied by the last gemm task of each output tile
     (gemm_gelu): output and every gradient against torch's F.gelu(x @ w + b) in float64, and
-    the backward through gelu_backward of the saved pre-activation."""
+    the backward through the gelu'(pre-activation) the epilogue left in place of it."""
     torch = pytest.importorskip("torch")
     from tiletrain._ffi import lib
     x = rng.standard_normal(xshape) * 2
@@ -129,7 +129,9 @@ def test_affine_gelu_epilogue_against_torch(rng, approximate, xshape, xtiles, wt
     n_out = len(range(0, 5, wtiles[1])) * int(np.prod([len(range(0, s, t)) for s, t in zip(xshape[:-1], xtiles)]))
     assert lib.tt_kernel_ntasks(lib.TT_K_GEMM_GELU) - before[lib.TT_K_GEMM_GELU] == n_out
     assert lib.tt_kernel_ntasks(lib.TT_K_GELU) == before[lib.TT_K_GELU]  # no separate gelu task
+    nbwd = lib.tt_kernel_ntasks(lib.TT_K_GELU_BACKWARD)
     y.backward(tt.from_numpy(g, y.tiles))
+    assert lib.tt_kernel_ntasks(lib.TT_K_GELU_BACKWARD) == nbwd  # a mul by the saved gelu'(h) instead
     tx, tw, tb = (torch.tensor(v, requires_grad=True) for v in (x, w, b))
     ty = torch.nn.functional.gelu(tx @ tw + tb, approximate=approximate)
     ty.backward(torch.tensor(g))

@@ -8,7 +8,7 @@ from ..runtime.kernels import gemm_bias, gemm_bias_gelu, run_map
 from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
 from ..tensors.creation import default_generator, manual_seed
-from .autograd import backward_rule, record
+from .autograd import backward_rule, needs_grad, record
 from .basic import _float_tensor, _like, _scalar, _sum_axes, matmul, matmul_leading
 from .elementwise import _gelu_params, gelu, relu, silu
 
@@ -99,11 +99,10 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed:
     y = Tensor(TensorTraits(x.shape[:-1] + (weight.shape[o_ax],), x.tiles[:-1] + (weight.tiles[o_ax],)), x.dtype)
     if gelu is not None:
         # one chain per output tile: gemm_bias, gemm..., gemm_gelu (or one gemm_gelu task);
-        # h keeps the pre-activation for the backward
-        h = Tensor(y.traits, y.dtype)
-        gemm_bias_gelu(1.0, x, weight, transposed, bias, approx, h, y)
-        return record("affine_gelu", y, (x, weight, bias), saved=(x, weight, h), transposed=transposed,
-                      approx=approx)
+        # when a backward may follow, the epilogue leaves gelu'(pre-activation) in d
+        d = Tensor(y.traits, y.dtype)
+        gemm_bias_gelu(1.0, x, weight, transposed, bias, approx, needs_grad(x, weight, bias), d, y)
+        return record("affine_gelu", y, (x, weight, bias), saved=(x, weight, d), transposed=transposed)
     gemm_bias(1.0, x, weight, transposed, bias, y)
     return record("affine", y, (x, weight, bias), saved=(x, weight), transposed=transposed)
 
@@ -118,11 +117,11 @@ def _affine_bwd(node, g):
 
 @backward_rule("affine_gelu")
 def _affine_gelu_bwd(node, g):
-    """y = gelu(h), h = x op(W) + b: dh = gelu'(h) g from the saved pre-activation, then
-    affine's gradients of dh."""
-    x, w, h = node.saved
-    dh = Tensor(h.traits, h.dtype)
-    run_map("gelu_backward", h, g, dh, approx=node.ctx["approx"])
+    """y = gelu(h), h = x op(W) + b: dh = gelu'(h) g with gelu'(h) saved by the forward's
+    epilogue, then affine's gradients of dh."""
+    x, w, d = node.saved
+    dh = Tensor(d.traits, d.dtype)
+    run_map("mul", g, d, dh, alpha=1.0)
     return _affine_grads(node, x, w, dh)
 
 

@@ -120,10 +120,12 @@ def gemm_bias(alpha: float, a, b, transpose_b: bool, bias, c) -> None:
     check(lib.tt_gemm_bias(alpha, a._ptr, b._ptr, int(transpose_b), bias._ptr, c._ptr))
 
 
-def gemm_bias_gelu(alpha: float, a, b, transpose_b: bool, bias, approx: int, c, y) -> None:
+def gemm_bias_gelu(alpha: float, a, b, transpose_b: bool, bias, approx: int, deriv: bool, c, y) -> None:
     """gemm_bias into c, and y = gelu(c) (approx 0: erf form, 1: tanh form) by the last gemm
-    task of each output tile (csrc/expand.c, tt_gemm_bias_gelu: kernel gemm_gelu)."""
-    check(lib.tt_gemm_bias_gelu(alpha, a._ptr, b._ptr, int(transpose_b), bias._ptr, int(approx), c._ptr, y._ptr))
+    task of each output tile (csrc/expand.c, tt_gemm_bias_gelu: kernel gemm_gelu); with
+    ``deriv`` c ends as gelu'(c) (the backward's factor) instead of the pre-activation."""
+    check(lib.tt_gemm_bias_gelu(alpha, a._ptr, b._ptr, int(transpose_b), bias._ptr, int(approx), int(deriv), c._ptr,
+                                y._ptr))
 
 
 # -- shape (csrc/expand_shape.c) --

@@ -53,15 +53,16 @@ def _gemm_gelu_case(rng, dt):
     first = int(rng.integers(2))
     if not first:  # the end of a chain: c holds the partial sums
         c = _r(rng, dt, *c.shape)
-    return dict(fields, first=first, approx=int(rng.integers(2))), [a, b, bias, c, np.full_like(c, np.nan)]
+    fields = dict(fields, first=first, approx=int(rng.integers(2)), deriv=int(rng.integers(2)))
+    return fields, [a, b, bias, c, np.full_like(c, np.nan)]
 
 
 def _gemm_gelu_ref(a, A, B, bias, C, Y):
-    from .references_activations import gelu_ref
+    from .references_activations import gelu_grad_ref, gelu_ref
     h = _gemm_ref(dict(a, beta=1.0), A, B, C if not a["first"] else np.zeros_like(C))[2]
     if a["first"]:
         h = h + bias
-    return {3: h, 4: gelu_ref(h, a["approx"])}
+    return {3: gelu_grad_ref(h, a["approx"]) if a["deriv"] else h, 4: gelu_ref(h, a["approx"])}
 
 
 _DTYPE_OF_CODE = {code: dt for dt, code in DTYPES.items()}

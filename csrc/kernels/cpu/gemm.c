@@ -141,7 +141,8 @@ void tt_cpu_gemm_bias(const tt_args_gemm_bias *a, const void *A, const void *B, 
 }
 
 /* The GELU epilogue of a linear layer's chain: C (+)= alpha op(A) op(B) (+ bias when first),
- * then Y = gelu(C) while C is still in cache (C keeps the pre-activation). */
+ * then Y = gelu(C) while C is still in cache; C keeps the pre-activation, or with deriv
+ * becomes gelu'(pre-activation), the factor of the backward. */
 void tt_cpu_gemm_gelu(const tt_args_gemm_gelu *a, const void *A, const void *B, const void *bias, void *C, void *Y)
 {
     if (a->first)
@@ -150,5 +151,8 @@ void tt_cpu_gemm_gelu(const tt_args_gemm_gelu *a, const void *A, const void *B, 
                             .tb = a->tb, .cacc = 0, .alpha = a->alpha, .beta = 1.0};
     tt_cpu_gemm(&g, A, B, C);
     const tt_args_gelu ga = {.dtype = a->dtype, .n = a->batch * a->m * a->n, .approx = a->approx};
-    tt_cpu_gelu(&ga, C, Y);
+    if (a->deriv)
+        tt_gelu_and_grad(ga.dtype, ga.n, ga.approx, C, Y);
+    else
+        tt_cpu_gelu(&ga, C, Y);
 }
