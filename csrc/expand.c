@@ -320,16 +320,11 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
     int64_t idx[TT_MAX_NDIM];
     for (int64_t i = 0; i < x->ntiles; i++) {
         tt_tile_index(x, i, idx);
-        tt_args_sum_all *a = tt_args_new(TT_K_SUM_ALL);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", what);
-        a->dtype = x->dtype;
-        a->nx = tt_tile_nelems(x, idx);
-        a->alpha = alpha;
-        a->beta = i == 0 ? beta : 1.0;
+        const tt_args_sum_all a = {.dtype = x->dtype, .nx = tt_tile_nelems(x, idx), .alpha = alpha,
+                                   .beta = i == 0 ? beta : 1.0};
         enum starpu_data_access_mode modes[2] = {STARPU_R, (i == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
         starpu_data_handle_t h[2] = {x->handles[i], y->handles[0]};
-        rc = tt_submit(TT_K_SUM_ALL, a, h, modes);
+        rc = tt_submit_copy(TT_K_SUM_ALL, &a, h, modes);
         if (rc)
             return rc;
     }
@@ -337,7 +332,7 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
 }
 
 /* One product: c = alpha op(a) op(b) + beta c, optionally with a bias along c's last axis and a
- * GELU epilogue writing y = gelu(c) (c keeps the pre-activation). */
+ * GELU epilogue writing y = gelu(c) (c keeps the pre-activation, or becomes gelu'(it)). */
 typedef struct gemm_op {
     tt_tensor *a, *b, *c, *bias, *y; /* bias and y may be NULL; with a bias, beta is 0 */
     int ta, tb, approx, deriv; /* the GELU form; deriv: c ends as gelu'(c) (kernels.def) */
