@@ -29,6 +29,21 @@ static int check_kernel_dtype(const tt_kernel_desc *k, int dtype)
     return TT_OK;
 }
 
+/* A task's arguments on the expander's stack (tt_submit_copy copies them into the task):
+ * room for any kernel's struct, int64 and double fields only. */
+typedef union {
+    int64_t i[64];
+    double d[64];
+} args_buf;
+
+static int args_fit(const tt_kernel_desc *k)
+{
+    if (k->args_size <= sizeof(args_buf))
+        return TT_OK;
+    return tt_error(TT_EINVAL, "%s: argument struct of %zu bytes, more than an expander's %zu", k->name,
+                    (size_t)k->args_size, sizeof(args_buf));
+}
+
 /* One task per tile of tensors of one layout (checked by the caller); tasks of `dtype`. */
 static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_tensor *const *tensors)
 {
@@ -36,11 +51,13 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
     const tt_tensor *t0 = tensors[0];
     starpu_data_handle_t h[8];
     int64_t idx[TT_MAX_NDIM];
+    args_buf buf;
+    void *a = &buf;
+    int rc = args_fit(k);
+    if (rc)
+        return rc;
+    memcpy(a, args, k->args_size);
     for (int64_t i = 0; i < t0->ntiles; i++) {
-        void *a = malloc(k->args_size);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-        memcpy(a, args, k->args_size);
         tt_tile_index(t0, i, idx);
         *(int64_t *)a = dtype; /* dtype is always the first field */
         *(int64_t *)((char *)a + k->off[TT_OFF_N]) = tt_tile_nelems(t0, idx);
@@ -48,7 +65,7 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
             *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = i;
         for (int j = 0; j < ntensors; j++)
             h[j] = tensors[j]->handles[i];
-        int rc = tt_submit(kernel, a, h, NULL);
+        rc = tt_submit_copy(kernel, a, h, NULL);
         if (rc)
             return rc;
     }
@@ -227,6 +244,11 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     int64_t xidx[TT_MAX_NDIM], oidx[TT_MAX_NDIM], sidx[TT_MAX_NDIM];
     starpu_data_handle_t h[8];
     enum starpu_data_access_mode modes[8];
+    args_buf buf;
+    void *a = &buf;
+    if ((rc = args_fit(k)))
+        return rc;
+    memcpy(a, args, k->args_size);
     for (int64_t o = 0; o < nouter; o++) {
         int64_t r = o;
         for (int d = no - 1; d >= 0; d--) {
@@ -241,10 +263,6 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
             }
             for (int d = 0, e = 0; d < x->ndim; d++)
                 xidx[d] = (d >= axis && d < axis + naxes) ? sidx[d - axis] : oidx[e++];
-            void *a = malloc(k->args_size);
-            if (!a)
-                return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-            memcpy(a, args, k->args_size);
             *(int64_t *)a = fdtype;
             int64_t m_, k_, n_;
             span_view(x, xidx, axis, naxes, &m_, &k_, &n_);
@@ -268,7 +286,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
                 if (reduce && sp == 0 && (modes[nfull + j] & STARPU_W))
                     modes[nfull + j] = STARPU_W;
             }
-            rc = tt_submit(kernel, a, h, modes);
+            rc = tt_submit_copy(kernel, a, h, modes);
             if (rc)
                 return rc;
         }
@@ -302,75 +320,84 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
     int64_t idx[TT_MAX_NDIM];
     for (int64_t i = 0; i < x->ntiles; i++) {
         tt_tile_index(x, i, idx);
-        tt_args_sum_all *a = tt_args_new(TT_K_SUM_ALL);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", what);
-        a->dtype = x->dtype;
-        a->nx = tt_tile_nelems(x, idx);
-        a->alpha = alpha;
-        a->beta = i == 0 ? beta : 1.0;
+        const tt_args_sum_all a = {.dtype = x->dtype, .nx = tt_tile_nelems(x, idx), .alpha = alpha,
+                                   .beta = i == 0 ? beta : 1.0};
         enum starpu_data_access_mode modes[2] = {STARPU_R, (i == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
         starpu_data_handle_t h[2] = {x->handles[i], y->handles[0]};
-        rc = tt_submit(TT_K_SUM_ALL, a, h, modes);
+        rc = tt_submit_copy(TT_K_SUM_ALL, &a, h, modes);
         if (rc)
             return rc;
     }
     return TT_OK;
 }
 
-/* One gemm task on tile t of c from tiles aidx of a and bidx of b.  The first task of an
- * accumulation chain applies beta (and only writes c when beta == 0); later ones add. */
-static int submit_gemm_tile(tt_tensor *a, const int64_t *aidx, tt_tensor *b, const int64_t *bidx, tt_tensor *c,
-                            int64_t t, int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha,
-                            double beta, int first)
-{
-    tt_args_gemm *g = tt_args_new(TT_K_GEMM);
-    if (!g)
-        return tt_error(TT_ENOMEM, "matmul: out of memory");
-    g->dtype = a->dtype;
-    g->batch = batch;
-    g->m = m;
-    g->n = n;
-    g->k = k;
-    g->ta = ta;
-    g->tb = tb;
-    g->cacc = c->dtype != a->dtype; /* a float32 accumulator for half a and b (checked by tt_gemm) */
-    g->alpha = alpha;
-    g->beta = first ? beta : 1.0;
-    enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R, (first && beta == 0.0) ? STARPU_W : STARPU_RW};
-    starpu_data_handle_t h[3] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
-                                 c->handles[t]};
-    return tt_submit(TT_K_GEMM, g, h, modes);
-}
+/* One product: c = alpha op(a) op(b) + beta c, optionally with a bias along c's last axis and a
+ * GELU epilogue writing y = gelu(c) (c keeps the pre-activation, or becomes gelu'(it)). */
+typedef struct gemm_op {
+    tt_tensor *a, *b, *c, *bias, *y; /* bias and y may be NULL; with a bias, beta is 0 */
+    int ta, tb, approx, deriv; /* the GELU form; deriv: c ends as gelu'(c) (kernels.def) */
+    double alpha, beta;
+} gemm_op;
 
-/* The first task of tile t's chain with a bias: c = alpha op(a) op(b) + bias (tile t's column
- * tile of bias). */
-static int submit_gemm_bias_tile(tt_tensor *a, const int64_t *aidx, tt_tensor *b, const int64_t *bidx,
-                                 tt_tensor *bias, int64_t bt, tt_tensor *c, int64_t t, int64_t m, int64_t n,
-                                 int64_t k, int ta, int tb, double alpha)
+/* One task of output tile t's chain along the contracted axis (first/last: its place in the
+ * chain), from tiles aidx of a and bidx of b.  The first task applies beta (and only writes c
+ * when beta == 0) or, with a bias, adds it (gemm_bias); with y, the last task applies the GELU
+ * epilogue (gemm_gelu, which also adds the bias when it is the first too); the others
+ * accumulate (gemm, beta 1).  The three argument structs share the product's fields. */
+static int submit_gemm_task(const gemm_op *op, const int64_t *aidx, const int64_t *bidx, int64_t t, int64_t batch,
+                            int64_t m, int64_t n, int64_t k, int first, int last)
 {
-    tt_args_gemm_bias *g = tt_args_new(TT_K_GEMM_BIAS);
-    if (!g)
-        return tt_error(TT_ENOMEM, "linear: out of memory");
-    g->dtype = a->dtype;
-    g->batch = 1;
-    g->m = m;
-    g->n = n;
-    g->k = k;
-    g->ta = ta;
-    g->tb = tb;
-    g->alpha = alpha;
-    starpu_data_handle_t h[4] = {a->handles[tt_tile_linear(a, aidx)], b->handles[tt_tile_linear(b, bidx)],
-                                 bias->handles[bt], c->handles[t]};
-    return tt_submit(TT_K_GEMM_BIAS, g, h, NULL);
+    const int gelu = op->y && last, bias = op->bias && first;
+    const int kernel = gelu ? TT_K_GEMM_GELU : bias ? TT_K_GEMM_BIAS : TT_K_GEMM;
+    union {
+        tt_args_gemm gemm;
+        tt_args_gemm_bias bias;
+        tt_args_gemm_gelu gelu;
+    } u = {0};
+    void *args = &u;
+#define GEMM_FIELDS(g)                                                                                     \
+    ((g)->dtype = op->a->dtype, (g)->batch = batch, (g)->m = m, (g)->n = n, (g)->k = k, (g)->ta = op->ta, \
+     (g)->tb = op->tb, (g)->alpha = op->alpha)
+    if (gelu) {
+        tt_args_gemm_gelu *g = args;
+        GEMM_FIELDS(g);
+        g->first = first;
+        g->approx = op->approx;
+        g->deriv = op->deriv;
+    } else if (bias) {
+        tt_args_gemm_bias *g = args;
+        GEMM_FIELDS(g);
+    } else {
+        tt_args_gemm *g = args;
+        GEMM_FIELDS(g);
+        g->cacc = op->c->dtype != op->a->dtype; /* a float32 accumulator for half a and b (checked by gemm) */
+        g->beta = first && !op->bias ? op->beta : 1.0;
+    }
+#undef GEMM_FIELDS
+    starpu_data_handle_t h[5] = {op->a->handles[tt_tile_linear(op->a, aidx)],
+                                 op->b->handles[tt_tile_linear(op->b, bidx)]};
+    enum starpu_data_access_mode modes[5] = {STARPU_R, STARPU_R};
+    int nb = 2;
+    if (kernel != TT_K_GEMM) { /* the bias tile along c's column tile (b 2-D) */
+        h[nb] = op->bias->handles[bidx[op->tb ? 0 : 1]];
+        modes[nb++] = STARPU_R;
+    }
+    h[nb] = op->c->handles[t];
+    modes[nb++] = first && (op->bias || op->beta == 0.0) ? STARPU_W : STARPU_RW;
+    if (gelu) {
+        h[nb] = op->y->handles[t];
+        modes[nb++] = STARPU_W;
+    }
+    return tt_submit_copy(kernel, args, h, modes);
 }
 
 /* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),
  * b is (..., N) with the same leading shape and tiles (the weight gradient of a linear
  * layer: x^T dy over every batch and time tile). */
-static int gemm_contract_leading(double alpha, tt_tensor *a, tt_tensor *b, double beta, tt_tensor *c)
+static int gemm_contract_leading(const gemm_op *op)
 {
     const char *what = "matmul";
+    tt_tensor *a = op->a, *b = op->b, *c = op->c;
     int nd = a->ndim;
     for (int d = 0; d < nd - 1; d++)
         if (a->shape[d] != b->shape[d] || a->tile[d] != b->tile[d])
@@ -396,8 +423,8 @@ static int gemm_contract_leading(double alpha, tt_tensor *a, tt_tensor *b, doubl
             }
             aidx[nd - 1] = cidx[0];
             bidx[nd - 1] = cidx[1];
-            int rc = submit_gemm_tile(a, aidx, b, bidx, c, t, 1, tt_tile_dim(c, 0, cidx[0]),
-                                      tt_tile_dim(c, 1, cidx[1]), k, 1, 0, alpha, beta, r == 0);
+            int rc = submit_gemm_task(op, aidx, bidx, t, 1, tt_tile_dim(c, 0, cidx[0]), tt_tile_dim(c, 1, cidx[1]),
+                                      k, r == 0, r == nrows - 1);
             if (rc)
                 return rc;
         }
@@ -405,19 +432,19 @@ static int gemm_contract_leading(double alpha, tt_tensor *a, tt_tensor *b, doubl
     return TT_OK;
 }
 
-static int gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c,
-                tt_tensor *bias);
+static int gemm(const gemm_op *op);
 
 int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c)
 {
-    return gemm(alpha, a, transa, b, transb, beta, c, NULL);
+    const gemm_op op = {.a = a, .b = b, .c = c, .ta = transa != 0, .tb = transb != 0, .alpha = alpha, .beta = beta};
+    return gemm(&op);
 }
 
-/* c = alpha a @ op(b) + bias along c's last axis, b 2-D (a linear layer): the first task of
- * each output tile's chain adds the bias (gemm_bias), so no separate broadcast add. */
-int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, tt_tensor *c)
+/* A linear layer: c = alpha a @ op(b) + bias along c's last axis, b 2-D, and with y an
+ * activation epilogue (the kernel of the chain's distinctive task, for its dtype check). */
+static int gemm_linear(const char *what, const gemm_op *op, int kernel)
 {
-    const char *what = "linear";
+    tt_tensor *a = op->a, *b = op->b, *bias = op->bias, *c = op->c, *y = op->y;
     CHECK_READ(bias, what);
     CHECK(c, what);
     if (b->ndim != 2 || c->ndim < 2)
@@ -427,16 +454,49 @@ int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor
         return tt_error(TT_EINVAL, "%s: bias must be 1-D, of the output's last dimension and tiled like it", what);
     if (bias->dtype != a->dtype || c->dtype != a->dtype)
         return tt_error(TT_EINVAL, "%s: bias and output must have the input's dtype", what);
-    int rc = check_kernel_dtype(&tt_kernel_table[TT_K_GEMM_BIAS], a->dtype);
+    if (y) {
+        CHECK(y, what);
+        if (y == c || !tt_same_layout(c, y) || y->dtype != c->dtype)
+            return tt_error(TT_EINVAL, "%s: the activation output must be a tensor other than the pre-activation, "
+                            "of its shape, tiles and dtype", what);
+        if (op->approx != 0 && op->approx != 1)
+            return tt_error(TT_EINVAL, "%s: approx must be 0 (erf) or 1 (tanh), got %d", what, op->approx);
+    }
+    int rc = check_kernel_dtype(&tt_kernel_table[kernel], a->dtype);
     if (rc)
         return rc;
-    return gemm(alpha, a, 0, b, transb, 0.0, c, bias);
+    rc = gemm(op);
+    if (rc == TT_OK && y)
+        y->written = 1;
+    return rc;
 }
 
-static int gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, double beta, tt_tensor *c,
-                tt_tensor *bias)
+/* The first task of each output tile's chain adds the bias (gemm_bias), so no separate
+ * broadcast add. */
+int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, tt_tensor *c)
+{
+    const gemm_op op = {.a = a, .b = b, .c = c, .bias = bias, .tb = transb != 0, .alpha = alpha};
+    return gemm_linear("linear", &op, TT_K_GEMM_BIAS);
+}
+
+/* The same, and the last task of each tile's chain also writes y = gelu(c) (gemm_gelu), and
+ * with deriv replaces c by gelu'(c). */
+int tt_gemm_bias_gelu(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, int approx,
+                      int deriv, tt_tensor *c, tt_tensor *y)
+{
+    if (!y)
+        return tt_error(TT_EINVAL, "linear+gelu: y is NULL");
+    const gemm_op op = {.a = a, .b = b, .c = c, .bias = bias, .y = y, .tb = transb != 0, .approx = approx,
+                        .deriv = deriv != 0, .alpha = alpha};
+    return gemm_linear("linear+gelu", &op, TT_K_GEMM_GELU);
+}
+
+static int gemm(const gemm_op *op)
 {
     const char *what = "matmul";
+    tt_tensor *a = op->a, *b = op->b, *c = op->c;
+    const int transa = op->ta, transb = op->tb;
+    const double beta = op->beta;
     CHECK_READ(a, what);
     CHECK_READ(b, what);
     if (beta != 0.0)
@@ -456,7 +516,7 @@ static int gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb
     if (nd < 2 || b->ndim < 2)
         return tt_error(TT_EINVAL, "%s: operands must have rank >= 2 (got %d and %d)", what, a->ndim, b->ndim);
     if (nd > 2 && b->ndim == nd && c->ndim == 2 && transa && !transb)
-        return gemm_contract_leading(alpha, a, b, beta, c);
+        return gemm_contract_leading(op);
     int batched = b->ndim > 2;
     if (batched && b->ndim != nd)
         return tt_error(TT_EINVAL, "%s: batched operands must have the same rank (got %d and %d)", what, nd, b->ndim);
@@ -502,14 +562,9 @@ static int gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb
             aidx[ak] = kt;
             bidx[bk] = kt;
             bidx[bn] = cidx[nd - 1];
-            if (bias && kt == 0) /* not batched (tt_gemm_bias): rows lead * m */
-                rc = submit_gemm_bias_tile(a, aidx, b, bidx, bias, cidx[nd - 1], c, t, lead * cts[nd - 2],
-                                           cts[nd - 1], tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha);
-            else
-                rc = submit_gemm_tile(a, aidx, b, bidx, c, t, batched ? lead : 1,
-                                      batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1],
-                                      tt_tile_dim(a, ak, kt), transa != 0, transb != 0, alpha, bias ? 1.0 : beta,
-                                      kt == 0);
+            /* with a bias: not batched (gemm_linear), rows lead * m */
+            rc = submit_gemm_task(op, aidx, bidx, t, batched ? lead : 1, batched ? cts[nd - 2] : lead * cts[nd - 2],
+                                  cts[nd - 1], tt_tile_dim(a, ak, kt), kt == 0, kt == kgrid - 1);
             if (rc)
                 return rc;
         }

@@ -157,6 +157,9 @@ tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h
  * (malloc'ed, kernel's args struct); modes may be NULL for the table's modes. */
 int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes);
+/* The same with args the caller keeps (e.g. on its stack): they are copied into the task. */
+int tt_submit_copy(int kernel, const void *args, const starpu_data_handle_t *handles,
+                   const enum starpu_data_access_mode *modes);
 void *tt_args_new(int kernel);
 
 /* StarPU-MPI (csrc/mpi.c); tt_mpi_on: an MPI session is running */

@@ -130,6 +130,10 @@ int tt_gemm(double alpha, tt_tensor *a, int transa, tt_tensor *b, int transb, do
 /* c = alpha a op(b) + bias (1-D, along c's last axis, tiled like it), b 2-D: a linear layer's
  * output with the bias added by the first gemm task of each tile (kernel gemm_bias). */
 int tt_gemm_bias(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, tt_tensor *c);
+/* The same, and y = gelu(c) (approx 0: erf form, 1: tanh form) by the last gemm task of each
+ * tile (kernel gemm_gelu); c keeps the pre-activation, or with deriv = 1 ends as gelu'(it). */
+int tt_gemm_bias_gelu(double alpha, tt_tensor *a, tt_tensor *b, int transb, tt_tensor *bias, int approx,
+                      int deriv, tt_tensor *c, tt_tensor *y);
 /* y = x rounded to y's dtype (round to nearest even), any pair of float32, float64, float16,
  * bfloat16; same shape and tiles. */
 int tt_cast(tt_tensor *x, tt_tensor *y);

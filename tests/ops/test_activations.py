@@ -104,3 +104,58 @@ def test_affine_bias_in_gemm(rng, dtype, xshape, xtiles):
         vjp_check(lambda a, v, c: tt.ops.activations.affine(a, v, c), [x, w, b], [xtiles, (4, 2), (2,)])
         # the transposed (torch) layout with a bias whose tiles differ from the weight's (re-tiled)
         vjp_check(lambda a, v, c: F.linear(a, v, c), [x, w.T.copy(), b], [xtiles, (2, 4), (3,)])
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("xshape, xtiles, wtiles", [
+    ((3, 7, 6), (2, 3, 6), (6, 2)),    # one task per output tile (gemm_gelu adds the bias too)
+    ((3, 7, 6), (2, 3, 4), (4, 2)),    # a chain of 2 along `in` (4 + 2): gemm_bias, then gemm_gelu
+    ((2, 5, 12), (1, 5, 4), (4, 3)),   # a chain of 3: gemm_bias, gemm, gemm_gelu
+    ((1, 1, 6), (1, 1, 6), (6, 5)),    # one row (gemv)
+])
+def test_affine_gelu_epilogue_against_torch(rng, approximate, xshape, xtiles, wtiles):
+    """gelu(x @ w + b) with the GELU applied by the last gemm task of each output tile
+    (gemm_gelu): output and every gradient against torch's F.gelu(x @ w + b) in float64, and
+    the backward through the gelu'(pre-activation) the epilogue left in place of it."""
+    torch = pytest.importorskip("torch")
+    from tiletrain._ffi import lib
+    x = rng.standard_normal(xshape) * 2
+    w = rng.standard_normal((xshape[-1], 5))
+    b = rng.standard_normal(5)
+    g = rng.standard_normal(xshape[:-1] + (5,))
+    X, W, B = (tt.from_numpy(v, t).requires_grad_() for v, t in ((x, xtiles), (w, wtiles), (b, wtiles[1:])))
+    before = {k: lib.tt_kernel_ntasks(k) for k in (lib.TT_K_GEMM_GELU, lib.TT_K_GELU)}
+    y = tt.ops.activations.affine(X, W, B, gelu=approximate)
+    n_out = len(range(0, 5, wtiles[1])) * int(np.prod([len(range(0, s, t)) for s, t in zip(xshape[:-1], xtiles)]))
+    assert lib.tt_kernel_ntasks(lib.TT_K_GEMM_GELU) - before[lib.TT_K_GEMM_GELU] == n_out
+    assert lib.tt_kernel_ntasks(lib.TT_K_GELU) == before[lib.TT_K_GELU]  # no separate gelu task
+    nbwd = lib.tt_kernel_ntasks(lib.TT_K_GELU_BACKWARD)
+    y.backward(tt.from_numpy(g, y.tiles))
+    assert lib.tt_kernel_ntasks(lib.TT_K_GELU_BACKWARD) == nbwd  # a mul by the saved gelu'(h) instead
+    tx, tw, tb = (torch.tensor(v, requires_grad=True) for v in (x, w, b))
+    ty = torch.nn.functional.gelu(tx @ tw + tb, approximate=approximate)
+    ty.backward(torch.tensor(g))
+    t = dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), **t)
+    np.testing.assert_allclose(X.grad.numpy(), tx.grad.numpy(), **t)
+    np.testing.assert_allclose(W.grad.numpy(), tw.grad.numpy(), **t)
+    np.testing.assert_allclose(B.grad.numpy(), tb.grad.numpy(), **t)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_affine_gelu_float32_and_unfused_paths(rng, dtype):
+    """float32 against the reference; without a bias (nothing to fuse) the result is F.gelu of
+    the product; Conv1D's gelu argument; a bad `approximate` is refused."""
+    x = rng.standard_normal((4, 6)).astype(dtype)
+    w = rng.standard_normal((6, 5)).astype(dtype)
+    b = rng.standard_normal(5).astype(dtype)
+    X, W, B = tt.from_numpy(x, (3, 4)), tt.from_numpy(w, (4, 2)), tt.from_numpy(b, 2)
+    y = tt.ops.activations.affine(X, W, B, gelu="tanh")
+    np.testing.assert_allclose(y.numpy(), gelu_ref(x.astype(np.float64) @ w + b, 1), **tol(dtype))
+    y0 = tt.ops.activations.affine(X, W, gelu="none")
+    np.testing.assert_allclose(y0.numpy(), gelu_ref(x.astype(np.float64) @ w, 0), **tol(dtype))
+    m = tt.nn.Conv1D(5, 6, dtype=dtype)
+    ref = gelu_ref(x.astype(np.float64) @ m.weight.numpy() + m.bias.numpy(), 1)
+    np.testing.assert_allclose(m(X, gelu="tanh").numpy(), ref, **tol(dtype))
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        tt.ops.activations.affine(X, W, B, gelu="fast")

@@ -104,8 +104,9 @@ class Conv1D(Module):
         self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
         self.bias = Parameter(np.zeros(self.nf, dtype), self.weight.tiles[1]) if bias else None
 
-    def forward(self, x: Tensor) -> Tensor:
-        return affine(x, self.weight, self.bias, what="Conv1D")  # (..., nx) -> (..., nf)
+    def forward(self, x: Tensor, gelu: str | None = None) -> Tensor:
+        """x @ weight + bias; with ``gelu`` ('none' or 'tanh'), gelu of it, fused into the gemm."""
+        return affine(x, self.weight, self.bias, gelu=gelu, what="Conv1D")  # (..., nx) -> (..., nf)
 
     def extra_repr(self) -> str:
         return f"nf={self.nf}, nx={self.nx}, bias={self.bias is not None}"

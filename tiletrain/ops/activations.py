@@ -5,15 +5,19 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..runtime.kernels import gemm_bias, run_map
+import numpy as np
+
+from ..runtime.kernels import gemm_bias, gemm_bias_gelu, run_map
 from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
 from ..tensors.creation import default_generator, manual_seed
-from .autograd import backward_rule, record
+from .autograd import backward_rule, needs_grad, record
 from .basic import _float_tensor, _like, _scalar, _sum_axes, matmul, matmul_leading
-from .elementwise import gelu, relu, silu
+from .elementwise import _gelu_params, gelu, relu, silu
 
 __all__ = ["gelu", "relu", "silu", "dropout", "dropout_positions", "linear", "manual_seed"]
+
+_gelu_op = gelu  # affine's `gelu` argument shadows the op
 
 
 
@@ -93,12 +97,18 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed: bool = False,
-           what: str = "affine") -> Tensor:
+           gelu: str | None = None, what: str = "affine") -> Tensor:
     """x @ weight + bias with weight (in, out) (GPT-2's Conv1D layout), or x @ weight^T + bias
     with weight (out, in) when ``transposed`` (torch's Linear).  x is (..., in) with rank >= 2;
     bias (out,) is added along the last axis.  Operands tiled differently from the weight are
     re-tiled (copy tasks): x's last axis to the weight's tile along `in`, bias to its tile along
-    `out`."""
+    `out`.  ``gelu`` ('none' or 'tanh', F.gelu's ``approximate``): returns gelu of the result,
+    applied by the last gemm task of each output tile (gemm_gelu) when there is a bias and the
+    dtype is float32/float64, else by a separate gelu op."""
+    if gelu is not None:
+        approx = _gelu_params(gelu)["approx"]
+        if bias is None or x.dtype not in (np.float32, np.float64):
+            return _gelu_op(affine(x, weight, bias, transposed=transposed, what=what), approximate=gelu)
     _float_tensor(x, what, "input")
     _float_tensor(weight, what, "weight")
     i_ax, o_ax = (1, 0) if transposed else (0, 1)
@@ -128,6 +138,12 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed:
         bias = retile(bias, (weight.tiles[o_ax],))
     # one gemm_bias task per output tile (and gemm for the rest of its chain along `in`)
     y = Tensor(TensorTraits(x.shape[:-1] + (weight.shape[o_ax],), x.tiles[:-1] + (weight.tiles[o_ax],)), x.dtype)
+    if gelu is not None:
+        # one chain per output tile: gemm_bias, gemm..., gemm_gelu (or one gemm_gelu task);
+        # when a backward may follow, the epilogue leaves gelu'(pre-activation) in d
+        d = Tensor(y.traits, y.dtype)
+        gemm_bias_gelu(1.0, x, weight, transposed, bias, approx, needs_grad(x, weight, bias), d, y)
+        return record("affine_gelu", y, (x, weight, bias), saved=(x, weight, d), transposed=transposed)
     gemm_bias(1.0, x, weight, transposed, bias, y)
     return record("affine", y, (x, weight, bias), saved=(x, weight), transposed=transposed)
 
@@ -137,6 +153,20 @@ def _affine_bwd(node, g):
     """y = x op(W) + b over every leading axis of x: dx = g op(W)^T, dW = x^T g (or g^T x when
     W is (out, in)), db = g summed over the leading axes."""
     x, w = node.saved
+    return _affine_grads(node, x, w, g)
+
+
+@backward_rule("affine_gelu")
+def _affine_gelu_bwd(node, g):
+    """y = gelu(h), h = x op(W) + b: dh = gelu'(h) g with gelu'(h) saved by the forward's
+    epilogue, then affine's gradients of dh."""
+    x, w, d = node.saved
+    dh = Tensor(d.traits, d.dtype)
+    run_map("mul", g, d, dh, alpha=1.0)
+    return _affine_grads(node, x, w, dh)
+
+
+def _affine_grads(node, x, w, g):
     t = node.ctx["transposed"]
     need_x, need_w, need_b = (i is not None for i in node.inputs)
     dx = matmul(g, w, transpose_b=not t) if need_x else None

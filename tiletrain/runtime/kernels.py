@@ -120,6 +120,14 @@ def gemm_bias(alpha: float, a, b, transpose_b: bool, bias, c) -> None:
     check(lib.tt_gemm_bias(alpha, a._ptr, b._ptr, int(transpose_b), bias._ptr, c._ptr))
 
 
+def gemm_bias_gelu(alpha: float, a, b, transpose_b: bool, bias, approx: int, deriv: bool, c, y) -> None:
+    """gemm_bias into c, and y = gelu(c) (approx 0: erf form, 1: tanh form) by the last gemm
+    task of each output tile (csrc/expand.c, tt_gemm_bias_gelu: kernel gemm_gelu); with
+    ``deriv`` c ends as gelu'(c) (the backward's factor) instead of the pre-activation."""
+    check(lib.tt_gemm_bias_gelu(alpha, a._ptr, b._ptr, int(transpose_b), bias._ptr, int(approx), int(deriv), c._ptr,
+                                y._ptr))
+
+
 # -- shape (csrc/expand_shape.c) --
 
 def copy_regions(y, copies) -> None:
@@ -164,5 +172,5 @@ def tile_view(x, lo, hi):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
-__all__ = ["copy_regions", "gemm", "gemm_bias", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
+__all__ = ["copy_regions", "gemm", "gemm_bias", "gemm_bias_gelu", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
            "run_span", "sum_all", "tensor_view", "tile_view", "view_tiles"]

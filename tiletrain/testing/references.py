@@ -48,6 +48,23 @@ def _gemm_bias_ref(a, A, B, bias, C):
     return {3: _gemm_ref(dict(a, beta=0.0), A, B, np.zeros_like(C))[2] + bias}
 
 
+def _gemm_gelu_case(rng, dt):
+    fields, (a, b, bias, c) = _gemm_bias_case(rng, dt)
+    first = int(rng.integers(2))
+    if not first:  # the end of a chain: c holds the partial sums
+        c = _r(rng, dt, *c.shape)
+    fields = dict(fields, first=first, approx=int(rng.integers(2)), deriv=int(rng.integers(2)))
+    return fields, [a, b, bias, c, np.full_like(c, np.nan)]
+
+
+def _gemm_gelu_ref(a, A, B, bias, C, Y):
+    from .references_activations import gelu_grad_ref, gelu_ref
+    h = _gemm_ref(dict(a, beta=1.0), A, B, C if not a["first"] else np.zeros_like(C))[2]
+    if a["first"]:
+        h = h + bias
+    return {3: gelu_grad_ref(h, a["approx"]) if a["deriv"] else h, 4: gelu_ref(h, a["approx"])}
+
+
 _DTYPE_OF_CODE = {code: dt for dt, code in DTYPES.items()}
 
 
@@ -99,6 +116,7 @@ REFERENCES: dict[str, Reference] = {
         lambda a, x, y: {1: a["beta"] * y + a["alpha"] * x.sum(dtype=np.float64)}),
     "gemm": Reference(_gemm_case, _gemm_ref),
     "gemm_bias": Reference(_gemm_bias_case, _gemm_bias_ref),
+    "gemm_gelu": Reference(_gemm_gelu_case, _gemm_gelu_ref),
     "cast": Reference(_cast_case, lambda a, x, y: {1: round_to(x, _DTYPE_OF_CODE[a["to"]])}),
 }
 

@@ -29,6 +29,46 @@ TT_SIMD_CLONES static void gelu_tanh_backward_f32(int64_t n, const float *restri
     }
 }
 
+TT_SIMD_CLONES static void gelu_tanh_and_grad_f32(int64_t n, float *restrict h, float *restrict y)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = h[i];
+        float t = tt_tanhf_fast(0.7978845608f * (v + 0.044715f * v * v * v));
+        float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * v * v);
+        y[i] = 0.5f * v * (1.0f + t);
+        h[i] = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    }
+}
+
+/* y = gelu(h) and h = gelu'(h) in place (gemm_gelu's epilogue when a backward follows: it
+ * then multiplies by h instead of running gelu_backward).  The formulas of tt_cpu_gelu and
+ * tt_cpu_gelu_backward. */
+TT_SIMD_CLONES void tt_gelu_and_grad(int64_t dtype, int64_t n, int64_t approx, void *h, void *y)
+{
+    if (dtype == TT_F32 && approx) {
+        gelu_tanh_and_grad_f32(n, h, y);
+        return;
+    }
+    TT_FLOAT_DISPATCH(dtype, {
+        T *ph = h, *py = y;
+        if (approx)
+            for (int64_t i = 0; i < n; i++) {
+                double v = ph[i];
+                double t = tanh(TT_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v));
+                double du = TT_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * v * v);
+                py[i] = (T)(0.5 * v * (1.0 + t));
+                ph[i] = (T)(0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du);
+            }
+        else
+            for (int64_t i = 0; i < n; i++) {
+                double v = ph[i];
+                double cdf = 0.5 * (1.0 + erf(v * TT_INV_SQRT_2));
+                py[i] = (T)(v * cdf);
+                ph[i] = (T)(cdf + v * TT_INV_SQRT_2PI * exp(-0.5 * v * v));
+            }
+    });
+}
+
 /* approx = 0: exact x * Phi(x) with erf; approx = 1: tanh approximation (GPT-2). */
 TT_SIMD_CLONES void tt_cpu_gelu(const tt_args_gelu *a, const void *x, void *y)
 {

@@ -122,15 +122,37 @@ void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
     }
 }
 
-/* c = alpha op(A) op(B) + bias: bias (n) copied into every row of C, then gemm with beta 1 (one
+/* bias (n) copied into every row of C (batch * m rows). */
+static void bias_rows(int64_t dtype, int64_t rows, int64_t n, const void *bias, void *C)
+{
+    const size_t es = dtype == TT_F64 ? sizeof(double) : sizeof(float);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)C + (size_t)(r * n) * es, bias, (size_t)n * es);
+}
+
+/* c = alpha op(A) op(B) + bias: bias copied into every row of C, then gemm with beta 1 (one
  * task where a linear layer otherwise needs a gemm and a broadcast add). */
 void tt_cpu_gemm_bias(const tt_args_gemm_bias *a, const void *A, const void *B, const void *bias, void *C)
 {
-    const int64_t rows = a->batch * a->m, n = a->n;
-    const size_t es = a->dtype == TT_F64 ? sizeof(double) : sizeof(float);
-    for (int64_t r = 0; r < rows; r++)
-        memcpy((char *)C + (size_t)(r * n) * es, bias, (size_t)n * es);
+    bias_rows(a->dtype, a->batch * a->m, a->n, bias, C);
     const tt_args_gemm g = {.dtype = a->dtype, .batch = a->batch, .m = a->m, .n = a->n, .k = a->k, .ta = a->ta,
                             .tb = a->tb, .cacc = 0, .alpha = a->alpha, .beta = 1.0};
     tt_cpu_gemm(&g, A, B, C);
+}
+
+/* The GELU epilogue of a linear layer's chain: C (+)= alpha op(A) op(B) (+ bias when first),
+ * then Y = gelu(C) while C is still in cache; C keeps the pre-activation, or with deriv
+ * becomes gelu'(pre-activation), the factor of the backward. */
+void tt_cpu_gemm_gelu(const tt_args_gemm_gelu *a, const void *A, const void *B, const void *bias, void *C, void *Y)
+{
+    if (a->first)
+        bias_rows(a->dtype, a->batch * a->m, a->n, bias, C);
+    const tt_args_gemm g = {.dtype = a->dtype, .batch = a->batch, .m = a->m, .n = a->n, .k = a->k, .ta = a->ta,
+                            .tb = a->tb, .cacc = 0, .alpha = a->alpha, .beta = 1.0};
+    tt_cpu_gemm(&g, A, B, C);
+    const tt_args_gelu ga = {.dtype = a->dtype, .n = a->batch * a->m * a->n, .approx = a->approx};
+    if (a->deriv)
+        tt_gelu_and_grad(ga.dtype, ga.n, ga.approx, C, Y);
+    else
+        tt_cpu_gelu(&ga, C, Y);
 }

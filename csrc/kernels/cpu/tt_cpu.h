@@ -178,4 +178,7 @@ static inline float tt_expf(float x)
     return p * two_n;
 }
 
+/* csrc/kernels/cpu/activations.c: y = gelu(h), then h = gelu'(h) in place (approx 1: tanh form). */
+void tt_gelu_and_grad(int64_t dtype, int64_t n, int64_t approx, void *h, void *y);
+
 #endif
