@@ -26,7 +26,7 @@ import numpy as np
 from ..ops import no_grad
 from ..ops.attention import decode_attention
 from ..runtime.kernels import copy_regions
-from ..tensors import Tensor, zeros
+from ..tensors import Tensor, reuse_buffers, zeros
 
 
 class KVCache:
@@ -287,7 +287,7 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     for m, _ in modes:
         m.eval()
     try:
-        with no_grad():
+        with no_grad(), reuse_buffers():  # each step's temporaries take the last step's tiles
             seq = _decode(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
                           int(num_draft_tokens), stats)
     finally:
