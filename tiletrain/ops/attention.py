@@ -12,7 +12,7 @@ import math
 import numbers
 
 from .._ffi import check, lib
-from ..runtime.kernels import run_span, tensor_view, tile_view, view_tiles
+from ..runtime.kernels import run_span, tensor_view, tile_view_as, view_tiles
 from ..tensors import Tensor, TensorTraits
 from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
@@ -86,17 +86,19 @@ def _one_position_view(x: Tensor, traits: TensorTraits, part: int = 0, nparts: i
     as ``traits`` (no copy, no task), or None where they cannot be (under MPI).  Also the other
     way, for merge_heads (x (B, H, 1, D) seen as (B, 1, H*D), part 0 of 1)."""
     from .shape import _view
+    if lib.tt_mpi_enabled():
+        return None
+    if nparts == 1:  # all of x: a reshape view
+        if view_tiles(x, traits.shape) != traits.tiles:
+            return None
+        return _view(x, tensor_view(x, traits.shape), traits.shape, traits.tiles)
     n = x.grid[-1] // nparts
     lo, hi = [0] * x.ndim, list(x.grid)
     lo[-1], hi[-1] = part * n, (part + 1) * n
-    ptr = tile_view(x, lo, hi)
-    if ptr is None:
+    got = tile_view_as(x, lo, hi, traits.shape)
+    if got is None or got[1] != traits.tiles:
         return None
-    sub = x.shape[:-1] + (x.shape[-1] // nparts,)
-    v = _view(x, ptr, sub, x.tiles)
-    if view_tiles(v, traits.shape) != traits.tiles:
-        return None
-    return _view(v, tensor_view(v, traits.shape), traits.shape, traits.tiles)
+    return _view(x, got[0], traits.shape, traits.tiles)
 
 
 @backward_rule("split_heads")
