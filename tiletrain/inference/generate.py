@@ -1,8 +1,9 @@
 """Generation with a key/value cache (GPT and Llama): the prompt runs once (prefill) and each
 new token runs one position through the model, attending to the cached keys and values of
 the tokens before it (``tiletrain.ops.attention.decode_attention``) instead of recomputing
-the whole context.  A model provides ``forward_cached(ids, cache, pos)``; its attention
-layers call ``cache.attend``.  Greedy output equals the uncached loop token for token.
+the whole context.  A model provides ``forward_cached(ids, cache, pos, last)`` (the logits of
+the last ``last`` positions only); its attention layers call ``cache.attend``.  Greedy output
+equals the uncached loop token for token.
 
 Sampling follows transformers' generate: temperature, then top-k, then top-p (nucleus)
 filtering; ``eos_token_id`` ends a row, which then emits the pad token (the first eos id, as
@@ -177,8 +178,8 @@ class _Lane:
             self.cache.crop(0)
         new = np.ascontiguousarray(tokens[:, self.held:])
         self.calls += 1
-        out = self.model.forward_cached(new, self.cache, self.cache.length).numpy()
-        return out[:, -last:].astype(np.float64)
+        out = self.model.forward_cached(new, self.cache, self.cache.length, last=last).numpy()
+        return out.astype(np.float64)
 
     def crop(self, held: int) -> None:
         """Keep the first ``held`` sequence tokens (drop rejected draft tokens)."""

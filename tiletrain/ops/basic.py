@@ -28,10 +28,13 @@ def _tensor(x, what: str, name: str) -> Tensor:
     return x
 
 
+_F32_F64 = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
+
+
 def _float_tensor(x, what: str, name: str) -> Tensor:
     """x, checked to be a float32 or float64 tensor (the ops without half-precision bodies)."""
     x = _tensor(x, what, name)
-    if x.dtype not in (np.float32, np.float64):
+    if x.dtype not in _F32_F64:
         extra = (f" (float16/bfloat16 tensors work with {', '.join(HALF_OPS)}; cast with astype)"
                  if is_half(x.dtype) else "")
         raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32 and float64{extra}")
