@@ -201,7 +201,7 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
-        return self.traits.ndim
+        return len(self.traits.shape)
 
     @property
     def dist(self):
