@@ -72,6 +72,7 @@ def _new_placed(traits: TensorTraits, code: int, out) -> None:
 # instead of registering new tiles; None outside.  StarPU orders the new writer after every
 # task submitted on the old tensor (write after read), so reuse never changes a result.
 _POOL: dict | None = None
+_POOL_SESSION = [None]         # the runtime session the kept tiles belong to
 _POOL_BYTES = [0]              # bytes of the tiles kept
 _POOL_DEPTH = [0]              # nesting of reuse_buffers()
 POOL_MAX_BYTES = 256 << 20     # beyond this a dropped tensor is freed as usual
@@ -79,12 +80,13 @@ POOL_MAX_PER_SHAPE = 16
 
 
 def _keep(pool: dict, t: "Tensor", ptr) -> bool:
-    """Keep a dropped tensor's tiles for reuse (reuse_buffers())?  Not views, nor tensors
-    placed on ranks (MPI), nor beyond the pool's bounds."""
-    nbytes = t.traits.size * t.dtype.itemsize
-    if _POOL_BYTES[0] + nbytes > POOL_MAX_BYTES or lib.tt_mpi_enabled() or not lib.tt_tensor_alive(ptr):
+    """Keep a dropped tensor's tiles for reuse (reuse_buffers())?  Only tensors of the pool's
+    session, within the pool's bounds."""
+    traits = t.traits
+    nbytes = traits.size * t.dtype.itemsize
+    if t._session != _POOL_SESSION[0] or _POOL_BYTES[0] + nbytes > POOL_MAX_BYTES:
         return False
-    kept = pool.setdefault((t.traits.shape, t.traits.tiles, t.dtype), [])
+    kept = pool.setdefault((traits.shape, traits.tiles, t.dtype), [])
     if len(kept) >= POOL_MAX_PER_SHAPE:
         return False
     kept.append(ptr)
@@ -99,19 +101,23 @@ def reuse_buffers():
     loops that make the same temporaries again and again, such as decoding one token per
     step (tiletrain.inference.generate).  Correct anywhere (the reuse waits for the old
     tensor's readers), but it adds those waits, so training code should not use it.  On
-    leaving the outermost block the kept tiles are freed.  Not under MPI."""
+    leaving the outermost block the kept tiles are freed.  Does nothing under MPI (tiles
+    have owners there) or without a running runtime."""
     global _POOL
-    if _POOL_DEPTH[0] == 0:
-        _POOL = {}
+    outer = _POOL_DEPTH[0] == 0
+    if outer:
+        rt = current()
+        if not lib.tt_mpi_enabled():
+            _POOL, _POOL_SESSION[0] = {}, rt.session
     _POOL_DEPTH[0] += 1
     try:
         yield
     finally:
         _POOL_DEPTH[0] -= 1
-        if _POOL_DEPTH[0] == 0:
+        if outer:
             pool, _POOL = _POOL, None
-            _POOL_BYTES[0] = 0
-            for kept in pool.values():
+            _POOL_BYTES[0], _POOL_SESSION[0] = 0, None
+            for kept in (pool or {}).values():
                 for ptr in kept:
                     lib.tt_tensor_free(ptr)
 
@@ -126,7 +132,6 @@ class Tensor:
                  "__weakref__")
 
     def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None, _fresh: bool = False):
-        rt = current()
         self.traits = traits
         self.dtype = dtype = as_dtype(dtype)
         self._ptr = ffi.NULL
@@ -134,15 +139,17 @@ class Tensor:
         self.requires_grad = False
         self.grad: Tensor | None = None
         self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
-        if _POOL is not None and _owners is None and not _fresh:  # reuse_buffers(): a dropped tensor's tiles
-            kept = _POOL.get((traits.shape, traits.tiles, dtype))
+        pool = _POOL
+        if pool is not None and _owners is None and not _fresh:  # reuse_buffers(): a dropped tensor's tiles
+            kept = pool.get((traits.shape, traits.tiles, dtype))
             while kept:
                 ptr = kept.pop()
                 _POOL_BYTES[0] -= traits.size * dtype.itemsize
-                if lib.tt_tensor_alive(ptr):
-                    self._ptr, self._session = ptr, rt.session
+                if lib.tt_tensor_alive(ptr):  # (its session is the running one)
+                    self._ptr, self._session = ptr, _POOL_SESSION[0]
                     return
                 lib.tt_tensor_free(ptr)
+        rt = current()
         out = ffi.new("tt_tensor **")
         if _owners is not None:  # placed like another tensor (autograd's leaf gradients)
             check(lib.tt_tensor_new_owned(traits.ndim, traits.shape, traits.tiles, DTYPES[dtype],
