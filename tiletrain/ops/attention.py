@@ -50,6 +50,10 @@ def head_tile(tc: int, C: int, D: int, nparts: int) -> int:
     return D * max(h for h in range(1, heads + 1) if (nparts == 1 or heads % h == 0) and h * D <= max(tc, D))
 
 
+# (x's shape, x's tiles, n_head, nparts) -> the heads' traits, for geometries already validated
+_HEADS: dict = {}
+
+
 def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tensor:
     """Part ``part`` of x (B, T, nparts*C) as heads (B, n_head, T, D), D = C // n_head.
 
@@ -59,16 +63,22 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
     tile_T, D)."""
     what = "split_heads"
     _float_tensor(x, what, "x")
-    n_head = _int(n_head, what, "n_head")
-    nparts = _int(nparts, what, "nparts")
-    part = _int(part, what, "part")
-    if n_head < 1:
-        raise ValueError(f"{what}: n_head must be >= 1, got {n_head}")
-    if nparts < 1:
-        raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
-    if not 0 <= part < nparts:
-        raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
-    traits = _heads_traits(x.traits, n_head, nparts, what)
+    key = (x.traits.shape, x.traits.tiles, n_head, nparts)
+    traits = _HEADS.get(key) if type(n_head) is int and type(nparts) is int and type(part) is int else None
+    if traits is None or not 0 <= part < nparts:  # (a hit: the same geometry validated before)
+        n_head = _int(n_head, what, "n_head")
+        nparts = _int(nparts, what, "nparts")
+        part = _int(part, what, "part")
+        if n_head < 1:
+            raise ValueError(f"{what}: n_head must be >= 1, got {n_head}")
+        if nparts < 1:
+            raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
+        if not 0 <= part < nparts:
+            raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
+        traits = _heads_traits(x.traits, n_head, nparts, what)
+        if len(_HEADS) > 1024:
+            _HEADS.clear()
+        _HEADS[(x.traits.shape, x.traits.tiles, n_head, nparts)] = traits
     tc = traits.tiles[1] * traits.tiles[3]
     if x.tiles[2] != tc:  # heads straddle tiles: re-tiled first (copy tasks)
         from .shape import retile
