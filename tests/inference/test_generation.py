@@ -50,6 +50,22 @@ def test_cached_logits_of_the_last_positions(kind):
     np.testing.assert_allclose(tail, full[:, 10:], rtol=1e-10, atol=1e-12)
 
 
+def test_generate_frees_its_reused_step_buffers():
+    """generate decodes under tensors.reuse_buffers(): the kept tiles are freed when it returns."""
+    import sys
+    from tiletrain._ffi import lib
+    pool = sys.modules["tiletrain.tensors.tensor"]
+    m = _model(Tiling(time=4, width=8))
+    ids = np.random.default_rng(3).integers(0, 50, (2, 5))
+    m.generate(ids, 3, temperature=0)   # a first run: parameters' lazily made tensors exist
+    tt.wait()
+    before = lib.tt_bytes_live()
+    m.generate(ids, 8, temperature=0)
+    tt.wait()
+    assert pool._POOL is None and pool._POOL_BYTES[0] == 0
+    assert lib.tt_bytes_live() == before
+
+
 def test_greedy_equals_the_uncached_loop():
     m = _model(Tiling(time=4, width=8), seed=3)
     prompt = np.random.default_rng(2).integers(0, 50, (3, 5))
