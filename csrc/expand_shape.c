@@ -435,3 +435,32 @@ int tt_tensor_tile_view(tt_tensor *x, const int64_t *lo, const int64_t *hi, tt_t
     }
     return TT_OK;
 }
+
+/* tile_view followed by a reshape to `shape`, in one struct with its own handle arrays, its
+ * tile shape in tiles[ndim]; *out is NULL (and TT_OK returned) when the sub-grid's tiles do
+ * not line up with `shape`. */
+int tt_tensor_tile_view_as(tt_tensor *x, const int64_t *lo, const int64_t *hi, int ndim, const int64_t *shape,
+                           int64_t *tiles, tt_tensor **out)
+{
+    if (!tiles)
+        return tt_error(TT_EINVAL, "tensor tile view: tiles is NULL");
+    int rc = tt_tensor_tile_view(x, lo, hi, out);
+    if (rc)
+        return rc;
+    tt_tensor *t = *out;
+    if (!tt_reshape_tiles(t, ndim, shape, tiles)) {
+        tt_tensor_free(t);
+        *out = NULL;
+        return TT_OK;
+    }
+    int64_t n = t->ntiles;
+    set_geometry(t, ndim, shape, tiles);
+    if (t->ntiles != n) { /* cannot happen when view_tiles holds; never share a wrong mapping */
+        int64_t m = t->ntiles;
+        tt_tensor_free(t);
+        *out = NULL;
+        return tt_error(TT_EINVAL, "tensor tile view: %lld tiles for %lld (internal error)", (long long)m,
+                        (long long)n);
+    }
+    return TT_OK;
+}

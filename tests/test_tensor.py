@@ -1,5 +1,7 @@
 """Tiled tensors: geometry, round trips, factories, dtypes."""
+import contextlib
 import gc
+import sys
 
 import numpy as np
 import pytest
@@ -114,3 +116,48 @@ def test_temporaries_are_freed(rng, leak):
     else:
         assert grown == 0
     assert tt.sum(a).numpy().shape == ()
+
+
+def test_reuse_buffers_hands_dropped_tiles_on_in_dataflow_order(rng):
+    """Inside reuse_buffers() a new tensor of a dropped one's shape, tiling and dtype takes its
+    tiles; the new writer still waits for the tasks that read the old contents."""
+    T = sys.modules["tiletrain.tensors.tensor"]   # (tiletrain.tensors.tensor is also a function)
+    a_np = rng.standard_normal((11, 7))
+    a = tt.from_numpy(a_np, (4, 3))
+    with tt.tensors.reuse_buffers():
+        b = a * 2.0
+        c = b + 1.0                       # reads b's tiles
+        old = b._ptr
+        del b                             # kept, not freed
+        d = a * 3.0                       # takes b's tiles: written after c's read of them
+        assert d._ptr == old
+        e = a.astype(np.float32)          # another dtype: new tiles
+        assert e._ptr != old
+        f = tt.from_numpy(a_np, (4, 3))   # from_numpy never takes kept tiles (its write is synchronous)
+        np.testing.assert_allclose(c.numpy(), a_np * 2.0 + 1.0)
+        del c
+        g = tt.from_numpy(a_np, (4, 3))
+        assert len(T._POOL[((11, 7), (4, 3), np.dtype(np.float64))]) == 1
+        np.testing.assert_allclose(d.numpy(), a_np * 3.0)
+        np.testing.assert_allclose(f.numpy(), a_np)
+        np.testing.assert_allclose(g.numpy(), a_np)
+        with tt.tensors.reuse_buffers():          # nested: the same pool
+            h = a - 1.0
+        np.testing.assert_allclose(h.numpy(), a_np - 1.0)
+        del d, h
+        assert T._POOL is not None
+    assert T._POOL is None and T._POOL_BYTES[0] == 0   # the kept tiles were freed on leaving
+
+
+def test_reuse_buffers_results_match_without(rng):
+    x_np = rng.standard_normal((9, 10))
+    want = None
+    for reuse in (False, True):
+        with tt.tensors.reuse_buffers() if reuse else contextlib.nullcontext():
+            x = tt.from_numpy(x_np, (4, 4))
+            for _ in range(5):   # each round drops the last round's temporaries
+                x = (x * 0.5 + 1.0).tanh()
+            got = x.numpy()
+        if want is None:
+            want = got
+    np.testing.assert_array_equal(got, want)

@@ -180,6 +180,10 @@ int tt_reshape_tiles(const tt_tensor *x, int ndim, const int64_t *shape, int64_t
  * tiles lo[d] <= idx[d] < hi[d] (not under MPI). */
 int tt_tensor_view(tt_tensor *x, int ndim, const int64_t *shape, tt_tensor **out);
 int tt_tensor_tile_view(tt_tensor *x, const int64_t *lo, const int64_t *hi, tt_tensor **out);
+/* tile_view seen as `shape` (one struct; its tile shape in tiles[ndim]); *out NULL when the
+ * tiles do not line up with `shape` */
+int tt_tensor_tile_view_as(tt_tensor *x, const int64_t *lo, const int64_t *hi, int ndim, const int64_t *shape,
+                           int64_t *tiles, tt_tensor **out);
 
 /* -- attention -- */
 /* Heads: x (B, T, nparts*C) <-> y (B, H, T, D), H*D = C, part `part` of x's last axis.

@@ -32,6 +32,40 @@ def test_cached_logits_equal_the_whole_context(tiling, time_tile):
     np.testing.assert_allclose(np.concatenate(got, axis=1), full, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+def test_cached_logits_of_the_last_positions(kind):
+    """forward_cached(..., last=n): the logits of the last n positions only, as the whole
+    context's; the keys and values of every position still go into the cache."""
+    m = _model(Tiling(time=4, width=8)) if kind == "gpt" else _llama()
+    ids = np.random.default_rng(2).integers(0, 50, (2, 12))
+    cache = KVCache(2, 12, 4)
+    with tt.no_grad():
+        full = m(ids).numpy()
+        first = m.forward_cached(ids[:, :7], cache, 0, last=1)           # prefill: one position's logits
+        assert first.shape == (2, 1, 50)
+        mid = m.forward_cached(ids[:, 7:10], cache, 7, last=2).numpy()   # verification of drafted tokens
+        tail = m.forward_cached(ids[:, 10:], cache, 10, last=5).numpy()  # last > n: all n
+    np.testing.assert_allclose(first.numpy(), full[:, 6:7], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mid, full[:, 8:10], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(tail, full[:, 10:], rtol=1e-10, atol=1e-12)
+
+
+def test_generate_frees_its_reused_step_buffers():
+    """generate decodes under tensors.reuse_buffers(): the kept tiles are freed when it returns."""
+    import sys
+    from tiletrain._ffi import lib
+    pool = sys.modules["tiletrain.tensors.tensor"]
+    m = _model(Tiling(time=4, width=8))
+    ids = np.random.default_rng(3).integers(0, 50, (2, 5))
+    m.generate(ids, 3, temperature=0)   # a first run: parameters' lazily made tensors exist
+    tt.wait()
+    before = lib.tt_bytes_live()
+    m.generate(ids, 8, temperature=0)
+    tt.wait()
+    assert pool._POOL is None and pool._POOL_BYTES[0] == 0
+    assert lib.tt_bytes_live() == before
+
+
 def test_greedy_equals_the_uncached_loop():
     m = _model(Tiling(time=4, width=8), seed=3)
     prompt = np.random.default_rng(2).integers(0, 50, (3, 5))

@@ -1,8 +1,9 @@
 """Generation with a key/value cache (GPT and Llama): the prompt runs once (prefill) and each
 new token runs one position through the model, attending to the cached keys and values of
 the tokens before it (``tiletrain.ops.attention.decode_attention``) instead of recomputing
-the whole context.  A model provides ``forward_cached(ids, cache, pos)``; its attention
-layers call ``cache.attend``.  Greedy output equals the uncached loop token for token.
+the whole context.  A model provides ``forward_cached(ids, cache, pos, last)`` (the logits of
+the last ``last`` positions only); its attention layers call ``cache.attend``.  Greedy output
+equals the uncached loop token for token.
 
 Sampling follows transformers' generate: temperature, then top-k, then top-p (nucleus)
 filtering; ``eos_token_id`` ends a row, which then emits the pad token (the first eos id, as
@@ -26,7 +27,7 @@ import numpy as np
 from ..ops import no_grad
 from ..ops.attention import decode_attention
 from ..runtime.kernels import copy_regions
-from ..tensors import Tensor, zeros
+from ..tensors import Tensor, reuse_buffers, zeros
 
 
 class KVCache:
@@ -177,7 +178,7 @@ class _Lane:
             self.cache.crop(0)
         new = np.ascontiguousarray(tokens[:, self.held:])
         self.calls += 1
-        return self.model.forward_cached(new, self.cache, self.cache.length)
+        return self.model.forward_cached(new, self.cache, self.cache.length, last=last)
 
     def logits(self, tokens: np.ndarray, last: int = 1) -> np.ndarray:
         """Run the tokens of ``tokens`` (B, L) the cache does not hold; the logits (B, last,
@@ -299,7 +300,7 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     for m, _ in modes:
         m.eval()
     try:
-        with no_grad():
+        with no_grad(), reuse_buffers():  # each step's temporaries take the last step's tiles
             seq = _run(_rounds(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
                                int(num_draft_tokens), stats))
     finally:

@@ -176,6 +176,11 @@ class Block(Module):
         return self.attn(self.ln_1(x), cache, layer, pos)
 
 
+def last_positions(x: Tensor, last: int | None) -> Tensor:
+    """x (B, T, C) cut to its last ``last`` positions (all when None or >= T; a copy task)."""
+    return x if last is None or last >= x.shape[1] else x[:, x.shape[1] - last:]
+
+
 class LMHead(Module):
     """logits = x @ weight^T with weight the (vocab, C) token-embedding table (tied)."""
 
@@ -224,14 +229,15 @@ class GPT(Module):
         x = self.transformer.ln_f(x)
         return self.lm_head(x)                                          # (B, T, vocab)
 
-    def forward_cached(self, ids, cache, pos: int) -> Tensor:
+    def forward_cached(self, ids, cache, pos: int, last: int | None = None) -> Tensor:
         """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
         with the keys and values of earlier positions read from ``cache`` and theirs written
-        to it (inference: tiletrain/inference)."""
+        to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
+        only (B, last, vocab) (a prefill needs one, speculative verification k + 1)."""
         x = self._embed(self._ids(ids, "ids"), pos)
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache, i, pos)
-        return self.lm_head(self.transformer.ln_f(x))
+        return self.lm_head(self.transformer.ln_f(last_positions(x, last)))
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
         """Token plus position embeddings (B, T, C) of idx (B, T) at positions start.."""

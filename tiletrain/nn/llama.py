@@ -18,7 +18,7 @@ from .. import functional as F
 from ..tensors import Tensor
 from ..tensors.tensor import as_dtype
 from ..utils.checkpoint import checkpoint
-from .gpt import GPT, RECOMPUTE, LMHead, Tiling, _positive_int
+from .gpt import GPT, RECOMPUTE, LMHead, Tiling, _positive_int, last_positions
 from .layers import Embedding, Linear, normal
 from .module import Module, ModuleDict, ModuleList, Parameter
 
@@ -244,14 +244,15 @@ class Llama(Module):
         n = self.num_parameters() - (0 if c.tie_word_embeddings else self.model.embed_tokens.weight.numel())
         return 6 * n + 12 * c.num_hidden_layers * c.hidden_size * T
 
-    def forward_cached(self, ids, cache, pos: int) -> Tensor:
+    def forward_cached(self, ids, cache, pos: int, last: int | None = None) -> Tensor:
         """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
         with the keys and values of earlier positions read from ``cache`` and theirs written
-        to it (inference: tiletrain/inference)."""
+        to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
+        only (B, last, vocab)."""
         x = self.model.embed_tokens(self._ids(ids, "ids"))
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cache, i, pos)
-        return self.lm_head(self.model.norm(x))
+        return self.lm_head(self.model.norm(last_positions(x, last)))
 
     generate = GPT.generate  # with a key/value cache (tiletrain/inference)
 

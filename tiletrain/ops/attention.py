@@ -13,7 +13,7 @@ import numbers
 from dataclasses import dataclass
 
 from .._ffi import check, lib
-from ..runtime.kernels import run_span, tensor_view, tile_view, view_tiles
+from ..runtime.kernels import run_span, tensor_view, tile_view_as, view_tiles
 from ..tensors import Tensor, TensorTraits
 from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
@@ -51,6 +51,10 @@ def head_tile(tc: int, C: int, D: int, nparts: int) -> int:
     return D * max(h for h in range(1, heads + 1) if (nparts == 1 or heads % h == 0) and h * D <= max(tc, D))
 
 
+# (x's shape, x's tiles, n_head, nparts) -> the heads' traits, for geometries already validated
+_HEADS: dict = {}
+
+
 def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tensor:
     """Part ``part`` of x (B, T, nparts*C) as heads (B, n_head, T, D), D = C // n_head.
 
@@ -60,16 +64,22 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
     tile_T, D)."""
     what = "split_heads"
     _float_tensor(x, what, "x")
-    n_head = _int(n_head, what, "n_head")
-    nparts = _int(nparts, what, "nparts")
-    part = _int(part, what, "part")
-    if n_head < 1:
-        raise ValueError(f"{what}: n_head must be >= 1, got {n_head}")
-    if nparts < 1:
-        raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
-    if not 0 <= part < nparts:
-        raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
-    traits = _heads_traits(x.traits, n_head, nparts, what)
+    key = (x.traits.shape, x.traits.tiles, n_head, nparts)
+    traits = _HEADS.get(key) if type(n_head) is int and type(nparts) is int and type(part) is int else None
+    if traits is None or not 0 <= part < nparts:  # (a hit: the same geometry validated before)
+        n_head = _int(n_head, what, "n_head")
+        nparts = _int(nparts, what, "nparts")
+        part = _int(part, what, "part")
+        if n_head < 1:
+            raise ValueError(f"{what}: n_head must be >= 1, got {n_head}")
+        if nparts < 1:
+            raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
+        if not 0 <= part < nparts:
+            raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
+        traits = _heads_traits(x.traits, n_head, nparts, what)
+        if len(_HEADS) > 1024:
+            _HEADS.clear()
+        _HEADS[(x.traits.shape, x.traits.tiles, n_head, nparts)] = traits
     tc = traits.tiles[1] * traits.tiles[3]
     if x.tiles[2] != tc:  # heads straddle tiles: re-tiled first (copy tasks)
         from .shape import retile
@@ -87,17 +97,19 @@ def _one_position_view(x: Tensor, traits: TensorTraits, part: int = 0, nparts: i
     as ``traits`` (no copy, no task), or None where they cannot be (under MPI).  Also the other
     way, for merge_heads (x (B, H, 1, D) seen as (B, 1, H*D), part 0 of 1)."""
     from .shape import _view
+    if lib.tt_mpi_enabled():
+        return None
+    if nparts == 1:  # all of x: a reshape view
+        if view_tiles(x, traits.shape) != traits.tiles:
+            return None
+        return _view(x, tensor_view(x, traits.shape), traits.shape, traits.tiles)
     n = x.grid[-1] // nparts
     lo, hi = [0] * x.ndim, list(x.grid)
     lo[-1], hi[-1] = part * n, (part + 1) * n
-    ptr = tile_view(x, lo, hi)
-    if ptr is None:
+    got = tile_view_as(x, lo, hi, traits.shape)
+    if got is None or got[1] != traits.tiles:
         return None
-    sub = x.shape[:-1] + (x.shape[-1] // nparts,)
-    v = _view(x, ptr, sub, x.tiles)
-    if view_tiles(v, traits.shape) != traits.tiles:
-        return None
-    return _view(v, tensor_view(v, traits.shape), traits.shape, traits.tiles)
+    return _view(x, got[0], traits.shape, traits.tiles)
 
 
 @backward_rule("split_heads")

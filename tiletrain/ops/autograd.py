@@ -89,7 +89,7 @@ def needs_grad(*tensors) -> bool:
 
 def record(op: str, out: Tensor, inputs: Sequence, saved: Sequence = (), **ctx: Any) -> Tensor:
     """Attach a node to ``out`` if any input requires gradients (and grad mode is on)."""
-    if not needs_grad(*inputs):
+    if not getattr(_state, "enabled", True) or not needs_grad(*inputs):  # (no_grad: the inference hot path)
         return out
     if op not in BACKWARD:
         raise RuntimeError(f"op {op!r} has no backward rule")

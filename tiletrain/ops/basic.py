@@ -28,10 +28,13 @@ def _tensor(x, what: str, name: str) -> Tensor:
     return x
 
 
+_F32_F64 = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
+
+
 def _float_tensor(x, what: str, name: str) -> Tensor:
     """x, checked to be a float32 or float64 tensor (the ops without half-precision bodies)."""
     x = _tensor(x, what, name)
-    if x.dtype not in (np.float32, np.float64):
+    if x.dtype not in _F32_F64:
         extra = (f" (float16/bfloat16 tensors work with {', '.join(HALF_OPS)}; cast with astype)"
                  if is_half(x.dtype) else "")
         raise TypeError(f"{what}: {name} has dtype {x.dtype}; this op supports float32 and float64{extra}")
@@ -331,31 +334,32 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     _any_float_tensor(b, what, "b")
     if a.dtype != b.dtype:
         raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
-    if a.ndim < 2 or b.ndim < 2:
-        raise ValueError(f"{what}: operands need rank >= 2, got shapes {a.shape} and {b.shape}")
-    nd = a.ndim
-    batched = b.ndim > 2
+    (ash, ati), (bsh, bti) = (a.traits.shape, a.traits.tiles), (b.traits.shape, b.traits.tiles)
+    nd, bnd = len(ash), len(bsh)
+    if nd < 2 or bnd < 2:
+        raise ValueError(f"{what}: operands need rank >= 2, got shapes {ash} and {bsh}")
+    batched = bnd > 2
     if batched:
-        if b.ndim != nd:
-            raise ValueError(f"{what}: batched b must have a's rank {nd}, got shape {b.shape}")
-        if a.shape[:-2] != b.shape[:-2]:
-            raise ValueError(f"{what}: batch dimensions differ: a {a.shape[:-2]}, b {b.shape[:-2]}")
+        if bnd != nd:
+            raise ValueError(f"{what}: batched b must have a's rank {nd}, got shape {bsh}")
+        if ash[:-2] != bsh[:-2]:
+            raise ValueError(f"{what}: batch dimensions differ: a {ash[:-2]}, b {bsh[:-2]}")
     elif nd > 2 and transpose_a:
-        raise ValueError(f"{what}: transpose_a needs a 2-D a when b is 2-D (a has shape {a.shape})")
+        raise ValueError(f"{what}: transpose_a needs a 2-D a when b is 2-D (a has shape {ash})")
     am, ak = (nd - 1, nd - 2) if transpose_a else (nd - 2, nd - 1)
-    bo = b.ndim - 2
+    bo = bnd - 2
     bk, bn = (bo + 1, bo) if transpose_b else (bo, bo + 1)
-    if a.shape[ak] != b.shape[bk]:
-        raise ValueError(f"{what}: inner dimensions differ: a {a.shape} (transpose_a={transpose_a}) "
-                         f"and b {b.shape} (transpose_b={transpose_b}) contract {a.shape[ak]} with {b.shape[bk]}")
-    want = (a.tiles[:-2] if batched else b.tiles[:-2]) + tuple(
-        a.tiles[ak] if i == bk - (b.ndim - 2) else t for i, t in enumerate(b.tiles[-2:]))
-    if b.tiles != want:  # b re-tiled like a along the batch and contracted axes (copy tasks)
+    if ash[ak] != bsh[bk]:
+        raise ValueError(f"{what}: inner dimensions differ: a {ash} (transpose_a={transpose_a}) "
+                         f"and b {bsh} (transpose_b={transpose_b}) contract {ash[ak]} with {bsh[bk]}")
+    want = (ati[:-2] if batched else bti[:-2]) + ((ati[ak], bti[-1]) if bk == bo else (bti[-2], ati[ak]))
+    if bti != want:  # b re-tiled like a along the batch and contracted axes (copy tasks)
         from .shape import retile
         b = retile(b, want)
-    shape = a.shape[:-2] + (a.shape[am], b.shape[bn])
-    tiles = a.tiles[:-2] + (a.tiles[am], b.tiles[bn])
-    alpha = _scalar(alpha, what, "alpha")
+        bti = b.traits.tiles
+    shape = ash[:-2] + (ash[am], bsh[bn])
+    tiles = ati[:-2] + (ati[am], bti[bn])
+    alpha = alpha if type(alpha) is float else _scalar(alpha, what, "alpha")
     ta, tb = bool(transpose_a), bool(transpose_b)
     c = _gemm(alpha, a, ta, b, tb, TensorTraits(shape, tiles), chain=a.grid[ak] > 1)
     return record("matmul", c, (a, b), saved=(a, b), alpha=alpha, ta=ta, tb=tb, folded=not batched and nd > 2)

@@ -25,6 +25,8 @@ def _cols_traits(x: Tensor) -> TensorTraits:
 
 
 def _eps(eps, what: str) -> float:
+    if type(eps) is float and 0.0 < eps < float("inf"):  # the common case, without the ABC check
+        return eps
     if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
         raise TypeError(f"{what}: eps must be a real number, got {type(eps).__name__}")
     eps = float(eps)

@@ -172,5 +172,20 @@ def tile_view(x, lo, hi):
     return ffi.gc(out[0], lib.tt_tensor_free)
 
 
-__all__ = ["copy_regions", "gemm", "gemm_bias", "gemm_bias_gelu", "kernel_id", "kernel_names", "run_batch", "run_cast", "run_map", "run_norm",
-           "run_span", "sum_all", "tensor_view", "tile_view", "view_tiles"]
+def tile_view_as(x, lo, hi, shape):
+    """tile_view(x, lo, hi) seen as ``shape`` (one C tensor, no copy) and its tile shape, or
+    None under MPI or when those tiles do not line up with ``shape``; the C tensor frees itself
+    (never the tiles) when dropped."""
+    if lib.tt_mpi_enabled():
+        return None
+    out, tiles = ffi.new("tt_tensor **"), ffi.new("int64_t[]", max(len(shape), 1))
+    check(lib.tt_tensor_tile_view_as(x._ptr, ffi.new("int64_t[]", lo), ffi.new("int64_t[]", hi), len(shape),
+                                     ffi.new("int64_t[]", shape), tiles, out))
+    if out[0] == ffi.NULL:
+        return None
+    return ffi.gc(out[0], lib.tt_tensor_free), tuple(tiles[i] for i in range(len(shape)))
+
+
+__all__ = ["copy_regions", "gemm", "gemm_bias", "gemm_bias_gelu", "kernel_id", "kernel_names", "run_batch",
+           "run_cast", "run_map", "run_norm", "run_span", "sum_all", "tensor_view", "tile_view", "tile_view_as",
+           "view_tiles"]

@@ -12,6 +12,7 @@ DEFAULT_TILE = 512
 
 # (shape, tiles) as given -> validated (shape, tiles, grid) (TensorTraits.__init__)
 _GEOMETRY: dict = {}
+_INT = frozenset((int,))
 
 
 def _env_max_tiles() -> int:
@@ -49,7 +50,7 @@ def get_max_tiles() -> int:
 
 
 def _as_dims(value, name: str) -> tuple[int, ...]:
-    if type(value) is tuple and all(type(d) is int for d in value):
+    if type(value) is tuple and _INT.issuperset(map(type, value)):
         return value  # the common case (another tensor's shape): nothing to convert
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return (int(value),)
@@ -75,8 +76,8 @@ class TensorTraits:
             key = (shape, tiles)
             geom = _GEOMETRY.get(key)
             # a hit must also be ints (8.0 == 8 would match a cached int shape)
-            if geom is not None and all(type(d) is int for d in shape) and (
-                    tiles is None or all(type(t) is int for t in tiles)):
+            if geom is not None and _INT.issuperset(map(type, shape)) and (
+                    tiles is None or _INT.issuperset(map(type, tiles))):
                 self.shape, self.tiles, self.grid = geom
                 self.dist = None
                 if dist is not None:
