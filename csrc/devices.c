@@ -200,16 +200,9 @@ int tt_run_kernel(int kernel, const void *args, int nbuf, void *const *bufs, con
             return tt_error(TT_EINVAL, "run_kernel: buffer %d is empty", i);
         starpu_vector_data_register(&h[i], STARPU_MAIN_RAM, (uintptr_t)bufs[i], (uint32_t)nbytes[i], 1);
     }
-    void *a = tt_args_new(kernel);
-    if (!a) {
-        for (int i = 0; i < nbuf; i++)
-            starpu_data_unregister(h[i]);
-        return tt_error(TT_ENOMEM, "run_kernel: out of memory");
-    }
-    memcpy(a, args, k->args_size);
     int old = where_pref;
     where_pref = mask;
-    int rc = tt_submit(kernel, a, h, NULL);
+    int rc = tt_submit(kernel, args, h, NULL);
     where_pref = old;
     for (int i = 0; i < nbuf; i++)
         starpu_data_unregister(h[i]); /* waits for the task and brings the data home */

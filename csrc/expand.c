@@ -29,21 +29,6 @@ static int check_kernel_dtype(const tt_kernel_desc *k, int dtype)
     return TT_OK;
 }
 
-/* A task's arguments on the expander's stack (tt_submit_copy copies them into the task):
- * room for any kernel's struct, int64 and double fields only. */
-typedef union {
-    int64_t i[64];
-    double d[64];
-} args_buf;
-
-static int args_fit(const tt_kernel_desc *k)
-{
-    if (k->args_size <= sizeof(args_buf))
-        return TT_OK;
-    return tt_error(TT_EINVAL, "%s: argument struct of %zu bytes, more than an expander's %zu", k->name,
-                    (size_t)k->args_size, sizeof(args_buf));
-}
-
 /* One task per tile of tensors of one layout (checked by the caller); tasks of `dtype`. */
 static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_tensor *const *tensors)
 {
@@ -51,9 +36,9 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
     const tt_tensor *t0 = tensors[0];
     starpu_data_handle_t h[8];
     int64_t idx[TT_MAX_NDIM];
-    args_buf buf;
+    tt_args_buf buf;
     void *a = &buf;
-    int rc = args_fit(k);
+    int rc = tt_args_fit(kernel);
     if (rc)
         return rc;
     memcpy(a, args, k->args_size);
@@ -65,7 +50,7 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
             *(int64_t *)((char *)a + k->off[TT_OFF_TILE]) = i;
         for (int j = 0; j < ntensors; j++)
             h[j] = tensors[j]->handles[i];
-        rc = tt_submit_copy(kernel, a, h, NULL);
+        rc = tt_submit(kernel, a, h, NULL);
         if (rc)
             return rc;
     }
@@ -244,9 +229,9 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     int64_t xidx[TT_MAX_NDIM], oidx[TT_MAX_NDIM], sidx[TT_MAX_NDIM];
     starpu_data_handle_t h[8];
     enum starpu_data_access_mode modes[8];
-    args_buf buf;
+    tt_args_buf buf;
     void *a = &buf;
-    if ((rc = args_fit(k)))
+    if ((rc = tt_args_fit(kernel)))
         return rc;
     memcpy(a, args, k->args_size);
     for (int64_t o = 0; o < nouter; o++) {
@@ -286,7 +271,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
                 if (reduce && sp == 0 && (modes[nfull + j] & STARPU_W))
                     modes[nfull + j] = STARPU_W;
             }
-            rc = tt_submit_copy(kernel, a, h, modes);
+            rc = tt_submit(kernel, a, h, modes);
             if (rc)
                 return rc;
         }
@@ -324,7 +309,7 @@ int tt_sum_all(double alpha, tt_tensor *x, double beta, tt_tensor *y)
                                    .beta = i == 0 ? beta : 1.0};
         enum starpu_data_access_mode modes[2] = {STARPU_R, (i == 0 && beta == 0.0) ? STARPU_W : STARPU_RW};
         starpu_data_handle_t h[2] = {x->handles[i], y->handles[0]};
-        rc = tt_submit_copy(TT_K_SUM_ALL, &a, h, modes);
+        rc = tt_submit(TT_K_SUM_ALL, &a, h, modes);
         if (rc)
             return rc;
     }
@@ -388,7 +373,7 @@ static int submit_gemm_task(const gemm_op *op, const int64_t *aidx, const int64_
         h[nb] = op->y->handles[t];
         modes[nb++] = STARPU_W;
     }
-    return tt_submit_copy(kernel, args, h, modes);
+    return tt_submit(kernel, args, h, modes);
 }
 
 /* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),

@@ -63,23 +63,17 @@ static int heads_permute(int kernel, const char *what, tt_tensor *x, tt_tensor *
         const int64_t nb = tt_tile_dim(y, 0, yidx[0]), nh = tt_tile_dim(y, 1, yidx[1]);
         const int64_t nt = tt_tile_dim(y, 2, yidx[2]), hd = y->shape[3];
         starpu_data_handle_t h[2];
-        void *args = tt_args_new(kernel);
-        if (!args)
-            return tt_error(TT_ENOMEM, "%s: out of memory", what);
         if (kernel == TT_K_HEADS_SPLIT) {
-            tt_args_heads_split *a = args;
-            a->dtype = x->dtype;
-            a->nb = nb, a->nt = nt, a->nh = nh, a->hd = hd;
+            const tt_args_heads_split a = {.dtype = x->dtype, .nb = nb, .nt = nt, .nh = nh, .hd = hd};
             h[0] = x->handles[tt_tile_linear(x, xidx)];
             h[1] = y->handles[t];
+            CHECK(tt_submit(kernel, &a, h, NULL));
         } else {
-            tt_args_heads_merge *a = args;
-            a->dtype = x->dtype;
-            a->nb = nb, a->nh = nh, a->nt = nt, a->hd = hd;
+            const tt_args_heads_merge a = {.dtype = x->dtype, .nb = nb, .nh = nh, .nt = nt, .hd = hd};
             h[0] = y->handles[t];
             h[1] = x->handles[tt_tile_linear(x, xidx)];
+            CHECK(tt_submit(kernel, &a, h, NULL));
         }
-        CHECK(tt_submit(kernel, args, h, NULL));
     }
     return TT_OK;
 }
@@ -107,13 +101,8 @@ static int heads_fill_others(const char *what, tt_tensor *x, int keep, uint32_t 
         const int64_t p = idx[2] * tc / C;
         if (keep >= 0 ? p == keep : (p < 32 && (mask >> p) & 1u))
             continue;
-        tt_args_fill *a = tt_args_new(TT_K_FILL);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", what);
-        a->dtype = x->dtype;
-        a->n = tt_tile_nelems(x, idx);
-        a->value = 0.0;
-        CHECK(tt_submit(TT_K_FILL, a, &x->handles[t], NULL));
+        const tt_args_fill a = {.dtype = x->dtype, .n = tt_tile_nelems(x, idx), .value = 0.0};
+        CHECK(tt_submit(TT_K_FILL, &a, &x->handles[t], NULL));
     }
     return TT_OK;
 }
@@ -276,11 +265,7 @@ static int attn_fwd_submit(const char *what, tt_tensor *q, tt_tensor *k, tt_tens
         const int64_t qoff = q_start + qi[2] * tq0, lastkey = (qoff + tq - 1) / tk0;
         const int64_t last = causal ? (lastkey < nkt - 1 ? lastkey : nkt - 1) : nkt - 1;
         for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
-            tt_args_attn_fwd *a = tt_args_new(TT_K_ATTN_FWD);
-            if (!a) {
-                rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
-                break;
-            }
+            tt_args_attn_fwd args = {0}, *a = &args;
             a->dtype = q->dtype;
             a->bh = bh, a->tq = tq, a->tk = tt_tile_dim(k, 2, j), a->hd = D;
             a->qoff = qoff, a->koff = j * tk0, a->causal = causal != 0, a->init = j == 0;
@@ -295,15 +280,9 @@ static int attn_fwd_submit(const char *what, tt_tensor *q, tt_tensor *k, tt_tens
         }
         if (rc)
             break;
-        tt_args_attn_fwd_norm *n = tt_args_new(TT_K_ATTN_FWD_NORM);
-        if (!n) {
-            rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
-            break;
-        }
-        n->dtype = q->dtype;
-        n->bh = bh, n->tq = tq, n->hd = D;
+        const tt_args_attn_fwd_norm n = {.dtype = q->dtype, .bh = bh, .tq = tq, .hd = D};
         starpu_data_handle_t h[3] = {o->handles[t], lse->handles[r], l->handles[r]};
-        rc = tt_submit(TT_K_ATTN_FWD_NORM, n, h, NULL);
+        rc = tt_submit(TT_K_ATTN_FWD_NORM, &n, h, NULL);
     }
     tt_tensor_free(l);
     if (rc)
@@ -379,16 +358,10 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
     for (int64_t t = 0; t < q->ntiles && rc == TT_OK; t++) {
         int64_t bh, tq;
         attn_tile(q, t, qi, &bh, &tq);
-        tt_args_attn_bwd_rows *a = tt_args_new(TT_K_ATTN_BWD_ROWS);
-        if (!a) {
-            rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
-            break;
-        }
-        a->dtype = q->dtype;
-        a->bh = bh, a->tq = tq, a->hd = D;
+        const tt_args_attn_bwd_rows a = {.dtype = q->dtype, .bh = bh, .tq = tq, .hd = D};
         starpu_data_handle_t h[4] = {dout->handles[t], o->handles[t], lse->handles[tt_tile_linear(lse, qi)],
                                      st->handles[t]};
-        rc = tt_submit(TT_K_ATTN_BWD_ROWS, a, h, NULL);
+        rc = tt_submit(TT_K_ATTN_BWD_ROWS, &a, h, NULL);
     }
     /* Query tiles in order, key tiles in order inside: dq_i accumulates along j, dk_j and
      * dv_j along i; tasks on different (i, j) rows and columns run as a wavefront. */
@@ -401,11 +374,7 @@ int tt_attention_bwd(tt_tensor *q, tt_tensor *k, tt_tensor *v, tt_tensor *o, tt_
          * tile overwrites its dk, dv: causal, the first whose last position reaches it */
         const int firsthead = qi[1] * q->tile[1] % G == 0;
         for (int64_t j = 0; j <= last && rc == TT_OK; j++) {
-            tt_args_attn_bwd *a = tt_args_new(TT_K_ATTN_BWD);
-            if (!a) {
-                rc = tt_error(TT_ENOMEM, "%s: out of memory", what);
-                break;
-            }
+            tt_args_attn_bwd args = {0}, *a = &args;
             const int first = qi[2] == 0 || (causal && (qoff - 1) / tT < j);
             const int initq = j == 0, initkv = firsthead && first;
             a->dtype = q->dtype;

@@ -73,11 +73,13 @@ int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *bat
         per_image *= x->shape[d];
     starpu_data_handle_t h[8];
     enum starpu_data_access_mode modes[8];
+    tt_args_buf buf;
+    void *a = &buf;
+    int rc = tt_args_fit(kernel);
+    if (rc)
+        return rc;
+    memcpy(a, args, k->args_size);
     for (int64_t i = 0; i < x->grid[0]; i++) {
-        void *a = malloc(k->args_size);
-        if (!a)
-            return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-        memcpy(a, args, k->args_size);
         ((int64_t *)a)[0] = dtype;
         ((int64_t *)a)[1] = tt_tile_dim(x, 0, i); /* nb: the first integer argument */
         const int first = reduce && i == 0;
@@ -91,7 +93,7 @@ int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *bat
             if (first && j >= nbatch && (modes[j] & STARPU_W))
                 modes[j] = STARPU_W;
         }
-        int rc = tt_submit(kernel, a, h, modes);
+        rc = tt_submit(kernel, a, h, modes);
         if (rc)
             return rc;
     }

@@ -57,9 +57,7 @@ int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y)
         const int64_t m = tt_tile_nelems(ids, idx);
         for (int64_t j = 0; j < gc; j++) {
             for (int64_t v = 0; v < gv; v++) {
-                tt_args_embedding_fwd *a = tt_args_new(TT_K_EMBEDDING_FWD);
-                if (!a)
-                    return tt_error(TT_ENOMEM, "%s: out of memory", what);
+                tt_args_embedding_fwd args = {0}, *a = &args;
                 a->dtype = table->dtype;
                 a->m = m;
                 a->n = tt_tile_dim(table, 1, j);
@@ -92,9 +90,7 @@ int tt_embedding_backward(tt_tensor *ids, tt_tensor *dy, tt_tensor *dtable)
             for (int64_t i = 0; i < ids->ntiles; i++) {
                 int64_t idx[TT_MAX_NDIM];
                 tt_tile_index(ids, i, idx);
-                tt_args_embedding_bwd *a = tt_args_new(TT_K_EMBEDDING_BWD);
-                if (!a)
-                    return tt_error(TT_ENOMEM, "%s: out of memory", what);
+                tt_args_embedding_bwd args = {0}, *a = &args;
                 a->dtype = dtable->dtype;
                 a->m = tt_tile_nelems(ids, idx);
                 a->n = tt_tile_dim(dtable, 1, j);

@@ -93,14 +93,16 @@ int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full,
     int64_t idx[TT_MAX_NDIM];
     starpu_data_handle_t h[8];
     enum starpu_data_access_mode modes[8];
+    tt_args_buf buf;
+    void *a = &buf;
+    int rc = tt_args_fit(kernel);
+    if (rc)
+        return rc;
+    memcpy(a, args, k->args_size);
     for (int64_t o = 0; o < nouter; o++) {
         for (int64_t in = 0; in < ninner; in++) {
             const int64_t r = reduce == 2 ? in : o, c = reduce == 2 ? o : in;
             const int64_t xl = r * ncoltiles + c;
-            void *a = malloc(k->args_size);
-            if (!a)
-                return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-            memcpy(a, args, k->args_size);
             tt_tile_index(x, xl, idx);
             const int64_t n = tt_tile_dim(x, last, c);
             *(int64_t *)a = fdtype;
@@ -120,7 +122,7 @@ int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full,
                 if (first && kind == reduce && (modes[j] & STARPU_W))
                     modes[j] = STARPU_W;
             }
-            int rc = tt_submit(kernel, a, h, modes);
+            rc = tt_submit(kernel, a, h, modes);
             if (rc)
                 return rc;
         }

@@ -25,17 +25,11 @@ int tt_spin(tt_tensor *a, tt_tensor *b, tt_tensor *c, tt_tensor *d, int64_t usec
                                              (wmask & 2) ? STARPU_RW : STARPU_R};
     int64_t idx[TT_MAX_NDIM];
     for (int64_t i = 0; i < a->ntiles; i++) {
-        tt_args_spin *args = tt_args_new(TT_K_SPIN);
-        if (!args)
-            return tt_error(TT_ENOMEM, "spin: out of memory");
         tt_tile_index(a, i, idx);
-        args->dtype = a->dtype;
-        args->n = tt_tile_nelems(a, idx);
-        args->usec = usec;
-        args->sleep = sleep ? 1 : 0;
-        args->wmask = wmask;
+        const tt_args_spin args = {.dtype = a->dtype, .n = tt_tile_nelems(a, idx), .usec = usec,
+                                   .sleep = sleep ? 1 : 0, .wmask = wmask};
         starpu_data_handle_t h[4] = {a->handles[i], b->handles[i], c->handles[i], d->handles[i]};
-        int rc = tt_submit(TT_K_SPIN, args, h, modes);
+        int rc = tt_submit(TT_K_SPIN, &args, h, modes);
         if (rc)
             return rc;
     }

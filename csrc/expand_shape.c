@@ -156,9 +156,7 @@ static int submit_box(tt_tensor *x, tt_tensor *y, int64_t yl, int64_t xl, int nd
         int64_t xoff = xo, yoff = yo;
         for (int d = 0; d < outer; d++)
             xoff += oidx[d] * X[d], yoff += oidx[d] * Y[d];
-        tt_args_region_copy *a = tt_args_new(TT_K_REGION_COPY);
-        if (!a)
-            return tt_error(TT_ENOMEM, "region copy: out of memory");
+        tt_args_region_copy args = {0}, *a = &args;
         int64_t dd[4] = {1, 1, 1, 1}, dx[4] = {0, 0, 0, 1}, dy[4] = {0, 0, 0, 1};
         for (int d = outer, e = 4 - (m - outer); d < m; d++, e++)
             dd[e] = L[d], dx[e] = X[d], dy[e] = Y[d];

@@ -17,9 +17,13 @@ void tt_submit_reset_counters(void) { memset(kernel_ntasks, 0, sizeof kernel_nta
 
 int tt_kernel_ntasks(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)kernel_ntasks[k] : -1; }
 
-void *tt_args_new(int kernel)
+int tt_args_fit(int kernel)
 {
-    return calloc(1, tt_kernel_table[kernel].args_size);
+    const tt_kernel_desc *k = &tt_kernel_table[kernel];
+    if (k->args_size <= sizeof(tt_args_buf))
+        return TT_OK;
+    return tt_error(TT_EINVAL, "%s: argument struct of %zu bytes, more than an expander's %zu", k->name,
+                    (size_t)k->args_size, sizeof(tt_args_buf));
 }
 
 /* Action order (tiletrain.pipeline.enforce, mechanism "deps"): while a token is set, every task
@@ -117,7 +121,7 @@ static int submit_failed(const tt_kernel_desc *k, int ret)
     return tt_error(TT_ESTARPU, "%s: starpu_task_submit failed (%d)", k->name, ret);
 }
 
-/* Common to both submission paths: the task holds its args (task->cl_arg), gets its FLOPs,
+/* Common to the local and the MPI path: the task holds its args (task->cl_arg), gets its FLOPs,
  * priority, placement and trace hook, and is submitted; on failure it is destroyed (which
  * frees its args) and the error says why. */
 static int finish_and_submit(struct starpu_task *task, int kernel)
@@ -162,7 +166,7 @@ static int finish_and_submit(struct starpu_task *task, int kernel)
 /* Under StarPU-MPI every rank submits the same flow: starpu_mpi_task_build decides from the
  * owners of the written tiles which rank runs the task (NULL elsewhere) and posts the
  * transfers of the tiles it reads; post_build sends written tiles back to their owners. */
-static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handles,
+static int submit_mpi(int kernel, const void *args, const starpu_data_handle_t *handles,
                       const enum starpu_data_access_mode *modes)
 {
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
@@ -173,20 +177,24 @@ static int submit_mpi(int kernel, void *args, const starpu_data_handle_t *handle
     }
     tt_mpi_resolve_task(descr, k->nbuffers); /* tiles of outputs placed by their first writer */
     kernel_ntasks[kernel]++; /* the flow's task count: the same on every rank */
-    if (!tt_mpi_involved(descr, k->nbuffers)) { /* nothing to run, send or forget here */
-        free(args);
+    if (!tt_mpi_involved(descr, k->nbuffers)) /* nothing to run, send or forget here */
         return TT_OK;
-    }
     for (int i = 0; i < k->nbuffers; i++)
         descr[i].handle = tt_mpi_materialize(descr[i].handle); /* other ranks' tiles it needs */
     struct starpu_task *task = starpu_mpi_task_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr,
                                                      k->nbuffers, 0);
-    if (!task) { /* another rank runs it (no task was created: the args are ours to free) */
-        free(args);
+    if (!task) { /* another rank runs it */
         starpu_mpi_task_post_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr, k->nbuffers, 0);
         return TT_OK;
     }
-    task->cl_arg = args;
+    /* starpu_mpi_task_build made the task: its args are an allocation of their own */
+    void *copy = malloc(k->args_size);
+    if (!copy) {
+        task->destroy = 0;
+        starpu_task_destroy(task);
+        return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
+    }
+    task->cl_arg = memcpy(copy, args, k->args_size);
     task->cl_arg_size = k->args_size;
     task->cl_arg_free = 1;
     int rc = finish_and_submit(task, kernel);
@@ -216,43 +224,28 @@ static struct starpu_task *task_with_args(const tt_kernel_desc *k, const void *a
     return task;
 }
 
-/* owned: args are malloc'ed and this call frees them (or hands them to the task). */
-static int submit(int kernel, void *args, int owned, const starpu_data_handle_t *handles,
+/* The caller keeps args (e.g. on its stack): they are copied into the task. */
+static int submit(int kernel, const void *args, const starpu_data_handle_t *handles,
                   const enum starpu_data_access_mode *modes)
 {
     const tt_kernel_desc *k = &tt_kernel_table[kernel];
     /* Every task passes here: a dtype the kernel's line in kernels.def does not list would
      * have its body read tiles with the wrong element size (or do nothing). */
     const int64_t dtype = *(const int64_t *)args;
-    if (dtype < 0 || dtype >= TT_NDTYPES || !(k->dtypes >> dtype & 1)) {
-        if (owned)
-            free(args);
+    if (dtype < 0 || dtype >= TT_NDTYPES || !(k->dtypes >> dtype & 1))
         return tt_error(TT_EINVAL, "%s: dtype %s is not supported by this kernel (it takes %s)", k->name,
                         tt_dtype_name((int)dtype), tt_dtype_list(k->dtypes));
-    }
     if (__builtin_expect(tt_memory_limited, 0)) { /* its tiles must fit under the limit (csrc/memory.c) */
         int rc = tt_memory_check_task(kernel, handles, k->nbuffers);
-        if (rc) {
-            if (owned)
-                free(args);
+        if (rc)
             return rc;
-        }
     }
     tt_ensure_running();
 #ifdef TT_HAVE_MPI
-    if (__builtin_expect(tt_mpi_on, 0)) { /* starpu_mpi_task_build makes the task: args stay separate */
-        if (!owned) {
-            void *copy = malloc(k->args_size);
-            if (!copy)
-                return tt_error(TT_ENOMEM, "%s: out of memory", k->name);
-            args = memcpy(copy, args, k->args_size);
-        }
+    if (__builtin_expect(tt_mpi_on, 0))
         return submit_mpi(kernel, args, handles, modes);
-    }
 #endif
     struct starpu_task *task = task_with_args(k, args);
-    if (owned)
-        free(args); /* on this thread: the next task's args reuse the block */
     if (!task)
         return tt_error(TT_ENOMEM, "%s: out of memory for a task", k->name);
     task->cl = k->cl;
@@ -268,28 +261,13 @@ static int submit(int kernel, void *args, int owned, const starpu_data_handle_t 
     return TT_OK;
 }
 
-static int gated_submit(int kernel, void *args, int owned, const starpu_data_handle_t *handles,
-                        const enum starpu_data_access_mode *modes)
-{
-    int rc = tt_gate_enter(tt_kernel_table[kernel].name); /* not while shutdown stops StarPU */
-    if (rc) {
-        if (owned)
-            free(args);
-        return rc;
-    }
-    rc = submit(kernel, args, owned, handles, modes);
-    tt_gate_leave();
-    return rc;
-}
-
-int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
+int tt_submit(int kernel, const void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes)
 {
-    return gated_submit(kernel, args, 1, handles, modes);
-}
-
-int tt_submit_copy(int kernel, const void *args, const starpu_data_handle_t *handles,
-                   const enum starpu_data_access_mode *modes)
-{
-    return gated_submit(kernel, (void *)args, 0, handles, modes);
+    int rc = tt_gate_enter(tt_kernel_table[kernel].name); /* not while shutdown stops StarPU */
+    if (rc)
+        return rc;
+    rc = submit(kernel, args, handles, modes);
+    tt_gate_leave();
+    return rc;
 }

@@ -153,14 +153,18 @@ int tt_memory_check_tensor(const tt_tensor *t); /* before registering t's tiles 
 int64_t tt_tensor_bytes(const tt_tensor *t);
 tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h (session.c; slow) */
 
-/* submission (submit.c): the only place that submits tasks.  Takes ownership of args
- * (malloc'ed, kernel's args struct); modes may be NULL for the table's modes. */
-int tt_submit(int kernel, void *args, const starpu_data_handle_t *handles,
+/* submission (submit.c): the only place that submits tasks.  args: the kernel's args struct,
+ * kept by the caller (e.g. on its stack) and copied into the task; modes may be NULL for the
+ * table's modes. */
+int tt_submit(int kernel, const void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes);
-/* The same with args the caller keeps (e.g. on its stack): they are copied into the task. */
-int tt_submit_copy(int kernel, const void *args, const starpu_data_handle_t *handles,
-                   const enum starpu_data_access_mode *modes);
-void *tt_args_new(int kernel);
+/* A task's arguments on an expander's stack when the kernel is chosen at run time: room for
+ * any kernel's struct (int64 and double fields only); tt_args_fit checks a kernel's fits. */
+typedef union {
+    int64_t i[64];
+    double d[64];
+} tt_args_buf;
+int tt_args_fit(int kernel);
 
 /* StarPU-MPI (csrc/mpi.c); tt_mpi_on: an MPI session is running */
 extern int tt_mpi_on;
