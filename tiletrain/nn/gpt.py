@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ops import add_broadcast, matmul
+from ..ops.autograd import needs_grad
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import as_dtype
 from ..utils.checkpoint import checkpoint
@@ -256,8 +257,12 @@ class GPT(Module):
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
         """Token plus position embeddings (B, T, C) of idx (B, T) at positions start.."""
-        pos = from_numpy(np.arange(start, start + idx.shape[1], dtype=np.int64), idx.tiles[1])  # (T,)
-        return add_broadcast(self.transformer.wte(idx), self.transformer.wpe(pos), axis=0)
+        wpe, T = self.transformer.wpe.weight, idx.shape[1]
+        if not needs_grad(wpe) and min(wpe.tiles[0], T) == idx.tiles[1]:
+            p = wpe[start:start + T]  # rows of the table (one copy task): no positions tensor to upload
+        else:
+            p = self.transformer.wpe(from_numpy(np.arange(start, start + T, dtype=np.int64), idx.tiles[1]))
+        return add_broadcast(self.transformer.wte(idx), p, axis=0)
 
     def loss(self, idx, targets) -> Tensor:
         """Mean cross-entropy of the next-token logits against ``targets`` (B, T) (a 0-d
