@@ -43,6 +43,14 @@ static int check_operands(const char *what, const tt_tensor *ids, const tt_tenso
 
 int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y)
 {
+    return tt_embedding_rows(ids, table, y, 0, table->shape[0] - 1);
+}
+
+/* The same when every id is known to lie in [lo, hi] (the caller read them): only the table
+ * tiles holding rows lo..hi get tasks (a decode step's one id: one task, not one per tile);
+ * the first of those zeroes the rows whose id lies elsewhere, as above. */
+int tt_embedding_rows(tt_tensor *ids, tt_tensor *table, tt_tensor *y, int64_t lo, int64_t hi)
+{
     const char *what = "embedding";
     int rc;
     if ((rc = tt_check_readable(ids, what)) || (rc = tt_check_readable(table, what)) ||
@@ -50,22 +58,25 @@ int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y)
         return rc;
     if ((rc = check_operands(what, ids, table, y, "table", "output")))
         return rc;
-    const int64_t gv = table->grid[0], gc = table->grid[1];
+    if (lo < 0 || hi < lo || hi >= table->shape[0])
+        return tt_error(TT_EINVAL, "%s: id range [%lld, %lld] is not within the table's %lld rows", what,
+                        (long long)lo, (long long)hi, (long long)table->shape[0]);
+    const int64_t gc = table->grid[1], v0 = lo / table->tile[0], v1 = hi / table->tile[0];
     for (int64_t i = 0; i < ids->ntiles; i++) {
         int64_t idx[TT_MAX_NDIM];
         tt_tile_index(ids, i, idx);
         const int64_t m = tt_tile_nelems(ids, idx);
         for (int64_t j = 0; j < gc; j++) {
-            for (int64_t v = 0; v < gv; v++) {
+            for (int64_t v = v0; v <= v1; v++) {
                 tt_args_embedding_fwd args = {0}, *a = &args;
                 a->dtype = table->dtype;
                 a->m = m;
                 a->n = tt_tile_dim(table, 1, j);
                 a->nv = tt_tile_dim(table, 0, v);
-                a->first = v == 0;
+                a->first = v == v0;
                 a->v0 = (double)(v * table->tile[0]);
                 starpu_data_handle_t h[3] = {ids->handles[i], table->handles[v * gc + j], y->handles[i * gc + j]};
-                enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R, v == 0 ? STARPU_W : STARPU_RW};
+                enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_R, v == v0 ? STARPU_W : STARPU_RW};
                 if ((rc = tt_submit(TT_K_EMBEDDING_FWD, a, h, modes)))
                     return rc;
             }

@@ -163,6 +163,7 @@ int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *bat
 /* (csrc/expand_embedding.c) ids: int64, any shape S; table: (V, C); y, dy: S + (C,) tiled as
  * ids then the table's columns.  Ids outside a table tile are skipped by the kernels. */
 int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y);
+int tt_embedding_rows(tt_tensor *ids, tt_tensor *table, tt_tensor *y, int64_t lo, int64_t hi);
 int tt_embedding_backward(tt_tensor *ids, tt_tensor *dy, tt_tensor *dtable);
 
 /* -- shape -- */

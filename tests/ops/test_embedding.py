@@ -183,3 +183,33 @@ def test_expanders_revalidate_and_kernels_skip_out_of_range_ids(rng):
     with pytest.raises(ValueError, match="output gradient must have the shape and tiles of ids"):
         check(lib.tt_embedding_backward(I._ptr, dy_tiles._ptr, dT._ptr))
     assert total_tasks() == before
+
+
+@pytest.mark.parametrize("ids", [[[9]], [[4, 7], [5, 6]], [[3, 8]]])
+def test_forward_submits_tasks_only_for_table_tiles_holding_ids(rng, ids):
+    """ids inside one or two of the table's row tiles (a decode step's token): one task per
+    ids tile, column tile and table tile that holds an id, not one per table tile; the
+    rows still equal the table's."""
+    table = rng.standard_normal((12, 6))
+    T = tt.from_numpy(table, (3, 3))                 # 4 row tiles, 2 column tiles
+    ids = np.array(ids, np.int64)
+    I = tt.from_numpy(ids, ids.shape)
+    tt.wait()
+    before = total_tasks()
+    y = F.embedding(I, T)
+    tt.wait()
+    row_tiles = ids.max() // 3 - ids.min() // 3 + 1
+    assert total_tasks() - before == 2 * row_tiles
+    np.testing.assert_array_equal(y.numpy(), table[ids])
+
+
+def test_rows_expander_rejects_a_range_outside_the_table(rng):
+    T = tt.from_numpy(rng.standard_normal((6, 4)), (3, 4))
+    I = tt.from_numpy(np.array([[1]], np.int64), (1, 1))
+    y = tt.empty((1, 1, 4), tiles=(1, 1, 4), dtype=np.float64)
+    tt.wait()
+    before = total_tasks()
+    for lo, hi in ((-1, 2), (2, 1), (0, 6)):
+        with pytest.raises(ValueError, match=r"id range \[.*\] is not within the table's 6 rows"):
+            check(lib.tt_embedding_rows(I._ptr, T._ptr, y._ptr, lo, hi))
+    assert total_tasks() == before

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ops import add_broadcast, matmul
+from ..ops.autograd import needs_grad
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import as_dtype
 from ..utils.checkpoint import checkpoint
@@ -176,6 +177,11 @@ class Block(Module):
         return self.attn(self.ln_1(x), cache, layer, pos)
 
 
+def _add_norm(x: Tensor, r: Tensor, ln: LayerNorm) -> tuple[Tensor, Tensor]:
+    """(x + r, ln(x + r)) (F.add_layer_norm: one task per tile in a decode step)."""
+    return F.add_layer_norm(x, r, ln.weight, ln.bias, ln.eps)
+
+
 def last_positions(x: Tensor, last: int | None) -> Tensor:
     """x (B, T, C) cut to its last ``last`` positions (all when None or >= T; a copy task)."""
     return x if last is None or last >= x.shape[1] else x[:, x.shape[1] - last:]
@@ -235,14 +241,28 @@ class GPT(Module):
         to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
         only (B, last, vocab) (a prefill needs one, speculative verification k + 1)."""
         x = self._embed(self._ids(ids, "ids"), pos)
-        for i, block in enumerate(self.transformer.h):
-            x = block(x, cache, i, pos)
-        return self.lm_head(self.transformer.ln_f(last_positions(x, last)))
+        blocks, ln_f = self.transformer.h, self.transformer.ln_f
+        h = blocks[0].ln_1(x)
+        # each residual add runs with the norm after it (one add_layer_norm_row task per tile)
+        for i, block in enumerate(blocks):
+            x, h = _add_norm(x, block.attn(h, cache, i, pos), block.ln_2)
+            y = block.mlp(h)
+            if i + 1 < len(blocks):
+                x, h = _add_norm(x, y, blocks[i + 1].ln_1)
+            elif last is None or last >= x.shape[1]:
+                x, h = _add_norm(x, y, ln_f)
+            else:
+                h = ln_f(last_positions(x + y, last))
+        return self.lm_head(h)
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
         """Token plus position embeddings (B, T, C) of idx (B, T) at positions start.."""
-        pos = from_numpy(np.arange(start, start + idx.shape[1], dtype=np.int64), idx.tiles[1])  # (T,)
-        return add_broadcast(self.transformer.wte(idx), self.transformer.wpe(pos), axis=0)
+        wpe, T = self.transformer.wpe.weight, idx.shape[1]
+        if not needs_grad(wpe) and min(wpe.tiles[0], T) == idx.tiles[1]:
+            p = wpe[start:start + T]  # rows of the table (one copy task): no positions tensor to upload
+        else:
+            p = self.transformer.wpe(from_numpy(np.arange(start, start + T, dtype=np.int64), idx.tiles[1]))
+        return add_broadcast(self.transformer.wte(idx), p, axis=0)
 
     def loss(self, idx, targets) -> Tensor:
         """Mean cross-entropy of the next-token logits against ``targets`` (B, T) (a 0-d

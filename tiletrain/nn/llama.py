@@ -166,6 +166,11 @@ class LlamaAttention(Module):
         return self.o_proj(F.merge_heads(y))                                               # (B, T, C)
 
 
+def _add_norm(x: Tensor, r: Tensor, norm: LlamaRMSNorm) -> tuple[Tensor, Tensor]:
+    """(x + r, norm(x + r)) (F.add_rms_norm: one task per tile in a decode step)."""
+    return F.add_rms_norm(x, r, norm.weight, norm.eps)
+
+
 class LlamaDecoderLayer(Module):
 
     def __init__(self, config: LlamaConfig, tiling: Tiling, kw):
@@ -250,9 +255,19 @@ class Llama(Module):
         to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
         only (B, last, vocab)."""
         x = self.model.embed_tokens(self._ids(ids, "ids"))
-        for i, layer in enumerate(self.model.layers):
-            x = layer(x, cache, i, pos)
-        return self.lm_head(self.model.norm(last_positions(x, last)))
+        layers, norm = self.model.layers, self.model.norm
+        h = layers[0].input_layernorm(x)
+        # each residual add runs with the norm after it (one add_rms_norm_row task per tile)
+        for i, layer in enumerate(layers):
+            x, h = _add_norm(x, layer.self_attn(h, cache, i, pos), layer.post_attention_layernorm)
+            y = layer.mlp(h)
+            if i + 1 < len(layers):
+                x, h = _add_norm(x, y, layers[i + 1].input_layernorm)
+            elif last is None or last >= x.shape[1]:
+                x, h = _add_norm(x, y, norm)
+            else:
+                h = norm(last_positions(x + y, last))
+        return self.lm_head(h)
 
     generate = GPT.generate  # with a key/value cache (tiletrain/inference)
 

@@ -12,9 +12,9 @@ from .autograd import backward_rule, record
 from .basic import _float_tensor, _tensor
 
 
-def _check_ids_range(ids: Tensor, V: int, what: str) -> None:
+def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
     """Ids are input data: read them (this waits for their writers) and reject any id outside
-    [0, V) before anything is submitted."""
+    [0, V) before anything is submitted; returns the smallest and the largest id."""
     a = ids.numpy()
     bad = (a < 0) | (a >= V)
     if bad.any():
@@ -22,6 +22,7 @@ def _check_ids_range(ids: Tensor, V: int, what: str) -> None:
         where = f"ids[{', '.join(map(str, pos))}]" if pos else "ids"
         raise ValueError(f"{what}: {where} = {int(a[pos])} is out of range for a table of {V} rows "
                          f"(valid ids: 0..{V - 1}); {int(bad.sum())} id(s) out of range in all")
+    return (int(a.min()), int(a.max())) if a.size else (0, V - 1)
 
 
 def embedding(ids: Tensor, table: Tensor) -> Tensor:
@@ -38,9 +39,9 @@ def embedding(ids: Tensor, table: Tensor) -> Tensor:
     if ids.ndim + 1 > 8:
         raise ValueError(f"{what}: ids has {ids.ndim} axes; at most 7 (the result adds one)")
     V, C = table.shape
-    _check_ids_range(ids, V, what)
+    lo, hi = _check_ids_range(ids, V, what)
     y = Tensor(TensorTraits(ids.shape + (C,), ids.tiles + (table.tiles[1],)), table.dtype)
-    check(lib.tt_embedding(ids._ptr, table._ptr, y._ptr))
+    check(lib.tt_embedding_rows(ids._ptr, table._ptr, y._ptr, lo, hi))  # tasks only for the tiles holding ids
     return record("embedding", y, (ids, table), saved=(ids,), table_traits=table.traits)
 
 

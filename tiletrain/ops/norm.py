@@ -12,7 +12,7 @@ import numbers
 
 from ..runtime.kernels import run_map, run_norm
 from ..tensors import Tensor, TensorTraits, full
-from .autograd import backward_rule, record
+from .autograd import backward_rule, needs_grad, record
 from .basic import _float_tensor
 
 
@@ -147,4 +147,52 @@ def _rms_norm_bwd(node, g):
     return (dx, dw)
 
 
-__all__ = ["layer_norm", "rms_norm"]
+def _add_then(x, r, what: str, *params):
+    """The checks of add_layer_norm / add_rms_norm; True when the fused task applies (rows
+    whole in a tile, no gradient recorded, x and r of one layout)."""
+    _check_x(x, what)
+    _float_tensor(r, what, "r")
+    if r.shape != x.shape or r.tiles != x.tiles or r.dtype != x.dtype:
+        raise ValueError(f"{what}: r must have x's shape, tiles and dtype (x {x.shape} tiles {x.tiles} {x.dtype}, "
+                         f"r {r.shape} tiles {r.tiles} {r.dtype})")
+    return x.grid[-1] == 1 and not needs_grad(x, r, *params)
+
+
+def add_layer_norm(x: Tensor, r: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+                   eps: float = 1e-5) -> tuple[Tensor, Tensor]:
+    """(s, layer_norm(s, weight, bias, eps)) with s = x + r: a residual add and the next norm
+    (a decode step).  One task per row tile (add_layer_norm_row) when the rows are whole tiles
+    and no gradient is recorded, the same values as add then layer_norm; otherwise exactly those
+    two ops."""
+    what = "add_layer_norm"
+    if not _add_then(x, r, what, weight, bias):
+        s = x + r
+        return s, layer_norm(s, weight, bias, eps)
+    weight = _param(weight, x, what, "weight")
+    bias = _param(bias, x, what, "bias")
+    eps = _eps(eps, what)
+    w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
+    b = bias if bias is not None else full(_cols_traits(x), 0.0, dtype=x.dtype)
+    s, y = Tensor(x.traits, x.dtype), Tensor(x.traits, x.dtype)
+    mean, rstd = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
+    run_norm("add_layer_norm_row", [x, r, s, y], [mean, rstd], [w, b], reduce=1, eps=eps)
+    return s, y
+
+
+def add_rms_norm(x: Tensor, r: Tensor, weight: Tensor | None = None,
+                 eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """(s, rms_norm(s, weight, eps)) with s = x + r, as add_layer_norm (add_rms_norm_row)."""
+    what = "add_rms_norm"
+    if not _add_then(x, r, what, weight):
+        s = x + r
+        return s, rms_norm(s, weight, eps)
+    weight = _param(weight, x, what, "weight")
+    eps = _eps(eps, what)
+    w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
+    s, y = Tensor(x.traits, x.dtype), Tensor(x.traits, x.dtype)
+    rstd = Tensor(_rows_traits(x), x.dtype)
+    run_norm("add_rms_norm_row", [x, r, s, y], [rstd], [w], reduce=1, eps=eps)
+    return s, y
+
+
+__all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]

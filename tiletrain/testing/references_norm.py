@@ -104,6 +104,19 @@ def _rms_row_ref(a, x, y, rstd, w):
     return {1: xf * r[:, None] * w, 2: r}
 
 
+def _add_ln_row_ref(a, x, r, s, y, mean, rstd, w, b):
+    """s = x + r rounded to x's dtype, then layer_norm_row of s."""
+    s = x + r
+    out = _ln_row_ref(a, s, y, mean, rstd, w, b)
+    return {2: s, 3: out[1], 4: out[2], 5: out[3]}
+
+
+def _add_rms_row_ref(a, x, r, s, y, rstd, w):
+    s = x + r
+    out = _rms_row_ref(a, s, y, rstd, w)
+    return {2: s, 3: out[1], 4: out[2]}
+
+
 REFERENCES: dict[str, Reference] = {
     "layer_norm_row": Reference(
         lambda rng, dt: (dict(m=M, n=N, first=1, eps=1e-3),
@@ -114,6 +127,16 @@ REFERENCES: dict[str, Reference] = {
         lambda rng, dt: (dict(m=M, n=N, first=1, eps=1e-3),
                          [_r(rng, dt, M, N), np.zeros((M, N), dt), np.zeros(M, dt), _r(rng, dt, N)]),
         _rms_row_ref),
+    "add_layer_norm_row": Reference(
+        lambda rng, dt: (dict(m=M, n=N, first=1, eps=1e-3),
+                         [_r(rng, dt, M, N) + 2.0, _r(rng, dt, M, N), np.zeros((M, N), dt), np.zeros((M, N), dt),
+                          np.zeros(M, dt), np.zeros(M, dt), _r(rng, dt, N), _r(rng, dt, N)]),
+        _add_ln_row_ref),
+    "add_rms_norm_row": Reference(
+        lambda rng, dt: (dict(m=M, n=N, first=1, eps=1e-3),
+                         [_r(rng, dt, M, N), _r(rng, dt, M, N), np.zeros((M, N), dt), np.zeros((M, N), dt),
+                          np.zeros(M, dt), _r(rng, dt, N)]),
+        _add_rms_row_ref),
     "layer_norm_stats": Reference(_stats_case, _stats_ref),
     "rms_norm_stats": Reference(
         lambda rng, dt: (dict(m=M, n=N, first=_first(rng)), [_r(rng, dt, M, N), _rstd(rng, dt, M)]),

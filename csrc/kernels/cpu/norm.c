@@ -171,6 +171,37 @@ TT_SIMD_CLONES void tt_cpu_rms_norm_row(const tt_args_rms_norm_row *a, const voi
     });
 }
 
+/* s = x + r (rounded to T), then layer_norm_row of s. */
+TT_SIMD_CLONES void tt_cpu_add_layer_norm_row(const tt_args_add_layer_norm_row *a, const void *x, const void *r,
+                                              void *s, void *y, void *mean, void *rstd, const void *w,
+                                              const void *b)
+{
+    const int64_t m = a->m, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pr = r;
+        T *ps = s;
+        for (int64_t i = 0; i < m * n; i++)
+            ps[i] = px[i] + pr[i];
+    });
+    const tt_args_layer_norm_row ln = {.dtype = a->dtype, .m = m, .n = n, .first = a->first, .eps = a->eps};
+    tt_cpu_layer_norm_row(&ln, s, y, mean, rstd, w, b);
+}
+
+/* s = x + r (rounded to T), then rms_norm_row of s. */
+TT_SIMD_CLONES void tt_cpu_add_rms_norm_row(const tt_args_add_rms_norm_row *a, const void *x, const void *r,
+                                            void *s, void *y, void *rstd, const void *w)
+{
+    const int64_t m = a->m, n = a->n;
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pr = r;
+        T *ps = s;
+        for (int64_t i = 0; i < m * n; i++)
+            ps[i] = px[i] + pr[i];
+    });
+    const tt_args_rms_norm_row rn = {.dtype = a->dtype, .m = m, .n = n, .first = a->first, .eps = a->eps};
+    tt_cpu_rms_norm_row(&rn, s, y, rstd, w);
+}
+
 /* Per-row sums of the backward: with g = dy * w and xhat = (x - mean) * rstd,
  * ra += alpha * sum(g), rb += alpha * sum(g * xhat)  (alpha = 1 / C: the row means). */
 TT_SIMD_CLONES void tt_cpu_layer_norm_bwd_rows(const tt_args_layer_norm_bwd_rows *a, const void *dy, const void *x,
