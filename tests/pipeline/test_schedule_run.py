@@ -10,7 +10,7 @@ import tiletrain as tt
 from tiletrain.pipeline import Schedule, schedules
 from tiletrain.pipeline.enforce import enforce, order_fraction, run_synthetic, submission_order
 
-from profiled_runtime import best_of, default_runtime_afterwards, restart  # noqa: F401 (fixture)
+from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 P, M, US = 4, 8, 20000.0   # long tasks: a loaded machine wakes sleepers late
@@ -20,12 +20,25 @@ def close(r):
     return abs(r.idle_fraction - r.formula_idle_fraction) <= 0.05
 
 
+def closest(name, tries=5):
+    """The run of a schedule nearest its formula's idle fraction, of up to ``tries`` (stopping
+    at one within 2 points): a loaded machine sometimes stalls one sleeping task for 0.3-0.6 s,
+    and timings are late, never early."""
+    best = None
+    for _ in range(tries):
+        r = run_synthetic(schedules.get(name, P, M), US, "deps")
+        gap = abs(r.idle_fraction - r.formula_idle_fraction)
+        if best is None or gap < abs(best.idle_fraction - best.formula_idle_fraction):
+            best = r
+        if gap <= 0.02:
+            break
+    return best
+
+
 @pytest.fixture(scope="module")
 def runs():
     restart(ncpu=P, sched="tt-cp")
-    # up to 5 tries: a loaded machine sometimes stalls one sleeping task for 0.3-0.6 s
-    return {name: best_of(lambda: run_synthetic(schedules.get(name, P, M), US, "deps"), close, tries=5)
-            for name in schedules.NAMES}
+    return {name: closest(name) for name in schedules.NAMES}
 
 
 @pytest.mark.parametrize("name", schedules.NAMES)

@@ -167,11 +167,11 @@ class Block(Module):
     def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
         """``cache``: inference (tiletrain/inference), keys and values of ``layer`` at pos.."""
         if cache is None and self.config.recompute == "attention":  # backward recomputes the attention branch
-            x = x + checkpoint(self._attention, x)   # (B, T, C)
+            a = checkpoint(self._attention, x)   # (B, T, C)
         else:
-            x = x + self._attention(x, cache, layer, pos)
-        x = x + self.mlp(self.ln_2(x))
-        return x
+            a = self._attention(x, cache, layer, pos)
+        x, h = _add_norm(x, a, self.ln_2)  # without gradients one task per tile (decode)
+        return x + self.mlp(h)
 
     def _attention(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
         return self.attn(self.ln_1(x), cache, layer, pos)
@@ -241,19 +241,9 @@ class GPT(Module):
         to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
         only (B, last, vocab) (a prefill needs one, speculative verification k + 1)."""
         x = self._embed(self._ids(ids, "ids"), pos)
-        blocks, ln_f = self.transformer.h, self.transformer.ln_f
-        h = blocks[0].ln_1(x)
-        # each residual add runs with the norm after it (one add_layer_norm_row task per tile)
-        for i, block in enumerate(blocks):
-            x, h = _add_norm(x, block.attn(h, cache, i, pos), block.ln_2)
-            y = block.mlp(h)
-            if i + 1 < len(blocks):
-                x, h = _add_norm(x, y, blocks[i + 1].ln_1)
-            elif last is None or last >= x.shape[1]:
-                x, h = _add_norm(x, y, ln_f)
-            else:
-                h = ln_f(last_positions(x + y, last))
-        return self.lm_head(h)
+        for i, block in enumerate(self.transformer.h):  # each block where it is placed
+            x = block(x, cache, i, pos)
+        return self.lm_head(self.transformer.ln_f(last_positions(x, last)))
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
         """Token plus position embeddings (B, T, C) of idx (B, T) at positions start.."""

@@ -185,10 +185,11 @@ class LlamaDecoderLayer(Module):
     def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
         """``cache``: inference (tiletrain/inference), keys and values of ``layer`` at pos.."""
         if cache is None and self.config.recompute == "attention":  # backward recomputes the attention branch
-            x = x + checkpoint(self._attention, x)          # (B, T, C)
+            a = checkpoint(self._attention, x)          # (B, T, C)
         else:
-            x = x + self._attention(x, cache, layer, pos)
-        return x + self.mlp(self.post_attention_layernorm(x))
+            a = self._attention(x, cache, layer, pos)
+        x, h = _add_norm(x, a, self.post_attention_layernorm)  # without gradients one task per tile (decode)
+        return x + self.mlp(h)
 
     def _attention(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
         return self.self_attn(self.input_layernorm(x), cache, layer, pos)
@@ -255,19 +256,9 @@ class Llama(Module):
         to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
         only (B, last, vocab)."""
         x = self.model.embed_tokens(self._ids(ids, "ids"))
-        layers, norm = self.model.layers, self.model.norm
-        h = layers[0].input_layernorm(x)
-        # each residual add runs with the norm after it (one add_rms_norm_row task per tile)
-        for i, layer in enumerate(layers):
-            x, h = _add_norm(x, layer.self_attn(h, cache, i, pos), layer.post_attention_layernorm)
-            y = layer.mlp(h)
-            if i + 1 < len(layers):
-                x, h = _add_norm(x, y, layers[i + 1].input_layernorm)
-            elif last is None or last >= x.shape[1]:
-                x, h = _add_norm(x, y, norm)
-            else:
-                h = norm(last_positions(x + y, last))
-        return self.lm_head(h)
+        for i, layer in enumerate(self.model.layers):  # each layer where it is placed
+            x = layer(x, cache, i, pos)
+        return self.lm_head(self.model.norm(last_positions(x, last)))
 
     generate = GPT.generate  # with a key/value cache (tiletrain/inference)
 
