@@ -38,10 +38,9 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
     int64_t idx[TT_MAX_NDIM];
     tt_args_buf buf;
     void *a = &buf;
-    int rc = tt_args_fit(kernel);
+    int rc = tt_args_load(kernel, args, &buf);
     if (rc)
         return rc;
-    memcpy(a, args, k->args_size);
     for (int64_t i = 0; i < t0->ntiles; i++) {
         tt_tile_index(t0, i, idx);
         *(int64_t *)a = dtype; /* dtype is always the first field */

@@ -26,6 +26,14 @@ int tt_args_fit(int kernel)
                     (size_t)k->args_size, sizeof(tt_args_buf));
 }
 
+int tt_args_load(int kernel, const void *args, tt_args_buf *buf)
+{
+    int rc = tt_args_fit(kernel);
+    if (rc == TT_OK)
+        memcpy(buf, args, tt_kernel_table[kernel].args_size);
+    return rc;
+}
+
 /* Action order (tiletrain.pipeline.enforce, mechanism "deps"): while a token is set, every task
  * this process runs also reads the token's tile; tt_order_barrier submits a no-work task that
  * writes it.  StarPU's sequential consistency then starts the tasks of the next action only

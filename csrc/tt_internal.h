@@ -165,6 +165,8 @@ typedef union {
     double d[64];
 } tt_args_buf;
 int tt_args_fit(int kernel);
+/* tt_args_fit, then args copied into buf: an expander edits its per-tile fields there. */
+int tt_args_load(int kernel, const void *args, tt_args_buf *buf);
 
 /* StarPU-MPI (csrc/mpi.c); tt_mpi_on: an MPI session is running */
 extern int tt_mpi_on;

@@ -171,18 +171,24 @@ TT_SIMD_CLONES void tt_cpu_rms_norm_row(const tt_args_rms_norm_row *a, const voi
     });
 }
 
+/* s = x + r, count elements of dtype (rounded to T): the residual add of the fused kernels below. */
+static void add_rows(int64_t dtype, const void *x, const void *r, void *s, int64_t count)
+{
+    TT_FLOAT_DISPATCH(dtype, {
+        const T *px = x, *pr = r;
+        T *ps = s;
+        for (int64_t i = 0; i < count; i++)
+            ps[i] = px[i] + pr[i];
+    });
+}
+
 /* s = x + r (rounded to T), then layer_norm_row of s. */
 TT_SIMD_CLONES void tt_cpu_add_layer_norm_row(const tt_args_add_layer_norm_row *a, const void *x, const void *r,
                                               void *s, void *y, void *mean, void *rstd, const void *w,
                                               const void *b)
 {
     const int64_t m = a->m, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
-        const T *px = x, *pr = r;
-        T *ps = s;
-        for (int64_t i = 0; i < m * n; i++)
-            ps[i] = px[i] + pr[i];
-    });
+    add_rows(a->dtype, x, r, s, m * n);
     const tt_args_layer_norm_row ln = {.dtype = a->dtype, .m = m, .n = n, .first = a->first, .eps = a->eps};
     tt_cpu_layer_norm_row(&ln, s, y, mean, rstd, w, b);
 }
@@ -192,12 +198,7 @@ TT_SIMD_CLONES void tt_cpu_add_rms_norm_row(const tt_args_add_rms_norm_row *a, c
                                             void *s, void *y, void *rstd, const void *w)
 {
     const int64_t m = a->m, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
-        const T *px = x, *pr = r;
-        T *ps = s;
-        for (int64_t i = 0; i < m * n; i++)
-            ps[i] = px[i] + pr[i];
-    });
+    add_rows(a->dtype, x, r, s, m * n);
     const tt_args_rms_norm_row rn = {.dtype = a->dtype, .m = m, .n = n, .first = a->first, .eps = a->eps};
     tt_cpu_rms_norm_row(&rn, s, y, rstd, w);
 }
