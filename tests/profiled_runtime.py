@@ -17,12 +17,14 @@ def restart(**cfg):
     return tt.init(**want)
 
 
-def best_of(fn, ok, tries=5):
-    """fn() until ok(result), at most ``tries`` times; the last result.  Timings on a shared
-    machine are late, never early, so a timing check takes the best of a few runs."""
+def best_of(fn, ok, scales=(1, 1, 2, 2, 4)):
+    """fn(scale) until ok(result), once per scale; the last result.  Timings on a shared
+    machine are late, never early, and the lateness (a sleeper woken late, a worker thread
+    descheduled) is absolute: each retry may lengthen the synthetic tasks by ``scale`` so that
+    the same lateness weighs less against the formulas, which scale with the task times."""
     r = None
-    for _ in range(tries):
-        r = fn()
+    for scale in scales:
+        r = fn(scale)
         if ok(r):
             break
     return r

@@ -1,9 +1,10 @@
 """Pipeline experiments in miniature against the formulas (synthetic sleeping tasks: p stages
 share 2 cores).  Timings on a shared machine are noisy in one direction only (late), so each
-check takes the best of up to five runs.  The bounds are what the code reliably reaches with
-other jobs on the same 2 cores (best of 3, measured under load: (a) <= 1.8 points, (b) <=
-1.016 x, (c) whole backward 1.02-1.3 x 1F1B's bubble, split 1.06-1.45 x ZB-H1's); the README
-quotes a quiet machine's figures."""
+check takes the best of up to five runs, lengthening the tasks on retries (1, 1, 2, 2, 4 x), and
+each run is measured as its order alone (the recorded order on each worker with the recorded
+durations, without the gaps a late wake-up added: experiments.pipeline.compacted) against
+bounds from the task times as they ran.  The order still depends on timing (which task was
+ready when a worker looked).  The README quotes a quiet machine's real figures."""
 import numpy as np
 import pytest
 
@@ -19,12 +20,25 @@ pytestmark = pytest.mark.slow
 US = {2: 3000.0, 4: 8000.0}
 
 
+def run(plan):
+    return E.compacted(E.run(plan))
+
+
+def ran(r, phase):
+    """The median time the run's tasks of one phase took: when the host wakes a sleeping task's
+    thread late, every task of a run may overshoot (measured here: 3 ms tasks by up to 1.8 ms),
+    and that lateness is not the schedule's; the median ignores one stalled task."""
+    t = r.trace.tasks
+    sel = t["phase"] == phase
+    return float(np.median(t["end"][sel] - t["start"][sel]))
+
+
 @pytest.mark.parametrize("p", [2, 4])
 def test_a_gpipe_idle_fraction_within_3_points(p):
     restart(ncpu=p, sched="tt-cp")
     for m in (1, 2, 4, 8):
         f = formulas.gpipe_idle_fraction(p, m)
-        r = best_of(lambda: E.run(build_plan(p, m, US[p], US[p], priorities="none")),
+        r = best_of(lambda k: run(build_plan(p, m, k * US[p], k * US[p], priorities="none")),
                     lambda r: abs(r.idle_fraction - f) <= 0.03)
         assert abs(r.idle_fraction - f) <= 0.03, \
             f"p={p} m={m}: measured {r.idle_fraction:.3f}, formula {f:.3f}"
@@ -35,30 +49,41 @@ def test_a_gpipe_idle_fraction_within_3_points(p):
 def test_b_dataflow_reaches_the_1f1b_bound(p):
     restart(ncpu=p, sched="tt-cp")
     for m in (4, 8):
-        bound = formulas.one_f_one_b_makespan(p, m, US[p], US[p])
-        r = best_of(lambda: E.run(build_plan(p, m, US[p], US[p], priorities="1f1b")),
-                    lambda r: r.makespan_us <= 1.03 * bound)
-        assert r.makespan_us <= 1.03 * bound, f"p={p} m={m}: {r.makespan_us / bound:.3f} x the 1F1B bound"
+        def bound(r):                                    # with the task times as they ran
+            return formulas.one_f_one_b_makespan(p, m, ran(r, "fwd"), ran(r, "bwd"))
+        r = best_of(lambda k: run(build_plan(p, m, k * US[p], k * US[p], priorities="1f1b")),
+                    lambda r: r.makespan_us <= 1.03 * bound(r))
+        assert r.makespan_us <= 1.03 * bound(r), \
+            f"p={p} m={m}: {r.makespan_us / bound(r):.3f} x the 1F1B bound (tasks {r.plan.F:.0f} us)"
 
 
 @pytest.mark.parametrize("p", [2, 4])
 def test_c_split_backward_moves_the_bubble_towards_zero_bubble(p):
     restart(ncpu=p, sched="tt-cp")
     m, u = 8, US[p] * 2 / 3
-    one_f_one_b = formulas.one_f_one_b_bubble(p, u, u, u)
-    zb_h1 = formulas.zb_h1_bubble(p, u, u, u)
-    whole = best_of(lambda: E.run(build_plan(p, m, u, u, u, priorities="1f1b")),
-                    lambda r: 0.9 * one_f_one_b <= r.bubble_us <= 1.5 * one_f_one_b)
-    split = best_of(lambda: E.run(build_plan(p, m, u, u, u, split=True, priorities="zb")),
-                    lambda r: r.bubble_us < 0.5 * (one_f_one_b + zb_h1) and r.bubble_us >= 0.9 * zb_h1)
-    assert 0.9 * one_f_one_b <= whole.bubble_us <= 1.5 * one_f_one_b  # whole backward: 1F1B's bubble
-    assert 0.9 * zb_h1 <= split.bubble_us < 0.5 * (one_f_one_b + zb_h1)  # split: closer to ZB-H1 than to 1F1B
+
+    def bubbles(r):                                      # in units of the run's forward time
+        v = ran(r, "fwd")
+        return r.bubble_us / v, formulas.one_f_one_b_bubble(p, v, v, v) / v, formulas.zb_h1_bubble(p, v, v, v) / v
+
+    def whole_ok(r):
+        b, one_f_one_b, _ = bubbles(r)
+        return 0.9 * one_f_one_b <= b <= 1.5 * one_f_one_b
+
+    def split_ok(r):
+        b, one_f_one_b, zb_h1 = bubbles(r)
+        return 0.9 * zb_h1 <= b < 0.5 * (one_f_one_b + zb_h1)
+
+    whole = best_of(lambda k: run(build_plan(p, m, k * u, k * u, k * u, priorities="1f1b")), whole_ok)
+    split = best_of(lambda k: run(build_plan(p, m, k * u, k * u, k * u, split=True, priorities="zb")), split_ok)
+    assert whole_ok(whole), bubbles(whole)               # whole backward: 1F1B's bubble
+    assert split_ok(split), bubbles(split)               # split: closer to ZB-H1 than to 1F1B
 
 
 def test_bottom_level_priorities_are_no_worse():
     restart(ncpu=2, sched="tt-cp")
-    plan = build_plan(2, 6, 2000, 2000, 2000, split=True, priorities="none")
-    first, second = best_of(lambda: E.run_bottom_level(plan),
+    first, second = best_of(lambda k: E.run_bottom_level(
+                                build_plan(2, 6, k * 2000, k * 2000, k * 2000, split=True, priorities="none")),
                             lambda r: r[1].makespan_us <= 1.05 * r[0].makespan_us)
     assert second.makespan_us <= 1.05 * first.makespan_us
     assert len(np.unique(second.trace.tasks["priority"])) > 1

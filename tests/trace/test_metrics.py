@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tiletrain.trace import (TASK_DTYPE, Trace, TraceError, area_bound, bottom_levels, critical_path,
+from tiletrain.trace import (TASK_DTYPE, Trace, TraceError, area_bound, bottom_levels, compact, critical_path,
                              idle_fractions, makespan, metrics, stage_bubbles)
 from tiletrain.pipeline import bottom_level_priorities
 
@@ -73,6 +73,24 @@ def test_chain_with_gaps():
     tr = make([(0, 0, 2, []), (1, 3, 5, [0]), (0, 6, 8, [1])])
     assert critical_path(tr) == (6.0, [0, 1, 2])
     assert metrics(tr).efficiency == pytest.approx(6 / 8)
+
+
+def test_compact_keeps_the_order_and_removes_the_gaps():
+    """
+    worker 0: a [10,12]          c [16,18]   d [20,21]      a -> b -> c; d independent
+    worker 1:          b [13,15]                            but after c on worker 0
+    compacted: a [10,12] b [12,14] c [14,16] d [16,17]; the order stays, the gaps go
+    """
+    tr = make([(0, 10, 12, []), (1, 13, 15, [0]), (0, 16, 18, [1]), (0, 20, 21, [])])
+    c = compact(tr)
+    np.testing.assert_allclose(c.tasks["start"], [10, 12, 14, 16])
+    np.testing.assert_allclose(c.tasks["end"], [12, 14, 16, 17])
+    assert (c.tasks["worker"] == tr.tasks["worker"]).all() and makespan(c) == 7
+    assert critical_path(c) == critical_path(tr)          # durations and edges unchanged
+    # an order that is worse than another: d first on worker 0 delays a's chain
+    bad = make([(0, 1, 3, []), (1, 4, 6, [0]), (0, 6, 8, [1]), (0, 0, 1, [])])
+    assert makespan(compact(bad)) == 7 and makespan(compact(make([(0, 0, 2, []), (1, 2, 4, [0]), (0, 4, 6, [1]),
+                                                                (0, 2, 3, [])]))) == 6
 
 
 def test_stage_bubbles_two_stage_pipeline():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.metrics import makespan, stage_bubbles
+from ..trace.metrics import compact, makespan, stage_bubbles
 from ..trace.records import Trace, recording
 from ..pipeline import formulas
 from ..pipeline.priorities import bottom_level_priorities
@@ -81,13 +81,23 @@ def run(plan: PipelinePlan, sleep: bool = True, priorities: np.ndarray | None = 
     wait()
     with recording() as rec:
         submit(plan, sleep=sleep, data=data, priorities=priorities)
-    tr = rec.trace
+    return measure(plan, rec.trace)
+
+
+def measure(plan: PipelinePlan, tr: Trace) -> PipelineResult:
+    """The result of one recorded run of ``plan``."""
     T = makespan(tr)
     bub = stage_bubbles(tr)
     idle = [b["idle_us"] / (T * b["workers"]) for b in bub.values()]
     return PipelineResult(plan, tr, T, plan.simulate().makespan, float(np.mean(idle)),
                           float(np.mean([b["idle_us"] / b["workers"] for b in bub.values()])),
                           {s: b["idle_over_total"] for s, b in bub.items()}, peak_live_activations(tr))
+
+
+def compacted(r: PipelineResult) -> PipelineResult:
+    """The result of the run's order alone (tiletrain.trace.metrics.compact): the same tasks
+    on the same workers in the same order, without the gaps the runtime or the host added."""
+    return measure(r.plan, compact(r.trace))
 
 
 def run_bottom_level(plan: PipelinePlan, sleep: bool = True) -> tuple[PipelineResult, PipelineResult]:
@@ -187,15 +197,10 @@ def real_layers(m: int = 4, B: int = 4, T: int = 128, C: int = 256, tile: int = 
                     outs[s][j].backward(g)
                 g = ins[s][j].grad if s > 0 else None
     tr = rec.trace
-    T_ = makespan(tr)
-    bub = stage_bubbles(tr)
     fwd = tr.duration[tr.tasks["phase"] == "fwd"].sum() / (p * m)
     bwd = tr.duration[tr.tasks["phase"] == "bwd"].sum() / (p * m)
     plan = build_plan(p, m, float(fwd), float(bwd), priorities="1f1b" if priorities else "none")
-    return PipelineResult(plan, tr, T_, plan.simulate().makespan,
-                          float(np.mean([b["idle_over_total"] for b in bub.values()])),
-                          float(np.mean([b["idle_us"] / b["workers"] for b in bub.values()])),
-                          {s: b["idle_over_total"] for s, b in bub.items()}, peak_live_activations(tr))
+    return measure(plan, tr)
 
 
 def gpt_schedule_run(schedule, layers: int, width: int, batch: int = 2, seq_len: int = 128,

@@ -13,7 +13,7 @@
 tiletrain.experiments (workloads, sweeps, pipeline experiments: the drivers above nn).
 """
 from .chrome import from_chrome, load, save, to_chrome
-from .metrics import (Metrics, area_bound, bottom_levels, busy_per_worker, critical_path, format_metrics,
+from .metrics import (Metrics, area_bound, bottom_levels, busy_per_worker, compact, critical_path, format_metrics,
                       idle_fractions, makespan, metrics, stage_bubbles)
 from .records import (TASK_DTYPE, Trace, TraceError, is_recording, profiling_enabled, read, recording, reset,
                       start, stop, worker_stats)
@@ -30,4 +30,4 @@ __all__ = ["Trace", "TraceError", "TASK_DTYPE", "read", "recording", "start", "s
            "profiling_enabled", "worker_stats", "tag", "current_tags", "save", "load", "to_chrome",
            "from_chrome",
            "gantt", "Metrics", "metrics", "format_metrics", "makespan", "busy_per_worker", "idle_fractions",
-           "critical_path", "bottom_levels", "area_bound", "stage_bubbles"]
+           "critical_path", "bottom_levels", "area_bound", "stage_bubbles", "compact"]

@@ -6,6 +6,9 @@
                     schedule of these tasks can be shorter (a lower bound)
   area bound        total work / number of workers: the other lower bound
   bound             max(critical path, area); efficiency = bound / makespan (<= 1)
+  compact           the same per-worker order with the recorded durations, each task started
+                    as soon as its worker and its predecessors allow: what the order alone
+                    gives, without the latency of the runtime or of the host's thread wake-ups
   bubble per stage  idle time of the workers that ran a stage's tasks (the `stage` tag; the
                     worker when tasks carry no stage): idle_over_total = idle / (window x
                     workers), bubble_over_ideal = idle / busy (the two definitions in use)
@@ -83,6 +86,29 @@ def critical_path(trace: Trace) -> tuple[float, list[int]]:
         path.append(i)
         i = int(via[i])
     return length, path[::-1]
+
+
+def compact(trace: Trace) -> Trace:
+    """The trace with each worker's tasks in the recorded order and with their recorded
+    durations, each started at the end of its worker's previous task or of its last
+    predecessor, whichever is later (times from the first start).  The gaps that remain are
+    the order's; the ones removed were the runtime's or the host's (a sleeper woken late)."""
+    _need_tasks(trace, "compact")
+    t = trace.tasks
+    dur = trace.duration
+    end = np.zeros(len(t))
+    free: dict[int, float] = {}
+    t0 = float(t["start"].min())
+    for i in np.lexsort((t["id"], t["start"])):       # each worker's tasks in the order they ran
+        w = int(t["worker"][i])
+        preds = trace.predecessors(int(i))
+        ready = max(free.get(w, 0.0), float(end[preds].max()) if len(preds) else 0.0)
+        end[i] = ready + dur[i]
+        free[w] = end[i]
+    out = t.copy()
+    out["start"] = t0 + end - dur
+    out["end"] = t0 + end
+    return Trace(out, trace.deps.copy(), list(trace.workers), dict(trace.meta))
 
 
 def bottom_levels(trace: Trace) -> np.ndarray:
