@@ -179,3 +179,33 @@ def test_top_k_1_is_greedy():
     prompt = np.random.default_rng(8).integers(0, 50, (2, 4))
     np.testing.assert_array_equal(m.generate(prompt, 5, temperature=0.7, top_k=1, seed=3),
                                   m.generate(prompt, 5, temperature=0))
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+def test_greedy_submitted_ahead_equals_the_step_by_step_loop(kind, monkeypatch):
+    """Greedy decoding picks tokens with argmax tasks and submits steps ahead (inference.
+    generate.AHEAD); the output equals the loop that reads each step's logits first: plain,
+    with eos ending some rows (padded) and ending every row (output cut at the last one),
+    and with no new token."""
+    import sys
+    G = sys.modules["tiletrain.inference.generate"]
+    m = _model(Tiling(time=4, width=8)) if kind == "gpt" else _llama()
+    ids = np.random.default_rng(4).integers(0, 50, (3, 5))
+
+    def both(**kw):
+        ahead = generate_cached(m, ids, **kw)
+        monkeypatch.setattr(G, "AHEAD", 0)
+        step = generate_cached(m, ids, **kw)
+        monkeypatch.setattr(G, "AHEAD", 4)
+        np.testing.assert_array_equal(ahead, step)
+        return ahead
+
+    free = both(max_new_tokens=12, temperature=0)
+    assert free.shape == (3, 17)
+    some = int(free[1, 7])                           # row 1's 3rd new token: row 1 ends early
+    out = both(max_new_tokens=12, temperature=0, eos_token_id=[some, 49])
+    assert (out[1, 8:] == some).all()
+    ends = sorted({int(free[b, 5 + b]) for b in range(3)})  # every row ends by its (b+1)-th token
+    out = both(max_new_tokens=12, temperature=0, eos_token_id=ends)
+    assert out.shape[1] < 17
+    assert both(max_new_tokens=0, temperature=0).shape == (3, 5)

@@ -15,7 +15,12 @@ positions, and the agreeing prefix plus one token of the model's own is kept; th
 positions are dropped by lowering the caches' length.  Sampling uses the standard rule
 (accept a drafted x with probability min(1, p(x) / q(x)), on rejection sample from
 max(0, p - q) normalised, a bonus token from p when all k are accepted), so the output
-distribution is the model's; greedy output equals plain greedy."""
+distribution is the model's; greedy output equals plain greedy.
+
+Greedy decoding without a draft picks each next token with tile tasks (an argmax over the
+logits) and feeds it to the next step as a tensor, so the steps are submitted ahead of their
+execution (``AHEAD`` of them): the Python side of the next steps overlaps the tasks of this
+one, and the tokens are read ``AHEAD`` steps behind (where eos ends the generation)."""
 from __future__ import annotations
 
 import numbers
@@ -24,7 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._ffi import lib
 from ..ops import no_grad
+from ..ops.reduce import argmax
 from ..ops.attention import decode_attention
 from ..runtime.kernels import copy_regions
 from ..tensors import Tensor, reuse_buffers, zeros
@@ -299,10 +306,15 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     modes = [(m, m.training) for m in (model, draft) if m is not None]
     for m, _ in modes:
         m.eval()
+    ahead = AHEAD > 0 and temperature == 0 and draft is None and T + max_new_tokens <= lanes[0].cache.max_len \
+        and not lib.tt_mpi_enabled()
     try:
         with no_grad(), reuse_buffers():  # each step's temporaries take the last step's tiles
-            seq = _run(_rounds(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
-                               int(num_draft_tokens), stats))
+            if ahead:
+                seq = _greedy_ahead(lanes[0], idx, int(max_new_tokens), eos)
+            else:
+                seq = _run(_rounds(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
+                                   int(num_draft_tokens), stats))
     finally:
         for m, training in modes:
             m.train(training)
@@ -310,6 +322,45 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     stats.model_calls = lanes[0].calls
     stats.draft_calls = lanes[1].calls if draft is not None else 0
     return (seq, stats) if return_stats else seq
+
+
+AHEAD = 4  # greedy decode steps submitted beyond the oldest whose tokens are not read yet (0: none)
+
+
+def _greedy_ahead(lane, seq, max_new, eos):
+    """Greedy decoding with no host round trip per token: each step's next tokens are an
+    argmax task's (B, 1) int64 tensor, which the next step embeds; the tokens are read
+    ``AHEAD`` steps behind, and an eos seen there (every row ended) stops the submission.
+    Output as :func:`_rounds` (rows pad with the first eos id after theirs)."""
+    B, T = seq.shape
+    if max_new == 0:
+        return seq
+    pending, got = [], []                      # token tensors not yet read; arrays (B,) read
+    finished = np.zeros(B, dtype=bool)
+    logits = lane.submit(seq)
+    for s in range(max_new):
+        nxt = argmax(logits, dim=-1)           # (B, 1): the logits of the last position
+        pending.append(nxt)
+        if s + 1 < max_new:
+            lane.calls += 1
+            logits = lane.model.forward_cached(nxt, lane.cache, T + s, last=1)
+        while pending and (len(pending) > AHEAD or s + 1 == max_new):
+            got.append(pending.pop(0).numpy()[:, 0])
+            if eos is not None:
+                finished |= np.isin(got[-1], eos)
+                if finished.all():
+                    break
+        if eos is not None and finished.all():
+            break
+    new = np.stack(got, axis=1).astype(np.int64)
+    if eos is not None:
+        hit = np.isin(new, eos)
+        first = np.where(hit.any(axis=1), hit.argmax(axis=1), new.shape[1])
+        for b in range(B):
+            new[b, first[b] + 1:] = eos[0]
+        if hit.any(axis=1).all():
+            new = new[:, :int(first.max()) + 1]
+    return np.concatenate([seq, new], axis=1)
 
 
 def _run(rounds):
