@@ -38,10 +38,27 @@ void tt_cpu_heads_merge(const tt_args_heads_merge *a, const void *y, void *x)
                        py + (size_t)(((b * nh + h) * nt + t) * hd) * es, row);
 }
 
-/* Row-major C = alpha op(A) op(B) + beta C on T = float or double (dtype). */
+/* Row-major C = alpha op(A) op(B) + beta C on T = float or double (dtype).  One query row
+ * (decoding a token) is a matrix-vector product: gemv reads the key/value tile once where
+ * gemm would pack it first (several times slower at 1 x 256 x 64); beta == 0 clears the row
+ * first (a fresh tile may hold NaN). */
 static void gemm_rm(int64_t dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const void *A,
                     int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
 {
+    if (m == 1 && !ta) { /* c (n) = alpha op(B)^T a (k) + beta c, B (n x k) when tb, else (k x n) */
+        const enum CBLAS_TRANSPOSE t = tb ? CblasNoTrans : CblasTrans;
+        const int rows = (int)(tb ? n : k), cols = (int)(tb ? k : n);
+        if (dtype == TT_F32) {
+            if (beta == 0)
+                memset(C, 0, (size_t)n * sizeof(float));
+            cblas_sgemv(CblasRowMajor, t, rows, cols, (float)alpha, B, (int)ldb, A, 1, (float)beta, C, 1);
+        } else {
+            if (beta == 0)
+                memset(C, 0, (size_t)n * sizeof(double));
+            cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, (int)ldb, A, 1, beta, C, 1);
+        }
+        return;
+    }
     const enum CBLAS_TRANSPOSE cta = ta ? CblasTrans : CblasNoTrans, ctb = tb ? CblasTrans : CblasNoTrans;
     if (dtype == TT_F32)
         cblas_sgemm(CblasRowMajor, cta, ctb, (int)m, (int)n, (int)k, (float)alpha, A, (int)lda, B, (int)ldb,
