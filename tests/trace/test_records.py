@@ -236,3 +236,15 @@ def test_gpt_workload_records_a_full_training_step(profiled):
     assert opt_kernels == {"adamw", "fill"}  # first step: AdamW's moment tensors start at zero
     assert makespan(rec.trace) > 0 and critical_path(rec.trace)[0] > 0
     w.teardown()
+
+
+def test_block_workload_runs_gelu_in_the_gemm_epilogue(profiled):
+    from tiletrain.experiments.workloads import make
+    w = make("block", 32, C=64, H=2, T=32, B=2)
+    w.setup()
+    with tt.trace.recording() as rec:
+        w.step()
+    k = set(rec.trace.tasks["kernel"])
+    assert "gemm_gelu" in k and "gelu" not in k     # the MLP's GELU rides on its first linear layer
+    assert {"fwd", "bwd"} <= set(rec.trace.tasks["phase"])
+    w.teardown()
