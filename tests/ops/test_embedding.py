@@ -213,3 +213,29 @@ def test_rows_expander_rejects_a_range_outside_the_table(rng):
         with pytest.raises(ValueError, match=r"id range \[.*\] is not within the table's 6 rows"):
             check(lib.tt_embedding_rows(I._ptr, T._ptr, y._ptr, lo, hi))
     assert total_tasks() == before
+
+
+def test_argmax_ids_are_embedded_without_reading_them(rng, monkeypatch):
+    """An argmax's indices over at most V values are in range by construction: embedding
+    takes them without reading (waiting for) them — a decode step embeds the token the
+    previous step's tasks are still choosing; written in place, they are checked again."""
+    logits = tt.from_numpy(rng.standard_normal((3, 2, 10)), tiles=(2, 2, 4))
+    table = tt.from_numpy(rng.standard_normal((10, 5)), tiles=(4, 5))
+    ids = tt.argmax(logits, dim=-1)
+    assert ids.index_bound == 10 and tt.argmax(logits).index_bound == 60
+    reads = []
+    real = tt.Tensor.numpy
+    monkeypatch.setattr(tt.Tensor, "numpy", lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
+    y = F.embedding(ids, table)
+    assert not any(r is ids for r in reads)
+    monkeypatch.undo()
+    want = table.numpy()[logits.numpy().argmax(-1)]
+    np.testing.assert_array_equal(y.numpy(), want)
+    big = np.zeros((3, 12))
+    big[0, 11] = 1.0                                              # argmax over 12 values: 11 is beyond the table
+    with pytest.raises(ValueError, match="out of range"):
+        F.embedding(tt.argmax(tt.from_numpy(big), dim=-1), table)
+    tt.fill_(ids, 11)                                             # written in place: read and checked
+    assert ids.index_bound is None
+    with pytest.raises(ValueError, match="out of range"):
+        F.embedding(ids, table)

@@ -129,7 +129,7 @@ class Tensor:
     that write the tensor and gathers its tiles."""
 
     __slots__ = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node",
-                 "__weakref__")
+                 "index_bound", "__weakref__")
 
     def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None, _fresh: bool = False):
         self.traits = traits
@@ -139,6 +139,7 @@ class Tensor:
         self.requires_grad = False
         self.grad: Tensor | None = None
         self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
+        self.index_bound = None    # int64 indices known to lie in [0, bound) without reading them (argmax)
         pool = _POOL
         if pool is not None and _owners is None and not _fresh:  # reuse_buffers(): a dropped tensor's tiles
             kept = pool.get((traits.shape, traits.tiles, dtype))
@@ -512,6 +513,7 @@ def from_value_(t: Tensor, value: float) -> Tensor:
     """Fill every tile with ``value`` (one fill task per tile)."""
     from ..runtime.kernels import run_map
     t._handle("fill")
+    t.index_bound = None
     run_map("fill", t, value=float(value))
     return t
 
@@ -572,6 +574,7 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
     """Write the tiles of tile rows [lo, hi) from ``block`` (those rows, t's dtype, any
     strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy)."""
     _rows_shape(t, lo, hi, block, "write_rows_")
+    t.index_bound = None
     strides = ffi.new("int64_t[]", list(block.strides) or [0])
     src = ffi.cast("void *", block.ctypes.data)
     check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, src, strides))
