@@ -58,6 +58,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ncpu", type=int, default=2)
+    ap.add_argument("--sched", default=None, help="StarPU scheduling policy (default: tiletrain's)")
     ap.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=["gpt2", "llama"])
     ap.add_argument("--draft-tokens", type=int, default=4, help="speculative decoding rows: tokens drafted per "
                                                                 "round (0: no such rows)")
@@ -68,9 +69,9 @@ def main() -> int:
     torch.set_num_threads(args.ncpu)
     print(environment())
     print(f"torch {torch.__version__} ({args.ncpu} threads), transformers {transformers.__version__}; tiletrain with "
-          f"{args.ncpu} CPU workers; float32; prompt 16, {args.new} new tokens; median of {args.reps} after a warm-up\n")
+          f"{args.ncpu} CPU workers ({args.sched or 'default scheduler'}); float32; prompt 16, {args.new} new tokens; median of {args.reps} after a warm-up\n")
     rows = []
-    with tempfile.TemporaryDirectory() as root, tt.init(ncpu=args.ncpu):
+    with tempfile.TemporaryDirectory() as root, tt.init(ncpu=args.ncpu, sched=args.sched):
         for name, folder in _folders(root, args.models).items():
             hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
             m = tt.nn.from_pretrained(folder)
@@ -117,7 +118,7 @@ def speculative(args) -> None:
     from tiletrain.nn import GPT
     k = args.draft_tokens
     rows = []
-    with tempfile.TemporaryDirectory() as root, tt.init(ncpu=args.ncpu):
+    with tempfile.TemporaryDirectory() as root, tt.init(ncpu=args.ncpu, sched=args.sched):
         m = tt.nn.from_pretrained(_folders(root, ["gpt2"])["gpt2 6x384"])
         cfg = dataclasses.replace(m.config, n_layer=1)
         first = GPT(cfg)
