@@ -69,7 +69,8 @@ def main() -> int:
     torch.set_num_threads(args.ncpu)
     print(environment())
     print(f"torch {torch.__version__} ({args.ncpu} threads), transformers {transformers.__version__}; tiletrain with "
-          f"{args.ncpu} CPU workers ({args.sched or 'default scheduler'}); float32; prompt 16, {args.new} new tokens; median of {args.reps} after a warm-up\n")
+          f"{args.ncpu} CPU workers ({args.sched or 'default scheduler'}); float32; prompt 16, {args.new} new "
+          f"tokens; median of {args.reps} after a warm-up\n")
     rows = []
     with tempfile.TemporaryDirectory() as root, tt.init(ncpu=args.ncpu, sched=args.sched):
         for name, folder in _folders(root, args.models).items():
