@@ -108,7 +108,8 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-                  "dualpipe-v": {}, "seq1f1b": {"chunks": 2}, "emergent": {}}
+                  "dualpipe-v": {}, "seq1f1b": {"chunks": 2}, "emergent": {},
+                  "emergent-zb": {}}
 
 
 def real_worker(a) -> None:

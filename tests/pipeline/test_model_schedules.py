@@ -23,7 +23,7 @@ CFG = GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=2, n_embd=8, drop
 TILING = Tiling(batch=2, time=4, width=4, hidden=16, vocab=8)   # last tiles smaller: vocab 16 / 8 ok, C 8 / 4
 M = 4
 SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-             "dualpipe-v": {}, "emergent": {}, "seq1f1b": {"chunks": 2}}
+             "dualpipe-v": {}, "emergent": {}, "emergent-zb": {}, "seq1f1b": {"chunks": 2}}
 
 
 def batches(seed=3, steps=2):
@@ -127,6 +127,34 @@ def test_ordering_dependencies_keep_the_order_on_the_real_model(name):
     sel = t["stage"] >= 0
     assert all(w in groups[place[st]] for w, st in zip(t["worker"][sel], t["stage"][sel]))
     assert len(r.losses) == M
+
+
+@pytest.mark.parametrize("name", ["emergent", "emergent-zb"])
+def test_emergent_priorities_put_weight_gradients_last(name):
+    """No order written, only priorities (structural, not timed): on the real model every
+    recorded task of a (stage, micro-batch)'s backward or input gradient is above every task of
+    its weight gradients (emergent-zb) and above every forward task; the weight-gradient tasks
+    are below every forward task, of every micro-batch, so that a stage runs them only when
+    no forward or input gradient is ready."""
+    restart(ncpu=2, sched="prio", profile=True)
+    s = schedules.get(name, 2, M)
+    pp = ModelPipeline(gpt(), s, "priority")
+    data = batches(1, 1)[0]
+    with recording() as rec:
+        pp.step([d[:, :-1] for d in data], [d[:, 1:] for d in data])
+        tt.wait()
+    t = rec.trace.tasks
+    fwd = t["priority"][t["phase"] == "fwd"]
+    assert len(fwd)
+    for st in range(2):
+        for j in range(M):
+            mine = (t["stage"] == st) & (t["microbatch"] == j)
+            bwd, dw = t["priority"][mine & (t["phase"] == "bwd")], t["priority"][mine & (t["phase"] == "wgrad")]
+            assert len(bwd) and bwd.min() > fwd.max(), (st, j)
+            if name == "emergent":      # full backward: dW inside B's tasks
+                assert not len(dw)
+                continue
+            assert len(dw) and dw.max() < bwd.min() and dw.max() < fwd.min(), (st, j)
 
 
 def test_placement_and_bad_input():

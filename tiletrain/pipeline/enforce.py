@@ -10,8 +10,9 @@ Mechanisms (cumulative, weakest first):
   deps       + an ordering dependency between a rank's consecutive actions: every action
              also accesses its rank's token handle read-write (StarPU's sequential
              consistency chains them in submission order): the order is exact
-The ``emergent`` schedule has no order: submitted forward first, then backward, with the
-phase priorities (backward before forward) and affinity; dataflow decides.
+The ``emergent`` schedules have no order: submitted forward first, then backward, with the
+phase priorities (schedule.EMERGENT_PRIORITY: backward and input gradient before forward,
+weight gradients after both, as ``emergent-zb`` splits them) and affinity; dataflow decides.
 
 ``enforce(schedule, submit_action, mechanism)`` is the runtime-independent part (what a
 real-model pipeline uses); ``run_synthetic`` runs a schedule on sleeping synthetic tasks
