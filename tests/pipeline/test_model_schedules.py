@@ -170,9 +170,6 @@ def test_placement_and_bad_input():
     assert [dict(pl.modules)[f"transformer.h.{i}"] for i in range(4)] == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="stage_ranks"):
         plan(model, "pipeline", 2, stage_ranks=[0, 1, 0, 1, 0])
-    with pytest.raises(NotImplementedError, match="recomputation .* not implemented with chunks"):
-        ModelPipeline(GPT(replace(CFG, recompute="block"), TILING, dtype=np.float64),
-                      schedules.get("seq1f1b", 2, M, chunks=2))
     pp = ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=3))
     with pytest.raises(ValueError, match="3 chunks need at least 3 positions"):
         pp.step([np.zeros((2, 2), np.int64)] * M, [np.zeros((2, 2), np.int64)] * M)
@@ -242,18 +239,66 @@ def test_sequence_chunks_give_the_unchunked_gradients(chunks):
     assert max(np.abs(g).max() for g in ref.values()) > 1e-3   # gradients that are not all zero
 
 
-def test_llama_under_seq1f1b_gives_the_unchunked_gradients():
-    """Rotary positions from the chunk's offset, grouped-query attention over the prefix."""
+@pytest.mark.parametrize("recompute", ["block", "attention"])
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_sequence_chunks_with_recomputation_give_the_plain_gradients(recompute, chunks):
+    """Recomputation with sequence chunks: a chunk's keys and values are in a graph only when
+    its backward recomputes them, and the later chunks' dK/dV enter that recompute; losses
+    and gradients are the unchunked step's without recomputation (float64, 1e-9)."""
+    restart(ncpu=2, sched="prio", profile=True)
+    data = [(ids[:, :-1], ids[:, 1:].copy()) for ids in batches(11, 1)[0]]
+    data[1][1][0, 5:] = -100
+    ref_loss, ref = grads_of_one_step(gpt, data)
+
+    def model():
+        return GPT(replace(CFG, recompute=recompute), TILING, dtype=np.float64, seed=1)
+    s = schedules.get("seq1f1b", 2, M, chunks=chunks)
+    with recording() as rec:
+        loss, got = grads_of_one_step(model, data, s)
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+    assert (rec.trace.tasks["phase"] == "recompute").any()   # the forward did not keep the activations
+
+
+def test_sequence_chunks_with_recomputation_and_split_backward_and_dropout():
+    """seq1f1b's order with each B split into I and W (deferred to the end), recompute="block"
+    and dropout 0.3: the recompute replays the chunk's masks (its window of the sequence)."""
+    from tiletrain.pipeline.schedule import Action, Schedule
+    restart(ncpu=2, sched="prio", profile=False)
+    base = schedules.get("seq1f1b", 2, M, chunks=2)
+    rows = [[Action(a.stage, "I" if a.kind == "B" else a.kind, a.microbatch, a.chunk) for a in row]
+            + [Action(a.stage, "W", a.microbatch, a.chunk) for a in row if a.kind == "B"] for row in base.actions]
+    s = Schedule("seq-zb", tuple(map(tuple, rows)), chunks=2).validate()
+    data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(13, 1)[0]]
+    tt.manual_seed(4)
+    ref_loss, ref = grads_of_one_step(gpt_dropout, data)
+
+    def model():
+        m = gpt_dropout()
+        m.config.recompute = "block"
+        return m
+    tt.manual_seed(4)
+    loss, got = grads_of_one_step(model, data, s)
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+
+
+@pytest.mark.parametrize("recompute", ["none", "block", "attention"])
+def test_llama_under_seq1f1b_gives_the_unchunked_gradients(recompute):
+    """Rotary positions from the chunk's offset, grouped-query attention over the prefix; with
+    recomputation too."""
     from tiletrain.nn.llama import Llama, LlamaConfig
     restart(ncpu=2, sched="prio", profile=False)
     cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=4,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8)
 
-    def llama():
-        return Llama(cfg, dtype=np.float64, seed=2)
+    def llama(recompute="none"):
+        return Llama(replace(cfg, recompute=recompute), dtype=np.float64, seed=2)
     data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(5, 1)[0]]
     ref_loss, ref = grads_of_one_step(llama, data)
-    loss, got = grads_of_one_step(llama, data, schedules.get("seq1f1b", 2, M, chunks=2))
+    loss, got = grads_of_one_step(lambda: llama(recompute), data, schedules.get("seq1f1b", 2, M, chunks=2))
     np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
     for n in ref:
         np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
