@@ -328,10 +328,13 @@ class PrefixKV:
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=F.causal_lower_right(q.shape[2],
                                                keys.shape[2]), enable_gqa=True)
         if replay:   # the recompute in chunk c's backward: the later chunks' dK/dV enter here
-            grads = self.later.pop((layer, c), None)
-            if grads is not None:
-                add_gradient(k, grads[0])
-                add_gradient(v, grads[1])
+            if c + 1 < self.chunks:
+                if (layer, c) not in self.later:
+                    raise RuntimeError(f"sequence chunk {c} of layer {layer} recomputed before the later chunks' "
+                                       "backwards (gradients(c) first)")
+                dk, dv = self.later.pop((layer, c))
+                add_gradient(k, dk)
+                add_gradient(v, dv)
             return y
         self.ran.add((layer, c))
         if c + 1 < self.chunks:   # later chunks read this chunk's keys and values
