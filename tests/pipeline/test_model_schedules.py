@@ -129,16 +129,17 @@ def test_ordering_dependencies_keep_the_order_on_the_real_model(name):
     assert len(r.losses) == M
 
 
-@pytest.mark.parametrize("name", ["emergent", "emergent-zb"])
-def test_emergent_priorities_put_weight_gradients_last(name):
+@pytest.mark.parametrize("name,recompute", [("emergent", "none"), ("emergent-zb", "none"),
+                                            ("emergent-zb", "block"), ("emergent-zb", "attention")])
+def test_emergent_priorities_put_weight_gradients_last(name, recompute):
     """No order written, only priorities (structural, not timed): on the real model every
-    recorded task of a (stage, micro-batch)'s backward or input gradient is above every task of
-    its weight gradients (emergent-zb) and above every forward task; the weight-gradient tasks
-    are below every forward task, of every micro-batch, so that a stage runs them only when
-    no forward or input gradient is ready."""
+    recorded task of a (stage, micro-batch)'s backward or input gradient (its recomputation
+    too) is above every task of its weight gradients (emergent-zb) and above every forward
+    task; the weight-gradient tasks are below every forward task, of every micro-batch, so
+    that a stage runs them only when no forward or input gradient is ready."""
     restart(ncpu=2, sched="prio", profile=True)
     s = schedules.get(name, 2, M)
-    pp = ModelPipeline(gpt(), s, "priority")
+    pp = ModelPipeline(GPT(replace(CFG, recompute=recompute), TILING, dtype=np.float64, seed=1), s, "priority")
     data = batches(1, 1)[0]
     with recording() as rec:
         pp.step([d[:, :-1] for d in data], [d[:, 1:] for d in data])
@@ -149,7 +150,8 @@ def test_emergent_priorities_put_weight_gradients_last(name):
     for st in range(2):
         for j in range(M):
             mine = (t["stage"] == st) & (t["microbatch"] == j)
-            bwd, dw = t["priority"][mine & (t["phase"] == "bwd")], t["priority"][mine & (t["phase"] == "wgrad")]
+            bwd = t["priority"][mine & ((t["phase"] == "bwd") | (t["phase"] == "recompute"))]
+            dw = t["priority"][mine & (t["phase"] == "wgrad")]
             assert len(bwd) and bwd.min() > fwd.max(), (st, j)
             if name == "emergent":      # full backward: dW inside B's tasks
                 assert not len(dw)

@@ -223,7 +223,10 @@ class ModelPipeline:
                 lib.tt_order_set(ffi.NULL)
             check(lib.tt_order_barrier(token._ptr))
 
-        order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens)
+        # a backward recomputes up to one checkpoint per block, the k-th 2k+1 and 2k+2 below the
+        # action's priority (utils.checkpoint): actions' priorities that far apart stay apart
+        stride = 2 * max(len(b) for b in self.blocks) + 3
+        order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens, stride=stride)
         draws.done()
         return StepResult(losses, order)
 
