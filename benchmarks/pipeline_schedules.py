@@ -22,6 +22,10 @@ worker groups of 1 worker (one process, the same load as its plain step).
 
     python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]
         [--seq-len 128] [--micro-batches 4] [--mechanisms priority deps] [--steps 4] [--warmup 2]
+        [--schedules zb-h1 emergent emergent-zb] [--one-process]
+
+--one-process: only the first part (the plain step and the schedules on 2 worker groups of
+one process), no mpirun job.
 """
 from __future__ import annotations
 
@@ -108,7 +112,8 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-                  "dualpipe-v": {}, "seq1f1b": {"chunks": 2}, "emergent": {}}
+                  "dualpipe-v": {}, "seq1f1b": {"chunks": 2}, "emergent": {},
+                  "emergent-zb": {}}
 
 
 def real_worker(a) -> None:
@@ -124,6 +129,7 @@ def real_worker(a) -> None:
     from tiletrain.optim import AdamW
     from tiletrain.parallel import microbatch, n_replicas, place, replica, shards
     from tiletrain.pipeline.model import ModelPipeline, action_times, pipeline_plan, rank_order_fraction
+    from tiletrain.trace.metrics import compact
     from tiletrain.trace.records import recording
 
     tt.init(profile=True, sched=a.sched)
@@ -178,6 +184,8 @@ def real_worker(a) -> None:
         configs.append((f"pipeline (place) x{m}", "dataflow", plain("pipeline", m), None))
     if world > 1 or not a.baseline_only:   # one process: worker groups as the schedule's ranks
         for name, kw in REAL_SCHEDULES.items():
+            if a.schedules and name not in a.schedules:
+                continue
             s = schedules.get(name, max(world, 2), m, **kw)
             for mech in (a.mechanisms if s.ordered else ["priority"]):
                 configs.append((name, mech if s.ordered else "dataflow", scheduled(s, mech), s))
@@ -197,9 +205,18 @@ def real_worker(a) -> None:
             times[k].append(run(c[2], i))
     for k, (name, mech, step, s) in enumerate(configs):
         res = {"step_s": float(np.median(times[k]))}
+        if world == 1:   # the order alone: recorded durations without the gaps a loaded host added (median of 3)
+            spans = []
+            for i in range(3):
+                with recording() as rec:
+                    run(step, i)
+                c = compact(rec.trace).tasks
+                spans.append(float(c["end"].max() - c["start"].min()) / 1e6)
+            res["compact_s"] = float(np.median(spans))
         if s is not None and s.ordered:   # the order each rank kept, from one recorded step
-            with recording() as rec:
-                run(step, 0)
+            if world > 1:
+                with recording() as rec:
+                    run(step, 0)
             start, _ = action_times(s, rec.trace)
             for r in range(s.ranks) if world == 1 else [me]:
                 res[f"order_r{r}"] = rank_order_fraction(s, start, r)
@@ -220,7 +237,8 @@ def real_launch(a, n_layer: int, nprocs: int, baseline_only: bool = False) -> li
     args = [sys.executable, __file__, "--real-worker", "--n-layer", str(n_layer), "--n-embd", str(a.n_embd),
             "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--micro-batches", str(a.micro_batches),
             "--steps", str(a.steps), "--warmup", str(a.warmup), "--sched", a.sched,
-            "--mechanisms", *a.mechanisms] + (["--baseline-only"] if baseline_only else [])
+            "--mechanisms", *a.mechanisms] + (["--baseline-only"] if baseline_only else []) + \
+        (["--schedules", *a.schedules] if a.schedules else [])
     if nprocs == 1:
         env["STARPU_NCPU"], env["TILETRAIN_MPI"] = "2", "0"
         cmd = args
@@ -239,17 +257,21 @@ def real_main(a) -> int:
     for L in a.n_layer:
         one = real_launch(a, L, 1)       # the plain step, then the schedules on 2 worker groups
         before = one[0]
-        res = real_launch(a, L, 2)
-        after = real_launch(a, L, 1, baseline_only=True)[0]   # before and after the job: the load drifts
-        base = dict(before, step_s=(before["step_s"] + after["step_s"]) / 2)
-        print(f"\nGPT {L} x {a.n_embd}: one process x 2 workers {before['step_s']:.3f} s before, "
-              f"{after['step_s']:.3f} s after the mpirun job (their mean is the baseline)", flush=True)
+        if not a.one_process:
+            res = real_launch(a, L, 2)
+            after = real_launch(a, L, 1, baseline_only=True)[0]   # before and after the job: the load drifts
+            base = dict(before, step_s=(before["step_s"] + after["step_s"]) / 2)
+            print(f"\nGPT {L} x {a.n_embd}: one process x 2 workers {before['step_s']:.3f} s before, "
+                  f"{after['step_s']:.3f} s after the mpirun job (their mean is the baseline)", flush=True)
         lines = [[f"{L}x{a.n_embd}", r["config"], r["mechanism"], f"{r['step_s']:.3f}",
-                  f"{before['step_s'] / r['step_s']:.2f}x", fmt(r.get("order_r0")), fmt(r.get("order_r1"))]
-                 for r in one]
+                  f"{before['step_s'] / r['step_s']:.2f}x", f"{before['compact_s'] / r['compact_s']:.2f}x",
+                  fmt(r.get("order_r0")), fmt(r.get("order_r1"))] for r in one]
         print("one process, the schedules on 2 worker groups of 1 worker (ratio: to the plain step of the "
-              "same process)\n" + table(["model", "configuration", "mechanism", "step_s", "vs plain", "order r0",
-                                          "order r1"], lines), flush=True)
+              "same process; compact: one recorded step without the gaps the host added, trace.metrics.compact)\n"
+              + table(["model", "configuration", "mechanism", "step_s", "vs plain", "compact vs plain", "order r0",
+                       "order r1"], lines), flush=True)
+        if a.one_process:
+            continue
         print(f"\nGPT {L} x {a.n_embd}, batch {a.batch} x {a.seq_len}, {a.micro_batches} micro-batches in pipeline "
               f"rows, sched {a.sched}; median of {a.steps} steps after {a.warmup}", flush=True)
         merged: dict = {}
@@ -275,6 +297,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--real", action="store_true", help="the schedules on the real GPT (see above)")
     ap.add_argument("--real-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--one-process", action="store_true", help="--real: no mpirun job (see above)")
     ap.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--n-layer", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--n-embd", type=int, default=256)
@@ -289,6 +312,8 @@ def main() -> int:
     ap.add_argument("--usec", type=float, default=5000.0)
     ap.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--schedules", nargs="+", choices=list(REAL_SCHEDULES),
+                    help="--real: only these schedules (default: all)")
     ap.add_argument("--sched", default="tt-cp")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()

@@ -330,3 +330,36 @@ def test_cli_recompute_choices(capsys):
 def test_gpt_config_recompute_checked():
     with pytest.raises(ValueError, match="GPTConfig.recompute must be one of 'none', 'block', 'attention'"):
         GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4, recompute="all")
+
+
+def test_add_gradient_enters_the_recompute_backward(rng):
+    """checkpoint.add_gradient: a tensor the function computes also receives a gradient from
+    outside the function's outputs (the pipeline's later sequence chunks' dK/dV): the same
+    gradients as the plain backward from both roots."""
+    from tiletrain.ops.autograd import backward_from
+    from tiletrain.utils.checkpoint import add_gradient, recomputing
+    x, w1, b1, w2 = params = _params(rng, np.float64, [((6, 5), (3, 2)), ((5, 9), (2, 4)), ((9,), (4,)),
+                                                       ((9, 5), (4, 3))])
+    gh = tt.from_numpy(rng.standard_normal((6, 9)), (3, 4))
+
+    def plain():
+        h = tt.matmul(x, w1) + b1
+        loss = tt.sum(tt.matmul(F.gelu(h), w2) ** 2)
+        backward_from([loss, h], [tt.full(loss.traits, 1.0, dtype=loss.dtype), gh], 0)
+        return [p.grad.numpy() for p in params]
+
+    def fn(x, w1, b1, w2):
+        h = tt.matmul(x, w1) + b1
+        if recomputing():
+            add_gradient(h, gh)
+        return tt.matmul(F.gelu(h), w2)
+
+    ref = plain()
+    for p in params:
+        p.grad = None
+    tt.sum(checkpoint(fn, x, w1, b1, w2) ** 2).backward()
+    for a, b in zip(ref, [p.grad.numpy() for p in params]):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+    assert not recomputing()
+    with pytest.raises(RuntimeError, match="only inside a checkpointed function"):
+        add_gradient(x, gh)

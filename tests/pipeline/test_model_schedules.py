@@ -23,7 +23,7 @@ CFG = GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=2, n_embd=8, drop
 TILING = Tiling(batch=2, time=4, width=4, hidden=16, vocab=8)   # last tiles smaller: vocab 16 / 8 ok, C 8 / 4
 M = 4
 SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-             "dualpipe-v": {}, "emergent": {}, "seq1f1b": {"chunks": 2}}
+             "dualpipe-v": {}, "emergent": {}, "emergent-zb": {}, "seq1f1b": {"chunks": 2}}
 
 
 def batches(seed=3, steps=2):
@@ -129,6 +129,36 @@ def test_ordering_dependencies_keep_the_order_on_the_real_model(name):
     assert len(r.losses) == M
 
 
+@pytest.mark.parametrize("name,recompute", [("emergent", "none"), ("emergent-zb", "none"),
+                                            ("emergent-zb", "block"), ("emergent-zb", "attention")])
+def test_emergent_priorities_put_weight_gradients_last(name, recompute):
+    """No order written, only priorities (structural, not timed): on the real model every
+    recorded task of a (stage, micro-batch)'s backward or input gradient (its recomputation
+    too) is above every task of its weight gradients (emergent-zb) and above every forward
+    task; the weight-gradient tasks are below every forward task, of every micro-batch, so
+    that a stage runs them only when no forward or input gradient is ready."""
+    restart(ncpu=2, sched="prio", profile=True)
+    s = schedules.get(name, 2, M)
+    pp = ModelPipeline(GPT(replace(CFG, recompute=recompute), TILING, dtype=np.float64, seed=1), s, "priority")
+    data = batches(1, 1)[0]
+    with recording() as rec:
+        pp.step([d[:, :-1] for d in data], [d[:, 1:] for d in data])
+        tt.wait()
+    t = rec.trace.tasks
+    fwd = t["priority"][t["phase"] == "fwd"]
+    assert len(fwd)
+    for st in range(2):
+        for j in range(M):
+            mine = (t["stage"] == st) & (t["microbatch"] == j)
+            bwd = t["priority"][mine & ((t["phase"] == "bwd") | (t["phase"] == "recompute"))]
+            dw = t["priority"][mine & (t["phase"] == "wgrad")]
+            assert len(bwd) and bwd.min() > fwd.max(), (st, j)
+            if name == "emergent":      # full backward: dW inside B's tasks
+                assert not len(dw)
+                continue
+            assert len(dw) and dw.max() < bwd.min() and dw.max() < fwd.min(), (st, j)
+
+
 def test_placement_and_bad_input():
     restart(ncpu=2, sched="prio", profile=False)
     assert [list(blocks_of_stage(v, 4, 4)) for v in range(4)] == [[0], [1], [2], [3]]
@@ -142,9 +172,6 @@ def test_placement_and_bad_input():
     assert [dict(pl.modules)[f"transformer.h.{i}"] for i in range(4)] == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="stage_ranks"):
         plan(model, "pipeline", 2, stage_ranks=[0, 1, 0, 1, 0])
-    with pytest.raises(NotImplementedError, match="recomputation .* not implemented with chunks"):
-        ModelPipeline(GPT(replace(CFG, recompute="block"), TILING, dtype=np.float64),
-                      schedules.get("seq1f1b", 2, M, chunks=2))
     pp = ModelPipeline(model, schedules.get("seq1f1b", 2, M, chunks=3))
     with pytest.raises(ValueError, match="3 chunks need at least 3 positions"):
         pp.step([np.zeros((2, 2), np.int64)] * M, [np.zeros((2, 2), np.int64)] * M)
@@ -214,18 +241,66 @@ def test_sequence_chunks_give_the_unchunked_gradients(chunks):
     assert max(np.abs(g).max() for g in ref.values()) > 1e-3   # gradients that are not all zero
 
 
-def test_llama_under_seq1f1b_gives_the_unchunked_gradients():
-    """Rotary positions from the chunk's offset, grouped-query attention over the prefix."""
+@pytest.mark.parametrize("recompute", ["block", "attention"])
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_sequence_chunks_with_recomputation_give_the_plain_gradients(recompute, chunks):
+    """Recomputation with sequence chunks: a chunk's keys and values are in a graph only when
+    its backward recomputes them, and the later chunks' dK/dV enter that recompute; losses
+    and gradients are the unchunked step's without recomputation (float64, 1e-9)."""
+    restart(ncpu=2, sched="prio", profile=True)
+    data = [(ids[:, :-1], ids[:, 1:].copy()) for ids in batches(11, 1)[0]]
+    data[1][1][0, 5:] = -100
+    ref_loss, ref = grads_of_one_step(gpt, data)
+
+    def model():
+        return GPT(replace(CFG, recompute=recompute), TILING, dtype=np.float64, seed=1)
+    s = schedules.get("seq1f1b", 2, M, chunks=chunks)
+    with recording() as rec:
+        loss, got = grads_of_one_step(model, data, s)
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+    assert (rec.trace.tasks["phase"] == "recompute").any()   # the forward did not keep the activations
+
+
+def test_sequence_chunks_with_recomputation_and_split_backward_and_dropout():
+    """seq1f1b's order with each B split into I and W (deferred to the end), recompute="block"
+    and dropout 0.3: the recompute replays the chunk's masks (its window of the sequence)."""
+    from tiletrain.pipeline.schedule import Action, Schedule
+    restart(ncpu=2, sched="prio", profile=False)
+    base = schedules.get("seq1f1b", 2, M, chunks=2)
+    rows = [[Action(a.stage, "I" if a.kind == "B" else a.kind, a.microbatch, a.chunk) for a in row]
+            + [Action(a.stage, "W", a.microbatch, a.chunk) for a in row if a.kind == "B"] for row in base.actions]
+    s = Schedule("seq-zb", tuple(map(tuple, rows)), chunks=2).validate()
+    data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(13, 1)[0]]
+    tt.manual_seed(4)
+    ref_loss, ref = grads_of_one_step(gpt_dropout, data)
+
+    def model():
+        m = gpt_dropout()
+        m.config.recompute = "block"
+        return m
+    tt.manual_seed(4)
+    loss, got = grads_of_one_step(model, data, s)
+    np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
+    for n in ref:
+        np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)
+
+
+@pytest.mark.parametrize("recompute", ["none", "block", "attention"])
+def test_llama_under_seq1f1b_gives_the_unchunked_gradients(recompute):
+    """Rotary positions from the chunk's offset, grouped-query attention over the prefix; with
+    recomputation too."""
     from tiletrain.nn.llama import Llama, LlamaConfig
     restart(ncpu=2, sched="prio", profile=False)
     cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=4,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8)
 
-    def llama():
-        return Llama(cfg, dtype=np.float64, seed=2)
+    def llama(recompute="none"):
+        return Llama(replace(cfg, recompute=recompute), dtype=np.float64, seed=2)
     data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(5, 1)[0]]
     ref_loss, ref = grads_of_one_step(llama, data)
-    loss, got = grads_of_one_step(llama, data, schedules.get("seq1f1b", 2, M, chunks=2))
+    loss, got = grads_of_one_step(lambda: llama(recompute), data, schedules.get("seq1f1b", 2, M, chunks=2))
     np.testing.assert_allclose(loss, ref_loss, rtol=0, atol=1e-9)
     for n in ref:
         np.testing.assert_allclose(got[n], ref[n], rtol=0, atol=1e-9, err_msg=n)

@@ -49,6 +49,9 @@ def test_peak_activations_follow_the_papers():
     emergent = schedules.get("emergent", p, m)
     assert not emergent.ordered
     assert emergent.simulate().makespan == schedules.get("1f1b", p, m).simulate().makespan
+    # split backward, weight gradients last: ZB-H1's time at GPipe's memory
+    ezb = schedules.get("emergent-zb", p, m).simulate()
+    assert ezb.makespan == schedules.get("zb-h1", p, m).simulate().makespan and ezb.peak_activations == m
 
 
 def test_notation_and_format():

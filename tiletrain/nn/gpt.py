@@ -166,8 +166,9 @@ class Block(Module):
 
     def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
         """``cache``: inference (tiletrain/inference), keys and values of ``layer`` at pos.."""
-        if cache is None and self.config.recompute == "attention":  # backward recomputes the attention branch
-            a = checkpoint(self._attention, x)   # (B, T, C)
+        if self.config.recompute == "attention" and (cache is None or getattr(cache, "checkpointable", False)):
+            # backward recomputes the attention branch (a sequence chunk's too: pipeline.model.PrefixKV)
+            a = checkpoint(self._attention, x, cache, layer, pos)   # (B, T, C)
         else:
             a = self._attention(x, cache, layer, pos)
         x, h = _add_norm(x, a, self.ln_2)  # without gradients one task per tile (decode)

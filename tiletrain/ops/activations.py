@@ -42,6 +42,12 @@ def dropout_positions(start: int, length: int, batch_tile: int, time_tile: int):
         _window.value = old
 
 
+def dropout_window():
+    """The enclosing ``dropout_positions``' (start, length, batch_tile, time_tile), or None
+    (checkpoint replays it with the generator state)."""
+    return getattr(_window, "value", None)
+
+
 def _chunk_mask(x: Tensor, p: float, seed: int, window) -> Tensor:
     """The (B, T, ...) part at ``window``'s positions of the whole sequence's dropout mask
     (0 or 1/(1-p)), tiled as x."""

@@ -269,6 +269,8 @@ def backward_from(roots: Sequence[Tensor], grads: Sequence[Tensor], since: int) 
                                "it that requires grad without taking it as an argument; pass it as an argument")
     placer = _Placer(grads)
     pending: dict[int, Tensor] = {}
+    if not _dist._in_backward:   # a backward pass of its own (not a checkpoint's recompute): count anew
+        _state.recomputes = 0
     for r, g in zip(roots, grads):
         if r._node is None:
             placer.leaf(r, g)

@@ -6,9 +6,10 @@ Schedules as data (tiletrain.pipeline.schedule, .schedules, .enforce): a ``Sched
 per rank the ordered actions F/B/I/W in PyTorch's notation; the published ones are built in
 (``schedules.get("zb-v", stages=4, microbatches=8)``); ``enforce``/``run_synthetic`` run one
 on the runtime and measure how much of its order submission order, priorities and ordering
-dependencies achieved.  The ``emergent`` schedule writes no order: tasks carry their data
+dependencies achieved.  The ``emergent`` schedules write no order: tasks carry their data
 dependencies, the stage (worker) that owns them and priorities; the overlap is whatever
-dataflow gives, and it is measured.
+dataflow gives, and it is measured (``emergent-zb`` splits the backward and runs weight
+gradients below forwards and input gradients, so they fill the bubble).
 
 On a real GPT or Llama (tiletrain.pipeline.model): ``ModelPipeline(model, schedule, mechanism)``
 runs each action as the model's own work -- a virtual stage's blocks forward, its backward

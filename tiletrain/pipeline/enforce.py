@@ -10,8 +10,9 @@ Mechanisms (cumulative, weakest first):
   deps       + an ordering dependency between a rank's consecutive actions: every action
              also accesses its rank's token handle read-write (StarPU's sequential
              consistency chains them in submission order): the order is exact
-The ``emergent`` schedule has no order: submitted forward first, then backward, with the
-phase priorities (backward before forward) and affinity; dataflow decides.
+The ``emergent`` schedules have no order: submitted forward first, then backward, with the
+phase priorities (schedule.EMERGENT_PRIORITY: backward and input gradient before forward,
+weight gradients after both, as ``emergent-zb`` splits them) and affinity; dataflow decides.
 
 ``enforce(schedule, submit_action, mechanism)`` is the runtime-independent part (what a
 real-model pipeline uses); ``run_synthetic`` runs a schedule on sleeping synthetic tasks
@@ -56,13 +57,15 @@ def _check_mechanism(mechanism: str) -> None:
 
 
 def enforce(schedule: Schedule, submit_action: Callable[[Action, int, object], None], mechanism: str = "deps",
-            workers: list[list[int]] | None = None, tokens: list | None = None) -> list[int]:
+            workers: list[list[int]] | None = None, tokens: list | None = None, stride: int = 1) -> list[int]:
     """Submit every action of ``schedule`` by calling ``submit_action(action, rank, token)``
     in a topological order, each call inside the rank's affinity (``workers[rank]``, default
     worker rank), with the mechanism's priority and the tags phase/microbatch/stage (layer =
     sequence chunk).  ``token`` is ``tokens[rank]`` under ``deps`` for ordered schedules (the
     callee makes its task access it read-write), else None.  Returns the submission order
-    (indices into ``schedule.flat()``); no waiting."""
+    (indices into ``schedule.flat()``); no waiting.  ``stride``: the priorities are multiplied
+    by it, leaving room for the offsets an action's own tasks take below its priority (a
+    checkpoint's recompute and its backward: utils.checkpoint) without reaching the next one."""
     from .._ffi import check, ffi, lib
     from ..trace.tags import intern
     _check_mechanism(mechanism)
@@ -80,7 +83,9 @@ def enforce(schedule: Schedule, submit_action: Callable[[Action, int, object], N
     chain = mechanism == "deps" and schedule.ordered
     if chain and (tokens is None or len(tokens) != schedule.ranks):
         raise ValueError("mechanism 'deps' needs one token per rank")
-    prios = action_priorities(schedule, mechanism)
+    if not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride must be an int >= 1, got {stride!r}")
+    prios = [p * stride for p in action_priorities(schedule, mechanism)]
     for pr in set(prios):
         check(lib.tt_priority_check(pr))
     order = submission_order(schedule)

@@ -97,7 +97,7 @@ def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W
       gpipe, 1f1b, emergent (p-1)(F+B+W)          busy m(F+B+W)
       interleaved-1f1b      (p-1)(F+B+W)          busy v m(F+B+W)    ((p-1)/v of a stage's time)
       seq1f1b               (p-1)(F+B+W)          busy k m(F+B+W)    ((p-1)/k of a micro-batch's)
-      zb-h1                 (p-1)(F+B-W)          busy m(F+B+W)
+      zb-h1, emergent-zb    (p-1)(F+B-W)          busy m(F+B+W)
       zb-v                  (p-1)(F+B-W)          busy 2m(F+B+W)
       dualpipe-v            (p-1)(F&B+B-2W)       busy 2m(F+B+W), F&B = max(F, B+W)"""
     _check(p, m)
@@ -109,6 +109,7 @@ def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W
         "interleaved-1f1b": (one_f_one_b_bubble(p, F, B, W), virtual * m * full),
         "seq1f1b": (one_f_one_b_bubble(p, F, B, W), chunks * m * full),
         "zb-h1": (zb_h1_bubble(p, F, B, W), m * full),
+        "emergent-zb": (zb_h1_bubble(p, F, B, W), m * full),
         "zb-v": (zb_v_bubble(p, F, B, W), 2 * m * full),
         "dualpipe-v": (dualpipe_v_bubble(p, max(F, B + W), B, W), 2 * m * full),
     }

@@ -31,7 +31,9 @@ graph as leaves of their own, so B(v, j, c) stops at its chunk and gathers their
 (dK, dV) there; B(v, j, c') then starts from its output's gradient and those (chunks run
 their backwards in reverse order, the schedule's dependency).  The loss of a chunk is the
 sum of its cross-entropies divided by the micro-batch's count of targets: the chunks' losses
-add up to the micro-batch's mean.  Activation recomputation with chunks is not implemented.
+add up to the micro-batch's mean.  With activation recomputation (recompute="block" or
+"attention") a chunk's keys and values enter its graph when its backward recomputes them, and
+the later chunks' dK/dV enter that recompute's backward (``PrefixKV``).
 """
 from __future__ import annotations
 
@@ -86,10 +88,6 @@ class ModelPipeline:
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
         schedule.validate()
-        if schedule.chunks > 1 and getattr(model.config, "recompute", "none") != "none":
-            raise NotImplementedError(f"schedule {schedule.name!r} splits micro-batches into {schedule.chunks} "
-                                      f"sequence chunks: activation recomputation (recompute="
-                                      f"{model.config.recompute!r}) is not implemented with chunks; use 'none'")
         first, blocks, last = model_parts(model)
         if schedule.stages > len(blocks):
             raise ValueError(f"schedule {schedule.name!r} has {schedule.stages} virtual stages but the model has "
@@ -120,18 +118,15 @@ class ModelPipeline:
                        for r in range(schedule.ranks)]
 
     # ----------------------------------------------------------------- actions
-    def _forward(self, v: int, x, kv: "PrefixKV | None" = None, pos: int = 0):
+    def _forward(self, v: int, x, kv: "_ChunkKV | None" = None, pos: int = 0):
         """Stage v on x; with ``kv``, x is the sequence chunk at positions pos.."""
         from ..utils.checkpoint import checkpoint
         if v == 0:
             x = self._embed(x, pos)
-        if kv is not None:
-            for i, block in enumerate(self.blocks[v]):
-                x = block(x, kv, i, pos)
-            return x
         recompute = getattr(self.model.config, "recompute", "none") == "block"   # as the model's forward
-        for block in self.blocks[v]:
-            x = checkpoint(block, x) if recompute else block(x)
+        for i, block in enumerate(self.blocks[v]):
+            args = () if kv is None else (kv, i, pos)
+            x = checkpoint(block, x, *args) if recompute else block(x, *args)
         return x
 
     def _embed(self, idx, pos: int = 0):
@@ -228,7 +223,10 @@ class ModelPipeline:
                 lib.tt_order_set(ffi.NULL)
             check(lib.tt_order_barrier(token._ptr))
 
-        order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens)
+        # a backward recomputes up to one checkpoint per block, the k-th 2k+1 and 2k+2 below the
+        # action's priority (utils.checkpoint): actions' priorities that far apart stay apart
+        stride = 2 * max(len(b) for b in self.blocks) + 3
+        order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens, stride=stride)
         draws.done()
         return StepResult(losses, order)
 
@@ -290,54 +288,94 @@ def _is_dropout(module) -> bool:
 
 class PrefixKV:
     """The keys and values of one micro-batch's sequence chunks on one stage, as the key/value
-    cache that the blocks' forward takes (``attend(layer, q, k, v, pos)``).  Chunk c's queries
-    attend to the keys of chunks < c (leaves of their own: chunk c's backward gathers their
-    gradients there) and to their own, causally; ``gradients(c)`` is what chunk c's backward
-    starts from besides its output: its keys and values with those gathered gradients."""
+    cache that the blocks' forward takes (``at(c).attend(layer, q, k, v, pos)``).  Chunk c's
+    queries attend to the keys of chunks < c (leaves of their own: chunk c's backward gathers
+    their gradients there) and to their own, causally; ``gradients(c)`` is what chunk c's
+    backward starts from besides its output: its keys and values with those gathered
+    gradients.
+
+    With activation recomputation the forward records no graph: chunk c's keys and values
+    exist in a graph only when its backward recomputes the checkpointed block (or attention
+    branch), which calls ``attend`` again; that call reads the same prefix leaves and hands
+    the later chunks' gradients of its keys and values to the recompute's backward
+    (``checkpoint.add_gradient``), and ``gradients(c)`` returns nothing."""
 
     def __init__(self, chunks: int):
         self.chunks = chunks
         self.leaves: dict = {}   # layer -> [(k, v) leaves of chunks 0, 1, ...]
         self.own: dict = {}      # (layer, chunk) -> (k, v) in the chunk's graph (read by later chunks)
-        self.chunk = 0
+        self.ran: set = set()    # (layer, chunk) whose forward ran
+        self.later: dict = {}    # (layer, chunk) -> (dk, dv) for its recompute (recorded no graph)
 
-    def at(self, chunk: int) -> "PrefixKV":
-        """The cache for chunk ``chunk``'s forward (the chunks' forwards run in order)."""
-        self.chunk = chunk
-        return self
+    def at(self, chunk: int) -> "_ChunkKV":
+        """The cache as chunk ``chunk``'s forward (and its recompute) sees it."""
+        return _ChunkKV(self, chunk)
 
-    def attend(self, layer: int, q, k, v, pos: int):
+    def attend(self, c: int, layer: int, q, k, v, pos: int):
         import tiletrain.functional as F
         from ..ops import cat
-        c = self.chunk
+        from ..utils.checkpoint import add_gradient, recomputing
         prev = self.leaves.setdefault(layer, [])
-        if len(prev) != c:
+        replay = (layer, c) in self.ran
+        if replay and not recomputing():
+            raise RuntimeError(f"sequence chunk {c} of layer {layer}: its forward ran twice")
+        if not replay and len(prev) != c:
             raise RuntimeError(f"sequence chunk {c} of layer {layer} runs before chunk {len(prev)}'s forward")
         if c == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            keys, values = cat([lk for lk, _ in prev] + [k], 2), cat([lv for _, lv in prev] + [v], 2)
+            if any(p is None for p in prev[:c]):
+                raise RuntimeError(f"sequence chunk {c} of layer {layer} recomputed after an earlier chunk's "
+                                   "backward")
+            keys, values = cat([lk for lk, _ in prev[:c]] + [k], 2), cat([lv for _, lv in prev[:c]] + [v], 2)
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=F.causal_lower_right(q.shape[2],
                                                keys.shape[2]), enable_gqa=True)
+        if replay:   # the recompute in chunk c's backward: the later chunks' dK/dV enter here
+            if c + 1 < self.chunks:
+                if (layer, c) not in self.later:
+                    raise RuntimeError(f"sequence chunk {c} of layer {layer} recomputed before the later chunks' "
+                                       "backwards (gradients(c) first)")
+                dk, dv = self.later.pop((layer, c))
+                add_gradient(k, dk)
+                add_gradient(v, dv)
+            return y
+        self.ran.add((layer, c))
         if c + 1 < self.chunks:   # later chunks read this chunk's keys and values
-            self.own[(layer, c)] = (k, v)
+            if k.requires_grad:   # else a checkpoint's forward: its recompute brings them back
+                self.own[(layer, c)] = (k, v)
             prev.append((k.detach().requires_grad_(), v.detach().requires_grad_()))
         return y
 
     def gradients(self, chunk: int) -> list:
         """(tensor, gradient) pairs: chunk ``chunk``'s keys and values with the gradients the
-        later chunks' backwards gathered (after them); drops what the chunk held."""
+        later chunks' backwards gathered (after them); drops what the chunk held.  Under
+        recomputation the pairs wait for the recompute instead (an empty list)."""
         out = []
         for layer, prev in self.leaves.items():
-            if (layer, chunk) not in self.own:
+            if chunk + 1 >= self.chunks or chunk >= len(prev):
                 continue
-            k, v = self.own.pop((layer, chunk))
             lk, lv = prev[chunk]
             prev[chunk] = None
             if lk.grad is None or lv.grad is None:
                 raise RuntimeError(f"sequence chunk {chunk}'s backward before the later chunks' backwards")
-            out += [(k, lk.grad), (v, lv.grad)]
+            own = self.own.pop((layer, chunk), None)
+            if own is None:
+                self.later[(layer, chunk)] = (lk.grad, lv.grad)
+            else:
+                out += [(own[0], lk.grad), (own[1], lv.grad)]
         return out
+
+
+class _ChunkKV:
+    """PrefixKV seen from one chunk (what a checkpoint keeps as its argument)."""
+
+    checkpointable = True   # a training cache: the blocks may checkpoint through it (recompute="attention")
+
+    def __init__(self, kv: PrefixKV, chunk: int):
+        self.kv, self.chunk = kv, chunk
+
+    def attend(self, layer: int, q, k, v, pos: int):
+        return self.kv.attend(self.chunk, layer, q, k, v, pos)
 
 
 def _backward(y, g, extra: list) -> None:

@@ -29,13 +29,16 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .priorities import ZERO_BUBBLE
 from .simulate import simulate as _list_schedule
 
 KINDS = "FBIW"
 PHASE = {"F": "fwd", "B": "bwd", "I": "bwd", "W": "wgrad"}
 UNIT = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}
-# emergent schedules: the priorities of tiletrain.pipeline.priorities.ONE_F_ONE_B by phase
-EMERGENT_PRIORITY = {"F": 0, "B": 2, "I": 2, "W": 1}
+# schedules without an order (emergent, emergent-zb): tiletrain.pipeline.priorities.ZERO_BUBBLE
+# by phase -- input gradients (and full backwards) first, then forwards, weight gradients last,
+# so that a stage's ready dW work fills the time it would idle (it is off the path between stages)
+EMERGENT_PRIORITY = {k: ZERO_BUBBLE[PHASE[k]] for k in KINDS}   # F 1, B 2, I 2, W 0
 _ACTION = re.compile(r"^\s*(\d+)([FBIW])(\d+)(?:\.(\d+))?\s*$")
 
 

@@ -19,6 +19,9 @@ registry: ``get(name, stages=p, microbatches=m, virtual=v, chunks=k)``.
                     (Sun et al., Seq1F1B, 2024)
   emergent          no order: every forward, then every backward, in submission order; stage
                     affinity and priorities (backward before forward) decide at run time
+  emergent-zb       the same with the backward split into I (dX) and W (dW) and the zero-bubble
+                    priorities I > F > W: dataflow fills a stage's idle time with ready weight
+                    gradients, as ZB-H1 writes down (its bubble, at GPipe's memory)
 """
 from __future__ import annotations
 
@@ -195,6 +198,11 @@ def emergent(p: int, m: int) -> list[list[Action]]:
     return gpipe(p, m)
 
 
+def emergent_zb(p: int, m: int) -> list[list[Action]]:
+    return [[Action(r, "F", j) for j in range(m)] + [Action(r, k, j) for j in range(m) for k in "IW"]
+            for r in range(p)]
+
+
 # name -> (builder, its extra option: "virtual" | "chunks" | None, ordered)
 SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
     "gpipe": (gpipe, None, True),
@@ -205,6 +213,7 @@ SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
     "dualpipe-v": (dualpipe_v, None, True),
     "seq1f1b": (seq1f1b, "chunks", True),
     "emergent": (emergent, None, False),
+    "emergent-zb": (emergent_zb, None, False),
 }
 NAMES = tuple(SCHEDULES)
 
@@ -235,4 +244,4 @@ def get(name: str, stages: int, microbatches: int, virtual: int | None = None, c
 
 __all__ = ["get", "NAMES", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
            "dualpipe_v",
-           "seq1f1b", "emergent"]
+           "seq1f1b", "emergent", "emergent_zb"]

@@ -13,15 +13,22 @@ backward of the layer above (its weight gradients, the other tiles) without star
 beginning of the backward pass, when every checkpoint's arguments are ready and running all
 recomputes at once would bring back the memory they save.  Its priority keeps it just ahead
 of its use: the k-th checkpoint a backward pass recomputes runs below the backward of the
-(k-1)-th and above its own."""
+(k-1)-th and above its own.
+
+``add_gradient(t, g)``, called by the function while it is recomputed, makes a tensor it
+computed a root of the recompute's backward too: a gradient that reached it from outside
+the function's outputs (a later sequence chunk's attention that read the chunk's keys and
+values, tiletrain.pipeline.model.PrefixKV)."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable
 
 from .._ffi import lib
 from ..ops.autograd import (Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute,
                             next_seq, no_grad)
+from ..ops.activations import dropout_positions, dropout_window
 from ..ops.basic import copy
 from ..runtime import current, priority
 from ..runtime.kernels import run_map
@@ -30,7 +37,32 @@ from ..tensors.creation import default_generator
 from ..tensors.tensor import is_float
 from ..trace.tags import tag
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "add_gradient", "recomputing"]
+
+_active = threading.local()   # .segments: the checkpoints being recomputed, innermost last
+
+
+def recomputing() -> bool:
+    """True while backward recomputes a checkpointed function (inside the function)."""
+    return bool(getattr(_active, "segments", None))
+
+
+def add_gradient(tensor: Tensor, grad: Tensor) -> None:
+    """Inside a checkpointed function while backward recomputes it: ``tensor``, computed by
+    the function, also receives ``grad`` (from outside the function's outputs); the
+    recompute's backward starts from the outputs' gradients and these."""
+    stack = getattr(_active, "segments", None)
+    if not stack:
+        raise RuntimeError("checkpoint.add_gradient: only inside a checkpointed function while backward "
+                           "recomputes it")
+    if not isinstance(tensor, Tensor) or not isinstance(grad, Tensor):
+        raise TypeError("checkpoint.add_gradient: expected two Tensors")
+    if (grad.shape, grad.tiles, grad.dtype) != (tensor.shape, tensor.tiles, tensor.dtype):
+        raise ValueError(f"checkpoint.add_gradient: a gradient of shape {grad.shape}, tiles {grad.tiles}, dtype "
+                         f"{grad.dtype} for a tensor of {tensor.shape}, {tensor.tiles}, {tensor.dtype}")
+    if not tensor.requires_grad:
+        raise RuntimeError("checkpoint.add_gradient: the tensor does not require grad")
+    stack[-1].extra.append((tensor, grad))
 
 
 def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, context_fn=None,
@@ -104,6 +136,8 @@ class _Segment:
     def __init__(self, function, args, kwargs, preserve_rng_state: bool, check: bool):
         self.function, self.args, self.kwargs, self.check = function, args, kwargs, check
         self.rng = default_generator.get_state() if preserve_rng_state else None
+        self.window = dropout_window() if preserve_rng_state else None   # a sequence chunk's dropout
+        self.extra: list = []           # (tensor, gradient) given by add_gradient during the recompute
         self.meta: list = []
         self.grads: dict | None = None  # several outputs: index -> gradient, filled by their nodes
         self.index = 0                  # one output: its index
@@ -137,19 +171,24 @@ class _Segment:
         kwargs = {n: detached.get(id(a), a) if isinstance(a, Tensor) else a for n, a in self.kwargs.items()}
         since = next_seq()
         state = default_generator.get_state()
+        stack = _active.__dict__.setdefault("segments", [])
+        stack.append(self)
         try:
             if self.rng is not None:
                 default_generator.set_state(self.rng)
-            with tag(phase="recompute"), _priority(base - 2 * k - 1), enable_grad():
+            window = dropout_positions(*self.window) if self.window else contextlib.nullcontext()
+            with tag(phase="recompute"), _priority(base - 2 * k - 1), enable_grad(), window:
                 outs = self.outputs(self.function(*args, **kwargs), "recompute")
         finally:
+            stack.pop()
             default_generator.set_state(state)
         if self.check:
             meta = [(o.shape, o.tiles, o.dtype) for o in outs]
             if meta != self.meta:
                 raise RuntimeError(f"checkpoint: the recomputed outputs (shape, tiles, dtype) {meta} differ "
                                    f"from the forward's {self.meta}")
-        roots = [(outs[j], g) for j, g in grads.items() if outs[j].requires_grad]
+        roots = [(outs[j], g) for j, g in grads.items() if outs[j].requires_grad] + self.extra
+        self.extra = []
         if roots:
             with _priority(base - 2 * k - 2):
                 backward_from([r for r, _ in roots], [g for _, g in roots], since)
