@@ -156,6 +156,7 @@ class ScheduleRun:
     start: np.ndarray              # µs, per action (flat order), 0 = first start
     end: np.ndarray
     trace: object = field(repr=False)
+    order: np.ndarray | None = field(default=None, repr=False)  # the action of each trace task
 
     @property
     def makespan_s(self) -> float:
@@ -240,7 +241,23 @@ def run_synthetic(schedule: Schedule, usec: float = 10000.0, mechanism: str = "d
     start[order] = tr.tasks["start"]
     end[order] = tr.tasks["end"]
     t0 = start.min()
-    return ScheduleRun(schedule, mechanism, float(usec), start - t0, end - t0, tr)
+    return ScheduleRun(schedule, mechanism, float(usec), start - t0, end - t0, tr, np.asarray(order))
+
+
+def compacted(run: ScheduleRun) -> ScheduleRun:
+    """The run's order alone (tiletrain.trace.metrics.compact): the same actions on the same
+    workers in the same order with their recorded durations, without the gaps the runtime or
+    the host added (a sleeping task's thread woken late)."""
+    from ..trace.metrics import compact
+    if run.order is None:
+        raise ValueError("compacted: the run has no action order (a run_synthetic result has)")
+    tr = compact(run.trace)
+    start = np.empty(len(run.order))
+    end = np.empty(len(run.order))
+    start[run.order] = tr.tasks["start"]
+    end[run.order] = tr.tasks["end"]
+    t0 = start.min()
+    return ScheduleRun(run.schedule, run.mechanism, run.usec, start - t0, end - t0, tr, run.order)
 
 
 __all__ = ["MECHANISMS", "enforce", "submission_order", "action_priorities", "order_fraction",
