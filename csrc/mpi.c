@@ -559,6 +559,19 @@ void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORL
 void tt_mpi_migrate(starpu_data_handle_t h, int new_owner) { starpu_mpi_data_migrate(MPI_COMM_WORLD, h, new_owner); }
 
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h); }
+void tt_mpi_fetch_on(starpu_data_handle_t h, int node) { starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, node, NULL, NULL); }
+
+/* After tt_mpi_fetch_on, on every rank that registered h: the copy received on the other
+ * node is invalidated (its memory goes back to StarPU) and the caches forget it, so that the
+ * next read sends it again.  Without the communication cache (STARPU_MPI_CACHE=0) nothing
+ * is cached: only the received copy is invalidated. */
+void tt_mpi_drop_fetched(starpu_data_handle_t h)
+{
+    if (starpu_mpi_cache_is_enabled())
+        starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+    else if (starpu_mpi_data_get_rank(h) != mpi_rank)
+        starpu_data_invalidate_submit(h);
+}
 
 void tt_mpi_abort(int code)
 {
@@ -599,6 +612,8 @@ void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback) { (void)h; *s
 void tt_mpi_resolve(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_forget(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_fetch_on(starpu_data_handle_t h, int node) { (void)h; (void)node; }
+void tt_mpi_drop_fetched(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_abort(int code)
 {
     fflush(stdout);

@@ -146,10 +146,7 @@ def from_pretrained(path, dtype=np.float32, tiling=None, **config_overrides):
 def model_tensors(model) -> dict:
     """The model's parameters and buffers, each once under its first name (as unique_tensors
     of its state_dict()), as the tensors themselves: a file writer streams them from their
-    tiles.  Under MPI, NumPy copies (state_dict() is collective; rank 0 writes)."""
-    from ..distribution import world_size
-    if world_size() > 1:
-        return unique_tensors(model.state_dict())
+    tiles (under MPI collectively, through rank 0, which writes)."""
     out = dict(model.named_parameters())
     for name, b in model.named_buffers():
         out.setdefault(name, b)
