@@ -559,7 +559,10 @@ void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORL
 void tt_mpi_migrate(starpu_data_handle_t h, int new_owner) { starpu_mpi_data_migrate(MPI_COMM_WORLD, h, new_owner); }
 
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h); }
-void tt_mpi_fetch_on(starpu_data_handle_t h, int node) { starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, node, NULL, NULL); }
+void tt_mpi_fetch_on(starpu_data_handle_t h, int node)
+{
+    starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, node, NULL, NULL);
+}
 
 /* After tt_mpi_fetch_on, on every rank that registered h: the copy received on the other
  * node is invalidated (its memory goes back to StarPU) and the caches forget it, so that the

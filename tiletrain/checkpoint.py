@@ -237,7 +237,8 @@ def _collective(tensors) -> bool:
     """Under MPI, is a write of these values collective (one of them a tiletrain Tensor)?"""
     from ._ffi import lib
     from .tensors import Tensor
-    return bool(lib.tt_mpi_enabled()) and lib.tt_mpi_size() > 1 and any(isinstance(v, Tensor) for v in tensors)
+    return (bool(lib.tt_mpi_enabled()) and lib.tt_mpi_size() > 1
+            and any(isinstance(v, Tensor) for v in tensors))
 
 
 def _agree_written(error: BaseException | None) -> None:

@@ -42,13 +42,12 @@ def test_data_mode_with_a_memory_limit_and_disk_node_equals_one_process(tmp_path
     # checkpointed at step 2 and resumed, under mpirun with the same cap and disk node: the same
     # losses (the save streams every rank's tiles to rank 0, the load reads each rank's own)
     ckpt = tmp_path / "ckpt"
-    run_mpi("train.py", 2, tmp_path, "half", *common, "dist=data", *budget, f"ckpt_dir={ckpt}", "stop_after=2",
-            timeout=90)
-    run_mpi("train.py", 2, tmp_path, "rest", *common, "dist=data", *budget, f"ckpt_dir={ckpt}", "resume=1",
-            timeout=90)
+    mpi = (*common, "dist=data", *budget, f"ckpt_dir={ckpt}")
+    run_mpi("train.py", 2, tmp_path, "half", *mpi, "stop_after=2", timeout=90)
+    run_mpi("train.py", 2, tmp_path, "rest", *mpi, "resume=1", timeout=90)
     assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint.safetensors"]
     for r in range(2):
-        got = np.concatenate([_losses(tmp_path / f"half-rank{r}.npz"), _losses(tmp_path / f"rest-rank{r}.npz")])
+        got = np.concatenate([_losses(tmp_path / f"{tag}-rank{r}.npz") for tag in ("half", "rest")])
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=0)
 
 

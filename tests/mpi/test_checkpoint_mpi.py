@@ -18,5 +18,6 @@ def test_a_save_that_fails_on_rank_0_fails_on_every_rank_and_the_next_one_works(
     assert "No space left on device" in res[0]["error"], res
     assert "rank 0 could not write it" in res[1]["error"], res
     for got in res:  # the second save: every tile reached rank 0 (nothing left over from the first)
-        assert got["step"] == 2 and got["equal"], res
+        assert got["step"] == 2 and got["equal"] and got["hf_equal"], res
     assert sorted(p.name for p in ckpt.iterdir()) == ["model.safetensors"]  # no temporaries left
+    assert sorted(p.name for p in (tmp_path / "fail-hf").iterdir()) == ["config.json", "model.safetensors"]

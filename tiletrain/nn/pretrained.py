@@ -182,15 +182,19 @@ def save_pretrained(model, path, tokenizer=None) -> Path:
     ``transformers.AutoModelForCausalLM.from_pretrained`` loads unchanged; with a
     tokenizer (a tiletrain.data.Tokenizer) also its tokenizer.json.  Each file is written
     atomically, the weights before config.json; the shards of an earlier sharded save are
-    removed."""
+    removed.  Under MPI every rank calls it; rank 0 writes the folder (the weights stream
+    through it)."""
     from ..checkpoint import write_atomic, write_safetensors
+    from ..distribution import rank
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"save_pretrained: {path} exists and is not a folder")
     cfg = model.hf_config()
     tensors = model_tensors(model)  # streamed from the tiles into the file
     cfg["dtype"] = str(np.dtype(next(iter(tensors.values())).dtype))
-    write_safetensors(path / WEIGHTS_NAME, tensors, {"format": "pt"})
+    write_safetensors(path / WEIGHTS_NAME, tensors, {"format": "pt"})  # (MPI: collective)
+    if rank() != 0:
+        return path
     text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
     if text is not None:
         write_atomic(path / TOKENIZER_NAME, text.encode())

@@ -581,7 +581,8 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray | None) -> None:
     check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, src, strides))
 
 
-def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray | None, root: int | None = None) -> np.ndarray | None:
+def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray | None,
+              root: int | None = None) -> np.ndarray | None:
     """Read the tiles of tile rows [lo, hi) into ``out`` (C-contiguous, those rows, t's
     dtype).  Waits for their writers; collective under MPI (as numpy()): every rank gets the
     rows, or with ``root`` only that rank (the others pass ``out=None`` and get None; the

@@ -1,8 +1,9 @@
 """A collective checkpoint save whose write fails on rank 0 (disk full after the header):
 every rank raises CheckpointWriteError, the ranks stay in step (rank 0 still receives every
-tile the others send), and the next save succeeds.  argv: out tag path.  Saves
-<out>/<tag>-rank<r>.json: the first save's error, and whether the second save's file holds the
-model's values."""
+tile the others send), and the next save succeeds; then save_pretrained (collective).
+argv: out tag path.  Saves <out>/<tag>-rank<r>.json: the first save's error, and whether the
+second save's file holds the model's values (step, equal; hf_equal: the save_pretrained
+folder's)."""
 import contextlib
 import errno
 import json
@@ -59,6 +60,9 @@ ck.save(path, model_tensors(model), {"step": 2})
 stored, meta = ck.load(path)
 res["step"] = meta["step"]
 res["equal"] = all(np.array_equal(p.numpy(), stored[n]) for n, p in model.named_parameters())
+folder = model.save_pretrained(f"{out}/{tag}-hf")  # collective too: rank 0 writes the folder
+stored = ck.SafetensorsFile(folder / "model.safetensors")
+res["hf_equal"] = all(np.array_equal(p.numpy(), stored[n].numpy()) for n, p in model.named_parameters())
 with open(f"{out}/{tag}-rank{tt.rank()}.json", "w") as f:
     json.dump(res, f)
 tt.shutdown()
