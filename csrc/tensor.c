@@ -295,9 +295,10 @@ static void copy_block(char *strided, const int64_t *strides, char *tile, const 
  * source; a rank that owns none of the tiles may pass base NULL) after dropping the copies
  * other ranks cached; a read with root < 0 brings every tile to every rank, so every rank
  * gets the full value; a read with root >= 0 brings the tiles only to rank root (their
- * owners send them), which copies them into `base` and drops the received copies again --
- * every rank that knows such a tile flushes it -- so that streaming a tensor through root
- * holds one block there, not the tensor (the other ranks pass base NULL).  Only the tiles
+ * owners send them and wait until they are sent), which copies them into `base` and drops
+ * the received copies again -- every rank that knows such a tile flushes it -- so that
+ * streaming a tensor through root holds one block there, not the tensor, and an owner pins
+ * one block's tiles at a time (the other ranks pass base NULL).  Only the tiles
  * of tile rows [lo, hi) along axis 0 are copied; `base` holds those rows (row lo * tile[0]
  * at `base`). */
 static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int64_t *strides, int to_tile,
@@ -345,6 +346,11 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
         char *ptr = (char *)starpu_data_get_local_ptr(h);
         copy_block(origin, strides, ptr, tshape, t->ndim, t->elemsize, to_tile);
         starpu_data_release(h);
+    }
+    if (to_root && me != root) { /* one block in flight: its sends are done before the next is read */
+        int rc = tt_mpi_sends_wait();
+        if (rc)
+            return rc;
     }
     if (to_root) /* root's received copies go (and so do the caches' records of them, on every rank) */
         for (int64_t i = first; i < last; i++)
