@@ -559,6 +559,55 @@ void tt_mpi_flush(starpu_data_handle_t h) { starpu_mpi_cache_flush(MPI_COMM_WORL
 void tt_mpi_migrate(starpu_data_handle_t h, int new_owner) { starpu_mpi_data_migrate(MPI_COMM_WORLD, h, new_owner); }
 
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h); }
+/* starpu_mpi_get_data_on_node_detached, with the owner's sends counted so that it can wait
+ * for them (tt_mpi_sends_wait): an owner that posted the sends of a whole tensor at once
+ * would pin all of those tiles in main memory until `node` received them, beyond a memory
+ * limit (StarPU then spins looking for memory to evict).  The caches are used as StarPU-MPI
+ * uses them there. */
+static int sends_left = 0;
+
+static void send_done(void *arg)
+{
+    (void)arg;
+    __atomic_sub_fetch(&sends_left, 1, __ATOMIC_SEQ_CST);
+}
+
+void tt_mpi_fetch_on(starpu_data_handle_t h, int node)
+{
+    int owner = starpu_mpi_data_get_rank(h);
+    if (owner != mpi_rank || owner == node) {
+        starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, node, NULL, NULL); /* node: the receive */
+        return;
+    }
+    if (starpu_mpi_cached_send_set(h, node))
+        return; /* node holds it already */
+    __atomic_add_fetch(&sends_left, 1, __ATOMIC_SEQ_CST);
+    starpu_mpi_isend_detached(h, node, starpu_mpi_data_get_tag(h), MPI_COMM_WORLD, send_done, NULL);
+}
+
+int tt_mpi_sends_wait(void)
+{
+    while (__atomic_load_n(&sends_left, __ATOMIC_SEQ_CST) > 0) {
+        int rc = tt_mpi_check_diverged("tensor read (sending tiles to one rank)");
+        if (rc)
+            return rc;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return TT_OK;
+}
+
+/* After tt_mpi_fetch_on, on every rank that registered h: the copy received on the other
+ * node is invalidated (its memory goes back to StarPU) and the caches forget it, so that the
+ * next read sends it again.  Without the communication cache (STARPU_MPI_CACHE=0) nothing
+ * is cached: only the received copy is invalidated. */
+void tt_mpi_drop_fetched(starpu_data_handle_t h)
+{
+    if (starpu_mpi_cache_is_enabled())
+        starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+    else if (starpu_mpi_data_get_rank(h) != mpi_rank)
+        starpu_data_invalidate_submit(h);
+}
 
 void tt_mpi_abort(int code)
 {
@@ -599,6 +648,9 @@ void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback) { (void)h; *s
 void tt_mpi_resolve(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_forget(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h) { (void)h; }
+void tt_mpi_fetch_on(starpu_data_handle_t h, int node) { (void)h; (void)node; }
+int tt_mpi_sends_wait(void) { return TT_OK; }
+void tt_mpi_drop_fetched(starpu_data_handle_t h) { (void)h; }
 void tt_mpi_abort(int code)
 {
     fflush(stdout);

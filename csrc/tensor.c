@@ -292,30 +292,45 @@ static void copy_block(char *strided, const int64_t *strides, char *tile, const 
 
 /* Under MPI both directions are collective (every rank calls them at the same point of the
  * task flow): a write stores only the tiles this rank owns (every rank passes the same
- * source) after dropping the copies other ranks cached; a read brings every tile to every
- * rank, so every rank gets the full value.  Only the tiles of tile rows [lo, hi) along axis 0
- * are copied; `base` holds those rows (row lo * tile[0] at `base`). */
-static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int64_t *strides, int to_tile)
+ * source; a rank that owns none of the tiles may pass base NULL) after dropping the copies
+ * other ranks cached; a read with root < 0 brings every tile to every rank, so every rank
+ * gets the full value; a read with root >= 0 brings the tiles only to rank root (their
+ * owners send them and wait until they are sent), which copies them into `base` and drops
+ * the received copies again -- every rank that knows such a tile flushes it -- so that
+ * streaming a tensor through root holds one block there, not the tensor, and an owner pins
+ * one block's tiles at a time (the other ranks pass base NULL).  Only the tiles
+ * of tile rows [lo, hi) along axis 0 are copied; `base` holds those rows (row lo * tile[0]
+ * at `base`). */
+static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int64_t *strides, int to_tile,
+                    int root)
 {
     tt_ensure_running();
     int64_t idx[TT_MAX_NDIM], tshape[TT_MAX_NDIM];
     int me = tt_mpi_rank();
     int64_t inner = t->ndim ? t->ntiles / t->grid[0] : 1; /* tiles per tile row (row-major) */
     int64_t first = lo * inner, last = hi * inner;
+    int to_root = tt_mpi_on && !to_tile && root >= 0;
     if (tt_mpi_on) {
         for (int64_t i = first; i < last; i++) {
-            if (to_tile && tt_tile_is_lazy(t, i))
-                continue; /* another rank's tile this rank never received: no copy to drop */
-            starpu_data_handle_t h = tt_tile_handle(t, i); /* collective read: every rank gets it */
+            if (tt_tile_is_lazy(t, i) && (to_tile || (to_root && me != root)))
+                continue; /* another rank's tile this rank never received: no copy to drop or send */
+            starpu_data_handle_t h = tt_tile_handle(t, i);
             if (to_tile)
                 tt_mpi_flush(h);
+            else if (to_root)
+                tt_mpi_fetch_on(h, root); /* its owner sends it, root receives it */
             else
-                tt_mpi_fetch_everywhere(h);
+                tt_mpi_fetch_everywhere(h); /* collective read: every rank gets it */
         }
     }
     for (int64_t i = first; i < last; i++) {
         if (tt_mpi_on && to_tile && t->owner[i] != me)
             continue;
+        if (to_root && me != root)
+            break;
+        if (!base)
+            return tt_error(TT_EINVAL, "tensor %s: no buffer for tile %lld, which this rank %s",
+                            to_tile ? "write" : "read", (long long)i, to_tile ? "owns" : "reads");
         tt_tile_index(t, i, idx);
         tt_tile_shape(t, idx, tshape);
         char *origin = base;
@@ -332,6 +347,15 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
         copy_block(origin, strides, ptr, tshape, t->ndim, t->elemsize, to_tile);
         starpu_data_release(h);
     }
+    if (to_root && me != root) { /* one block in flight: its sends are done before the next is read */
+        int rc = tt_mpi_sends_wait();
+        if (rc)
+            return rc;
+    }
+    if (to_root) /* root's received copies go (and so do the caches' records of them, on every rank) */
+        for (int64_t i = first; i < last; i++)
+            if (t->owner[i] != root && !tt_tile_is_lazy(t, i))
+                tt_mpi_drop_fetched(tt_tile_handle(t, i));
     return TT_OK;
 }
 
@@ -349,11 +373,11 @@ int tt_tensor_write_rows(tt_tensor *t, int64_t lo, int64_t hi, const void *src, 
     int rc = tt_check_tensor(t, "tensor write");
     if (rc || (rc = check_rows(t, lo, hi, "tensor write")))
         return rc;
-    if (!src || !strides)
+    if ((!src && !tt_mpi_on) || (src && !strides)) /* (MPI: NULL when this rank owns none of the tiles) */
         return tt_error(TT_EINVAL, "tensor write: source buffer or strides is NULL");
     if ((rc = tt_gate_enter("tensor write")) != TT_OK)
         return rc;
-    rc = transfer(t, lo, hi, (char *)src, strides, 1);
+    rc = transfer(t, lo, hi, (char *)src, strides, 1, -1);
     tt_gate_leave();
     if (rc == TT_OK)
         t->written = 1; /* a row-wise writer (checkpoint load, initialisation) writes every row */
@@ -370,10 +394,17 @@ int tt_tensor_write(tt_tensor *t, const void *src, const int64_t *strides)
 
 int tt_tensor_read_rows(tt_tensor *t, int64_t lo, int64_t hi, void *dst)
 {
+    return tt_tensor_read_rows_on(t, lo, hi, dst, -1);
+}
+
+int tt_tensor_read_rows_on(tt_tensor *t, int64_t lo, int64_t hi, void *dst, int root)
+{
     int rc = tt_check_readable(t, "tensor read");
     if (rc || (rc = check_rows(t, lo, hi, "tensor read")))
         return rc;
-    if (!dst)
+    if (root >= tt_mpi_size())
+        return tt_error(TT_EINVAL, "tensor read: rank %d does not exist (world size %d)", root, tt_mpi_size());
+    if (!dst && (root < 0 || root == tt_mpi_rank()))
         return tt_error(TT_EINVAL, "tensor read: destination buffer is NULL");
     int64_t strides[TT_MAX_NDIM];
     int64_t s = (int64_t)t->elemsize;
@@ -383,7 +414,7 @@ int tt_tensor_read_rows(tt_tensor *t, int64_t lo, int64_t hi, void *dst)
     }
     if ((rc = tt_gate_enter("tensor read")) != TT_OK)
         return rc;
-    rc = transfer(t, lo, hi, (char *)dst, strides, 0);
+    rc = transfer(t, lo, hi, (char *)dst, strides, 0, root);
     tt_gate_leave();
     return rc;
 }

@@ -196,5 +196,8 @@ starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h); /* registers a 
 void tt_mpi_lazy_free(starpu_data_handle_t h);
 void tt_mpi_migrate(starpu_data_handle_t h, int new_owner); /* collective: starpu_mpi_data_migrate */
 void tt_mpi_fetch_everywhere(starpu_data_handle_t h); /* collective: owner sends the tile to all */
+void tt_mpi_fetch_on(starpu_data_handle_t h, int node); /* owner and node: owner sends the tile to node */
+int tt_mpi_sends_wait(void);                           /* until this rank's tt_mpi_fetch_on sends are done */
+void tt_mpi_drop_fetched(starpu_data_handle_t h);       /* every rank that knows h: after tt_mpi_fetch_on */
 
 #endif

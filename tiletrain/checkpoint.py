@@ -5,6 +5,10 @@ Files are read and written as a stream, a block of tile rows at a time (save: ea
 rows straight to its offset, which depends only on shapes and dtypes; load: each tensor's rows
 from its offset into the tiles), so a checkpoint of a model larger than memory never needs a
 host copy of the model; only one block (about 8 MiB, at least one tile row) is in memory.
+Under MPI a save holding tiletrain Tensors is collective (every rank calls it with the same
+tensors): each block's tiles are sent by their owners to rank 0 only, which writes the file
+and drops the received copies again; a load reads on each rank only the blocks of tile rows
+holding a tile that rank owns.
 
 Writes are atomic: the file is written under a temporary name in the same directory,
 flushed and fsynced, then renamed over the previous checkpoint (and the directory is
@@ -115,12 +119,17 @@ class StoredTensor:
 
     def copy_to_(self, t) -> None:
         """Write this tensor into tiletrain tensor ``t`` (same shape; converted to its dtype)
-        block by block; collective under MPI (every rank reads the file)."""
-        from .tensors.tensor import tile_rows, write_rows_
+        block by block; collective under MPI (each rank reads only the blocks of tile rows
+        holding a tile it owns)."""
+        from .tensors.tensor import rows_owned, tile_rows, write_rows_
         if tuple(t.shape) != tuple(self.shape):
             raise ValueError(f"{self.name}: shape {self.shape} in {self.path}, {tuple(t.shape)} in the model")
+        owned = rows_owned(t)
         with open(self.path, "rb", buffering=0) as f:
             for lo, hi, r0, r1 in tile_rows(t):
+                if not owned[lo:hi].any():  # (MPI) other ranks' tiles only: take part without data
+                    write_rows_(t, lo, hi, None)
+                    continue
                 block = self._rows(f, r0, r1)
                 write_rows_(t, lo, hi, block if block.dtype == t.dtype else block.astype(t.dtype))
 
@@ -191,14 +200,20 @@ class SafetensorsFile(Mapping):
         return len(self._tensors)
 
 
-def _blocks(v):
+def _blocks(v, root: int | None = None):
     """Bytes of a tensor to write, C order, in blocks: a tiletrain Tensor one run of tile rows
-    at a time (read from its tiles), a NumPy array or a StoredTensor a few rows at a time."""
+    at a time (read from its tiles; with ``root``, under MPI, collectively to that rank: the
+    other ranks send their tiles and get no blocks), a NumPy array or a StoredTensor a few rows
+    at a time."""
     from .tensors import Tensor
     from .tensors.tensor import read_rows, tile_rows
     if isinstance(v, Tensor):
+        mine = root is None or root == _rank()
         for lo, hi, r0, r1 in tile_rows(v):
-            yield read_rows(v, lo, hi, np.empty((r1 - r0,) + v.shape[1:] if v.ndim else (), v.dtype))
+            out = np.empty((r1 - r0,) + v.shape[1:] if v.ndim else (), v.dtype) if mine else None
+            block = read_rows(v, lo, hi, out, root)
+            if mine:
+                yield block
         return
     if isinstance(v, StoredTensor):
         with open(v.path, "rb", buffering=0) as f:
@@ -213,13 +228,43 @@ def _blocks(v):
         yield np.ascontiguousarray(v[r0:r0 + step])
 
 
+def _rank() -> int:
+    from ._ffi import lib
+    return lib.tt_mpi_rank() if lib.tt_mpi_enabled() else 0
+
+
+def _collective(tensors) -> bool:
+    """Under MPI, is a write of these values collective (one of them a tiletrain Tensor)?"""
+    from ._ffi import lib
+    from .tensors import Tensor
+    return (bool(lib.tt_mpi_enabled()) and lib.tt_mpi_size() > 1
+            and any(isinstance(v, Tensor) for v in tensors))
+
+
+def _agree_written(error: BaseException | None) -> None:
+    """(Collective) every rank learns whether rank 0 wrote the file; the others raise OSError
+    when it did not (rank 0 raises its own error)."""
+    from .runtime import gather_per_rank
+    ok = gather_per_rank([0.0 if error is not None else 1.0])[0, 0]
+    if error is not None:
+        raise error
+    if not ok:
+        raise OSError("rank 0 could not write it (its error is printed by that rank)")
+
+
 def write_safetensors(path, tensors: Mapping, metadata: dict[str, str], checksums: str | None = None,
                       _before_rename=None) -> dict[str, str]:
     """Write ``tensors`` ({name: tiletrain Tensor, NumPy array or StoredTensor}) as one
     safetensors file at ``path``, atomically, streaming each tensor to its offset (only one
     block in memory).  With ``checksums``, metadata[checksums] is the JSON table {name:
     SHA-256}, computed while the tensors stream out (the header is written last).  Returns the
-    checksums ({} without)."""
+    checksums ({} without).
+
+    Under MPI, when a value is a tiletrain Tensor, the write is collective: every rank calls
+    it with the same tensors; rank 0 writes the file, receiving each block's tiles from their
+    owners (only the block in flight is held, on rank 0; the other ranks send, hold nothing
+    and return {}); every rank raises when rank 0 could not write.  With NumPy arrays and
+    StoredTensors only, the calling rank writes the file alone."""
     from .tensors import Tensor
     entries = []
     for name, v in tensors.items():
@@ -244,25 +289,48 @@ def write_safetensors(path, tensors: Mapping, metadata: dict[str, str], checksum
         return len(text).to_bytes(8, "little") + text
 
     placeholder = header({e[1]: "0" * _DIGEST_HEX for e in entries})
+    collective = _collective(v for _, _, v, _, _, _ in entries)
+    root = 0 if collective else None
+    if collective and _rank() != 0:  # send this rank's tiles to rank 0, block by block
+        for _, _, v, _, _, _ in entries:
+            for _ in _blocks(v, root) if isinstance(v, Tensor) else ():
+                pass
+        _agree_written(None)
+        return {}
     sums: dict[str, str] = {}
-    with _atomic_file(path, _before_rename) as f:
-        f.write(placeholder)
-        for _, name, v, _, _, nbytes in entries:
-            h, written = hashlib.sha256(), 0
-            for block in _blocks(v):
-                data = block.reshape(-1).view(np.uint8)
-                if checksums is not None:
-                    h.update(data)
-                f.write(data)
-                written += data.nbytes
-            if written != nbytes:
-                raise RuntimeError(f"checkpoint: tensor {name!r} streamed {written} bytes, expected {nbytes}")
-            sums[name] = h.hexdigest()
-        if checksums is not None:
-            final = header(sums)
-            assert len(final) == len(placeholder)
-            f.seek(0)
-            f.write(final)
+    todo = iter(entries)
+    blocks = iter(())
+    try:
+        with _atomic_file(path, _before_rename) as f:
+            f.write(placeholder)
+            for _, name, v, _, _, nbytes in todo:
+                h, written = hashlib.sha256(), 0
+                blocks = _blocks(v, root)
+                for block in blocks:
+                    data = block.reshape(-1).view(np.uint8)
+                    if checksums is not None:
+                        h.update(data)
+                    f.write(data)
+                    written += data.nbytes
+                if written != nbytes:
+                    raise RuntimeError(f"checkpoint: tensor {name!r} streamed {written} bytes, expected {nbytes}")
+                sums[name] = h.hexdigest()
+            if checksums is not None:
+                final = header(sums)
+                assert len(final) == len(placeholder)
+                f.seek(0)
+                f.write(final)
+    except OSError as exc:
+        if not collective:
+            raise
+        for _ in blocks:  # the other ranks send every tile still: receive (and drop) them
+            pass
+        for _, _, v, _, _, _ in todo:
+            for _ in _blocks(v, root) if isinstance(v, Tensor) else ():
+                pass
+        _agree_written(exc)
+    if collective:
+        _agree_written(None)
     return sums if checksums is not None else {}
 
 

@@ -344,12 +344,10 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
                         losses: dict, tokenizer=None) -> None:
     from .ops import activations
     from .nn.pretrained import model_tensors
-    from .distribution import rank, world_size
-    # one process: the tensors themselves, streamed from their tiles into the file (no host
-    # copy of the model); under MPI, state_dict() gathers (collective: every rank holds the
-    # full values) and rank 0 writes
+    # the tensors themselves, streamed from their tiles into the file (no host copy of the
+    # model); under MPI every rank takes part: the tiles go to rank 0 a block at a time
     tensors = model_tensors(model)  # a tied weight once
-    osd = opt.state_dict(copy=world_size() > 1)
+    osd = opt.state_dict(copy=False)
     opt_meta = {"param_groups": osd["param_groups"], "steps": {}}
     for idx, st in osd["state"].items():
         for name, value in st.items():
@@ -366,9 +364,8 @@ def save_training_state(path: Path, model, opt, args: TrainArgs, step: int, rng:
         "dropout_rng": activations.default_generator.get_state(),
         "losses": losses,
     }
-    # the file is written once, by rank 0, atomically
-    if rank() == 0:
-        ck.save(path, tensors, meta)
+    # the file is written once, by rank 0, atomically (collective under MPI)
+    ck.save(path, tensors, meta)
 
 
 def load_training_state(path: Path, model, opt, rng: np.random.Generator, loaded=None) -> dict:

@@ -115,6 +115,9 @@ int tt_tensor_read(tt_tensor *t, void *dst);
  * hold exactly those rows (dst C-contiguous); checkpoints and initialisation stream with these */
 int tt_tensor_write_rows(tt_tensor *t, int64_t lo, int64_t hi, const void *src, const int64_t *strides);
 int tt_tensor_read_rows(tt_tensor *t, int64_t lo, int64_t hi, void *dst);
+/* root >= 0: under MPI the rows come to rank root only (dst NULL on the other ranks; each
+ * tile's copy is dropped again after the read); root < 0: tt_tensor_read_rows */
+int tt_tensor_read_rows_on(tt_tensor *t, int64_t lo, int64_t hi, void *dst, int root);
 
 /* tensor-level expanders (csrc/expand.c): one call per op, one task per tile */
 int tt_map(int kernel, const void *args, int ntensors, tt_tensor *const *tensors);

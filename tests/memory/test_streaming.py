@@ -108,6 +108,14 @@ def test_tile_rows_round_trip_with_a_smaller_last_tile(dtype):
         write_rows_(t, 1, 2, a[:2])
     with pytest.raises(ValueError, match=r"tile rows \[2, 4\) outside \[0, 3\)"):
         read_rows(t, 2, 4, np.empty((2, 7, 3), dtype))
+    # to one rank: in one process rank 0 is the only root, and it needs a buffer
+    np.testing.assert_array_equal(read_rows(t, 0, 1, np.empty((4, 7, 3), dtype), root=0), a[:4])
+    with pytest.raises(ValueError, match=r"root 1 is not a rank \(world size 1\)"):
+        read_rows(t, 0, 1, np.empty((4, 7, 3), dtype), root=1)
+    with pytest.raises(TypeError, match="read_rows: expected a numpy.ndarray, got NoneType"):
+        read_rows(t, 0, 1, None, root=0)
+    with pytest.raises(TypeError, match="write_rows_: expected a numpy.ndarray, got NoneType"):
+        write_rows_(t, 0, 1, None)  # (no data: only under MPI, for a rank owning none of the tiles)
 
 
 def test_save_tensors_and_load_into_another_tiling_and_dtype(tmp_path):

@@ -146,10 +146,7 @@ def from_pretrained(path, dtype=np.float32, tiling=None, **config_overrides):
 def model_tensors(model) -> dict:
     """The model's parameters and buffers, each once under its first name (as unique_tensors
     of its state_dict()), as the tensors themselves: a file writer streams them from their
-    tiles.  Under MPI, NumPy copies (state_dict() is collective; rank 0 writes)."""
-    from ..distribution import world_size
-    if world_size() > 1:
-        return unique_tensors(model.state_dict())
+    tiles (under MPI collectively, through rank 0, which writes)."""
     out = dict(model.named_parameters())
     for name, b in model.named_buffers():
         out.setdefault(name, b)
@@ -185,15 +182,19 @@ def save_pretrained(model, path, tokenizer=None) -> Path:
     ``transformers.AutoModelForCausalLM.from_pretrained`` loads unchanged; with a
     tokenizer (a tiletrain.data.Tokenizer) also its tokenizer.json.  Each file is written
     atomically, the weights before config.json; the shards of an earlier sharded save are
-    removed."""
+    removed.  Under MPI every rank calls it; rank 0 writes the folder (the weights stream
+    through it)."""
     from ..checkpoint import write_atomic, write_safetensors
+    from ..distribution import rank
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"save_pretrained: {path} exists and is not a folder")
     cfg = model.hf_config()
     tensors = model_tensors(model)  # streamed from the tiles into the file
     cfg["dtype"] = str(np.dtype(next(iter(tensors.values())).dtype))
-    write_safetensors(path / WEIGHTS_NAME, tensors, {"format": "pt"})
+    write_safetensors(path / WEIGHTS_NAME, tensors, {"format": "pt"})  # (MPI: collective)
+    if rank() != 0:
+        return path
     text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
     if text is not None:
         write_atomic(path / TOKENIZER_NAME, text.encode())

@@ -570,9 +570,13 @@ def _rows_shape(t: Tensor, lo: int, hi: int, block, what: str) -> None:
                          f"{t.dtype} array, got {block.shape} {block.dtype}")
 
 
-def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
+def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray | None) -> None:
     """Write the tiles of tile rows [lo, hi) from ``block`` (those rows, t's dtype, any
-    strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy)."""
+    strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy):
+    there a rank that owns none of these tiles (``rows_owned``) may pass ``block=None``."""
+    if block is None and lib.tt_mpi_enabled():
+        check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, ffi.NULL, ffi.NULL))
+        return
     _rows_shape(t, lo, hi, block, "write_rows_")
     t.index_bound = None
     strides = ffi.new("int64_t[]", list(block.strides) or [0])
@@ -580,14 +584,34 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray) -> None:
     check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, src, strides))
 
 
-def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
+def read_rows(t: Tensor, lo: int, hi: int, out: np.ndarray | None,
+              root: int | None = None) -> np.ndarray | None:
     """Read the tiles of tile rows [lo, hi) into ``out`` (C-contiguous, those rows, t's
-    dtype).  Waits for their writers; collective under MPI (as numpy())."""
+    dtype).  Waits for their writers; collective under MPI (as numpy()): every rank gets the
+    rows, or with ``root`` only that rank (the others pass ``out=None`` and get None; the
+    copies sent to root are dropped after the read, so streaming a tensor through root never
+    holds more than one block there)."""
+    ptr = t._handle("read")
+    if root is not None and not 0 <= root < lib.tt_mpi_size():
+        raise ValueError(f"read_rows: root {root} is not a rank (world size {lib.tt_mpi_size()})")
+    if out is None and root is not None and root != lib.tt_mpi_rank():
+        check(lib.tt_tensor_read_rows_on(ptr, lo, hi, ffi.NULL, root))
+        return None
     _rows_shape(t, lo, hi, out, "read_rows")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("read_rows: out must be C-contiguous and writable")
-    check(lib.tt_tensor_read_rows(t._handle("read"), lo, hi, ffi.from_buffer(out, require_writable=True)))
+    check(lib.tt_tensor_read_rows_on(ptr, lo, hi, ffi.from_buffer(out, require_writable=True),
+                                     -1 if root is None else root))
     return out
+
+
+def rows_owned(t: Tensor) -> np.ndarray:
+    """For each tile row along axis 0 (one for a 0-d tensor): does this rank own one of its
+    tiles (or one not placed yet)?  All True in one process."""
+    if not lib.tt_mpi_enabled():
+        return np.ones(t.grid[0] if t.ndim else 1, dtype=bool)
+    owners = t.owners().reshape(t.grid[0] if t.ndim else 1, -1)
+    return ((owners == lib.tt_mpi_rank()) | (owners < 0)).any(axis=1)
 
 
 def from_rows(traits: TensorTraits, dtype, fill) -> Tensor:
