@@ -87,6 +87,11 @@ def _gpt_loss_and_grads(kinds, dtype, tiling):
     idx, targets = data.integers(0, 29, (2, 16)), data.integers(0, 29, (2, 16))
     with placed(kinds):
         model = GPT(cfg, tiling, dtype=dtype, seed=3)
+        # GPT's initial biases are 0 and LayerNorm weights 1: draw them, so that a bias or a
+        # weight the device bodies dropped would show
+        rng = np.random.default_rng(7)
+        model.load_state_dict({k: v + 0.5 * rng.standard_normal(v.shape) for k, v in model.state_dict().items()
+                               if k.endswith(".bias") or ".ln_" in k}, strict=False)
         loss = model.loss(idx, targets)
         loss.backward()
         return float(loss), {n: p.grad.numpy() for n, p in model.named_parameters()}
