@@ -1,5 +1,5 @@
 /* Activations and dropout, element-wise (csrc/kernels/cpu/activations.c), computed in
- * the element type (float math for float32 tiles: the GPU's fast path). */
+ * the element type (float math for float32 tiles: the GPU's fast path; GELU: gelu.cl). */
 #ifndef TT_ACTIVATIONS_HELPERS
 #define TT_ACTIVATIONS_HELPERS
 
