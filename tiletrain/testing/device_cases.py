@@ -153,6 +153,36 @@ def norms(rng, dt):
 
 
 @case
+def fused(rng, dt):
+    """The fused kernels: a linear layer's chains with a bias (gemm_bias, then gemm), GELU
+    epilogues (gemm_gelu at the end of a chain of 3 with a backward: c becomes gelu'; and as a
+    chain's only task without one), whole-row norms (layer_norm_row, rms_norm_row) and the
+    decode-time residual add + norm (add_layer_norm_row, add_rms_norm_row)."""
+    x = _t(rng, (2, 5, 12), (1, 3, 5), dt, grad=True)  # `in` = 12 in 3 tiles: chains of 3 tasks
+    w = _t(rng, (12, 10), (5, 4), dt, grad=True)
+    b = _t(rng, (10,), (4,), dt, grad=True)
+    y = affine(x, w, b)
+    h = affine(x, w, b, gelu="tanh")
+    _weighted_backward(y, rng)
+    _weighted_backward(h, rng)
+    out = dict(affine=y, affine_gelu=h, affine_dx=x.grad, affine_dw=w.grad, affine_db=b.grad)
+    w1 = _t(rng, (12, 6), (12, 3), dt)  # `in` in one tile: one gemm_gelu task per output tile
+    b1 = _t(rng, (6,), (3,), dt)
+    out["affine_gelu_erf"] = affine(x.detach(), w1, b1, gelu="none")
+    xr = _t(rng, (3, 5, 12), (2, 3, 12), dt, grad=True, shift=0.5)  # whole rows per tile
+    lw, lb = _t(rng, (12,), (12,), dt, grad=True, shift=1.0), _t(rng, (12,), (12,), dt, grad=True)
+    ln, rms = F.layer_norm(xr, lw, lb), F.rms_norm(xr, lw)
+    _weighted_backward(ln, rng)
+    _weighted_backward(rms, rng)
+    out.update(ln_row=ln, rms_row=rms, row_dx=xr.grad, row_dw=lw.grad, row_db=lb.grad)
+    xa, ra = _t(rng, (3, 5, 12), (2, 3, 12), dt), _t(rng, (3, 5, 12), (2, 3, 12), dt)
+    s, y = F.add_layer_norm(xa, ra, lw.detach(), lb.detach())
+    s2, y2 = F.add_rms_norm(xa, ra, lw.detach())
+    out.update(add_ln_s=s, add_ln=y, add_rms_s=s2, add_rms=y2)
+    return out
+
+
+@case
 def softmax(rng, dt):
     out = {}
     for name, fn, dim in (("softmax", F.softmax, -1), ("log_softmax", F.log_softmax, -1),

@@ -1,10 +1,7 @@
 /* Activations and dropout, element-wise (csrc/kernels/cpu/activations.c), computed in
- * the element type (float math for float32 tiles: the GPU's fast path). */
+ * the element type (float math for float32 tiles: the GPU's fast path; GELU: gelu.cl). */
 #ifndef TT_ACTIVATIONS_HELPERS
 #define TT_ACTIVATIONS_HELPERS
-#define TT_SQRT_2_OVER_PI 0.79788456080286535588
-#define TT_INV_SQRT_2 0.70710678118654752440
-#define TT_INV_SQRT_2PI 0.39894228040143267794
 
 DEVFN tt_ulong tt_splitmix64(tt_ulong z)
 {
@@ -15,33 +12,38 @@ DEVFN tt_ulong tt_splitmix64(tt_ulong z)
 }
 #endif
 
+#include "gelu.cl"
+
 KERNEL SUF(tt_gelu)(GLOBAL const T *x, GLOBAL T *y, tt_long n, tt_long approx)
 {
     const tt_long i = GID0();
-    if (i >= n)
-        return;
-    const T v = x[i], hf = (T)0.5, one = (T)1;
-    if (approx)
-        y[i] = hf * v * (one + tanh((T)TT_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v)));
-    else
-        y[i] = hf * v * (one + erf(v * (T)TT_INV_SQRT_2));
+    if (i < n)
+        y[i] = SUF(tt_gelu_value)(x[i], approx);
 }
 
 KERNEL SUF(tt_gelu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx, tt_long n, tt_long approx)
 {
     const tt_long i = GID0();
-    if (i >= n)
+    if (i < n)
+        dx[i] = dy[i] * SUF(tt_gelu_grad_value)(x[i], approx);
+}
+
+/* The GELU epilogue of a linear layer's chain (csrc/kernels/cpu/gemm.c): c = alpha op(A) op(B) +
+ * bias (first) or c += alpha op(A) op(B), then y = gelu(c), and with deriv c = gelu'(c). */
+KERNEL SUF(tt_gemm_gelu)(GLOBAL const T *A, GLOBAL const T *B, GLOBAL const T *bias, GLOBAL T *C, GLOBAL T *Y,
+                         tt_long batch, tt_long m, tt_long n, tt_long k, tt_long ta, tt_long tb, tt_long first,
+                         tt_long approx, tt_long deriv, R alpha)
+{
+    LOCAL T As[TT_DEV_TILE][TT_DEV_TILE];
+    LOCAL T Bs[TT_DEV_TILE][TT_DEV_TILE];
+    const T acc = SUF(tt_gemm_dot)(A, B, m, n, k, ta, tb, As, Bs);
+    const tt_long col = GID0(), row = GID1(), z = GROUP2();
+    if (row >= m || col >= n)
         return;
-    const T v = x[i], hf = (T)0.5, one = (T)1;
-    if (approx) {
-        const T t = tanh((T)TT_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v));
-        const T du = (T)TT_SQRT_2_OVER_PI * (one + (T)(3.0 * 0.044715) * v * v);
-        dx[i] = dy[i] * (hf * (one + t) + hf * v * (one - t * t) * du);
-    } else {
-        const T cdf = hf * (one + erf(v * (T)TT_INV_SQRT_2));
-        const T pdf = (T)TT_INV_SQRT_2PI * exp(-hf * v * v);
-        dx[i] = dy[i] * (cdf + v * pdf);
-    }
+    const tt_long e = z * m * n + row * n + col;
+    const T h = (T)alpha * acc + (first ? bias[col] : C[e]);
+    Y[e] = SUF(tt_gelu_value)(h, approx);
+    C[e] = deriv ? SUF(tt_gelu_grad_value)(h, approx) : h;
 }
 
 KERNEL SUF(tt_relu)(GLOBAL const T *x, GLOBAL T *y, tt_long n)

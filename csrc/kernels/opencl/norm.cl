@@ -161,3 +161,92 @@ KERNEL SUF(tt_rms_norm_bwd_w)(GLOBAL const T *dy, GLOBAL const T *x, GLOBAL cons
         sw += (ACC)dy[i * n + j] * x[i * n + j] * (ACC)rstd[i];
     dw[j] = (T)((first ? (ACC)0 : (ACC)dw[j]) + sw);
 }
+
+#ifndef TT_NORM_HELPERS
+#define TT_NORM_HELPERS
+/* 1 / sqrt(max(alpha s, 0) + eps) (norm_rstd's arithmetic) */
+DEVFN ACC tt_inv_std(ACC alpha, ACC s, ACC eps)
+{
+    const ACC v = alpha * s;
+    return 1.0 / sqrt((v > 0.0 ? v : 0.0) + eps);
+}
+#endif
+
+/* Whole rows per tile (`rows m`, one group per row): layer_norm_stats, norm_rstd (alpha =
+ * 1 / n) and layer_norm_fwd in one task, each value rounded to T where those kernels store
+ * it, as the CPU body does.  `first` is always 1 (a row is one tile). */
+DEVFN void SUF(tt_layer_norm_one_row)(GLOBAL const T *row, GLOBAL T *yrow, GLOBAL T *mean, GLOBAL T *rstd,
+                                      GLOBAL const T *w, GLOBAL const T *b, tt_long i, tt_long n, R eps,
+                                      LPTR ACC *red)
+{
+    ACC s = 0;
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
+        s += row[j];
+    const ACC mb = tt_block_sum(s, red) / (ACC)n;
+    ACC d2 = 0;
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL) {
+        const ACC d = row[j] - mb;
+        d2 += d * d;
+    }
+    const ACC m2b = tt_block_sum(d2, red);
+    const T mu = (T)mb, r = (T)tt_inv_std(1.0 / (ACC)n, (ACC)(T)m2b, (ACC)eps);
+    if (LID0() == 0) {
+        mean[i] = mu;
+        rstd[i] = r;
+    }
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
+        yrow[j] = (row[j] - mu) * r * w[j] + b[j];
+}
+
+DEVFN void SUF(tt_rms_norm_one_row)(GLOBAL const T *row, GLOBAL T *yrow, GLOBAL T *rstd, GLOBAL const T *w,
+                                    tt_long i, tt_long n, R eps, LPTR ACC *red)
+{
+    ACC s = 0;
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
+        s += (ACC)row[j] * row[j];
+    s = tt_block_sum(s, red);
+    const T r = (T)tt_inv_std(1.0 / (ACC)n, (ACC)(T)s, (ACC)eps);
+    if (LID0() == 0)
+        rstd[i] = r;
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
+        yrow[j] = row[j] * r * w[j];
+}
+
+KERNEL SUF(tt_layer_norm_row)(GLOBAL const T *x, GLOBAL T *y, GLOBAL T *mean, GLOBAL T *rstd, GLOBAL const T *w,
+                              GLOBAL const T *b, tt_long m, tt_long n, tt_long first, R eps)
+{
+    LOCAL ACC red[TT_DEV_LOCAL];
+    const tt_long i = GROUP0();
+    SUF(tt_layer_norm_one_row)(x + i * n, y + i * n, mean, rstd, w, b, i, n, eps, red);
+}
+
+KERNEL SUF(tt_rms_norm_row)(GLOBAL const T *x, GLOBAL T *y, GLOBAL T *rstd, GLOBAL const T *w, tt_long m, tt_long n,
+                            tt_long first, R eps)
+{
+    LOCAL ACC red[TT_DEV_LOCAL];
+    const tt_long i = GROUP0();
+    SUF(tt_rms_norm_one_row)(x + i * n, y + i * n, rstd, w, i, n, eps, red);
+}
+
+/* s = x + r (rounded to T), then the row kernel on s.  Each work-item reads back only the
+ * elements of s it wrote itself. */
+KERNEL SUF(tt_add_layer_norm_row)(GLOBAL const T *x, GLOBAL const T *r, GLOBAL T *s, GLOBAL T *y, GLOBAL T *mean,
+                                  GLOBAL T *rstd, GLOBAL const T *w, GLOBAL const T *b, tt_long m, tt_long n,
+                                  tt_long first, R eps)
+{
+    LOCAL ACC red[TT_DEV_LOCAL];
+    const tt_long i = GROUP0();
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
+        s[i * n + j] = x[i * n + j] + r[i * n + j];
+    SUF(tt_layer_norm_one_row)(s + i * n, y + i * n, mean, rstd, w, b, i, n, eps, red);
+}
+
+KERNEL SUF(tt_add_rms_norm_row)(GLOBAL const T *x, GLOBAL const T *r, GLOBAL T *s, GLOBAL T *y, GLOBAL T *rstd,
+                                GLOBAL const T *w, tt_long m, tt_long n, tt_long first, R eps)
+{
+    LOCAL ACC red[TT_DEV_LOCAL];
+    const tt_long i = GROUP0();
+    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
+        s[i * n + j] = x[i * n + j] + r[i * n + j];
+    SUF(tt_rms_norm_one_row)(s + i * n, y + i * n, rstd, w, i, n, eps, red);
+}
