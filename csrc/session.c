@@ -240,6 +240,7 @@ int tt_shutdown(void)
     else
         wait_everything();
     stop_waiter();
+    tt_tiles_drain(); /* recycled tile handles (csrc/tile.c) */
     tt_memory_quiesce(); /* the disk node's own transfers (csrc/memory.c) */
     tt_trace_session_end();
     tt_tensors_kill_all();

@@ -15,6 +15,7 @@
  * Every tile has home node -1: StarPU allocates it where its first writer runs, so that under
  * a memory limit it may evict it (to another node, or to the disk node). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tt_internal.h"
 
@@ -99,6 +100,169 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
         unregister(h, async);
 }
 
+/* ---- recycled tile handles ----
+ * Registering a tile handle and unregistering it (starpu_data_unregister_submit goes through
+ * StarPU's dependency machinery) cost several microseconds each, and a training step or a
+ * decoding step frees and creates tensors of the same shapes again and again.  A freed
+ * tensor's handles therefore go to a free list per tile size (element count, element size;
+ * every tile has home node -1, so nothing else tells two of them apart) and the next tensor
+ * with tiles of that size takes them instead of registering new ones, oldest first.  StarPU
+ * orders every access to one handle, so the new tensor's first writer of a reused tile waits
+ * for the tasks the freed tensor still had pending on it (write after read or write); the
+ * oldest handles are the likeliest to have none left.  Not under MPI (a handle's tag and
+ * owner rank belong to its tensor) nor under a memory limit (tiles evicted to the disk node,
+ * ooc flags, and the limit's accounting of live bytes stay as they are): there every free
+ * unregisters as before.  The lists hold at most TILETRAIN_TILE_RECYCLE_MB MiB of tiles
+ * (default 256; 0: no recycling), read once; frees beyond go to the reaper.  They keep their
+ * handles (and the buffers StarPU allocated for them) across waits -- a wait is where their
+ * last tasks are done, so that a later tensor takes them without waiting -- and are emptied
+ * at shutdown (tt_tiles_drain). */
+#define RECYCLE_NBUCKETS 256 /* distinct tile sizes; beyond, those sizes are not recycled */
+
+typedef struct {
+    uint32_t nelems, elemsize; /* the key; nelems 0: an empty slot of the table */
+    starpu_data_handle_t *h;   /* a ring of n handles from head, capacity cap */
+    int64_t head, n, cap;
+} rbucket;
+
+static pthread_mutex_t recycle_mu = PTHREAD_MUTEX_INITIALIZER;
+static rbucket rbuckets[RECYCLE_NBUCKETS]; /* open addressing, under recycle_mu */
+static int64_t recycled_bytes;             /* bytes of the tiles in the lists, under recycle_mu */
+static int64_t recycle_hits;               /* tiles handed to new tensors since init, under recycle_mu */
+static int64_t recycle_cap = -1;           /* TILETRAIN_TILE_RECYCLE_MB in bytes; -1: not read yet */
+static int async_free = 1;                 /* TILETRAIN_ASYNC_FREE (read with it) */
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+static void read_config(void)
+{
+    const char *v = getenv("TILETRAIN_ASYNC_FREE"); /* 0: every free unregisters on the caller's thread */
+    async_free = !(v && v[0] == '0');
+    const char *mb = getenv("TILETRAIN_TILE_RECYCLE_MB");
+    char *end = NULL;
+    long long m = mb && mb[0] ? strtoll(mb, &end, 10) : 256;
+    recycle_cap = (mb && mb[0] && (*end || m < 0)) ? 256LL << 20 : m << 20; /* a bad value: the default */
+}
+
+static int recycling(void)
+{
+    pthread_once(&config_once, read_config);
+    return recycle_cap > 0 && !tt_mpi_on && !tt_memory_limited;
+}
+
+static rbucket *bucket_of(uint32_t nelems, uint32_t elemsize, int create) /* under recycle_mu */
+{
+    uint32_t k = (nelems * 2654435761u) ^ (elemsize * 40503u);
+    for (int probe = 0; probe < RECYCLE_NBUCKETS; probe++) {
+        rbucket *b = &rbuckets[(k + (uint32_t)probe) & (RECYCLE_NBUCKETS - 1)];
+        if (b->nelems == nelems && b->elemsize == elemsize)
+            return b;
+        if (!b->nelems) {
+            if (!create)
+                return NULL;
+            b->nelems = nelems;
+            b->elemsize = elemsize;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+/* Hand slot i's handle to the list of its size; 0 when it does not fit (the caller unregisters
+ * it).  *cache: the bucket of the previous slot (a tensor's tiles mostly share one size). */
+static int recycle_put(tt_tensor *t, int64_t i, rbucket **cache) /* under recycle_mu */
+{
+    int64_t idx[TT_MAX_NDIM];
+    tt_tile_index(t, i, idx);
+    uint32_t nelems = (uint32_t)tt_tile_nelems(t, idx), es = (uint32_t)t->elemsize;
+    int64_t bytes = (int64_t)nelems * es;
+    if (recycled_bytes + bytes > recycle_cap)
+        return 0;
+    rbucket *b = *cache;
+    if (!b || b->nelems != nelems || b->elemsize != es)
+        b = *cache = bucket_of(nelems, es, 1);
+    if (!b)
+        return 0;
+    if (b->n == b->cap) {
+        int64_t cap = b->cap ? 2 * b->cap : 64;
+        starpu_data_handle_t *h = malloc((size_t)cap * sizeof *h);
+        if (!h)
+            return 0;
+        for (int64_t j = 0; j < b->n; j++)
+            h[j] = b->h[(b->head + j) % b->cap];
+        free(b->h);
+        b->h = h;
+        b->head = 0;
+        b->cap = cap;
+    }
+    b->h[(b->head + b->n) % b->cap] = t->handles[i];
+    b->n++;
+    recycled_bytes += bytes;
+    return 1;
+}
+
+/* The oldest recycled handle of this size, or NULL. */
+static starpu_data_handle_t recycle_take(uint32_t nelems, uint32_t es, rbucket **cache) /* under recycle_mu */
+{
+    rbucket *b = *cache;
+    if (!b || b->nelems != nelems || b->elemsize != es)
+        b = *cache = bucket_of(nelems, es, 0);
+    if (!b || !b->n)
+        return NULL;
+    starpu_data_handle_t h = b->h[b->head];
+    b->head = (b->head + 1) % b->cap;
+    b->n--;
+    recycled_bytes -= (int64_t)nelems * es;
+    recycle_hits++;
+    return h;
+}
+
+/* Register (or take from the lists) every tile slot of a new tensor (owners already set). */
+void tt_tensor_init_tiles(tt_tensor *t, int deferred)
+{
+    if (recycling() && !deferred) { /* deferred owners are an MPI matter: no recycling there anyway */
+        int64_t idx[TT_MAX_NDIM];
+        rbucket *b = NULL;
+        pthread_mutex_lock(&recycle_mu);
+        for (int64_t i = 0; i < t->ntiles && recycled_bytes; i++) {
+            tt_tile_index(t, i, idx);
+            t->handles[i] = recycle_take((uint32_t)tt_tile_nelems(t, idx), (uint32_t)t->elemsize, &b);
+        }
+        pthread_mutex_unlock(&recycle_mu);
+    }
+    for (int64_t i = 0; i < t->ntiles; i++)
+        if (!t->handles[i])
+            tt_tile_init(t, i, deferred);
+}
+
+/* At shutdown, every task done: unregister every recycled handle. */
+void tt_tiles_drain(void)
+{
+    pthread_mutex_lock(&recycle_mu);
+    for (int k = 0; k < RECYCLE_NBUCKETS; k++) {
+        rbucket *b = &rbuckets[k];
+        for (int64_t j = 0; j < b->n; j++)
+            starpu_data_unregister_no_coherency(b->h[(b->head + j) % b->cap]);
+        free(b->h);
+        memset(b, 0, sizeof *b);
+    }
+    recycled_bytes = recycle_hits = 0;
+    pthread_mutex_unlock(&recycle_mu);
+}
+
+int64_t tt_tiles_recycled(int64_t *bytes, int64_t *hits)
+{
+    int64_t n = 0;
+    pthread_mutex_lock(&recycle_mu);
+    for (int k = 0; k < RECYCLE_NBUCKETS; k++)
+        n += rbuckets[k].n;
+    if (bytes)
+        *bytes = recycled_bytes;
+    if (hits)
+        *hits = recycle_hits;
+    pthread_mutex_unlock(&recycle_mu);
+    return n;
+}
+
 /* ---- the reaper: asynchronous unregistration of whole tensors, off the caller's thread ----
  * starpu_data_unregister_submit costs several microseconds per tile (it goes through StarPU's
  * dependency machinery), which a tensor free from Python paid tile by tile.  A free hands the
@@ -146,12 +310,6 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-/* TILETRAIN_ASYNC_FREE=0: every free unregisters on the caller's thread (to compare). */
-static int async_free_enabled(void)
-{
-    const char *v = getenv("TILETRAIN_ASYNC_FREE");
-    return !(v && v[0] == '0');
-}
 
 /* Queue n handles (taking the malloc'ed array); 0 when the caller must unregister them. */
 static int reaper_push(starpu_data_handle_t *h, int64_t n)
@@ -209,9 +367,9 @@ void tt_reaper_stop(void)
     reaper_started = reaper_quit = 0;
 }
 
-/* Free every tile slot of t.  async (a tensor free): the tiles are unregistered once their
- * last tasks are done, by the reaper where it can, and t->handles is taken (set to NULL);
- * else (shutdown) at once, t->handles left to the caller. */
+/* Free every tile slot of t.  async (a tensor free): the tiles are recycled (below) or
+ * unregistered once their last tasks are done, by the reaper where it can, and t->handles is
+ * taken (set to NULL); else (shutdown) at once, t->handles left to the caller. */
 void tt_tensor_release_tiles(tt_tensor *t, int async)
 {
     if (!async) {
@@ -220,14 +378,23 @@ void tt_tensor_release_tiles(tt_tensor *t, int async)
         return;
     }
     int64_t n = 0;
-    for (int64_t i = 0; i < t->ntiles; i++) {
-        starpu_data_handle_t h = slot_forget(t, i);
-        if (h)
-            t->handles[n++] = h; /* compacted in place: only what StarPU must unregister */
+    if (recycling()) { /* no MPI: every slot is a registered handle */
+        pthread_mutex_lock(&recycle_mu);
+        rbucket *b = NULL;
+        for (int64_t i = 0; i < t->ntiles; i++)
+            if (!recycle_put(t, i, &b))
+                t->handles[n++] = t->handles[i]; /* the list is full: unregistered */
+        pthread_mutex_unlock(&recycle_mu);
+    } else {
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            starpu_data_handle_t h = slot_forget(t, i);
+            if (h)
+                t->handles[n++] = h; /* compacted in place: only what StarPU must unregister */
+        }
     }
     starpu_data_handle_t *hs = t->handles;
     t->handles = NULL;
-    if (!tt_mpi_on && n > 0 && async_free_enabled() && reaper_push(hs, n))
+    if (!tt_mpi_on && n > 0 && async_free && reaper_push(hs, n))
         return;
     for (int64_t i = 0; i < n; i++)
         unregister(hs[i], 1);

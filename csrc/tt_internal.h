@@ -131,6 +131,7 @@ void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
 
 /* tile slots (tile.c): the only code that registers, resolves or releases a tile */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred);
+void tt_tensor_init_tiles(tt_tensor *t, int deferred); /* every slot of a new tensor: recycled or registered */
 void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration (disk eviction rule) */
 starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i); /* registered, owner fixed */
 int tt_tile_owner(tt_tensor *t, int64_t i);                   /* its owner rank, fixed now if deferred */
@@ -140,6 +141,7 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async);
 void tt_tensor_release_tiles(tt_tensor *t, int async);
 void tt_reaper_flush(void); /* every queued unregistration submitted to StarPU */
 void tt_reaper_stop(void);  /* at shutdown, gate closed */
+void tt_tiles_drain(void);  /* at shutdown, every task done: unregister the recycled handles */
 enum { TT_OOC_ALL = 0, TT_OOC_PAGES = 1 };
 void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk node */
 
