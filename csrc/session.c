@@ -261,7 +261,10 @@ int tt_wait_all(void)
         return rc;
     tt_ensure_running();
     tt_reaper_flush(); /* dropped tensors' unregistrations are submitted first */
+    int64_t nrecycled;
+    starpu_data_handle_t *recycled = tt_tiles_detach(&nrecycled); /* csrc/tile.c */
     rc = wait_everything();
+    tt_tiles_unregister(recycled, nrecycled, rc == TT_OK); /* their tasks are done: freed now */
     tt_gate_leave();
     return rc;
 }

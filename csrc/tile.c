@@ -234,27 +234,65 @@ void tt_tensor_init_tiles(tt_tensor *t, int deferred)
             tt_tile_init(t, i, deferred);
 }
 
-/* At shutdown, every task done: unregister every recycled handle. */
+static int64_t count_locked(void) /* handles in the lists, under recycle_mu */
+{
+    int64_t n = 0;
+    for (int k = 0; k < RECYCLE_NBUCKETS; k++)
+        n += rbuckets[k].n;
+    return n;
+}
+
+/* The handles in the lists, taken out of them (a malloc'ed array of *n, or NULL): a wait
+ * takes them before it starts, as their tensors' tasks were all submitted by then. */
+starpu_data_handle_t *tt_tiles_detach(int64_t *n)
+{
+    *n = 0;
+    starpu_data_handle_t *hs = NULL;
+    pthread_mutex_lock(&recycle_mu);
+    if (recycled_bytes && (hs = malloc((size_t)count_locked() * sizeof *hs))) {
+        for (int k = 0; k < RECYCLE_NBUCKETS; k++) {
+            rbucket *b = &rbuckets[k];
+            for (int64_t j = 0; j < b->n; j++)
+                hs[(*n)++] = b->h[(b->head + j) % b->cap];
+            b->head = b->n = 0;
+        }
+        recycled_bytes = 0;
+    }
+    pthread_mutex_unlock(&recycle_mu);
+    return hs;
+}
+
+/* Unregister what tt_tiles_detach took (and free the array): at once when every task is done
+ * (done: the wait that followed the detach succeeded), else once their tasks are. */
+void tt_tiles_unregister(starpu_data_handle_t *hs, int64_t n, int done)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (done) /* no task left on it: nothing to order the unregistration after */
+            starpu_data_set_sequential_consistency_flag(hs[i], 0);
+        unregister(hs[i], !done);
+    }
+    free(hs);
+}
+
+/* At shutdown, every task done: unregister every recycled handle and empty the lists. */
 void tt_tiles_drain(void)
 {
+    int64_t n;
+    starpu_data_handle_t *hs = tt_tiles_detach(&n);
+    tt_tiles_unregister(hs, n, 1);
     pthread_mutex_lock(&recycle_mu);
     for (int k = 0; k < RECYCLE_NBUCKETS; k++) {
-        rbucket *b = &rbuckets[k];
-        for (int64_t j = 0; j < b->n; j++)
-            starpu_data_unregister_no_coherency(b->h[(b->head + j) % b->cap]);
-        free(b->h);
-        memset(b, 0, sizeof *b);
+        free(rbuckets[k].h);
+        memset(&rbuckets[k], 0, sizeof rbuckets[k]);
     }
-    recycled_bytes = recycle_hits = 0;
+    recycle_hits = 0;
     pthread_mutex_unlock(&recycle_mu);
 }
 
 int64_t tt_tiles_recycled(int64_t *bytes, int64_t *hits)
 {
-    int64_t n = 0;
     pthread_mutex_lock(&recycle_mu);
-    for (int k = 0; k < RECYCLE_NBUCKETS; k++)
-        n += rbuckets[k].n;
+    int64_t n = count_locked();
     if (bytes)
         *bytes = recycled_bytes;
     if (hits)

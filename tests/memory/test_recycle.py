@@ -2,7 +2,8 @@
 list per tile size and the next tensor with tiles of that size takes them instead of
 registering new ones.  StarPU orders every access to one handle, so a reused tile's new writer
 runs after the tasks the freed tensor still had pending on it; not under a memory limit or MPI;
-bounded by TILETRAIN_TILE_RECYCLE_MB (read once per process); emptied at shutdown."""
+bounded by TILETRAIN_TILE_RECYCLE_MB (read once per process); a wait unregisters them (their
+tasks are done: without StarPU's dependency machinery) and so does shutdown."""
 import os
 import subprocess
 import sys
@@ -53,6 +54,28 @@ def test_a_freed_tensors_tiles_go_to_the_next_tensor_of_their_size(fresh):
     assert recycled() == (8, 8 * 1024, 16)
     np.testing.assert_array_equal(f.numpy(), 3)
     np.testing.assert_array_equal(e.numpy(), 1)
+
+
+def test_a_wait_unregisters_the_recycled_tiles_and_frees_their_memory(fresh):
+    """Handles freed before a wait have no task left once it returns: it unregisters them, so
+    their buffers are given back as before recycling."""
+    rt = tt.current()
+    x = tt.from_numpy(np.ones((64, 64), np.float64), (32, 32))
+    tt.wait()
+    before = rt.memory()["allocated_bytes"]
+    y = x + x  # 4 new tiles of 8 KiB, allocated when the adds write them
+    tt.wait()
+    if before is not None:
+        assert rt.memory()["allocated_bytes"] - before == 64 * 64 * 8
+    del y
+    assert recycled()[:2] == (4, 64 * 64 * 8)
+    tt.wait()
+    assert recycled() == (0, 0, 0)
+    if before is not None:
+        assert rt.memory()["allocated_bytes"] == before
+    z = x * x  # registers new handles
+    assert recycled() == (0, 0, 0)
+    np.testing.assert_array_equal(z.numpy(), 1.0)
 
 
 def test_ragged_tiles_are_kept_by_size(fresh):
