@@ -2,7 +2,8 @@
  * tt_tile_release.  Expanders read t->handles[i] as submit.c's input, and submit.c resolves a
  * task's lazy and deferred tiles itself (csrc/mpi.c's helpers); everything else that needs a
  * registered StarPU handle (a transfer, a migration, an acquire on a node) asks
- * tt_tile_handle, and every free goes through tt_tile_release (whole tensors: the reaper).
+ * tt_tile_handle, and every free goes through tt_tile_release (whole tensors: the recycling
+ * lists or the reaper).
  *
  * A slot is in one of three states:
  *   LAZY      under MPI, another rank's tile this rank has never touched: a tagged pointer
@@ -102,21 +103,24 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
 
 /* ---- recycled tile handles ----
  * Registering a tile handle and unregistering it (starpu_data_unregister_submit goes through
- * StarPU's dependency machinery) cost several microseconds each, and a training step or a
- * decoding step frees and creates tensors of the same shapes again and again.  A freed
- * tensor's handles therefore go to a free list per tile size (element count, element size;
- * every tile has home node -1, so nothing else tells two of them apart) and the next tensor
- * with tiles of that size takes them instead of registering new ones, oldest first.  StarPU
- * orders every access to one handle, so the new tensor's first writer of a reused tile waits
- * for the tasks the freed tensor still had pending on it (write after read or write); the
- * oldest handles are the likeliest to have none left.  Not under MPI (a handle's tag and
- * owner rank belong to its tensor) nor under a memory limit (tiles evicted to the disk node,
- * ooc flags, and the limit's accounting of live bytes stay as they are): there every free
- * unregisters as before.  The lists hold at most TILETRAIN_TILE_RECYCLE_MB MiB of tiles
- * (default 256; 0: no recycling), read once; frees beyond go to the reaper.  They keep their
- * handles (and the buffers StarPU allocated for them) across waits -- a wait is where their
- * last tasks are done, so that a later tensor takes them without waiting -- and are emptied
- * at shutdown (tt_tiles_drain). */
+ * StarPU's dependency machinery: two internal tasks per handle) cost several microseconds each,
+ * and a training or decoding step frees and creates tensors of the same shapes again and
+ * again.  A freed tensor's handles therefore go to a free list per tile size (element count,
+ * element size; every tile has home node -1, so nothing else tells two of them apart) and the
+ * next tensor with tiles of that size takes them instead of registering new ones, oldest
+ * first.  StarPU orders every access to one handle, so the new tensor's first writer of a
+ * reused tile waits for the tasks the freed tensor still had pending on it (write after read
+ * or write); the oldest handles are the likeliest to have none left.
+ * A wait takes the handles in the lists when it starts (their tensors' tasks were all
+ * submitted by then) and unregisters them once every task is done: with sequential
+ * consistency turned off first, starpu_data_unregister_no_coherency then has nothing to order
+ * after, and frees at once what starpu_data_unregister_submit would (about half its cost);
+ * so a wait still gives back every freed tensor's memory.  Shutdown empties the lists too.
+ * Not under MPI (a handle's tag and owner rank belong to its tensor) nor under a memory
+ * limit (tiles evicted to the disk node, ooc flags and wont_use hints, and the limit's count
+ * of live bytes stay as they were): there every free unregisters as before.  The lists hold
+ * at most TILETRAIN_TILE_RECYCLE_MB MiB of tiles (default 256; 0: no recycling), read once
+ * per process; frees beyond go to the reaper. */
 #define RECYCLE_NBUCKETS 256 /* distinct tile sizes; beyond, those sizes are not recycled */
 
 typedef struct {
@@ -405,7 +409,7 @@ void tt_reaper_stop(void)
     reaper_started = reaper_quit = 0;
 }
 
-/* Free every tile slot of t.  async (a tensor free): the tiles are recycled (below) or
+/* Free every tile slot of t.  async (a tensor free): the tiles are recycled (above) or
  * unregistered once their last tasks are done, by the reaper where it can, and t->handles is
  * taken (set to NULL); else (shutdown) at once, t->handles left to the caller. */
 void tt_tensor_release_tiles(tt_tensor *t, int async)
