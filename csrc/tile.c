@@ -105,12 +105,14 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
  * Registering a tile handle and unregistering it (starpu_data_unregister_submit goes through
  * StarPU's dependency machinery: two internal tasks per handle) cost several microseconds each,
  * and a training or decoding step frees and creates tensors of the same shapes again and
- * again.  A freed tensor's handles therefore go to a free list per tile size (element count,
- * element size; every tile has home node -1, so nothing else tells two of them apart) and the
- * next tensor with tiles of that size takes them instead of registering new ones, oldest
- * first.  StarPU orders every access to one handle, so the new tensor's first writer of a
- * reused tile waits for the tasks the freed tensor still had pending on it (write after read
- * or write); the oldest handles are the likeliest to have none left.
+ * again.  A freed tensor's handles with no task left to run therefore go to a free list per
+ * tile size (element count, element size; every tile has home node -1, so nothing else tells
+ * two of them apart) and the next tensor with tiles of that size takes them instead of
+ * registering new ones, oldest first.  A handle that still has tasks (a tensor dropped while
+ * the tasks that read or write it wait to run: most frees inside a step, as submission runs
+ * ahead of execution) is unregistered as before (the reaper): reusing it would make the new
+ * tensor's first writer wait for those tasks (StarPU orders every access to one handle) and
+ * keep its buffer until then; measured, that cost more than registering a new handle.
  * A wait takes the handles in the lists when it starts (their tensors' tasks were all
  * submitted by then) and unregisters them once every task is done: with sequential
  * consistency turned off first, starpu_data_unregister_no_coherency then has nothing to order
@@ -171,8 +173,18 @@ static rbucket *bucket_of(uint32_t nelems, uint32_t elemsize, int create) /* und
     return NULL;
 }
 
-/* Hand slot i's handle to the list of its size; 0 when it does not fit (the caller unregisters
- * it).  *cache: the bucket of the previous slot (a tensor's tiles mostly share one size). */
+/* No task left on h (every task submitted on it has completed)? */
+static int handle_idle(starpu_data_handle_t h)
+{
+    if (starpu_data_acquire_on_node_try(h, STARPU_ACQUIRE_NO_NODE, STARPU_W))
+        return 0;
+    starpu_data_release_on_node(h, STARPU_ACQUIRE_NO_NODE);
+    return 1;
+}
+
+/* Hand slot i's handle to the list of its size: 1; 0 when it does not fit, -1 when it still has
+ * tasks to run (the caller unregisters it).  *cache: the bucket of the previous slot (a
+ * tensor's tiles mostly share one size). */
 static int recycle_put(tt_tensor *t, int64_t i, rbucket **cache) /* under recycle_mu */
 {
     int64_t idx[TT_MAX_NDIM];
@@ -186,6 +198,8 @@ static int recycle_put(tt_tensor *t, int64_t i, rbucket **cache) /* under recycl
         b = *cache = bucket_of(nelems, es, 1);
     if (!b)
         return 0;
+    if (!handle_idle(t->handles[i]))
+        return -1;
     if (b->n == b->cap) {
         int64_t cap = b->cap ? 2 * b->cap : 64;
         starpu_data_handle_t *h = malloc((size_t)cap * sizeof *h);
@@ -423,9 +437,13 @@ void tt_tensor_release_tiles(tt_tensor *t, int async)
     if (recycling()) { /* no MPI: every slot is a registered handle */
         pthread_mutex_lock(&recycle_mu);
         rbucket *b = NULL;
-        for (int64_t i = 0; i < t->ntiles; i++)
-            if (!recycle_put(t, i, &b))
-                t->handles[n++] = t->handles[i]; /* the list is full: unregistered */
+        int busy = 0; /* a tile with tasks left: the tensor's other tiles most likely have some too */
+        for (int64_t i = 0; i < t->ntiles; i++) {
+            int put = busy ? 0 : recycle_put(t, i, &b);
+            busy |= put < 0;
+            if (put <= 0)
+                t->handles[n++] = t->handles[i]; /* tasks left, or the list is full: unregistered */
+        }
         pthread_mutex_unlock(&recycle_mu);
     } else {
         for (int64_t i = 0; i < t->ntiles; i++) {
