@@ -112,7 +112,10 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
  * the tasks that read or write it wait to run: most frees inside a step, as submission runs
  * ahead of execution) is unregistered as before (the reaper): reusing it would make the new
  * tensor's first writer wait for those tasks (StarPU orders every access to one handle) and
- * keep its buffer until then; measured, that cost more than registering a new handle.
+ * keep its buffer until then (measured under load, recycling busy handles too: gpt_step small's
+ * peak 603 MiB against 546 MiB without recycling, and no faster step).  Whether a handle has
+ * tasks left is one starpu_data_acquire_on_node_try per tensor with tasks left (its first busy
+ * tile sends the rest to the reaper) or per idle tile.
  * A wait takes the handles in the lists when it starts (their tensors' tasks were all
  * submitted by then) and unregisters them once every task is done: with sequential
  * consistency turned off first, starpu_data_unregister_no_coherency then has nothing to order
@@ -218,7 +221,7 @@ static int recycle_put(tt_tensor *t, int64_t i, rbucket **cache) /* under recycl
     return 1;
 }
 
-/* The oldest recycled handle of this size, or NULL. */
+/* The oldest recycled handle of this size (no task left on it), or NULL. */
 static starpu_data_handle_t recycle_take(uint32_t nelems, uint32_t es, rbucket **cache) /* under recycle_mu */
 {
     rbucket *b = *cache;
