@@ -9,13 +9,18 @@ per tile or task, medians over --reps:
   submit CPU  the same, CPU time of the submitting thread (what other processes sharing
               the cores do not inflate: under load, wall time counts waiting for a core)
   end-to-end  submit plus running every task and waiting (tiny kernels: this is overhead)
-  free        dropping the output tensor (asynchronous unregister of T handles: the Python call)
-  free+wait   dropping it and the wait that follows (until StarPU has taken every unregistration)
+  free        dropping the output tensor (its T handles go to the recycling lists: the Python call)
+  free+wait   dropping it and the wait that follows (the wait unregisters the recycled handles:
+              until StarPU has freed every tile)
+  free+new    dropping it and creating the next tensor of its shape before any wait (the new
+              tensor takes the dropped one's handles: register and unregister both saved)
   add         tiletrain.add(a, b) as one call: register + submit
 The "starpu C" rows do the same with StarPU calls only (starpu_vector_data_register,
-starpu_task_create + starpu_task_submit, starpu_data_unregister_submit); they need a C
-compiler and pkg-config's starpu-1.3, and are left out without them.
-TILETRAIN_ASYNC_FREE=0 unregisters on the caller's thread instead of the reaper thread.
+starpu_task_create + starpu_task_submit, starpu_data_unregister_submit: their free+new is
+unregister_submit + register); they need a C compiler and pkg-config's starpu-1.3, and are left
+out without them.  TILETRAIN_TILE_RECYCLE_MB=0 turns recycling off (every free goes to the reaper
+thread's starpu_data_unregister_submit); TILETRAIN_ASYNC_FREE=0 then unregisters on the caller's
+thread instead.
 
     python benchmarks/task_overhead.py [--tiles-count 16384] [--scheds eager lws dmda]
 """
@@ -66,7 +71,7 @@ def run_floor(exe: str, sched: str, ncpu: int, ntiles: int, tile: int, reps: int
 
 def measure(sched: str, x: np.ndarray, tile: int, ncpu: int, reps: int) -> list[float] | None:
     ntiles = x.size // tile
-    reg, sub, subc, e2e, free, freew, add = [], [], [], [], [], [], []
+    reg, sub, subc, e2e, free, freew, freen, add = [], [], [], [], [], [], [], []
     with tt.init(ncpu=ncpu, sched=sched, calibrate=None):
         a = tt.from_numpy(x, tile)
         b = tt.from_numpy(x, tile)
@@ -87,16 +92,20 @@ def measure(sched: str, x: np.ndarray, tile: int, ncpu: int, reps: int) -> list[
             c = tt.add(a, b)
             t6 = time.perf_counter()
             tt.wait()
+            t7 = time.perf_counter()
+            del c
+            c = Tensor(a.traits, a.dtype)
+            t8 = time.perf_counter()
             del c
             tt.wait()
             if rep:
                 for lst, dt in ((reg, t1 - t0), (sub, t2 - t1), (subc, c2 - c1), (e2e, t3 - t1), (free, t4 - t3),
-                                (freew, t4w - t3), (add, t6 - t5)):
+                                (freew, t4w - t3), (freen, t8 - t7), (add, t6 - t5)):
                     lst.append(dt / ntiles * 1e6)
         if not np.array_equal(tt.add(a, b).numpy(), 2 * x):
             return None
         del a, b
-    return [median(v) for v in (reg, sub, subc, e2e, free, freew, add)]
+    return [median(v) for v in (reg, sub, subc, e2e, free, freew, freen, add)]
 
 
 def main() -> int:
@@ -123,11 +132,12 @@ def main() -> int:
             rows.append([sched, "tiletrain", *(f"{v:.2f}" for v in got)])
             if exe:
                 fl = run_floor(exe, sched, args.ncpu, ntiles, tile, args.reps)
-                rows.append([sched, "starpu C", *(f"{v:.2f}" for v in fl), "-", f"{fl[0] + fl[1]:.2f}"])
+                rows.append([sched, "starpu C", *(f"{v:.2f}" for v in fl), "-", f"{fl[4] + fl[0]:.2f}",
+                             f"{fl[0] + fl[1]:.2f}"])
             print(f"  {sched}: done", flush=True)
     print()
     print(table(["sched", "program", "register us/tile", "submit us/task", "submit CPU us/task", "end-to-end us/task",
-                 "free us/tile", "free+wait us/tile", "add us/task"], rows))
+                 "free us/tile", "free+wait us/tile", "free+new us/tile", "add us/task"], rows))
     return 0
 
 

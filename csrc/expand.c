@@ -38,9 +38,8 @@ static int map_tiles(int kernel, const void *args, int dtype, int ntensors, tt_t
     int64_t idx[TT_MAX_NDIM];
     tt_args_buf buf;
     void *a = &buf;
-    int rc = tt_args_load(kernel, args, &buf);
-    if (rc)
-        return rc;
+    tt_args_load(kernel, args, &buf);
+    int rc;
     for (int64_t i = 0; i < t0->ntiles; i++) {
         tt_tile_index(t0, i, idx);
         *(int64_t *)a = dtype; /* dtype is always the first field */
@@ -230,9 +229,7 @@ int tt_span_map(int kernel, const void *args, int axis, int naxes, int nfull, tt
     enum starpu_data_access_mode modes[8];
     tt_args_buf buf;
     void *a = &buf;
-    if ((rc = tt_args_fit(kernel)))
-        return rc;
-    memcpy(a, args, k->args_size);
+    tt_args_load(kernel, args, &buf);
     for (int64_t o = 0; o < nouter; o++) {
         int64_t r = o;
         for (int d = no - 1; d >= 0; d--) {

@@ -95,9 +95,8 @@ int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full,
     enum starpu_data_access_mode modes[8];
     tt_args_buf buf;
     void *a = &buf;
-    int rc = tt_args_load(kernel, args, &buf);
-    if (rc)
-        return rc;
+    tt_args_load(kernel, args, &buf);
+    int rc;
     for (int64_t o = 0; o < nouter; o++) {
         for (int64_t in = 0; in < ninner; in++) {
             const int64_t r = reduce == 2 ? in : o, c = reduce == 2 ? o : in;

@@ -505,6 +505,8 @@ def codelets_source(kernels: list[Kernel]) -> str:
             f"    .model = &tt_pm_{n},",
             f"    .name = \"{n}\",",
             "};",
+            f"_Static_assert(sizeof(tt_args_{n}) <= sizeof(tt_args_buf), \"tt_args_{n} is larger than tt_args_buf "
+            "(csrc/tt_internal.h), an expander's room for any kernel's arguments: enlarge it\");",
             "",
         ]
     out.append("const tt_kernel_desc tt_kernel_table[TT_NKERNELS] = {")

@@ -240,6 +240,7 @@ int tt_shutdown(void)
     else
         wait_everything();
     stop_waiter();
+    tt_tiles_drain(); /* recycled tile handles (csrc/tile.c) */
     tt_memory_quiesce(); /* the disk node's own transfers (csrc/memory.c) */
     tt_trace_session_end();
     tt_tensors_kill_all();
@@ -260,7 +261,10 @@ int tt_wait_all(void)
         return rc;
     tt_ensure_running();
     tt_reaper_flush(); /* dropped tensors' unregistrations are submitted first */
+    int64_t nrecycled;
+    starpu_data_handle_t *recycled = tt_tiles_detach(&nrecycled); /* csrc/tile.c */
     rc = wait_everything();
+    tt_tiles_unregister(recycled, nrecycled, rc == TT_OK); /* their tasks are done: freed now */
     tt_gate_leave();
     return rc;
 }

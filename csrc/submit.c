@@ -17,21 +17,9 @@ void tt_submit_reset_counters(void) { memset(kernel_ntasks, 0, sizeof kernel_nta
 
 int tt_kernel_ntasks(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)kernel_ntasks[k] : -1; }
 
-int tt_args_fit(int kernel)
+void tt_args_load(int kernel, const void *args, tt_args_buf *buf)
 {
-    const tt_kernel_desc *k = &tt_kernel_table[kernel];
-    if (k->args_size <= sizeof(tt_args_buf))
-        return TT_OK;
-    return tt_error(TT_EINVAL, "%s: argument struct of %zu bytes, more than an expander's %zu", k->name,
-                    (size_t)k->args_size, sizeof(tt_args_buf));
-}
-
-int tt_args_load(int kernel, const void *args, tt_args_buf *buf)
-{
-    int rc = tt_args_fit(kernel);
-    if (rc == TT_OK)
-        memcpy(buf, args, tt_kernel_table[kernel].args_size);
-    return rc;
+    memcpy(buf, args, tt_kernel_table[kernel].args_size); /* it fits: checked at compile time */
 }
 
 /* Action order (tiletrain.pipeline.enforce, mechanism "deps"): while a token is set, every task

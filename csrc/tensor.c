@@ -172,8 +172,7 @@ static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile,
         free(t);
         return rc;
     }
-    for (int64_t i = 0; i < t->ntiles; i++)
-        tt_tile_init(t, i, deferred); /* csrc/tile.c */
+    tt_tensor_init_tiles(t, deferred); /* csrc/tile.c */
     t->session = tt_current_session();
     tt_tensors_lock();
     tt_tensors_link(t);

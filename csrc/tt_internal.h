@@ -131,6 +131,7 @@ void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
 
 /* tile slots (tile.c): the only code that registers, resolves or releases a tile */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred);
+void tt_tensor_init_tiles(tt_tensor *t, int deferred); /* every slot of a new tensor: recycled or registered */
 void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration (disk eviction rule) */
 starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i); /* registered, owner fixed */
 int tt_tile_owner(tt_tensor *t, int64_t i);                   /* its owner rank, fixed now if deferred */
@@ -140,6 +141,10 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async);
 void tt_tensor_release_tiles(tt_tensor *t, int async);
 void tt_reaper_flush(void); /* every queued unregistration submitted to StarPU */
 void tt_reaper_stop(void);  /* at shutdown, gate closed */
+void tt_tiles_drain(void);  /* at shutdown, every task done: unregister the recycled handles */
+/* a wait: the recycled handles taken before it starts, unregistered after it (done: it succeeded) */
+starpu_data_handle_t *tt_tiles_detach(int64_t *n);
+void tt_tiles_unregister(starpu_data_handle_t *hs, int64_t n, int done);
 enum { TT_OOC_ALL = 0, TT_OOC_PAGES = 1 };
 void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk node */
 
@@ -159,14 +164,14 @@ tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h
 int tt_submit(int kernel, const void *args, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes);
 /* A task's arguments on an expander's stack when the kernel is chosen at run time: room for
- * any kernel's struct (int64 and double fields only); tt_args_fit checks a kernel's fits. */
+ * any kernel's struct (int64 and double fields only; tt_kernels_gen.c asserts at compile time
+ * that every kernel's fits). */
 typedef union {
     int64_t i[64];
     double d[64];
 } tt_args_buf;
-int tt_args_fit(int kernel);
-/* tt_args_fit, then args copied into buf: an expander edits its per-tile fields there. */
-int tt_args_load(int kernel, const void *args, tt_args_buf *buf);
+/* args copied into buf: an expander edits its per-tile fields there. */
+void tt_args_load(int kernel, const void *args, tt_args_buf *buf);
 
 /* StarPU-MPI (csrc/mpi.c); tt_mpi_on: an MPI session is running */
 extern int tt_mpi_on;

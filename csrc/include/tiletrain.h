@@ -93,6 +93,9 @@ int64_t tt_bytes_created(void);    /* bytes of all tensors created since init (m
  * hooks are not installed (GPU or OpenCL workers, TILETRAIN_BUFFER_POOL_MB=0) */
 int64_t tt_pool_bytes(int peak);
 void tt_pool_reset_peak(void);
+/* freed tensors' tile handles kept for reuse (csrc/tile.c): how many now, their bytes, and how
+ * many tiles new tensors took from them since init */
+int64_t tt_tiles_recycled(int64_t *bytes, int64_t *hits);
 /* the memory budget (csrc/memory.c): a disk memory node in dir for evicted tiles (bytes <= 0:
  * what is free there now, less a margin; O_DIRECT where the filesystem allows it), after
  * tt_init with a memory limit; returns the node or an error.  tt_disk_check: TT_OK, or an
