@@ -639,7 +639,7 @@ def find_checkpoint(path) -> Path:
     raise ck.CheckpointError(f"no checkpoint at {p / ck.CHECKPOINT_NAME} and {what} in {p}")
 
 
-def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=None, dtype=None):
+def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=None, dtype=None, sched=None):
     """Start a runtime (unless one is running: a second model, e.g. a draft) and return
     (model, tokenizer, metadata) of a checkpoint (any written by train or by checkpoint.save
     with the model's config in its metadata) or of a Hugging Face folder.  ``tokenizer``: a
@@ -654,7 +654,7 @@ def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=N
         targs = TrainArgs(dtype=str(dtype or train_args.get("dtype", "float32")),
                           tiles=tuple(tiles or train_args.get("tiles") or ()) or None)
         own = Tokenizer.from_str(meta["tokenizer"]) if meta.get("tokenizer") else ByteTokenizer()
-        started = _start(ncpu)
+        started = _start(ncpu, sched)
         try:
             model = build_model(targs, meta.get("model_type", "gpt2"), meta["config"])
             weights = {k: v for k, v in arrays.items() if not k.startswith(OPTIM_PREFIX)}
@@ -667,7 +667,7 @@ def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=N
         folder = Path(hf_folder) if Path(hf_folder).is_dir() else Path(hf_folder).parent
         own = load_tokenizer(folder if (folder / TOKENIZER_NAME).is_file() else None)
         meta = {"init_from": str(hf_folder)}
-        started = _start(ncpu)
+        started = _start(ncpu, sched)
         try:
             model = from_pretrained(hf_folder, dtype=np.dtype(dtype or "float32"),
                                     tiling=make_tiling(TrainArgs(tiles=tiles), None))
@@ -683,12 +683,12 @@ def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=N
     return model, tok, meta
 
 
-def _start(ncpu) -> bool:
+def _start(ncpu, sched=None) -> bool:
     """Start the runtime unless one is running; whether this call started it."""
     import tiletrain as tt
     if tt.is_initialized():
         return False
-    tt.init(ncpu=ncpu)
+    tt.init(ncpu=ncpu, sched=sched)
     return True
 
 

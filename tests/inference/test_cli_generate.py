@@ -88,3 +88,23 @@ def test_bad_options(folders, capsys, extra, message):
     extra = [str(other) if e == "OTHER" else e for e in extra]
     rc, _, err = _run(capsys, "generate", "--model", model, "--tokens", 3, *extra)
     assert rc == 2 and err.startswith("tiletrain: error:") and message in err, err
+
+
+def test_generate_starts_the_decode_policy_unless_told(folders, capsys, monkeypatch):
+    """`tiletrain generate` starts its own runtime with tt-cp (idle workers nap: the submitting
+    thread keeps a core) unless --sched or STARPU_SCHED says otherwise."""
+    model = folders[0]
+    if tt.is_initialized():
+        tt.shutdown()
+    seen = []
+    real = tt.init
+    monkeypatch.setattr(tt, "init", lambda *a, **k: seen.append(k.get("sched")) or real(*a, **k))
+    monkeypatch.delenv("STARPU_SCHED", raising=False)
+    for extra, want in (([], "tt-cp"), (["--sched", "eager"], "eager")):
+        rc, _, err = _run(capsys, "generate", "--model", model, "--tokens", 3, "--temperature", 0, *extra)
+        assert rc == 0, err
+        assert seen[-1] == want
+        assert not tt.is_initialized()          # generate stops the runtime it started
+    monkeypatch.setenv("STARPU_SCHED", "eager")
+    rc, _, err = _run(capsys, "generate", "--model", model, "--tokens", 3, "--temperature", 0)
+    assert rc == 0 and seen[-1] is None, err   # STARPU_SCHED decides
