@@ -1,12 +1,9 @@
 /* layer_norm and rms_norm over the last axis (csrc/kernels/cpu/norm.c): a tile of x is
  * (m, n); row statistics are (m,), column parameters (n,).  Row sums: one group per row
  * (`rows m`); column sums: one work-item per column looping over the rows. */
-KERNEL SUF(tt_layer_norm_stats)(GLOBAL const T *x, GLOBAL T *mean, GLOBAL T *m2, tt_long m, tt_long n,
-                                tt_long first, R na)
+/* A row's mean and sum of squared deviations from it (one group per row; every item returns them). */
+DEVFN ACC SUF(tt_row_mean_m2)(GLOBAL const T *row, tt_long n, LPTR ACC *red, ACC *m2)
 {
-    LOCAL ACC red[TT_DEV_LOCAL];
-    const tt_long i = GROUP0();
-    GLOBAL const T *row = x + i * n;
     ACC s = 0;
     for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
         s += row[j];
@@ -16,7 +13,18 @@ KERNEL SUF(tt_layer_norm_stats)(GLOBAL const T *x, GLOBAL T *mean, GLOBAL T *m2,
         const ACC d = row[j] - mb;
         d2 += d * d;
     }
-    const ACC m2b = tt_block_sum(d2, red);
+    *m2 = tt_block_sum(d2, red);
+    return mb;
+}
+
+KERNEL SUF(tt_layer_norm_stats)(GLOBAL const T *x, GLOBAL T *mean, GLOBAL T *m2, tt_long m, tt_long n,
+                                tt_long first, R na)
+{
+    LOCAL ACC red[TT_DEV_LOCAL];
+    const tt_long i = GROUP0();
+    GLOBAL const T *row = x + i * n;
+    ACC m2b;
+    const ACC mb = SUF(tt_row_mean_m2)(row, n, red, &m2b);
     if (LID0() != 0)
         return;
     if (first || na <= (R)0) {
@@ -179,16 +187,8 @@ DEVFN void SUF(tt_layer_norm_one_row)(GLOBAL const T *row, GLOBAL T *yrow, GLOBA
                                       GLOBAL const T *w, GLOBAL const T *b, tt_long i, tt_long n, R eps,
                                       LPTR ACC *red)
 {
-    ACC s = 0;
-    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL)
-        s += row[j];
-    const ACC mb = tt_block_sum(s, red) / (ACC)n;
-    ACC d2 = 0;
-    for (tt_long j = LID0(); j < n; j += TT_DEV_LOCAL) {
-        const ACC d = row[j] - mb;
-        d2 += d * d;
-    }
-    const ACC m2b = tt_block_sum(d2, red);
+    ACC m2b;
+    const ACC mb = SUF(tt_row_mean_m2)(row, n, red, &m2b);
     const T mu = (T)mb, r = (T)tt_inv_std(1.0 / (ACC)n, (ACC)(T)m2b, (ACC)eps);
     if (LID0() == 0) {
         mean[i] = mu;
