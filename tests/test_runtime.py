@@ -137,14 +137,17 @@ def _run(code, timeout=120, **kw):
 def test_ctrl_c_reaches_python():
     # SIGINT during a long wait raises KeyboardInterrupt in Python (StarPU does not catch it).
     code = """
-        import os, signal, threading, time
+        import os, signal, time
         import numpy as np, tiletrain as tt
         tt.init(ncpu=2)
         a = tt.from_numpy(np.ones((1024, 1024), np.float32), 256)
         x = a
-        for _ in range(40):
+        for _ in range(80):
             x = x @ a * (1.0 / 1024)
-        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        # SIGINT 0.3 s into the wait, sent from a SIGALRM handler: a timer thread could be kept
+        # off the cores past the end of the wait on a loaded machine (seen once in CI)
+        signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
         t0 = time.time()
         try:
             tt.wait()
