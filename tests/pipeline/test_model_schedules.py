@@ -263,15 +263,21 @@ def test_sequence_chunks_with_recomputation_give_the_plain_gradients(recompute, 
     assert (rec.trace.tasks["phase"] == "recompute").any()   # the forward did not keep the activations
 
 
-def test_sequence_chunks_with_recomputation_and_split_backward_and_dropout():
-    """seq1f1b's order with each B split into I and W (deferred to the end), recompute="block"
-    and dropout 0.3: the recompute replays the chunk's masks (its window of the sequence)."""
+def seq_zb_schedule():
+    """seq1f1b's order (2 ranks, 2 chunks) with each B as I and its W deferred to the end of
+    the rank's list."""
     from tiletrain.pipeline.schedule import Action, Schedule
-    restart(ncpu=2, sched="prio", profile=False)
     base = schedules.get("seq1f1b", 2, M, chunks=2)
     rows = [[Action(a.stage, "I" if a.kind == "B" else a.kind, a.microbatch, a.chunk) for a in row]
             + [Action(a.stage, "W", a.microbatch, a.chunk) for a in row if a.kind == "B"] for row in base.actions]
-    s = Schedule("seq-zb", tuple(map(tuple, rows)), chunks=2).validate()
+    return Schedule("seq-zb", tuple(map(tuple, rows)), chunks=2).validate()
+
+
+def test_sequence_chunks_with_recomputation_and_split_backward_and_dropout():
+    """seq1f1b's order with each B split into I and W (deferred to the end), recompute="block"
+    and dropout 0.3: the recompute replays the chunk's masks (its window of the sequence)."""
+    restart(ncpu=2, sched="prio", profile=False)
+    s = seq_zb_schedule()
     data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(13, 1)[0]]
     tt.manual_seed(4)
     ref_loss, ref = grads_of_one_step(gpt_dropout, data)
@@ -368,12 +374,8 @@ def test_split_backward_of_sequence_chunks():
     """A written schedule with sequence chunks and split backward: seq1f1b's order with each
     B as I, its W deferred to the end of the rank's list (dK/dV still reach the earlier
     chunks before their I)."""
-    from tiletrain.pipeline.schedule import Action, Schedule
     restart(ncpu=2, sched="prio", profile=False)
-    base = schedules.get("seq1f1b", 2, M, chunks=2)
-    rows = [[Action(a.stage, "I" if a.kind == "B" else a.kind, a.microbatch, a.chunk) for a in row]
-            + [Action(a.stage, "W", a.microbatch, a.chunk) for a in row if a.kind == "B"] for row in base.actions]
-    s = Schedule("seq-zb", tuple(map(tuple, rows)), chunks=2).validate()
+    s = seq_zb_schedule()
     data = [(ids[:, :-1], ids[:, 1:]) for ids in batches(13, 1)[0]]
     ref_loss, ref = grads_of_one_step(gpt, data)
     loss, got = grads_of_one_step(gpt, data, s)
