@@ -22,10 +22,7 @@ TILING = "Tiling(width=256, hidden=512, vocab=256)"
 
 SCRIPT = textwrap.dedent("""
     import json, sys
-    def rss(key):
-        for line in open("/proc/self/status"):
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) << 10
+    from tiletrain.testing.memory import peak_growth
     import tiletrain as tt, tiletrain.checkpoint as ck
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.nn.gpt import Tiling
@@ -34,13 +31,7 @@ SCRIPT = textwrap.dedent("""
     tt.init(ncpu=2, mem_limit=limit, ooc_dir=ooc)
     res = {}
     def phase(name, fn):
-        tt.wait()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # the peak (VmHWM) restarts from the current RSS
-        base = rss("VmRSS")
-        out = fn()
-        tt.wait()
-        res[name] = rss("VmHWM") - base
+        out, res[name] = peak_growth(fn)
         return out
     model = phase("construct", lambda: GPT(%s, tiling=%s, seed=0))
     res["model_bytes"] = sum(p.numel() * 4 for p in model.parameters())

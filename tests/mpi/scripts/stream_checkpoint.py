@@ -12,16 +12,11 @@ from tiletrain.nn import GPT, GPTConfig
 from tiletrain.nn.gpt import Tiling
 from tiletrain.nn.pretrained import model_tensors
 from tiletrain.parallel import place
+from tiletrain.testing.memory import peak_growth
 
 # as tests/memory/test_streaming.py: 21 M parameters, 84 MB in float32
 CONFIG = GPTConfig(vocab_size=16384, block_size=64, n_layer=4, n_head=4, n_embd=512)
 TILING = Tiling(width=256, hidden=512, vocab=256)
-
-
-def rss(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) << 10
 
 
 out, tag, limit, ooc, path = sys.argv[1:6]
@@ -34,13 +29,7 @@ res = {}
 
 def phase(name, fn):
     print(f"rank {tt.rank()}: {name}", flush=True)
-    tt.wait()  # collective: every rank starts the phase from its own quiet state
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the peak (VmHWM) restarts from the current RSS
-    base = rss("VmRSS")
-    result = fn()
-    tt.wait()
-    res[name] = rss("VmHWM") - base
+    result, res[name] = peak_growth(fn)  # its first wait is collective: every rank starts quiet
     return result
 
 
