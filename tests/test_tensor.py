@@ -146,6 +146,12 @@ def test_reuse_buffers_hands_dropped_tiles_on_in_dataflow_order(rng):
         np.testing.assert_allclose(h.numpy(), a_np - 1.0)
         del d, h
         assert T._POOL is not None
+        x, y = a * 4.0, a * 5.0
+        first, second = x._ptr, y._ptr
+        del x, y                                  # two kept: the oldest is taken first (its readers
+        assert (a * 6.0)._ptr == first            # are the likeliest to be done, so the new writer
+        z = a * 7.0                               # rarely waits on the step it is part of)
+        assert z._ptr == second
     assert T._POOL is None and T._POOL_BYTES[0] == 0   # the kept tiles were freed on leaving
 
 

@@ -1,4 +1,5 @@
-"""gemm tiles with one row (m == 1) or one column (n == 1) take the matrix-vector path
+"""gemm tiles with one row (m == 1) or one column (n == 1) take the matrix-vector path, and
+float32 tiles of 2..16 rows times a transposed (n, k) weight the rows-dot path
 (csrc/kernels/cpu/gemm.c): every transpose combination, beta 0 over a tile holding NaN
 (it must not leak) and beta != 0, float32 and float64, against NumPy."""
 import itertools
@@ -26,3 +27,22 @@ def test_gemm_vector_shapes(dtype, m, n):
         run_cpu_kernel("gemm", fields, [a, b, c], CODE[dtype])
         tol = 1e-5 if dtype == np.float32 else 1e-12
         np.testing.assert_allclose(c, expected, rtol=tol, atol=tol, err_msg=f"m={m} n={n} ta={ta} tb={tb} beta={beta}")
+
+
+@pytest.mark.parametrize("m", [2, 3, 5, 8, 16, 17])
+@pytest.mark.parametrize("n, k", [(7, 16), (64, 384), (33, 101), (2, 24), (3, 1000)])
+def test_gemm_few_rows_times_transposed_weight(m, n, k):
+    """The decode shape (a few rows, x @ W^T): odd n (a last single weight row), k not a
+    multiple of 8 (a scalar tail), m = 17 past the path's limit (BLAS), alpha and beta."""
+    rng = np.random.default_rng(m * 1000 + n + k)
+    batch = 2
+    for beta in (0.0, 1.0, 0.3):
+        a = rng.standard_normal((batch, m, k)).astype(np.float32)
+        b = rng.standard_normal((batch, n, k)).astype(np.float32)
+        c = np.full((batch, m, n), np.nan, np.float32) if beta == 0 else \
+            rng.standard_normal((batch, m, n)).astype(np.float32)
+        expected = 0.7 * (a.astype(np.float64) @ b.astype(np.float64).transpose(0, 2, 1)) + \
+            (0 if beta == 0 else beta * c.astype(np.float64))
+        fields = dict(batch=batch, m=m, n=n, k=k, ta=0, tb=1, cacc=0, alpha=0.7, beta=beta)
+        run_cpu_kernel("gemm", fields, [a, b, c], lib.TT_F32)
+        np.testing.assert_allclose(c, expected, rtol=2e-5, atol=2e-5 * np.sqrt(k), err_msg=f"beta={beta}")

@@ -70,7 +70,11 @@ def _new_placed(traits: TensorTraits, code: int, out) -> None:
 # reuse_buffers(): tensors dropped inside it keep their tiles (registered, with their
 # buffers) here by (shape, tiles, dtype), and the next tensor of that geometry takes them
 # instead of registering new tiles; None outside.  StarPU orders the new writer after every
-# task submitted on the old tensor (write after read), so reuse never changes a result.
+# task submitted on the old tensor (write after read), so reuse never changes a result.  The
+# oldest kept tensor goes first: the last one dropped is usually still read by a task of the
+# same layer (a decode step's SwiGLU: taking the gate's tiles for the up projection made the
+# two gemms, independent, run one after the other; oldest first, a Llama decode step at batch
+# 8 took 9.1 ms against 9.9).
 _POOL: dict | None = None
 _POOL_SESSION = [None]         # the runtime session the kept tiles belong to
 _POOL_BYTES = [0]              # bytes of the tiles kept
@@ -144,7 +148,7 @@ class Tensor:
         if pool is not None and _owners is None and not _fresh:  # reuse_buffers(): a dropped tensor's tiles
             kept = pool.get((traits.shape, traits.tiles, dtype))
             while kept:
-                ptr = kept.pop()
+                ptr = kept.pop(0)  # the oldest: its readers are the likeliest to be done
                 _POOL_BYTES[0] -= traits.size * dtype.itemsize
                 if lib.tt_tensor_alive(ptr):  # (its session is the running one)
                     self._ptr, self._session = ptr, _POOL_SESSION[0]
