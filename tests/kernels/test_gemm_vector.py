@@ -46,3 +46,10 @@ def test_gemm_few_rows_times_transposed_weight(m, n, k):
         fields = dict(batch=batch, m=m, n=n, k=k, ta=0, tb=1, cacc=0, alpha=0.7, beta=beta)
         run_cpu_kernel("gemm", fields, [a, b, c], lib.TT_F32)
         np.testing.assert_allclose(c, expected, rtol=2e-5, atol=2e-5 * np.sqrt(k), err_msg=f"beta={beta}")
+    # alpha 0: A and B are not read (BLAS's rule), so a NaN in them does not reach C
+    a[0, 0, 0] = np.nan
+    c = rng.standard_normal((batch, m, n)).astype(np.float32)
+    want = 0.5 * c
+    run_cpu_kernel("gemm", dict(batch=batch, m=m, n=n, k=k, ta=0, tb=1, cacc=0, alpha=0.0, beta=0.5), [a, b, c],
+                   lib.TT_F32)
+    np.testing.assert_allclose(c, want, rtol=1e-6)
