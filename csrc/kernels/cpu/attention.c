@@ -46,17 +46,7 @@ static void gemm_rm(int64_t dtype, int ta, int tb, int64_t m, int64_t n, int64_t
                     int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
 {
     if (m == 1 && !ta) { /* c (n) = alpha op(B)^T a (k) + beta c, B (n x k) when tb, else (k x n) */
-        const enum CBLAS_TRANSPOSE t = tb ? CblasNoTrans : CblasTrans;
-        const int rows = (int)(tb ? n : k), cols = (int)(tb ? k : n);
-        if (dtype == TT_F32) {
-            if (beta == 0)
-                memset(C, 0, (size_t)n * sizeof(float));
-            cblas_sgemv(CblasRowMajor, t, rows, cols, (float)alpha, B, (int)ldb, A, 1, (float)beta, C, 1);
-        } else {
-            if (beta == 0)
-                memset(C, 0, (size_t)n * sizeof(double));
-            cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, (int)ldb, A, 1, beta, C, 1);
-        }
+        tt_gemv_rm(dtype == TT_F32, !tb, (int)(tb ? n : k), (int)(tb ? k : n), alpha, B, (int)ldb, A, beta, C);
         return;
     }
     const enum CBLAS_TRANSPOSE cta = ta ? CblasTrans : CblasNoTrans, ctb = tb ? CblasTrans : CblasNoTrans;

@@ -10,28 +10,40 @@
 #include <string.h>
 #include "tt_cpu.h"
 
+/* y = alpha op(M) x + beta y for a row-major M (rows x cols, leading dimension ld), float32
+ * (f32) or float64; op(M) = M^T with trans.  beta == 0 clears y first, so whatever a freshly
+ * allocated tile holds (NaN) never leaks.  Shared with the attention kernels' one-row products. */
+void tt_gemv_rm(int f32, int trans, int rows, int cols, double alpha, const void *M, int ld, const void *x,
+                double beta, void *y)
+{
+    const int ny = trans ? cols : rows;
+    const enum CBLAS_TRANSPOSE t = trans ? CblasTrans : CblasNoTrans;
+    if (beta == 0)
+        memset(y, 0, (size_t)ny * (f32 ? sizeof(float) : sizeof(double)));
+    if (f32)
+        cblas_sgemv(CblasRowMajor, t, rows, cols, (float)alpha, M, ld, x, 1, (float)beta, y, 1);
+    else
+        cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, M, ld, x, 1, beta, y, 1);
+}
+
 /* A product with one row (m == 1) or one column (n == 1) is a matrix-vector product: gemv
  * reads the matrix once, where gemm would first pack it (5-7x slower at decode's 1 x 384 x
  * 1024 shapes).  The vector operand is contiguous whatever its transpose flag.  The matrix
- * of y = op(M) x, row-major: B (k, n) or (n, k) when m == 1, A (m, k) or (k, m) when n == 1.
- * beta == 0 clears y first, so whatever a freshly allocated tile holds (NaN) never leaks. */
-#define TT_GEMV_CASE(T, gemv, alpha, beta)                                                          \
-    do {                                                                                            \
-        const int m = (int)a->m, n = (int)a->n, k = (int)a->k;                                       \
-        const int by_row = m == 1; /* else n == 1 */                                                  \
-        const int tm = by_row ? !a->tb : (int)a->ta; /* y = M^T x with M stored as below */          \
-        const int rows = by_row ? (a->tb ? n : k) : (a->ta ? k : m);                                  \
-        const int cols = by_row ? (a->tb ? k : n) : (a->ta ? m : k);                                  \
-        for (int64_t i = 0; i < a->batch; i++) {                                                      \
-            const T *Ai = (const T *)A + i * (int64_t)m * k, *Bi = (const T *)B + i * (int64_t)k * n;  \
-            T *Ci = (T *)C + i * (int64_t)m * n;                                                         \
-            if ((beta) == 0)                                                                          \
-                for (int j = 0; j < (by_row ? n : m); j++)                                            \
-                    Ci[j] = 0;                                                                         \
-            gemv(CblasRowMajor, tm ? CblasTrans : CblasNoTrans, rows, cols, alpha, by_row ? Bi : Ai,  \
-                 cols, by_row ? Ai : Bi, 1, beta, Ci, 1);                                             \
-        }                                                                                             \
-    } while (0)
+ * of y = op(M) x, row-major: B (k, n) or (n, k) when m == 1, A (m, k) or (k, m) when n == 1. */
+static void gemv_batch(const tt_args_gemm *a, int f32, const void *A, const void *B, void *C)
+{
+    const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
+    const int by_row = m == 1; /* else n == 1 */
+    const int tm = by_row ? !a->tb : (int)a->ta; /* y = M^T x with M stored as below */
+    const int rows = by_row ? (a->tb ? n : k) : (a->ta ? k : m);
+    const int cols = by_row ? (a->tb ? k : n) : (a->ta ? m : k);
+    const size_t es = f32 ? sizeof(float) : sizeof(double);
+    for (int64_t i = 0; i < a->batch; i++) {
+        const char *Ai = (const char *)A + (size_t)(i * m * k) * es, *Bi = (const char *)B + (size_t)(i * k * n) * es;
+        tt_gemv_rm(f32, tm, rows, cols, a->alpha, by_row ? Bi : Ai, cols, by_row ? Ai : Bi, a->beta,
+                   (char *)C + (size_t)(i * m * n) * es);
+    }
+}
 
 static int is_gemv(const tt_args_gemm *a) { return a->m == 1 || a->n == 1; }
 
@@ -110,7 +122,7 @@ static void sgemm_batch(const tt_args_gemm *a, const float *A, const float *B, f
 {
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
     if (is_gemv(a)) {
-        TT_GEMV_CASE(float, cblas_sgemv, (float)a->alpha, (float)a->beta);
+        gemv_batch(a, 1, A, B, C);
         return;
     }
 #ifdef TT_ROWS_DOT
@@ -188,7 +200,7 @@ void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
     if (a->dtype == TT_F32) {
         sgemm_batch(a, A, B, C);
     } else if (a->dtype == TT_F64 && is_gemv(a)) {
-        TT_GEMV_CASE(double, cblas_dgemv, a->alpha, a->beta);
+        gemv_batch(a, 0, A, B, C);
     } else if (a->dtype == TT_F64) {
         const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
         const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;

@@ -181,4 +181,9 @@ static inline float tt_expf(float x)
 /* csrc/kernels/cpu/activations.c: y = gelu(h), then h = gelu'(h) in place (approx 1: tanh form). */
 void tt_gelu_and_grad(int64_t dtype, int64_t n, int64_t approx, void *h, void *y);
 
+/* csrc/kernels/cpu/gemm.c: y = alpha op(M) x + beta y, M row-major (rows x cols, leading
+ * dimension ld), float32 (f32) or float64, op(M) = M^T with trans; beta 0 clears y first. */
+void tt_gemv_rm(int f32, int trans, int rows, int cols, double alpha, const void *M, int ld, const void *x,
+                double beta, void *y);
+
 #endif
