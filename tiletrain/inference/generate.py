@@ -187,6 +187,12 @@ class _Lane:
         self.calls += 1
         return self.model.forward_cached(new, self.cache, self.cache.length, last=last)
 
+    def step(self, ids: Tensor) -> Tensor:
+        """Submit the model over one more position whose ids (B, 1) are a tensor (an argmax's,
+        not read); its logits (B, 1, vocab), being computed.  The cache must have room."""
+        self.calls += 1
+        return self.model.forward_cached(ids, self.cache, self.cache.length, last=1)
+
     def logits(self, tokens: np.ndarray, last: int = 1) -> np.ndarray:
         """Run the tokens of ``tokens`` (B, L) the cache does not hold; the logits (B, last,
         vocab), float64, of the last ``last`` positions."""
@@ -338,7 +344,7 @@ def _greedy_ahead(lane, seq, max_new, eos):
     argmax task's (B, 1) int64 tensor, which the next step embeds; the tokens are read
     ``AHEAD`` steps behind, and an eos seen there (every row ended) stops the submission.
     Output as :func:`_rounds` (rows pad with the first eos id after theirs)."""
-    B, T = seq.shape
+    B = seq.shape[0]
     if max_new == 0:
         return seq
     pending, got = [], []                      # token tensors not yet read; arrays (B,) read
@@ -348,8 +354,7 @@ def _greedy_ahead(lane, seq, max_new, eos):
         nxt = argmax(logits, dim=-1)           # (B, 1): the logits of the last position
         pending.append(nxt)
         if s + 1 < max_new:
-            lane.calls += 1
-            logits = lane.model.forward_cached(nxt, lane.cache, T + s, last=1)
+            logits = lane.step(nxt)
         while pending and (len(pending) > AHEAD or s + 1 == max_new):
             got.append(pending.pop(0).numpy()[:, 0])
             if eos is not None:
