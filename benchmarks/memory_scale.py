@@ -11,7 +11,10 @@ fails; a run is `steps` training steps (the first one warms up).  Programs:
 The cap means StarPU's tile bytes for tiletrain and everything PyTorch allocates beyond its
 baseline (interpreter, libraries, a first tiny step) for PyTorch.  `tokens/s` is the
 median of the timed steps; `vs tt in memory`: the same model's tokens/s with no cap
-(tiletrain, in the same way) over it; `peak RSS MiB`: the process' high-water mark.
+(tiletrain, in the same way) over it; `peak RSS MiB`: the process' high-water mark;
+`baseline MiB`: its high-water mark before the model (tiletrain: after tt.init; PyTorch: after
+the warm-up); `RSS - cap - baseline`: the peak beyond the cap and that baseline (<= 0: the
+cap held for the whole process).
 
     python benchmarks/memory_scale.py [--caps 1G 4G] [--layers 2 4 8] [--widths 256 512 768 1024]
                                       [--programs ...] [--steps 3] [--ooc-dir DIR] [--timeout 600]
@@ -62,6 +65,7 @@ def child_tiletrain(program: str, layers: int, width: int, cap: int | None, ooc_
         if program == "tt-ooc":
             kw["ooc_dir"] = ooc_dir
     tt.init(**kw)
+    baseline = _rss_peak_mib()  # the interpreter, the libraries and StarPU started: before any model
     cfg = GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=layers, n_head=max(1, width // 64), n_embd=width,
                     recompute="block" if program == "tt-recompute" else "none")
     model = GPT(cfg, seed=0)
@@ -80,7 +84,8 @@ def child_tiletrain(program: str, layers: int, width: int, cap: int | None, ooc_
         times.append(time.perf_counter() - t0)
     used = tt.current().memory()
     tt.shutdown()
-    return {"times": times[1:], "losses": losses, "peak_tiles": used["peak_allocated_bytes"]}
+    return {"times": times[1:], "losses": losses, "peak_tiles": used["peak_allocated_bytes"],
+            "baseline_mib": baseline}
 
 
 def child_torch(program: str, layers: int, width: int, cap: int | None, steps: int) -> dict:
@@ -97,6 +102,7 @@ def child_torch(program: str, layers: int, width: int, cap: int | None, steps: i
         loss.backward()
         torch.optim.AdamW(m.parameters()).step()
     warm()
+    baseline = _rss_peak_mib()
     if cap is not None:
         limit = _vm_size() + cap
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -117,7 +123,7 @@ def child_torch(program: str, layers: int, width: int, cap: int | None, steps: i
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
-    return {"times": times[1:], "losses": losses}
+    return {"times": times[1:], "losses": losses, "baseline_mib": baseline}
 
 
 def child(args) -> int:
@@ -212,15 +218,17 @@ def main() -> int:
                     break
                 best = (n, l, w, r)
             if best is None:
-                rows.append([cap_s, program, "none fits", "-", "-", "-", "-"])
+                rows.append([cap_s, program, "none fits", "-", "-", "-", "-", "-", "-"])
                 continue
             n, l, w, r = best
             tps = B * T / median(r["times"])
             ref = float("nan") if args.no_reference else tt_in_memory(l, w)
+            over = r["rss_peak_mib"] - r["baseline_mib"] - cap / 2**20
             rows.append([cap_s, program, f"{l}x{w}", f"{n / 1e6:.1f}", f"{tps:.0f}", f"{tps / ref:.2f}",
-                         f"{r['rss_peak_mib']:.0f}"])
+                         f"{r['rss_peak_mib']:.0f}", f"{r['baseline_mib']:.0f}", f"{over:+.0f}"])
     print()
-    headers = ["cap", "program", "largest L x C", "M params", "tokens/s", "vs tt in memory", "peak RSS MiB"]
+    headers = ["cap", "program", "largest L x C", "M params", "tokens/s", "vs tt in memory", "peak RSS MiB",
+               "baseline MiB", "RSS - cap - baseline"]
     print(table(headers, rows))
     if tmp is not None:
         tmp.cleanup()

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,17 @@
 #define MMAP_THRESHOLD (32 * 1024)
 
 static int64_t limit_bytes = -1; /* this session's CPU memory limit, -1: none */
+static int64_t handle_cost = 0;   /* bytes of StarPU's structures per registered tile (measured) */
+static int64_t meta_bytes = 0;    /* handle_cost times the tiles registered now (atomic) */
+static int64_t untrimmed = 0;     /* structures freed since the heap was last trimmed (atomic) */
+static int64_t largest_task = 0;  /* the most tile bytes one task submitted so far needs (atomic) */
+static int64_t largest_tile = 0;  /* the largest tile registered so far (atomic) */
+static int64_t base_rss = 0;      /* resident bytes once StarPU started (under a cap) */
+static int64_t other_bytes = 0;   /* the rest of the process beyond base_rss, counted (atomic) */
+static pthread_mutex_t other_mu = PTHREAD_MUTEX_INITIALIZER; /* other_bytes' changes */
+static int64_t resident_bytes(void);
+#define TRIM_EVERY (8 << 20)
+static int tasks_ahead = 2048;    /* TILETRAIN_TASKS_AHEAD: tasks submitted ahead under a cap (0: no bound) */
 extern int tt_memory_limited;
 static int disk_node = -1;
 static int disk_o_direct = 0;
@@ -49,6 +61,170 @@ void tt_memory_begin(void)
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
     tt_memory_limited = limit_bytes >= 0;
+}
+
+/* StarPU's limit counts tile buffers only, but each registered tile also holds StarPU's
+ * structures for it (its state on every memory node, the interface of each, request and
+ * chunk lists: ~6 KiB here), which out of core, with thousands of tiles evicted to disk,
+ * add up to tens of MiB beyond the cap (64 layers of a 1024-wide GPT: 6,400 parameter tiles,
+ * as many again for a step's activations).  Under a cap they are declared to StarPU as
+ * allocations of main memory (STARPU_MEMORY_OVERFLOW: never refused, never waiting), from
+ * registration to unregistration, so StarPU evicts tile buffers to keep the sum under the
+ * limit.  The cost per tile is measured once per session, after starpu_init: the heap's
+ * growth over registering a batch of tiles (every field StarPU allocates at registration),
+ * plus a quarter for what a tile gains once allocated and moved (its memory chunk, transfer
+ * requests, the disk node's file record). */
+#define COST_PROBE 64
+void tt_memory_started(void)
+{
+    handle_cost = 0;
+    __atomic_store_n(&meta_bytes, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&untrimmed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&largest_task, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&largest_tile, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&other_bytes, 0, __ATOMIC_RELAXED);
+    base_rss = 0;
+    if (limit_bytes < 0)
+        return;
+    const char *v = getenv("TILETRAIN_TASKS_AHEAD");
+    tasks_ahead = v && v[0] ? atoi(v) : 2048;
+    int64_t cost = 6 << 10; /* without mallinfo2: what glibc 2.36 + StarPU 1.3.10 measure */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    starpu_data_handle_t h[COST_PROBE];
+    struct mallinfo2 before = mallinfo2();
+    for (int i = 0; i < COST_PROBE; i++)
+        starpu_vector_data_register(&h[i], -1, 0, 1024, 4);
+    struct mallinfo2 after = mallinfo2();
+    for (int i = 0; i < COST_PROBE; i++)
+        starpu_data_unregister_no_coherency(h[i]);
+    int64_t grown = (int64_t)(after.uordblks + after.hblkhd) - (int64_t)(before.uordblks + before.hblkhd);
+    if (grown > 0)
+        cost = grown / COST_PROBE;
+#endif
+    handle_cost = cost + cost / 4;
+    base_rss = resident_bytes();
+}
+
+/* Registered (sign 1) or unregistered (-1): one tile's structures, under a cap. */
+void tt_memory_account_tile(int sign)
+{
+    if (handle_cost <= 0)
+        return;
+    __atomic_add_fetch(&meta_bytes, sign * handle_cost, __ATOMIC_RELAXED);
+    if (sign > 0) {
+        starpu_memory_allocate(STARPU_MAIN_RAM, (size_t)handle_cost, STARPU_MEMORY_OVERFLOW);
+    } else {
+        starpu_memory_deallocate(STARPU_MAIN_RAM, (size_t)handle_cost);
+        __atomic_add_fetch(&untrimmed, handle_cost, __ATOMIC_RELAXED);
+    }
+}
+
+/* The most of the rest of the process that is counted against the cap: a quarter of it, and
+ * never so much that the largest task submitted so far, or two of the largest tiles, could
+ * not fit beside the tiles' structures (StarPU would wait for memory forever).  Beyond that,
+ * e.g. large NumPy arrays of the program's own, the process may pass the cap. */
+static int64_t other_room(void)
+{
+    int64_t need = __atomic_load_n(&largest_task, __ATOMIC_RELAXED);
+    int64_t two = 2 * __atomic_load_n(&largest_tile, __ATOMIC_RELAXED);
+    int64_t room = limit_bytes - tt_memory_meta_bytes() - (need > two ? need : two);
+    if (room > limit_bytes / 4)
+        room = limit_bytes / 4;
+    return room > 0 ? room : 0;
+}
+
+/* The process' resident bytes now (/proc/self/statm; 0 if it cannot be read). */
+static int64_t resident_bytes(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    long long size = 0, res = 0;
+    if (sscanf(buf, "%lld %lld", &size, &res) != 2)
+        return 0;
+    return (int64_t)res * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Before StarPU allocates a tile buffer (csrc/pool.c's hook; tiles: the tile bytes it holds),
+ * under a cap.
+ * - The structures of unregistered tiles go back to glibc's heap, which keeps the freed pages
+ *   resident (it returns only the top of the heap to the system): a step's activation tiles
+ *   (thousands of handles registered in the forward, unregistered in the backward) would leave
+ *   their pages in the process while StarPU, seeing them freed, fills the room with tile
+ *   buffers.  Once 8 MiB of structures were freed since the last time, the heap's free pages
+ *   go back (malloc_trim).
+ * - With a disk node (StarPU can then evict tiles to make room), what else the process holds
+ *   beyond its size when StarPU had started -- Python's objects for the model and its
+ *   autograd graph, the submitted tasks, the heap's fragments -- is counted against the cap
+ *   too, measured at most every 20 ms as the resident bytes less that baseline, the tile
+ *   buffers and their structures, as far as the largest task submitted so far still fits:
+ *   the cap then bounds the whole process beyond its baseline. */
+void tt_memory_before_alloc(int64_t tiles)
+{
+    if (__atomic_load_n(&untrimmed, __ATOMIC_RELAXED) >= TRIM_EVERY &&
+        __atomic_exchange_n(&untrimmed, 0, __ATOMIC_RELAXED) >= TRIM_EVERY)
+        malloc_trim(0);
+    if (disk_node < 0 || base_rss <= 0 || tt_mpi_on)
+        return; /* not under MPI: there the MPI checkpoint test's save under a 32 MiB cap hung with it */
+    static double last = 0;
+    if (pthread_mutex_trylock(&other_mu) != 0)
+        return; /* another worker is measuring */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    if (now - last >= 0.02) {
+        last = now;
+        int64_t rss = resident_bytes();
+        int64_t other = rss - base_rss - tiles - tt_memory_meta_bytes();
+        int64_t room = other_room();
+        if (other > room)
+            other = room;
+        if (rss <= 0 || other < 0)
+            other = 0;
+        int64_t delta = other - __atomic_load_n(&other_bytes, __ATOMIC_RELAXED);
+        if (delta > (1 << 20)) {
+            starpu_memory_allocate(STARPU_MAIN_RAM, (size_t)delta, STARPU_MEMORY_OVERFLOW);
+            __atomic_add_fetch(&other_bytes, delta, __ATOMIC_RELAXED);
+        } else if (delta < -(4 << 20)) {
+            starpu_memory_deallocate(STARPU_MAIN_RAM, (size_t)-delta);
+            __atomic_add_fetch(&other_bytes, delta, __ATOMIC_RELAXED);
+        }
+    }
+    pthread_mutex_unlock(&other_mu);
+}
+
+/* A larger task or tile came: the rest of the process counted no more than leaves it room. */
+static void clip_other(void)
+{
+    pthread_mutex_lock(&other_mu);
+    int64_t room = other_room();
+    int64_t cur = __atomic_load_n(&other_bytes, __ATOMIC_RELAXED);
+    if (cur > room) {
+        starpu_memory_deallocate(STARPU_MAIN_RAM, (size_t)(cur - room));
+        __atomic_add_fetch(&other_bytes, room - cur, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&other_mu);
+}
+
+int64_t tt_memory_other_bytes(void) { return __atomic_load_n(&other_bytes, __ATOMIC_RELAXED); }
+
+int64_t tt_memory_meta_bytes(void) { return __atomic_load_n(&meta_bytes, __ATOMIC_RELAXED); }
+
+/* Under a cap a step is not submitted whole ahead of execution: each submitted task holds a
+ * few KiB (the task, its job, its dependency lists) until it ends, and a large model's step
+ * is tens of thousands of tasks.  Past tasks_ahead submitted and not done, the submitting
+ * thread waits until half of them are (a window large enough for StarPU to fetch the next
+ * tasks' tiles back from disk while the current ones run). */
+void tt_memory_throttle(void)
+{
+    if (tasks_ahead > 0 && (int)starpu_task_nsubmitted() > tasks_ahead)
+        starpu_task_wait_for_n_submitted((unsigned)tasks_ahead / 2);
 }
 
 /* Can files in dir be opened with O_DIRECT and written with aligned blocks?  (tmpfs, for
@@ -142,6 +318,7 @@ void tt_memory_end(void)
     abort_handler(0);
     disk_node = -1;
     limit_bytes = -1;
+    handle_cost = 0;
     tt_memory_limited = 0;
 }
 
@@ -286,16 +463,32 @@ int tt_memory_check_tensor(const tt_tensor *t)
                         "(mem_limit): StarPU moves whole tiles, so use smaller tiles or raise mem_limit", what,
                         (long long)tile, (long long)limit_bytes);
     }
+    if (tile > __atomic_load_n(&largest_tile, __ATOMIC_RELAXED)) { /* (one thread creates tensors) */
+        __atomic_store_n(&largest_tile, tile, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&other_bytes, __ATOMIC_RELAXED) > 0)
+            clip_other();
+    }
     int64_t need = tt_tensor_bytes(t), live = tt_bytes_live();
+    int64_t meta = tt_memory_meta_bytes() + t->ntiles * handle_cost; /* stays in memory */
+    int64_t task = __atomic_load_n(&largest_task, __ATOMIC_RELAXED);
+    if (meta + task > limit_bytes) { /* StarPU could not fit the largest task seen so far: a hang */
+        describe(t, what, sizeof what);
+        return tt_error(TT_ENOMEM, "tensor_new: %s would bring StarPU's structures for the registered tiles "
+                        "(%lld tiles, %lld bytes each) to %lld bytes, which with the %lld bytes of tiles one task "
+                        "needs in memory at once passes the memory limit of %lld bytes (mem_limit), even out of "
+                        "core: use larger tiles (fewer of them), fewer live tensors, or raise mem_limit", what,
+                        (long long)(handle_cost ? meta / handle_cost : 0), (long long)handle_cost, (long long)meta, (long long)task,
+                        (long long)limit_bytes);
+    }
     if (disk_node >= 0)
-        return disk_check_every(live + need - limit_bytes);
-    if (tt_mpi_on || live + need <= limit_bytes)
+        return disk_check_every(live + need + meta - limit_bytes);
+    if (tt_mpi_on || live + need + meta <= limit_bytes)
         return TT_OK;
     describe(t, what, sizeof what);
-    return tt_error(TT_ENOMEM, "tensor_new: %s needs %lld bytes; live tensors hold %lld bytes, and the memory limit "
-                    "is %lld bytes (mem_limit) with no disk node to evict tiles to: pass ooc_dir=... (tiletrain "
-                    "train --ooc-dir) or raise mem_limit", what, (long long)need, (long long)live,
-                    (long long)limit_bytes);
+    return tt_error(TT_ENOMEM, "tensor_new: %s needs %lld bytes; live tensors hold %lld bytes and StarPU's structures "
+                    "for their tiles %lld, and the memory limit is %lld bytes (mem_limit) with no disk node to evict "
+                    "tiles to: pass ooc_dir=... (tiletrain train --ooc-dir) or raise mem_limit", what, (long long)need,
+                    (long long)live, (long long)meta, (long long)limit_bytes);
 }
 
 /* One task needs all its tiles in main memory at once; StarPU can evict every other tile,
@@ -320,14 +513,24 @@ int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n)
             big = handles[i];
         }
     }
-    if (total <= limit_bytes)
+    int64_t meta = tt_memory_meta_bytes(); /* tiles' structures (the rest counted gives way: clip_other) */
+    if (total + meta <= limit_bytes) {
+        int64_t seen = __atomic_load_n(&largest_task, __ATOMIC_RELAXED);
+        while (total > seen && !__atomic_compare_exchange_n(&largest_task, &seen, total, 0, __ATOMIC_RELAXED,
+                                                            __ATOMIC_RELAXED)) {
+        }
+        if (total > seen && __atomic_load_n(&other_bytes, __ATOMIC_RELAXED) > 0)
+            clip_other();
         return TT_OK;
+    }
     char what[256] = "a tile";
     tt_tensor *t = tt_tensor_of_handle(big);
     if (t)
         describe(t, what, sizeof what);
-    return tt_error(TT_ENOMEM, "%s: one task needs %lld bytes of tiles in main memory at once, above the memory "
-                    "limit of %lld bytes (mem_limit), even out of core; its largest tile (%lld bytes) is of %s: "
-                    "use smaller tiles for it or raise mem_limit", tt_kernel_table[kernel].name, (long long)total,
-                    (long long)limit_bytes, (long long)largest, what);
+    return tt_error(TT_ENOMEM, "%s: one task needs %lld bytes of tiles in main memory at once, and StarPU's structures "
+                    "for the %lld registered tiles take %lld bytes, above the memory limit of %lld bytes (mem_limit), "
+                    "even out of core; its largest tile (%lld bytes) is of %s: use smaller tiles for it, fewer live "
+                    "tensors, or raise mem_limit", tt_kernel_table[kernel].name, (long long)total,
+                    (long long)(handle_cost ? meta / handle_cost : 0), (long long)meta, (long long)limit_bytes,
+                    (long long)largest, what);
 }

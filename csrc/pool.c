@@ -27,7 +27,7 @@ struct bucket {
 
 static struct bucket buckets[POOL_NBUCKETS];
 static size_t cached_bytes, cap_bytes;
-static int installed;
+static int installed, limited; /* limited: under a memory limit */
 static size_t align_bytes = POOL_ALIGN;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -42,13 +42,18 @@ static void count(int64_t delta) /* under lock */
         peak_bytes = held_bytes;
 }
 
+void tt_memory_before_alloc(int64_t tiles); /* csrc/memory.c: under a cap */
+
 static int pool_malloc(unsigned node, void **A, size_t dim, int flags)
 {
     (void)node;
     (void)flags;
     pthread_mutex_lock(&lock);
+    int64_t tiles = held_bytes;
     count((int64_t)dim);
     pthread_mutex_unlock(&lock);
+    if (limited)
+        tt_memory_before_alloc(tiles);
     if (dim >= POOL_MIN_BYTES) {
         void *p = NULL;
         pthread_mutex_lock(&lock);
@@ -131,10 +136,11 @@ void tt_pool_install(void)
     /* Under a memory limit the pool keeps nothing: a cached buffer is memory outside StarPU's
      * accounting, which the limit must cover.  The hooks still count the bytes StarPU holds
      * (tt_pool_bytes: the peak under the limit). */
-    cap_bytes = (limit && limit[0]) ? 0 : (size_t)mb << 20;
+    limited = limit && limit[0];
+    cap_bytes = limited ? 0 : (size_t)mb << 20;
     /* page-aligned under a limit: the O_DIRECT disk node (csrc/memory.c) reads and writes the
      * buffers directly, which needs them aligned as StarPU's own allocator would then do */
-    align_bytes = (limit && limit[0]) ? 4096 : POOL_ALIGN;
+    align_bytes = limited ? 4096 : POOL_ALIGN;
     /* posix_memalign'ed buffers are free()-compatible with StarPU's own allocator, so
      * buffers allocated before or after the hooks are freed correctly either way */
     starpu_malloc_set_hooks(pool_malloc, pool_free);

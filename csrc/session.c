@@ -205,6 +205,7 @@ int tt_init(const tt_config *cfg)
         stop_starpu();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
+    tt_memory_started(); /* under a cap: what a tile's StarPU structures cost (csrc/memory.c) */
     tt_pool_install(); /* reuse freed tile buffers (csrc/pool.c; CPU-only sessions) */
     int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */
     if (rc) {

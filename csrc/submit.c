@@ -235,6 +235,8 @@ static int submit(int kernel, const void *args, const starpu_data_handle_t *hand
         int rc = tt_memory_check_task(kernel, handles, k->nbuffers);
         if (rc)
             return rc;
+        tt_ensure_running();
+        tt_memory_throttle();
     }
     tt_ensure_running();
 #ifdef TT_HAVE_MPI

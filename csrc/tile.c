@@ -33,6 +33,8 @@ void tt_tile_registered(starpu_data_handle_t h)
 {
     if (ooc_mode == TT_OOC_PAGES && starpu_data_get_size(h) % 4096)
         starpu_data_set_ooc_flag(h, 0);
+    if (tt_memory_limited)
+        tt_memory_account_tile(1); /* its structures count against the cap (csrc/memory.c) */
 }
 
 /* Register slot i of a new tensor (its owner already in t->owner[i]). */
@@ -86,6 +88,8 @@ static starpu_data_handle_t slot_forget(tt_tensor *t, int64_t i)
 
 static void unregister(starpu_data_handle_t h, int async)
 {
+    if (tt_memory_limited)
+        tt_memory_account_tile(-1);
     if (async)
         starpu_data_unregister_submit(h); /* freed once its last submitted task is done */
     else
@@ -357,7 +361,7 @@ static void *reaper_main(void *arg)
         pthread_mutex_unlock(&reaper_mu);
         tt_ensure_running();
         for (int64_t i = 0; i < b->n; i++)
-            starpu_data_unregister_submit(b->h[i]);
+            unregister(b->h[i], 1);
         free(b->h);
         pthread_mutex_lock(&reaper_mu);
         queued -= b->n;

@@ -155,6 +155,10 @@ void tt_memory_end(void);     /* after StarPU stopped */
 void tt_memory_quiesce(void); /* at shutdown: the disk node's transfers settled */
 int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n);
 int tt_memory_check_tensor(const tt_tensor *t); /* before registering t's tiles */
+void tt_memory_started(void);          /* after starpu_init: the per-tile cost of StarPU's structures */
+void tt_memory_account_tile(int sign); /* a tile registered (1) or unregistered (-1), under a cap */
+void tt_memory_throttle(void);         /* before a submission, under a cap: not too many tasks ahead */
+void tt_memory_before_alloc(int64_t tiles); /* before a tile buffer is allocated, under a cap */
 int64_t tt_tensor_bytes(const tt_tensor *t);
 tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h (session.c; slow) */
 

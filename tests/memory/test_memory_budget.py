@@ -31,14 +31,14 @@ def fresh():
 
 def _gpt_steps(steps=3, **init):
     """Losses of `steps` AdamW steps of a 2-layer GPT (1.66 M parameters: weights + grads +
-    AdamW state 26.6 MB), StarPU's used bytes sampled every 2 ms, the pool's exact peak of
-    tile bytes, and the live tensor bytes at the end."""
+    AdamW state 26.6 MB), StarPU's used bytes for tiles (less the tiles' structures) sampled
+    every 2 ms, the pool's exact peak of tile bytes, and the live tensor bytes at the end."""
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.nn.gpt import Tiling
     rt = tt.init(ncpu=2, **init)
     try:
         cfg = GPTConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=256)
-        model = GPT(cfg, tiling=Tiling(width=128, hidden=256, vocab=256, batch=2, time=32), seed=0)
+        model = GPT(cfg, tiling=Tiling(width=128, hidden=256, vocab=256, batch=4, time=64), seed=0)
         opt = tt.optim.AdamW(model.parameters(), lr=1e-3)
         rng = np.random.default_rng(0)
         x, y = (rng.integers(0, 256, (4, 64)) for _ in range(2))
@@ -47,8 +47,9 @@ def _gpt_steps(steps=3, **init):
 
         def sample():
             while not done.is_set():
-                used = rt.memory()["starpu_used_bytes"]
-                peak[0] = max(peak[0], used or 0)
+                m = rt.memory()  # StarPU's used bytes count the tiles' structures and the rest too
+                peak[0] = max(peak[0], (m["starpu_used_bytes"] or 0) - (m["tile_structures_bytes"] or 0)
+                              - (m["other_process_bytes"] or 0))
                 if disk is not None:
                     on_disk[0] = max(on_disk[0], lib.tt_memory_used(disk))
                 time.sleep(0.002)
@@ -134,9 +135,40 @@ def test_a_task_whose_tiles_exceed_the_limit_is_refused(fresh, tmp_path):
 def test_without_a_disk_node_live_tensors_beyond_the_limit_are_refused(fresh):
     tt.init(ncpu=2, mem_limit="8M")
     keep = tt.zeros(1024, 1024, tiles=(256, 256))  # 4 MiB
-    with pytest.raises(MemoryError, match=r"needs 8388608 bytes; live tensors hold 4194304 bytes, and the "
-                                          r"memory limit is 8388608 bytes .* no disk node"):
+    with pytest.raises(MemoryError, match=r"needs 8388608 bytes; live tensors hold 4194304 bytes and StarPU's "
+                                          r"structures for their tiles \d+, and the memory limit is 8388608 bytes "
+                                          r".* no disk node"):
         tt.zeros(2048, 1024, tiles=(256, 256))
+    assert float(keep.sum()) == 0.0
+
+
+def test_the_tiles_structures_count_against_the_limit(fresh, tmp_path):
+    """StarPU's structures for each registered tile (several KiB, whatever the tile's size)
+    are counted in its used bytes under a cap, from registration to unregistration: out of
+    core, thousands of evicted tiles would otherwise hold tens of MiB beyond the cap.  Tensors
+    whose structures would leave no room for a task's tiles are refused (StarPU would wait for
+    memory forever)."""
+    rt = tt.init(ncpu=2, mem_limit="8M", ooc_dir=tmp_path)
+    try:
+        assert rt.memory()["tile_structures_bytes"] == 0
+        x = tt.zeros(64, 64, tiles=(8, 8))  # 64 tiles of 256 bytes, not yet allocated
+        per_tile = rt.memory()["tile_structures_bytes"] / 64
+        assert per_tile > 1024 and per_tile == int(per_tile), per_tile  # measured at init: ~7 KiB here
+        float(x.sum())
+        m = rt.memory()
+        assert m["starpu_used_bytes"] >= m["allocated_bytes"] + 64 * per_tile, m
+        del x
+        tt.wait()
+        assert rt.memory()["tile_structures_bytes"] == 0
+    finally:
+        tt.shutdown()
+    tt.init(ncpu=2, mem_limit="1M")
+    keep = tt.zeros(64, 64, tiles=(64, 64))  # 16 KiB in one tile: its structures are counted too
+    n = int(2 * (1 << 20) / per_tile)  # tiles whose structures alone take 2 MiB, for a few KiB of data
+    with pytest.raises(MemoryError, match=rf"shape \({n}, 1\) .* would bring StarPU's structures for the registered "
+                                          rf"tiles \({n + 1} tiles, \d+ bytes each\) to \d+ bytes, .* "
+                                          rf"passes the memory limit of 1048576 bytes"):
+        tt.zeros(n, 1, tiles=(1, 1), dtype="float64")
     assert float(keep.sum()) == 0.0
 
 
@@ -165,7 +197,7 @@ def test_a_disk_node_directory_that_disappears_is_a_clear_error_and_the_checkpoi
         from tiletrain.nn.gpt import Tiling
         tt.init(ncpu=2, mem_limit="6M", ooc_dir={str(ooc)!r})
         cfg = GPTConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=256)
-        model = GPT(cfg, tiling=Tiling(width=128, hidden=256, vocab=256, batch=2, time=32), seed=0)
+        model = GPT(cfg, tiling=Tiling(width=128, hidden=256, vocab=256, batch=4, time=64), seed=0)
         opt = tt.optim.AdamW(model.parameters(), lr=1e-3)
         x = np.random.default_rng(0).integers(0, 256, (4, 64))
         def step():
@@ -241,8 +273,9 @@ def test_dropped_tensors_are_freed_by_the_next_wait(fresh, monkeypatch, async_fr
 
 def test_checkpoint_and_resume_under_a_budget_equal_an_uninterrupted_run(fresh, tmp_path):
     """`tiletrain train --mem-limit --ooc-dir`: stopped after 2 of 4 steps with a checkpoint,
-    then resumed (both under a 1 MiB cap with a disk node; weights + grads + AdamW state are
-    1.8 MiB), the losses are the uninterrupted in-memory run's."""
+    then resumed (both under a 3 MiB cap with a disk node, of which StarPU's structures for the
+    ~330 tiles take 1.8 MiB; weights + grads + AdamW state are 1.8 MiB), the losses are the
+    uninterrupted in-memory run's."""
     from tiletrain.train import TrainArgs, train
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
@@ -252,7 +285,7 @@ def test_checkpoint_and_resume_under_a_budget_equal_an_uninterrupted_run(fresh, 
               eval_every=0, sample_tokens=0, progress=False, val_fraction=0.1, tiles=(2, 16, 64), seed=3,
               ncpu=2)
     ref = train(TrainArgs(**kw)).train_losses
-    budget = dict(mem_limit="1M", ooc_dir=str(ooc), ckpt_dir=str(tmp_path / "ck"))
+    budget = dict(mem_limit="3M", ooc_dir=str(ooc), ckpt_dir=str(tmp_path / "ck"))
     first = train(TrainArgs(**kw, **budget, stop_after=2)).train_losses
     rest = train(TrainArgs(**kw, **budget, resume=True)).train_losses
     assert len(ref) == 4

@@ -160,6 +160,12 @@ class Runtime:
                 "created_tensor_bytes": lib.tt_bytes_created(),
                 "starpu_used_bytes": None if used < 0 else used,
                 "starpu_limit_bytes": None if total < 0 else total,
+                # of starpu_used_bytes: StarPU's structures of the registered tiles, counted
+                # against the limit along with the tile buffers (None without a limit)
+                "tile_structures_bytes": None if total < 0 else lib.tt_memory_meta_bytes(),
+                # with a disk node: the rest of the process' resident memory beyond its size
+                # at init (Python objects, tasks, heap fragments), counted against it too
+                "other_process_bytes": None if total < 0 else lib.tt_memory_other_bytes(),
                 # tile buffers StarPU has allocated in main memory (now, and the most since
                 # reset_peak_memory(); None unless the buffer pool's hooks are installed:
                 # CPU workers only, TILETRAIN_BUFFER_POOL_MB not 0)
