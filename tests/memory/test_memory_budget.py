@@ -172,6 +172,35 @@ def test_the_tiles_structures_count_against_the_limit(fresh, tmp_path):
     assert float(keep.sum()) == 0.0
 
 
+def test_out_of_core_the_rest_of_the_process_counts_against_the_limit(fresh, tmp_path):
+    """With a disk node (one process), what the process holds beyond its size at init, its
+    tile buffers and their structures -- here a 12 MiB buffer of the program's own -- is
+    counted against the cap, at most a quarter of it: StarPU keeps fewer tile bytes in memory."""
+    rt = tt.init(ncpu=2, mem_limit="64M", ooc_dir=tmp_path)
+    try:
+        own = np.ones(12 << 18, np.float32)  # 12 MiB, resident
+        xs = [tt.full((512, 512), float(i), tiles=(128, 128)) for i in range(24)]  # 24 MiB of tiles
+        for x in xs:
+            float(x.sum())
+        m = rt.memory()
+        assert 10 << 20 <= m["other_process_bytes"] <= 16 << 20, m  # the 12 MiB, a quarter of 64 MiB at most
+        ys = [x + 1.0 for x in xs]  # 24 MiB more: past the cap with the rest counted, tiles go to disk
+        assert [float(y.sum()) for y in ys] == [512 * 512 * (i + 1.0) for i in range(24)]
+        m = rt.memory()
+        assert m["allocated_bytes"] <= m["starpu_limit_bytes"] - m["other_process_bytes"], m
+        del own
+    finally:
+        tt.shutdown()
+    rt = tt.init(ncpu=2, mem_limit="64M")  # without a disk node nothing could make room: not counted
+    try:
+        own = np.ones(12 << 18, np.float32)
+        x = tt.full((512, 512), 1.0, tiles=(128, 128))
+        float(x.sum())
+        assert rt.memory()["other_process_bytes"] == 0 and own.sum() > 0
+    finally:
+        tt.shutdown()
+
+
 def test_a_full_disk_node_is_an_error_before_the_step(fresh, tmp_path):
     """The disk node's size (ooc_size) cannot hold what must live beyond the limit."""
     from tiletrain.nn import GPT, GPTConfig
