@@ -351,6 +351,12 @@ def test_vjp_narrowed_heads(rng):
     x = rng.standard_normal((1, 3, 3 * 8))
     vjp_check(lambda t: F.merge_heads(F.scaled_dot_product_attention(
         *(F.split_heads(t, 4, p, 3) for p in range(3)))), [x], [(1, 3, 8)])
+
+    def two_parts(t):  # a non-leaf input: two of three parts' gradients written into its pending one
+        h = t * 1.5
+        return F.merge_heads(F.split_heads(h, 4, 2, 3)) + F.merge_heads(F.split_heads(h, 4, 0, 3))
+
+    vjp_check(two_parts, [x], [(1, 3, 8)])
     y = rng.standard_normal((1, 3, 4, 2))
     vjp_check(lambda t: F.merge_heads(F.split_heads(t, 3) * 2.0), [y.transpose(0, 2, 1, 3).reshape(1, 4, 6)],
               [(1, 4, 6)])
