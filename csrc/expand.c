@@ -372,6 +372,68 @@ static int submit_gemm_task(const gemm_op *op, const int64_t *aidx, const int64_
     return tt_submit(kernel, args, h, modes);
 }
 
+/* Split-K: with fewer output tiles than workers, a chain of nk tasks along the contracted axis
+ * per output tile keeps the other workers idle.  The chain is cut into gemm_nsplit() chains of
+ * about equal length: the first accumulates into c as before (beta, bias), each other one into
+ * a tile of a temporary (beta 0), then axpy tasks add the temporaries into c.  The sum is then
+ * rounded in another order than one chain's.  Only for chains of at least TT_GEMM_SPLIT_FLOPS
+ * (an output tile of `tile` elements, `k` contracted; below, the extra tasks cost more than
+ * they win), not with a GELU epilogue (it must see the whole sum) nor under MPI (the
+ * temporaries would live on one rank). */
+#define TT_GEMM_MAX_SPLIT 16
+#define TT_GEMM_SPLIT_FLOPS (1 << 24)
+
+static int64_t gemm_nsplit(const gemm_op *op, int64_t ntiles, int64_t nk, int64_t tile, int64_t k)
+{
+    int64_t workers = starpu_worker_get_count();
+    if (workers > TT_GEMM_MAX_SPLIT)
+        workers = TT_GEMM_MAX_SPLIT;
+    if (op->y || nk < 2 || ntiles >= workers || 2.0 * (double)tile * (double)k < TT_GEMM_SPLIT_FLOPS ||
+        tt_mpi_enabled())
+        return 1;
+    const int64_t s = (workers + ntiles - 1) / ntiles;
+    return s < nk ? s : nk;
+}
+
+/* The first task (along the contracted axis, of nk) of chain `j` of nsplit: chains of about equal length. */
+static int64_t gemm_chain_start(int64_t j, int64_t nsplit, int64_t nk) { return j * nk / nsplit; }
+
+/* The temporaries of a split gemm (c's layout, nsplit - 1 of them; NULL when not split). */
+static int gemm_split_temps(const tt_tensor *c, int64_t nsplit, tt_tensor **tmp)
+{
+    for (int64_t j = 1; j < nsplit; j++) {
+        int rc = tt_tensor_new(c->ndim, c->shape, c->tile, c->dtype, &tmp[j]);
+        if (rc) {
+            while (--j >= 1)
+                tt_tensor_free(tmp[j]);
+            return rc;
+        }
+    }
+    return TT_OK;
+}
+
+/* Output tile t's partial sums (temporaries 1 .. nsplit - 1) added into c. */
+static int gemm_split_sum(tt_tensor *c, int64_t t, int64_t nsplit, tt_tensor **tmp)
+{
+    int64_t idx[TT_MAX_NDIM];
+    tt_tile_index(c, t, idx);
+    const tt_args_axpy a = {.dtype = c->dtype, .n = tt_tile_nelems(c, idx), .alpha = 1.0, .beta = 1.0};
+    for (int64_t j = 1; j < nsplit; j++) {
+        starpu_data_handle_t h[2] = {tmp[j]->handles[t], c->handles[t]};
+        int rc = tt_submit(TT_K_AXPY, &a, h, NULL);
+        if (rc)
+            return rc;
+    }
+    return TT_OK;
+}
+
+/* The temporaries dropped: their tiles are unregistered once the tasks that use them ran. */
+static void gemm_free_temps(int64_t nsplit, tt_tensor **tmp)
+{
+    for (int64_t j = 1; j < nsplit; j++)
+        tt_tensor_free(tmp[j]);
+}
+
 /* c (P, N) = alpha a^T b + beta c, contracting over all axes but the last: a is (..., P),
  * b is (..., N) with the same leading shape and tiles (the weight gradient of a linear
  * layer: x^T dy over every batch and time tile). */
@@ -392,25 +454,40 @@ static int gemm_contract_leading(const gemm_op *op)
     int64_t nrows = 1;
     for (int d = 0; d < nd - 1; d++)
         nrows *= a->grid[d];
+    int64_t nk = 1;
+    for (int d = 0; d < nd - 1; d++)
+        nk *= a->shape[d];
+    const int64_t nsplit = gemm_nsplit(op, c->ntiles, nrows, c->tile[0] * c->tile[1], nk);
+    tt_tensor *tmp[TT_GEMM_MAX_SPLIT] = {NULL};
+    int rc = gemm_split_temps(c, nsplit, tmp);
+    if (rc)
+        return rc;
     int64_t cidx[2], aidx[TT_MAX_NDIM], bidx[TT_MAX_NDIM];
-    for (int64_t t = 0; t < c->ntiles; t++) {
+    for (int64_t t = 0; t < c->ntiles && rc == TT_OK; t++) {
         tt_tile_index(c, t, cidx);
-        for (int64_t r = 0; r < nrows; r++) {
-            int64_t rr = r, k = 1;
-            for (int d = nd - 2; d >= 0; d--) {
-                aidx[d] = bidx[d] = rr % a->grid[d];
-                rr /= a->grid[d];
-                k *= tt_tile_dim(a, d, aidx[d]);
+        for (int64_t j = 0; j < nsplit && rc == TT_OK; j++) {
+            gemm_op part = *op; /* chain j > 0: into its temporary, beta 0 */
+            if (j > 0)
+                part.c = tmp[j], part.bias = NULL, part.beta = 0.0;
+            const int64_t r0 = gemm_chain_start(j, nsplit, nrows), r1 = gemm_chain_start(j + 1, nsplit, nrows);
+            for (int64_t r = r0; r < r1 && rc == TT_OK; r++) {
+                int64_t rr = r, k = 1;
+                for (int d = nd - 2; d >= 0; d--) {
+                    aidx[d] = bidx[d] = rr % a->grid[d];
+                    rr /= a->grid[d];
+                    k *= tt_tile_dim(a, d, aidx[d]);
+                }
+                aidx[nd - 1] = cidx[0];
+                bidx[nd - 1] = cidx[1];
+                rc = submit_gemm_task(&part, aidx, bidx, t, 1, tt_tile_dim(c, 0, cidx[0]), tt_tile_dim(c, 1, cidx[1]),
+                                      k, r == r0, r == r1 - 1);
             }
-            aidx[nd - 1] = cidx[0];
-            bidx[nd - 1] = cidx[1];
-            int rc = submit_gemm_task(op, aidx, bidx, t, 1, tt_tile_dim(c, 0, cidx[0]), tt_tile_dim(c, 1, cidx[1]),
-                                      k, r == 0, r == nrows - 1);
-            if (rc)
-                return rc;
         }
+        if (rc == TT_OK)
+            rc = gemm_split_sum(c, t, nsplit, tmp);
     }
-    return TT_OK;
+    gemm_free_temps(nsplit, tmp);
+    return rc;
 }
 
 static int gemm(const gemm_op *op);
@@ -530,25 +607,41 @@ static int gemm(const gemm_op *op)
     c->written = 1;
     int64_t cidx[TT_MAX_NDIM], aidx[TT_MAX_NDIM], bidx[TT_MAX_NDIM], cts[TT_MAX_NDIM];
     int64_t kgrid = a->grid[ak];
-    for (int64_t t = 0; t < c->ntiles; t++) {
+    int64_t ctile = 1;
+    for (int d = 0; d < nd; d++)
+        ctile *= c->tile[d];
+    const int64_t nsplit = gemm_nsplit(op, c->ntiles, kgrid, ctile, a->shape[ak]);
+    tt_tensor *tmp[TT_GEMM_MAX_SPLIT] = {NULL};
+    rc = gemm_split_temps(c, nsplit, tmp);
+    if (rc)
+        return rc;
+    for (int64_t t = 0; t < c->ntiles && rc == TT_OK; t++) {
         tt_tile_index(c, t, cidx);
         tt_tile_shape(c, cidx, cts);
         int64_t lead = 1;
         for (int d = 0; d < nlead; d++)
             lead *= cts[d];
-        for (int64_t kt = 0; kt < kgrid; kt++) {
-            for (int d = 0; d < nlead; d++)
-                aidx[d] = bidx[d] = cidx[d];
-            aidx[am] = cidx[nd - 2];
-            aidx[ak] = kt;
-            bidx[bk] = kt;
-            bidx[bn] = cidx[nd - 1];
-            /* with a bias: not batched (gemm_linear), rows lead * m */
-            rc = submit_gemm_task(op, aidx, bidx, t, batched ? lead : 1, batched ? cts[nd - 2] : lead * cts[nd - 2],
-                                  cts[nd - 1], tt_tile_dim(a, ak, kt), kt == 0, kt == kgrid - 1);
-            if (rc)
-                return rc;
+        for (int64_t j = 0; j < nsplit && rc == TT_OK; j++) {
+            gemm_op part = *op; /* chain j > 0: into its temporary, beta 0 */
+            if (j > 0)
+                part.c = tmp[j], part.bias = NULL, part.beta = 0.0;
+            const int64_t k0 = gemm_chain_start(j, nsplit, kgrid), k1 = gemm_chain_start(j + 1, nsplit, kgrid);
+            for (int64_t kt = k0; kt < k1 && rc == TT_OK; kt++) {
+                for (int d = 0; d < nlead; d++)
+                    aidx[d] = bidx[d] = cidx[d];
+                aidx[am] = cidx[nd - 2];
+                aidx[ak] = kt;
+                bidx[bk] = kt;
+                bidx[bn] = cidx[nd - 1];
+                /* with a bias: not batched (gemm_linear), rows lead * m */
+                rc = submit_gemm_task(&part, aidx, bidx, t, batched ? lead : 1,
+                                      batched ? cts[nd - 2] : lead * cts[nd - 2], cts[nd - 1], tt_tile_dim(a, ak, kt),
+                                      kt == k0, kt == k1 - 1);
+            }
         }
+        if (rc == TT_OK)
+            rc = gemm_split_sum(c, t, nsplit, tmp);
     }
-    return TT_OK;
+    gemm_free_temps(nsplit, tmp);
+    return rc;
 }

@@ -20,7 +20,8 @@
 
 /* x (B, T, nparts*C) and y (B, H, T, D) with H*D = C: the part `part` of x's last axis is
  * y's heads.  x's tile along its last axis (tc) holds whole heads and, with several parts,
- * never straddles two parts; y is tiled (tile_B, tc/D, tile_T, D). */
+ * never straddles two parts; y is tiled (tile_B, th, tile_T, D) with th*D dividing tc (a
+ * tile of x holds tc / (th*D) head tiles of y; tc/D for one each). */
 static int heads_geometry(const char *what, const tt_tensor *x, const tt_tensor *y, int part, int nparts,
                           int64_t *cwidth)
 {
@@ -42,37 +43,45 @@ static int heads_geometry(const char *what, const tt_tensor *x, const tt_tensor 
     if (tc % D != 0 || (nparts > 1 && C % tc != 0))
         return tt_error(TT_EINVAL, "%s: x's tile %lld along the last axis must hold whole heads (D=%lld) and not "
                         "straddle parts (C=%lld)", what, (long long)tc, (long long)D, (long long)C);
-    if (y->tile[0] != x->tile[0] || y->tile[1] != tc / D || y->tile[2] != x->tile[1] || y->tile[3] != D)
-        return tt_error(TT_EINVAL, "%s: y tiles (%lld, %lld, %lld, %lld) must be (%lld, %lld, %lld, %lld)", what,
-                        (long long)y->tile[0], (long long)y->tile[1], (long long)y->tile[2], (long long)y->tile[3],
-                        (long long)x->tile[0], (long long)(tc / D), (long long)x->tile[1], (long long)D);
+    if (y->tile[0] != x->tile[0] || y->tile[1] < 1 || (tc / D) % y->tile[1] != 0 || y->tile[2] != x->tile[1] ||
+        y->tile[3] != D)
+        return tt_error(TT_EINVAL, "%s: y tiles (%lld, %lld, %lld, %lld) must be (%lld, a divisor of %lld, %lld, %lld)",
+                        what, (long long)y->tile[0], (long long)y->tile[1], (long long)y->tile[2],
+                        (long long)y->tile[3], (long long)x->tile[0], (long long)(tc / D), (long long)x->tile[1],
+                        (long long)D);
     *cwidth = C;
     return TT_OK;
 }
 
-/* Submit one permute per y tile; x's tile along the last axis is part*C/tc + (y's head tile). */
+/* Submit one permute per y tile; it reads (split) or writes (merge) the columns c0 .. of the
+ * x tile part*C/tc + (y's first head)*D/tc along the last axis.  Merge: the y tile at c0 = 0
+ * overwrites the x tile (W), the others of that x tile fill their columns (RW, submitted after
+ * it: y's tiles go in linear order). */
 static int heads_permute(int kernel, const char *what, tt_tensor *x, tt_tensor *y, int part, int64_t C)
 {
-    const int64_t tc = x->tile[2], first = part * C / tc;
+    const int64_t tc = x->tile[2], first = part * C / tc, hd = y->shape[3], tw = y->tile[1] * hd;
     int64_t yidx[TT_MAX_NDIM], xidx[3];
     for (int64_t t = 0; t < y->ntiles; t++) {
         tt_tile_index(y, t, yidx);
         xidx[0] = yidx[0];
         xidx[1] = yidx[2];
-        xidx[2] = first + yidx[1];
+        xidx[2] = first + yidx[1] * tw / tc;
         const int64_t nb = tt_tile_dim(y, 0, yidx[0]), nh = tt_tile_dim(y, 1, yidx[1]);
-        const int64_t nt = tt_tile_dim(y, 2, yidx[2]), hd = y->shape[3];
+        const int64_t nt = tt_tile_dim(y, 2, yidx[2]), xw = tt_tile_dim(x, 2, xidx[2]), c0 = yidx[1] * tw % tc;
         starpu_data_handle_t h[2];
         if (kernel == TT_K_HEADS_SPLIT) {
-            const tt_args_heads_split a = {.dtype = x->dtype, .nb = nb, .nt = nt, .nh = nh, .hd = hd};
+            const tt_args_heads_split a = {.dtype = x->dtype, .nb = nb, .nt = nt, .nh = nh, .hd = hd, .xw = xw,
+                                           .c0 = c0};
             h[0] = x->handles[tt_tile_linear(x, xidx)];
             h[1] = y->handles[t];
             CHECK(tt_submit(kernel, &a, h, NULL));
         } else {
-            const tt_args_heads_merge a = {.dtype = x->dtype, .nb = nb, .nh = nh, .nt = nt, .hd = hd};
+            const tt_args_heads_merge a = {.dtype = x->dtype, .nb = nb, .nh = nh, .nt = nt, .hd = hd, .xw = xw,
+                                           .c0 = c0};
+            enum starpu_data_access_mode modes[2] = {STARPU_R, c0 == 0 ? STARPU_W : STARPU_RW};
             h[0] = y->handles[t];
             h[1] = x->handles[tt_tile_linear(x, xidx)];
-            CHECK(tt_submit(kernel, &a, h, NULL));
+            CHECK(tt_submit(kernel, &a, h, modes));
         }
     }
     return TT_OK;

@@ -279,6 +279,89 @@ def test_vjp_fused_qkv_attention_block(rng, causal):
         np.testing.assert_allclose(block(tt.from_numpy(x, (1, 2, 3))).numpy(), ref, rtol=1e-12, atol=1e-12)
 
 
+# -- head tiles narrowed for the workers -----------------------------------------------------
+
+def test_parallel_head_tile():
+    """The head tile split_heads uses when a backward follows: the largest divisor of the
+    natural one that gives the attention as many (batch, head, time) tiles as workers; and
+    merge_heads' inverse (the widest tile split_heads narrows to it)."""
+    from tiletrain.ops.attention import _merged_head_tile, parallel_head_tile
+    from tiletrain.tensors import TensorTraits
+    cases = [  # (B, H, T, tiles of the heads without narrowing, workers, head tile)
+        ((8, 8, 256), (8, 8, 256), 2, 4),    # one tile: two of 4 heads
+        ((8, 8, 256), (8, 8, 256), 4, 2),
+        ((8, 8, 256), (8, 8, 256), 16, 1),   # never enough: one head per tile
+        ((8, 8, 256), (8, 8, 128), 2, 8),    # two time tiles: already enough
+        ((8, 8, 256), (1, 8, 256), 2, 8),    # eight batch tiles
+        ((1, 12, 64), (1, 12, 64), 4, 3),
+        ((1, 12, 64), (1, 12, 64), 5, 2),    # 6 tiles (12 / 5 heads is not a divisor)
+        ((2, 6, 5), (1, 6, 3), 8, 3),        # smaller last tiles along B and T: 2 x 2 x 2
+    ]
+    for (B, H, T), tiles, workers, want in cases:
+        assert parallel_head_tile(B, H, T, tiles, workers) == want, (B, H, T, tiles, workers)
+        y = TensorTraits((B, H, T, 4), (tiles[0], want, tiles[2], 4))
+        assert _merged_head_tile(y, workers) == tiles[1], (B, H, T, tiles, workers)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("nparts", [1, 3])
+def test_one_query_tile_is_split_over_the_workers(rng, nparts, causal):
+    """(B, T, C) in one tile and a backward to follow (2 workers): split_heads makes two head
+    tiles of 2 heads (two attention tasks each way, both reading the one tile of x) and
+    merge_heads writes both into one (B, T, C) tile; results and gradients equal the untiled
+    NumPy reference; without gradients nothing is narrowed."""
+    from tiletrain.runtime.kernels import kernel_id
+    assert lib.tt_nworkers() == 2  # tests/conftest.py: ncpu=2
+    B, T, H, D = 2, 5, 4, 3
+    C = H * D
+    x = rng.standard_normal((B, T, nparts * C))
+    X = tt.from_numpy(x, (B, T, C)).requires_grad_()
+    if nparts == 1:
+        qkv = [F.split_heads(X * s, H) for s in (1.0, 0.5, -1.0)]
+        xs = [x * s for s in (1.0, 0.5, -1.0)]
+    else:
+        qkv = [F.split_heads(X, H, p, 3) for p in range(3)]
+        xs = [x[..., p * C:(p + 1) * C] for p in range(3)]
+    assert all(t.tiles == (B, 2, T, D) for t in qkv)
+    n0 = _ntasks(kernel_id("attn_fwd")), _ntasks(kernel_id("attn_bwd")), _ntasks(kernel_id("heads_merge"))
+    o = F.scaled_dot_product_attention(*qkv, is_causal=causal)
+    M = F.merge_heads(o)
+    assert M.tiles == (B, T, C)
+    q, k, v = (a.reshape(B, T, H, D).transpose(0, 2, 1, 3) for a in xs)
+    ref = ref_attention(q, k, v, causal)[0]
+    np.testing.assert_allclose(M.numpy(), ref.transpose(0, 2, 1, 3).reshape(B, T, C), rtol=1e-12, atol=1e-12)
+    do = rng.standard_normal((B, T, C))
+    M.backward(tt.from_numpy(do, (B, T, C)))
+    n1 = _ntasks(kernel_id("attn_fwd")), _ntasks(kernel_id("attn_bwd")), _ntasks(kernel_id("heads_merge"))
+    # 2 attention tasks each way; merges: the output, and (one part) the gradients of x
+    assert (n1[0] - n0[0], n1[1] - n0[1]) == (2, 2)
+    assert n1[2] - n0[2] == 2 + 3 * 2
+    dq, dk, dv = ref_attention_grads(q, k, v, do.reshape(B, T, H, D).transpose(0, 2, 1, 3), causal)
+    dq, dk, dv = (d.transpose(0, 2, 1, 3).reshape(B, T, C) for d in (dq, dk, dv))
+    want = np.concatenate([dq, dk, dv], axis=-1) if nparts == 3 else dq + 0.5 * dk - dv
+    assert X.grad.tiles == (B, T, C)
+    np.testing.assert_allclose(X.grad.numpy(), want, rtol=1e-10, atol=1e-12)
+    with tt.no_grad():  # inference: not narrowed (a key/value cache keeps the prefill's tiles)
+        assert F.split_heads(X, H, 0, nparts).tiles == (B, H, T, D)
+
+
+def test_vjp_narrowed_heads(rng):
+    """The narrowed split/merge in float64: one tile of 4 heads (two of 2 for the attention);
+    one of 3 heads (three of 1)."""
+    x = rng.standard_normal((1, 3, 3 * 8))
+    vjp_check(lambda t: F.merge_heads(F.scaled_dot_product_attention(
+        *(F.split_heads(t, 4, p, 3) for p in range(3)))), [x], [(1, 3, 8)])
+
+    def two_parts(t):  # a non-leaf input: two of three parts' gradients written into its pending one
+        h = t * 1.5
+        return F.merge_heads(F.split_heads(h, 4, 2, 3)) + F.merge_heads(F.split_heads(h, 4, 0, 3))
+
+    vjp_check(two_parts, [x], [(1, 3, 8)])
+    y = rng.standard_normal((1, 3, 4, 2))
+    vjp_check(lambda t: F.merge_heads(F.split_heads(t, 3) * 2.0), [y.transpose(0, 2, 1, 3).reshape(1, 4, 6)],
+              [(1, 4, 6)])
+
+
 # -- kernel bodies on every block kind (the registry test draws them at random) -----------
 
 @pytest.mark.parametrize("dtype", FLOATS)

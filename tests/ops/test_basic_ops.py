@@ -154,6 +154,57 @@ def test_matmul_nd_by_2d_folds_leading_axes(rng, dtype):
                                x @ w, **tol(dtype))
 
 
+def _task_counts(*names):
+    from tiletrain._ffi import lib
+    from tiletrain.runtime.kernels import kernel_id
+    return [lib.tt_kernel_ntasks(kernel_id(k)) for k in names]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_split_k_with_fewer_output_tiles_than_workers(rng, dtype):
+    """One output tile (2 workers, tests/conftest.py) and 4 tiles along K, big enough (2*m*n*K
+    >= 2^24 flops): the chain of 4 gemm tasks is cut in two chains of 2, the second into a
+    temporary added by one axpy task; with a bias (the first chain's first task adds it), and
+    for matmul_leading (the weight gradient: K over the row tiles).  Results equal NumPy's."""
+    from tiletrain._ffi import lib
+    from tiletrain.ops.activations import affine
+    assert lib.tt_nworkers() == 2
+    m, k, n = 128, 512, 128
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    A, B = tt.from_numpy(a, (m, 128)), tt.from_numpy(b, (128, n))
+    with tt.no_grad():
+        before = _task_counts("gemm", "gemm_bias", "axpy")
+        C = tt.matmul(A, B, alpha=0.5)
+        Y = affine(A, B, tt.from_numpy(bias, (n,)))
+        x3 = rng.standard_normal((4, 128, 128)).astype(dtype)  # K = 4 row tiles of 128
+        W = tt.matmul_leading(tt.from_numpy(x3, (1, 128, 128)), tt.from_numpy(x3, (1, 128, 128)))
+        C.numpy()
+        after = _task_counts("gemm", "gemm_bias", "axpy")
+    # matmul: 4 gemm + 1 axpy; affine: 1 gemm_bias + 3 gemm + 1 axpy; leading: 4 gemm + 1 axpy
+    assert [y - x for x, y in zip(before, after)] == [4 + 3 + 4, 1, 3]
+    a64, b64, flat = a.astype(np.float64), b.astype(np.float64), x3.reshape(-1, 128).astype(np.float64)
+    close = dict(rtol=1e-5, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-11)  # sums of 512
+    np.testing.assert_allclose(C.numpy(), 0.5 * a64 @ b64, **close)
+    np.testing.assert_allclose(Y.numpy(), a64 @ b64 + bias, **close)
+    np.testing.assert_allclose(W.numpy(), flat.T @ flat, **close)
+
+
+def test_split_k_only_where_it_pays(rng):
+    """No split: as many output tiles as workers, a small product, or one tile along K."""
+    cases = [((128, 512, 256), (128, 128, 128)),   # 2 output tiles
+             ((64, 512, 64), (64, 128, 64)),       # 2*64*64*512 flops < 2^24
+             ((128, 512, 128), (128, 512, 128))]   # one tile along K
+    for (m, k, n), (tm, tk, tn) in cases:
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        before = _task_counts("gemm", "axpy")
+        C = tt.from_numpy(a, (tm, tk)) @ tt.from_numpy(b, (tk, tn))
+        np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-12, atol=1e-12)
+        after = _task_counts("gemm", "axpy")
+        ntiles = -(-m // tm) * -(-n // tn)
+        assert [y - x for x, y in zip(before, after)] == [ntiles * -(-k // tk), 0], (m, k, n)
+
+
 def test_results_chain_without_waiting(rng):
     # A long dependent chain submitted without waiting gives the same result as NumPy.  While
     # it is submitted, this thread holds tile 0 of A (write access), so no task reading it can

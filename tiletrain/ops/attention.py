@@ -1,11 +1,15 @@
 """Attention: head split/merge as tile-layout changes and flash attention.
 
 ``split_heads`` / ``merge_heads`` move between the (B, T, C) layout of a projection and
-the (B, H, T, D) layout of attention with one permute task per tile (every output tile
-comes from exactly one input tile).  ``scaled_dot_product_attention`` submits one task per
-(query tile, key tile) pair with an online softmax, so the T x T score matrix never
-exists whole; its backward recomputes each probability block from the saved row
-logsumexp (FlashAttention-2)."""
+the (B, H, T, D) layout of attention with one permute task per head tile (a tile of the
+(B, T, C) side holds one or several whole head tiles).  When a backward will follow and the
+attention would have fewer query tiles than the runtime has workers, split_heads makes head
+tiles of fewer heads (``parallel_head_tile``) and merge_heads fills the wide tile back from
+them, so the attention and its backward run on every worker.
+
+``scaled_dot_product_attention`` submits one task per (query tile, key tile) pair with an
+online softmax, so the T x T score matrix never exists whole; its backward recomputes each
+probability block from the saved row logsumexp (FlashAttention-2)."""
 from __future__ import annotations
 
 import math
@@ -25,9 +29,12 @@ def _int(v, what: str, name: str) -> int:
     return int(v)
 
 
-def _heads_traits(x: TensorTraits, n_head: int, nparts: int, what: str, name: str = "x") -> TensorTraits:
-    """The (B, H, T, D) traits of one part of x (B, T, nparts*C), after checking that every
-    tile of x along its last axis holds whole heads of a single part."""
+def _heads_traits(x: TensorTraits, n_head: int, nparts: int, what: str, name: str = "x",
+                  workers: int = 0) -> tuple[TensorTraits, int]:
+    """The (B, H, T, D) traits of one part of x (B, T, nparts*C) and x's tile along its last
+    axis that they need (whole heads of a single part: ``head_tile``).  workers > 0: the head
+    tile is narrowed so that the attention has at least that many query tiles
+    (``parallel_head_tile``)."""
     if x.ndim != 3:
         raise ValueError(f"{what}: {name} must be (B, T, C), got shape {x.shape}")
     B, T, W = x.shape
@@ -39,7 +46,38 @@ def _heads_traits(x: TensorTraits, n_head: int, nparts: int, what: str, name: st
         raise ValueError(f"{what}: n_head={n_head} does not divide the width C={C} of a part")
     D = C // n_head
     tc = head_tile(tc, C, D, nparts)
-    return TensorTraits((B, n_head, T, D), (tb, tc // D, tt_, D))
+    th = tc // D
+    if workers:
+        th = parallel_head_tile(B, n_head, T, (tb, th, tt_), workers)
+    return TensorTraits((B, n_head, T, D), (tb, th, tt_, D)), tc
+
+
+def _query_tiles(B: int, H: int, T: int, tiles) -> int:
+    """The number of (batch, head, time) tiles of a (B, H, T, D) tensor tiled ``tiles``."""
+    tb, th, tt_ = tiles[:3]
+    return -(-B // tb) * -(-H // th) * -(-T // tt_)
+
+
+def parallel_head_tile(B: int, H: int, T: int, tiles, workers: int) -> int:
+    """The head tile th = tiles[1] of (B, H, T, D) tiled ``tiles``, or where that gives fewer
+    query tiles than ``workers`` (one attention task per query tile and key tile: fewer would
+    leave workers idle), its largest divisor that gives at least as many (1 if none does)."""
+    th = tiles[1]
+    for d in range(th, 0, -1):
+        if th % d == 0 and _query_tiles(B, H, T, (tiles[0], d, tiles[2])) >= workers:
+            return d
+    return 1
+
+
+def _merged_head_tile(y: TensorTraits, workers: int) -> int:
+    """The heads per tile of merge_heads' result: the most, a multiple of y's head tile, from
+    which split_heads (``parallel_head_tile``) makes y's head tile; y's own when none does."""
+    B, H, T, _ = y.shape
+    th = y.tiles[1]
+    for h0 in range(H - H % th, th, -th):
+        if parallel_head_tile(B, H, T, (y.tiles[0], h0, y.tiles[2]), workers) == th:
+            return h0
+    return th
 
 
 def head_tile(tc: int, C: int, D: int, nparts: int) -> int:
@@ -51,7 +89,8 @@ def head_tile(tc: int, C: int, D: int, nparts: int) -> int:
     return D * max(h for h in range(1, heads + 1) if (nparts == 1 or heads % h == 0) and h * D <= max(tc, D))
 
 
-# (x's shape, x's tiles, n_head, nparts) -> the heads' traits, for geometries already validated
+# (x's shape, x's tiles, n_head, nparts, workers) -> (the heads' traits, x's tile along its last
+# axis), for geometries already validated
 _HEADS: dict = {}
 
 
@@ -61,12 +100,15 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
     With nparts=3 this splits the fused q|k|v output of a c_attn projection.  x's tile
     along the last axis should be a multiple of D and (with several parts) divide C; other
     tilings are re-tiled first (``head_tile``).  The result is tiled (tile_B, tile_C // D,
-    tile_T, D)."""
+    tile_T, D), or, when x needs a gradient and that gives the attention fewer query tiles
+    (batch, head, time) than the runtime has workers, with fewer heads per tile: the largest
+    divisor of tile_C // D that gives at least as many (``parallel_head_tile``)."""
     what = "split_heads"
     _float_tensor(x, what, "x")
-    key = (x.traits.shape, x.traits.tiles, n_head, nparts)
-    traits = _HEADS.get(key) if type(n_head) is int and type(nparts) is int and type(part) is int else None
-    if traits is None or not 0 <= part < nparts:  # (a hit: the same geometry validated before)
+    workers = lib.tt_nworkers() if needs_grad(x) else 0
+    key = (x.traits.shape, x.traits.tiles, n_head, nparts, workers)
+    hit = _HEADS.get(key) if type(n_head) is int and type(nparts) is int and type(part) is int else None
+    if hit is None or not 0 <= part < nparts:  # (a hit: the same geometry validated before)
         n_head = _int(n_head, what, "n_head")
         nparts = _int(nparts, what, "nparts")
         part = _int(part, what, "part")
@@ -76,11 +118,11 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
             raise ValueError(f"{what}: nparts must be >= 1, got {nparts}")
         if not 0 <= part < nparts:
             raise ValueError(f"{what}: part {part} out of range for nparts={nparts}")
-        traits = _heads_traits(x.traits, n_head, nparts, what)
+        hit = _heads_traits(x.traits, n_head, nparts, what, workers=workers)
         if len(_HEADS) > 1024:
             _HEADS.clear()
-        _HEADS[(x.traits.shape, x.traits.tiles, n_head, nparts)] = traits
-    tc = traits.tiles[1] * traits.tiles[3]
+        _HEADS[(x.traits.shape, x.traits.tiles, n_head, nparts, workers)] = hit
+    traits, tc = hit
     if x.tiles[2] != tc:  # heads straddle tiles: re-tiled first (copy tasks)
         from .shape import retile
         x = retile(x, x.tiles[:2] + (tc,))
@@ -129,7 +171,9 @@ def _split_heads_bwd(node, g):
 
 def merge_heads(y: Tensor) -> Tensor:
     """(B, H, T, D) -> (B, T, H*D), the inverse of split_heads (D is made a single tile).
-    The result is tiled (tile_B, tile_T, tile_H * D)."""
+    The result is tiled (tile_B, tile_T, tile_H * D); when y needs a gradient, (tile_B, tile_T,
+    h * D) with h the most heads, a multiple of tile_H, that split_heads would narrow to
+    tile_H (the tiling split_heads had: one tile of the result is filled from several of y)."""
     what = "merge_heads"
     _float_tensor(y, what, "y")
     if y.ndim != 4:
@@ -139,6 +183,8 @@ def merge_heads(y: Tensor) -> Tensor:
     if td != D:  # D is one tile: re-tiled first (copy tasks)
         from .shape import retile
         y = retile(y, (tb, th, tt_, D))
+    if th < H and needs_grad(y):
+        th = _merged_head_tile(y.traits, lib.tt_nworkers())
     traits = TensorTraits((B, T, H * D), (tb, tt_, th * D))
     x = _one_position_view(y, traits) if T == 1 else None
     if x is None:

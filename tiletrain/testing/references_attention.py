@@ -6,22 +6,28 @@ import numpy as np
 from ._refbase import Reference, _r
 
 
+# the y tile's heads are the columns c0 .. c0 + nh*hd - 1 of an x tile of width xw = 3 head tiles
 def _heads_split_case(rng, dt):
     nb, nt, nh, hd = 2, 3, 4, 5
-    return dict(nb=nb, nt=nt, nh=nh, hd=hd), [_r(rng, dt, nb, nt, nh * hd), np.zeros((nb, nh, nt, hd), dt)]
+    return (dict(nb=nb, nt=nt, nh=nh, hd=hd, xw=3 * nh * hd, c0=nh * hd),
+            [_r(rng, dt, nb, nt, 3 * nh * hd), np.zeros((nb, nh, nt, hd), dt)])
 
 
 def _heads_split_ref(a, x, y):
-    return {1: x.reshape(a["nb"], a["nt"], a["nh"], a["hd"]).transpose(0, 2, 1, 3)}
+    cols = x[..., a["c0"]:a["c0"] + a["nh"] * a["hd"]]
+    return {1: cols.reshape(a["nb"], a["nt"], a["nh"], a["hd"]).transpose(0, 2, 1, 3)}
 
 
 def _heads_merge_case(rng, dt):
     nb, nh, nt, hd = 2, 4, 3, 5
-    return dict(nb=nb, nh=nh, nt=nt, hd=hd), [_r(rng, dt, nb, nh, nt, hd), np.zeros((nb, nt, nh * hd), dt)]
+    return (dict(nb=nb, nh=nh, nt=nt, hd=hd, xw=3 * nh * hd, c0=nh * hd),
+            [_r(rng, dt, nb, nh, nt, hd), _r(rng, dt, nb, nt, 3 * nh * hd)])
 
 
 def _heads_merge_ref(a, y, x):
-    return {1: y.transpose(0, 2, 1, 3).reshape(a["nb"], a["nt"], a["nh"] * a["hd"])}
+    out = x.copy()  # the other columns are untouched
+    out[..., a["c0"]:a["c0"] + a["nh"] * a["hd"]] = y.transpose(0, 2, 1, 3).reshape(a["nb"], a["nt"], -1)
+    return {1: out}
 
 
 # (causal, qoff, koff, tq, tk): a diagonal block (partly masked), a block below the diagonal,

@@ -10,10 +10,10 @@
 
 static size_t elem_size(int64_t dtype) { return dtype == TT_F32 ? sizeof(float) : sizeof(double); }
 
-/* x tile (nb, nt, nh*hd) -> y tile (nb, nh, nt, hd) */
+/* columns c0 .. c0 + nh*hd - 1 of x tile (nb, nt, xw) -> y tile (nb, nh, nt, hd) */
 void tt_cpu_heads_split(const tt_args_heads_split *a, const void *x, void *y)
 {
-    const int64_t nb = a->nb, nt = a->nt, nh = a->nh, hd = a->hd;
+    const int64_t nb = a->nb, nt = a->nt, nh = a->nh, hd = a->hd, xw = a->xw, c0 = a->c0;
     const size_t es = elem_size(a->dtype), row = (size_t)hd * es;
     const char *px = x;
     char *py = y;
@@ -21,20 +21,20 @@ void tt_cpu_heads_split(const tt_args_heads_split *a, const void *x, void *y)
         for (int64_t h = 0; h < nh; h++)
             for (int64_t t = 0; t < nt; t++)
                 memcpy(py + (size_t)(((b * nh + h) * nt + t) * hd) * es,
-                       px + (size_t)((b * nt + t) * nh * hd + h * hd) * es, row);
+                       px + (size_t)((b * nt + t) * xw + c0 + h * hd) * es, row);
 }
 
-/* y tile (nb, nh, nt, hd) -> x tile (nb, nt, nh*hd) */
+/* y tile (nb, nh, nt, hd) -> columns c0 .. c0 + nh*hd - 1 of x tile (nb, nt, xw) */
 void tt_cpu_heads_merge(const tt_args_heads_merge *a, const void *y, void *x)
 {
-    const int64_t nb = a->nb, nh = a->nh, nt = a->nt, hd = a->hd;
+    const int64_t nb = a->nb, nh = a->nh, nt = a->nt, hd = a->hd, xw = a->xw, c0 = a->c0;
     const size_t es = elem_size(a->dtype), row = (size_t)hd * es;
     const char *py = y;
     char *px = x;
     for (int64_t b = 0; b < nb; b++)
         for (int64_t t = 0; t < nt; t++)
             for (int64_t h = 0; h < nh; h++)
-                memcpy(px + (size_t)((b * nt + t) * nh * hd + h * hd) * es,
+                memcpy(px + (size_t)((b * nt + t) * xw + c0 + h * hd) * es,
                        py + (size_t)(((b * nh + h) * nt + t) * hd) * es, row);
 }
 

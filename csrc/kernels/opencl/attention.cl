@@ -4,24 +4,27 @@
  * groups [bh*tq, bh*(tq+tk)) accumulate dk and dv for one key row; both recompute the
  * probabilities from the row logsumexp, so no group writes another's output. */
 
-/* x tile (nb, nt, nh*hd) -> y tile (nb, nh, nt, hd); e indexes y */
-KERNEL SUF(tt_heads_split)(GLOBAL const T *x, GLOBAL T *y, tt_long nb, tt_long nt, tt_long nh, tt_long hd)
+/* columns c0 .. c0 + nh*hd - 1 of x tile (nb, nt, xw) -> y tile (nb, nh, nt, hd); e indexes y */
+KERNEL SUF(tt_heads_split)(GLOBAL const T *x, GLOBAL T *y, tt_long nb, tt_long nt, tt_long nh, tt_long hd,
+                           tt_long xw, tt_long c0)
 {
     const tt_long e = GID0();
     if (e >= nb * nh * nt * hd)
         return;
     const tt_long d = e % hd, t = (e / hd) % nt, h = (e / (hd * nt)) % nh, b = e / (hd * nt * nh);
-    y[e] = x[((b * nt + t) * nh + h) * hd + d];
+    y[e] = x[(b * nt + t) * xw + c0 + h * hd + d];
 }
 
-/* y tile (nb, nh, nt, hd) -> x tile (nb, nt, nh*hd); e indexes x */
-KERNEL SUF(tt_heads_merge)(GLOBAL const T *y, GLOBAL T *x, tt_long nb, tt_long nh, tt_long nt, tt_long hd)
+/* y tile (nb, nh, nt, hd) -> columns c0 .. c0 + nh*hd - 1 of x tile (nb, nt, xw); e indexes those
+ * columns (nb, nt, nh*hd) */
+KERNEL SUF(tt_heads_merge)(GLOBAL const T *y, GLOBAL T *x, tt_long nb, tt_long nh, tt_long nt, tt_long hd,
+                           tt_long xw, tt_long c0)
 {
     const tt_long e = GID0();
     if (e >= nb * nh * nt * hd)
         return;
     const tt_long d = e % hd, h = (e / hd) % nh, t = (e / (hd * nh)) % nt, b = e / (hd * nh * nt);
-    x[e] = y[((b * nh + h) * nt + t) * hd + d];
+    x[(b * nt + t) * xw + c0 + h * hd + d] = y[((b * nh + h) * nt + t) * hd + d];
 }
 
 DEVFN ACC SUF(tt_dot)(GLOBAL const T *a, GLOBAL const T *b, tt_long n)
