@@ -3,6 +3,7 @@ StarPU's CPU memory; tiles evicted under the cap go to a disk memory node.  A GP
 weights + gradients + AdamW state are >= 4x the cap trains out of core with the in-memory
 losses and StarPU never holds more tile bytes than the cap; what cannot work raises a clear
 error instead of hanging."""
+import json
 import os
 import subprocess
 import sys
@@ -172,33 +173,40 @@ def test_the_tiles_structures_count_against_the_limit(fresh, tmp_path):
     assert float(keep.sum()) == 0.0
 
 
-def test_out_of_core_the_rest_of_the_process_counts_against_the_limit(fresh, tmp_path):
-    """With a disk node (one process), what the process holds beyond its size at init, its
-    tile buffers and their structures -- here a 12 MiB buffer of the program's own -- is
-    counted against the cap, at most a quarter of it: StarPU keeps fewer tile bytes in memory."""
-    rt = tt.init(ncpu=2, mem_limit="64M", ooc_dir=tmp_path)
-    try:
-        own = np.ones(12 << 18, np.float32)  # 12 MiB, resident
-        xs = [tt.full((512, 512), float(i), tiles=(128, 128)) for i in range(24)]  # 24 MiB of tiles
-        for x in xs:
-            float(x.sum())
-        m = rt.memory()
-        assert 10 << 20 <= m["other_process_bytes"] <= 16 << 20, m  # the 12 MiB, a quarter of 64 MiB at most
-        ys = [x + 1.0 for x in xs]  # 24 MiB more: past the cap with the rest counted, tiles go to disk
-        assert [float(y.sum()) for y in ys] == [512 * 512 * (i + 1.0) for i in range(24)]
-        m = rt.memory()
-        assert m["allocated_bytes"] <= m["starpu_limit_bytes"] - m["other_process_bytes"], m
-        del own
-    finally:
-        tt.shutdown()
-    rt = tt.init(ncpu=2, mem_limit="64M")  # without a disk node nothing could make room: not counted
-    try:
-        own = np.ones(12 << 18, np.float32)
-        x = tt.full((512, 512), 1.0, tiles=(128, 128))
+REST_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tiletrain as tt
+    rt = tt.init(ncpu=2, mem_limit="64M", ooc_dir=sys.argv[1] if len(sys.argv) > 1 else None)
+    own = np.ones(12 << 18, np.float32)  # 12 MiB of the program's own, resident
+    xs = [tt.full((512, 512), float(i), tiles=(128, 128)) for i in range(24)]  # 24 MiB of tiles
+    for x in xs:
         float(x.sum())
-        assert rt.memory()["other_process_bytes"] == 0 and own.sum() > 0
-    finally:
-        tt.shutdown()
+    first = rt.memory()
+    ys = [x + 1.0 for x in xs]  # 24 MiB more: past the cap with the rest counted, tiles go to disk
+    sums = [float(y.sum()) for y in ys]
+    print(json.dumps({"first": first, "then": rt.memory(), "sums": sums, "own": float(own.sum())}))
+    tt.shutdown()
+""")
+
+
+def test_out_of_core_the_rest_of_the_process_counts_against_the_limit(tmp_path):
+    """With a disk node (one process), what the process holds beyond its size at init, its
+    tile buffers and their structures -- here a 12 MiB array of the program's own -- is
+    counted against the cap, at most a quarter of it: StarPU keeps fewer tile bytes in
+    memory.  Without a disk node (nothing could make room) it is not.  (A fresh interpreter:
+    one that ran other tests reuses freed pages, and its RSS does not grow.)"""
+    def run(*args):
+        p = subprocess.run([sys.executable, "-c", REST_SCRIPT, *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    got = run(str(tmp_path))
+    m = got["first"]
+    assert 10 << 20 <= m["other_process_bytes"] <= 16 << 20, m  # the 12 MiB; a quarter of 64 MiB at most
+    m = got["then"]
+    assert got["sums"] == [512 * 512 * (i + 1.0) for i in range(24)]
+    assert m["allocated_bytes"] <= m["starpu_limit_bytes"] - m["other_process_bytes"], m
+    assert run()["then"]["other_process_bytes"] == 0
 
 
 def test_a_full_disk_node_is_an_error_before_the_step(fresh, tmp_path):
