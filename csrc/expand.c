@@ -398,6 +398,16 @@ static int64_t gemm_nsplit(const gemm_op *op, int64_t ntiles, int64_t nk, int64_
 /* The first task (along the contracted axis, of nk) of chain `j` of nsplit: chains of about equal length. */
 static int64_t gemm_chain_start(int64_t j, int64_t nsplit, int64_t nk) { return j * nk / nsplit; }
 
+/* Chain j of a split gemm: chain 0 is the gemm itself, the others write their temporary
+ * (beta 0, no bias: the sum adds them into c). */
+static gemm_op gemm_chain_op(const gemm_op *op, int64_t j, tt_tensor **tmp)
+{
+    gemm_op part = *op;
+    if (j > 0)
+        part.c = tmp[j], part.bias = NULL, part.beta = 0.0;
+    return part;
+}
+
 /* The temporaries of a split gemm (c's layout, nsplit - 1 of them; NULL when not split). */
 static int gemm_split_temps(const tt_tensor *c, int64_t nsplit, tt_tensor **tmp)
 {
@@ -466,9 +476,7 @@ static int gemm_contract_leading(const gemm_op *op)
     for (int64_t t = 0; t < c->ntiles && rc == TT_OK; t++) {
         tt_tile_index(c, t, cidx);
         for (int64_t j = 0; j < nsplit && rc == TT_OK; j++) {
-            gemm_op part = *op; /* chain j > 0: into its temporary, beta 0 */
-            if (j > 0)
-                part.c = tmp[j], part.bias = NULL, part.beta = 0.0;
+            gemm_op part = gemm_chain_op(op, j, tmp);
             const int64_t r0 = gemm_chain_start(j, nsplit, nrows), r1 = gemm_chain_start(j + 1, nsplit, nrows);
             for (int64_t r = r0; r < r1 && rc == TT_OK; r++) {
                 int64_t rr = r, k = 1;
@@ -622,9 +630,7 @@ static int gemm(const gemm_op *op)
         for (int d = 0; d < nlead; d++)
             lead *= cts[d];
         for (int64_t j = 0; j < nsplit && rc == TT_OK; j++) {
-            gemm_op part = *op; /* chain j > 0: into its temporary, beta 0 */
-            if (j > 0)
-                part.c = tmp[j], part.bias = NULL, part.beta = 0.0;
+            gemm_op part = gemm_chain_op(op, j, tmp);
             const int64_t k0 = gemm_chain_start(j, nsplit, kgrid), k1 = gemm_chain_start(j + 1, nsplit, kgrid);
             for (int64_t kt = k0; kt < k1 && rc == TT_OK; kt++) {
                 for (int d = 0; d < nlead; d++)

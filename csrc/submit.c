@@ -231,14 +231,13 @@ static int submit(int kernel, const void *args, const starpu_data_handle_t *hand
     if (dtype < 0 || dtype >= TT_NDTYPES || !(k->dtypes >> dtype & 1))
         return tt_error(TT_EINVAL, "%s: dtype %s is not supported by this kernel (it takes %s)", k->name,
                         tt_dtype_name((int)dtype), tt_dtype_list(k->dtypes));
+    tt_ensure_running();
     if (__builtin_expect(tt_memory_limited, 0)) { /* its tiles must fit under the limit (csrc/memory.c) */
         int rc = tt_memory_check_task(kernel, handles, k->nbuffers);
         if (rc)
             return rc;
-        tt_ensure_running();
-        tt_memory_throttle();
+        tt_memory_throttle(); /* (the workers running: it may wait for tasks to end) */
     }
-    tt_ensure_running();
 #ifdef TT_HAVE_MPI
     if (__builtin_expect(tt_mpi_on, 0))
         return submit_mpi(kernel, args, handles, modes);
