@@ -218,13 +218,33 @@ int64_t tt_memory_meta_bytes(void) { return __atomic_load_n(&meta_bytes, __ATOMI
 
 /* TILETRAIN_TASKS_AHEAD=N bounds the tasks submitted and not done under a cap: past N the
  * submitting thread waits until half of them are (each task holds a few KiB until it ends,
- * and a large model's step is tens of thousands of tasks).  Off by default: out of core in one
- * process that memory is counted against the cap with the rest of the process (below), and
- * the bound cost speed (GPT 64x1024 under 4 GiB: 14 tokens/s with 2,048, 20 without). */
+ * and a large model's step is tens of thousands of tasks).  In one process it is off by
+ * default: out of core that memory is counted against the cap with the rest of the process
+ * (below), and the bound cost speed (GPT 64x1024 under 4 GiB: 14 tokens/s with 2,048, 20
+ * without).  Under MPI a bound is on by default: a task whose input another rank owns holds
+ * a received copy from the moment its receive is posted (at submission) until the task
+ * ends, and neither StarPU nor StarPU-MPI 1.3 waits for room before posting it, so with every
+ * task submitted at once (placing a model: one copy task per tile) the received copies and
+ * the sends' pinned tiles filled both ranks' memory and neither could evict (a hang: GPT of
+ * 84 MB placed on 2 ranks under 16 MiB, 3 runs of 3).  The default keeps about a quarter of
+ * the cap in flight: limit / (4 x the largest task's bytes), between 8 and 2,048 tasks.
+ * (Waiting here cannot deadlock across ranks: every rank submits the same flow in the same
+ * order and posts a task's messages at submission, so the earliest task not done on any
+ * rank has its messages posted on every rank.) */
+static int tasks_ahead_bound(void)
+{
+    if (tasks_ahead > 0 || !tt_mpi_on)
+        return tasks_ahead;
+    int64_t task = __atomic_load_n(&largest_task, __ATOMIC_RELAXED);
+    int64_t n = task > 0 ? limit_bytes / (4 * task) : 2048;
+    return n < 8 ? 8 : n > 2048 ? 2048 : (int)n;
+}
+
 void tt_memory_throttle(void)
 {
-    if (tasks_ahead > 0 && (int)starpu_task_nsubmitted() > tasks_ahead)
-        starpu_task_wait_for_n_submitted((unsigned)tasks_ahead / 2);
+    int ahead = tasks_ahead_bound();
+    if (ahead > 0 && (int)starpu_task_nsubmitted() > ahead)
+        starpu_task_wait_for_n_submitted((unsigned)ahead / 2);
 }
 
 /* Can files in dir be opened with O_DIRECT and written with aligned blocks?  (tmpfs, for

@@ -547,9 +547,20 @@ def from_numpy(a, tiles=None, dist=None) -> Tensor:
 ROW_BLOCK_BYTES = 8 << 20  # a streaming block: about this many bytes, at least one tile row
 
 
-def tile_rows(t: Tensor, max_bytes: int = ROW_BLOCK_BYTES):
+def row_block_bytes() -> int:
+    """The bytes of a streaming block: ROW_BLOCK_BYTES, or under a memory limit an eighth of
+    the limit when that is less (a block's tiles and its NumPy rows are held at once, and
+    under MPI rank 0 also holds the block's received tiles)."""
+    limit = lib.tt_memory_limit()
+    return ROW_BLOCK_BYTES if limit <= 0 else max(1, min(ROW_BLOCK_BYTES, limit // 8))
+
+
+def tile_rows(t: Tensor, max_bytes: int | None = None):
     """(lo, hi, r0, r1) for runs of whole tile rows [lo, hi) along axis 0, holding rows
-    r0:r1, each about ``max_bytes`` (at least one tile row); a 0-d tensor is one run."""
+    r0:r1, each about ``max_bytes`` (default :func:`row_block_bytes`; at least one tile
+    row); a 0-d tensor is one run."""
+    if max_bytes is None:
+        max_bytes = row_block_bytes()
     if t.ndim == 0:
         yield 0, 1, 0, 1
         return
