@@ -143,7 +143,10 @@ def rope_tables(positions, D: int, theta: float, dtype=np.float64):
     """(cos, sin) of shape (len(positions), D // 2): angles position * inv_freq rounded to
     float32 as transformers computes them, cos and sin then in ``dtype``."""
     i = np.arange(0, D, 2, dtype=np.float32)
-    inv = (np.float32(1.0) / np.power(np.float32(theta), i / np.float32(D))).astype(np.float32)
+    # theta ** (i / D) correctly rounded to float32 (as powf and torch's float pow give it:
+    # NumPy 2.x's own float32 power may be 2 ulp off), then the float32 division
+    power = np.power(np.float64(np.float32(theta)), (i / np.float32(D)).astype(np.float64)).astype(np.float32)
+    inv = (np.float32(1.0) / power).astype(np.float32)
     ang = (np.asarray(positions, np.float32)[:, None] * inv[None, :]).astype(np.float32)
     return np.cos(ang.astype(dtype)), np.sin(ang.astype(dtype))
 
