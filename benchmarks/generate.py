@@ -58,19 +58,21 @@ def main() -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ncpu", type=int, default=2)
-    ap.add_argument("--sched", default=None, help="StarPU scheduling policy (default: tiletrain's, tt-cp on CPUs)")
+    ap.add_argument("--sched", default=None, help="StarPU scheduling policy (default: the one `tiletrain "
+                                                  "generate` starts with, tiletrain.inference.DECODE_SCHED)")
     ap.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=["gpt2", "llama"])
     ap.add_argument("--draft-tokens", type=int, default=4, help="speculative decoding rows: tokens drafted per "
                                                                 "round (0: no such rows)")
     args = ap.parse_args()
+    from tiletrain.inference import DECODE_SCHED
+    args.sched = args.sched or DECODE_SCHED
     import torch
     import transformers
     import tiletrain as tt
-    from tiletrain.config import RuntimeConfig
     torch.set_num_threads(args.ncpu)
     print(environment())
     print(f"torch {torch.__version__} ({args.ncpu} threads), transformers {transformers.__version__}; tiletrain with "
-          f"{args.ncpu} CPU workers ({args.sched or RuntimeConfig.resolve(ncpu=args.ncpu).sched or 'lws'}); float32; prompt 16, {args.new} new "
+          f"{args.ncpu} CPU workers ({args.sched}); float32; prompt 16, {args.new} new "
           f"tokens; median of {args.reps} after a warm-up\n")
     rows = []
     with tempfile.TemporaryDirectory() as root, tt.init(ncpu=args.ncpu, sched=args.sched):

@@ -31,8 +31,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def _runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ncpu", type=int, default=None, help="CPU workers (default: STARPU_NCPU or all cores)")
-    p.add_argument("--sched", default=None, help="StarPU scheduling policy (default: STARPU_SCHED, else tt-cp with "
-                                                 "CPU workers only in one process, else lws)")
+    p.add_argument("--sched", default=None, help="StarPU scheduling policy (default: STARPU_SCHED or lws)")
 
 
 def cmd_info(args) -> int:
@@ -220,8 +219,10 @@ def _add_generate(sub) -> None:
                    help="pipeline: layers split over the ranks (under mpirun: one stage per rank), the batch "
                         "served as --streams request streams in flight together (tiletrain.inference.serving)")
     p.add_argument("--streams", type=int, default=1, help="request streams with --dist pipeline")
-    p.add_argument("--sched", default=None, help="StarPU scheduling policy (default: STARPU_SCHED, else tt-cp with "
-                                                 "CPU workers only in one process, else lws)")
+    p.add_argument("--sched", default=None,
+                   help="StarPU scheduling policy (default: tt-cp, whose idle workers nap instead of polling and "
+                        "leave the cores to the thread submitting each step; under mpirun or with STARPU_SCHED "
+                        "set: STARPU_SCHED or lws)")
     p.set_defaults(func=cmd_generate)
 
 
@@ -230,8 +231,13 @@ def cmd_generate(args) -> int:
     from pathlib import Path
     from .inference.text import eos_ids, print_samples, sample_text
     from .nn.pretrained import CONFIG_NAME
+    from .config import launcher_world_size
+    from .inference import DECODE_SCHED
     from .train import load_model
-    model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu, sched=args.sched)
+    sched = args.sched
+    if sched is None and launcher_world_size() <= 1 and not os.environ.get("STARPU_SCHED"):
+        sched = DECODE_SCHED
+    model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu, sched=sched)
     try:
         if args.dist != "pipeline" and args.streams > 1:
             raise ValueError("--streams needs --dist pipeline (request streams are pipeline serving)")

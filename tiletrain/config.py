@@ -2,8 +2,7 @@
 
 Precedence, for every field: an explicit argument to ``tiletrain.init()`` wins over the
 environment variable, which wins over the default.  For ``sched``: ``init(sched=...)`` (or
-``--sched``) > ``STARPU_SCHED`` > tt-cp with CPU workers only in one process
-(DEFAULT_CPU_SCHED), else StarPU's default (lws); tiletrain's own C policies
+``--sched``) > ``STARPU_SCHED`` > StarPU's default (lws); tiletrain's own C policies
 (csrc/sched/, e.g. ``tt-cp``) are valid names too.  Because StarPU itself reads
 ``STARPU_SCHED``/``STARPU_NCPU``/... at ``starpu_init`` and lets them override its
 configuration, ``init()`` sets those variables to the resolved values for the duration
@@ -27,34 +26,6 @@ def tiletrain_policies() -> tuple[str, ...]:
     """tiletrain's own scheduling policies, written in C in csrc/sched/ (e.g. 'tt-cp')."""
     from ._ffi import cstr, lib
     return tuple(cstr(lib.tt_sched_policy_name(i)) for i in range(lib.tt_sched_policy_count()))
-
-
-# The policy of a session with CPU workers only, in one process, when neither init(sched=)
-# nor STARPU_SCHED names one: tt-cp (csrc/sched/tt_cp.c).  Debian's StarPU has non-blocking
-# drivers, so with StarPU's default (lws) idle workers poll their queues and, on a machine
-# with as many workers as cores, take cores from the thread that submits the tasks; tt-cp's
-# idle workers nap on a condition variable.  Measured on the 2-core machine (2026-12-02,
-# alternating runs): benchmarks/block.py coarse / fine / rows / wide 0.83-0.85 / 0.84-0.89 /
-# 0.84-0.86 / 0.83-0.85x PyTorch's time with tt-cp against 0.61-0.86 / 0.87-0.91 / 0.82-0.86 /
-# 0.88-0.89 with lws; gpt_step.py small 896-1097 ms against 933-1012 (the same within noise);
-# decoding 1.6-2.0x lws's tokens/s at batch 1.  With GPUs or OpenCL devices StarPU's default
-# stays (tt-cp does not weigh transfers), and under MPI too (StarPU-MPI's thread runs CPU
-# worker 0 there).
-DEFAULT_CPU_SCHED = "tt-cp"
-
-
-def _gpu_present() -> bool:
-    """Could StarPU start CUDA workers by default here (a visible NVIDIA device)?"""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return False
-    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
-
-
-def cpu_only(values: dict) -> bool:
-    """Resolved options (RuntimeConfig fields) of a one-process session with CPU workers only."""
-    ncuda = values.get("ncuda")
-    return (not values.get("mpi") and not values.get("nopencl")
-            and (ncuda == 0 or (ncuda is None and not _gpu_present())))
 
 
 _ENV = {
@@ -143,7 +114,7 @@ class RuntimeConfig:
     ncpu: int | None = None       # CPU workers (None: StarPU's default, all cores up to STARPU_MAXCPUS)
     nopencl: int = 0              # OpenCL workers
     ncuda: int | None = None      # CUDA workers (None: StarPU's default)
-    sched: str | None = None      # scheduling policy (None: tt-cp on CPUs only, else StarPU's lws)
+    sched: str | None = None      # scheduling policy (None: StarPU's default, lws)
     profile: bool = False         # StarPU profiling (task timings)
     mpi: bool = False             # StarPU-MPI (default: on when launched by mpirun with > 1 rank)
     calibrate: int | None = None  # perf-model calibration (0, 1, 2)
@@ -183,8 +154,6 @@ class RuntimeConfig:
             # Never pause idle workers under MPI: a rank's workers and StarPU-MPI's thread
             # must keep serving the other ranks' transfers (the C side refuses too).
             values["pause_when_idle"] = False
-        if values.get("sched") is None and cpu_only(values):
-            values["sched"] = DEFAULT_CPU_SCHED
         if values.get("calibrate") is None and uses_perf_models(values.get("sched")):
             # StarPU 1.3.10 aborts now and then ("_starpu_driver_update_job_feedback:
             # measured >= 0") when a dm/heft-family policy calibrates its models with

@@ -58,13 +58,8 @@ def test_sched_precedence_argument_environment_default(monkeypatch):
     with tt.init(ncpu=2) as rt:
         assert rt.sched == "tt-cp"
     monkeypatch.delenv("STARPU_SCHED")
-    with tt.init(ncpu=2) as rt:                       # the default with CPU workers only
-        assert rt.sched == "tt-cp"
-    # StarPU's default (lws) with an OpenCL device or a CUDA worker, and under MPI
-    assert RuntimeConfig.resolve(ncpu=1, nopencl=1).sched is None
-    assert RuntimeConfig.resolve(ncpu=1, ncuda=1).sched is None
-    assert RuntimeConfig.resolve(ncpu=1, mpi=True).sched is None
-    assert RuntimeConfig.resolve(ncpu=1, ncuda=0).sched == "tt-cp"
+    with tt.init(ncpu=2) as rt:                       # StarPU's default
+        assert rt.sched == "lws"
 
 
 def test_priority_range_is_enforced():

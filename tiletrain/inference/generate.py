@@ -330,6 +330,12 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     return (seq, stats) if return_stats else seq
 
 
+# The StarPU policy `tiletrain generate` and benchmarks/generate.py start with: tt-cp's idle
+# workers nap on a condition variable instead of polling (Debian's StarPU has non-blocking
+# drivers), which leaves the cores to the Python thread that submits each decode step
+# (measured 1.6-2.0x tokens/s over lws at batch 1; training keeps StarPU's default, lws).
+DECODE_SCHED = "tt-cp"
+
 AHEAD = 4  # greedy decode steps submitted beyond the oldest whose tokens are not read yet (0: none)
 
 
