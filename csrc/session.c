@@ -255,7 +255,9 @@ int tt_shutdown(void)
     return TT_OK;
 }
 
-int tt_wait_all(void)
+static int pause_idle(void); /* below */
+
+int tt_wait_idle(int pause)
 {
     int rc = tt_gate_enter("wait");
     if (rc)
@@ -265,10 +267,14 @@ int tt_wait_all(void)
     int64_t nrecycled;
     starpu_data_handle_t *recycled = tt_tiles_detach(&nrecycled); /* csrc/tile.c */
     rc = wait_everything();
+    if (rc == TT_OK && pause)
+        pause_idle(); /* before the unregistrations: polling workers would share the cores with them */
     tt_tiles_unregister(recycled, nrecycled, rc == TT_OK); /* their tasks are done: freed now */
     tt_gate_leave();
     return rc;
 }
+
+int tt_wait_all(void) { return tt_wait_idle(0); }
 
 static double now(void)
 {
@@ -544,13 +550,10 @@ void tt_ensure_running(void)
     pthread_mutex_unlock(&pause_mutex);
 }
 
-int tt_pause_if_idle(void)
+static int pause_idle(void) /* inside the gate */
 {
     if (tt_mpi_on)
         return 0; /* never under MPI: other ranks' transfers need this rank's workers and MPI thread */
-    int rc = tt_gate_enter("pause");
-    if (rc)
-        return rc;
     int did = 0;
     pthread_mutex_lock(&pause_mutex);
     if (!paused && starpu_task_nsubmitted() == 0) {
@@ -559,6 +562,17 @@ int tt_pause_if_idle(void)
         did = 1;
     }
     pthread_mutex_unlock(&pause_mutex);
+    return did;
+}
+
+int tt_pause_if_idle(void)
+{
+    if (tt_mpi_on)
+        return 0;
+    int rc = tt_gate_enter("pause");
+    if (rc)
+        return rc;
+    int did = pause_idle();
     tt_gate_leave();
     return did;
 }

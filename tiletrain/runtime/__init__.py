@@ -394,8 +394,9 @@ def wait() -> None:
     rt = current()
     while not check(lib.tt_wait_for(0.1)):
         pass
-    check(lib.tt_wait_all())
-    rt.idle()
+    # with pause_when_idle the workers go to sleep before the freed tiles are unregistered
+    # (awake, they poll and share the cores with the unregistrations)
+    check(lib.tt_wait_idle(int(rt.config.pause_when_idle and rt.alive)))
 
 
 @contextlib.contextmanager
