@@ -226,8 +226,9 @@ int64_t tt_memory_meta_bytes(void) { return __atomic_load_n(&meta_bytes, __ATOMI
  * ends, and neither StarPU nor StarPU-MPI 1.3 waits for room before posting it, so with every
  * task submitted at once (placing a model: one copy task per tile) the received copies and
  * the sends' pinned tiles filled both ranks' memory and neither could evict (a hang: GPT of
- * 84 MB placed on 2 ranks under 16 MiB, 3 runs of 3).  The default keeps about a quarter of
- * the cap in flight: limit / (4 x the largest task's bytes), between 8 and 2,048 tasks.
+ * 84 MB placed on 2 ranks under 16 MiB, 2 runs of 2; its checkpoint test at that cap 6 of
+ * 8).  The default keeps about a quarter of the cap in flight: limit / (4 x the largest
+ * task's bytes), between 8 and 2,048 tasks.
  * (Waiting here cannot deadlock across ranks: every rank submits the same flow in the same
  * order and posts a task's messages at submission, so the earliest task not done on any
  * rank has its messages posted on every rank.) */

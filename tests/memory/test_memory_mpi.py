@@ -58,7 +58,7 @@ def test_checkpoint_save_and_load_stream_under_mpirun_with_a_memory_limit(tmp_pa
     rank's peak RSS grows by about one block of tile rows (rank 0: the block and its received
     tiles; rank 1 only sends, one block at a time), never by the model; the file equals the
     one-process save byte for byte, and so does the loaded model saved again.  (Placing the
-    model hung 3 runs of 4 at this cap before the tasks ahead were bounded under MPI.)"""
+    model hung 6 runs of 8 at this cap before the tasks ahead were bounded under MPI.)"""
     cap = 16 << 20
     ooc = tmp_path / "ooc"
     ooc.mkdir()
