@@ -127,7 +127,7 @@ def real_worker(a) -> None:
 
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import microbatch, n_replicas, place, replica, shards
+    from tiletrain.parallel import microbatch, n_replicas, place, replica, shards, using
     from tiletrain.pipeline.model import ModelPipeline, action_times, pipeline_plan, rank_order_fraction
     from tiletrain.trace.metrics import compact
     from tiletrain.trace.records import recording
@@ -144,34 +144,36 @@ def real_worker(a) -> None:
 
     def plain(mode, k):
         model = GPT(cfg, seed=0)
-        place(model, mode)
+        pl = place(model, mode)
         opt = AdamW(model.parameters(), lr=1e-3)
 
         def step(ids):
             losses = []
-            for j, part in enumerate(split(ids, k)):
-                for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
-                    with replica(d), microbatch(j):
-                        loss = model.loss(xs, ys)
-                        n = k * n_replicas()
-                        (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
-                    losses.append(loss)
-            opt.step()
-            opt.zero_grad()
+            with using(pl):   # each configuration's own layout (place() made the last one current)
+                for j, part in enumerate(split(ids, k)):
+                    for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
+                        with replica(d), microbatch(j):
+                            loss = model.loss(xs, ys)
+                            n = k * n_replicas()
+                            (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
+                        losses.append(loss)
+                opt.step()
+                opt.zero_grad()
             return losses
         return step
 
     def scheduled(s, mech):
         model = GPT(cfg, seed=0)
-        place(model, pipeline_plan(model, s))
+        pl = place(model, pipeline_plan(model, s))
         opt = AdamW(model.parameters(), lr=1e-3)
         pp = ModelPipeline(model, s, mech)
 
         def step(ids):
             parts = split(ids, m)
-            losses = pp.step([p[:, :-1] for p in parts], [p[:, 1:] for p in parts]).losses
-            opt.step()
-            opt.zero_grad()
+            with using(pl):
+                losses = pp.step([p[:, :-1] for p in parts], [p[:, 1:] for p in parts]).losses
+                opt.step()
+                opt.zero_grad()
             return losses
         return step
 

@@ -79,6 +79,32 @@ def test_place_takes_a_plan_and_makes_it_current():
         par._placed = par.Plan()
 
 
+def test_using_makes_a_plan_current_inside_the_block():
+    import tiletrain.parallel as par
+    from tiletrain.nn import GPT, GPTConfig
+    cfg = GPTConfig(vocab_size=64, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    a, b = GPT(cfg, dtype=np.float64, seed=0), GPT(cfg, dtype=np.float64, seed=1)
+    try:
+        pa = par.place(a, plan(a, "single", world=1))
+        pb = par.place(b, plan(b, "data", world=1))
+        assert par.current_plan() is pb
+        with par.using(pa) as got:
+            assert got is pa and par.current_plan() is pa
+            with par.using(pb):
+                assert par.current_plan() is pb
+            assert par.current_plan() is pa
+        assert par.current_plan() is pb
+        with pytest.raises(RuntimeError, match="boom"), par.using(pa):
+            raise RuntimeError("boom")
+        assert par.current_plan() is pb   # restored on an exception too
+        with pytest.raises(TypeError, match="takes a Plan"), par.using("data"):
+            pass
+        with pytest.raises(ValueError, match="plan is for 2 rank"), par.using(plan(a, "pipeline", world=2)):
+            pass
+    finally:
+        par._placed = par.Plan()
+
+
 def test_microbatch_gives_1f1b_priorities_in_a_pipelined_layout(monkeypatch):
     """With more than one stage, micro-batch k's backward outranks every forward and
     micro-batch k outranks k+1; with one stage, tags only."""

@@ -5,8 +5,9 @@ They are owner maps (DESIGN principle 7): the model code is the same in every mo
 StarPU-MPI moves the tiles.  Chosen in one place: ``tiletrain train --dist MODE [--stages S]``
 or ``TrainArgs(dist=MODE, stages=S)``; from a script, ``check_fit`` then ``place(model, MODE)``
 once, before the optimizer is made (or ``pl = plan(model, MODE)``, ``print(pl)``,
-``place(model, pl)``: the placement as a named, printable :class:`Plan` record), and for
-each batch::
+``place(model, pl)``: the placement as a named, printable :class:`Plan` record; a script
+stepping several models placed differently steps each inside ``with using(its_plan):``), and
+for each batch::
 
     for d, xs, ys in shards(x, y):        # one shard per data-parallel replica
         with replica(d):
@@ -48,7 +49,7 @@ import numpy as np
 from .distribution import SingleRank, world_size
 
 __all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
-           "replica", "shards"]
+           "replica", "shards", "using"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
 DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
@@ -148,8 +149,33 @@ _placed = Plan()    # the placement context: the last place()'s plan (current_pl
 
 
 def current_plan() -> Plan:
-    """The plan of the last ``place()`` (a single-rank plan before)."""
+    """The current plan: the innermost ``using(plan)``'s, else the last ``place()``'s (a
+    single-rank plan before either)."""
     return _placed
+
+
+@contextlib.contextmanager
+def using(pl: Plan):
+    """Make ``pl`` the current plan inside the block, the one before it after: how one script
+    steps several models placed differently (``place()`` makes each new plan current, so
+    without it a model placed earlier would run under the last model's layout -- e.g. a
+    data-mode model's shards all on rank 0 under a later pipeline plan)::
+
+        pa, pb = place(model_a, "data"), place(model_b, "pipeline")
+        with using(pa):
+            for d, xs, ys in shards(x, y): ...
+    """
+    global _placed, _replica
+    if not isinstance(pl, Plan):
+        raise TypeError(f"using() takes a Plan (place()'s result or plan()'s), got {type(pl).__name__}")
+    if pl.world != world_size():
+        raise ValueError(f"using(): the plan is for {pl.world} rank(s), the world has {world_size()}")
+    old = _placed, _replica
+    _placed, _replica = pl, 0
+    try:
+        yield pl
+    finally:
+        _placed, _replica = old
 
 
 def rank_of(replica_index: int, stage: int) -> int:
