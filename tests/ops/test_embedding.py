@@ -222,7 +222,7 @@ def test_argmax_ids_are_embedded_without_reading_them(rng, monkeypatch):
     logits = tt.from_numpy(rng.standard_normal((3, 2, 10)), tiles=(2, 2, 4))
     table = tt.from_numpy(rng.standard_normal((10, 5)), tiles=(4, 5))
     ids = tt.argmax(logits, dim=-1)
-    assert ids.index_bound == 10 and tt.argmax(logits).index_bound == 60
+    assert ids.value_range == (0, 9) and tt.argmax(logits).value_range == (0, 59)
     reads = []
     real = tt.Tensor.numpy
     monkeypatch.setattr(tt.Tensor, "numpy", lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
@@ -236,6 +236,45 @@ def test_argmax_ids_are_embedded_without_reading_them(rng, monkeypatch):
     with pytest.raises(ValueError, match="out of range"):
         F.embedding(tt.argmax(tt.from_numpy(big), dim=-1), table)
     tt.fill_(ids, 11)                                             # written in place: read and checked
-    assert ids.index_bound is None
+    assert ids.value_range is None
+    with pytest.raises(ValueError, match="out of range"):
+        F.embedding(ids, table)
+
+
+def test_ids_and_targets_from_numpy_are_not_read_back(rng, monkeypatch):
+    """from_numpy records an integer array's range (value_range): embedding and cross_entropy
+    check it instead of reading the ids back (which waits -- under MPI for another rank's
+    worker); a range outside the table still reads them, for the exact message; a write in
+    place forgets the range."""
+    table = tt.from_numpy(rng.standard_normal((10, 4)), (4, 4))
+    a = rng.integers(2, 8, size=(2, 6))
+    ids = tt.from_numpy(a, (1, 3))
+    assert ids.value_range == (int(a.min()), int(a.max()))
+    assert tt.from_numpy(np.zeros((2, 2))).value_range is None            # floats: no range
+    logits = tt.from_numpy(rng.standard_normal((2, 6, 10)), (1, 3, 5))
+    reads = []
+    real = tt.Tensor.numpy
+    monkeypatch.setattr(tt.Tensor, "numpy", lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
+    y = F.embedding(ids, table)
+    loss = F.cross_entropy(logits, ids)
+    assert not any(r is ids for r in reads)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(y.numpy(), table.numpy()[a])
+    lg = logits.numpy()
+    p = np.exp(lg - lg.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = -np.log(np.take_along_axis(p, a[..., None], -1)).mean()
+    np.testing.assert_allclose(float(loss), want, rtol=1e-12)
+    bad = a.copy()
+    bad[1, 4] = 10
+    with pytest.raises(ValueError, match=r"ids\[1, 4\] = 10 is out of range for a table of 10 rows"):
+        F.embedding(tt.from_numpy(bad, (1, 3)), table)
+    with pytest.raises(ValueError, match=r"target 10 at position \(1, 4\) is out of range"):
+        F.cross_entropy(logits, tt.from_numpy(bad, (1, 3)))
+    ignored = a.copy()
+    ignored[0, 0] = -100                                 # ignore_index: read, then accepted
+    F.cross_entropy(logits, tt.from_numpy(ignored, (1, 3)))
+    tt.fill_(ids, 12)
+    assert ids.value_range is None
     with pytest.raises(ValueError, match="out of range"):
         F.embedding(ids, table)

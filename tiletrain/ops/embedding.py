@@ -13,12 +13,13 @@ from .basic import _float_tensor, _tensor
 
 
 def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
-    """Ids are input data: read them (this waits for their writers) and reject any id outside
-    [0, V) before anything is submitted; returns the smallest and the largest id.  Ids whose
-    range is known without reading them (an argmax's indices over at most V values:
-    ``index_bound``) are not read, so a decode step can embed tokens still being chosen."""
-    if ids.index_bound is not None and 0 < ids.index_bound <= V:
-        return 0, ids.index_bound - 1
+    """Ids are input data: reject any id outside [0, V) before anything is submitted; returns
+    the smallest and the largest id.  Ids whose range is known without reading them
+    (``value_range``: made by from_numpy, or an argmax's indices) and within [0, V) are not
+    read, so a decode step can embed tokens still being chosen and, under MPI, no rank waits
+    for another's ids; the others are read (this waits for their writers)."""
+    if ids.value_range is not None and 0 <= ids.value_range[0] and ids.value_range[1] < V:
+        return ids.value_range
     a = ids.numpy()
     bad = (a < 0) | (a >= V)
     if bad.any():

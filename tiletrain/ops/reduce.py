@@ -238,12 +238,12 @@ def _arg_dim(x: Tensor, dim, keepdim, ismin: int, what: str) -> tuple[Tensor, Te
     if x.ndim == 0:
         i = Tensor(TensorTraits(()), np.int64)
         run_map("fill", i, value=0.0)
-        i.index_bound = 1
+        i.value_range = (0, 0)
         return _noop(x), i
     (st,) = _stages(x.traits, (axis,), keepdim)
     v, i = Tensor(st.dst, x.dtype), Tensor(st.dst, np.int64)
     run_span("arg_axis", axis, 1, [x], [v, i], reduce=True, ismin=ismin)
-    i.index_bound = x.shape[axis]
+    i.value_range = (0, x.shape[axis] - 1)
     return record("max_dim", v, (x,), saved=(i,), traits=x.traits, axis=axis), i
 
 
@@ -296,7 +296,7 @@ def _argext(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
         else:
             run_span("arg_carry", axis, 1, [v, i], [nv, ni], reduce=True, inner=inner, ismin=ismin)
         v, i, inner = nv, ni, inner * x.shape[axis]
-    i.index_bound = inner
+    i.value_range = (0, inner - 1)
     return i
 
 

@@ -133,7 +133,7 @@ class Tensor:
     that write the tensor and gathers its tiles."""
 
     __slots__ = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node",
-                 "index_bound", "__weakref__")
+                 "value_range", "__weakref__")
 
     def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None, _fresh: bool = False):
         self.traits = traits
@@ -143,7 +143,9 @@ class Tensor:
         self.requires_grad = False
         self.grad: Tensor | None = None
         self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
-        self.index_bound = None    # int64 indices known to lie in [0, bound) without reading them (argmax)
+        # (lo, hi): integer values known to lie in [lo, hi] without reading them -- set by
+        # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
+        self.value_range = None
         pool = _POOL
         if pool is not None and _owners is None and not _fresh:  # reuse_buffers(): a dropped tensor's tiles
             kept = pool.get((traits.shape, traits.tiles, dtype))
@@ -517,7 +519,7 @@ def from_value_(t: Tensor, value: float) -> Tensor:
     """Fill every tile with ``value`` (one fill task per tile)."""
     from ..runtime.kernels import run_map
     t._handle("fill")
-    t.index_bound = None
+    t.value_range = None
     run_map("fill", t, value=float(value))
     return t
 
@@ -539,6 +541,8 @@ def from_numpy(a, tiles=None, dist=None) -> Tensor:
     # `a` stays referenced for the duration of the synchronous call.
     strides = ffi.new("int64_t[]", list(a.strides) or [0])
     check(lib.tt_tensor_write(t._handle("from_numpy"), ffi.cast("void *", a.ctypes.data), strides))
+    if a.dtype.kind in "iu" and a.size:  # ids, targets: their range is known without reading them back
+        t.value_range = (int(a.min()), int(a.max()))
     return t
 
 
@@ -589,11 +593,11 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray | None) -> None:
     """Write the tiles of tile rows [lo, hi) from ``block`` (those rows, t's dtype, any
     strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy):
     there a rank that owns none of these tiles (``rows_owned``) may pass ``block=None``."""
+    t.value_range = None
     if block is None and lib.tt_mpi_enabled():
         check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, ffi.NULL, ffi.NULL))
         return
     _rows_shape(t, lo, hi, block, "write_rows_")
-    t.index_bound = None
     strides = ffi.new("int64_t[]", list(block.strides) or [0])
     src = ffi.cast("void *", block.ctypes.data)
     check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, src, strides))
