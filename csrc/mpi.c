@@ -2,6 +2,7 @@
  * Everything MPI-specific in the library lives here and in the MPI branch of tt_submit
  * (csrc/submit.c).  Built without MPI (no StarPU-MPI or no MPI library), the functions
  * report that MPI mode is unavailable and the rest of tiletrain is unchanged. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -252,7 +253,55 @@ int tt_mpi_check_diverged(const char *what)
                     what, __atomic_load_n(&exit_from, __ATOMIC_SEQ_CST), mpi_rank, mpi_size);
 }
 
-static void acquired_cb(void *arg) { __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE); }
+/* The submitting thread's waits for a callback (an acquisition, the sends of a read to one
+ * rank): it sleeps on `progress` until a callback signals it, and wakes every WAIT_CHECK_NS
+ * meanwhile to check that no rank has shut down (tt_mpi_check_diverged).  It used to poll
+ * every 200 us: ~750 wake-ups during a data-mode step's loss read, each preempting the
+ * worker that shares its core. */
+#define WAIT_CHECK_NS 20000000L
+static pthread_mutex_t progress_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
+
+static void progress_signal(void)
+{
+    pthread_mutex_lock(&progress_mu);
+    pthread_cond_broadcast(&progress);
+    pthread_mutex_unlock(&progress_mu);
+}
+
+/* Sleep until *flag is <= 0 (want_zero: a count of pending callbacks) or non-zero (a done
+ * flag) -- callbacks change it, then call progress_signal -- or an error if a rank has shut
+ * down meanwhile. */
+static int wait_progress(int *flag, int want_zero, const char *what)
+{
+    for (;;) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += WAIT_CHECK_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&progress_mu);
+        int v;
+        while ((v = __atomic_load_n(flag, __ATOMIC_ACQUIRE), want_zero ? v > 0 : v == 0) &&
+               pthread_cond_timedwait(&progress, &progress_mu, &until) == 0)
+            ;
+        v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&progress_mu);
+        if (want_zero ? v <= 0 : v != 0)
+            return TT_OK;
+        int rc = tt_mpi_check_diverged(what);
+        if (rc)
+            return rc;
+    }
+}
+
+static void acquired_cb(void *arg)
+{
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+    progress_signal();
+}
 
 int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode)
 {
@@ -269,13 +318,9 @@ int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode)
         free(done);
         return tt_error(TT_ESTARPU, "starpu_data_acquire_cb failed (%d)", ret);
     }
-    while (!__atomic_load_n(done, __ATOMIC_ACQUIRE)) {
-        int rc = tt_mpi_check_diverged("tensor read/write (collective)");
-        if (rc)
-            return rc; /* the job is about to be aborted: the pending acquisition is left as is */
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
-    }
+    int rc = wait_progress(done, 0, "tensor read/write (collective)");
+    if (rc)
+        return rc; /* the job is about to be aborted: the pending acquisition is left as is */
     free(done);
     return TT_OK;
 }
@@ -569,7 +614,8 @@ static int sends_left = 0;
 static void send_done(void *arg)
 {
     (void)arg;
-    __atomic_sub_fetch(&sends_left, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_sub_fetch(&sends_left, 1, __ATOMIC_SEQ_CST) == 0)
+        progress_signal();
 }
 
 void tt_mpi_fetch_on(starpu_data_handle_t h, int node)
@@ -587,14 +633,7 @@ void tt_mpi_fetch_on(starpu_data_handle_t h, int node)
 
 int tt_mpi_sends_wait(void)
 {
-    while (__atomic_load_n(&sends_left, __ATOMIC_SEQ_CST) > 0) {
-        int rc = tt_mpi_check_diverged("tensor read (sending tiles to one rank)");
-        if (rc)
-            return rc;
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
-    }
-    return TT_OK;
+    return wait_progress(&sends_left, 1, "tensor read (sending tiles to one rank)");
 }
 
 /* After tt_mpi_fetch_on, on every rank that registered h: the copy received on the other
