@@ -22,6 +22,9 @@ from pathlib import Path
 
 from tiletrain.utils import mpirun
 
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import placed_step  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,7 +34,7 @@ def worker(a) -> None:
     import tiletrain as tt
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import microbatch, n_replicas, place, replica, shards
+    from tiletrain.parallel import place
 
     tt.init()
     cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
@@ -44,17 +47,7 @@ def worker(a) -> None:
     for step in range(a.warmup + a.steps):
         ids = rng.integers(0, 256, size=(a.batch, a.seq_len + 1))
         t0 = time.perf_counter()
-        losses = []
-        for mb in range(m):  # micro-batches: all submitted before any loss is read
-            part = ids[mb * a.batch // m:(mb + 1) * a.batch // m]
-            for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
-                with replica(d), microbatch(mb):
-                    loss = model.loss(xs, ys)
-                    n = m * n_replicas()
-                    (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
-                losses.append(loss)
-        opt.step()
-        opt.zero_grad()
+        losses = placed_step(model, opt, ids, m)
         value = float(np.mean([float(v) for v in losses]))  # waits for the step (collective)
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)

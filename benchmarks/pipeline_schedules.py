@@ -35,7 +35,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import environment, table  # noqa: E402
+from _common import environment, placed_step, table  # noqa: E402
 
 import tiletrain as tt  # noqa: E402
 from tiletrain.pipeline import schedules  # noqa: E402
@@ -127,7 +127,7 @@ def real_worker(a) -> None:
 
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import microbatch, n_replicas, place, replica, shards, using
+    from tiletrain.parallel import place, using
     from tiletrain.pipeline.model import ModelPipeline, action_times, pipeline_plan, rank_order_fraction
     from tiletrain.trace.metrics import compact
     from tiletrain.trace.records import recording
@@ -148,18 +148,8 @@ def real_worker(a) -> None:
         opt = AdamW(model.parameters(), lr=1e-3)
 
         def step(ids):
-            losses = []
             with using(pl):   # each configuration's own layout (place() made the last one current)
-                for j, part in enumerate(split(ids, k)):
-                    for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
-                        with replica(d), microbatch(j):
-                            loss = model.loss(xs, ys)
-                            n = k * n_replicas()
-                            (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
-                        losses.append(loss)
-                opt.step()
-                opt.zero_grad()
-            return losses
+                return placed_step(model, opt, ids, k)
         return step
 
     def scheduled(s, mech):
