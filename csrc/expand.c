@@ -412,7 +412,7 @@ static gemm_op gemm_chain_op(const gemm_op *op, int64_t j, tt_tensor **tmp)
 static int gemm_split_temps(const tt_tensor *c, int64_t nsplit, tt_tensor **tmp)
 {
     for (int64_t j = 1; j < nsplit; j++) {
-        int rc = tt_tensor_new(c->ndim, c->shape, c->tile, c->dtype, &tmp[j]);
+        int rc = tt_tensor_new_temp(c->ndim, c->shape, c->tile, c->dtype, &tmp[j]);
         if (rc) {
             while (--j >= 1)
                 tt_tensor_free(tmp[j]);

@@ -252,7 +252,7 @@ static int temp_like(const tt_tensor *q, int ndim, int64_t last, tt_tensor **out
 {
     int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], last};
     int64_t tile[4] = {q->tile[0], q->tile[1], q->tile[2], last};
-    return tt_tensor_new(ndim, shape, tile, q->dtype, out);
+    return tt_tensor_new_temp(ndim, shape, tile, q->dtype, out);
 }
 
 /* The forward tasks: queries at positions q_start + (their index along T) (q_start = 0 and

@@ -160,6 +160,8 @@ void tt_memory_account_tile(int sign); /* a tile registered (1) or unregistered 
 void tt_memory_throttle(void);         /* before a submission, under a cap: not too many tasks ahead */
 void tt_memory_before_alloc(int64_t tiles); /* before a tile buffer is allocated, under a cap */
 int64_t tt_tensor_bytes(const tt_tensor *t);
+/* An expander's temporary: deferred owners under MPI (csrc/tensor.c) */
+int tt_tensor_new_temp(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out);
 tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h (session.c; slow) */
 
 /* submission (submit.c): the only place that submits tasks.  args: the kernel's args struct,

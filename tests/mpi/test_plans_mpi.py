@@ -21,3 +21,7 @@ def test_each_model_runs_under_its_own_plan(tmp_path):
     # the step gave without using(): 24 on rank 0, 0 on rank 1)
     n = [int(got["attn_fwd"]) for got in ranks]
     assert n[0] == n[1] > 0 and 2 * n[0] == int(one["attn_fwd"]), n
+    # and its backward's row statistics, a temporary made in C, where its shard's attention
+    # runs (they were all computed on rank 0: C temporaries took tt_tensor_new's rank 0)
+    rows = [int(got["attn_bwd_rows"]) for got in ranks]
+    assert rows[0] == rows[1] > 0 and 2 * rows[0] == int(one["attn_bwd_rows"]), rows

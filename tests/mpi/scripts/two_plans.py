@@ -1,7 +1,8 @@
 """Two float64 GPTs in one script, placed differently -- A in data mode, then B in pipeline
 mode (so B's plan is the current one) -- trained 2 AdamW steps each, alternating, each step
 inside ``with using(its plan)``.  Saves both models' losses and, for one recorded step of A,
-how many attention forwards this rank ran, to <out>/<tag>-rank<r>.npz."""
+how many attention forwards and backward row statistics (a temporary the attention backward
+makes in C) this rank ran, to <out>/<tag>-rank<r>.npz."""
 import sys
 
 import numpy as np
@@ -52,6 +53,7 @@ with tt.trace.recording() as rec:
     la.append(step(a, opt_a, pa, data[2]))
 t = rec.trace.tasks
 attn = int(((t["kernel"] == "attn_fwd") & (t["rank"] == r)).sum())
-np.savez(f"{out}/{tag}-rank{r}.npz", a=np.array(la), b=np.array(lb), attn_fwd=attn)
+rows = int(((t["kernel"] == "attn_bwd_rows") & (t["rank"] == r)).sum())
+np.savez(f"{out}/{tag}-rank{r}.npz", a=np.array(la), b=np.array(lb), attn_fwd=attn, attn_bwd_rows=rows)
 print(f"rank {r}/{w}: A {la}, B {lb}, attention forwards here {attn}", flush=True)
 tt.shutdown()
