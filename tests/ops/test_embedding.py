@@ -278,3 +278,21 @@ def test_ids_and_targets_from_numpy_are_not_read_back(rng, monkeypatch):
     assert ids.value_range is None
     with pytest.raises(ValueError, match="out of range"):
         F.embedding(ids, table)
+
+
+def test_views_of_ids_embed_and_writes_through_a_view_forget_the_range(rng):
+    """A view (slice, reshape) of an ids tensor has no range of its own (it is read) and
+    embeds like its base; filling a view in place forgets its base's range, so the base is
+    read -- and its out-of-range ids refused -- at its next use."""
+    table = tt.from_numpy(rng.standard_normal((10, 3)), (10, 3))
+    a = np.arange(12, dtype=np.int64).reshape(3, 4) % 10
+    ids = tt.from_numpy(a, (1, 4))
+    flat = ids.reshape((12,))
+    assert flat.value_range is None
+    np.testing.assert_array_equal(F.embedding(flat, table).numpy(), table.numpy()[a.reshape(-1)])
+    row = ids[1:2]
+    np.testing.assert_array_equal(F.embedding(row, table).numpy(), table.numpy()[a[1:2]])
+    tt.fill_(row, 40)
+    assert ids.value_range is None
+    with pytest.raises(ValueError, match=r"ids\[1, 0\] = 40 is out of range"):
+        F.embedding(ids, table)

@@ -176,6 +176,7 @@ def _view(x: Tensor, ptr, shape, tiles) -> Tensor:
     t.traits, t.dtype, t._session, t._ptr = TensorTraits(shape, tiles), x.dtype, x._session, ptr
     t._base = x  # x, not its base: a view may use x's own arrays of tile handles
     t.requires_grad, t.grad, t._node = False, None, None
+    t.value_range = None  # not x's: a write to x in place would not reach the view's copy of it
     return t
 
 

@@ -136,7 +136,8 @@ def copy_regions(y, copies) -> None:
     axis d and x axis xaxis[d] (-1: broadcast); x axes no y axis maps are held at xstart."""
     m = lib.TT_MAX_NDIM
     n = len(copies)
-    y.value_range = None  # written: whatever range from_numpy or an argmax gave it no longer holds
+    from ..tensors.tensor import forget_value_range
+    forget_value_range(y)  # written: whatever range from_numpy or an argmax gave it no longer holds
     arrays = [[0] * (n * m) for _ in range(6)]
     for c, (x, *fields) in enumerate(copies):
         for arr, vals in zip(arrays, fields):

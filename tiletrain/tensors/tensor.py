@@ -515,11 +515,19 @@ _ops = _LazyOps()
 
 
 
+def forget_value_range(t: Tensor) -> None:
+    """t is about to be written in place: neither it nor the tensors whose tiles it shares
+    (a view's bases) keep a known value range."""
+    while t is not None:
+        t.value_range = None
+        t = t._base
+
+
 def from_value_(t: Tensor, value: float) -> Tensor:
     """Fill every tile with ``value`` (one fill task per tile)."""
     from ..runtime.kernels import run_map
     t._handle("fill")
-    t.value_range = None
+    forget_value_range(t)
     run_map("fill", t, value=float(value))
     return t
 
@@ -593,7 +601,7 @@ def write_rows_(t: Tensor, lo: int, hi: int, block: np.ndarray | None) -> None:
     """Write the tiles of tile rows [lo, hi) from ``block`` (those rows, t's dtype, any
     strides).  Waits for the tasks using those tiles; collective under MPI (as from_numpy):
     there a rank that owns none of these tiles (``rows_owned``) may pass ``block=None``."""
-    t.value_range = None
+    forget_value_range(t)
     if block is None and lib.tt_mpi_enabled():
         check(lib.tt_tensor_write_rows(t._handle("write"), lo, hi, ffi.NULL, ffi.NULL))
         return
