@@ -254,11 +254,11 @@ int tt_mpi_check_diverged(const char *what)
 }
 
 /* The submitting thread's waits for a callback (an acquisition, the sends of a read to one
- * rank): it sleeps on `progress` until a callback signals it, and wakes every WAIT_CHECK_NS
+ * rank): it sleeps on `progress` until a callback signals it, and wakes every WAIT_CHECK_S
  * meanwhile to check that no rank has shut down (tt_mpi_check_diverged).  It used to poll
  * every 200 us: ~750 wake-ups during a data-mode step's loss read, each preempting the
  * worker that shares its core. */
-#define WAIT_CHECK_NS 20000000L
+#define WAIT_CHECK_S 0.02
 static pthread_mutex_t progress_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 
@@ -275,13 +275,7 @@ static void progress_signal(void)
 static int wait_progress(int *flag, int want_zero, const char *what)
 {
     for (;;) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += WAIT_CHECK_NS;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec += 1;
-            until.tv_nsec -= 1000000000L;
-        }
+        const struct timespec until = tt_deadline(WAIT_CHECK_S);
         pthread_mutex_lock(&progress_mu);
         int v;
         while ((v = __atomic_load_n(flag, __ATOMIC_ACQUIRE), want_zero ? v > 0 : v == 0) &&

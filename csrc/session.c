@@ -349,18 +349,10 @@ static int poll_for(double seconds)
     return 1;
 }
 
-/* One process: sleep on waiter_done until the helper thread's round ends or the deadline. */
+/* Sleep on waiter_done until the helper thread's round ends or the deadline. */
 static int sleep_for(double seconds)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    double frac = seconds - (double)(int64_t)seconds;
-    deadline.tv_sec += (time_t)seconds;
-    deadline.tv_nsec += (long)(frac * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    const struct timespec deadline = tt_deadline(seconds);
     pthread_mutex_lock(&waiter_mu);
     if (!waiter_started) {
         if (pthread_create(&waiter_thread, NULL, waiter_main, NULL) != 0) {

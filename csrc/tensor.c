@@ -89,17 +89,7 @@ static int tensor_new(int ndim, const int64_t *shape, const int64_t *tile, int d
  * there behind rank 0's own work).  In one process a plain tensor (recycled handles). */
 int tt_tensor_new_temp(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out)
 {
-    if (!tt_mpi_on)
-        return tt_tensor_new(ndim, shape, tile, dtype, out);
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= tile[d] > 0 ? (shape[d] + tile[d] - 1) / tile[d] : 1;
-    int *fallback = calloc(n > 0 ? (size_t)n : 1, sizeof *fallback); /* rank 0 for a tile no task writes */
-    if (!fallback)
-        return tt_error(TT_ENOMEM, "tensor_new: out of memory");
-    int rc = tt_tensor_new_deferred(ndim, shape, tile, dtype, fallback, out);
-    free(fallback);
-    return rc;
+    return tensor_new(ndim, shape, tile, dtype, NULL, tt_mpi_on, out); /* NULL: fallback rank 0 */
 }
 
 int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *owners,

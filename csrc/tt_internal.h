@@ -3,9 +3,21 @@
 #define TT_INTERNAL_H
 
 #include <pthread.h>
+#include <time.h>
 #include <starpu.h>
 #include "tiletrain.h"
 #include "tt_kernels_args.h"
+
+/* The CLOCK_REALTIME time `seconds` (>= 0) from now: a pthread_cond_timedwait deadline. */
+static inline struct timespec tt_deadline(double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    long long ns = (long long)t.tv_nsec + (long long)(seconds * 1e9);
+    t.tv_sec += (time_t)(ns / 1000000000LL);
+    t.tv_nsec = (long)(ns % 1000000000LL);
+    return t;
+}
 
 struct tt_tensor {
     int ndim;
