@@ -11,7 +11,7 @@ from conftest import FLOATS
 from tiletrain._ffi import lib
 from tiletrain.testing.gradcheck import vjp_check
 from tiletrain.testing.references import run_cpu_kernel
-from tiletrain.testing.references_attention import _ATTN_BLOCKS, REFERENCES
+from tiletrain.testing.references_attention import _ATTN_BLOCKS, ATTN_MULTI_BLOCKS, REFERENCES
 
 
 def attn_tol(dtype):
@@ -365,22 +365,24 @@ def test_vjp_narrowed_heads(rng):
 # -- kernel bodies on every block kind (the registry test draws them at random) -----------
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("block", range(len(_ATTN_BLOCKS)))
+@pytest.mark.parametrize("block", _ATTN_BLOCKS + ATTN_MULTI_BLOCKS)
 @pytest.mark.parametrize("name", ["attn_fwd", "attn_bwd"])
 def test_attention_kernel_blocks(name, block, dtype, monkeypatch):
     import tiletrain.testing.references_attention as ra
-    monkeypatch.setattr(ra, "_ATTN_BLOCKS", [_ATTN_BLOCKS[block]])
+    monkeypatch.setattr(ra, "_ATTN_BLOCKS", [block])
     code = lib.TT_F32 if dtype == np.float32 else lib.TT_F64
-    rng = np.random.default_rng(block)
+    rng = np.random.default_rng(sum(block))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
     seen = set()
     for _ in range(16):
         fields, buffers = REFERENCES[name].case(rng, dtype)
         seen.add(tuple(fields.get(f, 0) for f in ("init", "initq", "initkv")))
         expected = REFERENCES[name].ref(fields, *[b.copy() for b in buffers])
         run_cpu_kernel(name, fields, buffers, code)
-        tol = 1e-5 if dtype == np.float32 else 1e-12
         for i, exp in expected.items():
-            np.testing.assert_allclose(buffers[i], np.asarray(exp, dtype), rtol=tol, atol=tol)
+            # float32 dk, dv of a tall tile sum a few hundred rows: rounding grows with the sum
+            atol = tol if block in _ATTN_BLOCKS else tol * max(1.0, float(np.abs(exp).max()))
+            np.testing.assert_allclose(buffers[i], np.asarray(exp, dtype), rtol=tol, atol=atol)
     assert len(seen) == (2 if name == "attn_fwd" else 4)
 
 

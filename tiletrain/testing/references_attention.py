@@ -33,6 +33,10 @@ def _heads_merge_ref(a, y, x):
 # (causal, qoff, koff, tq, tk): a diagonal block (partly masked), a block below the diagonal,
 # a non-causal block with a smaller key tile
 _ATTN_BLOCKS = [(1, 4, 4, 4, 4), (1, 8, 4, 3, 4), (0, 0, 4, 4, 3)]
+# Tiles of several row blocks (the CPU kernels take 64 query rows at a time where rows see
+# part of the key tile, up to 256 where they see all of it): a diagonal tile whose last rows
+# see every key, a fully visible tile below the diagonal, a non-causal one
+ATTN_MULTI_BLOCKS = [(1, 0, 0, 300, 200), (1, 300, 0, 280, 300), (0, 0, 0, 600, 70)]
 
 
 def _mask(causal, qoff, koff, tq, tk):

@@ -67,10 +67,24 @@ static int64_t visible(int64_t causal, int64_t qpos, int64_t koff, int64_t tk)
     return n < 0 ? 0 : (n > tk ? tk : n);
 }
 
-/* Query rows are processed in blocks of ATTN_RB: under a causal mask a block only needs the
- * keys its last row sees, so the masked upper triangle of a diagonal tile is skipped (about
- * 40 % of a diagonal tile's work with 256-row tiles). */
+/* Query rows are processed in blocks.  Under a causal mask a block only needs the keys its
+ * last row sees, so where rows see part of the key tile (a diagonal tile) blocks of ATTN_RB
+ * rows skip most of the masked upper triangle (about 40 % of a diagonal tile's work with
+ * 256-row tiles); rows that see the whole key tile (off-diagonal tiles, no mask) go in blocks
+ * of up to ATTN_RB_FULL rows, whose larger gemms (the backward's P^T dO and dS^T Q contract
+ * over the block's rows) run faster. */
 #define ATTN_RB 64
+#define ATTN_RB_FULL 256
+
+/* Rows of the block starting at query row r0 (of tq). */
+static int64_t row_block(int64_t causal, int64_t qoff, int64_t koff, int64_t tq, int64_t tk, int64_t r0)
+{
+    const int64_t rb = visible(causal, qoff + r0, koff, tk) == tk ? ATTN_RB_FULL : ATTN_RB;
+    return tq - r0 < rb ? tq - r0 : rb;
+}
+
+/* Rows of the largest block: the scratch buffers' height. */
+static int64_t row_block_max(int64_t tq) { return tq < ATTN_RB_FULL ? tq : ATTN_RB_FULL; }
 
 /* Row helpers, float versions vectorised (tt_expf, lane-wise partial max/sum). */
 TT_SIMD_CLONES static float row_max_f32(const float *restrict s, int64_t n, float init)
@@ -159,7 +173,7 @@ void tt_cpu_attn_fwd(const tt_args_attn_fwd *a, const void *q, const void *k, co
                      void *l)
 {
     const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd, group = a->group > 1 ? a->group : 1;
-    const int64_t rbmax = tq < ATTN_RB ? tq : ATTN_RB;
+    const int64_t rbmax = row_block_max(tq);
     TT_FLOAT_DISPATCH(a->dtype, {
         T *s = malloc((size_t)(rbmax * tk) * sizeof(T));
         if (!s)
@@ -168,8 +182,8 @@ void tt_cpu_attn_fwd(const tt_args_attn_fwd *a, const void *q, const void *k, co
             const int64_t bk = b / group; /* the key/value row this query row reads */
             const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + bk * tk * hd, *V = (const T *)v + bk * tk * hd;
             T *O = (T *)o + b * tq * hd, *M = (T *)m + b * tq, *L = (T *)l + b * tq;
-            for (int64_t r0 = 0; r0 < tq; r0 += rbmax) {
-                const int64_t rb = tq - r0 < rbmax ? tq - r0 : rbmax;
+            for (int64_t r0 = 0, rb; r0 < tq; r0 += rb) {
+                rb = row_block(a->causal, a->qoff, a->koff, tq, tk, r0);
                 const int64_t ncol = visible(a->causal, a->qoff + r0 + rb - 1, a->koff, tk); /* keys the block sees */
                 if (ncol == 0) { /* no row of the block sees a key of this tile */
                     if (a->init)
@@ -257,7 +271,7 @@ void tt_cpu_attn_bwd(const tt_args_attn_bwd *a, const void *q, const void *k, co
                      const void *st, void *dq, void *dk, void *dv)
 {
     const int64_t bh = a->bh, tq = a->tq, tk = a->tk, hd = a->hd, group = a->group > 1 ? a->group : 1;
-    const int64_t rbmax = tq < ATTN_RB ? tq : ATTN_RB;
+    const int64_t rbmax = row_block_max(tq);
     TT_FLOAT_DISPATCH(a->dtype, {
         T *p = malloc((size_t)(2 * rbmax * tk) * sizeof(T));
         if (!p)
@@ -274,8 +288,8 @@ void tt_cpu_attn_bwd(const tt_args_attn_bwd *a, const void *q, const void *k, co
             const T *Q = (const T *)q + b * tq * hd, *K = (const T *)k + bk * tk * hd, *V = (const T *)v + bk * tk * hd;
             const T *dO = (const T *)dout + b * tq * hd, *ST = (const T *)st + b * tq * 2;
             T *dQ = (T *)dq + b * tq * hd, *dK = (T *)dk + bk * tk * hd, *dV = (T *)dv + bk * tk * hd;
-            for (int64_t r0 = 0; r0 < tq; r0 += rbmax) {
-                const int64_t rb = tq - r0 < rbmax ? tq - r0 : rbmax;
+            for (int64_t r0 = 0, rb; r0 < tq; r0 += rb) {
+                rb = row_block(a->causal, a->qoff, a->koff, tq, tk, r0);
                 const int64_t ncol = visible(a->causal, a->qoff + r0 + rb - 1, a->koff, tk);
                 if (ncol == 0)
                     continue;
