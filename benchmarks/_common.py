@@ -13,7 +13,10 @@ def environment() -> str:
                  f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}")
     try:
         from tiletrain._ffi import cstr, lib
+        from tiletrain.runtime import blas_note
         lines.append(f"tiletrain blas: {cstr(lib.tt_blas_info())}")
+        if blas_note():
+            lines.append(f"  note: {blas_note()}")
     except ImportError:
         pass
     try:

@@ -21,6 +21,22 @@ def test_info_names_the_blas_it_was_built_with():
     assert tt.current().info()["blas"] == blas
 
 
+AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
+HASWELL = "openblas (OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell; core Haswell)"
+
+
+def test_blas_note_names_avx2_kernels_on_an_avx512_cpu():
+    from tiletrain.runtime import blas_note
+    note = blas_note(HASWELL, AVX512 | {"avx512_bf16"}, {"OPENBLAS_CORETYPE": "Haswell"})
+    assert "OPENBLAS_CORETYPE=Haswell" in note and "unset it" in note and "Cooperlake" in note
+    note = blas_note(HASWELL, AVX512, {})  # an OpenBLAS older than the CPU chose AVX2 by itself
+    assert note.startswith("OpenBLAS chose its Haswell") and "OPENBLAS_CORETYPE=SkylakeX" in note
+    assert blas_note(HASWELL, {"avx2", "fma"}, {"OPENBLAS_CORETYPE": "Haswell"}) is None  # no AVX-512
+    assert blas_note(HASWELL.replace("core Haswell", "core SkylakeX"), AVX512, {}) is None
+    assert blas_note("mkl (Intel oneMKL 2026)", AVX512, {"OPENBLAS_CORETYPE": "Haswell"}) is None
+    assert tt.current().info()["blas_note"] == blas_note()
+
+
 def _mkl_prefix():
     for prefix in (sys.prefix, os.environ.get("TILETRAIN_MKL_PREFIX", "")):
         if prefix and glob.glob(os.path.join(prefix, "lib", "libmkl_core.so*")) and \

@@ -43,6 +43,8 @@ def cmd_info(args) -> int:
         print(f"StarPU         {info['starpu']}")
         print(f"build          {info['build']}")
         print(f"blas           {info['blas']}")
+        if info["blas_note"]:
+            print(f"               note: {info['blas_note']}")
         print(f"scheduler      {info['sched']}")
         print(f"memory nodes   {info['memory_nodes']}")
         print(f"workers        {len(info['workers'])}")

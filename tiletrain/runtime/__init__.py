@@ -25,6 +25,43 @@ class WorkerInfo:
     memory_node: int
 
 
+# OpenBLAS core types whose sgemm kernels use AVX-512 (the others, Haswell and Zen included,
+# stop at AVX2)
+_AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def blas_note(blas_info: str | None = None, flags: set[str] | None = None,
+              environ: dict | None = None) -> str | None:
+    """A warning when the CPU BLAS runs AVX2 kernels on a CPU with AVX-512 (OpenBLAS's core
+    type held by OPENBLAS_CORETYPE, or an OpenBLAS older than the CPU), else None.  Arguments
+    default to this process: tt_blas_info(), /proc/cpuinfo's flags, os.environ."""
+    info = cstr(lib.tt_blas_info()) if blas_info is None else blas_info
+    if not info.startswith("openblas") or "; core " not in info:
+        return None
+    core = info.rsplit("; core ", 1)[1].rstrip(")").strip()
+    flags = _cpu_flags() if flags is None else flags
+    if not {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags or core.lower() in _AVX512_CORES:
+        return None
+    best = "Cooperlake" if "avx512_bf16" in flags else "SkylakeX"
+    forced = (os.environ if environ is None else environ).get("OPENBLAS_CORETYPE")
+    if forced:
+        return (f"OPENBLAS_CORETYPE={forced} holds OpenBLAS to its {core} (AVX2) kernels on this AVX-512 CPU; "
+                f"unset it (OpenBLAS then detects the CPU) or set OPENBLAS_CORETYPE={best}; see README 'CPU BLAS'")
+    return (f"OpenBLAS chose its {core} (AVX2) kernels on this AVX-512 CPU; OPENBLAS_CORETYPE={best} may be "
+            "faster, see README 'CPU BLAS'")
+
+
 @contextlib.contextmanager
 def _environment(values: dict[str, str | None]):
     saved = {k: os.environ.get(k) for k in values}
@@ -191,6 +228,7 @@ class Runtime:
             "starpu": cstr(lib.tt_starpu_version()),
             "build": cstr(lib.tt_build_options()),
             "blas": cstr(lib.tt_blas_info()),
+            "blas_note": blas_note(),
             "sched": self.sched,
             "workers": self.workers(),
             "memory_nodes": lib.tt_nmemnodes(),
