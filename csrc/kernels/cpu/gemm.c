@@ -113,14 +113,31 @@ static int rows_dot_ok(const tt_args_gemm *a)
     static int cpu = -1; /* AVX2 and FMA on this CPU? (a benign race: every thread finds the same) */
     if (cpu < 0)
         cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    /* alpha 0 stays with BLAS, which then reads neither A nor B (a NaN there does not leak) */
-    return cpu && !a->ta && a->tb && a->m >= 2 && a->m <= ROWS_DOT_MAX && a->k >= 16 && a->alpha != 0;
+    return cpu && !a->ta && a->tb && a->m >= 2 && a->m <= ROWS_DOT_MAX && a->k >= 16;
 }
 #endif
+
+/* alpha 0: C = beta C (0 when beta is 0, C not read), A and B not read -- BLAS's rule, which
+ * OpenBLAS 0.3.21's AVX-512 small-matrix sgemm does not keep (a NaN in A reached C). */
+static int alpha_zero(const tt_args_gemm *a, int f32, void *C)
+{
+    if (a->alpha != 0.0)
+        return 0;
+    const int64_t nc = a->batch * a->m * a->n;
+    for (int64_t i = 0; i < nc; i++) {
+        if (f32)
+            ((float *)C)[i] = a->beta == 0.0 ? 0.0f : (float)a->beta * ((float *)C)[i];
+        else
+            ((double *)C)[i] = a->beta == 0.0 ? 0.0 : a->beta * ((double *)C)[i];
+    }
+    return 1;
+}
 
 static void sgemm_batch(const tt_args_gemm *a, const float *A, const float *B, float *C)
 {
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
+    if (alpha_zero(a, 1, C))
+        return;
     if (is_gemv(a)) {
         gemv_batch(a, 1, A, B, C);
         return;
@@ -194,23 +211,31 @@ static void half_gemm(const tt_args_gemm *a, const void *A, const void *B, void 
     }
 }
 
-void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
+static void dgemm_batch(const tt_args_gemm *a, const double *A, const double *B, double *C)
 {
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
-    if (a->dtype == TT_F32) {
-        sgemm_batch(a, A, B, C);
-    } else if (a->dtype == TT_F64 && is_gemv(a)) {
+    if (alpha_zero(a, 0, C))
+        return;
+    if (is_gemv(a)) {
         gemv_batch(a, 0, A, B, C);
-    } else if (a->dtype == TT_F64) {
-        const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
-        const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;
-        const int lda = a->ta ? m : k, ldb = a->tb ? k : n;
-        for (int64_t i = 0; i < a->batch; i++)
-            cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, a->alpha, (const double *)A + i * (int64_t)m * k, lda,
-                        (const double *)B + i * (int64_t)k * n, ldb, a->beta, (double *)C + i * (int64_t)m * n, n);
-    } else if (a->dtype == TT_F16 || a->dtype == TT_BF16) {
-        half_gemm(a, A, B, C);
+        return;
     }
+    const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;
+    const int lda = a->ta ? m : k, ldb = a->tb ? k : n;
+    for (int64_t i = 0; i < a->batch; i++)
+        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, a->alpha, A + i * (int64_t)m * k, lda, B + i * (int64_t)k * n,
+                    ldb, a->beta, C + i * (int64_t)m * n, n);
+}
+
+void tt_cpu_gemm(const tt_args_gemm *a, const void *A, const void *B, void *C)
+{
+    if (a->dtype == TT_F32)
+        sgemm_batch(a, A, B, C);
+    else if (a->dtype == TT_F64)
+        dgemm_batch(a, A, B, C);
+    else if (a->dtype == TT_F16 || a->dtype == TT_BF16)
+        half_gemm(a, A, B, C);
 }
 
 /* bias (n) copied into every row of C (batch * m rows). */
