@@ -37,6 +37,31 @@ def test_blas_note_names_avx2_kernels_on_an_avx512_cpu():
     assert tt.current().info()["blas_note"] == blas_note()
 
 
+def test_kernels_agree_under_every_openblas_core_type_this_cpu_runs():
+    """The kernel tests under each OpenBLAS core type the CPU can run, not only the one this
+    process uses (OPENBLAS_CORETYPE, or OpenBLAS's detection): AVX-512 kernels once let a NaN
+    through an alpha-0 gemm that the AVX2 ones kept out."""
+    from tiletrain.runtime import _cpu_flags
+    info = cstr(lib.tt_blas_info())
+    if not info.startswith("openblas"):
+        pytest.skip("tiletrain is built with MKL")
+    flags = _cpu_flags()
+    cores = [c for c, need in (("Haswell", {"avx2", "fma"}),
+                               ("SkylakeX", {"avx512f", "avx512bw", "avx512dq", "avx512vl"}),
+                               ("Cooperlake", {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}))
+             if need <= flags and not info.endswith(f"core {c})")]
+    if not cores:
+        pytest.skip("no other OpenBLAS core type runs on this CPU")
+    for core in cores:
+        env = {**os.environ, "OPENBLAS_CORETYPE": core}
+        used = subprocess.run([sys.executable, "-c", "from tiletrain._ffi import cstr, lib; print(cstr(lib.tt_blas_info()))"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert used.stdout.strip().endswith(f"core {core})"), used.stdout + used.stderr
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                            str(ROOT / "tests" / "kernels")], env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, f"tests/kernels with OPENBLAS_CORETYPE={core}:\n{r.stdout[-4000:]}{r.stderr[-2000:]}"
+
+
 def _mkl_prefix():
     for prefix in (sys.prefix, os.environ.get("TILETRAIN_MKL_PREFIX", "")):
         if prefix and glob.glob(os.path.join(prefix, "lib", "libmkl_core.so*")) and \
