@@ -113,7 +113,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
                   "dualpipe-v": {}, "seq1f1b": {"chunks": 2}, "emergent": {},
-                  "emergent-zb": {}}
+                  "emergent-zb": {}, "emergent-v": {}}
 
 
 def real_worker(a) -> None:
@@ -170,6 +170,8 @@ def real_worker(a) -> None:
     configs = []   # (name, mechanism, step, schedule or None)
     if world == 1:
         configs.append(("1 process x 2 workers", "-", plain("single", 1), None))
+        if m > 1:   # the same micro-batches without a pipeline: what the bubble bound m/(m+p-1) is of
+            configs.append((f"1 process x 2 workers x{m}", "-", plain("single", m), None))
     else:
         configs.append(("rank 0 alone (1 worker)", "-", plain("single", 1), None))
         configs.append(("data", "-", plain("data", 1), None))
@@ -247,14 +249,18 @@ def real_main(a) -> int:
     print(environment(), flush=True)
     rows = []
     for L in a.n_layer:
-        one = real_launch(a, L, 1)       # the plain step, then the schedules on 2 worker groups
+        one = real_launch(a, L, 1)       # the plain step(s), then the schedules on 2 worker groups
         before = one[0]
+        nbase = 2 if a.micro_batches > 1 else 1   # one micro-batch, and the pipeline's m without a pipeline
         if not a.one_process:
             res = real_launch(a, L, 2)
-            after = real_launch(a, L, 1, baseline_only=True)[0]   # before and after the job: the load drifts
-            base = dict(before, step_s=(before["step_s"] + after["step_s"]) / 2)
+            after = real_launch(a, L, 1, baseline_only=True)   # before and after the job: the load drifts
+            base, base_m = ({**one[k], "step_s": (one[k]["step_s"] + after[k]["step_s"]) / 2}
+                            for k in (0, nbase - 1))
             print(f"\nGPT {L} x {a.n_embd}: one process x 2 workers {before['step_s']:.3f} s before, "
-                  f"{after['step_s']:.3f} s after the mpirun job (their mean is the baseline)", flush=True)
+                  f"{after[0]['step_s']:.3f} s after the mpirun job (their mean is the baseline); with the "
+                  f"{a.micro_batches} micro-batches: {one[nbase - 1]['step_s']:.3f} s, {after[nbase - 1]['step_s']:.3f} s",
+                  flush=True)
         lines = [[f"{L}x{a.n_embd}", r["config"], r["mechanism"], f"{r['step_s']:.3f}",
                   f"{before['step_s'] / r['step_s']:.2f}x", f"{before['compact_s'] / r['compact_s']:.2f}x",
                   fmt(r.get("order_r0")), fmt(r.get("order_r1"))] for r in one]
@@ -274,14 +280,16 @@ def real_main(a) -> int:
                 e["step_s"] = r["step_s"]
             if r.get(f"order_r{r['rank']}") is not None:
                 e[f"order_r{r['rank']}"] = r[f"order_r{r['rank']}"]
-        lines = [[f"{L}x{a.n_embd}", base["config"], "-", f"{base['step_s']:.3f}", "1.00x", "-", "-"]]
+        m = a.micro_batches
+        lines = [[f"{L}x{a.n_embd}", b["config"], "-", f"{b['step_s']:.3f}", f"{base['step_s'] / b['step_s']:.2f}x",
+                  f"{base_m['step_s'] / b['step_s']:.2f}x", "-", "-"] for b in (base, base_m)[:nbase]]
         for e in merged.values():
-            ratio = base["step_s"] / e["step_s"]
-            rows.append({"model": f"{L}x{a.n_embd}", **e, "vs_1process": ratio})
+            ratio, ratio_m = base["step_s"] / e["step_s"], base_m["step_s"] / e["step_s"]
+            rows.append({"model": f"{L}x{a.n_embd}", **e, "vs_1process": ratio, f"vs_1process_x{m}": ratio_m})
             lines.append([f"{L}x{a.n_embd}", e["config"], e["mechanism"], f"{e['step_s']:.3f}", f"{ratio:.2f}x",
-                          fmt(e.get("order_r0")), fmt(e.get("order_r1"))])
-        print(table(["model", "configuration", "mechanism", "step_s", "vs 1 process", "order r0", "order r1"],
-                    lines), flush=True)
+                          f"{ratio_m:.2f}x", fmt(e.get("order_r0")), fmt(e.get("order_r1"))])
+        print(table(["model", "configuration", "mechanism", "step_s", "vs 1 process", f"vs 1 process x{m}",
+                     "order r0", "order r1"], lines), flush=True)
     return 0
 
 

@@ -17,7 +17,7 @@ def test_every_schedule_under_mpirun_gives_the_one_process_losses(tmp_path, mech
     assert np.abs(one["reference"] - one["reference-dropout"]).max() > 1e-3   # the masks matter
     for r in range(2):
         got = np.load(tmp_path / f"mpi-rank{r}.npz")
-        assert len(got.files) == 11
+        assert len(got.files) == 12   # 10 schedules, and zb-v and seq1f1b with dropout
         for name in got.files:
             ref = one["reference-dropout" if name.endswith("-dropout") else "reference"]
             np.testing.assert_allclose(got[name], ref, rtol=0, atol=1e-9, err_msg=f"rank {r}: {name} / {mechanism}")

@@ -23,7 +23,7 @@ CFG = GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=2, n_embd=8, drop
 TILING = Tiling(batch=2, time=4, width=4, hidden=16, vocab=8)   # last tiles smaller: vocab 16 / 8 ok, C 8 / 4
 M = 4
 SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-             "dualpipe-v": {}, "emergent": {}, "emergent-zb": {}, "seq1f1b": {"chunks": 2}}
+             "dualpipe-v": {}, "emergent": {}, "emergent-zb": {}, "emergent-v": {}, "seq1f1b": {"chunks": 2}}
 
 
 def batches(seed=3, steps=2):

@@ -99,7 +99,10 @@ def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W
       seq1f1b               (p-1)(F+B+W)          busy k m(F+B+W)    ((p-1)/k of a micro-batch's)
       zb-h1, emergent-zb    (p-1)(F+B-W)          busy m(F+B+W)
       zb-v                  (p-1)(F+B-W)          busy 2m(F+B+W)
-      dualpipe-v            (p-1)(F&B+B-2W)       busy 2m(F+B+W), F&B = max(F, B+W)"""
+      dualpipe-v            (p-1)(F&B+B-2W)       busy 2m(F+B+W), F&B = max(F, B+W)
+      emergent-v            (p-1)F                busy 2m(F+B+W) (the greedy priority simulation:
+                            ZB-V's bubble at F = B = W, at GPipe's memory; some other
+                            durations give more, depending on m)"""
     _check(p, m)
     full = F + B + W
     table = {
@@ -112,6 +115,7 @@ def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W
         "emergent-zb": (zb_h1_bubble(p, F, B, W), m * full),
         "zb-v": (zb_v_bubble(p, F, B, W), 2 * m * full),
         "dualpipe-v": (dualpipe_v_bubble(p, max(F, B + W), B, W), 2 * m * full),
+        "emergent-v": ((p - 1) * F, 2 * m * full),
     }
     if name not in table:
         raise ValueError(f"no formula for schedule {name!r}; known: {', '.join(table)}")

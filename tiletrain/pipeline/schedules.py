@@ -22,6 +22,10 @@ registry: ``get(name, stages=p, microbatches=m, virtual=v, chunks=k)``.
   emergent-zb       the same with the backward split into I (dX) and W (dW) and the zero-bubble
                     priorities I > F > W: dataflow fills a stage's idle time with ready weight
                     gradients, as ZB-H1 writes down (its bubble, at GPipe's memory)
+  emergent-v        emergent-zb on ZB-V's and DualPipeV's placement (stages r and 2p-1-r on
+                    rank r, so each rank holds an end of the model: the embeddings' and the
+                    head's stages share rank 0): no order, the zero-bubble priorities; the
+                    written V schedules' placement without their order
 """
 from __future__ import annotations
 
@@ -203,6 +207,12 @@ def emergent_zb(p: int, m: int) -> list[list[Action]]:
             for r in range(p)]
 
 
+def emergent_v(p: int, m: int) -> list[list[Action]]:
+    # listed in submission order (enforce.submission_order), which breaks priority ties
+    return [[Action(s, "F", j) for j in range(m) for s in (r, 2 * p - 1 - r)]
+            + [Action(s, k, j) for j in range(m) for s in (2 * p - 1 - r, r) for k in "IW"] for r in range(p)]
+
+
 # name -> (builder, its extra option: "virtual" | "chunks" | None, ordered)
 SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
     "gpipe": (gpipe, None, True),
@@ -214,6 +224,7 @@ SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
     "seq1f1b": (seq1f1b, "chunks", True),
     "emergent": (emergent, None, False),
     "emergent-zb": (emergent_zb, None, False),
+    "emergent-v": (emergent_v, None, False),
 }
 NAMES = tuple(SCHEDULES)
 
@@ -244,4 +255,4 @@ def get(name: str, stages: int, microbatches: int, virtual: int | None = None, c
 
 __all__ = ["get", "NAMES", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
            "dualpipe_v",
-           "seq1f1b", "emergent", "emergent_zb"]
+           "seq1f1b", "emergent", "emergent_zb", "emergent_v"]

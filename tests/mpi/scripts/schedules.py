@@ -25,7 +25,7 @@ m = 4
 rng = np.random.default_rng(3)
 data = [[rng.integers(0, 16, size=(2, 9)) for _ in range(m)] for _ in range(2)]
 SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "zb-h1": {}, "zb-v": {},
-             "dualpipe-v": {}, "emergent": {}, "emergent-zb": {}, "seq1f1b": {"chunks": 2}}
+             "dualpipe-v": {}, "emergent": {}, "emergent-zb": {}, "emergent-v": {}, "seq1f1b": {"chunks": 2}}
 
 
 def train(name, dropout=0.0):
