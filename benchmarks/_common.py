@@ -15,8 +15,9 @@ def environment() -> str:
         from tiletrain._ffi import cstr, lib
         from tiletrain.runtime import blas_note
         lines.append(f"tiletrain blas: {cstr(lib.tt_blas_info())}")
-        if blas_note():
-            lines.append(f"  note: {blas_note()}")
+        note = blas_note()
+        if note:
+            lines.append(f"  note: {note}")
     except ImportError:
         pass
     try:

@@ -524,8 +524,9 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         print(f"data: {len(corpus.train):,} train / {len(corpus.val):,} val tokens; {tokens_per_step} tokens "
               f"per step ({args.micro_batches} micro-batches of {args.batch} x {args.seq_len})", file=out, flush=True)
         from .runtime import blas_note
-        if blas_note():
-            print(f"note: {blas_note()}", file=out, flush=True)
+        note = blas_note()
+        if note:
+            print(f"note: {note}", file=out, flush=True)
         if args.dist in ("pipeline", "pipeline+data") and world_size() > 1 and args.micro_batches == 1:
             print("note: with one micro-batch the pipeline stages run one after the other; --micro-batches 4 "
                   "(with a 4x smaller --batch for the same tokens per step) lets them overlap", file=out, flush=True)
