@@ -35,19 +35,14 @@ def environment() -> str:
 def placed_step(model, opt, ids, micro_batches: int = 1) -> list:
     """One training step of a model placed with tiletrain.parallel.place, on ids (B, T + 1):
     ``micro_batches`` micro-batches, each split into one shard per data-parallel replica of
-    the current plan, every loss submitted before any is read, then the optimizer step.
-    Returns the losses (Tensors; reading one waits for its part of the step)."""
-    import tiletrain as tt
-    from tiletrain.parallel import microbatch, n_replicas, replica, shards
+    the current plan (``parallel.shard_backward``), every loss submitted before any is read,
+    then the optimizer step.  Returns the losses (Tensors; reading one waits for its part of
+    the step)."""
+    from tiletrain.parallel import shard_backward
     B, m, losses = ids.shape[0], micro_batches, []
     for mb in range(m):
         part = ids[mb * B // m:(mb + 1) * B // m]
-        for d, xs, ys in shards(part[:, :-1], part[:, 1:]):
-            with replica(d), microbatch(mb):
-                loss = model.loss(xs, ys)
-                n = m * n_replicas()
-                (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
-            losses.append(loss)
+        losses += shard_backward(model, part[:, :-1], part[:, 1:], mb, m)
     opt.step()
     opt.zero_grad()
     return losses

@@ -14,6 +14,8 @@ for each batch::
             loss = model.loss(xs, ys)
             tt.scale(loss, 1 / n_replicas()).backward()
 
+(``shard_backward(model, x, y, k, micro_batches)`` is that loop for micro-batch k.)
+
 Every mode is a grid of ``S`` pipeline stages x ``D`` data-parallel replicas (``S * D`` =
 the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
 
@@ -49,7 +51,7 @@ import numpy as np
 from .distribution import SingleRank, world_size
 
 __all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
-           "replica", "shards", "using"]
+           "replica", "shard_backward", "shards", "using"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
 DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
@@ -360,6 +362,23 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
         moved.traits = p.traits.with_dist(dist)
         p.traits, p._ptr, p._base = moved.traits, moved._ptr, moved
     return pl
+
+
+def shard_backward(model, x: np.ndarray, y: np.ndarray, k: int = 0, micro_batches: int = 1) -> list:
+    """Micro-batch ``k`` of ``micro_batches`` of a step: (x, y) split into one shard per
+    replica of the current plan (:func:`shards`), each shard's loss and its backward
+    submitted there, scaled by 1 / (micro_batches * replicas) so that the gradients add up
+    to the batch mean's -- the loop of this module's docstring.  Returns the shards' losses
+    (unscaled Tensors; nothing is read)."""
+    from .ops.basic import scale
+    n = int(micro_batches) * n_replicas()
+    losses = []
+    for d, xs, ys in shards(x, y):
+        with replica(d), microbatch(k):
+            loss = model.loss(xs, ys)
+            (loss if n == 1 else scale(loss, 1.0 / n)).backward()
+        losses.append(loss)
+    return losses
 
 
 def shards(x: np.ndarray, y: np.ndarray, n: int | None = None):

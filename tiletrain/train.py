@@ -455,7 +455,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
     from .ops import activations
 
     from .distribution import rank, world_size
-    from .parallel import check_fit, microbatch, n_replicas, place, replica, shards
+    from .parallel import check_fit, place, shard_backward
 
     args.validate()
     out = out or sys.stdout
@@ -566,18 +566,13 @@ def train(args: TrainArgs, out=None) -> TrainResult:
                     # one shard per data-parallel replica (one in single and pipeline mode):
                     # its forward and backward run on the replica's ranks; the partial
                     # gradients are reduced on each parameter's owner
-                    n = args.micro_batches * n_replicas()
-                    for d, xs, ys in shards(x, y):
-                        with replica(d), microbatch(k):
-                            loss = model.loss(xs, ys)
-                            (loss if n == 1 else tt.scale(loss, 1.0 / n)).backward()
-                        micro.append(loss)
+                    micro += shard_backward(model, x, y, k, args.micro_batches)
                 if args.grad_clip > 0:
                     clip_grad_norm_(model.parameters(), args.grad_clip)
                 opt.step()
                 opt.zero_grad()
                 value = float(np.mean([float(v) for v in micro]))
-                del micro, loss
+                del micro
                 if not math.isfinite(value):
                     raise FloatingPointError(f"the training loss became {value} at step {step}; lower --lr")
                 step += 1
