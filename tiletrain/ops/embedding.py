@@ -8,6 +8,7 @@ import numpy as np
 
 from .._ffi import check, lib
 from ..tensors import Tensor, TensorTraits
+from ..tensors.tensor import known_within
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _tensor
 
@@ -18,7 +19,7 @@ def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
     (``value_range``: made by from_numpy, or an argmax's indices) and within [0, V) are not
     read, so a decode step can embed tokens still being chosen and, under MPI, no rank waits
     for another's ids; the others are read (this waits for their writers)."""
-    if ids.value_range is not None and 0 <= ids.value_range[0] and ids.value_range[1] < V:
+    if known_within(ids, V):
         return ids.value_range
     a = ids.numpy()
     bad = (a < 0) | (a >= V)

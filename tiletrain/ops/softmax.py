@@ -23,6 +23,7 @@ import numpy as np
 
 from ..runtime.kernels import run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype
+from ..tensors.tensor import known_within
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _tensor, astype
 
@@ -119,8 +120,7 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
         raise ValueError(f"{what}: targets must have tiles {rows.tiles} (logits tiles {logits.tiles} "
                          f"without the last axis), got {targets.tiles}")
     ncls = logits.shape[-1]
-    known = targets.value_range  # from_numpy's targets: in range without reading them back
-    if known is not None and 0 <= known[0] and known[1] < ncls:
+    if known_within(targets, ncls):  # from_numpy's targets: in range without reading them back
         return targets
     t = targets.numpy()  # input data: waits only for the targets' writers
     bad = (t != ignore_index) & ((t < 0) | (t >= ncls))

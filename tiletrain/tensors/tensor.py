@@ -515,6 +515,12 @@ _ops = _LazyOps()
 
 
 
+def known_within(t: Tensor, n: int) -> bool:
+    """True when t's values are known, without reading them (``value_range``), to lie in [0, n)."""
+    r = t.value_range
+    return r is not None and 0 <= r[0] and r[1] < n
+
+
 def forget_value_range(t: Tensor) -> None:
     """t is about to be written in place: neither it nor the tensors whose tiles it shares
     (a view's bases) keep a known value range."""
