@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <starpu.h>
+#include <starpu_expert.h>
 #include "tt_blas.h"
 
 #include "tt_internal.h"
@@ -135,12 +138,54 @@ void tt_devices_shutdown(void);
 void tt_pool_install(void);     /* csrc/pool.c */
 void tt_pool_drain(void);
 
+/* Idle workers: StarPU 1.3 (Debian's build: non-blocking drivers) has a worker that finds no
+ * task look again at once, so an idle worker keeps its core busy.  Where threads outnumber
+ * the cores (ranks sharing one machine) that core is taken from threads with work: another
+ * rank's worker, the submitting threads, StarPU-MPI's thread.  With a nap set
+ * (tt_set_idle_nap), a worker that has found nothing for IDLE_SPIN_US sleeps nap_us at a
+ * time (StarPU calls the idle hook each time its driver loop finds no task) until it finds
+ * one again. */
+#define IDLE_SPIN_US 50.0
+static int idle_nap_us = 0;
+static int idle_hook_id = -1;
+static __thread double idle_since = -1.0, idle_last = -1.0; /* this worker's idle spell, in us */
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static unsigned idle_hook(void *arg)
+{
+    (void)arg;
+    int nap = __atomic_load_n(&idle_nap_us, __ATOMIC_RELAXED);
+    if (nap <= 0)
+        return 0;
+    double t = now_us();
+    if (idle_last < 0 || t - idle_last > 20.0 + nap) /* it ran a task since its last call */
+        idle_since = t;
+    if (t - idle_since >= IDLE_SPIN_US) {
+        struct timespec d = {nap / 1000000, (long)(nap % 1000000) * 1000};
+        nanosleep(&d, NULL);
+        t = now_us();
+    }
+    idle_last = t;
+    return 0;
+}
+
+void tt_set_idle_nap(int nap_us) { __atomic_store_n(&idle_nap_us, nap_us > 0 ? nap_us : 0, __ATOMIC_RELAXED); }
+
 static void stop_starpu(void)
 {
     if (tt_mpi_on)
         tt_mpi_stop(); /* starpu_mpi_shutdown, then starpu_shutdown */
     else
         starpu_shutdown();
+    if (idle_hook_id >= 0) /* (no worker left to call it) */
+        starpu_idle_hook_deregister(idle_hook_id);
+    idle_hook_id = -1;
 }
 
 /* Every task done; under MPI also every transfer, on every rank (collective). */
@@ -205,6 +250,7 @@ int tt_init(const tt_config *cfg)
         stop_starpu();
         return tt_error(TT_ESTARPU, "StarPU started with no worker (ncpu=%d)", cfg->ncpu);
     }
+    idle_hook_id = starpu_idle_hook_register(idle_hook, NULL); /* -1: none (then StarPU's polling) */
     tt_memory_started(); /* under a cap: what a tile's StarPU structures cost (csrc/memory.c) */
     tt_pool_install(); /* reuse freed tile buffers (csrc/pool.c; CPU-only sessions) */
     int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */

@@ -13,6 +13,9 @@ export STARPU_MPI_NOBIND=1
 export OPENBLAS_NUM_THREADS=1
 # StarPU's banner and warnings off (one copy per rank otherwise).
 export STARPU_SILENT=1
+# Idle workers nap 200 us at a time instead of polling: a polling worker takes a core
+# from the other ranks' threads.
+export TILETRAIN_IDLE_NAP_US=${TILETRAIN_IDLE_NAP_US:-200}
 
 # --allow-run-as-root: Open MPI refuses to start as root without it (containers).
 # --oversubscribe:     allow more ranks than cores (needed for NP=3 or 4 on 2 cores).
@@ -22,6 +25,6 @@ export STARPU_SILENT=1
 #                      environment of local ranks anyway; on a cluster -x is needed).
 tt_mpirun() {
     exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
-        -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x OPENBLAS_NUM_THREADS -x STARPU_SILENT \
+        -x STARPU_NCPU -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x OPENBLAS_NUM_THREADS -x STARPU_SILENT -x TILETRAIN_IDLE_NAP_US \
         "$PY" "$@"
 }

@@ -203,3 +203,43 @@ def test_perf_model_policies_calibrate_by_default():
     assert RuntimeConfig.resolve(sched="dmda").calibrate == 1
     assert RuntimeConfig.resolve(sched="dmda", calibrate=0).calibrate == 0
     assert RuntimeConfig.resolve(sched="lws").calibrate is None
+
+
+def test_idle_nap_option(monkeypatch):
+    from tiletrain.config import RuntimeConfig
+    assert RuntimeConfig.resolve().idle_nap_us == 0          # StarPU's polling by default
+    monkeypatch.setenv("TILETRAIN_IDLE_NAP_US", "200")
+    assert RuntimeConfig.resolve().idle_nap_us == 200
+    assert RuntimeConfig.resolve(idle_nap_us=50).idle_nap_us == 50   # an argument wins
+    monkeypatch.setenv("TILETRAIN_IDLE_NAP_US", "soon")
+    with pytest.raises(ValueError, match="TILETRAIN_IDLE_NAP_US='soon' is not an integer"):
+        RuntimeConfig.resolve()
+    monkeypatch.delenv("TILETRAIN_IDLE_NAP_US")
+    with pytest.raises(ValueError, match="idle_nap_us must be >= 0"):
+        RuntimeConfig.resolve(idle_nap_us=-1)
+    with pytest.raises(ValueError, match="idle_nap_us must be at most 1000000"):
+        RuntimeConfig.resolve(idle_nap_us=5_000_000)
+    with pytest.raises(TypeError, match="idle_nap_us must be an int"):
+        RuntimeConfig.resolve(idle_nap_us=0.5)
+
+
+def test_idle_workers_nap_instead_of_polling():
+    # An idle, awake worker (pause_when_idle off, as under MPI) polls: it burns a core.  With
+    # a nap it sleeps most of the time.  CPU time of the whole process over the same wall time.
+    import time
+
+    def idle_cpu(**kw):
+        _restart(ncpu=1, pause_when_idle=False, **kw)
+        x = tt.ones((64,), tiles=16) * 2.0
+        assert float(tt.sum(x)) == 128.0                     # the worker has run tasks, then idles
+        tt.wait()
+        c0 = time.process_time()
+        time.sleep(0.4)
+        return time.process_time() - c0
+
+    polling, napping = idle_cpu(), idle_cpu(idle_nap_us=500)
+    assert polling > 0.1, f"an idle polling worker used only {polling:.3f} s of CPU in 0.4 s"
+    assert napping < 0.5 * polling, f"napping {napping:.3f} s vs polling {polling:.3f} s of CPU in 0.4 s"
+    x = tt.ones((64,), tiles=16) * 3.0                       # a napping worker still runs what comes
+    assert float(tt.sum(x)) == 192.0
+    _restart(ncpu=2)

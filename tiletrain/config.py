@@ -39,6 +39,7 @@ _ENV = {
     "silent": "STARPU_SILENT",
     "memory_limit_mb": "STARPU_LIMIT_CPU_MEM",
     "pause_when_idle": "TILETRAIN_PAUSE_WHEN_IDLE",
+    "idle_nap_us": "TILETRAIN_IDLE_NAP_US",
     "mpi_driver": "TILETRAIN_MPI_DRIVER",
     "ooc_dir": "TILETRAIN_OOC_DIR",
     "ooc_size_mb": "TILETRAIN_OOC_SIZE_MB",
@@ -121,6 +122,7 @@ class RuntimeConfig:
     silent: bool = True           # silence StarPU's informational messages
     memory_limit_mb: int | None = None  # cap on StarPU's CPU memory (MiB); enables memory accounting
     pause_when_idle: bool = True  # put polling workers to sleep when a wait finds nothing pending
+    idle_nap_us: int = 0          # a worker idle for 50 us sleeps this long at a time (0: it polls)
     mpi_driver: bool = True       # under MPI: StarPU-MPI's thread also runs CPU worker 0's tasks
     ooc_dir: str | None = None    # with a memory limit: a disk memory node here receives evicted tiles
     ooc_size_mb: int | None = None  # the disk node's size (MiB; None: what is free in ooc_dir, less 1/16)
@@ -166,7 +168,7 @@ class RuntimeConfig:
         return cfg
 
     def validate(self) -> None:
-        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb", "ooc_size_mb"):
+        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb", "ooc_size_mb", "idle_nap_us"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -174,6 +176,8 @@ class RuntimeConfig:
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if self.ncpu == 0 and not self.ncuda and not self.nopencl:
             raise ValueError("ncpu=0 with no CUDA or OpenCL worker leaves StarPU without workers")
+        if self.idle_nap_us > 1_000_000:
+            raise ValueError(f"idle_nap_us must be at most 1000000 (1 s), got {self.idle_nap_us}")
         if self.memory_limit_mb == 0:
             raise ValueError("memory_limit_mb must be >= 1 (StarPU's limit is in MiB)")
         if self.ooc_dir is not None:

@@ -59,6 +59,7 @@ int tt_is_initialized(void);
 uint64_t tt_session_id(void);
 int tt_wait_all(void);
 int tt_wait_idle(int pause);       /* tt_wait_all; pause: then the workers asleep (tt_pause_if_idle) before the freed tiles are unregistered */
+void tt_set_idle_nap(int nap_us);  /* idle workers sleep nap_us at a time after 50 us without a task; 0: they poll */
 int tt_wait_for(double seconds);   /* 1: all tasks done, 0: timed out, <0: error */
 int tt_pending(void);              /* tasks submitted and not yet finished */
 void tt_set_priority(int priority);

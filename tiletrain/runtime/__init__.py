@@ -112,6 +112,7 @@ class Runtime:
         with _environment(cfg.starpu_env()):
             check(lib.tt_init(c))
         self.session = lib.tt_session_id()
+        lib.tt_set_idle_nap(cfg.idle_nap_us)
         if cfg.ooc_dir is not None:  # the disk node evicted tiles go to (csrc/memory.c)
             rc = lib.tt_disk_register(os.fsencode(cfg.ooc_dir), (cfg.ooc_size_mb or 0) << 20)
             if rc < 0:
