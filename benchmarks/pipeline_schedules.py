@@ -16,7 +16,8 @@ mpirun -np 2 with 1 worker per rank (ranks as stages, README "Running under mpir
 mode, pipeline mode as ``place(model, "pipeline")`` gives it (dataflow + 1F1B priorities),
 every schedule x mechanism with --micro-batches, and rank 0 alone as a same-job reference:
 median step time over --steps rounds (round-robin over the configurations, after --warmup
-rounds), ratio to the baseline (its mean before and after the job), and the order fraction
+rounds; in each round a configuration steps twice and the second step is timed, as in a
+training loop that steps one model, not right after another model's step), ratio to the baseline (its mean before and after the job), and the order fraction
 each rank kept (one recorded step).  The baseline process also runs every schedule on 2
 worker groups of 1 worker (one process, the same load as its plain step).
 
@@ -196,7 +197,8 @@ def real_worker(a) -> None:
             run(c[2], i)
     for i in range(a.steps):
         for k, c in enumerate(configs):
-            times[k].append(run(c[2], i))
+            run(c[2], i)   # untimed: the step after switching models refills the caches
+            times[k].append(run(c[2], i + 1))
     for k, (name, mech, step, s) in enumerate(configs):
         res = {"step_s": float(np.median(times[k]))}
         if world == 1:   # the order alone: recorded durations without the gaps a loaded host added (median of 3)
