@@ -17,8 +17,9 @@ mode, pipeline mode as ``place(model, "pipeline")`` gives it (dataflow + 1F1B pr
 every schedule x mechanism with --micro-batches, and rank 0 alone as a same-job reference:
 median step time over --steps rounds (round-robin over the configurations, after --warmup
 rounds; in each round a configuration steps twice and the second step is timed, as in a
-training loop that steps one model, not right after another model's step), ratio to the baseline (its mean before and after the job), and the order fraction
-each rank kept (one recorded step).  The baseline process also runs every schedule on 2
+training loop that steps one model, not right after another model's step), ratio to the
+baseline (its mean before and after the job), and the order fraction each rank kept (one
+recorded step).  The baseline process also runs every schedule on 2
 worker groups of 1 worker (one process, the same load as its plain step).
 
     python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]

@@ -164,14 +164,14 @@ static unsigned idle_hook(void *arg)
     if (nap <= 0)
         return 0;
     double t = now_us();
-    if (idle_last < 0 || t - idle_last > 20.0 + nap) /* it ran a task since its last call */
+    if (idle_last < 0 || t - idle_last > 20.0) /* it did something else since its last call: a task */
         idle_since = t;
     if (t - idle_since >= IDLE_SPIN_US) {
         struct timespec d = {nap / 1000000, (long)(nap % 1000000) * 1000};
         nanosleep(&d, NULL);
         t = now_us();
     }
-    idle_last = t;
+    idle_last = t; /* after the nap: the next call's gap is the time spent outside the hook */
     return 0;
 }
 

@@ -17,7 +17,7 @@ FLAGS = ("--allow-run-as-root", "--oversubscribe", "--bind-to", "none")
 # worker or MPI-progress binding (every rank would pin to the same core), single-threaded
 # BLAS, StarPU's banner off (one copy per rank otherwise), idle workers napping 200 us at a
 # time instead of polling (a polling worker takes a core from the other ranks' threads:
-# data and pipeline steps 2-4 % faster).
+# data and pipeline steps 0-3 % faster, README "Running under mpirun").
 RANK_ENV = {"STARPU_NCPU": "1", "STARPU_WORKERS_NOBIND": "1", "STARPU_MPI_NOBIND": "1",
             "OPENBLAS_NUM_THREADS": "1", "STARPU_SILENT": "1", "TILETRAIN_IDLE_NAP_US": "200"}
 
