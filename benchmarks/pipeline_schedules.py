@@ -19,8 +19,8 @@ median step time over --steps rounds (round-robin over the configurations, after
 rounds; in each round a configuration steps twice and the second step is timed, as in a
 training loop that steps one model, not right after another model's step), ratio to the
 baseline (its mean before and after the job), and the order fraction each rank kept (one
-recorded step).  The baseline process also runs every schedule on 2
-worker groups of 1 worker (one process, the same load as its plain step).
+recorded step).  The baseline process also runs every schedule on 2 worker groups of 1
+worker (one process, the same load as its plain step).
 
     python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]
         [--seq-len 128] [--micro-batches 4] [--mechanisms priority deps] [--steps 4] [--warmup 2]
