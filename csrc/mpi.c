@@ -19,6 +19,20 @@ static int mpi_rank = 0, mpi_size = 1;
  * never collide across tensors created at different times (or across sessions).  Every
  * rank creates the same tensors in the same order, so the counters agree. */
 static int64_t next_tag = 1;
+/* Tag streams (data-parallel submission of one's own replica only: tiletrain.parallel's
+ * shard_backward).  Inside stream s > 0 (replica s - 1's walk) new tiles take the tag
+ * (s << TAG_STREAM_SHIFT) + stream_next++: rank d walks only replica d, and the replicas'
+ * graphs are identical, so replica e's tile has replica d's tag + ((e - d) << SHIFT) --
+ * every rank can name (tt_tensor_shadow) the tiles of the replicas it does not walk.
+ * stream_next advances alike on every rank (each walks one replica of the same graph). */
+#define TAG_STREAM_SHIFT 40
+static int cur_stream = 0;
+static int64_t stream_next = 0;
+
+static int64_t take_tag(int stream)
+{
+    return stream ? ((int64_t)stream << TAG_STREAM_SHIFT) + stream_next++ : next_tag++;
+}
 static int64_t lazy_created = 0, lazy_registered = 0; /* other ranks' tiles (tt_mpi_lazy_counts) */
 static int we_initialized_mpi = 0;
 
@@ -424,11 +438,12 @@ int tt_mpi_wait_all(void)
     return TT_OK;
 }
 
-void tt_mpi_register(starpu_data_handle_t h, int owner)
+static void register_in(starpu_data_handle_t h, int owner, int stream)
 {
-    starpu_mpi_data_register(h, next_tag, owner);
-    next_tag++;
+    starpu_mpi_data_register(h, take_tag(stream), owner);
 }
+
+void tt_mpi_register(starpu_data_handle_t h, int owner) { register_in(h, owner, cur_stream); }
 
 /* Deferred owners (DESIGN principle 7: outputs live where their inputs are).  A tensor made
  * without an explicit distribution registers its tiles with StarPU-MPI lazily: the first
@@ -440,7 +455,7 @@ void tt_mpi_register(starpu_data_handle_t h, int owner)
  * pending (the usual case once a step's tensors exist) the submission path pays one load. */
 static int lazy_owner(starpu_data_handle_t h);
 
-typedef struct pend { starpu_data_handle_t h; int *slot; int fallback; struct pend *next; } pend_t;
+typedef struct pend { starpu_data_handle_t h; int *slot; int fallback; int stream; struct pend *next; } pend_t;
 #define PEND_BUCKETS 4096
 static pend_t *pend_tab[PEND_BUCKETS];
 static long pend_count = 0;
@@ -459,6 +474,7 @@ void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback)
     p->h = h;
     p->slot = slot;
     p->fallback = fallback;
+    p->stream = cur_stream; /* its tag comes from the stream it was made in, whenever placed */
     p->next = pend_tab[b];
     pend_tab[b] = p;
     *slot = -1;
@@ -492,7 +508,7 @@ static int pend_has(starpu_data_handle_t h)
 static void pend_place(pend_t *p, int owner)
 {
     *p->slot = owner;
-    tt_mpi_register(p->h, owner);
+    register_in(p->h, owner, p->stream);
     free(p);
 }
 
@@ -546,7 +562,7 @@ starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems
     if (!z)
         return NULL;
     z->slot = slot;
-    z->tag = next_tag++;
+    z->tag = take_tag(cur_stream);
     z->nelems = nelems;
     z->elemsize = (uint32_t)elemsize;
     z->owner = owner;
@@ -642,6 +658,89 @@ void tt_mpi_drop_fetched(starpu_data_handle_t h)
         starpu_data_invalidate_submit(h);
 }
 
+int tt_mpi_set_stream(int stream)
+{
+    int old = cur_stream;
+    cur_stream = stream > 0 ? stream : 0;
+    return old;
+}
+
+int tt_mpi_cache_enabled(void) { return tt_mpi_on && starpu_mpi_cache_is_enabled(); }
+int tt_mpi_stream(void) { return cur_stream; }
+
+/* While one replica is submitted on its rank only (a stream is set): every tile a task
+ * reads must be this rank's or already received (pushed ahead: tt_tensor_push), and every
+ * tile it writes this rank's -- otherwise the other rank, which does not submit this task,
+ * would never send or receive it: the step would hang.  A clear error instead. */
+int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *kernel)
+{
+    if (!cur_stream)
+        return TT_OK;
+    for (int i = 0; i < n; i++) {
+        starpu_data_handle_t h = d[i].handle;
+        int lazy = tt_handle_lazy(h);
+        int owner = lazy ? lazy_owner(h) : starpu_mpi_data_get_rank(h);
+        if (owner == mpi_rank)
+            continue;
+        if ((d[i].mode & STARPU_W) || lazy || !starpu_mpi_cached_receive(h))
+            return tt_error(TT_EINVAL, "%s: submitting replica %d's shard on its rank only (parallel.shard_backward), "
+                            "a task %s a tile of rank %d that was not sent ahead (only the model's parameters and "
+                            "buffers are); set tiletrain.parallel.OWN_REPLICA_ONLY = False to walk every replica "
+                            "on every rank", kernel, cur_stream - 1, (d[i].mode & STARPU_W) ? "writes" : "reads",
+                            owner);
+    }
+    return TT_OK;
+}
+
+static int64_t tile_tag(tt_tensor *t, int64_t i)
+{
+    starpu_data_handle_t h = t->handles[i];
+    if (tt_handle_lazy(h))
+        return lazy_of(h)->tag;
+    if (t->owner[i] < 0)
+        return -1; /* not placed yet: no tag */
+    return starpu_mpi_data_get_tag(h);
+}
+
+int tt_tensor_shadow(tt_tensor *dst, tt_tensor *src, int64_t stream_delta)
+{
+    if (!tt_mpi_on)
+        return tt_error(TT_EINVAL, "tensor shadow: not an MPI session");
+    if (dst->ntiles != src->ntiles)
+        return tt_error(TT_EINVAL, "tensor shadow: %lld tiles for a tensor of %lld", (long long)dst->ntiles,
+                        (long long)src->ntiles);
+    for (int64_t i = 0; i < src->ntiles; i++) {
+        int64_t tag = tile_tag(src, i);
+        if (tag < 0 || !tt_handle_lazy(dst->handles[i]) || dst->owner[i] == mpi_rank)
+            return tt_error(TT_EINVAL, "tensor shadow: tile %lld %s", (long long)i,
+                            tag < 0 ? "of the source has no tag yet (never written)"
+                                    : "of the shadow is not another rank's unregistered tile");
+        lazy_of(dst->handles[i])->tag = tag + (stream_delta << TAG_STREAM_SHIFT);
+    }
+    dst->written = src->written; /* the other replica wrote it as this rank wrote src */
+    return TT_OK;
+}
+
+int tt_tensor_push(tt_tensor *t, const int *nodes, int n)
+{
+    if (!tt_mpi_on)
+        return TT_OK;
+    tt_ensure_running();
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        int owner = tt_tile_owner(t, i);
+        for (int k = 0; k < n; k++) {
+            int r = nodes[k];
+            if (r == owner || (mpi_rank != owner && mpi_rank != r))
+                continue;
+            if (r < 0 || r >= mpi_size)
+                return tt_error(TT_EINVAL, "tensor push: rank %d outside [0, %d)", r, mpi_size);
+            /* with the cache on, a tile the node holds already is neither sent nor received */
+            starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, tt_tile_handle(t, i), r, NULL, NULL);
+        }
+    }
+    return TT_OK;
+}
+
 void tt_mpi_abort(int code)
 {
     int init = 0, fin = 0;
@@ -691,6 +790,15 @@ void tt_mpi_abort(int code)
     _Exit(code);
 }
 int64_t tt_mpi_next_tag(void) { return 0; }
+int tt_mpi_set_stream(int stream) { (void)stream; return 0; }
+int tt_mpi_stream(void) { return 0; }
+int tt_mpi_cache_enabled(void) { return 0; }
+int tt_tensor_shadow(tt_tensor *dst, tt_tensor *src, int64_t stream_delta)
+{
+    (void)dst; (void)src; (void)stream_delta;
+    return tt_error(TT_EINVAL, "tensor shadow: this build has no StarPU-MPI");
+}
+int tt_tensor_push(tt_tensor *t, const int *nodes, int n) { (void)t; (void)nodes; (void)n; return TT_OK; }
 starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner)
 {
     (void)slot; (void)nelems; (void)elemsize; (void)owner;

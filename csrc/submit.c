@@ -172,6 +172,9 @@ static int submit_mpi(int kernel, const void *args, const starpu_data_handle_t *
         descr[i].mode = modes ? modes[i] : k->modes[i];
     }
     tt_mpi_resolve_task(descr, k->nbuffers); /* tiles of outputs placed by their first writer */
+    int rc = tt_mpi_stream_check(descr, k->nbuffers, k->name);
+    if (rc)
+        return rc;
     kernel_ntasks[kernel]++; /* the flow's task count: the same on every rank */
     if (!tt_mpi_involved(descr, k->nbuffers)) /* nothing to run, send or forget here */
         return TT_OK;
@@ -193,7 +196,7 @@ static int submit_mpi(int kernel, const void *args, const starpu_data_handle_t *
     task->cl_arg = memcpy(copy, args, k->args_size);
     task->cl_arg_size = k->args_size;
     task->cl_arg_free = 1;
-    int rc = finish_and_submit(task, kernel);
+    rc = finish_and_submit(task, kernel);
     if (rc)
         return rc; /* the other ranks go on: this rank's Python raises, and the job aborts (excepthook) */
     starpu_mpi_task_post_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr, k->nbuffers, 0);

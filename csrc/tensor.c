@@ -319,6 +319,12 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
     int64_t inner = t->ndim ? t->ntiles / t->grid[0] : 1; /* tiles per tile row (row-major) */
     int64_t first = lo * inner, last = hi * inner;
     int to_root = tt_mpi_on && !to_tile && root >= 0;
+    if (tt_mpi_on && tt_mpi_stream()) /* the other ranks are not at this point of the flow */
+        for (int64_t i = first; i < last; i++)
+            if (!to_tile || tt_tile_owner(t, i) != me)
+                return tt_error(TT_EINVAL, "tensor %s: a collective %s while one replica's shard is submitted on "
+                                "its rank only (parallel.shard_backward); read tensors after it returns",
+                                to_tile ? "write" : "read", to_tile ? "write of another rank's tile" : "read");
     if (tt_mpi_on) {
         for (int64_t i = first; i < last; i++) {
             if (tt_tile_is_lazy(t, i) && (to_tile || (to_root && me != root)))

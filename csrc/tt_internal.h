@@ -200,7 +200,8 @@ void tt_mpi_quiesce(void);                  /* clean shutdown's collective wait 
 int tt_mpi_involved(const struct starpu_data_descr *d, int n); /* does this rank take part in the task? */
 #endif
 int tt_mpi_wait_all(void);                  /* collective: every task and transfer, all ranks */
-void tt_mpi_register(starpu_data_handle_t h, int owner); /* next tag of the process-wide counter */
+void tt_mpi_register(starpu_data_handle_t h, int owner); /* next tag of the current stream */
+int tt_mpi_stream(void); /* > 0: one replica's shard submitted on its rank only (tt_mpi_set_stream) */
 /* deferred owners: registered by the first task writing the tile (owner of its first read
  * tile, else fallback); resolve: register now with the fallback; forget: on free */
 void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback);
@@ -208,6 +209,7 @@ void tt_mpi_resolve(starpu_data_handle_t h);
 void tt_mpi_forget(starpu_data_handle_t h);
 #ifdef TT_HAVE_MPI
 void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n);
+int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *kernel); /* own-replica walk */
 #endif
 void tt_mpi_flush(starpu_data_handle_t h);  /* collective: drop cached copies on non-owners */
 /* Lazy tiles (csrc/mpi.c): under MPI a tile owned by another rank is registered with StarPU

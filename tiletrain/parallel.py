@@ -34,9 +34,11 @@ the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
   replica d's forward and backward run on rank d.  Parameters are spread whole over the
   ranks (largest first, to the rank with the fewest bytes): replica d's partial gradient
   of a parameter is reduced into the parameter's ``.grad`` on its owner by a chain of tile
-  tasks (copy, then axpy for each further replica: autograd's leaf placement), the
-  optimizer update runs there, and StarPU-MPI sends the updated tiles to the other ranks
-  when they next read them.
+  tasks (copy, then axpy for each further replica), the optimizer update runs there, and
+  the updated tiles go to the other ranks.  ``shard_backward`` has each rank submit only
+  its own replica's shard (the parameters sent ahead at its start); the explicit loop
+  above walks every replica on every rank (the other replicas' tasks skipped in C, the
+  parameters sent when a task reads them).
 - ``pipeline+data``: S stages (``stages``, default 2) x D = world / S replicas.  Stage s's
   parameters are spread (as in data mode) over the D ranks that run stage s; each replica
   pipelines its shard through its S ranks.
@@ -364,27 +366,118 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
     return pl
 
 
+# Data mode under MPI: each rank submits its own replica's shard only (see shard_backward);
+# False: every rank walks every replica (the tasks of the others skipped in C).
+OWN_REPLICA_ONLY = True
+
+
 def shard_backward(model, x: np.ndarray, y: np.ndarray, k: int = 0, micro_batches: int = 1) -> list:
     """Micro-batch ``k`` of ``micro_batches`` of a step: (x, y) split into one shard per
     replica of the current plan (:func:`shards`), each shard's loss and its backward
     submitted there, scaled by 1 / (micro_batches * replicas) so that the gradients add up
     to the batch mean's -- the loop of this module's docstring, with every shard's forward
-    submitted before the first backward.  Under MPI every rank walks every shard (the
-    other replicas' tasks are skipped there), so rank d reaches its own forward after the
-    other replicas' forwards only, not after their backwards too (data mode on 2 ranks x 1
-    worker: rank 1's worker idled 12-27 ms a step waiting for it, against 5-6 ms this way).
-    The same tasks and results either way.  Returns the shards' losses (unscaled Tensors;
-    nothing is read)."""
+    submitted before the first backward.  Returns the shards' losses (unscaled Tensors;
+    nothing is read).  With several replicas, each replica's dropout draws from a
+    generator of its own, seeded from the default one (the same masks whichever rank
+    submits it).
+
+    Under MPI in ``data`` mode (with StarPU-MPI's communication cache on), rank d submits
+    replica d's shard only: the parameters (and tensor buffers) are first sent to every
+    rank that lacks them, each replica's partial gradients stay on its rank, and then
+    every rank submits their reduction on each parameter's owner -- the other replicas'
+    partials named by tag (their graphs are the same as this rank's: tags from a stream per
+    replica, ``tt_mpi_set_stream``).  A shard whose tasks need anything else from another
+    rank stops with an error naming the task; ``OWN_REPLICA_ONLY = False`` makes every rank
+    walk every replica instead (the other replicas' tasks skipped in C; the same results:
+    data mode on 2 ranks x 1 worker, the walk of the other replica cost each rank's
+    submitting thread 3-6 ms a step)."""
     from .ops.basic import scale
     n = int(micro_batches) * n_replicas()
+    parts = shards(x, y)
+    seeds = [None] if len(parts) == 1 else [_default_generator().next_seed() for _ in parts]
+    if _own_replica_only():
+        return _own_shard_backward(model, parts, seeds, k, n)
     losses = []
-    for d, xs, ys in shards(x, y):   # every forward first: see the docstring
-        with replica(d), microbatch(k):
+    for (d, xs, ys), seed in zip(parts, seeds):   # every forward first: see the docstring
+        with replica(d), microbatch(k), _seeded(seed):
             losses.append(model.loss(xs, ys))
     for d, loss in enumerate(losses):
         with replica(d), microbatch(k):
             (loss if n == 1 else scale(loss, 1.0 / n)).backward()
     return losses
+
+
+def _default_generator():
+    from .tensors.creation import default_generator
+    return default_generator
+
+
+@contextlib.contextmanager
+def _seeded(seed):
+    """Inside, the default generator draws from a generator seeded with ``seed`` (None: as is)."""
+    if seed is None:
+        yield
+        return
+    g = _default_generator()
+    old, g._rng = g._rng, np.random.default_rng(seed)
+    try:
+        yield
+    finally:
+        g._rng = old
+
+
+def _own_replica_only() -> bool:
+    from ._ffi import lib
+    pl = _placed
+    return (OWN_REPLICA_ONLY and pl.world > 1 and pl.stages == 1 and pl.replicas > 1
+            and bool(lib.tt_mpi_enabled()) and bool(lib.tt_mpi_cache_enabled()))
+
+
+def _shadow(t, delta: int, owner: int):
+    """The tensor of replica (this one + delta), on rank ``owner``, that corresponds to this
+    replica's ``t`` (nothing registered until a task of this rank needs it)."""
+    from ._ffi import check, lib
+    from .tensors import Tensor
+    s = Tensor(t.traits.with_dist(SingleRank(owner)), t.dtype, _owners=np.full(t.traits.ntiles, owner, np.int32))
+    check(lib.tt_tensor_shadow(s._ptr, t._ptr, int(delta)))
+    return s
+
+
+def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
+    from ._ffi import check, ffi, lib
+    from .ops.autograd import _migrate, collect_leaf_grads
+    from .ops.basic import axpy_, scale
+    from .tensors import Tensor
+    D, me = len(parts), int(lib.tt_mpi_rank())
+    params = list({id(p): p for p in model.parameters()}.values())
+    ranks = ffi.new("int[]", [rank_of(e, 0) for e in range(D)])
+    for t in params + [b for _, b in model.named_buffers() if isinstance(b, Tensor)]:
+        check(lib.tt_tensor_push(t._ptr, ranks, D))   # what the shard reads of other ranks
+    d = next(e for e in range(D) if rank_of(e, 0) == me)
+    _, xs, ys = parts[d]
+    old = lib.tt_mpi_set_stream(d + 1)
+    try:
+        with replica(d), microbatch(k), _seeded(seeds[d]), collect_leaf_grads() as grads:
+            loss = model.loss(xs, ys)
+            (loss if n == 1 else scale(loss, 1.0 / n)).backward()
+    finally:
+        lib.tt_mpi_set_stream(old)
+    known = {id(p) for p in params}
+    if any(i not in known for i in grads):
+        raise RuntimeError("shard_backward: a tensor that is not one of the model's parameters received a "
+                           "gradient; set tiletrain.parallel.OWN_REPLICA_ONLY = False to walk every replica")
+    for p in params:   # the same order on every rank: the reduction is collective
+        if id(p) not in grads:
+            continue
+        mine = grads[id(p)][1]
+        pieces = [mine if e == d else _shadow(mine, e - d, rank_of(e, 0)) for e in range(D)]
+        if p.grad is None:
+            owners = p.owners().reshape(-1)
+            first = pieces.pop(0)
+            p.grad = first if np.array_equal(first.owners().reshape(-1), owners) else _migrate(first, owners)
+        for g in pieces:
+            axpy_(p.grad, g, 1.0, 1.0)
+    return [loss if e == d else _shadow(loss, e - d, rank_of(e, 0)) for e in range(D)]
 
 
 def shards(x: np.ndarray, y: np.ndarray, n: int | None = None):

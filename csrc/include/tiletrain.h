@@ -331,6 +331,18 @@ int tt_tensor_owner(const tt_tensor *t, int64_t tile); /* owner rank of a tile; 
 /* Collective (every rank, same point of the flow): hand tile i to rank owners[i] --
  * StarPU-MPI moves the data and later tasks treat the new rank as its owner; no task. */
 int tt_tensor_migrate(tt_tensor *t, const int *owners);
+/* Data-parallel submission of one's own replica only (tiletrain.parallel.shard_backward).
+ * set_stream: tiles made from now on take tags from replica stream s (s - 1 = the replica;
+ * 0: the process-wide counter); returns the previous stream.  While a stream is set, a
+ * task that would need another rank's part of the flow fails instead of hanging. */
+int tt_mpi_set_stream(int stream);
+int tt_mpi_cache_enabled(void); /* StarPU-MPI's communication cache is on (MPI session) */
+/* dst (every tile another rank's, never registered) names the tiles of replica
+ * src's replica + stream_delta that correspond to src's: same tags, shifted stream. */
+int tt_tensor_shadow(tt_tensor *dst, tt_tensor *src, int64_t stream_delta);
+/* Collective: each tile sent by its owner to every rank in nodes that lacks it (the
+ * communication cache skips tiles a node holds already). */
+int tt_tensor_push(tt_tensor *t, const int *nodes, int n);
 
 /* CDEF END */
 

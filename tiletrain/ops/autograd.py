@@ -51,6 +51,20 @@ def enable_grad():
         _state.enabled = old
 
 
+@contextlib.contextmanager
+def collect_leaf_grads():
+    """Inside, leaf gradients are not added into ``.grad``: each leaf's gradient stays where
+    it was made, summed in the yielded dict ``{id(leaf): (leaf, gradient)}`` (one
+    data-parallel replica's partial gradients: ``parallel.shard_backward`` reduces them
+    on the parameters' owners afterwards)."""
+    old = getattr(_state, "collect", None)
+    _state.collect = parts = {}
+    try:
+        yield parts
+    finally:
+        _state.collect = old
+
+
 @dataclass(eq=False)
 class Node:
     op: str
@@ -167,6 +181,13 @@ class _Placer:
 
     def leaf(self, leaf: Tensor, g: Tensor) -> None:
         from .basic import axpy_
+        parts = getattr(_state, "collect", None)
+        if parts is not None:   # collect_leaf_grads()
+            if id(leaf) in parts:
+                axpy_(parts[id(leaf)][1], g, 1.0, 1.0)
+            else:
+                parts[id(leaf)] = (leaf, self.own(g))
+            return
         if leaf.grad is None:
             if self.mpi:
                 owners = leaf.owners()
