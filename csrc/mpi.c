@@ -702,22 +702,36 @@ static int64_t tile_tag(tt_tensor *t, int64_t i)
     return starpu_mpi_data_get_tag(h);
 }
 
-int tt_tensor_shadow(tt_tensor *dst, tt_tensor *src, int64_t stream_delta)
+int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out)
 {
-    if (!tt_mpi_on)
-        return tt_error(TT_EINVAL, "tensor shadow: not an MPI session");
-    if (dst->ntiles != src->ntiles)
-        return tt_error(TT_EINVAL, "tensor shadow: %lld tiles for a tensor of %lld", (long long)dst->ntiles,
-                        (long long)src->ntiles);
+    if (!out)
+        return tt_error(TT_EINVAL, "tensor shadow: out is NULL");
+    *out = NULL;
+    if (!tt_mpi_on || owner == mpi_rank || owner < 0 || owner >= mpi_size)
+        return tt_error(TT_EINVAL, "tensor shadow: owner rank %d must be another rank of the MPI session", owner);
+    for (int64_t i = 0; i < src->ntiles; i++)
+        if (tile_tag(src, i) < 0)
+            return tt_error(TT_EINVAL, "tensor shadow: tile %lld of the source has no tag yet (never written)",
+                            (long long)i);
+    int *owners = malloc(sizeof(int) * (size_t)(src->ntiles ? src->ntiles : 1));
+    if (!owners)
+        return tt_error(TT_ENOMEM, "tensor shadow: out of memory");
+    for (int64_t i = 0; i < src->ntiles; i++)
+        owners[i] = owner;
+    tt_tensor *dst;
+    int rc = tt_tensor_new_owned(src->ndim, src->shape, src->tile, src->dtype, owners, &dst);
+    free(owners);
+    if (rc)
+        return rc;
     for (int64_t i = 0; i < src->ntiles; i++) {
-        int64_t tag = tile_tag(src, i);
-        if (tag < 0 || !tt_handle_lazy(dst->handles[i]) || dst->owner[i] == mpi_rank)
-            return tt_error(TT_EINVAL, "tensor shadow: tile %lld %s", (long long)i,
-                            tag < 0 ? "of the source has no tag yet (never written)"
-                                    : "of the shadow is not another rank's unregistered tile");
-        lazy_of(dst->handles[i])->tag = tag + (stream_delta << TAG_STREAM_SHIFT);
+        if (!tt_handle_lazy(dst->handles[i])) { /* out of memory for the lazy record: registered at once */
+            tt_tensor_free(dst);
+            return tt_error(TT_ENOMEM, "tensor shadow: out of memory");
+        }
+        lazy_of(dst->handles[i])->tag = tile_tag(src, i) + (stream_delta << TAG_STREAM_SHIFT);
     }
     dst->written = src->written; /* the other replica wrote it as this rank wrote src */
+    *out = dst;
     return TT_OK;
 }
 
@@ -793,9 +807,11 @@ int64_t tt_mpi_next_tag(void) { return 0; }
 int tt_mpi_set_stream(int stream) { (void)stream; return 0; }
 int tt_mpi_stream(void) { return 0; }
 int tt_mpi_cache_enabled(void) { return 0; }
-int tt_tensor_shadow(tt_tensor *dst, tt_tensor *src, int64_t stream_delta)
+int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out)
 {
-    (void)dst; (void)src; (void)stream_delta;
+    (void)src; (void)stream_delta; (void)owner;
+    if (out)
+        *out = NULL;
     return tt_error(TT_EINVAL, "tensor shadow: this build has no StarPU-MPI");
 }
 int tt_tensor_push(tt_tensor *t, const int *nodes, int n) { (void)t; (void)nodes; (void)n; return TT_OK; }

@@ -436,11 +436,11 @@ def _own_replica_only() -> bool:
 def _shadow(t, delta: int, owner: int):
     """The tensor of replica (this one + delta), on rank ``owner``, that corresponds to this
     replica's ``t`` (nothing registered until a task of this rank needs it)."""
-    from ._ffi import check, lib
+    from ._ffi import check, ffi, lib
     from .tensors import Tensor
-    s = Tensor(t.traits.with_dist(SingleRank(owner)), t.dtype, _owners=np.full(t.traits.ntiles, owner, np.int32))
-    check(lib.tt_tensor_shadow(s._ptr, t._ptr, int(delta)))
-    return s
+    out = ffi.new("tt_tensor **")
+    check(lib.tt_tensor_shadow(t._ptr, int(delta), int(owner), out))
+    return Tensor._of_ptr(out[0], t.traits.with_dist(SingleRank(owner)), t.dtype, t._session)
 
 
 def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
@@ -450,10 +450,11 @@ def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
     from .tensors import Tensor
     D, me = len(parts), int(lib.tt_mpi_rank())
     params = list({id(p): p for p in model.parameters()}.values())
-    ranks = ffi.new("int[]", [rank_of(e, 0) for e in range(D)])
+    ranks = [rank_of(e, 0) for e in range(D)]
+    c_ranks = ffi.new("int[]", ranks)
     for t in params + [b for _, b in model.named_buffers() if isinstance(b, Tensor)]:
-        check(lib.tt_tensor_push(t._ptr, ranks, D))   # what the shard reads of other ranks
-    d = next(e for e in range(D) if rank_of(e, 0) == me)
+        check(lib.tt_tensor_push(t._ptr, c_ranks, D))   # what the shard reads of other ranks
+    d = ranks.index(me)
     _, xs, ys = parts[d]
     old = lib.tt_mpi_set_stream(d + 1)
     try:
@@ -466,18 +467,27 @@ def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
     if any(i not in known for i in grads):
         raise RuntimeError("shard_backward: a tensor that is not one of the model's parameters received a "
                            "gradient; set tiletrain.parallel.OWN_REPLICA_ONLY = False to walk every replica")
+
+    def piece(e, g):
+        return g if e == d else _shadow(g, e - d, ranks[e])
+
     for p in params:   # the same order on every rank: the reduction is collective
         if id(p) not in grads:
             continue
         mine = grads[id(p)][1]
-        pieces = [mine if e == d else _shadow(mine, e - d, rank_of(e, 0)) for e in range(D)]
-        if p.grad is None:
-            owners = p.owners().reshape(-1)
-            first = pieces.pop(0)
-            p.grad = first if np.array_equal(first.owners().reshape(-1), owners) else _migrate(first, owners)
-        for g in pieces:
-            axpy_(p.grad, g, 1.0, 1.0)
-    return [loss if e == d else _shadow(loss, e - d, rank_of(e, 0)) for e in range(D)]
+        order = range(D)
+        if p.grad is None:   # the owner's own partial becomes .grad (data mode: params whole on a rank)
+            dist = p.traits.dist
+            e = ranks.index(dist.rank) if isinstance(dist, SingleRank) and dist.rank in ranks else None
+            if e is None:
+                p.grad = _migrate(piece(0, mine), p.owners().reshape(-1))
+                order = range(1, D)
+            else:
+                p.grad = piece(e, mine)
+                order = [f for f in range(D) if f != e]
+        for e in order:
+            axpy_(p.grad, piece(e, mine), 1.0, 1.0)
+    return [piece(e, loss) for e in range(D)]
 
 
 def shards(x: np.ndarray, y: np.ndarray, n: int | None = None):

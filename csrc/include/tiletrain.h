@@ -337,9 +337,10 @@ int tt_tensor_migrate(tt_tensor *t, const int *owners);
  * task that would need another rank's part of the flow fails instead of hanging. */
 int tt_mpi_set_stream(int stream);
 int tt_mpi_cache_enabled(void); /* StarPU-MPI's communication cache is on (MPI session) */
-/* dst (every tile another rank's, never registered) names the tiles of replica
- * src's replica + stream_delta that correspond to src's: same tags, shifted stream. */
-int tt_tensor_shadow(tt_tensor *dst, tt_tensor *src, int64_t stream_delta);
+/* A new tensor shaped like src, every tile on rank owner (another rank; registered only
+ * if a task of this rank needs it), naming the tiles of replica (src's + stream_delta)
+ * that correspond to src's: src's tags in the shifted stream. */
+int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out);
 /* Collective: each tile sent by its owner to every rank in nodes that lacks it (the
  * communication cache skips tiles a node holds already). */
 int tt_tensor_push(tt_tensor *t, const int *nodes, int n);

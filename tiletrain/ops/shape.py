@@ -172,12 +172,9 @@ def _aligned_tiles(xs, xt, ys) -> tuple[int, ...]:
 
 def _view(x: Tensor, ptr, shape, tiles) -> Tensor:
     """The tensor of C view ``ptr`` of x's tiles (no copy); x stays alive while it lives."""
-    t = Tensor.__new__(Tensor)
-    t.traits, t.dtype, t._session, t._ptr = TensorTraits(shape, tiles), x.dtype, x._session, ptr
-    t._base = x  # x, not its base: a view may use x's own arrays of tile handles
-    t.requires_grad, t.grad, t._node = False, None, None
-    t.value_range = None  # not x's: a write to x in place would not reach the view's copy of it
-    return t
+    # base x, not its base: a view may use x's own arrays of tile handles; value_range None,
+    # not x's: a write to x in place would not reach the view's copy of it
+    return Tensor._of_ptr(ptr, TensorTraits(shape, tiles), x.dtype, x._session, base=x)
 
 
 def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:

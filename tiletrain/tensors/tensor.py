@@ -169,6 +169,15 @@ class Tensor:
         self._session = rt.session
 
     @classmethod
+    def _of_ptr(cls, ptr, traits: TensorTraits, dtype, session, base: "Tensor | None" = None) -> "Tensor":
+        """A Python tensor for C tensor ``ptr`` made elsewhere (a view of ``base``'s tiles, which
+        stays alive while it lives, or a tensor of its own when base is None)."""
+        t = cls.__new__(cls)
+        t.traits, t.dtype, t._session, t._ptr, t._base = traits, dtype, session, ptr, base
+        t.requires_grad, t.grad, t._node, t.value_range = False, None, None, None
+        return t
+
+    @classmethod
     def _view_of(cls, base: "Tensor") -> "Tensor":
         """A new Python tensor sharing base's tiles (no copy); base stays alive while it lives."""
         t = cls.__new__(cls)
