@@ -710,9 +710,10 @@ int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor 
     if (!tt_mpi_on || owner == mpi_rank || owner < 0 || owner >= mpi_size)
         return tt_error(TT_EINVAL, "tensor shadow: owner rank %d must be another rank of the MPI session", owner);
     for (int64_t i = 0; i < src->ntiles; i++)
-        if (tile_tag(src, i) < 0)
-            return tt_error(TT_EINVAL, "tensor shadow: tile %lld of the source has no tag yet (never written)",
-                            (long long)i);
+        if ((tile_tag(src, i) >> TAG_STREAM_SHIFT) <= 0)
+            return tt_error(TT_EINVAL, "tensor shadow: tile %lld of the source %s", (long long)i,
+                            tile_tag(src, i) < 0 ? "has no tag yet (never written)"
+                                                 : "was not made in a replica's stream (tt_mpi_in_stream)");
     int *owners = malloc(sizeof(int) * (size_t)(src->ntiles ? src->ntiles : 1));
     if (!owners)
         return tt_error(TT_ENOMEM, "tensor shadow: out of memory");
@@ -733,6 +734,16 @@ int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor 
     dst->written = src->written; /* the other replica wrote it as this rank wrote src */
     *out = dst;
     return TT_OK;
+}
+
+int tt_mpi_in_stream(tt_tensor *t, int stream)
+{
+    if (!tt_mpi_on || stream <= 0)
+        return 0;
+    for (int64_t i = 0; i < t->ntiles; i++)
+        if ((tile_tag(t, i) >> TAG_STREAM_SHIFT) != stream)
+            return 0;
+    return 1;
 }
 
 int tt_tensor_push(tt_tensor *t, const int *nodes, int n)
@@ -815,6 +826,7 @@ int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor 
     return tt_error(TT_EINVAL, "tensor shadow: this build has no StarPU-MPI");
 }
 int tt_tensor_push(tt_tensor *t, const int *nodes, int n) { (void)t; (void)nodes; (void)n; return TT_OK; }
+int tt_mpi_in_stream(tt_tensor *t, int stream) { (void)t; (void)stream; return 0; }
 starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner)
 {
     (void)slot; (void)nelems; (void)elemsize; (void)owner;

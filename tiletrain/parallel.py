@@ -446,7 +446,7 @@ def _shadow(t, delta: int, owner: int):
 def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
     from ._ffi import check, ffi, lib
     from .ops.autograd import _migrate, collect_leaf_grads
-    from .ops.basic import axpy_, scale
+    from .ops.basic import axpy_, copy, scale
     from .tensors import Tensor
     D, me = len(parts), int(lib.tt_mpi_rank())
     params = list({id(p): p for p in model.parameters()}.values())
@@ -461,6 +461,13 @@ def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
         with replica(d), microbatch(k), _seeded(seeds[d]), collect_leaf_grads() as grads:
             loss = model.loss(xs, ys)
             (loss if n == 1 else scale(loss, 1.0 / n)).backward()
+            # what the other ranks name by tag must carry this replica's stream's tags (a
+            # tensor made before the shard, written in it, has tags of the global counter)
+            for i, (leaf, g) in grads.items():
+                if not lib.tt_mpi_in_stream(g._ptr, d + 1):
+                    grads[i] = (leaf, copy(g))
+            if not lib.tt_mpi_in_stream(loss._ptr, d + 1):
+                loss = copy(loss)
     finally:
         lib.tt_mpi_set_stream(old)
     known = {id(p) for p in params}

@@ -341,6 +341,9 @@ int tt_mpi_cache_enabled(void); /* StarPU-MPI's communication cache is on (MPI s
  * if a task of this rank needs it), naming the tiles of replica (src's + stream_delta)
  * that correspond to src's: src's tags in the shifted stream. */
 int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out);
+/* 1: every tile of t has a tag of replica stream `stream` (a tensor made -- or a deferred
+ * one first written -- in it, not one made before and reused), so it can be shadowed */
+int tt_mpi_in_stream(tt_tensor *t, int stream);
 /* Collective: each tile sent by its owner to every rank in nodes that lacks it (the
  * communication cache skips tiles a node holds already). */
 int tt_tensor_push(tt_tensor *t, const int *nodes, int n);
