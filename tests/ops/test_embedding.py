@@ -106,6 +106,15 @@ def test_ids_tensor_reused_and_0d(rng):
     np.testing.assert_array_equal(y.numpy(), table[4])
 
 
+def test_detached_ids(rng):
+    """A detached view of the ids (no known value range of its own) looks them up alike (it
+    raised AttributeError: the view had no value_range)."""
+    table = rng.standard_normal((5, 3))
+    ids = tt.from_numpy(np.array([[1, 4]]))
+    y = F.embedding(ids.detach(), tt.from_numpy(table, (2, 2)))
+    np.testing.assert_array_equal(y.numpy(), table[[[1, 4]]])
+
+
 # ---------------------------------------------------------------- bad input
 
 def test_out_of_range_ids(rng, nothing_submitted):

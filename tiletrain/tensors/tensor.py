@@ -180,11 +180,8 @@ class Tensor:
     @classmethod
     def _view_of(cls, base: "Tensor") -> "Tensor":
         """A new Python tensor sharing base's tiles (no copy); base stays alive while it lives."""
-        t = cls.__new__(cls)
-        t.traits, t.dtype, t._ptr, t._session = base.traits, base.dtype, base._ptr, base._session
-        t._base = base if base._base is None else base._base
-        t.requires_grad, t.grad, t._node = False, None, None
-        return t
+        return cls._of_ptr(base._ptr, base.traits, base.dtype, base._session,
+                           base if base._base is None else base._base)
 
     def detach(self) -> "Tensor":
         """The same tiles, cut from the autograd graph (no copy)."""
