@@ -34,7 +34,7 @@ the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
   replica d's forward and backward run on rank d.  Parameters are spread whole over the
   ranks (largest first, to the rank with the fewest bytes): replica d's partial gradient
   of a parameter is reduced into the parameter's ``.grad`` on its owner by a chain of tile
-  tasks (copy, then axpy for each further replica), the optimizer update runs there, and
+  tasks (an axpy for each further replica's partial), the optimizer update runs there, and
   the updated tiles go to the other ranks.  ``shard_backward`` has each rank submit only
   its own replica's shard (the parameters sent ahead at its start); the explicit loop
   above walks every replica on every rank (the other replicas' tasks skipped in C, the
