@@ -230,13 +230,15 @@ int tt_tensor_alive(const tt_tensor *t)
 
 int64_t tt_tensor_ntiles(const tt_tensor *t) { return t ? t->ntiles : 0; }
 
-int tt_tensor_owner(const tt_tensor *t, int64_t tile)
+int tt_tensor_owners(const tt_tensor *t, int *out, int64_t n)
 {
-    if (!t)
-        return tt_error(TT_EINVAL, "tensor_owner: tensor is NULL");
-    if (tile < 0 || tile >= t->ntiles)
-        return tt_error(TT_EINVAL, "tensor_owner: tile %lld outside [0, %lld)", (long long)tile, (long long)t->ntiles);
-    return t->owner[tile];
+    if (!t || !out)
+        return tt_error(TT_EINVAL, "tensor_owners: %s is NULL", t ? "out" : "tensor");
+    if (n != t->ntiles)
+        return tt_error(TT_EINVAL, "tensor_owners: room for %lld owners, the tensor has %lld tiles", (long long)n,
+                        (long long)t->ntiles);
+    memcpy(out, t->owner, sizeof(int) * (size_t)n);
+    return TT_OK;
 }
 
 int tt_tensor_migrate(tt_tensor *t, const int *owners)

@@ -327,7 +327,8 @@ int tt_tensor_new_owned(int ndim, const int64_t *shape, const int64_t *tile, int
  * owner of the first tile that task reads (else on fallback[i]); see csrc/mpi.c. */
 int tt_tensor_new_deferred(int ndim, const int64_t *shape, const int64_t *tile, int dtype, const int *fallback,
                            tt_tensor **out);
-int tt_tensor_owner(const tt_tensor *t, int64_t tile); /* owner rank of a tile; -1: not placed yet (or a bad argument) */
+/* out[i]: owner rank of tile i (-1: not placed yet); n: room in out, the tensor's tile count */
+int tt_tensor_owners(const tt_tensor *t, int *out, int64_t n);
 /* Collective (every rank, same point of the flow): hand tile i to rank owners[i] --
  * StarPU-MPI moves the data and later tasks treat the new rank as its owner; no task. */
 int tt_tensor_migrate(tt_tensor *t, const int *owners);

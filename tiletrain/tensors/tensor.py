@@ -233,9 +233,9 @@ class Tensor:
         """Owner rank of every tile, shaped like the tile grid (all 0 without MPI; -1 for a tile
         whose owner is chosen by its first writer and that has not been written yet)."""
         ptr = self._handle("owners()")
-        n = self.traits.ntiles
-        # every index is valid here: -1 is "not placed yet", not an error
-        return np.array([lib.tt_tensor_owner(ptr, i) for i in range(n)], dtype=np.int32).reshape(self.grid)
+        out = np.empty(self.traits.ntiles, dtype=np.int32)
+        check(lib.tt_tensor_owners(ptr, ffi.from_buffer("int[]", out), out.size))
+        return out.reshape(self.grid)
 
     def __len__(self) -> int:
         if self.ndim == 0:
