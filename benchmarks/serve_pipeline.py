@@ -3,7 +3,8 @@ idle fraction of each pipeline stage with 1, 2 and 4 request streams, from task 
 
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \\
         -x STARPU_NCPU=1 -x STARPU_WORKERS_NOBIND=1 -x STARPU_MPI_NOBIND=1 -x OPENBLAS_NUM_THREADS=1 \\
-        -x STARPU_SILENT=1 .venv/bin/python benchmarks/serve_pipeline.py [--streams 1 2 4] [--reps 3]
+        -x STARPU_SILENT=1 -x TILETRAIN_IDLE_NAP_US=200 .venv/bin/python benchmarks/serve_pipeline.py \\
+        [--streams 1 2 4] [--reps 3]
         [--n-layer 4] [--n-embd 1024] [--batch 32] [--prompt 4] [--tokens 24]
         [--draft-layers 1 [--num-draft-tokens 4]]
 
