@@ -175,9 +175,7 @@ void tt_memory_before_alloc(int64_t tiles)
     static double last = 0;
     if (pthread_mutex_trylock(&other_mu) != 0)
         return; /* another worker is measuring */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    double now = tt_now();
     if (now - last >= 0.02) {
         last = now;
         int64_t rss = resident_bytes();
@@ -445,9 +443,7 @@ static int disk_check_every(int64_t beyond_limit)
         return tt_error(TT_ESTARPU, "disk node full: %lld bytes of tiles must live beyond the memory limit, the disk "
                         "node in %s takes %lld (7/8 of its %lld bytes, ooc_size): raise ooc_size or mem_limit",
                         (long long)beyond_limit, disk_dir, (long long)usable, (long long)total);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    double now = tt_now();
     if (now - last < 0.02)
         return TT_OK;
     last = now;

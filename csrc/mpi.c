@@ -165,18 +165,11 @@ static starpu_data_handle_t *exit_h; /* [r]: receives rank r's notice; [mpi_rank
 static int exit_on = 0, exit_heard = 0, exit_sends_left = 0, exit_from = -1;
 static double exit_first = 0, quiet_since = 0, exit_grace = 1.0;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 static void exit_notice_cb(void *arg)
 {
     int from = (int)(intptr_t)arg;
     if (__atomic_add_fetch(&exit_heard, 1, __ATOMIC_SEQ_CST) == 1) {
-        exit_first = now_s();
+        exit_first = tt_now();
         __atomic_store_n(&exit_from, from, __ATOMIC_SEQ_CST);
     }
 }
@@ -254,7 +247,7 @@ int tt_mpi_check_diverged(const char *what)
 {
     if (!exit_on || !__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST))
         return TT_OK;
-    double t = now_s();
+    double t = tt_now();
     if (starpu_task_nready() > 0 || quiet_since < exit_first) {
         quiet_since = t; /* this rank still runs tasks of its own: give it time */
         return TT_OK;

@@ -150,26 +150,19 @@ static int idle_nap_us = 0;
 static int idle_hook_id = -1;
 static __thread double idle_since = -1.0, idle_last = -1.0; /* this worker's idle spell, in us */
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
 static unsigned idle_hook(void *arg)
 {
     (void)arg;
     int nap = __atomic_load_n(&idle_nap_us, __ATOMIC_RELAXED);
     if (nap <= 0)
         return 0;
-    double t = now_us();
+    double t = starpu_timing_now(); /* us */
     if (idle_last < 0 || t - idle_last > 20.0) /* it did something else since its last call: a task */
         idle_since = t;
     if (t - idle_since >= IDLE_SPIN_US) {
         struct timespec d = {nap / 1000000, (long)(nap % 1000000) * 1000};
         nanosleep(&d, NULL);
-        t = now_us();
+        t = starpu_timing_now();
     }
     idle_last = t; /* after the nap: the next call's gap is the time spent outside the hook */
     return 0;
@@ -322,13 +315,6 @@ int tt_wait_idle(int pause)
 
 int tt_wait_all(void) { return tt_wait_idle(0); }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* tt_wait_for's helper thread: it blocks in starpu_task_wait_for_all() while the caller
  * sleeps on a condition variable with a deadline, so the caller wakes as soon as the last task
  * ends (no polling latency, no wake-ups stealing a core from the workers) and still returns
@@ -379,13 +365,13 @@ static void stop_waiter(void)
  * early when another rank has shut down while these tasks wait for it. */
 static int poll_for(double seconds)
 {
-    double end = now() + seconds;
+    double end = tt_now() + seconds;
     long sleep_ns = 2000;
     int rc;
     while (starpu_task_nsubmitted() > 0) {
         if (tt_mpi_on && (rc = tt_mpi_check_diverged("wait")) != TT_OK)
             return rc; /* a rank that has shut down holds what these tasks wait for */
-        if (now() >= end)
+        if (tt_now() >= end)
             return 0;
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);

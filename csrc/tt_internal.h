@@ -8,6 +8,14 @@
 #include "tiletrain.h"
 #include "tt_kernels_args.h"
 
+/* Seconds on CLOCK_MONOTONIC: for durations, deadlines of polling loops and rate limits. */
+static inline double tt_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
 /* The CLOCK_REALTIME time `seconds` (>= 0) from now: a pthread_cond_timedwait deadline. */
 static inline struct timespec tt_deadline(double seconds)
 {
