@@ -386,10 +386,10 @@ int tt_tensor_view(tt_tensor *x, int ndim, const int64_t *shape, tt_tensor **out
     t->view = TT_VIEW_SHARED;
     set_geometry(t, ndim, shape, tiles);
     if (t->ntiles != x->ntiles) { /* cannot happen when view_tiles holds; never share a wrong mapping */
+        long long n = (long long)t->ntiles;
         free(t);
         *out = NULL;
-        return tt_error(TT_EINVAL, "tensor view: %lld tiles for %lld (internal error)", (long long)t->ntiles,
-                        (long long)x->ntiles);
+        return tt_error(TT_EINVAL, "tensor view: %lld tiles for %lld (internal error)", n, (long long)x->ntiles);
     }
     return TT_OK;
 }
