@@ -30,8 +30,9 @@ $(STAMP): $(BUILD_INPUTS) | system
 	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
 
+# Prints the skipped tests with their reasons and the 15 slowest tests at the end.
 test: setup
-	$(TEST_ENV) $(PY) -m pytest -q tests
+	$(TEST_ENV) $(PY) -m pytest -q --durations=15 tests
 
 # The main job: a 4-layer GPT on the Python standard library's sources, ~2 minutes on 2
 # cores; the checkpoint goes to runs/default (sample again with `make generate`).  A second

@@ -31,7 +31,11 @@ class CMakeThenCffi(build_ext):
         for ext in self.extensions:
             dest = Path(self.get_ext_fullpath(ext.name)).parent
             dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(lib, dest / "libtiletrain.so")
+            # a new file renamed over the old one: a process running the old library keeps
+            # its mapping (copying over it in place would crash that process)
+            tmp = dest / ".libtiletrain.so.tmp"
+            shutil.copy2(lib, tmp)
+            os.replace(tmp, dest / "libtiletrain.so")
 
 
 setup(

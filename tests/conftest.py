@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 import tiletrain as tt
+from skips import (pytest_collectreport, pytest_runtest_logreport, pytest_sessionfinish,  # noqa: F401 (hooks)
+                   pytest_terminal_summary)
 
 # Tile grids used by every op test: one tile; an even grid; a smaller last tile on every axis.
 GRIDS_2D = [
@@ -62,3 +64,4 @@ def nothing_submitted():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+

@@ -78,6 +78,9 @@ const char *tt_sched_name(void);
 const char *tt_starpu_version(void);
 const char *tt_build_options(void);
 const char *tt_blas_info(void); /* the CPU BLAS chosen at build time, its version and core type */
+/* the body the CPU gemm kernel takes for these operands: "alpha0", "gemv", "rows_dot" (a few
+ * float32 rows times a transposed weight, AVX2+FMA CPUs) or "blas" */
+const char *tt_gemm_cpu_path(int dtype, int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha);
 int tt_kernel_count(void);
 const char *tt_kernel_name(int kernel);
 int tt_kernel_nbuffers(int kernel);

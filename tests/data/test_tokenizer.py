@@ -5,7 +5,6 @@ import pytest
 
 from tiletrain.data import ByteTokenizer, Tokenizer, cache_dir, load_corpus
 
-pytest.importorskip("tokenizers")
 from tiletrain.testing.tiny_hf import tiny_tokenizer  # noqa: E402
 
 TRAIN_TEXT = "def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 50 + "naïve café — 東京 😀 3.14159\n"
@@ -18,7 +17,7 @@ def tok_path(tmp_path):
 
 
 def test_ids_equal_transformers(tok_path):
-    transformers = pytest.importorskip("transformers")
+    import transformers
     tok = Tokenizer.from_pretrained(tok_path.parent)   # the folder, or the file itself
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tok_path))
     ids = tok.encode(MIXED)

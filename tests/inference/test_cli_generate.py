@@ -9,8 +9,6 @@ import pytest
 import tiletrain as tt
 from tiletrain.cli import main
 
-pytest.importorskip("tokenizers")
-pytest.importorskip("transformers")
 from tiletrain.testing.tiny_hf import tiny_gpt2_folder, tiny_tokenizer  # noqa: E402
 
 TEXT = "def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 200

@@ -10,7 +10,7 @@ from tiletrain.nn import GPT, GPTConfig, Tiling
 from tiletrain.inference import KVCache, generate as generate_cached
 from tiletrain.ops.attention import decode_attention
 
-torch = pytest.importorskip("torch")
+import torch
 
 
 def _model(tiling, seed=1):
@@ -79,7 +79,6 @@ def test_greedy_equals_the_uncached_loop():
 
 
 def test_greedy_equals_transformers_generate(tmp_path):
-    pytest.importorskip("transformers")
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
     folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=64, n_positions=32, n_layer=2, n_head=2, n_embd=32, seed=5)
     import transformers
@@ -150,7 +149,7 @@ def test_llama_cached_logits_equal_the_whole_context():
 
 
 def test_llama_greedy_equals_transformers_generate(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    import transformers
     cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
                                    bos_token_id=0, eos_token_id=0)

@@ -177,7 +177,6 @@ def test_cli_dist_pipeline_prints_the_one_process_text(tmp_path, capsys):
     """`tiletrain generate --dist pipeline --streams 2` (one process: one stage) with --top-p,
     --eos or --draft (and 60 tokens: the sliding window past the context of 48) prints the text
     of `tiletrain generate` without --dist."""
-    pytest.importorskip("transformers")
     from tiletrain.cli import main
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
     model = tiny_gpt2_folder(tmp_path / "m", vocab_size=256, n_positions=48, n_layer=2, n_head=2, n_embd=32, seed=5)

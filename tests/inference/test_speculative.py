@@ -12,7 +12,7 @@ from tiletrain.nn import GPT, GPTConfig, Tiling
 from conftest import submits_nothing
 from test_sampling import chi2, chi2_critical
 
-torch = pytest.importorskip("torch")
+import torch
 
 
 def _gpt(n_layer, seed, vocab=50, block=48, tiling=None):
@@ -111,7 +111,6 @@ def test_sampled_generation_is_reproducible_per_row():
 
 @pytest.fixture
 def hf_gpt2(tmp_path):
-    pytest.importorskip("transformers")
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
     import transformers
     folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=64, n_positions=40, n_layer=2, n_head=2, n_embd=32,

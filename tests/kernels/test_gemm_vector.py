@@ -7,10 +7,27 @@ import itertools
 import numpy as np
 import pytest
 
-from tiletrain._ffi import lib
+from tiletrain._ffi import cstr, lib
+from tiletrain.runtime import _cpu_flags
 from tiletrain.testing.references import REFERENCES, run_cpu_kernel
 
 CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64}
+# the rows-dot body needs AVX2 and FMA (checked at run time); elsewhere BLAS takes its shapes
+ROWS_DOT = {"avx2", "fma"} <= _cpu_flags()
+
+
+def path(dtype_code, m, n, k, ta, tb, alpha=0.7):
+    return cstr(lib.tt_gemm_cpu_path(dtype_code, m, n, k, ta, tb, alpha))
+
+
+def test_gemm_path_names_the_body_each_shape_takes():
+    assert path(lib.TT_F32, 1, 7, 5, 0, 0) == path(lib.TT_F64, 6, 1, 5, 1, 1) == "gemv"
+    assert path(lib.TT_F32, 8, 64, 384, 0, 1, alpha=0.0) == "alpha0"
+    assert path(lib.TT_F32, 8, 64, 384, 0, 1) == ("rows_dot" if ROWS_DOT else "blas")
+    for m, ta, tb, k in ((17, 0, 1, 384), (8, 1, 1, 384), (8, 0, 0, 384), (8, 0, 1, 15)):
+        assert path(lib.TT_F32, m, 64, k, ta, tb) == "blas", (m, ta, tb, k)
+    assert path(lib.TT_F64, 8, 64, 384, 0, 1) == "blas"  # rows-dot is float32 only
+    assert path(lib.TT_F16, 8, 64, 384, 0, 1) == path(lib.TT_F32, 8, 64, 384, 0, 1)  # half: float32 copies
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -34,6 +51,8 @@ def test_gemm_vector_shapes(dtype, m, n):
 def test_gemm_few_rows_times_transposed_weight(m, n, k):
     """The decode shape (a few rows, x @ W^T): odd n (a last single weight row), k not a
     multiple of 8 (a scalar tail), m = 17 past the path's limit (BLAS), alpha and beta."""
+    expected_path = "rows_dot" if ROWS_DOT and m <= 16 and k >= 16 else "blas"
+    assert path(lib.TT_F32, m, n, k, 0, 1) == expected_path
     rng = np.random.default_rng(m * 1000 + n + k)
     batch = 2
     for beta in (0.0, 1.0, 0.3):

@@ -9,7 +9,7 @@ import tiletrain as tt
 from tiletrain.nn import GPT, GPTConfig, Tiling
 from tiletrain.optim import AdamW
 
-torch = pytest.importorskip("torch")
+import torch
 from torch_gpt2_ref import random_hf_state_dict, torch_model  # noqa: E402
 
 CFG = GPTConfig(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=16)

@@ -9,8 +9,8 @@ import pytest
 import tiletrain.nn as ttnn
 from tiletrain.nn import GPT, GPTConfig, Tiling
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch
+import transformers
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
 FINE = Tiling(batch=1, time=4, width=8, hidden=24, vocab=8)  # leftover tiles on every axis

@@ -13,8 +13,8 @@ import pytest
 from tiletrain.nn import Llama, LlamaConfig, Tiling
 from tiletrain.optim import AdamW
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch
+import transformers
 from transformers.models.llama import modeling_llama
 
 CFG = dict(vocab_size=37, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,

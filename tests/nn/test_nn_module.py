@@ -102,7 +102,7 @@ def test_train_eval_and_zero_grad(rng):
 
 
 def test_load_state_dict_from_torch_tensors_and_dtype_conversion(rng):
-    torch = pytest.importorskip("torch")
+    import torch
     m = Toy()
     sd = {k: torch.tensor(rng.standard_normal(v.shape), dtype=torch.float32, requires_grad=True)
           for k, v in m.state_dict().items()}

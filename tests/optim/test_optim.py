@@ -5,7 +5,7 @@ import pytest
 import tiletrain as tt
 from tiletrain.optim import SGD, AdamW, clip_grad_norm_, cosine_with_warmup
 
-torch = pytest.importorskip("torch")
+import torch
 
 
 def _problem(rng):

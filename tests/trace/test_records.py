@@ -197,7 +197,6 @@ def test_worker_counters_and_reset(profiled):
 
 
 def test_gantt_png(profiled, tmp_path):
-    pytest.importorskip("matplotlib")
     x = tt.from_numpy(np.ones((8, 8)), tiles=4)
     with tt.trace.recording() as rec:
         with tt.tag(phase="fwd"):
@@ -209,7 +208,6 @@ def test_gantt_png(profiled, tmp_path):
 
 
 def test_cli_trace_run_and_show(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     from tiletrain.cli import main
     if tt.is_initialized():
         tt.shutdown()

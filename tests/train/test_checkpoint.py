@@ -4,7 +4,6 @@ import pytest
 
 from tiletrain import checkpoint as ck
 
-pytest.importorskip("safetensors")
 
 
 def test_round_trip(tmp_path):

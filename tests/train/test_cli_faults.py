@@ -13,7 +13,6 @@ import pytest
 from tiletrain import checkpoint as ck
 from tiletrain.train import TrainArgs, train
 
-pytest.importorskip("safetensors")
 
 TEXT = ("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "16", "--batch", "2", "--steps", "2",

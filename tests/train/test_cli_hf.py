@@ -12,7 +12,6 @@ import tiletrain as tt
 from tiletrain import checkpoint as ck
 from tiletrain.cli import build_parser, main
 
-pytest.importorskip("tokenizers")
 from tiletrain.testing.tiny_hf import tiny_gpt2_folder, tiny_tokenizer  # noqa: E402
 
 TEXT = ("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 300) + "naïve café 😀\n"
@@ -35,7 +34,6 @@ def corpus(tmp_path):
 @pytest.fixture
 def hf_folder(tmp_path):
     """A transformers GPT-2 folder with a 300-token byte-level BPE tokenizer.json."""
-    pytest.importorskip("transformers")
     path = tiny_gpt2_folder(tmp_path / "hf", vocab_size=300, n_positions=32, n_layer=2)
     tiny_tokenizer(path, TEXT, vocab_size=300)
     return path

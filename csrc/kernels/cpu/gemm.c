@@ -119,10 +119,8 @@ static int rows_dot_ok(const tt_args_gemm *a)
 
 /* alpha 0: C = beta C (0 when beta is 0, C not read), A and B not read -- BLAS's rule, which
  * OpenBLAS 0.3.21's AVX-512 small-matrix sgemm does not keep (a NaN in A reached C). */
-static int alpha_zero(const tt_args_gemm *a, int f32, void *C)
+static void alpha_zero(const tt_args_gemm *a, int f32, void *C)
 {
-    if (a->alpha != 0.0)
-        return 0;
     const int64_t nc = a->batch * a->m * a->n;
     for (int64_t i = 0; i < nc; i++) {
         if (f32)
@@ -130,26 +128,54 @@ static int alpha_zero(const tt_args_gemm *a, int f32, void *C)
         else
             ((double *)C)[i] = a->beta == 0.0 ? 0.0 : a->beta * ((double *)C)[i];
     }
-    return 1;
+}
+
+/* Which body a gemm call takes; tt_gemm_cpu_path names it, so that tests can assert the
+ * path they mean to check instead of passing through BLAS unnoticed. */
+enum gemm_path { GEMM_ALPHA0, GEMM_GEMV, GEMM_ROWS_DOT, GEMM_BLAS };
+
+static enum gemm_path gemm_path(const tt_args_gemm *a, int f32)
+{
+    if (a->alpha == 0.0)
+        return GEMM_ALPHA0;
+    if (is_gemv(a))
+        return GEMM_GEMV;
+#ifdef TT_ROWS_DOT
+    if (f32 && rows_dot_ok(a))
+        return GEMM_ROWS_DOT;
+#else
+    (void)f32;
+#endif
+    return GEMM_BLAS;
+}
+
+const char *tt_gemm_cpu_path(int dtype, int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha)
+{
+    const tt_args_gemm a = {.dtype = dtype, .batch = 1, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .alpha = alpha};
+    static const char *const names[] = {"alpha0", "gemv", "rows_dot", "blas"};
+    return names[gemm_path(&a, dtype != TT_F64)];
 }
 
 static void sgemm_batch(const tt_args_gemm *a, const float *A, const float *B, float *C)
 {
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
-    if (alpha_zero(a, 1, C))
+    switch (gemm_path(a, 1)) {
+    case GEMM_ALPHA0:
+        alpha_zero(a, 1, C);
         return;
-    if (is_gemv(a)) {
+    case GEMM_GEMV:
         gemv_batch(a, 1, A, B, C);
         return;
-    }
 #ifdef TT_ROWS_DOT
-    if (rows_dot_ok(a)) {
+    case GEMM_ROWS_DOT:
         for (int64_t i = 0; i < a->batch; i++)
             rows_dot(m, n, k, (float)a->alpha, A + i * (int64_t)m * k, B + i * (int64_t)k * n, (float)a->beta,
                      C + i * (int64_t)m * n);
         return;
-    }
 #endif
+    default:
+        break;
+    }
     const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;
     const int lda = a->ta ? m : k, ldb = a->tb ? k : n;
@@ -214,11 +240,15 @@ static void half_gemm(const tt_args_gemm *a, const void *A, const void *B, void 
 static void dgemm_batch(const tt_args_gemm *a, const double *A, const double *B, double *C)
 {
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
-    if (alpha_zero(a, 0, C))
+    switch (gemm_path(a, 0)) {
+    case GEMM_ALPHA0:
+        alpha_zero(a, 0, C);
         return;
-    if (is_gemv(a)) {
+    case GEMM_GEMV:
         gemv_batch(a, 0, A, B, C);
         return;
+    default:
+        break;
     }
     const enum CBLAS_TRANSPOSE ta = a->ta ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = a->tb ? CblasTrans : CblasNoTrans;
