@@ -33,10 +33,14 @@ def runtime_config():
 
 @pytest.fixture(autouse=True)
 def runtime(runtime_config):
-    """One StarPU session for the whole run; tests that stop it get a fresh one."""
+    """One StarPU session for the whole run; tests that stop it get a fresh one.  Its workers
+    are put to sleep while nothing is pending (awake, they poll and take the cores from the
+    subprocesses that MPI and command-line tests launch); a submission wakes them."""
     if not tt.is_initialized():
         tt.init(**runtime_config)
-    yield tt.current()
+    rt = tt.current()
+    rt.idle()
+    yield rt
 
 
 def total_tasks() -> int:

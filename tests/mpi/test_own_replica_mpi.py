@@ -1,9 +1,11 @@
 """Data mode under mpirun -np 2: each rank submits its own replica's shard only
 (``parallel.shard_backward``): the same results as every rank walking every replica, and a
-clear error, not a hang, for a shard that needs something no rank sends ahead."""
+clear error, not a hang, for a shard that needs something no rank sends ahead (the job ends
+at most fault_timing.MAX_EXIT_S after the fault)."""
 import numpy as np
 import pytest
 
+from fault_timing import assert_quick_exit
 from mpi_launch import requires_mpi, run_mpi
 
 pytestmark = [requires_mpi, pytest.mark.mpi]
@@ -32,5 +34,6 @@ def test_own_replica_walk_matches_walking_every_replica(tmp_path):
 ])
 def test_a_shard_that_needs_another_ranks_part_fails_clearly(tmp_path, mode, message):
     res = run_mpi("own_replica.py", 2, tmp_path, mode, mode, timeout=60, check=False)
+    assert_quick_exit(res.stdout)
     assert res.returncode != 0
     assert message in res.stdout, res.stdout[-3000:]

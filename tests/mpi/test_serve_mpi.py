@@ -10,6 +10,7 @@ has a timeout (mpi_launch.py)."""
 import numpy as np
 import pytest
 
+from fault_timing import assert_quick_exit
 from mpi_launch import requires_mpi, run_mpi, run_single
 
 pytestmark = [requires_mpi, pytest.mark.mpi]
@@ -75,6 +76,7 @@ def test_serving_a_model_placed_for_training(tmp_path, reference):
 
 def test_more_ranks_than_layers_is_rejected_on_every_rank(tmp_path):
     res = run_mpi("serve_generate.py", 4, tmp_path, "bad", "gpt", 1, timeout=90, check=False)
+    assert_quick_exit(res.stdout)
     assert res.returncode != 0
     assert "--dist pipeline: 4 stages (one per rank) but the model has only 3 layers" in res.stdout, res.stdout
 
@@ -82,7 +84,6 @@ def test_more_ranks_than_layers_is_rejected_on_every_rank(tmp_path):
 def test_cli_generate_dist_pipeline_prints_the_single_process_text(tmp_path):
     """`tiletrain generate --dist pipeline --streams 2` on 2 ranks: rank 0 prints the greedy
     text of `tiletrain generate` in one process, once per sequence, and a tokens/s line."""
-    pytest.importorskip("transformers")
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
     folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=256, n_positions=48, n_layer=2, n_head=2, n_embd=32,
                               seed=5)
@@ -101,7 +102,6 @@ def test_cli_generate_dist_pipeline_top_p_eos_draft(tmp_path):
     prints the samples of one process (row b sampled from the b-th stream of the seed, each
     cut at its first eos), and with --draft the greedy text (60 tokens: past the context of
     48, the sliding window)."""
-    pytest.importorskip("transformers")
     from tiletrain.testing.tiny_hf import tiny_gpt2_folder
     folder = tiny_gpt2_folder(tmp_path / "hf", vocab_size=256, n_positions=48, n_layer=2, n_head=2, n_embd=32,
                               seed=5)

@@ -4,6 +4,7 @@ resume in one process and vice versa.  Each launch has a timeout (mpi_launch.py)
 import numpy as np
 import pytest
 
+from fault_timing import assert_quick_exit
 from mpi_launch import requires_mpi, run_mpi, run_single
 
 pytestmark = [requires_mpi, pytest.mark.mpi]
@@ -76,6 +77,7 @@ def test_pipeline_plus_data_on_four_ranks(tmp_path, corpus):
 ])
 def test_a_distribution_that_does_not_fit_is_rejected_before_any_task(tmp_path, corpus, args, message):
     res = run_mpi("train.py", 3, tmp_path, "bad", corpus, *args, timeout=60, check=False)
+    assert_quick_exit(res.stdout)
     assert res.returncode != 0
     assert message in res.stdout, res.stdout
     assert "model:" not in res.stdout  # rejected before the runtime started (nothing submitted)

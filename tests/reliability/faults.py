@@ -2,11 +2,11 @@
 tests/reliability/test_faults.py and benchmarks/faults.py).
 
 Each MPI scenario runs under `mpirun -np 2`; the failing rank prints ``FAULT-AT <time>``
-when it fails, so that the time from the failure to the job's exit can be measured."""
+when it fails, so that the time from the failure to the job's exit is measured, and checked
+(at most tests/mpi/fault_timing.py MAX_EXIT_S) for every scenario with a fault."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi"))
+from fault_timing import after_fault, exit_time_problem  # noqa: E402
 from mpi_launch import _env, have_mpi  # noqa: E402
 
 from tiletrain.utils import mpirun  # noqa: E402
@@ -64,8 +65,7 @@ def _run(cmd: list[str], timeout: float, env: dict) -> Result:
         out, _ = p.communicate()
         rc = None
     end = time.time()
-    marks = [float(m) for m in re.findall(r"FAULT-AT (\d+\.\d+)", out)]
-    return Result(rc, end - t0, end - min(marks) if marks else None, out)
+    return Result(rc, end - t0, after_fault(out, end), out)
 
 
 def run_mpi_scenario(name: str, timeout: float = 45) -> Result:
@@ -93,7 +93,8 @@ def check_mpi_result(name: str, res: Result) -> str | None:
         return f"{name}: the output lacks {text!r}"
     if "unexpected received messages" in res.output:
         return f"{name}: StarPU-MPI aborted on unexpected messages"
-    return None
+    slow = exit_time_problem(res.after_fault) if code is None else None  # a fault: the job leaves fast
+    return f"{name}: {slow}" if slow else None
 
 
 __all__ = ["BENCHMARK_ONLY", "MPI_SCENARIOS", "RACE_DELAYS", "Result", "check_mpi_result", "have_mpi", "run_mpi_scenario",

@@ -3,8 +3,11 @@ micro-batches through ``parallel.shard_backward``, each rank submitting its own 
 (argv[3] 'own', the default walk) or every rank walking every replica ('all').  argv[3]
 'stray': the model's loss also reads a tensor of rank 0 that is neither a parameter nor a
 buffer (the shard on rank 1 cannot get it); 'read': the loss is read inside the shard's
-forward.  Saves the losses, the parameters and the tag counter to <out>/<tag>-rank<r>.npz."""
+forward (both print FAULT-AT when the faulty loss is called: the test times the job's exit
+from the first).  Saves the losses, the parameters and the tag counter to
+<out>/<tag>-rank<r>.npz."""
 import sys
+import time
 
 import numpy as np
 
@@ -29,6 +32,7 @@ if mode in ("stray", "read"):
     inner = model.loss
 
     def loss(xs, ys):
+        print(f"FAULT-AT {time.time():.3f}", file=sys.stderr, flush=True)
         v = inner(xs, ys)
         if mode == "read":
             float(v)

@@ -1,13 +1,15 @@
 """A collective checkpoint save whose write fails on rank 0 (disk full after the header):
 every rank raises CheckpointWriteError, the ranks stay in step (rank 0 still receives every
 tile the others send), and the next save succeeds; then save_pretrained (collective).
-argv: out tag path.  Saves <out>/<tag>-rank<r>.json: the first save's error, and whether the
-second save's file holds the model's values (step, equal; hf_equal: the save_pretrained
+argv: out tag path.  Saves <out>/<tag>-rank<r>.json: the first save's error and when this rank
+raised it (error_at; rank 0 prints FAULT-AT when its write fails), and whether the second save's
+file holds the model's values (step, equal; hf_equal: the save_pretrained
 folder's)."""
 import contextlib
 import errno
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -35,6 +37,7 @@ class FullDisk:
     def write(self, data):
         self.writes += 1
         if self.writes > 1:  # the header, then nothing
+            print(f"FAULT-AT {time.time():.3f}", file=sys.stderr, flush=True)
             raise OSError(errno.ENOSPC, "No space left on device")
         return self.f.write(data)
 
@@ -54,7 +57,7 @@ try:
     ck.save(path, model_tensors(model), {"step": 1})
     res["error"] = None
 except ck.CheckpointWriteError as exc:
-    res["error"] = str(exc)
+    res["error"], res["error_at"] = str(exc), time.time()
 ck._atomic_file = real_atomic_file
 ck.save(path, model_tensors(model), {"step": 2})
 stored, meta = ck.load(path)

@@ -9,8 +9,9 @@ unplaced 1-layer draft sharing the model's embeddings, final norm and head ("spe
 the accepted tokens per round), speculative sampled tokens with one stream
 ("spec_sampled", and "spec_sampled_ref": generate's before placement), and the owner ranks
 of the first and last layers' parameters and of the first and last layers' key/value cache
-tiles."""
+tiles.  Tag 'bad' (a layout that does not fit) prints FAULT-AT before the first pipelined call."""
 import sys
+import time
 
 import numpy as np
 
@@ -53,6 +54,8 @@ spec_sampled_ref = generate(model, prompts, new, temperature=1.3, seed=8, **spec
 if trained:
     place(model, "pipeline")
     model.loss(prompts[:, :-1], prompts[:, 1:]).backward()
+if tag == "bad":  # the call below is rejected: the test times the job's exit from here
+    print(f"FAULT-AT {time.time():.3f}", file=sys.stderr, flush=True)
 got, stats = generate_pipeline(model, prompts, new, streams=streams, time_tile=4, return_stats=True)
 sampled = generate_pipeline(model, prompts, new, streams=streams, temperature=1.3, seed=5, time_tile=4)
 filtered = generate_pipeline(model, prompts, new, streams=streams, eos_token_id=eos, **sampling)

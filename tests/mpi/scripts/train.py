@@ -2,8 +2,10 @@
 argv: out tag [key=value ...] (TrainArgs fields: dist, dtype, data, n_layer, batch, steps,
 stop_after, ckpt_dir, resume, mem_limit, ooc_dir).  Saves to <out>/<tag>-rank<r>.npz: the train losses, how many
 times this rank wrote a checkpoint, the tasks this rank's workers executed, and the owners
-of a few parameters (first/last block, wte)."""
+of a few parameters (first/last block, wte).  Tag 'bad' (options that are rejected) prints
+FAULT-AT before train()."""
 import sys
+import time
 
 import numpy as np
 
@@ -46,6 +48,8 @@ def recording_place(model, mode, stages=None):
 
 
 ck.save, tt.shutdown, par.place = counting_save, recording_shutdown, recording_place
+if tag == "bad":  # train() rejects the options: the test times the job's exit from here
+    print(f"FAULT-AT {time.time():.3f}", file=sys.stderr, flush=True)
 res = train(TrainArgs(**kw))
 np.savez(f"{out}/{tag}-rank{rank()}.npz", losses=np.array(res.train_losses), saves=info["saves"],
          executed=info["executed"], **{f"owner_{k}": v for k, v in info["owners"].items()})
