@@ -144,9 +144,65 @@ class StoredTensor:
             done += n
 
 
+MAX_HEADER_BYTES = 100_000_000  # the safetensors library refuses a longer header ("header too large")
+_MAX_NDIM = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32  # NumPy's most dimensions
+_ENTRY_KEYS = ("dtype", "shape", "data_offsets")
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's pairs as a dict; ValueError on a repeated key (which JSON readers
+    resolve differently: the last one here, maybe the first elsewhere)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {dup!r} appears twice")
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _count(v) -> bool:
+    """A dimension or an offset: an int in [0, 2**64) (safetensors' usize), not a bool or float."""
+    return type(v) is int and 0 <= v < 1 << 64
+
+
+def _header_entry(name: str, e: Any, dtypes: dict) -> tuple[int, int, str, tuple, np.dtype]:
+    """(begin, end, name, shape, dtype) of one tensor of a header; ValueError naming what is wrong."""
+    if not isinstance(e, dict) or any(k not in e for k in _ENTRY_KEYS):
+        raise ValueError(f"tensor {name!r}: a header entry must be an object with dtype, shape and "
+                         f"data_offsets, got {e!r:.200}")
+    code, shape, offsets = e["dtype"], e["shape"], e["data_offsets"]
+    if not isinstance(code, str) or code not in dtypes:
+        raise ValueError(f"tensor {name!r}: unknown dtype {code!r:.40} (readable: {', '.join(dtypes)})")
+    if not isinstance(shape, list) or len(shape) > _MAX_NDIM or not all(_count(d) for d in shape):
+        raise ValueError(f"tensor {name!r}: the shape must be a list of at most {_MAX_NDIM} ints in "
+                         f"[0, 2**64), got {shape!r:.200}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(x) for x in offsets):
+        raise ValueError(f"tensor {name!r}: data_offsets must be two ints in [0, 2**64), "
+                         f"got {offsets!r:.200}")
+    dtype, (b, end) = dtypes[code], offsets
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= 1 << 64:
+        raise ValueError(f"tensor {name!r}: shape {shape} of {code} overflows a 64-bit size")
+    if end - b != nbytes:
+        raise ValueError(f"tensor {name!r}: data_offsets [{b}, {end}] hold {end - b} bytes, shape {shape} "
+                         f"of {code} needs {nbytes}")
+    return b, end, name, tuple(shape), dtype
+
+
 class SafetensorsFile(Mapping):
     """The header of a safetensors file: {name: StoredTensor} (sorted by name) and its string
-    ``metadata``.  Nothing but the header is read; ValueError says what is wrong with it."""
+    ``metadata``.  Nothing but the header is read; ValueError says what is wrong with it.
+
+    The header is checked as the ``safetensors`` library checks it, and more strictly where
+    readers could disagree, before anything proportional to its claims is allocated: at most
+    MAX_HEADER_BYTES of JSON, an object without repeated keys (NaN and Infinity are not
+    numbers), known dtypes, shapes and offsets of ints >= 0, each tensor's bytes matching its
+    shape and dtype, and the tensors tiling the data after the header exactly (no gap, no
+    overlap, nothing past the end of the file)."""
 
     def __init__(self, path):
         self.path = path = Path(path)
@@ -156,34 +212,32 @@ class SafetensorsFile(Mapping):
             if len(head) < 8:
                 raise ValueError(f"{size} bytes, shorter than the 8-byte header length")
             n = int.from_bytes(head, "little")
+            if n > MAX_HEADER_BYTES:
+                raise ValueError(f"header too large: {n} bytes (safetensors reads at most "
+                                 f"{MAX_HEADER_BYTES:,})")
             if n > size - 8:
                 raise ValueError(f"a header of {n} bytes in a file of {size}")
             try:
-                header = json.loads(f.read(n))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"the header is not JSON ({exc})") from None
+                header = json.loads(f.read(n), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+            except ValueError as exc:  # (JSONDecodeError, UnicodeDecodeError, an int of over 4300 digits)
+                raise ValueError(f"the header is not valid JSON ({exc})") from None
+            except RecursionError:
+                raise ValueError("the header is not valid JSON (nested too deeply)") from None
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
-        meta = header.pop("__metadata__", None) or {}
+        meta = header.pop("__metadata__", None)
+        meta = {} if meta is None else meta
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise ValueError("__metadata__ is not a table of strings")
         self.metadata: dict[str, str] = meta
-        dtypes, entries, start = _st_dtypes(), [], 8 + n
-        for name, e in header.items():
-            try:
-                dtype = dtypes[e["dtype"]]
-                shape = tuple(int(d) for d in e["shape"])
-                b, end = (int(x) for x in e["data_offsets"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"tensor {name!r} has a bad header entry {e!r} "
-                                 f"({type(exc).__name__}: {exc})") from None
-            if any(d < 0 for d in shape) or end - b != math.prod(shape) * dtype.itemsize:
-                raise ValueError(f"tensor {name!r}: {end - b} bytes for shape {shape} of {dtype}")
-            entries.append((b, end, name, shape, dtype))
+        dtypes, start = _st_dtypes(), 8 + n
+        entries = [_header_entry(name, e, dtypes) for name, e in header.items()]
         pos = 0
         for b, end, name, _, _ in sorted(entries):
             if b != pos:
-                raise ValueError(f"tensor {name!r} starts at byte {b} of the data, expected {pos}")
+                what = "overlaps the previous tensor" if b < pos else "leaves a gap after the previous tensor"
+                raise ValueError(f"tensor {name!r} starts at byte {b} of the data, expected {pos} "
+                                 f"(it {what})")
             pos = end
         if start + pos != size:
             raise ValueError(f"the header describes {start + pos} bytes, the file has {size}")
@@ -346,9 +400,10 @@ def check_writable(directory: str | os.PathLike) -> Path:
         raise CheckpointError(f"checkpoint directory {directory} is not a directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".tiletrain-write-test.", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+        # an unnamed file where the OS has them (O_TMPFILE), else unlinked as soon as made: a
+        # job killed here leaves no probe behind in the directory (a named one stayed forever)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
     except OSError as exc:
         raise CheckpointError(f"checkpoint directory {directory} is not writable: {exc.strerror or exc}") from None
     return directory
@@ -423,7 +478,7 @@ def _verify(path: Path, stored: SafetensorsFile, meta: dict) -> None:
         return
     try:
         sums = json.loads(meta["checksums"])
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # (JSONDecodeError, over 4300 digits, nesting)
         raise CheckpointError(f"{path}: the checksum table is unreadable ({exc})") from None
     if not isinstance(sums, dict) or set(sums) != set(stored):
         missing = sorted(set(stored) ^ set(sums if isinstance(sums, dict) else {}))
@@ -470,7 +525,7 @@ def load(path: str | os.PathLike, required: tuple[str, ...] = (), lazy: bool = F
                               f"expected {FORMAT!r})")
     try:
         metadata = json.loads(meta["metadata"])
-    except (KeyError, json.JSONDecodeError) as exc:
+    except (KeyError, ValueError, RecursionError) as exc:  # (JSONDecodeError, over 4300 digits, nesting)
         raise CheckpointError(f"{path}: checkpoint metadata is unreadable ({exc})") from None
     _verify(path, stored, meta)
     missing = _missing_keys(metadata, required)

@@ -650,6 +650,8 @@ def load_model(ckpt_dir=None, hf_folder=None, tokenizer=None, ncpu=None, tiles=N
         path = find_checkpoint(ckpt_dir)
         arrays, meta = ck.load(path, MODEL_KEYS, lazy=True)  # streamed into the weights' tiles
         train_args = meta.get("train_args") or {}
+        if not isinstance(train_args, dict):
+            raise ck.CheckpointError(f"{path}: checkpoint metadata has a bad train_args {train_args!r:.100}")
         targs = TrainArgs(dtype=str(dtype or train_args.get("dtype", "float32")),
                           tiles=tuple(tiles or train_args.get("tiles") or ()) or None)
         own = Tokenizer.from_str(meta["tokenizer"]) if meta.get("tokenizer") else ByteTokenizer()

@@ -45,6 +45,13 @@ class Tokenizer:
     def __init__(self, tokenizer, source: str = "<memory>"):
         self._tok = tokenizer
         self.source = source
+        ids = tokenizer.get_vocab(with_added_tokens=True).values()
+        n = tokenizer.get_vocab_size(with_added_tokens=True)
+        if len(ids) != n or (n and (min(ids) != 0 or max(ids) != n - 1)) or len(set(ids)) != n:
+            # ids index the model's embedding rows: vocab_size of them, each token its own
+            raise ValueError(f"tokenizer: {source}: the token ids must be 0..vocab_size-1, one per token "
+                             f"({len(ids)} tokens, {len(set(ids))} distinct ids in [{min(ids, default=0)}, "
+                             f"{max(ids, default=0)}], vocab_size {n})")
         self._json = tokenizer.to_str()
         self.fingerprint = hashlib.sha256(self._json.encode()).hexdigest()
 
@@ -57,15 +64,23 @@ class Tokenizer:
         if not f.is_file():
             raise FileNotFoundError(f"tokenizer: no {TOKENIZER_NAME} at {path}" if path.is_dir()
                                     else f"tokenizer: {path} does not exist")
-        try:
-            return cls(HFTokenizer.from_file(str(f)), str(f))
-        except Exception as exc:  # the library raises a bare Exception for a malformed file
-            raise ValueError(f"tokenizer: {f} is not a valid tokenizer.json ({exc})") from None
+        return cls._parse(HFTokenizer.from_file, str(f), str(f))
 
     @classmethod
     def from_str(cls, text: str, source: str = "<checkpoint>") -> "Tokenizer":
+        """The tokenizer of a tokenizer.json text (as stored in checkpoints); ValueError
+        naming ``source`` when it is not one."""
         from tokenizers import Tokenizer as HFTokenizer
-        return cls(HFTokenizer.from_str(text), source)
+        if not isinstance(text, str):
+            raise ValueError(f"tokenizer: {source} holds a {type(text).__name__}, not a tokenizer.json text")
+        return cls._parse(HFTokenizer.from_str, text, source)
+
+    @classmethod
+    def _parse(cls, read, arg: str, source: str) -> "Tokenizer":
+        try:
+            return cls(read(arg), source)
+        except Exception as exc:  # the library raises a bare Exception for a malformed file
+            raise ValueError(f"tokenizer: {source} is not a valid tokenizer.json ({exc})") from None
 
     @property
     def vocab_size(self) -> int:
@@ -73,14 +88,22 @@ class Tokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        try:
+            return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        except TypeError:
+            raise
+        except Exception as exc:  # the library's bare Exception ("Missing [UNK] token from the vocabulary")
+            raise ValueError(f"tokenizer: {self.source} cannot encode the text ({exc})") from None
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in np.asarray(ids, dtype=np.int64).reshape(-1)]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {bad[0]}")
-        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+        try:
+            return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+        except Exception as exc:  # (as in encode)
+            raise ValueError(f"tokenizer: {self.source} cannot decode the ids ({exc})") from None
 
     def to_str(self) -> str:
         """The tokenizer.json text (stored in checkpoints, written by export)."""

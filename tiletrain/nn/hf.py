@@ -8,6 +8,7 @@ anything with ``.config`` and ``.state_dict()``; nothing touches the network.  F
 the GPT's config_from_hf / hf_config / hf_rename defined from this module."""
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Mapping
 
@@ -21,6 +22,13 @@ __all__ = ["config_from_hf", "hf_config", "clean_state_dict", "infer_config", "f
 # non-parameter buffers that older transformers versions put in the state dict
 HF_BUFFERS = re.compile(r"^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$")
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
+
+
+def _near(x: numbers.Real, target: float, tol: float) -> bool:
+    try:
+        return abs(float(x) - target) <= tol
+    except OverflowError:  # an int beyond the floats
+        return False
 
 
 def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
@@ -46,11 +54,11 @@ def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
     if act not in _TANH_GELUS:
         problems.append(f"activation_function={act!r} (tiletrain's GPT uses the tanh GELU: {_TANH_GELUS})")
     eps = get("layer_norm_epsilon", 1e-5)
-    if abs(float(eps) - 1e-5) > 1e-12:
-        problems.append(f"layer_norm_epsilon={eps} (tiletrain's GPT uses 1e-5)")
-    n_inner = get("n_inner")
-    if n_inner is not None and n_inner != 4 * get("n_embd"):
-        problems.append(f"n_inner={n_inner} (tiletrain's GPT uses 4 * n_embd = {4 * get('n_embd')})")
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not _near(eps, 1e-5, 1e-12):
+        problems.append(f"layer_norm_epsilon={eps!r:.40} (tiletrain's GPT uses 1e-5)")
+    n_inner, n_embd = get("n_inner"), get("n_embd")
+    if n_inner is not None and isinstance(n_embd, numbers.Integral) and n_inner != 4 * n_embd:
+        problems.append(f"n_inner={n_inner!r:.40} (tiletrain's GPT uses 4 * n_embd = {4 * n_embd})")
     if not get("scale_attn_weights", True):
         problems.append("scale_attn_weights=False")
     for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):

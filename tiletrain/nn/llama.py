@@ -295,10 +295,11 @@ class Llama(Module):
                 elif not (k == "rope_type" and v == "default"):
                     raise ValueError(f"Llama.config_from_hf: unsupported rope_parameters.{k}={v!r} (only the "
                                      "default rope_type with rope_theta)")
-        C, H = cfg.get("hidden_size", 4096), cfg.get("num_attention_heads", 32)
-        if cfg.get("head_dim") is not None and cfg["head_dim"] * H != C:
-            raise ValueError(f"Llama.config_from_hf: unsupported head_dim={cfg['head_dim']} (only hidden_size / "
-                             f"num_attention_heads = {C // H if H else '?'})")
+        C, H, D = cfg.get("hidden_size", 4096), cfg.get("num_attention_heads", 32), cfg.get("head_dim")
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (C, H, D))  # (not "ab" * 10**12)
+        if D is not None and not (ints and D * H == C):
+            raise ValueError(f"Llama.config_from_hf: unsupported head_dim={D!r:.40} (only hidden_size / "
+                             f"num_attention_heads = {C // H if ints and H else '?'})")
         return LlamaConfig(**values)
 
     def hf_config(self) -> dict:

@@ -52,21 +52,26 @@ def read_hf_config(path) -> dict:
     f = folder / CONFIG_NAME
     if not f.is_file():
         raise FileNotFoundError(f"from_pretrained: no {CONFIG_NAME} in {folder}")
-    try:
-        cfg = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"from_pretrained: {f} is not valid JSON ({exc})") from None
+    cfg = _read_json(f)
     if not isinstance(cfg, dict):
         raise ValueError(f"from_pretrained: {f} must hold a JSON object")
     return cfg
+
+
+def _read_json(f: Path):
+    """The JSON document of a file; ValueError naming it when it is not one."""
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:  # (not UTF-8, not JSON, an int of over 4300 digits, nesting)
+        raise ValueError(f"from_pretrained: {f} is not valid JSON ({exc})") from None
 
 
 def model_class(model_type: str | None):
     """The class registered in MODELS for a model_type (of a config.json or a checkpoint)."""
     if model_type is None:
         raise ValueError(f"config.json has no 'model_type' (supported: {', '.join(MODELS)})")
-    if model_type not in MODELS:
-        raise ValueError(f"model_type {model_type!r} is not supported (supported: {', '.join(MODELS)})")
+    if not isinstance(model_type, str) or model_type not in MODELS:
+        raise ValueError(f"model_type {model_type!r:.100} is not supported (supported: {', '.join(MODELS)})")
     return MODELS[model_type]
 
 
@@ -91,10 +96,7 @@ def stored_safetensors(path) -> dict:
     if not index.is_file():
         raise FileNotFoundError(f"from_pretrained: no {WEIGHTS_NAME} or {INDEX_NAME} in {folder} "
                                 "(PyTorch .bin weights are not read: convert them to safetensors)")
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"from_pretrained: {index} has no readable weight_map ({exc})") from None
+    weight_map = _weight_map(index)
     out: dict = {}
     for shard in sorted(set(weight_map.values())):
         if not (folder / shard).is_file():
@@ -104,6 +106,22 @@ def stored_safetensors(path) -> dict:
     if missing:
         raise ValueError(f"from_pretrained: tensors listed in {index} are not in its shards: {', '.join(missing)}")
     return out
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    """The weight_map of a sharded index, {tensor name: shard}; ValueError unless every shard
+    is the name of a .safetensors file in the index's folder (no path: nothing outside it is
+    read, or removed by save_pretrained)."""
+    doc = _read_json(index)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"from_pretrained: {index} has no weight_map object")
+    for name, shard in weight_map.items():
+        if not (isinstance(shard, str) and shard.endswith(".safetensors") and Path(shard).name == shard
+                and "\\" not in shard and "\0" not in shard):
+            raise ValueError(f"from_pretrained: {index} maps {name!r:.100} to {shard!r:.100}, not the name "
+                             "of a .safetensors file in its folder")
+    return weight_map
 
 
 def read_safetensors(path) -> dict[str, np.ndarray]:
@@ -168,12 +186,12 @@ def _remove_shards(folder: Path) -> None:
     if not index.is_file():
         return
     try:
-        shards = set(json.loads(index.read_text())["weight_map"].values())
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        shards = set(_weight_map(index).values()) - {WEIGHTS_NAME}
+    except ValueError:  # an index that is not one names no shard to remove
         shards = set()
     for shard in shards:
-        if shard != WEIGHTS_NAME and "/" not in shard:
-            (folder / shard).unlink(missing_ok=True)
+        if (folder / shard).is_file():
+            (folder / shard).unlink()
     index.unlink()
 
 

@@ -66,8 +66,11 @@ class Action:
     def parse(cls, text: str) -> "Action":
         mt = _ACTION.match(text)
         if not mt:
-            raise ScheduleError(f"bad action {text!r}: expected e.g. '2F0', '1I3', '0W2' or '2F0.1' "
+            raise ScheduleError(f"bad action {text!r:.40}: expected e.g. '2F0', '1I3', '0W2' or '2F0.1' "
                                 "(stage, F|B|I|W, micro-batch[, .chunk])")
+        if max(len(mt[1]), len(mt[3]), len(mt[4] or "")) > 18:  # (int() refuses over 4300 digits)
+            raise ScheduleError(f"bad action {text!r:.40}: stage, micro-batch and chunk have at most "
+                                "18 digits")
         return cls(int(mt[1]), mt[2], int(mt[3]), int(mt[4] or 0))
 
     @property
@@ -166,15 +169,18 @@ class Schedule:
             path = os.fspath(source)
             if not os.path.exists(path):
                 raise FileNotFoundError(f"schedule file {path} does not exist")
-            with open(path, newline="") as f:
-                text = f.read()
+            try:
+                with open(path, newline="", encoding="utf-8") as f:
+                    text = f.read()
+            except UnicodeDecodeError as exc:
+                raise ScheduleError(f"schedule file {path} is not UTF-8 text ({exc})") from None
             name = name or os.path.splitext(os.path.basename(path))[0]
         rows = []
-        for r, row in enumerate(csv.reader(io.StringIO(text))):
-            try:
+        try:
+            for row in csv.reader(io.StringIO(text)):
                 rows.append(tuple(Action.parse(c) for c in row if c.strip()))
-            except ScheduleError as exc:
-                raise ScheduleError(f"row {r}: {exc}") from None
+        except (ScheduleError, csv.Error) as exc:  # (csv.Error: e.g. a field over csv.field_size_limit())
+            raise ScheduleError(f"row {len(rows)}: {exc}") from None
         while rows and not rows[-1]:
             rows.pop()
         if not rows:

@@ -11,6 +11,7 @@ below.  ``flows=True`` adds the DAG as flow arrows (large files).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -75,9 +76,27 @@ def save(trace: Trace, path: str | os.PathLike, flows: bool = False) -> Path:
     return path
 
 
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _workers(other: dict) -> list[dict]:
+    """otherData.workers of a trace file: [{"id": int, "name": str, "rank": int, ...}]."""
+    workers = other.get("workers")
+    if workers is None:
+        return []
+    if not isinstance(workers, list) or not all(
+            isinstance(w, dict) and _int(w.get("id")) and _int(w.get("rank", 0))
+            and isinstance(w.get("name", ""), str) for w in workers):
+        raise TraceError("otherData.workers must be a list of objects with an int id (and an int rank, a "
+                         "string name)")
+    return workers
+
+
 def from_chrome(doc) -> Trace:
     """A Trace from a parsed Chrome trace (a tiletrain file round-trips exactly; other
-    traces give their complete events, without dependencies unless args.deps is there)."""
+    traces give their complete events, without dependencies unless args.deps is there).
+    TraceError says what is wrong with a document that is not one."""
     if isinstance(doc, dict):
         if "traceEvents" not in doc:
             raise TraceError("not a Chrome trace: a JSON object without 'traceEvents'")
@@ -88,23 +107,32 @@ def from_chrome(doc) -> Trace:
         raise TraceError(f"not a Chrome trace: the JSON top level is a {type(doc).__name__}")
     if not isinstance(events, list):
         raise TraceError("not a Chrome trace: 'traceEvents' is not a list")
+    if not isinstance(other, dict) or not isinstance(other.get("meta") or {}, dict):
+        raise TraceError("'otherData' and its 'meta' must be JSON objects")
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
     if not xs:
         raise TraceError("the trace has no task events (no complete 'X' events)")
     ours = all(isinstance(e.get("args"), dict) and "id" in e["args"] for e in xs)
-    if ours:
-        xs.sort(key=lambda e: e["args"]["id"])
-    else:
-        xs.sort(key=lambda e: (float(e.get("ts", 0.0)), str(e.get("name", ""))))
     n = len(xs)
     tasks = np.zeros(n, dtype=TASK_DTYPE)
     deps: list[int] = []
+    i = 0
     try:
+        if ours:
+            if not all(_int(e["args"]["id"]) for e in xs):
+                raise TraceError("task ids (args.id) must be ints")
+            xs.sort(key=lambda e: e["args"]["id"])
+        else:
+            xs.sort(key=lambda e: (float(e.get("ts", 0.0)), str(e.get("name", ""))))
         for i, e in enumerate(xs):
             a = e.get("args") if isinstance(e.get("args"), dict) else {}
-            if ours and int(a["id"]) != i:
+            if ours and a["id"] != i:
                 raise TraceError(f"task ids are not 0..{n - 1} (found {a['id']} at position {i})")
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+            if not (math.isfinite(ts) and math.isfinite(dur)):
+                raise TraceError(f"task event {i}: ts {ts} and dur {dur} must be finite")
+            if not isinstance(a.get("deps", []), list) or not isinstance(a.get("iargs", []), list):
+                raise TraceError(f"task event {i}: args.deps and args.iargs must be lists")
             d = [int(x) for x in a.get("deps", [])]
             iargs = [int(x) for x in a.get("iargs", [])]
             if len(iargs) > 8:
@@ -116,15 +144,16 @@ def from_chrome(doc) -> Trace:
                         float(a.get("flops", 0.0)), len(deps), len(d), iargs + [0] * (8 - len(iargs)),
                         float(a.get("cpu", -1.0)))
             deps.extend(d)
+        deps_array = np.asarray(deps, dtype=np.int64)
     except TraceError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"corrupt task event {i}: {exc!r}") from None
-    workers = other.get("workers") if isinstance(other.get("workers"), list) else []
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (Overflow: beyond an int32/int64 field)
+        raise TraceError(f"corrupt task event {i}: {exc!r:.300}") from None
+    workers = _workers(other)
     if not workers:
         workers = [{"id": int(w), "name": f"worker {int(w)}", "rank": 0} for w in np.unique(tasks["worker"])]
     meta = dict(other.get("meta") or {})
-    return Trace(tasks, np.asarray(deps, dtype=np.int64), workers, meta)
+    return Trace(tasks, deps_array, workers, meta)
 
 
 def load(path: str | os.PathLike) -> Trace:
@@ -140,6 +169,8 @@ def load(path: str | os.PathLike) -> Trace:
     except json.JSONDecodeError as exc:
         raise TraceError(f"trace file {path} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
                          f"{exc.colno}): truncated or corrupt?") from None
+    except (ValueError, RecursionError) as exc:  # an int of over 4300 digits; nested too deeply
+        raise TraceError(f"trace file {path} is not valid JSON ({exc})") from None
     try:
         return from_chrome(doc)
     except TraceError as exc:
