@@ -300,6 +300,8 @@ class ModelSource:
         if kind != self.model_type:
             raise ck.CheckpointError(f"{path} holds a {kind} model, not the requested {self.model_type}")
         cfg = meta["config"]
+        if not isinstance(cfg, dict):
+            raise ck.CheckpointError(f"{path}: checkpoint metadata has a bad config {cfg!r:.100}")
         diff = {k: (cfg.get(k), v) for k, v in self.config.items() if cfg.get(k) != v and k not in RUN_OPTIONS}
         if diff:
             raise ck.CheckpointError(
@@ -381,15 +383,15 @@ def load_training_state(path: Path, model, opt, rng: np.random.Generator, loaded
     except (ValueError, KeyError, TypeError) as exc:
         raise ck.CheckpointError(f"{path}: the weights do not fit this model ({exc})") from None
     state: dict[int, dict[str, Any]] = {}
-    for k, v in arrays.items():
-        if k.startswith(OPTIM_PREFIX):
-            idx, name = k[len(OPTIM_PREFIX):].split(".", 1)
-            state.setdefault(int(idx), {})[name] = v
-    for idx, step in meta["optimizer"]["steps"].items():
-        state.setdefault(int(idx), {})["step"] = step
     try:
+        for k, v in arrays.items():
+            if k.startswith(OPTIM_PREFIX):
+                idx, name = k[len(OPTIM_PREFIX):].split(".", 1)
+                state.setdefault(int(idx), {})[name] = v
+        for idx, step in meta["optimizer"]["steps"].items():
+            state.setdefault(int(idx), {})["step"] = step
         opt.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ck.CheckpointError(f"{path}: the optimizer state does not fit ({exc})") from None
     _set_rng_state(rng, meta["data_rng"])
     activations.default_generator.set_state(meta["dropout_rng"])

@@ -66,3 +66,22 @@ def test_corpus_tokenised_and_cached(tmp_path, tok_path, monkeypatch):
     monkeypatch.setenv("TILETRAIN_CACHE", str(tmp_path / "cache"))
     load_corpus([f], val_fraction=0.1, tokenizer=tok)
     assert len(list(cache_dir().iterdir())) == 2
+
+
+def test_a_damaged_cache_entry_is_rebuilt_without_allocating_its_claim(tmp_path, tok_path, monkeypatch):
+    monkeypatch.setenv("TILETRAIN_CACHE", str(tmp_path / "cache"))
+    f = tmp_path / "c.txt"
+    f.write_text(TRAIN_TEXT)
+    tok = Tokenizer.from_pretrained(tok_path)
+    c = load_corpus([f], val_fraction=0.1, tokenizer=tok)
+    ids = np.concatenate([c.train, c.val])
+    (entry,) = cache_dir().iterdir()
+    # a header claiming 2**40 int64 ids in a file of a few bytes (np.load would allocate 8 TiB)
+    header = {"descr": "<i8", "fortran_order": False, "shape": (2 ** 40,)}
+    with open(entry, "wb") as out:
+        np.lib.format.write_array_header_1_0(out, header)
+    again = load_corpus([f], val_fraction=0.1, tokenizer=tok)
+    assert np.array_equal(np.concatenate([again.train, again.val]), ids)
+    entry.write_bytes(np.arange(6, dtype=np.float64).tobytes())  # not even a .npy file
+    again = load_corpus([f], val_fraction=0.1, tokenizer=tok)
+    assert np.array_equal(np.concatenate([again.train, again.val]), ids)

@@ -66,7 +66,9 @@ def _tokenise(data: bytes, tokenizer, progress: bool) -> np.ndarray:
     path = cache_dir() / f"{key}.npy"
     if path.is_file():
         try:
-            return np.load(path).astype(np.int64)
+            ids = np.load(path, mmap_mode="r")  # a damaged header claiming a huge shape allocates nothing
+            if ids.ndim == 1 and ids.dtype.kind in "iu":
+                return np.array(ids, dtype=np.int64)
         except (OSError, ValueError):
             pass  # a damaged cache entry is rebuilt
     text = data.decode("utf-8", errors="ignore")  # max_bytes may have cut a character
