@@ -8,21 +8,36 @@ PY     := $(VENV)/bin/python
 # installed into .venv): `make setup BLAS=mkl` rebuilds with it.
 BLAS   ?= openblas
 STAMP  := $(VENV)/.tiletrain-installed-$(BLAS)
+# StarPU: `own` (the default) builds tiletrain's StarPU 1.3.10 from Debian's source package
+# (or STARPU_TARBALL=file) once into ~/.cache/tiletrain/starpu/<key>/ ($TILETRAIN_CACHE), with
+# 256 CPU workers per process, FxT, OpenCL, MPI, and CUDA where nvcc is found
+# (scripts/build-starpu.sh); `system` uses Debian's binary libstarpu-dev (4 CPU workers per
+# process, no CUDA, no FxT).  build/starpu.env records the choice.
+STARPU ?= own
+export STARPU STARPU_TARBALL
+STARPU_ENV := build/starpu.env
 # Changes to these rebuild the C library and the cffi module.
 BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py pyproject.toml \
-                tiletrain/_build_ffi.py tiletrain/_version.py
+                tiletrain/_build_ffi.py tiletrain/_version.py $(STARPU_ENV)
 # Tests keep their StarPU perf models out of the user's ~/.starpu.
 TEST_ENV := STARPU_HOME=$(CURDIR)/build/starpu-home-test
 
-.PHONY: setup system test train generate bench info clean
+.PHONY: setup system test test-fast train generate bench info clean FORCE
 
 setup: system $(STAMP)
 
 system:
 	@PYTHON=$(PYTHON) bash scripts/setup-system.sh
 
-$(STAMP): $(BUILD_INPUTS) | system
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(PY): | system
+	$(PYTHON) -m venv $(VENV)
+
+# Quick when the cache has the build (the script only computes its key); rewrites
+# $(STARPU_ENV) only when the StarPU changes, so the C library is rebuilt only then.
+$(STARPU_ENV): FORCE | system $(PY)
+	@PYTHON=$(PY) bash scripts/build-starpu.sh --record $@ >/dev/null
+
+$(STAMP): $(BUILD_INPUTS) | system $(PY)
 	@test "$(BLAS)" = openblas || test "$(BLAS)" = mkl || { echo "BLAS must be openblas or mkl, got '$(BLAS)'" >&2; exit 2; }
 	@test "$(BLAS)" != mkl || $(PY) -m pip install --quiet --disable-pip-version-check mkl-devel
 	rm -f $(VENV)/.tiletrain-installed*
@@ -31,8 +46,12 @@ $(STAMP): $(BUILD_INPUTS) | system
 	@touch $@
 
 # Prints the skipped tests with their reasons and the 15 slowest tests at the end.
+# test-fast: the inner loop -- everything but the tests that launch mpirun.
 test: setup
 	$(TEST_ENV) $(PY) -m pytest -q --durations=15 tests
+
+test-fast: setup
+	$(TEST_ENV) $(PY) -m pytest -q --durations=15 -m "not mpi" tests
 
 # The main job: a 4-layer GPT on the Python standard library's sources, ~2 minutes on 2
 # cores; the checkpoint goes to runs/default (sample again with `make generate`).  A second
@@ -58,6 +77,17 @@ bench: setup
 	$(PY) benchmarks/ops.py
 	$(PY) benchmarks/cnn_step.py
 	$(PY) benchmarks/retile.py
+
+# Fuzz every file parser (tests/fuzz: safetensors headers and shard index, checkpoints, config.json,
+# tokenizer.json, schedule CSV, trace JSON) for FUZZ_SECONDS each, e.g. make fuzz FUZZ_SECONDS=300, and
+# print the runs and crashes per target; fuzz-ci: 20 s per target (CI).  Exit status 1 on a crash.
+.PHONY: fuzz fuzz-ci
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+fuzz-ci: setup
+	$(PY) tests/fuzz/run.py --seconds 20
 
 info: setup
 	$(PY) -m tiletrain info

@@ -12,6 +12,20 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "tiletrain" / "_version.py").read_text()).group(1)
 CMAKE_DIR = ROOT / "build" / "cmake"
+STARPU_ENV = ROOT / "build" / "starpu.env"  # written by `make setup` (scripts/build-starpu.sh --record)
+
+
+def starpu_prefix() -> str:
+    """The StarPU to build against: $TILETRAIN_STARPU_PREFIX, else the one `make setup` chose
+    (build/starpu.env: tiletrain's own build in the cache, or empty for Debian's package),
+    else empty (pkg-config's default)."""
+    if "TILETRAIN_STARPU_PREFIX" in os.environ:
+        return os.environ["TILETRAIN_STARPU_PREFIX"]
+    if STARPU_ENV.exists():
+        for line in STARPU_ENV.read_text().splitlines():
+            if line.startswith("STARPU_PREFIX="):
+                return line.split("=", 1)[1].strip()
+    return ""
 
 
 class CMakeThenCffi(build_ext):
@@ -24,7 +38,8 @@ class CMakeThenCffi(build_ext):
         blas = os.environ.get("TILETRAIN_BLAS", "openblas")
         subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(CMAKE_DIR),
                                f"-DTT_VERSION={VERSION}", "-DCMAKE_BUILD_TYPE=Release", f"-DTT_BLAS={blas}",
-                               f"-DTT_MKL_PREFIX={os.environ.get('TILETRAIN_MKL_PREFIX', '')}"])
+                               f"-DTT_MKL_PREFIX={os.environ.get('TILETRAIN_MKL_PREFIX', '')}",
+                               f"-DTT_STARPU_PREFIX={starpu_prefix()}"])
         subprocess.check_call(["cmake", "--build", str(CMAKE_DIR), "-j", str(os.cpu_count() or 2)])
         super().run()
         lib = CMAKE_DIR / "libtiletrain.so"

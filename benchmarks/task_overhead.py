@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import tiletrain as tt  # noqa: E402
 from _common import environment, median, table  # noqa: E402
+from tiletrain.runtime.hetero import build_info  # noqa: E402
 from tiletrain.runtime.kernels import run_map  # noqa: E402
 from tiletrain.tensors import Tensor  # noqa: E402
 
@@ -50,9 +51,14 @@ def build_floor(workdir: str) -> str | None:
     if not cc or not shutil.which("pkg-config"):
         print("starpu C rows left out: no C compiler or no pkg-config")
         return None
+    # the StarPU tiletrain was built against (its own build in the cache, found through a run path)
+    prefix = build_info()["starpu_prefix"]
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig")) if prefix else None
     try:
         flags = subprocess.run(["pkg-config", "--cflags", "--libs", "starpu-1.3"], capture_output=True, text=True,
-                               check=True).stdout.split()
+                               check=True, env=env).stdout.split()
+        if prefix:
+            flags.append(f"-Wl,-rpath,{os.path.join(prefix, 'lib')}")
         exe = os.path.join(workdir, "starpu_floor")
         subprocess.run([cc, "-O2", os.path.join(os.path.dirname(__file__), "starpu_floor.c"), *flags, "-o", exe],
                        check=True, capture_output=True, text=True)

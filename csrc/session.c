@@ -17,6 +17,13 @@
 #error "TT_VERSION_STRING must be defined by the build"
 #endif
 
+#ifndef TT_STARPU_SOURCE
+#define TT_STARPU_SOURCE "system"
+#endif
+#ifndef TT_STARPU_PREFIX
+#define TT_STARPU_PREFIX ""
+#endif
+
 #define TT_STR_(x) #x
 #define TT_STR(x) TT_STR_(x)
 
@@ -485,6 +492,7 @@ const char *tt_build_options(void)
            " tiletrain_mpi=no"
 #endif
            " starpu_maxcpus=" TT_STR(STARPU_MAXCPUS)
+           " starpu_source=" TT_STARPU_SOURCE
 #ifdef TT_HAVE_CUDA_KERNELS
            " tiletrain_cuda_kernels=yes"
 #else
@@ -496,6 +504,28 @@ const char *tt_build_options(void)
            " tiletrain_opencl_kernels=no"
 #endif
            " blas=" TT_BLAS_NAME;
+}
+
+/* The StarPU install tiletrain was built against: scripts/build-starpu.sh's cache entry, or
+ * "" for the one pkg-config finds by default (Debian's libstarpu-dev). */
+const char *tt_starpu_prefix(void) { return TT_STARPU_PREFIX; }
+
+/* FxT (StarPU built --with-fxt, the session started with STARPU_FXT_TRACE=1): stop or
+ * restart recording events, e.g. around one training step (starpu_fxt_stop_profiling). */
+int tt_fxt_record(int on)
+{
+#ifdef STARPU_USE_FXT
+    if (!initialized)
+        return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
+    if (on)
+        starpu_fxt_start_profiling();
+    else
+        starpu_fxt_stop_profiling();
+    return TT_OK;
+#else
+    (void)on;
+    return tt_error(TT_EINVAL, "this StarPU was built without FxT (configure --with-fxt)");
+#endif
 }
 
 /* The BLAS in use, its version and core type, e.g. "openblas (OpenBLAS 0.3.21 ... Zen ...; core Zen)". */
@@ -516,6 +546,12 @@ int tt_kernel_count(void) { return TT_NKERNELS; }
 const char *tt_kernel_name(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].name : NULL; }
 int tt_kernel_nbuffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].nbuffers : -1; }
 int tt_kernel_is_map(int k) { return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].is_map : 0; }
+
+/* 1 when kernel k's codelet has a CUDA function linked in (TT_HAVE_CUDA_KERNELS builds) */
+int tt_kernel_cuda_func(int k)
+{
+    return (k >= 0 && k < TT_NKERNELS) ? tt_kernel_table[k].cl->cuda_funcs[0] != NULL : 0;
+}
 
 int tt_kernel_dtypes(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kernel_table[k].dtypes : 0; }
 

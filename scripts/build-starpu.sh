@@ -1,217 +1,430 @@
 #!/usr/bin/env bash
-# Build StarPU from source into a prefix: with CUDA (for GPUs), more CPU workers per
-# process than Debian's build allows (--enable-maxcpus) and FxT tracing when libfxt is
-# installed.  Then build tiletrain against it:
+# tiletrain's own StarPU: 1.3.10 built from source into a cache, once per set of build
+# inputs, with more CPU workers per process than Debian's binary package allows
+# (--enable-maxcpus=256), FxT tracing, OpenCL and StarPU-MPI, and CUDA where nvcc is found.
+# `make setup` runs it; a second checkout (or a rebuilt .venv) finds the build in the cache
+# and goes on in about a second.
 #
-#   scripts/build-starpu.sh --prefix "$PWD/build/starpu"          # prints the two lines below
-#   export PKG_CONFIG_PATH=$PWD/build/starpu/lib/pkgconfig:$PKG_CONFIG_PATH
-#   export LD_LIBRARY_PATH=$PWD/build/starpu/lib:$LD_LIBRARY_PATH
-#   rm -rf build/cmake && .venv/bin/pip install -e '.[test]'      # CMake picks the new StarPU
+#   scripts/build-starpu.sh [--record FILE]   # build if missing; print the prefix (or write FILE)
+#   scripts/build-starpu.sh --fetch-only      # only download the source; print its path
+#   scripts/build-starpu.sh --print-key       # the cache entry's name for these inputs
 #
-# Source, first found: --tarball FILE (a StarPU release tarball, e.g. starpu-1.4.x.tar.gz;
-# 1.4 is advised for recent CUDA), $STARPU_TARBALL, or Debian's source package
-# (`apt-get source starpu`; a deb-src entry mirroring the deb entries is added when
-# missing and this user is root).  --fetch-only stops after putting the source tarball in
-# build/starpu-src/ (to carry to a machine without network, see scripts/gpu_check.sh);
-# --env-only prints the exports for a StarPU already installed in --prefix.
+# Where the source comes from (the first that applies):
+#   STARPU_TARBALL=FILE   a StarPU release tarball you downloaded (any distribution)
+#   (default)             Debian's source package `starpu` (1.3.10+dfsg-2), fetched with
+#                         `apt-get source` through a private deb-src list under the cache:
+#                         the system's apt configuration is not touched, root is not needed.
+#   STARPU=system         no build: Debian's binary libstarpu-dev (4 CPU workers per process,
+#                         no CUDA, no FxT); `--record` writes that choice.
 #
-# Options: --prefix DIR (default build/starpu), --jobs N (default: all cores),
-#          --no-cuda, --cuda-dir DIR (default: from nvcc's location or $CUDA_HOME),
-#          --cublas-dir DIR (cuBLAS, and cuSPARSE that StarPU 1.3 also includes, outside the
-#          toolkit, with include/ and lib/: e.g. the nvidia-cublas and nvidia-cusparse
-#          wheels' site-packages/nvidia/cu13; found there by default),
-#          --maxcpus N (default: the cores of this machine, at least 64),
-#          any other argument is passed to ./configure.
+# The cache: $TILETRAIN_CACHE/starpu/<key>/ (default ~/.cache/tiletrain/starpu/<key>/), the
+# key a hash of the StarPU version and source, the configure options, the patches in
+# scripts/starpu-patches/ (each says why it exists), the CUDA inputs and the versions of the
+# system libraries StarPU links.  A build runs in a temporary directory beside it and is
+# renamed into place only once installed and checked, so an interrupted or failed build never
+# leaves a half-finished entry (its logs stay in $TILETRAIN_CACHE/starpu/logs/).
+#
+# CUDA (STARPU_CUDA=auto, the default: when nvcc is on PATH; =no to skip; =yes to require
+# it): StarPU 1.3 needs cuBLAS and cuSPARSE besides nvcc.  When nvcc's toolkit lacks them,
+# the CUDA 13.0 wheels pinned in pyproject.toml's `cuda` extra (cuBLAS, cuSPARSE, runtime,
+# crt, cccl: ~575 MB to download) are installed with pip into $TILETRAIN_CACHE/cuda/<key>/
+# and arranged as a CUDA root there; StarPU and libtiletrain find them through their rpath
+# (no LD_LIBRARY_PATH).  PYTHON names the interpreter whose pip installs them (default
+# python3; `make setup` passes .venv's).
+#
+# Other settings: STARPU_JOBS (default: the number of cores), STARPU_DEB_SRC_URI (default
+# http://deb.debian.org/debian), STARPU_DEB_SUITE (default bookworm), STARPU_PATCH_DIR (default
+# scripts/starpu-patches: another StarPU version may need other patches, or none),
+# STARPU_FEATURES (default "fxt mpi opencl": fewer for a machine without their packages),
+# STARPU_CUDA_ROOT (a CUDA root to use as it is: include/ with cuBLAS and cuSPARSE, lib64/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PREFIX=$ROOT/build/starpu
-SRC_DIR=$ROOT/build/starpu-src
+PATCH_DIR=${STARPU_PATCH_DIR:-$ROOT/scripts/starpu-patches}
+CACHE=${TILETRAIN_CACHE:-${HOME:-/root}/.cache/tiletrain}
+STARPU_CACHE=$CACHE/starpu
+MODE=${STARPU:-own}
 TARBALL=${STARPU_TARBALL:-}
-JOBS=$(nproc 2>/dev/null || echo 2)
-CUDA=auto
-CUDA_DIR=${CUDA_HOME:-}
-CUBLAS_DIR=${CUBLAS_DIR:-}
-MAXCPUS=$(( $(nproc 2>/dev/null || echo 2) > 64 ? $(nproc) : 64 ))
-FETCH_ONLY=0
-ENV_ONLY=0
-EXTRA=()
+CUDA=${STARPU_CUDA:-auto}
+JOBS=${STARPU_JOBS:-$(nproc 2>/dev/null || echo 2)}
+PYTHON=${PYTHON:-python3}
+VERSION=1.3.10
+DEB_VERSION=1.3.10+dfsg-2
+DEB_URI=${STARPU_DEB_SRC_URI:-http://deb.debian.org/debian}
+DEB_SUITE=${STARPU_DEB_SUITE:-bookworm}
+MAXCPUS=256
+# StarPU's optional parts tiletrain builds (each needs its system package); a machine
+# that cannot have one (scripts/gpu_check.sh's GPU machine) names fewer
+FEATURES=" ${STARPU_FEATURES-fxt mpi opencl} "
+has() { case "$FEATURES" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# Bump when the way this script builds changes (what the key cannot see otherwise).
+RECIPE=3
 
+RECORD=
+ACTION=build
 while [ $# -gt 0 ]; do
     case "$1" in
-        --prefix) PREFIX=$2; shift 2 ;;
-        --tarball) TARBALL=$2; shift 2 ;;
-        --jobs) JOBS=$2; shift 2 ;;
-        --no-cuda) CUDA=no; shift ;;
-        --cuda-dir) CUDA_DIR=$2; CUDA=yes; shift 2 ;;
-        --cublas-dir) CUBLAS_DIR=$2; shift 2 ;;
-        --maxcpus) MAXCPUS=$2; shift 2 ;;
-        --fetch-only) FETCH_ONLY=1; shift ;;
-        --env-only) ENV_ONLY=1; shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
-        *) EXTRA+=("$1"); shift ;;
+        --record) RECORD=$2; shift 2 ;;
+        --fetch-only) ACTION=fetch; shift ;;
+        --print-key) ACTION=key; shift ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        *) echo "build-starpu: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
 
-say() { echo "build-starpu: $*" >&2; }
-die() { say "error: $*"; exit 1; }
+T0=$(date +%s)
+say() { echo "build-starpu [$(( $(date +%s) - T0 ))s]: $*" >&2; }
 
-find_cublas() {
-    # StarPU's CUDA support needs cuBLAS; pip-installed CUDA (nvidia-cublas wheel) keeps
-    # it apart from the toolkit, with versioned library names only.
-    if [ -z "$CUBLAS_DIR" ] && ! ls "$CUDA_DIR"/lib*/libcublas.so >/dev/null 2>&1; then
-        for py in python3 "$ROOT/.venv/bin/python"; do
-            command -v "$py" >/dev/null 2>&1 || continue
-            CUBLAS_DIR=$("$py" - <<'PY' 2>/dev/null || true
-import glob, os, site, sysconfig
-dirs = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
-for d in sorted(dirs):
-    for c in sorted(glob.glob(os.path.join(d, "nvidia", "*")), reverse=True):
-        if os.path.exists(os.path.join(c, "include", "cublas_v2.h")) and glob.glob(os.path.join(c, "lib", "libcublas.so*")):
-            print(c)
-            raise SystemExit
+# The one message for every reason setup cannot build StarPU: what is missing, then the two
+# ways around it.
+stop() {
+    {
+        echo
+        echo "tiletrain: cannot build StarPU $VERSION: $1"
+        if [ -n "${2:-}" ]; then echo "  $2"; fi
+        echo "  Either give setup a StarPU source tarball you downloaded:"
+        echo "      make setup STARPU_TARBALL=/path/to/starpu-$VERSION.tar.gz"
+        echo "  or use Debian's binary StarPU (libstarpu-dev: at most 4 CPU workers per process, no CUDA, no FxT):"
+        echo "      make setup STARPU=system"
+        echo
+    } >&2
+    exit 1
+}
+
+case "$MODE" in own|system) ;; *) echo "build-starpu: STARPU must be 'own' or 'system', got '$MODE'" >&2; exit 2 ;; esac
+case "$CUDA" in auto|yes|no) ;; *) echo "build-starpu: STARPU_CUDA must be auto, yes or no, got '$CUDA'" >&2; exit 2 ;; esac
+
+# `--record FILE`: FILE names the StarPU this checkout builds against; rewritten only when it
+# changes, so that make rebuilds the C library only then.
+record() {
+    local text
+    text=$(printf '# scripts/build-starpu.sh: the StarPU this checkout builds against (make setup)\nSTARPU_MODE=%s\nSTARPU_PREFIX=%s\n' "$1" "$2")
+    if [ -n "$RECORD" ]; then
+        mkdir -p "$(dirname "$RECORD")"
+        if [ ! -f "$RECORD" ] || [ "$(cat "$RECORD")" != "$text" ]; then
+            printf '%s\n' "$text" > "$RECORD"
+        fi
+    fi
+    if [ -n "$2" ]; then echo "$2"; fi
+}
+
+if [ "$MODE" = system ]; then
+    pkg-config --exists starpu-1.3 2>/dev/null || pkg-config --exists starpu-1.4 2>/dev/null || {
+        echo "tiletrain: STARPU=system needs Debian's StarPU: apt-get install libstarpu-dev (make setup STARPU=system does, as root)" >&2
+        exit 1
+    }
+    record system ""
+    exit 0
+fi
+
+# ---- build dependencies --------------------------------------------------------------------
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=("a C compiler (build-essential)")
+command -v make >/dev/null 2>&1 || missing+=("make (build-essential)")
+command -v patch >/dev/null 2>&1 || missing+=("patch")
+command -v pkg-config >/dev/null 2>&1 || missing+=("pkg-config")
+if command -v pkg-config >/dev/null 2>&1; then
+    pkg-config --exists hwloc 2>/dev/null || missing+=("libhwloc-dev (hwloc)")
+    if has fxt; then pkg-config --exists fxt 2>/dev/null || missing+=("libfxt-dev (FxT)"); fi
+fi
+if has mpi; then command -v mpicc >/dev/null 2>&1 || missing+=("libopenmpi-dev (mpicc, for StarPU-MPI)"); fi
+if has opencl; then
+    if ! echo '#include <CL/cl.h>' | cc -E -x c - >/dev/null 2>&1; then missing+=("opencl-headers (CL/cl.h)"); fi
+    if ! echo 'int main(void) { return 0; }' | cc -x c - -lOpenCL -o /dev/null >/dev/null 2>&1; then
+        missing+=("ocl-icd-opencl-dev (libOpenCL.so)")
+    fi
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    list=$(IFS=,; echo "${missing[*]}" | sed 's/,/, /g')
+    stop "missing build dependencies: $list." \
+         "As root, 'make setup' installs them (scripts/setup-system.sh), or: apt-get install build-essential pkg-config libhwloc-dev libfxt-dev libopenmpi-dev opencl-headers ocl-icd-opencl-dev"
+fi
+
+# ---- CUDA ----------------------------------------------------------------------------------
+NVCC=
+NVCC_RELEASE=
+TOOLKIT=
+CUDA_PINS=
+CUDA_ROOT_GIVEN=
+if [ "$CUDA" != no ]; then
+    NVCC=$(command -v nvcc || true)
+    if [ -z "$NVCC" ] && [ "$CUDA" = yes ]; then
+        echo "build-starpu: STARPU_CUDA=yes but nvcc is not on PATH" >&2
+        exit 1
+    fi
+fi
+if [ -n "$NVCC" ]; then
+    NVCC_RELEASE=$("$NVCC" --version | sed -n 's/.*release \([0-9][0-9.]*\),.*/\1/p' | head -1)
+    # nvcc may be a wrapper script: ask it where its toolkit is
+    probe=$(mktemp -d)
+    TOOLKIT=$(cd "$probe" && : > p.cu && "$NVCC" --dryrun -c p.cu 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
+    rm -rf "$probe"
+    [ -n "$TOOLKIT" ] && TOOLKIT=$(cd "$TOOLKIT" && pwd -P)
+    if [ -z "$TOOLKIT" ] || [ ! -e "$TOOLKIT/include/cuda_runtime.h" ]; then
+        echo "build-starpu: cannot find nvcc's CUDA toolkit (nvcc --dryrun gave TOP='$TOOLKIT'); STARPU_CUDA=no builds without CUDA" >&2
+        exit 1
+    fi
+    if [ -n "${STARPU_CUDA_ROOT:-}" ]; then
+        CUDA_ROOT=$STARPU_CUDA_ROOT  # given: include/ (cuBLAS, cuSPARSE) and lib64/ with unversioned names
+        CUDA_ROOT_GIVEN="root $CUDA_ROOT"
+    elif [ -e "$TOOLKIT/include/cublas_v2.h" ] && [ -e "$TOOLKIT/include/cusparse.h" ] \
+            && ls "$TOOLKIT"/lib64/libcublas.so "$TOOLKIT"/lib/libcublas.so >/dev/null 2>&1; then
+        CUDA_ROOT=$TOOLKIT  # a full toolkit: cuBLAS and cuSPARSE included
+    else
+        case "$NVCC_RELEASE" in
+            13.*) ;;
+            *) echo "build-starpu: nvcc is CUDA $NVCC_RELEASE and its toolkit ($TOOLKIT) has no cuBLAS/cuSPARSE; the wheels pinned in pyproject.toml's 'cuda' extra are CUDA 13's. Install cuBLAS and cuSPARSE into that toolkit, or build without CUDA: STARPU_CUDA=no" >&2
+               exit 1 ;;
+        esac
+        CUDA_PINS=$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+try:
+    import tomllib
+    pins = tomllib.loads(text)["project"]["optional-dependencies"]["cuda"]
+except ImportError:  # Python < 3.11
+    pins = re.findall(r'"([^"]+)"', re.search(r'^cuda\s*=\s*\[(.*?)\]', text, re.S | re.M).group(1))
+print(" ".join(sorted(pins)))
 PY
 )
-            if [ -n "$CUBLAS_DIR" ]; then break; fi
-        done
+        [ -n "$CUDA_PINS" ] || { echo "build-starpu: pyproject.toml has no 'cuda' extra" >&2; exit 1; }
+        CUDA_PINS="$CUDA_PINS lazy-cublas $(sha256sum < "$ROOT/scripts/cublas-lazy.c" | cut -c1-16)"
+        CUDA_KEY=$(printf '%s\n' "$CUDA_PINS" | sha256sum | cut -c1-12)
+        CUDA_ROOT=$CACHE/cuda/cu13-$CUDA_KEY/root
     fi
-    return 0
-}
-
-print_env() {
-    local pc
-    pc=$(ls -d "$PREFIX"/lib*/pkgconfig 2>/dev/null | head -1)
-    [ -n "$pc" ] || die "no StarPU installed in $PREFIX"
-    echo "export PKG_CONFIG_PATH=$pc\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
-    echo "export LD_LIBRARY_PATH=$(dirname "$pc")${CUBLAS_DIR:+:$CUBLAS_DIR/lib}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-    if [ -n "$CUBLAS_DIR" ]; then echo "export CUBLAS_DIR=$CUBLAS_DIR"; fi
-}
-
-# ---- the source ------------------------------------------------------------------
-debian_source() {
-    mkdir -p "$SRC_DIR"
-    if ! apt-cache showsrc starpu >/dev/null 2>&1 || [ -z "$(apt-cache showsrc starpu 2>/dev/null)" ]; then
-        [ "$(id -u)" -eq 0 ] || die "no deb-src entry for apt; add one (or pass --tarball FILE) and rerun"
-        say "adding deb-src entries that mirror this system's deb entries"
-        if ls /etc/apt/sources.list.d/*.sources >/dev/null 2>&1; then
-            for f in /etc/apt/sources.list.d/*.sources; do
-                case "$f" in *tiletrain-deb-src*) continue ;; esac
-                sed -n 's/^Types: deb$/Types: deb-src/; p' "$f"
-                echo
-            done > /etc/apt/sources.list.d/tiletrain-deb-src.sources
-        fi
-        if [ -f /etc/apt/sources.list ]; then
-            grep -E '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' > /etc/apt/sources.list.d/tiletrain-deb-src.list || true
-        fi
-        apt-get update -qq
-    fi
-    (cd "$SRC_DIR" && apt-get source --download-only starpu >&2) || die "apt-get source starpu failed"
-    ls "$SRC_DIR"/starpu_*.orig.tar.* | head -1
-}
-
-if [ "$ENV_ONLY" = 1 ]; then
-    if [ "$CUDA" != no ] && grep -q '^#define STARPU_USE_CUDA 1' "$PREFIX"/include/starpu/*/starpu_config.h 2>/dev/null; then
-        CUDA_DIR=${CUDA_DIR:-/nonexistent}
-        find_cublas
-    fi
-    print_env
-    exit 0
 fi
 
-if [ -z "$TARBALL" ]; then
-    TARBALL=$(ls "$SRC_DIR"/starpu_*.orig.tar.* "$SRC_DIR"/starpu-*.tar.gz 2>/dev/null | head -1 || true)
-fi
-if [ -z "$TARBALL" ]; then
-    TARBALL=$(debian_source)
-fi
-[ -f "$TARBALL" ] || die "source tarball $TARBALL not found"
-TARBALL=$(cd "$(dirname "$TARBALL")" && pwd)/$(basename "$TARBALL")
-say "source: $TARBALL"
-if [ "$FETCH_ONLY" = 1 ]; then
-    echo "$TARBALL"
-    exit 0
-fi
-
-# ---- configure options -------------------------------------------------------------
-OPTS=(--prefix="$PREFIX" --enable-maxcpus="$MAXCPUS" --disable-build-examples --disable-build-tests
-      --disable-build-doc --disable-starpupy --disable-socl)
-if [ "$CUDA" != no ]; then
-    if [ -z "$CUDA_DIR" ] && command -v nvcc >/dev/null 2>&1; then
-        # nvcc may be a wrapper script: ask it where its toolkit is
-        top=$(cd /tmp && echo > tt_probe_$$.cu && nvcc --dryrun -c tt_probe_$$.cu 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
-        rm -f /tmp/tt_probe_$$.cu
-        [ -n "$top" ] && CUDA_DIR=$(cd "$top" && pwd)
-    fi
-    if [ -n "$CUDA_DIR" ] && [ -e "$CUDA_DIR/include/cuda_runtime.h" ]; then
-        OPTS+=(--enable-cuda --with-cuda-dir="$CUDA_DIR")
-        [ -d "$CUDA_DIR/lib64" ] && OPTS+=(--with-cuda-lib-dir="$CUDA_DIR/lib64")
-        say "CUDA: $CUDA_DIR"
-        find_cublas
-        if [ -n "$CUBLAS_DIR" ]; then
-            shim=$ROOT/build/starpu-cublas-shim
-            mkdir -p "$shim"
-            for real in "$CUBLAS_DIR"/lib/lib*.so.*; do  # libcublas.so.13 -> libcublas.so, cusparse too
-                [ -e "$real" ] || continue
-                base=$(basename "$real")
-                ln -sf "$real" "$shim/${base%%.so.*}.so"
-            done
-            export CPPFLAGS="${CPPFLAGS:-} -I$CUBLAS_DIR/include"
-            export LDFLAGS="${LDFLAGS:-} -L$shim -Wl,-rpath,$CUBLAS_DIR/lib"
-            say "cuBLAS: $CUBLAS_DIR"
-        fi
-    elif [ "$CUDA" = yes ]; then
-        die "no CUDA toolkit at '$CUDA_DIR' (cuda_runtime.h missing)"
-    else
-        say "no CUDA toolkit found (nvcc not on PATH, CUDA_HOME unset): building without CUDA"
-        OPTS+=(--disable-cuda)
-    fi
+# ---- configure options, patches, key -----------------------------------------------------------
+OPTS=(--enable-maxcpus=$MAXCPUS $(has fxt && echo --with-fxt || echo --without-fxt) --disable-static
+      --disable-build-doc --disable-build-examples --disable-build-tests
+      --disable-fortran --disable-starpufft --disable-glpk --disable-socl)
+has mpi || OPTS+=(--disable-mpi)
+has opencl || OPTS+=(--disable-opencl)
+if [ -n "$NVCC" ]; then
+    OPTS+=(--enable-cuda --with-cuda-dir="$CUDA_ROOT" --with-cuda-lib-dir="$CUDA_ROOT/lib64")
 else
     OPTS+=(--disable-cuda)
 fi
-if pkg-config --exists fxt 2>/dev/null; then
-    OPTS+=(--with-fxt)
-    say "FxT: $(pkg-config --modversion fxt)"
+PATCHES=("$PATCH_DIR"/*.patch)
+[ -e "${PATCHES[0]}" ] || PATCHES=()
+
+if [ -n "$TARBALL" ]; then
+    [ -f "$TARBALL" ] || stop "STARPU_TARBALL=$TARBALL is not a file." ""
+    TARBALL=$(cd "$(dirname "$TARBALL")" && pwd)/$(basename "$TARBALL")
+    SOURCE=tarball
+    SOURCE_ID="tarball sha256 $(sha256sum "$TARBALL" | cut -d' ' -f1)"
+    VERSION=$(basename "$TARBALL" | sed -n 's/^starpu[-_]\([0-9][0-9.]*[0-9]\).*/\1/p')
+    VERSION=${VERSION:-unknown}
 else
-    say "libfxt not found (Debian: libfxt-dev): building without FxT traces"
+    SOURCE=debian-source
+    SOURCE_ID="debian $DEB_VERSION"
 fi
-command -v mpicc >/dev/null 2>&1 || OPTS+=(--disable-mpi)
+deps="hwloc $(pkg-config --modversion hwloc) fxt $(pkg-config --modversion fxt 2>/dev/null || echo none) cc $(cc -dumpfullversion 2>/dev/null || cc -dumpversion)"
+deps="$deps mpi $( (mpicc --showme:version 2>/dev/null || mpicc --version 2>/dev/null || echo none) | head -1)"
+KEY_TEXT=$(
+    echo "recipe $RECIPE"
+    echo "source $SOURCE_ID"
+    echo "configure ${OPTS[*]}"
+    echo "cuda ${NVCC_RELEASE:-none} ${CUDA_PINS:-${CUDA_ROOT_GIVEN:-${TOOLKIT:-}}}"
+    echo "deps $deps"
+    for p in "${PATCHES[@]}"; do echo "patch $(basename "$p") $(sha256sum < "$p" | cut -c1-64)"; done
+)
+KEY=$VERSION-$([ -n "$NVCC" ] && echo cuda || echo cpu)-$(printf '%s\n' "$KEY_TEXT" | sha256sum | cut -c1-12)
+PREFIX=$STARPU_CACHE/$KEY
+if [ "$ACTION" = key ]; then echo "$KEY"; exit 0; fi
 
-# ---- build -------------------------------------------------------------------------
-WORK=$ROOT/build/starpu-build
-rm -rf "$WORK"
-mkdir -p "$WORK"
-tar -xf "$TARBALL" -C "$WORK"
-SRC=$(find "$WORK" -mindepth 1 -maxdepth 1 -type d | head -1)
-[ -x "$SRC/configure" ] || die "$SRC has no configure script (a release tarball is needed)"
+# ---- the source --------------------------------------------------------------------------------
+fetch_debian_source() {
+    local dir=$STARPU_CACHE/src
+    local orig=$dir/starpu_${DEB_VERSION%-*}.orig.tar.gz
+    if [ -f "$orig" ] && [ -f "$dir/starpu_$DEB_VERSION.dsc" ]; then
+        echo "$orig"
+        return
+    fi
+    command -v apt-get >/dev/null 2>&1 || stop "Debian's source package cannot be fetched here: this system has no apt-get." ""
+    local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    [ -f "$keyring" ] || stop "Debian's source package cannot be fetched here: no Debian archive keyring ($keyring; package debian-archive-keyring) to check it with." ""
+    mkdir -p "$dir/apt/lists/partial"
+    # A private deb-src list: apt reads only this file and keeps its index under the cache.
+    cat > "$dir/apt/sources.sources" <<EOF
+Types: deb-src
+URIs: $DEB_URI
+Suites: $DEB_SUITE
+Components: main
+Signed-By: $keyring
+EOF
+    local opts=(-o Dir::Etc::SourceList="$dir/apt/sources.sources" -o Dir::Etc::SourceParts=/dev/null
+                -o Dir::State::Lists="$dir/apt/lists" -o Dir::Cache="$dir/apt/cache"
+                -o APT::Sandbox::User="$(id -un)" -o Acquire::Retries=1 -o Acquire::http::Timeout=20)
+    mkdir -p "$dir/apt/cache/archives/partial"
+    say "fetching Debian's source package starpu $DEB_VERSION ($DEB_URI $DEB_SUITE, a private deb-src list)"
+    local log=$dir/apt/fetch.log
+    if ! apt-get "${opts[@]}" -q update > "$log" 2>&1 || grep -qE '^(Err|W: Failed to fetch)' "$log"; then
+        stop "could not download the index of Debian's source packages from $DEB_URI (no network?)." \
+             "apt-get update said: $(grep -E '^(Err|E:|W:)' "$log" | head -2 | tr '\n' ' ')"
+    fi
+    if ! (cd "$dir" && apt-get "${opts[@]}" -q source --download-only "starpu=$DEB_VERSION" >> "$log" 2>&1); then
+        stop "Debian's source package starpu $DEB_VERSION could not be downloaded from $DEB_URI $DEB_SUITE." \
+             "apt-get source said: $(grep -E '^(E:|W:|Err)' "$log" | head -2 | tr '\n' ' ')"
+    fi
+    [ -f "$orig" ] || stop "apt-get source gave no $orig." ""
+    echo "$orig"
+}
 
-# CUDA 13 removed cudaDeviceProp::computeMode, and recent cuBLAS refuses cublas.h next to
-# cublas_v2.h: small source fixes for StarPU 1.3 (each applied only where its pattern is;
-# seen building 1.3.10 against CUDA 13.0).
-patch_cuda_compat() {
-    local f=$SRC/src/drivers/cuda/driver_cuda.c
-    if [ -f "$f" ] && grep -q 'props\[devid\]\.computeMode' "$f"; then
-        sed -i 's/if (props\[devid\]\.computeMode == cudaComputeModeExclusive)/int tt_compute_mode = 0; cudaDeviceGetAttribute(\&tt_compute_mode, cudaDevAttrComputeMode, devid); if (tt_compute_mode == cudaComputeModeExclusive)/' "$f"
-        say "patched $f (computeMode)"
-    fi
-    f=$SRC/src/drivers/cuda/driver_cuda.h
-    if [ -f "$f" ] && grep -q '^#include <cublas.h>$' "$f"; then
-        sed -i 's|^#include <cublas.h>$|#include <cublas_v2.h>|' "$f"
-        say "patched $f (cublas_v2.h)"
-    fi
-    f=$SRC/src/drivers/cuda/starpu_cublas.c
-    if [ -f "$f" ] && grep -q '^#include <cublas.h>$' "$f"; then
-        sed -i -e 's|^#include <starpu_cublas_v2.h>$||' \
-            -e 's|^#include <cublas.h>$|#include <starpu_cublas_v2.h>\n/* the legacy API, declared here: recent cuBLAS refuses cublas.h next to cublas_v2.h */\ncublasStatus_t cublasInit(void);\ncublasStatus_t cublasShutdown(void);\ncublasStatus_t cublasSetKernelStream(cudaStream_t stream);\ntypedef cublasStatus_t cublasStatus;|' "$f"
-        say "patched $f (legacy cuBLAS declarations)"
+# ---- the cache hit: seconds, no network ------------------------------------------------------------
+if [ "$ACTION" = build ] && [ -d "$PREFIX" ]; then
+    say "StarPU $VERSION ($SOURCE$([ -n "$NVCC" ] && echo ", CUDA $NVCC_RELEASE")) from the cache: $PREFIX"
+    record own "$PREFIX"
+    exit 0
+fi
+if [ -z "$TARBALL" ]; then TARBALL=$(fetch_debian_source); fi
+if [ "$ACTION" = fetch ]; then echo "$TARBALL"; exit 0; fi
+
+mkdir -p "$STARPU_CACHE/logs"
+exec 9> "$STARPU_CACHE/.lock-$KEY"
+if ! flock -n 9; then
+    say "another setup is building $KEY: waiting for it"
+    flock 9
+    if [ -d "$PREFIX" ]; then record own "$PREFIX"; exit 0; fi
+fi
+# temporary directories of builds that died (their process is gone)
+for d in "$STARPU_CACHE"/.tmp-* "$CACHE"/cuda/.tmp-*; do
+    [ -d "$d" ] || continue
+    pid=${d##*-}
+    kill -0 "$pid" 2>/dev/null || rm -rf "$d"
+done
+
+TMP=$STARPU_CACHE/.tmp-$KEY-$$
+LOG=$STARPU_CACHE/logs/$KEY.log
+ok=0
+cleanup() {
+    if [ "$ok" != 1 ]; then
+        [ -d "$TMP" ] && say "build failed: nothing was added to the cache (log: $LOG)"
+        rm -rf "$TMP"
     fi
 }
-case " ${OPTS[*]} " in *" --enable-cuda "*) patch_cuda_compat ;; esac
-say "configure ${OPTS[*]} ${EXTRA[*]:-}"
-(cd "$SRC" && ./configure "${OPTS[@]}" "${EXTRA[@]}" > "$WORK/configure.log" 2>&1) \
-    || { tail -30 "$WORK/configure.log" >&2; die "configure failed (log: $WORK/configure.log)"; }
-grep -E "^ *(CUDA|OpenCL|MPI|FxT|Maximum number of CPUs)" "$WORK/configure.log" >&2 || true
-(cd "$SRC" && make -j"$JOBS" > "$WORK/make.log" 2>&1 && make install > "$WORK/install.log" 2>&1) \
-    || { tail -30 "$WORK/make.log" >&2; die "build failed (log: $WORK/make.log)"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+mkdir -p "$TMP"
+: > "$LOG"
 
-say "installed StarPU into $PREFIX"
-print_env
+# ---- the CUDA root from the pinned wheels (once per set of pins) ---------------------------------
+if [ -n "$CUDA_PINS" ] && [ ! -d "$CUDA_ROOT" ]; then
+    say "installing the CUDA wheels of the 'cuda' extra (${CUDA_PINS% lazy-cublas *}) into $(dirname "$CUDA_ROOT")"
+    ctmp=$CACHE/cuda/.tmp-cu13-$CUDA_KEY-$$
+    mkdir -p "$ctmp"
+    # shellcheck disable=SC2086
+    if ! "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+            --target "$ctmp/site" ${CUDA_PINS% lazy-cublas *} >> "$LOG" 2>&1; then
+        rm -rf "$ctmp"
+        tail -5 "$LOG" >&2
+        stop "could not install the CUDA wheels ($CUDA_PINS) with $PYTHON -m pip (no network?)." \
+             "Or build without CUDA: STARPU_CUDA=no"
+    fi
+    cu=$ctmp/site/nvidia/cu13
+    [ -e "$cu/include/cublas_v2.h" ] || { rm -rf "$ctmp"; echo "build-starpu: the wheels have no nvidia/cu13/include/cublas_v2.h" >&2; exit 1; }
+    # A CUDA root as StarPU's configure expects it: include/, lib64/ with unversioned
+    # library names, bin/nvcc (relative links inside, so the directory can be renamed).
+    (cd "$cu/lib" && for real in lib*.so.*; do ln -sf "$real" "${real%%.so.*}.so"; done)
+    ln -s lib "$cu/lib64"
+    # what links "-lcublas" gets scripts/cublas-lazy.c: cuBLAS is loaded on its first call
+    # (with a CUDA worker), not by every process (1.5 s and 220 MB each)
+    cc -shared -fPIC -O2 -o "$cu/lib/libtt_cublas_lazy.so.13" -Wl,-soname,libtt_cublas_lazy.so.13 \
+        -Wl,--no-undefined "$ROOT/scripts/cublas-lazy.c" -I"$cu/include" -ldl -lpthread >> "$LOG" 2>&1 \
+        || { rm -rf "$ctmp"; tail -5 "$LOG" >&2; echo "build-starpu: scripts/cublas-lazy.c does not compile" >&2; exit 1; }
+    ln -sf libtt_cublas_lazy.so.13 "$cu/lib/libcublas.so"
+    mkdir -p "$cu/bin"
+    ln -s "$TOOLKIT/bin/nvcc" "$cu/bin/nvcc"
+    ln -s site/nvidia/cu13 "$ctmp/root"
+    printf '%s\n' "$CUDA_PINS" > "$ctmp/PINS"
+    mv -T "$ctmp" "$(dirname "$CUDA_ROOT")"
+fi
+
+# ---- build ---------------------------------------------------------------------------------------
+say "building StarPU $VERSION ($SOURCE$([ -n "$NVCC" ] && echo ", CUDA $NVCC_RELEASE")$(for f in $FEATURES; do printf ', %s' "$f"; done), maxcpus $MAXCPUS) into $PREFIX"
+say "a few minutes (2.5 with CUDA on 2 idle cores); log: $LOG"
+tar -xf "$TARBALL" -C "$TMP"
+SRC=$(find "$TMP" -mindepth 1 -maxdepth 1 -type d | head -1)
+[ -x "$SRC/configure" ] || stop "$TARBALL has no configure script (a StarPU release tarball is needed, not a git snapshot)." ""
+for p in "${PATCHES[@]}"; do
+    (cd "$SRC" && patch -p1 --forward --quiet < "$p") >> "$LOG" 2>&1 \
+        || { tail -5 "$LOG" >&2; echo "build-starpu: patch $(basename "$p") does not apply to this source" >&2; exit 1; }
+    say "applied $(basename "$p")"
+done
+
+env_cuda=()
+if [ -n "$NVCC" ]; then
+    # the CUDA libraries are found through libstarpu's run path, not LD_LIBRARY_PATH
+    env_cuda=(LDFLAGS="${LDFLAGS:-} -Wl,-rpath,$CUDA_ROOT/lib64" LD_LIBRARY_PATH="$CUDA_ROOT/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+              PATH="$(dirname "$NVCC"):$PATH")
+fi
+
+# Progress: one line every 30 s while a step runs (make: files compiled of the total).
+NFILES=$( (find "$SRC/src" "$SRC/mpi/src" "$SRC/tools" "$SRC/sc_hypervisor/src" -name '*.c' 2>/dev/null || true) | wc -l)
+run_step() {  # run_step NAME COMMAND...
+    local name=$1; shift
+    local t=$(date +%s) last
+    echo "== $name: $*" >> "$LOG"
+    ( cd "$SRC" && env "${env_cuda[@]}" "$@" ) >> "$LOG" 2>&1 &
+    local pid=$!
+    last=$t
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        if [ $(( $(date +%s) - last )) -ge 30 ]; then
+            last=$(date +%s)
+            if [ "$name" = make ]; then
+                say "make: $(grep -cE '^ *(CC|CXX|NVCC|CCLD|CXXLD) ' "$LOG" || true) of ~$NFILES files compiled"
+            else
+                say "$name: $(tail -1 "$LOG" | cut -c1-100)"
+            fi
+        fi
+    done
+    if ! wait "$pid"; then
+        grep -E 'error|Error|ERROR' "$LOG" | tail -8 >&2 || true
+        echo "build-starpu: $name failed after $(( $(date +%s) - t ))s (log: $LOG)" >&2
+        exit 1
+    fi
+    say "$name done in $(( $(date +%s) - t ))s"
+}
+
+run_step configure ./configure --prefix="$PREFIX" "${OPTS[@]}" --enable-silent-rules
+grep -E "^[[:space:]]*(CUDA +enabled|OpenCL enabled|StarPU MPI enabled|FxT trace enabled|Maximum number of CPUs)" "$LOG" | sed -E "s/^[[:space:]]+/    /" >&2 || true
+run_step make make -j"$JOBS"
+run_step install make install DESTDIR="$TMP/stage"
+
+STAGED=$TMP/stage$PREFIX
+CONFIG_H=$(ls "$STAGED"/include/starpu/*/starpu_config.h)
+need() { grep -q "^#define $1\$" "$CONFIG_H" || { echo "build-starpu: the build lacks '#define $1' ($2; log: $LOG)" >&2; exit 1; }; }
+need "STARPU_MAXCPUS $MAXCPUS" "--enable-maxcpus"
+if has fxt; then need "STARPU_USE_FXT 1" "FxT"; fi
+if has opencl; then need "STARPU_USE_OPENCL 1" "OpenCL: headers and ICD loader"; fi
+if has mpi; then need "STARPU_USE_MPI 1" "StarPU-MPI: mpicc"; fi
+if [ -n "$NVCC" ]; then need "STARPU_USE_CUDA 1" "CUDA"; fi
+if has fxt && [ ! -x "$STAGED/bin/starpu_fxt_tool" ]; then
+    echo "build-starpu: starpu_fxt_tool was not built (log: $LOG)" >&2
+    exit 1
+fi
+
+mkdir -p "$STAGED/share/tiletrain"
+{
+    echo "# written by scripts/build-starpu.sh; read by CMakeLists.txt (tiletrain info shows it)"
+    echo "version=$VERSION"
+    echo "source=$SOURCE"
+    echo "source_id=$SOURCE_ID"
+    echo "key=$KEY"
+    echo "maxcpus=$MAXCPUS"
+    echo "fxt=$(has fxt && echo yes || echo no)"
+    echo "cuda=$([ -n "$NVCC" ] && echo yes || echo no)"
+    echo "cuda_root=${CUDA_ROOT:-}"
+    echo "cuda_pins=${CUDA_PINS:-}"
+    echo "configure=${OPTS[*]}"
+    echo "patches=$(for p in "${PATCHES[@]}"; do printf '%s ' "$(basename "$p")"; done)"
+    echo "build_seconds=$(( $(date +%s) - T0 ))"
+} > "$STAGED/share/tiletrain/starpu-build.txt"
+printf '%s\n' "$KEY_TEXT" > "$STAGED/share/tiletrain/starpu-key.txt"
+
+mv -T "$STAGED" "$PREFIX"   # the commit point: the entry appears whole
+ok=1
+rm -rf "$TMP"
+say "installed StarPU $VERSION into $PREFIX in $(( $(date +%s) - T0 ))s"
+record own "$PREFIX"

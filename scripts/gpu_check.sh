@@ -7,12 +7,14 @@
 #   scripts/gpu_check.sh --prepare    # on a machine WITH network: fills .gpu-bundle/
 #   scripts/gpu_check.sh              # on the GPU machine (carry .gpu-bundle/ there)
 #
-# The bundle (under 64 MiB): StarPU's source tarball (scripts/build-starpu.sh
-# --fetch-only: Debian's; or put a StarPU 1.4 release tarball there instead, advised for
-# CUDA 12/13), Debian packages of OpenBLAS and hwloc (unpacked into a private sysroot
-# when the GPU machine lacks them) and wheels of cffi and pycparser for its python3.  The
-# GPU machine is expected to have nvcc, cuBLAS, cupy and PyTorch (the `cuda` image does);
-# cuBLAS/cuSPARSE from pip wheels are found by scripts/build-starpu.sh.
+# The bundle (under 64 MiB): StarPU's source tarball (scripts/build-starpu.sh --fetch-only:
+# Debian's 1.3.10, the one `make setup` builds), Debian packages of OpenBLAS and hwloc
+# (unpacked into a private sysroot when the GPU machine lacks them) and wheels of cffi and
+# pycparser for its python3.  The GPU machine is expected to have nvcc, cupy and PyTorch (the
+# `cuda` image does); cuBLAS and cuSPARSE come from its toolkit or from its python3's
+# nvidia-cublas / nvidia-cusparse wheels (arranged as a CUDA root here).  StarPU is built by
+# scripts/build-starpu.sh with CUDA only (STARPU_FEATURES="": no FxT, MPI or OpenCL there),
+# into a cache under TT_GPU_WORK, and tiletrain against it.
 #
 # The GPT step is `python benchmarks/gpt_step.py --device cuda` (GPT-2 small's shape, vocab
 # 8,192, B=8, T=1024, float32; tiletrain under dmdas with 1 CUDA worker + 2 CPU workers
@@ -81,20 +83,31 @@ if ! pkg-config --exists openblas 2>/dev/null || ! pkg-config --exists hwloc 2>/
     say "OpenBLAS/hwloc from the bundle: $(pkg-config --libs openblas) $(pkg-config --libs hwloc)"
 fi
 
-# 3. StarPU with CUDA (kept in $WORK: a second run on the same machine reuses it).
-if grep -qs '^#define STARPU_USE_CUDA 1' "$WORK"/starpu/include/starpu/*/starpu_config.h; then
-    say "reusing the StarPU in $WORK/starpu"
-    eval "$(scripts/build-starpu.sh --prefix "$WORK/starpu" --env-only)"
-else
-    say "building StarPU with CUDA"
-    tarball=$(ls "$BUNDLE"/starpu*.tar.* | head -1)
-    eval "$(scripts/build-starpu.sh --tarball "$tarball" --prefix "$WORK/starpu" --jobs "$JOBS")"
+# 3. StarPU with CUDA, into a cache in $WORK (a second run on the same machine reuses it).
+top=$(cd /tmp && : > tt_probe_$$.cu && nvcc --dryrun -c tt_probe_$$.cu 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
+rm -f /tmp/tt_probe_$$.cu
+if [ ! -e "$top/include/cublas_v2.h" ] || [ ! -e "$top/include/cusparse.h" ]; then
+    # the toolkit has no cuBLAS/cuSPARSE: a CUDA root of the toolkit and python3's nvidia wheels
+    wheels=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
+    [ -e "$wheels/include/cublas_v2.h" ] || { echo "gpu_check: no cuBLAS in $top nor in $wheels" >&2; exit 1; }
+    root=$WORK/cuda-root
+    rm -rf "$root" && mkdir -p "$root/include" "$root/lib64" "$root/bin"
+    for d in "$top/include" "$wheels/include"; do ln -sf "$d"/* "$root/include/"; done
+    for d in "$top/lib64" "$top/lib" "$wheels/lib"; do [ -d "$d" ] && ln -sf "$d"/* "$root/lib64/"; done
+    (cd "$root/lib64" && for real in lib*.so.*; do [ -e "${real%%.so.*}.so" ] || ln -s "$real" "${real%%.so.*}.so"; done)
+    ln -sf "$top/bin/nvcc" "$root/bin/nvcc"
+    export STARPU_CUDA_ROOT=$root
 fi
+say "building StarPU with CUDA (or finding it in $WORK/cache)"
+tarball=$(ls "$BUNDLE"/starpu*.tar.* | head -1)
+prefix=$(STARPU_TARBALL=$tarball TILETRAIN_CACHE=$WORK/cache STARPU_FEATURES="" STARPU_CUDA=yes STARPU_JOBS=$JOBS \
+         PYTHON=python3 scripts/build-starpu.sh | tail -1)
 
 # 4. tiletrain against it, built in place (the image's python3 keeps its torch and cupy).
 say "building tiletrain"
 rm -rf build/cmake build/ffi-gen
-python3 setup.py -q build_ext --inplace > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; exit 1; }
+TILETRAIN_STARPU_PREFIX=$prefix python3 setup.py -q build_ext --inplace > "$WORK/build.log" 2>&1 \
+    || { tail -40 "$WORK/build.log" >&2; exit 1; }
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 PY=python3
 if [ "${TT_GPU_DRYRUN:-0}" = 1 ]; then
@@ -107,7 +120,7 @@ fi
 # 5. The cuda tests.
 say "running the cuda tests"
 set +e
-"$PY" -m pytest -q -m cuda -p no:cacheprovider tests/hetero/test_cuda.py 2>&1 | tail -15
+"$PY" -m pytest -q -p no:cacheprovider tests/hetero/test_cuda.py tests/hetero/test_cuda_build.py -k "not no_gpu and not without_a_gpu" 2>&1 | tail -15
 tests_rc=${PIPESTATUS[0]}
 set -e
 

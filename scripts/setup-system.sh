@@ -5,8 +5,16 @@ set -euo pipefail
 
 # OpenCL: headers and ICD loader for tiletrain's OpenCL kernels, and PoCL, an OpenCL device
 # on the CPU that gives the tests a second memory node (tests/hetero/) without a GPU.
-PKGS=(build-essential cmake pkg-config libstarpu-dev libopenblas-dev openmpi-bin libopenmpi-dev
+PKGS=(build-essential cmake pkg-config libopenblas-dev openmpi-bin libopenmpi-dev
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd)
+# StarPU: tiletrain's own build (STARPU=own, the default; scripts/build-starpu.sh) needs hwloc
+# and FxT to build against, and the archive keyring to check Debian's source package with;
+# STARPU=system uses Debian's binary package instead.
+if [ "${STARPU:-own}" = system ]; then
+    PKGS+=(libstarpu-dev)
+else
+    PKGS+=(libhwloc-dev libfxt-dev debian-archive-keyring)
+fi
 PYTHON=${PYTHON:-python3}
 
 missing=()
@@ -18,7 +26,12 @@ else
     # Not a Debian system: check for the tools and libraries themselves.
     command -v cmake >/dev/null || missing+=(cmake)
     command -v pkg-config >/dev/null || missing+=(pkg-config)
-    pkg-config --exists starpu-1.3 2>/dev/null || pkg-config --exists starpu-1.4 2>/dev/null || missing+=("StarPU 1.3/1.4 (with StarPU-MPI)")
+    if [ "${STARPU:-own}" = system ]; then
+        pkg-config --exists starpu-1.3 2>/dev/null || pkg-config --exists starpu-1.4 2>/dev/null || missing+=("StarPU 1.3/1.4 (with StarPU-MPI)")
+    else
+        pkg-config --exists hwloc 2>/dev/null || missing+=(hwloc)
+        pkg-config --exists fxt 2>/dev/null || missing+=("FxT (libfxt)")
+    fi
     pkg-config --exists openblas 2>/dev/null || missing+=(OpenBLAS)
 fi
 if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then

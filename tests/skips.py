@@ -16,9 +16,6 @@ ALLOWED_SKIPS = {
     r"cupy is not installed": "cupy needs a CUDA GPU",
     r"built without CUDA|without its CUDA kernels|CUDA reports no GPU|no usable GPU|no CUDA worker|"
     r"this StarPU has CUDA": "GPU",
-    # compile-checking the CUDA bodies needs cuBLAS's headers next to nvcc; setup installs them
-    # only with the project's own CUDA StarPU build (issue 35)
-    r"cuBLAS headers \(cublas_v2.h\) not found": "no cuBLAS headers",
     # the MKL build is the alternative BLAS, checked by `make setup BLAS=mkl`, not by `make test`
     r"tiletrain is built with MKL|the mkl-devel wheel is not installed": "MKL build",
     # the OpenBLAS core-type comparison needs a CPU that can run more than one core type

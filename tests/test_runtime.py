@@ -93,14 +93,6 @@ def test_bad_config():
     assert not tt.is_initialized()
 
 
-def test_more_workers_than_the_build_allows_warns():
-    tt.shutdown()
-    with pytest.warns(RuntimeWarning, match="asked for 64 CPU workers, StarPU started [0-9]+"):
-        rt = tt.init(ncpu=64)
-    assert len(rt.workers()) < 64
-    tt.shutdown()
-
-
 def test_bad_environment(monkeypatch):
     tt.shutdown()
     monkeypatch.setenv("STARPU_NCPU", "two")

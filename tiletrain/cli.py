@@ -34,13 +34,30 @@ def _runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sched", default=None, help="StarPU scheduling policy (default: STARPU_SCHED or lws)")
 
 
+# `tiletrain info`'s build and worker fields, in order (also the keys of `info --json`)
+INFO_FIELDS = ("starpu_version", "starpu_source", "starpu_prefix", "starpu_maxcpus", "starpu_cuda", "starpu_fxt",
+               "starpu_opencl", "starpu_mpi", "tiletrain_cuda_kernels", "tiletrain_opencl_kernels", "cpu_workers",
+               "cuda_workers", "opencl_workers")
+
+
 def cmd_info(args) -> int:
+    import json
+
     import tiletrain as tt
 
     with tt.init(ncpu=args.ncpu, sched=args.sched, nopencl=args.nopencl, ncuda=args.ncuda) as rt:
         info = rt.info()
+        if args.json:
+            out = {k: info[k] for k in ("tiletrain", *INFO_FIELDS, "blas", "sched", "memory_nodes")}
+            out["workers"] = [{"id": w.id, "kind": w.kind, "memory_node": w.memory_node, "name": w.name}
+                              for w in info["workers"]]
+            print(json.dumps(out, indent=2))
+            return 0
         print(f"tiletrain      {info['tiletrain']}")
         print(f"StarPU         {info['starpu']}")
+        for k in INFO_FIELDS:
+            v = info[k]
+            print(f"{k:<26}{'-' if v is None else str(v).lower() if isinstance(v, bool) else v}")
         print(f"build          {info['build']}")
         print(f"blas           {info['blas']}")
         if info["blas_note"]:
@@ -300,6 +317,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--nopencl", type=int, default=None,
                    help="OpenCL workers (default: STARPU_NOPENCL or 0; PoCL gives one on the CPU)")
     p.add_argument("--ncuda", type=int, default=None, help="CUDA workers (default: STARPU_NCUDA or all GPUs)")
+    p.add_argument("--json", action="store_true", help="print the build and the workers as JSON")
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("demo", help="a short run of tiled ops checked against NumPy")
     _runtime_args(p)

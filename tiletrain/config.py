@@ -43,6 +43,8 @@ _ENV = {
     "mpi_driver": "TILETRAIN_MPI_DRIVER",
     "ooc_dir": "TILETRAIN_OOC_DIR",
     "ooc_size_mb": "TILETRAIN_OOC_SIZE_MB",
+    "fxt": "TILETRAIN_FXT",
+    "fxt_dir": "TILETRAIN_FXT_DIR",
 }
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -126,6 +128,8 @@ class RuntimeConfig:
     mpi_driver: bool = True       # under MPI: StarPU-MPI's thread also runs CPU worker 0's tasks
     ooc_dir: str | None = None    # with a memory limit: a disk memory node here receives evicted tiles
     ooc_size_mb: int | None = None  # the disk node's size (MiB; None: what is free in ooc_dir, less 1/16)
+    fxt: bool = False             # StarPU's FxT trace of the session (a StarPU built --with-fxt; slows start-up)
+    fxt_dir: str | None = None    # where the FxT trace goes (None: ./tiletrain-fxt); `tiletrain trace fxt DIR`
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -144,9 +148,9 @@ class RuntimeConfig:
             env = os.environ.get(_ENV[f.name])
             if env is None:
                 continue
-            if f.name in ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver"):
+            if f.name in ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver", "fxt"):
                 values[f.name] = _env_bool(_ENV[f.name], env)
-            elif f.name in ("sched", "ooc_dir"):
+            elif f.name in ("sched", "ooc_dir", "fxt_dir"):
                 values[f.name] = env or None
             else:
                 values[f.name] = _env_int(_ENV[f.name], env)
@@ -196,6 +200,11 @@ class RuntimeConfig:
             if self.ooc_size_mb < 16:
                 raise ValueError(f"ooc_size must be at least 16 MiB (StarPU's smallest disk node), "
                                  f"got {self.ooc_size_mb} MiB")
+        if self.fxt_dir is not None:  # (ignored while fxt is off)
+            if not isinstance(self.fxt_dir, str) or not self.fxt_dir:
+                raise TypeError(f"fxt_dir must be a directory path, got {self.fxt_dir!r}")
+            if os.path.exists(self.fxt_dir) and not os.path.isdir(self.fxt_dir):
+                raise ValueError(f"fxt_dir {self.fxt_dir!r} exists and is not a directory")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:
@@ -207,6 +216,10 @@ class RuntimeConfig:
                 raise ValueError(f"unknown scheduling policy {self.sched!r}; StarPU 1.3 has: "
                                  f"{', '.join(KNOWN_POLICIES)} and the modular-* family; tiletrain's own "
                                  f"(csrc/sched/): {', '.join(own) or 'none'}")
+
+    def fxt_directory(self) -> str:
+        """Where StarPU writes the FxT trace when ``fxt`` is on."""
+        return self.fxt_dir or "tiletrain-fxt"
 
     def starpu_env(self) -> dict[str, str | None]:
         """Values for StarPU's environment variables during starpu_init (None: unset)."""
@@ -229,6 +242,10 @@ class RuntimeConfig:
         # OpenCL devices once per process (at the first starpu_init), so a first session
         # without it would leave every later one with no CPU-side OpenCL device.
         env["STARPU_OPENCL_ON_CPUS"] = "1"
+        # FxT (a StarPU built --with-fxt records every event unless told not to): off unless
+        # asked for; on, StarPU writes prof_file_<user>_<rank> into fxt_dir at shutdown
+        env["STARPU_FXT_TRACE"] = "1" if self.fxt else "0"
+        env["STARPU_FXT_PREFIX"] = os.path.abspath(self.fxt_directory()) + "/" if self.fxt else None
         if self.silent:
             env["STARPU_SILENT"] = "1"
         # Under MPI, StarPU-MPI's progression thread runs CPU worker 0's tasks between its

@@ -77,6 +77,8 @@ int tt_nmemnodes(void);
 const char *tt_sched_name(void);
 const char *tt_starpu_version(void);
 const char *tt_build_options(void);
+const char *tt_starpu_prefix(void); /* the StarPU install built against; "": pkg-config's default (the system's) */
+int tt_fxt_record(int on);          /* FxT on (StarPU --with-fxt, init(fxt=True)): stop (0) or restart (1) recording */
 const char *tt_blas_info(void); /* the CPU BLAS chosen at build time, its version and core type */
 /* the body the CPU gemm kernel takes for these operands: "alpha0", "gemv", "rows_dot" (a few
  * float32 rows times a transposed weight, AVX2+FMA CPUs) or "blas" */
@@ -85,6 +87,7 @@ int tt_kernel_count(void);
 const char *tt_kernel_name(int kernel);
 int tt_kernel_nbuffers(int kernel);
 int tt_kernel_is_map(int kernel);
+int tt_kernel_cuda_func(int kernel); /* 1: its codelet has a CUDA function linked in */
 int tt_kernel_dtypes(int kernel);  /* bit (1 << dtype) for every dtype the kernel takes */
 int tt_kernel_acc_buffers(int kernel); /* bit i: buffer i is a float32 accumulator when dtype is float16/bfloat16 */
 int tt_kernel_bool_buffers(int kernel); /* bit i: buffer i is bool whatever the dtype (`bool` buffers) */

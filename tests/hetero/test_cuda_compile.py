@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tiletrain as tt
+from tiletrain.runtime.hetero import build_info
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_SOURCES = sorted((ROOT / "csrc" / "kernels" / "cuda").glob("*.cu"))
@@ -22,6 +23,9 @@ NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if
 def _cublas_include() -> str | None:
     """A directory holding cublas_v2.h, or None."""
     candidates = []
+    root = build_info()["starpu_cuda_root"]  # the CUDA root tiletrain's own StarPU was built with
+    if root:
+        candidates.append(Path(root) / "include")
     if NVCC:
         candidates.append(Path(NVCC).resolve().parent.parent / "include")
     for var in ("CUDA_HOME", "CUDA_PATH"):

@@ -26,23 +26,59 @@ def cmd_trace_run(args) -> int:
     from ..trace import format_metrics, gantt, metrics, recording, save
     from .workloads import make
 
-    with tt.init(ncpu=args.ncpu, sched=args.sched, profile=True) as rt:
+    fxt = {"fxt": True, "fxt_dir": args.fxt} if args.fxt else {}
+    with tt.init(ncpu=args.ncpu, sched=args.sched, profile=True, **fxt) as rt:
+        if args.fxt:
+            rt.fxt_record(False)  # StarPU's FxT trace keeps only the recorded step (and start-up)
         wl = make(args.workload, args.tile, **_params(args.param))
         wl.setup()
         for _ in range(args.warmup):
             wl.step()
             tt.wait()
+        if args.fxt:
+            rt.fxt_record(True)
         with recording() as rec:
             wl.step()
+        if args.fxt:
+            rt.fxt_record(False)
         tr = rec.trace
         print(f"{wl.describe()}; sched {rt.sched}, {len(rt.workers())} workers")
         print(format_metrics(metrics(tr)))
         save(tr, args.output, flows=args.flows)
         print(f"trace: {args.output} (open in https://ui.perfetto.dev)")
+        if args.fxt:
+            from ..trace.fxt import TILETRAIN_TRACE
+            save(tr, os.path.join(args.fxt, TILETRAIN_TRACE))
         if args.png:
             gantt(tr, args.png, title=f"{wl.describe()}, sched={rt.sched}")
             print(f"plot: {args.png}")
+    if args.fxt:  # StarPU writes the FxT file at shutdown
+        print(f"FxT: {args.fxt} (`tiletrain trace fxt {args.fxt}` converts it and compares the task counts)")
     return 0
+
+
+def cmd_trace_fxt(args) -> int:
+    from ..trace import load
+    from ..trace.fxt import TILETRAIN_TRACE, compare, convert, task_counts
+    written = convert(args.dir)
+    print(f"starpu_fxt_tool wrote: {', '.join(os.path.basename(f) for f in written)} (in {args.dir}; "
+          "paje.trace opens in ViTE)")
+    fxt = task_counts(os.path.join(args.dir, "tasks.rec"))
+    ours = args.trace or os.path.join(args.dir, TILETRAIN_TRACE)
+    if not os.path.exists(ours):
+        print(f"FxT: {sum(fxt.values())} tasks; no tiletrain trace to compare with ({ours}: `tiletrain trace run "
+              f"--fxt {args.dir}` writes both)")
+        for name, n in sorted(fxt.items()):
+            print(f"  {name:<28} {n}")
+        return 0
+    tr = load(ours)
+    rows, equal = compare(fxt, tr)
+    print(f"{'kernel':<28} {'FxT (StarPU)':>12}  tiletrain ({os.path.basename(ours)})")
+    for name, n_fxt, n_ours in rows:
+        print(f"{name:<28} {n_fxt:>12}  {n_ours}")
+    total = sum(r[1] for r in rows if not isinstance(r[2], str))
+    print(f"task counts {'equal' if equal else 'DIFFER'}: FxT {total}, tiletrain {len(tr)}")
+    return 0 if equal else 1
 
 
 def cmd_trace_show(args) -> int:
@@ -102,7 +138,16 @@ def add_subcommands(sub, runtime_args) -> None:
     r.add_argument("-o", "--output", default="trace.json", help="Chrome/Perfetto trace file to write")
     r.add_argument("--png", default=None, help="also write a Gantt/utilisation PNG (needs matplotlib)")
     r.add_argument("--flows", action="store_true", help="draw the task DAG as flow arrows (large files)")
+    r.add_argument("--fxt", default=None, metavar="DIR",
+                   help="also write StarPU's FxT trace of the recorded step into DIR, with tiletrain's trace "
+                        "beside it (a StarPU built with FxT; then `tiletrain trace fxt DIR`)")
     r.set_defaults(func=cmd_trace_run)
+    f = tsub.add_parser("fxt", help="convert StarPU's FxT trace in DIR (starpu_fxt_tool) and compare its task "
+                        "counts with tiletrain's trace of the same step")
+    f.add_argument("dir", help="the fxt_dir of a run with fxt=True (TILETRAIN_FXT=1), e.g. `trace run --fxt DIR`")
+    f.add_argument("--trace", default=None,
+                   help="tiletrain's trace of the same tasks (default: DIR/tiletrain-trace.json when present)")
+    f.set_defaults(func=cmd_trace_fxt)
     s = tsub.add_parser("show", help="metrics of a trace file (and optionally its Gantt PNG)")
     s.add_argument("file", help="a trace written by `tiletrain trace run`")
     s.add_argument("--png", default=None, help="also write a Gantt/utilisation PNG here")

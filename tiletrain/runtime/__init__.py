@@ -109,6 +109,8 @@ class Runtime:
             self._blas_limit = threadpool_limits(limits={"openblas": 1})
         except Exception:  # pragma: no cover - threadpoolctl is a dependency
             self._blas_limit = None
+        if cfg.fxt:  # StarPU writes its FxT trace there at shutdown
+            os.makedirs(cfg.fxt_directory(), exist_ok=True)
         with _environment(cfg.starpu_env()):
             check(lib.tt_init(c))
         self.session = lib.tt_session_id()
@@ -125,11 +127,8 @@ class Runtime:
             self._stop()
             raise
         ncpu = sum(1 for w in self.workers() if w.kind == "cpu")
-        if cfg.ncpu is not None and ncpu < cfg.ncpu:
-            from .hetero import build_option
-            warnings.warn(f"asked for {cfg.ncpu} CPU workers, StarPU started {ncpu}: this StarPU build allows "
-                          f"at most {build_option('starpu_maxcpus')} per process (build StarPU with "
-                          "--enable-maxcpus=N for more)", RuntimeWarning, stacklevel=3)
+        if cfg.ncpu is not None and ncpu < cfg.ncpu:  # (more than the build allows: check_build refused)
+            warnings.warn(f"asked for {cfg.ncpu} CPU workers, StarPU started {ncpu}", RuntimeWarning, stacklevel=3)
         if cfg.sched and self.sched != cfg.sched:
             actual = self.sched
             self._stop()
@@ -223,15 +222,31 @@ class Runtime:
         """Start a new peak for ``memory()["peak_allocated_bytes"]`` at the bytes held now."""
         lib.tt_pool_reset_peak()
 
+    def fxt_record(self, on: bool) -> None:
+        """With ``fxt=True``: stop (False) or restart (True) StarPU's FxT event recording, e.g.
+        to keep one training step in the trace (`tiletrain trace run --fxt DIR` does)."""
+        if not self.config.fxt:
+            raise RuntimeError("fxt_record: this session has no FxT trace; start it with tiletrain.init(fxt=True) "
+                               "(or TILETRAIN_FXT=1)")
+        check(lib.tt_fxt_record(int(bool(on))))
+
     def info(self) -> dict:
+        """The versions, the build (hetero.build_info: StarPU's version, source, STARPU_MAXCPUS,
+        CUDA, FxT, ...), the workers started and their counts by kind."""
+        from .hetero import build_info
+        workers = self.workers()
         return {
+            **build_info(),
+            "cpu_workers": sum(w.kind == "cpu" for w in workers),
+            "cuda_workers": sum(w.kind == "cuda" for w in workers),
+            "opencl_workers": sum(w.kind == "opencl" for w in workers),
             "tiletrain": cstr(lib.tt_version()),
             "starpu": cstr(lib.tt_starpu_version()),
             "build": cstr(lib.tt_build_options()),
             "blas": cstr(lib.tt_blas_info()),
             "blas_note": blas_note(),
             "sched": self.sched,
-            "workers": self.workers(),
+            "workers": workers,
             "memory_nodes": lib.tt_nmemnodes(),
             "config": self.config,
         }

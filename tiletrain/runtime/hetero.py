@@ -9,6 +9,7 @@ pinning work to an accelerator."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import Counter
 from collections.abc import Iterable
 
@@ -45,6 +46,35 @@ def build_option(name: str) -> str:
     return "?"
 
 
+def build_info() -> dict:
+    """What this library was built against: the StarPU (version, where its source came from:
+    ``debian-source``, ``tarball`` or ``system``, its install prefix, STARPU_MAXCPUS, CUDA,
+    FxT, OpenCL, MPI) and tiletrain's own device kernels."""
+    opts = dict(item.partition("=")[::2] for item in cstr(lib.tt_build_options()).split())
+    yes = {"yes": True, "no": False}
+    prefix = cstr(lib.tt_starpu_prefix()) or None
+    built = {}  # what scripts/build-starpu.sh recorded beside its build
+    if prefix and os.path.exists(os.path.join(prefix, "share", "tiletrain", "starpu-build.txt")):
+        with open(os.path.join(prefix, "share", "tiletrain", "starpu-build.txt")) as f:
+            built = dict(line.rstrip("\n").partition("=")[::2] for line in f if "=" in line and line[0] != "#")
+    return {"starpu_version": cstr(lib.tt_starpu_version()),
+            "starpu_source": opts.get("starpu_source", "?"),
+            "starpu_prefix": prefix,
+            "starpu_cuda_root": built.get("cuda_root") or None,
+            "starpu_maxcpus": int(opts["starpu_maxcpus"]),
+            "starpu_cuda": yes.get(opts.get("starpu_cuda")),
+            "starpu_fxt": yes.get(opts.get("starpu_fxt")),
+            "starpu_opencl": yes.get(opts.get("starpu_opencl")),
+            "starpu_mpi": yes.get(opts.get("starpu_mpi")),
+            "tiletrain_cuda_kernels": yes.get(opts.get("tiletrain_cuda_kernels")),
+            "tiletrain_opencl_kernels": yes.get(opts.get("tiletrain_opencl_kernels"))}
+
+
+def max_cpu_workers() -> int:
+    """STARPU_MAXCPUS of this StarPU build: the most CPU workers one process can have."""
+    return int(build_option("starpu_maxcpus"))
+
+
 @contextlib.contextmanager
 def prefer(kinds: str | Iterable[str]):
     """Tasks submitted inside run on workers of these kinds when their kernel has an
@@ -70,6 +100,17 @@ def executed_tasks(workers) -> dict[str, int]:
 def check_build(cfg) -> None:
     """Reject worker kinds that this StarPU or this tiletrain build cannot provide (before
     StarPU starts)."""
+    if cfg.ncpu is not None and cfg.ncpu > max_cpu_workers():
+        raise ValueError(
+            f"ncpu={cfg.ncpu}: this StarPU build allows at most {max_cpu_workers()} CPU workers per process "
+            f"(STARPU_MAXCPUS = {max_cpu_workers()}, StarPU {build_option('starpu_source')}); ask for at most "
+            f"{max_cpu_workers()}" + ("" if build_option("starpu_source") != "system" else
+                                      ", or build tiletrain's own StarPU (`make setup`, without STARPU=system: "
+                                      "256 per process)"))
+    if cfg.fxt and build_option("starpu_fxt") != "yes":
+        raise RuntimeError(
+            "fxt=True (or TILETRAIN_FXT=1) needs a StarPU built with FxT, and this one was not (Debian's "
+            "libstarpu-dev, STARPU=system, is not): `make setup` builds tiletrain's own StarPU, which is")
     if cfg.nopencl:
         if build_option("starpu_opencl") != "yes":
             raise RuntimeError(
@@ -83,9 +124,9 @@ def check_build(cfg) -> None:
     if cfg.ncuda:
         if build_option("starpu_cuda") != "yes":
             raise RuntimeError(
-                f"asked for {cfg.ncuda} CUDA worker(s), but this StarPU was built without CUDA: build one with "
-                "scripts/build-starpu.sh, set PKG_CONFIG_PATH to it and rebuild tiletrain (README: GPUs), or "
-                "start with ncuda=0")
+                f"asked for {cfg.ncuda} CUDA worker(s), but this StarPU was built without CUDA: `make setup` "
+                "(scripts/build-starpu.sh) builds tiletrain's own StarPU with CUDA where nvcc is found, not with "
+                "STARPU=system (README: The StarPU that setup builds), or start with ncuda=0")
         if build_option("tiletrain_cuda_kernels") != "yes":
             raise RuntimeError(
                 f"asked for {cfg.ncuda} CUDA worker(s), but tiletrain was built without its CUDA kernels (no nvcc "
@@ -119,4 +160,5 @@ def run_kernel(name: str, fields: dict, buffers, kinds: str | Iterable[str], dty
     check(lib.tt_run_kernel(ids[name], args, len(buffers), bufs, sizes, _mask(kinds)))
 
 
-__all__ = ["KINDS", "kernel_devices", "prefer", "executed_tasks", "build_option", "run_kernel"]
+__all__ = ["KINDS", "kernel_devices", "prefer", "executed_tasks", "build_option", "build_info", "max_cpu_workers",
+           "run_kernel"]

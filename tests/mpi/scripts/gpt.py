@@ -30,5 +30,6 @@ with use(dist):
         losses.append(float(loss))
 np.savez(f"{out}/{tag}-rank{r}.npz", losses=np.array(losses),
          wte=model.transformer.wte.weight.numpy(), owners=model.transformer.wte.weight.owners())
-print(f"rank {r}/{w} {mode} losses {losses}", flush=True)
+ncpu = sum(wk.kind == "cpu" for wk in tt.current().workers())
+print(f"rank {r}/{w} {mode} losses {losses} cpu_workers {ncpu}", flush=True)
 tt.shutdown()
