@@ -1,6 +1,10 @@
-"""A full GPT training step (forward, backward, AdamW) in tiletrain and in PyTorch eager, same
-weights and batch, alternating step by step in one process; plus each framework's peak
-memory measured in a separate process (peak RSS above the interpreter with its imports).
+"""A full GPT training step (forward, backward, AdamW) in tiletrain, in PyTorch eager and in
+PyTorch with torch.compile (inductor), same weights and batch, alternating step by step in one
+process; plus each program's peak memory measured in a separate process (peak RSS above the
+interpreter with its imports).  PyTorch runs as a careful user writes it: nn.Linear layers
+(addmm), fused scaled-dot-product attention, torch.optim.AdamW(fused=True).  The compiled
+model's first two steps (compilation) are timed apart ("compile s": their time beyond two
+steps) and left out of its step time; the first-step losses of the three must agree (1e-3).
 
     python benchmarks/gpt_step.py [--sizes small medium small-v8k] [--reps 5]
     python benchmarks/gpt_step.py --device cuda [--sizes gpu] [--reps 5]
@@ -23,7 +27,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import random_batch, reset_peak_rss, rss_mb, tiletrain_step  # noqa: E402
+from _common import (hf_state_dict, probe_steps, random_batch, reset_peak_rss, rss_mb,  # noqa: E402
+                     tiletrain_adamw, tiletrain_step, torch_adamw, torch_gpt, torch_step)
 
 SIZES = {
     "small": dict(n_layer=4, n_embd=512, n_head=8, T=256, B=8, vocab=256),
@@ -35,9 +40,8 @@ SIZES = {
 
 
 def _torch_model(torch, s, seed=0):
-    from tiletrain.testing.torch_gpt import make_torch_gpt
     torch.manual_seed(seed)
-    return make_torch_gpt(torch, s["vocab"], s["T"], s["n_layer"], s["n_head"], s["n_embd"])
+    return torch_gpt(torch, s["vocab"], s["T"], s["n_layer"], s["n_head"], s["n_embd"])
 
 
 def _tiletrain_model(tt, torch_model, s, tiles):
@@ -45,30 +49,19 @@ def _tiletrain_model(tt, torch_model, s, tiles):
     cfg = GPTConfig(vocab_size=s["vocab"], block_size=s["T"], n_layer=s["n_layer"], n_head=s["n_head"],
                     n_embd=s["n_embd"])
     tiling = Tiling() if tiles is None else Tiling(batch=tiles[0], time=tiles[1], width=tiles[2])
-    sd = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
-    return GPT.from_hf(sd, config=cfg, tiling=tiling)
+    return GPT.from_hf(hf_state_dict(torch_model), config=cfg, tiling=tiling)
 
 
-def _torch_adamw(torch, m):
-    return torch.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-
-
-def _tiletrain_adamw(tt, m):
-    return tt.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-
-
-def _torch_step(m, opt, x, y) -> float:
-    """One PyTorch training step; returns the loss (read after the update)."""
-    _, loss = m(x, y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.item()
+def _loss_fn(torch, m, compiled: bool):
+    """loss(x, y) of a PyTorch GPT, eager or through torch.compile (inductor)."""
+    f = torch.compile(m) if compiled else m
+    return lambda x, y: f(x, y)[1]
 
 
 def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     """Peak RSS (MiB) above the process with its imports: model, optimizer state and the
-    activations of 3 training steps, in this fresh process."""
+    activations of 3 training steps, in this fresh process (torch-compile: the peak after
+    its compilation, probe_steps)."""
     import torch
     import tiletrain as tt
     torch.set_num_threads(ncpu)
@@ -76,20 +69,19 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     x, y = random_batch(s)
     reset_peak_rss()
     base = rss_mb("VmRSS")
-    if framework == "torch":
+    if framework.startswith("torch"):
         m = _torch_model(torch, s)
-        opt = _torch_adamw(torch, m)
+        opt = torch_adamw(torch, m.parameters())
+        loss_fn = _loss_fn(torch, m, framework == "torch-compile")
         xt, yt = torch.tensor(x), torch.tensor(y)
-        for _ in range(3):
-            _torch_step(m, opt, xt, yt)
+        probe_steps(lambda: torch_step(loss_fn, opt, xt, yt), framework == "torch-compile")
     else:
         tt.init(ncpu=ncpu)
         tm = _torch_model(torch, s)
         m = _tiletrain_model(tt, tm, s, tiles)
         del tm
-        opt = _tiletrain_adamw(tt, m)
-        for _ in range(3):
-            tiletrain_step(m, opt, x, y)
+        opt = tiletrain_adamw(tt, m.parameters())
+        probe_steps(lambda: tiletrain_step(m, opt, x, y), False)
         tt.wait()
     return rss_mb("VmHWM") - base
 
@@ -114,7 +106,7 @@ def cuda_main(args, tiles) -> int:
                       "without CUDA; see README 'GPUs')", file=sys.stderr)
                 return 1
             m = _tiletrain_model(tt, tm, s, tiles)
-            opt = _tiletrain_adamw(tt, m)
+            opt = tiletrain_adamw(tt, m.parameters())
             times, losses = [], []
             for rep in range(args.reps + 1):
                 t0 = time.perf_counter()
@@ -124,13 +116,13 @@ def cuda_main(args, tiles) -> int:
                 print(f"  {size} tiletrain step {rep}: {times[-1] * 1e3:.0f} ms loss {losses[-1]:.5f}", flush=True)
             sched = rt.sched
         tm = tm.to(dev)
-        topt = _torch_adamw(torch, tm)
+        topt = torch_adamw(torch, tm.parameters())
         xt, yt = torch.tensor(x, device=dev), torch.tensor(y, device=dev)
         t_times, t_losses = [], []
         for rep in range(args.reps + 1):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            t_losses.append(_torch_step(tm, topt, xt, yt))
+            t_losses.append(torch_step(_loss_fn(torch, tm, False), topt, xt, yt))
             torch.cuda.synchronize()
             t_times.append(time.perf_counter() - t0)
             print(f"  {size} pytorch step {rep}: {t_times[-1] * 1e3:.0f} ms loss {t_losses[-1]:.5f}", flush=True)
@@ -170,33 +162,33 @@ def main() -> int:
 
     import torch
     import tiletrain as tt
-    from _common import STEP_HEADERS, alternate_steps, environment, peak_memory, step_rows, table
+    from _common import STEP_HEADERS, environment, peak_memory, step_comparison, step_rows, table
 
     torch.set_num_threads(args.ncpu)
     print(environment())
     print("STARPU_* " + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("STARPU_")))
-    print(f"torch {torch.__version__} with {torch.get_num_threads()} threads; tiletrain {tt.__version__} with "
-          f"{args.ncpu} CPU workers; float32; {args.reps} repetitions after one warm-up (medians)", flush=True)
+    print(f"torch {torch.__version__} with {torch.get_num_threads()} threads (nn.Linear, AdamW fused=True; "
+          f"compiled: torch.compile, inductor); tiletrain {tt.__version__} with {args.ncpu} CPU workers; "
+          f"float32; {args.reps} repetitions after one warm-up (medians), alternating", flush=True)
     rows = []
     for size in args.sizes:
         s = SIZES[size]
         x, y = random_batch(s)
-        tm = _torch_model(torch, s)
-        topt = _torch_adamw(torch, tm)
         xt, yt = torch.tensor(x), torch.tensor(y)
+        tm, cm = _torch_model(torch, s), _torch_model(torch, s)   # the same weights, 2 copies
         with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
             m = _tiletrain_model(tt, tm, s, tiles)
-            opt = _tiletrain_adamw(tt, m)
+            opt = tiletrain_adamw(tt, m.parameters())
             fpt = m.flops_per_token(s["T"])  # GPT.flops_per_token: the one formula
             tokens = s["B"] * s["T"]
-            tmed, omed, (t0, o0) = alternate_steps(size, args.reps, lambda: _torch_step(tm, topt, xt, yt),
-                                                   lambda: tiletrain_step(m, opt, x, y))
-            if abs(t0 - o0) > 1e-3 * abs(t0):
-                print(f"  {size}: first-step losses differ: {t0} vs {o0}")
+            tt.wait()
+            res = step_comparison(size, args.reps, torch, (tm, cm), _loss_fn, xt, yt,
+                                  lambda: tiletrain_step(m, opt, x, y))
+            if res is None:
                 return 1
             sched = rt.sched
         mem = {} if args.no_memory else peak_memory(__file__, size, args)
-        rows += step_rows(size, "pytorch eager", sched, tmed, omed, tokens, fpt, mem)
+        rows += step_rows(size, "pytorch eager", sched, *res, tokens, fpt, mem)
     print()
     print(table(STEP_HEADERS, rows))
     return 0

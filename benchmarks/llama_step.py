@@ -1,7 +1,10 @@
-"""A full Llama training step (forward, backward, AdamW) in tiletrain and in PyTorch eager
-(transformers' LlamaForCausalLM, SDPA attention), same weights and batch, alternating step by
-step in one process; plus each framework's peak memory measured in a separate process (peak
-RSS above the interpreter with its imports).  float32.
+"""A full Llama training step (forward, backward, AdamW) in tiletrain, in PyTorch eager
+(transformers' LlamaForCausalLM: nn.Linear layers, SDPA attention; torch.optim.AdamW(fused=True))
+and in the same PyTorch model under torch.compile (inductor), same weights and batch,
+alternating step by step in one process; plus each program's peak memory measured in a
+separate process (peak RSS above the interpreter with its imports).  float32.  The compiled
+model's first two steps (compilation) are timed apart ("compile s": their time beyond two
+steps) and left out of its step time; the first-step losses of the three must agree (1e-3).
 
     python benchmarks/llama_step.py [--sizes small] [--reps 5] [--ncpu 2]
 
@@ -18,7 +21,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import random_batch, reset_peak_rss, rss_mb, tiletrain_step  # noqa: E402
+from _common import (probe_steps, random_batch, reset_peak_rss, rss_mb, tiletrain_adamw,  # noqa: E402
+                     tiletrain_step, torch_adamw, torch_step)
 
 SIZES = {
     "small": dict(layers=4, hidden=512, heads=8, kv_heads=2, inter=1408, T=256, B=8, vocab=8192),
@@ -48,22 +52,19 @@ def _torch_model(torch, hf_config: dict, state_dict=None):
     return m
 
 
-def _adamw(opt_cls, params):
-    return opt_cls(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-
-
-def _torch_step(torch, m, opt, x, y) -> float:
-    logits = m(x).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.item()
+def _loss_fn(torch, m, compiled: bool):
+    """loss(x, y) of the transformers model (logits, then cross-entropy), eager or through
+    torch.compile (inductor) as one function."""
+    def loss(x, y):
+        logits = m(x).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return torch.compile(loss) if compiled else loss
 
 
 def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     """Peak RSS (MiB) above the process with its imports: model, optimizer state and the
-    activations of 3 training steps, in this fresh process."""
+    activations of 3 training steps, in this fresh process (torch-compile: the peak after
+    its compilation, probe_steps)."""
     import torch
     import transformers  # noqa: F401 - imported before the baseline, as tiletrain is
     import tiletrain as tt
@@ -72,18 +73,18 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     x, y = random_batch(s)
     reset_peak_rss()
     base = rss_mb("VmRSS")
-    if framework == "torch":
+    if framework.startswith("torch"):
         from tiletrain.nn.llama import hf_config_dict
         m = _torch_model(torch, hf_config_dict(_config(s)))
-        opt = _adamw(torch.optim.AdamW, m.parameters())
-        for _ in range(3):
-            _torch_step(torch, m, opt, torch.tensor(x), torch.tensor(y))
+        opt = torch_adamw(torch, m.parameters())
+        loss_fn = _loss_fn(torch, m, framework == "torch-compile")
+        xt, yt = torch.tensor(x), torch.tensor(y)
+        probe_steps(lambda: torch_step(loss_fn, opt, xt, yt), framework == "torch-compile")
     else:
         tt.init(ncpu=ncpu)
         m = _tiletrain_model(s, tiles)
-        opt = _adamw(tt.optim.AdamW, m.parameters())
-        for _ in range(3):
-            tiletrain_step(m, opt, x, y)
+        opt = tiletrain_adamw(tt, m.parameters())
+        probe_steps(lambda: tiletrain_step(m, opt, x, y), False)
         tt.wait()
     return rss_mb("VmHWM") - base
 
@@ -106,32 +107,33 @@ def main() -> int:
     import torch
     import transformers
     import tiletrain as tt
-    from _common import STEP_HEADERS, alternate_steps, environment, peak_memory, step_rows, table
+    from _common import STEP_HEADERS, environment, peak_memory, step_comparison, step_rows, table
 
     torch.set_num_threads(args.ncpu)
     print(environment())
-    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), transformers {transformers.__version__}; "
-          f"tiletrain {tt.__version__} with {args.ncpu} CPU workers; float32; {args.reps} repetitions after one "
-          "warm-up (medians)", flush=True)
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads; AdamW fused=True; compiled: "
+          f"torch.compile, inductor), transformers {transformers.__version__}; tiletrain {tt.__version__} "
+          f"with {args.ncpu} CPU workers; float32; {args.reps} repetitions after one warm-up (medians), "
+          "alternating", flush=True)
     rows = []
     for size in args.sizes:
         s = SIZES[size]
         x, y = random_batch(s)
         xt, yt = torch.tensor(x), torch.tensor(y)
-        with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
+        with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:   # the model's weights are drawn by tiletrain
             m = _tiletrain_model(s, tiles)
-            tm = _torch_model(torch, m.hf_config(), m.state_dict())  # the same weights
-            topt = _adamw(torch.optim.AdamW, tm.parameters())
-            opt = _adamw(tt.optim.AdamW, m.parameters())
+            sd, hf = m.state_dict(), m.hf_config()
+            opt = tiletrain_adamw(tt, m.parameters())
             fpt, tokens = m.flops_per_token(s["T"]), s["B"] * s["T"]
-            tmed, omed, (t0, o0) = alternate_steps(size, args.reps, lambda: _torch_step(torch, tm, topt, xt, yt),
-                                                   lambda: tiletrain_step(m, opt, x, y))
-            if abs(t0 - o0) > 1e-3 * abs(t0):
-                print(f"  {size}: first-step losses differ: {t0} vs {o0}")
+            tt.wait()
+            tm, cm = _torch_model(torch, hf, sd), _torch_model(torch, hf, sd)   # the same weights, 2 copies
+            res = step_comparison(size, args.reps, torch, (tm, cm), _loss_fn, xt, yt,
+                                  lambda: tiletrain_step(m, opt, x, y))
+            if res is None:
                 return 1
             sched = rt.sched
         mem = {} if args.no_memory else peak_memory(__file__, size, args)
-        rows += step_rows(size, "pytorch eager (transformers)", sched, tmed, omed, tokens, fpt, mem)
+        rows += step_rows(size, "pytorch eager (transformers)", sched, *res, tokens, fpt, mem)
     print()
     print(table(STEP_HEADERS, rows))
     return 0

@@ -10,21 +10,23 @@ p may exceed the cores); --reps runs per configuration, the median (by makespan)
 
 Prints a table and writes pipeline_schedules.csv and .png under --out (gitignored).
 
---real: the schedules on the real GPT instead (tiletrain.pipeline.model.ModelPipeline):
-one process with 2 workers (the plain step, one micro-batch: the baseline), then under
-mpirun -np 2 with 1 worker per rank (ranks as stages, README "Running under mpirun") data
-mode, pipeline mode as ``place(model, "pipeline")`` gives it (dataflow + 1F1B priorities),
-every schedule x mechanism with --micro-batches, and rank 0 alone as a same-job reference:
-median step time over --steps rounds (round-robin over the configurations, after --warmup
-rounds; in each round a configuration steps twice and the second step is timed, as in a
-training loop that steps one model, not right after another model's step), ratio to the
-baseline (its mean before and after the job), and the order fraction each rank kept (one
-recorded step).  The baseline process also runs every schedule on 2 worker groups of 1
-worker (one process, the same load as its plain step).
+--real: the schedules on the real GPT instead (tiletrain.pipeline.model.ModelPipeline).
+First one process with 2 workers running every schedule x mechanism (--micro-batches) on 2
+worker groups of 1 worker, against its own plain step (2 workers, one micro-batch) in the same
+process.  Then the mpirun protocol of benchmarks/_common.py (mpi_scaling.py's too): one-process
+jobs (the plain step, and the same --micro-batches without a pipeline) alternate with
+`mpirun -np 2` jobs (1 worker per rank, ranks as stages, README "Running under mpirun":
+rank 0 alone, data mode, pipeline mode as ``place(model, "pipeline")`` gives it, every
+schedule x mechanism), --repeats mpirun jobs each between two one-process jobs; in every job
+the configurations step round-robin (--steps rounds after --warmup; in each round a
+configuration steps twice and the second step is timed, as in a training loop that steps one
+model, not right after another model's step); the ratio of an mpirun configuration is the
+mean of the one-process steps before and after its job over its step, the median (range) over
+the jobs reported; the order fraction each rank kept comes from one recorded step.
 
     python benchmarks/pipeline_schedules.py --real [--n-layer 4 8] [--n-embd 256] [--batch 8]
         [--seq-len 128] [--micro-batches 4] [--mechanisms priority deps] [--steps 4] [--warmup 2]
-        [--schedules zb-h1 emergent emergent-zb] [--one-process]
+        [--repeats 3] [--schedules zb-h1 emergent emergent-zb] [--one-process]
 
 --one-process: only the first part (the plain step and the schedules on 2 worker groups of
 one process), no mpirun job.
@@ -37,7 +39,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import environment, placed_step, table  # noqa: E402
+from _common import (BASELINE, alternate_jobs, compare, emit_result, environment, launch_job,  # noqa: E402
+                     median, protocol_init, ratio_text, reference_configs, step_data, table, timed_rounds,
+                     timed_step)
 
 import tiletrain as tt  # noqa: E402
 from tiletrain.pipeline import schedules  # noqa: E402
@@ -119,12 +123,10 @@ REAL_SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved-1f1b": {"virtual": 2}, "
 
 
 def real_worker(a) -> None:
-    """One process (the baseline) or one rank of the mpirun job: prints RESULT lines.  Every
-    configuration is built and warmed up first, then timed round-robin, one step each per
-    round (a shared machine's load drifts: each configuration sees the same drift)."""
-    import json
-    import time
-
+    """One job of the protocol (benchmarks/_common.py), in one process or on one rank of the
+    mpirun job: prints RESULT lines.  --baseline-only: the protocol's one-process job (its
+    reference configurations only); else, in one process, those and every schedule on 2 worker
+    groups."""
     import numpy as np
 
     from tiletrain.nn import GPT, GPTConfig
@@ -134,25 +136,14 @@ def real_worker(a) -> None:
     from tiletrain.trace.metrics import compact
     from tiletrain.trace.records import recording
 
-    tt.init(profile=True, sched=a.sched)
+    protocol_init(a.sched)
     me, world = tt.rank(), tt.world_size()
     cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
-    rng = np.random.default_rng(0)
-    data = [rng.integers(0, 256, size=(a.batch, a.seq_len + 1)) for _ in range(4)]
+    data = step_data(a.batch, a.seq_len)
     m = a.micro_batches
 
     def split(ids, k):
         return [ids[j * a.batch // k:(j + 1) * a.batch // k] for j in range(k)]
-
-    def plain(mode, k):
-        model = GPT(cfg, seed=0)
-        pl = place(model, mode)
-        opt = AdamW(model.parameters(), lr=1e-3)
-
-        def step(ids):
-            with using(pl):   # each configuration's own layout (place() made the last one current)
-                return placed_step(model, opt, ids, k)
-        return step
 
     def scheduled(s, mech):
         model = GPT(cfg, seed=0)
@@ -169,15 +160,7 @@ def real_worker(a) -> None:
             return losses
         return step
 
-    configs = []   # (name, mechanism, step, schedule or None)
-    if world == 1:
-        configs.append(("1 process x 2 workers", "-", plain("single", 1), None))
-        if m > 1:   # the same micro-batches without a pipeline: what the bubble bound m/(m+p-1) is of
-            configs.append((f"1 process x 2 workers x{m}", "-", plain("single", m), None))
-    else:
-        configs.append(("rank 0 alone (1 worker)", "-", plain("single", 1), None))
-        configs.append(("data", "-", plain("data", 1), None))
-        configs.append((f"pipeline (place) x{m}", "dataflow", plain("pipeline", m), None))
+    configs = [(name, mech, step, None) for name, mech, step in reference_configs(cfg, m)]
     if world > 1 or not a.baseline_only:   # one process: worker groups as the schedule's ranks
         for name, kw in REAL_SCHEDULES.items():
             if a.schedules and name not in a.schedules:
@@ -186,111 +169,76 @@ def real_worker(a) -> None:
             for mech in (a.mechanisms if s.ordered else ["priority"]):
                 configs.append((name, mech if s.ordered else "dataflow", scheduled(s, mech), s))
 
-    def run(step, i):
-        t0 = time.perf_counter()
-        float(np.mean([float(v) for v in step(data[i % len(data)])]))
-        tt.wait()   # the whole step (backward, update): a loss is ready before its backward has run
-        return time.perf_counter() - t0
-
-    times = [[] for _ in configs]
-    for i in range(a.warmup):
-        for c in configs:
-            run(c[2], i)
-    for i in range(a.steps):
-        for k, c in enumerate(configs):
-            run(c[2], i)   # untimed: the step after switching models refills the caches
-            times[k].append(run(c[2], i + 1))
+    times = timed_rounds([c[2] for c in configs], data, a.steps, a.warmup)
     for k, (name, mech, step, s) in enumerate(configs):
-        res = {"step_s": float(np.median(times[k]))}
-        if world == 1:   # the order alone: recorded durations without the gaps a loaded host added (median of 3)
+        res = {"step_s": median(times[k])}
+        if world == 1 and not a.baseline_only:
+            # the order alone: recorded durations without the gaps a loaded host added (median of 3)
             spans = []
             for i in range(3):
                 with recording() as rec:
-                    run(step, i)
+                    timed_step(step, data[i])
                 c = compact(rec.trace).tasks
                 spans.append(float(c["end"].max() - c["start"].min()) / 1e6)
             res["compact_s"] = float(np.median(spans))
         if s is not None and s.ordered:   # the order each rank kept, from one recorded step
             if world > 1:
                 with recording() as rec:
-                    run(step, 0)
+                    timed_step(step, data[0])
             start, _ = action_times(s, rec.trace)
             for r in range(s.ranks) if world == 1 else [me]:
                 res[f"order_r{r}"] = rank_order_fraction(s, start, r)
-        print("RESULT " + json.dumps({"rank": me, "config": name, "mechanism": mech, **res}), flush=True)
+        emit_result(rank=me, config=name, mechanism=mech, **res)
     tt.shutdown()
 
 
-def real_launch(a, n_layer: int, nprocs: int, baseline_only: bool = False) -> list[dict]:
-    import json
-    import re
-    import subprocess
-    from pathlib import Path
-
-    from tiletrain.utils import mpirun
-    # ranks sharing the cores: no binding, one worker each (README "Running under mpirun")
-    env = mpirun.environment(ranks=nprocs > 1, OPENBLAS_NUM_THREADS="1", STARPU_SILENT="1")
-    env.setdefault("STARPU_HOME", str(Path(__file__).resolve().parents[1] / "build" / "starpu-home-bench"))
-    args = [sys.executable, __file__, "--real-worker", "--n-layer", str(n_layer), "--n-embd", str(a.n_embd),
+def real_args(a, n_layer: int, baseline_only: bool = False) -> list[str]:
+    return [sys.executable, __file__, "--real-worker", "--n-layer", str(n_layer), "--n-embd", str(a.n_embd),
             "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--micro-batches", str(a.micro_batches),
             "--steps", str(a.steps), "--warmup", str(a.warmup), "--sched", a.sched,
             "--mechanisms", *a.mechanisms] + (["--baseline-only"] if baseline_only else []) + \
         (["--schedules", *a.schedules] if a.schedules else [])
-    if nprocs == 1:
-        env["STARPU_NCPU"], env["TILETRAIN_MPI"] = "2", "0"
-        cmd = args
-    else:
-        cmd = mpirun.command(nprocs, args)
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{out[-4000:]}")
-    return [json.loads(x) for x in re.findall(r"RESULT (\{[^{}]*\})", out)]  # ranks may share a line
 
 
 def real_main(a) -> int:
     print(environment(), flush=True)
-    rows = []
+    m = a.micro_batches
     for L in a.n_layer:
-        one = real_launch(a, L, 1)       # the plain step(s), then the schedules on 2 worker groups
-        before = one[0]
-        nbase = 2 if a.micro_batches > 1 else 1   # one micro-batch, and the pipeline's m without a pipeline
-        if not a.one_process:
-            res = real_launch(a, L, 2)
-            after = real_launch(a, L, 1, baseline_only=True)   # before and after the job: the load drifts
-            base, base_m = ({**one[k], "step_s": (one[k]["step_s"] + after[k]["step_s"]) / 2}
-                            for k in (0, nbase - 1))
-            print(f"\nGPT {L} x {a.n_embd}: one process x 2 workers {before['step_s']:.3f} s before, "
-                  f"{after[0]['step_s']:.3f} s after the mpirun job (their mean is the baseline); with the "
-                  f"{a.micro_batches} micro-batches: {one[nbase - 1]['step_s']:.3f} s, {after[nbase - 1]['step_s']:.3f} s",
-                  flush=True)
+        # the plain step(s), then the schedules on 2 worker groups
+        one, _ = launch_job(real_args(a, L), 1, a.timeout)
+        plain = next(r for r in one if r["config"] == BASELINE)
         lines = [[f"{L}x{a.n_embd}", r["config"], r["mechanism"], f"{r['step_s']:.3f}",
-                  f"{before['step_s'] / r['step_s']:.2f}x", f"{before['compact_s'] / r['compact_s']:.2f}x",
+                  f"{plain['step_s'] / r['step_s']:.2f}x", f"{plain['compact_s'] / r['compact_s']:.2f}x",
                   fmt(r.get("order_r0")), fmt(r.get("order_r1"))] for r in one]
-        print("one process, the schedules on 2 worker groups of 1 worker (ratio: to the plain step of the "
-              "same process; compact: one recorded step without the gaps the host added, trace.metrics.compact)\n"
+        print(f"\nGPT {L} x {a.n_embd}: one process, the schedules on 2 worker groups of 1 worker "
+              "(ratio: to the plain step of the same process; compact: one recorded step without the gaps "
+              "the host added, trace.metrics.compact)\n"
               + table(["model", "configuration", "mechanism", "step_s", "vs plain", "compact vs plain", "order r0",
                        "order r1"], lines), flush=True)
         if a.one_process:
             continue
-        print(f"\nGPT {L} x {a.n_embd}, batch {a.batch} x {a.seq_len}, {a.micro_batches} micro-batches in pipeline "
-              f"rows, sched {a.sched}; median of {a.steps} steps after {a.warmup}", flush=True)
-        merged: dict = {}
-        for r in res:
-            key = (r["config"], r["mechanism"])
-            e = merged.setdefault(key, {"config": r["config"], "mechanism": r["mechanism"], "step_s": r["step_s"]})
-            if r["rank"] == 0:
-                e["step_s"] = r["step_s"]
-            if r.get(f"order_r{r['rank']}") is not None:
-                e[f"order_r{r['rank']}"] = r[f"order_r{r['rank']}"]
-        m = a.micro_batches
-        lines = [[f"{L}x{a.n_embd}", b["config"], "-", f"{b['step_s']:.3f}", f"{base['step_s'] / b['step_s']:.2f}x",
-                  f"{base_m['step_s'] / b['step_s']:.2f}x", "-", "-"] for b in (base, base_m)[:nbase]]
-        for e in merged.values():
-            ratio, ratio_m = base["step_s"] / e["step_s"], base_m["step_s"] / e["step_s"]
-            rows.append({"model": f"{L}x{a.n_embd}", **e, "vs_1process": ratio, f"vs_1process_x{m}": ratio_m})
-            lines.append([f"{L}x{a.n_embd}", e["config"], e["mechanism"], f"{e['step_s']:.3f}", f"{ratio:.2f}x",
-                          f"{ratio_m:.2f}x", fmt(e.get("order_r0")), fmt(e.get("order_r1"))])
+
+        def launch(nprocs: int) -> list[dict]:
+            res, _ = launch_job(real_args(a, L, baseline_only=nprocs == 1), nprocs, a.timeout)
+            base = [r for r in res if r["config"] == BASELINE or r.get("rank", 0) == 0 and
+                    r["config"] == "rank 0 alone (1 worker)"]
+            print(f"  {'mpirun -np 2' if nprocs > 1 else 'one process '}: "
+                  + ", ".join(f"{r['config']} {r['step_s']:.3f} s" for r in base), flush=True)
+            return res
+
+        base, jobs = alternate_jobs(launch, a.repeats)
+        against = [BASELINE] + ([f"{BASELINE} x{m}"] if m > 1 else [])
+        cmp = [compare(base, jobs, ref) for ref in against]
+        print(f"\nGPT {L} x {a.n_embd}, batch {a.batch} x {a.seq_len}, {m} micro-batches in pipeline rows, "
+              f"sched {a.sched}; per job the median of {a.steps} round-robin rounds after {a.warmup}; "
+              f"{a.repeats} mpirun jobs alternating with {a.repeats + 1} one-process jobs: medians over the "
+              "jobs, ratio median (range)", flush=True)
+        lines = []
+        for k, e in enumerate(cmp[0]):
+            xm = cmp[-1][k]
+            lines.append([f"{L}x{a.n_embd}", e["config"], e["mechanism"], f"{e['step_s']:.3f}",
+                          ratio_text(e["ratios"]), ratio_text(xm["ratios"]), fmt(e.get("order_r0")),
+                          fmt(e.get("order_r1"))])
         print(table(["model", "configuration", "mechanism", "step_s", "vs 1 process", f"vs 1 process x{m}",
                      "order r0", "order r1"], lines), flush=True)
     return 0
@@ -309,6 +257,8 @@ def main() -> int:
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="--real: mpirun jobs, each between two one-process jobs")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--stages", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--microbatches", type=int, nargs="+", default=[4, 8, 16])
