@@ -22,7 +22,7 @@ BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py p
 # Tests keep their StarPU perf models out of the user's ~/.starpu.
 TEST_ENV := STARPU_HOME=$(CURDIR)/build/starpu-home-test
 
-.PHONY: setup system test test-fast train generate bench info clean FORCE
+.PHONY: setup system test test-fast train generate bench info clean docs FORCE
 
 setup: system $(STAMP)
 
@@ -42,7 +42,7 @@ $(STAMP): $(BUILD_INPUTS) | system $(PY)
 	@test "$(BLAS)" != mkl || $(PY) -m pip install --quiet --disable-pip-version-check mkl-devel
 	rm -f $(VENV)/.tiletrain-installed*
 	TILETRAIN_BLAS=$(BLAS) TILETRAIN_MKL_PREFIX=$(CURDIR)/$(VENV) \
-	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,docs]'
 	@touch $@
 
 # Prints the skipped tests with their reasons and the 15 slowest tests at the end.
@@ -88,6 +88,11 @@ fuzz: setup
 
 fuzz-ci: setup
 	$(PY) tests/fuzz/run.py --seconds 20
+
+# The documentation site (docs/, mkdocs.yml) into build/site, with the pinned mkdocs of the
+# `docs` extra (installed by setup); --strict: a broken link or anchor fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
 
 info: setup
 	$(PY) -m tiletrain info

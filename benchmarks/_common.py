@@ -374,7 +374,7 @@ def emit_result(**fields) -> None:
 
 def launch_job(argv: list[str], nprocs: int, timeout: float, **env_extra: str) -> tuple[list[dict], str]:
     """Run argv as one process with 2 CPU workers (nprocs 1: StarPU's default binding, MPI off)
-    or under mpirun -np nprocs (README "Running under mpirun": 1 worker per rank, no binding,
+    or under mpirun -np nprocs (docs/howto/mpirun.md: 1 worker per rank, no binding,
     idle naps); returns (its RESULT records, its output).  SystemExit with the output's tail
     when it fails."""
     import json

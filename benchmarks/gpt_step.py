@@ -103,7 +103,7 @@ def cuda_main(args, tiles) -> int:
         with tt.init(ncpu=ncpu, ncuda=1, sched=args.sched or "dmdas") as rt:
             if not any(w.kind == "cuda" for w in rt.workers()):
                 print("gpt_step --device cuda: the runtime has no CUDA worker (StarPU or tiletrain built "
-                      "without CUDA; see README 'GPUs')", file=sys.stderr)
+                      "without CUDA; see docs/gpus.md)", file=sys.stderr)
                 return 1
             m = _tiletrain_model(tt, tm, s, tiles)
             opt = tiletrain_adamw(tt, m.parameters())

@@ -8,7 +8,7 @@ one-process step.
     .venv/bin/python benchmarks/mpi_scaling.py [--repeats 3] [--steps 6] [--warmup 2] [--n-layer 4]
         [--n-embd 256] [--batch 8] [--seq-len 128] [--micro-batches 4] [--dtype float32] [--sched tt-cp]
 
-It launches mpirun itself (flags of README "Running under mpirun").  The protocol is
+It launches mpirun itself (flags of docs/howto/mpirun.md).  The protocol is
 pipeline_schedules.py --real's (benchmarks/_common.py): in every job the configurations step
 round-robin (--steps rounds after --warmup, the second of two steps per round timed); the
 driver alternates one-process jobs and mpirun jobs (--repeats mpirun jobs, each between two

@@ -15,7 +15,7 @@ First one process with 2 workers running every schedule x mechanism (--micro-bat
 worker groups of 1 worker, against its own plain step (2 workers, one micro-batch) in the same
 process.  Then the mpirun protocol of benchmarks/_common.py (mpi_scaling.py's too): one-process
 jobs (the plain step, and the same --micro-batches without a pipeline) alternate with
-`mpirun -np 2` jobs (1 worker per rank, ranks as stages, README "Running under mpirun":
+`mpirun -np 2` jobs (1 worker per rank, ranks as stages, docs/howto/mpirun.md:
 rank 0 alone, data mode, pipeline mode as ``place(model, "pipeline")`` gives it, every
 schedule x mechanism), --repeats mpirun jobs each between two one-process jobs; in every job
 the configurations step round-robin (--steps rounds after --warmup; in each round a

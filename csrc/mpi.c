@@ -438,7 +438,7 @@ static void register_in(starpu_data_handle_t h, int owner, int stream)
 
 void tt_mpi_register(starpu_data_handle_t h, int owner) { register_in(h, owner, cur_stream); }
 
-/* Deferred owners (DESIGN principle 7: outputs live where their inputs are).  A tensor made
+/* Deferred owners (docs/architecture.md principle 7: outputs live where their inputs are).  A tensor made
  * without an explicit distribution registers its tiles with StarPU-MPI lazily: the first
  * task that writes a tile gives it the owner of the first tile that task reads (the
  * "corresponding input tile": A's tile for a gemm, x's for an element-wise op or a

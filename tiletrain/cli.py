@@ -166,7 +166,7 @@ def _add_train(sub) -> None:
     g.add_argument("--tiles", type=_tiles, default=None, help="tile sizes B,T,C (default: chosen from the model)")
     _runtime_args(g)
     g.add_argument("--mem-limit", default=None, metavar="SIZE",
-                   help="cap StarPU's CPU memory, e.g. 2G or 512M (README 'Memory budget')")
+                   help="cap StarPU's CPU memory, e.g. 2G or 512M (docs/howto/memory-budget.md)")
     g.add_argument("--ooc-dir", default=None, metavar="DIR",
                    help="with --mem-limit: a directory for a disk memory node receiving the tiles evicted "
                         "under the limit (out-of-core training)")
@@ -175,8 +175,8 @@ def _add_train(sub) -> None:
     g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data", "pipeline+data"],
                    help="under mpirun: single (all on rank 0), pipeline (layers split over the ranks as "
                         "stages), data (each batch split over the ranks, gradients reduced) or "
-                        "pipeline+data (--stages stages x the rest as replicas); see README "
-                        "'Running under mpirun'")
+                        "pipeline+data (--stages stages x the rest as replicas); see "
+                        "docs/distributed.md")
     g.add_argument("--stages", type=int, default=None,
                    help="--dist pipeline+data: number of pipeline stages (default 2; the world size "
                         "must be a multiple)")

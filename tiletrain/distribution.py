@@ -1,4 +1,4 @@
-"""Distributions: which MPI rank owns each tile (DESIGN principle 7, "Distribution is data").
+"""Distributions: which MPI rank owns each tile (docs/architecture.md principle 7, "Distribution is data").
 
 A distribution is a small immutable value that maps a tile grid to owner ranks.  It lives
 on ``TensorTraits`` (``TensorTraits(shape, tiles, dist=...)``), so ops whose outputs reuse an

@@ -1,7 +1,7 @@
 """Training distributions over MPI ranks: ``single``, ``pipeline``, ``data`` and
 ``pipeline+data``.
 
-They are owner maps (DESIGN principle 7): the model code is the same in every mode, and
+They are owner maps (docs/architecture.md principle 7): the model code is the same in every mode, and
 StarPU-MPI moves the tiles.  Chosen in one place: ``tiletrain train --dist MODE [--stages S]``
 or ``TrainArgs(dist=MODE, stages=S)``; from a script, ``check_fit`` then ``place(model, MODE)``
 once, before the optimizer is made (or ``pl = plan(model, MODE)``, ``print(pl)``,

@@ -57,9 +57,9 @@ def blas_note(blas_info: str | None = None, flags: set[str] | None = None,
     forced = (os.environ if environ is None else environ).get("OPENBLAS_CORETYPE")
     if forced:
         return (f"OPENBLAS_CORETYPE={forced} holds OpenBLAS to its {core} (AVX2) kernels on this AVX-512 CPU; "
-                f"unset it (OpenBLAS then detects the CPU) or set OPENBLAS_CORETYPE={best}; see README 'CPU BLAS'")
+                f"unset it (OpenBLAS then detects the CPU) or set OPENBLAS_CORETYPE={best}; see docs/configuration.md")
     return (f"OpenBLAS chose its {core} (AVX2) kernels on this AVX-512 CPU; OPENBLAS_CORETYPE={best} may be "
-            "faster, see README 'CPU BLAS'")
+            "faster, see docs/configuration.md 'CPU BLAS'")
 
 
 @contextlib.contextmanager
@@ -397,7 +397,7 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
     mem_limit: StarPU's CPU memory limit ("512M", "2G" or bytes; rounded down to MiB), the
     same as ``memory_limit_mb`` (STARPU_LIMIT_CPU_MEM).  ooc_dir: with a limit, a directory for
     a disk memory node: tiles evicted under the limit are written there (O_DIRECT where the
-    filesystem allows it) and read back before their next task (README "Memory budget").
+    filesystem allows it) and read back before their next task (docs/howto/memory-budget.md).
     ooc_size: the disk node's size (default: what is free in ooc_dir now, less 1/16)."""
     global _current
     if _current is not None and _current.alive:

@@ -126,7 +126,7 @@ def check_build(cfg) -> None:
             raise RuntimeError(
                 f"asked for {cfg.ncuda} CUDA worker(s), but this StarPU was built without CUDA: `make setup` "
                 "(scripts/build-starpu.sh) builds tiletrain's own StarPU with CUDA where nvcc is found, not with "
-                "STARPU=system (README: The StarPU that setup builds), or start with ncuda=0")
+                "STARPU=system (docs/install.md: The StarPU that setup builds), or start with ncuda=0")
         if build_option("tiletrain_cuda_kernels") != "yes":
             raise RuntimeError(
                 f"asked for {cfg.ncuda} CUDA worker(s), but tiletrain was built without its CUDA kernels (no nvcc "

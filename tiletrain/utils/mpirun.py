@@ -1,6 +1,6 @@
 """Launching a Python program on several ranks of one machine: the `mpirun` command line and
-the per-rank environment tiletrain's tests, benchmarks and examples use (README "Running under
-mpirun"; examples/mpirun_env.sh is the same for the shell).
+the per-rank environment tiletrain's tests, benchmarks and examples use (docs/howto/mpirun.md;
+examples/mpirun_env.sh is the same for the shell).
 
     subprocess.run(command(2, [sys.executable, "train.py"]), env=environment())
 """
