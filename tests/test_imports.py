@@ -70,8 +70,9 @@ PENDING = {
 # Re-exports that keep the old import path of a moved name working, (re-exporting module,
 # the module the names moved to) -> {name: [modules that still import it from the old path]}:
 # other people's files.  Each is a module __getattr__ (an upward import in a function),
-# allowed while a listed module still imports a listed name that way; the test fails once
-# none does, and then the re-export and the entry go.
+# allowed while its modules still import the names that way: the test fails when a listed
+# module no longer does (take it off the list) and when a list is empty (remove the re-export
+# and the entry).
 REEXPORTS = {
     ("tiletrain.tensors", "tiletrain.ops.creation"): {
         "zeros": ["tiletrain.inference.generate"], "full": ["tiletrain.pipeline.model"]},
@@ -283,6 +284,7 @@ def test_reexports_are_still_needed(graph):
     modules, edges = graph
     for (old, new), users in REEXPORTS.items():
         assert (old, new) in edges, f"REEXPORTS: {old} no longer imports {new}: remove the entry"
+        assert any(users.values()), f"REEXPORTS: nobody imports {old}'s re-exports of {new}: remove them"
         for name, importers in users.items():
             for m in importers:
                 assert _imports_name_from(modules, m, old, name), (
