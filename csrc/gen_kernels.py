@@ -20,6 +20,7 @@ Usage: gen_kernels.py KERNELS_DEF OUTDIR
 """
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ class Kernel:
     acc: frozenset = frozenset()   # buffer names that are float32 accumulators for half dtypes
     bools: frozenset = frozenset() # buffer names that hold bool (uint8 0/1) whatever the dtype
     expr: list[tuple[str, str]] | None = None  # `expr` column: (lhs, rhs) statements
+    cpu_f64: bool = False          # `cpu f64` column: the CPU body of an expr kernel computes in double
+    flags: tuple = ()              # `flags` column: 0/1 integer args the CPU body runs one loop per value of
 
     @property
     def has_half(self) -> bool:
@@ -102,9 +105,24 @@ def parse(text: str) -> list[Kernel]:
             raise SystemExit(f"kernels.def:{lineno}: more than one `expr` column")
         if expr_cols:
             cols.remove(expr_cols[0])
+        cpu_cols = [c for c in cols[5:] if c.split(" ", 1)[0] == "cpu"]
+        if len(cpu_cols) > 1 or (cpu_cols and cpu_cols[0].split() != ["cpu", "f64"]):
+            raise SystemExit(f"kernels.def:{lineno}: bad `cpu` column {cpu_cols!r} (want one `cpu f64`)")
+        if cpu_cols:
+            cols.remove(cpu_cols[0])
+            if not expr_cols:
+                raise SystemExit(f"kernels.def:{lineno}: `cpu f64` needs an `expr` column")
+        flag_cols = [c for c in cols[5:] if c.split(" ", 1)[0] == "flags"]
+        if len(flag_cols) > 1:
+            raise SystemExit(f"kernels.def:{lineno}: more than one `flags` column")
+        if flag_cols:
+            cols.remove(flag_cols[0])
+            if not expr_cols:
+                raise SystemExit(f"kernels.def:{lineno}: `flags` needs an `expr` column")
+        flags = tuple(f for f in re.split(r"[,\s]+", flag_cols[0])[1:] if f) if flag_cols else ()
         if not 5 <= len(cols) <= 7:
             raise SystemExit(f"kernels.def:{lineno}: expected 5 to 7 '|'-separated columns "
-                             f"(besides `dtypes` and `expr`), got {len(cols)}")
+                             f"(besides `dtypes`, `expr`, `cpu` and `flags`), got {len(cols)}")
         name, bufs, ints, reals, flops = cols[:5]
         impls_col = cols[5] if len(cols) > 5 else ""
         geom_col = cols[6] if len(cols) > 6 else ""
@@ -159,6 +177,12 @@ def parse(text: str) -> list[Kernel]:
         k = Kernel(name, buffers, il, rl, flops or "0", impls, geom, dtypes, frozenset(acc), frozenset(bools))
         if expr_cols:
             k.expr = parse_expr(k, expr_cols[0].partition(" ")[2], lineno)
+            k.cpu_f64 = bool(cpu_cols)
+            bad = [f for f in flags if f not in k.ints or f in SPECIAL]
+            if flag_cols and (not flags or bad or len(set(flags)) != len(flags)):
+                raise SystemExit(f"kernels.def:{lineno}: bad `flags` column {flag_cols!r} (integer args of the "
+                                 f"line, each once, not one the expanders fill in)")
+            k.flags = flags
         kernels.append(k)
     return kernels
 
@@ -169,6 +193,9 @@ EXPR_TYPES = {"f32": ("float", "float"), "f64": ("double", "double"), "f16": ("t
               "bf16": ("tt_bf16", "float"), "b8": ("uint8_t", "int")}
 DEV_TYPES = {"f32": ("float", "float"), "f64": ("double", "double"), "b8": ("tt_uchar", "int")}
 STMT = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*=(?!=)\s*(.+?)\s*$", re.S)
+# SUF(name) in an expression: a helper function named per dtype, name_f32 / name_f64 (defined for
+# the CPU bodies in csrc/kernels/cpu/tt_cpu.h, for the device bodies in csrc/kernels/opencl/*.cl)
+SUF = re.compile(r"\bSUF\(\s*([a-z_][a-z0-9_]*)\s*\)")
 FLOAT_LIT = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\.\d+(?:[eE][-+]?\d+)?)")
 
 
@@ -220,6 +247,7 @@ def _expr_lines(k: Kernel, d: str, ctype: str, btype: str, load, store, idx: str
             lines.append(f"const int {b} = tt_{b}[{idx}] != 0;" if _is_bool(k, b, d)
                          else f"const {ctype} {b} = {load(f'tt_{b}[{idx}]')};")
     for lhs, rhs in k.expr:
+        rhs = SUF.sub(lambda m: f"{m.group(1)}_{d}", rhs)
         rhs = FLOAT_LIT.sub(lambda m: f"(({ctype}){m.group(1)})", rhs)
         lines.append(f"const {'int' if _is_bool(k, lhs, d) else ctype} {lhs} = {rhs};")
     for mode, b in k.buffers:
@@ -244,15 +272,32 @@ def expr_cpu_source(kernels: list[Kernel]) -> str:
         out.append("    switch (tt_args->dtype) {")
         for d in k.dtypes:
             t, c = EXPR_TYPES[d]
+            if k.cpu_f64 and d != "b8":  # `cpu f64`: loads, arithmetic and real args in double, one rounding
+                c = "double"
             out.append(f"    case {DTYPES[d]}: {{")
             out += [f"        const {c} {a} = ({c})tt_args->{a};" for a in k.reals if a in _used(k)]
             for m, b in k.buffers:
                 ty = "uint8_t" if _is_bool(k, b, d) else t
                 out.append(f"        {'const ' if m == 'R' else ''}{ty} *tt_{b} = tt_v_{b};")
-            out.append("        for (int64_t tt_i = 0; tt_i < n; tt_i++) {")
-            out += ["            " + ln for ln in _expr_lines(k, d, c, "uint8_t", lambda v: f"TT_LD({v})",
-                                                             lambda v: f"TT_ST({t}, {v})", "tt_i")]
-            out += ["        }", "        break;", "    }"]
+            loop = ["for (int64_t tt_i = 0; tt_i < n; tt_i++) {"]
+            loop += ["    " + ln for ln in _expr_lines(k, d, c, "uint8_t", lambda v: f"TT_LD({v})",
+                                                     lambda v: f"TT_ST({t}, {v})", "tt_i")]
+            loop += ["}"]
+            # `flags`: one loop per combination of the flags' values, each with them constant
+            # (the compiler drops the branches the expression takes on them: each loop
+            # vectorises on its own); a nonzero flag counts as 1
+            for i, combo in enumerate(itertools.product((1, 0), repeat=len(k.flags))):
+                if k.flags:
+                    cond = " && ".join(f"{'' if v else '!'}{f}" for f, v in zip(k.flags, combo))
+                    head = "if" if i == 0 else "} else if" if i < 2 ** len(k.flags) - 1 else "} else"
+                    out.append(f"        {head}{f' ({cond})' if head != '} else' else ''} {{")
+                    out += [f"            const int64_t {f} = {v};" for f, v in zip(k.flags, combo)]
+                    out += ["            " + ln for ln in loop]
+                else:
+                    out += ["        " + ln for ln in loop]
+            if k.flags:
+                out.append("        }")
+            out += ["        break;", "    }"]
         out += ["    default:", "        break;", "    }", "}", ""]
     return "\n".join(out) + "\n"
 

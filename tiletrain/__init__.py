@@ -6,11 +6,13 @@ from ._version import __version__
 from .config import RuntimeConfig
 from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, wait, world_size
 from .trace.tags import tag
-from .tensors import Tensor, TensorTraits, bfloat16, bool_, empty, float16, from_numpy, full, ones, zeros
+from .tensors import TensorTraits, bfloat16, bool_, empty, float16, from_numpy
+from .tensors.api import Tensor
 # creation functions (torch's names and signatures), dtypes, seeding, the tile-count limit
-from .tensors import (Generator, arange, empty_like, float32, float64, full_like, get_max_tiles, int64,
-                      linspace, manual_seed, ones_like, rand, rand_like, randint, randn, randn_like,
-                      set_max_tiles, tensor, zeros_like)
+from .tensors import (Generator, empty_like, float32, float64, get_max_tiles, int64, manual_seed, set_max_tiles,
+                      tensor)
+from .ops.creation import (arange, full, full_like, linspace, ones, ones_like, rand, rand_like, randint, randn,
+                           randn_like, zeros, zeros_like)
 from .tensors.cupy_interop import from_cupy
 from .ops import *  # noqa: F401,F403  (every op: tiletrain.ops.__all__)
 from . import ops as _ops

@@ -34,6 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from .runtime import mpi
+from .tensors import Tensor
+from .tensors.tensor import gather_per_rank, read_rows, rows_owned, tile_rows, write_rows_
+
 FORMAT = "tiletrain-checkpoint-1"
 CHECKPOINT_NAME = "checkpoint.safetensors"
 CHUNK_BYTES = 8 << 20  # bytes per read or write of a stream (and per hashing step)
@@ -121,7 +125,6 @@ class StoredTensor:
         """Write this tensor into tiletrain tensor ``t`` (same shape; converted to its dtype)
         block by block; collective under MPI (each rank reads only the blocks of tile rows
         holding a tile it owns)."""
-        from .tensors.tensor import rows_owned, tile_rows, write_rows_
         if tuple(t.shape) != tuple(self.shape):
             raise ValueError(f"{self.name}: shape {self.shape} in {self.path}, {tuple(t.shape)} in the model")
         owned = rows_owned(t)
@@ -259,8 +262,6 @@ def _blocks(v, root: int | None = None):
     at a time (read from its tiles; with ``root``, under MPI, collectively to that rank: the
     other ranks send their tiles and get no blocks), a NumPy array or a StoredTensor a few rows
     at a time."""
-    from .tensors import Tensor
-    from .tensors.tensor import read_rows, tile_rows
     if isinstance(v, Tensor):
         mine = root is None or root == _rank()
         for lo, hi, r0, r1 in tile_rows(v):
@@ -283,22 +284,17 @@ def _blocks(v, root: int | None = None):
 
 
 def _rank() -> int:
-    from ._ffi import lib
-    return lib.tt_mpi_rank() if lib.tt_mpi_enabled() else 0
+    return mpi.rank() if mpi.enabled() else 0
 
 
 def _collective(tensors) -> bool:
     """Under MPI, is a write of these values collective (one of them a tiletrain Tensor)?"""
-    from ._ffi import lib
-    from .tensors import Tensor
-    return (bool(lib.tt_mpi_enabled()) and lib.tt_mpi_size() > 1
-            and any(isinstance(v, Tensor) for v in tensors))
+    return mpi.session_world_size() > 1 and any(isinstance(v, Tensor) for v in tensors)
 
 
 def _agree_written(error: BaseException | None) -> None:
     """(Collective) every rank learns whether rank 0 wrote the file; the others raise OSError
     when it did not (rank 0 raises its own error)."""
-    from .runtime import gather_per_rank
     ok = gather_per_rank([0.0 if error is not None else 1.0])[0, 0]
     if error is not None:
         raise error
@@ -319,7 +315,6 @@ def write_safetensors(path, tensors: Mapping, metadata: dict[str, str], checksum
     owners (only the block in flight is held, on rank 0; the other ranks send, hold nothing
     and return {}); every rank raises when rank 0 could not write.  With NumPy arrays and
     StoredTensors only, the calling rank writes the file alone."""
-    from .tensors import Tensor
     entries = []
     for name, v in tensors.items():
         if not isinstance(v, (Tensor, StoredTensor)):
@@ -457,7 +452,6 @@ def save(path: str | os.PathLike, tensors: Mapping[str, Any], metadata: dict[str
     """Save tensors (NumPy arrays, tiletrain Tensors, streamed from their tiles, or the
     StoredTensors of another checkpoint) + JSON-serialisable metadata as one safetensors file,
     atomically.  Tensors must be float32, float64 or int64."""
-    from .tensors import Tensor
     for k, v in tensors.items():
         dtype = v.dtype if isinstance(v, (Tensor, StoredTensor)) else np.asarray(v).dtype
         if dtype not in (np.float32, np.float64, np.int64):

@@ -31,43 +31,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .runtime.mpi import rank, world_size  # (the runtime's: here too for code that thinks in distributions)
+from .runtime.mpi import session_world_size as _runtime_world_size
+
 __all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "use", "default", "explicit", "rank",
            "world_size"]
-
-
-_lib = None
-
-
-def _get_lib():
-    """The compiled module (imported on first use: this module is imported by it)."""
-    global _lib
-    if _lib is None:
-        from ._ffi import lib
-        _lib = lib
-    return _lib
-
-
-def rank() -> int:
-    """This process' MPI rank (0 without MPI; before init, the launcher's rank)."""
-    lib = _get_lib()
-    if lib.tt_mpi_enabled():
-        return int(lib.tt_mpi_rank())
-    from .config import launcher_rank
-    return launcher_rank()
-
-
-def world_size() -> int:
-    """Number of MPI ranks (1 without MPI; before init, the launcher's world size)."""
-    lib = _get_lib()
-    if lib.tt_mpi_enabled():
-        return int(lib.tt_mpi_size())
-    from .config import launcher_world_size
-    return launcher_world_size()
-
-
-def _runtime_world_size() -> int:
-    lib = _get_lib()
-    return int(lib.tt_mpi_size()) if lib.tt_mpi_enabled() else 1
 
 
 # owners() of the immutable distributions, by (distribution, grid, world): every op creates

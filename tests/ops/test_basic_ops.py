@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tiletrain as tt
-from tiletrain.ops import basic
+from tiletrain.ops.elementwise import BINARY_OPS
 from conftest import FLOATS, GRIDS_2D, GRIDS_ND, tol
 
 GRIDS = GRIDS_2D + GRIDS_ND
@@ -32,10 +32,11 @@ def test_elementwise_binary(rng, shape, tiles, dtype):
     np.testing.assert_allclose(tt.sub(A, B, alpha=3.0).numpy(), a - 3 * b, **t)
     np.testing.assert_allclose(tt.mul(A, B).numpy(), a * b, **t)
     np.testing.assert_allclose(tt.div(A, B).numpy(), a / b, **t)
-    # the same-layout kernel ops they end in (alpha, beta scaling)
-    np.testing.assert_allclose(basic.add(A, B, 2.0, -0.5).numpy(), 2 * a - 0.5 * b, **t)
-    np.testing.assert_allclose(basic.mul(A, B, -2.0).numpy(), -2 * a * b, **t)
-    np.testing.assert_allclose(basic.div(A, B, 0.5).numpy(), 0.5 * a / b, **t)
+    # the same-layout ops of the table rows they end in (the kernels' alpha, beta scaling)
+    np.testing.assert_allclose(BINARY_OPS["add"](A, B, alpha=2.0, beta=-0.5).numpy(), 2 * a - 0.5 * b, **t)
+    np.testing.assert_allclose(BINARY_OPS["sub"](A, B, alpha=1.0, beta=-3.0).numpy(), a - 3 * b, **t)
+    np.testing.assert_allclose(BINARY_OPS["mul"](A, B, alpha=-2.0).numpy(), -2 * a * b, **t)
+    np.testing.assert_allclose(BINARY_OPS["div"](A, B, alpha=0.5).numpy(), 0.5 * a / b, **t)
     for r in (A + B, A / B):
         assert r.dtype == dtype and r.shape == A.shape and r.tiles == A.tiles
 

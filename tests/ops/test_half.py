@@ -15,6 +15,7 @@ import tiletrain as tt
 import tiletrain.functional as F
 from conftest import GRIDS_2D, GRIDS_ND, submits_nothing
 from tiletrain._ffi import check, ffi, lib
+from tiletrain.ops.elementwise import BINARY_OPS
 from tiletrain.testing.references import round_to
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -324,9 +325,9 @@ def test_elementwise_ops_round_once(rng, shape, tiles, dtype):
     cases = {
         "add": (A + B, a64 + b64),
         "sub": (A - B, a64 - b64),
-        "add alpha beta": (tt.ops.basic.add(A, B, 0.3, -1.7), 0.3 * a64 - 1.7 * b64),
+        "add alpha beta": (BINARY_OPS["add"](A, B, alpha=0.3, beta=-1.7), 0.3 * a64 - 1.7 * b64),
         "add alpha": (tt.add(A, B, alpha=-1.7), a64 - 1.7 * b64),
-        "mul": (tt.ops.basic.mul(A, B, 3.0), 3.0 * a64 * b64),
+        "mul": (BINARY_OPS["mul"](A, B, alpha=3.0), 3.0 * a64 * b64),
         "scale": (A * 0.1, 0.1 * a64),
         "neg": (-A, -a64),
         "add_scalar": (A + 0.3, a64 + 0.3),

@@ -11,6 +11,7 @@ import torch
 import tiletrain as tt
 from conftest import submits_nothing, total_tasks
 from tiletrain.ops import shape as S
+from tiletrain.ops.reduce import sum_to  # (the backward of expand_to)
 from tiletrain.testing.gradcheck import vjp_check
 
 # name -> (tiletrain fn, torch fn, [(shape, tiles) per input])
@@ -149,9 +150,9 @@ def test_expand_to_and_sum_to(rng):
     np.testing.assert_array_equal(S.expand_to(x, (5, 1, 6), (3, 1, 5)).numpy(), a)
     g = rng.standard_normal((3, 5, 7, 6))
     G = tt.from_numpy(g, (2, 3, 4, 5))
-    assert S.sum_to(G, (3, 5, 7, 6)) is G
+    assert sum_to(G, (3, 5, 7, 6)) is G
     for shape in [(5, 1, 6), (1, 6), (7, 1), (), (3, 1, 1, 6)]:
-        np.testing.assert_allclose(S.sum_to(G, shape).numpy(), torch.from_numpy(g).sum_to_size(shape).numpy(),
+        np.testing.assert_allclose(sum_to(G, shape).numpy(), torch.from_numpy(g).sum_to_size(shape).numpy(),
                                    rtol=1e-10, atol=1e-10)
     vjp_check(lambda t: S.expand_to(t, (3, 5, 7, 6), (2, 3, 4, 5)), [a], [(2, 1, 4)])
 
@@ -248,7 +249,7 @@ def _bad_calls():
         (lambda: S.expand(x, -1, 11, 7), ValueError, "leading"),
         (lambda: S.broadcast_to(y, (5, 5)), ValueError, "dimension 1"),
         (lambda: S.expand_to(x, (11, 8), (4, 4)), ValueError, "size 8"),
-        (lambda: S.sum_to(x, (2, 7)), ValueError, "does not broadcast"),
+        (lambda: sum_to(x, (2, 7)), ValueError, "does not broadcast"),
         (lambda: S.getitem(x, 11), IndexError, "index 11 is out of bounds for dimension 0 with size 11"),
         (lambda: S.getitem(x, (0, -8)), IndexError, "dimension 1 with size 7"),
         (lambda: S.getitem(x, slice(None, None, -1)), ValueError, "step must be greater than zero"),

@@ -5,6 +5,7 @@ import pytest
 
 import tiletrain as tt
 from tiletrain.config import KNOWN_POLICIES, RuntimeConfig, tiletrain_policies
+from tiletrain.runtime import registered_policies
 
 from profiled_runtime import default_runtime_afterwards, restart  # noqa: F401 (autouse fixture)
 
@@ -33,6 +34,7 @@ def test_every_named_policy_runs_a_small_op(sched, rng):
 
 def test_tiletrain_policies_are_registered():
     assert "tt-cp" in tiletrain_policies()
+    assert registered_policies() == tiletrain_policies()  # the config's names are the library's
 
 
 def test_unknown_policy_lists_the_valid_ones():

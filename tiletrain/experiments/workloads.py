@@ -121,13 +121,13 @@ class Pipeline(Workload):
     name = "pipeline"
 
     def setup(self) -> None:
-        from .._ffi import lib
         from ..pipeline.synthetic import build_plan, data_names
+        from ..runtime.context import nworkers
         from ..tensors import from_numpy
-        p = int(self.params.get("p", lib.tt_nworkers()))
+        p = int(self.params.get("p", nworkers()))
         m = int(self.params.get("m", 8))
         us = float(self.params.get("usec", 2000))
-        self.plan = build_plan(p, m, us, us, nworkers=lib.tt_nworkers())
+        self.plan = build_plan(p, m, us, us, nworkers=nworkers())
         self.t_data = {n: from_numpy(np.zeros(1)) for n in data_names(self.plan)}
 
     def step(self) -> None:

@@ -3,7 +3,8 @@ transformer needs, with autograd, under the names and argument orders of PyTorch
 torch.nn.functional (and torch for the basic arithmetic)."""
 from ..ops.activations import *  # noqa: F401,F403
 from ..ops.attention import *  # noqa: F401,F403
-from ..ops.basic import broadcast, matmul, scale  # noqa: F401
+from ..ops.basic import broadcast, scale  # noqa: F401
+from ..ops.linalg import matmul  # noqa: F401
 from ..ops.elementwise import *  # noqa: F401,F403
 from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.embedding import *  # noqa: F401,F403

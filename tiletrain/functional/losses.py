@@ -6,9 +6,10 @@ backward kernels) followed by tiletrain/ops/reduce.py's mean or sum.  input and 
 shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
 from __future__ import annotations
 
-from ..ops import basic, reduce
+from ..ops import reduce
 from ..ops.autograd import backward_rule, record
 from ..ops.basic import _float_tensor, _same
+from ..ops.elementwise import mul, neg, sub
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor
 
@@ -30,8 +31,8 @@ def _check(what: str, input, target, reduction) -> None:
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.mse_loss: (input - target)^2, reduced."""
     _check("mse_loss", input, target, reduction)
-    d = basic.sub(input, target)
-    return _reduce(basic.mul(d, d), reduction)
+    d = sub(input, target)
+    return _reduce(mul(d, d), reduction)
 
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
@@ -49,7 +50,7 @@ def _absdiff_bwd(node, g):
     da = Tensor(a.traits, a.dtype)
     run_map("absdiff_bwd", a, b, g, da, alpha=1.0)
     return (da if node.inputs[0] is not None else None,
-            basic.neg(da) if node.inputs[1] is not None else None)
+            neg(da) if node.inputs[1] is not None else None)
 
 
 def _check_weight(w, x: Tensor, what: str, name: str) -> None:

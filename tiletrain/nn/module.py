@@ -16,7 +16,8 @@ from typing import Iterator
 import numpy as np
 
 from ..ops import no_grad
-from ..tensors import Tensor, TensorTraits, from_numpy
+from ..tensors import TensorTraits, from_numpy
+from ..tensors.api import Tensor  # the user-facing class: Parameter has its methods
 from ..tensors.tensor import write_rows_
 
 __all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy"]

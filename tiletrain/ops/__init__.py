@@ -1,12 +1,17 @@
 """Tensor ops with autograd.  Element-wise ops come from one table (elementwise.py), shape
-ops from one region-copy expander (shape.py), reductions from span expanders (reduce.py);
-the torch-shaped functions (broadcasting, scalars, dtype promotion, any tiling) are the
-public ones, and basic.py holds the same-layout kernel ops they end in."""
+ops from one region-copy expander (shape.py), reductions from span expanders (reduce.py),
+matrix products from the gemm expander (linalg.py); the torch-shaped functions (broadcasting,
+scalars, dtype promotion, any tiling) are the public ones, and basic.py holds the
+same-layout kernel ops and the operand checks they all use.
+
+Inside the package, modules import one way: autograd < basic < creation < shape < linalg <
+elementwise < reduce < the rest (softmax, norm, conv, embedding, attention, activations)."""
 from . import elementwise, reduce, shape
 from .autograd import backward, enable_grad, grad_enabled, no_grad
-from .basic import (HALF_OPS, add_broadcast, add_scalar, astype, axpy_, broadcast, copy, fill_, matmul,
-                    matmul_leading, rdiv_scalar, scale)
+from .basic import HALF_OPS, add_broadcast, add_scalar, astype, axpy_, broadcast, copy, fill_, scale
 from .elementwise import *  # noqa: F401,F403
+from .elementwise import rdiv_scalar
+from .linalg import matmul, matmul_leading
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 

@@ -12,8 +12,11 @@ from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
 from ..tensors.creation import default_generator, manual_seed
 from .autograd import backward_rule, needs_grad, record
-from .basic import _float_tensor, _like, _scalar, _sum_axes, matmul, matmul_leading
-from .elementwise import _gelu_params, gelu, relu, silu
+from .basic import _float_tensor, _like, _scalar, _sum_axes
+from .creation import full
+from .elementwise import _gelu_params, gelu, mul, relu, silu
+from .linalg import matmul, matmul_leading
+from .shape import getitem, retile
 
 __all__ = ["gelu", "relu", "silu", "dropout", "dropout_positions", "linear", "manual_seed"]
 
@@ -51,8 +54,6 @@ def dropout_window():
 def _chunk_mask(x: Tensor, p: float, seed: int, window) -> Tensor:
     """The (B, T, ...) part at ``window``'s positions of the whole sequence's dropout mask
     (0 or 1/(1-p)), tiled as x."""
-    from ..tensors import full
-    from .shape import getitem, retile
     start, length, tb, tt_ = window
     if x.ndim < 2 or start < 0 or start + x.shape[1] > length:
         raise ValueError(f"dropout: a sequence chunk at positions {start}..{start + x.shape[1] - 1} of {length} "
@@ -81,7 +82,6 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int | None =
         raise ValueError(f"dropout: seed must be in [0, 2**63), got {seed}")
     window = getattr(_window, "value", None)
     if window is not None:   # a sequence chunk: its part of the whole sequence's mask
-        from .basic import mul
         return mul(x, _chunk_mask(x, p, seed, window))
     y = _like(x)
     run_map("dropout", x, y, p=p, seed=seed)
@@ -135,12 +135,10 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed:
         if bias.dtype != weight.dtype:
             raise TypeError(f"{what}: dtype mismatch, weight is {weight.dtype} and bias is {bias.dtype}")
     if x.tiles[-1] != weight.tiles[i_ax]:
-        from .shape import retile
         x = retile(x, x.tiles[:-1] + (weight.tiles[i_ax],))
     if bias is None:
         return matmul(x, weight, transpose_b=transposed)
     if bias.tiles != (weight.tiles[o_ax],):
-        from .shape import retile
         bias = retile(bias, (weight.tiles[o_ax],))
     # one gemm_bias task per output tile (and gemm for the rest of its chain along `in`)
     y = Tensor(TensorTraits(x.shape[:-1] + (weight.shape[o_ax],), x.tiles[:-1] + (weight.tiles[o_ax],)), x.dtype)

@@ -16,11 +16,14 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from .._ffi import check, lib
-from ..runtime.kernels import run_span, tensor_view, tile_view_as, view_tiles
+from ..runtime import mpi
+from ..runtime.context import nworkers
+from ..runtime.kernels import (attention_bwd, attention_decode, attention_fwd, heads_fill_parts, heads_merge,
+                               heads_merge_part, heads_split, run_span, tensor_view, tile_view_as, view_tiles)
 from ..tensors import Tensor, TensorTraits
 from .autograd import PartialGradient, backward_rule, needs_grad, record
 from .basic import _float_tensor
+from .shape import _view, retile
 
 
 def _int(v, what: str, name: str) -> int:
@@ -105,7 +108,7 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
     divisor of tile_C // D that gives at least as many (``parallel_head_tile``)."""
     what = "split_heads"
     _float_tensor(x, what, "x")
-    workers = lib.tt_nworkers() if needs_grad(x) else 0
+    workers = nworkers() if needs_grad(x) else 0
     key = (x.traits.shape, x.traits.tiles, n_head, nparts, workers)
     hit = _HEADS.get(key) if type(n_head) is int and type(nparts) is int and type(part) is int else None
     if hit is None or not 0 <= part < nparts:  # (a hit: the same geometry validated before)
@@ -124,12 +127,11 @@ def split_heads(x: Tensor, n_head: int, part: int = 0, nparts: int = 1) -> Tenso
         _HEADS[(x.traits.shape, x.traits.tiles, n_head, nparts, workers)] = hit
     traits, tc = hit
     if x.tiles[2] != tc:  # heads straddle tiles: re-tiled first (copy tasks)
-        from .shape import retile
         x = retile(x, x.tiles[:2] + (tc,))
     y = _one_position_view(x, traits, part, nparts) if x.shape[1] == 1 else None
     if y is None:
         y = Tensor(traits, x.dtype)
-        check(lib.tt_heads_split(x._ptr, part, nparts, y._ptr))
+        heads_split(x, part, nparts, y)
     return record("split_heads", y, (x,), part=part, nparts=nparts, traits=x.traits)
 
 
@@ -138,8 +140,7 @@ def _one_position_view(x: Tensor, traits: TensorTraits, part: int = 0, nparts: i
     heads (B, H, 1, D) hold the same elements in the same order: the part's tiles of x seen
     as ``traits`` (no copy, no task), or None where they cannot be (under MPI).  Also the other
     way, for merge_heads (x (B, H, 1, D) seen as (B, 1, H*D), part 0 of 1)."""
-    from .shape import _view
-    if lib.tt_mpi_enabled():
+    if mpi.enabled():
         return None
     if nparts == 1:  # all of x: a reshape view
         if view_tiles(x, traits.shape) != traits.tiles:
@@ -160,13 +161,13 @@ def _split_heads_bwd(node, g):
     part, nparts = c["part"], c["nparts"]
     if nparts == 1:
         dx = Tensor(c["traits"], g.dtype)
-        check(lib.tt_heads_merge(g._ptr, 0, 1, dx._ptr))
+        heads_merge(g, 0, 1, dx)
         return (dx,)
     # the part's columns from g, zeros elsewhere: written into x's gradient by the engine
     # (the q, k and v parts of a fused projection fill it with no zero tile and no sum)
     return (PartialGradient(c["traits"], g.dtype, part, nparts,
-                            write=lambda acc: check(lib.tt_heads_merge_part(g._ptr, part, nparts, acc._ptr)),
-                            fill=lambda acc, mask: check(lib.tt_heads_fill_parts(acc._ptr, nparts, mask))),)
+                            write=lambda acc: heads_merge_part(g, part, nparts, acc),
+                            fill=lambda acc, mask: heads_fill_parts(acc, nparts, mask)),)
 
 
 def merge_heads(y: Tensor) -> Tensor:
@@ -181,22 +182,21 @@ def merge_heads(y: Tensor) -> Tensor:
     B, H, T, D = y.shape
     tb, th, tt_, td = y.tiles
     if td != D:  # D is one tile: re-tiled first (copy tasks)
-        from .shape import retile
         y = retile(y, (tb, th, tt_, D))
     if th < H and needs_grad(y):
-        th = _merged_head_tile(y.traits, lib.tt_nworkers())
+        th = _merged_head_tile(y.traits, nworkers())
     traits = TensorTraits((B, T, H * D), (tb, tt_, th * D))
     x = _one_position_view(y, traits) if T == 1 else None
     if x is None:
         x = Tensor(traits, y.dtype)
-        check(lib.tt_heads_merge(y._ptr, 0, 1, x._ptr))
+        heads_merge(y, 0, 1, x)
     return record("merge_heads", x, (y,), traits=y.traits)
 
 
 @backward_rule("merge_heads")
 def _merge_heads_bwd(node, g):
     dy = Tensor(node.ctx["traits"], g.dtype)
-    check(lib.tt_heads_split(g._ptr, 0, 1, dy._ptr))
+    heads_split(g, 0, 1, dy)
     return (dy,)
 
 
@@ -282,7 +282,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     scale = _scale(scale, q.shape[3], what)
     o = Tensor(q.traits, q.dtype)
     lse = Tensor(q.traits.drop_axis(3), q.dtype)
-    check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, scale, int(is_causal), o._ptr, lse._ptr))
+    attention_fwd(q, k, v, scale, is_causal, o, lse)
     if not needs_grad(q, k, v):
         return o
     # The caller gets a view of o, so that the node can save o without a reference cycle.
@@ -299,7 +299,6 @@ def _attention_tiles(q: Tensor, k: Tensor, v: Tensor, kv_time_tile: int):
     th = gqa_head_tile(q.tiles[1], G)
     want, kv_want = (q.tiles[0], th, q.tiles[2], D), (q.tiles[0], max(th // G, 1), kv_time_tile, D)
     if q.tiles != want or k.tiles != kv_want or v.tiles != kv_want:
-        from .shape import retile
         q = retile(q, want) if q.tiles != want else q
         k, v = (retile(t, kv_want) if t.tiles != kv_want else t for t in (k, v))
     return q, k, v
@@ -348,7 +347,7 @@ def decode_attention(query: Tensor, key: Tensor, value: Tensor, q_start: int, sc
         raise RuntimeError(f"{what} has no backward: call it under tiletrain.no_grad() (inference)")
     q, k, v = _attention_tiles(q, k, v, k.tiles[2])  # the cache keeps its own tile along T
     o = Tensor(q.traits, q.dtype)
-    check(lib.tt_attention_decode(q._ptr, k._ptr, v._ptr, _scale(scale, D, what), q_start, o._ptr))
+    attention_decode(q, k, v, _scale(scale, D, what), q_start, o)
     return o
 
 
@@ -357,8 +356,7 @@ def _sdpa_bwd(node, g):
     q, k, v, o, lse = node.saved
     dq = Tensor(q.traits, q.dtype)
     dk, dv = (Tensor(k.traits, k.dtype) for _ in range(2))
-    check(lib.tt_attention_bwd(q._ptr, k._ptr, v._ptr, o._ptr, g._ptr, lse._ptr, node.ctx["scale"],
-                               int(node.ctx["causal"]), dq._ptr, dk._ptr, dv._ptr))
+    attention_bwd(q, k, v, o, g, lse, node.ctx["scale"], node.ctx["causal"], dq, dk, dv)
     return tuple(d if inp is not None else None for d, inp in zip((dq, dk, dv), node.inputs))
 
 
@@ -381,7 +379,6 @@ def rotary_embedding(x: Tensor, theta: float = 10000.0, offset: int = 0) -> Tens
     if offset < 0:
         raise ValueError(f"{what}: offset must be >= 0, got {offset}")
     if x.tiles[3] != D:
-        from .shape import retile
         x = retile(x, x.tiles[:3] + (D,))
     y = Tensor(x.traits, x.dtype)
     run_span("rope", 2, 1, [x, y], inverse=0, pos0=offset, theta=float(theta))

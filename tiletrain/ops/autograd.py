@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import distribution as _dist
+from ..runtime import mpi
+from ..runtime.kernels import run_map
 from ..tensors import Tensor
+from ..tensors.tensor import migrate_
 from ..trace.tags import tag
 
 _state = threading.local()
@@ -140,8 +143,7 @@ class _Placer:
     in place (beta = 1) never changes another tensor's gradient."""
 
     def __init__(self, foreign: Sequence[Tensor] = ()):
-        from .._ffi import lib
-        self.mpi = bool(lib.tt_mpi_enabled())
+        self.mpi = mpi.enabled()
         self.placed: set[int] = {id(f) for f in foreign}
         self.keep: list[Tensor] = list(foreign)  # keep ids unique while used
         self.pending_refs: dict[int, int] = {}  # id -> how many pending entries hold that tensor
@@ -164,27 +166,26 @@ class _Placer:
                 and g._node is None and not g.requires_grad)
 
     def accumulate(self, acc: Tensor, g: Tensor) -> Tensor:
-        from .basic import add, axpy_
         if self.exclusive(acc, refs=1):
-            axpy_(acc, g, 1.0, 1.0)
+            _add_into(acc, g)
             return acc
         self.release(acc)
-        return self.share(add(acc, g))
+        total = Tensor(acc.traits, acc.dtype)
+        run_map("add", acc, g, total, alpha=1.0, beta=1.0)
+        return self.share(total)
 
     def own(self, g: Tensor) -> Tensor:
-        from .basic import copy
         if not self.exclusive(g):
-            g = copy(g)
+            g = _copy(g)
         self.placed.add(id(g))
         self.keep.append(g)
         return g
 
     def leaf(self, leaf: Tensor, g: Tensor) -> None:
-        from .basic import axpy_
         parts = getattr(_state, "collect", None)
         if parts is not None:   # collect_leaf_grads()
             if id(leaf) in parts:
-                axpy_(parts[id(leaf)][1], g, 1.0, 1.0)
+                _add_into(parts[id(leaf)][1], g)
             else:
                 parts[id(leaf)] = (leaf, self.own(g))
             return
@@ -206,22 +207,31 @@ class _Placer:
                     return
             leaf.grad = self.own(g)
         else:
-            axpy_(leaf.grad, g, 1.0, 1.0)
+            _add_into(leaf.grad, g)
+
+
+# Gradient sums and copies: kernel calls (the engine runs under no_grad: nothing to record).
+def _add_into(acc: Tensor, g: Tensor) -> None:
+    """acc += g in place (axpy tasks)."""
+    if g.shape != acc.shape or g.tiles != acc.tiles or g.dtype != acc.dtype:
+        raise RuntimeError(f"backward: a gradient of shape {g.shape}, tiles {g.tiles}, dtype {g.dtype} for one of "
+                           f"{acc.shape}, {acc.tiles}, {acc.dtype}")
+    run_map("axpy", g, acc, alpha=1.0, beta=1.0)
+
+
+def _copy(g: Tensor) -> Tensor:
+    y = Tensor(g.traits, g.dtype)
+    run_map("copy", g, y)
+    return y
 
 
 def _migrate(g: Tensor, owners) -> Tensor:
     """g itself, its tile i handed to rank owners[i] (collective; StarPU-MPI moves the data)."""
-    from .._ffi import check, ffi, lib
-    from ..distribution import Explicit, SingleRank
-    owners = np.ascontiguousarray(owners, dtype=np.int32)
-    check(lib.tt_tensor_migrate(g._ptr, ffi.from_buffer("int[]", owners)))
-    g.traits = g.traits.with_dist(SingleRank(int(owners[0])) if (owners == owners[0]).all() else Explicit(owners))
-    return g
+    return migrate_(g, owners)
 
 
 def _copy_to(g: Tensor, owners) -> Tensor:
     """A copy of g in a new tensor whose tile i is owned by owners[i]."""
-    from ..runtime.kernels import run_map
     y = Tensor(g.traits, g.dtype, _owners=np.ascontiguousarray(owners, dtype=np.int32))
     run_map("copy", g, y)
     return y
@@ -238,8 +248,8 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
     if grad is None:
         if root.numel() != 1:
             raise RuntimeError(f"backward: a seed gradient is needed for a non-scalar output of shape {root.shape}")
-        from ..tensors import full
-        grad = full(root.traits, 1.0, dtype=root.dtype)
+        grad = Tensor(root.traits, root.dtype)
+        run_map("fill", grad, value=1.0)
     else:
         if not isinstance(grad, Tensor):
             raise TypeError(f"backward: the seed gradient must be a Tensor, got {type(grad).__name__}")
@@ -436,8 +446,7 @@ class DeferredGrads:
             return node
         later = tuple(inp if wi else None for inp, wi in zip(node.inputs, w))
         if id(g) in placer.placed:   # already some leaf's .grad, which later gradients accumulate into
-            from .basic import copy
-            g = copy(g)
+            g = _copy(g)
         # g is held for the deferred part: the engine must not accumulate into it in place
         self._parts.append((Node(node.op, later, node.saved, node.ctx, place=node.place, seq=node.seq),
                             placer.share(g)))

@@ -1,6 +1,8 @@
-"""Basic tensor operations.  Each op validates its operands in Python, then makes one C
-call that expands into one task per tile, and records its autograd node; its backward
-rule follows it.
+"""Basic tensor operations on operands of one layout, and the operand checks every op uses.
+Each op validates its operands in Python, then makes one C call that expands into one task
+per tile, and records its autograd node; its backward rule follows it.  The torch-shaped
+element-wise ops (add, sub, mul, div with broadcasting and numbers) are the rows of
+elementwise.py's table; matmul is linalg.py's.
 
 float16 and bfloat16 tensors (storage types: float32 arithmetic and accumulation, one
 rounding per result) are taken by the ops in HALF_OPS; every other op raises a TypeError
@@ -12,8 +14,9 @@ import numbers
 
 import numpy as np
 
-from ..runtime.kernels import gemm, run_cast, run_map, run_span, sum_all
-from ..tensors import Tensor, TensorTraits, as_dtype, from_value_, is_float, is_half
+from ..runtime.kernels import run_cast, run_map, run_span, sum_all
+from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
+from ..tensors.tensor import forget_value_range
 from .autograd import backward_rule, record
 
 # The ops that take float16/bfloat16 tensors (besides float32/float64).
@@ -72,9 +75,12 @@ def _like(x: Tensor) -> Tensor:
 
 
 def fill_(x: Tensor, value: float) -> Tensor:
-    """Set every element of x to value, in place."""
+    """Set every element of x to value, in place (one fill task per tile)."""
     _tensor(x, "fill_", "x")
-    return from_value_(x, _scalar(value, "fill_", "value"))
+    value = _scalar(value, "fill_", "value")
+    forget_value_range(x)
+    run_map("fill", x, value=value)
+    return x
 
 
 def copy(x: Tensor) -> Tensor:
@@ -130,10 +136,6 @@ def _scale_bwd(node, g):
     return (_scaled(g, node.ctx["alpha"]),)
 
 
-def neg(x: Tensor) -> Tensor:
-    return scale(x, -1.0)
-
-
 def add_scalar(x: Tensor, s: float, alpha: float = 1.0) -> Tensor:
     """alpha * x + s"""
     _any_float_tensor(x, "add_scalar", "x")
@@ -157,80 +159,6 @@ def div_scalar(x: Tensor, s: float) -> Tensor:
 @backward_rule("div_scalar")
 def _div_scalar_bwd(node, g):
     return (div_scalar(g, node.ctx["s"]),)
-
-
-def rdiv_scalar(s: float, x: Tensor) -> Tensor:
-    """s / x"""
-    _float_tensor(x, "rdiv_scalar", "x")
-    y = _like(x)
-    s = _scalar(s, "rdiv_scalar", "s")
-    run_map("rdiv_scalar", x, y, s=s)
-    return record("rdiv_scalar", y, (x,), saved=(x,), s=s)
-
-
-@backward_rule("rdiv_scalar")
-def _rdiv_scalar_bwd(node, g):
-    (x,) = node.saved
-    return (div(g, mul(x, x), -node.ctx["s"]),)  # d(s/x) = -s/x^2
-
-
-def _binary(what: str, a: Tensor, b: Tensor, half: bool = False, **fields) -> Tensor:
-    check_dtype = _any_float_tensor if half else _float_tensor
-    check_dtype(a, what, "a")
-    check_dtype(b, what, "b")
-    _same(what, a, b)
-    c = _like(a)
-    run_map(what, a, b, c, **fields)
-    return c
-
-
-def add(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
-    """alpha * a + beta * b"""
-    alpha, beta = _scalar(alpha, "add", "alpha"), _scalar(beta, "add", "beta")
-    c = _binary("add", a, b, half=True, alpha=alpha, beta=beta)
-    return record("add", c, (a, b), alpha=alpha, beta=beta)
-
-
-@backward_rule("add")
-def _add_bwd(node, g):
-    a, b = node.inputs
-    return (_scaled(g, node.ctx["alpha"]) if a is not None else None,
-            _scaled(g, node.ctx["beta"]) if b is not None else None)
-
-
-def sub(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
-    """a - alpha * b"""
-    return add(a, b, 1.0, -_scalar(alpha, "sub", "alpha"))
-
-
-def mul(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
-    """alpha * a * b (element-wise)"""
-    alpha = _scalar(alpha, "mul", "alpha")
-    c = _binary("mul", a, b, half=True, alpha=alpha)
-    return record("mul", c, (a, b), saved=(a, b), alpha=alpha)
-
-
-@backward_rule("mul")
-def _mul_bwd(node, g):
-    a, b = node.saved
-    alpha = node.ctx["alpha"]
-    return (mul(g, b, alpha) if node.inputs[0] is not None else None,
-            mul(g, a, alpha) if node.inputs[1] is not None else None)
-
-
-def div(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
-    """alpha * a / b (element-wise)"""
-    alpha = _scalar(alpha, "div", "alpha")
-    c = _binary("div", a, b, alpha=alpha)
-    return record("div", c, (a, b), saved=(a, b), alpha=alpha)
-
-
-@backward_rule("div")
-def _div_bwd(node, g):
-    a, b = node.saved
-    da = div(g, b, node.ctx["alpha"])                                 # alpha g / b
-    db = div(mul(da, a), b, -1.0) if node.inputs[1] is not None else None  # -alpha g a / b^2
-    return (da if node.inputs[0] is not None else None, db)
 
 
 def add_broadcast(x: Tensor, b: Tensor, axis, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
@@ -320,115 +248,4 @@ def axpy_(y: Tensor, x: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor
     return y
 
 
-def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False,
-           alpha: float = 1.0) -> Tensor:
-    """alpha * op(a) @ op(b).
-
-    a is (..., M, K) (or (..., K, M) with transpose_a), b is (K, N) (or (N, K)) or batched
-    (..., K, N) with the same batch shape as a.  b is re-tiled (copy tasks) when its batch or
-    contracted axes are tiled otherwise than a's.  The result is tiled like a's rows and b's
-    columns.
-    float16/bfloat16 operands: float32 products and sums, one rounding of the result."""
-    what = "matmul"
-    _any_float_tensor(a, what, "a")
-    _any_float_tensor(b, what, "b")
-    if a.dtype != b.dtype:
-        raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
-    (ash, ati), (bsh, bti) = (a.traits.shape, a.traits.tiles), (b.traits.shape, b.traits.tiles)
-    nd, bnd = len(ash), len(bsh)
-    if nd < 2 or bnd < 2:
-        raise ValueError(f"{what}: operands need rank >= 2, got shapes {ash} and {bsh}")
-    batched = bnd > 2
-    if batched:
-        if bnd != nd:
-            raise ValueError(f"{what}: batched b must have a's rank {nd}, got shape {bsh}")
-        if ash[:-2] != bsh[:-2]:
-            raise ValueError(f"{what}: batch dimensions differ: a {ash[:-2]}, b {bsh[:-2]}")
-    elif nd > 2 and transpose_a:
-        raise ValueError(f"{what}: transpose_a needs a 2-D a when b is 2-D (a has shape {ash})")
-    am, ak = (nd - 1, nd - 2) if transpose_a else (nd - 2, nd - 1)
-    bo = bnd - 2
-    bk, bn = (bo + 1, bo) if transpose_b else (bo, bo + 1)
-    if ash[ak] != bsh[bk]:
-        raise ValueError(f"{what}: inner dimensions differ: a {ash} (transpose_a={transpose_a}) "
-                         f"and b {bsh} (transpose_b={transpose_b}) contract {ash[ak]} with {bsh[bk]}")
-    want = (ati[:-2] if batched else bti[:-2]) + ((ati[ak], bti[-1]) if bk == bo else (bti[-2], ati[ak]))
-    if bti != want:  # b re-tiled like a along the batch and contracted axes (copy tasks)
-        from .shape import retile
-        b = retile(b, want)
-        bti = b.traits.tiles
-    shape = ash[:-2] + (ash[am], bsh[bn])
-    tiles = ati[:-2] + (ati[am], bti[bn])
-    alpha = alpha if type(alpha) is float else _scalar(alpha, what, "alpha")
-    ta, tb = bool(transpose_a), bool(transpose_b)
-    c = _gemm(alpha, a, ta, b, tb, TensorTraits(shape, tiles), chain=a.grid[ak] > 1)
-    return record("matmul", c, (a, b), saved=(a, b), alpha=alpha, ta=ta, tb=tb, folded=not batched and nd > 2)
-
-
-def matmul_leading(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
-    """alpha * A^T B where A, B are a, b with every axis but the last flattened: a is
-    (..., P), b is (..., N) with the same leading shape and tiles; the result is (P, N).
-    (The weight gradient of a linear layer: x^T dy over all batch and time tiles.)"""
-    what = "matmul_leading"
-    _any_float_tensor(a, what, "a")
-    _any_float_tensor(b, what, "b")
-    if a.dtype != b.dtype:
-        raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
-    if a.ndim < 2 or a.shape[:-1] != b.shape[:-1] or a.tiles[:-1] != b.tiles[:-1]:
-        raise ValueError(f"{what}: a {a.shape} tiles {a.tiles} and b {b.shape} tiles {b.tiles} must share "
-                         "every axis but the last, shape and tiles")
-    alpha = _scalar(alpha, what, "alpha")
-    c = _gemm(alpha, a, True, b, False, TensorTraits((a.shape[-1], b.shape[-1]), (a.tiles[-1], b.tiles[-1])),
-              chain=math.prod(a.grid[:-1]) > 1)
-    return record("matmul_leading", c, (a, b), saved=(a, b), alpha=alpha)
-
-
-def _gemm(alpha: float, a: Tensor, ta: bool, b: Tensor, tb: bool, traits: TensorTraits, chain: bool) -> Tensor:
-    """c = alpha op(a) op(b) into a new tensor of a's dtype.  Half a and b with several tiles
-    along the contracted axis (``chain``) accumulate into a float32 c, cast once at the end,
-    so the result is rounded once however the operands are tiled."""
-    acc = chain and is_half(a.dtype)
-    c = Tensor(traits, np.float32 if acc else a.dtype)
-    gemm(alpha, a, ta, b, tb, 0.0, c)
-    return _cast(c, a.dtype) if acc else c
-
-
-@backward_rule("matmul_leading")
-def _matmul_leading_bwd(node, g):
-    a, b = node.saved
-    al = node.ctx["alpha"]
-    # C = A^T B: dA = B dC^T, dB = A dC (flattened leading axes)
-    return (matmul(b, g, transpose_b=True, alpha=al) if node.inputs[0] is not None else None,
-            matmul(a, g, alpha=al) if node.inputs[1] is not None else None)
-
-
-@backward_rule("matmul")
-def _matmul_bwd(node, g):
-    a, b = node.saved
-    c = node.ctx
-    al, ta, tb = c["alpha"], c["ta"], c["tb"]
-    need_a, need_b = node.inputs[0] is not None, node.inputs[1] is not None
-    da = db = None
-    if c["folded"]:  # a (..., M, K) @ b (K, N) or b^T: weight gradients contract every leading axis
-        if need_a:
-            da = matmul(g, b, transpose_b=not tb, alpha=al)
-        if need_b:
-            db = matmul_leading(g, a, alpha=al) if tb else matmul_leading(a, g, alpha=al)
-        return da, db
-    if not ta and not tb:      # C = A B
-        da = matmul(g, b, transpose_b=True, alpha=al) if need_a else None
-        db = matmul(a, g, transpose_a=True, alpha=al) if need_b else None
-    elif not ta and tb:        # C = A B^T
-        da = matmul(g, b, alpha=al) if need_a else None
-        db = matmul(g, a, transpose_a=True, alpha=al) if need_b else None
-    elif ta and not tb:        # C = A^T B
-        da = matmul(b, g, transpose_b=True, alpha=al) if need_a else None
-        db = matmul(a, g, alpha=al) if need_b else None
-    else:                      # C = A^T B^T
-        da = matmul(b, g, transpose_a=True, transpose_b=True, alpha=al) if need_a else None
-        db = matmul(g, a, transpose_a=True, transpose_b=True, alpha=al) if need_b else None
-    return da, db
-
-
-__all__ = ["fill_", "copy", "astype", "scale", "neg", "add_scalar", "rdiv_scalar", "add", "sub", "mul", "div",
-           "add_broadcast", "broadcast", "matmul", "matmul_leading", "axpy_"]
+__all__ = ["fill_", "copy", "astype", "scale", "add_scalar", "div_scalar", "add_broadcast", "broadcast", "axpy_"]

@@ -19,9 +19,10 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import run_batch, run_map
-from ..tensors import Tensor, TensorTraits, full
+from ..tensors import Tensor, TensorTraits
 from .autograd import backward_rule, record
 from .basic import _float_tensor
+from .creation import full
 from .shape import retile, squeeze, unsqueeze
 
 _SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}

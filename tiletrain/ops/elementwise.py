@@ -3,10 +3,12 @@
 A unary op is one ``Unary`` row: its forward kernel, its backward kernel and which tensor
 that kernel reads (the input x or the output y), and how the op's Python parameters become
 kernel arguments.  A binary op is one ``Binary`` row: its forward kernel and its backward
-kernel (which writes both gradients at once).  From a row come the public function (torch's
-name and signature), its autograd node and its backward rule; nothing else is written by
-hand.  Adding an element-wise op with its derivative = a kernels.def line (csrc/kernels.def,
-with an `expr` the bodies are generated) + one row here + a test row.
+kernel (which writes both gradients at once) or its backward rule when the gradients are
+other ops (add, sub, mul, div).  From a row come the same-layout op (BINARY_OPS), its
+autograd node and its backward rule; the public function (torch's name and signature) adds
+broadcasting, promotion and numbers.  Adding an element-wise op with its derivative = a
+kernels.def line (csrc/kernels.def, with an `expr` the bodies are generated) + one row here +
+a test row.
 
 Binary ops take tensors or Python numbers and follow PyTorch's rules:
 - broadcasting (NumPy's rules): operands are expanded to the result's shape by copy tasks
@@ -29,7 +31,8 @@ from ..runtime.kernels import run_map
 from ..tensors import Tensor, TensorTraits, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
-from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _tensor
+from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _scaled, _tensor
+from .shape import expand_to
 
 # ---------------------------------------------------------------------------------- unary
 
@@ -128,9 +131,24 @@ clamp = _UNARY_OPS["clamp"]
 clip = clamp
 
 
+def rdiv_scalar(s: float, x: Tensor) -> Tensor:
+    """s / x"""
+    _float_tensor(x, "rdiv_scalar", "x")
+    y = Tensor(x.traits, x.dtype)
+    s = _scalar(s, "rdiv_scalar", "s")
+    run_map("rdiv_scalar", x, y, s=s)
+    return record("rdiv_scalar", y, (x,), saved=(x,), s=s)
+
+
+@backward_rule("rdiv_scalar")
+def _rdiv_scalar_bwd(node, g):
+    (x,) = node.saved
+    return (BINARY_OPS["div"](g, BINARY_OPS["mul"](x, x, alpha=1.0), alpha=-node.ctx["s"]),)  # d(s/x) = -s/x^2
+
+
 def reciprocal(input: Tensor) -> Tensor:  # noqa: A002
     """1 / x (element-wise)."""
-    return basic.rdiv_scalar(1.0, input)
+    return rdiv_scalar(1.0, input)
 
 
 def neg(input: Tensor) -> Tensor:  # noqa: A002
@@ -187,7 +205,6 @@ def align(what: str, *tensors: Tensor) -> tuple[Tensor, ...]:
     if all(t.shape == first.shape and t.tiles == first.tiles for t in tensors[1:]):
         return tensors
     traits = result_layout(*((t.shape, t.tiles) for t in tensors))
-    from .shape import expand_to
     return tuple(expand_to(t, traits.shape, traits.tiles) for t in tensors)
 
 
@@ -201,15 +218,43 @@ def _tensor_operands(what: str, a, b, half: bool) -> tuple[Tensor, Tensor]:
 
 @dataclass(frozen=True)
 class Binary:
-    """One element-wise binary op of same-layout tensors: c = kernel(a, b); (da, db) =
-    backward(a, b, dc) in one kernel."""
-    name: str
+    """One element-wise binary op of same-layout tensors: c = kernel(a, b, **args), the
+    arguments (add: alpha, beta; mul, div: alpha) given by the caller.  The gradients come
+    from ``backward``: a kernel (R a, R b, R dc, W da, W db, with ``params``) or a rule (node,
+    g) -> (da, db) of other ops."""
+    name: str                       # torch's name: the function and the autograd node
     kernel: str
-    backward: str
-    params: dict | None = None
+    backward: str | Callable
+    params: dict | None = None      # fixed arguments of a backward kernel
+    saves: bool = True              # the backward reads a and b
+
+
+def _add_bwd(node, g):  # c = alpha a + beta b (sub: beta = -alpha)
+    a, b = node.inputs
+    return (_scaled(g, node.ctx["alpha"]) if a is not None else None,
+            _scaled(g, node.ctx["beta"]) if b is not None else None)
+
+
+def _mul_bwd(node, g):  # c = alpha a b
+    a, b = node.saved
+    alpha = node.ctx["alpha"]
+    return (BINARY_OPS["mul"](g, b, alpha=alpha) if node.inputs[0] is not None else None,
+            BINARY_OPS["mul"](g, a, alpha=alpha) if node.inputs[1] is not None else None)
+
+
+def _div_bwd(node, g):  # c = alpha a / b
+    a, b = node.saved
+    div, mul = BINARY_OPS["div"], BINARY_OPS["mul"]
+    da = div(g, b, alpha=node.ctx["alpha"])                                            # alpha g / b
+    db = div(mul(da, a, alpha=1.0), b, alpha=-1.0) if node.inputs[1] is not None else None  # -alpha g a / b^2
+    return (da if node.inputs[0] is not None else None, db)
 
 
 BINARY = [
+    Binary("add", "add", _add_bwd, saves=False),
+    Binary("sub", "add", _add_bwd, saves=False),
+    Binary("mul", "mul", _mul_bwd),
+    Binary("div", "div", _div_bwd),
     Binary("maximum", "maximum", "maximum_backward", {"ismin": 0}),
     Binary("minimum", "minimum", "maximum_backward", {"ismin": 1}),
     Binary("pow", "pow", "pow_backward"),
@@ -217,32 +262,42 @@ BINARY = [
 
 
 def _binary_op(row: Binary) -> Callable:
-    def op(a: Tensor, b: Tensor) -> Tensor:
+    def op(a: Tensor, b: Tensor, **args) -> Tensor:
         c = Tensor(a.traits, a.dtype)
-        run_map(row.kernel, a, b, c)
-        return record(row.name, c, (a, b), saved=(a, b))
+        run_map(row.kernel, a, b, c, **args)
+        return record(row.name, c, (a, b), saved=(a, b) if row.saves else (), **args)
 
-    @backward_rule(row.name)
-    def rule(node, g):
-        a, b = node.saved
-        da, db = Tensor(a.traits, a.dtype), Tensor(b.traits, b.dtype)
-        run_map(row.backward, a, b, g, da, db, **(row.params or {}))
-        return (da if node.inputs[0] is not None else None, db if node.inputs[1] is not None else None)
+    op.__name__ = op.__qualname__ = f"{row.name}_same_layout"
+    op.__doc__ = f"{row.name} of two tensors of one shape, tiling and dtype (kernel `{row.kernel}`)."
+
+    if callable(row.backward):
+        backward_rule(row.name)(row.backward)
+    else:
+        @backward_rule(row.name)
+        def rule(node, g):
+            a, b = node.saved
+            da, db = Tensor(a.traits, a.dtype), Tensor(b.traits, b.dtype)
+            run_map(row.backward, a, b, g, da, db, **(row.params or {}))
+            return (da if node.inputs[0] is not None else None, db if node.inputs[1] is not None else None)
 
     return op
 
 
-_BINARY_OPS = {row.name: _binary_op(row) for row in BINARY}
+# The same-layout op of each row: operands of one shape, tiling and dtype (no checks), the
+# kernel's arguments as keywords.  The public functions below check, broadcast and promote,
+# then call these; backward rules elsewhere call them directly (one task with the kernel's
+# scaling where a second op would cost another).
+BINARY_OPS = {row.name: _binary_op(row) for row in BINARY}
 
 
 def maximum(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """Element-wise maximum (NaN propagates; ties split the gradient, as torch)."""
-    return _BINARY_OPS["maximum"](*_tensor_operands("maximum", input, other, half=False))
+    return BINARY_OPS["maximum"](*_tensor_operands("maximum", input, other, half=False))
 
 
 def minimum(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """Element-wise minimum (NaN propagates; ties split the gradient, as torch)."""
-    return _BINARY_OPS["minimum"](*_tensor_operands("minimum", input, other, half=False))
+    return BINARY_OPS["minimum"](*_tensor_operands("minimum", input, other, half=False))
 
 
 def pow(input, exponent) -> Tensor:  # noqa: A001,A002
@@ -253,7 +308,7 @@ def pow(input, exponent) -> Tensor:  # noqa: A001,A002
         if e == 1.0:
             return basic.copy(x)
         if e == 2.0:  # as torch: x * x (exact, and far cheaper than pow)
-            return basic.mul(x, x)
+            return BINARY_OPS["mul"](x, x, alpha=1.0)
         if e == 0.5:
             return sqrt(x)
         if e == -1.0:
@@ -262,7 +317,7 @@ def pow(input, exponent) -> Tensor:  # noqa: A001,A002
     if _is_number(input) and isinstance(exponent, Tensor):
         return _UNARY_OPS["rpow_scalar"](exponent, float(input))
     if isinstance(input, Tensor) and isinstance(exponent, Tensor):
-        return _BINARY_OPS["pow"](*_tensor_operands("pow", input, exponent, half=False))
+        return BINARY_OPS["pow"](*_tensor_operands("pow", input, exponent, half=False))
     raise TypeError(f"pow: expected tensors or numbers, got {type(input).__name__} and "
                     f"{type(exponent).__name__}")
 
@@ -275,7 +330,7 @@ def add(input, other, *, alpha=1) -> Tensor:  # noqa: A002
     if _is_number(input) and isinstance(other, Tensor):
         return basic.add_scalar(_any_float_tensor(other, "add", "other"), float(input), alpha=alpha)
     a, b = _tensor_operands("add", input, other, half=True)
-    return basic.add(a, b, 1.0, alpha)
+    return BINARY_OPS["add"](a, b, alpha=1.0, beta=alpha)
 
 
 def sub(input, other, *, alpha=1) -> Tensor:  # noqa: A002
@@ -283,8 +338,10 @@ def sub(input, other, *, alpha=1) -> Tensor:  # noqa: A002
     alpha = _scalar(alpha, "sub", "alpha")
     if _is_number(input) and isinstance(other, Tensor):
         return basic.add_scalar(_any_float_tensor(other, "sub", "other"), float(input), alpha=-alpha)
-    return add(input, -alpha * float(other) if _is_number(other) else other,
-               alpha=1.0 if _is_number(other) else -alpha)
+    if _is_number(other):
+        return add(input, -alpha * float(other))
+    a, b = _tensor_operands("sub", input, other, half=True)
+    return BINARY_OPS["sub"](a, b, alpha=1.0, beta=-alpha)
 
 
 subtract = sub
@@ -297,7 +354,7 @@ def mul(input, other) -> Tensor:  # noqa: A002
     if _is_number(input):
         return basic.scale(_any_float_tensor(other, "mul", "other"), float(input))
     a, b = _tensor_operands("mul", input, other, half=True)
-    return basic.mul(a, b)
+    return BINARY_OPS["mul"](a, b, alpha=1.0)
 
 
 multiply = mul
@@ -311,9 +368,9 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
     if _is_number(other):
         return basic.div_scalar(_any_float_tensor(input, "div", "input"), float(other))
     if _is_number(input):
-        return basic.rdiv_scalar(float(input), _float_tensor(other, "div", "other"))
+        return rdiv_scalar(float(input), _float_tensor(other, "div", "other"))
     a, b = _tensor_operands("div", input, other, half=False)
-    return basic.div(a, b)
+    return BINARY_OPS["div"](a, b, alpha=1.0)
 
 
 divide = true_divide = div
@@ -439,7 +496,6 @@ def masked_fill(input: Tensor, mask: Tensor, value) -> Tensor:  # noqa: A002
             fits = False
         if not fits:
             raise ValueError(f"{what}: mask of shape {mask.shape} does not broadcast to input's shape {x.shape}")
-        from .shape import expand_to
         mask = expand_to(mask, x.shape, x.tiles)
     y = Tensor(x.traits, x.dtype)
     run_map("masked_fill", x, mask, y, value=value, invert=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._ffi import check, lib
+from ..runtime.kernels import embedding_backward, embedding_rows
 from ..tensors import Tensor, TensorTraits
 from ..tensors.tensor import known_within
 from .autograd import backward_rule, record
@@ -47,7 +47,7 @@ def embedding(ids: Tensor, table: Tensor) -> Tensor:
     V, C = table.shape
     lo, hi = _check_ids_range(ids, V, what)
     y = Tensor(TensorTraits(ids.shape + (C,), ids.tiles + (table.tiles[1],)), table.dtype)
-    check(lib.tt_embedding_rows(ids._ptr, table._ptr, y._ptr, lo, hi))  # tasks only for the tiles holding ids
+    embedding_rows(ids, table, y, lo, hi)  # tasks only for the tiles holding ids
     return record("embedding", y, (ids, table), saved=(ids,), table_traits=table.traits)
 
 
@@ -55,7 +55,7 @@ def embedding(ids: Tensor, table: Tensor) -> Tensor:
 def _embedding_bwd(node, g):
     (ids,) = node.saved
     dtable = Tensor(node.ctx["table_traits"], g.dtype)
-    check(lib.tt_embedding_backward(ids._ptr, g._ptr, dtable._ptr))
+    embedding_backward(ids, g, dtable)
     return (None, dtable)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numbers
 
 from ..runtime.kernels import run_map, run_norm
-from ..tensors import Tensor, TensorTraits, full
+from ..tensors import Tensor, TensorTraits
 from .autograd import backward_rule, needs_grad, record
 from .basic import _float_tensor
+from .creation import full
 
 
 def _rows_traits(x: Tensor) -> TensorTraits:

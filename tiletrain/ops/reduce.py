@@ -27,7 +27,10 @@ from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import _float_tensor
-from .shape import _reshape, _view
+from .elementwise import BINARY_OPS
+from .shape import _reshape, _view, retile, squeeze
+
+_mul, _div, _sub = BINARY_OPS["mul"], BINARY_OPS["div"], BINARY_OPS["sub"]  # same-layout, with the kernels' alpha
 
 # torch.return_types.max / min: (values, indices)
 return_types = type("return_types", (), {
@@ -194,6 +197,31 @@ def mean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tenso
     return _sum_like(input, dim, keepdim, dtype, "mean", mean=True)
 
 
+# ---- broadcasting's backward ----------------------------------------------------------------
+
+@backward_rule("expand")
+def _expand_bwd(node, g):
+    """shape.expand_to's backward: the sum over the broadcast axes, re-tiled as the input."""
+    return (retile(sum_to(g, node.ctx["shape"]), node.ctx["tiles"]),)
+
+
+def sum_to(g: Tensor, shape) -> Tensor:
+    """(internal) The gradient of a broadcast: g summed over the axes along which ``shape``
+    was broadcast to g's shape (new leading axes, expanded size-1 axes), reshaped to
+    ``shape``.  g itself when the shapes are equal."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead < 0 or any(s != 1 and s != n for s, n in zip(shape, g.shape[lead:])):
+        raise ValueError(f"sum_to: shape {shape} does not broadcast to g's shape {g.shape}")
+    if not shape:
+        return sum(g)
+    dims = tuple(range(lead)) + tuple(lead + a for a, s in enumerate(shape) if s == 1 and g.shape[lead + a] != 1)
+    g = sum(g, dims, keepdim=True)  # keepdim: the same tiles, no copy
+    return squeeze(g, tuple(range(lead))) if lead else g
+
+
 # ---- amax, amin, max, min -----------------------------------------------------------------
 
 def _extreme(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
@@ -215,7 +243,7 @@ def _amax_bwd(node, g):
     mask = Tensor(x.traits, x.dtype)
     run_map("eq_mask", x, _expand(y, stages), mask)
     count = _span_reduce("sum_axis", mask, stages, alpha=1.0)
-    return (basic.mul(mask, _expand(basic.div(g, count), stages)),)
+    return (_mul(mask, _expand(_div(g, count, alpha=1.0), stages), alpha=1.0),)
 
 
 def amax(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
@@ -345,10 +373,10 @@ def _var_bwd(node, g):
     x, mu, y = node.saved
     c = node.ctx
     if c["root"]:
-        g = basic.div(g, y, 0.5)
+        g = _div(g, y, alpha=0.5)
     stages = c["stages"]
-    d = basic.sub(x, _expand(mu, stages))
-    return (basic.mul(d, _expand(g, stages), c["scale"]),)
+    d = _sub(x, _expand(mu, stages), alpha=1.0, beta=-1.0)
+    return (_mul(d, _expand(g, stages), alpha=c["scale"]),)
 
 
 def var(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
@@ -390,7 +418,7 @@ def _logsumexp_bwd(node, g):
     run_span("softmax_apply", c["start"], c["naxes"], [x, p], [mx, s], reduce=False, islog=0)
     ge = Tensor(x.traits, x.dtype)
     run_span("bcast", c["start"], c["naxes"], [ge], [g], reduce=False, alpha=1.0)
-    return (basic.mul(p, ge),)
+    return (_mul(p, ge, alpha=1.0),)
 
 
 # ---- norm ---------------------------------------------------------------------------------

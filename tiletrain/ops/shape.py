@@ -37,11 +37,11 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
-from ..tensors import Tensor, TensorTraits, bfloat16, float16, zeros
+from ..tensors import Tensor, TensorTraits, bfloat16, float16
 from ..tensors.traits import DEFAULT_TILE
-from . import basic
 from .autograd import backward_rule, record
 from .basic import _tensor
+from .creation import zeros
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_), float16, bfloat16)
 
@@ -362,27 +362,7 @@ def expand_to(x: Tensor, shape, tiles) -> Tensor:
     return record("expand", y, (x,), shape=x.shape, tiles=x.tiles)
 
 
-@backward_rule("expand")
-def _expand_bwd(node, g):
-    return (retile(sum_to(g, node.ctx["shape"]), node.ctx["tiles"]),)
-
-
-def sum_to(g: Tensor, shape) -> Tensor:
-    """(internal) The gradient of a broadcast: g summed over the axes along which ``shape``
-    was broadcast to g's shape (new leading axes, expanded size-1 axes), reshaped to
-    ``shape``.  g itself when the shapes are equal."""
-    shape = tuple(shape)
-    if g.shape == shape:
-        return g
-    lead = g.ndim - len(shape)
-    if lead < 0 or any(s != 1 and s != n for s, n in zip(shape, g.shape[lead:])):
-        raise ValueError(f"sum_to: shape {shape} does not broadcast to g's shape {g.shape}")
-    from .reduce import sum as _sum
-    if not shape:
-        return _sum(g)
-    dims = tuple(range(lead)) + tuple(lead + a for a, s in enumerate(shape) if s == 1 and g.shape[lead + a] != 1)
-    g = _sum(g, dims, keepdim=True)  # keepdim: the same tiles, no copy
-    return squeeze(g, tuple(range(lead))) if lead else g
+# expand's backward rule (a sum over the broadcast axes: sum_to) is reduce.py's, beside the sums.
 
 
 # ---- getitem ----------------------------------------------------------------------------------

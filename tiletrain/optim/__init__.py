@@ -7,10 +7,14 @@ from typing import Iterable
 
 import numpy as np
 
-from .._ffi import check, lib
+from ..distribution import Explicit
 from ..ops.autograd import no_grad
+from ..ops.basic import fill_
+from ..ops.creation import zeros
+from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
-from ..tensors import Tensor, TensorTraits, empty, from_numpy, zeros
+from ..tensors import Tensor, TensorTraits, empty, from_numpy
+from ..tensors.tensor import wont_use
 from ..trace.tags import tag
 
 __all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
@@ -71,8 +75,7 @@ class Optimizer:
             if set_to_none:
                 p.grad = None
             else:
-                from ..tensors import from_value_
-                from_value_(p.grad, 0.0)
+                fill_(p.grad, 0.0)
 
     @tag(phase="opt")
     @no_grad()
@@ -152,10 +155,8 @@ class Optimizer:
 def _dist_of(p: Tensor):
     """Under MPI, the parameter's own owners (optimizer state must live with the parameter:
     the update task writes both); None in one process."""
-    from .._ffi import lib
-    if not lib.tt_mpi_enabled():
+    if not mpi.enabled():
         return None
-    from ..distribution import Explicit
     return Explicit(p.owners())
 
 
@@ -185,9 +186,9 @@ class AdamW(Optimizer):
         run_map("adamw", p.grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
                 beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]), bc1=1.0 - b1 ** t,
                 bc2=1.0 - b2 ** t)
-        if lib.tt_memory_limit() >= 0:  # under a memory budget: the state is done until the next step
-            check(lib.tt_tensor_wont_use(st["exp_avg"]._ptr))
-            check(lib.tt_tensor_wont_use(st["exp_avg_sq"]._ptr))
+        if memory_limit() >= 0:  # under a memory budget: the state is done until the next step
+            wont_use(st["exp_avg"])
+            wont_use(st["exp_avg_sq"])
 
 
 class SGD(Optimizer):

@@ -5,6 +5,13 @@ import argparse
 import json
 import os
 
+from ..runtime import init
+from ..trace import save
+from . import schedules
+from .enforce import MECHANISMS, formula_idle_fraction, run_synthetic
+from .schedule import Schedule
+from .schedules import NAMES
+
 
 def _positive(text: str) -> int:
     try:
@@ -18,8 +25,6 @@ def _positive(text: str) -> int:
 
 def load(args):
     """The schedule named by args.schedule: a built-in name or a CSV file."""
-    from . import schedules
-    from .schedule import Schedule
     if args.schedule in schedules.NAMES:
         if args.stages is None or args.microbatches is None:
             raise ValueError(f"schedule {args.schedule!r}: --stages and --microbatches are required")
@@ -37,7 +42,6 @@ def load(args):
 
 
 def cmd_show(args) -> int:
-    from .enforce import formula_idle_fraction
     s = load(args)
     print(s.format())
     sim = s.simulate()
@@ -64,10 +68,8 @@ def _gpt_size(text: str) -> tuple[int, int]:
 
 
 def cmd_run(args) -> int:
-    import tiletrain as tt
-    from .enforce import run_synthetic
     s = load(args)
-    with tt.init(ncpu=s.ranks, sched=args.sched, profile=True):
+    with init(ncpu=s.ranks, sched=args.sched, profile=True):
         if args.gpt:   # a model is above this package: the runner comes from tiletrain/cli.py
             if args.gpt_runner is None:
                 raise NotImplementedError("schedule run --gpt: no model runner was registered")
@@ -76,7 +78,6 @@ def cmd_run(args) -> int:
             r = run_synthetic(s, args.usec, args.mechanism, sleep=not args.busy)
         d = r.to_dict()
         if args.trace:
-            from ..trace import save
             save(r.trace, args.trace)
     if args.gpt:
         d.pop("task_us")
@@ -102,8 +103,6 @@ def cmd_run(args) -> int:
 def add_subcommands(sub, gpt_runner=None) -> None:
     """``gpt_runner(schedule, layers, width, batch=, seq_len=, mechanism=)`` -> ScheduleRun runs
     ``schedule run --gpt`` (tiletrain.experiments.pipeline.gpt_schedule_run, above nn)."""
-    from .enforce import MECHANISMS
-    from .schedules import NAMES
     p = sub.add_parser("schedule",
                        help="pipeline schedules as data: show the action table, run on synthetic tasks")
     ssub = p.add_subparsers(dest="schedule_command", required=True)

@@ -25,8 +25,15 @@ from typing import Callable
 
 import numpy as np
 
+from ..runtime import context, wait
+from ..runtime.kernels import spin
+from ..tensors import from_numpy
+from ..trace.metrics import compact
+from ..trace.records import recording
+from ..trace.tags import intern
 from . import formulas
 from .schedule import EMERGENT_PRIORITY, PHASE, Action, Schedule, peak_activations
+from .schedules import NAMES, get
 
 MECHANISMS = ("submit", "priority", "deps")
 
@@ -66,8 +73,6 @@ def enforce(schedule: Schedule, submit_action: Callable[[Action, int, object], N
     (indices into ``schedule.flat()``); no waiting.  ``stride``: the priorities are multiplied
     by it, leaving room for the offsets an action's own tasks take below its priority (a
     checkpoint's recompute and its backward: utils.checkpoint) without reaching the next one."""
-    from .._ffi import check, ffi, lib
-    from ..trace.tags import intern
     _check_mechanism(mechanism)
     schedule.validate()
     flat = schedule.flat()
@@ -77,8 +82,8 @@ def enforce(schedule: Schedule, submit_action: Callable[[Action, int, object], N
         raise ValueError(f"workers: {len(workers)} worker lists for {schedule.ranks} ranks")
     for ws in workers:
         for w in ws:
-            if not 0 <= w < lib.tt_nworkers():
-                raise ValueError(f"worker {w} does not exist: the runtime has {lib.tt_nworkers()} workers "
+            if not 0 <= w < context.nworkers():
+                raise ValueError(f"worker {w} does not exist: the runtime has {context.nworkers()} workers "
                                  f"(tiletrain.init(ncpu={schedule.ranks}) for one worker per rank)")
     chain = mechanism == "deps" and schedule.ordered
     if chain and (tokens is None or len(tokens) != schedule.ranks):
@@ -87,21 +92,21 @@ def enforce(schedule: Schedule, submit_action: Callable[[Action, int, object], N
         raise ValueError(f"stride must be an int >= 1, got {stride!r}")
     prios = [p * stride for p in action_priorities(schedule, mechanism)]
     for pr in set(prios):
-        check(lib.tt_priority_check(pr))
+        context.check_priority(pr)
     order = submission_order(schedule)
     phase = {k: intern(v) for k, v in PHASE.items()}
-    old = lib.tt_get_priority()
+    old = context.get_priority()
     try:
         for i in order:
             a, r = flat[i], int(rank[i])
-            lib.tt_tags_set(phase[a.kind], a.chunk, a.microbatch, a.stage)
-            check(lib.tt_affinity_set(len(workers[r]), ffi.new("int[]", list(workers[r]))))
-            lib.tt_set_priority(prios[i])
+            context.set_tags(phase[a.kind], a.chunk, a.microbatch, a.stage)
+            context.set_affinity(workers[r])
+            context.set_priority(prios[i])
             submit_action(a, r, tokens[r] if chain else None)
     finally:
-        lib.tt_tags_set(-1, -1, -1, -1)
-        lib.tt_affinity_set(0, ffi.NULL)
-        lib.tt_set_priority(old)
+        context.set_tags(-1, -1, -1, -1)
+        context.set_affinity(())
+        context.set_priority(old)
     return order
 
 
@@ -122,7 +127,6 @@ def _operands(schedule: Schedule, a: Action) -> tuple[str, str, str]:
 def formula_idle_fraction(schedule: Schedule) -> float:
     """Its paper's idle fraction when ``schedule`` is a built-in one (same actions as
     ``schedules.get``), else the idle fraction of its unit-time simulation."""
-    from .schedules import NAMES, get
     s = schedule
     if s.name in NAMES:
         v = max(1, s.stages // s.ranks)
@@ -208,10 +212,6 @@ def run_synthetic(schedule: Schedule, usec: float = 10000.0, mechanism: str = "d
     """Run ``schedule`` once on synthetic tasks (F = I = W = ``usec`` µs, B = 2 usec; sleeping
     by default, so ranks may exceed cores) on a runtime started with profile=True and at
     least ``schedule.ranks`` workers (rank r on worker r).  Waits and measures."""
-    from .._ffi import check, lib
-    from ..runtime import wait
-    from ..tensors import from_numpy
-    from ..trace.records import recording
     _check_mechanism(mechanism)
     if not usec > 0:
         raise ValueError(f"usec must be > 0 microseconds, got {usec!r}")
@@ -227,9 +227,7 @@ def run_synthetic(schedule: Schedule, usec: float = 10000.0, mechanism: str = "d
     def submit(a: Action, r: int, token) -> None:
         x, y, z = ops[a]
         d = data["dummy"] if token is None else token
-        check(lib.tt_spin(data[x]._handle("spin"), data[y]._handle("spin"), data[z]._handle("spin"),
-                          d._handle("spin"), int(round(dur[a.kind])), 1 if sleep else 0,
-                          1 if token is None else 3))
+        spin(data[x], data[y], data[z], d, int(round(dur[a.kind])), sleep, 1 if token is None else 3)
 
     with recording() as rec:
         order = enforce(schedule, submit, mechanism, tokens=tokens)
@@ -248,7 +246,6 @@ def compacted(run: ScheduleRun) -> ScheduleRun:
     """The run's order alone (tiletrain.trace.metrics.compact): the same actions on the same
     workers in the same order with their recorded durations, without the gaps the runtime or
     the host added (a sleeping task's thread woken late)."""
-    from ..trace.metrics import compact
     if run.order is None:
         raise ValueError("compacted: the run has no action order (a run_synthetic result has)")
     tr = compact(run.trace)

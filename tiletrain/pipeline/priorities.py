@@ -20,19 +20,14 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .._ffi import check, ffi, lib
+from ..runtime import context, current
 from ..trace import tags as _tags
 from ..trace.metrics import bottom_levels
 from ..trace.records import Trace
 
 
-def _runtime():
-    from ..runtime import current
-    return current()
-
-
 def priority_range() -> tuple[int, int]:
-    return _runtime().priority_range()
+    return current().priority_range()
 
 
 @contextlib.contextmanager
@@ -42,18 +37,13 @@ def affinity(workers: int | Sequence[int]):
     ws = [workers] if isinstance(workers, int) else list(workers)
     if not ws or any(not isinstance(w, int) or isinstance(w, bool) for w in ws):
         raise ValueError(f"affinity: expected a worker id or a non-empty list of them, got {workers!r}")
-    _runtime()
-    buf = ffi.new("int[]", 64)
-    nold = lib.tt_affinity_get(buf, 64)
-    old = [buf[i] for i in range(min(nold, 64))]
-    check(lib.tt_affinity_set(len(ws), ffi.new("int[]", ws)))
+    current()
+    old = context.get_affinity()
+    context.set_affinity(ws)
     try:
         yield
     finally:
-        if old:
-            lib.tt_affinity_set(len(old), ffi.new("int[]", old))
-        else:
-            lib.tt_affinity_set(0, ffi.NULL)
+        context.set_affinity(old)
 
 
 @contextlib.contextmanager
@@ -63,7 +53,7 @@ def stage(s: int, workers: int | Sequence[int] | None = None):
     if not isinstance(s, int) or s < 0:
         raise ValueError(f"stage must be an int >= 0, got {s!r}")
     if workers is None:
-        workers = s % max(1, lib.tt_nworkers())
+        workers = s % max(1, context.nworkers())
     with _tags.tag(stage=s), affinity(workers):
         yield
 
@@ -136,14 +126,13 @@ def priority_plan(priorities: Sequence[int] | np.ndarray):
     arr = np.ascontiguousarray(np.asarray(priorities, dtype=np.int32))
     if arr.ndim != 1:
         raise ValueError("priority_plan: expected a 1-D sequence of priorities")
-    _runtime()
-    ptr = ffi.cast("int32_t *", ffi.from_buffer(arr)) if len(arr) else ffi.NULL
-    check(lib.tt_priority_plan_set(len(arr), ptr))
+    current()
+    context.set_priority_plan(arr)
     try:
         yield
     finally:
-        used = lib.tt_priority_plan_used()
-        lib.tt_priority_plan_set(0, ffi.NULL)
+        used = context.priority_plan_used()
+        context.set_priority_plan(arr[:0])
         if 0 < used < len(arr) or used == 0 and len(arr):
             import warnings
             warnings.warn(f"priority_plan: {len(arr)} priorities planned, only {used} submissions used them "

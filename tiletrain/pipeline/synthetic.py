@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime import context
+from ..runtime.kernels import spin
+from ..tensors import from_numpy
+from ..trace.tags import intern
 from .priorities import ONE_F_ONE_B, ZERO_BUBBLE
 from .simulate import Timeline, simulate
 
@@ -167,13 +171,9 @@ def submit(plan: PipelinePlan, sleep: bool = True, dtype=np.float64, data: dict 
            priorities: np.ndarray | None = None) -> dict:
     """Submit the plan's tasks in order (no waiting) with their tags, affinity and priority
     (``priorities`` overrides the plan's, e.g. bottom levels).  Returns the data tensors."""
-    from .._ffi import check, lib
-    from ..tensors import from_numpy
-    from ..trace.tags import intern
-
-    if lib.tt_nworkers() < plan.nworkers:
+    if context.nworkers() < plan.nworkers:
         raise ValueError(f"the plan places stages on {plan.nworkers} workers; the runtime has "
-                         f"{lib.tt_nworkers()} "
+                         f"{context.nworkers()} "
                          f"(tiletrain.init(ncpu={plan.nworkers}))")
     if data is None:
         # host writes, not tasks: the step's trace holds the plan's tasks only
@@ -182,23 +182,19 @@ def submit(plan: PipelinePlan, sleep: bool = True, dtype=np.float64, data: dict 
     if len(prios) != len(plan.tasks):
         raise ValueError(f"{len(prios)} priorities for {len(plan.tasks)} tasks")
     for pr in set(prios):
-        check(lib.tt_priority_check(pr))
+        context.check_priority(pr)
     ph_ids = {ph: intern(ph) for ph in set(PHASE.values())}
-    from .._ffi import ffi
-    old_prio = lib.tt_get_priority()
-    wbuf = ffi.new("int[1]")
+    old_prio = context.get_priority()
     try:
         for t, pr in zip(plan.tasks, prios):
-            lib.tt_tags_set(ph_ids[t.phase], -1, t.microbatch, t.stage)
-            wbuf[0] = t.worker
-            check(lib.tt_affinity_set(1, wbuf))
-            lib.tt_set_priority(pr)
-            check(lib.tt_spin(data[t.a]._handle("spin"), data[t.b]._handle("spin"), data[t.c]._handle("spin"),
-                              data[t.d]._handle("spin"), int(round(t.usec)), 1 if sleep else 0, t.wmask))
+            context.set_tags(ph_ids[t.phase], -1, t.microbatch, t.stage)
+            context.set_affinity((t.worker,))
+            context.set_priority(pr)
+            spin(data[t.a], data[t.b], data[t.c], data[t.d], int(round(t.usec)), sleep, t.wmask)
     finally:
-        lib.tt_tags_set(-1, -1, -1, -1)
-        lib.tt_affinity_set(0, ffi.NULL)
-        lib.tt_set_priority(old_prio)
+        context.set_tags(-1, -1, -1, -1)
+        context.set_affinity(())
+        context.set_priority(old_prio)
     return data
 
 

@@ -1,18 +1,25 @@
-"""Runtime lifecycle: init/shutdown/wait, worker information, task priorities."""
+"""Runtime lifecycle: init/shutdown/wait, worker information, task priorities.
+
+The bottom of tiletrain's Python layers (docs/architecture.md): with the Tensor core and
+trace records, this package is the only user of the compiled binding (tiletrain._ffi).
+mpi.py makes the MPI calls, context.py sets what C attaches to the next tasks (priority,
+tags, affinity), hetero.py knows worker kinds and the build, registry.py the kernels and
+kernels.py (the one kernel-call layer, above the Tensor core) calls them by name."""
 from __future__ import annotations
 
 import atexit
 import contextlib
 import os
 import sys
-import time
-import traceback
 import warnings
 
 from dataclasses import dataclass
 
 from .._ffi import check, cstr, ffi, lib
-from ..config import RuntimeConfig
+from ..config import RuntimeConfig, parse_bytes
+from . import context, mpi
+from .hetero import build_info, check_build, check_started, executed_tasks
+from .mpi import rank, world_size
 
 _WORKER_KINDS = {0: "cpu", 1: "cuda", 2: "opencl"}
 
@@ -91,8 +98,7 @@ class Runtime:
     def _start(self) -> None:
         cfg = self.config
         if cfg.mpi:
-            _prepare_mpi()
-        from .hetero import check_build, check_started
+            mpi.prepare()
         check_build(cfg)  # OpenCL/CUDA workers this build cannot provide: a clear error first
         c = ffi.new("tt_config *")
         c.ncpu = -1 if cfg.ncpu is None else cfg.ncpu
@@ -148,11 +154,11 @@ class Runtime:
         """Stop this session.  Under MPI a clean shutdown is collective (it waits for every
         rank); on an error path -- ``exc``, or an exception being handled or propagating
         through a ``finally`` -- it never waits for the other ranks: the error is printed and
-        the whole job aborted (see _abort_on_error)."""
+        the whole job aborted (see runtime.mpi.abort_on_error)."""
         if self.alive:
             global _current
-            if self.config.mpi and lib.tt_mpi_enabled():
-                _abort_on_error(exc if exc is not None else sys.exc_info()[1])
+            if self.config.mpi and mpi.enabled():
+                mpi.abort_on_error(exc if exc is not None else sys.exc_info()[1])
             self._stop()
             if _current is self:
                 _current = None
@@ -185,7 +191,6 @@ class Runtime:
 
     def executed_tasks(self) -> dict[str, int]:
         """Tasks run since init per worker kind, e.g. {"cpu": 418, "opencl": 222}."""
-        from .hetero import executed_tasks
         return executed_tasks(self.workers())
 
     def memory(self) -> dict:
@@ -233,7 +238,6 @@ class Runtime:
     def info(self) -> dict:
         """The versions, the build (hetero.build_info: StarPU's version, source, STARPU_MAXCPUS,
         CUDA, FxT, ...), the workers started and their counts by kind."""
-        from .hetero import build_info
         workers = self.workers()
         return {
             **build_info(),
@@ -254,16 +258,15 @@ class Runtime:
     # -- traces (tiletrain.trace): need init(profile=True) ------------------------------
     def records(self, wait: bool = True):
         """The tasks recorded since the last trace reset, as a tiletrain.trace.Trace (tasks as a
-        NumPy structured array, the task DAG, per-worker counters)."""
-        from ..trace import read
-        return read(wait=wait)
+        NumPy structured array, the task DAG, per-worker counters): tiletrain.trace.read."""
+        return _trace_layer().read(wait=wait)
 
     def trace(self, path, flows: bool = False):
         """Write the recorded tasks as Chrome trace-event JSON (opens in ui.perfetto.dev) and
-        return the Trace."""
-        from ..trace import read, save
-        tr = read()
-        save(tr, path, flows=flows)
+        return the Trace: tiletrain.trace.read, then tiletrain.trace.save."""
+        trace = _trace_layer()
+        tr = trace.read()
+        trace.save(tr, path, flows=flows)
         return tr
 
     def priority_range(self) -> tuple[int, int]:
@@ -284,106 +287,33 @@ class Runtime:
         return f"<tiletrain.Runtime sched={self.sched} workers={lib.tt_nworkers()}>"
 
 
-def _exit_code(exc: BaseException | None) -> int | None:
-    """The exit code an error path ends the job with; None for no error (no exception, or
-    ``sys.exit(0)`` / ``sys.exit()``, which shut down collectively like the end of the program)."""
-    if exc is None:
-        return None
-    if isinstance(exc, SystemExit):
-        if exc.code is None or exc.code == 0:
-            return None
-        return exc.code if isinstance(exc.code, int) else 1
-    return 1
+# The trace layer (tiletrain.trace) reads this runtime's task records and sits above it, so
+# the runtime does not import it: tiletrain.trace hands itself over when it is imported
+# (provide_trace), and Runtime.records()/trace() are shortcuts to its read() and save().
+_TRACE: list = []
 
 
-def _abort_on_error(exc: BaseException | None) -> None:
-    """The one error path of an MPI job: if ``exc`` is an error, print it (with the rank and
-    its traceback) and MPI_Abort the whole job -- never a collective shutdown, which would
-    wait for ranks that may be blocked in a collective this rank will never reach.  Used by
-    every shutdown (``with tt.init()``, ``tt.shutdown()`` in a ``finally`` or ``except``,
-    train()) and by the uncaught-exception hook."""
-    code = _exit_code(exc)
-    if code is None or not lib.tt_mpi_enabled():
-        return
-    try:
-        if not isinstance(exc, SystemExit):
-            traceback.print_exception(type(exc), exc, exc.__traceback__)
-        elif isinstance(exc.code, str):  # sys.exit("message"): Python would print it
-            sys.stderr.write(exc.code + "\n")
-        what = (f"exited with code {exc.code}" if isinstance(exc, SystemExit)
-                else f"raised {type(exc).__name__}: {exc}")
-        sys.stderr.write(f"tiletrain: rank {lib.tt_mpi_rank()} of {lib.tt_mpi_size()} {what}; "
-                         "aborting the MPI job\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        time.sleep(0.3)  # mpirun forwards the message before its own MPI_ABORT banner
-    finally:
-        lib.tt_mpi_abort(code)
+def provide_trace(trace_module) -> None:
+    """Called once by tiletrain/trace/__init__.py: the module whose read()/save() back
+    Runtime.records() and Runtime.trace()."""
+    _TRACE[:] = [trace_module]
 
 
-def _prepare_mpi() -> None:
-    """Before StarPU-MPI starts: make libmpi's symbols global and abort the whole job when a
-    rank dies of an uncaught Python exception.
-
-    The compiled module stays RTLD_LOCAL (its OpenBLAS must not interpose on other
-    libraries), but Open MPI dlopens plugins that expect libmpi's symbols in the global
-    scope: reopening libmpi with RTLD_GLOBAL promotes just that library."""
-    import ctypes
-    if not lib.tt_mpi_available():
-        raise RuntimeError("MPI mode was requested (mpi=True, TILETRAIN_MPI=1 or launched by mpirun with more "
-                           "than one rank) but this tiletrain build has no StarPU-MPI: install StarPU-MPI and "
-                           "an MPI library (Debian: libstarpu-dev, libopenmpi-dev), then `make setup`")
-    for name in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):
-        try:
-            ctypes.CDLL(name, mode=os.RTLD_GLOBAL)
-            break
-        except OSError:
-            continue
-    if getattr(sys.excepthook, "_tiletrain_mpi", False):
-        return
-    previous = sys.excepthook
-
-    def abort_job(exc_type, exc, tb):
-        # One rank raising must not leave the others waiting forever in a collective:
-        # print the error with the rank, then MPI_Abort kills the whole job (non-zero).
-        if not lib.tt_mpi_enabled():
-            previous(exc_type, exc, tb)
-            return
-        if exc is None:
-            exc = exc_type()
-        exc.__traceback__ = tb
-        _abort_on_error(exc)
-
-    abort_job._tiletrain_mpi = True
-    sys.excepthook = abort_job
+def _trace_layer():
+    if not _TRACE:
+        raise RuntimeError("tiletrain.trace is not imported (import tiletrain does it)")
+    return _TRACE[0]
 
 
-def gather_per_rank(values):
-    """Collective (under MPI, every rank calls it at the same point of its flow): this rank's
-    float ``values`` and every other rank's, as a NumPy array (world size, len(values)); row
-    r holds rank r's.  One process: just ``[values]``.  Used to agree on up-front checks."""
-    import numpy as np
-    from ..distribution import BlockCyclic
-    from ..tensors.tensor import from_numpy
-    current()
-    values = np.asarray(values, dtype=np.float64).reshape(-1)
-    if not lib.tt_mpi_enabled():
-        return values[None, :].copy()
-    table = np.zeros((lib.tt_mpi_size(), values.size))
-    table[lib.tt_mpi_rank()] = values  # each rank stores only its own row (its tile)
-    return from_numpy(table, (1, values.size), dist=BlockCyclic()).numpy()
+def memory_limit() -> int:
+    """StarPU's main-memory limit of the running session in bytes (-1: none)."""
+    return int(lib.tt_memory_limit())
 
 
-def rank() -> int:
-    """This process' MPI rank: 0 in one process; before init, the launcher's rank."""
-    from ..distribution import rank as _rank
-    return _rank()
-
-
-def world_size() -> int:
-    """Number of MPI ranks: 1 in one process; before init, the launcher's world size."""
-    from ..distribution import world_size as _ws
-    return _ws()
+def registered_policies() -> tuple[str, ...]:
+    """The scheduling policies the C library registers with StarPU (csrc/sched/); the config
+    names them too (tiletrain.config.TILETRAIN_POLICIES)."""
+    return tuple(cstr(lib.tt_sched_policy_name(i)) for i in range(lib.tt_sched_policy_count()))
 
 
 _current: Runtime | None = None
@@ -403,7 +333,6 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
     if _current is not None and _current.alive:
         raise RuntimeError("the tiletrain runtime is already initialised; call tiletrain.shutdown() first")
     if mem_limit is not None:
-        from ..config import parse_bytes
         mb = parse_bytes(mem_limit) >> 20
         given = options.get("memory_limit_mb")
         if given is not None and given != mb:
@@ -413,7 +342,6 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
     if ooc_dir is not None:
         options["ooc_dir"] = os.fspath(ooc_dir)
     if ooc_size is not None:
-        from ..config import parse_bytes
         options["ooc_size_mb"] = parse_bytes(ooc_size, "ooc_size") >> 20
     cfg = RuntimeConfig.resolve(ncpu=ncpu, sched=sched, mpi=mpi, profile=profile, **options)
     rt = Runtime(cfg)
@@ -459,13 +387,13 @@ def priority(value: int):
     if not isinstance(value, int):
         raise TypeError(f"priority must be an int, got {type(value).__name__}")
     if lib.tt_is_initialized():
-        check(lib.tt_priority_check(value))  # within the policy's [min, max] priority
-    old = lib.tt_get_priority()
-    lib.tt_set_priority(value)
+        context.check_priority(value)  # within the policy's [min, max] priority
+    old = context.get_priority()
+    context.set_priority(value)
     try:
         yield
     finally:
-        lib.tt_set_priority(old)
+        context.set_priority(old)
 
 
 @atexit.register
@@ -476,3 +404,13 @@ def _shutdown_at_exit() -> None:
 
 __all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority", "rank",
            "world_size"]
+
+
+def __getattr__(name: str):
+    # gather_per_rank, a collective over a tensor, moved to the Tensor core (tiletrain.tensors.
+    # tensor, above this package); its old path stays for the modules that still import it
+    # from here until they change: tests/test_imports.py lists them (REEXPORTS).
+    if name == "gather_per_rank":
+        from ..tensors.tensor import gather_per_rank
+        return gather_per_rank
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

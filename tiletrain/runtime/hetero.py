@@ -14,8 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from .._ffi import check, cstr, ffi, lib
-
-KINDS = {"cpu": 1, "cuda": 2, "opencl": 4}  # TT_WHERE_* bits
+from .registry import KINDS, kernel_info
 
 
 def _mask(kinds: str | Iterable[str]) -> int:
@@ -31,11 +30,7 @@ def _mask(kinds: str | Iterable[str]) -> int:
 
 def kernel_devices(name: str) -> set[str]:
     """Worker kinds that have an implementation of kernel ``name`` in this build."""
-    ids = {cstr(lib.tt_kernel_name(k)): k for k in range(lib.tt_kernel_count())}
-    if name not in ids:
-        raise ValueError(f"unknown kernel {name!r}")
-    bits = lib.tt_kernel_impls(ids[name])
-    return {k for k, b in KINDS.items() if bits & b}
+    return set(kernel_info(name).impls)
 
 
 def build_option(name: str) -> str:
@@ -46,13 +41,18 @@ def build_option(name: str) -> str:
     return "?"
 
 
+def starpu_prefix() -> str | None:
+    """The install prefix of the StarPU this library was built against (None: unknown)."""
+    return cstr(lib.tt_starpu_prefix()) or None
+
+
 def build_info() -> dict:
     """What this library was built against: the StarPU (version, where its source came from:
     ``debian-source``, ``tarball`` or ``system``, its install prefix, STARPU_MAXCPUS, CUDA,
     FxT, OpenCL, MPI) and tiletrain's own device kernels."""
     opts = dict(item.partition("=")[::2] for item in cstr(lib.tt_build_options()).split())
     yes = {"yes": True, "no": False}
-    prefix = cstr(lib.tt_starpu_prefix()) or None
+    prefix = starpu_prefix()
     built = {}  # what scripts/build-starpu.sh recorded beside its build
     if prefix and os.path.exists(os.path.join(prefix, "share", "tiletrain", "starpu-build.txt")):
         with open(os.path.join(prefix, "share", "tiletrain", "starpu-build.txt")) as f:
@@ -150,15 +150,15 @@ def check_started(cfg, workers) -> None:
 def run_kernel(name: str, fields: dict, buffers, kinds: str | Iterable[str], dtype_code: int) -> None:
     """Run one kernel synchronously on NumPy buffers, on workers of the given kinds (the
     device registry test: the same cases as the CPU bodies' registry test)."""
-    ids = {cstr(lib.tt_kernel_name(k)): k for k in range(lib.tt_kernel_count())}
-    args = ffi.new(f"tt_args_{name} *")
+    info = kernel_info(name)
+    args = ffi.new(info.args)
     args.dtype = dtype_code
     for k, v in fields.items():
         setattr(args, k, v)
     bufs = ffi.new("void *[]", [ffi.from_buffer(b, require_writable=True) for b in buffers])
     sizes = ffi.new("int64_t[]", [b.nbytes for b in buffers])
-    check(lib.tt_run_kernel(ids[name], args, len(buffers), bufs, sizes, _mask(kinds)))
+    check(lib.tt_run_kernel(info.id, args, len(buffers), bufs, sizes, _mask(kinds)))
 
 
 __all__ = ["KINDS", "kernel_devices", "prefer", "executed_tasks", "build_option", "build_info", "max_cpu_workers",
-           "run_kernel"]
+           "run_kernel", "starpu_prefix"]

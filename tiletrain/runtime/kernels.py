@@ -13,41 +13,24 @@ keyword arguments named as in the table.  Three C expanders cover the ops:
   run_batch(name, batch, whole, reduce=False, **args)
                                          one task per batch tile (conv, pools, batch norm)
 
-Nothing above this module names a C type or a kernel id."""
+Nothing above this module names a C type or a kernel id.  The kernels are those of the
+registry (runtime/registry.py), read once from the C library's kernel table."""
 from __future__ import annotations
 
-from .._ffi import check, cstr, ffi, lib
+from .._ffi import check, ffi, lib
+from ..tensors.tensor import forget_value_range
+from .registry import KERNELS, kernel_id, kernel_info, kernel_names
 
-# name -> (kernel id, "tt_args_<name> *")
-_KERNELS: dict[str, tuple[int, str]] = {}
-
-
-def _registry() -> dict[str, tuple[int, str]]:
-    if not _KERNELS:
-        for k in range(lib.tt_kernel_count()):
-            name = cstr(lib.tt_kernel_name(k))
-            _KERNELS[name] = (k, f"tt_args_{name} *")
-    return _KERNELS
-
-
-def kernel_names() -> list[str]:
-    """Every kernel of csrc/kernels.def, in table order."""
-    return list(_registry())
-
-
-def kernel_id(name: str) -> int:
-    return _lookup(name)[0]
-
-
-def _lookup(name: str) -> tuple[int, str]:
-    try:
-        return (_KERNELS or _registry())[name]
-    except KeyError:
-        raise ValueError(f"unknown kernel {name!r} (csrc/kernels.def has no such line)") from None
+# name -> (kernel id, argument struct type): the lookup every op makes
+_CALL = {name: (info.id, info.args) for name, info in KERNELS.items()}
 
 
 def _args(name: str, fields: dict):
-    kid, ctype = _lookup(name)
+    try:
+        kid, ctype = _CALL[name]
+    except KeyError:
+        kernel_info(name)  # raises: unknown kernel
+        raise
     try:  # one call initialises every field (the hot path: every op passes here)
         return kid, ffi.new(ctype, fields)
     except (KeyError, TypeError, OverflowError):
@@ -136,7 +119,6 @@ def copy_regions(y, copies) -> None:
     axis d and x axis xaxis[d] (-1: broadcast); x axes no y axis maps are held at xstart."""
     m = lib.TT_MAX_NDIM
     n = len(copies)
-    from ..tensors.tensor import forget_value_range
     forget_value_range(y)  # written: whatever range from_numpy or an argmax gave it no longer holds
     arrays = [[0] * (n * m) for _ in range(6)]
     for c, (x, *fields) in enumerate(copies):
@@ -188,6 +170,74 @@ def tile_view_as(x, lo, hi, shape):
     return ffi.gc(out[0], lib.tt_tensor_free), tuple(tiles[i] for i in range(len(shape)))
 
 
-__all__ = ["copy_regions", "gemm", "gemm_bias", "gemm_bias_gelu", "kernel_id", "kernel_names", "run_batch",
-           "run_cast", "run_map", "run_norm", "run_span", "sum_all", "tensor_view", "tile_view", "tile_view_as",
+def run_cpu_body(name: str, fields: dict, buffers, dtype_code: int) -> None:
+    """Call kernel ``name``'s CPU body directly on NumPy tile buffers (no runtime, no task: the
+    kernel tests against tiletrain/testing/'s references)."""
+    args = ffi.new(kernel_info(name).args)
+    args.dtype = dtype_code
+    for k, v in fields.items():
+        setattr(args, k, v)
+    getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
+
+
+# -- attention, heads (csrc/expand_attention.c), embedding (csrc/expand_embedding.c) --
+
+def heads_split(x, part: int, nparts: int, y) -> None:
+    """y (B, H, T, D) = part ``part`` of ``nparts`` of x (B, T, nparts*H*D) as heads."""
+    check(lib.tt_heads_split(x._ptr, part, nparts, y._ptr))
+
+
+def heads_merge(y, part: int, nparts: int, x) -> None:
+    """x (B, T, nparts*H*D) = heads y (B, H, T, D) as part ``part`` of ``nparts`` (heads_split's inverse)."""
+    check(lib.tt_heads_merge(y._ptr, part, nparts, x._ptr))
+
+
+def heads_merge_part(y, part: int, nparts: int, x) -> None:
+    """heads_merge into part ``part``'s tiles of x only (the other parts' tiles untouched)."""
+    check(lib.tt_heads_merge_part(y._ptr, part, nparts, x._ptr))
+
+
+def heads_fill_parts(x, nparts: int, parts: int) -> None:
+    """Zero the parts of x whose bit is not set in ``parts``."""
+    check(lib.tt_heads_fill_parts(x._ptr, nparts, parts))
+
+
+def attention_fwd(q, k, v, scale: float, causal: bool, o, lse) -> None:
+    """o = softmax(scale q k^T (+ causal mask)) v and lse = the row logsumexp (flash attention)."""
+    check(lib.tt_attention_fwd(q._ptr, k._ptr, v._ptr, scale, int(causal), o._ptr, lse._ptr))
+
+
+def attention_decode(q, k, v, scale: float, q_start: int, o) -> None:
+    """Causal attention of the queries at positions q_start.. over a key/value cache."""
+    check(lib.tt_attention_decode(q._ptr, k._ptr, v._ptr, scale, q_start, o._ptr))
+
+
+def attention_bwd(q, k, v, o, dout, lse, scale: float, causal: bool, dq, dk, dv) -> None:
+    check(lib.tt_attention_bwd(q._ptr, k._ptr, v._ptr, o._ptr, dout._ptr, lse._ptr, scale, int(causal), dq._ptr,
+                               dk._ptr, dv._ptr))
+
+
+def embedding_rows(ids, table, y, lo: int, hi: int) -> None:
+    """y = table[ids] for the ids tiles [lo, hi) (tasks only for the tiles holding ids)."""
+    check(lib.tt_embedding_rows(ids._ptr, table._ptr, y._ptr, lo, hi))
+
+
+def embedding_backward(ids, dy, dtable) -> None:
+    """dtable += the rows of dy scattered to ids."""
+    check(lib.tt_embedding_backward(ids._ptr, dy._ptr, dtable._ptr))
+
+
+# -- synthetic tasks (csrc/expand_pipeline.c) --
+
+def spin(a, b, c, d, usec: int, sleep: bool, wmask: int) -> None:
+    """One ``spin`` task of ``usec`` microseconds (kernels.def): c = a + b when wmask & 1,
+    d += a when wmask & 2."""
+    check(lib.tt_spin(a._handle("spin"), b._handle("spin"), c._handle("spin"), d._handle("spin"), int(usec),
+                      int(bool(sleep)), int(wmask)))
+
+
+__all__ = ["run_cpu_body", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions", "embedding_backward",
+           "embedding_rows", "gemm", "gemm_bias", "gemm_bias_gelu", "heads_fill_parts", "heads_merge",
+           "heads_merge_part", "heads_split", "kernel_id", "kernel_info", "kernel_names", "run_batch", "run_cast",
+           "run_map", "run_norm", "run_span", "spin", "sum_all", "tensor_view", "tile_view", "tile_view_as",
            "view_tiles"]

@@ -1,4 +1,11 @@
-"""Tensor: a tiled array whose tiles are StarPU handles."""
+"""The Tensor core: a tiled array whose tiles are StarPU handles -- its C tensor and tile
+life cycle, geometry, data in and out, autograd's fields.
+
+``TensorBase`` is the class every tensor is made with; the user-facing ``tiletrain.Tensor``
+(tiletrain/tensors/api.py) derives from it and adds torch's methods and operators, which
+call the ops.  That class sits above the ops (which make tensors with ``TensorBase(...)``)
+and registers itself here when imported (``set_tensor_class``): from then on every new tensor
+is one of it.  docs/architecture.md has the layers."""
 from __future__ import annotations
 
 import contextlib
@@ -8,7 +15,9 @@ import ml_dtypes
 import numpy as np
 
 from .._ffi import check, ffi, lib
+from .. import distribution as D
 from ..runtime import current
+from .printing import format_tensor
 from .traits import TensorTraits
 
 float32, float64, int64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
@@ -51,7 +60,6 @@ def _new_placed(traits: TensorTraits, code: int, out) -> None:
     """Create the tiles of a tensor under MPI, with owners chosen as tiletrain.distribution's
     docstring says: traits' distribution, else the innermost use() block, else placed by the
     first task writing each tile (fallback: the default distribution)."""
-    from .. import distribution as D
     dist = traits.dist
     if dist is None or D._in_backward:
         ctx = D.explicit()
@@ -126,14 +134,18 @@ def reuse_buffers():
                     lib.tt_tensor_free(ptr)
 
 
-class Tensor:
+class TensorBase:
     """A tensor split into tiles; every tile is one StarPU data handle.
 
     Operations submit tile tasks and return at once; ``.numpy()`` waits for the tasks
-    that write the tensor and gathers its tiles."""
+    that write the tensor and gathers its tiles.  ``TensorBase(traits, dtype)`` makes a
+    tensor of the registered user-facing class (tiletrain.Tensor, see set_tensor_class)."""
 
     __slots__ = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node",
                  "value_range", "__weakref__")
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(_TENSOR_CLASS[0] if cls is TensorBase else cls)
 
     def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None, _fresh: bool = False):
         self.traits = traits
@@ -141,7 +153,7 @@ class Tensor:
         self._ptr = ffi.NULL
         self._base = None          # set on views that share another tensor's tiles
         self.requires_grad = False
-        self.grad: Tensor | None = None
+        self.grad: TensorBase | None = None
         self._node = None          # autograd node that produced this tensor (tiletrain.ops.autograd)
         # (lo, hi): integer values known to lie in [lo, hi] without reading them -- set by
         # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
@@ -169,7 +181,7 @@ class Tensor:
         self._session = rt.session
 
     @classmethod
-    def _of_ptr(cls, ptr, traits: TensorTraits, dtype, session, base: "Tensor | None" = None) -> "Tensor":
+    def _of_ptr(cls, ptr, traits: TensorTraits, dtype, session, base: "TensorBase | None" = None) -> "TensorBase":
         """A Python tensor for C tensor ``ptr`` made elsewhere (a view of ``base``'s tiles, which
         stays alive while it lives, or a tensor of its own when base is None)."""
         t = cls.__new__(cls)
@@ -178,17 +190,17 @@ class Tensor:
         return t
 
     @classmethod
-    def _view_of(cls, base: "Tensor") -> "Tensor":
+    def _view_of(cls, base: "TensorBase") -> "TensorBase":
         """A new Python tensor sharing base's tiles (no copy); base stays alive while it lives."""
         return cls._of_ptr(base._ptr, base.traits, base.dtype, base._session,
                            base if base._base is None else base._base)
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> "TensorBase":
         """The same tiles, cut from the autograd graph (no copy)."""
         self._handle("detach")
-        return Tensor._view_of(self)
+        return TensorBase._view_of(self)
 
-    def requires_grad_(self, flag: bool = True) -> "Tensor":
+    def requires_grad_(self, flag: bool = True) -> "TensorBase":
         if flag and not is_float(self.dtype):
             raise TypeError(f"requires_grad_: gradients need a float tensor, this one is {self.dtype}")
         if not flag and self._node is not None:
@@ -226,8 +238,7 @@ class Tensor:
     @property
     def dist(self):
         """The distribution this tensor's tiles were placed with (tiletrain.distribution)."""
-        from ..distribution import default
-        return self.traits.dist or default()
+        return self.traits.dist or D.default()
 
     def owners(self) -> np.ndarray:
         """Owner rank of every tile, shaped like the tile grid (all 0 without MPI; -1 for a tile
@@ -291,12 +302,6 @@ class Tensor:
         current().idle()
         return out
 
-    def to_cupy(self):
-        """The tensor as a new cupy array on the GPU (tiles acquired on the GPU's memory node;
-        needs cupy and a CUDA worker: tiletrain/tensors/cupy_interop.py)."""
-        from .cupy_interop import to_cupy
-        return to_cupy(self)
-
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
@@ -326,7 +331,6 @@ class Tensor:
         omitted for float32, int64 and bool (as torch), ``tiles=`` is shown when the tensor has
         more than one tile, ``grad_fn=<MulBackward0>`` for a tensor computed by a recorded op.
         Reads the values (waits for the tasks writing them)."""
-        from .printing import format_tensor
         suffixes = [] if self.dtype in (float32, int64, bool_) else [f"dtype=tiletrain.{self.dtype.name}"]
         if self.traits.ntiles > 1:
             suffixes.append(f"tiles={self.tiles}")
@@ -342,112 +346,10 @@ class Tensor:
             return "tensor(<not written yet>, " + ", ".join([f"shape={self.shape}"] + suffixes) + ")"
         return format_tensor(values, is_float(self.dtype), suffixes)
 
-    # -- ops (torch's Tensor methods; each delegates to the function of the same name in
-    # tiletrain.ops, which imports this module, so it is looked up when first called) --------
-    def __add__(self, other):
-        return _ops.add(self, other) if _operand(other) else NotImplemented
-
-    def __radd__(self, other):
-        return _ops.add(other, self) if _operand(other) else NotImplemented
-
-    def __sub__(self, other):
-        return _ops.sub(self, other) if _operand(other) else NotImplemented
-
-    def __rsub__(self, other):
-        return _ops.sub(other, self) if _operand(other) else NotImplemented
-
-    def __mul__(self, other):
-        return _ops.mul(self, other) if _operand(other) else NotImplemented
-
-    def __rmul__(self, other):
-        return _ops.mul(other, self) if _operand(other) else NotImplemented
-
-    def __truediv__(self, other):
-        return _ops.div(self, other) if _operand(other) else NotImplemented
-
-    def __rtruediv__(self, other):
-        return _ops.div(other, self) if _operand(other) else NotImplemented
-
-    def __pow__(self, other):
-        return _ops.pow(self, other) if _operand(other) else NotImplemented
-
-    def __rpow__(self, other):
-        return _ops.pow(other, self) if _operand(other) else NotImplemented
-
-    def __matmul__(self, other):
-        return _ops.matmul(self, other) if isinstance(other, Tensor) else NotImplemented
-
-    def __neg__(self):
-        return _ops.neg(self)
-
-    def __abs__(self):
-        return _ops.abs(self)
-
-    def __eq__(self, other):  # element-wise, as torch; hash stays identity
-        return _ops.eq(self, other) if _operand(other) else NotImplemented
-
-    def __ne__(self, other):
-        return _ops.ne(self, other) if _operand(other) else NotImplemented
-
-    def __lt__(self, other):
-        return _ops.lt(self, other) if _operand(other) else NotImplemented
-
-    def __le__(self, other):
-        return _ops.le(self, other) if _operand(other) else NotImplemented
-
-    def __gt__(self, other):
-        return _ops.gt(self, other) if _operand(other) else NotImplemented
-
-    def __ge__(self, other):
-        return _ops.ge(self, other) if _operand(other) else NotImplemented
-
-    __hash__ = object.__hash__
-
-    def __and__(self, other):  # bool tensors
-        return _ops.logical_and(self, other) if isinstance(other, Tensor) else NotImplemented
-
-    def __or__(self, other):
-        return _ops.logical_or(self, other) if isinstance(other, Tensor) else NotImplemented
-
-    def __xor__(self, other):
-        return _ops.logical_xor(self, other) if isinstance(other, Tensor) else NotImplemented
-
-    def __invert__(self):
-        return _ops.logical_not(self)
-
-    def __getitem__(self, index):
-        return _ops.getitem(self, index)
-
     def __bool__(self):
         if self.numel() != 1:
             raise RuntimeError(f"Boolean value of a tensor with {self.numel()} values is ambiguous")
         return bool(self.item())
-
-    def backward(self, gradient=None):
-        """Submit the backward pass from this tensor (no waiting)."""
-        _ops.backward(self, gradient)
-
-    def astype(self, dtype):
-        return _ops.astype(self, dtype)
-
-    def to(self, dtype):
-        """A cast to ``dtype`` (the tensor itself when it already has it)."""
-        return self if as_dtype(dtype) == self.dtype else _ops.astype(self, dtype)
-
-    def float(self):
-        return self.to(np.float32)
-
-    def double(self):
-        return self.to(np.float64)
-
-    def half(self):
-        return self.to(float16)
-
-    def bfloat16(self):
-        return self.to(bfloat16)
-
-    def clone(self):
-        return _ops.copy(self)
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[self.traits.normalize_axis(dim)]
@@ -458,67 +360,22 @@ class Tensor:
     def numel(self) -> int:
         return self.traits.size
 
-    def matmul(self, other):
-        return _ops.matmul(self, other)
 
-    @property
-    def T(self):
-        return _ops.permute(self, *reversed(range(self.ndim)))
-
-    @property
-    def mT(self):
-        return _ops.transpose(self, -2, -1)
+# The class new tensors get: set once by tiletrain/tensors/api.py (the user-facing Tensor).
+_TENSOR_CLASS: list[type] = [TensorBase]
 
 
-def _operand(v) -> bool:
-    """A tensor or a real number: what the operators take (others get NotImplemented)."""
-    return isinstance(v, Tensor) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+def set_tensor_class(cls: type) -> None:
+    """Make ``cls`` (a subclass of TensorBase with no fields of its own) the class of every
+    tensor made from now on."""
+    if not (isinstance(cls, type) and issubclass(cls, TensorBase)) or cls.__dict__.get("__slots__") != ():
+        raise TypeError(f"set_tensor_class: {cls!r} must subclass TensorBase with __slots__ = ()")
+    _TENSOR_CLASS[0] = cls
 
 
-def _method(name: str, doc: str):
-    def method(self, *args, **kwargs):
-        return getattr(_ops, name)(self, *args, **kwargs)
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = doc
-    return method
-
-
-# Methods that pass every argument on to the tiletrain function of the same name.
-for _name in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "neg", "abs", "exp", "log", "sqrt",
-              "rsqrt", "sign", "sin", "cos", "tanh", "sigmoid", "relu", "reciprocal", "clamp", "clip",
-              "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill",
-              "sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax", "argmin", "logsumexp", "norm",
-              "softmax", "log_softmax",
-              "reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "expand",
-              "split", "chunk"):
-    setattr(Tensor, _name, _method(_name, f"tiletrain.{_name}(self, ...)"))
-del _name
-
-
-def _expand_as(self, other):
-    return _ops.expand(self, *other.shape)
-
-
-def _view_as(self, other):
-    return _ops.reshape(self, other.shape)
-
-
-Tensor.expand_as = _expand_as
-Tensor.view_as = Tensor.reshape_as = _view_as
-
-
-class _LazyOps:
-    """tiletrain.ops, imported on first use (it imports this module)."""
-
-    def __getattr__(self, name):
-        global _ops
-        from .. import ops
-        _ops = ops
-        return getattr(ops, name)
-
-
-_ops = _LazyOps()
-
+# The core's own name for the class: tiletrain.tensors.Tensor, what the ops make and check
+# tensors with (every instance is of the registered class, tiletrain.Tensor).
+Tensor = TensorBase
 
 
 def known_within(t: Tensor, n: int) -> bool:
@@ -535,12 +392,18 @@ def forget_value_range(t: Tensor) -> None:
         t = t._base
 
 
-def from_value_(t: Tensor, value: float) -> Tensor:
-    """Fill every tile with ``value`` (one fill task per tile)."""
-    from ..runtime.kernels import run_map
-    t._handle("fill")
-    forget_value_range(t)
-    run_map("fill", t, value=float(value))
+def wont_use(t: Tensor) -> None:
+    """A hint: t's tiles are not needed again soon (under a memory limit StarPU may evict them
+    first)."""
+    check(lib.tt_tensor_wont_use(t._ptr))
+
+
+def migrate_(t: Tensor, owners) -> Tensor:
+    """t itself, its tile i handed to rank owners[i] (collective under MPI; StarPU-MPI moves
+    the data, no task): the owners become part of its traits."""
+    owners = np.ascontiguousarray(owners, dtype=np.int32).reshape(-1)
+    check(lib.tt_tensor_migrate(t._handle("migrate"), ffi.from_buffer("int[]", owners)))
+    t.traits = t.traits.with_dist(D.SingleRank(int(owners[0])) if (owners == owners[0]).all() else D.Explicit(owners))
     return t
 
 
@@ -662,3 +525,16 @@ def from_rows(traits: TensorTraits, dtype, fill) -> Tensor:
         fill(r0, r1, block)
         write_rows_(t, lo, hi, block)
     return t
+
+
+def gather_per_rank(values) -> np.ndarray:
+    """Collective (under MPI, every rank calls it at the same point of its flow): this rank's
+    float ``values`` and every other rank's, as a NumPy array (world size, len(values)); row
+    r holds rank r's.  One process: just ``[values]``.  Used to agree on up-front checks."""
+    current()
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not lib.tt_mpi_enabled():
+        return values[None, :].copy()
+    table = np.zeros((lib.tt_mpi_size(), values.size))
+    table[lib.tt_mpi_rank()] = values  # each rank stores only its own row (its tile)
+    return from_numpy(table, (1, values.size), dist=D.BlockCyclic()).numpy()

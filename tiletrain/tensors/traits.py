@@ -8,6 +8,8 @@ import numbers
 import os
 from collections.abc import Iterator, Sequence
 
+from ..distribution import Distribution, default
+
 DEFAULT_TILE = 512
 
 # (shape, tiles) as given -> validated (shape, tiles, grid) (TensorTraits.__init__)
@@ -120,7 +122,6 @@ class TensorTraits:
             self._set_dist(dist)
 
     def _set_dist(self, dist) -> None:
-        from ..distribution import Distribution
         if not isinstance(dist, Distribution):
             raise TypeError(f"dist must be a tiletrain.distribution.Distribution, got {type(dist).__name__}")
         self.dist = dist
@@ -131,7 +132,6 @@ class TensorTraits:
 
     def owners(self, world: int | None = None):
         """int32 owner rank of every tile, row-major (the distribution, else the default)."""
-        from ..distribution import default
         return (self.dist or default()).owners(self.grid, world)
 
     @property

@@ -9,7 +9,9 @@ import numpy as np
 import tiletrain as tt
 import tiletrain.functional as F
 from tiletrain.ops.activations import affine  # x @ w + b, w (in, out): GPT-2's layout
+from tiletrain.ops.elementwise import BINARY_OPS  # same-layout ops with the kernels' alpha, beta
 from tiletrain.runtime.hetero import prefer
+from tiletrain.utils.checkpoint import checkpoint
 
 
 def placed(kinds):
@@ -46,7 +48,8 @@ def elementwise(rng, dt):
     tt.ops.axpy_(z, y, alpha=2.0, beta=1.0)
     w = tt.full((11, 7), 1.5, tiles=(4, 3), dtype=dt)
     tt.ops.axpy_(w, x, alpha=1.0, beta=-0.5)
-    return dict(add=tt.ops.basic.add(x, y, 2.0, -0.5), sub=tt.sub(x, y), mul=tt.ops.basic.mul(x, y, 3.0),
+    return dict(add=BINARY_OPS["add"](x, y, alpha=2.0, beta=-0.5), sub=tt.sub(x, y),
+                mul=BINARY_OPS["mul"](x, y, alpha=3.0),
                 div=tt.div(x, y), scale=tt.scale(x, -1.25), add_scalar=tt.add_scalar(x, 2.0, alpha=0.5),
                 rdiv=tt.rdiv_scalar(2.0, y), neg=tt.neg(x), copy=tt.copy(x),
                 full=tt.full((5, 3), 2.5, tiles=(2, 2), dtype=dt),
@@ -245,7 +248,6 @@ def prefix_attention(rng, dt):
 @case
 def recompute(rng, dt):
     """A checkpointed function: its recomputation waits for the output gradient (`after`)."""
-    from ..utils.checkpoint import checkpoint
     x = _t(rng, (6, 5), (4, 3), dt, grad=True)
     h = tt.scale(x, 0.5)  # an activation (computed by an op), as checkpointed blocks take
     y = checkpoint(lambda a: tt.mul(tt.tanh(a), a), h)

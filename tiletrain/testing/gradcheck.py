@@ -9,14 +9,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+import tiletrain as tt
+
 
 def vjp_check(fn: Callable, inputs: Sequence[np.ndarray], tiles: Sequence, *, eps: float = 1e-6,
               rtol: float = 1e-6, seed: int = 0, out_tiles=None) -> list[tuple[float, float]]:
     """Raise AssertionError when an input's directional derivative disagrees.  ``fn`` takes
     tiletrain tensors (float64, tiled with ``tiles``) and returns one tensor.  Returns the
     (analytic, numeric) pairs."""
-    import tiletrain as tt
-
     rng = np.random.default_rng(seed)
     xs = [np.asarray(x, dtype=np.float64) for x in inputs]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._ffi import cstr, lib
+from ..runtime.registry import KERNELS
 from ..tensors import DTYPES, HALF_DTYPES
 from .references import REFERENCES
 
@@ -16,18 +16,13 @@ UNIT_ROUNDOFF = {np.dtype(np.float16): 2.0 ** -11, HALF_DTYPES[1]: 2.0 ** -8}
 
 def half_kernels() -> list[str]:
     """The kernels whose table line lists f16 or bf16 (both: the generator takes them together)."""
-    names = []
-    for k in range(lib.tt_kernel_count()):
-        if lib.tt_kernel_dtypes(k) >> lib.TT_F16 & 1:
-            names.append(cstr(lib.tt_kernel_name(k)))
-    return names
+    return [name for name, info in KERNELS.items() if info.takes(DTYPES[HALF_DTYPES[0]])]
 
 
 def half_case(name: str, rng, dtype):
     """(fields, buffers, expected) for kernel ``name`` on ``dtype`` tiles: the reference's
     case with its `acc` buffers in float32, expected values in float64 from those inputs."""
-    kernel = getattr(lib, f"TT_K_{name.upper()}")
-    acc = lib.tt_kernel_acc_buffers(kernel)
+    acc = KERNELS[name].acc_buffers
     fields, buffers = REFERENCES[name].case(rng, dtype)
     buffers = [np.ascontiguousarray(b.astype(np.float32) if acc >> i & 1 else b) for i, b in enumerate(buffers)]
     expected = REFERENCES[name].ref(fields, *[b.astype(np.float64) for b in buffers])

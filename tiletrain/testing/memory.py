@@ -2,6 +2,8 @@
 the peak growth of one phase of work."""
 from __future__ import annotations
 
+import tiletrain as tt
+
 
 def rss(key: str) -> int:
     """Bytes of /proc/self/status's ``key`` (VmRSS, VmHWM, ...)."""
@@ -14,7 +16,6 @@ def rss(key: str) -> int:
 def peak_growth(fn):
     """Run fn between two waits of the runtime; (its result, how far the peak RSS rose above
     the RSS at its start).  The wait before gives it a quiet start (collective under MPI)."""
-    import tiletrain as tt
     tt.wait()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the peak (VmHWM) restarts from the current RSS

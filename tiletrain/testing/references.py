@@ -6,20 +6,17 @@ expected}`` for every buffer the kernel writes.  tests/kernels/test_registry.py 
 kernel body on these cases, and fails for a kernel with no entry here."""
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 import numpy as np
 
+from ..runtime.kernels import run_cpu_body as run_cpu_kernel  # noqa: F401  (the kernel tests call it from here)
 from ..tensors import DTYPES, FLOAT_DTYPES
 from ._refbase import Reference, _pos, _r, round_to  # noqa: F401  (family modules import these from _refbase)
+from .references_activations import gelu_grad_ref, gelu_ref
 
-
-def run_cpu_kernel(name: str, fields: dict, buffers, dtype_code: int) -> None:
-    """Call kernel ``name``'s CPU body directly on NumPy tile buffers (no runtime, no task)."""
-    from .._ffi import ffi, lib
-    args = ffi.new(f"tt_args_{name} *")
-    args.dtype = dtype_code
-    for k, v in fields.items():
-        setattr(args, k, v)
-    getattr(lib, f"tt_cpu_{name}")(args, *[ffi.from_buffer(b) for b in buffers])
 
 
 def _gemm_case(rng, dt):
@@ -58,7 +55,6 @@ def _gemm_gelu_case(rng, dt):
 
 
 def _gemm_gelu_ref(a, A, B, bias, C, Y):
-    from .references_activations import gelu_grad_ref, gelu_ref
     h = _gemm_ref(dict(a, beta=1.0), A, B, C if not a["first"] else np.zeros_like(C))[2]
     if a["first"]:
         h = h + bias
@@ -123,9 +119,6 @@ REFERENCES: dict[str, Reference] = {
 
 def _merge() -> None:
     """Add every family module's REFERENCES (tiletrain/testing/references_<family>.py)."""
-    import importlib
-    import pkgutil
-    from pathlib import Path
     for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
         if not info.name.startswith("references_"):
             continue

@@ -12,18 +12,18 @@
 ``tiletrain trace --help``, tiletrain.pipeline (priorities, stage affinity, schedules) and
 tiletrain.experiments (workloads, sweeps, pipeline experiments: the drivers above nn).
 """
+import sys
+
+from ..runtime import provide_trace
 from .chrome import from_chrome, load, save, to_chrome
 from .metrics import (Metrics, area_bound, bottom_levels, busy_per_worker, compact, critical_path, format_metrics,
                       idle_fractions, makespan, metrics, stage_bubbles)
 from .records import (TASK_DTYPE, Trace, TraceError, is_recording, profiling_enabled, read, recording, reset,
                       start, stop, worker_stats)
+from .plot import gantt
 from .tags import current_tags, tag
 
-
-def gantt(trace, path, title=None):
-    """Gantt chart + utilisation PNG (needs matplotlib)."""
-    from .plot import gantt as _gantt
-    return _gantt(trace, path, title)
+provide_trace(sys.modules[__name__])  # Runtime.records() and Runtime.trace() read with this module
 
 
 __all__ = ["Trace", "TraceError", "TASK_DTYPE", "read", "recording", "start", "stop", "reset", "is_recording",

@@ -16,7 +16,8 @@ import subprocess
 import time
 from collections import Counter
 
-from .._ffi import cstr, lib
+from ..runtime.hetero import starpu_prefix
+from ..runtime.registry import KERNELS
 
 #: tiletrain's trace of the same step, written beside the FxT files by `trace run --fxt`
 TILETRAIN_TRACE = "tiletrain-trace.json"
@@ -29,7 +30,7 @@ def prof_files(directory: str) -> list[str]:
 
 def fxt_tool() -> str:
     """starpu_fxt_tool of the StarPU tiletrain was built against (else the one on PATH)."""
-    prefix = cstr(lib.tt_starpu_prefix())
+    prefix = starpu_prefix()
     if prefix and os.access(os.path.join(prefix, "bin", "starpu_fxt_tool"), os.X_OK):
         return os.path.join(prefix, "bin", "starpu_fxt_tool")
     found = shutil.which("starpu_fxt_tool")
@@ -80,7 +81,7 @@ def task_counts(tasks_rec: str) -> Counter:
     """Tasks that ran, per name, in StarPU's tasks.rec (its control records and the tasks that
     never ran left out).  StarPU names a task by its performance model, ``tiletrain_<kernel>``
     for tiletrain's (csrc/gen_kernels.py): those are counted under the kernel's name."""
-    kernels = {cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())}
+    kernels = KERNELS
     counts = Counter()
     for r in read_rec(tasks_rec):
         if "JobId" in r and "Control" not in r and "EndTime" in r:
@@ -93,7 +94,7 @@ def compare(fxt: Counter, trace) -> tuple[list[list], bool]:
     """Rows (kernel, FxT tasks, tiletrain tasks) and whether every count is equal.  StarPU's
     own tasks (names that are no tiletrain kernel) are listed and not compared."""
     mine = Counter(str(k) for k in trace.tasks["kernel"])
-    kernels = {cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())}
+    kernels = KERNELS
     rows, equal = [], True
     for name in sorted(set(fxt) | set(mine)):
         ours = name in kernels or name in mine

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._ffi import check, cstr, ffi, lib
+from ..runtime import current, wait as _wait
+from ..runtime.mpi import rank as _rank
+from ..runtime.registry import kernel_names
 
 # Mirror of tt_task_record (csrc/include/tiletrain.h); checked against cffi at import.
 RECORD_DTYPE = np.dtype([
@@ -118,17 +121,12 @@ def validate(trace: Trace) -> None:
 
 # ---------------------------------------------------------------- reading from the runtime
 
-def _runtime():
-    from ..runtime import current
-    return current()
-
-
 def profiling_enabled() -> bool:
     return bool(lib.tt_profiling_enabled())
 
 
 def _need_profiling(what: str) -> None:
-    _runtime()
+    current()
     if not profiling_enabled():
         raise RuntimeError(f"{what} needs profiling, and profiling is off: start the runtime with "
                            "tiletrain.init(profile=True) (or TILETRAIN_PROFILE=1)")
@@ -155,13 +153,8 @@ def is_recording() -> bool:
     return bool(lib.tt_trace_is_recording())
 
 
-def _rank() -> int:
-    from ..distribution import rank
-    return rank()
-
-
 def _kernel_names() -> np.ndarray:
-    return np.array([cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())] + ["?"])
+    return np.array(kernel_names() + ["?"])
 
 
 def _phase_names() -> np.ndarray:
@@ -185,7 +178,7 @@ def worker_stats() -> list[dict]:
     """Per worker: id, name, kind, memory node, rank and StarPU's counters since the last
     reset (total, executing, sleeping and idle = total - executing - sleeping, in µs)."""
     _need_profiling("worker statistics")
-    rt = _runtime()
+    rt = current()
     total, ex, sl = (ffi.new("double *") for _ in range(3))
     nt = ffi.new("int64_t *")
     out = []
@@ -201,8 +194,7 @@ def read(wait: bool = True) -> Trace:
     """The tasks recorded since the last reset, as a Trace.  Waits for every task first
     (``wait=False``: only the tasks that have already run, the rest left out)."""
     _need_profiling("reading task records")
-    from ..runtime import wait as _wait
-    rt = _runtime()
+    rt = current()
     if wait:
         _wait()
     raw, deps = read_raw()

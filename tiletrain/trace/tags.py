@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Optional
 
-from .._ffi import check, cstr, ffi, lib
+from ..runtime import context, is_initialized
 
 # name -> C id, so that a tag string is interned in C once per process
 _ids: dict[str, int] = {}
@@ -28,21 +28,19 @@ def intern(name: str) -> int:
     """The C id of a tag string (interned once)."""
     i = _ids.get(name)
     if i is None:
-        i = check(lib.tt_tag_intern(name.encode()))
+        i = context.intern_tag(name)
         _ids[name] = i
     return i
 
 
-def tag_name(i: int) -> str:
-    return cstr(lib.tt_tag_name(i)) if i >= 0 else ""
+tag_name = context.tag_name
 
 
 def current_tags() -> dict:
     """The tags that the next submitted task will carry (None where unset)."""
-    ph, la, mb, st = (ffi.new("int *") for _ in range(4))
-    lib.tt_tags_get(ph, la, mb, st)
-    return {"phase": tag_name(ph[0]) or None, "layer": None if la[0] < 0 else la[0],
-            "microbatch": None if mb[0] < 0 else mb[0], "stage": None if st[0] < 0 else st[0]}
+    ph, la, mb, st = context.get_tags()
+    return {"phase": tag_name(ph) or None, "layer": None if la < 0 else la,
+            "microbatch": None if mb < 0 else mb, "stage": None if st < 0 else st}
 
 
 def _check_index(name: str, v) -> None:
@@ -65,28 +63,26 @@ def tag(phase: str | None = None, layer: int | None = None, microbatch: int | No
         raise ValueError(f"tag phase must be a non-empty string of at most 64 characters, got {phase!r}")
     for name, v in (("layer", layer), ("microbatch", microbatch), ("stage", stage)):
         _check_index(name, v)
-    ph, la, mb, st = (ffi.new("int *") for _ in range(4))
-    lib.tt_tags_get(ph, la, mb, st)
-    old = (ph[0], la[0], mb[0], st[0])
+    old = context.get_tags()
     new = (old[0] if phase is None else intern(phase), old[1] if layer is None else layer,
            old[2] if microbatch is None else microbatch, old[3] if stage is None else stage)
-    old_prio = lib.tt_get_priority()
+    old_prio = context.get_priority()
     prio = None
     if _hint is not None:
         prio = _hint(tag_name(new[0]) or None, None if new[1] < 0 else new[1], None if new[2] < 0 else new[2],
                      None if new[3] < 0 else new[3])
         if prio is not None:
-            if lib.tt_is_initialized():
-                check(lib.tt_priority_check(int(prio)))
-    lib.tt_tags_set(*new)
+            if is_initialized():
+                context.check_priority(int(prio))
+    context.set_tags(*new)
     if prio is not None:
-        lib.tt_set_priority(int(prio))
+        context.set_priority(int(prio))
     try:
         yield
     finally:
-        lib.tt_tags_set(*old)
+        context.set_tags(*old)
         if prio is not None:
-            lib.tt_set_priority(old_prio)
+            context.set_priority(old_prio)
 
 
 __all__ = ["tag", "current_tags", "intern", "tag_name"]

@@ -25,14 +25,16 @@ import contextlib
 import threading
 from typing import Any, Callable
 
-from .._ffi import lib
+from .. import distribution as _dist
 from ..ops.autograd import (Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute,
                             next_seq, no_grad)
 from ..ops.activations import dropout_positions, dropout_window
 from ..ops.basic import copy
+from ..ops.creation import zeros
 from ..runtime import current, priority
+from ..runtime.context import get_priority
 from ..runtime.kernels import run_map
-from ..tensors import Tensor, TensorTraits, zeros
+from ..tensors import Tensor, TensorTraits
 from ..tensors.creation import default_generator
 from ..tensors.tensor import is_float
 from ..trace.tags import tag
@@ -125,7 +127,6 @@ def checkpoint(function: Callable, *args, use_reentrant: bool | None = None, con
 
 
 def _attach(t: Tensor, node: Node) -> None:
-    from .. import distribution as _dist
     node.place = _dist._explicit[-1] if _dist._explicit else None
     t._node, t.requires_grad = node, True
 
@@ -165,7 +166,7 @@ class _Segment:
             if (a._node is not None or not a.requires_grad) and (a.shape, a.tiles, a.dtype) == \
                     (g.shape, g.tiles, g.dtype):
                 run_map("after", g, a)
-        base = lib.tt_get_priority()
+        base = get_priority()
         detached = {id(a): a.detach().requires_grad_() for a in self.tensor_args() if a.requires_grad}
         args = [detached.get(id(a), a) if isinstance(a, Tensor) else a for a in self.args]
         kwargs = {n: detached.get(id(a), a) if isinstance(a, Tensor) else a for n, a in self.kwargs.items()}

@@ -178,6 +178,57 @@ static inline float tt_expf(float x)
     return p * two_n;
 }
 
+/* ---- GELU of one value: the formulas of the gelu and gelu_backward kernels (their bodies,
+ * generated from csrc/kernels.def, call these as SUF(tt_gelu_value) and SUF(tt_gelu_grad_value))
+ * and of gemm_gelu's epilogue (tt_gelu_and_grad).  approx 0: the erf form x Phi(x), computed in
+ * double; approx 1: the tanh form, in float32 arithmetic for float32 (tt_tanhf_fast).  They return
+ * double so that the caller rounds once where it stores.  The device versions: gelu.cl. */
+#define TT_SQRT_2_OVER_PI 0.79788456080286535588
+#define TT_INV_SQRT_2 0.70710678118654752440
+#define TT_INV_SQRT_2PI 0.39894228040143267794
+
+/* tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error ~1e-7, enough wherever it enters as 1 + t. */
+static inline float tt_tanhf_fast(float u) { return 1.0f - 2.0f / (tt_expf(2.0f * u) + 1.0f); }
+
+static inline double tt_gelu_value_f32(float v, int64_t approx)
+{
+    if (approx) {
+        const float t = tt_tanhf_fast(0.7978845608f * (v + 0.044715f * v * v * v));
+        return 0.5f * v * (1.0f + t);
+    }
+    const double d = v;
+    return 0.5 * d * (1.0 + erf(d * TT_INV_SQRT_2));
+}
+
+static inline double tt_gelu_value_f64(double v, int64_t approx)
+{
+    if (approx)
+        return 0.5 * v * (1.0 + tanh(TT_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)));
+    return 0.5 * v * (1.0 + erf(v * TT_INV_SQRT_2));
+}
+
+/* gelu'(v) */
+static inline double tt_gelu_grad_value_f32(float v, int64_t approx)
+{
+    if (approx) {
+        const float t = tt_tanhf_fast(0.7978845608f * (v + 0.044715f * v * v * v));
+        const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * v * v);
+        return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    }
+    const double d = v;
+    return 0.5 * (1.0 + erf(d * TT_INV_SQRT_2)) + d * (TT_INV_SQRT_2PI * exp(-0.5 * d * d));
+}
+
+static inline double tt_gelu_grad_value_f64(double v, int64_t approx)
+{
+    if (approx) {
+        const double t = tanh(TT_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v));
+        const double du = TT_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * v * v);
+        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+    }
+    return 0.5 * (1.0 + erf(v * TT_INV_SQRT_2)) + v * (TT_INV_SQRT_2PI * exp(-0.5 * v * v));
+}
+
 /* csrc/kernels/cpu/activations.c: y = gelu(h), then h = gelu'(h) in place (approx 1: tanh form). */
 void tt_gelu_and_grad(int64_t dtype, int64_t n, int64_t approx, void *h, void *y);
 

@@ -1,5 +1,6 @@
-/* Activations and dropout, element-wise (csrc/kernels/cpu/activations.c), computed in
- * the element type (float math for float32 tiles: the GPU's fast path; GELU: gelu.cl). */
+/* gemm_gelu (GELU: gelu.cl) and dropout, element-wise (csrc/kernels/cpu/activations.c), computed
+ * in the element type (float math for float32 tiles: the GPU's fast path).  The bodies of gelu,
+ * relu, silu and their backward are generated from csrc/kernels.def (tt_kernels_expr.cl). */
 #ifndef TT_ACTIVATIONS_HELPERS
 #define TT_ACTIVATIONS_HELPERS
 
@@ -12,21 +13,8 @@ DEVFN tt_ulong tt_splitmix64(tt_ulong z)
 }
 #endif
 
+/* (gelu.cl also holds the formulas of the generated gelu and gelu_backward bodies) */
 #include "gelu.cl"
-
-KERNEL SUF(tt_gelu)(GLOBAL const T *x, GLOBAL T *y, tt_long n, tt_long approx)
-{
-    const tt_long i = GID0();
-    if (i < n)
-        y[i] = SUF(tt_gelu_value)(x[i], approx);
-}
-
-KERNEL SUF(tt_gelu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx, tt_long n, tt_long approx)
-{
-    const tt_long i = GID0();
-    if (i < n)
-        dx[i] = dy[i] * SUF(tt_gelu_grad_value)(x[i], approx);
-}
 
 /* The GELU epilogue of a linear layer's chain (csrc/kernels/cpu/gemm.c): c = alpha op(A) op(B) +
  * bias (first) or c += alpha op(A) op(B), then y = gelu(c), and with deriv c = gelu'(c). */
@@ -44,39 +32,6 @@ KERNEL SUF(tt_gemm_gelu)(GLOBAL const T *A, GLOBAL const T *B, GLOBAL const T *b
     const T h = (T)alpha * acc + (first ? bias[col] : C[e]);
     Y[e] = SUF(tt_gelu_value)(h, approx);
     C[e] = deriv ? SUF(tt_gelu_grad_value)(h, approx) : h;
-}
-
-KERNEL SUF(tt_relu)(GLOBAL const T *x, GLOBAL T *y, tt_long n)
-{
-    const tt_long i = GID0();
-    if (i < n)
-        y[i] = x[i] > (T)0 ? x[i] : (T)0;
-}
-
-KERNEL SUF(tt_relu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx, tt_long n)
-{
-    const tt_long i = GID0();
-    if (i < n)
-        dx[i] = x[i] > (T)0 ? dy[i] : (T)0;
-}
-
-KERNEL SUF(tt_silu)(GLOBAL const T *x, GLOBAL T *y, tt_long n)
-{
-    const tt_long i = GID0();
-    if (i >= n)
-        return;
-    const T v = x[i];
-    y[i] = v / ((T)1 + exp(-v));
-}
-
-KERNEL SUF(tt_silu_backward)(GLOBAL const T *x, GLOBAL const T *dy, GLOBAL T *dx, tt_long n)
-{
-    const tt_long i = GID0();
-    if (i >= n)
-        return;
-    const T v = x[i], one = (T)1;
-    const T s = one / (one + exp(-v));
-    dx[i] = dy[i] * s * (one + v * (one - s));
 }
 
 /* The CPU body's counter-based mask: element i of tile `tile` is dropped when

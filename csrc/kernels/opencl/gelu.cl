@@ -1,7 +1,8 @@
-/* GELU and its derivative of one value, with the formulas and roundings of
- * csrc/kernels/cpu/activations.c: approx 0 the erf form x Phi(x), 1 the tanh
- * form.  Helpers only (no kernel): activations.cl's gelu, gelu_backward and gemm_gelu use
- * them, and csrc/kernels/cuda/gemm.cu's epilogue after cuBLAS. */
+/* GELU and its derivative of one value, with the formulas and roundings of the CPU helpers
+ * (csrc/kernels/cpu/tt_cpu.h): approx 0 the erf form x Phi(x), 1 the tanh form.  Helpers only
+ * (no kernel): the generated gelu and gelu_backward bodies (csrc/kernels.def: SUF(tt_gelu_value),
+ * SUF(tt_gelu_grad_value)), activations.cl's gemm_gelu and csrc/kernels/cuda/gemm.cu's epilogue
+ * after cuBLAS use them. */
 #ifndef TT_GELU_CONSTANTS
 #define TT_GELU_CONSTANTS
 #define TT_SQRT_2_OVER_PI 0.79788456080286535588

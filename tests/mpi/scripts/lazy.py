@@ -22,7 +22,7 @@ def counts():
 a = np.arange(24.0).reshape(4, 6)
 with use(SingleRank(0)):
     x = tt.from_numpy(a, (2, 3))          # 4 tiles on rank 0
-    y = tt.ops.basic.add(tt.mul(x, x), x, 2.0, 1.0)  # every task on rank 0
+    y = tt.ops.elementwise.BINARY_OPS["add"](tt.mul(x, x), x, alpha=2.0, beta=1.0)  # every task on rank 0
     tt.wait()
 before = counts()
 got = y.numpy()                            # collective: every rank gets every tile

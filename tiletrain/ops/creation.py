@@ -1,0 +1,158 @@
+"""Creation functions that fill their tiles with kernels -- constants (full, zeros, ones),
+ranges (arange, linspace), random tensors (rand, randn, randint) and their *_like -- with
+torch's names, signatures, defaults and dtype inference.  The ones that need no kernel (from
+data, empty) and the argument rules are tiletrain/tensors/creation.py's."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..runtime.kernels import run_map
+from ..tensors import Tensor, TensorTraits
+from ..tensors.creation import F32, I64, _dtype, _like, _new, _real, _seed, _size
+from .basic import fill_
+
+# -- constant tensors ----------------------------------------------------------------
+
+def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    """torch.full: dtype from fill_value when not given (int -> int64, float -> float32)."""
+    if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real):
+        raise TypeError(f"full: fill_value must be a real number, "
+                        f"got {type(fill_value).__name__} ({fill_value!r})")
+    if not isinstance(size, (tuple, list, TensorTraits)):
+        raise TypeError(f"full: size must be a tuple of ints, not {type(size).__name__}")
+    size = _size("full", (size,))
+    default = I64 if isinstance(fill_value, numbers.Integral) else F32
+    t = _new("full", size, _dtype("full", dtype, default), tiles, dist, requires_grad)
+    fill_(t, fill_value)
+    return t
+
+
+def zeros(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("zeros", args, size), 0.0, dtype=_dtype("zeros", dtype, F32),
+                requires_grad=requires_grad, tiles=tiles, dist=dist)
+
+
+def ones(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
+    return full(_size("ones", args, size), 1.0, dtype=_dtype("ones", dtype, F32),
+                requires_grad=requires_grad, tiles=tiles, dist=dist)
+
+
+# -- ranges --------------------------------------------------------------------------
+
+def arange(start=0, end=None, step=1, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    """torch.arange: arange(end), arange(start, end), arange(start, end, step); int64 when every
+    argument is an int, else float32; ceil((end - start) / step) elements."""
+    if end is None:
+        start, end = 0, start
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        _real("arange", name, v)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if not all(math.isfinite(v) for v in (start, end, step)):
+        raise ValueError(f"arange: start, end and step must be finite, got {start}, {end}, {step}")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dt = _dtype("arange", dtype, I64 if ints else F32)
+    n = -((start - end) // step) if ints else math.ceil((end - start) / step)
+    if n == 0:
+        raise ValueError(f"arange: start == end ({start}) gives an empty tensor; "
+                         "tiletrain has no empty tensors")
+    t = _new("arange", (int(n),), dt, tiles, None, requires_grad)
+    run_map("arange", t, ts=t.tiles[0], start=float(start), step=float(step))
+    return t
+
+
+def linspace(start, end, steps, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    """torch.linspace: ``steps`` values from start to end, float32 unless dtype says otherwise
+    (torch's formula: the step in the element type, the second half counted down from end)."""
+    _real("linspace", "start", start), _real("linspace", "end", end)
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool):
+        raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+    if steps == 0:
+        raise ValueError("linspace: steps = 0 gives an empty tensor; tiletrain has no empty tensors")
+    t = _new("linspace", (int(steps),), _dtype("linspace", dtype, F32), tiles, None, requires_grad)
+    run_map("linspace", t, ts=t.tiles[0], steps=int(steps), start=float(start), end=float(end))
+    return t
+
+
+# -- random --------------------------------------------------------------------------
+
+_DIST = {"rand": 0, "randn": 1, "randint": 2}
+
+
+def _random(op: str, size, lo: float, hi: float, generator, dtype, requires_grad, tiles, dist) -> Tensor:
+    seed = _seed(op, generator)
+    t = _new(op, size, dtype, tiles, dist, requires_grad)
+    shape, tl = t.shape + (1,) * (8 - t.ndim), t.tiles + (1,) * (8 - t.ndim)
+    run_map("random", t, seed=seed, dist=_DIST[op], nd=t.ndim, lo=float(lo), hi=float(hi),
+            **{f"d{i}": shape[i] for i in range(8)}, **{f"t{i}": tl[i] for i in range(8)})
+    return t
+
+
+def rand(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+         dist=None) -> Tensor:
+    """Uniform on [0, 1)."""
+    dtype = _dtype("rand", dtype, F32, floats_only=True)
+    return _random("rand", _size("rand", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
+
+
+def randn(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+          dist=None) -> Tensor:
+    """Standard normal (Box-Muller on two counter-based uniforms)."""
+    dtype = _dtype("randn", dtype, F32, floats_only=True)
+    return _random("randn", _size("randn", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
+
+
+def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
+            dist=None) -> Tensor:
+    """torch.randint(high, size) or randint(low, high, size): integers uniform on [low, high),
+    int64 unless dtype says otherwise (high - low at most 2**53)."""
+    if size is not None:
+        args = args + (size,)
+    if len(args) == 2:
+        args = (0,) + args
+    if len(args) != 3:
+        raise TypeError("randint: expected randint(high, size) or randint(low, high, size)")
+    low, high, size = args
+    for name, v in (("low", low), ("high", high)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(f"randint: {name} must be an int, got {type(v).__name__} ({v!r})")
+    if high <= low:
+        raise ValueError(f"randint: random_ expects 'from' to be less than 'to', "
+                         f"but got from={low} >= to={high}")
+    if high - low > 2**53 or abs(low) > 2**53 or abs(high) > 2**53:
+        raise ValueError(f"randint: low and high must lie within +-2**53, got [{low}, {high})")
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"randint: size must be a tuple of ints, got {type(size).__name__}")
+    dtype = _dtype("randint", dtype, I64)
+    return _random("randint", _size("randint", (), size), low, high, generator, dtype, requires_grad, tiles, dist)
+
+
+# -- *_like: x's shape and tiling by default ---------------------------------------------
+
+def full_like(input, fill_value, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(full, "full_like", input, dtype, requires_grad, tiles, fill_value)
+
+
+def zeros_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(zeros, "zeros_like", input, dtype, requires_grad, tiles)
+
+
+def ones_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(ones, "ones_like", input, dtype, requires_grad, tiles)
+
+
+def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(rand, "rand_like", input, dtype, requires_grad, tiles)
+
+
+def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
+    return _like(randn, "randn_like", input, dtype, requires_grad, tiles)
+
+__all__ = ["arange", "full", "full_like", "linspace", "ones", "ones_like", "rand", "rand_like", "randint", "randn",
+           "randn_like", "zeros", "zeros_like"]

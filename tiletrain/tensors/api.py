@@ -1,0 +1,389 @@
+"""tiletrain.Tensor: the user-facing tensor.
+
+The Tensor core (tiletrain/tensors/tensor.py: the C tensor and its tiles, geometry, data in
+and out, autograd's fields) with torch's methods and operators, each calling the tiletrain op
+of the same name.  It sits above the ops in the layer order (docs/architecture.md; the ops
+make tensors with the core's class) and registers itself with the core when imported, so
+that every tensor made from then on -- by the ops too -- is a tiletrain.Tensor."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import ops
+from ..ops.softmax import log_softmax, softmax
+from .cupy_interop import to_cupy
+from .tensor import TensorBase, as_dtype, bfloat16, float16, set_tensor_class
+
+
+def _operand(v) -> bool:
+    """A tensor or a real number: what the operators take (others get NotImplemented)."""
+    return isinstance(v, TensorBase) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+class Tensor(TensorBase):
+    """A tensor split into tiles; every tile is one StarPU data handle.
+
+    Operations submit tile tasks and return at once; ``.numpy()`` waits for the tasks
+    that write the tensor and gathers its tiles.  Methods and operators are torch's: each
+    calls the tiletrain function of the same name (``x.exp()`` is ``tiletrain.exp(x)``)."""
+
+    __slots__ = ()
+
+    # -- operators ------------------------------------------------------------------------
+    def __add__(self, other):
+        return ops.add(self, other) if _operand(other) else NotImplemented
+
+    def __radd__(self, other):
+        return ops.add(other, self) if _operand(other) else NotImplemented
+
+    def __sub__(self, other):
+        return ops.sub(self, other) if _operand(other) else NotImplemented
+
+    def __rsub__(self, other):
+        return ops.sub(other, self) if _operand(other) else NotImplemented
+
+    def __mul__(self, other):
+        return ops.mul(self, other) if _operand(other) else NotImplemented
+
+    def __rmul__(self, other):
+        return ops.mul(other, self) if _operand(other) else NotImplemented
+
+    def __truediv__(self, other):
+        return ops.div(self, other) if _operand(other) else NotImplemented
+
+    def __rtruediv__(self, other):
+        return ops.div(other, self) if _operand(other) else NotImplemented
+
+    def __pow__(self, other):
+        return ops.pow(self, other) if _operand(other) else NotImplemented
+
+    def __rpow__(self, other):
+        return ops.pow(other, self) if _operand(other) else NotImplemented
+
+    def __matmul__(self, other):
+        return ops.matmul(self, other) if isinstance(other, TensorBase) else NotImplemented
+
+    def __neg__(self):
+        return ops.neg(self)
+
+    def __abs__(self):
+        return ops.abs(self)
+
+    def __eq__(self, other):  # element-wise, as torch; hash stays identity
+        return ops.eq(self, other) if _operand(other) else NotImplemented
+
+    def __ne__(self, other):
+        return ops.ne(self, other) if _operand(other) else NotImplemented
+
+    def __lt__(self, other):
+        return ops.lt(self, other) if _operand(other) else NotImplemented
+
+    def __le__(self, other):
+        return ops.le(self, other) if _operand(other) else NotImplemented
+
+    def __gt__(self, other):
+        return ops.gt(self, other) if _operand(other) else NotImplemented
+
+    def __ge__(self, other):
+        return ops.ge(self, other) if _operand(other) else NotImplemented
+
+    __hash__ = TensorBase.__hash__
+
+    def __and__(self, other):  # bool tensors
+        return ops.logical_and(self, other) if isinstance(other, TensorBase) else NotImplemented
+
+    def __or__(self, other):
+        return ops.logical_or(self, other) if isinstance(other, TensorBase) else NotImplemented
+
+    def __xor__(self, other):
+        return ops.logical_xor(self, other) if isinstance(other, TensorBase) else NotImplemented
+
+    def __invert__(self):
+        return ops.logical_not(self)
+
+    def __getitem__(self, index):
+        return ops.getitem(self, index)
+
+    # -- autograd, dtype, copies ------------------------------------------------------------
+    def backward(self, gradient=None):
+        """Submit the backward pass from this tensor (no waiting)."""
+        ops.backward(self, gradient)
+
+    def astype(self, dtype):
+        return ops.astype(self, dtype)
+
+    def to(self, dtype):
+        """A cast to ``dtype`` (the tensor itself when it already has it)."""
+        return self if as_dtype(dtype) == self.dtype else ops.astype(self, dtype)
+
+    def float(self):
+        return self.to(np.float32)
+
+    def double(self):
+        return self.to(np.float64)
+
+    def half(self):
+        return self.to(float16)
+
+    def bfloat16(self):
+        return self.to(bfloat16)
+
+    def clone(self):
+        return ops.copy(self)
+
+    def to_cupy(self):
+        """The tensor as a new cupy array on the GPU (tiles acquired on the GPU's memory node;
+        needs cupy and a CUDA worker: tiletrain/tensors/cupy_interop.py)."""
+        return to_cupy(self)
+
+    def matmul(self, other):
+        return ops.matmul(self, other)
+
+    @property
+    def T(self):
+        return ops.permute(self, *reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return ops.transpose(self, -2, -1)
+
+    def expand_as(self, other):
+        return ops.expand(self, *other.shape)
+
+    def view_as(self, other):
+        return ops.reshape(self, other.shape)
+
+    reshape_as = view_as
+
+    # -- torch's methods that pass every argument on to the tiletrain function of the same name
+    # element-wise
+
+    def add(self, *args, **kwargs):
+        """tiletrain.add(self, ...)"""
+        return ops.add(self, *args, **kwargs)
+
+    def sub(self, *args, **kwargs):
+        """tiletrain.sub(self, ...)"""
+        return ops.sub(self, *args, **kwargs)
+
+    def mul(self, *args, **kwargs):
+        """tiletrain.mul(self, ...)"""
+        return ops.mul(self, *args, **kwargs)
+
+    def div(self, *args, **kwargs):
+        """tiletrain.div(self, ...)"""
+        return ops.div(self, *args, **kwargs)
+
+    def pow(self, *args, **kwargs):
+        """tiletrain.pow(self, ...)"""
+        return ops.pow(self, *args, **kwargs)
+
+    def maximum(self, *args, **kwargs):
+        """tiletrain.maximum(self, ...)"""
+        return ops.maximum(self, *args, **kwargs)
+
+    def minimum(self, *args, **kwargs):
+        """tiletrain.minimum(self, ...)"""
+        return ops.minimum(self, *args, **kwargs)
+
+    def neg(self, *args, **kwargs):
+        """tiletrain.neg(self, ...)"""
+        return ops.neg(self, *args, **kwargs)
+
+    def abs(self, *args, **kwargs):
+        """tiletrain.abs(self, ...)"""
+        return ops.abs(self, *args, **kwargs)
+
+    def exp(self, *args, **kwargs):
+        """tiletrain.exp(self, ...)"""
+        return ops.exp(self, *args, **kwargs)
+
+    def log(self, *args, **kwargs):
+        """tiletrain.log(self, ...)"""
+        return ops.log(self, *args, **kwargs)
+
+    def sqrt(self, *args, **kwargs):
+        """tiletrain.sqrt(self, ...)"""
+        return ops.sqrt(self, *args, **kwargs)
+
+    def rsqrt(self, *args, **kwargs):
+        """tiletrain.rsqrt(self, ...)"""
+        return ops.rsqrt(self, *args, **kwargs)
+
+    def sign(self, *args, **kwargs):
+        """tiletrain.sign(self, ...)"""
+        return ops.sign(self, *args, **kwargs)
+
+    def sin(self, *args, **kwargs):
+        """tiletrain.sin(self, ...)"""
+        return ops.sin(self, *args, **kwargs)
+
+    def cos(self, *args, **kwargs):
+        """tiletrain.cos(self, ...)"""
+        return ops.cos(self, *args, **kwargs)
+
+    def tanh(self, *args, **kwargs):
+        """tiletrain.tanh(self, ...)"""
+        return ops.tanh(self, *args, **kwargs)
+
+    def sigmoid(self, *args, **kwargs):
+        """tiletrain.sigmoid(self, ...)"""
+        return ops.sigmoid(self, *args, **kwargs)
+
+    def relu(self, *args, **kwargs):
+        """tiletrain.relu(self, ...)"""
+        return ops.relu(self, *args, **kwargs)
+
+    def reciprocal(self, *args, **kwargs):
+        """tiletrain.reciprocal(self, ...)"""
+        return ops.reciprocal(self, *args, **kwargs)
+
+    def clamp(self, *args, **kwargs):
+        """tiletrain.clamp(self, ...)"""
+        return ops.clamp(self, *args, **kwargs)
+
+    def clip(self, *args, **kwargs):
+        """tiletrain.clip(self, ...)"""
+        return ops.clip(self, *args, **kwargs)
+
+    def eq(self, *args, **kwargs):
+        """tiletrain.eq(self, ...)"""
+        return ops.eq(self, *args, **kwargs)
+
+    def ne(self, *args, **kwargs):
+        """tiletrain.ne(self, ...)"""
+        return ops.ne(self, *args, **kwargs)
+
+    def lt(self, *args, **kwargs):
+        """tiletrain.lt(self, ...)"""
+        return ops.lt(self, *args, **kwargs)
+
+    def le(self, *args, **kwargs):
+        """tiletrain.le(self, ...)"""
+        return ops.le(self, *args, **kwargs)
+
+    def gt(self, *args, **kwargs):
+        """tiletrain.gt(self, ...)"""
+        return ops.gt(self, *args, **kwargs)
+
+    def ge(self, *args, **kwargs):
+        """tiletrain.ge(self, ...)"""
+        return ops.ge(self, *args, **kwargs)
+
+    def where(self, *args, **kwargs):
+        """tiletrain.where(self, ...)"""
+        return ops.where(self, *args, **kwargs)
+
+    def masked_fill(self, *args, **kwargs):
+        """tiletrain.masked_fill(self, ...)"""
+        return ops.masked_fill(self, *args, **kwargs)
+
+    # reductions
+    def sum(self, *args, **kwargs):
+        """tiletrain.sum(self, ...)"""
+        return ops.sum(self, *args, **kwargs)
+
+    def mean(self, *args, **kwargs):
+        """tiletrain.mean(self, ...)"""
+        return ops.mean(self, *args, **kwargs)
+
+    def var(self, *args, **kwargs):
+        """tiletrain.var(self, ...)"""
+        return ops.var(self, *args, **kwargs)
+
+    def std(self, *args, **kwargs):
+        """tiletrain.std(self, ...)"""
+        return ops.std(self, *args, **kwargs)
+
+    def amax(self, *args, **kwargs):
+        """tiletrain.amax(self, ...)"""
+        return ops.amax(self, *args, **kwargs)
+
+    def amin(self, *args, **kwargs):
+        """tiletrain.amin(self, ...)"""
+        return ops.amin(self, *args, **kwargs)
+
+    def max(self, *args, **kwargs):
+        """tiletrain.max(self, ...)"""
+        return ops.max(self, *args, **kwargs)
+
+    def min(self, *args, **kwargs):
+        """tiletrain.min(self, ...)"""
+        return ops.min(self, *args, **kwargs)
+
+    def argmax(self, *args, **kwargs):
+        """tiletrain.argmax(self, ...)"""
+        return ops.argmax(self, *args, **kwargs)
+
+    def argmin(self, *args, **kwargs):
+        """tiletrain.argmin(self, ...)"""
+        return ops.argmin(self, *args, **kwargs)
+
+    def logsumexp(self, *args, **kwargs):
+        """tiletrain.logsumexp(self, ...)"""
+        return ops.logsumexp(self, *args, **kwargs)
+
+    def norm(self, *args, **kwargs):
+        """tiletrain.norm(self, ...)"""
+        return ops.norm(self, *args, **kwargs)
+
+    # softmax
+    def softmax(self, *args, **kwargs):
+        """tiletrain.softmax(self, ...)"""
+        return softmax(self, *args, **kwargs)
+
+    def log_softmax(self, *args, **kwargs):
+        """tiletrain.log_softmax(self, ...)"""
+        return log_softmax(self, *args, **kwargs)
+
+    # shape
+    def reshape(self, *args, **kwargs):
+        """tiletrain.reshape(self, ...)"""
+        return ops.reshape(self, *args, **kwargs)
+
+    def view(self, *args, **kwargs):
+        """tiletrain.view(self, ...)"""
+        return ops.view(self, *args, **kwargs)
+
+    def flatten(self, *args, **kwargs):
+        """tiletrain.flatten(self, ...)"""
+        return ops.flatten(self, *args, **kwargs)
+
+    def unsqueeze(self, *args, **kwargs):
+        """tiletrain.unsqueeze(self, ...)"""
+        return ops.unsqueeze(self, *args, **kwargs)
+
+    def squeeze(self, *args, **kwargs):
+        """tiletrain.squeeze(self, ...)"""
+        return ops.squeeze(self, *args, **kwargs)
+
+    def permute(self, *args, **kwargs):
+        """tiletrain.permute(self, ...)"""
+        return ops.permute(self, *args, **kwargs)
+
+    def transpose(self, *args, **kwargs):
+        """tiletrain.transpose(self, ...)"""
+        return ops.transpose(self, *args, **kwargs)
+
+    def t(self, *args, **kwargs):
+        """tiletrain.t(self, ...)"""
+        return ops.t(self, *args, **kwargs)
+
+    def expand(self, *args, **kwargs):
+        """tiletrain.expand(self, ...)"""
+        return ops.expand(self, *args, **kwargs)
+
+    def split(self, *args, **kwargs):
+        """tiletrain.split(self, ...)"""
+        return ops.split(self, *args, **kwargs)
+
+    def chunk(self, *args, **kwargs):
+        """tiletrain.chunk(self, ...)"""
+        return ops.chunk(self, *args, **kwargs)
+
+
+set_tensor_class(Tensor)
+
+__all__ = ["Tensor"]
