@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._ffi import lib
+from ..nn.causal_lm import CausalLM
 from ..ops import no_grad
 from ..ops.reduce import argmax
 from ..ops.attention import decode_attention
@@ -43,6 +44,8 @@ class KVCache:
     written (so decode attention reads them without re-tiling), filled in place.
     ``length``: the positions it holds; ``crop(n)`` drops the later ones without copying
     (the next write at position n overwrites them), as transformers' ``DynamicCache.crop``."""
+
+    recomputable = False  # an inference cache: blocks never recompute attention through it
 
     def __init__(self, n_layer: int, max_len: int, time_tile: int = 64):
         self.max_len, self.time_tile = int(max_len), int(time_tile)
@@ -167,7 +170,7 @@ class _Lane:
     def __init__(self, model, max_len: int, time_tile: int, slide: bool):
         self.model, self.slide = model, slide
         self.context = model.config.block_size
-        self.cache = KVCache(model.config.n_layer, min(max_len, self.context), time_tile)
+        self.cache = KVCache(len(model.blocks), min(max_len, self.context), time_tile)
         self.start = 0
         self.calls = 0
 
@@ -224,12 +227,10 @@ def _check_ids(input_ids) -> np.ndarray:
 
 
 def _check_model(model, what: str):
-    cfg = getattr(model, "config", None)
-    if not hasattr(model, "forward_cached") or not all(hasattr(cfg, a) for a in ("vocab_size", "block_size",
-                                                                                  "n_layer")):
-        raise TypeError(f"generate: {what} must be a tiletrain GPT or Llama (a model with forward_cached), got "
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"generate: {what} must be a tiletrain GPT or Llama (a tiletrain.nn.CausalLM), got "
                         f"{type(model).__name__}")
-    return cfg
+    return model.config
 
 
 def _eos_ids(eos_token_id, vocab: int) -> np.ndarray | None:
