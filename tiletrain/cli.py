@@ -251,7 +251,7 @@ def cmd_generate(args) -> int:
     from .inference.text import eos_ids, print_samples, sample_text
     from .nn.pretrained import CONFIG_NAME
     from .config import launcher_world_size
-    from .inference import DECODE_SCHED
+    from .inference import DECODE_SCHED, GenerationConfig
     from .train import load_model
     sched = args.sched
     if sched is None and launcher_world_size() <= 1 and not os.environ.get("STARPU_SCHED"):
@@ -267,8 +267,9 @@ def cmd_generate(args) -> int:
         if args.dist == "pipeline":
             from .inference.serving import cli_generate
             return cli_generate(model, tok, args, draft)
-        texts, stats = sample_text(model, tok, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
-                                   eos_ids(args.eos, tok), args.seed, args.batch, draft, args.num_draft_tokens)
+        gen = GenerationConfig.from_keywords(args.tokens, args.temperature, args.top_k, args.top_p,
+                                             eos_ids(args.eos, tok), args.num_draft_tokens)
+        texts, stats = sample_text(model, tok, args.prompt, gen, args.seed, args.batch, draft)
         n = stats.new_tokens * len(texts)
         rate = f"{n / stats.seconds:.1f}" if stats.seconds > 0 else "inf"
         accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "

@@ -613,8 +613,9 @@ def train(args: TrainArgs, out=None) -> TrainResult:
               file=out, flush=True)
         sample = None
         if args.sample_tokens > 0 and not stopped:
-            from .inference.text import sample_text
-            sample = sample_text(model, tok, "def ", args.sample_tokens, temperature=0.8, seed=args.seed)[0][0]
+            from .inference import GenerationConfig, sample_text
+            gen = GenerationConfig.from_keywords(args.sample_tokens, temperature=0.8)
+            sample = sample_text(model, tok, "def ", gen, seed=args.seed)[0][0]
             print("sample:\n" + sample, file=out, flush=True)
         return TrainResult(step, train_losses, val_losses, tps, fpt * tps / 1e9, stopped,
                            str(ckpt_path) if ckpt_path else None, sample, interrupted)

@@ -361,17 +361,20 @@ class CausalLM(Module):
         """What rebuilds this model (a checkpoint's metadata): its model_type and its config."""
         return {"model_type": self.model_type, "config": asdict(self.config)}
 
-    def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, eos_token_id=None, seed: int | None = None, draft=None,
-                 num_draft_tokens: int = 4):
+    def generate(self, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, eos_token_id=None, seed: int | None = None,
+                 draft=None, num_draft_tokens: int = 4, generation_config=None):
         """``input_ids`` (B, T) extended by ``max_new_tokens`` sampled tokens (greedy when
         temperature == 0; top_k, then top_p filtering), an int64 array (B, T + new) with the
         prompt, as transformers' generate; rows stop at ``eos_token_id`` (then padded with it;
         the output is shorter when every row stopped early); ``draft``: speculative decoding
-        with that model proposing ``num_draft_tokens`` per round.  With a key/value cache
-        (tiletrain.inference.generate, which also returns statistics)."""
+        with that model proposing ``num_draft_tokens`` per round; ``generation_config``: a
+        tiletrain.inference.GenerationConfig instead of the sampling keywords.  With a
+        key/value cache (tiletrain.inference.generate, which also returns statistics)."""
         # the one call from a model up into tiletrain.inference (above nn in the import
         # order): the model's convenience method, so the import is deferred to the call
         from ..inference import generate
         return generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                        eos_token_id=eos_token_id, seed=seed, draft=draft, num_draft_tokens=num_draft_tokens)
+                        eos_token_id=eos_token_id, seed=seed, draft=draft, num_draft_tokens=num_draft_tokens,
+                        generation_config=generation_config)
+
