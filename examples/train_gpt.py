@@ -9,7 +9,7 @@ from tiletrain import checkpoint
 from tiletrain.data import ByteTokenizer, load_corpus
 from tiletrain.nn import GPT, GPTConfig, Tiling
 from tiletrain.optim import AdamW, clip_grad_norm_, cosine_with_warmup
-from tiletrain.inference.text import sample_text
+from tiletrain.inference import GenerationConfig, sample_text
 
 B, T, STEPS = 8, 64, 60
 tok = ByteTokenizer()
@@ -43,4 +43,5 @@ with tt.init():                                   # StarPU on every core
                     {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"},
                     {"config": vars(config)})
     model.save_pretrained("runs/example-hf")      # a Hugging Face folder (transformers loads it)
-    print(sample_text(model, tok, "def ", 80, temperature=0.8)[0][0])  # past the context: a sliding window
+    sampling = GenerationConfig(max_new_tokens=80, do_sample=True, temperature=0.8, top_k=None)  # transformers' names
+    print(sample_text(model, tok, "def ", sampling)[0][0])  # past the context: a sliding window

@@ -9,7 +9,7 @@ import tiletrain as tt
 from tiletrain.data import ByteTokenizer, load_corpus
 from tiletrain.nn import Llama, LlamaConfig, Tiling
 from tiletrain.optim import AdamW, clip_grad_norm_, cosine_with_warmup
-from tiletrain.inference.text import sample_text
+from tiletrain.inference import GenerationConfig, sample_text
 
 B, T, STEPS = 8, 64, 40
 tok = ByteTokenizer()
@@ -42,4 +42,5 @@ with tt.init():                                   # StarPU on every core
     # Hugging Face LlamaForCausalLM names and config: transformers loads these unchanged
     weights, hf_config = model.state_dict(), model.hf_config()
     print(f"{len(weights)} tensors, e.g. {next(iter(weights))}; model_type {hf_config['model_type']}")
-    print(sample_text(model, tok, "def ", 80, temperature=0.8)[0][0])  # past the context: a sliding window
+    sampling = GenerationConfig(max_new_tokens=80, do_sample=True, temperature=0.8, top_k=None)  # transformers' names
+    print(sample_text(model, tok, "def ", sampling)[0][0])  # past the context: a sliding window

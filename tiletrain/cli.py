@@ -2,11 +2,27 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+import tiletrain as tt
+
+from ._ffi import cstr, lib
+from .config import launcher_world_size
+from .experiments.cli import add_subcommands
+from .experiments.pipeline import gpt_schedule_run
+from .inference import DECODE_SCHED, GenerationConfig
+from .inference.serving import cli_generate
+from .inference.text import eos_ids, print_samples, sample_text
+from .nn.pretrained import CONFIG_NAME, load_model
+from .pipeline.cli import add_subcommands as add_schedule_subcommands
+from .tensors.tensor import DTYPES
+from .train import TrainArgs, add_arguments, check_option, train
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -15,7 +31,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if ("default" in text or action.default is None or action.default is False
+        if ("default" in text or action.default is None or action.nargs == 0  # a flag (store_true/false)
                 or action.default == argparse.SUPPRESS or not action.option_strings):
             return text
         return f"{text} (default: %(default)r)" if isinstance(action.default, str) else f"{text} (default: %(default)s)"
@@ -41,10 +57,6 @@ INFO_FIELDS = ("starpu_version", "starpu_source", "starpu_prefix", "starpu_maxcp
 
 
 def cmd_info(args) -> int:
-    import json
-
-    import tiletrain as tt
-
     with tt.init(ncpu=args.ncpu, sched=args.sched, nopencl=args.nopencl, ncuda=args.ncuda) as rt:
         info = rt.info()
         if args.json:
@@ -67,10 +79,8 @@ def cmd_info(args) -> int:
         print(f"workers        {len(info['workers'])}")
         for w in info["workers"]:
             print(f"  {w.id:3d}  {w.kind:6s}  node {w.memory_node}  {w.name}")
-        from ._ffi import cstr, lib
         names = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
         print(f"kernels        {len(names)}: {' '.join(names)}")
-        from .tensors.tensor import DTYPES
         half = sum(1 << code for dt, code in DTYPES.items() if dt.itemsize == 2)
         names_half = [n for k, n in enumerate(names) if lib.tt_kernel_dtypes(k) & half]
         print(f"float16/bfloat16 kernels {len(names_half)}: {' '.join(names_half)}")
@@ -79,8 +89,6 @@ def cmd_info(args) -> int:
 
 def cmd_demo(args) -> int:
     """A short run that proves the runtime works: tiled ops checked against NumPy."""
-    import tiletrain as tt
-
     n, tile = args.size, args.tile
     rng = np.random.default_rng(0)
     print(f"[1/4] starting StarPU (ncpu={args.ncpu or 'default'}, sched={args.sched or 'default'})", flush=True)
@@ -112,95 +120,15 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
-def _tiles(text: str) -> tuple[int, int, int]:
-    try:
-        parts = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"tiles must be B,T,C integers, got {text!r}") from None
-    if len(parts) != 3 or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"tiles must be three positive integers B,T,C, got {text!r}")
-    return parts
-
-
 def _add_train(sub) -> None:
-    from .train import ARCHS, MODEL_FLAGS, TrainArgs
-    d = TrainArgs()
     p = sub.add_parser("train", help="train a model on a text corpus (default: a GPT-2 on the Python standard "
                        "library), from scratch or fine-tuning a Hugging Face folder")
-    g = p.add_argument_group("model")
-    g.add_argument("--arch", default=d.arch, choices=list(ARCHS),
-                   help="architecture to train from scratch, sized by the flags below")
-    for name, (kind, text) in MODEL_FLAGS.items():  # each architecture's size flags
-        users = "/".join(a for a, arch in ARCHS.items() if name in arch.sizes)
-        g.add_argument(f"--{name.replace('_', '-')}", type=kind, default=getattr(d, name), help=f"{text} ({users})")
-    g.add_argument("--block-size", type=int, default=None, help="context length (default: --seq-len)")
-    g.add_argument("--init-from", default=None, metavar="HF_FOLDER",
-                   help="fine-tune the model of a Hugging Face folder (config.json + safetensors): its config "
-                        "replaces --arch and the size flags, its tokenizer.json (if any) is the tokenizer")
-    g.add_argument("--recompute", default=d.recompute, choices=["none", "block", "attention"],
-                   help="activation recomputation: keep only each transformer block's input (block) or "
-                        "recompute the attention branch (attention) in backward: less memory, more time")
-    g = p.add_argument_group("data")
-    g.add_argument("--data", nargs="+", default=[], metavar="FILE",
-                   help="UTF-8 text files (default: the Python standard library's sources)")
-    g.add_argument("--tokenizer", default=None, metavar="PATH",
-                   help="a Hugging Face tokenizer.json (or a folder holding one) to tokenise --data with; the "
-                        "tokenised corpus is cached in $TILETRAIN_CACHE (default: bytes, or --init-from's)")
-    g.add_argument("--max-bytes", type=int, default=d.max_bytes, help="read at most this much text")
-    g.add_argument("--val-fraction", type=float, default=d.val_fraction, help="share of the tokens held out for "
-                   "validation (the end of the corpus)")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--batch", type=int, default=d.batch, help="sequences per micro-batch")
-    g.add_argument("--micro-batches", type=int, default=d.micro_batches, help="micro-batches per step")
-    g.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per training sequence")
-    g.add_argument("--steps", type=int, default=d.steps, help="total steps (the schedule spans them)")
-    g.add_argument("--stop-after", type=int, default=None,
-                   help="stop after this many steps in this run, with a checkpoint (continue with --resume)")
-    g.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, in (0, 1]")
-    g.add_argument("--min-lr", type=float, default=d.min_lr, help="final learning rate, in [0, --lr]")
-    g.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps (>= 0)")
-    g.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
-    g.add_argument("--grad-clip", type=float, default=d.grad_clip,
-                   help="clip the gradient norm to this (>= 0; 0 disables clipping)")
-    g = p.add_argument_group("runtime")
-    g.add_argument("--tiles", type=_tiles, default=None, help="tile sizes B,T,C (default: chosen from the model)")
-    _runtime_args(g)
-    g.add_argument("--mem-limit", default=None, metavar="SIZE",
-                   help="cap StarPU's CPU memory, e.g. 2G or 512M (docs/howto/memory-budget.md)")
-    g.add_argument("--ooc-dir", default=None, metavar="DIR",
-                   help="with --mem-limit: a directory for a disk memory node receiving the tiles evicted "
-                        "under the limit (out-of-core training)")
-    g.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"], help="parameter and activation dtype")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed of the initial weights, batches and dropout")
-    g.add_argument("--dist", default=d.dist, choices=["single", "pipeline", "data", "pipeline+data"],
-                   help="under mpirun: single (all on rank 0), pipeline (layers split over the ranks as "
-                        "stages), data (each batch split over the ranks, gradients reduced) or "
-                        "pipeline+data (--stages stages x the rest as replicas); see "
-                        "docs/distributed.md")
-    g.add_argument("--stages", type=int, default=None,
-                   help="--dist pipeline+data: number of pipeline stages (default 2; the world size "
-                        "must be a multiple)")
-    g = p.add_argument_group("checkpoints and output")
-    g.add_argument("--ckpt-dir", default=None, help="write checkpoint.safetensors here (default: no checkpoint)")
-    how = g.add_mutually_exclusive_group()
-    how.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
-    how.add_argument("--overwrite", action="store_true",
-                     help="replace the checkpoint in --ckpt-dir (without --resume or --overwrite an existing one "
-                          "is refused)")
-    g.add_argument("--eval-every", type=int, default=d.eval_every,
-                   help="validate (and checkpoint) every N steps (0: never, a checkpoint at the end)")
-    g.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
-    g.add_argument("--sample-tokens", type=int, default=d.sample_tokens, help="tokens to sample at the end")
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_arguments(p)  # from TrainArgs' fields (tiletrain/train/args.py)
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args) -> int:
-    import dataclasses
-    from .train import TrainArgs, train
-    names = {f.name for f in dataclasses.fields(TrainArgs)} - {"progress"}
-    targs = TrainArgs(**{k: v for k, v in vars(args).items() if k in names}, progress=not args.no_progress)
-    res = train(targs)
+    res = train(TrainArgs.from_namespace(args))
     return 130 if res.interrupted else 0  # --stop-after is a normal end; Ctrl-C keeps the shell's code
 
 
@@ -245,19 +173,19 @@ def _add_generate(sub) -> None:
     p.set_defaults(func=cmd_generate)
 
 
+def _start(ncpu, sched=None) -> None:
+    """Start the runtime unless one is running (a model, a draft and export need it)."""
+    if not tt.is_initialized():
+        tt.init(ncpu=ncpu, sched=sched)
+
+
 def cmd_generate(args) -> int:
-    import tiletrain as tt
-    from pathlib import Path
-    from .inference.text import eos_ids, print_samples, sample_text
-    from .nn.pretrained import CONFIG_NAME
-    from .config import launcher_world_size
-    from .inference import DECODE_SCHED
-    from .train import load_model
     sched = args.sched
     if sched is None and launcher_world_size() <= 1 and not os.environ.get("STARPU_SCHED"):
         sched = DECODE_SCHED
-    model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer, ncpu=args.ncpu, sched=sched)
+    _start(args.ncpu, sched)
     try:
+        model, tok, _ = load_model(args.ckpt_dir, args.model, tokenizer=args.tokenizer)
         if args.dist != "pipeline" and args.streams > 1:
             raise ValueError("--streams needs --dist pipeline (request streams are pipeline serving)")
         draft = None
@@ -265,10 +193,10 @@ def cmd_generate(args) -> int:
             hf = (Path(args.draft) / CONFIG_NAME).is_file()
             draft = load_model(None if hf else args.draft, args.draft if hf else None, tokenizer=args.tokenizer)[0]
         if args.dist == "pipeline":
-            from .inference.serving import cli_generate
             return cli_generate(model, tok, args, draft)
-        texts, stats = sample_text(model, tok, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
-                                   eos_ids(args.eos, tok), args.seed, args.batch, draft, args.num_draft_tokens)
+        gen = GenerationConfig.from_keywords(args.tokens, args.temperature, args.top_k, args.top_p,
+                                             eos_ids(args.eos, tok), args.num_draft_tokens)
+        texts, stats = sample_text(model, tok, args.prompt, gen, args.seed, args.batch, draft)
         n = stats.new_tokens * len(texts)
         rate = f"{n / stats.seconds:.1f}" if stats.seconds > 0 else "inf"
         accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
@@ -292,15 +220,12 @@ def _add_export(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    import tiletrain as tt
-    from pathlib import Path
-    from .nn.pretrained import CONFIG_NAME
-    from .train import load_model
     out = Path(args.out)
     if (out / CONFIG_NAME).exists() and not args.overwrite:
         raise ValueError(f"--out {out} already holds a model ({out / CONFIG_NAME}); pass --overwrite to replace it")
-    model, tok, meta = load_model(args.ckpt_dir, ncpu=args.ncpu)
+    _start(args.ncpu)
     try:
+        model, tok, meta = load_model(args.ckpt_dir)
         model.save_pretrained(out, tokenizer=tok)
     finally:
         tt.shutdown()
@@ -327,11 +252,9 @@ def build_parser() -> ArgumentParser:
     _add_train(sub)
     _add_generate(sub)
     _add_export(sub)
-    from .experiments.cli import add_subcommands  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)
-    add_subcommands(sub, _runtime_args)
-    # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py)
-    from .experiments.pipeline import gpt_schedule_run  # `schedule run --gpt`: a model is above pipeline/
-    from .pipeline.cli import add_subcommands as add_schedule_subcommands
+    add_subcommands(sub, _runtime_args)  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)
+    # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py); `schedule run
+    # --gpt` runs a model (tiletrain/experiments/pipeline.py: a model is above pipeline/)
     add_schedule_subcommands(sub, gpt_runner=gpt_schedule_run)
     return parser
 
@@ -369,7 +292,6 @@ def check_options(args) -> None:
     before any work (ValueError naming the option)."""
     if args.command == "train":
         return  # TrainArgs.validate, called by train(), is the one place for train's options
-    from .train import check_option
     for name, limits in OPTION_LIMITS.items():
         values = getattr(args, name, None)
         for v in values if isinstance(values, list) else [values]:

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .distribution import SingleRank, world_size
+from .nn.causal_lm import CausalLM
 
 __all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
            "replica", "shard_backward", "shards", "using"]
@@ -252,16 +253,13 @@ def microbatch(k: int):
             yield
 
 
-def model_parts(model) -> tuple[tuple, tuple, tuple]:
-    """(modules before the blocks, the blocks, modules after) of a GPT or a Llama: the units
-    a pipeline places (the embeddings first, the final norm and head last)."""
-    if hasattr(model, "transformer"):      # GPT
-        tr = model.transformer
-        return (tr.wte, tr.wpe, tr.drop), tuple(tr.h), (tr.ln_f, model.lm_head)
-    if hasattr(model, "model") and hasattr(model.model, "layers"):   # Llama
-        m = model.model
-        return (m.embed_tokens,), tuple(m.layers), (m.norm, model.lm_head)
-    raise TypeError(f"pipeline placement: expected a GPT or a Llama, got {type(model).__name__}")
+def model_parts(model: CausalLM) -> tuple[tuple, tuple, tuple]:
+    """(modules before the blocks, the blocks, modules after) of a model: the units a
+    pipeline places (the embeddings first, the final norm and head last; CausalLM.parts)."""
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"pipeline placement: expected a tiletrain.nn.CausalLM (a GPT, a Llama, ...), got "
+                        f"{type(model).__name__}")
+    return model.parts()
 
 
 def blocks_of_stage(v: int, n_layer: int, n_stages: int) -> range:

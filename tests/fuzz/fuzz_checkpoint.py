@@ -1,5 +1,5 @@
-"""Fuzz target: checkpoint directories (tiletrain.checkpoint.load, tiletrain.train.find_checkpoint
-and what ``tiletrain generate --ckpt-dir`` reads: tiletrain.train.load_model).
+"""Fuzz target: checkpoint directories (tiletrain.checkpoint.load, tiletrain.nn.pretrained.find_checkpoint
+and what ``tiletrain generate --ckpt-dir`` reads: tiletrain.nn.pretrained.load_model).
 
 Input: the first byte's bit 0 picks what the rest is: 0 -> the whole checkpoint file; 1 ->
 the text of its "metadata" entry (the JSON of config, train_args, tokenizer, step, ...),
@@ -25,7 +25,7 @@ from _harness import instrumented, main, mode, refused, scratch
 with instrumented(__name__):
     from tiletrain import checkpoint as ck
     from tiletrain import train
-    from tiletrain.nn import GPTConfig
+    from tiletrain.nn import GPTConfig, Tiling, pretrained
     from tiletrain.nn.llama import LlamaConfig
     from tiletrain.nn.pretrained import model_class
 
@@ -51,13 +51,13 @@ class _Model:
             v.shape, v.dtype
 
 
-def _config_only(args, model_type, cfg):
-    """train.build_model without the model: its class, config, tiling and dtype."""
+def _config_only(model_type, cfg, tiling=None, dtype=np.float32, seed=0):
+    """pretrained.build_model without the model: its class and config (the tiling and dtype
+    are made by load_model)."""
     cls = model_class(model_type)
-    config = cls.config_class(**train.run_options(args, cls, cfg))
-    train.make_tiling(args, config)
-    np.dtype(args.dtype)
-    return _Model(config)
+    assert isinstance(tiling, Tiling)
+    np.dtype(dtype)
+    return _Model(cls.config_class(**cfg))
 
 
 def _checkpoint_with_metadata(path: Path, text: str) -> None:
@@ -76,12 +76,12 @@ def check(data: bytes) -> None:
         (d / "other.safetensors").write_bytes(b"")
     if m & 8:
         (d / "config.json").write_text("{}")
-    path, _ = refused(ck.CheckpointError, train.find_checkpoint, d)
+    path, _ = refused(ck.CheckpointError, pretrained.find_checkpoint, d)
     if path is None:
         return
     refused(ck.CheckpointError, ck.load, path, train.RESUME_KEYS)  # what --resume reads (every tensor)
-    with mock.patch.multiple(train, _start=lambda *a, **k: False, build_model=_config_only):
-        refused(CLI_BAD_INPUT, train.load_model, ckpt_dir=d)
+    with mock.patch.object(pretrained, "build_model", _config_only):  # (no runtime: load_model needs one)
+        refused(CLI_BAD_INPUT, pretrained.load_model, ckpt_dir=d)
 
 
 def seeds() -> dict[str, bytes]:

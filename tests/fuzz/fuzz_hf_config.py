@@ -1,5 +1,5 @@
 """Fuzz target: config.json of a Hugging Face folder (tiletrain.nn.pretrained.read_hf_config,
-model_class, and the model classes' config_from_hf: GPT-2 in tiletrain/nn/hf.py, Llama).
+model_class, and the model classes' config_from_hf: GPT-2 in tiletrain/nn/gpt.py, Llama).
 
 Input: the file's bytes.  Contract: ValueError naming the problem, or a model config (GPTConfig
 or LlamaConfig) whose sizes are positive ints: what from_pretrained builds the model from."""
@@ -10,7 +10,7 @@ import json
 from _harness import as_file, instrumented, main, refused
 
 with instrumented(__name__):
-    from tiletrain.nn import GPTConfig, hf
+    from tiletrain.nn.gpt import GPTConfig, hf_config as gpt2_hf_config
     from tiletrain.nn.llama import LlamaConfig, hf_config_dict
     from tiletrain.nn.pretrained import CONFIG_NAME, model_class, read_hf_config
 
@@ -39,7 +39,7 @@ def seeds() -> dict[str, bytes]:
     llama = LlamaConfig(vocab_size=300, hidden_size=16, intermediate_size=48, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
     return {name: (json.dumps(c, indent=2, sort_keys=True) + "\n").encode()  # as save_pretrained writes them
-            for name, c in (("gpt2", hf.hf_config(gpt)), ("llama", hf_config_dict(llama)))}
+            for name, c in (("gpt2", gpt2_hf_config(gpt)), ("llama", hf_config_dict(llama)))}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Fuzz target: the sharded index of a Hugging Face folder, model.safetensors.index.json
 (tiletrain.nn.pretrained.stored_safetensors and read_safetensors, which read the shards it
-lists, and _remove_shards, which save_pretrained uses to delete an earlier save's shards).
+lists, and tiletrain.nn.hf._remove_shards, which save_pretrained uses to delete an earlier save's
+shards).
 
 Input: the index's bytes, in a folder holding two valid shards (and config.json, tokenizer.json),
 next to a .safetensors file outside the folder (its absolute path replaces "@OUTSIDE@").
@@ -19,7 +20,7 @@ from _harness import instrumented, main, refused, scratch
 
 with instrumented(__name__):
     from tiletrain import checkpoint as ck
-    from tiletrain.nn import pretrained
+    from tiletrain.nn import hf, pretrained
 
 ALLOWED = (ValueError, FileNotFoundError)
 SHARDS = {"model-00001-of-00002.safetensors": {"a.weight": np.ones((2, 3), np.float32)},
@@ -58,7 +59,7 @@ def check(data: bytes) -> None:
         outside = [v.path for v in stored.values() if v.path.resolve().parent != folder.resolve()]
         assert not outside, f"read a shard outside the folder: {outside}"
         refused(ALLOWED, pretrained.read_safetensors, folder)
-    pretrained._remove_shards(folder)
+    hf._remove_shards(folder)
     left = {p.name for p in folder.iterdir()}
     assert set(KEEP) <= left and (root / "outside.safetensors").exists(), left
     assert pretrained.INDEX_NAME not in left, left

@@ -208,3 +208,38 @@ def test_greedy_submitted_ahead_equals_the_step_by_step_loop(kind, monkeypatch):
     out = both(max_new_tokens=12, temperature=0, eos_token_id=ends)
     assert out.shape[1] < 17
     assert both(max_new_tokens=0, temperature=0).shape == (3, 5)
+
+
+def test_generation_config_has_transformers_names_and_defaults():
+    """Every GenerationConfig field is transformers.GenerationConfig's, with the value its
+    generate uses when the field is unset."""
+    import dataclasses
+
+    import transformers
+    from tiletrain.inference import GenerationConfig
+    theirs, applied = transformers.GenerationConfig(), transformers.GenerationConfig._get_default_generation_params()
+    for f in dataclasses.fields(GenerationConfig):
+        assert hasattr(theirs, f.name), f.name
+        assert getattr(GenerationConfig(), f.name) == applied.get(f.name, getattr(theirs, f.name)), f.name
+
+
+def test_generation_config_carries_the_options():
+    """generate(generation_config=...) samples as the keywords do; max_length counts the
+    prompt; pad_token_id pads ended rows; options given both ways are refused."""
+    from tiletrain.inference import GenerationConfig
+    m = _model(Tiling(time=4, width=8))
+    prompt = np.random.default_rng(5).integers(0, 50, (2, 4))
+    sampled = GenerationConfig(max_new_tokens=6, do_sample=True, temperature=0.8, top_k=10, top_p=0.9)
+    np.testing.assert_array_equal(generate_cached(m, prompt, generation_config=sampled, seed=7),
+                                  generate_cached(m, prompt, 6, temperature=0.8, top_k=10, top_p=0.9, seed=7))
+    np.testing.assert_array_equal(m.generate(prompt, generation_config=GenerationConfig(max_length=9)),
+                                  m.generate(prompt, 5, temperature=0))
+    free = m.generate(prompt, 8, temperature=0)
+    eos = int(free[0, 4])  # row 0's first new token ends it
+    padded = m.generate(prompt, generation_config=GenerationConfig(max_new_tokens=8, eos_token_id=eos,
+                                                                   pad_token_id=49))
+    assert padded[0, 4] == eos and padded.shape[1] > 5 and (padded[0, 5:] == 49).all()
+    with pytest.raises(ValueError, match="pass temperature in generation_config or as keywords, not both"):
+        m.generate(prompt, 3, temperature=0.5, generation_config=GenerationConfig())
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0 with do_sample"):
+        m.generate(prompt, generation_config=GenerationConfig(do_sample=True, temperature=0.0))

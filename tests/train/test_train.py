@@ -118,3 +118,19 @@ def test_ctrl_c_writes_a_checkpoint_and_stops(corpus, tmp_path):
     arrays, meta = ck.load(ckd / ck.CHECKPOINT_NAME)
     assert meta["step"] >= 1 and "transformer.wte.weight" in arrays
     assert os.listdir(ckd) == [ck.CHECKPOINT_NAME]
+
+
+def test_memory_limit_mb_is_a_deprecated_alias_of_mem_limit():
+    """One memory setting: mem_limit (--mem-limit); memory_limit_mb (--memory-limit-mb, MiB,
+    the runtime's RuntimeConfig name) still works, with a DeprecationWarning."""
+    from tiletrain.cli import build_parser
+    with pytest.warns(DeprecationWarning, match="use mem_limit"):
+        args = TrainArgs(memory_limit_mb=64)
+    assert args.mem_limit == "64M" and args.memory_limit_mb is None
+    with pytest.warns(DeprecationWarning):
+        assert TrainArgs(memory_limit_mb=64, mem_limit="64M").mem_limit == "64M"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="disagree"):
+        TrainArgs(memory_limit_mb=64, mem_limit="1G")
+    ns = build_parser().parse_args(["train", "--memory-limit-mb", "128"])
+    with pytest.warns(DeprecationWarning):
+        assert TrainArgs.from_namespace(ns).mem_limit == "128M"

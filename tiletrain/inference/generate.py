@@ -1,13 +1,14 @@
-"""Generation with a key/value cache (GPT and Llama): the prompt runs once (prefill) and each
-new token runs one position through the model, attending to the cached keys and values of
-the tokens before it (``tiletrain.ops.attention.decode_attention``) instead of recomputing
-the whole context.  A model provides ``forward_cached(ids, cache, pos, last)`` (the logits of
-the last ``last`` positions only); its attention layers call ``cache.attend``.  Greedy output
-equals the uncached loop token for token.
+"""Generation with a key/value cache (any tiletrain.nn.CausalLM): the prompt runs once
+(prefill) and each new token runs one position through the model, attending to the cached
+keys and values of the tokens before it (``tiletrain.ops.attention.decode_attention``) instead
+of recomputing the whole context.  The model contract gives ``forward_cached(ids, cache, pos,
+last)`` (the logits of the last ``last`` positions only); its attention layers call
+``cache.attend``.  Greedy output equals the uncached loop token for token.
 
-Sampling follows transformers' generate: temperature, then top-k, then top-p (nucleus)
-filtering; ``eos_token_id`` ends a row, which then emits the pad token (the first eos id, as
-transformers does when pad_token_id is unset) until every row has ended.
+The options travel as one ``GenerationConfig`` (transformers' names and defaults for what
+tiletrain supports).  Sampling follows transformers' generate: temperature, then top-k, then
+top-p (nucleus) filtering; ``eos_token_id`` ends a row, which then emits ``pad_token_id``
+(the first eos id when it is unset, as transformers does) until every row has ended.
 
 Speculative decoding (``draft=``): a smaller model with the same vocabulary proposes k
 tokens one at a time (its own cache), the model scores them in one forward over k + 1
@@ -25,11 +26,12 @@ from __future__ import annotations
 
 import numbers
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .._ffi import lib
+from ..nn.causal_lm import CausalLM
 from ..ops import no_grad
 from ..ops.reduce import argmax
 from ..ops.attention import decode_attention
@@ -43,6 +45,8 @@ class KVCache:
     written (so decode attention reads them without re-tiling), filled in place.
     ``length``: the positions it holds; ``crop(n)`` drops the later ones without copying
     (the next write at position n overwrites them), as transformers' ``DynamicCache.crop``."""
+
+    recomputable = False  # an inference cache: blocks never recompute attention through it
 
     def __init__(self, n_layer: int, max_len: int, time_tile: int = 64):
         self.max_len, self.time_tile = int(max_len), int(time_tile)
@@ -139,6 +143,77 @@ def _sample(p: np.ndarray, rngs) -> np.ndarray:
     return np.array([rng.choice(p.shape[-1], p=row / row.sum()) for row, rng in zip(p, rngs)], dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class GenerationConfig:
+    """The generation options tiletrain supports, under ``transformers.GenerationConfig``'s
+    names and with the values transformers' generate uses when they are unset (its
+    ``_get_default_generation_params``): greedy unless ``do_sample``; sampling divides the
+    logits by ``temperature`` and keeps the ``top_k`` likeliest tokens, then the likeliest
+    whose probability reaches ``top_p`` (None: no filter); ``max_new_tokens`` new tokens (None:
+    up to ``max_length`` tokens in all, the prompt included); a row that emits an
+    ``eos_token_id`` (an id or a list) then emits ``pad_token_id`` (None: the first eos id);
+    speculative decoding drafts ``num_assistant_tokens`` per round (transformers'
+    assisted generation, whose draft model is generate's ``draft`` argument here)."""
+
+    max_new_tokens: int | None = None
+    max_length: int = 20
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = 50
+    top_p: float | None = 1.0
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    num_assistant_tokens: int = 20
+
+    @classmethod
+    def from_keywords(cls, max_new_tokens=None, temperature=1.0, top_k=None, top_p=None, eos_token_id=None,
+                      num_draft_tokens=4, **fields) -> "GenerationConfig":
+        """tiletrain's keyword convention (``generate``'s arguments, `tiletrain generate`'s flags):
+        temperature 0 is greedy, top_k / top_p None filter nothing, ``num_draft_tokens`` per
+        speculative round."""
+        if not isinstance(temperature, numbers.Real) or not temperature >= 0 or temperature == float("inf"):
+            raise ValueError(f"generate: temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+        sample = temperature > 0
+        return cls(max_new_tokens=max_new_tokens, do_sample=sample, temperature=temperature if sample else 1.0,
+                   top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, num_assistant_tokens=num_draft_tokens,
+                   **fields)
+
+    def validate(self) -> None:
+        """ValueError naming the option unless every value is one generate takes."""
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, numbers.Integral)
+                                                or self.max_new_tokens < 0):
+            raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {self.max_new_tokens!r}")
+        if not isinstance(self.max_length, numbers.Integral) or self.max_length < 0:
+            raise ValueError(f"generate: max_length must be an int >= 0, got {self.max_length!r}")
+        t = self.temperature
+        if self.do_sample and (not isinstance(t, numbers.Real) or not t > 0 or t == float("inf")):
+            raise ValueError(f"generate: temperature must be a finite number > 0 with do_sample, got {t!r}")
+        if self.top_k is not None and (not isinstance(self.top_k, numbers.Integral) or self.top_k < 1):
+            raise ValueError(f"generate: top_k must be an int >= 1 or None, got {self.top_k!r}")
+        if self.top_p is not None and (not isinstance(self.top_p, numbers.Real) or not 0 < self.top_p <= 1):
+            raise ValueError(f"generate: top_p must be in (0, 1] or None, got {self.top_p!r}")
+        if not isinstance(self.num_assistant_tokens, numbers.Integral) or self.num_assistant_tokens < 1:
+            raise ValueError(f"generate: num_draft_tokens must be an int >= 1, got {self.num_assistant_tokens!r} "
+                             "(GenerationConfig.num_assistant_tokens)")
+
+    def new_tokens(self, prompt_len: int) -> int:
+        """How many tokens to generate after a prompt of prompt_len tokens."""
+        if self.max_new_tokens is not None:
+            return int(self.max_new_tokens)
+        return max(int(self.max_length) - prompt_len, 0)
+
+    def logits_to_probs(self, logits: np.ndarray) -> np.ndarray:
+        """The next-token distribution of logits (..., vocab) (see sampling_probs)."""
+        return sampling_probs(logits, self.temperature if self.do_sample else 0, self.top_k, self.top_p)
+
+    def ends(self) -> tuple[np.ndarray | None, int]:
+        """(the eos ids as an array or None, the pad token rows emit after theirs)."""
+        if self.eos_token_id is None:
+            return None, 0 if self.pad_token_id is None else int(self.pad_token_id)
+        eos = np.atleast_1d(np.asarray(self.eos_token_id, dtype=np.int64))
+        return eos, int(eos[0] if self.pad_token_id is None else self.pad_token_id)
+
+
 @dataclass
 class GenerationStats:
     """What one ``generate(..., return_stats=True)`` did.  ``accepted``: per speculative
@@ -167,7 +242,7 @@ class _Lane:
     def __init__(self, model, max_len: int, time_tile: int, slide: bool):
         self.model, self.slide = model, slide
         self.context = model.config.block_size
-        self.cache = KVCache(model.config.n_layer, min(max_len, self.context), time_tile)
+        self.cache = KVCache(len(model.blocks), min(max_len, self.context), time_tile)
         self.start = 0
         self.calls = 0
 
@@ -224,46 +299,50 @@ def _check_ids(input_ids) -> np.ndarray:
 
 
 def _check_model(model, what: str):
-    cfg = getattr(model, "config", None)
-    if not hasattr(model, "forward_cached") or not all(hasattr(cfg, a) for a in ("vocab_size", "block_size",
-                                                                                  "n_layer")):
-        raise TypeError(f"generate: {what} must be a tiletrain GPT or Llama (a model with forward_cached), got "
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"generate: {what} must be a tiletrain GPT or Llama (a tiletrain.nn.CausalLM), got "
                         f"{type(model).__name__}")
-    return cfg
+    return model.config
 
 
-def _eos_ids(eos_token_id, vocab: int) -> np.ndarray | None:
+def _eos_ids(eos_token_id, vocab: int) -> None:
     if eos_token_id is None:
-        return None
+        return
     ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else eos_token_id
     if (not isinstance(ids, (list, tuple, np.ndarray)) or len(ids) == 0
             or not all(isinstance(i, numbers.Integral) and 0 <= i < vocab for i in ids)):
         raise ValueError(f"generate: eos_token_id must be a token id or a non-empty list of token ids in "
                          f"0..{vocab - 1}, got {eos_token_id!r}")
-    return np.asarray(ids, dtype=np.int64)
 
 
-def _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens, slide,
-              time_tile=64):
+def make_config(config: GenerationConfig | None, keywords: dict, defaults: dict) -> GenerationConfig:
+    """The GenerationConfig of a generate call: ``config``, or one made of the sampling
+    ``keywords`` (tiletrain's convention, GenerationConfig.from_keywords); with a config the
+    keywords must keep their ``defaults`` but max_new_tokens, which overrides the config's."""
+    if config is None:
+        return GenerationConfig.from_keywords(**keywords)
+    if not isinstance(config, GenerationConfig):
+        raise TypeError(f"generate: generation_config must be a GenerationConfig, got {type(config).__name__}")
+    given = [k for k, v in keywords.items() if k != "max_new_tokens" and v != defaults[k]]
+    if given:
+        raise ValueError(f"generate: pass {', '.join(given)} in generation_config or as keywords, not both")
+    if keywords["max_new_tokens"] is not None:
+        config = replace(config, max_new_tokens=keywords["max_new_tokens"])
+    return config
+
+
+def _validate(model, idx, gen: GenerationConfig, seed, draft, slide, time_tile=64):
     cfg = _check_model(model, "the model")
     if not isinstance(time_tile, numbers.Integral) or time_tile < 1:
         raise ValueError(f"generate: time_tile must be an int >= 1, got {time_tile!r}")
-    if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
-        raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(temperature, numbers.Real) or not temperature >= 0 or temperature == float("inf"):
-        raise ValueError(f"generate: temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, numbers.Integral) or top_k < 1):
-        raise ValueError(f"generate: top_k must be an int >= 1 or None, got {top_k!r}")
-    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
-        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
+    gen.validate()
     if seed is not None and not isinstance(seed, numbers.Integral):
         raise ValueError(f"generate: seed must be an int or None, got {seed!r}")
-    if not isinstance(num_draft_tokens, numbers.Integral) or num_draft_tokens < 1:
-        raise ValueError(f"generate: num_draft_tokens must be an int >= 1, got {num_draft_tokens!r}")
     if idx.max() >= cfg.vocab_size or idx.min() < 0:
         raise ValueError(f"generate: input_ids must be token ids in 0..{cfg.vocab_size - 1}, got values in "
                          f"{idx.min()}..{idx.max()}")
-    T = idx.shape[1]
+    _eos_ids(gen.eos_token_id, cfg.vocab_size)
+    T, new, k = idx.shape[1], gen.new_tokens(idx.shape[1]), gen.num_assistant_tokens
     models = [("the model", cfg)]
     if draft is not None:
         dcfg = _check_model(draft, "draft")
@@ -273,54 +352,59 @@ def _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft
         models.append(("the draft", dcfg))
     for who, c in models:
         if slide:
-            if draft is not None and num_draft_tokens >= max(c.block_size // 2, 1):
-                raise ValueError(f"generate: num_draft_tokens ({num_draft_tokens}) must be below half of "
+            if draft is not None and k >= max(c.block_size // 2, 1):
+                raise ValueError(f"generate: num_draft_tokens ({k}) must be below half of "
                                  f"{who}'s context ({c.block_size}) for the sliding window")
         elif T > c.block_size:
             raise ValueError(f"generate: the prompt ({T} tokens) is longer than {who}'s context of "
                              f"{c.block_size} positions")
-        elif T + max_new_tokens > c.block_size:
-            raise ValueError(f"generate: the prompt ({T}) plus max_new_tokens ({max_new_tokens}) exceed "
+        elif T + new > c.block_size:
+            raise ValueError(f"generate: the prompt ({T}) plus max_new_tokens ({new}) exceed "
                              f"{who}'s context of {c.block_size} positions")
 
 
-def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, eos_token_id=None, seed: int | None = None, draft=None,
-             num_draft_tokens: int = 4, time_tile: int = 64, sliding_window: bool = False,
-             return_stats: bool = False):
+# generate's sampling keywords and their defaults (GenerationConfig.from_keywords)
+KEYWORDS = dict(max_new_tokens=None, temperature=1.0, top_k=None, top_p=None, eos_token_id=None, num_draft_tokens=4)
+
+
+def generate(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, eos_token_id=None, seed: int | None = None,
+             draft=None, num_draft_tokens: int = 4, time_tile: int = 64, sliding_window: bool = False,
+             return_stats: bool = False, generation_config: GenerationConfig | None = None):
     """``input_ids`` (B, T) extended by up to ``max_new_tokens`` tokens: an int64 array (B, T +
     new), the prompt included, as transformers' generate; with a key/value cache (one prefill
     pass over the prompt, then one position per new token).
 
-    temperature == 0: greedy; else sampled after temperature, ``top_k`` and ``top_p``
-    filtering, row b with its own stream of ``seed`` (``SeedSequence(seed).spawn(B)[b]``).
-    ``eos_token_id`` (an id or a list): a row that emitted one emits the first id as padding
-    from then on; generation stops when every row has (the output may be shorter).
-    ``draft``: speculative decoding with that model proposing ``num_draft_tokens`` per round.
-    T + max_new_tokens must fit the model's (and draft's) context, unless ``sliding_window``:
-    then a full cache restarts from the last half of the context.  ``return_stats``: return
-    (ids, GenerationStats)."""
+    The options are a ``generation_config`` (GenerationConfig: transformers' names and
+    defaults), or these keywords, which make one: temperature == 0: greedy; else sampled
+    after temperature, ``top_k`` and ``top_p`` filtering; ``eos_token_id`` (an id or a
+    list): a row that emitted one emits the first id as padding from then on; generation
+    stops when every row has (the output may be shorter).  ``draft``: speculative decoding
+    with that model proposing ``num_draft_tokens`` per round.  Row b samples with its own
+    stream of ``seed`` (``SeedSequence(seed).spawn(B)[b]``).  T + max_new_tokens must fit
+    the model's (and draft's) context, unless ``sliding_window``: then a full cache restarts
+    from the last half of the context.  ``return_stats``: return (ids, GenerationStats)."""
     idx = _check_ids(input_ids)
-    _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
-              sliding_window, time_tile)
+    gen = make_config(generation_config, dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                              top_p=top_p, eos_token_id=eos_token_id,
+                                              num_draft_tokens=num_draft_tokens), KEYWORDS)
+    _validate(model, idx, gen, seed, draft, sliding_window, time_tile)
     B, T = idx.shape
-    eos = _eos_ids(eos_token_id, model.config.vocab_size)
-    rngs = row_rngs(seed, B)
+    new = gen.new_tokens(T)
     stats = GenerationStats()
     t0 = time.perf_counter()
-    lanes = [_Lane(m, T + max_new_tokens, time_tile, sliding_window) for m in (model, draft) if m is not None]
+    lanes = [_Lane(m, T + new, time_tile, sliding_window) for m in (model, draft) if m is not None]
     modes = [(m, m.training) for m in (model, draft) if m is not None]
     for m, _ in modes:
         m.eval()
-    ahead = AHEAD > 0 and temperature == 0 and draft is None and T + max_new_tokens <= lanes[0].cache.max_len \
+    ahead = AHEAD > 0 and not gen.do_sample and draft is None and T + new <= lanes[0].cache.max_len \
         and not lib.tt_mpi_enabled()
     try:
         with no_grad(), reuse_buffers():  # each step's temporaries take the last step's tiles
             if ahead:
-                seq = _greedy_ahead(lanes[0], idx, int(max_new_tokens), eos)
+                seq = _greedy_ahead(lanes[0], idx, gen)
             else:
-                seq = _run(_rounds(lanes, idx, int(max_new_tokens), float(temperature), top_k, top_p, eos, rngs,
-                                   int(num_draft_tokens), stats))
+                seq = _run(_rounds(lanes, idx, gen, row_rngs(seed, B), stats))
     finally:
         for m, training in modes:
             m.train(training)
@@ -339,12 +423,13 @@ DECODE_SCHED = "tt-cp"
 AHEAD = 4  # greedy decode steps submitted beyond the oldest whose tokens are not read yet (0: none)
 
 
-def _greedy_ahead(lane, seq, max_new, eos):
+def _greedy_ahead(lane, seq, gen: GenerationConfig):
     """Greedy decoding with no host round trip per token: each step's next tokens are an
     argmax task's (B, 1) int64 tensor, which the next step embeds; the tokens are read
     ``AHEAD`` steps behind, and an eos seen there (every row ended) stops the submission.
-    Output as :func:`_rounds` (rows pad with the first eos id after theirs)."""
-    B = seq.shape[0]
+    Output as :func:`_rounds` (rows pad after their eos)."""
+    B, max_new = seq.shape[0], gen.new_tokens(seq.shape[1])
+    eos, pad = gen.ends()
     if max_new == 0:
         return seq
     pending, got = [], []                      # token tensors not yet read; arrays (B,) read
@@ -368,7 +453,7 @@ def _greedy_ahead(lane, seq, max_new, eos):
         hit = np.isin(new, eos)
         first = np.where(hit.any(axis=1), hit.argmax(axis=1), new.shape[1])
         for b in range(B):
-            new[b, first[b] + 1:] = eos[0]
+            new[b, first[b] + 1:] = pad
         if hit.any(axis=1).all():
             new = new[:, :int(first.max()) + 1]
     return np.concatenate([seq, new], axis=1)
@@ -384,7 +469,7 @@ def _run(rounds):
         return done.value
 
 
-def _rounds(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats):
+def _rounds(lanes, seq, gen: GenerationConfig, rngs, stats):
     """The generation loop, a generator: each round drafts k_r tokens (none without a
     draft), submits the model over them and yields that forward's logits tensor; sent the
     logits read (NumPy), it appends the accepted tokens plus one of the model's own.
@@ -392,10 +477,10 @@ def _rounds(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats)
     (:func:`_run`); pipeline serving keeps several batches' forwards in flight."""
     target, draft = lanes[0], (lanes[1] if len(lanes) > 1 else None)
     B, T = seq.shape
+    max_new, k, (eos, pad) = gen.new_tokens(T), gen.num_assistant_tokens, gen.ends()
     finished = np.zeros(B, dtype=bool)
     end = np.full(B, T + max_new)           # the sequence length at which each row finished
-    greedy = temperature == 0
-    probs = (lambda lg: sampling_probs(lg, temperature, top_k, top_p))
+    greedy, probs = not gen.do_sample, gen.logits_to_probs
     while seq.shape[1] - T < max_new and not finished.all():
         k_r = min(k, max_new - (seq.shape[1] - T) - 1) if draft is not None else 0
         drafts = np.zeros((B, k_r), dtype=np.int64)
@@ -427,12 +512,12 @@ def _rounds(lanes, seq, max_new, temperature, top_k, top_p, eos, rngs, k, stats)
         if eos is not None:
             for b in range(B):
                 if finished[b]:
-                    new[b] = eos[0]
+                    new[b] = pad
                     continue
                 hits = np.flatnonzero(np.isin(new[b], eos))
                 if hits.size:
                     finished[b], end[b] = True, L + hits[0] + 1
-                    new[b, hits[0] + 1:] = eos[0]
+                    new[b, hits[0] + 1:] = pad
         seq = np.concatenate([seq, new], axis=1)
     return seq[:, :end.max()] if finished.all() else seq
 

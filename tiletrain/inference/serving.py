@@ -31,9 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..distribution import rank
 from ..ops import no_grad
+from ..parallel import check_fit, place
 from ..trace.tags import tag
-from .generate import GenerationStats, _check_ids, _eos_ids, _Lane, _rounds, _validate, row_rngs
+from .generate import (KEYWORDS, GenerationConfig, GenerationStats, _check_ids, _Lane, _rounds, _validate,
+                       make_config, row_rngs)
+from .text import decode_rows, eos_ids, print_samples, prompt_ids
 
 __all__ = ["generate_pipeline", "PipelineStats"]
 
@@ -74,10 +78,11 @@ def _advance(rounds, logits, s: int):
         return None, done.value
 
 
-def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, temperature: float = 0.0,
+def generate_pipeline(model, input_ids, max_new_tokens: int | None = None, streams: int = 1, temperature: float = 0.0,
                       top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
                       seed: int | None = None, draft=None, num_draft_tokens: int = 4, time_tile: int = 64,
-                      sliding_window: bool = False, return_stats: bool = False):
+                      sliding_window: bool = False, return_stats: bool = False,
+                      generation_config: GenerationConfig | None = None):
     """``input_ids`` (B, T) extended by up to ``max_new_tokens`` tokens (int64 (B, T + new), the
     prompt included), with the model placed as a pipeline over the ranks
     (``place(model, "pipeline")``: one stage per rank; one process: one stage) and the batch
@@ -85,7 +90,8 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     key/value cache, kept in flight together.  Collective under MPI: every rank calls it with
     the same arguments and gets the same tokens.
 
-    The options are ``generate``'s, with the same checks: temperature 0 is greedy; with
+    The options are ``generate``'s (a ``generation_config`` or the keywords, here greedy by
+    default), with the same checks: temperature 0 is greedy; with
     sampling (``top_k``, ``top_p``), ``seed`` fixes the draws: row b draws from its own stream
     of the seed, as in ``generate``, so any number of streams samples the tokens of
     ``generate``.  ``eos_token_id``: a row that emitted one emits the first id from then on; a
@@ -99,23 +105,22 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
     restarts from the last half of the context, as in ``generate`` (with a draft, where a
     round ends decides where the window restarts: one stream gives ``generate``'s tokens).
     ``return_stats``: return (tokens, :class:`PipelineStats`)."""
-    from ..parallel import check_fit, place
     idx = _check_ids(input_ids)
-    _validate(model, idx, max_new_tokens, temperature, top_k, top_p, seed, draft, num_draft_tokens,
-              sliding_window, time_tile)
+    gen = make_config(generation_config, dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                              top_p=top_p, eos_token_id=eos_token_id,
+                                              num_draft_tokens=num_draft_tokens), dict(KEYWORDS, temperature=0.0))
+    _validate(model, idx, gen, seed, draft, sliding_window, time_tile)
     B, T = idx.shape
     if not isinstance(streams, numbers.Integral) or isinstance(streams, bool) or not 1 <= streams <= B:
         raise ValueError(f"generate: streams must be an int between 1 and the batch size {B}, got {streams!r}")
-    eos = _eos_ids(eos_token_id, model.config.vocab_size)
-    check_fit("pipeline", n_layer=model.config.n_layer, batch=B)
+    check_fit("pipeline", n_layer=len(model.blocks), batch=B)
     plan = place(model, "pipeline")
     rows = np.array_split(np.arange(B), int(streams))
     rngs = row_rngs(seed, B)
     stats = [GenerationStats() for _ in rows]
-    lanes = [[_Lane(m, T + max_new_tokens, time_tile, sliding_window) for m in (model, draft) if m is not None]
+    lanes = [[_Lane(m, T + gen.new_tokens(T), time_tile, sliding_window) for m in (model, draft) if m is not None]
              for _ in rows]
-    rounds = [_rounds(lanes[s], idx[r], int(max_new_tokens), float(temperature), top_k, top_p, eos,
-                      [rngs[i] for i in r], int(num_draft_tokens), stats[s]) for s, r in enumerate(rows)]
+    rounds = [_rounds(lanes[s], idx[r], gen, [rngs[i] for i in r], stats[s]) for s, r in enumerate(rows)]
     pending, out = [None] * len(rows), [None] * len(rows)
     modes = [(m, m.training) for m in (model, draft) if m is not None]
     for m, _ in modes:
@@ -133,7 +138,7 @@ def generate_pipeline(model, input_ids, max_new_tokens: int, streams: int = 1, t
         for m, training in modes:
             m.train(training)
     width = max(o.shape[1] for o in out)  # streams whose rows all ended early: padded as generate pads
-    pad = eos[0] if eos is not None else 0
+    pad = gen.ends()[1]
     tokens = np.concatenate([np.pad(o, ((0, 0), (0, width - o.shape[1])), constant_values=pad) for o in out])
     if return_stats:
         return tokens, PipelineStats(len(rows), plan.stages, B, width - T, time.perf_counter() - t0,
@@ -148,21 +153,18 @@ def cli_generate(model, tokenizer, args, draft=None) -> int:
     sampling options of ``tiletrain generate`` (``--top-k``, ``--top-p``, ``--eos``, the
     ``draft`` loaded from ``--draft``) and its sliding window past the model's context; rank 0
     prints each row's text (up to its first eos token) and a tokens/s line."""
-    from ..distribution import rank
-    from .text import decode_rows, eos_ids, print_samples, prompt_ids
     batch = max(args.batch, args.streams)
     ids = prompt_ids(tokenizer, args.prompt)
-    eos = eos_ids(args.eos, tokenizer)
-    tokens, stats = generate_pipeline(model, np.tile(np.asarray(ids, dtype=np.int64), (batch, 1)), args.tokens,
-                                      streams=args.streams, temperature=args.temperature, top_k=args.top_k,
-                                      top_p=args.top_p, eos_token_id=eos, seed=args.seed, draft=draft,
-                                      num_draft_tokens=args.num_draft_tokens, sliding_window=True,
-                                      return_stats=True)
+    gen = GenerationConfig.from_keywords(args.tokens, args.temperature, args.top_k, args.top_p,
+                                         eos_ids(args.eos, tokenizer), args.num_draft_tokens)
+    tokens, stats = generate_pipeline(model, np.tile(np.asarray(ids, dtype=np.int64), (batch, 1)),
+                                      streams=args.streams, seed=args.seed, draft=draft, sliding_window=True,
+                                      return_stats=True, generation_config=gen)
     if rank() == 0:
         accepted = ([f"speculative decoding: {stats.mean_accepted:.2f} of {args.num_draft_tokens} drafted tokens "
                      f"accepted per round ({len(stats.accepted)} rounds over {stats.streams} stream(s))"]
                     if draft is not None else [])
-        print_samples(decode_rows(tokenizer, tokens, len(ids), eos), *accepted,
+        print_samples(decode_rows(tokenizer, tokens, len(ids), gen.eos_token_id), *accepted,
                       f"{stats.batch * stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_s:.1f} "
                       f"tokens/s ({stats.streams} stream(s), {stats.stages} stage(s), batch {stats.batch})")
     return 0

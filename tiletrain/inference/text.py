@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from .generate import GenerationStats, generate
+from .generate import GenerationConfig, GenerationStats, generate
 
 
 def eos_ids(values, tokenizer) -> list[int] | None:
@@ -42,19 +42,17 @@ def print_samples(texts: list[str], *summary: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float = 1.0,
-                top_k: int | None = None, top_p: float | None = None, eos_token_id=None, seed: int | None = 0,
-                batch: int = 1, draft=None, num_draft_tokens: int = 4) -> tuple[list[str], GenerationStats]:
+def sample_text(model, tokenizer, prompt: str, generation_config: GenerationConfig, seed: int | None = 0,
+                batch: int = 1, draft=None) -> tuple[list[str], GenerationStats]:
     """``batch`` continuations of ``prompt`` (an empty prompt starts from a newline, or token 0)
-    decoded with ``tokenizer``, each with the prompt and up to its first eos token (left
-    out), and the GenerationStats."""
+    generated as ``generation_config`` says and decoded with ``tokenizer``, each with the
+    prompt and up to its first eos token (left out), and the GenerationStats."""
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be an int >= 1, got {batch!r}")
     ids = prompt_ids(tokenizer, prompt)
-    out, stats = generate(model, np.array([ids] * batch, dtype=np.int64), max_new_tokens, temperature=temperature,
-                          top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, seed=seed, draft=draft,
-                          num_draft_tokens=num_draft_tokens, sliding_window=True, return_stats=True)
-    return decode_rows(tokenizer, out, len(ids), eos_token_id), stats
+    out, stats = generate(model, np.array([ids] * batch, dtype=np.int64), seed=seed, draft=draft,
+                          sliding_window=True, return_stats=True, generation_config=generation_config)
+    return decode_rows(tokenizer, out, len(ids), generation_config.eos_token_id), stats
 
 
 def decode_rows(tokenizer, tokens: np.ndarray, prompt_len: int, eos_token_id=None) -> list[str]:

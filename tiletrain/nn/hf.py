@@ -1,169 +1,179 @@
-"""Conversion between tiletrain's GPT and Hugging Face's GPT2LMHeadModel.
+"""Hugging Face model folders as files, for every model: ``config.json`` and the weights as
+``model.safetensors`` or as shards listed by ``model.safetensors.index.json``.
 
-The GPT's parameter names and layouts already are GPT2LMHeadModel's (Conv1D weights in
-(in, out) layout, lm_head.weight tied to transformer.wte.weight), so conversion is a
-matter of configs, key clean-up and dtypes.  transformers is never imported: a model is
-anything with ``.config`` and ``.state_dict()``; nothing touches the network.  Folders
-(config.json + safetensors) are read and written by tiletrain/nn/pretrained.py, which uses
-the GPT's config_from_hf / hf_config / hf_rename defined from this module."""
+This module knows no model class (it is below them: ``CausalLM.from_pretrained`` and
+``save_pretrained`` call it); each model converts its own config (``config_from_hf`` /
+``hf_config``, in nn/gpt.py and nn/llama.py), and nn/pretrained.py picks the class of a
+folder by its ``model_type``.  A tied weight appears in ``state_dict()`` under each name as
+the same array; the file stores it once, under its first name, as transformers does."""
 from __future__ import annotations
 
-import numbers
-import re
-from collections.abc import Mapping
+import json
+from pathlib import Path
 
 import numpy as np
 
-from .gpt import GPTConfig
-from .module import to_numpy
+from ..checkpoint import SafetensorsFile, write_atomic, write_safetensors
+from ..data.tokenizer import TOKENIZER_NAME
+from ..distribution import rank
 
-__all__ = ["config_from_hf", "hf_config", "clean_state_dict", "infer_config", "from_hf", "to_hf_state_dict", "HF_BUFFERS"]
+__all__ = ["read_hf_config", "read_safetensors", "stored_safetensors", "save_folder", "model_tensors",
+           "unique_tensors", "folder_of", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
 
-# non-parameter buffers that older transformers versions put in the state dict
-HF_BUFFERS = re.compile(r"^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$")
-_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
+CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME = "config.json", "model.safetensors", "model.safetensors.index.json"
 
 
-def _near(x: numbers.Real, target: float, tol: float) -> bool:
+def _folder_and_weights(path) -> tuple[Path, Path | None]:
+    """(folder holding config.json, a single .safetensors file or None for the folder's own)."""
+    path = Path(path)
+    if path.is_dir():
+        return path, None
+    if path.suffix == ".safetensors" and path.is_file():
+        return path.parent, path
+    if path.name == CONFIG_NAME and path.is_file():
+        return path.parent, None
+    raise FileNotFoundError(f"from_pretrained: {path} is neither a model folder nor a .safetensors file")
+
+
+def folder_of(path) -> Path:
+    """The folder of a model folder, or of a file in it (where tokenizer.json would be)."""
+    path = Path(path)
+    return path if path.is_dir() else path.parent
+
+
+def read_hf_config(path) -> dict:
+    """config.json of a model folder (or of the folder of a .safetensors file) as a dict."""
+    folder, _ = _folder_and_weights(path)
+    f = folder / CONFIG_NAME
+    if not f.is_file():
+        raise FileNotFoundError(f"from_pretrained: no {CONFIG_NAME} in {folder}")
+    cfg = _read_json(f)
+    if not isinstance(cfg, dict):
+        raise ValueError(f"from_pretrained: {f} must hold a JSON object")
+    return cfg
+
+
+def _read_json(f: Path):
+    """The JSON document of a file; ValueError naming it when it is not one."""
     try:
-        return abs(float(x) - target) <= tol
-    except OverflowError:  # an int beyond the floats
-        return False
+        return json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:  # (not UTF-8, not JSON, an int of over 4300 digits, nesting)
+        raise ValueError(f"from_pretrained: {f} is not valid JSON ({exc})") from None
 
 
-def config_from_hf(hf_config, dropout: float = 0.0) -> GPTConfig:
-    """A GPTConfig from a GPT-2 config: a transformers GPT2Config (or any object with its
-    attributes) or a config.json dict.  Unsupported values are refused (ValueError naming
-    the key); keys that do not change the computation (dropout rates, token ids, ...) are
-    ignored.
-
-    Dropout is not taken from the HF config (its attn/resid/embd_pdrop differ and attention
-    dropout is not supported); the model is built with ``dropout`` (default 0)."""
-    if isinstance(hf_config, Mapping):
-        def get(name, default=None):
-            return hf_config.get(name, default)
-    else:
-        def get(name, default=None):
-            return getattr(hf_config, name, default)
-
-    for name in ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd"):
-        if get(name) is None:
-            raise ValueError(f"from_hf: the model's config has no {name!r}; is it a GPT-2 config?")
-    problems = []
-    act = get("activation_function", "gelu_new")
-    if act not in _TANH_GELUS:
-        problems.append(f"activation_function={act!r} (tiletrain's GPT uses the tanh GELU: {_TANH_GELUS})")
-    eps = get("layer_norm_epsilon", 1e-5)
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not _near(eps, 1e-5, 1e-12):
-        problems.append(f"layer_norm_epsilon={eps!r:.40} (tiletrain's GPT uses 1e-5)")
-    n_inner, n_embd = get("n_inner"), get("n_embd")
-    if n_inner is not None and isinstance(n_embd, numbers.Integral) and n_inner != 4 * n_embd:
-        problems.append(f"n_inner={n_inner!r:.40} (tiletrain's GPT uses 4 * n_embd = {4 * n_embd})")
-    if not get("scale_attn_weights", True):
-        problems.append("scale_attn_weights=False")
-    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
-        if get(flag, False):
-            problems.append(f"{flag}=True")
-    if not get("tie_word_embeddings", True):
-        problems.append("tie_word_embeddings=False (tiletrain's GPT ties the head to wte)")
-    if problems:
-        raise ValueError("from_hf: unsupported GPT-2 configuration: " + "; ".join(problems))
-    return GPTConfig(vocab_size=get("vocab_size"), block_size=get("n_positions"), n_layer=get("n_layer"),
-                     n_head=get("n_head"), n_embd=get("n_embd"), dropout=dropout, bias=True)
+def _stored_file(f: Path) -> dict:
+    """{name: StoredTensor} of one safetensors file (only its header is read)."""
+    try:
+        return dict(SafetensorsFile(f))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"from_pretrained: {f} is not a readable safetensors file ({exc})") from None
 
 
-def hf_config(config: GPTConfig) -> dict:
-    """config.json of a GPT2LMHeadModel with this configuration (transformers loads it as is)."""
-    if not config.bias:
-        raise ValueError("hf_config: GPT-2 has biases in every Linear and LayerNorm; this model was built "
-                         "with bias=False and cannot be exported as a GPT2LMHeadModel")
-    # GPT-2's <|endoftext|> is id 50256; a smaller vocabulary has no such token
-    eot = 50256 if config.vocab_size > 50256 else None
-    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": config.vocab_size,
-            "n_positions": config.block_size, "n_ctx": config.block_size, "n_layer": config.n_layer,
-            "n_head": config.n_head, "n_embd": config.n_embd, "n_inner": None,
-            "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
-            "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": 0.0,
-            "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-            "reorder_and_upcast_attn": False, "tie_word_embeddings": True, "use_cache": True,
-            "bos_token_id": eot, "eos_token_id": eot}
-
-
-def clean_state_dict(state_dict: Mapping) -> dict:
-    """HF keys as tiletrain names: buffers dropped, a bare GPT2Model's keys prefixed."""
-    sd = {str(k): v for k, v in state_dict.items() if not HF_BUFFERS.match(str(k))}
-    if "transformer.wte.weight" not in sd and "wte.weight" in sd:  # GPT2Model (no LM head)
-        sd = {f"transformer.{k}": v for k, v in sd.items()}
-    return sd
-
-
-def _shape(v) -> tuple:
-    return tuple(v.shape) if hasattr(v, "shape") else np.shape(v)
-
-
-def infer_config(state_dict: Mapping) -> dict:
-    """What the shapes of a GPT-2 state dict say: vocab_size, block_size, n_embd, n_layer
-    (n_head cannot be inferred)."""
-    sd = clean_state_dict(state_dict)
-    out = {}
-    if "transformer.wte.weight" in sd:
-        out["vocab_size"], out["n_embd"] = _shape(sd["transformer.wte.weight"])
-    if "transformer.wpe.weight" in sd:
-        out["block_size"] = _shape(sd["transformer.wpe.weight"])[0]
-    layers = {int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
-    if layers:
-        out["n_layer"] = max(layers) + 1
+def stored_safetensors(path) -> dict:
+    """Every tensor of a folder (model.safetensors or its sharded index) or of one file, as
+    checkpoint.StoredTensors: read when used (``copy_to_`` streams one into a model's tiles)."""
+    folder, single = _folder_and_weights(path)
+    if single is not None:
+        return _stored_file(single)
+    if (folder / WEIGHTS_NAME).is_file():
+        return _stored_file(folder / WEIGHTS_NAME)
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        raise FileNotFoundError(f"from_pretrained: no {WEIGHTS_NAME} or {INDEX_NAME} in {folder} "
+                                "(PyTorch .bin weights are not read: convert them to safetensors)")
+    weight_map = _weight_map(index)
+    out: dict = {}
+    for shard in sorted(set(weight_map.values())):
+        if not (folder / shard).is_file():
+            raise FileNotFoundError(f"from_pretrained: shard {shard} listed in {index} is missing")
+        out.update(_stored_file(folder / shard))
+    missing = sorted(set(weight_map) - set(out))
+    if missing:
+        raise ValueError(f"from_pretrained: tensors listed in {index} are not in its shards: {', '.join(missing)}")
     return out
 
 
-def _as_config(config) -> GPTConfig:
-    if isinstance(config, GPTConfig):
-        return config
-    if isinstance(config, Mapping):  # a config.json dict (HF names) or GPTConfig's fields
-        return config_from_hf(config) if "n_positions" in config else GPTConfig(**config)
-    if hasattr(config, "n_positions"):
-        return config_from_hf(config)
-    raise TypeError("from_hf: config must be a GPTConfig, a dict or a GPT2Config, "
-                    f"got {type(config).__name__}")
+def _weight_map(index: Path) -> dict[str, str]:
+    """The weight_map of a sharded index, {tensor name: shard}; ValueError unless every shard
+    is the name of a .safetensors file in the index's folder (no path: nothing outside it is
+    read, or removed by save_folder)."""
+    doc = _read_json(index)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"from_pretrained: {index} has no weight_map object")
+    for name, shard in weight_map.items():
+        if not (isinstance(shard, str) and shard.endswith(".safetensors") and Path(shard).name == shard
+                and "\\" not in shard and "\0" not in shard):
+            raise ValueError(f"from_pretrained: {index} maps {name!r:.100} to {shard!r:.100}, not the name "
+                             "of a .safetensors file in its folder")
+    return weight_map
 
 
-def from_hf(cls, model_or_state_dict, config=None, tiling=None, dtype=np.float32):
-    """Build ``cls`` (GPT) from a GPT2LMHeadModel or a GPT-2 state dict (see GPT.from_hf)."""
-    src = model_or_state_dict
-    if isinstance(src, Mapping):
-        sd = src
-        if config is None:
-            known = infer_config(sd)
-            said = known or "nothing: no GPT-2 keys found"
-            raise ValueError("from_hf: a state dict does not say how many heads the model has; pass "
-                             f"config=GPTConfig(...) (the shapes say {said})")
-    elif callable(getattr(src, "state_dict", None)) and hasattr(src, "config"):
-        sd = src.state_dict()
-        if config is None:
-            config = config_from_hf(src.config)
-    else:
-        raise TypeError("from_hf: expected a GPT2LMHeadModel (an object with .config and .state_dict()) or a "
-                        f"state dict mapping names to arrays, got {type(src).__name__}")
-    config = _as_config(config)
-    if not config.bias:
-        raise ValueError("from_hf: GPT-2 checkpoints have biases; config.bias must be True")
-    sd = clean_state_dict(sd)
-    known = infer_config(sd)
-    mismatch = [f"{k}: config {getattr(config, k)}, state dict {v}" for k, v in known.items()
-                if getattr(config, k) != v]
-    if mismatch:
-        raise ValueError("from_hf: the config does not match the state dict's shapes: " + "; ".join(mismatch))
-    model = cls(config, tiling=tiling, dtype=dtype)
-    model.load_state_dict({k: to_numpy(v, f"from_hf: {k}") for k, v in sd.items()}, strict=True)
-    return model
+def read_safetensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of a folder (model.safetensors or its sharded index) or of one file, in
+    memory; bfloat16 ones (common in HF folders) as float32 (exact: NumPy computes nothing in
+    bfloat16)."""
+    out = {}
+    for k, v in stored_safetensors(path).items():
+        try:
+            a = v.numpy()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"from_pretrained: {v.path} is not a readable safetensors file "
+                             f"({exc})") from None
+        out[k] = a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+    return out
 
 
-def to_hf_state_dict(model) -> dict[str, np.ndarray]:
-    """The model's weights under GPT2LMHeadModel's names and layouts (NumPy arrays, with
-    lm_head.weight the same array as transformer.wte.weight)."""
-    if not model.config.bias:
-        raise ValueError("to_hf_state_dict: GPT-2 has biases in every Linear and LayerNorm; this model was "
-                         "built with bias=False and cannot be exported as a GPT2LMHeadModel")
-    sd = model.state_dict()
-    assert "lm_head.weight" in sd
-    return sd
+def model_tensors(model) -> dict:
+    """The model's parameters and buffers, each once under its first name (as unique_tensors
+    of its state_dict()), as the tensors themselves: a file writer streams them from their
+    tiles (under MPI collectively, through rank 0, which writes)."""
+    out = dict(model.named_parameters())
+    for name, b in model.named_buffers():
+        out.setdefault(name, b)
+    return out
+
+
+def unique_tensors(sd: dict) -> dict[str, np.ndarray]:
+    """Each array once, under its first name (tied weights as transformers stores them)."""
+    seen, out = set(), {}
+    for k, v in sd.items():
+        if id(v) not in seen:
+            seen.add(id(v))
+            out[k] = np.ascontiguousarray(v)
+    return out
+
+
+def _remove_shards(folder: Path) -> None:
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        return
+    try:
+        shards = set(_weight_map(index).values()) - {WEIGHTS_NAME}
+    except ValueError:  # an index that is not one names no shard to remove
+        shards = set()
+    for shard in shards:
+        if (folder / shard).is_file():
+            (folder / shard).unlink()
+    index.unlink()
+
+
+def save_folder(cfg: dict, tensors: dict, path, tokenizer=None) -> Path:
+    """Write a Hugging Face folder: config.json (``cfg``, with the weights' dtype) and
+    model.safetensors (``tensors``, streamed from their tiles), and with a tokenizer (a
+    tiletrain.data.Tokenizer) its tokenizer.json.  Each file is written atomically, the
+    weights before config.json; the shards of an earlier sharded save are removed.  Under MPI
+    every rank calls it; rank 0 writes the folder (the weights stream through it)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"save_pretrained: {path} exists and is not a folder")
+    cfg = dict(cfg, dtype=str(np.dtype(next(iter(tensors.values())).dtype)))
+    write_safetensors(path / WEIGHTS_NAME, tensors, {"format": "pt"})  # (MPI: collective)
+    if rank() != 0:
+        return path
+    text = tokenizer.to_str() if tokenizer is not None else None  # the ByteTokenizer has none
+    if text is not None:
+        write_atomic(path / TOKENIZER_NAME, text.encode())
+    _remove_shards(path)  # an earlier sharded save's files would contradict the new weights
+    write_atomic(path / CONFIG_NAME, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
+    return path

@@ -4,8 +4,8 @@ the embedding or not), no biases.  Parameter names and layouts are those of Hugg
 LlamaForCausalLM, so ``state_dict()`` / ``load_state_dict()`` exchange weights with it
 directly; ``Llama.config_from_hf`` / ``hf_config`` convert its config.json.
 
-GPT's pieces are reused: ``Tiling``, the token embedding, the tied head, cross-entropy,
-head split/merge and flash attention (which reads the shared kv heads in place)."""
+The model contract (forward, loss, generation, FLOPs, folders) and the decoder block are
+CausalLM's (nn/causal_lm.py); flash attention reads the shared kv heads in place."""
 from __future__ import annotations
 
 import math
@@ -17,8 +17,7 @@ import numpy as np
 from .. import functional as F
 from ..tensors import Tensor
 from ..tensors.tensor import as_dtype
-from ..utils.checkpoint import checkpoint
-from .gpt import GPT, RECOMPUTE, LMHead, Tiling, _positive_int, last_positions
+from .causal_lm import Block, CausalLM, LMHead, Tiling, check_recompute, positive_int
 from .layers import Embedding, Linear, normal
 from .module import Module, ModuleDict, ModuleList, Parameter
 
@@ -45,14 +44,12 @@ class LlamaConfig:
     recompute: str = "none"  # activation recomputation in training, as GPTConfig.recompute (not in config.json)
 
     def __post_init__(self):
-        if self.recompute not in RECOMPUTE:
-            raise ValueError(f"LlamaConfig.recompute must be one of {', '.join(map(repr, RECOMPUTE))}, "
-                             f"got {self.recompute!r}")
+        check_recompute(self.recompute, "LlamaConfig.recompute")
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                   "num_key_value_heads", "max_position_embeddings"):
-            setattr(self, f, _positive_int(getattr(self, f), f"LlamaConfig.{f}"))
+            setattr(self, f, positive_int(getattr(self, f), f"LlamaConfig.{f}"))
         H, Hkv, C = self.num_attention_heads, self.num_key_value_heads, self.hidden_size
         if C % H:
             raise ValueError(f"LlamaConfig: num_attention_heads={H} must divide hidden_size={C}")
@@ -74,32 +71,11 @@ class LlamaConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    # GPT's names, for code written against GPTConfig (Tiling, generate, the training loop)
+    # the sizes every CausalLM config has (nn/causal_lm.py), under GPT's names
     n_embd = property(lambda self: self.hidden_size)
     n_head = property(lambda self: self.num_attention_heads)
     n_layer = property(lambda self: self.num_hidden_layers)
     block_size = property(lambda self: self.max_position_embeddings)
-
-
-def resolve_tiling(tiling: Tiling, config: LlamaConfig) -> Tiling:
-    """``tiling`` with width, hidden and vocab filled in and checked for a Llama: width holds
-    whole heads (a multiple of the head size) whose number is a multiple or a divisor of the
-    query heads per kv head, so each attention task reads one kv tile (default: the largest
-    such tile up to 1024 dividing hidden_size); hidden tiles intermediate_size (default
-    min(intermediate_size, 1024))."""
-    C, D = config.hidden_size, config.head_dim
-    G = config.num_attention_heads // config.num_key_value_heads
-    ok = [t for t in range(D, C + 1, D) if (t // D) % G == 0 or G % (t // D) == 0]
-    width = tiling.width
-    if width is None:
-        width = max([t for t in ok if t <= 1024 and C % t == 0] or ok[:1])
-    elif width not in ok:
-        raise ValueError(f"Tiling.width={width} must be a multiple of the head size {D} holding a multiple or a "
-                         f"divisor of {G} heads (query heads per kv head); valid: {ok}")
-    I, V = config.intermediate_size, config.vocab_size
-    hidden = min(I, 1024) if tiling.hidden is None else min(tiling.hidden, I)
-    vocab = min(V, 1024) if tiling.vocab is None else min(tiling.vocab, V)
-    return replace(tiling, width=width, hidden=hidden, vocab=vocab)
 
 
 def _linear(n_in: int, n_out: int, tiles, std: float, kw) -> Linear:
@@ -166,34 +142,21 @@ class LlamaAttention(Module):
         return self.o_proj(F.merge_heads(y))                                               # (B, T, C)
 
 
-def _add_norm(x: Tensor, r: Tensor, norm: LlamaRMSNorm) -> tuple[Tensor, Tensor]:
-    """(x + r, norm(x + r)) (F.add_rms_norm: one task per tile in a decode step)."""
-    return F.add_rms_norm(x, r, norm.weight, norm.eps)
+class LlamaDecoderLayer(Block):
+    """x + self_attn(input_layernorm(x)), then x + mlp(post_attention_layernorm(x))
+    (nn/causal_lm.py's Block under LlamaDecoderLayer's names and order)."""
 
-
-class LlamaDecoderLayer(Module):
+    NAMES = {"attn": "self_attn", "mlp": "mlp", "norm_1": "input_layernorm", "norm_2": "post_attention_layernorm"}
 
     def __init__(self, config: LlamaConfig, tiling: Tiling, kw):
-        super().__init__()
         C, eps, W = config.hidden_size, config.rms_norm_eps, tiling.width
-        self.self_attn = LlamaAttention(config, tiling, kw)
-        self.mlp = LlamaMLP(config, tiling, kw)
-        self.input_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
-        self.post_attention_layernorm = LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"])
-        self.config = config  # shared with the model: config.recompute may change between steps
+        attn, mlp = LlamaAttention(config, tiling, kw), LlamaMLP(config, tiling, kw)
+        super().__init__(config, attn=attn, mlp=mlp, norm_1=LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"]),
+                         norm_2=LlamaRMSNorm(C, eps, tile=W, dtype=kw["dtype"]))
 
-    def forward(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
-        """``cache``: inference (tiletrain/inference), keys and values of ``layer`` at pos.."""
-        if self.config.recompute == "attention" and (cache is None or getattr(cache, "checkpointable", False)):
-            # backward recomputes the attention branch (a sequence chunk's too: pipeline.model.PrefixKV)
-            a = checkpoint(self._attention, x, cache, layer, pos)   # (B, T, C)
-        else:
-            a = self._attention(x, cache, layer, pos)
-        x, h = _add_norm(x, a, self.post_attention_layernorm)  # without gradients one task per tile (decode)
-        return x + self.mlp(h)
-
-    def _attention(self, x: Tensor, cache=None, layer: int = 0, pos: int = 0) -> Tensor:
-        return self.self_attn(self.input_layernorm(x), cache, layer, pos)
+    @staticmethod
+    def add_norm(x: Tensor, r: Tensor, norm: LlamaRMSNorm) -> tuple[Tensor, Tensor]:
+        return F.add_rms_norm(x, r, norm.weight, norm.eps)
 
 
 # transformers LlamaConfig keys tiletrain does not implement -> the values it accepts (other
@@ -202,24 +165,19 @@ _HF_FIXED = {"hidden_act": ("silu",), "rope_scaling": (None,), "attention_bias":
              "attention_dropout": (0, 0.0), "pretraining_tp": (1,), "model_type": ("llama",)}
 
 
-class Llama(Module):
+class Llama(CausalLM):
     """Llama (Hugging Face LlamaForCausalLM).  ``Llama(config, tiling=None, dtype=np.float32,
     seed=0)``: weights drawn from NumPy's generator seeded with ``seed``, N(0,
     initializer_range^2) for every projection and the embedding, unit RMSNorm weights, as
-    transformers initialises them.  GPT's interface: ``model(idx)`` -> logits,
-    ``model.loss(idx, targets)``, ``generate``."""
+    transformers initialises them."""
+
+    config_class = LlamaConfig
+    model_type = "llama"
+    train_sizes = ("n_layer", "n_head", "n_kv_head", "n_embd", "ffn")
 
     def __init__(self, config: LlamaConfig, tiling: Tiling | None = None, dtype=np.float32, seed: int = 0):
-        super().__init__()
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"Llama: config must be a LlamaConfig, got {type(config).__name__}")
-        if tiling is not None and not isinstance(tiling, Tiling):
-            raise TypeError(f"Llama: tiling must be a Tiling or None, got {type(tiling).__name__}")
-        self.config, self.dtype = config, as_dtype(dtype)
-        if self.dtype.kind != "f" or self.dtype.itemsize < 4:
-            raise TypeError(f"Llama: dtype must be float32 or float64, got {self.dtype}")
-        self.tiling = t = resolve_tiling(tiling or Tiling(), config)
-        kw = dict(dtype=self.dtype, rng=np.random.default_rng(seed))
+        super().__init__(config, tiling, dtype)
+        t, kw = self.tiling, dict(dtype=self.dtype, rng=np.random.default_rng(seed))
         C, V = config.hidden_size, config.vocab_size
         self.model = ModuleDict(dict(
             embed_tokens=Embedding(V, C, tiles=(t.vocab, t.width), std=config.initializer_range, **kw),
@@ -229,39 +187,47 @@ class Llama(Module):
         self.lm_head = (LMHead(self.model.embed_tokens.weight) if config.tie_word_embeddings
                         else _linear(C, V, (t.vocab, t.width), config.initializer_range, kw))
 
-    def forward(self, idx) -> Tensor:
-        x = self.model.embed_tokens(self._ids(idx, "idx"))   # (B, T, C)
-        for layer in self.model.layers:
-            x = checkpoint(layer, x) if self.config.recompute == "block" else layer(x)
-        return self.lm_head(self.model.norm(x))              # (B, T, vocab)
+    # -- the CausalLM contract ------------------------------------------------------------
+    blocks = property(lambda self: self.model.layers)
+    final_norm = property(lambda self: self.model.norm)
+    embeddings = property(lambda self: (self.model.embed_tokens,))
 
-    config_class = LlamaConfig  # checkpoints rebuild the model from its config as a dict
-    model_type = "llama"        # config.json's model_type (tiletrain.nn.MODELS)
+    def embed(self, idx: Tensor, pos: int) -> Tensor:
+        return self.model.embed_tokens(idx)   # (B, T, C); positions enter as rotary angles
 
-    # GPT's helpers, unchanged: the loss, the checking of token ids, Hugging Face folders
-    loss = GPT.loss
-    _ids = GPT._ids
-    from_pretrained = GPT.__dict__["from_pretrained"]
-    save_pretrained = GPT.save_pretrained
+    @classmethod
+    def resolve_tiling(cls, tiling: Tiling, config: LlamaConfig) -> Tiling:
+        """``tiling`` with width, hidden and vocab filled in and checked for a Llama: width holds
+        whole heads (a multiple of the head size) whose number is a multiple or a divisor of the
+        query heads per kv head, so each attention task reads one kv tile (default: the largest
+        such tile up to 1024 dividing hidden_size); hidden tiles intermediate_size (default
+        min(intermediate_size, 1024))."""
+        C, D = config.hidden_size, config.head_dim
+        G = config.num_attention_heads // config.num_key_value_heads
+        ok = [t for t in range(D, C + 1, D) if (t // D) % G == 0 or G % (t // D) == 0]
+        width = tiling.width
+        if width is None:
+            width = max([t for t in ok if t <= 1024 and C % t == 0] or ok[:1])
+        elif width not in ok:
+            raise ValueError(f"Tiling.width={width} must be a multiple of the head size {D} holding a multiple or a "
+                             f"divisor of {G} heads (query heads per kv head); valid: {ok}")
+        I = config.intermediate_size
+        hidden = min(I, 1024) if tiling.hidden is None else min(tiling.hidden, I)
+        return replace(tiling, width=width, hidden=hidden, vocab=tiling.vocab_tile(config.vocab_size))
 
-    def flops_per_token(self, T: int) -> int:
-        """Forward + backward FLOPs per token at sequence length T: 6 N for the weights (the
-        embedding table left out, the head counted) plus 12 n_layer hidden T for attention."""
-        c = self.config
-        n = self.num_parameters() - (0 if c.tie_word_embeddings else self.model.embed_tokens.weight.numel())
-        return 6 * n + 12 * c.num_hidden_layers * c.hidden_size * T
-
-    def forward_cached(self, ids, cache, pos: int, last: int | None = None) -> Tensor:
-        """Logits (B, n, vocab) of the tokens ``ids`` (B, n) at positions pos .. pos + n - 1,
-        with the keys and values of earlier positions read from ``cache`` and theirs written
-        to it (inference: tiletrain/inference); ``last``: those of the last ``last`` positions
-        only (B, last, vocab)."""
-        x = self.model.embed_tokens(self._ids(ids, "ids"))
-        for i, layer in enumerate(self.model.layers):  # each layer where it is placed
-            x = layer(x, cache, i, pos)
-        return self.lm_head(self.model.norm(last_positions(x, last)))
-
-    generate = GPT.generate  # with a key/value cache (tiletrain/inference)
+    @classmethod
+    def train_config(cls, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int,
+                     n_kv_head: int | None = None, ffn: int | None = None) -> LlamaConfig:
+        """--n-kv-head key/value heads (default --n-head); --ffn the SwiGLU width (default 8/3
+        --n-embd rounded up to a multiple of 64)."""
+        if n_kv_head is not None and n_head % n_kv_head:
+            raise ValueError(f"--n-kv-head {n_kv_head} must divide --n-head {n_head}")
+        if (n_embd // n_head) % 2:
+            raise ValueError(f"--n-embd / --n-head = {n_embd // n_head} must be even for llama "
+                             "(rotary embeddings rotate pairs)")
+        return LlamaConfig(vocab_size=vocab_size, max_position_embeddings=block_size, num_hidden_layers=n_layer,
+                           num_attention_heads=n_head, num_key_value_heads=n_kv_head or n_head,
+                           hidden_size=n_embd, intermediate_size=ffn or -(-8 * n_embd // 3 // 64) * 64)
 
     # -- Hugging Face LlamaForCausalLM ----------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

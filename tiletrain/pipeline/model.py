@@ -123,23 +123,17 @@ class ModelPipeline:
         from ..utils.checkpoint import checkpoint
         if v == 0:
             x = self._embed(x, pos)
-        recompute = getattr(self.model.config, "recompute", "none") == "block"   # as the model's forward
+        recompute = self.model.config.recompute == "block"   # as the model's forward
         for i, block in enumerate(self.blocks[v]):
             args = () if kv is None else (kv, i, pos)
             x = checkpoint(block, x, *args) if recompute else block(x, *args)
         return x
 
     def _embed(self, idx, pos: int = 0):
-        m = self.model
-        if hasattr(m, "transformer"):   # GPT: token + position embeddings, dropout
-            return m.transformer.drop(m._embed(m._ids(idx, "idx"), pos))
-        return m.model.embed_tokens(m._ids(idx, "idx"))
+        return self.model.embed(self.model.token_ids(idx, "idx"), pos)   # the model contract (CausalLM)
 
     def _head_loss(self, x, targets, reduction: str = "mean"):
-        import tiletrain.functional as F
-        norm, head = self.last
-        logits = head(norm(x))
-        return F.cross_entropy(logits, self.model._ids(targets, "targets", logits.shape[:2]), reduction=reduction)
+        return self.model.head_loss(x, targets, reduction=reduction)
 
     def step(self, xs, ys) -> StepResult:
         """Submit forward and backward of the micro-batches ``xs[j]``, ``ys[j]`` (token ids,
@@ -369,7 +363,7 @@ class PrefixKV:
 class _ChunkKV:
     """PrefixKV seen from one chunk (what a checkpoint keeps as its argument)."""
 
-    checkpointable = True   # a training cache: the blocks may checkpoint through it (recompute="attention")
+    recomputable = True   # a training cache: the blocks may recompute attention through it (recompute="attention")
 
     def __init__(self, kv: PrefixKV, chunk: int):
         self.kv, self.chunk = kv, chunk

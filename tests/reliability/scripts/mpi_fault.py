@@ -113,7 +113,7 @@ def train_disk_full():
     """rank 0's checkpoint write fails (a full disk) in the middle of training."""
     import errno
 
-    import tiletrain.train as tr
+    import tiletrain.train.loop as tr  # the loop's own name for it
     tmp = tempfile.mkdtemp()
     real = tr.save_training_state
 
