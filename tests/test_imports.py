@@ -50,19 +50,10 @@ FFI_ALLOWED = ("runtime", "tensors", "trace.records")
 # that other people are rewriting in their own branches.  Remove an entry when its owner
 # merges: the test fails while an entry is no longer needed, so this list only shrinks.
 PENDING = {
-    # tiletrain/cli.py `info`: kernel names and dtypes from lib -> tiletrain.runtime.registry.KERNELS
-    ("tiletrain.cli", "tiletrain._ffi"): "cli.py",
-    # lib.tt_mpi_enabled() -> tiletrain.runtime.mpi.enabled()
-    ("tiletrain.inference.generate", "tiletrain._ffi"): "inference/generate.py",
     # MPI calls -> tiletrain.runtime.mpi; tensor shadow/push/stream calls -> functions of the runtime
     ("tiletrain.parallel", "tiletrain._ffi"): "parallel.py",
     # nworkers -> tiletrain.runtime.context; MPI -> tiletrain.runtime.mpi; order tokens -> the runtime
     ("tiletrain.pipeline.model", "tiletrain._ffi"): "pipeline/model.py",
-    # GPT.generate() calls up into tiletrain.inference (nn is below inference)
-    ("tiletrain.nn.gpt", "tiletrain.inference.generate"): "nn/gpt.py",
-    # cycles inside nn: gpt.py imports hf.py and pretrained.py (in functions), which import gpt.py
-    ("tiletrain.nn.gpt", "tiletrain.nn.hf"): "nn/gpt.py",
-    ("tiletrain.nn.gpt", "tiletrain.nn.pretrained"): "nn/gpt.py",
     # cycle: pipeline/model.py imports parallel (in functions), which imports pipeline.priorities
     ("tiletrain.pipeline.model", "tiletrain.parallel"): "pipeline/model.py",
 }
@@ -75,8 +66,7 @@ PENDING = {
 # and the entry).
 REEXPORTS = {
     ("tiletrain.tensors", "tiletrain.ops.creation"): {
-        "zeros": ["tiletrain.inference.generate"], "full": ["tiletrain.pipeline.model"]},
-    ("tiletrain.runtime", "tiletrain.tensors.tensor"): {"gather_per_rank": ["tiletrain.train"]},
+        "full": ["tiletrain.pipeline.model"]},
 }
 
 

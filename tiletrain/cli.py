@@ -12,7 +12,6 @@ import numpy as np
 
 import tiletrain as tt
 
-from ._ffi import cstr, lib
 from .config import launcher_world_size
 from .experiments.cli import add_subcommands
 from .experiments.pipeline import gpt_schedule_run
@@ -21,6 +20,7 @@ from .inference.serving import cli_generate
 from .inference.text import eos_ids, print_samples, sample_text
 from .nn.pretrained import CONFIG_NAME, load_model
 from .pipeline.cli import add_subcommands as add_schedule_subcommands
+from .runtime.registry import KERNELS
 from .tensors.tensor import DTYPES
 from .train import TrainArgs, add_arguments, check_option, train
 
@@ -79,10 +79,9 @@ def cmd_info(args) -> int:
         print(f"workers        {len(info['workers'])}")
         for w in info["workers"]:
             print(f"  {w.id:3d}  {w.kind:6s}  node {w.memory_node}  {w.name}")
-        names = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
-        print(f"kernels        {len(names)}: {' '.join(names)}")
-        half = sum(1 << code for dt, code in DTYPES.items() if dt.itemsize == 2)
-        names_half = [n for k, n in enumerate(names) if lib.tt_kernel_dtypes(k) & half]
+        print(f"kernels        {len(KERNELS)}: {' '.join(KERNELS)}")
+        half = [code for dt, code in DTYPES.items() if dt.itemsize == 2]
+        names_half = [name for name, k in KERNELS.items() if any(k.takes(code) for code in half)]
         print(f"float16/bfloat16 kernels {len(names_half)}: {' '.join(names_half)}")
     return 0
 

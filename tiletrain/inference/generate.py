@@ -30,13 +30,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .._ffi import lib
-from ..nn.causal_lm import CausalLM
+from ..nn.causal_lm import CausalLM, register_generate
 from ..ops import no_grad
 from ..ops.reduce import argmax
 from ..ops.attention import decode_attention
 from ..runtime.kernels import copy_regions
-from ..tensors import Tensor, reuse_buffers, zeros
+from ..ops.creation import zeros
+from ..runtime import mpi
+from ..tensors import Tensor, reuse_buffers
 
 
 class KVCache:
@@ -398,7 +399,7 @@ def generate(model, input_ids, max_new_tokens: int | None = None, temperature: f
     for m, _ in modes:
         m.eval()
     ahead = AHEAD > 0 and not gen.do_sample and draft is None and T + new <= lanes[0].cache.max_len \
-        and not lib.tt_mpi_enabled()
+        and not mpi.enabled()
     try:
         with no_grad(), reuse_buffers():  # each step's temporaries take the last step's tiles
             if ahead:
@@ -548,3 +549,6 @@ def _verify(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, rngs, finis
             dist = p[b, c]
         y[b] = _sample(dist[None], [rngs[b]])[0]
     return c, y
+
+
+register_generate(generate)  # CausalLM.generate forwards here (nn is below inference)

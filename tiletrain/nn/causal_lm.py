@@ -171,6 +171,19 @@ def _last_positions(x: Tensor, last: int | None) -> Tensor:
     return x if last is None or last >= x.shape[1] else x[:, x.shape[1] - last:]
 
 
+
+# Generation (tiletrain.inference) sits above nn in the import order and registers its entry
+# point here when it is imported, so that a model's generate() reaches it without an
+# upward import (docs/architecture.md, tests/test_imports.py).
+_GENERATE = None
+
+
+def register_generate(fn) -> None:
+    """Called once by tiletrain.inference.generate: the function CausalLM.generate forwards to."""
+    global _GENERATE
+    _GENERATE = fn
+
+
 class CausalLM(Module):
     """A causal language model: ``model(idx)`` -> logits (B, T, vocab), ``model.loss(idx,
     targets)``, ``model.generate(...)``.
@@ -371,10 +384,9 @@ class CausalLM(Module):
         with that model proposing ``num_draft_tokens`` per round; ``generation_config``: a
         tiletrain.inference.GenerationConfig instead of the sampling keywords.  With a
         key/value cache (tiletrain.inference.generate, which also returns statistics)."""
-        # the one call from a model up into tiletrain.inference (above nn in the import
-        # order): the model's convenience method, so the import is deferred to the call
-        from ..inference import generate
-        return generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                        eos_token_id=eos_token_id, seed=seed, draft=draft, num_draft_tokens=num_draft_tokens,
-                        generation_config=generation_config)
+        if _GENERATE is None:  # tiletrain/__init__.py imports tiletrain.inference, which registers it
+            raise RuntimeError("generation is not loaded: import tiletrain (tiletrain.inference registers it)")
+        return _GENERATE(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                         eos_token_id=eos_token_id, seed=seed, draft=draft, num_draft_tokens=num_draft_tokens,
+                         generation_config=generation_config)
 

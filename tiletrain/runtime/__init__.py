@@ -404,13 +404,3 @@ def _shutdown_at_exit() -> None:
 
 __all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority", "rank",
            "world_size"]
-
-
-def __getattr__(name: str):
-    # gather_per_rank, a collective over a tensor, moved to the Tensor core (tiletrain.tensors.
-    # tensor, above this package); its old path stays for the modules that still import it
-    # from here until they change: tests/test_imports.py lists them (REEXPORTS).
-    if name == "gather_per_rank":
-        from ..tensors.tensor import gather_per_rank
-        return gather_per_rank
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

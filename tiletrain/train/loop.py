@@ -28,7 +28,8 @@ from ..distribution import rank, world_size
 from ..inference import GenerationConfig, sample_text
 from ..ops import activations
 from ..optim import AdamW, clip_grad_norm_, cosine_with_warmup
-from ..runtime import blas_note, gather_per_rank
+from ..runtime import blas_note
+from ..tensors.tensor import gather_per_rank
 from .args import TrainArgs
 from .state import ModelSource, load_training_state, read_resume_point, save_training_state
 
