@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..checkpoint import write_atomic
 from .tokenizer import TOKENIZER_NAME, ByteTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["ByteTokenizer", "Tokenizer", "load_tokenizer", "TOKENIZER_NAME", "Corpus", "stdlib_sources",
@@ -88,7 +89,6 @@ def _tokenise(data: bytes, tokenizer, progress: bool) -> np.ndarray:
             bar.update(len(chunk.encode("utf-8")))
     arr = np.asarray(ids, dtype=np.int64)
     try:  # cache atomically; an unwritable cache only costs the next run the time
-        from ..checkpoint import write_atomic
         buf = io.BytesIO()
         np.save(buf, arr.astype(np.int32 if tokenizer.vocab_size < 2**31 else np.int64))
         write_atomic(path, buf.getvalue())

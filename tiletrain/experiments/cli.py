@@ -4,6 +4,14 @@ from __future__ import annotations
 import os
 import sys
 
+import tiletrain as tt
+
+from ..trace import format_metrics, gantt, load, metrics, recording, save
+from ..trace.fxt import TILETRAIN_TRACE, compare, convert, task_counts
+from . import pipeline as E
+from .sweep import PRIORITY_MODES, format_table, run_sweep
+from .workloads import WORKLOADS, make
+
 
 def _params(items: list[str]) -> dict:
     out = {}
@@ -22,9 +30,6 @@ def _params(items: list[str]) -> dict:
 
 
 def cmd_trace_run(args) -> int:
-    import tiletrain as tt
-    from ..trace import format_metrics, gantt, metrics, recording, save
-    from .workloads import make
 
     fxt = {"fxt": True, "fxt_dir": args.fxt} if args.fxt else {}
     with tt.init(ncpu=args.ncpu, sched=args.sched, profile=True, **fxt) as rt:
@@ -47,7 +52,6 @@ def cmd_trace_run(args) -> int:
         save(tr, args.output, flows=args.flows)
         print(f"trace: {args.output} (open in https://ui.perfetto.dev)")
         if args.fxt:
-            from ..trace.fxt import TILETRAIN_TRACE
             save(tr, os.path.join(args.fxt, TILETRAIN_TRACE))
         if args.png:
             gantt(tr, args.png, title=f"{wl.describe()}, sched={rt.sched}")
@@ -58,8 +62,6 @@ def cmd_trace_run(args) -> int:
 
 
 def cmd_trace_fxt(args) -> int:
-    from ..trace import load
-    from ..trace.fxt import TILETRAIN_TRACE, compare, convert, task_counts
     written = convert(args.dir)
     print(f"starpu_fxt_tool wrote: {', '.join(os.path.basename(f) for f in written)} (in {args.dir}; "
           "paje.trace opens in ViTE)")
@@ -82,7 +84,6 @@ def cmd_trace_fxt(args) -> int:
 
 
 def cmd_trace_show(args) -> int:
-    from ..trace import format_metrics, gantt, load, metrics
     tr = load(args.file)
     print(f"{args.file}: {len(tr)} tasks, {len(tr.deps)} dependencies, sched {tr.meta.get('sched', '?')}")
     print(format_metrics(metrics(tr)))
@@ -93,8 +94,6 @@ def cmd_trace_show(args) -> int:
 
 
 def cmd_trace_pipeline(args) -> int:
-    import tiletrain as tt
-    from . import pipeline as E
 
     ps = args.p or [2, 4]
     rows = []
@@ -112,7 +111,6 @@ def cmd_trace_pipeline(args) -> int:
 
 
 def cmd_bench_sched(args) -> int:
-    from .sweep import format_table, run_sweep
     rows = run_sweep(args.workload, args.scheds, args.tiles, args.ncpu, args.prio, args.reps, args.calib,
                      _params(args.param), None if args.no_files else args.out)
     print()
@@ -123,8 +121,6 @@ def cmd_bench_sched(args) -> int:
 
 
 def add_subcommands(sub, runtime_args) -> None:
-    from .sweep import PRIORITY_MODES
-    from .workloads import WORKLOADS
 
     p = sub.add_parser("trace", help="record, view and measure task traces")
     tsub = p.add_subparsers(dest="trace_command", required=True)

@@ -13,6 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
+import tiletrain as tt
+import tiletrain.functional as F
+
+from ..nn import GPT, GPTConfig, Tiling
+from ..ops.activations import affine  # GPT-2's (in, out) weights
+from ..pipeline.synthetic import build_plan, data_names, submit
+from ..runtime.context import nworkers
+from ..tensors import from_numpy
+
 
 class Workload:
     name = "?"
@@ -42,7 +51,6 @@ class Gemm(Workload):
     name = "gemm"
 
     def setup(self) -> None:
-        import tiletrain as tt
         n = int(self.params.get("n", 2048))
         self.n = n
         self.t_a = tt.from_numpy(self.rng.standard_normal((n, n)).astype(self.dtype), self.tile)
@@ -50,7 +58,6 @@ class Gemm(Workload):
         self.t_c = None
 
     def step(self) -> None:
-        import tiletrain as tt
         with tt.tag(phase="fwd"):
             self.t_c = self.t_a @ self.t_b
 
@@ -63,7 +70,6 @@ class Block(Workload):
     name = "block"
 
     def setup(self) -> None:
-        import tiletrain as tt
         B, T, C, H = (int(self.params.get(k, d)) for k, d in (("B", 4), ("T", 256), ("C", 256), ("heads", 4)))
         self.shape = (B, T, C, H)
         tc = min(self.tile, C)
@@ -90,9 +96,6 @@ class Block(Workload):
         self.t_g = tt.from_numpy(r.standard_normal((B, T, C)).astype(self.dtype), cfg)
 
     def forward(self):
-        import tiletrain as tt
-        import tiletrain.functional as F
-        from tiletrain.ops.activations import affine  # GPT-2's (in, out) weights
         p, x, H = self.t_p, self.t_x, self.shape[3]
         with tt.tag(phase="fwd", layer=0):
             h = F.layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], 1e-5)
@@ -121,9 +124,6 @@ class Pipeline(Workload):
     name = "pipeline"
 
     def setup(self) -> None:
-        from ..pipeline.synthetic import build_plan, data_names
-        from ..runtime.context import nworkers
-        from ..tensors import from_numpy
         p = int(self.params.get("p", nworkers()))
         m = int(self.params.get("m", 8))
         us = float(self.params.get("usec", 2000))
@@ -131,7 +131,6 @@ class Pipeline(Workload):
         self.t_data = {n: from_numpy(np.zeros(1)) for n in data_names(self.plan)}
 
     def step(self) -> None:
-        from ..pipeline.synthetic import submit
         submit(self.plan, sleep=True, data=self.t_data)
 
     def describe(self) -> str:
@@ -145,8 +144,6 @@ class GPTStep(Workload):
     name = "gpt"
 
     def setup(self) -> None:
-        import tiletrain as tt
-        from ..nn import GPT, GPTConfig, Tiling
         L, C, H, T, B, V = (int(self.params.get(k, d)) for k, d in
                             (("n_layer", 2), ("n_embd", 256), ("n_head", 4), ("T", 128), ("B", 4), ("vocab", 256)))
         self.shape = (L, C, H, T, B, V)
@@ -159,7 +156,6 @@ class GPTStep(Workload):
         self.y = self.rng.integers(0, V, (B, T))
 
     def step(self) -> None:
-        import tiletrain as tt
         with tt.tag(phase="fwd"):
             loss = self.t_model.loss(self.x, self.y)
         loss.backward()

@@ -15,6 +15,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ..distribution import use
 from ..ops import no_grad
 from ..tensors import TensorTraits, from_numpy
 from ..tensors.api import Tensor  # the user-facing class: Parameter has its methods
@@ -163,7 +164,6 @@ class Module:
             return self.forward(*args, **kwargs)
         if hasattr(place, "resolve"):  # a pipeline stage (tiletrain.parallel.Stage): its rank now
             place = place.resolve()
-        from ..distribution import use
         with use(place):
             return self.forward(*args, **kwargs)
 
