@@ -278,7 +278,7 @@ class RunLogger:
                 raise RunLogError(f"{self.directory} already holds the metrics of a run ({metrics_path}, "
                                   f"{len(lines)} steps): resume that run or overwrite it (tiletrain train --resume "
                                   "/ --overwrite), or log into another directory")
-            lines, texts, run, torn, torn_texts = [], [], {}, bool(lines) or torn, True
+            lines, texts, run, torn, torn_texts = [], [], {}, bool(lines) or torn, bool(texts) or torn_texts
             for p in self.directory.iterdir():  # the old run's traces
                 if p.name.startswith("trace-step") and p.name.endswith(".json"):
                     p.unlink()
