@@ -235,6 +235,13 @@ def test_cli_run_dir_no_tensorboard_and_a_second_run_refused(corpus, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "already holds the metrics of a run" in r.stderr and "--overwrite" in r.stderr
     assert "model:" not in r.stdout
+    c = tmp_path / "ck"  # a --ckpt-dir whose run was killed before its first checkpoint: started over
+    c.mkdir()
+    (c / "metrics.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')
+    r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--data", corpus, *tiny, "--ckpt-dir", str(c)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "stopped before its first checkpoint: starting over" in r.stdout, r.stderr
+    assert [ln["step"] for ln in read_metrics(c)] == [1, 2] and read_metrics(c)[0]["train_loss"] != 9.0
     r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--data", corpus, *tiny, "--trace-step", "3"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--trace-step 3 is beyond --steps 2" in r.stderr

@@ -34,7 +34,7 @@ from ..ops import activations
 from ..optim import AdamW, clip_grad_norm_, cosine_with_warmup
 from ..runtime import blas_note
 from ..tensors.tensor import gather_per_rank
-from ..utils.runlog import RunLogger, environment
+from ..utils.runlog import METRICS_NAME, RunLogger, environment
 from .args import TrainArgs
 from .state import ModelSource, load_training_state, read_resume_point, save_training_state
 
@@ -378,7 +378,15 @@ def open_run_log(args: TrainArgs, source: ModelSource, resume: tuple[dict, dict]
     if rank() != 0:
         return None
     step = resume[1]["step"] if resume is not None else None
-    log = RunLogger(run_dir_of(args, source), dataclasses.asdict(args), resume_step=step, overwrite=args.overwrite,
+    directory = run_dir_of(args, source)
+    # a run that was stopped before its first checkpoint (no --resume possible) starts over in
+    # its --ckpt-dir (as `make train` does then) instead of being refused
+    orphan = (step is None and args.ckpt_dir is not None and directory == Path(args.ckpt_dir)
+              and not (directory / ck.CHECKPOINT_NAME).exists() and (directory / METRICS_NAME).exists())
+    if orphan and not args.overwrite:
+        print(f"note: {directory} holds the metrics of a run stopped before its first checkpoint: starting over",
+              file=out, flush=True)
+    log = RunLogger(directory, dataclasses.asdict(args), resume_step=step, overwrite=args.overwrite or orphan,
                     tensorboard=args.tensorboard, seed=args.seed, rank=0,
                     extra={"model_type": source.model_type, "model_config": source.config,
                            "init_from": source.init_from})
