@@ -191,8 +191,8 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
         run.bar = tqdm(total=args.steps, initial=run.start, desc="train", unit="step", dynamic_ncols=True,
                        file=sys.stderr)
     if run.log is not None:
-        run.log.update(**environment(), n_params=n_params, model=prep.source.describe(), runtime=repr(rt), world_size=world_size(),
-                       tokens_per_step=run.tokens_per_step, flops_per_token=run.flops_per_token)
+        run.log.update(**environment(), n_params=n_params, model=prep.source.describe(), runtime=repr(rt),
+                       world_size=world_size(), tokens_per_step=run.tokens_per_step, flops_per_token=run.flops_per_token)
         print(f"run: {run.log.directory} (metrics.jsonl{', TensorBoard events' if args.tensorboard else ''}; "
               f"tiletrain runs show {run.log.directory})", file=out, flush=True)
     run.t_start = run.t_last = time.perf_counter()

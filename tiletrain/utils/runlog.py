@@ -65,8 +65,12 @@ class RunLogError(ValueError):
 def is_run_file(name: str) -> bool:
     """Whether a file name in a run directory is one RunLogger writes (a checkpoint
     directory's other contents: checkpoint.safetensors, its temporaries)."""
-    return (name in (METRICS_NAME, RUN_NAME, TEXT_NAME) or (name.startswith(EVENTS_PREFIX) and name.endswith(EVENTS_SUFFIX))
+    return (name in (METRICS_NAME, RUN_NAME, TEXT_NAME) or _is_events(name)
             or (name.startswith("trace-step") and name.endswith(".json")) or name.startswith(f".{RUN_NAME}."))
+
+
+def _is_events(name: str) -> bool:
+    return name.startswith(EVENTS_PREFIX) and name.endswith(EVENTS_SUFFIX)
 
 
 def _read_lines(path: Path, what: str) -> tuple[list[dict], bool]:
@@ -223,7 +227,8 @@ class _Events:
         value = summary_pb2.Summary.Value(tag=tag, tensor=tensor,
                                           metadata=text_metadata.create_summary_metadata(display_name=tag,
                                                                                          description=""))
-        self._writer.add_event(event_pb2.Event(wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=[value])))
+        self._writer.add_event(event_pb2.Event(wall_time=wall_time, step=step,
+                                               summary=summary_pb2.Summary(value=[value])))
 
     def flush(self) -> None:
         self._writer.flush()
@@ -283,7 +288,8 @@ class RunLogger:
                 if p.name.startswith("trace-step") and p.name.endswith(".json"):
                     p.unlink()
         self.had_metrics = bool(lines)
-        keep = [ln for ln in lines if isinstance(ln.get("step"), int) and (resume_step is None or ln["step"] <= resume_step)]
+        keep = [ln for ln in lines
+                if isinstance(ln.get("step"), int) and (resume_step is None or ln["step"] <= resume_step)]
         self.dropped = len(lines) - len(keep)
         keep_texts = [t for t in texts if resume_step is None or t.get("step", 0) <= resume_step]
         if self.dropped or torn or not metrics_path.exists():
@@ -386,7 +392,7 @@ class RunLogger:
                 p.unlink()
 
     def _event_files(self) -> list[Path]:
-        return [p for p in self.directory.iterdir() if p.name.startswith(EVENTS_PREFIX) and p.name.endswith(EVENTS_SUFFIX)]
+        return [p for p in self.directory.iterdir() if _is_events(p.name)]
 
     def flush(self) -> None:
         if self._events is not None:
