@@ -1,4 +1,4 @@
-"""Command line: `tiletrain info | demo | train | generate | export | trace | bench | schedule`."""
+"""Command line: `tiletrain info | demo | train | runs | generate | export | trace | bench | schedule`."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,7 @@ from .pipeline.cli import add_subcommands as add_schedule_subcommands
 from .runtime.registry import KERNELS
 from .tensors.tensor import DTYPES
 from .train import TrainArgs, add_arguments, check_option, train
+from .train.runs import add_subcommands as add_runs_subcommands
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -249,6 +250,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--tile", type=int, default=512, help="tile size")
     p.set_defaults(func=cmd_demo)
     _add_train(sub)
+    add_runs_subcommands(sub)  # `runs list|show|compare`: the run directories train writes (tiletrain/train/runs.py)
     _add_generate(sub)
     _add_export(sub)
     add_subcommands(sub, _runtime_args)  # `trace ...` and `bench sched` (tiletrain/experiments/cli.py)

@@ -12,6 +12,7 @@ import pytest
 
 from tiletrain import checkpoint as ck
 from tiletrain.train import TrainArgs, train
+from tiletrain.utils.runlog import is_run_file, read_metrics
 
 
 TEXT = ("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
@@ -129,7 +130,9 @@ def test_write_error_is_one_line_with_the_last_good_checkpoint(corpus, tmp_path,
     assert lines == [f"tiletrain: error: cannot write checkpoint {path}: No space left on device (at step 4); "
                      f"the last good checkpoint is {path} at step 2"], err
     assert ck.load(path)[1]["step"] == 2  # the previous checkpoint is whole
-    assert sorted(f.name for f in ckd.iterdir()) == [ck.CHECKPOINT_NAME]  # the partial write is removed
+    # the partial write is removed (the run's metrics.jsonl, run.json, events stay)
+    assert sorted(f.name for f in ckd.iterdir() if not is_run_file(f.name)) == [ck.CHECKPOINT_NAME]
+    assert [ln["step"] for ln in read_metrics(ckd)] == [1, 2, 3, 4]  # step 4 was logged before its checkpoint
 
 
 def test_stop_after_exits_0_and_resume_beyond_steps(corpus, tmp_path):

@@ -99,7 +99,7 @@ def test_ctrl_c_writes_a_checkpoint_and_stops(corpus, tmp_path):
     ckd = tmp_path / "ck"
     p = subprocess.Popen([sys.executable, "-m", "tiletrain", "train", "--data", corpus, "--n-layer", "1",
                           "--n-embd", "32", "--n-head", "2", "--seq-len", "16", "--batch", "4", "--steps", "100000",
-                          "--eval-every", "0", "--no-progress", "--ckpt-dir", str(ckd)],
+                          "--eval-every", "0", "--no-progress", "--no-tensorboard", "--ckpt-dir", str(ckd)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
@@ -117,7 +117,8 @@ def test_ctrl_c_writes_a_checkpoint_and_stops(corpus, tmp_path):
     assert "stopping after this step" in err and "stopped at step" in out
     arrays, meta = ck.load(ckd / ck.CHECKPOINT_NAME)
     assert meta["step"] >= 1 and "transformer.wte.weight" in arrays
-    assert os.listdir(ckd) == [ck.CHECKPOINT_NAME]
+    # the checkpoint and the run's metrics, nothing else (--no-tensorboard: no event files)
+    assert sorted(os.listdir(ckd)) == sorted([ck.CHECKPOINT_NAME, "metrics.jsonl", "run.json"])
 
 
 def test_memory_limit_mb_is_a_deprecated_alias_of_mem_limit():

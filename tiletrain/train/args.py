@@ -133,6 +133,16 @@ class TrainArgs:
     eval_batches: int = option(4, "validation batches per evaluation", group=OUTPUT, limits=POSITIVE)
     sample_tokens: int = option(200, "tokens to sample at the end", group=OUTPUT, limits=NON_NEGATIVE)
     progress: bool = option(True, "no progress bars", group=OUTPUT, flag="--no-progress", action="store_false")
+    # the run directory (tiletrain.utils.runlog, docs/runs.md)
+    run_dir: str | None = option(None, "write metrics.jsonl, run.json, TensorBoard event files and --trace-step's "
+                                 "trace here (default: --ckpt-dir, else runs/<date>-<time>-<model>)", group=OUTPUT,
+                                 metavar="DIR")
+    tensorboard: bool = option(True, "no TensorBoard event files in the run directory (metrics.jsonl is written all "
+                               "the same)", group=OUTPUT, flag="--no-tensorboard", action="store_false")
+    trace_step: int | None = option(None, "record step N's tasks: its Perfetto trace (trace-stepN.json) and metrics "
+                                    "(makespan, idle, critical path: trace-stepN-metrics.json) into the run directory "
+                                    "(the runtime starts with profiling on)", group=OUTPUT, limits=POSITIVE,
+                                    metavar="N")
 
     def __post_init__(self):
         if self.memory_limit_mb is not None:
@@ -184,6 +194,12 @@ class TrainArgs:
         if self.tiles is not None:
             if len(self.tiles) != 3 or any(t < 1 for t in self.tiles):
                 raise ValueError(f"--tiles must be three positive sizes B,T,C, got {self.tiles}")
+        self._validate_run_dir()
+
+    def _validate_run_dir(self) -> None:
+        """The run directory's options (metrics, TensorBoard, --trace-step)."""
+        if self.trace_step is not None and self.trace_step > self.steps:
+            raise ValueError(f"--trace-step {self.trace_step} is beyond --steps {self.steps}")
 
     def _validate_sizes(self) -> None:
         """The --arch model's size options make a model (its train_config's checks)."""

@@ -2,13 +2,17 @@
 and optimizer (``setup``), then ``step`` after ``step`` with periodic ``evaluate`` and
 checkpoints, and ``finish`` (throughput, a last checkpoint, a sample).  Every rank under
 mpirun runs the same flow; only rank 0 reports.  The distribution is called as
-``parallel.place`` etc. (looked up when called: a test can wrap it)."""
+``parallel.place`` etc. (looked up when called: a test can wrap it).  Each step is one line
+of the run directory's metrics.jsonl (``record``, tiletrain.utils.runlog: written before that
+step's checkpoint), and ``--trace-step N`` records step N's tasks (``traced_step``)."""
 from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import math
 import os
+import resource
 import signal
 import sys
 import time
@@ -22,7 +26,7 @@ from tqdm import tqdm
 
 import tiletrain as tt
 
-from .. import checkpoint as ck, parallel
+from .. import checkpoint as ck, parallel, trace
 from ..data import load_corpus
 from ..distribution import rank, world_size
 from ..inference import GenerationConfig, sample_text
@@ -30,6 +34,7 @@ from ..ops import activations
 from ..optim import AdamW, clip_grad_norm_, cosine_with_warmup
 from ..runtime import blas_note
 from ..tensors.tensor import gather_per_rank
+from ..utils.runlog import METRICS_NAME, RunLogger, environment
 from .args import TrainArgs
 from .state import ModelSource, load_training_state, read_resume_point, save_training_state
 
@@ -56,6 +61,7 @@ class Prepared:
     corpus: Any
     ckpt_path: Path | None
     resume: tuple[dict, dict] | None  # the checkpoint's (tensors, metadata) to resume from
+    log: RunLogger | None = None      # the run directory (rank 0; None on the others)
 
 
 @dataclass
@@ -79,6 +85,9 @@ class Run:
     last_good: int | None = None  # step of the last checkpoint written
     stopped: bool = False
     interrupted: bool = False
+    log: RunLogger | None = None   # metrics.jsonl etc. (rank 0)
+    grad_norm: Any = None          # this step's gradient norm (a 0-d tensor) with --grad-clip
+    t_last: float = 0.0            # when this step's work began (the previous one's bookkeeping done)
 
     @property
     def tokens_per_step(self) -> int:
@@ -104,17 +113,25 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         error = exc
     if isinstance(prep, TrainResult):
         return prep
-    rt = tt.init(ncpu=args.ncpu, sched=args.sched, mem_limit=args.mem_limit, ooc_dir=args.ooc_dir)
+    try:
+        rt = tt.init(ncpu=args.ncpu, sched=args.sched, mem_limit=args.mem_limit, ooc_dir=args.ooc_dir,
+                     profile=True if args.trace_step is not None else None)
+    except BaseException:
+        if prep is not None and prep.log is not None:
+            prep.log.close()
+        raise
     if world_size() > 1:
-        _agree_up_front(error, args)
+        _agree_up_front(error, args, prep)
     try:
         run = setup(args, prep, rt, out)
         with _StopFlag() as stop:
             while run.step < args.steps and not run.stopped:
-                value, lr = step(run)
+                value, lr = traced_step(run) if run.step + 1 == args.trace_step else step(run)
                 after_step(run, value, lr, stop.stop)
         return finish(run)
     finally:
+        if prep is not None and prep.log is not None:
+            prep.log.close()
         tt.shutdown()
 
 
@@ -142,7 +159,7 @@ def prepare(args: TrainArgs, out) -> Prepared | TrainResult:
     if len(corpus.val) <= args.seq_len + 1:
         raise ValueError(f"the validation split has {len(corpus.val)} tokens, too few for --seq-len "
                          f"{args.seq_len}: use more data or a larger --val-fraction")
-    return Prepared(source, corpus, ckpt_path, resume)
+    return Prepared(source, corpus, ckpt_path, resume, open_run_log(args, source, resume, out))
 
 
 def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
@@ -152,7 +169,8 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
     model = prep.source.build(args, fresh=prep.resume is None)
     parallel.place(model, args.dist, args.stages)  # owners of parameters and where each module runs
     opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
-    run = Run(args, out, prep, model, opt, np.random.default_rng(args.seed), 0, model.flops_per_token(args.seq_len))
+    run = Run(args, out, prep, model, opt, np.random.default_rng(args.seed), 0, model.flops_per_token(args.seq_len),
+              log=prep.log)
     if prep.resume is not None:
         meta = load_training_state(prep.ckpt_path, model, opt, run.data_rng, prep.resume)
         prep.resume = None  # the model and optimizer hold the tensors now
@@ -172,7 +190,12 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
     if args.progress:
         run.bar = tqdm(total=args.steps, initial=run.start, desc="train", unit="step", dynamic_ncols=True,
                        file=sys.stderr)
-    run.t_start = time.perf_counter()
+    if run.log is not None:
+        run.log.update(**environment(), n_params=n_params, model=prep.source.describe(), runtime=repr(rt),
+                       world_size=world_size(), tokens_per_step=run.tokens_per_step, flops_per_token=run.flops_per_token)
+        print(f"run: {run.log.directory} (metrics.jsonl{', TensorBoard events' if args.tensorboard else ''}; "
+              f"tiletrain runs show {run.log.directory})", file=out, flush=True)
+    run.t_start = run.t_last = time.perf_counter()
     return run
 
 
@@ -191,7 +214,7 @@ def step(run: Run) -> tuple[float, float]:
         # parameter's owner
         micro += parallel.shard_backward(model, x, y, k, args.micro_batches)
     if args.grad_clip > 0:
-        clip_grad_norm_(model.parameters(), args.grad_clip)
+        run.grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)  # read (logged) after the step
     opt.step()
     opt.zero_grad()
     value = float(np.mean([float(v) for v in micro]))
@@ -204,13 +227,14 @@ def after_step(run: Run, value: float, lr: float, interrupted: bool) -> None:
     """The step counted: progress, then validation and a checkpoint every --eval-every steps,
     and whether to stop (Ctrl-C, --stop-after)."""
     args = run.args
+    now = time.perf_counter()
     run.step += 1
     run.train_losses.append(value)
     run.tokens_done += run.tokens_per_step
     # throughput from the spacing of the last step completions: a loss can be read before its
     # step's backward and update have run, so one step's own time under-counts right after a
     # drain (an evaluation) and over-counts otherwise
-    run.ends.append(time.perf_counter())
+    run.ends.append(now)
     if run.bar is not None:
         run.bar.update(1)
         rate = {}
@@ -219,15 +243,18 @@ def after_step(run: Run, value: float, lr: float, interrupted: bool) -> None:
             rate = dict(tok_s=f"{run.tokens_per_step / dt:,.0f}",
                         gflops=f"{run.flops_per_token * run.tokens_per_step / dt / 1e9:.1f}")
         run.bar.set_postfix(loss=f"{value:.4f}", **rate, lr=f"{lr:.2e}")
+    val = None
     if args.eval_every and (run.step % args.eval_every == 0 or run.step == args.steps):
         run.ends.clear()  # the evaluation's time is not training throughput
         val = run.val_losses[run.step] = evaluate(run.model, run.prep.corpus, args,
                                                   np.random.default_rng(args.seed + 1))
         run.say(f"step {run.step}: train loss {value:.4f}, val loss {val:.4f}")
-        if run.prep.ckpt_path is not None:
-            save(run, {"train": value, "val": val})
+    record(run, value, lr, val, now)  # before the checkpoint: a resume drops lines after its step
+    if val is not None and run.prep.ckpt_path is not None:
+        save(run, {"train": value, "val": val})
     if interrupted or (args.stop_after is not None and run.step - run.start >= args.stop_after):
         run.stopped, run.interrupted = True, interrupted
+    run.t_last = time.perf_counter()
 
 
 def evaluate(model, corpus, args: TrainArgs, rng: np.random.Generator) -> float:
@@ -266,11 +293,16 @@ def finish(run: Run) -> TrainResult:
     gflops = run.flops_per_token * tps / 1e9
     print(f"{'stopped' if run.stopped else 'done'} at step {run.step}: {tps:,.0f} tokens/s, {gflops:.1f} GFLOP/s"
           + (f"; checkpoint {path}" if path else ""), file=run.out, flush=True)
+    if run.log is not None:
+        run.log.update(last={"step": run.step, "tokens_per_s": tps, "gflops": gflops, "elapsed_s": elapsed,
+                             "stopped": run.stopped, "interrupted": run.interrupted})
     sample = None
     if args.sample_tokens > 0 and not run.stopped:
         gen = GenerationConfig.from_keywords(args.sample_tokens, temperature=0.8)
         sample = sample_text(run.model, run.prep.source.tokenizer, "def ", gen, seed=args.seed)[0][0]
         print("sample:\n" + sample, file=run.out, flush=True)
+        if run.log is not None:
+            run.log.text("sample", sample, run.step)
     return TrainResult(run.step, run.train_losses, run.val_losses, tps, gflops, run.stopped,
                        str(path) if path else None, sample, run.interrupted)
 
@@ -300,20 +332,22 @@ class _StopFlag:
             signal.signal(signal.SIGINT, self._old)
 
 
-def _agree_up_front(error: Exception | None, args: TrainArgs) -> None:
+def _agree_up_front(error: Exception | None, args: TrainArgs, prep: Prepared | None = None) -> None:
     """Under mpirun, right after init: every rank's up-front checks (checkpoint directory
     writable, resume checkpoint readable, data readable) and its options (but the checkpoint
     directory, which may be node-local) are compared collectively, so that when one rank's
     check failed, or the ranks got different options, every rank stops together -- after a
     clean collective shutdown, before any step -- instead of one rank failing while the
     others wait for it."""
-    options = {k: v for k, v in dataclasses.asdict(args).items() if k not in ("progress", "ckpt_dir")}
+    options = {k: v for k, v in dataclasses.asdict(args).items() if k not in ("progress", "ckpt_dir", "run_dir")}
     table = gather_per_rank([0.0 if error else 1.0, float(zlib.crc32(repr(sorted(options.items())).encode()))])
     failed = [r for r in range(len(table)) if table[r, 0] == 0]
     differ = [r for r in range(len(table)) if table[r, 1] != table[0, 1]]
     if not failed and not differ:
         return
     tt.shutdown()  # every rank agrees to stop: nothing waits elsewhere
+    if prep is not None and prep.log is not None:
+        prep.log.close()
     if error is not None:
         raise error
     if failed:
@@ -322,3 +356,87 @@ def _agree_up_front(error: Exception | None, args: TrainArgs) -> None:
                            "that rank); every rank stops")
     raise ValueError(f"the ranks were given different training options (rank {differ[0]}'s differ from rank 0's): "
                      "pass the same options to every rank")
+
+
+# -- the run directory (tiletrain.utils.runlog; docs/runs.md)
+
+def run_dir_of(args: TrainArgs, source: ModelSource) -> Path:
+    """--run-dir, else --ckpt-dir, else a new runs/<date>-<time>-<model> (made unique)."""
+    if args.run_dir or args.ckpt_dir:
+        return Path(args.run_dir or args.ckpt_dir)
+    base = Path("runs") / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{source.model_type}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def open_run_log(args: TrainArgs, source: ModelSource, resume: tuple[dict, dict] | None, out) -> RunLogger | None:
+    """Rank 0's RunLogger for the run (others: None): a resumed run continues its
+    metrics.jsonl from the checkpoint's step (lines after it dropped)."""
+    if rank() != 0:
+        return None
+    step = resume[1]["step"] if resume is not None else None
+    directory = run_dir_of(args, source)
+    # a run that was stopped before its first checkpoint (no --resume possible) starts over in
+    # its --ckpt-dir (as `make train` does then) instead of being refused
+    orphan = (step is None and args.ckpt_dir is not None and directory == Path(args.ckpt_dir)
+              and not (directory / ck.CHECKPOINT_NAME).exists() and (directory / METRICS_NAME).exists())
+    if orphan and not args.overwrite:
+        print(f"note: {directory} holds the metrics of a run stopped before its first checkpoint: starting over",
+              file=out, flush=True)
+    log = RunLogger(directory, dataclasses.asdict(args), resume_step=step, overwrite=args.overwrite or orphan,
+                    tensorboard=args.tensorboard, seed=args.seed, rank=0,
+                    extra={"model_type": source.model_type, "model_config": source.config,
+                           "init_from": source.init_from})
+    if step is not None and not log.had_metrics:
+        print(f"note: {log.directory} has no metrics of the steps before {step} (a run of an older tiletrain): "
+              f"metrics.jsonl starts at step {step + 1}", file=out, flush=True)
+    elif log.dropped:
+        print(f"note: dropped {log.dropped} lines of {log.directory / 'metrics.jsonl'} logged after the checkpoint's "
+              f"step {step} (they are trained again)", file=out, flush=True)
+    return log
+
+
+def peak_rss_bytes() -> int:
+    """This process' peak resident memory so far, as the kernel measured it (getrusage)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS: bytes; Linux: KiB
+
+
+def record(run: Run, value: float, lr: float, val: float | None, now: float) -> None:
+    """The step's line of metrics.jsonl: losses, learning rate, gradient norm (--grad-clip >
+    0), its measured time (from the end of the previous step's bookkeeping to this step's
+    loss being read: evaluations and checkpoints are not counted) and the throughput it
+    gives, the process' peak memory, the tile buffers' peak over the step (when the buffer
+    pool counts it), the training time so far (over resumes)."""
+    norm = float(run.grad_norm) if run.grad_norm is not None else None  # every rank reads it (collective)
+    run.grad_norm = None
+    if run.log is None:
+        return
+    dt = now - run.t_last
+    tps = run.tokens_per_step / dt if dt > 0 else None
+    mem = tt.current().memory()
+    tt.current().reset_peak_memory()
+    values = dict(train_loss=value, val_loss=val, lr=lr, grad_norm=norm, tokens_per_s=tps,
+                  gflops=run.flops_per_token * tps / 1e9 if tps else None, step_time_s=dt,
+                  peak_memory_bytes=peak_rss_bytes(), peak_tile_bytes=mem["peak_allocated_bytes"],
+                  elapsed_s=run.log.base_elapsed + (now - run.t_start),
+                  traced=True if run.step == run.args.trace_step else None)
+    run.log.log(run.step, **{k: v for k, v in values.items() if v is not None})
+
+
+def traced_step(run: Run) -> tuple[float, float]:
+    """``step`` with its tasks recorded (waiting for the earlier ones first, for its own at the
+    end): its Perfetto trace and metrics go into the run directory."""
+    with trace.recording() as rec:
+        out = step(run)
+    if run.log is not None:
+        n = run.step + 1
+        m = run.log.save_trace(n, rec.trace)
+        run.say(f"step {n} traced: {run.log.directory / f'trace-step{n}.json'} (open in ui.perfetto.dev); "
+                f"{m['ntasks']} tasks, makespan {m['makespan_us'] / 1e3:.1f} ms, critical path "
+                f"{m['critical_path_us'] / 1e3:.1f} ms, mean idle {m['mean_idle_fraction']:.0%}; metrics in "
+                f"trace-step{n}-metrics.json")
+    return out
