@@ -321,7 +321,7 @@ def test_checkpoint_and_resume_under_a_budget_equal_an_uninterrupted_run(fresh, 
     kw = dict(data=[str(corpus)], n_layer=2, n_head=2, n_embd=64, seq_len=16, batch=4, steps=4, warmup=1,
               eval_every=0, sample_tokens=0, progress=False, val_fraction=0.1, tiles=(2, 16, 64), seed=3,
               ncpu=2)
-    ref = train(TrainArgs(**kw)).train_losses
+    ref = train(TrainArgs(**kw, run_dir=str(tmp_path / "ref"))).train_losses
     budget = dict(mem_limit="3M", ooc_dir=str(ooc), ckpt_dir=str(tmp_path / "ck"))
     first = train(TrainArgs(**kw, **budget, stop_after=2)).train_losses
     rest = train(TrainArgs(**kw, **budget, resume=True)).train_losses

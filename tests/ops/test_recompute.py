@@ -311,8 +311,8 @@ def test_train_recompute_same_losses(tmp_path, arch):
                 dtype="float64", tiles=(1, 8, 8), arch=arch)
     tt.shutdown()  # train() runs its own runtime
     try:
-        losses = {mode: train(TrainArgs(recompute=mode, **base)).train_losses for mode in ("none", "block",
-                                                                                         "attention")}
+        losses = {mode: train(TrainArgs(recompute=mode, run_dir=str(tmp_path / mode), **base)).train_losses
+                  for mode in ("none", "block", "attention")}
     finally:
         tt.shutdown()
     assert len(losses["none"]) == 3 and losses["block"] == losses["none"] == losses["attention"]

@@ -48,6 +48,7 @@ from mpi_launch import _env, have_mpi  # noqa: E402
 from tiletrain import checkpoint as ck  # noqa: E402
 from tiletrain.train import RESUME_KEYS  # noqa: E402
 from tiletrain.utils import mpirun  # noqa: E402
+from tiletrain.utils.runlog import RunLogError, is_run_file, read_metrics  # noqa: E402
 
 KINDS = ("one rank", "both ranks", "during write")
 TOL = 1e-12  # float64: a resumed training equals the uninterrupted one to rounding at most
@@ -290,7 +291,13 @@ def audit_end(ckpt: Path, ref: Reference, report: SoakReport) -> None:
         got = _verify(ckpt / ck.CHECKPOINT_NAME, report)
     if got is not None and compare(*got, ref, report) != report.config.steps:
         report.failures.append(f"the training ended with a checkpoint at step {got[1]['step']}")
-    extra = sorted(p.name for p in ckpt.iterdir() if p.name != ck.CHECKPOINT_NAME)
+    try:  # the metrics log: one line per step, none twice, across every kill and resume
+        logged = [m["step"] for m in read_metrics(ckpt)]
+    except RunLogError as exc:
+        logged = f"unreadable ({exc})"
+    if logged != list(range(1, report.config.steps + 1)):
+        report.failures.append(f"metrics.jsonl holds the steps {logged}, not 1..{report.config.steps} once each")
+    extra = sorted(p.name for p in ckpt.iterdir() if p.name != ck.CHECKPOINT_NAME and not is_run_file(p.name))
     if extra:
         report.leftovers += len(extra)
         report.failures.append(f"left in the checkpoint directory: {', '.join(extra)}")

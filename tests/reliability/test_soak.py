@@ -3,6 +3,7 @@ SIGKILL (one rank, both ranks, during a checkpoint write) and resumed: no checkp
 corrupt, no temporary left, every checkpoint's losses and tensors equal to an uninterrupted
 run's (float64).  benchmarks/soak.py runs the same with 50 kills; tests/reliability/soak.py
 holds both."""
+import json
 import signal
 import subprocess
 import sys
@@ -29,6 +30,11 @@ def _checkpoint(folder, train_loss, w, step=6):
     meta = {"config": {}, "train_args": {}, "step": step, "optimizer": {"steps": {}, "param_groups": []},
             "data_rng": {}, "dropout_rng": {}, "losses": {"train": train_loss, "val": 2.0}}
     ck.save(folder / ck.CHECKPOINT_NAME, {"w": w}, meta)
+    _metrics(folder, range(1, step + 1))
+
+
+def _metrics(folder, steps):
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "train_loss": 1.0}) + "\n" for s in steps))
 
 
 def _audit(folder, ref=None, newest=None):
@@ -54,6 +60,8 @@ def test_the_soak_checks_catch_a_loss_a_tensor_a_temporary_and_a_corrupt_checkpo
     ref = Reference({6: {"train": 1.0, "val": 2.0}}, {6: {"w": w}}, step_s=0.1, tail_s=0.1)
     _checkpoint(tmp_path, 1.0, w)
     assert _audit(tmp_path, ref) == []
+    _metrics(tmp_path, [1, 2, 3, 4, 4, 5, 6])  # a step logged twice (a resume that did not truncate)
+    assert "metrics.jsonl holds the steps [1, 2, 3, 4, 4, 5, 6], not 1..6 once each" in _audit(tmp_path, ref)[0]
     _checkpoint(tmp_path, 1.0 + 1e-9, w)
     assert "the losses differ from the uninterrupted run's by 1e-09" in _audit(tmp_path, ref)[0]
     _checkpoint(tmp_path, 1.0, w + 1e-9)
