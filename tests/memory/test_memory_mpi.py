@@ -13,6 +13,7 @@ from mpi_launch import requires_mpi, run_mpi, run_single  # noqa: E402
 
 import tiletrain.checkpoint as ck  # noqa: E402
 from tiletrain.tensors.tensor import ROW_BLOCK_BYTES  # noqa: E402
+from tiletrain.utils.runlog import is_run_file, read_metrics  # noqa: E402
 
 pytestmark = [requires_mpi, pytest.mark.mpi]
 
@@ -45,7 +46,8 @@ def test_data_mode_with_a_memory_limit_and_disk_node_equals_one_process(tmp_path
     mpi = (*common, "dist=data", *budget, f"ckpt_dir={ckpt}")
     run_mpi("train.py", 2, tmp_path, "half", *mpi, "stop_after=2", timeout=90)
     run_mpi("train.py", 2, tmp_path, "rest", *mpi, "resume=1", timeout=90)
-    assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint.safetensors"]
+    assert sorted(p.name for p in ckpt.iterdir() if not is_run_file(p.name)) == ["checkpoint.safetensors"]
+    assert [m["step"] for m in read_metrics(ckpt)] == [1, 2, 3, 4]  # the resumed run continued the log
     for r in range(2):
         got = np.concatenate([_losses(tmp_path / f"{tag}-rank{r}.npz") for tag in ("half", "rest")])
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=0)

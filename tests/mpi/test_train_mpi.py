@@ -7,6 +7,8 @@ import pytest
 from fault_timing import assert_quick_exit
 from mpi_launch import requires_mpi, run_mpi, run_single
 
+from tiletrain.utils.runlog import is_run_file, read_metrics
+
 pytestmark = [requires_mpi, pytest.mark.mpi]
 
 TEXT = "def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400
@@ -93,7 +95,9 @@ def test_mpi_checkpoint_resumes_in_one_process_and_back(tmp_path, corpus):
             timeout=90)
     saves = [int(_load(tmp_path / f"a1-rank{r}.npz")["saves"]) for r in range(2)]
     assert saves[0] >= 1 and saves[1] == saves[0], saves  # collective: the ranks send, rank 0 writes
-    assert sorted(p.name for p in a.iterdir()) == ["checkpoint.safetensors"]  # atomic: no temporaries left
+    # atomic: no temporaries left; beside the checkpoint only rank 0's run files (metrics.jsonl, ...)
+    assert sorted(p.name for p in a.iterdir() if not is_run_file(p.name)) == ["checkpoint.safetensors"]
+    assert [m["step"] for m in read_metrics(a)] == [1, 2]  # one line per step, written once (rank 0)
     run_single("train.py", tmp_path, "a2", corpus, "dtype=float64", f"ckpt_dir={a}", "resume=1")
     first = _load(tmp_path / "a1-rank0.npz")["losses"]
     second = _load(tmp_path / "a2-rank0.npz")["losses"]

@@ -22,6 +22,8 @@ for item in sys.argv[3:]:
     k, v = item.split("=", 1)
     kw[k] = {"data": lambda s: [s], "resume": lambda s: s == "1", "ckpt_dir": str, "dist": str, "stages": int,
              "dtype": str, "mem_limit": str, "ooc_dir": str}.get(k, int)(v)
+if "ckpt_dir" not in kw:
+    kw["run_dir"] = f"{out}/{tag}-run"  # metrics.jsonl and run.json (rank 0) go beside the outputs
 info = {"saves": 0, "executed": 0, "owners": {}}
 
 _save, _shutdown, _place = ck.save, tt.shutdown, par.place
