@@ -50,12 +50,6 @@ FFI_ALLOWED = ("runtime", "tensors", "trace.records")
 # that other people are rewriting in their own branches.  Remove an entry when its owner
 # merges: the test fails while an entry is no longer needed, so this list only shrinks.
 PENDING = {
-    # MPI calls -> tiletrain.runtime.mpi; tensor shadow/push/stream calls -> functions of the runtime
-    ("tiletrain.parallel", "tiletrain._ffi"): "parallel.py",
-    # nworkers -> tiletrain.runtime.context; MPI -> tiletrain.runtime.mpi; order tokens -> the runtime
-    ("tiletrain.pipeline.model", "tiletrain._ffi"): "pipeline/model.py",
-    # cycle: pipeline/model.py imports parallel (in functions), which imports pipeline.priorities
-    ("tiletrain.pipeline.model", "tiletrain.parallel"): "pipeline/model.py",
 }
 
 # Re-exports that keep the old import path of a moved name working, (re-exporting module,
@@ -65,8 +59,6 @@ PENDING = {
 # module no longer does (take it off the list) and when a list is empty (remove the re-export
 # and the entry).
 REEXPORTS = {
-    ("tiletrain.tensors", "tiletrain.ops.creation"): {
-        "full": ["tiletrain.pipeline.model"]},
 }
 
 

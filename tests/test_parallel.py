@@ -105,31 +105,41 @@ def test_using_makes_a_plan_current_inside_the_block():
         par._placed = par.Plan()
 
 
-def test_microbatch_gives_1f1b_priorities_in_a_pipelined_layout(monkeypatch):
-    """With more than one stage, micro-batch k's backward outranks every forward and
-    micro-batch k outranks k+1; with one stage, tags only."""
+def test_microbatch_tags_its_tasks_and_leaves_priorities_to_the_schedule(monkeypatch):
+    """microbatch(k) tags the tasks submitted inside microbatch=k, in any layout; priorities
+    are a pipeline schedule's business (tiletrain.pipeline.training), not the tags'."""
     from profiled_runtime import restart
 
     import tiletrain as tt
     import tiletrain.parallel as par
     restart(sched="prio")
     try:
-        def run(grid):
+        for grid in ((2, 1), (1, 2)):
             monkeypatch.setattr(par, "_placed", par.Plan(world=2, stages=grid[0], replicas=grid[1]))
             with tt.trace.recording() as rec:
                 for k in range(2):
                     with par.microbatch(k):
                         x = tt.ones((4, 4), tiles=(2, 2)).requires_grad_()
                         tt.sum(tt.mul(x, x)).backward()
-            return rec.trace.tasks
-        t = run((2, 1))
-        fwd = t[t["phase"] == ""]
-        bwd = t[t["phase"] == "bwd"]
-        assert set(t["microbatch"].tolist()) == {0, 1}
-        assert bwd["priority"].min() > fwd["priority"].max()
-        for ph in (fwd, bwd):
-            assert ph[ph["microbatch"] == 0]["priority"].min() > ph[ph["microbatch"] == 1]["priority"].max()
-        flat = run((1, 2))
-        assert set(flat["priority"].tolist()) == {0} and set(flat["microbatch"].tolist()) == {0, 1}
+            t = rec.trace.tasks
+            assert set(t["microbatch"].tolist()) == {0, 1} and set(t["priority"].tolist()) == {0}, grid
+        assert tt.trace.current_tags()["microbatch"] is None   # restored
     finally:
         tt.shutdown()
+
+
+def test_the_placed_plan_holds_the_replica_being_submitted(monkeypatch):
+    """replica(d) makes the current plan the placed one with replica d (equal to it, the
+    placement state in one object), and restores it after."""
+    import tiletrain.parallel as par
+    pl = par.Plan(world=3, stages=1, replicas=3)
+    monkeypatch.setattr(par, "_placed", pl)
+    with par.replica(2):
+        cur = par.current_plan()
+        assert cur.replica == 2 and cur == pl and cur is not pl
+        with par.replica(1):
+            assert par.current_plan().replica == 1
+        assert par.current_plan().replica == 2
+    assert par.current_plan() is pl and pl.replica == 0
+    with pytest.raises(ValueError, match="3 replica"), par.replica(3):
+        pass

@@ -14,7 +14,10 @@ for each batch::
             loss = model.loss(xs, ys)
             tt.scale(loss, 1 / n_replicas()).backward()
 
-(``shard_backward(model, x, y, k, micro_batches)`` is that loop for micro-batch k.)
+(``shard_backward(model, x, y, k, micro_batches)`` is that loop for micro-batch k.)  That is
+how ``single`` and ``data`` steps run; ``tiletrain train --dist pipeline|pipeline+data`` steps a
+pipeline schedule instead (``--schedule``, 1F1B by default: tiletrain.pipeline.training, one
+executor, tiletrain.pipeline.model.ModelPipeline, over the layout placed here).
 
 Every mode is a grid of ``S`` pipeline stages x ``D`` data-parallel replicas (``S * D`` =
 the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
@@ -28,8 +31,8 @@ the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
   activations crossing a stage boundary move.  The tied token embedding ``wte`` is also the
   LM head's weight: it lives on the first stage, so every step the last stage reads it and
   its head gradient is sent back to the first stage, where it is added to the embedding
-  gradient.  Micro-batches (``--micro-batches``) overlap by dataflow: stage 0 starts the
-  next micro-batch while the later stages work on the previous one.
+  gradient.  Micro-batches (``--micro-batches``) overlap as the schedule orders them: stage 0
+  starts the next micro-batch while the later stages work on the previous one.
 - ``data``: S = 1, D = world.  Each batch is split into D equal shards along the batch axis;
   replica d's forward and backward run on rank d.  Parameters are spread whole over the
   ranks (largest first, to the rank with the fewest bytes): replica d's partial gradient
@@ -46,20 +49,26 @@ the world size); rank ``d * S + s`` runs stage ``s`` of replica ``d``:
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import distribution as _dist
 from .distribution import SingleRank, world_size
 from .nn.causal_lm import CausalLM
+from .ops.autograd import _copy_to, _migrate, collect_leaf_grads
+from .ops.basic import axpy_, copy, scale
+from .runtime import mpi
+from .runtime.context import submission
+from .tensors import Tensor
+from .tensors.creation import default_generator
 
-__all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout", "microbatch", "n_replicas", "place", "plan",
-           "replica", "shard_backward", "shards", "using"]
+__all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout",
+           "microbatch", "n_replicas", "place", "plan", "replica", "shard_backward", "shards", "using"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
 DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
-
-_replica = 0        # the replica whose shard is being submitted (replica())
+PIPELINED = ("pipeline", "pipeline+data")
 
 
 def layout(mode: str, world: int | None = None, stages: int | None = None) -> tuple[int, int]:
@@ -112,13 +121,16 @@ class Plan:
     on ``world`` ranks (rank ``d * stages + s`` runs stage s of replica d), each parameter's
     owner rank and the pipeline stage each module's forward runs on, by name
     (``model.named_parameters()`` / ``named_modules()``).  Made by :func:`plan`, applied by
-    ``place(model, plan)``; ``current_plan()`` is the placed one."""
+    ``place(model, plan)``; ``current_plan()`` is the placed one -- the one holder of the
+    placement state: inside ``replica(d)`` it is the placed plan with ``replica`` d (the
+    replica whose shard is being submitted; not part of the plan's value)."""
     mode: str = "single"
     world: int = 1
     stages: int = 1
     replicas: int = 1
     owners: tuple[tuple[str, int], ...] = ()      # (parameter name, owner rank)
     modules: tuple[tuple[str, int], ...] = ()     # (module name, stage), modules with a stage
+    replica: int = field(default=0, compare=False, repr=False)   # the replica being submitted
 
     def owner(self, name: str) -> int:
         for n, r in self.owners:
@@ -150,7 +162,7 @@ class Plan:
         return "\n".join(lines)
 
 
-_placed = Plan()    # the placement context: the last place()'s plan (current_plan())
+_placed = Plan()    # the placement context: the last place()'s plan (current_plan()), or using()'s
 
 
 def current_plan() -> Plan:
@@ -170,17 +182,20 @@ def using(pl: Plan):
         with using(pa):
             for d, xs, ys in shards(x, y): ...
     """
-    global _placed, _replica
+    global _placed
     if not isinstance(pl, Plan):
         raise TypeError(f"using() takes a Plan (place()'s result or plan()'s), got {type(pl).__name__}")
     if pl.world != world_size():
         raise ValueError(f"using(): the plan is for {pl.world} rank(s), the world has {world_size()}")
-    old = _placed, _replica
-    _placed, _replica = pl, 0
+    old, _placed = _placed, _replica_of(pl, 0)
     try:
         yield pl
     finally:
-        _placed, _replica = old
+        _placed = old
+
+
+def _replica_of(pl: Plan, d: int) -> Plan:
+    return pl if pl.replica == d else replace(pl, replica=d)
 
 
 def rank_of(replica_index: int, stage: int) -> int:
@@ -198,7 +213,7 @@ class Stage:
         self.stage = int(stage)
 
     def resolve(self) -> SingleRank:
-        return SingleRank(rank_of(_replica, self.stage))
+        return SingleRank(rank_of(_placed.replica, self.stage))
 
     def __repr__(self):
         return f"Stage({self.stage})"
@@ -213,44 +228,27 @@ def n_replicas() -> int:
 def replica(d: int):
     """Submit replica ``d``'s shard: modules run on that replica's ranks, and tensors made
     outside any module (the batch, the loss) default to its first stage's rank."""
-    from . import distribution as D
-    global _replica
+    global _placed
     if not 0 <= int(d) < n_replicas():
         raise ValueError(f"replica({d}): the placed layout has {n_replicas()} replica(s)")
-    old_r, old_default = _replica, D._default
-    _replica = int(d)
-    here = SingleRank(rank_of(_replica, 0))
-    D._default = here
+    old, old_default = _placed, _dist._default
+    _placed = _replica_of(old, int(d))
+    here = SingleRank(rank_of(_placed.replica, 0))
+    _dist._default = here
     try:
         if _placed.grid[0] == 1:  # the replica is one rank: everything of its shard lives there
-            with D.use(here):
+            with _dist.use(here):
                 yield
         else:
             yield
     finally:
-        _replica, D._default = old_r, old_default
+        _placed, _dist._default = old, old_default
 
 
-# Pipelined layouts: backward outranks forward, and earlier micro-batches outrank later ones
-# (1F1B priorities), so a stage hands the input gradient of micro-batch k back to the
-# previous stage before it runs the forward of micro-batch k+1.  Measured on 2 ranks x 1
-# worker, 4 micro-batches of the 4 x 256 GPT: 0.28 -> 0.24 s per step.
-PIPELINE_PRIORITIES = {"fwd": 0, "bwd": 10, "opt": 20}
-
-
-@contextlib.contextmanager
 def microbatch(k: int):
-    """Submit micro-batch ``k`` (forward and backward) inside: its tasks are tagged
-    ``microbatch=k``, and in a pipelined layout (more than one stage) they get 1F1B
-    priorities (:data:`PIPELINE_PRIORITIES`, earlier micro-batches first)."""
-    from .trace.tags import tag
-    if _placed.grid[0] > 1:
-        from .pipeline.priorities import priority_hints
-        with priority_hints(phase=PIPELINE_PRIORITIES, microbatch=-1), tag(microbatch=int(k)):
-            yield
-    else:
-        with tag(microbatch=int(k)):
-            yield
+    """Submit micro-batch ``k`` inside: its tasks are tagged ``microbatch=k`` (the order of a
+    pipelined step is its schedule's: tiletrain.pipeline.training)."""
+    return submission(tags={"microbatch": int(k)})
 
 
 def model_parts(model: CausalLM) -> tuple[tuple, tuple, tuple]:
@@ -270,11 +268,11 @@ def blocks_of_stage(v: int, n_layer: int, n_stages: int) -> range:
 def plan(model, mode: str, world: int | None = None, stages: int | None = None,
          stage_ranks=None) -> Plan:
     """The :class:`Plan` of a GPT or Llama for ``mode`` on ``world`` ranks (default: the world
-    size).  ``stage_ranks`` (``--dist pipeline`` only): virtual stage v (an even split of the
-    blocks into ``len(stage_ranks)`` chunks) runs on rank ``stage_ranks[v]`` -- a pipeline
-    schedule's placement (``Schedule.placement()``: looped for interleaved 1F1B, a V for
-    ZB-V); the embeddings go with the first virtual stage, the final norm and head with the
-    last."""
+    size).  ``stage_ranks`` (pipelined modes only): virtual stage v (an even split of the
+    blocks into ``len(stage_ranks)`` chunks) runs on pipeline stage ``stage_ranks[v]`` (in
+    ``pipeline`` mode the rank itself) -- a pipeline schedule's placement
+    (``Schedule.placement()``: looped for interleaved 1F1B, a V for ZB-V); the embeddings go
+    with the first virtual stage, the final norm and head with the last."""
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     params = list(model.named_parameters())
@@ -282,11 +280,11 @@ def plan(model, mode: str, world: int | None = None, stages: int | None = None,
     L = len(blocks)
     if stage_ranks is not None:
         stage_ranks = [int(r) for r in stage_ranks]
-        if mode != "pipeline":
-            raise ValueError(f"plan(): stage_ranks is for mode 'pipeline', not {mode!r}")
-        if not stage_ranks or len(stage_ranks) > L or any(r < 0 or (world > 1 and r >= world) for r in stage_ranks):
+        if mode not in PIPELINED:
+            raise ValueError(f"plan(): stage_ranks is for the modes {' and '.join(PIPELINED)}, not {mode!r}")
+        if not stage_ranks or len(stage_ranks) > L or any(r < 0 or (world > 1 and r >= S) for r in stage_ranks):
             raise ValueError(f"plan(): stage_ranks {stage_ranks} must name 1..{L} virtual stages (one per "
-                             f"chunk of the {L} blocks), each on a rank in 0..{world - 1}")
+                             f"chunk of the {L} blocks), each on a stage in 0..{S - 1}")
         rank_of_block = [stage_ranks[v] for v in range(len(stage_ranks))
                          for _ in blocks_of_stage(v, L, len(stage_ranks))]
     else:
@@ -327,9 +325,7 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
     the plan becomes the current one (collective under MPI: every rank calls it at the same
     point).  Call it before creating the optimizer (its state is created where the
     parameters live).  Returns the plan."""
-    from ._ffi import lib
-    from .ops.autograd import _copy_to
-    global _placed, _replica
+    global _placed
     world = world_size()
     if isinstance(mode, Plan):
         if stages is not None:
@@ -344,11 +340,11 @@ def place(model, mode: "str | Plan", stages: int | None = None) -> Plan:
     params = list(model.named_parameters())
     if set(owner) != {n for n, _ in params}:
         raise ValueError("place(): the plan was made for another model (its parameter names differ)")
-    _placed, _replica = pl, 0
+    _placed = _replica_of(pl, 0)
     for name, mod in model.named_modules():
         stage = where.get(name) if pl.stages > 1 and pl.world > 1 else None  # one stage: replica() places it
         object.__setattr__(mod, "placement", None if stage is None else Stage(stage))
-    if not lib.tt_mpi_enabled():
+    if not mpi.enabled():
         return pl  # one process: every tile is already local
     for name, p in params:
         dist = SingleRank(owner[name])
@@ -388,10 +384,9 @@ def shard_backward(model, x: np.ndarray, y: np.ndarray, k: int = 0, micro_batche
     rank stops with an error naming the task; ``OWN_REPLICA_ONLY = False`` makes every rank
     walk every replica instead (the other replicas' tasks skipped in C; the same results,
     at 5-8 ms more of each rank's submitting thread per step of a 4x256 GPT on 2 ranks)."""
-    from .ops.basic import scale
     n = int(micro_batches) * n_replicas()
     parts = shards(x, y)
-    seeds = [None] if len(parts) == 1 else [_default_generator().next_seed() for _ in parts]
+    seeds = [None] if len(parts) == 1 else [default_generator.next_seed() for _ in parts]
     if _own_replica_only():
         return _own_shard_backward(model, parts, seeds, k, n)
     losses = []
@@ -404,18 +399,13 @@ def shard_backward(model, x: np.ndarray, y: np.ndarray, k: int = 0, micro_batche
     return losses
 
 
-def _default_generator():
-    from .tensors.creation import default_generator
-    return default_generator
-
-
 @contextlib.contextmanager
 def _seeded(seed):
     """Inside, the default generator draws from a generator seeded with ``seed`` (None: as is)."""
     if seed is None:
         yield
         return
-    g = _default_generator()
+    g = default_generator
     old, g._rng = g._rng, np.random.default_rng(seed)
     try:
         yield
@@ -424,36 +414,26 @@ def _seeded(seed):
 
 
 def _own_replica_only() -> bool:
-    from ._ffi import lib
     pl = _placed
-    return (OWN_REPLICA_ONLY and pl.world > 1 and pl.stages == 1 and pl.replicas > 1
-            and bool(lib.tt_mpi_enabled()) and bool(lib.tt_mpi_cache_enabled()))
+    return OWN_REPLICA_ONLY and pl.world > 1 and pl.stages == 1 and pl.replicas > 1 and mpi.cache_enabled()
 
 
 def _shadow(t, delta: int, owner: int):
     """The tensor of replica (this one + delta), on rank ``owner``, that corresponds to this
     replica's ``t`` (nothing registered until a task of this rank needs it)."""
-    from ._ffi import check, ffi, lib
-    from .tensors import Tensor
-    out = ffi.new("tt_tensor **")
-    check(lib.tt_tensor_shadow(t._ptr, int(delta), int(owner), out))
-    return Tensor._of_ptr(out[0], t.traits.with_dist(SingleRank(owner)), t.dtype, t._session)
+    ptr = mpi.shadow(t._ptr, delta, owner)
+    return Tensor._of_ptr(ptr, t.traits.with_dist(SingleRank(owner)), t.dtype, t._session)
 
 
 def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
-    from ._ffi import check, ffi, lib
-    from .ops.autograd import _migrate, collect_leaf_grads
-    from .ops.basic import axpy_, copy, scale
-    from .tensors import Tensor
-    D, me = len(parts), int(lib.tt_mpi_rank())
+    D, me = len(parts), mpi.rank()
     params = list({id(p): p for p in model.parameters()}.values())
     ranks = [rank_of(e, 0) for e in range(D)]
-    c_ranks = ffi.new("int[]", ranks)
     for t in params + [b for _, b in model.named_buffers() if isinstance(b, Tensor)]:
-        check(lib.tt_tensor_push(t._ptr, c_ranks, D))   # what the shard reads of other ranks
+        mpi.push(t._ptr, ranks)   # what the shard reads of other ranks
     d = ranks.index(me)
     _, xs, ys = parts[d]
-    old = lib.tt_mpi_set_stream(d + 1)
+    old = mpi.set_stream(d + 1)
     try:
         with replica(d), microbatch(k), _seeded(seeds[d]), collect_leaf_grads() as grads:
             loss = model.loss(xs, ys)
@@ -461,12 +441,12 @@ def _own_shard_backward(model, parts, seeds, k: int, n: int) -> list:
             # what the other ranks name by tag must carry this replica's stream's tags (a
             # tensor made before the shard, written in it, has tags of the global counter)
             for i, (leaf, g) in grads.items():
-                if not lib.tt_mpi_in_stream(g._ptr, d + 1):
+                if not mpi.in_stream(g._ptr, d + 1):
                     grads[i] = (leaf, copy(g))
-            if not lib.tt_mpi_in_stream(loss._ptr, d + 1):
+            if not mpi.in_stream(loss._ptr, d + 1):
                 loss = copy(loss)
     finally:
-        lib.tt_mpi_set_stream(old)
+        mpi.set_stream(old)
     known = {id(p) for p in params}
     if any(i not in known for i in grads):
         raise RuntimeError("shard_backward: a tensor that is not one of the model's parameters received a "

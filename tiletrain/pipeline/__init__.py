@@ -15,11 +15,15 @@ On a real GPT or Llama (tiletrain.pipeline.model): ``ModelPipeline(model, schedu
 runs each action as the model's own work -- a virtual stage's blocks forward, its backward
 (B), or split into input gradient (I) and deferred weight gradients (W) -- on worker groups
 in one process or on MPI ranks (``place(model, pipeline_plan(model, schedule))`` first).
+It is the one pipeline executor: ``tiletrain train --dist pipeline|pipeline+data`` steps it
+with ``--schedule`` (1F1B by default; tiletrain.pipeline.training).  One priority table
+(``priorities.PRIORITIES``) and one submission context (``tiletrain.runtime.submission``)
+serve the executor, the schedules without an order and the synthetic pipelines.
 """
 from . import formulas
 from .formulas import (gpipe_bubble_over_ideal, gpipe_idle_fraction, interleaved_bubble_over_ideal,
                        one_f_one_b_bubble, one_f_one_b_makespan, zb_h1_bubble, zb_h1_makespan, zb_h2_bubble)
-from .priorities import (ONE_F_ONE_B, ZERO_BUBBLE, affinity, bottom_level_priorities, make_hint,
+from .priorities import (ONE_F_ONE_B, PRIORITIES, ZERO_BUBBLE, affinity, bottom_level_priorities, make_hint,
                          priority_hints, priority_plan, priority_range, stage)
 from . import enforce, schedules
 from .enforce import MECHANISMS, ScheduleRun, run_synthetic
@@ -31,7 +35,7 @@ from .synthetic import PipelinePlan, PlanTask, build_plan, dataflow_deps, submit
 __all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan",
            "one_f_one_b_bubble", "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan",
            "interleaved_bubble_over_ideal",
-           "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
+           "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE", "PRIORITIES",
            "bottom_level_priorities", "priority_plan", "priority_range", "Schedule", "Action", "ScheduleError",
            "Simulation", "schedules", "enforce", "MECHANISMS", "ScheduleRun", "run_synthetic",
            "ModelPipeline", "pipeline_plan",

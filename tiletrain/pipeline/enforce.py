@@ -11,8 +11,9 @@ Mechanisms (cumulative, weakest first):
              also accesses its rank's token handle read-write (StarPU's sequential
              consistency chains them in submission order): the order is exact
 The ``emergent`` schedules have no order: submitted forward first, then backward, with the
-phase priorities (schedule.EMERGENT_PRIORITY: backward and input gradient before forward,
-weight gradients after both, as ``emergent-zb`` splits them) and affinity; dataflow decides.
+phase priorities (the priority table's "zb" mode, priorities.PRIORITIES: backward and input
+gradient before forward, weight gradients after both, as ``emergent-zb`` splits them) and
+affinity; dataflow decides.
 
 ``enforce(schedule, submit_action, mechanism)`` is the runtime-independent part (what a
 real-model pipeline uses); ``run_synthetic`` runs a schedule on sleeping synthetic tasks
@@ -30,9 +31,8 @@ from ..runtime.kernels import spin
 from ..tensors import from_numpy
 from ..trace.metrics import compact
 from ..trace.records import recording
-from ..trace.tags import intern
 from . import formulas
-from .schedule import EMERGENT_PRIORITY, PHASE, Action, Schedule, peak_activations
+from .schedule import PHASE, Action, Schedule, peak_activations
 from .schedules import NAMES, get
 
 MECHANISMS = ("submit", "priority", "deps")
@@ -51,9 +51,7 @@ def submission_order(schedule: Schedule) -> list[int]:
 
 def action_priorities(schedule: Schedule, mechanism: str) -> list[int]:
     """Per action (flat order): the priority each mechanism gives it."""
-    if not schedule.ordered:
-        return [EMERGENT_PRIORITY[a.kind] for a in schedule.flat()]
-    if mechanism == "submit":
+    if schedule.ordered and mechanism == "submit":
         return [0] * len(schedule.flat())
     return schedule.priorities()
 
@@ -94,19 +92,11 @@ def enforce(schedule: Schedule, submit_action: Callable[[Action, int, object], N
     for pr in set(prios):
         context.check_priority(pr)
     order = submission_order(schedule)
-    phase = {k: intern(v) for k, v in PHASE.items()}
-    old = context.get_priority()
-    try:
-        for i in order:
-            a, r = flat[i], int(rank[i])
-            context.set_tags(phase[a.kind], a.chunk, a.microbatch, a.stage)
-            context.set_affinity(workers[r])
-            context.set_priority(prios[i])
+    for i in order:
+        a, r = flat[i], int(rank[i])
+        tags = {"phase": PHASE[a.kind], "layer": a.chunk, "microbatch": a.microbatch, "stage": a.stage}
+        with context.submission(tags=tags, priority=prios[i], affinity=workers[r]):
             submit_action(a, r, tokens[r] if chain else None)
-    finally:
-        context.set_tags(-1, -1, -1, -1)
-        context.set_affinity(())
-        context.set_priority(old)
     return order
 
 

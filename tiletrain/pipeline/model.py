@@ -14,12 +14,17 @@ each action's backward stops at its stage boundary and the gradient crosses it a
 Where stages run: in one process, rank r of the schedule is a group of workers
 (``workers[r]``, StarPU's per-task worker mask); under ``mpirun`` rank r is MPI rank r (the
 model placed with ``place(model, pipeline_plan(model, schedule))`` first: blocks, and so
-activations and gradients, live on their virtual stage's rank).  The order is enforced as
-``enforce.enforce`` does (mechanisms submit / priority / deps); under ``deps`` every task an
-action runs on its rank also reads the rank's order token, and a barrier task writes the
-token after the action (csrc/submit.c: ``tt_order_set`` / ``tt_order_barrier``), so a
-rank's actions start in list order.  Under MPI the token is the local rank's: tasks of an
-action that StarPU-MPI runs on another rank (a gradient reduced on its owner) are not
+activations and gradients, live on their virtual stage's rank).  With a world of D times the
+schedule's ranks (``--dist pipeline+data``), D replicas each run the schedule on a shard of
+every micro-batch: rank r of replica d is MPI rank d * ranks + r, and the replicas' partial
+gradients add up on the parameters' owners.  This is the one pipeline executor: ``tiletrain
+train --dist pipeline|pipeline+data`` steps through it (tiletrain.pipeline.training), and so
+do the benchmarks.  The order is enforced as ``enforce.enforce`` does (mechanisms submit /
+priority / deps); under ``deps`` every task an action runs on its rank also reads the rank's
+order token, and a barrier task writes the token after the action
+(``runtime.submission(order=...)``; csrc/submit.c: ``tt_order_set`` / ``tt_order_barrier``),
+so a rank's actions start in list order.  Under MPI the token is the local rank's: tasks of
+an action that StarPU-MPI runs on another rank (a gradient reduced on its owner) are not
 ordered.
 
 Sequence chunks (seq1f1b, chunks k > 1): F(v, j, c) runs stage v on chunk c of micro-batch
@@ -42,23 +47,39 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .enforce import MECHANISMS, enforce
+from .. import functional as F
+from ..distribution import SingleRank, use, world_size
+from ..ops import add, cat, scale
+from ..ops.activations import dropout_positions
+from ..ops.autograd import backward_from, defer_grads, no_grad
+from ..ops.creation import full
+from ..parallel import Plan, blocks_of_stage, current_plan, model_parts, plan, replica, shards, using
+from ..runtime import context, mpi, wait
+from ..runtime.context import submission
+from ..tensors import Tensor, from_numpy
+from ..tensors.creation import Generator, default_generator
+from ..trace.records import recording
+from ..utils.checkpoint import add_gradient, checkpoint, recomputing
+from .enforce import MECHANISMS, ScheduleRun, enforce
 from .schedule import PHASE, Action, Schedule
 
 
-def pipeline_plan(model, schedule: Schedule, world: int | None = None):
+def pipeline_plan(model, schedule: Schedule, world: int | None = None) -> Plan:
     """The ``parallel.Plan`` that places ``model``'s virtual stages on the schedule's ranks
-    (``Schedule.placement()``) for ``--dist pipeline``."""
-    from ..parallel import plan
+    (``Schedule.placement()``): ``--dist pipeline`` on a world of ``schedule.ranks`` ranks,
+    ``pipeline+data`` (world / ranks replicas, each running the schedule) on a multiple."""
+    world = world_size() if world is None else int(world)
     pl = schedule.placement()
-    return plan(model, "pipeline", world, stage_ranks=[pl[v] for v in range(schedule.stages)])
+    stage_ranks = [pl[v] for v in range(schedule.stages)]
+    if world > schedule.ranks:
+        return plan(model, "pipeline+data", world, stages=schedule.ranks, stage_ranks=stage_ranks)
+    return plan(model, "pipeline", world, stage_ranks=stage_ranks)
 
 
 def worker_groups(ranks: int, nworkers: int | None = None) -> list[list[int]]:
     """The workers split into ``ranks`` contiguous groups (one process, worker groups as
     stages); needs at least one worker per group."""
-    from .._ffi import lib
-    n = int(lib.tt_nworkers()) if nworkers is None else int(nworkers)
+    n = context.nworkers() if nworkers is None else int(nworkers)
     if n < ranks:
         raise ValueError(f"{ranks} pipeline ranks need at least {ranks} workers, the runtime has {n} "
                          f"(tiletrain.init(ncpu={ranks}) or more)")
@@ -67,7 +88,7 @@ def worker_groups(ranks: int, nworkers: int | None = None) -> list[list[int]]:
 
 @dataclass
 class StepResult:
-    losses: list                  # per micro-batch: the (unscaled) loss Tensor
+    losses: list                  # per micro-batch (and, micro-batch-major, per replica): the unscaled loss Tensor
     order: list[int]              # submission order (indices into schedule.flat())
 
 
@@ -77,14 +98,12 @@ class ModelPipeline:
     ``step(xs, ys)`` submits one forward + backward of the m micro-batches (no optimizer
     step, no waiting) and returns their losses; gradients accumulate into ``.grad``.
     ``workers``: per schedule rank, the worker ids it runs on (one process; default
-    ``worker_groups``); under MPI every rank uses its own workers.
+    ``worker_groups``); under MPI every rank uses its own workers, and the model must be
+    placed for the schedule (``place(model, pipeline_plan(model, schedule))``): with D
+    replicas (``pipeline+data``) each micro-batch is split into D shards, one per replica.
     """
 
     def __init__(self, model, schedule: Schedule, mechanism: str = "deps", workers: list[list[int]] | None = None):
-        from .._ffi import lib
-        from ..distribution import SingleRank
-        from ..parallel import blocks_of_stage, current_plan, model_parts
-        from ..tensors import from_numpy
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
         schedule.validate()
@@ -96,31 +115,39 @@ class ModelPipeline:
         self.first, self.last = first, last
         self.blocks = [[blocks[i] for i in blocks_of_stage(v, len(blocks), schedule.stages)]
                        for v in range(schedule.stages)]
-        self.mpi = bool(lib.tt_mpi_enabled())
-        self.me = int(lib.tt_mpi_rank()) if self.mpi else 0
+        self.mpi = mpi.enabled()
+        self.me = mpi.rank() if self.mpi else 0
+        self.plan = self._placed_plan() if self.mpi else None
+        self.replicas = self.plan.replicas if self.mpi else 1
         if self.mpi:
-            world = int(lib.tt_mpi_size())
-            if schedule.ranks != world:
-                raise ValueError(f"schedule {schedule.name!r} has {schedule.ranks} ranks; under MPI it needs one "
-                                 f"per MPI rank ({world})")
-            placed = current_plan()
-            want = pipeline_plan(model, schedule, world)
-            if placed.modules != want.modules:
-                raise ValueError(f"the model is not placed for schedule {schedule.name!r}: call "
-                                 "tiletrain.parallel.place(model, pipeline_plan(model, schedule)) before the optimizer")
-            local = list(range(lib.tt_nworkers()))
-            self.workers = [local] * schedule.ranks
+            self.workers = [list(range(context.nworkers()))] * schedule.ranks
         else:
             self.workers = workers or worker_groups(schedule.ranks)
         self.params = list(model.parameters())
-        # the order token of each rank (collective; under MPI rank r uses only its own, token r)
-        self.tokens = [from_numpy(np.zeros(1, np.float32), dist=SingleRank(r if self.mpi else 0))
-                       for r in range(schedule.ranks)]
+        # the order tokens (collective): under MPI one per rank of the job, each rank using its
+        # own only; in one process one per schedule rank
+        n = self.plan.world if self.mpi else schedule.ranks
+        self.tokens = [from_numpy(np.zeros(1, np.float32), dist=SingleRank(q if self.mpi else 0)) for q in range(n)]
+
+    def _placed_plan(self) -> Plan:
+        """Under MPI: the current plan, checked to place the model for the schedule."""
+        sch, placed = self.schedule, current_plan()
+        if placed.stages != sch.ranks or placed.world != sch.ranks * placed.replicas:
+            raise ValueError(f"schedule {sch.name!r} has {sch.ranks} ranks; under MPI it needs one per pipeline "
+                             f"stage of the placed layout ({placed.world} rank(s): {placed.stages} stage(s) x "
+                             f"{placed.replicas} replica(s))")
+        if placed.modules != pipeline_plan(self.model, sch, placed.world).modules:
+            raise ValueError(f"the model is not placed for schedule {sch.name!r}: call "
+                             "tiletrain.parallel.place(model, pipeline_plan(model, schedule)) before the optimizer")
+        return placed
+
+    def rank(self, d: int, r: int) -> int:
+        """The rank (MPI rank; in one process the worker group) of schedule rank r of replica d."""
+        return self.plan.rank_of(d, r) if self.mpi else r
 
     # ----------------------------------------------------------------- actions
     def _forward(self, v: int, x, kv: "_ChunkKV | None" = None, pos: int = 0):
         """Stage v on x; with ``kv``, x is the sequence chunk at positions pos.."""
-        from ..utils.checkpoint import checkpoint
         if v == 0:
             x = self._embed(x, pos)
         recompute = self.model.config.recompute == "block"   # as the model's forward
@@ -137,105 +164,145 @@ class ModelPipeline:
 
     def step(self, xs, ys) -> StepResult:
         """Submit forward and backward of the micro-batches ``xs[j]``, ``ys[j]`` (token ids,
-        (B, T) each) in the schedule's order; returns the losses (no waiting)."""
-        from .._ffi import check, ffi, lib
-        from ..distribution import SingleRank, use
-        from ..ops import add, scale
-        from ..ops.activations import dropout_positions
-        from ..ops.autograd import defer_grads, no_grad
+        (B, T) each) in the schedule's order; returns the losses (no waiting): per
+        micro-batch, and with D replicas per micro-batch the D shards' (micro-batch-major)."""
         sch = self.schedule
-        m, S, K = sch.microbatches, sch.stages, sch.chunks
-        if len(xs) != m or len(ys) != m:
-            raise ValueError(f"schedule {sch.name!r} has {m} micro-batches, got {len(xs)} inputs and {len(ys)} targets")
-        if K > 1:
-            xs, ys, pos, counts = _sequence_chunks(xs, ys, K)
-            T = pos[-1]
-        draws = _DropoutSeeds(self, m)   # each forward draws the plain loop's dropout seeds
-        ins: dict = {}       # (v, j, c) -> the stage's input leaf (v > 0)
-        outs: dict = {}      # (v, j, c) -> the stage's output (the scaled loss on the last stage)
-        dws: dict = {}       # (v, j, c) -> DeferredGrads of its I action
-        kvs: dict = {}       # (v, j) -> PrefixKV of the micro-batch's chunks on stage v (K > 1)
-        losses: list = [None] * m
-
-        def run(a: Action) -> None:
-            v, j, c = key = a.unit
-            if a.kind == "F":
-                if v == 0:
-                    x = xs[j] if K == 1 else xs[j][c]
-                else:
-                    x = outs[(v - 1, j, c)].detach().requires_grad_()
-                    ins[key] = x
-                with draws.at(v, j):
-                    if K == 1:
-                        y = self._forward(v, x)
-                    else:
-                        with dropout_positions(pos[c], T, *self.model.tiling.rows(xs[j][c].shape[0], T)):
-                            y = self._forward(v, x, kvs.setdefault((v, j), PrefixKV(K)).at(c), pos[c])
-                if v == S - 1 and K == 1:
-                    losses[j] = self._head_loss(y, ys[j])
-                    y = losses[j] if m == 1 else scale(losses[j], 1.0 / m)
-                elif v == S - 1:   # the chunk's share of the micro-batch's mean
-                    total = self._head_loss(y, ys[j][c], "sum")
-                    y = scale(total, 1.0 / (counts[j] * m) if counts[j] else float("nan"))
-                    with no_grad():
-                        share = scale(total.detach(), 1.0 / counts[j] if counts[j] else float("nan"))
-                        losses[j] = share if losses[j] is None else add(losses[j], share)
-                outs[key] = y
-                return
-            if a.kind == "W":
-                dws.pop(key).run()
-                return
-            y = outs.pop(key)
-            g = None if v == S - 1 else ins.pop((v + 1, j, c)).grad
-            extra = kvs[(v, j)].gradients(c) if K > 1 else []
-            if c == 0 and K > 1:
-                del kvs[(v, j)]
-            if a.kind == "B":
-                _backward(y, g, extra)
-            else:
-                with defer_grads(self.params) as dw:
-                    _backward(y, g, extra)
-                dws[key] = dw
-
-        def submit(a: Action, r: int, token) -> None:
-            if self.mpi:   # the glue outside modules (the loss, its scaling) on the action's rank too
-                if r != self.me:
-                    token = None
-                with use(SingleRank(r)):
-                    ordered(a, token)
-            else:
-                ordered(a, token)
-
-        def ordered(a: Action, token) -> None:
-            if token is None:
-                run(a)
-                return
-            check(lib.tt_order_set(token._ptr))
-            try:
-                run(a)
-            finally:
-                lib.tt_order_set(ffi.NULL)
-            check(lib.tt_order_barrier(token._ptr))
-
+        if len(xs) != sch.microbatches or len(ys) != sch.microbatches:
+            raise ValueError(f"schedule {sch.name!r} has {sch.microbatches} micro-batches, got {len(xs)} inputs and "
+                             f"{len(ys)} targets")
+        runs = self._replica_steps(xs, ys)
+        here = 0 if not self.mpi else self.me // sch.ranks    # this rank's replica
+        tokens = [self.tokens[self.rank(here, r)] for r in range(sch.ranks)]
         # a backward recomputes up to one checkpoint per block, the k-th 2k+1 and 2k+2 below the
         # action's priority (utils.checkpoint): actions' priorities that far apart stay apart
         stride = 2 * max(len(b) for b in self.blocks) + 3
-        order = enforce(sch, submit, self.mechanism, workers=self.workers, tokens=self.tokens, stride=stride)
-        draws.done()
-        return StepResult(losses, order)
+        with using(self.plan) if self.mpi else contextlib.nullcontext():
+            order = enforce(sch, lambda a, r, token: self._submit(runs, a, r, token), self.mechanism,
+                            workers=self.workers, tokens=tokens, stride=stride)
+        for run in runs:
+            run.draws.done()
+        return StepResult([run.losses[j] for j in range(sch.microbatches) for run in runs], order)
+
+    def _replica_steps(self, xs, ys) -> list["_ReplicaStep"]:
+        """The step's state per replica: its shard of each micro-batch and its dropout seeds
+        (with D > 1, as parallel.shard_backward draws them: one seed per micro-batch and
+        replica from the default generator, micro-batch-major)."""
+        D, m = self.replicas, self.schedule.microbatches
+        if D == 1:
+            return [_ReplicaStep(self, 0, xs, ys, None)]
+        parts = [shards(np.asarray(x), np.asarray(y), D) for x, y in zip(xs, ys)]
+        seeds = [[default_generator.next_seed() for _ in range(D)] for _ in range(m)]
+        return [_ReplicaStep(self, d, [p[d][1] for p in parts], [p[d][2] for p in parts], [s[d] for s in seeds])
+                for d in range(D)]
+
+    def _submit(self, runs: list["_ReplicaStep"], a: Action, r: int, token) -> None:
+        """Action ``a`` of schedule rank r, for every replica; under MPI the glue outside
+        modules (the loss, its scaling) on the action's rank too, the order token only on
+        this rank's own actions."""
+        for run in runs:
+            if not self.mpi:
+                _ordered(run, a, token)
+                continue
+            q = self.rank(run.d, r)
+            with replica(run.d) if self.replicas > 1 else contextlib.nullcontext(), use(SingleRank(q)):
+                _ordered(run, a, token if q == self.me else None)
+
+
+def _ordered(run: "_ReplicaStep", a: Action, token) -> None:
+    """Run action a; with an order token, its tasks read the token and a barrier writes it after."""
+    if token is None:
+        run.run(a)
+        return
+    with submission(order=token._ptr):
+        run.run(a)
+
+
+class _ReplicaStep:
+    """One replica's part of a step: its micro-batch shards (sequence chunks with K > 1), the
+    actions' stage inputs and outputs, deferred weight gradients, prefix keys and values, and
+    the losses."""
+
+    def __init__(self, pipe: ModelPipeline, d: int, xs, ys, seeds):
+        sch = pipe.schedule
+        self.pipe, self.d = pipe, d
+        self.S, self.K, self.m = sch.stages, sch.chunks, sch.microbatches
+        self.n = self.m * pipe.replicas   # the losses' share of the step's mean
+        if self.K > 1:
+            xs, ys, self.pos, self.counts = _sequence_chunks(xs, ys, self.K)
+            self.T = self.pos[-1]
+        self.xs, self.ys = xs, ys
+        self.draws = _DropoutSeeds(pipe, self.m, seeds)   # each forward draws the plain loop's dropout seeds
+        self.ins: dict = {}       # (v, j, c) -> the stage's input leaf (v > 0)
+        self.outs: dict = {}      # (v, j, c) -> the stage's output (the scaled loss on the last stage)
+        self.dws: dict = {}       # (v, j, c) -> DeferredGrads of its I action
+        self.kvs: dict = {}       # (v, j) -> PrefixKV of the micro-batch's chunks on stage v (K > 1)
+        self.losses: list = [None] * self.m
+
+    def run(self, a: Action) -> None:
+        if a.kind == "F":
+            self.forward(a)
+        elif a.kind == "W":
+            self.dws.pop(a.unit).run()
+        else:
+            self.backward(a)
+
+    def forward(self, a: Action) -> None:
+        v, j, c = key = a.unit
+        pipe = self.pipe
+        if v == 0:
+            x = self.xs[j] if self.K == 1 else self.xs[j][c]
+        else:
+            x = self.outs[(v - 1, j, c)].detach().requires_grad_()
+            self.ins[key] = x
+        with self.draws.at(v, j):
+            if self.K == 1:
+                y = pipe._forward(v, x)
+            else:
+                with dropout_positions(self.pos[c], self.T, *pipe.model.tiling.rows(self.xs[j][c].shape[0], self.T)):
+                    y = pipe._forward(v, x, self.kvs.setdefault((v, j), PrefixKV(self.K)).at(c), self.pos[c])
+        self.outs[key] = self.loss(y, j, c) if v == self.S - 1 else y
+
+    def loss(self, y, j: int, c: int):
+        """The last stage's output y of micro-batch j (chunk c) -> its scaled loss, what the
+        backward starts from; the unscaled loss (a chunk: its share) kept in ``losses``."""
+        if self.K == 1:
+            self.losses[j] = self.pipe._head_loss(y, self.ys[j])
+            return self.losses[j] if self.n == 1 else scale(self.losses[j], 1.0 / self.n)
+        total = self.pipe._head_loss(y, self.ys[j][c], "sum")   # the chunk's share of the micro-batch's mean
+        count = self.counts[j]
+        y = scale(total, 1.0 / (count * self.n) if count else float("nan"))
+        with no_grad():
+            share = scale(total.detach(), 1.0 / count if count else float("nan"))
+            self.losses[j] = share if self.losses[j] is None else add(self.losses[j], share)
+        return y
+
+    def backward(self, a: Action) -> None:
+        v, j, c = key = a.unit
+        y = self.outs.pop(key)
+        g = None if v == self.S - 1 else self.ins.pop((v + 1, j, c)).grad
+        extra = self.kvs[(v, j)].gradients(c) if self.K > 1 else []
+        if c == 0 and self.K > 1:
+            del self.kvs[(v, j)]
+        if a.kind == "B":
+            _backward(y, g, extra)
+        else:
+            with defer_grads(self.pipe.params) as dw:
+                _backward(y, g, extra)
+            self.dws[key] = dw
 
 
 class _DropoutSeeds:
     """The dropout seeds of a step as the plain loop draws them: micro-batch after micro-batch,
     each forward through the stages in model order, one seed per active dropout (p > 0,
-    training) from the default generator.  ``at(v, j)`` sets the generator to its state
-    before micro-batch j's stage-v draws (so a forward in any order, a sequence chunk's or a
-    recomputation's, draws the plain loop's seeds: the masks follow layer, micro-batch and
-    position) and checks afterwards that stage v drew what was counted; ``done()`` leaves the
-    generator where the plain loop would."""
+    training) from the default generator -- or, with ``seeds`` (a replica's shards,
+    parallel.shard_backward), from a generator seeded with ``seeds[j]`` for micro-batch j.
+    ``at(v, j)`` sets the generator to its state before micro-batch j's stage-v draws (so a
+    forward in any order, a sequence chunk's or a recomputation's, draws the plain loop's
+    seeds: the masks follow layer, micro-batch and position) and checks afterwards that stage
+    v drew what was counted; ``done()`` leaves the default generator where the plain loop
+    would."""
 
-    def __init__(self, pipe: "ModelPipeline", m: int):
-        from ..tensors.creation import default_generator
+    def __init__(self, pipe: ModelPipeline, m: int, seeds: list[int] | None = None):
         S = pipe.schedule.stages
         self.gen = gen = default_generator
         self.counts = []
@@ -244,34 +311,37 @@ class _DropoutSeeds:
                     + (list(pipe.last) if v == S - 1 else []))
             self.counts.append(sum(_is_dropout(d) and d.training and d.p > 0
                                    for mod in mods for d in mod.modules()))
-        self.states = []   # (j, v) in order, then the end
+        self.states: dict = {}   # (j, v) -> (the generator's state before stage v's draws, after)
+        self.end = None          # the default generator's state after the step (no seeds)
         if sum(self.counts):
-            for _ in range(m):
-                for n in self.counts:
-                    self.states.append(gen.get_state())
+            for j in range(m):
+                g = gen if seeds is None else Generator(seeds[j])
+                for v, n in enumerate(self.counts):
+                    before = g.get_state()
                     for _ in range(n):
-                        gen.next_seed()
-            self.states.append(gen.get_state())
+                        g.next_seed()
+                    self.states[(j, v)] = (before, g.get_state())
+            self.end = gen.get_state() if seeds is None else None
 
     @contextlib.contextmanager
     def at(self, v: int, j: int):
         if not self.states:
             yield
             return
-        i = j * len(self.counts) + v
+        before, after = self.states[(j, v)]
         saved = self.gen.get_state()
-        self.gen.set_state(self.states[i])
+        self.gen.set_state(before)
         try:
             yield
-            if self.gen.get_state() != self.states[i + 1]:
+            if self.gen.get_state() != after:
                 raise RuntimeError(f"stage {v}'s forward drew other dropout seeds than its {self.counts[v]} "
                                    "active dropout modules (the plain loop's draws cannot be replayed)")
         finally:
             self.gen.set_state(saved)
 
     def done(self) -> None:
-        if self.states:
-            self.gen.set_state(self.states[-1])
+        if self.end is not None:
+            self.gen.set_state(self.end)
 
 
 def _is_dropout(module) -> bool:
@@ -306,9 +376,6 @@ class PrefixKV:
         return _ChunkKV(self, chunk)
 
     def attend(self, c: int, layer: int, q, k, v, pos: int):
-        import tiletrain.functional as F
-        from ..ops import cat
-        from ..utils.checkpoint import add_gradient, recomputing
         prev = self.leaves.setdefault(layer, [])
         replay = (layer, c) in self.ran
         if replay and not recomputing():
@@ -378,8 +445,6 @@ def _backward(y, g, extra: list) -> None:
     if not extra:
         y.backward(g)
         return
-    from ..ops.autograd import backward_from
-    from ..tensors import full
     if g is None:
         g = full(y.traits, 1.0, dtype=y.dtype)
     backward_from([y] + [t for t, _ in extra], [g] + [d for _, d in extra], 0)
@@ -389,8 +454,6 @@ def _sequence_chunks(xs, ys, k: int):
     """Micro-batches (B, T) split into k chunks along time (an even split): per micro-batch
     the id chunks and target chunks, the chunks' first positions followed by T, and the
     count of targets that are not ignored (-100)."""
-    from ..tensors import Tensor
-
     def arr(a):
         return np.asarray(a.numpy() if isinstance(a, Tensor) else a)
     xs, ys = [arr(x) for x in xs], [arr(y) for y in ys]
@@ -413,9 +476,6 @@ def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup
     ``model`` (gradients zeroed after each; needs a runtime with profile=True and at least
     one worker per rank).  Returns an ``enforce.ScheduleRun`` whose action times are the
     first start and last end of each action's tasks (µs, 0 = the first start)."""
-    from ..runtime import wait
-    from ..trace.records import recording
-    from .enforce import ScheduleRun
     pp = ModelPipeline(model, schedule, mechanism)
 
     def step():

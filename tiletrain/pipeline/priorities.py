@@ -8,6 +8,10 @@
                               chain of measured durations from each task to the end)
   priority_plan(prios)        give the next submissions these priorities, in submission
                               order: replay a recorded step's bottom levels on the next step
+  PRIORITIES, action_priority THE priority table: per mode, phase (or action kind) ->
+                              priority; what schedules without an order (schedule.py), the
+                              executor (enforce.py) and the synthetic pipelines
+                              (synthetic.py) read
 
 Priorities must lie in the policy's range (``Runtime.priority_range()``: prio, lws, ws, dm*
 and tt-cp accept any int; eager and random have [0, 0] and ignore priorities): outside it
@@ -38,12 +42,8 @@ def affinity(workers: int | Sequence[int]):
     if not ws or any(not isinstance(w, int) or isinstance(w, bool) for w in ws):
         raise ValueError(f"affinity: expected a worker id or a non-empty list of them, got {workers!r}")
     current()
-    old = context.get_affinity()
-    context.set_affinity(ws)
-    try:
+    with context.submission(affinity=ws):
         yield
-    finally:
-        context.set_affinity(old)
 
 
 @contextlib.contextmanager
@@ -75,10 +75,30 @@ def make_hint(phase: Mapping[str, int] | None = None, layer: int | Callable[[int
     return hint
 
 
-# backward and optimizer before the next micro-batch's forward; earlier micro-batches first
-ONE_F_ONE_B = {"fwd": 0, "bwd": 2, "wgrad": 1, "opt": 3}
-# zero-bubble style: input gradients first, weight gradients fill the gaps
-ZERO_BUBBLE = {"wgrad": 0, "fwd": 1, "bwd": 2, "opt": 3}
+# THE priority table (docs/architecture.md principle 15: one of each mechanism): per mode, the
+# task priority of each phase (larger runs first among a worker's ready tasks).
+PRIORITIES: dict[str, dict[str, int]] = {
+    "none": {},
+    # backward and optimizer before the next micro-batch's forward
+    "1f1b": {"fwd": 0, "wgrad": 1, "bwd": 2, "opt": 3},
+    # zero-bubble style: input gradients (and whole backwards) first, then forwards; weight
+    # gradients last: a stage's ready dW work fills the time it would idle (it is off the
+    # path between stages).  What schedules without an order (emergent, emergent-zb) run with.
+    "zb": {"wgrad": 0, "fwd": 1, "bwd": 2, "opt": 3},
+}
+ONE_F_ONE_B = PRIORITIES["1f1b"]
+ZERO_BUBBLE = PRIORITIES["zb"]
+# action kinds -> phase: a schedule's F/B/I/W (schedule.py) and the synthetic pipelines'
+# B split into Bx (input gradient) + Bw (weight gradient), and O (optimizer; synthetic.py)
+PHASE = {"F": "fwd", "B": "bwd", "I": "bwd", "W": "wgrad", "Bx": "bwd", "Bw": "wgrad", "O": "opt"}
+
+
+def action_priority(kind: str, mode: str = "zb") -> int:
+    """The priority of an action (or task) kind, or of a phase name, under ``mode`` (a key of
+    PRIORITIES; a phase the mode does not name gets 0)."""
+    if mode not in PRIORITIES:
+        raise ValueError(f"priority mode must be one of {', '.join(PRIORITIES)}, got {mode!r}")
+    return PRIORITIES[mode].get(PHASE.get(kind, kind), 0)
 
 
 @contextlib.contextmanager
@@ -140,5 +160,6 @@ def priority_plan(priorities: Sequence[int] | np.ndarray):
                           stacklevel=3)
 
 
-__all__ = ["affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE",
+__all__ = ["affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE", "PRIORITIES", "PHASE",
+           "action_priority",
            "bottom_level_priorities", "priority_plan", "priority_range"]

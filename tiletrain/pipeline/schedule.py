@@ -29,16 +29,16 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .priorities import ZERO_BUBBLE
+from .priorities import PHASE as _PHASE, action_priority
 from .simulate import simulate as _list_schedule
 
 KINDS = "FBIW"
-PHASE = {"F": "fwd", "B": "bwd", "I": "bwd", "W": "wgrad"}
+PHASE = {k: _PHASE[k] for k in KINDS}   # an action kind's trace phase (the one table: priorities.PHASE)
 UNIT = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}
-# schedules without an order (emergent, emergent-zb): tiletrain.pipeline.priorities.ZERO_BUBBLE
-# by phase -- input gradients (and full backwards) first, then forwards, weight gradients last,
-# so that a stage's ready dW work fills the time it would idle (it is off the path between stages)
-EMERGENT_PRIORITY = {k: ZERO_BUBBLE[PHASE[k]] for k in KINDS}   # F 1, B 2, I 2, W 0
+# schedules without an order (emergent, emergent-zb) run with the priority table's "zb" mode
+# (priorities.PRIORITIES): input gradients (and full backwards) first, then forwards, weight
+# gradients last -- F 1, B 2, I 2, W 0
+EMERGENT_MODE = "zb"
 _ACTION = re.compile(r"^\s*(\d+)([FBIW])(\d+)(?:\.(\d+))?\s*$")
 
 
@@ -290,7 +290,7 @@ class Schedule:
         """Per action: emergent schedules the phase priorities, ordered ones the negated
         position in the rank's list (earlier first)."""
         if not self.ordered:
-            return [EMERGENT_PRIORITY[a.kind] for a in self.flat()]
+            return [action_priority(a.kind, EMERGENT_MODE) for a in self.flat()]
         return [-i for row in self.actions for i in range(len(row))]
 
     def simulate(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None

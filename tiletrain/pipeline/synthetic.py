@@ -26,12 +26,8 @@ import numpy as np
 from ..runtime import context
 from ..runtime.kernels import spin
 from ..tensors import from_numpy
-from ..trace.tags import intern
-from .priorities import ONE_F_ONE_B, ZERO_BUBBLE
+from .priorities import PHASE, PRIORITIES, action_priority
 from .simulate import Timeline, simulate
-
-PHASE = {"F": "fwd", "B": "bwd", "Bx": "bwd", "Bw": "wgrad", "O": "opt"}
-PRIORITY_MODES = {"none": {}, "1f1b": ONE_F_ONE_B, "zb": ZERO_BUBBLE}
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,7 @@ class PipelinePlan:
     B: float                 # µs per input-gradient task (the whole backward is B + W)
     W: float                 # µs per weight-gradient task
     split: bool              # backward as Bx + Bw tasks
-    priorities: str          # none | 1f1b | zb
+    priorities: str          # a mode of the priority table (priorities.PRIORITIES): none | 1f1b | zb
     optimizer_us: float      # 0: no optimizer tasks
     nworkers: int
     tasks: tuple[PlanTask, ...] = field(default=(), repr=False)
@@ -122,16 +118,15 @@ def build_plan(p: int, m: int, F: float, B: float, W: float = 0.0, split: bool =
     for name, v in (("F", F), ("B", B), ("W", W), ("optimizer_us", optimizer_us)):
         if not v >= 0:
             raise ValueError(f"{name} must be >= 0 microseconds, got {v!r}")
-    if priorities not in PRIORITY_MODES:
-        raise ValueError(f"priorities must be one of {sorted(PRIORITY_MODES)}, got {priorities!r}")
+    if priorities not in PRIORITIES:
+        raise ValueError(f"priorities must be one of {sorted(PRIORITIES)}, got {priorities!r}")
     nworkers = p if nworkers is None else nworkers
     if nworkers < 1:
         raise ValueError(f"nworkers must be >= 1, got {nworkers}")
-    prio = PRIORITY_MODES[priorities]
     raw: list[dict] = []
 
     def add(kind, s, j, usec, a, b, c, d, wmask):
-        raw.append(dict(kind=kind, stage=s, microbatch=j, usec=float(usec), priority=prio.get(PHASE[kind], 0),
+        raw.append(dict(kind=kind, stage=s, microbatch=j, usec=float(usec), priority=action_priority(kind, priorities),
                         worker=s % nworkers, a=a, b=b, c=c, d=d, wmask=wmask))
 
     def gin(s, j):
@@ -183,20 +178,11 @@ def submit(plan: PipelinePlan, sleep: bool = True, dtype=np.float64, data: dict 
         raise ValueError(f"{len(prios)} priorities for {len(plan.tasks)} tasks")
     for pr in set(prios):
         context.check_priority(pr)
-    ph_ids = {ph: intern(ph) for ph in set(PHASE.values())}
-    old_prio = context.get_priority()
-    try:
-        for t, pr in zip(plan.tasks, prios):
-            context.set_tags(ph_ids[t.phase], -1, t.microbatch, t.stage)
-            context.set_affinity((t.worker,))
-            context.set_priority(pr)
+    for t, pr in zip(plan.tasks, prios):
+        with context.submission(tags={"phase": t.phase, "layer": -1, "microbatch": t.microbatch, "stage": t.stage},
+                                priority=pr, affinity=(t.worker,)):
             spin(data[t.a], data[t.b], data[t.c], data[t.d], int(round(t.usec)), sleep, t.wmask)
-    finally:
-        context.set_tags(-1, -1, -1, -1)
-        context.set_affinity(())
-        context.set_priority(old_prio)
     return data
 
 
-__all__ = ["PlanTask", "PipelinePlan", "build_plan", "dataflow_deps", "submit", "data_names",
-           "PRIORITY_MODES"]
+__all__ = ["PlanTask", "PipelinePlan", "build_plan", "dataflow_deps", "submit", "data_names"]

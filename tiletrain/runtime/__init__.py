@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .._ffi import check, cstr, ffi, lib
 from ..config import RuntimeConfig, parse_bytes
 from . import context, mpi
+from .context import submission
 from .hetero import build_info, check_build, check_started, executed_tasks
 from .mpi import rank, world_size
 
@@ -403,4 +404,4 @@ def _shutdown_at_exit() -> None:
 
 
 __all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority", "rank",
-           "world_size"]
+           "submission", "world_size"]

@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 
-from .._ffi import lib
+from .._ffi import check, ffi, lib
 from ..config import launcher_rank, launcher_world_size
 
 
@@ -41,6 +41,35 @@ def session_world_size() -> int:
 def cache_enabled() -> bool:
     """Whether StarPU-MPI's cache of received tiles is on (False without MPI)."""
     return bool(lib.tt_mpi_enabled()) and bool(lib.tt_mpi_cache_enabled())
+
+
+# -- tile streams and moves, for a data-parallel replica submitted by its own rank only
+#    (tiletrain.parallel.shard_backward); tensors are C pointers (a Tensor's ``_ptr``)
+
+def set_stream(stream: int) -> int:
+    """Tags of the tiles registered from now on come from stream ``stream`` (0: the global
+    counter; a replica's own stream makes its graph's tags the same on every rank); returns
+    the previous stream."""
+    return int(lib.tt_mpi_set_stream(int(stream)))
+
+
+def in_stream(tensor, stream: int) -> bool:
+    """Whether the tiles of ``tensor`` carry tags of stream ``stream``."""
+    return bool(lib.tt_mpi_in_stream(tensor, int(stream)))
+
+
+def push(tensor, ranks) -> None:
+    """Send ``tensor``'s tiles ahead to each rank of ``ranks`` that lacks them."""
+    ranks = [int(r) for r in ranks]
+    check(lib.tt_tensor_push(tensor, ffi.new("int[]", ranks), len(ranks)))
+
+
+def shadow(tensor, stream_delta: int, owner: int):
+    """The C tensor that corresponds to ``tensor`` in the stream ``stream_delta`` further on,
+    owned by rank ``owner`` (nothing registered until a task of this rank needs it)."""
+    out = ffi.new("tt_tensor **")
+    check(lib.tt_tensor_shadow(tensor, int(stream_delta), int(owner), out))
+    return out[0]
 
 
 def exit_code(exc: BaseException | None) -> int | None:
@@ -116,5 +145,5 @@ def prepare() -> None:
     sys.excepthook = abort_job
 
 
-__all__ = ["abort_on_error", "available", "cache_enabled", "enabled", "exit_code", "prepare", "rank",
-           "session_world_size", "world_size"]
+__all__ = ["abort_on_error", "available", "cache_enabled", "enabled", "exit_code", "in_stream", "prepare", "push",
+           "rank", "session_world_size", "set_stream", "shadow", "world_size"]

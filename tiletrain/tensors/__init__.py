@@ -11,16 +11,3 @@ __all__ = ["DTYPES", "DEFAULT_TILE", "FLOAT_DTYPES", "Generator", "HALF_DTYPES",
            "float32", "float64", "from_numpy", "get_max_tiles", "int64", "is_float", "is_half", "manual_seed",
            "reuse_buffers", "set_max_tiles", "tensor"]
 
-# The creation functions that fill tiles with kernels moved up to tiletrain.ops.creation
-# (above the kernel-call layer).  Their old path, tiletrain.tensors.<name>, still works for
-# the modules that import them from here until those change: tests/test_imports.py lists
-# them (REEXPORTS) and fails once none is left, and then this goes.
-_MOVED_TO_OPS = ("full", "zeros", "ones", "arange", "linspace", "rand", "randn", "randint", "full_like",
-                 "zeros_like", "ones_like", "rand_like", "randn_like")
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_OPS:
-        from ..ops import creation
-        return getattr(creation, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

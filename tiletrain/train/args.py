@@ -18,6 +18,8 @@ from ..config import parse_bytes
 from ..nn.causal_lm import RECOMPUTE
 from ..nn.pretrained import MODELS, model_class
 from ..parallel import MODES
+from ..pipeline.schedules import NAMES as SCHEDULES
+from ..pipeline.training import check_schedule_option
 
 __all__ = ["TrainArgs", "add_arguments", "check_option", "parse_tiles", "DTYPES"]
 
@@ -123,6 +125,9 @@ class TrainArgs:
                        group=RUNTIME, choices=lambda: MODES)
     stages: int | None = option(None, "--dist pipeline+data: number of pipeline stages (default 2; the world size "
                                 "must be a multiple)", group=RUNTIME, limits=POSITIVE)
+    schedule: str | None = option(None, "--dist pipeline|pipeline+data: the pipeline schedule, a built-in ("
+                                  + ", ".join(SCHEDULES) + ") or a CSV file (one row per stage, PyTorch's layout); "
+                                  "default 1f1b (docs/pipeline-schedules.md)", group=RUNTIME, metavar="NAME|FILE.csv")
     # checkpoints, evaluation, output
     ckpt_dir: str | None = option(None, "write checkpoint.safetensors here (default: no checkpoint)", group=OUTPUT)
     resume: bool = option(False, "continue from the checkpoint in --ckpt-dir", group=OUTPUT, exclusive="how")
@@ -187,6 +192,7 @@ class TrainArgs:
                 raise ValueError(f"--ooc-dir {self.ooc_dir!r} is not an existing directory")
         if self.min_lr > self.lr:
             raise ValueError(f"--min-lr {self.min_lr} must not exceed --lr {self.lr}")
+        check_schedule_option(self.schedule, self.dist)
         if self.resume and not self.ckpt_dir:
             raise ValueError("--resume needs --ckpt-dir")
         if self.resume and self.overwrite:

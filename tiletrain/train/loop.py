@@ -2,7 +2,8 @@
 and optimizer (``setup``), then ``step`` after ``step`` with periodic ``evaluate`` and
 checkpoints, and ``finish`` (throughput, a last checkpoint, a sample).  Every rank under
 mpirun runs the same flow; only rank 0 reports.  The distribution is called as
-``parallel.place`` etc. (looked up when called: a test can wrap it).  Each step is one line
+``parallel.place`` etc. (looked up when called: a test can wrap it); a pipelined
+``--dist`` steps its ``--schedule`` (tiletrain.pipeline.training).  Each step is one line
 of the run directory's metrics.jsonl (``record``, tiletrain.utils.runlog: written before that
 step's checkpoint), and ``--trace-step N`` records step N's tasks (``traced_step``)."""
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..distribution import rank, world_size
 from ..inference import GenerationConfig, sample_text
 from ..ops import activations
 from ..optim import AdamW, clip_grad_norm_, cosine_with_warmup
+from ..pipeline import training as pipelined
 from ..runtime import blas_note
 from ..tensors.tensor import gather_per_rank
 from ..utils.runlog import METRICS_NAME, RunLogger, environment
@@ -61,6 +63,7 @@ class Prepared:
     corpus: Any
     ckpt_path: Path | None
     resume: tuple[dict, dict] | None  # the checkpoint's (tensors, metadata) to resume from
+    schedule: Any = None  # a pipelined --dist's --schedule (None: parallel.shard_backward steps)
     log: RunLogger | None = None      # the run directory (rank 0; None on the others)
 
 
@@ -75,6 +78,7 @@ class Run:
     data_rng: np.random.Generator
     start: int
     flops_per_token: int
+    pipe: Any = None  # the pipeline executor stepping --schedule (None: parallel.shard_backward)
     step: int = 0
     train_losses: list[float] = field(default_factory=list)
     val_losses: dict[int, float] = field(default_factory=dict)
@@ -142,6 +146,8 @@ def prepare(args: TrainArgs, out) -> Prepared | TrainResult:
     resumed run is already complete."""
     source = ModelSource.resolve(args)
     parallel.check_fit(args.dist, n_layer=source.n_layer, batch=args.batch, stages=args.stages)
+    schedule = pipelined.training_schedule(args.schedule, args.dist, args.micro_batches, source.n_layer,
+                                           stages=args.stages)
     ckpt_path = ck.check_writable(args.ckpt_dir) / ck.CHECKPOINT_NAME if args.ckpt_dir else None
     if ckpt_path is not None and ckpt_path.exists() and not (args.resume or args.overwrite):
         raise ValueError(f"--ckpt-dir {args.ckpt_dir} already holds a checkpoint ({ckpt_path}): pass --resume "
@@ -159,7 +165,7 @@ def prepare(args: TrainArgs, out) -> Prepared | TrainResult:
     if len(corpus.val) <= args.seq_len + 1:
         raise ValueError(f"the validation split has {len(corpus.val)} tokens, too few for --seq-len "
                          f"{args.seq_len}: use more data or a larger --val-fraction")
-    return Prepared(source, corpus, ckpt_path, resume, open_run_log(args, source, resume, out))
+    return Prepared(source, corpus, ckpt_path, resume, schedule, open_run_log(args, source, resume, out))
 
 
 def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
@@ -167,10 +173,11 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
     generator and, resuming, the checkpoint's state; the run's header printed."""
     activations.manual_seed(args.seed)
     model = prep.source.build(args, fresh=prep.resume is None)
-    parallel.place(model, args.dist, args.stages)  # owners of parameters and where each module runs
+    # owners of parameters and where each module runs (for the schedule, if any)
+    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule)
     opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     run = Run(args, out, prep, model, opt, np.random.default_rng(args.seed), 0, model.flops_per_token(args.seq_len),
-              log=prep.log)
+              pipe, log=prep.log)
     if prep.resume is not None:
         meta = load_training_state(prep.ckpt_path, model, opt, run.data_rng, prep.resume)
         prep.resume = None  # the model and optimizer hold the tensors now
@@ -206,13 +213,12 @@ def step(run: Run) -> tuple[float, float]:
     lr = cosine_with_warmup(run.step, lr=args.lr, warmup=args.warmup, total=args.steps, min_lr=args.min_lr)
     for g in opt.param_groups:
         g["lr"] = lr
-    micro = []
-    for k in range(args.micro_batches):
-        x, y = run.prep.corpus.batch("train", args.batch, args.seq_len, run.data_rng)
-        # one shard per data-parallel replica (one in single and pipeline mode): its forward
-        # and backward run on the replica's ranks; the partial gradients are reduced on each
-        # parameter's owner
-        micro += parallel.shard_backward(model, x, y, k, args.micro_batches)
+    batches = [run.prep.corpus.batch("train", args.batch, args.seq_len, run.data_rng)
+               for _ in range(args.micro_batches)]
+    # the pipeline schedule's actions, or per micro-batch one shard per data-parallel replica:
+    # each replica's forward and backward run on its ranks, the partial gradients are reduced
+    # on each parameter's owner
+    micro = pipelined.step(model, run.pipe, batches)
     if args.grad_clip > 0:
         run.grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)  # read (logged) after the step
     opt.step()
