@@ -32,22 +32,6 @@ def environment() -> str:
     return "\n".join(lines)
 
 
-def placed_step(model, opt, ids, micro_batches: int = 1) -> list:
-    """One training step of a model placed with tiletrain.parallel.place, on ids (B, T + 1):
-    ``micro_batches`` micro-batches, each split into one shard per data-parallel replica of
-    the current plan (``parallel.shard_backward``), every loss submitted before any is read,
-    then the optimizer step.  Returns the losses (Tensors; reading one waits for its part of
-    the step)."""
-    from tiletrain.parallel import shard_backward
-    B, m, losses = ids.shape[0], micro_batches, []
-    for mb in range(m):
-        part = ids[mb * B // m:(mb + 1) * B // m]
-        losses += shard_backward(model, part[:, :-1], part[:, 1:], mb, m)
-    opt.step()
-    opt.zero_grad()
-    return losses
-
-
 def median(xs) -> float:
     return statistics.median(xs)
 
@@ -295,22 +279,31 @@ def protocol_init(sched: str | None) -> None:
     tt.init(profile=True, sched=sched)
 
 
-def gpt_placed_step(cfg, mode, micro_batches: int, dtype: str = "float32"):
-    """A fresh GPT (seed 0) placed by ``parallel.place(model, mode)`` (a mode name or a Plan),
-    its AdamW, and step(ids) -> losses: placed_step inside its own plan (place() makes each new
-    plan the current one, so every configuration steps under ``using`` its own)."""
+def gpt_train_step(cfg, mode, micro_batches: int, dtype: str = "float32"):
+    """A fresh GPT (seed 0) placed and stepped as `tiletrain train --dist MODE` does
+    (tiletrain.pipeline.training: a pipelined mode steps its default schedule, 1F1B; the
+    others shard each micro-batch over the data-parallel replicas), its AdamW, and step(ids)
+    -> losses (ids (B, T + 1) cut into ``micro_batches``; every loss submitted before any is
+    read), inside the configuration's own plan (place() makes each new plan the current one)."""
     import numpy as np
 
     from tiletrain.nn import GPT
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import place, using
+    from tiletrain.parallel import current_plan, using
+    from tiletrain.pipeline import training
     model = GPT(cfg, dtype=np.dtype(dtype), seed=0)
-    pl = place(model, mode)
+    pipe = training.place(model, mode, None, training.training_schedule(None, mode, micro_batches, cfg.n_layer))
+    pl = current_plan()
     opt = AdamW(model.parameters(), lr=1e-3)
 
     def step(ids):
+        B, m = ids.shape[0], micro_batches
+        parts = [ids[k * B // m:(k + 1) * B // m] for k in range(m)]
         with using(pl):
-            return placed_step(model, opt, ids, micro_batches)
+            losses = training.step(model, pipe, [(p[:, :-1], p[:, 1:]) for p in parts])
+            opt.step()
+            opt.zero_grad()
+        return losses
     return step
 
 
@@ -321,15 +314,15 @@ def reference_configs(cfg, micro_batches: int, dtype: str = "float32") -> list[t
     """The protocol's own configurations, (name, mechanism, step): in one process the plain
     step (BASELINE) and, with micro_batches > 1, the same micro-batches without a pipeline
     (what the bubble bound m/(m+p-1) is a fraction of); under mpirun rank 0 doing everything
-    with its 1 worker, data mode, and pipeline mode as place(model, "pipeline") gives it."""
+    with its 1 worker, data mode, and pipeline mode as `tiletrain train --dist pipeline` steps it."""
     import tiletrain as tt
     m = micro_batches
     if tt.world_size() == 1:
-        return [(BASELINE, "-", gpt_placed_step(cfg, "single", 1, dtype))] + \
-            ([(f"{BASELINE} x{m}", "-", gpt_placed_step(cfg, "single", m, dtype))] if m > 1 else [])
-    return [("rank 0 alone (1 worker)", "-", gpt_placed_step(cfg, "single", 1, dtype)),
-            ("data", "-", gpt_placed_step(cfg, "data", 1, dtype)),
-            (f"pipeline (place) x{m}", "dataflow", gpt_placed_step(cfg, "pipeline", m, dtype))]
+        return [(BASELINE, "-", gpt_train_step(cfg, "single", 1, dtype))] + \
+            ([(f"{BASELINE} x{m}", "-", gpt_train_step(cfg, "single", m, dtype))] if m > 1 else [])
+    return [("rank 0 alone (1 worker)", "-", gpt_train_step(cfg, "single", 1, dtype)),
+            ("data", "-", gpt_train_step(cfg, "data", 1, dtype)),
+            (f"pipeline x{m}", "1f1b", gpt_train_step(cfg, "pipeline", m, dtype))]
 
 
 def step_data(batch: int, seq_len: int, vocab: int = 256) -> list:

@@ -99,7 +99,7 @@ def main() -> None:
     lines = []
     for r in rows:
         moved = "-"
-        if r["config"] in ("data", f"pipeline (place) x{a.micro_batches}") and not a.no_bytes:
+        if r["config"] in ("data", f"pipeline x{a.micro_batches}") and not a.no_bytes:
             moved = f"{bytes_per_step(a, r['config']) / 1e6:.2f}"
         lines.append([r["config"], f"{r['step_s']:.3f}", f"{tokens / r['step_s']:,.0f}", moved,
                       ratio_text(r["ratios"])])

@@ -16,10 +16,8 @@ worker groups of 1 worker, against its own plain step (2 workers, one micro-batc
 process.  Then the mpirun protocol of benchmarks/_common.py (mpi_scaling.py's too): one-process
 jobs (the plain step, and the same --micro-batches without a pipeline) alternate with
 `mpirun -np 2` jobs (1 worker per rank, ranks as stages, docs/howto/mpirun.md:
-rank 0 alone, data mode, pipeline mode as ``place(model, "pipeline")`` gives it (the
-micro-batches by dataflow alone, ``parallel.shard_backward``), ``tiletrain train --dist
-pipeline``'s step (tiletrain.pipeline.training: 1F1B through ModelPipeline, the row "train
---dist pipeline"), every schedule x mechanism), --repeats mpirun jobs each between two one-process jobs; in every job
+rank 0 alone, data mode, pipeline mode as ``tiletrain train --dist pipeline`` steps it
+(tiletrain.pipeline.training: 1F1B through ModelPipeline), every schedule x mechanism), --repeats mpirun jobs each between two one-process jobs; in every job
 the configurations step round-robin (--steps rounds after --warmup; in each round a
 configuration steps twice and the second step is timed, as in a training loop that steps one
 model, not right after another model's step); the ratio of an mpirun configuration is the
@@ -133,8 +131,7 @@ def real_worker(a) -> None:
 
     from tiletrain.nn import GPT, GPTConfig
     from tiletrain.optim import AdamW
-    from tiletrain.parallel import current_plan, place, using
-    from tiletrain.pipeline import training
+    from tiletrain.parallel import place, using
     from tiletrain.pipeline.model import ModelPipeline, action_times, pipeline_plan, rank_order_fraction
     from tiletrain.trace.metrics import compact
     from tiletrain.trace.records import recording
@@ -163,26 +160,7 @@ def real_worker(a) -> None:
             return losses
         return step
 
-    def train_path():
-        """`tiletrain train --dist pipeline`'s placement and step (pipeline.training)."""
-        model = GPT(cfg, seed=0)
-        s = training.training_schedule(None, "pipeline", m, a.n_layer)
-        pp = training.place(model, "pipeline", None, s)
-        pl = current_plan()
-        opt = AdamW(model.parameters(), lr=1e-3)
-
-        def step(ids):
-            parts = split(ids, m)
-            with using(pl):
-                losses = training.step(model, pp, [(p[:, :-1], p[:, 1:]) for p in parts])
-                opt.step()
-                opt.zero_grad()
-            return losses
-        return step, s
-
     configs = [(name, mech, step, None) for name, mech, step in reference_configs(cfg, m)]
-    if world > 1:
-        configs.append(("train --dist pipeline", training.MECHANISM, *train_path()))
     if world > 1 or not a.baseline_only:   # one process: worker groups as the schedule's ranks
         for name, kw in REAL_SCHEDULES.items():
             if a.schedules and name not in a.schedules:
