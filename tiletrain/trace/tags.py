@@ -16,21 +16,12 @@ from typing import Callable, Optional
 
 from ..runtime import context, is_initialized
 
-# name -> C id, so that a tag string is interned in C once per process
-_ids: dict[str, int] = {}
-
 # (phase, layer, microbatch, stage) -> priority or None; installed by pipeline.priority_hints
 PriorityHint = Callable[[Optional[str], Optional[int], Optional[int], Optional[int]], Optional[int]]
 _hint: PriorityHint | None = None
 
 
-def intern(name: str) -> int:
-    """The C id of a tag string (interned once)."""
-    i = _ids.get(name)
-    if i is None:
-        i = context.intern_tag(name)
-        _ids[name] = i
-    return i
+intern = context.intern_tag  # the C id of a tag string (interned once per process)
 
 
 tag_name = context.tag_name
