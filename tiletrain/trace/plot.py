@@ -13,12 +13,13 @@ PHASE_COLORS = {"fwd": "#4c9f38", "bwd": "#d1495b", "wgrad": "#edae49", "opt": "
 _OTHER = ["#00798c", "#30638e", "#003d5b", "#b56576", "#6d597a"]
 
 
-def _figure(**kw):
-    """A matplotlib Figure drawn off-screen (no pyplot: the user's backend is left alone)."""
+def _figure(needs: str = "plotting traces needs", **kw):
+    """A matplotlib Figure drawn off-screen (no pyplot: the user's backend is left alone);
+    without matplotlib an ImportError beginning with ``needs`` (what is being drawn)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("plotting traces needs matplotlib: pip install 'tiletrain[trace]' "
+        raise ImportError(f"{needs} matplotlib: pip install 'tiletrain[trace]' "
                           "(or pip install matplotlib)") from None
     return Figure(**kw)
 

@@ -14,6 +14,7 @@ import os
 import statistics
 from pathlib import Path
 
+from ..trace.plot import _figure as trace_figure
 from ..utils.runlog import METRICS_NAME, RUN_NAME, RunLogError, read_metrics, read_run
 
 __all__ = ["summary", "find_runs", "format_table", "figure_run", "figure_compare", "plot_run", "plot_compare",
@@ -129,11 +130,9 @@ HEADER = ["run", "model", "steps", "train loss", "val loss", "best val", "tokens
 
 def _figure(**kw):
     try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise RuntimeError("the loss curves need matplotlib: pip install 'tiletrain[trace]' (or pip install "
-                           "matplotlib); the tables need nothing: tiletrain runs show DIR --no-plot") from None
-    return Figure(**kw)
+        return trace_figure("the loss curves need", **kw)
+    except ImportError as exc:  # the command line's error (the tables still work without matplotlib)
+        raise RuntimeError(f"{exc}; the tables need nothing: tiletrain runs show DIR --no-plot") from None
 
 
 def figure_run(lines: list[dict], title: str = ""):
