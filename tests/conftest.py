@@ -1,4 +1,6 @@
 import contextlib
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,22 @@ FLOATS = [np.float32, np.float64]
 
 def tol(dtype):
     return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+
+RUNS = Path(__file__).resolve().parents[1] / "runs"  # the checkout's default run directories
+
+
+@pytest.fixture(autouse=True)
+def no_run_litter():
+    """A test that trains passes a run or checkpoint directory under tmp_path: one that
+    leaves a new runs/<date>-<model> in the checkout fails (and the directory is removed)."""
+    before = set(RUNS.iterdir()) if RUNS.is_dir() else set()
+    yield
+    new = (set(RUNS.iterdir()) if RUNS.is_dir() else set()) - before
+    for path in new:
+        shutil.rmtree(path, ignore_errors=True)
+    if new:
+        pytest.fail(f"the test wrote {sorted(p.name for p in new)} under {RUNS}: pass ckpt_dir or run_dir")
 
 
 @pytest.fixture(scope="session")

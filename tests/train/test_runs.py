@@ -95,6 +95,20 @@ def test_metrics_equal_the_printed_and_returned_losses(trained):
     assert [t["tag"] for t in read_texts(run_dir)] == ["sample"] and read_texts(run_dir)[0]["text"] == res.sample
 
 
+def test_step_times_add_up_to_the_training_time(trained):
+    """A step's time is the spacing of its completion after the previous one's (an evaluation
+    excluded), so the logged throughput agrees with the run's own overall figure."""
+    for name in ("a", "b"):
+        run_dir, printed, _ = trained[name]
+        lines = read_metrics(run_dir)
+        for prev, ln in zip(lines, lines[1:]):
+            if "val_loss" not in prev:  # no evaluation between the two completions
+                assert ln["step_time_s"] == pytest.approx(ln["elapsed_s"] - prev["elapsed_s"], rel=1e-6, abs=1e-6)
+        overall = float(re.search(r"([\d,]+) tokens/s", printed).group(1).replace(",", ""))
+        median = float(np.median([ln["tokens_per_s"] for ln in lines]))
+        assert overall / 2 < median < overall * 2, (median, overall)
+
+
 def test_tensorboard_events_read_back_equal_the_metrics(trained):
     run_dir, _, _ = trained["a"]
     lines = read_metrics(run_dir)

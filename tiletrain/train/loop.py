@@ -91,7 +91,7 @@ class Run:
     interrupted: bool = False
     log: RunLogger | None = None   # metrics.jsonl etc. (rank 0)
     grad_norm: Any = None          # this step's gradient norm (a 0-d tensor) with --grad-clip
-    t_last: float = 0.0            # when this step's work began (the previous one's bookkeeping done)
+    t_last: float = 0.0            # when this step's time began (the previous step's completion)
 
     @property
     def tokens_per_step(self) -> int:
@@ -260,7 +260,9 @@ def after_step(run: Run, value: float, lr: float, interrupted: bool) -> None:
         save(run, {"train": value, "val": val})
     if interrupted or (args.stop_after is not None and run.step - run.start >= args.stop_after):
         run.stopped, run.interrupted = True, interrupted
-    run.t_last = time.perf_counter()
+    # the next step's time starts at this step's completion (reading the gradient norm and
+    # the bookkeeping are training time), or after the evaluation and checkpoint (they are not)
+    run.t_last = time.perf_counter() if val is not None else now
 
 
 def evaluate(model, corpus, args: TrainArgs, rng: np.random.Generator) -> float:
@@ -413,9 +415,10 @@ def peak_rss_bytes() -> int:
 
 def record(run: Run, value: float, lr: float, val: float | None, now: float) -> None:
     """The step's line of metrics.jsonl: losses, learning rate, gradient norm (--grad-clip >
-    0), its measured time (from the end of the previous step's bookkeeping to this step's
-    loss being read: evaluations and checkpoints are not counted) and the throughput it
-    gives, the process' peak memory, the tile buffers' peak over the step (when the buffer
+    0), its measured time (the spacing of this step's completion after the previous one's:
+    evaluations and checkpoints are not counted; the spacing, not the time to this step's loss
+    read alone, because a loss can be read before its step's backward and update have run)
+    and the throughput it gives, the process' peak memory, the tile buffers' peak over the step (when the buffer
     pool counts it), the training time so far (over resumes)."""
     norm = float(run.grad_norm) if run.grad_norm is not None else None  # every rank reads it (collective)
     run.grad_norm = None
