@@ -148,7 +148,7 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
  * StarPU's dependency machinery: two internal tasks per handle) cost several microseconds each,
  * a fresh buffer costs page faults in the kernel that first writes it, and a training or
  * decoding step frees and creates tensors of the same shapes again and again.  So a freed
- * tensor's handles are kept, with their buffers, in lists per tile size (element count,
+ * tensor's handles are kept in lists per tile size (element count,
  * element size; every tile has home node -1, so nothing else tells two of them apart), and the
  * next tensor with tiles of that size takes them instead of registering new ones:
  *   idle     handles with no task left when they were freed: kept with their buffers;
