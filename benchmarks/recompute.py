@@ -56,8 +56,8 @@ def run(size: str, reps: int, ncpu: int | None) -> list[list]:
     rt = tt.init(ncpu=ncpu)
     try:
         if rt.memory()["allocated_bytes"] is None:
-            raise SystemExit("no allocation counter: the buffer pool's hooks are off (GPU workers, a memory "
-                             "limit or TILETRAIN_BUFFER_POOL_MB=0)")
+            raise SystemExit("no allocation counter: the buffer pool's hooks are off (GPU or OpenCL "
+                             "workers)")
         cfg = GPTConfig(vocab_size=s["vocab"], block_size=s["T"], n_layer=s["n_layer"], n_head=s["n_head"],
                         n_embd=s["n_embd"], dropout=0.1)
         model = GPT(cfg, seed=0)

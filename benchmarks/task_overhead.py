@@ -18,7 +18,7 @@ per tile or task, medians over --reps:
 The "starpu C" rows do the same with StarPU calls only (starpu_vector_data_register,
 starpu_task_create + starpu_task_submit, starpu_data_unregister_submit: their free+new is
 unregister_submit + register); they need a C compiler and pkg-config's starpu-1.3, and are left
-out without them.  TILETRAIN_TILE_RECYCLE_MB=0 turns recycling off (every free goes to the reaper
+out without them.  TILETRAIN_REUSE_MB=0 turns reuse off (every free goes to the reaper
 thread's starpu_data_unregister_submit); TILETRAIN_ASYNC_FREE=0 then unregisters on the caller's
 thread instead.
 

@@ -34,7 +34,7 @@ static int64_t other_bytes = 0;   /* the rest of the process beyond base_rss, co
 static pthread_mutex_t other_mu = PTHREAD_MUTEX_INITIALIZER; /* other_bytes' changes */
 static int64_t resident_bytes(void);
 #define TRIM_EVERY (8 << 20)
-static int tasks_ahead = 0;       /* TILETRAIN_TASKS_AHEAD: tasks submitted ahead under a cap (0: no bound) */
+static int tasks_ahead = 0;       /* tt_config.tasks_ahead: tasks submitted ahead under a cap (0: no bound) */
 extern int tt_memory_limited;
 static int disk_node = -1;
 static int disk_o_direct = 0;
@@ -48,16 +48,15 @@ int64_t tt_memory_limit(void) { return limit_bytes; }
  * tiles of 32-128 KiB (e.g. 128x128 float32) evicted to disk left their heap pages resident
  * at 128 KiB (GPT 8x512, 1,392 tiles, 16 MiB cap: 22 MiB less RSS at construction), while
  * StarPU's ~5 KiB handle structures stay on the heap (a 4 KiB threshold mmaps each one). */
-void tt_memory_begin(void)
+void tt_memory_begin(const tt_config *cfg)
 {
-    const char *v = getenv("STARPU_LIMIT_CPU_MEM");
     limit_bytes = -1;
     disk_node = -1;
     disk_o_direct = 0;
     disk_dir[0] = 0;
     tt_tiles_set_ooc(TT_OOC_ALL);
-    if (v && v[0]) {
-        limit_bytes = (int64_t)strtoll(v, NULL, 10) << 20;
+    if (cfg->memory_limit_mb >= 0) { /* StarPU reads the same value from STARPU_LIMIT_CPU_MEM */
+        limit_bytes = (int64_t)cfg->memory_limit_mb << 20;
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
     tt_memory_limited = limit_bytes >= 0;
@@ -86,8 +85,7 @@ void tt_memory_started(void)
     base_rss = 0;
     if (limit_bytes < 0)
         return;
-    const char *v = getenv("TILETRAIN_TASKS_AHEAD");
-    tasks_ahead = v && v[0] ? atoi(v) : 0;
+    tasks_ahead = tt_config_current()->tasks_ahead > 0 ? tt_config_current()->tasks_ahead : 0;
     int64_t cost = 6 << 10; /* without mallinfo2: what glibc 2.36 + StarPU 1.3.10 measure */
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
     starpu_data_handle_t h[COST_PROBE];
@@ -516,7 +514,7 @@ int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n)
     int64_t total = 0, largest = 0;
     starpu_data_handle_t big = NULL;
     for (int i = 0; i < n; i++) {
-        if (tt_handle_lazy(handles[i]))
+        if (tt_slot_state(handles[i]) == TT_TILE_LAZY)
             continue; /* another rank's tile: it arrives registered, sized like the others */
         int dup = 0;
         for (int j = 0; j < i && !dup; j++)

@@ -155,7 +155,7 @@ static int token_barrier(int check)
  * that meanwhile waits (a collective read, wait()) for something the stopped rank will never
  * do -- the ranks' programs diverged, e.g. sys.exit on one rank only -- would wait forever:
  * once a notice has arrived and this rank has had no runnable task for a grace period
- * (TILETRAIN_MPI_EXIT_GRACE seconds, default 1), its wait fails with an error naming the
+ * (tt_config.mpi_exit_grace: TILETRAIN_MPI_EXIT_GRACE seconds, default 1), its wait fails with an error naming the
  * rank that stopped, which Python's error path turns into an abort of the whole job.
  * Needs the kept-awake progression thread (mpi_driver, the default); without it a diverged
  * job still hangs. */
@@ -185,8 +185,7 @@ static void exit_notices_start(void)
     exit_heard = 0;
     exit_from = -1;
     quiet_since = 0;
-    const char *env = getenv("TILETRAIN_MPI_EXIT_GRACE");
-    exit_grace = env && atof(env) > 0 ? atof(env) : 1.0;
+    exit_grace = tt_config_current()->mpi_exit_grace > 0 ? tt_config_current()->mpi_exit_grace : 1.0;
     /* Only with the kept-awake progression thread (the default, mpi_driver): without it,
      * starpu_mpi_wait_for_all (wait(), shutdown) waits for every posted request to finish,
      * and the notices' receives stay posted until the other ranks stop. */
@@ -521,7 +520,8 @@ void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n)
     int src = -1;
     for (int i = 0; i < n && src < 0; i++)
         if ((d[i].mode & STARPU_R) && !pend_has(d[i].handle))
-            src = tt_handle_lazy(d[i].handle) ? lazy_owner(d[i].handle) : starpu_mpi_data_get_rank(d[i].handle);
+            src = tt_slot_state(d[i].handle) == TT_TILE_LAZY ? lazy_owner(d[i].handle)
+                                                             : starpu_mpi_data_get_rank(d[i].handle);
     for (int i = 0; i < n; i++) {
         pend_t *p = pend_take(d[i].handle);
         if (p)
@@ -529,7 +529,8 @@ void tt_mpi_resolve_task(const struct starpu_data_descr *d, int n)
     }
 }
 
-typedef struct lazy_tile {
+/* A lazy tile's record; the slot holds it as TT_TILE_LAZY (csrc/tile.c encodes and decodes). */
+typedef struct tt_lazy_tile {
     starpu_data_handle_t *slot; /* the tensor's handle slot, replaced on registration */
     int64_t tag;
     uint32_t nelems;
@@ -537,7 +538,7 @@ typedef struct lazy_tile {
     int owner;
 } lazy_tile;
 
-static lazy_tile *lazy_of(starpu_data_handle_t h) { return (lazy_tile *)((uintptr_t)h & ~(uintptr_t)1); }
+static lazy_tile *lazy_of(starpu_data_handle_t h) { return tt_slot_lazy_record(h); }
 static int lazy_owner(starpu_data_handle_t h) { return lazy_of(h)->owner; }
 
 void tt_mpi_lazy_counts(int64_t *out)
@@ -560,14 +561,14 @@ starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems
     z->elemsize = (uint32_t)elemsize;
     z->owner = owner;
     lazy_created++;
-    return (starpu_data_handle_t)((uintptr_t)z | 1u);
+    return tt_slot_lazy(z);
 }
 
 starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h)
 {
-    if (!tt_handle_lazy(h))
-        return h;
     lazy_tile *z = lazy_of(h);
+    if (!z)
+        return h;
     starpu_data_handle_t real;
     starpu_vector_data_register(&real, -1, 0, z->nelems, z->elemsize);
     tt_tile_registered(real); /* csrc/tile.c */
@@ -578,11 +579,7 @@ starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h)
     return real;
 }
 
-void tt_mpi_lazy_free(starpu_data_handle_t h)
-{
-    if (tt_handle_lazy(h))
-        free(lazy_of(h));
-}
+void tt_mpi_lazy_free(starpu_data_handle_t h) { free(lazy_of(h)); /* NULL: not lazy */ }
 
 /* Does this rank take part in a task?  Not when it owns none of the task's tiles (so it
  * neither runs the task -- StarPU-MPI runs it on an owner of a written tile -- nor sends
@@ -593,7 +590,7 @@ void tt_mpi_lazy_free(starpu_data_handle_t h)
 int tt_mpi_involved(const struct starpu_data_descr *d, int n)
 {
     for (int i = 0; i < n; i++) {
-        if (tt_handle_lazy(d[i].handle))
+        if (tt_slot_state(d[i].handle) == TT_TILE_LAZY)
             continue; /* another rank's tile this rank never touched: neither owned nor cached */
         if (starpu_mpi_data_get_rank(d[i].handle) == mpi_rank)
             return 1;
@@ -671,7 +668,7 @@ int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *ke
         return TT_OK;
     for (int i = 0; i < n; i++) {
         starpu_data_handle_t h = d[i].handle;
-        int lazy = tt_handle_lazy(h);
+        int lazy = tt_slot_state(h) == TT_TILE_LAZY;
         int owner = lazy ? lazy_owner(h) : starpu_mpi_data_get_rank(h);
         if (owner == mpi_rank)
             continue;
@@ -687,12 +684,14 @@ int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *ke
 
 static int64_t tile_tag(tt_tensor *t, int64_t i)
 {
-    starpu_data_handle_t h = t->handles[i];
-    if (tt_handle_lazy(h))
-        return lazy_of(h)->tag;
-    if (t->owner[i] < 0)
+    switch (tt_tile_state_at(t, i)) {
+    case TT_TILE_LAZY:
+        return lazy_of(t->handles[i])->tag;
+    case TT_TILE_DEFERRED:
         return -1; /* not placed yet: no tag */
-    return starpu_mpi_data_get_tag(h);
+    default:
+        return starpu_mpi_data_get_tag(t->handles[i]);
+    }
 }
 
 int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out)
@@ -718,7 +717,7 @@ int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor 
     if (rc)
         return rc;
     for (int64_t i = 0; i < src->ntiles; i++) {
-        if (!tt_handle_lazy(dst->handles[i])) { /* out of memory for the lazy record: registered at once */
+        if (tt_tile_state_at(dst, i) != TT_TILE_LAZY) { /* out of memory for the lazy record: registered at once */
             tt_tensor_free(dst);
             return tt_error(TT_ENOMEM, "tensor shadow: out of memory");
         }

@@ -1,19 +1,22 @@
-/* Reuse of freed tile buffers in main memory.
+/* StarPU's allocations of tile buffers in main memory: counted, and freed buffers kept for
+ * the next allocation of their size -- the lower level of the one reuse mechanism (csrc/tile.c
+ * "reuse of freed tiles"), for the buffers of handles that are unregistered after all (a wait,
+ * MPI sessions, frees beyond the cap).
  *
  * StarPU allocates a tile's buffer when a task first writes it and frees it when the handle
- * is unregistered, so every training step allocates and frees the same temporaries again.
- * Through glibc that means fresh pages each time (the zero-fill page faults land in the
- * kernels that first write the buffers: 10-20 % of a forward gemm).  This keeps freed
- * buffers in exact-size free lists (bounded in bytes) and hands them back to the next
- * allocation of that size.  Installed only with CPU workers alone (pinning stays StarPU's
- * business); the cap in MiB comes from TILETRAIN_BUFFER_POOL_MB (default 1024; 0 turns the
- * pool off), and is 0 under a StarPU memory limit (only counting: see tt_pool_install). */
+ * is unregistered.  Through glibc that means fresh pages each time (the zero-fill page faults
+ * land in the kernels that first write the buffers: 10-20 % of a forward gemm).  The hooks
+ * keep freed buffers in exact-size free lists and hand them back to the next allocation of
+ * that size, under the one reuse cap (tt_reuse_reserve) and only where the one switch allows
+ * (tt_reuse_buffers_on: not under a memory limit, where the hooks only count).  Installed only
+ * with CPU workers alone (pinning stays StarPU's business). */
 #include <errno.h>
 #include <pthread.h>
-#include <starpu.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+
+#include "tt_internal.h"
 
 #define POOL_ALIGN 64          /* cache line; also what AVX-512 loads like */
 #define POOL_MIN_BYTES 4096    /* smaller buffers come from malloc's bins anyway */
@@ -26,8 +29,8 @@ struct bucket {
 };
 
 static struct bucket buckets[POOL_NBUCKETS];
-static size_t cached_bytes, cap_bytes;
-static int installed, limited; /* limited: under a memory limit */
+static size_t cached_bytes; /* reserved under the one reuse cap (csrc/tile.c) */
+static int installed, limited, keep; /* limited: under a memory limit; keep: freed buffers are kept */
 static size_t align_bytes = POOL_ALIGN;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -41,8 +44,6 @@ static void count(int64_t delta) /* under lock */
     if (held_bytes > peak_bytes)
         peak_bytes = held_bytes;
 }
-
-void tt_memory_before_alloc(int64_t tiles); /* csrc/memory.c: under a cap */
 
 static int pool_malloc(unsigned node, void **A, size_t dim, int flags)
 {
@@ -62,6 +63,7 @@ static int pool_malloc(unsigned node, void **A, size_t dim, int flags)
                 p = buckets[i].head;
                 buckets[i].head = *(void **)p;
                 cached_bytes -= dim;
+                tt_reuse_release((int64_t)dim);
                 break;
             }
         pthread_mutex_unlock(&lock);
@@ -88,10 +90,10 @@ static int pool_free(unsigned node, void *A, size_t dim, int flags)
     pthread_mutex_lock(&lock);
     count(-(int64_t)dim);
     pthread_mutex_unlock(&lock);
-    if (dim >= POOL_MIN_BYTES) {
+    if (dim >= POOL_MIN_BYTES && keep) {
         int kept = 0;
         pthread_mutex_lock(&lock);
-        if (cached_bytes + dim <= cap_bytes) {
+        if (tt_reuse_reserve((int64_t)dim)) {
             int slot = -1;
             for (int i = 0; i < POOL_NBUCKETS; i++) {
                 if (buckets[i].size == dim) {
@@ -107,6 +109,8 @@ static int pool_free(unsigned node, void *A, size_t dim, int flags)
                 buckets[slot].head = A;
                 cached_bytes += dim;
                 kept = 1;
+            } else {
+                tt_reuse_release((int64_t)dim);
             }
         }
         pthread_mutex_unlock(&lock);
@@ -117,27 +121,17 @@ static int pool_free(unsigned node, void *A, size_t dim, int flags)
     return 0;
 }
 
-/* Called by tt_init once StarPU runs: install the pool where it is safe (see above). */
+/* Called by tt_init once StarPU runs, after tt_reuse_configure: install the hooks where it is
+ * safe (see above). */
 void tt_pool_install(void)
 {
-    const char *limit = getenv("STARPU_LIMIT_CPU_MEM"); /* RuntimeConfig.memory_limit_mb */
     if (starpu_cuda_worker_get_count() > 0 || starpu_opencl_worker_get_count() > 0)
         return;
-    long mb = 1024;
-    const char *env = getenv("TILETRAIN_BUFFER_POOL_MB");
-    if (env && env[0]) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end == '\0' && v >= 0)
-            mb = v;
-    }
-    if (mb == 0)
-        return;
-    /* Under a memory limit the pool keeps nothing: a cached buffer is memory outside StarPU's
-     * accounting, which the limit must cover.  The hooks still count the bytes StarPU holds
-     * (tt_pool_bytes: the peak under the limit). */
-    limited = limit && limit[0];
-    cap_bytes = limited ? 0 : (size_t)mb << 20;
+    /* Under a memory limit the hooks keep nothing (tt_reuse_buffers_on is 0 there): a kept
+     * buffer is memory outside StarPU's accounting, which the limit must cover.  They still
+     * count the bytes StarPU holds (tt_pool_bytes: the peak under the limit). */
+    limited = tt_memory_limited;
+    keep = tt_reuse_buffers_on();
     /* page-aligned under a limit: the O_DIRECT disk node (csrc/memory.c) reads and writes the
      * buffers directly, which needs them aligned as StarPU's own allocator would then do */
     align_bytes = limited ? 4096 : POOL_ALIGN;
@@ -163,9 +157,19 @@ void tt_pool_drain(void)
         }
         buckets[i].size = 0;
     }
+    tt_reuse_release((int64_t)cached_bytes);
     cached_bytes = 0;
+    keep = 0;
     held_bytes = peak_bytes = 0;
     pthread_mutex_unlock(&lock);
+}
+
+int64_t tt_pool_kept_bytes(void)
+{
+    pthread_mutex_lock(&lock);
+    int64_t v = (int64_t)cached_bytes;
+    pthread_mutex_unlock(&lock);
+    return v;
 }
 
 int64_t tt_pool_bytes(int peak)

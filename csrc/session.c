@@ -199,14 +199,23 @@ static int wait_everything(void)
     return TT_OK;
 }
 
+/* A copy of tt_init's config: what the other files read of it (the reuse cap, the tt-cp
+ * policy's settings, ...) without a getenv of their own (tiletrain/config.py reads the
+ * environment).  sched points to the caller's string: not kept. */
+static tt_config session_cfg;
+
+const tt_config *tt_config_current(void) { return &session_cfg; }
+
 int tt_init(const tt_config *cfg)
 {
     if (initialized)
         return tt_error(TT_EBUSY, "the tiletrain runtime is already initialised; call shutdown() first");
     if (!cfg)
         return tt_error(TT_EINVAL, "config is NULL");
+    session_cfg = *cfg;
+    session_cfg.sched = NULL;
     tt_blas_single_thread(); /* csrc/kernels/cpu/tt_blas.h */
-    tt_memory_begin();       /* the memory limit StarPU will read (csrc/memory.c) */
+    tt_memory_begin(cfg);    /* the memory limit, as StarPU will read it (csrc/memory.c) */
 
     struct starpu_conf conf;
     starpu_conf_init(&conf);
@@ -252,7 +261,8 @@ int tt_init(const tt_config *cfg)
     }
     idle_hook_id = starpu_idle_hook_register(idle_hook, NULL); /* -1: none (then StarPU's polling) */
     tt_memory_started(); /* under a cap: what a tile's StarPU structures cost (csrc/memory.c) */
-    tt_pool_install(); /* reuse freed tile buffers (csrc/pool.c; CPU-only sessions) */
+    tt_reuse_configure(cfg); /* the one reuse switch and cap (csrc/tile.c) */
+    tt_pool_install(); /* its buffer level (csrc/pool.c; CPU-only sessions) */
     int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */
     if (rc) {
         stop_starpu();
@@ -287,7 +297,7 @@ int tt_shutdown(void)
     else
         wait_everything();
     stop_waiter();
-    tt_tiles_drain(); /* recycled tile handles (csrc/tile.c) */
+    tt_tiles_drain(); /* the handles kept for reuse (csrc/tile.c) */
     tt_memory_quiesce(); /* the disk node's own transfers (csrc/memory.c) */
     tt_trace_session_end();
     tt_tensors_kill_all();
@@ -311,7 +321,7 @@ int tt_wait_idle(int pause)
     tt_ensure_running();
     tt_reaper_flush(); /* dropped tensors' unregistrations are submitted first */
     int64_t nrecycled;
-    starpu_data_handle_t *recycled = tt_tiles_detach(&nrecycled); /* csrc/tile.c */
+    starpu_data_handle_t *recycled = tt_tiles_detach(&nrecycled); /* kept for reuse (csrc/tile.c) */
     rc = wait_everything();
     if (rc == TT_OK && pause)
         pause_idle(); /* before the unregistrations: polling workers would share the cores with them */

@@ -179,7 +179,7 @@ static int submit_mpi(int kernel, const void *args, const starpu_data_handle_t *
     if (!tt_mpi_involved(descr, k->nbuffers)) /* nothing to run, send or forget here */
         return TT_OK;
     for (int i = 0; i < k->nbuffers; i++)
-        descr[i].handle = tt_mpi_materialize(descr[i].handle); /* other ranks' tiles it needs */
+        descr[i].handle = tt_slot_register(descr[i].handle); /* other ranks' (lazy) tiles it needs */
     struct starpu_task *task = starpu_mpi_task_build(MPI_COMM_WORLD, k->cl, STARPU_DATA_MODE_ARRAY, descr,
                                                      k->nbuffers, 0);
     if (!task) { /* another rank runs it */

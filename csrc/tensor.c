@@ -329,7 +329,7 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
                                 to_tile ? "write" : "read", to_tile ? "write of another rank's tile" : "read");
     if (tt_mpi_on) {
         for (int64_t i = first; i < last; i++) {
-            if (tt_tile_is_lazy(t, i) && (to_tile || (to_root && me != root)))
+            if (tt_tile_state_at(t, i) == TT_TILE_LAZY && (to_tile || (to_root && me != root)))
                 continue; /* another rank's tile this rank never received: no copy to drop or send */
             starpu_data_handle_t h = tt_tile_handle(t, i);
             if (to_tile)
@@ -371,7 +371,7 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
     }
     if (to_root) /* root's received copies go (and so do the caches' records of them, on every rank) */
         for (int64_t i = first; i < last; i++)
-            if (t->owner[i] != root && !tt_tile_is_lazy(t, i))
+            if (t->owner[i] != root && tt_tile_state_at(t, i) != TT_TILE_LAZY)
                 tt_mpi_drop_fetched(tt_tile_handle(t, i));
     return TT_OK;
 }
@@ -456,7 +456,7 @@ int tt_tensor_wont_use(tt_tensor *t)
         return rc;
     tt_ensure_running();
     for (int64_t i = 0; i < t->ntiles; i++)
-        if (!tt_tile_is_lazy(t, i) && (!tt_mpi_on || t->owner[i] == tt_mpi_rank()))
+        if (tt_tile_state_at(t, i) != TT_TILE_LAZY && (!tt_mpi_on || t->owner[i] == tt_mpi_rank()))
             starpu_data_wont_use(t->handles[i]);
     tt_gate_leave();
     return TT_OK;

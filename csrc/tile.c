@@ -1,16 +1,18 @@
-/* The life cycle of one tile slot (t->handles[i]): its registration, tt_tile_handle and
- * tt_tile_release.  Expanders read t->handles[i] as submit.c's input, and submit.c resolves a
- * task's lazy and deferred tiles itself (csrc/mpi.c's helpers); everything else that needs a
- * registered StarPU handle (a transfer, a migration, an acquire on a node) asks
- * tt_tile_handle, and every free goes through tt_tile_release (whole tensors: the recycling
- * lists or the reaper).
+/* The life cycle of one tile slot (t->handles[i]): its state, its registration,
+ * tt_tile_handle and tt_tile_release, and the reuse of freed tiles.  Expanders read
+ * t->handles[i] as submit.c's input, and submit.c resolves a task's lazy and deferred tiles
+ * (tt_slot_register here, csrc/mpi.c's helpers); everything else that needs a registered
+ * StarPU handle (a transfer, a migration, an acquire on a node) asks tt_tile_handle, and every
+ * free goes through tt_tile_release (whole tensors: the reuse lists or the reaper).
  *
- * A slot is in one of three states:
- *   LAZY      under MPI, another rank's tile this rank has never touched: a tagged pointer
- *             (low bit set, csrc/mpi.c) holding its tag and owner, unknown to StarPU;
- *   DEFERRED  registered with StarPU, its owner rank chosen by its first writer
- *             (t->owner[i] < 0, under MPI only);
- *   HANDLE    a registered StarPU handle (under MPI, registered with StarPU-MPI too).
+ * A slot is in one of three states (tt_tile_state, csrc/tt_internal.h); this file alone
+ * encodes and decodes them, the other files ask tt_tile_state_at / tt_slot_state:
+ *   TT_TILE_LAZY      under MPI, another rank's tile this rank has never touched: the slot
+ *                     holds a tagged pointer (low bit set) to csrc/mpi.c's record of its tag
+ *                     and owner, unknown to StarPU;
+ *   TT_TILE_DEFERRED  registered with StarPU, its owner rank chosen by its first writer
+ *                     (t->owner[i] < 0, under MPI only);
+ *   TT_TILE_HANDLE    a registered StarPU handle (under MPI, registered with StarPU-MPI too).
  * LAZY -> HANDLE when this rank needs it (tt_tile_handle, or a task in submit.c);
  * DEFERRED -> HANDLE when a task writes it (submit.c) or it is read/written directly.
  * Every tile has home node -1: StarPU allocates it where its first writer runs, so that under
@@ -19,6 +21,37 @@
 #include <string.h>
 
 #include "tt_internal.h"
+
+/* ---- tile states ---- */
+
+/* A slot's value as such (a task's buffer, a handle array's entry): a lazy record or a
+ * handle.  A deferred tile is a registered handle; only its tensor's owner array tells. */
+tt_tile_state tt_slot_state(starpu_data_handle_t slot)
+{
+    return ((uintptr_t)slot & 1u) ? TT_TILE_LAZY : TT_TILE_HANDLE;
+}
+
+tt_tile_state tt_tile_state_at(const tt_tensor *t, int64_t i)
+{
+    if (tt_slot_state(t->handles[i]) == TT_TILE_LAZY)
+        return TT_TILE_LAZY;
+    return t->owner[i] < 0 ? TT_TILE_DEFERRED : TT_TILE_HANDLE;
+}
+
+/* csrc/mpi.c's record of a lazy tile as a slot value (records are malloc'ed: their low bit is 0) */
+starpu_data_handle_t tt_slot_lazy(struct tt_lazy_tile *z) { return (starpu_data_handle_t)((uintptr_t)z | 1u); }
+
+struct tt_lazy_tile *tt_slot_lazy_record(starpu_data_handle_t slot)
+{
+    return tt_slot_state(slot) == TT_TILE_LAZY ? (struct tt_lazy_tile *)((uintptr_t)slot & ~(uintptr_t)1) : NULL;
+}
+
+/* A slot's value as a registered handle: a lazy tile is registered now (csrc/mpi.c, which
+ * also stores the handle in the tensor's slot); a handle as is. */
+starpu_data_handle_t tt_slot_register(starpu_data_handle_t slot)
+{
+    return tt_slot_state(slot) == TT_TILE_LAZY ? tt_mpi_materialize(slot) : slot;
+}
 
 /* Which tiles StarPU may evict to the disk node (starpu_data_set_ooc_flag; StarPU's default
  * is all): TT_OOC_PAGES, only those whose size is a multiple of the page size, as the O_DIRECT
@@ -63,27 +96,32 @@ starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i)
 {
     if (!tt_mpi_on)
         return t->handles[i];
-    starpu_data_handle_t h = t->handles[i] = tt_mpi_materialize(t->handles[i]);
-    if (t->owner[i] < 0)
-        tt_mpi_resolve(h); /* written or read directly: its fallback owner */
-    return h;
+    switch (tt_tile_state_at(t, i)) {
+    case TT_TILE_LAZY:
+        return t->handles[i] = tt_slot_register(t->handles[i]);
+    case TT_TILE_DEFERRED:
+        tt_mpi_resolve(t->handles[i]); /* written or read directly: its fallback owner */
+        return t->handles[i];
+    default:
+        return t->handles[i];
+    }
 }
-
-/* Is slot i another rank's tile this rank has never registered? */
-int tt_tile_is_lazy(const tt_tensor *t, int64_t i) { return tt_handle_lazy(t->handles[i]); }
 
 /* The slot's tiletrain-side state is dropped; returns the StarPU handle left to unregister,
  * or NULL (a lazy tile was never registered). */
 static starpu_data_handle_t slot_forget(tt_tensor *t, int64_t i)
 {
     starpu_data_handle_t h = t->handles[i];
-    if (tt_handle_lazy(h)) {
+    switch (tt_tile_state_at(t, i)) {
+    case TT_TILE_LAZY:
         tt_mpi_lazy_free(h); /* another rank's tile, never needed here */
         return NULL;
-    }
-    if (tt_mpi_on && t->owner[i] < 0)
+    case TT_TILE_DEFERRED:
         tt_mpi_forget(h); /* never written: never registered with StarPU-MPI */
-    return h;
+        return h;
+    default:
+        return h;
+    }
 }
 
 static void unregister(starpu_data_handle_t h, int async)
@@ -105,68 +143,99 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
         unregister(h, async);
 }
 
-/* ---- recycled tile handles ----
+/* ---- reuse of freed tiles: one mechanism, one cap, one switch ----
  * Registering a tile handle and unregistering it (starpu_data_unregister_submit goes through
  * StarPU's dependency machinery: two internal tasks per handle) cost several microseconds each,
- * and a training or decoding step frees and creates tensors of the same shapes again and
- * again.  A freed tensor's handles with no task left to run therefore go to a free list per
- * tile size (element count, element size; every tile has home node -1, so nothing else tells
- * two of them apart) and the next tensor with tiles of that size takes them instead of
- * registering new ones, oldest first.  A handle that still has tasks (a tensor dropped while
- * the tasks that read or write it wait to run: most frees inside a step, as submission runs
- * ahead of execution) is unregistered as before (the reaper): reusing it would make the new
- * tensor's first writer wait for those tasks (StarPU orders every access to one handle) and
- * keep its buffer until then (measured under load, recycling busy handles too: gpt_step small's
- * peak 603 MiB against 546 MiB without recycling, and no faster step).  Whether a handle has
- * tasks left is one starpu_data_acquire_on_node_try per tensor with tasks left (its first busy
- * tile sends the rest to the reaper) or per idle tile.
- * A wait takes the handles in the lists when it starts (their tensors' tasks were all
+ * a fresh buffer costs page faults in the kernel that first writes it, and a training or
+ * decoding step frees and creates tensors of the same shapes again and again.  So a freed
+ * tensor's handles are kept in lists per tile size (element count,
+ * element size; every tile has home node -1, so nothing else tells two of them apart), and the
+ * next tensor with tiles of that size takes them instead of registering new ones:
+ *   idle     handles with no task left when they were freed: kept with their buffers;
+ *   pending  handles freed while tasks still use them (most frees inside a step: submission
+ *            runs ahead of execution).  Their data is invalidated (starpu_data_invalidate_submit,
+ *            by the reaper thread where frees are asynchronous), so that StarPU frees the buffer
+ *            -- into the buffer pool, csrc/pool.c -- when the last task using it ends, as an
+ *            unregistration did: the next tile of that size allocated by a task takes it.  The
+ *            handle is reused once that has happened, never before: a new tensor's first writer
+ *            would otherwise wait for the old tasks (StarPU orders every access to one handle;
+ *            measured, reusing busy handles with their buffers at once: gpt_step small's peak
+ *            603 MiB against 546 MiB, and no faster step).
+ * A new tensor takes, per tile, the oldest idle handle of its size, else the oldest pending
+ * one if its tasks are done (one starpu_data_acquire_on_node_try; a bucket whose oldest is still
+ * busy is not asked again for the same tensor), else registers a new one.  A free asks its
+ * tiles in order whether they have tasks left; once one has, the tensor's other tiles go to
+ * pending unasked.
+ * A wait takes every handle of the lists when it starts (their tensors' tasks were all
  * submitted by then) and unregisters them once every task is done: with sequential
  * consistency turned off first, starpu_data_unregister_no_coherency then has nothing to order
- * after, and frees at once what starpu_data_unregister_submit would (about half its cost);
- * so a wait still gives back every freed tensor's memory.  Shutdown empties the lists too.
- * Not under MPI (a handle's tag and owner rank belong to its tensor) nor under a memory
- * limit (tiles evicted to the disk node, ooc flags and wont_use hints, and the limit's count
- * of live bytes stay as they were): there every free unregisters as before.  The lists hold
- * at most TILETRAIN_TILE_RECYCLE_MB MiB of tiles (default 256; 0: no recycling), read once
- * per process; frees beyond go to the reaper. */
-#define RECYCLE_NBUCKETS 256 /* distinct tile sizes; beyond, those sizes are not recycled */
+ * after and frees at once; so a wait still gives back every freed tensor's handle (an idle
+ * one's buffer goes to the buffer pool).  Shutdown empties the lists too.
+ *
+ * The one cap: tt_config.reuse_bytes (RuntimeConfig.reuse_mb, TILETRAIN_REUSE_MB) bounds what
+ * is kept for reuse, through tt_reuse_reserve: every kept handle counts HANDLE_COST for StarPU's
+ * structures, an idle one its buffer too, and the buffer pool its freed buffers.  Frees beyond
+ * it are unregistered (the reaper) or their buffers freed.  The one switch, tt_reuse_configure
+ * at init:
+ *   handles  not under MPI (a handle's tag and owner rank belong to its tensor) nor under a
+ *            memory limit (tiles evicted to the disk node, ooc flags and wont_use hints, and
+ *            the limit's count of registered tiles stay as they were);
+ *   buffers  not under a memory limit (a kept buffer is memory outside StarPU's accounting,
+ *            which the limit must cover); csrc/pool.c's hooks are installed in CPU-only
+ *            sessions (pinned memory stays StarPU's business).
+ * Neither with a cap of 0. */
+#define REUSE_NBUCKETS 256 /* distinct tile sizes; beyond, those sizes are not kept */
+#define HANDLE_COST (6 << 10) /* StarPU's structures of one registered tile (csrc/memory.c measures ~6 KiB) */
+
+typedef struct {
+    starpu_data_handle_t *h; /* a ring of n handles from head, capacity cap: oldest first */
+    int64_t head, n, cap;
+} hring;
 
 typedef struct {
     uint32_t nelems, elemsize; /* the key; nelems 0: an empty slot of the table */
-    starpu_data_handle_t *h;   /* a ring of n handles from head, capacity cap */
-    int64_t head, n, cap;
+    hring idle, pending;
 } rbucket;
 
-static pthread_mutex_t recycle_mu = PTHREAD_MUTEX_INITIALIZER;
-static rbucket rbuckets[RECYCLE_NBUCKETS]; /* open addressing, under recycle_mu */
-static int64_t recycled_bytes;             /* bytes of the tiles in the lists, under recycle_mu */
-static int64_t recycle_hits;               /* tiles handed to new tensors since init, under recycle_mu */
-static int64_t recycle_cap = -1;           /* TILETRAIN_TILE_RECYCLE_MB in bytes; -1: not read yet */
-static int async_free = 1;                 /* TILETRAIN_ASYNC_FREE (read with it) */
-static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t reuse_mu = PTHREAD_MUTEX_INITIALIZER;
+static rbucket rbuckets[REUSE_NBUCKETS]; /* open addressing, under reuse_mu */
+static int64_t idle_n, idle_bytes, pending_n, pending_bytes; /* the lists' contents, under reuse_mu */
+static int64_t reuse_taken;  /* tiles new tensors took from the lists since init, under reuse_mu */
+static int64_t reuse_cap;    /* bytes: the one cap */
+static int64_t reuse_kept;   /* bytes kept against it: the lists' and the buffer pool's (atomic) */
+static int reuse_handles, reuse_buffers; /* what this session reuses (tt_reuse_configure) */
+static int async_free = 1;   /* tt_config.async_free: the reaper unregisters freed tiles */
 
-static void read_config(void)
+/* At init, StarPU started (tt_mpi_on and tt_memory_limited known): the one switch. */
+void tt_reuse_configure(const tt_config *cfg)
 {
-    const char *v = getenv("TILETRAIN_ASYNC_FREE"); /* 0: every free unregisters on the caller's thread */
-    async_free = !(v && v[0] == '0');
-    const char *mb = getenv("TILETRAIN_TILE_RECYCLE_MB");
-    char *end = NULL;
-    long long m = mb && mb[0] ? strtoll(mb, &end, 10) : 256;
-    recycle_cap = (mb && mb[0] && (*end || m < 0)) ? 256LL << 20 : m << 20; /* a bad value: the default */
+    reuse_cap = cfg->reuse_bytes > 0 ? cfg->reuse_bytes : 0;
+    __atomic_store_n(&reuse_kept, 0, __ATOMIC_RELAXED);
+    reuse_handles = reuse_cap > 0 && !tt_mpi_on && !tt_memory_limited;
+    reuse_buffers = reuse_cap > 0 && !tt_memory_limited;
+    async_free = cfg->async_free != 0;
 }
 
-static int recycling(void)
+int tt_reuse_buffers_on(void) { return reuse_buffers; }
+
+/* Room for `bytes` more under the cap: taken (1), or none (0). */
+int tt_reuse_reserve(int64_t bytes)
 {
-    pthread_once(&config_once, read_config);
-    return recycle_cap > 0 && !tt_mpi_on && !tt_memory_limited;
+    int64_t kept = __atomic_load_n(&reuse_kept, __ATOMIC_RELAXED);
+    do {
+        if (kept + bytes > reuse_cap)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&reuse_kept, &kept, kept + bytes, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return 1;
 }
 
-static rbucket *bucket_of(uint32_t nelems, uint32_t elemsize, int create) /* under recycle_mu */
+void tt_reuse_release(int64_t bytes) { __atomic_sub_fetch(&reuse_kept, bytes, __ATOMIC_RELAXED); }
+
+static rbucket *bucket_of(uint32_t nelems, uint32_t elemsize, int create) /* under reuse_mu */
 {
     uint32_t k = (nelems * 2654435761u) ^ (elemsize * 40503u);
-    for (int probe = 0; probe < RECYCLE_NBUCKETS; probe++) {
-        rbucket *b = &rbuckets[(k + (uint32_t)probe) & (RECYCLE_NBUCKETS - 1)];
+    for (int probe = 0; probe < REUSE_NBUCKETS; probe++) {
+        rbucket *b = &rbuckets[(k + (uint32_t)probe) & (REUSE_NBUCKETS - 1)];
         if (b->nelems == nelems && b->elemsize == elemsize)
             return b;
         if (!b->nelems) {
@@ -180,6 +249,33 @@ static rbucket *bucket_of(uint32_t nelems, uint32_t elemsize, int create) /* und
     return NULL;
 }
 
+static int ring_push(hring *r, starpu_data_handle_t h)
+{
+    if (r->n == r->cap) {
+        int64_t cap = r->cap ? 2 * r->cap : 64;
+        starpu_data_handle_t *a = malloc((size_t)cap * sizeof *a);
+        if (!a)
+            return 0;
+        for (int64_t j = 0; j < r->n; j++)
+            a[j] = r->h[(r->head + j) % r->cap];
+        free(r->h);
+        r->h = a;
+        r->head = 0;
+        r->cap = cap;
+    }
+    r->h[(r->head + r->n) % r->cap] = h;
+    r->n++;
+    return 1;
+}
+
+static starpu_data_handle_t ring_pop(hring *r) /* the oldest; r->n > 0 */
+{
+    starpu_data_handle_t h = r->h[r->head];
+    r->head = (r->head + 1) % r->cap;
+    r->n--;
+    return h;
+}
+
 /* No task left on h (every task submitted on it has completed)? */
 static int handle_idle(starpu_data_handle_t h)
 {
@@ -189,101 +285,152 @@ static int handle_idle(starpu_data_handle_t h)
     return 1;
 }
 
-/* Hand slot i's handle to the list of its size: 1; 0 when it does not fit, -1 when it still has
- * tasks to run (the caller unregisters it).  *cache: the bucket of the previous slot (a
- * tensor's tiles mostly share one size). */
-static int recycle_put(tt_tensor *t, int64_t i, rbucket **cache) /* under recycle_mu */
+/* The bucket of handle h's size (a vector of nx elements of elemsize bytes); *cache: the
+ * previous one (a tensor's tiles mostly share one size). */
+static rbucket *bucket_of_handle(starpu_data_handle_t h, rbucket **cache, int64_t *bytes) /* under reuse_mu */
 {
-    int64_t idx[TT_MAX_NDIM];
-    tt_tile_index(t, i, idx);
-    uint32_t nelems = (uint32_t)tt_tile_nelems(t, idx), es = (uint32_t)t->elemsize;
-    int64_t bytes = (int64_t)nelems * es;
-    if (recycled_bytes + bytes > recycle_cap)
-        return 0;
+    uint32_t nelems = starpu_vector_get_nx(h), es = (uint32_t)starpu_vector_get_elemsize(h);
+    *bytes = (int64_t)nelems * es;
     rbucket *b = *cache;
     if (!b || b->nelems != nelems || b->elemsize != es)
         b = *cache = bucket_of(nelems, es, 1);
-    if (!b)
-        return 0;
-    if (!handle_idle(t->handles[i]))
-        return -1;
-    if (b->n == b->cap) {
-        int64_t cap = b->cap ? 2 * b->cap : 64;
-        starpu_data_handle_t *h = malloc((size_t)cap * sizeof *h);
-        if (!h)
-            return 0;
-        for (int64_t j = 0; j < b->n; j++)
-            h[j] = b->h[(b->head + j) % b->cap];
-        free(b->h);
-        b->h = h;
-        b->head = 0;
-        b->cap = cap;
-    }
-    b->h[(b->head + b->n) % b->cap] = t->handles[i];
-    b->n++;
-    recycled_bytes += bytes;
-    return 1;
+    return b;
 }
 
-/* The oldest recycled handle of this size (no task left on it), or NULL. */
-static starpu_data_handle_t recycle_take(uint32_t nelems, uint32_t es, rbucket **cache) /* under recycle_mu */
+/* Where a freed tile's handle goes. */
+enum { PUT_UNREGISTER, PUT_IDLE, PUT_PENDING };
+
+/* Keep handle h for reuse: PUT_IDLE (in the idle list now, no task left), PUT_PENDING (it has
+ * tasks left: room taken under the cap, the caller invalidates it and hands it to
+ * pending_push), or PUT_UNREGISTER (no room).  *busy: a tile of this tensor had tasks left, so
+ * the others are taken to have some too. */
+static int reuse_put(starpu_data_handle_t h, rbucket **cache, int *busy) /* under reuse_mu */
+{
+    int64_t bytes;
+    rbucket *b = bucket_of_handle(h, cache, &bytes);
+    if (!b)
+        return PUT_UNREGISTER;
+    if (!*busy && !handle_idle(h))
+        *busy = 1;
+    if (*busy)
+        return tt_reuse_reserve(HANDLE_COST) ? PUT_PENDING : PUT_UNREGISTER;
+    if (!tt_reuse_reserve(bytes + HANDLE_COST))
+        return PUT_UNREGISTER;
+    if (!ring_push(&b->idle, h)) {
+        tt_reuse_release(bytes + HANDLE_COST);
+        return PUT_UNREGISTER;
+    }
+    idle_n++;
+    idle_bytes += bytes;
+    return PUT_IDLE;
+}
+
+/* Handles reuse_put sent to pending, their data invalidated: into the pending lists (those
+ * that do not fit are unregistered). */
+static void pending_push(starpu_data_handle_t *hs, int64_t n)
+{
+    rbucket *b = NULL;
+    pthread_mutex_lock(&reuse_mu);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t bytes;
+        rbucket *k = bucket_of_handle(hs[i], &b, &bytes);
+        if (k && ring_push(&k->pending, hs[i])) {
+            pending_n++;
+            pending_bytes += bytes;
+            hs[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&reuse_mu);
+    for (int64_t i = 0; i < n; i++)
+        if (hs[i]) {
+            tt_reuse_release(HANDLE_COST);
+            unregister(hs[i], 1);
+        }
+}
+
+/* A freed tile's handle with tasks left: its buffer goes back when the last ends (StarPU frees
+ * an invalidated tile's buffer), and the handle to the pending list. */
+static void pend(starpu_data_handle_t *hs, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        starpu_data_invalidate_submit(hs[i]);
+    pending_push(hs, n);
+}
+
+/* A kept handle of this size with no task left (the oldest idle one, else the oldest pending
+ * one once its tasks are done), or NULL.  *busy_bucket: a bucket whose oldest pending handle
+ * was found busy for this tensor (not asked again). */
+static starpu_data_handle_t reuse_take(uint32_t nelems, uint32_t es, rbucket **cache,
+                                       rbucket **busy_bucket) /* under reuse_mu */
 {
     rbucket *b = *cache;
     if (!b || b->nelems != nelems || b->elemsize != es)
         b = *cache = bucket_of(nelems, es, 0);
-    if (!b || !b->n)
+    if (!b)
         return NULL;
-    starpu_data_handle_t h = b->h[b->head];
-    b->head = (b->head + 1) % b->cap;
-    b->n--;
-    recycled_bytes -= (int64_t)nelems * es;
-    recycle_hits++;
+    int64_t bytes = (int64_t)nelems * es;
+    starpu_data_handle_t h = NULL;
+    if (b->idle.n) {
+        h = ring_pop(&b->idle);
+        idle_n--;
+        idle_bytes -= bytes;
+        tt_reuse_release(bytes + HANDLE_COST);
+    } else if (b->pending.n && b != *busy_bucket) {
+        if (!handle_idle(b->pending.h[b->pending.head])) {
+            *busy_bucket = b;
+            return NULL;
+        }
+        h = ring_pop(&b->pending);
+        pending_n--;
+        pending_bytes -= bytes;
+        tt_reuse_release(HANDLE_COST);
+    }
+    if (h)
+        reuse_taken++;
     return h;
 }
 
 /* Register (or take from the lists) every tile slot of a new tensor (owners already set). */
 void tt_tensor_init_tiles(tt_tensor *t, int deferred)
 {
-    if (recycling() && !deferred) { /* deferred owners are an MPI matter: no recycling there anyway */
+    if (reuse_handles && !deferred) { /* deferred owners are an MPI matter: no handles reused there anyway */
         int64_t idx[TT_MAX_NDIM];
-        rbucket *b = NULL;
-        pthread_mutex_lock(&recycle_mu);
-        for (int64_t i = 0; i < t->ntiles && recycled_bytes; i++) {
+        rbucket *b = NULL, *busy = NULL;
+        pthread_mutex_lock(&reuse_mu);
+        for (int64_t i = 0; i < t->ntiles && (idle_n || pending_n); i++) {
             tt_tile_index(t, i, idx);
-            t->handles[i] = recycle_take((uint32_t)tt_tile_nelems(t, idx), (uint32_t)t->elemsize, &b);
+            t->handles[i] = reuse_take((uint32_t)tt_tile_nelems(t, idx), (uint32_t)t->elemsize, &b, &busy);
         }
-        pthread_mutex_unlock(&recycle_mu);
+        pthread_mutex_unlock(&reuse_mu);
     }
     for (int64_t i = 0; i < t->ntiles; i++)
         if (!t->handles[i])
             tt_tile_init(t, i, deferred);
 }
 
-static int64_t count_locked(void) /* handles in the lists, under recycle_mu */
+static void ring_take_all(hring *r, starpu_data_handle_t *out, int64_t *n)
 {
-    int64_t n = 0;
-    for (int k = 0; k < RECYCLE_NBUCKETS; k++)
-        n += rbuckets[k].n;
-    return n;
+    for (int64_t j = 0; j < r->n; j++)
+        out[(*n)++] = r->h[(r->head + j) % r->cap];
+    r->head = r->n = 0;
 }
 
-/* The handles in the lists, taken out of them (a malloc'ed array of *n, or NULL): a wait
+/* Every handle of the lists, taken out of them (a malloc'ed array of *n, or NULL): a wait
  * takes them before it starts, as their tensors' tasks were all submitted by then. */
 starpu_data_handle_t *tt_tiles_detach(int64_t *n)
 {
     *n = 0;
     starpu_data_handle_t *hs = NULL;
-    pthread_mutex_lock(&recycle_mu);
-    if (recycled_bytes && (hs = malloc((size_t)count_locked() * sizeof *hs))) {
-        for (int k = 0; k < RECYCLE_NBUCKETS; k++) {
-            rbucket *b = &rbuckets[k];
-            for (int64_t j = 0; j < b->n; j++)
-                hs[(*n)++] = b->h[(b->head + j) % b->cap];
-            b->head = b->n = 0;
+    pthread_mutex_lock(&reuse_mu);
+    if ((idle_n || pending_n) && (hs = malloc((size_t)(idle_n + pending_n) * sizeof *hs))) {
+        for (int k = 0; k < REUSE_NBUCKETS; k++) {
+            ring_take_all(&rbuckets[k].idle, hs, n);
+            ring_take_all(&rbuckets[k].pending, hs, n);
         }
-        recycled_bytes = 0;
+        tt_reuse_release(idle_bytes + (idle_n + pending_n) * HANDLE_COST); /* (idle ones' buffers: to the pool) */
+        idle_n = idle_bytes = pending_n = pending_bytes = 0;
     }
-    pthread_mutex_unlock(&recycle_mu);
+    pthread_mutex_unlock(&reuse_mu);
     return hs;
 }
 
@@ -299,31 +446,39 @@ void tt_tiles_unregister(starpu_data_handle_t *hs, int64_t n, int done)
     free(hs);
 }
 
-/* At shutdown, every task done: unregister every recycled handle and empty the lists. */
+/* At shutdown, every task done: unregister every kept handle and empty the lists. */
 void tt_tiles_drain(void)
 {
     int64_t n;
     starpu_data_handle_t *hs = tt_tiles_detach(&n);
     tt_tiles_unregister(hs, n, 1);
-    pthread_mutex_lock(&recycle_mu);
-    for (int k = 0; k < RECYCLE_NBUCKETS; k++) {
-        free(rbuckets[k].h);
+    pthread_mutex_lock(&reuse_mu);
+    for (int k = 0; k < REUSE_NBUCKETS; k++) {
+        free(rbuckets[k].idle.h);
+        free(rbuckets[k].pending.h);
         memset(&rbuckets[k], 0, sizeof rbuckets[k]);
     }
-    recycle_hits = 0;
-    pthread_mutex_unlock(&recycle_mu);
+    reuse_taken = 0;
+    pthread_mutex_unlock(&reuse_mu);
 }
 
-int64_t tt_tiles_recycled(int64_t *bytes, int64_t *hits)
+int tt_reuse_get_stats(tt_reuse_stats *out)
 {
-    pthread_mutex_lock(&recycle_mu);
-    int64_t n = count_locked();
-    if (bytes)
-        *bytes = recycled_bytes;
-    if (hits)
-        *hits = recycle_hits;
-    pthread_mutex_unlock(&recycle_mu);
-    return n;
+    if (!out)
+        return tt_error(TT_EINVAL, "reuse stats: out is NULL");
+    pthread_mutex_lock(&reuse_mu);
+    out->cap_bytes = reuse_cap;
+    out->handles = reuse_handles;
+    out->buffers = reuse_buffers;
+    out->idle = idle_n;
+    out->idle_bytes = idle_bytes;
+    out->pending = pending_n;
+    out->pending_bytes = pending_bytes;
+    out->taken = reuse_taken;
+    out->kept_bytes = __atomic_load_n(&reuse_kept, __ATOMIC_RELAXED);
+    out->buffer_bytes = tt_pool_kept_bytes();
+    pthread_mutex_unlock(&reuse_mu);
+    return TT_OK;
 }
 
 /* ---- the reaper: asynchronous unregistration of whole tensors, off the caller's thread ----
@@ -333,7 +488,12 @@ int64_t tt_tiles_recycled(int64_t *bytes, int64_t *hits)
  * unregisters them in order.  Waits (tt_reaper_flush, from tt_wait_all/tt_wait_for) and
  * shutdown first let it finish, so a wait still sees every dropped tensor's memory freed.
  * Not under MPI (StarPU-MPI's per-handle state stays on the submitting thread). */
-typedef struct batch { starpu_data_handle_t *h; int64_t n; struct batch *next; } batch;
+typedef struct batch {
+    starpu_data_handle_t *h;
+    int64_t n;
+    int pend; /* 1: handles for the pending lists (pend), 0: to unregister */
+    struct batch *next;
+} batch;
 
 #define REAPER_MAX_PENDING (1 << 20) /* tiles queued; beyond, the caller unregisters itself */
 
@@ -360,8 +520,11 @@ static void *reaper_main(void *arg)
             queue_tail = NULL;
         pthread_mutex_unlock(&reaper_mu);
         tt_ensure_running();
-        for (int64_t i = 0; i < b->n; i++)
-            unregister(b->h[i], 1);
+        if (b->pend)
+            pend(b->h, b->n);
+        else
+            for (int64_t i = 0; i < b->n; i++)
+                unregister(b->h[i], 1);
         free(b->h);
         pthread_mutex_lock(&reaper_mu);
         queued -= b->n;
@@ -374,14 +537,16 @@ static void *reaper_main(void *arg)
 }
 
 
-/* Queue n handles (taking the malloc'ed array); 0 when the caller must unregister them. */
-static int reaper_push(starpu_data_handle_t *h, int64_t n)
+/* Queue n handles (taking the malloc'ed array) to unregister, or for the pending lists (pend);
+ * 0 when the caller must do it. */
+static int reaper_push(starpu_data_handle_t *h, int64_t n, int pend_them)
 {
     batch *b = malloc(sizeof *b);
     if (!b)
         return 0;
     b->h = h;
     b->n = n;
+    b->pend = pend_them;
     b->next = NULL;
     pthread_mutex_lock(&reaper_mu);
     if (queued + n > REAPER_MAX_PENDING || reaper_quit) {
@@ -430,7 +595,7 @@ void tt_reaper_stop(void)
     reaper_started = reaper_quit = 0;
 }
 
-/* Free every tile slot of t.  async (a tensor free): the tiles are recycled (above) or
+/* Free every tile slot of t.  async (a tensor free): the tiles are kept for reuse (above) or
  * unregistered once their last tasks are done, by the reaper where it can, and t->handles is
  * taken (set to NULL); else (shutdown) at once, t->handles left to the caller. */
 void tt_tensor_release_tiles(tt_tensor *t, int async)
@@ -440,18 +605,21 @@ void tt_tensor_release_tiles(tt_tensor *t, int async)
             tt_tile_release(t, i, 0);
         return;
     }
-    int64_t n = 0;
-    if (recycling()) { /* no MPI: every slot is a registered handle */
-        pthread_mutex_lock(&recycle_mu);
+    int64_t n = 0, np = 0;
+    starpu_data_handle_t *pending = NULL;
+    if (reuse_handles) { /* no MPI: every slot is a registered handle */
+        pending = malloc((size_t)t->ntiles * sizeof *pending);
         rbucket *b = NULL;
-        int busy = 0; /* a tile with tasks left: the tensor's other tiles most likely have some too */
+        int busy = 0;
+        pthread_mutex_lock(&reuse_mu);
         for (int64_t i = 0; i < t->ntiles; i++) {
-            int put = busy ? 0 : recycle_put(t, i, &b);
-            busy |= put < 0;
-            if (put <= 0)
-                t->handles[n++] = t->handles[i]; /* tasks left, or the list is full: unregistered */
+            int put = pending ? reuse_put(t->handles[i], &b, &busy) : PUT_UNREGISTER;
+            if (put == PUT_PENDING)
+                pending[np++] = t->handles[i];
+            else if (put == PUT_UNREGISTER)
+                t->handles[n++] = t->handles[i]; /* no room under the cap: unregistered */
         }
-        pthread_mutex_unlock(&recycle_mu);
+        pthread_mutex_unlock(&reuse_mu);
     } else {
         for (int64_t i = 0; i < t->ntiles; i++) {
             starpu_data_handle_t h = slot_forget(t, i);
@@ -459,9 +627,15 @@ void tt_tensor_release_tiles(tt_tensor *t, int async)
                 t->handles[n++] = h; /* compacted in place: only what StarPU must unregister */
         }
     }
+    if (np && !(async_free && reaper_push(pending, np, 1))) {
+        pend(pending, np);
+        free(pending);
+    } else if (!np) {
+        free(pending);
+    }
     starpu_data_handle_t *hs = t->handles;
     t->handles = NULL;
-    if (!tt_mpi_on && n > 0 && async_free && reaper_push(hs, n))
+    if (!tt_mpi_on && n > 0 && async_free && reaper_push(hs, n, 0))
         return;
     for (int64_t i = 0; i < n; i++)
         unregister(hs[i], 1);
@@ -471,7 +645,7 @@ void tt_tensor_release_tiles(tt_tensor *t, int async)
 /* Slot i's owner rank; a deferred tile is placed on its fallback owner now. */
 int tt_tile_owner(tt_tensor *t, int64_t i)
 {
-    if (tt_mpi_on && t->owner[i] < 0)
+    if (tt_tile_state_at(t, i) == TT_TILE_DEFERRED)
         tt_mpi_resolve(t->handles[i]);
     return t->owner[i];
 }

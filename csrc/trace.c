@@ -150,7 +150,7 @@ void tt_trace_forget_handles(const starpu_data_handle_t *hs, int64_t n)
         return;
     pthread_mutex_lock(&trace_mutex);
     for (int64_t i = 0; i < n; i++) {
-        if (tt_handle_lazy(hs[i]))
+        if (tt_slot_state(hs[i]) == TT_TILE_LAZY)
             continue; /* never registered (another rank's tile) */
         hstate *s = starpu_data_get_user_data(hs[i]);
         if (!s)

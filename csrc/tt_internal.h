@@ -149,28 +149,51 @@ int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx);
 int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx);
 void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
 
-/* tile slots (tile.c): the only code that registers, resolves or releases a tile */
+/* tile slots (tile.c): the only code that registers, resolves or releases a tile, and the only
+ * code that encodes or decodes a slot's state */
+typedef enum {
+    TT_TILE_HANDLE = 0,   /* a registered StarPU handle (under MPI, registered with StarPU-MPI too) */
+    TT_TILE_LAZY = 1,     /* under MPI, another rank's tile never touched here: csrc/mpi.c's record, no handle */
+    TT_TILE_DEFERRED = 2, /* registered with StarPU, its owner rank chosen by its first writer (MPI) */
+} tt_tile_state;
+tt_tile_state tt_tile_state_at(const tt_tensor *t, int64_t i); /* slot i of t */
+/* a slot's value on its own (a task's buffer): TT_TILE_LAZY or TT_TILE_HANDLE (a deferred tile
+ * is a registered handle; only its tensor's owner array tells) */
+tt_tile_state tt_slot_state(starpu_data_handle_t slot);
+struct tt_lazy_tile;                                          /* csrc/mpi.c's record of a lazy tile */
+starpu_data_handle_t tt_slot_lazy(struct tt_lazy_tile *z);    /* the slot value that holds it */
+struct tt_lazy_tile *tt_slot_lazy_record(starpu_data_handle_t slot); /* NULL: not a lazy slot */
+starpu_data_handle_t tt_slot_register(starpu_data_handle_t slot); /* registered (a lazy one now) */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred);
-void tt_tensor_init_tiles(tt_tensor *t, int deferred); /* every slot of a new tensor: recycled or registered */
+void tt_tensor_init_tiles(tt_tensor *t, int deferred); /* every slot of a new tensor: reused or registered */
 void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration (disk eviction rule) */
 starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i); /* registered, owner fixed */
 int tt_tile_owner(tt_tensor *t, int64_t i);                   /* its owner rank, fixed now if deferred */
-int tt_tile_is_lazy(const tt_tensor *t, int64_t i);
 void tt_tile_release(tt_tensor *t, int64_t i, int async);
-/* every slot of t; async: t->handles is taken (the reaper thread unregisters the tiles) */
+/* every slot of t; async: t->handles is taken (kept for reuse, or the reaper thread unregisters them) */
 void tt_tensor_release_tiles(tt_tensor *t, int async);
 void tt_reaper_flush(void); /* every queued unregistration submitted to StarPU */
 void tt_reaper_stop(void);  /* at shutdown, gate closed */
-void tt_tiles_drain(void);  /* at shutdown, every task done: unregister the recycled handles */
-/* a wait: the recycled handles taken before it starts, unregistered after it (done: it succeeded) */
+void tt_tiles_drain(void);  /* at shutdown, every task done: unregister the kept handles */
+/* a wait: the kept handles taken before it starts, unregistered after it (done: it succeeded) */
 starpu_data_handle_t *tt_tiles_detach(int64_t *n);
 void tt_tiles_unregister(starpu_data_handle_t *hs, int64_t n, int done);
 enum { TT_OOC_ALL = 0, TT_OOC_PAGES = 1 };
 void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk node */
+/* reuse of freed tiles (tile.c): the one switch, at init once StarPU runs; the one cap, shared
+ * by the kept handles and the buffer pool's buffers (csrc/pool.c) */
+void tt_reuse_configure(const tt_config *cfg);
+int tt_reuse_buffers_on(void);        /* may the buffer pool keep freed buffers? */
+int tt_reuse_reserve(int64_t bytes);  /* 1: room under the cap taken; 0: none */
+void tt_reuse_release(int64_t bytes);
+int64_t tt_pool_kept_bytes(void);     /* freed buffers the pool keeps (csrc/pool.c) */
+
+/* the session's configuration (session.c): a copy of tt_init's, valid from tt_init on */
+const tt_config *tt_config_current(void);
 
 /* the memory budget (memory.c) */
 extern int tt_memory_limited; /* a CPU memory limit is set for this session */
-void tt_memory_begin(void);   /* before starpu_init */
+void tt_memory_begin(const tt_config *cfg); /* before starpu_init */
 void tt_memory_end(void);     /* after StarPU stopped */
 void tt_memory_quiesce(void); /* at shutdown: the disk node's transfers settled */
 int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n);
@@ -222,8 +245,7 @@ int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *ke
 void tt_mpi_flush(starpu_data_handle_t h);  /* collective: drop cached copies on non-owners */
 /* Lazy tiles (csrc/mpi.c): under MPI a tile owned by another rank is registered with StarPU
  * only when a task of this rank (or a collective read/write) needs it; until then its slot
- * in the tensor's handle array holds a tagged pointer (low bit set) with its tag and owner. */
-static inline int tt_handle_lazy(starpu_data_handle_t h) { return ((uintptr_t)h & 1u) != 0; }
+ * in the tensor's handle array is TT_TILE_LAZY (csrc/tile.c): its tag and owner. */
 starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner);
 starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h); /* registers a lazy tile; others as is */
 void tt_mpi_lazy_free(starpu_data_handle_t h);

@@ -1,12 +1,11 @@
 """Tiled tensors: geometry, round trips, factories, dtypes."""
-import contextlib
 import gc
-import sys
 
 import numpy as np
 import pytest
 
 import tiletrain as tt
+from tiletrain._ffi import check, ffi, lib
 from conftest import GRIDS_2D, GRIDS_ND
 
 
@@ -118,52 +117,47 @@ def test_temporaries_are_freed(rng, leak):
     assert tt.sum(a).numpy().shape == ()
 
 
-def test_reuse_buffers_hands_dropped_tiles_on_in_dataflow_order(rng):
-    """Inside reuse_buffers() a new tensor of a dropped one's shape, tiling and dtype takes its
-    tiles; the new writer still waits for the tasks that read the old contents."""
-    T = sys.modules["tiletrain.tensors.tensor"]   # (tiletrain.tensors.tensor is also a function)
+def test_dropped_tensors_tiles_are_reused_in_dataflow_order(rng):
+    """A dropped tensor's tiles go to the next new tensor of their size once the tasks that
+    used them have ended (csrc/tile.c, "reuse of freed tiles"); results never change: a
+    tensor dropped while its readers are pending is not reused before they ran."""
     a_np = rng.standard_normal((11, 7))
     a = tt.from_numpy(a_np, (4, 3))
-    with tt.tensors.reuse_buffers():
-        b = a * 2.0
-        c = b + 1.0                       # reads b's tiles
-        old = b._ptr
-        del b                             # kept, not freed
-        d = a * 3.0                       # takes b's tiles: written after c's read of them
-        assert d._ptr == old
-        e = a.astype(np.float32)          # another dtype: new tiles
-        assert e._ptr != old
-        f = tt.from_numpy(a_np, (4, 3))   # from_numpy never takes kept tiles (its write is synchronous)
-        np.testing.assert_allclose(c.numpy(), a_np * 2.0 + 1.0)
-        del c
-        g = tt.from_numpy(a_np, (4, 3))
-        assert len(T._POOL[((11, 7), (4, 3), np.dtype(np.float64))]) == 1
-        np.testing.assert_allclose(d.numpy(), a_np * 3.0)
-        np.testing.assert_allclose(f.numpy(), a_np)
-        np.testing.assert_allclose(g.numpy(), a_np)
-        with tt.tensors.reuse_buffers():          # nested: the same pool
-            h = a - 1.0
-        np.testing.assert_allclose(h.numpy(), a_np - 1.0)
-        del d, h
-        assert T._POOL is not None
-        x, y = a * 4.0, a * 5.0
-        first, second = x._ptr, y._ptr
-        del x, y                                  # two kept: the oldest is taken first (its readers
-        assert (a * 6.0)._ptr == first            # are the likeliest to be done, so the new writer
-        z = a * 7.0                               # rarely waits on the step it is part of)
-        assert z._ptr == second
-    assert T._POOL is None and T._POOL_BYTES[0] == 0   # the kept tiles were freed on leaving
+    b = a * 2.0
+    c = b + 1.0                       # reads b's tiles
+    del b                             # freed while c's tasks may still be pending
+    d = a * 3.0                       # never writes a tile c still reads
+    e = a.astype(np.float32)          # another dtype: other tiles
+    f = tt.from_numpy(a_np, (4, 3))   # a synchronous write: never waits for another tensor's readers
+    np.testing.assert_allclose(c.numpy(), a_np * 2.0 + 1.0)
+    np.testing.assert_allclose(d.numpy(), a_np * 3.0)
+    np.testing.assert_allclose(e.numpy(), a_np.astype(np.float32))
+    np.testing.assert_allclose(f.numpy(), a_np)
+    x = a * 4.0
+    x.numpy()                         # x's tasks are done: dropping it keeps its tiles idle
+    del x
+    stats = ffi.new("tt_reuse_stats *")
+    check(lib.tt_reuse_get_stats(stats))
+    if stats.handles:                 # (not under a memory limit or MPI)
+        taken = stats.taken
+        y = a * 5.0                   # takes x's 9 tiles
+        check(lib.tt_reuse_get_stats(stats))
+        assert stats.taken - taken == 9
+        np.testing.assert_allclose(y.numpy(), a_np * 5.0)
 
 
-def test_reuse_buffers_results_match_without(rng):
+def test_results_with_and_without_reuse_match(rng):
+    """The same loop with nothing kept for reuse (reuse_mb=0) and with the default cap."""
     x_np = rng.standard_normal((9, 10))
-    want = None
-    for reuse in (False, True):
-        with tt.tensors.reuse_buffers() if reuse else contextlib.nullcontext():
-            x = tt.from_numpy(x_np, (4, 4))
-            for _ in range(5):   # each round drops the last round's temporaries
-                x = (x * 0.5 + 1.0).tanh()
-            got = x.numpy()
-        if want is None:
-            want = got
-    np.testing.assert_array_equal(got, want)
+    got = {}
+    for reuse_mb in (0, None):
+        tt.shutdown()
+        tt.init(ncpu=2, reuse_mb=reuse_mb)
+        x = tt.from_numpy(x_np, (4, 4))
+        for _ in range(5):   # each round drops the last round's temporaries
+            x = (x * 0.5 + 1.0).tanh()
+        got[reuse_mb] = x.numpy()
+        del x
+    tt.shutdown()
+    np.testing.assert_array_equal(got[0], got[None])
+

@@ -1,5 +1,11 @@
 """RuntimeConfig: the one place where arguments and environment variables meet.
 
+Every ``TILETRAIN_*`` variable the package reads is read here (tests/test_config.py greps the
+package, C included, for reads elsewhere): the runtime's options are fields of RuntimeConfig,
+handed to the C library in ``tt_config`` at init (nothing in csrc/ calls getenv on a
+``TILETRAIN_*`` name); the two that are no runtime option have a function here each
+(``env_max_tiles``, read once at import by tiletrain.tensors.traits; ``cache_root``).
+
 Precedence, for every field: an explicit argument to ``tiletrain.init()`` wins over the
 environment variable, which wins over the default.  For ``sched``: ``init(sched=...)`` (or
 ``--sched``) > ``STARPU_SCHED`` > StarPU's default (lws); tiletrain's own C policies
@@ -50,7 +56,24 @@ _ENV = {
     "ooc_size_mb": "TILETRAIN_OOC_SIZE_MB",
     "fxt": "TILETRAIN_FXT",
     "fxt_dir": "TILETRAIN_FXT_DIR",
+    "reuse_mb": "TILETRAIN_REUSE_MB",
+    "async_free": "TILETRAIN_ASYNC_FREE",
+    "tasks_ahead": "TILETRAIN_TASKS_AHEAD",
+    "mpi_exit_grace": "TILETRAIN_MPI_EXIT_GRACE",
+    "cp_yield": "TILETRAIN_CP_YIELD",
+    "cp_idle_sleep_us": "TILETRAIN_CP_IDLE_SLEEP_US",
 }
+_BOOLS = ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver", "fxt", "async_free", "cp_yield")
+_STRINGS = ("sched", "ooc_dir", "fxt_dir")
+_FLOATS = ("mpi_exit_grace",)
+
+# Variables that were read before one reuse cap replaced two: set, they are an error that names
+# the replacement (silently ignoring a cap someone set would change what their run keeps).
+_RENAMED = {"TILETRAIN_TILE_RECYCLE_MB": "TILETRAIN_REUSE_MB", "TILETRAIN_BUFFER_POOL_MB": "TILETRAIN_REUSE_MB"}
+
+# The default of RuntimeConfig.reuse_mb: MiB of freed tiles kept for reuse (csrc/tile.c).
+REUSE_MB = 1024
+MAX_TILES = 1_000_000  # the default of env_max_tiles()
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -81,6 +104,13 @@ def _env_int(name: str, value: str) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _env_float(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not a number") from None
+
+
 def _env_bool(name: str, value: str) -> bool:
     v = value.strip().lower()
     if v in ("1", "true", "yes", "on"):
@@ -88,6 +118,25 @@ def _env_bool(name: str, value: str) -> bool:
     if v in ("0", "false", "no", "off", ""):
         return False
     raise ValueError(f"environment variable {name}={value!r} is not a boolean (use 0 or 1)")
+
+
+def env_max_tiles() -> int:
+    """TILETRAIN_MAX_TILES: the most tiles one tensor may have (default 1,000,000); read once
+    at import by tiletrain.tensors.traits (tiletrain.set_max_tiles changes it later)."""
+    raw = os.environ.get("TILETRAIN_MAX_TILES", str(MAX_TILES))
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"TILETRAIN_MAX_TILES must be a positive integer, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"TILETRAIN_MAX_TILES must be a positive integer, got {raw!r}")
+    return n
+
+
+def cache_root() -> str:
+    """TILETRAIN_CACHE: tiletrain's cache directory (tokenised corpora; scripts/build-starpu.sh
+    keeps the StarPU build there), default ~/.cache/tiletrain."""
+    return os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
 
 
 def uses_perf_models(sched: str | None) -> bool:
@@ -135,6 +184,16 @@ class RuntimeConfig:
     ooc_size_mb: int | None = None  # the disk node's size (MiB; None: what is free in ooc_dir, less 1/16)
     fxt: bool = False             # StarPU's FxT trace of the session (a StarPU built --with-fxt; slows start-up)
     fxt_dir: str | None = None    # where the FxT trace goes (None: ./tiletrain-fxt); `tiletrain trace fxt DIR`
+    # The one reuse cap (csrc/tile.c): MiB of freed tiles kept for the next tensors -- recycled
+    # tile handles (idle, or pending until their last task ends) and the buffer pool's freed
+    # buffers together; 0: nothing is kept.  Which kinds apply (not under a memory limit; no
+    # handles under MPI) is decided in one place, tt_reuse_configure.
+    reuse_mb: int = REUSE_MB
+    async_free: bool = True       # a reaper thread unregisters freed tiles (off: the freeing thread does)
+    tasks_ahead: int = 0          # under a memory limit: tasks submitted and not done at most (0: no bound)
+    mpi_exit_grace: float = 1.0   # under MPI: seconds a wait goes on after another rank shut down
+    cp_yield: bool = True         # tt-cp policy: idle workers sched_yield() between polls
+    cp_idle_sleep_us: int = 1000  # tt-cp policy: the longest nap of an idle worker (us)
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -144,6 +203,10 @@ class RuntimeConfig:
         if unknown:
             raise TypeError(f"unknown runtime option(s): {', '.join(sorted(unknown))}; "
                             f"known: {', '.join(sorted(names))}")
+        for old, new in _RENAMED.items():
+            if old in os.environ:
+                raise ValueError(f"environment variable {old} is gone: one cap, {new} (MiB, default {REUSE_MB}; "
+                                 "0: no reuse), now bounds every kind of tile reuse; see docs/configuration.md")
         values = {}
         for f in fields(cls):
             given = kwargs.get(f.name)
@@ -153,10 +216,12 @@ class RuntimeConfig:
             env = os.environ.get(_ENV[f.name])
             if env is None:
                 continue
-            if f.name in ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver", "fxt"):
+            if f.name in _BOOLS:
                 values[f.name] = _env_bool(_ENV[f.name], env)
-            elif f.name in ("sched", "ooc_dir", "fxt_dir"):
+            elif f.name in _STRINGS:
                 values[f.name] = env or None
+            elif f.name in _FLOATS:
+                values[f.name] = _env_float(_ENV[f.name], env)
             else:
                 values[f.name] = _env_int(_ENV[f.name], env)
         if "mpi" not in values:
@@ -177,7 +242,8 @@ class RuntimeConfig:
         return cfg
 
     def validate(self) -> None:
-        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb", "ooc_size_mb", "idle_nap_us"):
+        for name in ("ncpu", "nopencl", "ncuda", "calibrate", "memory_limit_mb", "ooc_size_mb", "idle_nap_us",
+                     "reuse_mb", "tasks_ahead", "cp_idle_sleep_us"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -185,6 +251,12 @@ class RuntimeConfig:
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if self.ncpu == 0 and not self.ncuda and not self.nopencl:
             raise ValueError("ncpu=0 with no CUDA or OpenCL worker leaves StarPU without workers")
+        if isinstance(self.mpi_exit_grace, bool) or not isinstance(self.mpi_exit_grace, (int, float)):
+            raise TypeError(f"mpi_exit_grace must be a number of seconds, got {type(self.mpi_exit_grace).__name__}")
+        if not self.mpi_exit_grace > 0:
+            raise ValueError(f"mpi_exit_grace must be > 0 seconds, got {self.mpi_exit_grace}")
+        if self.reuse_mb > 1 << 30:
+            raise ValueError(f"reuse_mb must be at most {1 << 30} MiB, got {self.reuse_mb}")
         if self.idle_nap_us > 1_000_000:
             raise ValueError(f"idle_nap_us must be at most 1000000 (1 s), got {self.idle_nap_us}")
         if self.memory_limit_mb == 0:

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* CDEF BEGIN */
-#define TT_ABI_VERSION 1
+#define TT_ABI_VERSION 2
 #define TT_MAX_NDIM 8
 
 /* float16 and bfloat16 are storage types: the kernels that take them (csrc/kernels.def, last
@@ -43,6 +43,15 @@ typedef struct tt_config {
     int profile;        /* 1: enable StarPU profiling */
     int calibrate;      /* -1: default, 0: no, 1: calibrate perf models, 2: reset */
     int mpi;            /* 1: start StarPU-MPI (MPI_COMM_WORLD) */
+    /* The rest comes from tiletrain/config.py (RuntimeConfig), which reads every TILETRAIN_*
+     * variable: the library reads none itself. */
+    int memory_limit_mb;    /* StarPU's CPU memory limit in MiB (also STARPU_LIMIT_CPU_MEM, for StarPU); -1: none */
+    int64_t reuse_bytes;    /* the one cap on freed tiles kept for reuse (csrc/tile.c); 0: none kept */
+    int async_free;         /* 1: a reaper thread unregisters freed tiles; 0: the freeing thread does */
+    int tasks_ahead;        /* under a memory limit: tasks submitted and not done at most; 0: no bound */
+    double mpi_exit_grace;  /* under MPI: seconds a wait goes on once another rank has shut down */
+    int cp_yield;           /* tt-cp policy: idle workers sched_yield() between polls */
+    int cp_idle_sleep_us;   /* tt-cp policy: the longest nap of an idle worker */
 } tt_config;
 
 typedef struct tt_tensor tt_tensor;
@@ -100,12 +109,19 @@ int64_t tt_bytes_live(void);       /* bytes of the tiles of live (not yet freed)
 int64_t tt_bytes_created(void);    /* bytes of all tensors created since init (monotonic) */
 /* tile buffers StarPU holds in main memory through the buffer pool's hooks (csrc/pool.c):
  * now (peak = 0) or the most since the last tt_pool_reset_peak (peak = 1); -1 when the
- * hooks are not installed (GPU or OpenCL workers, TILETRAIN_BUFFER_POOL_MB=0) */
+ * hooks are not installed (GPU or OpenCL workers) */
 int64_t tt_pool_bytes(int peak);
 void tt_pool_reset_peak(void);
-/* freed tensors' tile handles kept for reuse (csrc/tile.c): how many now, their bytes, and how
- * many tiles new tensors took from them since init */
-int64_t tt_tiles_recycled(int64_t *bytes, int64_t *hits);
+/* freed tiles kept for reuse (csrc/tile.c): the one cap, what this session reuses, the handles
+ * kept now (idle: no task left; pending: reused once their last task ends), the tiles new
+ * tensors took from them since init, the buffer pool's kept buffers, and all against the cap */
+typedef struct tt_reuse_stats {
+    int64_t cap_bytes;
+    int handles, buffers;
+    int64_t idle, idle_bytes, pending, pending_bytes, taken;
+    int64_t buffer_bytes, kept_bytes;
+} tt_reuse_stats;
+int tt_reuse_get_stats(tt_reuse_stats *out);
 /* the memory budget (csrc/memory.c): a disk memory node in dir for evicted tiles (bytes <= 0:
  * what is free there now, less a margin; O_DIRECT where the filesystem allows it), after
  * tt_init with a memory limit; returns the node or an error.  tt_disk_check: TT_OK, or an

@@ -14,9 +14,9 @@
  *   scheduling; with phase hints (backward above forward) it gives 1F1B-like orders.  Push
  *   and pop are O(log n), unlike a central list that is scanned for restricted tasks.
  *   Idle workers poll (Debian's StarPU has non-blocking drivers); tt-cp makes them
- *   sched_yield() between polls (TILETRAIN_CP_YIELD=0: plain spinning) and, after 64 empty
+ *   sched_yield() between polls (RuntimeConfig.cp_yield off, TILETRAIN_CP_YIELD=0: plain spinning) and, after 64 empty
  *   polls, nap on a condition variable -- woken at once by the push of a task they can run,
- *   else after an exponential backoff capped at TILETRAIN_CP_IDLE_SLEEP_US microseconds
+ *   else after an exponential backoff capped at RuntimeConfig.cp_idle_sleep_us (TILETRAIN_CP_IDLE_SLEEP_US) microseconds
  *   (default 1000; 0 = never nap, spin).  Idle workers then leave the cores to working
  *   threads: other workers when there are more workers than cores (sleeping synthetic
  *   tasks), the submitting thread, other processes.
@@ -83,7 +83,7 @@ typedef struct cp_data {
     unsigned nworkers;
     int queued;      /* tasks in all heaps; read without the mutex by polling workers */
     uint64_t nsubmitted; /* submission counter (cp_submit_hook) */
-    int yield;       /* idle workers sched_yield() (TILETRAIN_CP_YIELD=0 turns it off) */
+    int yield;       /* idle workers sched_yield() (tt_config.cp_yield) */
     long idle_sleep_us; /* > 0: after CP_SPIN_POLLS empty polls, idle workers nap up to this */
     int *idle_polls; /* per worker: empty polls in a row */
     struct cp_nap *nap; /* per worker: napping workers are woken by the push of a task for them */
@@ -151,13 +151,11 @@ static void cp_init(unsigned sched_ctx_id)
     d->own = calloc(d->nworkers, sizeof *d->own);
     STARPU_ASSERT(d->own);
     STARPU_PTHREAD_MUTEX_INIT(&d->mutex, NULL);
-    const char *y = getenv("TILETRAIN_CP_YIELD");
-    d->yield = !(y && y[0] == '0');
+    d->yield = tt_config_current()->cp_yield != 0;
     /* idle workers nap after a short spin (woken by the next push for them), so that they do
      * not take cores from working threads: other workers when there are more workers than
      * cores (sleeping synthetic tasks), the submitting thread, other processes */
-    const char *sl = getenv("TILETRAIN_CP_IDLE_SLEEP_US");
-    d->idle_sleep_us = sl ? atol(sl) : 1000;
+    d->idle_sleep_us = tt_config_current()->cp_idle_sleep_us > 0 ? tt_config_current()->cp_idle_sleep_us : 0;
     d->idle_polls = calloc(d->nworkers, sizeof *d->idle_polls);
     d->nap = calloc(d->nworkers, sizeof *d->nap);
     STARPU_ASSERT(d->idle_polls && d->nap);

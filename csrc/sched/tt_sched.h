@@ -8,6 +8,12 @@
 #include <starpu.h>
 #include <starpu_scheduler.h>
 
+#include "tiletrain.h"
+
+/* The configuration of the session that starts the policy (csrc/session.c): a policy's settings
+ * come from tt_config (tiletrain/config.py reads the environment, the library does not). */
+const tt_config *tt_config_current(void);
+
 #define TT_SCHED_MAX_POLICIES 32
 
 /* Called at library load (constructor) by TT_SCHED_REGISTER. */

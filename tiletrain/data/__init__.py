@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..checkpoint import write_atomic
+from ..config import cache_root
 from .tokenizer import TOKENIZER_NAME, ByteTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["ByteTokenizer", "Tokenizer", "load_tokenizer", "TOKENIZER_NAME", "Corpus", "stdlib_sources",
@@ -56,8 +57,7 @@ class Corpus:
 
 def cache_dir() -> Path:
     """Where tokenised corpora are cached: $TILETRAIN_CACHE/tokens or ~/.cache/tiletrain/tokens."""
-    root = os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
-    return Path(root) / "tokens"
+    return Path(cache_root()) / "tokens"
 
 
 def _tokenise(data: bytes, tokenizer, progress: bool) -> np.ndarray:

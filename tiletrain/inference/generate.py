@@ -37,7 +37,7 @@ from ..ops.attention import decode_attention
 from ..runtime.kernels import copy_regions
 from ..ops.creation import zeros
 from ..runtime import mpi
-from ..tensors import Tensor, reuse_buffers
+from ..tensors import Tensor
 
 
 class KVCache:
@@ -401,7 +401,7 @@ def generate(model, input_ids, max_new_tokens: int | None = None, temperature: f
     ahead = AHEAD > 0 and not gen.do_sample and draft is None and T + new <= lanes[0].cache.max_len \
         and not mpi.enabled()
     try:
-        with no_grad(), reuse_buffers():  # each step's temporaries take the last step's tiles
+        with no_grad():  # each step's temporaries take the tiles of the last steps' (csrc/tile.c)
             if ahead:
                 seq = _greedy_ahead(lanes[0], idx, gen)
             else:

@@ -110,6 +110,14 @@ class Runtime:
         c.profile = int(cfg.profile)
         c.calibrate = -1 if cfg.calibrate is None else cfg.calibrate
         c.mpi = int(cfg.mpi)
+        # the rest of tt_config: settings config.py read from the environment (the C library reads none)
+        c.memory_limit_mb = -1 if cfg.memory_limit_mb is None else cfg.memory_limit_mb
+        c.reuse_bytes = cfg.reuse_mb << 20
+        c.async_free = int(cfg.async_free)
+        c.tasks_ahead = cfg.tasks_ahead
+        c.mpi_exit_grace = float(cfg.mpi_exit_grace)
+        c.cp_yield = int(cfg.cp_yield)
+        c.cp_idle_sleep_us = cfg.cp_idle_sleep_us
         # numpy's own OpenBLAS runs beside the workers: keep it single-threaded too.
         try:
             from threadpoolctl import threadpool_limits
@@ -211,7 +219,7 @@ class Runtime:
                 "other_process_bytes": None if total < 0 else lib.tt_memory_other_bytes(),
                 # tile buffers StarPU has allocated in main memory (now, and the most since
                 # reset_peak_memory(); None unless the buffer pool's hooks are installed:
-                # CPU workers only, TILETRAIN_BUFFER_POOL_MB not 0)
+                # CPU workers only)
                 "allocated_bytes": None if held < 0 else held,
                 "peak_allocated_bytes": None if peak < 0 else peak,
                 # the disk memory node evicted tiles go to (init(ooc_dir=...)), None without one

@@ -71,7 +71,7 @@ def from_cupy(array, tiles=None) -> Tensor:
     dev, node = _gpu_node(cp)
     if array.device.id != dev:
         raise ValueError(f"from_cupy: the array is on GPU {array.device.id}, cupy's current device is {dev}")
-    t = Tensor(TensorTraits(array.shape, tiles if array.ndim else None), dtype, _fresh=True)  # written at once
+    t = Tensor(TensorTraits(array.shape, tiles if array.ndim else None), dtype)  # written at once
     ptr, nbytes = ffi.new("void **"), ffi.new("int64_t *")
     stream = cp.cuda.get_current_stream()
     for i, idx in enumerate(t.traits.tile_indices()):

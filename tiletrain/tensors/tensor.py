@@ -8,7 +8,6 @@ and registers itself here when imported (``set_tensor_class``): from then on eve
 is one of it.  docs/architecture.md has the layers."""
 from __future__ import annotations
 
-import contextlib
 import numbers
 
 import ml_dtypes
@@ -75,65 +74,6 @@ def _new_placed(traits: TensorTraits, code: int, out) -> None:
                                   ffi.from_buffer("int[]", owners), out))
 
 
-# reuse_buffers(): tensors dropped inside it keep their tiles (registered, with their
-# buffers) here by (shape, tiles, dtype), and the next tensor of that geometry takes them
-# instead of registering new tiles; None outside.  StarPU orders the new writer after every
-# task submitted on the old tensor (write after read), so reuse never changes a result.  The
-# oldest kept tensor goes first: the last one dropped is usually still read by a task of the
-# same layer (a decode step's SwiGLU: taking the gate's tiles for the up projection made the
-# two gemms, independent, run one after the other; oldest first, a Llama decode step at batch
-# 8 took 9.1 ms against 9.9).
-_POOL: dict | None = None
-_POOL_SESSION = [None]         # the runtime session the kept tiles belong to
-_POOL_BYTES = [0]              # bytes of the tiles kept
-_POOL_DEPTH = [0]              # nesting of reuse_buffers()
-POOL_MAX_BYTES = 256 << 20     # beyond this a dropped tensor is freed as usual
-POOL_MAX_PER_SHAPE = 16
-
-
-def _keep(pool: dict, t: "Tensor", ptr) -> bool:
-    """Keep a dropped tensor's tiles for reuse (reuse_buffers())?  Only tensors of the pool's
-    session, within the pool's bounds."""
-    traits = t.traits
-    nbytes = traits.size * t.dtype.itemsize
-    if t._session != _POOL_SESSION[0] or _POOL_BYTES[0] + nbytes > POOL_MAX_BYTES:
-        return False
-    kept = pool.setdefault((traits.shape, traits.tiles, t.dtype), [])
-    if len(kept) >= POOL_MAX_PER_SHAPE:
-        return False
-    kept.append(ptr)
-    _POOL_BYTES[0] += nbytes
-    return True
-
-
-@contextlib.contextmanager
-def reuse_buffers():
-    """Inside, a tensor that Python drops keeps its tiles for the next new tensor of the same
-    shape, tiling and dtype (no tile registration, no unregistration, no allocation): for
-    loops that make the same temporaries again and again, such as decoding one token per
-    step (tiletrain.inference.generate).  Correct anywhere (the reuse waits for the old
-    tensor's readers), but it adds those waits, so training code should not use it.  On
-    leaving the outermost block the kept tiles are freed.  Does nothing under MPI (tiles
-    have owners there) or without a running runtime."""
-    global _POOL
-    outer = _POOL_DEPTH[0] == 0
-    if outer:
-        rt = current()
-        if not lib.tt_mpi_enabled():
-            _POOL, _POOL_SESSION[0] = {}, rt.session
-    _POOL_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        _POOL_DEPTH[0] -= 1
-        if outer:
-            pool, _POOL = _POOL, None
-            _POOL_BYTES[0], _POOL_SESSION[0] = 0, None
-            for kept in (pool or {}).values():
-                for ptr in kept:
-                    lib.tt_tensor_free(ptr)
-
-
 class TensorBase:
     """A tensor split into tiles; every tile is one StarPU data handle.
 
@@ -147,7 +87,7 @@ class TensorBase:
     def __new__(cls, *args, **kwargs):
         return object.__new__(_TENSOR_CLASS[0] if cls is TensorBase else cls)
 
-    def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None, _fresh: bool = False):
+    def __init__(self, traits: TensorTraits, dtype=np.float32, _owners=None):
         self.traits = traits
         self.dtype = dtype = as_dtype(dtype)
         self._ptr = ffi.NULL
@@ -158,16 +98,6 @@ class TensorBase:
         # (lo, hi): integer values known to lie in [lo, hi] without reading them -- set by
         # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
         self.value_range = None
-        pool = _POOL
-        if pool is not None and _owners is None and not _fresh:  # reuse_buffers(): a dropped tensor's tiles
-            kept = pool.get((traits.shape, traits.tiles, dtype))
-            while kept:
-                ptr = kept.pop(0)  # the oldest: its readers are the likeliest to be done
-                _POOL_BYTES[0] -= traits.size * dtype.itemsize
-                if lib.tt_tensor_alive(ptr):  # (its session is the running one)
-                    self._ptr, self._session = ptr, _POOL_SESSION[0]
-                    return
-                lib.tt_tensor_free(ptr)
         rt = current()
         out = ffi.new("tt_tensor **")
         if _owners is not None:  # placed like another tensor (autograd's leaf gradients)
@@ -269,12 +199,10 @@ class TensorBase:
         if getattr(self, "_base", None) is not None:
             return  # a view: the base frees the tiles
         if ptr is not None and ptr != ffi.NULL:
-            pool = _POOL
-            if pool is not None and _keep(pool, self, ptr):
-                self._ptr = ffi.NULL
-                return
             try:
-                lib.tt_tensor_free(ptr)  # asynchronous unregister: freed when its tasks are done
+                # its tiles are kept for the next tensors of their size once their last task
+                # ends, or unregistered then (csrc/tile.c, "reuse")
+                lib.tt_tensor_free(ptr)
             except Exception:  # interpreter teardown
                 pass
             self._ptr = ffi.NULL
@@ -418,8 +346,7 @@ def from_numpy(a, tiles=None, dist=None) -> Tensor:
         else:
             raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(a).__name__}")
     as_dtype(a.dtype)
-    # a new tensor, never reuse_buffers()'s: the synchronous write would wait for the old one's readers
-    t = Tensor(TensorTraits(a.shape, tiles if a.ndim else None, dist), a.dtype, _fresh=True)
+    t = Tensor(TensorTraits(a.shape, tiles if a.ndim else None, dist), a.dtype)
     # The C side walks the tiles with the array's byte strides (any layout, negative too);
     # `a` stays referenced for the duration of the synchronous call.
     strides = ffi.new("int64_t[]", list(a.strides) or [0])

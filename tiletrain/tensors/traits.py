@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-import os
 from collections.abc import Iterator, Sequence
 
+from ..config import env_max_tiles
 from ..distribution import Distribution, default
 
 DEFAULT_TILE = 512
@@ -18,14 +18,7 @@ _INT = frozenset((int,))
 
 
 def _env_max_tiles() -> int:
-    raw = os.environ.get("TILETRAIN_MAX_TILES", "1000000")
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"TILETRAIN_MAX_TILES must be a positive integer, got {raw!r}") from None
-    if n < 1:
-        raise ValueError(f"TILETRAIN_MAX_TILES must be a positive integer, got {raw!r}")
-    return n
+    return env_max_tiles()  # TILETRAIN_MAX_TILES, read by tiletrain.config (the one place)
 
 
 # Most tiles one tensor may have (every tile is a StarPU handle with its own bookkeeping: a
