@@ -358,6 +358,12 @@ class Tensor(TensorBase):
     def scatter_reduce(self, *args, **kwargs):
         return ops.scatter_reduce(self, *args, **kwargs)
 
+    def to_sparse_csr(self, *args, **kwargs):
+        return ops.sparse.to_sparse_csr(self, *args, **kwargs)
+
+    def to_dense(self):
+        return self
+
     def reshape(self, *args, **kwargs):
         """tiletrain.reshape(self, ...)"""
         return ops.reshape(self, *args, **kwargs)
