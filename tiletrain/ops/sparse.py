@@ -72,11 +72,9 @@ class SparseCSRTensor:
         perm[pos] = order
         cols = np.zeros(gr * gc * L, np.int64)
         cols[pos] = col[order] % cb
-        rowptr = np.zeros((gr * gc, rb + 1), np.int64)
-        lrow = rows[order] % rb
-        for b in np.unique(sb):  # per non-empty block: counts per local row
-            sel = sb == b
-            rowptr[b, 1:] = np.cumsum(np.bincount(lrow[sel], minlength=rb))
+        rowptr = np.zeros((gr * gc, rb + 1), np.int64)  # per block: entries per local row, summed
+        per_row = np.bincount(sb * rb + rows[order] % rb, minlength=gr * gc * rb).reshape(gr * gc, rb)
+        rowptr[:, 1:] = np.cumsum(per_row, axis=1)
         self._perm = perm if nnz else None
         self._rowptr = from_numpy(rowptr, (1, rb + 1))
         self._cols = from_numpy(cols.reshape(gr * gc, L), (1, L))
