@@ -8,7 +8,8 @@
  * struct args + t * stride (stride: the kernel's argument struct size; its dtype field is
  * set here).  Bit j of wmask[t] submits buffer j as W instead of its table mode (the first
  * task of a chain that overwrites its output).  Float operands share one dtype; int64
- * operands are index tensors whose meaning the kernel knows. */
+ * operands are index tensors whose meaning the kernel knows (a kernel of int64 operands only
+ * runs with dtype int64). */
 #include "tt_internal.h"
 
 int tt_tile_tasks(int kernel, const void *args, int64_t stride, int64_t ntasks, int ntensors,
@@ -35,8 +36,8 @@ int tt_tile_tasks(int kernel, const void *args, int64_t stride, int64_t ntasks, 
         if (dtype < 0 && t->dtype != TT_I64 && !(k->bools >> j & 1))
             dtype = t->dtype;
     }
-    if (dtype < 0)
-        return tt_error(TT_EINVAL, "%s: needs at least one float operand", k->name);
+    if (dtype < 0) /* every operand int64: an integer kernel (graph samplers) */
+        dtype = TT_I64;
     if (!(k->dtypes >> dtype & 1))
         return tt_error(TT_EINVAL, "%s: dtype %s is not supported (supported: %s)", k->name, tt_dtype_name(dtype),
                         tt_dtype_list(k->dtypes));

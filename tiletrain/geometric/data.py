@@ -1,7 +1,7 @@
 """Graph data: a ``Data`` record like torch_geometric.data.Data (x, edge_index, y, masks; any
 further attribute by keyword) holding NumPy arrays, built directly or from a PyG ``Data``
 (``Data.from_pyg``), and ``sbm``: a stochastic block model with class-correlated features for
-benchmarks of 100k+ nodes."""
+benchmarks of 100k+ nodes; ``karate_club`` for the example."""
 from __future__ import annotations
 
 import numpy as np
@@ -127,4 +127,19 @@ def sbm(num_nodes: int, num_classes: int, p_in: float, p_out: float, num_feature
     return Data(x=x, edge_index=edge_index, y=y, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
 
 
-__all__ = ["Data", "sbm"]
+def karate_club() -> Data:
+    """Zachary's karate club (networkx's copy): 34 nodes, 78 undirected edges (both
+    directions listed), one-hot features (34, 34), y = the club each member joined (0: Mr. Hi,
+    1: Officer), train_mask = the two leaders (nodes 0 and 33), test_mask = the others."""
+    import networkx  # an optional dependency (the test extra): only this function needs it
+    g = networkx.karate_club_graph()
+    u, v = np.array(list(g.edges())).T
+    edge_index = np.stack([np.concatenate([u, v]), np.concatenate([v, u])]).astype(np.int64)
+    edge_index = edge_index[:, np.lexsort((edge_index[1], edge_index[0]))]
+    y = np.array([0 if g.nodes[i]["club"] == "Mr. Hi" else 1 for i in range(g.number_of_nodes())], np.int64)
+    train = np.zeros(34, bool)
+    train[[0, 33]] = True
+    return Data(x=np.eye(34, dtype=np.float32), edge_index=edge_index, y=y, train_mask=train, test_mask=~train)
+
+
+__all__ = ["Data", "karate_club", "sbm"]
