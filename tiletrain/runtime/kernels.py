@@ -2,7 +2,7 @@
 
 Every kernel of csrc/kernels.def is looked up here by its name in the generated registry
 (kernel id ``TT_K_<NAME>`` and argument struct ``tt_args_<name>``); the arguments are
-keyword arguments named as in the table.  Three C expanders cover the ops:
+keyword arguments named as in the table.  These C expanders cover the ops:
 
   run_map(name, *tensors, **args)        one task per tile of tensors of one shape and tiling
   run_span(name, axis, naxes, full, reduced, reduce=False, **args)
@@ -12,6 +12,11 @@ keyword arguments named as in the table.  Three C expanders cover the ops:
                                          row/column kernels over the last axis (layer/rms norm)
   run_batch(name, batch, whole, reduce=False, **args)
                                          one task per batch tile (conv, pools, batch norm)
+  run_tasks(name, tensors, tiles, wmask=None, **args)
+                                         a list of tasks computed by the op (one row per task:
+                                         its tile of each tensor, its own arguments), for ops
+                                         whose tile pairing depends on data (index, scatter,
+                                         block-sparse ops, graph samplers)
 
 Nothing above this module names a C type or a kernel id.  The kernels are those of the
 registry (runtime/registry.py), read once from the C library's kernel table."""
