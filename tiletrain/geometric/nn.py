@@ -16,10 +16,10 @@ import numpy as np
 
 from .. import ops
 from ..nn import Linear, Module, Parameter
-from ..ops.activations import dropout, linear
+from ..ops.activations import dropout
 from ..ops.creation import zeros
 from ..ops.sparse import SparseCSRTensor, sparse_csr_tensor
-from ..tensors import Tensor, as_dtype, from_numpy
+from ..tensors import Tensor, as_dtype
 from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
 
 _rng = np.random.default_rng(0)
@@ -47,7 +47,7 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     perm = np.lexsort((src, dst)).astype(np.int64)  # by target, then source
     crow = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))]).astype(np.int64)
     if isinstance(values, Tensor):
-        vals = ops.index_select(values, 0, from_numpy(perm)) if len(perm) else np.zeros(0, dtype)
+        vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
     else:
         vals = np.asarray(values, dtype=dtype)[perm]
     return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
@@ -222,7 +222,7 @@ class GATConv(Module):
         if self.add_self_loops:
             ei, _ = remove_self_loops(ei)
             ei, _ = add_self_loops(ei, num_nodes=N)
-        src, dst = from_numpy(ei[0]), from_numpy(ei[1])
+        src, dst = ei[0], ei[1]  # NumPy indices: the ops take them without reading a tensor back
         a = ops.index_select(a_src, 0, src) + ops.index_select(a_dst, 0, dst)  # (E, H)
         a = ops.where(ops.gt(a, 0.0), a, a * self.negative_slope)  # leaky_relu
         alpha = softmax(a, ei[1], num_nodes=N)                       # (E, H)

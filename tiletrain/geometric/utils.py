@@ -114,9 +114,8 @@ def softmax(src: Tensor, index, ptr=None, num_nodes: int | None = None, dim: int
         raise ValueError(f"{what}: index must be 1-D int64 with src.shape[0] = {src.shape[0]} entries, got "
                          f"{a.dtype} of shape {a.shape}")
     N = int(num_nodes) if num_nodes is not None else (int(a.max()) + 1 if a.size else 0)
-    idx = from_numpy(a)
-    full_idx = from_numpy(np.ascontiguousarray(np.broadcast_to(a.reshape((-1,) + (1,) * (src.ndim - 1)), src.shape)),
-                          src.tiles)
+    idx = a  # NumPy indices: the ops take them without reading a tensor back
+    full_idx = np.ascontiguousarray(np.broadcast_to(a.reshape((-1,) + (1,) * (src.ndim - 1)), src.shape))
     shape = (N,) + tuple(src.shape[1:])
     with ops.no_grad():
         mx = ops.scatter_reduce(zeros(shape, dtype=src.dtype), 0, full_idx, src.detach(), "amax", include_self=False)

@@ -21,7 +21,7 @@ from ..tensors import Tensor, TensorTraits, from_numpy
 from .autograd import backward_rule, record
 from .basic import _float_tensor
 from .creation import zeros
-from .index import index_add, index_select
+from .index import _Index, index_add, index_select
 from .shape import reshape, retile
 
 DEFAULT_BLOCK = 4096  # rows (and columns) per CSR block unless the caller says otherwise
@@ -75,10 +75,11 @@ class SparseCSRTensor:
         rowptr = np.zeros((gr * gc, rb + 1), np.int64)  # per block: entries per local row, summed
         per_row = np.bincount(sb * rb + rows[order] % rb, minlength=gr * gc * rb).reshape(gr * gc, rb)
         rowptr[:, 1:] = np.cumsum(per_row, axis=1)
-        self._perm = perm if nnz else None
         self._rowptr = from_numpy(rowptr, (1, rb + 1))
         self._cols = from_numpy(cols.reshape(gr * gc, L), (1, L))
-        self._perm_t = from_numpy(perm, (L,)) if nnz else None
+        # the blocked values' index into the user's: given with its values (read once)
+        self._perm = _Index(from_numpy(perm, (L,)), perm) if nnz else None
+        self._bv = None  # the blocked values, kept while the values need no gradient
 
     # -- torch's accessors ----------------------------------------------------------------
     def crow_indices(self) -> Tensor:
@@ -120,10 +121,13 @@ class SparseCSRTensor:
     def blocked_values(self) -> Tensor:
         """The values in the blocked layout (nblocks, L), tiled (1, L)."""
         gr, gc = self.grid
-        if self._perm_t is None:
+        if self._perm is None:
             return zeros((gr * gc, self.L), dtype=self.dtype, tiles=(1, self.L))
-        bv = index_select(self._values, 0, self._perm_t)
-        return reshape(bv, gr * gc, self.L)
+        if self._bv is not None and not self._values.requires_grad:
+            return self._bv
+        bv = reshape(index_select(self._values, 0, self._perm), gr * gc, self.L)
+        self._bv = None if self._values.requires_grad else bv
+        return bv
 
     def __matmul__(self, other):
         return mm(self, other) if isinstance(other, Tensor) else NotImplemented
