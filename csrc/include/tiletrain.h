@@ -198,6 +198,13 @@ int tt_embedding(tt_tensor *ids, tt_tensor *table, tt_tensor *y);
 int tt_embedding_rows(tt_tensor *ids, tt_tensor *table, tt_tensor *y, int64_t lo, int64_t hi);
 int tt_embedding_backward(tt_tensor *ids, tt_tensor *dy, tt_tensor *dtable);
 
+/* -- task lists (index, scatter, block-sparse ops) -- */
+/* (csrc/expand_tasks.c) ntasks tasks of `kernel`: task t on tile tiles[t * ntensors + j] of
+ * tensors[j], with the argument struct args + t * stride (stride = the struct's size; dtype set
+ * here); bit j of wmask[t] (wmask may be NULL) submits buffer j as W, not its table mode. */
+int tt_tile_tasks(int kernel, const void *args, int64_t stride, int64_t ntasks, int ntensors,
+                  tt_tensor *const *tensors, const int64_t *tiles, const int64_t *wmask);
+
 /* -- shape -- */
 /* (csrc/expand_shape.c) Region copies into y, one per source c (arrays of TT_MAX_NDIM entries
  * per source, [c * TT_MAX_NDIM + axis]): for every y axis d and i < count[d],

@@ -2,7 +2,7 @@
 
 Every kernel of csrc/kernels.def is looked up here by its name in the generated registry
 (kernel id ``TT_K_<NAME>`` and argument struct ``tt_args_<name>``); the arguments are
-keyword arguments named as in the table.  Three C expanders cover the ops:
+keyword arguments named as in the table.  These C expanders cover the ops:
 
   run_map(name, *tensors, **args)        one task per tile of tensors of one shape and tiling
   run_span(name, axis, naxes, full, reduced, reduce=False, **args)
@@ -12,10 +12,17 @@ keyword arguments named as in the table.  Three C expanders cover the ops:
                                          row/column kernels over the last axis (layer/rms norm)
   run_batch(name, batch, whole, reduce=False, **args)
                                          one task per batch tile (conv, pools, batch norm)
+  run_tasks(name, tensors, tiles, wmask=None, **args)
+                                         a list of tasks computed by the op (one row per task:
+                                         its tile of each tensor, its own arguments), for ops
+                                         whose tile pairing depends on data (index, scatter,
+                                         block-sparse ops, graph samplers)
 
 Nothing above this module names a C type or a kernel id.  The kernels are those of the
 registry (runtime/registry.py), read once from the C library's kernel table."""
 from __future__ import annotations
+
+import numpy as np
 
 from .._ffi import check, ffi, lib
 from ..tensors.tensor import forget_value_range
@@ -227,6 +234,51 @@ def embedding_backward(ids, dy, dtable) -> None:
     check(lib.tt_embedding_backward(ids._ptr, dy._ptr, dtable._ptr))
 
 
+# -- task lists (csrc/expand_tasks.c): index, scatter and block-sparse ops --
+
+_FIELDS: dict[str, tuple[int, list]] = {}
+
+
+def _fields(name: str):
+    """The argument struct's size and its fields (name, offset, is_real) after dtype."""
+    if name not in _FIELDS:
+        ctype = ffi.typeof(_CALL[name][1]).item
+        _FIELDS[name] = (ffi.sizeof(ctype), [(f, t.offset, t.type.cname == "double") for f, t in ctype.fields
+                                             if f != "dtype"])
+    return _FIELDS[name]
+
+
+def run_tasks(name: str, tensors, tiles, wmask=None, **fields) -> None:
+    """``len(tiles)`` tasks of kernel ``name``: task t on tile ``tiles[t, j]`` (linear index) of
+    ``tensors[j]``, with argument f = ``fields[f][t]`` (an array with one value per task, or one
+    value for all); bit j of ``wmask[t]`` submits buffer j write-only (the first task of a chain
+    that overwrites its output).  One C call: the op builds the list with NumPy."""
+    if name not in _CALL:
+        kernel_info(name)  # raises: unknown kernel
+    size, layout = _fields(name)
+    tiles = np.ascontiguousarray(tiles, dtype=np.int64)
+    ntasks = tiles.shape[0]
+    if tiles.ndim != 2 or tiles.shape[1] != len(tensors):
+        raise ValueError(f"run_tasks({name!r}): tiles must be (ntasks, {len(tensors)}), got {tiles.shape}")
+    buf = np.zeros((ntasks, size // 8), dtype=np.int64)
+    given = set(fields)
+    for f, off, real in layout:
+        if f not in given:
+            raise TypeError(f"kernel {name!r} needs argument {f!r}")
+        given.discard(f)
+        col = buf[:, off // 8]
+        if real:
+            col.view(np.float64)[:] = fields[f]
+        else:
+            col[:] = fields[f]
+    if given:
+        raise TypeError(f"kernel {name!r} has no argument(s) {sorted(given)}")
+    wm = ffi.NULL if wmask is None else ffi.from_buffer("int64_t[]", np.ascontiguousarray(wmask, dtype=np.int64))
+    check(lib.tt_tile_tasks(_CALL[name][0], ffi.from_buffer(buf) if ntasks else ffi.NULL, size, ntasks,
+                            len(tensors), _ptrs(tensors), ffi.from_buffer("int64_t[]", tiles) if ntasks else ffi.NULL,
+                            wm))
+
+
 # -- synthetic tasks (csrc/expand_pipeline.c) --
 
 def spin(a, b, c, d, usec: int, sleep: bool, wmask: int) -> None:
@@ -239,5 +291,5 @@ def spin(a, b, c, d, usec: int, sleep: bool, wmask: int) -> None:
 __all__ = ["run_cpu_body", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions", "embedding_backward",
            "embedding_rows", "gemm", "gemm_bias", "gemm_bias_gelu", "heads_fill_parts", "heads_merge",
            "heads_merge_part", "heads_split", "kernel_id", "kernel_info", "kernel_names", "run_batch", "run_cast",
-           "run_map", "run_norm", "run_span", "spin", "sum_all", "tensor_view", "tile_view", "tile_view_as",
+           "run_map", "run_norm", "run_span", "run_tasks", "spin", "sum_all", "tensor_view", "tile_view", "tile_view_as",
            "view_tiles"]

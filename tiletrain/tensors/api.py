@@ -339,6 +339,31 @@ class Tensor(TensorBase):
         return log_softmax(self, *args, **kwargs)
 
     # shape
+    # index and scatter ops (tiletrain/ops/index.py)
+    def index_select(self, *args, **kwargs):
+        return ops.index_select(self, *args, **kwargs)
+
+    def gather(self, *args, **kwargs):
+        return ops.gather(self, *args, **kwargs)
+
+    def scatter(self, *args, **kwargs):
+        return ops.scatter(self, *args, **kwargs)
+
+    def scatter_add(self, *args, **kwargs):
+        return ops.scatter_add(self, *args, **kwargs)
+
+    def index_add(self, *args, **kwargs):
+        return ops.index_add(self, *args, **kwargs)
+
+    def scatter_reduce(self, *args, **kwargs):
+        return ops.scatter_reduce(self, *args, **kwargs)
+
+    def to_sparse_csr(self, *args, **kwargs):
+        return ops.sparse.to_sparse_csr(self, *args, **kwargs)
+
+    def to_dense(self):
+        return self
+
     def reshape(self, *args, **kwargs):
         """tiletrain.reshape(self, ...)"""
         return ops.reshape(self, *args, **kwargs)

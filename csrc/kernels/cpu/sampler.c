@@ -1,0 +1,127 @@
+/* GraphSAINT subgraph samplers (kernels.def, saint_sample): plain loops over a CSR graph by
+ * source.  Random numbers: splitmix64 of (seed, step, draw index), so a sample depends on its
+ * seed and step only.  The sampled nodes are sorted and deduplicated; the induced edges are
+ * found by a binary search of each neighbour in that list. */
+#include <stdlib.h>
+#include "tt_cpu.h"
+
+static inline uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* a uniform integer in [0, n) from draw i of stream (seed, step) */
+static inline int64_t draw(uint64_t key, uint64_t i, int64_t n)
+{
+    return n > 0 ? (int64_t)(mix64(key ^ mix64(i)) % (uint64_t)n) : 0;
+}
+
+/* the node whose CSR range holds edge position p: the last u with rowptr[u] <= p */
+static int64_t owner_of(const int64_t *rowptr, int64_t n, int64_t p)
+{
+    int64_t lo = 0, hi = n; /* rowptr[lo] <= p < rowptr[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (rowptr[mid] <= p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t find(const int64_t *sorted, int64_t m, int64_t v)
+{
+    int64_t lo = 0, hi = m;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m && sorted[lo] == v ? lo : -1;
+}
+
+void tt_cpu_saint_sample(const tt_args_saint_sample *a, const void *rowptr_, const void *col_, void *out_)
+{
+    const int64_t *rowptr = rowptr_, *col = col_;
+    int64_t *out = out_;
+    const int64_t n = a->n, e = a->e, roots = a->roots, length = a->length, cap = a->cap;
+    const uint64_t key = mix64((uint64_t)a->seed * 0x2545f4914f6cdd1dULL ^ mix64((uint64_t)a->step));
+    if (cap < 2)
+        return;
+    int64_t per = a->kind == 2 ? length + 1 : a->kind == 1 ? 2 : 1;
+    int64_t total = roots * per;
+    int64_t *nodes = malloc((size_t)(total > 0 ? total : 1) * sizeof(int64_t));
+    if (!nodes) {
+        out[0] = 0;
+        out[1] = -1;
+        return;
+    }
+    int64_t c = 0;
+    for (int64_t r = 0; r < roots; r++) {
+        if (a->kind == 0) { /* a node, with probability degree / e */
+            nodes[c++] = e > 0 ? owner_of(rowptr, n, draw(key, (uint64_t)r, e)) : draw(key, (uint64_t)r, n);
+        } else if (a->kind == 1) { /* an edge, uniformly: both of its ends */
+            if (e == 0)
+                break;
+            int64_t p = draw(key, (uint64_t)r, e);
+            nodes[c++] = owner_of(rowptr, n, p);
+            nodes[c++] = col[p];
+        } else { /* a random walk from a uniform root */
+            int64_t u = draw(key, (uint64_t)r * (uint64_t)(length + 1), n);
+            nodes[c++] = u;
+            for (int64_t s = 1; s <= length; s++) {
+                int64_t d = rowptr[u + 1] - rowptr[u];
+                if (d > 0)
+                    u = col[rowptr[u] + draw(key, (uint64_t)r * (uint64_t)(length + 1) + (uint64_t)s, d)];
+                nodes[c++] = u;
+            }
+        }
+    }
+    qsort(nodes, (size_t)c, sizeof(int64_t), cmp_i64);
+    int64_t m = 0;
+    for (int64_t i = 0; i < c; i++)
+        if (m == 0 || nodes[i] != nodes[m - 1])
+            nodes[m++] = nodes[i];
+    out[0] = m;
+    out[1] = -1;
+    if (2 + m > cap) {
+        free(nodes);
+        return;
+    }
+    for (int64_t i = 0; i < m; i++)
+        out[2 + i] = nodes[i];
+    /* induced edges: counted first, then written as (source pos, target pos, edge id) blocks */
+    int64_t k = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = rowptr[nodes[i]]; p < rowptr[nodes[i] + 1]; p++)
+            k += find(nodes, m, col[p]) >= 0;
+    if (2 + m + 3 * k > cap) {
+        free(nodes);
+        return;
+    }
+    int64_t *src = out + 2 + m, *dst = src + k, *eid = dst + k, w = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = rowptr[nodes[i]]; p < rowptr[nodes[i] + 1]; p++) {
+            int64_t j = find(nodes, m, col[p]);
+            if (j >= 0) {
+                src[w] = i;
+                dst[w] = j;
+                eid[w] = p;
+                w++;
+            }
+        }
+    out[1] = k;
+    free(nodes);
+}

@@ -1,0 +1,123 @@
+"""tiletrain.geometric.nn against torch_geometric.nn with the same weights (a PyG state_dict
+loaded as it is), float64 to 1e-10: outputs and the gradients of every parameter and of x,
+on graphs with isolated nodes, self-loops, duplicate edges, and tilings with smaller last
+tiles; bad input rejected before any task."""
+import numpy as np
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+
+import tiletrain as tt
+from conftest import submits_nothing
+from tiletrain.geometric.nn import GATConv, GCNConv, SAGEConv
+
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+
+def _graph(rng, N=13, E=40):
+    ei = rng.integers(0, N - 2, (2, E)).astype(np.int64)  # nodes N-2, N-1 isolated
+    ei[:, 0] = [3, 3]                                       # a self-loop
+    ei[:, 1] = ei[:, 2]                                      # a duplicate edge
+    return ei
+
+
+def _compare(rng, ours, theirs, x, ei, x_tiles, **kw):
+    ours.load_state_dict(theirs.state_dict())
+    assert set(ours.state_dict()) == set(theirs.state_dict())
+    X = tt.from_numpy(x, x_tiles).requires_grad_()
+    out = ours(X, ei, **kw)
+    xt = torch.from_numpy(x.copy()).requires_grad_()
+    ref = theirs(xt, torch.from_numpy(ei), **kw)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), **TOL)
+    g = rng.standard_normal(ref.shape)
+    (out * tt.from_numpy(g, out.tiles)).sum().backward()
+    (ref * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_allclose(X.grad.numpy(), xt.grad.numpy(), **TOL)
+    mine = dict(ours.named_parameters())
+    for name, p in theirs.named_parameters():
+        np.testing.assert_allclose(mine[name].grad.numpy(), p.grad.numpy(), err_msg=name, **TOL)
+
+
+@pytest.mark.parametrize("x_tiles", [(13, 5), (4, 3)])
+@pytest.mark.parametrize("kwargs", [{}, dict(improved=True), dict(normalize=False), dict(bias=False),
+                                    dict(cached=True)])
+def test_gcnconv(rng, x_tiles, kwargs):
+    ei = _graph(rng)
+    x = rng.standard_normal((13, 5))
+    theirs = pyg_nn.GCNConv(5, 4, **kwargs).double()
+    torch.nn.init.normal_(theirs.bias) if theirs.bias is not None else None
+    ours = GCNConv(5, 4, dtype=np.float64, **kwargs)
+    _compare(rng, ours, theirs, x, ei, x_tiles)
+    if kwargs.get("cached"):  # the cached adjacency gives the same again
+        _compare(rng, ours, theirs, x, ei, x_tiles)
+
+
+def test_gcnconv_edge_weight(rng):
+    ei = _graph(rng)
+    w = rng.random(ei.shape[1]) + 0.5
+    x = rng.standard_normal((13, 5))
+    theirs = pyg_nn.GCNConv(5, 3).double()
+    ours = GCNConv(5, 3, dtype=np.float64)
+    ours.load_state_dict(theirs.state_dict())
+    out = ours(tt.from_numpy(x), ei, w)
+    ref = theirs(torch.from_numpy(x), torch.from_numpy(ei), torch.from_numpy(w))
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), **TOL)
+
+
+@pytest.mark.parametrize("x_tiles", [(13, 5), (4, 2)])
+@pytest.mark.parametrize("kwargs", [{}, dict(root_weight=False), dict(normalize=True), dict(bias=False)])
+def test_sageconv(rng, x_tiles, kwargs):
+    ei = _graph(rng)
+    x = rng.standard_normal((13, 5))
+    theirs = pyg_nn.SAGEConv(5, 4, **kwargs).double()
+    _compare(rng, SAGEConv(5, 4, dtype=np.float64, **kwargs), theirs, x, ei, x_tiles)
+
+
+@pytest.mark.parametrize("x_tiles", [(13, 5), (4, 3)])
+@pytest.mark.parametrize("kwargs", [{}, dict(heads=3), dict(heads=2, concat=False), dict(negative_slope=0.1),
+                                    dict(add_self_loops=False), dict(bias=False, heads=2)])
+def test_gatconv(rng, x_tiles, kwargs):
+    ei = _graph(rng)
+    x = rng.standard_normal((13, 5))
+    theirs = pyg_nn.GATConv(5, 4, **kwargs).double()
+    if theirs.bias is not None:
+        torch.nn.init.normal_(theirs.bias)
+    _compare(rng, GATConv(5, 4, dtype=np.float64, **kwargs), theirs, x, ei, x_tiles)
+
+
+def test_gatconv_attention_weights(rng):
+    ei = _graph(rng)
+    x = rng.standard_normal((13, 5))
+    theirs = pyg_nn.GATConv(5, 4, heads=2).double()
+    ours = GATConv(5, 4, heads=2, dtype=np.float64)
+    ours.load_state_dict(theirs.state_dict())
+    _, (ei_o, a_o) = ours(tt.from_numpy(x), ei, return_attention_weights=True)
+    _, (ei_t, a_t) = theirs(torch.from_numpy(x), torch.from_numpy(ei), return_attention_weights=True)
+    np.testing.assert_array_equal(ei_o, ei_t.numpy())
+    np.testing.assert_allclose(a_o.numpy(), a_t.detach().numpy(), **TOL)
+
+
+def test_parameter_names_are_pygs():
+    assert set(dict(GCNConv(3, 2).named_parameters())) == {"lin.weight", "bias"}
+    assert set(dict(SAGEConv(3, 2).named_parameters())) == {"lin_l.weight", "lin_l.bias", "lin_r.weight"}
+    assert set(dict(GATConv(3, 2, heads=2).named_parameters())) == {"lin.weight", "att_src", "att_dst", "bias"}
+
+
+def test_bad_input_is_rejected_before_any_task(rng):
+    x = tt.from_numpy(rng.standard_normal((5, 3)).astype(np.float32))
+    conv, sage, gat = GCNConv(3, 2), SAGEConv(3, 2), GATConv(3, 2)
+    A = tt.sparse_csr_tensor(np.array([0, 1, 2]), np.array([0, 2]), np.ones(2, np.float32), (2, 3))
+    tt.wait()
+    with submits_nothing():
+        for layer in (conv, sage, gat):
+            with pytest.raises(ValueError, match="out of range for 5 nodes"):
+                layer(x, np.array([[0, 1], [2, 5]]))
+            with pytest.raises(ValueError, match="negative"):
+                layer(x, np.array([[0, -1], [2, 3]]))
+            with pytest.raises(TypeError, match="int64"):
+                layer(x, np.array([[0, 1], [2, 3]], np.int32))
+            with pytest.raises(ValueError, match=r"\(2, E\)"):
+                layer(x, np.array([[0, 1, 2]]))
+        with pytest.raises(ValueError, match="square"):
+            conv(x, A)
+

@@ -1,0 +1,113 @@
+"""CSR sparse tensors (tiletrain/ops/sparse.py) against torch: sparse_csr_tensor, to_dense,
+Tensor.to_sparse_csr, tt.sparse.mm(A, X) and A @ X with gradients for X and for A's values
+(float64 to 1e-12, float32 forward), on block grids with smaller last blocks, empty rows
+and empty blocks; bad input rejected before any task."""
+import numpy as np
+import pytest
+import torch
+
+import tiletrain as tt
+from conftest import FLOATS, submits_nothing, tol
+
+# torch says its CSR support is beta and its invariant checks are off: not about tiletrain
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
+
+
+def _random_csr(rng, N, M, density, empty_rows=()):
+    d = (rng.random((N, M)) < density) * rng.standard_normal((N, M))
+    d[list(empty_rows)] = 0
+    t = torch.from_numpy(d).to_sparse_csr()
+    return d, t.crow_indices().numpy(), t.col_indices().numpy(), t.values().numpy()
+
+
+# (N, M, F, blocks, X tiles)
+CASES = [
+    (6, 5, 3, (6, 5), (5, 3)),           # one block
+    (8, 6, 4, (4, 3), (3, 2)),           # even block grid, X tiled like A's columns
+    (11, 7, 5, (4, 3), (4, 2)),          # smaller last blocks; X retiled
+    (13, 13, 6, (5, 4), (13, 6)),        # square (a graph), X one tile
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("N,M,F,blocks,xt", CASES)
+def test_sparse_mm_forward(rng, N, M, F, blocks, xt, dtype):
+    d, crow, col, val = _random_csr(rng, N, M, 0.3, empty_rows=(1, N - 1))
+    A = tt.sparse_csr_tensor(tt.from_numpy(crow), tt.from_numpy(col), tt.from_numpy(val.astype(dtype)), (N, M),
+                             blocks=blocks)
+    x = rng.standard_normal((M, F)).astype(dtype)
+    X = tt.from_numpy(x, xt)
+    ref = d @ x.astype(np.float64)
+    np.testing.assert_allclose(tt.sparse.mm(A, X).numpy(), ref, **tol(dtype))
+    np.testing.assert_allclose((A @ X).numpy(), ref, **tol(dtype))
+    np.testing.assert_allclose(A.to_dense().numpy(), d, **tol(dtype))
+    assert A.shape == (N, M) and A.layout == "sparse_csr"
+    np.testing.assert_array_equal(A.crow_indices().numpy(), crow)
+    np.testing.assert_array_equal(A.col_indices().numpy(), col)
+
+
+@pytest.mark.parametrize("N,M,F,blocks,xt", CASES)
+def test_sparse_mm_backward(rng, N, M, F, blocks, xt):
+    d, crow, col, val = _random_csr(rng, N, M, 0.3, empty_rows=(0,))
+    x, g = rng.standard_normal((M, F)), rng.standard_normal((N, F))
+    V = tt.from_numpy(val).requires_grad_()
+    A = tt.sparse_csr_tensor(crow, col, V, (N, M), blocks=blocks)
+    X = tt.from_numpy(x, xt).requires_grad_()
+    Y = A @ X
+    (Y * tt.from_numpy(g, Y.tiles)).sum().backward()
+    vt = torch.from_numpy(val.copy()).requires_grad_()
+    At = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col), vt, (N, M))
+    xt_ = torch.from_numpy(x.copy()).requires_grad_()
+    (torch.sparse.mm(At, xt_) * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_allclose(X.grad.numpy(), xt_.grad.numpy(), rtol=1e-12, atol=1e-12)
+    # torch gives the values' gradient as a sparse tensor of A's pattern
+    vgrad = vt.grad.values().numpy() if vt.grad.layout != torch.strided else vt.grad.numpy()
+    np.testing.assert_allclose(V.grad.numpy(), vgrad, rtol=1e-12, atol=1e-12)
+
+
+def test_to_sparse_csr_round_trip_and_gradient(rng):
+    d = (rng.random((9, 7)) < 0.4) * rng.standard_normal((9, 7))
+    D = tt.from_numpy(d, (4, 3)).requires_grad_()
+    A = D.to_sparse_csr()
+    t = torch.from_numpy(d).to_sparse_csr()
+    np.testing.assert_array_equal(A.crow_indices().numpy(), t.crow_indices().numpy())
+    np.testing.assert_array_equal(A.col_indices().numpy(), t.col_indices().numpy())
+    np.testing.assert_array_equal(A.values().numpy(), t.values().numpy())
+    assert A.blocks == (4, 3)
+    np.testing.assert_array_equal(A.to_dense().numpy(), d)
+    x = rng.standard_normal((7, 2))
+    (A @ tt.from_numpy(x)).sum().backward()
+    dt = torch.from_numpy(d).requires_grad_()
+    torch.sparse.mm(dt.to_sparse_csr(), torch.from_numpy(x)).sum().backward()
+    np.testing.assert_allclose(D.grad.numpy(), dt.grad.to_dense().numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_empty_matrix_and_empty_blocks(rng):
+    A = tt.sparse_csr_tensor(np.zeros(5, np.int64), np.zeros(0, np.int64), np.zeros(0), (4, 6), blocks=(2, 4))
+    np.testing.assert_array_equal((A @ tt.from_numpy(rng.standard_normal((6, 3)))).numpy(), np.zeros((4, 3)))
+    np.testing.assert_array_equal(A.to_dense().numpy(), np.zeros((4, 6)))
+
+
+def test_bad_input_is_rejected_before_any_task(rng):
+    crow, col, val = np.array([0, 1, 3]), np.array([0, 2, 1]), tt.from_numpy(np.ones(3))
+    A = tt.sparse_csr_tensor(crow, col, val, (2, 3))
+    X = tt.from_numpy(np.ones((4, 2)))
+    X32 = tt.from_numpy(np.ones((3, 2), np.float32))
+    tt.wait()
+    with submits_nothing():
+        with pytest.raises(IndexError, match="col_indices"):
+            tt.sparse_csr_tensor(crow, np.array([0, 3, 1]), val, (2, 3))
+        with pytest.raises(IndexError, match="col_indices"):
+            tt.sparse_csr_tensor(crow, np.array([0, -1, 1]), val, (2, 3))
+        with pytest.raises(ValueError, match="nnz"):
+            tt.sparse_csr_tensor(np.array([0, 1, 2]), col, val, (2, 3))
+        with pytest.raises(ValueError, match="never decrease"):
+            tt.sparse_csr_tensor(np.array([0, 2, 1, 3]), col, val, (3, 3))
+        with pytest.raises(TypeError, match="integers"):
+            tt.sparse_csr_tensor(crow.astype(float), col, val, (2, 3))
+        with pytest.raises(ValueError, match=r"X must be \(3, F\)"):
+            tt.sparse.mm(A, X)
+        with pytest.raises(TypeError, match="must match"):
+            A @ X32
+        with pytest.raises(TypeError, match="sparse CSR"):
+            tt.sparse.mm(X, X)

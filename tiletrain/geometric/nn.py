@@ -1,0 +1,245 @@
+"""Graph layers mirroring torch_geometric.nn: ``GCNConv``, ``SAGEConv``, ``GATConv``, called as
+``conv(x, edge_index)`` with x a (N, F) tensor and edge_index a (2, E) int64 array or tensor
+(row 0 sources, row 1 targets: PyG's source_to_target flow).  Parameter names and shapes are
+PyG's (``lin.weight``, ``bias``, ``lin_l.weight``, ``lin_r.weight``, ``att_src``, ``att_dst``),
+so ``load_state_dict(pyg_layer.state_dict())`` gives the same function.
+
+Propagation: GCN and SAGE multiply by the (normalised) adjacency as a tiled CSR matrix whose
+rows are the targets (``tiletrain.sparse.mm``: one task per pair of non-empty blocks); GAT
+gathers per-edge features and scatters them back (``index_select`` / ``index_add``), its
+attention a per-target softmax (utils.softmax).  The graph structure (self-loops, degrees,
+the CSR pattern) is computed with NumPy from edge_index, once per call or once in all with
+``cached=True``."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops
+from ..nn import Linear, Module, Parameter
+from ..ops.activations import dropout
+from ..ops.creation import zeros
+from ..ops.sparse import SparseCSRTensor, sparse_csr_tensor
+from ..tensors import Tensor, as_dtype
+from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
+
+_rng = np.random.default_rng(0)
+
+
+def _glorot(shape, rng, dtype):
+    fan_in, fan_out = shape[-1], shape[-2]
+    bound = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-bound, bound, shape).astype(dtype)
+
+
+def _node_features(x, what: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{what}: x must be a tiletrain Tensor (N, F), got {type(x).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"{what}: x must be 2-D (N, F), got shape {x.shape}")
+    return x
+
+
+def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> SparseCSRTensor:
+    """The (N, N) CSR matrix with entry values[e] at (target, source) of every edge e (row =
+    target: A @ x sums each node's incoming messages); duplicate edges add up.  ``values``:
+    NumPy (E,) or a tiletrain Tensor (its gradient flows through the permutation)."""
+    src, dst = edge_index
+    perm = np.lexsort((src, dst)).astype(np.int64)  # by target, then source
+    crow = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))]).astype(np.int64)
+    if isinstance(values, Tensor):
+        vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
+    else:
+        vals = np.asarray(values, dtype=dtype)[perm]
+    return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
+
+
+def gcn_norm(edge_index: np.ndarray, edge_weight, num_nodes: int, improved: bool = False,
+             add_self_loops: bool = True):
+    """torch_geometric.nn.conv.gcn_conv.gcn_norm (source_to_target), in NumPy float64:
+    remaining self-loops (weight 2 when ``improved``), then w_ij deg_i^-1/2 deg_j^-1/2 with the
+    degrees summed over the targets (inf -> 0 for isolated nodes)."""
+    fill = 2.0 if improved else 1.0
+    if add_self_loops:
+        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, fill, num_nodes)
+    w = np.ones(edge_index.shape[1]) if edge_weight is None else np.asarray(edge_weight, np.float64)
+    row, col = edge_index
+    deg = np.bincount(col, weights=w, minlength=num_nodes)
+    with np.errstate(divide="ignore"):
+        dis = deg ** -0.5
+    dis[np.isinf(dis)] = 0.0
+    return edge_index, dis[row] * w * dis[col]
+
+
+def _blocks(x: Tensor):
+    return (x.tiles[0], x.tiles[0])
+
+
+class GCNConv(Module):
+    """torch_geometric.nn.GCNConv: out = D^-1/2 (A + I) D^-1/2 (x W^T) + bias, A[i, j] = the
+    weight of edge j -> i.  Parameters ``lin.weight`` (out, in) and ``bias`` (out,)."""
+
+    def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
+                 add_self_loops: bool | None = None, normalize: bool = True, bias: bool = True, *,
+                 dtype=np.float32, rng: np.random.Generator | None = None):
+        super().__init__()
+        if add_self_loops is None:
+            add_self_loops = normalize
+        if add_self_loops and not normalize:
+            raise ValueError("'GCNConv' does not support adding self-loops to the graph when no on-the-fly "
+                             "normalization is applied")
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.improved, self.cached = bool(improved), bool(cached)
+        self.add_self_loops, self.normalize = bool(add_self_loops), bool(normalize)
+        dtype = as_dtype(dtype)
+        self.lin = Linear(self.in_channels, self.out_channels, bias=False, dtype=dtype)
+        self.lin.weight = Parameter(_glorot((self.out_channels, self.in_channels), rng or _rng, dtype))
+        self.bias = Parameter(np.zeros(self.out_channels, dtype)) if bias else None
+        self._cached_adj = None
+
+    def reset_cache(self) -> None:
+        self._cached_adj = None
+
+    def _adj(self, x: Tensor, edge_index, edge_weight) -> SparseCSRTensor:
+        what, N = "GCNConv", x.shape[0]
+        if self._cached_adj is not None:
+            return self._cached_adj
+        if isinstance(edge_index, SparseCSRTensor):
+            if edge_index.shape[0] != edge_index.shape[1]:
+                raise ValueError(f"{what}: the adjacency must be square, got {edge_index.shape}")
+            if edge_index.shape[0] != N:
+                raise ValueError(f"{what}: the adjacency is {edge_index.shape} for {N} nodes")
+            if not self.normalize:
+                adj = edge_index
+            else:
+                crow, col = edge_index._crow, edge_index._col
+                tgt = np.repeat(np.arange(N, dtype=np.int64), np.diff(crow))
+                w = edge_index.values().numpy() if edge_index.values() is not None else np.zeros(0)
+                ei, w = gcn_norm(np.stack([col, tgt]), w, N, self.improved, self.add_self_loops)
+                adj = adjacency(ei, w, N, _blocks(x), x.dtype)
+        else:
+            ei = edge_index_array(edge_index, what, N)
+            if edge_weight is not None:
+                edge_weight = edge_weight.numpy() if isinstance(edge_weight, Tensor) else np.asarray(edge_weight)
+                if edge_weight.shape != (ei.shape[1],):
+                    raise ValueError(f"{what}: edge_weight must have shape ({ei.shape[1]},), got {edge_weight.shape}")
+            if self.normalize:
+                ei, w = gcn_norm(ei, edge_weight, N, self.improved, self.add_self_loops)
+            else:
+                w = np.ones(ei.shape[1]) if edge_weight is None else edge_weight
+            adj = adjacency(ei, w, N, _blocks(x), x.dtype)
+        if self.cached:
+            self._cached_adj = adj
+        return adj
+
+    def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+        x = _node_features(x, "GCNConv")
+        adj = self._adj(x, edge_index, edge_weight)
+        out = adj @ self.lin(x)  # (N, out)
+        return out + self.bias if self.bias is not None else out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"
+
+
+class SAGEConv(Module):
+    """torch_geometric.nn.SAGEConv with mean aggregation: out = lin_l(mean_{j -> i} x_j) +
+    lin_r(x_i) (``root_weight``), then L2-normalised rows (``normalize``).  Parameters
+    ``lin_l.weight``, ``lin_l.bias``, ``lin_r.weight``."""
+
+    def __init__(self, in_channels: int, out_channels: int, aggr: str = "mean", normalize: bool = False,
+                 root_weight: bool = True, project: bool = False, bias: bool = True, *, dtype=np.float32,
+                 rng: np.random.Generator | None = None):
+        super().__init__()
+        if aggr != "mean":
+            raise NotImplementedError(f"SAGEConv: aggr={aggr!r} is not supported (mean is)")
+        if project:
+            raise NotImplementedError("SAGEConv: project=True is not supported")
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.aggr, self.normalize, self.root_weight = aggr, bool(normalize), bool(root_weight)
+        dtype = as_dtype(dtype)
+        self.lin_l = Linear(self.in_channels, self.out_channels, bias=bias, dtype=dtype, rng=rng or _rng)
+        self.lin_r = Linear(self.in_channels, self.out_channels, bias=False, dtype=dtype, rng=rng or _rng) \
+            if self.root_weight else None
+
+    def forward(self, x: Tensor, edge_index) -> Tensor:
+        what = "SAGEConv"
+        x = _node_features(x, what)
+        N = x.shape[0]
+        ei = edge_index_array(edge_index, what, N)
+        deg = np.bincount(ei[1], minlength=N).astype(np.float64)
+        w = 1.0 / deg[ei[1]] if ei.shape[1] else np.zeros(0)
+        out = self.lin_l(adjacency(ei, w, N, _blocks(x), x.dtype) @ x)
+        if self.lin_r is not None:
+            out = out + self.lin_r(x)
+        if self.normalize:  # F.normalize(out, p=2, dim=-1): out / max(||out||, 1e-12)
+            norm = ops.sqrt(ops.sum(out * out, -1, keepdim=True))
+            out = ops.div(out, ops.clamp(norm, min=1e-12))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr}"
+
+
+class GATConv(Module):
+    """torch_geometric.nn.GATConv: per head h, alpha_ij = softmax over the edges into i of
+    leaky_relu(a_src . W x_j + a_dst . W x_i), out_i = sum_j alpha_ij W x_j; heads concatenated
+    (``concat``) or averaged; self-loops replaced by one per node (``add_self_loops``).
+    Parameters ``lin.weight`` (heads*out, in), ``att_src``, ``att_dst`` (1, heads, out),
+    ``bias``."""
+
+    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
+                 edge_dim: int | None = None, fill_value="mean", bias: bool = True, residual: bool = False, *,
+                 dtype=np.float32, rng: np.random.Generator | None = None):
+        super().__init__()
+        if edge_dim is not None:
+            raise NotImplementedError("GATConv: edge_dim (edge features) is not supported")
+        if residual:
+            raise NotImplementedError("GATConv: residual=True is not supported")
+        if not isinstance(in_channels, int):
+            raise NotImplementedError("GATConv: bipartite (tuple) in_channels are not supported")
+        self.in_channels, self.out_channels, self.heads = int(in_channels), int(out_channels), int(heads)
+        self.concat, self.negative_slope, self.dropout = bool(concat), float(negative_slope), float(dropout)
+        self.add_self_loops, self.fill_value = bool(add_self_loops), fill_value
+        dtype = as_dtype(dtype)
+        rng = rng or _rng
+        H, C = self.heads, self.out_channels
+        self.lin = Linear(self.in_channels, H * C, bias=False, dtype=dtype)
+        self.lin.weight = Parameter(_glorot((H * C, self.in_channels), rng, dtype))
+        self.att_src = Parameter(_glorot((1, H, C), rng, dtype))
+        self.att_dst = Parameter(_glorot((1, H, C), rng, dtype))
+        self.bias = Parameter(np.zeros(H * C if self.concat else C, dtype)) if bias else None
+
+    def forward(self, x: Tensor, edge_index, return_attention_weights=None):
+        what = "GATConv"
+        x = _node_features(x, what)
+        N, H, C = x.shape[0], self.heads, self.out_channels
+        ei = edge_index_array(edge_index, what, N)
+        h = self.lin(x)                                              # (N, H*C)
+        h3 = ops.reshape(h, N, H, C)
+        a_src = ops.sum(h3 * self.att_src, -1)                       # (N, H)
+        a_dst = ops.sum(h3 * self.att_dst, -1)
+        if self.add_self_loops:
+            ei, _ = remove_self_loops(ei)
+            ei, _ = add_self_loops(ei, num_nodes=N)
+        src, dst = ei[0], ei[1]  # NumPy indices: the ops take them without reading a tensor back
+        a = ops.index_select(a_src, 0, src) + ops.index_select(a_dst, 0, dst)  # (E, H)
+        a = ops.where(ops.gt(a, 0.0), a, a * self.negative_slope)  # leaky_relu
+        alpha = softmax(a, ei[1], num_nodes=N)                       # (E, H)
+        if self.dropout > 0 and self.training:
+            alpha = dropout(alpha, self.dropout, True)
+        E = ei.shape[1]
+        msg = ops.reshape(ops.index_select(h, 0, src), E, H, C) * ops.unsqueeze(alpha, -1)
+        out = ops.index_add(zeros((N, H * C), dtype=x.dtype), 0, dst, ops.reshape(msg, E, H * C))
+        out = out if self.concat else ops.mean(ops.reshape(out, N, H, C), 1)
+        if self.bias is not None:
+            out = out + self.bias
+        if return_attention_weights:
+            return out, (ei, alpha)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, heads={self.heads}"
+
+
+__all__ = ["GATConv", "GCNConv", "SAGEConv", "adjacency", "gcn_norm"]

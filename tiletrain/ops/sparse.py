@@ -1,0 +1,295 @@
+"""CSR sparse matrices on tiles: ``tt.sparse_csr_tensor(crow_indices, col_indices, values,
+size)``, ``Tensor.to_sparse_csr()``, ``.to_dense()`` and ``tt.sparse.mm(A, X)`` / ``A @ X``
+with gradients for X and for A's values (torch's names and meaning).
+
+A (N, M) is tiled by row blocks x column blocks, each tile a CSR block of its own (row
+pointers from 0, column indices within the block): three tiled tensors with one tile per
+block, ``rowptr`` (nblocks, rb + 1), ``cols`` and the blocked values (nblocks, L), L the
+largest block's entry count (smaller blocks padded; the kernels read the true count from
+rowptr).  The blocked values are ``index_select(values, 0, perm)`` of the user's values, so
+their gradient reaches ``values`` through index_select's backward.  The products are task
+lists (csrc/expand_tasks.c): y tile (i, j) = sum over the non-empty blocks (i, k) of
+A_ik x_kj, in k order (deterministic); dX = A^T dY likewise; d(values) per block (SDDMM)."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..runtime.kernels import run_tasks
+from ..tensors import Tensor, TensorTraits, from_numpy
+from .autograd import backward_rule, record
+from .basic import _float_tensor
+from .creation import zeros
+from .index import _Index, index_add, index_select
+from .shape import reshape, retile
+
+DEFAULT_BLOCK = 4096  # rows (and columns) per CSR block unless the caller says otherwise
+
+
+def _ints(a, what: str, name: str) -> np.ndarray:
+    if isinstance(a, Tensor):
+        if a.dtype != np.int64:
+            raise TypeError(f"{what}: {name} must be int64, got {a.dtype}")
+        a = a.numpy()
+    elif isinstance(a, np.ndarray):
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{what}: {name} must hold integers, got {a.dtype}")
+        a = a.astype(np.int64)
+    else:
+        raise TypeError(f"{what}: {name} must be an int64 Tensor or NumPy array, got {type(a).__name__}")
+    if a.ndim != 1:
+        raise ValueError(f"{what}: {name} must be 1-D, got shape {a.shape}")
+    return a
+
+
+class SparseCSRTensor:
+    """A (N, M) CSR matrix tiled by row blocks x column blocks (``blocks`` = (rb, cb))."""
+
+    layout = "sparse_csr"
+
+    def __init__(self, crow: np.ndarray, col: np.ndarray, values: Tensor | None, size, blocks, dtype=None):
+        self.shape = tuple(int(s) for s in size)
+        self.dtype = values.dtype if values is not None else np.dtype(dtype)  # None: no entries
+        self._crow, self._col, self._values = crow, col, values
+        N, M = self.shape
+        rb, cb = (max(1, min(int(b), max(s, 1))) for b, s in zip(blocks, self.shape))
+        self.blocks = (rb, cb)
+        self.grid = (max(1, -(-N // rb)), max(1, -(-M // cb)))
+        gr, gc = self.grid
+        nnz = len(col)
+        rows = np.repeat(np.arange(N, dtype=np.int64), np.diff(crow))
+        blk = (rows // rb) * gc + col // cb
+        order = np.lexsort((np.arange(nnz), rows, blk))  # by block, then row, then input order
+        counts = np.bincount(blk, minlength=gr * gc)
+        self.block_nnz = counts
+        L = max(1, int(counts.max()) if nnz else 1)
+        self.L = L
+        start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        sb = blk[order]
+        pos = sb * L + (np.arange(nnz) - start[sb])  # slot of each entry in the blocked layout
+        perm = np.zeros(gr * gc * L, np.int64)
+        perm[pos] = order
+        cols = np.zeros(gr * gc * L, np.int64)
+        cols[pos] = col[order] % cb
+        rowptr = np.zeros((gr * gc, rb + 1), np.int64)  # per block: entries per local row, summed
+        per_row = np.bincount(sb * rb + rows[order] % rb, minlength=gr * gc * rb).reshape(gr * gc, rb)
+        rowptr[:, 1:] = np.cumsum(per_row, axis=1)
+        self._rowptr = from_numpy(rowptr, (1, rb + 1))
+        self._cols = from_numpy(cols.reshape(gr * gc, L), (1, L))
+        # the blocked values' index into the user's: given with its values (read once)
+        self._perm = _Index(from_numpy(perm, (L,)), perm) if nnz else None
+        self._bv = None  # the blocked values, kept while the values need no gradient
+
+    # -- torch's accessors ----------------------------------------------------------------
+    def crow_indices(self) -> Tensor:
+        return from_numpy(self._crow)
+
+    def col_indices(self) -> Tensor:
+        return from_numpy(self._col)
+
+    def values(self) -> Tensor:
+        return self._values
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return 2
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def _nnz(self) -> int:
+        return len(self._col)
+
+    def __repr__(self) -> str:
+        return (f"tiletrain.sparse_csr_tensor(size={self.shape}, nnz={self._nnz()}, dtype={self.dtype}, "
+                f"blocks={self.blocks})")
+
+    # -- conversions and products -------------------------------------------------------------
+    def to_dense(self) -> Tensor:
+        """The dense (N, M) matrix (differentiable in the values)."""
+        N, M = self.shape
+        flat = zeros((N * M,), dtype=self.dtype)
+        if self._nnz():
+            rows = np.repeat(np.arange(N, dtype=np.int64), np.diff(self._crow))
+            flat = index_add(flat, 0, from_numpy(rows * M + self._col), self._values)
+        return reshape(flat, N, M)
+
+    def blocked_values(self) -> Tensor:
+        """The values in the blocked layout (nblocks, L), tiled (1, L)."""
+        gr, gc = self.grid
+        if self._perm is None:
+            return zeros((gr * gc, self.L), dtype=self.dtype, tiles=(1, self.L))
+        if self._bv is not None and not self._values.requires_grad:
+            return self._bv
+        bv = reshape(index_select(self._values, 0, self._perm), gr * gc, self.L)
+        self._bv = None if self._values.requires_grad else bv
+        return bv
+
+    def __matmul__(self, other):
+        return mm(self, other) if isinstance(other, Tensor) else NotImplemented
+
+    def matmul(self, other):
+        return mm(self, other)
+
+
+def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=None, blocks=None,
+                      requires_grad: bool = False) -> SparseCSRTensor:
+    """torch.sparse_csr_tensor: a (N, M) CSR matrix from its row pointers (N + 1), column
+    indices and values (nnz each).  ``size`` defaults to (N, largest column + 1); ``blocks``
+    (rb, cb) sets the tiling (default: up to 4096 x 4096 per block)."""
+    what = "sparse_csr_tensor"
+    crow, col = _ints(crow_indices, what, "crow_indices"), _ints(col_indices, what, "col_indices")
+    empty_dtype = None
+    if isinstance(values, np.ndarray):
+        values = values.astype(dtype) if dtype is not None else values
+        if values.dtype not in (np.float32, np.float64):
+            raise TypeError(f"{what}: values must be float32 or float64, got {values.dtype}")
+        if values.size == 0:  # no entries (tiletrain tensors have no empty axes): no values tensor
+            empty_dtype, values = values.dtype, None
+        else:
+            values = from_numpy(values)
+    if values is not None:
+        _float_tensor(values, what, "values")
+        if values.ndim != 1:
+            raise ValueError(f"{what}: values must be 1-D (nnz,), got shape {values.shape}")
+    nvals = values.shape[0] if values is not None else 0
+    if len(crow) < 1 or crow[0] != 0 or (np.diff(crow) < 0).any():
+        raise ValueError(f"{what}: crow_indices must start at 0 and never decrease")
+    if crow[-1] != len(col) or len(col) != nvals:
+        raise ValueError(f"{what}: crow_indices[-1] = {int(crow[-1])}, {len(col)} col_indices and "
+                         f"{nvals} values: all three must equal nnz")
+    N = len(crow) - 1
+    if size is None:
+        size = (N, int(col.max()) + 1 if len(col) else 0)
+    size = tuple(size)
+    if len(size) != 2 or not all(isinstance(s, numbers.Integral) and s >= 0 for s in size):
+        raise ValueError(f"{what}: size must be (rows, columns), got {size}")
+    if size[0] != N:
+        raise ValueError(f"{what}: size has {size[0]} rows, crow_indices describes {N}")
+    if len(col) and (col.min() < 0 or col.max() >= size[1]):
+        k = int(np.argmax((col < 0) | (col >= size[1])))
+        raise IndexError(f"{what}: col_indices[{k}] = {int(col[k])} is out of range for {size[1]} columns")
+    if requires_grad and values is not None:
+        values.requires_grad_()
+    blocks = blocks if blocks is not None else (DEFAULT_BLOCK, DEFAULT_BLOCK)
+    return SparseCSRTensor(crow, col, values, size, blocks, dtype=empty_dtype)
+
+
+def to_sparse_csr(x: Tensor, blocks=None) -> SparseCSRTensor:
+    """Tensor.to_sparse_csr: the nonzeros of a 2-D tensor as a CSR matrix (values
+    differentiable), blocked like x's tiles unless ``blocks`` is given."""
+    what = "to_sparse_csr"
+    _float_tensor(x, what, "x")
+    if x.ndim != 2:
+        raise ValueError(f"{what}: x must be 2-D, got shape {x.shape}")
+    a = x.numpy()
+    rows, cols = np.nonzero(a)
+    N, M = x.shape
+    crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)
+    flat = (rows * M + cols).astype(np.int64)
+    values = index_select(reshape(x, N * M), 0, from_numpy(flat)) if len(flat) else None
+    return SparseCSRTensor(crow, cols.astype(np.int64), values, (N, M), blocks or x.tiles, dtype=x.dtype)
+
+
+# ---- the product --------------------------------------------------------------------------
+
+def _chains(mask: np.ndarray):
+    """For a (G, K) bool mask of non-empty blocks: (g, k, first) for every chain g over its
+    non-empty k in order (k = 0 for a g with none: it only writes zeros)."""
+    mask = mask.copy()
+    mask[~mask.any(axis=1), 0] = True
+    g, k = np.nonzero(mask)
+    first = np.ones(len(g), bool)
+    first[1:] = g[1:] != g[:-1]
+    return g, k, first
+
+
+def _sizes(n: int, t: int, grid: int) -> np.ndarray:
+    return np.minimum(t, n - np.arange(grid) * t)
+
+
+def mm(A: SparseCSRTensor, X: Tensor) -> Tensor:
+    """torch.sparse.mm: A (N, M) CSR @ X (M, F) dense -> (N, F), tiled (A's row block, X's
+    column tile); gradients for X and for A's values."""
+    what = "sparse.mm"
+    if not isinstance(A, SparseCSRTensor):
+        raise TypeError(f"{what}: A must be a sparse CSR tensor (tiletrain.sparse_csr_tensor), got "
+                        f"{type(A).__name__}")
+    _float_tensor(X, what, "X")
+    if X.ndim != 2 or X.shape[0] != A.shape[1]:
+        raise ValueError(f"{what}: X must be ({A.shape[1]}, F) for A of shape {A.shape}, got {X.shape}")
+    if X.dtype != A.dtype:
+        raise TypeError(f"{what}: A is {A.dtype}, X {X.dtype}: they must match")
+    rb, cb = A.blocks
+    tf = X.tiles[1]
+    Xa = retile(X, (min(cb, max(X.shape[0], 1)), tf)) if X.tiles[0] != cb else X
+    bv = A.blocked_values()
+    N, F = A.shape[0], X.shape[1]
+    Y = Tensor(TensorTraits((N, F), (min(rb, max(N, 1)), tf)), X.dtype)
+    if N and F:
+        _mm_tasks(A, bv.detach() if bv.requires_grad else bv, Xa.detach() if Xa.requires_grad else Xa, Y)
+    else:
+        Y = zeros((N, F), dtype=X.dtype)
+    return record("sparse_mm", Y, (bv, Xa), saved=(bv, Xa), A=A)
+
+
+def _mm_tasks(A, bv, x, y) -> None:
+    gr, gc = A.grid
+    gf = -(-x.shape[1] // x.tiles[1])
+    i, k, first = _chains(A.block_nnz.reshape(gr, gc) > 0)
+    j = np.arange(gf)
+    i, k, first = (np.repeat(a, gf) for a in (i, k, first))
+    j = np.tile(j, len(i) // gf)
+    order = np.lexsort((k, j, i))  # each y tile's chain together, in k order
+    i, k, j = i[order], k[order], j[order]
+    first = np.ones(len(i), bool)
+    first[1:] = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
+    blk = i * gc + k
+    N, M = A.shape
+    run_tasks("csr_mm", [A._rowptr, A._cols, bv, x, y], np.stack([blk, blk, blk, k * gf + j, i * gf + j], axis=1),
+              wmask=first.astype(np.int64) << 4, mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+              nx=_sizes(x.shape[1], x.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
+              nnz=A.block_nnz[blk].astype(np.float64))
+
+
+@backward_rule("sparse_mm")
+def _sparse_mm_bwd(node, g):
+    bv, x = node.saved
+    A = node.ctx["A"]
+    gr, gc = A.grid
+    N, M = A.shape
+    gf = -(-g.shape[1] // g.tiles[1])
+    dbv = dx = None
+    if node.inputs[1] is not None:  # dX = A^T g: per column block k, chains over row blocks i
+        dx = Tensor(x.traits, g.dtype)
+        k, i, first = _chains((A.block_nnz.reshape(gr, gc) > 0).T)
+        k, i = (np.repeat(a, gf) for a in (k, i))
+        j = np.tile(np.arange(gf), len(k) // gf)
+        order = np.lexsort((i, j, k))
+        k, i, j = k[order], i[order], j[order]
+        first = np.ones(len(k), bool)
+        first[1:] = (k[1:] != k[:-1]) | (j[1:] != j[:-1])
+        blk = i * gc + k
+        run_tasks("csr_mm_t", [A._rowptr, A._cols, bv, g, dx],
+                  np.stack([blk, blk, blk, i * gf + j, k * gf + j], axis=1), wmask=first.astype(np.int64) << 4,
+                  mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+                  nx=_sizes(g.shape[1], g.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
+                  nnz=A.block_nnz[blk].astype(np.float64))
+    if node.inputs[0] is not None:  # d(values) per block: chains over the column tiles of g and x
+        dbv = Tensor(bv.traits, g.dtype)
+        blk = np.repeat(np.arange(gr * gc), gf)
+        j = np.tile(np.arange(gf), gr * gc)
+        i, k = blk // gc, blk % gc
+        run_tasks("csr_sddmm", [A._rowptr, A._cols, g, x, dbv],
+                  np.stack([blk, blk, i * gf + j, k * gf + j, blk], axis=1), wmask=(j == 0).astype(np.int64) << 4,
+                  mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+                  nx=_sizes(g.shape[1], g.tiles[1], gf)[j], nv=A.L, first=(j == 0).astype(np.int64),
+                  nnz=A.block_nnz[blk].astype(np.float64))
+    return (dbv, dx)
+
+
+__all__ = ["SparseCSRTensor", "mm", "sparse_csr_tensor", "to_sparse_csr"]
