@@ -80,6 +80,14 @@ def run_batch(name: str, batch, whole=(), reduce: bool = False, **fields) -> Non
     check(lib.tt_batch_map(kid, args, len(batch), _ptrs(batch), len(whole), _ptrs(whole), int(reduce)))
 
 
+def conv_halo_stats() -> tuple[int, int]:
+    """(bytes, slabs) of the halo slabs the conv/pool expanders cut out for another rank since
+    the process started (csrc/expand_conv.c; 0 without MPI): a spatial split's halo traffic."""
+    out = ffi.new("int64_t[2]")
+    lib.tt_conv_halo_stats(out, out + 1)
+    return int(out[0]), int(out[1])
+
+
 # The expanders with a fixed kernel and a signature of their own.
 
 def run_cast(x, y) -> None:
@@ -236,7 +244,7 @@ def spin(a, b, c, d, usec: int, sleep: bool, wmask: int) -> None:
                       int(bool(sleep)), int(wmask)))
 
 
-__all__ = ["run_cpu_body", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions", "embedding_backward",
+__all__ = ["run_cpu_body", "conv_halo_stats", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions", "embedding_backward",
            "embedding_rows", "gemm", "gemm_bias", "gemm_bias_gelu", "heads_fill_parts", "heads_merge",
            "heads_merge_part", "heads_split", "kernel_id", "kernel_info", "kernel_names", "run_batch", "run_cast",
            "run_map", "run_norm", "run_span", "spin", "sum_all", "tensor_view", "tile_view", "tile_view_as",
