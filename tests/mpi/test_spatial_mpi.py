@@ -48,3 +48,30 @@ def test_hybrid_data_spatial_on_4_ranks(tmp_path):
     run_single("spatial_cnn.py", tmp_path, "single", "0,2", "2,2")
     run_mpi("spatial_cnn.py", 4, tmp_path, "hyb", "0,2", "2,2", timeout=400)
     _check(tmp_path, "hyb", 4, 0.2)
+
+
+def _losses(out: str) -> list[float]:
+    return [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+
+
+def _read(out: str) -> dict[int, int]:
+    """rank -> bytes of volumes it read (the examples' last lines)."""
+    return {int(line.split()[1].split("/")[0]): int(line.split()[3]) for line in out.splitlines()
+            if line.startswith("rank ") and " read " in line}
+
+
+@pytest.mark.parametrize("mode, nprocs", [("spatial", 2), ("data", 2), ("hybrid", 4)])
+def test_cosmoflow_example_matches_one_process(tmp_path, mode, nprocs):
+    """examples/cosmoflow.py --dist spatial|data|hybrid gives the one-process losses (float64,
+    1e-9), and each rank reads only its share of the volumes."""
+    common = ["--size", "32", "--steps", "3", "--batch", "4", "--dtype", "float64", "--seed", "3", "--width", "4",
+              "--samples", "8", "--data", str(tmp_path / "data")]
+    one = run_single("cosmoflow.py", *common, "--dist", "none", timeout=240)
+    res = run_mpi("cosmoflow.py", nprocs, *common, "--dist", mode, timeout=400)
+    want, got = _losses(one.stdout), _losses(res.stdout)
+    assert len(want) == 3 and len(got) == 3, res.stdout
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    total = _read(one.stdout)[0]
+    read = _read(res.stdout)
+    assert sorted(read) == list(range(nprocs)) and sum(read.values()) == total, (read, total)
+    assert all(v == total // nprocs for v in read.values()), (read, total)
