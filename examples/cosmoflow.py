@@ -15,8 +15,9 @@ outputs, MSE loss, SGD with momentum.  --dist:
 
 Each rank reads only its own sub-volumes from the dataset (tiletrain.data.volume; made on
 first use under --data), each layer runs where its input tiles are, and only halo slabs and
-weight-sized tensors cross ranks.  Prints ``step k loss X`` (rank 0), then the bytes each rank
-read and the halo bytes moved per step.  The same --seed gives the same losses in every mode.
+weight-sized tensors cross ranks.  Prints ``step k loss X`` (rank 0), then per rank the bytes
+it read, the halo bytes it sent per step, the time per step and its peak RSS.  The same --seed
+gives the same losses in every mode.
 """
 import argparse
 import os
@@ -122,7 +123,16 @@ def main(argv=None):
         dt = (time.perf_counter() - t0) / max(args.steps, 1)
         halo = (conv_halo_stats()[0] - halo0) / max(args.steps, 1)
         print(f"rank {r}/{world}: read {ds.bytes_read} bytes of volumes, halo {halo:.0f} bytes/step sent, "
-              f"{dt:.3f} s/step", flush=True)
+              f"{dt:.3f} s/step, peak RSS {peak_rss_mb():.0f} MiB", flush=True)
+
+
+def peak_rss_mb() -> float:
+    """This process' peak resident memory (VmHWM), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 class _nothing:
