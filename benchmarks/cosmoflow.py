@@ -5,7 +5,8 @@ process, and 2 ranks with the volumes split in space against one process.
    median step (forward, backward, SGD momentum update, waited for) of tiletrain (--ncpu
    workers; activations one tile per sample) and of a torch.nn.Conv3d model with the same
    weights (torch.set_num_threads(--ncpu)), the two alternating step by step; the first
-   losses agree.  Peak memory: each framework's VmHWM in a process of its own (3 steps).
+   losses agree.  Peak memory: each framework's VmHWM in a process of its own that builds
+   only that framework's model (3 steps; the tiletrain process does not import torch).
 2. --mpi: examples/cosmoflow.py --dist none in one process (2 workers) and --dist spatial under
    mpirun -np 2 (1 worker per rank, the README's rank variables), --steps steps each: the
    time per step (after the first) and every rank's peak RSS, with the ratios.
@@ -68,50 +69,55 @@ def torch_model(torch, state: dict, width: int, size: int):
     return m
 
 
-def steps(args):
-    """(tiletrain step, torch step): the same model, weights and batch."""
-    import torch
-    torch.set_num_threads(args.ncpu)
+def steps(args, which=("tiletrain", "torch")):
+    """{name: step} for the frameworks in ``which``: the same model, weights and batch (a
+    memory probe builds only its own framework's)."""
     ex = _example()
     rng = np.random.default_rng(0)
     model = ex.CosmoFlow(args.size, args.width, np.float32, rng=rng)
-    tmodel = torch_model(torch, model.state_dict(), args.width, args.size)
     from tiletrain.data.volume import gaussian_random_fields
     x, y = gaussian_random_fields(args.batch, args.size, seed=1)
-    X, Y = tt.from_numpy(x, (1,) + x.shape[1:]), tt.from_numpy(y, (1, 4))
-    tx, ty = torch.tensor(x), torch.tensor(y)
-    opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
-    topt = torch.optim.SGD(tmodel.parameters(), lr=0.01, momentum=0.9)
+    out = {}
+    if "tiletrain" in which:
+        X, Y = tt.from_numpy(x, (1,) + x.shape[1:]), tt.from_numpy(y, (1, 4))
+        opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def tt_step():
-        loss = F.mse_loss(model(X), Y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        value = float(loss)
-        tt.wait()
-        return value
+        def tt_step():
+            loss = F.mse_loss(model(X), Y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            value = float(loss)
+            tt.wait()
+            return value
+        out["tiletrain"] = tt_step
+    if "torch" in which:
+        import torch
+        torch.set_num_threads(args.ncpu)
+        tmodel = torch_model(torch, model.state_dict(), args.width, args.size)
+        tx, ty = torch.tensor(x), torch.tensor(y)
+        topt = torch.optim.SGD(tmodel.parameters(), lr=0.01, momentum=0.9)
 
-    def torch_step():
-        loss = torch.nn.functional.mse_loss(tmodel(tx), ty)
-        loss.backward()
-        topt.step()
-        topt.zero_grad()
-        return loss.item()
-
-    return tt_step, torch_step
+        def torch_step():
+            loss = torch.nn.functional.mse_loss(tmodel(tx), ty)
+            loss.backward()
+            topt.step()
+            topt.zero_grad()
+            return loss.item()
+        out["torch"] = torch_step
+    return out
 
 
 def memory_probe(args) -> None:
-    tt_step, torch_step = steps(args)
-    step = tt_step if args.memory_probe == "tiletrain" else torch_step
+    step = steps(args, (args.memory_probe,))[args.memory_probe]
     for _ in range(3):
         step()
     print(json.dumps({"peak_mb": rss_mb("VmHWM")}))
 
 
 def one_process(args) -> None:
-    tt_step, torch_step = steps(args)
+    both = steps(args)
+    tt_step, torch_step = both["tiletrain"], both["torch"]
     first = (tt_step(), torch_step())
     assert abs(first[0] - first[1]) < 1e-3 * max(1.0, abs(first[1])), first
     for _ in range(args.warmup):
