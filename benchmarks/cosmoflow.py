@@ -11,8 +11,11 @@ process, and 2 ranks with the volumes split in space against one process.
    mpirun -np 2 (1 worker per rank, the README's rank variables), --steps steps each: the
    time per step (after the first) and every rank's peak RSS, with the ratios.
 
+3. --big: a volume that does not fit one process under --mem-limit (default 900M per process;
+   e.g. --size 128 --batch 2) trains when split in space over 2 ranks with the same limit each.
+
     python benchmarks/cosmoflow.py [--size 64] [--batch 4] [--width 8] [--ncpu 2] [--reps 5]
-                                   [--warmup 2] [--mpi] [--steps 4]
+                                   [--warmup 2] [--mpi] [--steps 4] [--big --mem-limit 900M]
 """
 from __future__ import annotations
 
@@ -174,6 +177,27 @@ def two_ranks(args) -> None:
                  "peak ratio"], rows))
 
 
+def big_volume(args) -> None:
+    """--size^3 under --mem-limit per process: one process against 2 ranks split in space."""
+    from tiletrain.utils import mpirun
+    common = [str(EXAMPLE), "--size", str(args.size), "--batch", str(args.batch), "--width", str(args.width),
+              "--steps", str(args.steps), "--samples", str(2 * args.batch), "--mem-limit", args.mem_limit,
+              "--data", str(ROOT / "runs" / "cosmoflow-data")]
+    rows = []
+    for label, cmd, env in (("1 process", [sys.executable, *common, "--dist", "none"], dict(os.environ)),
+                            ("2 ranks spatial", mpirun.command(2, [sys.executable, *common, "--dist", "spatial"]),
+                             mpirun.environment())):
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        text = out.stdout + out.stderr
+        err = re.search(r"MemoryError: (.{0,120})", text)
+        losses = re.findall(r"step \d+ loss (\S+)", out.stdout)
+        rows.append([label, "trains" if out.returncode == 0 else ("MemoryError" if err else f"exit {out.returncode}"),
+                     " ".join(losses) or "-", f"{time.perf_counter() - t0:.0f}"])
+    print(f"\n{args.size}^3, batch {args.batch}, width {args.width}, float32, mem_limit {args.mem_limit} per process")
+    print(table(["run", "result", "losses", "wall s"], rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=64)
@@ -184,11 +208,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--mpi", action="store_true", help="2 ranks split in space against one process instead")
     ap.add_argument("--steps", type=int, default=4, help="--mpi: steps of each run")
+    ap.add_argument("--big", action="store_true",
+                    help="--size under --mem-limit: one process (MemoryError) against 2 ranks split in space")
+    ap.add_argument("--mem-limit", default="900M", help="--big: each process' mem_limit")
     ap.add_argument("--memory-probe", choices=("tiletrain", "torch"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.mpi:
+    if args.mpi or args.big:
         print(environment())
-        two_ranks(args)
+        (big_volume if args.big else two_ranks)(args)
         return
     tt.init(ncpu=args.ncpu)
     if args.memory_probe:

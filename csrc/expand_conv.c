@@ -13,7 +13,7 @@
  * a temporary assembled by region_copy tasks from the input tiles it overlaps -- the tile's
  * own part and the halo slabs of its neighbours, sub-tile boxes, never whole tensors.  Under
  * MPI a slab owned by another rank than the window is first copied out on its owner, so only
- * the slab crosses ranks (StarPU-MPI moves it; tt_conv_halo_stats counts it).  The kernels
+ * the slab crosses ranks (StarPU-MPI moves it; tt_conv_halo_stats counts the sender's).  The kernels
  * get the window's own geometry (l = window, p = its left padding, e = padded end).
  * Backward: the kernels write a window-shaped gradient that region_add tasks add into the
  * input-gradient tiles it overlaps (zeroed first), again through slabs across ranks --
@@ -32,7 +32,7 @@
 
 #include "tt_internal.h"
 
-static int64_t halo_bytes, halo_slabs; /* slab bytes copied out for another rank (MPI) */
+static int64_t halo_bytes, halo_slabs; /* slabs this rank cut out for another rank (MPI) */
 
 void tt_conv_halo_stats(int64_t *bytes, int64_t *slabs)
 {
@@ -437,8 +437,10 @@ static int move_box(const sgeom *g, const tt_tensor *like, int64_t nb, const int
             tt_tensor_free(slab);
             return rc;
         }
-        halo_bytes += planes * box[0] * box[1] * box[2] * (int64_t)like->elemsize;
-        halo_slabs++;
+        if (sown == tt_mpi_rank()) { /* this rank sends it */
+            halo_bytes += planes * box[0] * box[1] * box[2] * (int64_t)like->elemsize;
+            halo_slabs++;
+        }
         src = slab->handles[0], ss = blo, sd = box;
     }
     region_args(&a, like->dtype, planes, blo, bhi, ss, sd, ds, dd);

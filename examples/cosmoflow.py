@@ -98,11 +98,12 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=16, help="volumes in the dataset")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--data", default="runs/cosmoflow-data", help="dataset directory (a folder per size/seed)")
+    ap.add_argument("--mem-limit", default=None, help="cap on each rank's tile memory, e.g. 512M (tt.init's mem_limit)")
     args = ap.parse_args(argv)
     dtype = np.dtype(args.dtype)
     ds = dataset(Path(args.data) / f"s{args.size}-n{args.samples}-seed{args.seed}", args.samples, args.size,
                  args.seed)
-    with tt.init():
+    with tt.init(mem_limit=args.mem_limit):
         r, world = tt.rank(), tt.world_size()
         sp = distribution(args.dist, world)
         model = CosmoFlow(args.size, args.width, dtype, rng=np.random.default_rng(args.seed))

@@ -173,8 +173,8 @@ int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full,
  * accumulate over the tiles in order (`first` on the first; per-rank partials under MPI). */
 int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *batch, int nwhole,
                  tt_tensor *const *whole, int reduce);
-/* Halo slabs copied out for another rank by the conv/pool expanders since the process
- * started (MPI only; bytes and count): the spatial split's halo traffic. */
+/* Halo slabs this rank cut out for another rank in the conv/pool expanders since the process
+ * started (MPI only; bytes and count): the spatial split's halo traffic it sends. */
 void tt_conv_halo_stats(int64_t *bytes, int64_t *slabs);
 
 /* -- softmax / cross_entropy -- */

@@ -81,8 +81,9 @@ def run_batch(name: str, batch, whole=(), reduce: bool = False, **fields) -> Non
 
 
 def conv_halo_stats() -> tuple[int, int]:
-    """(bytes, slabs) of the halo slabs the conv/pool expanders cut out for another rank since
-    the process started (csrc/expand_conv.c; 0 without MPI): a spatial split's halo traffic."""
+    """(bytes, slabs) of the halo slabs this rank cut out for another rank in the conv/pool
+    expanders since the process started (csrc/expand_conv.c; 0 without MPI): the halo
+    traffic a spatial split makes this rank send."""
     out = ffi.new("int64_t[2]")
     lib.tt_conv_halo_stats(out, out + 1)
     return int(out[0]), int(out[1])
