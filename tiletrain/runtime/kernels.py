@@ -11,7 +11,7 @@ keyword arguments named as in the table.  Three C expanders cover the ops:
   run_norm(name, full, rows, cols, reduce=0, **args)
                                          row/column kernels over the last axis (layer/rms norm)
   run_batch(name, batch, whole, reduce=False, **args)
-                                         one task per batch tile (conv, pools, batch norm)
+                                         conv, pools, batch norm over batch/spatial tiles
 
 Nothing above this module names a C type or a kernel id.  The kernels are those of the
 registry (runtime/registry.py), read once from the C library's kernel table."""
@@ -73,9 +73,11 @@ def run_norm(name: str, full, rows=(), cols=(), reduce: int = 0, **fields) -> No
 
 
 def run_batch(name: str, batch, whole=(), reduce: bool = False, **fields) -> None:
-    """One ``name`` task per batch tile (csrc/expand_conv.c: conv, pools, batch norm):
-    ``batch`` tensors are tiled along axis 0 only, ``whole`` ones are single tiles (with
-    ``reduce`` the written whole tensors accumulate over the batch tiles in order)."""
+    """Conv, pool and batch-norm kernels over activation tiles (csrc/expand_conv.c):
+    ``batch`` tensors (N, C, *spatial) have the channel axis in one tile and may be tiled
+    along batch and spatial axes (conv/pools: one task per output tile reading its input
+    window, halos included; batch norm: one task per tile); ``whole`` ones are single tiles
+    (with ``reduce`` the written whole tensors accumulate over the tiles in order)."""
     kid, args = _args(name, fields)
     check(lib.tt_batch_map(kid, args, len(batch), _ptrs(batch), len(whole), _ptrs(whole), int(reduce)))
 
