@@ -34,7 +34,7 @@ import numpy as np
 from .runtime.mpi import rank, world_size  # (the runtime's: here too for code that thinks in distributions)
 from .runtime.mpi import session_world_size as _runtime_world_size
 
-__all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "use", "default", "explicit", "rank",
+__all__ = ["Distribution", "SingleRank", "BlockCyclic", "Explicit", "Spatial", "use", "default", "explicit", "rank",
            "world_size"]
 
 
@@ -52,7 +52,7 @@ class Distribution:
         (default: the running session's; 1 without MPI).  With more than one rank, a
         distribution that does not fit the job raises ValueError (check())."""
         world = _runtime_world_size() if world is None else int(world)
-        cacheable = type(self) in (SingleRank, BlockCyclic)
+        cacheable = type(self) in (SingleRank, BlockCyclic, Spatial)
         if cacheable:
             key = (self, tuple(grid), world)
             hit = _OWNERS_CACHE.get(key)
@@ -182,6 +182,88 @@ class Explicit(Distribution):
 
     def __repr__(self):
         return f"Explicit({self.table.tolist()})"
+
+
+class Spatial(Distribution):
+    """Activations split in space (and optionally batch) over a grid of ranks, by blocks:
+    ``Spatial(dims=(2,), grid=(2,))`` gives the first half of an (N, C, D, H, W) tensor's
+    tiles along D to rank 0 and the second half to rank 1; ``Spatial(dims=(0, 2), grid=(2, 2))``
+    is data x spatial (hybrid) on 4 ranks, rank = row-major position in ``grid``.  Tile i of
+    n along axis ``dims[j]`` is at grid coordinate ``i * grid[j] // n``, so every tensor made
+    under ``with use(sp):`` -- each layer's output and, in backward, its gradient -- lives
+    with the input tiles it was computed from when its tiles line up with the input's (the
+    conv/pool outputs do: tiletrain/ops/conv.py); tensors without those axes, or with one
+    tile along them (weights, statistics, the dense head), are on grid coordinate 0.  The
+    one documented way to split a CNN in space: docs/cnn3d.md."""
+
+    __slots__ = ("dims", "grid")
+
+    def __init__(self, dims: Sequence[int], grid: Sequence[int]):
+        dims, grid = tuple(dims), tuple(grid)
+        if not dims or len(dims) != len(grid):
+            raise ValueError(f"Spatial: dims and grid must be non-empty and of one length, got dims={dims!r} "
+                             f"grid={grid!r}")
+        for name, vals, low in (("dims", dims, 0), ("grid", grid, 1)):
+            for v in vals:
+                if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
+                    raise ValueError(f"Spatial: {name} must be ints >= {low}, got {vals!r}")
+        if len(set(dims)) != len(dims) or 1 in dims:
+            raise ValueError(f"Spatial: dims must be distinct tensor axes other than the channel axis 1, "
+                             f"got {dims!r}")
+        self.dims, self.grid = tuple(int(d) for d in dims), tuple(int(g) for g in grid)
+
+    @property
+    def nranks(self) -> int:
+        return math.prod(self.grid)
+
+    def _owners(self, tgrid):
+        n = len(tgrid)
+        if n == 0:
+            return np.zeros(1, dtype=np.int64)
+        idx = np.indices(tgrid).reshape(n, -1)
+        owner = np.zeros(idx.shape[1], dtype=np.int64)
+        for d, g in zip(self.dims, self.grid):
+            coord = idx[d] * g // tgrid[d] if d < n else 0
+            owner = owner * g + coord
+        return owner
+
+    def tiles(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """The tile shape that gives every rank one block of ``shape``: axis ``dims[j]`` cut in
+        ``grid[j]`` equal tiles (ValueError when it does not divide), the others whole."""
+        shape = tuple(int(s) for s in shape)
+        tiles = list(shape)
+        for d, g in zip(self.dims, self.grid):
+            if d >= len(shape):
+                raise ValueError(f"Spatial: axis {d} is not an axis of a tensor of shape {shape}")
+            if shape[d] % g:
+                raise ValueError(f"Spatial: the grid of {g} ranks along axis {d} does not divide its size "
+                                 f"{shape[d]} (shape {shape}); use a size that is a multiple of {g}")
+            tiles[d] = shape[d] // g
+        return tuple(tiles)
+
+    def check_layout(self, shape: Sequence[int], tiles: Sequence[int]) -> None:
+        """ValueError unless the grid divides the tile count along every split axis (an input
+        placed with this distribution: each rank must get whole blocks of tiles)."""
+        for d, g in zip(self.dims, self.grid):
+            if d >= len(shape):
+                raise ValueError(f"Spatial: axis {d} is not an axis of a tensor of shape {tuple(shape)}")
+            n = -(-int(shape[d]) // int(tiles[d]))
+            if n % g:
+                raise ValueError(f"Spatial: the grid of {g} ranks along axis {d} does not divide its {n} tiles "
+                                 f"(shape {tuple(shape)}, tiles {tuple(tiles)}); use a multiple of {g} tiles")
+
+    def check(self, world: int) -> None:
+        if self.nranks > world:
+            raise ValueError(f"Spatial{self.grid}: the grid has {self.nranks} ranks; the job has {world}")
+
+    def __eq__(self, other):
+        return isinstance(other, Spatial) and other.dims == self.dims and other.grid == self.grid
+
+    def __hash__(self):
+        return hash(("Spatial", self.dims, self.grid))
+
+    def __repr__(self):
+        return f"Spatial(dims={self.dims}, grid={self.grid})"
 
 
 _default: Distribution = SingleRank(0)

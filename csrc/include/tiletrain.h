@@ -181,13 +181,17 @@ int tt_norm_map(int kernel, const void *args, int nfull, tt_tensor *const *full,
                 int ncol, tt_tensor *const *cols, int reduce);
 
 /* -- convolution, pooling, batch norm -- */
-/* (csrc/expand_conv.c) One task per batch tile: `batch` tensors (N, ...) are tiled along axis 0
- * only and share its tiling (their other axes may differ); `whole` tensors have a single tile
- * and are read by every task, or (reduce = 1) the written ones accumulate over the batch tiles
- * in order (`first` on the first).  Kernels: conv_*, max_pool_*, avg_pool_*, bn_* (integer
- * args start with nb, the tile's batch count, filled in here). */
+/* (csrc/expand_conv.c) `batch` tensors (N, C, *spatial) have the channel axis in one tile and
+ * share the batch tiling; they may be tiled along spatial axes.  bn_*: one task per tile;
+ * conv_*, max_pool_*, avg_pool_*: one task per output tile, reading the input window it needs
+ * (halo slabs of the neighbouring tiles; the args hold the op's global geometry).  `whole`
+ * tensors have a single tile and are read by every task, or (reduce = 1) the written ones
+ * accumulate over the tiles in order (`first` on the first; per-rank partials under MPI). */
 int tt_batch_map(int kernel, const void *args, int nbatch, tt_tensor *const *batch, int nwhole,
                  tt_tensor *const *whole, int reduce);
+/* Halo slabs this rank cut out for another rank in the conv/pool expanders since the process
+ * started (MPI only; bytes and count): the spatial split's halo traffic it sends. */
+void tt_conv_halo_stats(int64_t *bytes, int64_t *slabs);
 
 /* -- softmax / cross_entropy -- */
 

@@ -1,4 +1,4 @@
-"""Corpora and batching: tokenizers (bytes, the default, or a Hugging Face tokenizer.json) and
+"""Corpora and batching (3-D volumes for CNNs: tiletrain.data.volume): tokenizers (bytes, the default, or a Hugging Face tokenizer.json) and
 a text corpus with a train/validation split, sampled reproducibly from a seed.  A corpus
 tokenised with a tokenizer.json is cached on disk, keyed by a hash of the text and the
 tokenizer (``$TILETRAIN_CACHE``, default ~/.cache/tiletrain)."""
@@ -18,9 +18,11 @@ import numpy as np
 from ..checkpoint import write_atomic
 from ..config import cache_root
 from .tokenizer import TOKENIZER_NAME, ByteTokenizer, Tokenizer, load_tokenizer
+from .volume import VolumeDataset, gaussian_random_fields, make_cosmo_dataset, write_volumes
 
 __all__ = ["ByteTokenizer", "Tokenizer", "load_tokenizer", "TOKENIZER_NAME", "Corpus", "stdlib_sources",
-           "load_corpus", "cache_dir"]
+           "load_corpus", "cache_dir", "VolumeDataset", "gaussian_random_fields", "make_cosmo_dataset",
+           "write_volumes"]
 
 
 def stdlib_sources() -> list[Path]:

@@ -5,8 +5,9 @@ Parameter names, shapes and initialisation are torch's (conv weight (C_out, C_in
 *kernel) and bias drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), i.e. kaiming_uniform_ with
 a = sqrt(5); batch norm weight 1, bias 0, buffers running_mean 0, running_var 1 and
 num_batches_tracked), so a torch state_dict loads as is.  Parameters and batch-norm buffers
-are single tiles; activations are best tiled along the batch axis only (anything else is
-re-tiled by the ops)."""
+are single tiles; activations may be tiled along the batch axis and along D/H/W (volumes
+split in space: halos are read from the neighbouring tiles, docs/cnn3d.md); a channel axis
+split in several tiles is re-tiled by the ops."""
 from __future__ import annotations
 
 import math

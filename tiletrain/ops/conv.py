@@ -1,17 +1,28 @@
 """Convolution, pooling and batch normalisation over NC(D)HW activations, as torch.nn.functional.
 
-The kernels see activations tiled along the batch axis only (every tile holds whole images,
-so no task needs a halo from its neighbours) and weights, biases and per-channel statistics
-as single tiles; operands tiled otherwise are re-tiled first (ops.shape.retile).  Every op
-is one C call that submits one task per batch tile (csrc/expand_conv.c, ``run_batch``);
-conv1d/2d/3d and the 1/2/3-d pools share one N-d implementation whose
-kernels always see 3-D spatial geometry (leading unit axes for 1-D and 2-D).
+Activations may be tiled along the batch axis and along any spatial axis (D, H, W); the
+channel axis is kept in one tile (an activation tiled across channels is re-tiled first,
+ops.shape.retile), and weights, biases and per-channel statistics are single tiles.  Every
+op is one C call (csrc/expand_conv.c, ``run_batch``): conv and pools submit one task per
+output tile, which reads the window of the input it needs -- its own input tile, or the
+halo slabs of the neighbouring tiles copied next to it (sub-tile boxes; under MPI a slab
+owned by another rank is cut out there, so only the slab moves) -- and backward adds each
+window's gradient back into the tiles it overlaps.  The output of a spatially tiled input is
+tiled the same way (as many tiles per axis where the output is long enough), so under a
+spatial distribution (tiletrain.distribution.Spatial) every tile's work stays on its rank.
+conv1d/2d/3d and the 1/2/3-d pools share one N-d implementation whose kernels always see
+3-D spatial geometry (leading unit axes for 1-D and 2-D).
 
 conv: per batch tile, im2col of every image and group + one BLAS gemm with the weight;
 backward: dx by gemm + col2im per tile, dw/db accumulated over the batch tiles in order.
 batch_norm: per-channel mean and M2 merged over the batch tiles (Chan), running statistics
 updated in place with the unbiased variance (as torch), then one normalising pass; its
-backward sums dy and dy * xhat per channel, then one pass for dx."""
+backward sums dy and dy * xhat per channel, then one pass for dx.  Batch norm takes any
+batch/spatial tiling: the statistics are reduced over all tiles (under MPI each rank merges
+its own tiles, then the ranks' partials are merged on the statistics' owner).
+
+Bad input is rejected before anything is submitted, among it a spatially split input whose
+tiles are smaller than the halo the kernel reaches into its neighbours."""
 from __future__ import annotations
 
 import numbers
@@ -33,8 +44,29 @@ def _layout(t: Tensor, tiles: tuple) -> Tensor:
     return retile(t, tiles)
 
 
-def _batch_layout(x: Tensor) -> Tensor:
-    return _layout(x, (x.tiles[0],) + x.shape[1:])
+def _act_layout(x: Tensor) -> Tensor:
+    """x with its channel axis in one tile (its batch and spatial tiling kept)."""
+    return _layout(x, (x.tiles[0], x.shape[1]) + x.tiles[2:])
+
+
+def _out_tiles(x: Tensor, o: tuple) -> tuple:
+    """Tiles of an output of spatial shape o: as many along each axis as the input has, where
+    the output is long enough (the tasks then line up with the input tiles)."""
+    return tuple(oi if g == 1 else -(-oi // min(g, oi)) for oi, g in zip(o, x.grid[2:]))
+
+
+def _check_halo(x: Tensor, span, p, what: str) -> None:
+    """A spatially split axis whose tiles are smaller than the halo a window reaches into its
+    neighbours (p before, span - 1 - p after) is rejected: halos come from the adjacent tiles."""
+    nsp = x.ndim - 2
+    for j in range(nsp):
+        g, t = x.grid[2 + j], x.tiles[2 + j]
+        halo = max(p[j], span[j] - 1 - p[j])
+        if g > 1 and t < halo:
+            axis = _SPATIAL[nsp].split(", ")[j]
+            raise ValueError(f"{what}: input tiles of {t} along {axis} (axis {2 + j}) are smaller than the halo of "
+                             f"{halo} the kernel reaches into each neighbouring tile; use tiles of at least {halo} "
+                             f"along {axis} (or one tile)")
 
 
 def _whole(t: Tensor | None) -> Tensor | None:
@@ -121,10 +153,11 @@ def _conv(nsp: int, input, weight, bias, stride, padding, dilation, groups) -> T
         raise ValueError(f"{what}: the (dilated) kernel {tuple(span)} is larger than the padded input "
                          f"{tuple(li + t for li, t in zip(l, total))}")
     o = tuple((li + t - e) // si + 1 for li, t, e, si in zip(l, total, span, s))
-    x = _batch_layout(x)
+    x = _act_layout(x)
+    _check_halo(x, span, p, what)
     w = _whole(w)
     args = dict(cin=x.shape[1], cout=cout, groups=int(groups), **_geom(l, o, k, s, p, d))
-    y = Tensor(TensorTraits((x.shape[0], cout) + o, (x.tiles[0], cout) + o), x.dtype)
+    y = Tensor(TensorTraits((x.shape[0], cout) + o, (x.tiles[0], cout) + _out_tiles(x, o)), x.dtype)
     b = bias if bias is not None else full((cout,), 0.0, tiles=(cout,), dtype=x.dtype)
     run_batch("conv_fwd", [x, y], [w, b], **args)
     y = record("conv", y, (x, w, bias), saved=(x, w), args=args)
@@ -189,9 +222,12 @@ def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_m
                              f"{tuple(lj + 2 * pj for lj, pj in zip(l, p))}")
         o.append(oi)
     o = tuple(o)
-    x = _batch_layout(x)
+    x = _act_layout(x)
+    _check_halo(x, span, p, what)
     args = dict(c=x.shape[1], **_geom(l, o, k, s, p, d), **extra)
-    y = Tensor(TensorTraits(x.shape[:2] + o, (x.tiles[0], x.shape[1]) + o), x.dtype)
+    if kind == "avg":   # where the padded input ends (the expander shifts it into each window)
+        args.update({f"e{j}": args[f"l{j}"] + args[f"p{j}"] for j in range(3)})
+    y = Tensor(TensorTraits(x.shape[:2] + o, (x.tiles[0], x.shape[1]) + _out_tiles(x, o)), x.dtype)
     run_batch(f"{kind}_pool_fwd", [x, y], **args)
     y = record(f"{kind}_pool", y, (x,), saved=(x,), args=args)
     return squeeze(y, 0) if unbatched else y
@@ -299,8 +335,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training and count <= 1:
         raise ValueError(f"{what}: expected more than 1 value per channel when training, "
                          f"got input shape {x.shape}")
-    x = _batch_layout(x)
-    hw = count // x.shape[0]
+    x = _act_layout(x)
+    hw = count // x.shape[0]   # (per tile: the expander sets each tile's own count)
     vec = TensorTraits((C,), (C,))
     if training:
         mean, rstd = Tensor(vec, x.dtype), Tensor(vec, x.dtype)   # rstd holds M2 until norm_rstd

@@ -11,7 +11,7 @@ keyword arguments named as in the table.  These C expanders cover the ops:
   run_norm(name, full, rows, cols, reduce=0, **args)
                                          row/column kernels over the last axis (layer/rms norm)
   run_batch(name, batch, whole, reduce=False, **args)
-                                         one task per batch tile (conv, pools, batch norm)
+                                         conv, pools, batch norm over batch/spatial tiles
   run_tasks(name, tensors, tiles, wmask=None, **args)
                                          a list of tasks computed by the op (one row per task:
                                          its tile of each tensor, its own arguments), for ops
@@ -80,11 +80,22 @@ def run_norm(name: str, full, rows=(), cols=(), reduce: int = 0, **fields) -> No
 
 
 def run_batch(name: str, batch, whole=(), reduce: bool = False, **fields) -> None:
-    """One ``name`` task per batch tile (csrc/expand_conv.c: conv, pools, batch norm):
-    ``batch`` tensors are tiled along axis 0 only, ``whole`` ones are single tiles (with
-    ``reduce`` the written whole tensors accumulate over the batch tiles in order)."""
+    """Conv, pool and batch-norm kernels over activation tiles (csrc/expand_conv.c):
+    ``batch`` tensors (N, C, *spatial) have the channel axis in one tile and may be tiled
+    along batch and spatial axes (conv/pools: one task per output tile reading its input
+    window, halos included; batch norm: one task per tile); ``whole`` ones are single tiles
+    (with ``reduce`` the written whole tensors accumulate over the tiles in order)."""
     kid, args = _args(name, fields)
     check(lib.tt_batch_map(kid, args, len(batch), _ptrs(batch), len(whole), _ptrs(whole), int(reduce)))
+
+
+def conv_halo_stats() -> tuple[int, int]:
+    """(bytes, slabs) of the halo slabs this rank cut out for another rank in the conv/pool
+    expanders since the process started (csrc/expand_conv.c; 0 without MPI): the halo
+    traffic a spatial split makes this rank send."""
+    out = ffi.new("int64_t[2]")
+    lib.tt_conv_halo_stats(out, out + 1)
+    return int(out[0]), int(out[1])
 
 
 # The expanders with a fixed kernel and a signature of their own.
@@ -288,8 +299,8 @@ def spin(a, b, c, d, usec: int, sleep: bool, wmask: int) -> None:
                       int(bool(sleep)), int(wmask)))
 
 
-__all__ = ["run_cpu_body", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions", "embedding_backward",
-           "embedding_rows", "gemm", "gemm_bias", "gemm_bias_gelu", "heads_fill_parts", "heads_merge",
+__all__ = ["run_cpu_body", "conv_halo_stats", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions",
+           "embedding_backward", "embedding_rows", "gemm", "gemm_bias", "gemm_bias_gelu", "heads_fill_parts", "heads_merge",
            "heads_merge_part", "heads_split", "kernel_id", "kernel_info", "kernel_names", "run_batch", "run_cast",
            "run_map", "run_norm", "run_span", "run_tasks", "spin", "sum_all", "tensor_view", "tile_view", "tile_view_as",
            "view_tiles"]

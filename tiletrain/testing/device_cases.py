@@ -279,6 +279,24 @@ def optimizers(rng, dt):
     return out
 
 
+@case
+def cnn3d_spatial(rng, dt):
+    """conv3d (stride 2, dilation), batch norm, max and avg pools on activations tiled along
+    D/H/W (halo windows, negative window padding, region_add scatters), forward and backward."""
+    x = _t(rng, (2, 2, 7, 6, 5), (1, 2, 3, 4, 3), dt, grad=True)
+    w = _t(rng, (3, 2, 3, 2, 3), (3, 2, 3, 2, 3), dt, grad=True, scale=0.3)
+    b = _t(rng, (3,), (3,), dt, grad=True)
+    gw, gb = _t(rng, (3,), (3,), dt, grad=True, shift=1.0), _t(rng, (3,), (3,), dt, grad=True)
+    y = F.conv3d(x, w, b, stride=(2, 1, 1), padding=1, dilation=(1, 2, 1))
+    z = F.batch_norm(y, None, None, gw, gb, training=True)
+    m = F.max_pool3d(z, 2, 1, 1)
+    a = F.avg_pool3d(m, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+    out = dict(y=y, z=z, m=m, a=a)
+    _weighted_backward(a, rng)
+    out.update(dx=x.grad, dw=w.grad, db=b.grad, dgw=gw.grad, dgb=gb.grad)
+    return out
+
+
 # ---- training steps: (losses, parameters) after a few optimizer steps, float32 ----
 F32 = np.float32
 

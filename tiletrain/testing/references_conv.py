@@ -120,8 +120,10 @@ def _pool_case(kind, bwd):
         o = o or _out(l, k, s, p, d)
         nb, c = 2, 3
         a = dict(nb=nb, c=c, **_geom(l, o, k, s, p, d))
-        if kind == "avg":
-            a.update(cip=int(rng.integers(2)), divisor=float(rng.choice([0.0, 3.0])))
+        if kind == "avg":   # e: the padded input's end, l + p for whole images, further in a halo window
+            extra = int(rng.integers(2))
+            a.update(cip=int(rng.integers(2)), divisor=float(rng.choice([0.0, 3.0])),
+                     **{f"e{j}": l[j] + p[j] + extra for j in range(3)})
         x = rng.standard_normal((nb, c, *l)).astype(dt)
         y = rng.standard_normal((nb, c, *o)).astype(dt)
         if not bwd:
@@ -137,7 +139,7 @@ def _windows(a):
         idx, pool = [], 1
         for j in range(3):
             st = oi[j] * s[j] - p[j]
-            pool *= min(st + k[j], l[j] + p[j]) - st
+            pool *= min(st + k[j], a.get(f"e{j}", l[j] + p[j])) - st
         for kk in itertools.product(*map(range, k)):
             ii = tuple(oi[j] * s[j] - p[j] + kk[j] * d[j] for j in range(3))
             if all(0 <= ii[j] < l[j] for j in range(3)):
@@ -229,7 +231,39 @@ def _bn_bwd_x_ref(a, dy, x, dx, mean, rstd, w, sdy, sdyx):
     return {2: _col(w * rstd) * (dy - a["alpha"] * (_col(sdy) + xhat * _col(sdyx)))}
 
 
+def _region_add_case(rng, dt):
+    """x a (6, 5, 4) tile, y a (3, 4, 3, 5) tile: y[1 + i0, i1, i2, 1 + i3] += x[1 + 2 i1, i3, i2]."""
+    args = dict(d0=2, d1=2, d2=3, d3=4, xo=1 * 20, xs0=0, xs1=2 * 20, xs2=1, xs3=4,
+                yo=1 * 60 + 1, ys0=60, ys1=15, ys2=5, ys3=1)
+    return args, [rng.standard_normal(120).astype(dt), rng.standard_normal(180).astype(dt)]
+
+
+def _region_add_ref(a, x, y):
+    out = y.astype(np.float64)
+    for i in itertools.product(*(range(a[f"d{j}"]) for j in range(4))):
+        xi = a["xo"] + sum(i[j] * a[f"xs{j}"] for j in range(4))
+        yi = a["yo"] + sum(i[j] * a[f"ys{j}"] for j in range(4))
+        out[yi] += x[xi]
+    return {1: out}
+
+
+def _bn_merge_case(rng, dt):
+    a = dict(c=C, first=int(rng.integers(2)), na=float(rng.integers(1, 9)), nb=float(rng.integers(1, 9)))
+    return a, [rng.standard_normal(C).astype(dt), np.abs(rng.standard_normal(C)).astype(dt),
+               rng.standard_normal(C).astype(dt), np.abs(rng.standard_normal(C)).astype(dt)]
+
+
+def _bn_merge_ref(a, mb, qb, mean, m2):
+    if a["first"]:
+        return {2: mb, 3: qb}
+    na, nb = a["na"], a["nb"]
+    delta = mb - mean
+    return {2: mean + delta * nb / (na + nb), 3: m2 + qb + delta ** 2 * na * nb / (na + nb)}
+
+
 REFERENCES: dict[str, Reference] = {
+    "region_add": Reference(_region_add_case, _region_add_ref),
+    "bn_merge": Reference(_bn_merge_case, _bn_merge_ref),
     "conv_fwd": Reference(_conv_case(None), _conv_fwd_ref),
     "conv_bwd_x": Reference(_conv_case("x"), _conv_bwd_x_ref),
     "conv_bwd_w": Reference(_conv_case("w"), _conv_bwd_w_ref),

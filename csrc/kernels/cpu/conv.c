@@ -17,6 +17,7 @@
 
 typedef struct geom {
     int64_t l[3], o[3], k[3], s[3], p[3], d[3];
+    int64_t e[3];    /* avg pools: where the padded input ends (l + p for whole images) */
     int64_t L, O, K; /* input, output and kernel window element counts */
 } geom;
 
@@ -27,6 +28,8 @@ static geom geom_make(const int64_t *v)
         g.l[j] = v[j], g.o[j] = v[3 + j], g.k[j] = v[6 + j];
         g.s[j] = v[9 + j], g.p[j] = v[12 + j], g.d[j] = v[15 + j];
     }
+    for (int j = 0; j < 3; j++)
+        g.e[j] = g.l[j] + g.p[j];
     g.L = g.l[0] * g.l[1] * g.l[2], g.O = g.o[0] * g.o[1] * g.o[2], g.K = g.k[0] * g.k[1] * g.k[2];
     return g;
 }
@@ -50,8 +53,8 @@ static int64_t window(const geom *g, const int64_t *o, int64_t *st, int64_t *en,
     *pool = 1;
     for (int j = 0; j < 3; j++) {
         int64_t a = o[j] * g->s[j] - g->p[j], b = a + g->k[j];
-        if (b > g->l[j] + g->p[j])
-            b = g->l[j] + g->p[j];
+        if (b > g->e[j])
+            b = g->e[j];
         *pool *= b - a;
         st[j] = a < 0 ? 0 : a;
         en[j] = b > g->l[j] ? g->l[j] : b;
@@ -128,18 +131,25 @@ void tt_cpu_max_pool_bwd(const tt_args_max_pool_bwd *a, const void *x, const voi
 void tt_cpu_avg_pool_fwd(const tt_args_avg_pool_fwd *a, const void *x, void *y)
 {
     geom g = GEOM_OF(a);
+    g.e[0] = a->e0, g.e[1] = a->e1, g.e[2] = a->e2;
     DISPATCH(a->dtype, avg_pool, &g, a->nb * a->c, (int)a->cip, a->divisor, 0, x, y);
 }
 
 void tt_cpu_avg_pool_bwd(const tt_args_avg_pool_bwd *a, const void *dy, void *dx)
 {
     geom g = GEOM_OF(a);
+    g.e[0] = a->e0, g.e[1] = a->e1, g.e[2] = a->e2;
     DISPATCH(a->dtype, avg_pool, &g, a->nb * a->c, (int)a->cip, a->divisor, 1, dx, (void *)dy);
 }
 
 void tt_cpu_bn_stats(const tt_args_bn_stats *a, const void *x, void *mean, void *m2)
 {
     DISPATCH(a->dtype, bn_stats, a->nb, a->c, a->hw, (int)a->first, a->na, x, mean, m2);
+}
+
+void tt_cpu_bn_merge(const tt_args_bn_merge *a, const void *mb, const void *qb, void *mean, void *m2)
+{
+    DISPATCH(a->dtype, bn_merge, a->c, (int)a->first, a->na, a->nb, mb, qb, mean, m2);
 }
 
 void tt_cpu_bn_fwd(const tt_args_bn_fwd *a, const void *x, void *y, const void *mean, const void *rstd,
@@ -404,6 +414,21 @@ static void TT_CONV_S(bn_stats)(int64_t nb, int64_t c, int64_t hw, int first, do
             mean[ch] = (T)(ma + delta * (nt / tot));
             m2[ch] = (T)((double)m2[ch] + q + delta * delta * (na * nt / tot));
         }
+    }
+}
+
+/* (mean, m2) over na values merged with a partial (mb, qb) over nb values (Chan); first: copy */
+static void TT_CONV_S(bn_merge)(int64_t c, int first, double na, double nb, const T *mb, const T *qb, T *mean,
+                                T *m2)
+{
+    for (int64_t ch = 0; ch < c; ch++) {
+        if (first || na <= 0.0) {
+            mean[ch] = mb[ch], m2[ch] = qb[ch];
+            continue;
+        }
+        const double ma = mean[ch], delta = (double)mb[ch] - ma, tot = na + nb;
+        mean[ch] = (T)(ma + delta * (nb / tot));
+        m2[ch] = (T)((double)m2[ch] + (double)qb[ch] + delta * delta * (na * nb / tot));
     }
 }
 
