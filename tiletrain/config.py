@@ -50,6 +50,7 @@ _ENV = {
     "ooc_size_mb": "TILETRAIN_OOC_SIZE_MB",
     "fxt": "TILETRAIN_FXT",
     "fxt_dir": "TILETRAIN_FXT_DIR",
+    "simulate": "TILETRAIN_SIMULATE",
 }
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -107,6 +108,56 @@ def _launcher_int(names: tuple[str, ...], default: int) -> int:
     return default
 
 
+# ---- simulation (docs/simulation.md) ------------------------------------------------------------
+# TILETRAIN_SIMULATE=NAME chooses, when tiletrain first loads its compiled library, the
+# simulation flavour (tiletrain/_ffi.py reads the same variable: it decides before anything
+# else runs); `tiletrain simulate --machine NAME -- PROGRAM` sets it for the program.  One
+# StarPU per process, so init(simulate=NAME) must agree with it.
+SIMULATE_ENV = "TILETRAIN_SIMULATE"
+_simulated_sessions = []
+
+
+def simulated_machine() -> str | None:
+    """The machine this process simulates (TILETRAIN_SIMULATE), None for a real run."""
+    return os.environ.get(SIMULATE_ENV) or None
+
+
+def machines_dir() -> str:
+    """Where machines live: $TILETRAIN_MACHINES, else $TILETRAIN_CACHE/machines, else
+    ~/.cache/tiletrain/machines."""
+    if os.environ.get("TILETRAIN_MACHINES"):
+        return os.environ["TILETRAIN_MACHINES"]
+    cache = os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
+    return os.path.join(cache, "machines")
+
+
+def check_machine_name(name) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ValueError(f"a machine name is 1-64 letters, digits, '_', '.' or '-' (starting with a letter "
+                         f"or digit), got {name!r}")
+    return name
+
+
+def _claim_simulated_session(name: str) -> None:
+    """A simulated process runs one StarPU session (SimGrid cannot start twice), on the machine
+    its library was loaded for."""
+    check_machine_name(name)
+    loaded = simulated_machine()
+    if loaded is None:
+        raise RuntimeError(
+            f"simulate={name!r}: this process loaded tiletrain's real flavour (the flavour is chosen when "
+            f"tiletrain is imported). Run the program with {SIMULATE_ENV}={name} in its environment, or as "
+            f"`tiletrain simulate --machine {name} -- python PROGRAM.py`")
+    if loaded != name:
+        raise ValueError(f"simulate={name!r}, but this process simulates machine {loaded!r} "
+                         f"({SIMULATE_ENV}={loaded}): one machine per process")
+    if _simulated_sessions:
+        raise RuntimeError(
+            f"a simulated process runs one tiletrain session (SimGrid starts once per process), and this one "
+            f"already ran one on {loaded!r}: keep one init()/shutdown() pair, or start another process")
+    _simulated_sessions.append(name)
+
+
 def launcher_world_size() -> int:
     """World size announced by an MPI launcher (Open MPI, MPICH, Slurm), 1 if none."""
     return _launcher_int(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"), 1)
@@ -135,6 +186,7 @@ class RuntimeConfig:
     ooc_size_mb: int | None = None  # the disk node's size (MiB; None: what is free in ooc_dir, less 1/16)
     fxt: bool = False             # StarPU's FxT trace of the session (a StarPU built --with-fxt; slows start-up)
     fxt_dir: str | None = None    # where the FxT trace goes (None: ./tiletrain-fxt); `tiletrain trace fxt DIR`
+    simulate: str | None = None   # a machine's name: run on it simulated (docs/simulation.md); see simulated_machine()
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -155,7 +207,7 @@ class RuntimeConfig:
                 continue
             if f.name in ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver", "fxt"):
                 values[f.name] = _env_bool(_ENV[f.name], env)
-            elif f.name in ("sched", "ooc_dir", "fxt_dir"):
+            elif f.name in ("sched", "ooc_dir", "fxt_dir", "simulate"):
                 values[f.name] = env or None
             else:
                 values[f.name] = _env_int(_ENV[f.name], env)
@@ -165,6 +217,12 @@ class RuntimeConfig:
             # Never pause idle workers under MPI: a rank's workers and StarPU-MPI's thread
             # must keep serving the other ranks' transfers (the C side refuses too).
             values["pause_when_idle"] = False
+        if values.get("simulate") is not None:
+            # a simulation reads the machine's models and must never write simulated times into them
+            if values.get("calibrate"):
+                raise ValueError(f"calibrate={values['calibrate']} under simulation: a simulated run never "
+                                 f"calibrates; calibrate on the real machine (tiletrain machine calibrate)")
+            values["calibrate"] = 0
         if values.get("calibrate") is None and uses_perf_models(values.get("sched")):
             # StarPU 1.3.10 aborts now and then ("_starpu_driver_update_job_feedback:
             # measured >= 0") when a dm/heft-family policy calibrates its models with
@@ -174,6 +232,8 @@ class RuntimeConfig:
             values["calibrate"] = 1
         cfg = cls(**values)
         cfg.validate()
+        if cfg.simulate is not None:
+            _claim_simulated_session(cfg.simulate)
         return cfg
 
     def validate(self) -> None:
@@ -210,6 +270,16 @@ class RuntimeConfig:
                 raise TypeError(f"fxt_dir must be a directory path, got {self.fxt_dir!r}")
             if os.path.exists(self.fxt_dir) and not os.path.isdir(self.fxt_dir):
                 raise ValueError(f"fxt_dir {self.fxt_dir!r} exists and is not a directory")
+        if self.simulate is not None:
+            check_machine_name(self.simulate)
+            if self.mpi:
+                raise ValueError("simulate: StarPU-MPI cannot be simulated with a shared-library StarPU "
+                                 "(SimGrid's SMPI needs a static build): run one process")
+            folder = self.machine_dir()
+            if not os.path.isfile(os.path.join(folder, "machine.json")):
+                raise ValueError(f"unknown machine {self.simulate!r} (no {folder}/machine.json): "
+                                 "`tiletrain machine list` lists the machines, `tiletrain machine calibrate` "
+                                 "makes 'here'")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:
@@ -221,6 +291,10 @@ class RuntimeConfig:
                 raise ValueError(f"unknown scheduling policy {self.sched!r}; StarPU 1.3 has: "
                                  f"{', '.join(KNOWN_POLICIES)} and the modular-* family; tiletrain's own "
                                  f"(csrc/sched/): {', '.join(own) or 'none'}")
+
+    def machine_dir(self) -> str | None:
+        """The simulated machine's folder (None: not simulated)."""
+        return None if self.simulate is None else os.path.join(machines_dir(), self.simulate)
 
     def fxt_directory(self) -> str:
         """Where StarPU writes the FxT trace when ``fxt`` is on."""
@@ -253,6 +327,12 @@ class RuntimeConfig:
         env["STARPU_FXT_PREFIX"] = os.path.abspath(self.fxt_directory()) + "/" if self.fxt else None
         if self.silent:
             env["STARPU_SILENT"] = "1"
+        if self.simulate is not None:
+            # the machine's platform and perf models (tiletrain.sim): StarPU finds
+            # sampling/bus/<host>.platform.xml and sampling/codelets/45/<symbol>.<host> there
+            env["STARPU_PERF_MODEL_DIR"] = os.path.join(self.machine_dir(), "sampling")
+            env["STARPU_HOSTNAME"] = self.simulate
+            env["STARPU_OPENCL_ON_CPUS"] = None
         # Under MPI, StarPU-MPI's progression thread runs CPU worker 0's tasks between its
         # polls (csrc/mpi.c keeps it awake): one busy thread per rank instead of two, which
         # measured 2.2x faster for 2 ranks on 2 cores (README "Running under mpirun").

@@ -1,0 +1,115 @@
+/* The simulation flavour only (CMakeLists.txt, TT_FLAVOUR=sim; docs/simulation.md).
+ *
+ * Under SimGrid every thread that calls StarPU must be a simulated actor, and an actor must
+ * never block outside SimGrid: the actors run one at a time, so an actor asleep in a plain
+ * pthread_cond_wait or nanosleep stops the whole simulation (and a plain thread calling
+ * StarPU crashes it).  libtiletrain's own threads (tt_wait_for's helper, the unregistering
+ * reaper) and its waits use plain pthreads.  This file gives the simulation flavour the same
+ * sources unchanged: the link wraps those calls (-Wl,--wrap=...) and here, in an actor,
+ *   pthread_create/join     -> simulated actors (starpu_pthread_create/join),
+ *   nanosleep, sched_yield  -> simulated sleeps,
+ *   pthread_mutex_lock      -> trylock, else a 1 us simulated sleep and again,
+ *   pthread_cond_(timed)wait -> unlock, a 10 us simulated sleep, lock: a spurious wake-up,
+ *                              which every caller already handles (it re-checks its condition).
+ * Outside an actor (a thread SimGrid does not know) the plain calls run. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include <starpu.h>
+
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __real_pthread_join(pthread_t t, void **ret);
+int __real_pthread_mutex_lock(pthread_mutex_t *m);
+int __real_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+int __real_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abstime);
+int __real_nanosleep(const struct timespec *req, struct timespec *rem);
+int __real_sched_yield(void);
+
+#define COND_NAP_US 10.0f
+#define LOCK_NAP_US 1.0f
+
+static int in_actor(void) { return starpu_pthread_self() != 0; }
+
+_Static_assert(sizeof(starpu_pthread_t) <= sizeof(pthread_t), "an actor does not fit in a pthread_t");
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    if (!in_actor())
+        return __real_pthread_create(t, attr, fn, arg);
+    starpu_pthread_t actor;
+    int rc = starpu_pthread_create(&actor, NULL, fn, arg);
+    if (rc == 0)
+        *t = (pthread_t)actor;
+    return rc;
+}
+
+int __wrap_pthread_join(pthread_t t, void **ret)
+{
+    if (!in_actor())
+        return __real_pthread_join(t, ret);
+    if (ret)
+        *ret = NULL;
+    return starpu_pthread_join((starpu_pthread_t)t, NULL);
+}
+
+int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
+{
+    if (!in_actor())
+        return __real_pthread_mutex_lock(m);
+    int rc;
+    while ((rc = pthread_mutex_trylock(m)) == EBUSY)
+        starpu_usleep(LOCK_NAP_US); /* its holder is another actor, which runs meanwhile */
+    return rc;
+}
+
+static int nap_unlocked(pthread_mutex_t *m)
+{
+    pthread_mutex_unlock(m);
+    starpu_usleep(COND_NAP_US);
+    return __wrap_pthread_mutex_lock(m);
+}
+
+int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    if (!in_actor())
+        return __real_pthread_cond_wait(c, m);
+    return nap_unlocked(m);
+}
+
+int __wrap_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abstime)
+{
+    if (!in_actor())
+        return __real_pthread_cond_timedwait(c, m, abstime);
+    return nap_unlocked(m);
+}
+
+int __wrap_nanosleep(const struct timespec *req, struct timespec *rem)
+{
+    if (!in_actor())
+        return __real_nanosleep(req, rem);
+    starpu_usleep((float)(req->tv_sec * 1e6 + req->tv_nsec / 1e3));
+    if (rem)
+        rem->tv_sec = rem->tv_nsec = 0;
+    return 0;
+}
+
+int __wrap_sched_yield(void)
+{
+    if (!in_actor())
+        return __real_sched_yield();
+    starpu_usleep(LOCK_NAP_US);
+    return 0;
+}
+
+/* libtiletrain deregisters its idle hook after starpu_shutdown, when the calling thread is no
+ * longer a simulated actor and StarPU's (simulated) lock cannot be taken: no worker is left
+ * to call the hook, and a simulated process starts StarPU once, so there is nothing to undo. */
+void __real_starpu_idle_hook_deregister(int hook_id);
+
+void __wrap_starpu_idle_hook_deregister(int hook_id)
+{
+    if (in_actor())
+        __real_starpu_idle_hook_deregister(hook_id);
+}

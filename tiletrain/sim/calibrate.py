@@ -1,0 +1,99 @@
+"""`tiletrain machine calibrate [--name here]`: measure, on this computer, the kernels a
+training step runs at the tilings it runs them at, into the machine's perf models.
+
+Each workload runs in a fresh process of the real flavour with StarPU calibrating
+(STARPU_CALIBRATE=1, a dm-family policy) and its models and bus files going to the
+machine's folder (STARPU_PERF_MODEL_DIR, STARPU_HOSTNAME = the machine's name).  StarPU
+adds the new samples to those already there, so re-running refines the models.
+
+Workloads now: `tiletrain train`'s step (GPT 4x256, T=128, B=8: forward, cross-entropy,
+backward, gradient clipping, AdamW), via tiletrain/sim/bench.py.  A task of a kernel or tile
+shape not measured here is named when a simulation meets it (tiletrain simulate's error).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform as _platform
+import re
+import subprocess
+import sys
+import time
+
+from ..config import SIMULATE_ENV, check_machine_name
+from . import machine as machines
+from .machine import Machine, MachineError
+
+# (label, tiletrain.sim.bench arguments)
+WORKLOADS = [
+    ("train-step gpt2 4x256 T=128 B=8", []),
+]
+MIN_SAMPLES = 10  # StarPU's STARPU_CALIBRATE_MINIMUM: fewer samples of a shape count as uncalibrated
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or "unknown CPU"
+
+
+def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: int | None = None,
+              say=lambda s: print(s, file=sys.stderr, flush=True)) -> Machine:
+    """Calibrate machine ``name`` (created if missing) on this computer; its Machine."""
+    check_machine_name(name)
+    if steps < MIN_SAMPLES:
+        raise ValueError(f"--steps must be at least {MIN_SAMPLES} (StarPU needs {MIN_SAMPLES} samples of a kernel and "
+                         f"tile shape before a simulation uses it; a step runs some kernels once), got {steps}")
+    folder = machines.machine_dir(name)
+    old = None
+    if os.path.isfile(os.path.join(folder, "machine.json")):
+        old = machines.load(name)
+        if old.kind != "calibrated":
+            raise MachineError(f"machine {name!r} is derived from {old.derived_from!r}: it is not calibrated, it is "
+                               f"generated (`tiletrain machine derive {name} --from {old.derived_from} --overwrite`)")
+    sampling = os.path.join(folder, "sampling")
+    os.makedirs(sampling, exist_ok=True)
+    env = dict(os.environ)
+    env.pop(SIMULATE_ENV, None)  # the real flavour measures
+    env.update(STARPU_PERF_MODEL_DIR=sampling, STARPU_HOSTNAME=name)
+    done = []
+    t0 = time.monotonic()
+    for i, (label, extra) in enumerate(WORKLOADS, 1):
+        say(f"calibrate {name} [{i}/{len(WORKLOADS)}] {label}: {steps} steps, sched {sched} "
+            f"(models in {sampling})")
+        cmd = [sys.executable, "-m", "tiletrain.sim.bench", "--steps", str(steps), "--warmup", "0", "--sched", sched,
+               "--calibrate", "--progress", "--json", *extra]
+        if ncpu is not None:
+            cmd += ["--ncpu", str(ncpu)]
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"calibrating {label} failed (exit status {r.returncode}; its error is above)")
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        say(f"calibrate {name} [{i}/{len(WORKLOADS)}] {label}: {res['tokens_per_s']:.0f} tokens/s measured "
+            f"({time.monotonic() - t0:.0f} s so far)")
+        done.append(label)
+    xml = os.path.join(sampling, "bus", f"{name}.platform.v4.xml")
+    if not os.path.isfile(xml):
+        raise MachineError(f"StarPU wrote no platform file ({xml}) while calibrating")
+    with open(xml) as f:
+        cpus = len(re.findall(r'<host id="CPU\d+"', f.read()))
+    prev = old.calibration if old else {}
+    m = Machine(name=name, kind="calibrated", cpus=cpus,
+                calibration={"runs": int(prev.get("runs", 0)) + 1,
+                             "last": datetime.datetime.now().isoformat(timespec="seconds"),
+                             "cpu": _cpu_model(), "sched": sched, "steps": steps,
+                             "workloads": sorted(set(prev.get("workloads", [])) | set(done))})
+    machines.save(m)
+    n = len(m.kernels())
+    say(f"calibrate {name}: {n} kernels calibrated, {cpus} CPUs, in {time.monotonic() - t0:.0f} s "
+        f"(`tiletrain machine show {name}`)")
+    return m
+
+
+__all__ = ["calibrate", "WORKLOADS", "MIN_SAMPLES"]
