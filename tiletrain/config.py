@@ -138,6 +138,16 @@ def check_machine_name(name) -> str:
     return name
 
 
+def simulation_env(name: str) -> dict[str, str]:
+    """StarPU's variables for simulating machine ``name``: its platform and perf models
+    (sampling/bus/<name>.platform.v4.xml, sampling/codelets/45/<symbol>.<name>)."""
+    return {"STARPU_PERF_MODEL_DIR": os.path.join(machines_dir(), check_machine_name(name), "sampling"),
+            "STARPU_HOSTNAME": name,
+            # a tile shape measured once is calibrated enough to simulate (StarPU's default wants 10
+            # samples; a training step runs some kernels and shapes once)
+            "STARPU_CALIBRATE_MINIMUM": "1"}
+
+
 def _claim_simulated_session(name: str) -> None:
     """A simulated process runs one StarPU session (SimGrid cannot start twice), on the machine
     its library was loaded for."""
@@ -156,6 +166,9 @@ def _claim_simulated_session(name: str) -> None:
             f"a simulated process runs one tiletrain session (SimGrid starts once per process), and this one "
             f"already ran one on {loaded!r}: keep one init()/shutdown() pair, or start another process")
     _simulated_sessions.append(name)
+    # for the whole process, not only during starpu_init: StarPU reads them again when it first
+    # loads a kernel's model (at its first task)
+    os.environ.update(simulation_env(name))
 
 
 def launcher_world_size() -> int:
@@ -328,10 +341,7 @@ class RuntimeConfig:
         if self.silent:
             env["STARPU_SILENT"] = "1"
         if self.simulate is not None:
-            # the machine's platform and perf models (tiletrain.sim): StarPU finds
-            # sampling/bus/<host>.platform.xml and sampling/codelets/45/<symbol>.<host> there
-            env["STARPU_PERF_MODEL_DIR"] = os.path.join(self.machine_dir(), "sampling")
-            env["STARPU_HOSTNAME"] = self.simulate
+            env.update(simulation_env(self.simulate))
             env["STARPU_OPENCL_ON_CPUS"] = None
         # Under MPI, StarPU-MPI's progression thread runs CPU worker 0's tasks between its
         # polls (csrc/mpi.c keeps it awake): one busy thread per rank instead of two, which

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include <starpu.h>
+#include <xbt/log.h>
 
 int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 int __real_pthread_join(pthread_t t, void **ret);
@@ -27,7 +28,8 @@ int __real_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
 int __real_nanosleep(const struct timespec *req, struct timespec *rem);
 int __real_sched_yield(void);
 
-#define COND_NAP_US 10.0f
+#define COND_NAP_MIN_US 10.0
+#define COND_NAP_MAX_US 1000.0
 #define LOCK_NAP_US 1.0f
 
 static int in_actor(void) { return starpu_pthread_self() != 0; }
@@ -64,10 +66,21 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
     return rc;
 }
 
+/* A waiter's naps double from 10 us to 1 ms of simulated time while it keeps waiting (one
+ * wait noticed at most 1 ms late, and few wake-ups of the simulation), and start again at
+ * 10 us once it has done something else in between. */
+static __thread double nap_us = COND_NAP_MIN_US, nap_end_us = -1.0;
+
 static int nap_unlocked(pthread_mutex_t *m)
 {
+    double now = starpu_timing_now();
+    if (nap_end_us < 0 || now - nap_end_us > 1.0) /* (the same wait goes on within 1 us) */
+        nap_us = COND_NAP_MIN_US;
+    else if (nap_us < COND_NAP_MAX_US)
+        nap_us *= 2;
     pthread_mutex_unlock(m);
-    starpu_usleep(COND_NAP_US);
+    starpu_usleep((float)nap_us);
+    nap_end_us = starpu_timing_now();
     return __wrap_pthread_mutex_lock(m);
 }
 
@@ -112,4 +125,14 @@ void __wrap_starpu_idle_hook_deregister(int hook_id)
 {
     if (in_actor())
         __real_starpu_idle_hook_deregister(hook_id);
+}
+
+/* SimGrid's informational messages (its configuration, the platform file's version) would
+ * start every simulated program: warnings and errors only. */
+int __real_starpu_init(struct starpu_conf *conf);
+
+int __wrap_starpu_init(struct starpu_conf *conf)
+{
+    xbt_log_control_set("root.thresh:warning");
+    return __real_starpu_init(conf);
 }
