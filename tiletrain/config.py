@@ -10,6 +10,7 @@ of ``starpu_init`` and restores them afterwards.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, fields
@@ -141,11 +142,21 @@ def check_machine_name(name) -> str:
 def simulation_env(name: str) -> dict[str, str]:
     """StarPU's variables for simulating machine ``name``: its platform and perf models
     (sampling/bus/<name>.platform.v4.xml, sampling/codelets/45/<symbol>.<name>)."""
-    return {"STARPU_PERF_MODEL_DIR": os.path.join(machines_dir(), check_machine_name(name), "sampling"),
-            "STARPU_HOSTNAME": name,
-            # a tile shape measured once is calibrated enough to simulate (StarPU's default wants 10
-            # samples; a training step runs some kernels and shapes once)
-            "STARPU_CALIBRATE_MINIMUM": "1"}
+    folder = os.path.join(machines_dir(), check_machine_name(name))
+    env = {"STARPU_PERF_MODEL_DIR": os.path.join(folder, "sampling"), "STARPU_HOSTNAME": name,
+           # a tile shape measured once is calibrated enough to simulate (StarPU's default wants 10
+           # samples; a training step runs some kernels and shapes once)
+           "STARPU_CALIBRATE_MINIMUM": "1"}
+    # the submitting thread's CPU time per task (machine.json; tiletrain/sim/calibrate.py), charged
+    # at each submission by the simulation flavour (csrc/sim/sim_threads.c)
+    try:
+        with open(os.path.join(folder, "machine.json")) as f:
+            cost = json.load(f).get("submit_us_per_task", 0)
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
+            env["TILETRAIN_SIM_SUBMIT_US"] = f"{float(cost):g}"
+    except (OSError, ValueError, AttributeError):
+        pass  # (tiletrain.sim checks machine.json and says what is wrong with it)
+    return env
 
 
 def _claim_simulated_session(name: str) -> None:

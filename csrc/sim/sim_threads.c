@@ -11,10 +11,16 @@
  *   pthread_mutex_lock      -> trylock, else a 1 us simulated sleep and again,
  *   pthread_cond_(timed)wait -> unlock, a 10 us simulated sleep, lock: a spurious wake-up,
  *                              which every caller already handles (it re-checks its condition).
- * Outside an actor (a thread SimGrid does not know) the plain calls run. */
+ * Outside an actor (a thread SimGrid does not know) the plain calls run.
+ *
+ * The submitting thread's own work (Python, the op layer, tile expansion) takes no simulated
+ * time by itself: starpu_task_submit is wrapped to charge TILETRAIN_SIM_SUBMIT_US simulated
+ * microseconds per task submitted from outside the workers (the machine's calibrated cost
+ * per task, tiletrain/sim/calibrate.py; 0 or unset: none). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <starpu.h>
@@ -70,6 +76,7 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
  * wait noticed at most 1 ms late, and few wake-ups of the simulation), and start again at
  * 10 us once it has done something else in between. */
 static __thread double nap_us = COND_NAP_MIN_US, nap_end_us = -1.0;
+
 
 static int nap_unlocked(pthread_mutex_t *m)
 {
@@ -135,4 +142,20 @@ int __wrap_starpu_init(struct starpu_conf *conf)
 {
     xbt_log_control_set("root.thresh:warning");
     return __real_starpu_init(conf);
+}
+
+int __real_starpu_task_submit(struct starpu_task *task);
+
+int __wrap_starpu_task_submit(struct starpu_task *task)
+{
+    static double cost_us = -1.0;
+    if (cost_us < 0) {
+        const char *v = getenv("TILETRAIN_SIM_SUBMIT_US");
+        cost_us = v ? atof(v) : 0.0;
+        if (!(cost_us > 0)) /* (also NaN) */
+            cost_us = 0.0;
+    }
+    if (cost_us > 0 && in_actor() && starpu_worker_get_id() < 0) /* the submitting thread, not a worker */
+        starpu_usleep((float)cost_us);
+    return __real_starpu_task_submit(task);
 }

@@ -23,10 +23,12 @@ from ..train import TrainArgs
 from ..train.loop import prepare, setup, step
 
 
-def _clock_s() -> float:
-    """StarPU's clock (seconds since the session started; simulated under simulation)."""
+def _clock_s() -> tuple[float, float]:
+    """StarPU's clock (seconds since the session started; simulated under simulation) and the
+    workers' executing time so far (seconds, summed)."""
     stats = tt.trace.worker_stats()
-    return max(w["total_us"] for w in stats) / 1e6
+    return (max(w["total_us"] for w in stats) / 1e6, sum(w["executing_us"] for w in stats) / 1e6,
+            sum(w["ntasks"] for w in stats))
 
 
 def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu: int | None = None,
@@ -50,6 +52,7 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
             if i == warmup:
                 tt.wait()
                 t0 = _clock_s()
+                cpu0 = time.thread_time()
             try:
                 step(run)
             except FloatingPointError:
@@ -58,8 +61,10 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
             run.step += 1
             if progress is not None:
                 progress(f"step {i + 1}/{steps + warmup} ({time.perf_counter() - t_real:.1f} s)")
+        submit_cpu = time.thread_time() - cpu0
         tt.wait()
-        elapsed = _clock_s() - t0
+        t1 = _clock_s()
+        elapsed, executing, ntasks = t1[0] - t0[0], t1[1] - t0[1], t1[2] - t0[2]
         workers = tt.trace.worker_stats()
         sched_name = rt.sched
     finally:
@@ -68,6 +73,10 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
     return {"machine": simulated or "real", "sched": sched_name, "steps": steps, "warmup": warmup,
             "tokens_per_step": run.tokens_per_step, "seconds": elapsed, "tokens_per_s": tokens / elapsed,
             "cpu_workers": sum(1 for w in workers if w["kind"] == "cpu"), "real_seconds": time.perf_counter() - t_real,
+            "busy_fraction": executing / (elapsed * len(workers)),
+            # the submitting (Python) thread's CPU time per step, real in both flavours
+            "submit_cpu_s_per_step": submit_cpu / steps, "tasks_per_step": ntasks / steps,
+            "submit_us_per_task": 1e6 * submit_cpu / max(ntasks, 1),
             "model": f"{args.arch} {args.n_layer}x{args.n_embd} T={args.seq_len} B={args.batch}"}
 
 

@@ -29,7 +29,7 @@ from .machine import Machine, MachineError
 WORKLOADS = [
     ("train-step gpt2 4x256 T=128 B=8", []),
 ]
-MIN_SAMPLES = 10  # StarPU's STARPU_CALIBRATE_MINIMUM: fewer samples of a shape count as uncalibrated
+MIN_SAMPLES = 10  # steps at least: samples of the shapes a step runs once
 
 
 def _cpu_model() -> str:
@@ -43,13 +43,24 @@ def _cpu_model() -> str:
     return _platform.processor() or "unknown CPU"
 
 
+def _bench_args(sizes: dict) -> list[str]:
+    out = []
+    for key, value in sorted(sizes.items()):
+        if key not in ("n_layer", "n_embd", "batch", "seq_len"):
+            raise ValueError(f"calibrate: unknown size {key!r} (n_layer, n_embd, batch, seq_len)")
+        out += [f"--{key.replace('_', '-')}", str(int(value))]
+    return out
+
+
 def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: int | None = None,
-              say=lambda s: print(s, file=sys.stderr, flush=True)) -> Machine:
-    """Calibrate machine ``name`` (created if missing) on this computer; its Machine."""
+              say=lambda s: print(s, file=sys.stderr, flush=True), warmup: int = 0, **sizes) -> Machine:
+    """Calibrate machine ``name`` (created if missing) on this computer; its Machine, whose
+    ``calibration["measured"]`` holds each workload's tokens/s in this run.  ``sizes``
+    (n_layer, n_embd, batch, seq_len) change the model from `tiletrain train`'s default (tests)."""
     check_machine_name(name)
-    if steps < MIN_SAMPLES:
-        raise ValueError(f"--steps must be at least {MIN_SAMPLES} (StarPU needs {MIN_SAMPLES} samples of a kernel and "
-                         f"tile shape before a simulation uses it; a step runs some kernels once), got {steps}")
+    if steps + warmup < MIN_SAMPLES:
+        raise ValueError(f"--steps must be at least {MIN_SAMPLES}: a step runs some kernels once, and the models of "
+                         f"the shapes a step runs once need samples, got {steps}")
     folder = machines.machine_dir(name)
     old = None
     if os.path.isfile(os.path.join(folder, "machine.json")):
@@ -63,12 +74,13 @@ def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: in
     env.pop(SIMULATE_ENV, None)  # the real flavour measures
     env.update(STARPU_PERF_MODEL_DIR=sampling, STARPU_HOSTNAME=name)
     done = []
+    measured = {}
     t0 = time.monotonic()
     for i, (label, extra) in enumerate(WORKLOADS, 1):
         say(f"calibrate {name} [{i}/{len(WORKLOADS)}] {label}: {steps} steps, sched {sched} "
             f"(models in {sampling})")
-        cmd = [sys.executable, "-m", "tiletrain.sim.bench", "--steps", str(steps), "--warmup", "0", "--sched", sched,
-               "--calibrate", "--progress", "--json", *extra]
+        cmd = [sys.executable, "-m", "tiletrain.sim.bench", "--steps", str(steps), "--warmup", str(warmup),
+               "--sched", sched, "--calibrate", "--progress", "--json", *extra, *_bench_args(sizes)]
         if ncpu is not None:
             cmd += ["--ncpu", str(ncpu)]
         r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
@@ -78,17 +90,25 @@ def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: in
         say(f"calibrate {name} [{i}/{len(WORKLOADS)}] {label}: {res['tokens_per_s']:.0f} tokens/s measured "
             f"({time.monotonic() - t0:.0f} s so far)")
         done.append(label)
+        measured[label] = res
     xml = os.path.join(sampling, "bus", f"{name}.platform.v4.xml")
     if not os.path.isfile(xml):
         raise MachineError(f"StarPU wrote no platform file ({xml}) while calibrating")
     with open(xml) as f:
         cpus = len(re.findall(r'<host id="CPU\d+"', f.read()))
     prev = old.calibration if old else {}
-    m = Machine(name=name, kind="calibrated", cpus=cpus,
+    # the submitting thread's CPU time per task, averaged with the earlier runs
+    submit = sum(v["submit_us_per_task"] for v in measured.values()) / len(measured)
+    if old is not None and old.submit_us_per_task > 0:
+        runs = int(prev.get("runs", 1))
+        submit = (old.submit_us_per_task * runs + submit) / (runs + 1)
+    m = Machine(name=name, kind="calibrated", cpus=cpus, submit_us_per_task=round(submit, 3),
                 calibration={"runs": int(prev.get("runs", 0)) + 1,
                              "last": datetime.datetime.now().isoformat(timespec="seconds"),
                              "cpu": _cpu_model(), "sched": sched, "steps": steps,
-                             "workloads": sorted(set(prev.get("workloads", [])) | set(done))})
+                             "workloads": sorted(set(prev.get("workloads", [])) | set(done)),
+                             "measured": {k: round(v["tokens_per_s"], 1) for k, v in measured.items()},
+                             **({"sizes": sizes} if sizes else {})})
     machines.save(m)
     n = len(m.kernels())
     say(f"calibrate {name}: {n} kernels calibrated, {cpus} CPUs, in {time.monotonic() - t0:.0f} s "

@@ -31,7 +31,7 @@ from .platform import config_text, platform_xml
 FORMAT = 1
 KINDS = ("calibrated", "derived")
 SCALING_RULE = ("time on a derived machine = time on the machine it derives from / the device type's relative "
-                "speed, per kernel and tile shape")
+                "speed, per kernel and tile shape (the submitting thread's cost per task / the CPU speed too)")
 
 
 class MachineError(ValueError):
@@ -51,6 +51,7 @@ class Machine:
     link_latency_us: float | None = None
     chiplets: int | None = None
     chiplet_link_gbs: float | None = None
+    submit_us_per_task: float = 0.0  # the submitting thread's CPU time per task (simulated at each submission)
     derived_from: str | None = None
     calibration: dict = field(default_factory=dict)  # calibrated: what ran, when, where
     format: int = FORMAT
@@ -121,6 +122,7 @@ def from_dict(d, where: str) -> Machine:
         link_latency_us=_positive(d, "link_latency_us", float, where, strict=False),
         chiplets=_positive(d, "chiplets", int, where),
         chiplet_link_gbs=_positive(d, "chiplet_link_gbs", float, where),
+        submit_us_per_task=_positive(d, "submit_us_per_task", float, where, strict=False) or 0.0,
         derived_from=derived_from, calibration=d.get("calibration", {}))
 
 
@@ -167,7 +169,8 @@ def describe(m: Machine) -> str:
     """`tiletrain machine show`: devices, links, calibrated kernels."""
     lines = [f"machine {m.name} ({m.kind}{', derived from ' + m.derived_from if m.derived_from else ''})",
              f"  folder: {m.folder}",
-             f"  CPUs: {m.cpus} (kernel speed x{m.cpu_speed:g} of the calibrated machine)"]
+             f"  CPUs: {m.cpus} (kernel speed x{m.cpu_speed:g} of the calibrated machine)",
+             f"  submitting thread: {m.submit_us_per_task:.1f} us of CPU per task"]
     if m.gpus:
         lines.append(f"  GPUs: {m.gpus} (speed x{m.gpu_speed or 1:g}, {m.gpu_memory or 0} bytes each)")
     if m.link_bandwidth_gbs:
@@ -235,6 +238,7 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
     ncpu = cpus if cpus is not None else src.cpus
     speed = float(cpu_speed) if cpu_speed is not None else 1.0
     m = Machine(name=name, kind="derived", cpus=ncpu, cpu_speed=src.cpu_speed * speed, derived_from=src.name,
+                submit_us_per_task=src.submit_us_per_task / speed,
                 calibration={"base": src.name, "base_calibration": src.calibration.get("last", "?"),
                              "derived": datetime.datetime.now().isoformat(timespec="seconds")})
     os.makedirs(machines_dir(), exist_ok=True)
