@@ -212,16 +212,16 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
     """A what-if machine from a calibrated one: a generated platform and the base's models
     scaled (SCALING_RULE).  Written whole into its folder, or not at all."""
     check_machine_name(name)
-    src = load(base)
-    if name == src.name:
-        raise MachineError(f"derive {name!r} from itself: give the new machine another name")
     if any(v is not None for v in (gpus, gpu_speed, gpu_memory, link_bandwidth_gbs, link_latency_us, chiplets,
-                                   chiplet_link_gbs)) or src.gpus:
+                                   chiplet_link_gbs)):
         raise MachineError(
             "simulated GPUs and chiplets (--gpus, --gpu-speed, --gpu-memory, --link-*, --chiplets) need CUDA codelets "
             "in the simulation flavour, and tiletrain's kernels get a CUDA implementation only in a build with CUDA "
             "kernels (csrc/gen_kernels.py: TT_HAVE_CUDA_KERNELS), which the SimGrid build of StarPU is not: "
             "this flavour simulates CPUs only (docs/simulation.md, 'Limits')")
+    src = load(base)
+    if name == src.name:
+        raise MachineError(f"derive {name!r} from itself: give the new machine another name")
     if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= 256):
         raise MachineError(f"--cpus must be an integer in [1, 256] (the simulation flavour's most CPU workers), "
                            f"got {cpus!r}")

@@ -121,8 +121,8 @@ def summarise(machine: str, rc: int, workers_text: str, bus_text: str, missing_t
 
 
 def command_for(program: list[str]) -> list[str]:
-    """The command that runs PROGRAM [ARGS...]: a .py file with this Python, `tiletrain ...`
-    as this Python's `-m tiletrain`, anything else as given."""
+    """The command that runs PROGRAM [ARGS...]: a .py file, `python ...` with this Python,
+    `tiletrain ...` as this Python's `-m tiletrain`, anything else as given."""
     if not program:
         raise ValueError("no program to simulate: tiletrain simulate --machine NAME -- PROGRAM [ARGS...]")
     head = program[0]
@@ -130,6 +130,8 @@ def command_for(program: list[str]) -> list[str]:
         return [sys.executable, *program]
     if head == "tiletrain":
         return [sys.executable, "-m", "tiletrain", *program[1:]]
+    if head in ("python", "python3"):
+        return [sys.executable, *program[1:]]
     if shutil.which(head) is None and not os.path.exists(head):
         raise ValueError(f"program {head!r} not found")
     return list(program)
