@@ -137,11 +137,62 @@ void __wrap_starpu_idle_hook_deregister(int hook_id)
 /* SimGrid's informational messages (its configuration, the platform file's version) would
  * start every simulated program: warnings and errors only. */
 int __real_starpu_init(struct starpu_conf *conf);
+void __real_starpu_shutdown(void);
+int __real_starpu_profiling_worker_get_info(int workerid, struct starpu_profiling_worker_info *info);
+
+/* ---- the session's totals for `tiletrain simulate` (tiletrain/sim/run.py) ----
+ * StarPU resets a worker's counters each time they are read (a program's
+ * tiletrain.trace.worker_stats()): the reads are summed here, and at starpu_shutdown the
+ * totals and the simulated time since starpu_init go to the file TILETRAIN_SIM_STATS_FILE
+ * names, one line per worker: "worker<TAB>id<TAB>kind<TAB>name<TAB>tasks<TAB>executing us<TAB>sleeping us". */
+static double init_us = -1.0;
+static struct {
+    long tasks;
+    double executing_us, sleeping_us;
+} totals[STARPU_NMAXWORKERS];
 
 int __wrap_starpu_init(struct starpu_conf *conf)
 {
     xbt_log_control_set("root.thresh:warning");
-    return __real_starpu_init(conf);
+    int rc = __real_starpu_init(conf);
+    if (rc == 0)
+        init_us = starpu_timing_now();
+    return rc;
+}
+
+int __wrap_starpu_profiling_worker_get_info(int workerid, struct starpu_profiling_worker_info *info)
+{
+    struct starpu_profiling_worker_info mine;
+    int rc = __real_starpu_profiling_worker_get_info(workerid, info ? info : &mine);
+    const struct starpu_profiling_worker_info *got = info ? info : &mine;
+    if (rc == 0 && workerid >= 0 && workerid < STARPU_NMAXWORKERS) {
+        totals[workerid].tasks += got->executed_tasks;
+        totals[workerid].executing_us += starpu_timing_timespec_to_us(&got->executing_time);
+        totals[workerid].sleeping_us += starpu_timing_timespec_to_us(&got->sleeping_time);
+    }
+    return rc;
+}
+
+void __wrap_starpu_shutdown(void)
+{
+    const char *path = getenv("TILETRAIN_SIM_STATS_FILE");
+    FILE *f = path && path[0] && init_us >= 0 ? fopen(path, "w") : NULL;
+    if (f) {
+        fprintf(f, "simulated_us\t%.3f\n", starpu_timing_now() - init_us);
+        unsigned n = starpu_worker_get_count();
+        for (unsigned w = 0; w < n && w < STARPU_NMAXWORKERS; w++) {
+            __wrap_starpu_profiling_worker_get_info((int)w, NULL); /* what is left since the last read */
+            char name[64];
+            starpu_worker_get_name((int)w, name, sizeof name);
+            enum starpu_worker_archtype t = starpu_worker_get_type((int)w);
+            const char *kind = t == STARPU_CPU_WORKER ? "cpu" : t == STARPU_CUDA_WORKER ? "cuda"
+                               : t == STARPU_OPENCL_WORKER ? "opencl" : "other";
+            fprintf(f, "worker\t%u\t%s\t%s\t%ld\t%.3f\t%.3f\n", w, kind, name, totals[w].tasks,
+                    totals[w].executing_us, totals[w].sleeping_us);
+        }
+        fclose(f);
+    }
+    __real_starpu_shutdown();
 }
 
 int __real_starpu_task_submit(struct starpu_task *task);

@@ -68,6 +68,8 @@ def home(tmp_path, monkeypatch):
     (folder / "sampling" / "bus").mkdir()
     (folder / "sampling" / "codelets" / "45" / "tiletrain_gemm.base").write_text(MODEL)
     (folder / "sampling" / "bus" / "base.platform.v4.xml").write_text(platform_xml(2))
+    for ext in machines.BUS_FILES:
+        (folder / "sampling" / "bus" / f"base.{ext}").write_text(f"# {ext}\n")
     machines.save(machines.Machine(name="base", kind="calibrated", cpus=2, submit_us_per_task=8.0))
     return tmp_path
 
@@ -186,17 +188,9 @@ def test_simulation_env_points_starpu_at_the_machine(home):
     assert env["STARPU_HOSTNAME"] == "base" and env["TILETRAIN_SIM_SUBMIT_US"] == "8"
 
 
-WORKER_STATS = """
-#---------------------
-Worker stats:
-CPU 0                           
-\t120 task(s)
-\ttotal: 1000.00 ms executing: 900.00 ms sleeping: 0.00 ms overhead 100.00 ms
-CPU 1                           
-\t80 task(s)
-\ttotal: 1000.00 ms executing: 500.00 ms sleeping: 100.00 ms overhead 400.00 ms
-#---------------------
-"""
+WORKER_STATS = ("simulated_us\t1000000.000\n"
+                "worker\t0\tcpu\tCPU 0\t120\t900000.000\t0.000\n"
+                "worker\t1\tcpu\tCPU 1\t80\t500000.000\t100000.000\n")
 BUS_STATS = """
 #---------------------
 Data transfer stats:
@@ -208,12 +202,15 @@ Total transfers: 0.5000 GB
 
 
 def test_the_summary_reads_starpus_statistics():
-    s = summarise("m", 0, WORKER_STATS, BUS_STATS, "tiletrain_gemm\tcpu0_impl0 (Comb0)\t50986c89\t196608\n" * 2)
+    s = summarise("m", 0, WORKER_STATS, BUS_STATS, "tiletrain_gemm\tcpu0_impl0 (Comb0)\t50986c89\t196608\tmissing\n" * 2
+                  + "tiletrain_add\tcpu0_impl0 (Comb0)\t00000001\t4096\testimated\n")
     assert (s.simulated_s, s.tasks) == (1.0, 200)
     assert s.workers == {"cpu": {"count": 2, "tasks": 200, "busy_fraction": 0.7}}
     assert s.idle_fraction == pytest.approx(0.3)
     assert s.bytes_moved == {"NUMA 0 -> CUDA 0": 2**29}
     assert s.missing == [("tiletrain_gemm", "cpu0_impl0 (Comb0)", "50986c89", 196608)]  # once
+    assert s.estimated == [("tiletrain_add", "cpu0_impl0 (Comb0)", "00000001", 4096)]
+    assert "1 tile shape(s) not calibrated on this machine were timed from" in s.format()
     line = json.loads(json.dumps(s.to_json()))
     assert set(line) == {"machine", "simulated_s", "tasks", "workers", "idle_fraction", "bytes_moved"}
     assert "busy 90.0 %" not in s.format() and "cpu: 2 workers, 200 tasks, busy 70.0 %" in s.format()

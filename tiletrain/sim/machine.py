@@ -34,6 +34,9 @@ SCALING_RULE = ("time on a derived machine = time on the machine it derives from
                 "speed, per kernel and tile shape (the submitting thread's cost per task / the CPU speed too)")
 
 
+BUS_FILES = ("latency", "bandwidth", "affinity")  # StarPU's bus calibration, beside the platform
+
+
 class MachineError(ValueError):
     """A machine that does not exist or whose folder is not valid."""
 
@@ -257,6 +260,13 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
             f.write(platform_xml(ncpu))
         with open(os.path.join(bus, f"{name}.config"), "w") as f:
             f.write(config_text(ncpu))
+        # the bus matrices StarPU measured (a simulation cannot measure them): main memory's
+        # row is all a CPU-only machine reads
+        for ext in BUS_FILES:
+            src_file = os.path.join(src.sampling, "bus", f"{src.name}.{ext}")
+            if not os.path.isfile(src_file):
+                raise MachineError(f"machine {src.name!r} has no {src_file}: calibrate it again")
+            shutil.copyfile(src_file, os.path.join(bus, f"{name}.{ext}"))
         with open(os.path.join(tmp, "machine.json"), "w") as f:
             f.write(m.to_json())
         if os.path.exists(folder):

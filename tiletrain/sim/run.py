@@ -5,8 +5,8 @@ The program runs unchanged: TILETRAIN_SIMULATE=NAME makes tiletrain load its sim
 flavour (tiletrain/_ffi.py), and tiletrain.config points StarPU at the machine's platform
 and models (a copy, so that a simulation never changes the machine).  Kernels do not run
 (values are meaningless) unless --execute (STARPU_SIMGRID_EXECUTE=1: right values, the
-time still simulated).  At its end StarPU writes its worker and bus statistics (simulated
-times, since profiling is on) to files this module reads; a task whose kernel or tile
+time still simulated).  At its end the simulation flavour writes the session's simulated time
+and per-worker totals, and StarPU its bus statistics, to files this module reads; a task whose kernel or tile
 shape the machine has no calibrated time for is listed by StarPU (scripts/starpu-patches/
 simgrid/) and fails the run with the command that calibrates it.
 """
@@ -38,7 +38,8 @@ class Summary:
     workers: dict = field(default_factory=dict)  # kind -> {count, tasks, busy_fraction}
     idle_fraction: float = 0.0
     bytes_moved: dict = field(default_factory=dict)  # "src -> dst" -> bytes
-    missing: list = field(default_factory=list)  # (kernel, arch, footprint, bytes)
+    missing: list = field(default_factory=list)  # (kernel, arch, footprint, bytes): no time at all
+    estimated: list = field(default_factory=list)  # shapes timed from the kernel's nearest calibrated size
 
     def to_json(self) -> dict:
         return {"machine": self.machine, "simulated_s": round(self.simulated_s, 6), "tasks": self.tasks,
@@ -54,32 +55,26 @@ class Summary:
                 lines.append(f"  {link}: {b / 2**20:.1f} MiB moved")
         else:
             lines.append("  no data moved between memory nodes")
+        if self.estimated:
+            kernels = sorted({k.removeprefix("tiletrain_") for k, *_ in self.estimated})
+            lines.append(f"  note: {len(self.estimated)} tile shape(s) not calibrated on this machine were timed from "
+                         f"their kernel's nearest calibrated size (time proportional to bytes): {', '.join(kernels)}")
         return "\n".join(lines)
 
 
-_KINDS = (("CUDA", "cuda"), ("OpenCL", "opencl"), ("CPU", "cpu"))
-
-
-def parse_worker_stats(text: str) -> list[dict]:
-    """StarPU's STARPU_WORKER_STATS summary: per worker name, tasks, total/executing/sleeping ms."""
-    out = []
-    cur = None
+def parse_worker_stats(text: str) -> tuple[float, list[dict]]:
+    """The simulation flavour's session totals (csrc/sim/sim_threads.c, TILETRAIN_SIM_STATS_FILE):
+    the simulated seconds since starpu_init and, per worker, its kind, tasks and executing and
+    sleeping seconds."""
+    simulated, workers = 0.0, []
     for line in text.splitlines():
-        if not line.strip() or line.startswith("#") or line.startswith("Worker stats") or line.startswith("Idle") \
-                or line.startswith("Total energy"):
-            continue
-        if not line.startswith("\t"):
-            cur = {"name": line.strip(), "tasks": 0, "total_ms": 0.0, "executing_ms": 0.0, "sleeping_ms": 0.0}
-            cur["kind"] = next((k for prefix, k in _KINDS if cur["name"].startswith(prefix)), "other")
-            out.append(cur)
-            continue
-        m = re.match(r"\s*(\d+) task\(s\)", line)
-        if m and cur is not None:
-            cur["tasks"] = int(m.group(1))
-        m = re.match(r"\s*total: ([\d.]+) ms executing: ([\d.]+) ms sleeping: ([\d.]+) ms", line)
-        if m and cur is not None:
-            cur["total_ms"], cur["executing_ms"], cur["sleeping_ms"] = (float(x) for x in m.groups())
-    return out
+        f = line.rstrip("\n").split("\t")
+        if f[0] == "simulated_us" and len(f) == 2:
+            simulated = float(f[1]) / 1e6
+        elif f[0] == "worker" and len(f) == 7:
+            workers.append({"id": int(f[1]), "kind": f[2], "name": f[3], "tasks": int(f[4]),
+                            "executing_s": float(f[5]) / 1e6, "sleeping_s": float(f[6]) / 1e6})
+    return simulated, workers
 
 
 def parse_bus_stats(text: str) -> dict[str, int]:
@@ -96,27 +91,24 @@ def parse_bus_stats(text: str) -> dict[str, int]:
 
 def summarise(machine: str, rc: int, workers_text: str, bus_text: str, missing_text: str) -> Summary:
     s = Summary(machine, rc)
-    ws = parse_worker_stats(workers_text)
-    if ws:
-        s.simulated_s = max(w["total_ms"] for w in ws) / 1e3
+    s.simulated_s, ws = parse_worker_stats(workers_text)
+    if ws and s.simulated_s > 0:
         s.tasks = sum(w["tasks"] for w in ws)
-        busy = 0.0
         for kind in sorted({w["kind"] for w in ws}):
             mine = [w for w in ws if w["kind"] == kind]
-            total = sum(w["total_ms"] for w in mine) or 1.0
-            ex = sum(w["executing_ms"] for w in mine)
-            busy += ex
+            ex = sum(w["executing_s"] for w in mine)
             s.workers[kind] = {"count": len(mine), "tasks": sum(w["tasks"] for w in mine),
-                               "busy_fraction": round(ex / total, 4)}
-        total_all = sum(w["total_ms"] for w in ws) or 1.0
-        s.idle_fraction = max(0.0, 1.0 - busy / total_all)
+                               "busy_fraction": round(min(1.0, ex / (s.simulated_s * len(mine))), 4)}
+        busy = sum(w["executing_s"] for w in ws)
+        s.idle_fraction = max(0.0, 1.0 - busy / (s.simulated_s * len(ws)))
     s.bytes_moved = parse_bus_stats(bus_text)
     seen = set()
     for line in missing_text.splitlines():
         f = line.split("\t")
-        if len(f) == 4 and tuple(f[:3]) not in seen:
+        if len(f) in (4, 5) and tuple(f[:3]) not in seen:
             seen.add(tuple(f[:3]))
-            s.missing.append((f[0], f[1], f[2], int(f[3])))
+            entry = (f[0], f[1], f[2], int(f[3]))
+            (s.estimated if len(f) == 5 and f[4] == "estimated" else s.missing).append(entry)
     return s
 
 
@@ -154,7 +146,7 @@ def simulate(machine: str, program: list[str], execute: bool = False, timeout: f
             env.pop(var, None)
         env.update({SIMULATE_ENV: machine, "TILETRAIN_MACHINES": os.path.join(tmp, "machines"),
                     "TILETRAIN_PROFILE": "1",
-                    "STARPU_WORKER_STATS": "1", "STARPU_WORKER_STATS_FILE": files["workers"],
+                    "TILETRAIN_SIM_STATS_FILE": files["workers"],
                     "STARPU_BUS_STATS": "1", "STARPU_BUS_STATS_FILE": files["bus"],
                     "STARPU_SIMGRID_MISSING_FILE": files["missing"],
                     "STARPU_SIMGRID_EXECUTE": "1" if execute else "0"})
