@@ -30,14 +30,15 @@ def main() -> int:
     load = os.getloadavg()[0]
     print(f"# load average {load:.1f} on {os.cpu_count()} cores at start")
     rows = []
-    print("| policy | measured tokens/s | simulated tokens/s | error | simulated busy |")
-    print("|---|---|---|---|---|")
+    print("| policy | measured tokens/s | simulated tokens/s | error | measured busy | simulated busy |")
+    print("|---|---|---|---|---|---|")
     for sched in a.scheds:
         t = time.monotonic()
         r = validate.train_step(sched, steps=a.steps, warmup=a.warmup)
         rows.append(r)
         print(f"| {sched} | {r['real_tokens_per_s']:.0f} | {r['simulated_tokens_per_s']:.0f} | {100 * r['error']:+.1f} % "
-              f"| {100 * r['simulated_busy_fraction']:.0f} % |  <!-- {time.monotonic() - t:.0f} s -->", flush=True)
+              f"| {100 * r['real_busy_fraction']:.0f} % | {100 * r['simulated_busy_fraction']:.0f} % |"
+              f"  <!-- {time.monotonic() - t:.0f} s -->", flush=True)
     if "here" in list_machines():
         print()
         print("| CPUs | " + " | ".join(f"x{s:g} speed" for s in a.speeds) + " |")

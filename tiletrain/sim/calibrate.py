@@ -110,7 +110,9 @@ def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: in
                              "last": datetime.datetime.now().isoformat(timespec="seconds"),
                              "cpu": _cpu_model(), "sched": sched, "steps": steps,
                              "workloads": sorted(set(prev.get("workloads", [])) | set(done)),
-                             "measured": {k: round(v["tokens_per_s"], 1) for k, v in measured.items()},
+                             "measured": {k: {"tokens_per_s": round(v["tokens_per_s"], 1),
+                                              "busy_fraction": round(v["busy_fraction"], 3),
+                                              "tasks_per_step": v["tasks_per_step"]} for k, v in measured.items()},
                              **({"sizes": sizes} if sizes else {})})
     machines.save(m)
     n = len(m.kernels())

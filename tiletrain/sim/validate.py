@@ -59,8 +59,9 @@ def train_step(sched: str = "lws", steps: int = 10, warmup: int = 2, ncpu: int |
         m = calibrate("measured", steps=steps, sched=sched, ncpu=ncpu, say=say, warmup=warmup, **sizes)
         real = m.calibration["measured"][WORKLOADS[0][0]]
         sim = simulate_bench("measured", steps, warmup, sched, **sizes)
-    return {"sched": sched, "steps": steps, "real_tokens_per_s": real, "simulated_tokens_per_s": sim["tokens_per_s"],
-            "error": sim["tokens_per_s"] / real - 1.0, "simulated_busy_fraction": sim["busy_fraction"],
+    return {"sched": sched, "steps": steps, "real_tokens_per_s": real["tokens_per_s"],
+            "simulated_tokens_per_s": sim["tokens_per_s"], "error": sim["tokens_per_s"] / real["tokens_per_s"] - 1.0,
+            "real_busy_fraction": real["busy_fraction"], "simulated_busy_fraction": sim["busy_fraction"],
             "model": sim["model"], "cpus": m.cpus}
 
 
