@@ -59,18 +59,31 @@ def test_simulate_runs_the_program_and_ends_with_the_json_line(home):
 
 
 def test_an_uncalibrated_kernel_names_the_kernel_and_the_command(home):
-    script = home / "other_shapes.py"
+    script = home / "cosine.py"  # `cos` is not in a training step: the machine has no time for it at all
     script.write_text("import numpy as np, tiletrain as tt\n"
                       "tt.init()\n"
-                      "a = tt.from_numpy(np.ones((96, 96), np.float32), 48)\n"
-                      "(a @ a).numpy()\n"
+                      "tt.from_numpy(np.ones((64, 64), np.float32), 32).cos().numpy()\n"
                       "tt.shutdown()\n")
-    with pytest.raises(UncalibratedKernel, match=r"no calibrated time for .*gemm.*tiletrain machine calibrate "
+    with pytest.raises(UncalibratedKernel, match=r"no calibrated time for .* of cos: .*tiletrain machine calibrate "
                                                  r"--name small"):
         simulate("small", [str(script)], timeout=300)
     r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--", str(script)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "tiletrain machine calibrate --name small" in r.stderr, r.stderr[-2000:]
+
+
+def test_execute_gives_right_values_and_other_shapes_are_estimated(home, capfd):
+    script = home / "matmul.py"  # gemm at a tile shape the step did not run: timed from its nearest size
+    script.write_text("import numpy as np, tiletrain as tt\n"
+                      "tt.init()\n"
+                      "a = tt.from_numpy(np.ones((96, 96), np.float32), 48)\n"
+                      "print('value', (a @ a).numpy()[0, 0])\n"
+                      "tt.shutdown()\n")
+    s = simulate("small", [str(script)], execute=True, timeout=300)
+    assert s.returncode == 0 and not s.missing
+    assert [k for k, *_ in s.estimated] == ["tiletrain_gemm"] and s.tasks >= 4
+    assert "value 96.0" in capfd.readouterr().out
+    assert "timed from their kernel's nearest calibrated size" in s.format()
 
 
 def test_a_second_init_in_a_simulated_process_is_a_clear_error(home):
