@@ -33,6 +33,17 @@ def machines(tmp_path_factory):
     return folder
 
 
+LAYER = dict(n_layer=1, n_embd=256, batch=8, seq_len=128)  # one block of `tiletrain train`'s GPT: compute-bound
+
+
+@pytest.fixture(scope="module")
+def layer_machine(machines):
+    """`layer`: one block of the GPT step, calibrated beside `small`."""
+    with validate.machines_in(str(machines)):
+        calibrate("layer", steps=10, sched="dmda", say=lambda s: None, **LAYER)
+    return "layer"
+
+
 @pytest.fixture
 def home(machines, monkeypatch):
     monkeypatch.setenv("TILETRAIN_MACHINES", str(machines))
@@ -112,8 +123,8 @@ def test_a_simulated_process_refuses_another_machine_and_an_unknown_one(home):
     assert r.returncode == 0 and "refused: unknown machine 'nowhere'" in r.stdout, r.stderr[-2000:]
 
 
-def test_more_or_faster_cpus_never_simulate_slower(home):
-    rows = validate.monotonic("small", cpus=(1, 2, 4), speeds=(1.0, 2.0), steps=2, warmup=1, **SMALL)
+def test_more_or_faster_cpus_never_simulate_slower(home, layer_machine):
+    rows = validate.monotonic(layer_machine, cpus=(1, 2, 4), speeds=(1.0, 2.0), steps=2, warmup=1, **LAYER)
     assert validate.is_monotonic(rows), rows
     by = {(r["cpus"], r["cpu_speed"]): r["tokens_per_s"] for r in rows}
     assert by[(2, 2.0)] > 1.3 * by[(2, 1.0)]  # twice the speed is clearly faster
