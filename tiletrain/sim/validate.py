@@ -1,7 +1,8 @@
 """How close a simulation comes to the real run (tests/sim, benchmarks/simulate_validate.py).
 
 ``train_step``: one real run of `tiletrain train`'s step measures tokens/s *and* calibrates a
-fresh machine with the durations of its own tasks; the simulation of the same steps on that
+fresh machine with the durations of its own tasks (for a dm-family policy, the second of two
+runs: the first one's placements explore empty models); the simulation of the same steps on that
 machine then gives simulated tokens/s.  Calibrating and measuring in the same run keeps a
 shared, noisy computer's drift between the two out of the comparison: what is left is the
 simulator (dependencies, scheduling, the submitting thread, data movement).
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from ..config import SIMULATE_ENV
+from ..config import SIMULATE_ENV, uses_perf_models
 from .calibrate import WORKLOADS, _bench_args, calibrate
 from .machine import derive
 
@@ -56,6 +57,10 @@ def train_step(sched: str = "lws", steps: int = 10, warmup: int = 2, ncpu: int |
     """Measured vs simulated tokens/s of `tiletrain train`'s step (``sizes``: a smaller model)."""
     say = say or (lambda s: None)
     with tempfile.TemporaryDirectory(prefix="tiletrain-validate-") as tmp, machines_in(tmp):
+        if uses_perf_models(sched):
+            # a dm-family policy places the tasks of a first run by exploring models that are still
+            # empty: measure the second run, which adds its samples to the first's
+            calibrate("measured", steps=steps, sched=sched, ncpu=ncpu, say=say, warmup=warmup, **sizes)
         m = calibrate("measured", steps=steps, sched=sched, ncpu=ncpu, say=say, warmup=warmup, **sizes)
         real = m.calibration["measured"][WORKLOADS[0][0]]
         sim = simulate_bench("measured", steps, warmup, sched, **sizes)
