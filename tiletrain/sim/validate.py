@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,15 +72,20 @@ def train_step(sched: str = "lws", steps: int = 10, warmup: int = 2, ncpu: int |
 
 
 def monotonic(base: str = "here", cpus=(1, 2, 4, 8), speeds=(1.0, 2.0), sched: str = "lws", steps: int = 2,
-              warmup: int = 1, say=None, **sizes) -> list[dict]:
-    """Simulated tokens/s on machines derived from ``base`` with each CPU count at each speed."""
+              warmup: int = 1, say=None, keep: bool = False, **sizes) -> list[dict]:
+    """Simulated tokens/s on machines derived from ``base`` with each CPU count at each speed
+    (removed afterwards unless ``keep``)."""
     say = say or (lambda s: None)
     rows = []
     for speed in speeds:
         for n in cpus:
             name = f"{base}-c{n}-x{speed:g}"
-            derive(name, base, cpus=n, cpu_speed=speed, overwrite=True)
-            r = simulate_bench(name, steps, warmup, sched, **sizes)
+            m = derive(name, base, cpus=n, cpu_speed=speed, overwrite=True)
+            try:
+                r = simulate_bench(name, steps, warmup, sched, **sizes)
+            finally:
+                if not keep:
+                    shutil.rmtree(m.folder, ignore_errors=True)
             rows.append({"machine": name, "cpus": n, "cpu_speed": speed, "tokens_per_s": r["tokens_per_s"]})
             say(f"{name}: {r['tokens_per_s']:.0f} tokens/s simulated")
     return rows
