@@ -304,6 +304,20 @@ class RuntimeConfig:
                 raise ValueError(f"unknown machine {self.simulate!r} (no {folder}/machine.json): "
                                  "`tiletrain machine list` lists the machines, `tiletrain machine calibrate` "
                                  "makes 'here'")
+            # what StarPU would abort on: its platform and bus files, more CPU workers than hosts
+            bus = os.path.join(folder, "sampling", "bus")
+            for ext in ("platform.v4.xml", "latency", "bandwidth"):
+                if not os.path.isfile(os.path.join(bus, f"{self.simulate}.{ext}")):
+                    raise ValueError(f"machine {self.simulate!r} has no {bus}/{self.simulate}.{ext}: calibrate or "
+                                     "derive it again (`tiletrain machine show` says which it is)")
+            with open(os.path.join(bus, f"{self.simulate}.platform.v4.xml")) as f:
+                hosts = len(re.findall(r'<host id="CPU\d+"', f.read()))
+            if self.ncpu is not None and self.ncpu > hosts:
+                raise ValueError(f"ncpu={self.ncpu} but machine {self.simulate!r} has {hosts} CPUs: derive one with "
+                                 f"more (`tiletrain machine derive NAME --from {self.simulate} --cpus {self.ncpu}`)")
+            if self.ncuda:
+                raise ValueError(f"ncuda={self.ncuda}: the simulation flavour simulates CPUs only "
+                                 "(docs/simulation.md, Limits)")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:

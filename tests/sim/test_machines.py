@@ -237,3 +237,17 @@ def test_the_cli_reports_bad_machines(home, capsys):
     assert main(["machine", "derive", "g", "--gpus", "2"]) == 2
     assert "need CUDA codelets" in capsys.readouterr().err
     assert os.listdir(home) == ["base"]
+
+
+def test_what_starpu_would_abort_on_is_refused_first(home):
+    with pytest.raises(ValueError, match=r"ncpu=8 but machine 'base' has 2 CPUs: .*--cpus 8"):
+        RuntimeConfig.resolve(simulate="base", ncpu=8)
+    with pytest.raises(ValueError, match="ncuda=1: the simulation flavour simulates CPUs only"):
+        RuntimeConfig.resolve(simulate="base", ncuda=1)
+    with pytest.raises(ValueError, match="MPI cannot be simulated"):
+        RuntimeConfig.resolve(simulate="base", mpi=True)
+    with pytest.raises(ValueError, match="calibrate=1 under simulation"):
+        RuntimeConfig.resolve(simulate="base", calibrate=1)
+    (home / "base" / "sampling" / "bus" / "base.latency").unlink()
+    with pytest.raises(ValueError, match=r"machine 'base' has no .*base\.latency"):
+        RuntimeConfig.resolve(simulate="base")
