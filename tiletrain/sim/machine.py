@@ -170,7 +170,7 @@ def save(m: Machine) -> None:
 
 def describe(m: Machine) -> str:
     """`tiletrain machine show`: devices, links, calibrated kernels."""
-    lines = [f"machine {m.name} ({m.kind}{', derived from ' + m.derived_from if m.derived_from else ''})",
+    lines = [f"machine {m.name} ({'derived from ' + str(m.derived_from) if m.kind == 'derived' else m.kind})",
              f"  folder: {m.folder}",
              f"  CPUs: {m.cpus} (kernel speed x{m.cpu_speed:g} of the calibrated machine)",
              f"  submitting thread: {m.submit_us_per_task:.1f} us of CPU per task"]
@@ -180,7 +180,11 @@ def describe(m: Machine) -> str:
         lines.append(f"  links RAM<->device: {m.link_bandwidth_gbs:g} GB/s, {m.link_latency_us or 0:g} us")
     if m.chiplets:
         lines.append(f"  chiplets: {m.chiplets}, chiplet links {m.chiplet_link_gbs or 0:g} GB/s")
-    if m.calibration:
+    if m.kind == "derived":
+        c = m.calibration
+        lines.append(f"  derived: {c.get('derived', '?')} from {c.get('base', '?')} (calibrated "
+                     f"{c.get('base_calibration', '?')})")
+    elif m.calibration:
         c = m.calibration
         lines.append(f"  calibrated: {c.get('runs', '?')} run(s), last {c.get('last', '?')} on {c.get('cpu', '?')}"
                      f"; workloads: {', '.join(c.get('workloads', [])) or '?'}")
