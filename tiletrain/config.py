@@ -146,7 +146,10 @@ def simulation_env(name: str) -> dict[str, str]:
     env = {"STARPU_PERF_MODEL_DIR": os.path.join(folder, "sampling"), "STARPU_HOSTNAME": name,
            # a tile shape measured once is calibrated enough to simulate (StarPU's default wants 10
            # samples; a training step runs some kernels and shapes once)
-           "STARPU_CALIBRATE_MINIMUM": "1"}
+           "STARPU_CALIBRATE_MINIMUM": "1",
+           # each task's time drawn with the spread its shape was measured with, not the mean alone
+           # (scripts/starpu-patches/simgrid/; STARPU_SIMGRID_VARIANCE=0: mean times)
+           "STARPU_SIMGRID_VARIANCE": os.environ.get("STARPU_SIMGRID_VARIANCE", "1")}
     # the submitting thread's CPU time per task (machine.json; tiletrain/sim/calibrate.py), charged
     # at each submission by the simulation flavour (csrc/sim/sim_threads.c)
     try:

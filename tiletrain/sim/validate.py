@@ -38,9 +38,11 @@ def machines_in(folder: str):
             os.environ["TILETRAIN_MACHINES"] = old
 
 
-def simulate_bench(machine: str, steps: int, warmup: int, sched: str, timeout: float = 900, **sizes) -> dict:
-    """tiletrain.sim.bench's result on a simulated machine (a fresh process)."""
-    env = dict(os.environ, **{SIMULATE_ENV: machine})
+def simulate_bench(machine: str, steps: int, warmup: int, sched: str, timeout: float = 900, variance: bool = True,
+                   **sizes) -> dict:
+    """tiletrain.sim.bench's result on a simulated machine (a fresh process); ``variance``:
+    task times drawn with their measured spread (else their means)."""
+    env = dict(os.environ, **{SIMULATE_ENV: machine, "STARPU_SIMGRID_VARIANCE": "1" if variance else "0"})
     for var in ("STARPU_PERF_MODEL_DIR", "STARPU_HOSTNAME", "STARPU_CALIBRATE"):
         env.pop(var, None)
     cmd = [sys.executable, "-m", "tiletrain.sim.bench", "--steps", str(steps), "--warmup", str(warmup), "--sched",
@@ -74,7 +76,8 @@ def train_step(sched: str = "lws", steps: int = 10, warmup: int = 2, ncpu: int |
 def monotonic(base: str = "here", cpus=(1, 2, 4, 8), speeds=(1.0, 2.0), sched: str = "lws", steps: int = 2,
               warmup: int = 1, say=None, keep: bool = False, **sizes) -> list[dict]:
     """Simulated tokens/s on machines derived from ``base`` with each CPU count at each speed
-    (removed afterwards unless ``keep``)."""
+    (removed afterwards unless ``keep``), with mean task times: a property of the models, not of
+    the random draws."""
     say = say or (lambda s: None)
     rows = []
     for speed in speeds:
@@ -82,7 +85,7 @@ def monotonic(base: str = "here", cpus=(1, 2, 4, 8), speeds=(1.0, 2.0), sched: s
             name = f"{base}-c{n}-x{speed:g}"
             m = derive(name, base, cpus=n, cpu_speed=speed, overwrite=True)
             try:
-                r = simulate_bench(name, steps, warmup, sched, **sizes)
+                r = simulate_bench(name, steps, warmup, sched, variance=False, **sizes)
             finally:
                 if not keep:
                     shutil.rmtree(m.folder, ignore_errors=True)
