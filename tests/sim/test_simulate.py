@@ -133,8 +133,8 @@ def test_more_or_faster_cpus_never_simulate_slower(home, layer_machine):
 
 DMDA_GAP = ("dmda pushes tasks to workers by predicted end times and, on a computer where durations vary (other "
             "jobs), its real queues unbalance more than the simulated ones, even with each task's time drawn with "
-            "its measured spread: measured +20 % (+39 % with mean times), real workers busy 71 % "
-            "(docs/simulation.md, Validation)")
+            "its measured spread: measured +20 % and +12.7 % in two runs (+39 % with mean times), real workers busy "
+            "70 % (docs/simulation.md, Validation); not strict: it passes when the computer is quieter")
 
 
 @pytest.mark.slow
