@@ -22,9 +22,9 @@ BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py p
 # Tests keep their StarPU perf models out of the user's ~/.starpu.
 TEST_ENV := STARPU_HOME=$(CURDIR)/build/starpu-home-test
 
-.PHONY: setup system test test-fast train generate bench info clean docs FORCE
+.PHONY: setup system sim test test-fast train generate bench info clean docs FORCE
 
-setup: system $(STAMP)
+setup: system $(STAMP) sim
 
 system:
 	@PYTHON=$(PYTHON) bash scripts/setup-system.sh
@@ -43,6 +43,23 @@ $(STAMP): $(BUILD_INPUTS) | system $(PY)
 	rm -f $(VENV)/.tiletrain-installed*
 	TILETRAIN_BLAS=$(BLAS) TILETRAIN_MKL_PREFIX=$(CURDIR)/$(VENV) \
 	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,docs]'
+	@touch $@
+
+# The simulation flavour (docs/simulation.md): StarPU built with SimGrid from the same source
+# and patches, once per machine into its own cache entry (scripts/build-starpu.sh --sim), then
+# libtiletrain_sim.so and tiletrain._tiletrain_sim_cffi against it (setup.py build_sim).
+# Optional: where SimGrid is missing setup says so and everything else works.
+SIM_ENV   := build/starpu-sim.env
+SIM_STAMP := build/.tiletrain-sim-built
+sim: $(STAMP)
+	@if PYTHON=$(PY) bash scripts/build-starpu.sh --sim --record $(SIM_ENV) >/dev/null; then \
+	  $(MAKE) --no-print-directory $(SIM_STAMP); \
+	else \
+	  echo "tiletrain: the simulation flavour is not built (see above); the real one is" >&2; \
+	fi
+
+$(SIM_STAMP): $(BUILD_INPUTS) $(SIM_ENV)
+	$(PY) setup.py -q build_sim
 	@touch $@
 
 # Prints the skipped tests with their reasons and the 15 slowest tests at the end.

@@ -8,6 +8,16 @@
 #   scripts/build-starpu.sh [--record FILE]   # build if missing; print the prefix (or write FILE)
 #   scripts/build-starpu.sh --fetch-only      # only download the source; print its path
 #   scripts/build-starpu.sh --print-key       # the cache entry's name for these inputs
+#   scripts/build-starpu.sh --sim [...]       # the simulation flavour (below), same actions
+#
+# The simulation flavour (--sim): the same source, cache and patches, configured
+# --enable-simgrid (SimGrid 3.32: Debian's libsimgrid-dev), plus the patches in
+# scripts/starpu-patches/simgrid/.  Its own cache key (<version>-sim-<hash>).  Kernels are
+# not run there: StarPU plays the task graph on a simulated platform with calibrated perf
+# models (docs/simulation.md).  It has no StarPU-MPI (SimGrid's SMPI needs a static build),
+# no FxT, no OpenCL; simulated CUDA devices need no CUDA toolkit (--enable-maxcudadev=16).
+# Without SimGrid it stops with exit status 3 and says what is missing; the real flavour
+# does not depend on it.
 #
 # Where the source comes from (the first that applies):
 #   STARPU_TARBALL=FILE   a StarPU release tarball you downloaded (any distribution)
@@ -62,15 +72,25 @@ RECIPE=3
 
 RECORD=
 ACTION=build
+FLAVOUR=real
 while [ $# -gt 0 ]; do
     case "$1" in
         --record) RECORD=$2; shift 2 ;;
         --fetch-only) ACTION=fetch; shift ;;
         --print-key) ACTION=key; shift ;;
-        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        --sim) FLAVOUR=sim; shift ;;
+        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
         *) echo "build-starpu: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
+
+if [ "$FLAVOUR" = sim ]; then
+    # the simulation flavour: always tiletrain's own build (Debian's binary has no SimGrid),
+    # without StarPU-MPI, FxT, OpenCL and a real CUDA (simulated devices need none)
+    MODE=own
+    CUDA=no
+    FEATURES=" "
+fi
 
 T0=$(date +%s)
 say() { echo "build-starpu [$(( $(date +%s) - T0 ))s]: $*" >&2; }
@@ -133,6 +153,16 @@ if has opencl; then
     if ! echo 'int main(void) { return 0; }' | cc -x c - -lOpenCL -o /dev/null >/dev/null 2>&1; then
         missing+=("ocl-icd-opencl-dev (libOpenCL.so)")
     fi
+fi
+if [ "$FLAVOUR" = sim ] && command -v pkg-config >/dev/null 2>&1 && ! pkg-config --exists simgrid 2>/dev/null; then
+    {
+        echo
+        echo "tiletrain: the simulation flavour of StarPU cannot be built: SimGrid is missing (pkg-config simgrid)."
+        echo "  As root: apt-get install libsimgrid-dev (scripts/setup-system.sh installs it), then make setup."
+        echo "  The real flavour does not need it; \`tiletrain simulate\` says so until it is built."
+        echo
+    } >&2
+    exit 3
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     list=$(IFS=,; echo "${missing[*]}" | sed 's/,/, /g')
@@ -200,13 +230,18 @@ OPTS=(--enable-maxcpus=$MAXCPUS $(has fxt && echo --with-fxt || echo --without-f
       --disable-fortran --disable-starpufft --disable-glpk --disable-socl)
 has mpi || OPTS+=(--disable-mpi)
 has opencl || OPTS+=(--disable-opencl)
-if [ -n "$NVCC" ]; then
+if [ "$FLAVOUR" = sim ]; then
+    OPTS+=(--enable-simgrid --enable-maxcudadev=16 --disable-cuda)
+elif [ -n "$NVCC" ]; then
     OPTS+=(--enable-cuda --with-cuda-dir="$CUDA_ROOT" --with-cuda-lib-dir="$CUDA_ROOT/lib64")
 else
     OPTS+=(--disable-cuda)
 fi
 PATCHES=("$PATCH_DIR"/*.patch)
 [ -e "${PATCHES[0]}" ] || PATCHES=()
+if [ "$FLAVOUR" = sim ]; then
+    for p in "$PATCH_DIR"/simgrid/*.patch; do [ -e "$p" ] && PATCHES+=("$p"); done
+fi
 
 if [ -n "$TARBALL" ]; then
     [ -f "$TARBALL" ] || stop "STARPU_TARBALL=$TARBALL is not a file." ""
@@ -221,15 +256,17 @@ else
 fi
 deps="hwloc $(pkg-config --modversion hwloc) fxt $(pkg-config --modversion fxt 2>/dev/null || echo none) cc $(cc -dumpfullversion 2>/dev/null || cc -dumpversion)"
 deps="$deps mpi $( (mpicc --showme:version 2>/dev/null || mpicc --version 2>/dev/null || echo none) | head -1)"
+if [ "$FLAVOUR" = sim ]; then deps="$deps simgrid $(pkg-config --modversion simgrid 2>/dev/null || echo none)"; fi
 KEY_TEXT=$(
     echo "recipe $RECIPE"
+    if [ "$FLAVOUR" = sim ]; then echo "flavour sim"; fi
     echo "source $SOURCE_ID"
     echo "configure ${OPTS[*]}"
     echo "cuda ${NVCC_RELEASE:-none} ${CUDA_PINS:-${CUDA_ROOT_GIVEN:-${TOOLKIT:-}}}"
     echo "deps $deps"
-    for p in "${PATCHES[@]}"; do echo "patch $(basename "$p") $(sha256sum < "$p" | cut -c1-64)"; done
+    for p in "${PATCHES[@]}"; do echo "patch ${p#"$PATCH_DIR"/} $(sha256sum < "$p" | cut -c1-64)"; done
 )
-KEY=$VERSION-$([ -n "$NVCC" ] && echo cuda || echo cpu)-$(printf '%s\n' "$KEY_TEXT" | sha256sum | cut -c1-12)
+KEY=$VERSION-$([ "$FLAVOUR" = sim ] && echo sim || { [ -n "$NVCC" ] && echo cuda || echo cpu; })-$(printf '%s\n' "$KEY_TEXT" | sha256sum | cut -c1-12)
 PREFIX=$STARPU_CACHE/$KEY
 if [ "$ACTION" = key ]; then echo "$KEY"; exit 0; fi
 
@@ -341,7 +378,7 @@ if [ -n "$CUDA_PINS" ] && [ ! -d "$CUDA_ROOT" ]; then
 fi
 
 # ---- build ---------------------------------------------------------------------------------------
-say "building StarPU $VERSION ($SOURCE$([ -n "$NVCC" ] && echo ", CUDA $NVCC_RELEASE")$(for f in $FEATURES; do printf ', %s' "$f"; done), maxcpus $MAXCPUS) into $PREFIX"
+say "building StarPU $VERSION ($SOURCE$([ -n "$NVCC" ] && echo ", CUDA $NVCC_RELEASE")$([ "$FLAVOUR" = sim ] && echo ", SimGrid $(pkg-config --modversion simgrid)")$(for f in $FEATURES; do printf ', %s' "$f"; done), maxcpus $MAXCPUS) into $PREFIX"
 say "a few minutes (2.5 with CUDA on 2 idle cores); log: $LOG"
 tar -xf "$TARBALL" -C "$TMP"
 SRC=$(find "$TMP" -mindepth 1 -maxdepth 1 -type d | head -1)
@@ -349,7 +386,7 @@ SRC=$(find "$TMP" -mindepth 1 -maxdepth 1 -type d | head -1)
 for p in "${PATCHES[@]}"; do
     (cd "$SRC" && patch -p1 --forward --quiet < "$p") >> "$LOG" 2>&1 \
         || { tail -5 "$LOG" >&2; echo "build-starpu: patch $(basename "$p") does not apply to this source" >&2; exit 1; }
-    say "applied $(basename "$p")"
+    say "applied ${p#"$PATCH_DIR"/}"
 done
 
 env_cuda=()
@@ -400,6 +437,7 @@ if has fxt; then need "STARPU_USE_FXT 1" "FxT"; fi
 if has opencl; then need "STARPU_USE_OPENCL 1" "OpenCL: headers and ICD loader"; fi
 if has mpi; then need "STARPU_USE_MPI 1" "StarPU-MPI: mpicc"; fi
 if [ -n "$NVCC" ]; then need "STARPU_USE_CUDA 1" "CUDA"; fi
+if [ "$FLAVOUR" = sim ]; then need "STARPU_SIMGRID 1" "SimGrid: libsimgrid-dev"; fi
 if has fxt && [ ! -x "$STAGED/bin/starpu_fxt_tool" ]; then
     echo "build-starpu: starpu_fxt_tool was not built (log: $LOG)" >&2
     exit 1
@@ -409,6 +447,7 @@ mkdir -p "$STAGED/share/tiletrain"
 {
     echo "# written by scripts/build-starpu.sh; read by CMakeLists.txt (tiletrain info shows it)"
     echo "version=$VERSION"
+    echo "flavour=$FLAVOUR"
     echo "source=$SOURCE"
     echo "source_id=$SOURCE_ID"
     echo "key=$KEY"
@@ -418,7 +457,7 @@ mkdir -p "$STAGED/share/tiletrain"
     echo "cuda_root=${CUDA_ROOT:-}"
     echo "cuda_pins=${CUDA_PINS:-}"
     echo "configure=${OPTS[*]}"
-    echo "patches=$(for p in "${PATCHES[@]}"; do printf '%s ' "$(basename "$p")"; done)"
+    echo "patches=$(for p in "${PATCHES[@]}"; do printf '%s ' "${p#"$PATCH_DIR"/}"; done)"
     echo "build_seconds=$(( $(date +%s) - T0 ))"
 } > "$STAGED/share/tiletrain/starpu-build.txt"
 printf '%s\n' "$KEY_TEXT" > "$STAGED/share/tiletrain/starpu-key.txt"

@@ -15,6 +15,10 @@ if [ "${STARPU:-own}" = system ]; then
 else
     PKGS+=(libhwloc-dev libfxt-dev debian-archive-keyring)
 fi
+# The simulation flavour (scripts/build-starpu.sh --sim, docs/simulation.md) builds StarPU
+# against SimGrid.  Optional: installed with the rest where this user can, else setup says
+# so and builds the real flavour only.
+OPTIONAL=(libsimgrid-dev)
 PYTHON=${PYTHON:-python3}
 
 missing=()
@@ -39,6 +43,24 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 if ! "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' >/dev/null 2>&1; then
     missing+=(python3-dev)
+fi
+
+optional_missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+    for p in "${OPTIONAL[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || optional_missing+=("$p")
+    done
+elif ! pkg-config --exists simgrid 2>/dev/null; then
+    optional_missing+=("SimGrid (libsimgrid)")
+fi
+can_install=0
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then can_install=1; fi
+if [ ${#optional_missing[@]} -gt 0 ]; then
+    if [ "$can_install" = 1 ]; then
+        missing+=("${optional_missing[@]}")
+    else
+        echo "tiletrain: ${optional_missing[*]} is not installed: no simulation flavour (tiletrain simulate); as root: apt-get install -y ${optional_missing[*]}" >&2
+    fi
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then

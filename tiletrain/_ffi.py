@@ -2,14 +2,33 @@
 Python exceptions."""
 from __future__ import annotations
 
+import importlib
+import os
+
 from ._version import __version__
+
+# The flavour of this process, fixed when the library loads (one StarPU per process):
+# "real", or "sim" when TILETRAIN_SIMULATE names a machine (tiletrain/config.py's `simulate`
+# setting reads the same variable; `tiletrain simulate` sets it): the same library built
+# against StarPU with SimGrid, which runs the task graph on a simulated machine
+# (docs/simulation.md).
+FLAVOUR = "sim" if os.environ.get("TILETRAIN_SIMULATE") else "real"
 
 # Loaded with the default RTLD_LOCAL: the library's OpenBLAS must not interpose its
 # symbols on other libraries in the process (PyTorch's BLAS calls would otherwise land in
 # it and run several times slower).
+# (the compiled modules, by name: tiletrain/_build_ffi.py's FLAVOURS)
+_MODULES = {"real": "_tiletrain_cffi", "sim": "_tiletrain_sim_cffi"}
 try:
-    from . import _tiletrain_cffi as _mod  # type: ignore[attr-defined]
+    _mod = importlib.import_module(f".{_MODULES[FLAVOUR]}", __package__)
 except ImportError as exc:  # pragma: no cover - depends on the build
+    if FLAVOUR == "sim":
+        raise ImportError(
+            f"TILETRAIN_SIMULATE={os.environ['TILETRAIN_SIMULATE']} needs tiletrain's simulation flavour, which "
+            f"could not be loaded ({exc}). It is built by `make setup` where SimGrid is installed "
+            "(apt-get install libsimgrid-dev, then make setup; docs/simulation.md). Unset TILETRAIN_SIMULATE "
+            "to run for real."
+        ) from exc
     raise ImportError(
         f"tiletrain's compiled extension could not be loaded ({exc}). Build it with `make setup` "
         "(or `pip install -e .` once StarPU, OpenBLAS and cmake are installed)."

@@ -1,4 +1,5 @@
-"""Command line: `tiletrain info | demo | train | runs | generate | export | trace | bench | schedule`."""
+"""Command line: `tiletrain info | demo | train | runs | generate | export | trace | bench | schedule |
+machine | simulate`."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,7 @@ from .inference.text import eos_ids, print_samples, sample_text
 from .nn.pretrained import CONFIG_NAME, load_model
 from .pipeline.cli import add_subcommands as add_schedule_subcommands
 from .runtime.registry import KERNELS
+from .sim.cli import add_subcommands as add_sim_subcommands
 from .tensors.tensor import DTYPES
 from .train import TrainArgs, add_arguments, check_option, train
 from .train.runs import add_subcommands as add_runs_subcommands
@@ -257,6 +259,7 @@ def build_parser() -> ArgumentParser:
     # `schedule show|run`: pipeline schedules as data (tiletrain/pipeline/cli.py); `schedule run
     # --gpt` runs a model (tiletrain/experiments/pipeline.py: a model is above pipeline/)
     add_schedule_subcommands(sub, gpt_runner=gpt_schedule_run)
+    add_sim_subcommands(sub)  # `machine ...` and `simulate` (tiletrain/sim/cli.py)
     return parser
 
 

@@ -16,6 +16,7 @@ of ``starpu_init`` and restores them afterwards.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, fields
@@ -62,9 +63,10 @@ _ENV = {
     "mpi_exit_grace": "TILETRAIN_MPI_EXIT_GRACE",
     "cp_yield": "TILETRAIN_CP_YIELD",
     "cp_idle_sleep_us": "TILETRAIN_CP_IDLE_SLEEP_US",
+    "simulate": "TILETRAIN_SIMULATE",
 }
 _BOOLS = ("profile", "mpi", "silent", "pause_when_idle", "mpi_driver", "fxt", "async_free", "cp_yield")
-_STRINGS = ("sched", "ooc_dir", "fxt_dir")
+_STRINGS = ("sched", "ooc_dir", "fxt_dir", "simulate")
 _FLOATS = ("mpi_exit_grace",)
 
 # Variables that were read before one reuse cap replaced two: set, they are an error that names
@@ -156,6 +158,82 @@ def _launcher_int(names: tuple[str, ...], default: int) -> int:
     return default
 
 
+# ---- simulation (docs/simulation.md) ------------------------------------------------------------
+# TILETRAIN_SIMULATE=NAME chooses, when tiletrain first loads its compiled library, the
+# simulation flavour (tiletrain/_ffi.py reads the same variable: it decides before anything
+# else runs); `tiletrain simulate --machine NAME -- PROGRAM` sets it for the program.  One
+# StarPU per process, so init(simulate=NAME) must agree with it.
+SIMULATE_ENV = "TILETRAIN_SIMULATE"
+_simulated_sessions = []
+
+
+def simulated_machine() -> str | None:
+    """The machine this process simulates (TILETRAIN_SIMULATE), None for a real run."""
+    return os.environ.get(SIMULATE_ENV) or None
+
+
+def machines_dir() -> str:
+    """Where machines live: $TILETRAIN_MACHINES, else $TILETRAIN_CACHE/machines, else
+    ~/.cache/tiletrain/machines."""
+    if os.environ.get("TILETRAIN_MACHINES"):
+        return os.environ["TILETRAIN_MACHINES"]
+    cache = os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
+    return os.path.join(cache, "machines")
+
+
+def check_machine_name(name) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ValueError(f"a machine name is 1-64 letters, digits, '_', '.' or '-' (starting with a letter "
+                         f"or digit), got {name!r}")
+    return name
+
+
+def simulation_env(name: str) -> dict[str, str]:
+    """StarPU's variables for simulating machine ``name``: its platform and perf models
+    (sampling/bus/<name>.platform.v4.xml, sampling/codelets/45/<symbol>.<name>)."""
+    folder = os.path.join(machines_dir(), check_machine_name(name))
+    env = {"STARPU_PERF_MODEL_DIR": os.path.join(folder, "sampling"), "STARPU_HOSTNAME": name,
+           # a tile shape measured once is calibrated enough to simulate (StarPU's default wants 10
+           # samples; a training step runs some kernels and shapes once)
+           "STARPU_CALIBRATE_MINIMUM": "1",
+           # each task's time drawn with the spread its shape was measured with, not the mean alone
+           # (scripts/starpu-patches/simgrid/; STARPU_SIMGRID_VARIANCE=0: mean times)
+           "STARPU_SIMGRID_VARIANCE": os.environ.get("STARPU_SIMGRID_VARIANCE", "1")}
+    # the submitting thread's CPU time per task (machine.json; tiletrain/sim/calibrate.py), charged
+    # at each submission by the simulation flavour (csrc/sim/sim_threads.c)
+    try:
+        with open(os.path.join(folder, "machine.json")) as f:
+            cost = json.load(f).get("submit_us_per_task", 0)
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
+            env["TILETRAIN_SIM_SUBMIT_US"] = f"{float(cost):g}"
+    except (OSError, ValueError, AttributeError):
+        pass  # (tiletrain.sim checks machine.json and says what is wrong with it)
+    return env
+
+
+def _claim_simulated_session(name: str) -> None:
+    """A simulated process runs one StarPU session (SimGrid cannot start twice), on the machine
+    its library was loaded for."""
+    check_machine_name(name)
+    loaded = simulated_machine()
+    if loaded is None:
+        raise RuntimeError(
+            f"simulate={name!r}: this process loaded tiletrain's real flavour (the flavour is chosen when "
+            f"tiletrain is imported). Run the program with {SIMULATE_ENV}={name} in its environment, or as "
+            f"`tiletrain simulate --machine {name} -- python PROGRAM.py`")
+    if loaded != name:
+        raise ValueError(f"simulate={name!r}, but this process simulates machine {loaded!r} "
+                         f"({SIMULATE_ENV}={loaded}): one machine per process")
+    if _simulated_sessions:
+        raise RuntimeError(
+            f"a simulated process runs one tiletrain session (SimGrid starts once per process), and this one "
+            f"already ran one on {loaded!r}: keep one init()/shutdown() pair, or start another process")
+    _simulated_sessions.append(name)
+    # for the whole process, not only during starpu_init: StarPU reads them again when it first
+    # loads a kernel's model (at its first task)
+    os.environ.update(simulation_env(name))
+
+
 def launcher_world_size() -> int:
     """World size announced by an MPI launcher (Open MPI, MPICH, Slurm), 1 if none."""
     return _launcher_int(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"), 1)
@@ -194,6 +272,7 @@ class RuntimeConfig:
     mpi_exit_grace: float = 1.0   # under MPI: seconds a wait goes on after another rank shut down
     cp_yield: bool = True         # tt-cp policy: idle workers sched_yield() between polls
     cp_idle_sleep_us: int = 1000  # tt-cp policy: the longest nap of an idle worker (us)
+    simulate: str | None = None   # a machine's name: run on it simulated (docs/simulation.md); see simulated_machine()
 
     @classmethod
     def resolve(cls, **kwargs) -> "RuntimeConfig":
@@ -230,6 +309,12 @@ class RuntimeConfig:
             # Never pause idle workers under MPI: a rank's workers and StarPU-MPI's thread
             # must keep serving the other ranks' transfers (the C side refuses too).
             values["pause_when_idle"] = False
+        if values.get("simulate") is not None:
+            # a simulation reads the machine's models and must never write simulated times into them
+            if values.get("calibrate"):
+                raise ValueError(f"calibrate={values['calibrate']} under simulation: a simulated run never "
+                                 f"calibrates; calibrate on the real machine (tiletrain machine calibrate)")
+            values["calibrate"] = 0
         if values.get("calibrate") is None and uses_perf_models(values.get("sched")):
             # StarPU 1.3.10 aborts now and then ("_starpu_driver_update_job_feedback:
             # measured >= 0") when a dm/heft-family policy calibrates its models with
@@ -239,6 +324,8 @@ class RuntimeConfig:
             values["calibrate"] = 1
         cfg = cls(**values)
         cfg.validate()
+        if cfg.simulate is not None:
+            _claim_simulated_session(cfg.simulate)
         return cfg
 
     def validate(self) -> None:
@@ -282,6 +369,30 @@ class RuntimeConfig:
                 raise TypeError(f"fxt_dir must be a directory path, got {self.fxt_dir!r}")
             if os.path.exists(self.fxt_dir) and not os.path.isdir(self.fxt_dir):
                 raise ValueError(f"fxt_dir {self.fxt_dir!r} exists and is not a directory")
+        if self.simulate is not None:
+            check_machine_name(self.simulate)
+            if self.mpi:
+                raise ValueError("simulate: StarPU-MPI cannot be simulated with a shared-library StarPU "
+                                 "(SimGrid's SMPI needs a static build): run one process")
+            folder = self.machine_dir()
+            if not os.path.isfile(os.path.join(folder, "machine.json")):
+                raise ValueError(f"unknown machine {self.simulate!r} (no {folder}/machine.json): "
+                                 "`tiletrain machine list` lists the machines, `tiletrain machine calibrate` "
+                                 "makes 'here'")
+            # what StarPU would abort on: its platform and bus files, more CPU workers than hosts
+            bus = os.path.join(folder, "sampling", "bus")
+            for ext in ("platform.v4.xml", "latency", "bandwidth"):
+                if not os.path.isfile(os.path.join(bus, f"{self.simulate}.{ext}")):
+                    raise ValueError(f"machine {self.simulate!r} has no {bus}/{self.simulate}.{ext}: calibrate or "
+                                     "derive it again (`tiletrain machine show` says which it is)")
+            with open(os.path.join(bus, f"{self.simulate}.platform.v4.xml")) as f:
+                hosts = len(re.findall(r'<host id="CPU\d+"', f.read()))
+            if self.ncpu is not None and self.ncpu > hosts:
+                raise ValueError(f"ncpu={self.ncpu} but machine {self.simulate!r} has {hosts} CPUs: derive one with "
+                                 f"more (`tiletrain machine derive NAME --from {self.simulate} --cpus {self.ncpu}`)")
+            if self.ncuda:
+                raise ValueError(f"ncuda={self.ncuda}: the simulation flavour simulates CPUs only "
+                                 "(docs/simulation.md, Limits)")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:
@@ -293,6 +404,10 @@ class RuntimeConfig:
                 raise ValueError(f"unknown scheduling policy {self.sched!r}; StarPU 1.3 has: "
                                  f"{', '.join(KNOWN_POLICIES)} and the modular-* family; tiletrain's own "
                                  f"(csrc/sched/): {', '.join(own) or 'none'}")
+
+    def machine_dir(self) -> str | None:
+        """The simulated machine's folder (None: not simulated)."""
+        return None if self.simulate is None else os.path.join(machines_dir(), self.simulate)
 
     def fxt_directory(self) -> str:
         """Where StarPU writes the FxT trace when ``fxt`` is on."""
@@ -325,6 +440,9 @@ class RuntimeConfig:
         env["STARPU_FXT_PREFIX"] = os.path.abspath(self.fxt_directory()) + "/" if self.fxt else None
         if self.silent:
             env["STARPU_SILENT"] = "1"
+        if self.simulate is not None:
+            env.update(simulation_env(self.simulate))
+            env["STARPU_OPENCL_ON_CPUS"] = None
         # Under MPI, StarPU-MPI's progression thread runs CPU worker 0's tasks between its
         # polls (csrc/mpi.c keeps it awake): one busy thread per rank instead of two, which
         # measured 2.2x faster for 2 ranks on 2 cores (README "Running under mpirun").

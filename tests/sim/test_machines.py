@@ -1,0 +1,253 @@
+"""Machines as data (tiletrain/sim/machine.py, perfmodel.py, platform.py) and the checks that
+keep bad input away from StarPU: malformed machine.json, unknown machines, what a derived
+machine cannot have, simulate= in a process of the real flavour.  No simulation runs here
+(tests/sim/test_simulate.py runs them)."""
+import json
+import os
+
+import pytest
+
+from tiletrain import config
+from tiletrain.config import RuntimeConfig
+from tiletrain.sim import machine as machines
+from tiletrain.sim import perfmodel
+from tiletrain.sim.machine import MachineError
+from tiletrain.sim.platform import platform_xml
+from tiletrain.sim.run import command_for, summarise
+
+# A StarPU 1.3 history model (format 45) of one CPU implementation with two tile shapes.
+MODEL = """##################
+# Performance Model Version
+45
+
+####################
+# COMBs
+# number of combinations
+1
+####################
+# COMB_0
+# number of types devices
+1
+####################
+# DEV_0
+# device type (CPU - 0, CUDA - 1, OPENCL - 2, MIC - 3, MPI_MS - 5)
+0
+####################
+# DEV_0
+# device id 
+0
+####################
+# DEV_0
+# number of cores 
+1
+##########
+# number of implementations
+1
+#####
+# Model for cpu0_impl0 (Comb0)
+# number of entries
+2
+# sumlnx	sumlnx2		sumlny		sumlnxlny	alpha		beta		n	minx		maxx
+0.000000e+00   	0.000000e+00   	0.000000e+00   	0.000000e+00   	nan            	nan            	0	0              	0              
+# a		b		c
+nan            	nan            	nan            
+# not multiple-regression-base
+0
+# hash		size		flops		mean (us)	dev (us)	sum		sum2		n
+c43f364b	589824         	1.677722e+07   	4.000000e+02   	2.000000e+01   	4.000000e+03   	1.604000e+06   	10
+30b8bbe0	2883584        	1.342177e+08   	2.000000e+04   	0.000000e+00   	2.000000e+04   	4.000000e+08   	1
+"""
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """An empty machines folder, and a calibrated machine `base` in it (two CPUs, one kernel)."""
+    monkeypatch.setenv("TILETRAIN_MACHINES", str(tmp_path))
+    folder = tmp_path / "base"
+    (folder / "sampling" / "codelets" / "45").mkdir(parents=True)
+    (folder / "sampling" / "bus").mkdir()
+    (folder / "sampling" / "codelets" / "45" / "tiletrain_gemm.base").write_text(MODEL)
+    (folder / "sampling" / "bus" / "base.platform.v4.xml").write_text(platform_xml(2))
+    for ext in machines.BUS_FILES:
+        (folder / "sampling" / "bus" / f"base.{ext}").write_text(f"# {ext}\n")
+    machines.save(machines.Machine(name="base", kind="calibrated", cpus=2, submit_us_per_task=8.0))
+    return tmp_path
+
+
+def test_a_model_scaled_by_a_speed_keeps_its_shapes_and_samples():
+    fast = perfmodel.scale(MODEL, {"cpu": 2.0})
+    before, after = perfmodel.entries(MODEL), perfmodel.entries(fast)
+    assert [(e.footprint, e.size, e.n) for e in after] == [(e.footprint, e.size, e.n) for e in before]
+    assert [e.mean_us for e in after] == pytest.approx([200.0, 10000.0])
+    row = next(line.split() for line in fast.splitlines() if line.startswith("c43f364b"))
+    assert float(row[4]) == pytest.approx(10.0) and float(row[5]) == pytest.approx(2000.0)
+    assert float(row[6]) == pytest.approx(1.604e6 / 4)  # sum2 / speed**2: mean and dev stay consistent
+    assert perfmodel.scale(MODEL, {"cuda": 3.0}) == MODEL  # another device type: untouched
+
+
+def test_a_malformed_model_row_is_named():
+    with pytest.raises(perfmodel.ModelFileError, match="m:39: a history row has 8 fields"):
+        perfmodel.entries(MODEL.replace("\t10\n", "\n"), "m")
+
+
+def test_the_platform_has_one_host_per_cpu():
+    xml = platform_xml(64)
+    assert xml.count('<host id="CPU') == 64 and '<host id="MAIN"' in xml and '<host id="RAM"' in xml
+    with pytest.raises(ValueError, match="at least one CPU"):
+        platform_xml(0)
+
+
+def test_list_show_and_an_unknown_machine(home):
+    assert machines.list_machines() == ["base"]
+    text = machines.describe(machines.load("base"))
+    assert "CPUs: 2" in text and "gemm: cpu: 1/2 shapes with >= 10 samples" in text
+    with pytest.raises(MachineError, match=r"unknown machine 'nope'.*machines: base.*tiletrain machine calibrate"):
+        machines.load("nope")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "a machine is a JSON object"),
+    ('{"format": 1, "name": "base", "kind": "calibrated"}', "'cpus' is missing"),
+    ('{"format": 1, "name": "base", "kind": "calibrated", "cpus": "two"}', "'cpus' must be an integer > 0"),
+    ('{"format": 1, "name": "base", "kind": "calibrated", "cpus": 0}', "'cpus' must be an integer > 0"),
+    ('{"format": 1, "name": "base", "kind": "guessed", "cpus": 2}', "'kind' must be one of calibrated, derived"),
+    ('{"format": 2, "name": "base", "kind": "calibrated", "cpus": 2}', "'format' must be 1"),
+    ('{"format": 1, "name": "other", "kind": "calibrated", "cpus": 2}', "'name' is 'other' but the folder is 'base'"),
+    ('{"format": 1, "name": "base", "kind": "calibrated", "cpus": 2, "gpu": 1}', r"unknown field\(s\) gpu"),
+    ('{"format": 1, "name": "base", "kind": "calibrated", "cpus": 2, "cpu_speed": -1}', "'cpu_speed' must be"),
+])
+def test_a_malformed_machine_json_is_a_clear_error(home, content, message):
+    (home / "base" / "machine.json").write_text(content)
+    with pytest.raises(MachineError, match=message) as e:
+        machines.load("base")
+    assert str(home / "base" / "machine.json") in str(e.value)
+
+
+def test_a_machine_without_its_platform_says_how_to_remake_it(home):
+    (home / "base" / "sampling" / "bus" / "base.platform.v4.xml").unlink()
+    with pytest.raises(MachineError, match="no platform file .*tiletrain machine calibrate --name base"):
+        machines.load("base")
+
+
+def test_derive_generates_the_platform_and_scales_the_models(home):
+    m = machines.derive("big", "base", cpus=32, cpu_speed=2.0)
+    assert (m.kind, m.cpus, m.cpu_speed, m.derived_from) == ("derived", 32, 2.0, "base")
+    assert m.submit_us_per_task == pytest.approx(4.0)  # the submitting thread is a CPU too
+    assert machines.load("big") == m
+    assert list(m.kernels()) == ["tiletrain_gemm"]
+    assert [e.mean_us for e in perfmodel.entries(open(m.kernels()["tiletrain_gemm"]).read())] == \
+        pytest.approx([200.0, 10000.0])
+    xml = (home / "big" / "sampling" / "bus" / "big.platform.v4.xml").read_text()
+    assert xml.count('<host id="CPU') == 32
+    # derived from a derived machine: speeds multiply
+    assert machines.derive("bigger", "big", cpu_speed=1.5).cpu_speed == pytest.approx(3.0)
+    assert sorted(machines.list_machines()) == ["base", "big", "bigger"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(gpus=4), "simulated GPUs and chiplets .* need CUDA codelets"),
+    (dict(chiplets=8, chiplet_link_gbs=25.0), "simulated GPUs and chiplets"),
+    (dict(cpus=0), r"--cpus must be an integer in \[1, 256\]"),
+    (dict(cpus=1000), r"--cpus must be an integer in \[1, 256\]"),
+    (dict(cpu_speed=0.0), "--cpu-speed must be a positive number"),
+    (dict(cpu_speed=float("nan")), "--cpu-speed must be a positive number"),
+])
+def test_derive_refuses_what_it_cannot_simulate(home, kwargs, message):
+    with pytest.raises(MachineError, match=message):
+        machines.derive("what-if", "base", **kwargs)
+    assert not (home / "what-if").exists()  # nothing half-written
+
+
+def test_derive_refuses_itself_an_existing_name_and_a_bad_name(home):
+    with pytest.raises(MachineError, match="from itself"):
+        machines.derive("base", "base")
+    machines.derive("twin", "base")
+    with pytest.raises(MachineError, match="exists .* --overwrite"):
+        machines.derive("twin", "base")
+    machines.derive("twin", "base", cpus=4, overwrite=True)
+    with pytest.raises(ValueError, match="a machine name is"):
+        machines.derive("../evil", "base")
+
+
+def test_simulate_in_a_process_of_the_real_flavour_says_how(home, monkeypatch):
+    monkeypatch.delenv("TILETRAIN_SIMULATE", raising=False)
+    with pytest.raises(RuntimeError, match="loaded tiletrain's real flavour.*TILETRAIN_SIMULATE=base.*tiletrain "
+                                           "simulate --machine base"):
+        RuntimeConfig.resolve(simulate="base")
+    with pytest.raises(ValueError, match="unknown machine 'nope'"):
+        RuntimeConfig.resolve(simulate="nope")
+    with pytest.raises(ValueError, match="a machine name is"):
+        RuntimeConfig.resolve(simulate="a b")
+    assert config.simulated_machine() is None and RuntimeConfig.resolve().simulate is None
+
+
+def test_simulation_env_points_starpu_at_the_machine(home):
+    env = config.simulation_env("base")
+    assert env["STARPU_PERF_MODEL_DIR"] == str(home / "base" / "sampling")
+    assert env["STARPU_HOSTNAME"] == "base" and env["TILETRAIN_SIM_SUBMIT_US"] == "8"
+
+
+WORKER_STATS = ("simulated_us\t1000000.000\n"
+                "worker\t0\tcpu\tCPU 0\t120\t900000.000\t0.000\n"
+                "worker\t1\tcpu\tCPU 1\t80\t500000.000\t100000.000\n")
+BUS_STATS = """
+#---------------------
+Data transfer stats:
+\tNUMA 0 -> CUDA 0\t0.5000 GB\t512.0000 MB/s\t(transfers : 10 - avg 51.2000 MB)
+\tCUDA 0 -> NUMA 0\t0.0000 GB\t0.0000 MB/s\t(transfers : 0 - avg -nan MB)
+Total transfers: 0.5000 GB
+#---------------------
+"""
+
+
+def test_the_summary_reads_starpus_statistics():
+    s = summarise("m", 0, WORKER_STATS, BUS_STATS, "tiletrain_gemm\tcpu0_impl0 (Comb0)\t50986c89\t196608\tmissing\n" * 2
+                  + "tiletrain_add\tcpu0_impl0 (Comb0)\t00000001\t4096\testimated\n")
+    assert (s.simulated_s, s.tasks) == (1.0, 200)
+    assert s.workers == {"cpu": {"count": 2, "tasks": 200, "busy_fraction": 0.7}}
+    assert s.idle_fraction == pytest.approx(0.3)
+    assert s.bytes_moved == {"NUMA 0 -> CUDA 0": 2**29}
+    assert s.missing == [("tiletrain_gemm", "cpu0_impl0 (Comb0)", "50986c89", 196608)]  # once
+    assert s.estimated == [("tiletrain_add", "cpu0_impl0 (Comb0)", "00000001", 4096)]
+    assert "1 tile shape(s) not calibrated on this machine were timed from" in s.format()
+    line = json.loads(json.dumps(s.to_json()))
+    assert set(line) == {"machine", "simulated_s", "tasks", "workers", "idle_fraction", "bytes_moved"}
+    assert "busy 90.0 %" not in s.format() and "cpu: 2 workers, 200 tasks, busy 70.0 %" in s.format()
+
+
+def test_the_program_to_simulate(tmp_path):
+    import sys
+    assert command_for(["train.py", "-x"]) == [sys.executable, "train.py", "-x"]
+    assert command_for(["tiletrain", "train"]) == [sys.executable, "-m", "tiletrain", "train"]
+    assert command_for(["python", "-c", "1"]) == [sys.executable, "-c", "1"]
+    with pytest.raises(ValueError, match="no program to simulate"):
+        command_for([])
+    with pytest.raises(ValueError, match="program 'no-such-program' not found"):
+        command_for(["no-such-program"])
+
+
+def test_the_cli_reports_bad_machines(home, capsys):
+    from tiletrain.cli import main
+    assert main(["machine", "show", "nope"]) == 2
+    assert "unknown machine 'nope'" in capsys.readouterr().err
+    (home / "base" / "machine.json").write_text("{")
+    assert main(["simulate", "--machine", "base", "--", "python", "-c", "pass"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["machine", "derive", "g", "--gpus", "2"]) == 2
+    assert "need CUDA codelets" in capsys.readouterr().err
+    assert os.listdir(home) == ["base"]
+
+
+def test_what_starpu_would_abort_on_is_refused_first(home):
+    with pytest.raises(ValueError, match=r"ncpu=8 but machine 'base' has 2 CPUs: .*--cpus 8"):
+        RuntimeConfig.resolve(simulate="base", ncpu=8)
+    with pytest.raises(ValueError, match="ncuda=1: the simulation flavour simulates CPUs only"):
+        RuntimeConfig.resolve(simulate="base", ncuda=1)
+    with pytest.raises(ValueError, match="MPI cannot be simulated"):
+        RuntimeConfig.resolve(simulate="base", mpi=True)
+    with pytest.raises(ValueError, match="calibrate=1 under simulation"):
+        RuntimeConfig.resolve(simulate="base", calibrate=1)
+    (home / "base" / "sampling" / "bus" / "base.latency").unlink()
+    with pytest.raises(ValueError, match=r"machine 'base' has no .*base\.latency"):
+        RuntimeConfig.resolve(simulate="base")

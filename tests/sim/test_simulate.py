@@ -1,0 +1,146 @@
+"""Simulations (the SimGrid flavour, built by `make setup`): a small GPT's step calibrated on
+this computer into a temporary machines folder, then run simulated in fresh processes:
+`tiletrain simulate --json`, the errors a simulated program meets (an uncalibrated kernel,
+a second init, an unknown machine), derived machines that must not simulate slower with more
+or faster CPUs, and (slow) the issue's accuracy target on `tiletrain train`'s step."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tiletrain
+from tiletrain.sim import validate
+from tiletrain.sim.calibrate import calibrate
+from tiletrain.sim.run import UncalibratedKernel, simulate
+
+PACKAGE = Path(tiletrain.__file__).resolve().parent
+SMALL = dict(n_layer=1, n_embd=64, batch=2, seq_len=32)  # a step of ~250 small tasks
+BENCH = ["python", "-m", "tiletrain.sim.bench", "--steps", "2", "--warmup", "1", "--n-layer", "1", "--n-embd", "64",
+         "--batch", "2", "--seq-len", "32", "--json"]
+
+
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory):
+    """A machines folder holding `small`: calibrated on this computer (the small GPT's step)."""
+    assert list(PACKAGE.glob("_tiletrain_sim_cffi*.so")), \
+        "the simulation flavour is not built: `make setup` builds it where SimGrid is installed (libsimgrid-dev)"
+    folder = tmp_path_factory.mktemp("machines")
+    with validate.machines_in(str(folder)):
+        calibrate("small", steps=10, sched="dmda", say=lambda s: None, **SMALL)
+    return folder
+
+
+LAYER = dict(n_layer=1, n_embd=256, batch=8, seq_len=128)  # one block of `tiletrain train`'s GPT: compute-bound
+
+
+@pytest.fixture(scope="module")
+def layer_machine(machines):
+    """`layer`: one block of the GPT step, calibrated beside `small`."""
+    with validate.machines_in(str(machines)):
+        calibrate("layer", steps=10, sched="dmda", say=lambda s: None, **LAYER)
+    return "layer"
+
+
+@pytest.fixture
+def home(machines, monkeypatch):
+    monkeypatch.setenv("TILETRAIN_MACHINES", str(machines))
+    return machines
+
+
+def run_simulated(home, machine, code, timeout=300):
+    env = dict(os.environ, TILETRAIN_SIMULATE=machine, TILETRAIN_MACHINES=str(home))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_simulate_runs_the_program_and_ends_with_the_json_line(home):
+    r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--json", "--", *BENCH],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()
+    program, summary = json.loads(lines[0]), json.loads(lines[-1])
+    assert program["machine"] == "small" and program["cpu_workers"] == 2
+    assert set(summary) == {"machine", "simulated_s", "tasks", "workers", "idle_fraction", "bytes_moved"}
+    assert summary["machine"] == "small" and summary["simulated_s"] > 0 and summary["tasks"] > 100
+    assert summary["workers"]["cpu"]["count"] == 2 and 0 < summary["workers"]["cpu"]["busy_fraction"] <= 1
+    assert "simulated on small:" in r.stdout
+    assert "INFO" not in r.stderr  # SimGrid's messages are off
+
+
+def test_an_uncalibrated_kernel_names_the_kernel_and_the_command(home):
+    script = home / "cosine.py"  # `cos` is not in a training step: the machine has no time for it at all
+    script.write_text("import numpy as np, tiletrain as tt\n"
+                      "tt.init()\n"
+                      "tt.from_numpy(np.ones((64, 64), np.float32), 32).cos().numpy()\n"
+                      "tt.shutdown()\n")
+    with pytest.raises(UncalibratedKernel, match=r"no calibrated time for .* of cos: .*tiletrain machine calibrate "
+                                                 r"--name small"):
+        simulate("small", [str(script)], timeout=300)
+    r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--", str(script)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "tiletrain machine calibrate --name small" in r.stderr, r.stderr[-2000:]
+
+
+def test_execute_gives_right_values_and_other_shapes_are_estimated(home, capfd):
+    script = home / "matmul.py"  # gemm at a tile shape the step did not run: timed from its nearest size
+    script.write_text("import numpy as np, tiletrain as tt\n"
+                      "tt.init()\n"
+                      "a = tt.from_numpy(np.ones((96, 96), np.float32), 48)\n"
+                      "print('value', (a @ a).numpy()[0, 0])\n"
+                      "tt.shutdown()\n")
+    s = simulate("small", [str(script)], execute=True, timeout=300)
+    assert s.returncode == 0 and not s.missing
+    assert [k for k, *_ in s.estimated] == ["tiletrain_gemm"] and s.tasks >= 4
+    assert "value 96.0" in capfd.readouterr().out
+    assert "timed from their kernel's nearest calibrated size" in s.format()
+
+
+def test_a_second_init_in_a_simulated_process_is_a_clear_error(home):
+    r = run_simulated(home, "small", "import tiletrain as tt\n"
+                                     "tt.init(simulate='small'); tt.shutdown()\n"
+                                     "try:\n"
+                                     "    tt.init()\n"
+                                     "except RuntimeError as e:\n"
+                                     "    print('refused:', e)\n")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused: a simulated process runs one tiletrain session" in r.stdout
+
+
+def test_a_simulated_process_refuses_another_machine_and_an_unknown_one(home):
+    r = run_simulated(home, "small", "import tiletrain as tt\n"
+                                     "try:\n"
+                                     "    tt.init(simulate='other')\n"
+                                     "except ValueError as e:\n"
+                                     "    print('refused:', e)\n")
+    assert "refused:" in r.stdout and ("one machine per process" in r.stdout or "unknown machine 'other'" in r.stdout)
+    r = run_simulated(home, "nowhere", "import tiletrain as tt\n"
+                                       "try:\n"
+                                       "    tt.init()\n"
+                                       "except ValueError as e:\n"
+                                       "    print('refused:', e)\n")
+    assert r.returncode == 0 and "refused: unknown machine 'nowhere'" in r.stdout, r.stderr[-2000:]
+
+
+def test_more_or_faster_cpus_never_simulate_slower(home, layer_machine):
+    rows = validate.monotonic(layer_machine, cpus=(1, 2, 4), speeds=(1.0, 2.0), steps=2, warmup=1, **LAYER)
+    assert validate.is_monotonic(rows), rows
+    by = {(r["cpus"], r["cpu_speed"]): r["tokens_per_s"] for r in rows}
+    assert by[(2, 2.0)] > 1.3 * by[(2, 1.0)]  # twice the speed is clearly faster
+    assert by[(2, 1.0)] > 1.2 * by[(1, 1.0)]  # and a second CPU helps
+
+
+DMDA_GAP = ("dmda pushes tasks to workers by predicted end times and, on a computer where durations vary (other "
+            "jobs), its real queues unbalance more than the simulated ones, even with each task's time drawn with "
+            "its measured spread: measured +20 % and +12.7 % in two runs (+39 % with mean times), real workers busy "
+            "70 % (docs/simulation.md, Validation); not strict: it passes when the computer is quieter")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sched", ["lws", pytest.param("dmda", marks=pytest.mark.xfail(reason=DMDA_GAP))])
+def test_the_simulated_train_step_is_within_15_percent_of_the_measured_one(sched):
+    """The issue's target: `tiletrain train`'s GPT 4x256, T=128, B=8 (measured and calibrated in
+    one run, then simulated: tiletrain/sim/validate.py)."""
+    r = validate.train_step(sched, steps=8, warmup=2)
+    assert abs(r["error"]) <= 0.15, r
