@@ -3,16 +3,15 @@ Python exceptions."""
 from __future__ import annotations
 
 import importlib
-import os
 
 from ._version import __version__
+from .config import simulated_machine
 
 # The flavour of this process, fixed when the library loads (one StarPU per process):
-# "real", or "sim" when TILETRAIN_SIMULATE names a machine (tiletrain/config.py's `simulate`
-# setting reads the same variable; `tiletrain simulate` sets it): the same library built
-# against StarPU with SimGrid, which runs the task graph on a simulated machine
-# (docs/simulation.md).
-FLAVOUR = "sim" if os.environ.get("TILETRAIN_SIMULATE") else "real"
+# "real", or "sim" when TILETRAIN_SIMULATE names a machine (config.simulated_machine;
+# `tiletrain simulate` sets it): the same library built against StarPU with SimGrid, which
+# runs the task graph on a simulated machine (docs/simulation.md).
+FLAVOUR = "sim" if simulated_machine() else "real"
 
 # Loaded with the default RTLD_LOCAL: the library's OpenBLAS must not interpose its
 # symbols on other libraries in the process (PyTorch's BLAS calls would otherwise land in
@@ -24,7 +23,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the build
     if FLAVOUR == "sim":
         raise ImportError(
-            f"TILETRAIN_SIMULATE={os.environ['TILETRAIN_SIMULATE']} needs tiletrain's simulation flavour, which "
+            f"TILETRAIN_SIMULATE={simulated_machine()} needs tiletrain's simulation flavour, which "
             f"could not be loaded ({exc}). It is built by `make setup` where SimGrid is installed "
             "(apt-get install libsimgrid-dev, then make setup; docs/simulation.md). Unset TILETRAIN_SIMULATE "
             "to run for real."

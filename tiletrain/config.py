@@ -16,6 +16,7 @@ of ``starpu_init`` and restores them afterwards.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -160,8 +161,7 @@ def _launcher_int(names: tuple[str, ...], default: int) -> int:
 
 # ---- simulation (docs/simulation.md) ------------------------------------------------------------
 # TILETRAIN_SIMULATE=NAME chooses, when tiletrain first loads its compiled library, the
-# simulation flavour (tiletrain/_ffi.py reads the same variable: it decides before anything
-# else runs); `tiletrain simulate --machine NAME -- PROGRAM` sets it for the program.  One
+# simulation flavour (tiletrain/_ffi.py asks simulated_machine() before anything else runs); `tiletrain simulate --machine NAME -- PROGRAM` sets it for the program.  One
 # StarPU per process, so init(simulate=NAME) must agree with it.
 SIMULATE_ENV = "TILETRAIN_SIMULATE"
 _simulated_sessions = []
@@ -179,6 +179,20 @@ def machines_dir() -> str:
         return os.environ["TILETRAIN_MACHINES"]
     cache = os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
     return os.path.join(cache, "machines")
+
+
+@contextlib.contextmanager
+def machines_in(folder: str):
+    """Machines live in ``folder`` meanwhile (TILETRAIN_MACHINES, restored after)."""
+    old = os.environ.get("TILETRAIN_MACHINES")
+    os.environ["TILETRAIN_MACHINES"] = folder
+    try:
+        yield folder
+    finally:
+        if old is None:
+            os.environ.pop("TILETRAIN_MACHINES", None)
+        else:
+            os.environ["TILETRAIN_MACHINES"] = old
 
 
 def check_machine_name(name) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tiletrain
+from tiletrain.config import machines_in
 from tiletrain.sim import validate
 from tiletrain.sim.calibrate import calibrate
 from tiletrain.sim.run import UncalibratedKernel, simulate
@@ -28,7 +29,7 @@ def machines(tmp_path_factory):
     assert list(PACKAGE.glob("_tiletrain_sim_cffi*.so")), \
         "the simulation flavour is not built: `make setup` builds it where SimGrid is installed (libsimgrid-dev)"
     folder = tmp_path_factory.mktemp("machines")
-    with validate.machines_in(str(folder)):
+    with machines_in(str(folder)):
         calibrate("small", steps=10, sched="dmda", say=lambda s: None, **SMALL)
     return folder
 
@@ -39,7 +40,7 @@ LAYER = dict(n_layer=1, n_embd=256, batch=8, seq_len=128)  # one block of `tilet
 @pytest.fixture(scope="module")
 def layer_machine(machines):
     """`layer`: one block of the GPT step, calibrated beside `small`."""
-    with validate.machines_in(str(machines)):
+    with machines_in(str(machines)):
         calibrate("layer", steps=10, sched="dmda", say=lambda s: None, **LAYER)
     return "layer"
 

@@ -14,6 +14,7 @@ import argparse
 import io
 import json
 import sys
+import tempfile
 import time
 
 import tiletrain as tt
@@ -38,8 +39,10 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     simulated = simulated_machine()
+    # the run's metrics go to a directory dropped at the end (a timing is not a run to keep)
+    scratch = tempfile.TemporaryDirectory(prefix="tiletrain-bench-")
     args = TrainArgs(steps=steps + warmup, eval_every=0, sample_tokens=0, progress=False, sched=sched, ncpu=ncpu,
-                     max_bytes=train.pop("max_bytes", 400_000), **train)
+                     max_bytes=train.pop("max_bytes", 400_000), run_dir=scratch.name, tensorboard=False, **train)
     args.validate()
     out = io.StringIO()
     prep = prepare(args, out)
@@ -69,6 +72,7 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
         sched_name = rt.sched
     finally:
         tt.shutdown()
+        scratch.cleanup()
     tokens = steps * run.tokens_per_step
     return {"machine": simulated or "real", "sched": sched_name, "steps": steps, "warmup": warmup,
             "tokens_per_step": run.tokens_per_step, "seconds": elapsed, "tokens_per_s": tokens / elapsed,

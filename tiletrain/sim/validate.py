@@ -19,23 +19,9 @@ import subprocess
 import sys
 import tempfile
 
-from ..config import SIMULATE_ENV, uses_perf_models
+from ..config import SIMULATE_ENV, machines_in, uses_perf_models
 from .calibrate import WORKLOADS, _bench_args, calibrate
 from .machine import derive
-
-
-@contextlib.contextmanager
-def machines_in(folder: str):
-    """Machines live in ``folder`` meanwhile (TILETRAIN_MACHINES)."""
-    old = os.environ.get("TILETRAIN_MACHINES")
-    os.environ["TILETRAIN_MACHINES"] = folder
-    try:
-        yield folder
-    finally:
-        if old is None:
-            os.environ.pop("TILETRAIN_MACHINES", None)
-        else:
-            os.environ["TILETRAIN_MACHINES"] = old
 
 
 def simulate_bench(machine: str, steps: int, warmup: int, sched: str, timeout: float = 900, variance: bool = True,
