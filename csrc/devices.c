@@ -38,12 +38,6 @@ static int where_to_mask(uint32_t where)
            ((where & STARPU_OPENCL) ? TT_WHERE_OPENCL : 0);
 }
 
-static uint32_t mask_to_where(int mask)
-{
-    return ((mask & TT_WHERE_CPU) ? STARPU_CPU : 0) | ((mask & TT_WHERE_CUDA) ? STARPU_CUDA : 0) |
-           ((mask & TT_WHERE_OPENCL) ? STARPU_OPENCL : 0);
-}
-
 int tt_kernel_impls(int kernel)
 {
     if (kernel < 0 || kernel >= TT_NKERNELS)
@@ -62,28 +56,6 @@ int tt_kernel_impls_for(int kernel, int dtype)
     return mask;
 }
 
-/* ---- placement preference (tt_submit restricts tasks to it where the kernel can) ---- */
-static int where_pref = 0;
-
-int tt_set_where(int mask)
-{
-    if (mask & ~(TT_WHERE_CPU | TT_WHERE_CUDA | TT_WHERE_OPENCL))
-        return tt_error(TT_EINVAL, "placement mask %d has unknown bits (cpu=1, cuda=2, opencl=4)", mask);
-    int old = where_pref;
-    where_pref = mask;
-    return old;
-}
-
-int tt_get_where(void) { return where_pref; }
-
-uint32_t tt_where_for(const struct starpu_codelet *cl)
-{
-    if (!where_pref)
-        return 0;
-    uint32_t w = cl->where & mask_to_where(where_pref);
-    return w; /* 0: the kernel has none of the preferred kinds, it keeps its own */
-}
-
 /* ---- device set-up with the session ---- */
 static int opencl_loaded = 0;
 static int cublas_started = 0;
@@ -91,7 +63,7 @@ static int cublas_started = 0;
 int tt_devices_init(void)
 {
     memset(executed, 0, sizeof executed);
-    where_pref = 0;
+    tt_set_where(0); /* no placement preference (csrc/submit.c) */
 #ifdef TT_HAVE_OPENCL_KERNELS
     if (starpu_opencl_worker_get_count() > 0) {
         int rc = tt_opencl_load();
@@ -120,7 +92,7 @@ void tt_devices_shutdown(void)
         starpu_cublas_shutdown();
 #endif
     opencl_loaded = cublas_started = 0;
-    where_pref = 0;
+    tt_set_where(0);
 }
 
 #ifdef TT_HAVE_CUDA_KERNELS
@@ -200,10 +172,9 @@ int tt_run_kernel(int kernel, const void *args, int nbuf, void *const *bufs, con
             return tt_error(TT_EINVAL, "run_kernel: buffer %d is empty", i);
         starpu_vector_data_register(&h[i], STARPU_MAIN_RAM, (uintptr_t)bufs[i], (uint32_t)nbytes[i], 1);
     }
-    int old = where_pref;
-    where_pref = mask;
+    int old = tt_set_where(mask);
     int rc = tt_submit(kernel, args, h, NULL);
-    where_pref = old;
+    tt_set_where(old);
     for (int i = 0; i < nbuf; i++)
         starpu_data_unregister(h[i]); /* waits for the task and brings the data home */
     return rc;

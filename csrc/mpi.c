@@ -9,8 +9,6 @@
 
 #include "tt_internal.h"
 
-int tt_mpi_on = 0; /* an MPI session is running (read on the submission fast path) */
-static int mpi_rank = 0, mpi_size = 1;
 
 #ifdef TT_HAVE_MPI
 #include <starpu_mpi.h>
@@ -130,16 +128,16 @@ static int token_barrier(int check)
 {
     int64_t tag = BARRIER_TAG + 2 * barrier_epoch++;
     int rc;
-    if (mpi_size == 1)
+    if (tt_world_size == 1)
         return TT_OK;
-    if (mpi_rank == 0) {
-        token_left = mpi_size - 1;
-        for (int r = 1; r < mpi_size; r++)
+    if (tt_world_rank == 0) {
+        token_left = tt_world_size - 1;
+        for (int r = 1; r < tt_world_size; r++)
             starpu_mpi_irecv_detached(token_h[r], r, tag, MPI_COMM_WORLD, token_done, NULL);
         if ((rc = token_wait(check)) != TT_OK)
             return rc;
-        token_left = mpi_size - 1;
-        for (int r = 1; r < mpi_size; r++)
+        token_left = tt_world_size - 1;
+        for (int r = 1; r < tt_world_size; r++)
             starpu_mpi_isend_detached(token_h[0], r, tag + 1, MPI_COMM_WORLD, token_done, NULL);
         return token_wait(check);
     }
@@ -161,7 +159,7 @@ static int token_barrier(int check)
  * job still hangs. */
 #define EXIT_TAG (KEEPALIVE_TAG - 1)
 static int *exit_buf;
-static starpu_data_handle_t *exit_h; /* [r]: receives rank r's notice; [mpi_rank]: the one sent */
+static starpu_data_handle_t *exit_h; /* [r]: receives rank r's notice; [tt_world_rank]: the one sent */
 static int exit_on = 0, exit_heard = 0, exit_sends_left = 0, exit_from = -1;
 static double exit_first = 0, quiet_since = 0, exit_grace = 1.0;
 
@@ -189,10 +187,10 @@ static void exit_notices_start(void)
     /* Only with the kept-awake progression thread (the default, mpi_driver): without it,
      * starpu_mpi_wait_for_all (wait(), shutdown) waits for every posted request to finish,
      * and the notices' receives stay posted until the other ranks stop. */
-    if (mpi_size < 2 || !keepalive_on)
+    if (tt_world_size < 2 || !keepalive_on)
         return;
-    exit_buf = calloc((size_t)mpi_size, sizeof(int));
-    exit_h = calloc((size_t)mpi_size, sizeof(*exit_h));
+    exit_buf = calloc((size_t)tt_world_size, sizeof(int));
+    exit_h = calloc((size_t)tt_world_size, sizeof(*exit_h));
     if (!exit_buf || !exit_h) {
         free(exit_buf);
         free(exit_h);
@@ -200,10 +198,10 @@ static void exit_notices_start(void)
         exit_h = NULL;
         return; /* out of memory: no divergence detection */
     }
-    for (int r = 0; r < mpi_size; r++)
+    for (int r = 0; r < tt_world_size; r++)
         starpu_variable_data_register(&exit_h[r], STARPU_MAIN_RAM, (uintptr_t)&exit_buf[r], sizeof(int));
-    for (int r = 0; r < mpi_size; r++)
-        if (r != mpi_rank)
+    for (int r = 0; r < tt_world_size; r++)
+        if (r != tt_world_rank)
             starpu_mpi_irecv_detached(exit_h[r], r, EXIT_TAG, MPI_COMM_WORLD, exit_notice_cb, (void *)(intptr_t)r);
     exit_on = 1;
 }
@@ -216,19 +214,19 @@ static void exit_notices_start(void)
 void tt_mpi_quiesce(void)
 {
     if (exit_on) {
-        exit_sends_left = mpi_size - 1;
-        for (int r = 0; r < mpi_size; r++)
-            if (r != mpi_rank)
-                starpu_mpi_isend_detached(exit_h[mpi_rank], r, EXIT_TAG, MPI_COMM_WORLD, exit_sent_cb, NULL);
+        exit_sends_left = tt_world_size - 1;
+        for (int r = 0; r < tt_world_size; r++)
+            if (r != tt_world_rank)
+                starpu_mpi_isend_detached(exit_h[tt_world_rank], r, EXIT_TAG, MPI_COMM_WORLD, exit_sent_cb, NULL);
     }
     starpu_task_wait_for_all();
     if (exit_on) {
-        while (__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST) < mpi_size - 1 ||
+        while (__atomic_load_n(&exit_heard, __ATOMIC_SEQ_CST) < tt_world_size - 1 ||
                __atomic_load_n(&exit_sends_left, __ATOMIC_SEQ_CST) > 0) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
         }
-        for (int r = 0; r < mpi_size; r++)
+        for (int r = 0; r < tt_world_size; r++)
             starpu_data_unregister(exit_h[r]);
         free(exit_h);
         free(exit_buf);
@@ -256,7 +254,7 @@ int tt_mpi_check_diverged(const char *what)
     return tt_error(TT_ESTARPU, "%s: rank %d has shut down (its program ended or called sys.exit) while rank %d "
                     "of %d still waits for work that needs it: the ranks' programs diverged (every rank must "
                     "run the same flow of tensor operations, and exit at the same point)",
-                    what, __atomic_load_n(&exit_from, __ATOMIC_SEQ_CST), mpi_rank, mpi_size);
+                    what, __atomic_load_n(&exit_from, __ATOMIC_SEQ_CST), tt_world_rank, tt_world_size);
 }
 
 /* The submitting thread's waits for a callback (an acquisition, the sends of a read to one
@@ -330,7 +328,7 @@ static void keepalive_start(void)
     const char *env = getenv("STARPU_MPI_DRIVER_CALL_FREQUENCY");
     if (!env || atoi(env) <= 0)
         return;
-    token_n = mpi_size > 2 ? mpi_size : 2;
+    token_n = tt_world_size > 2 ? tt_world_size : 2;
     token_buf = calloc((size_t)token_n, sizeof(int));
     token_h = calloc((size_t)token_n, sizeof(*token_h));
     if (!token_buf || !token_h) {
@@ -344,7 +342,7 @@ static void keepalive_start(void)
         starpu_variable_data_register(&token_h[r], STARPU_MAIN_RAM, (uintptr_t)&token_buf[r], sizeof(int));
     starpu_variable_data_register(&keepalive_recv, STARPU_MAIN_RAM, (uintptr_t)&keepalive_rbuf, sizeof(int));
     starpu_variable_data_register(&keepalive_send, STARPU_MAIN_RAM, (uintptr_t)&keepalive_sbuf, sizeof(int));
-    starpu_mpi_irecv_detached(keepalive_recv, mpi_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
+    starpu_mpi_irecv_detached(keepalive_recv, tt_world_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
     keepalive_on = 1;
 }
 
@@ -353,7 +351,7 @@ static void keepalive_stop(void)
     if (!keepalive_on)
         return;
     keepalive_sbuf = 1;
-    starpu_mpi_isend_detached(keepalive_send, mpi_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
+    starpu_mpi_isend_detached(keepalive_send, tt_world_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL, NULL);
     starpu_data_acquire(keepalive_recv, STARPU_R); /* the receive has completed */
     starpu_data_release(keepalive_recv);
     starpu_data_unregister(keepalive_recv);
@@ -375,8 +373,8 @@ int tt_mpi_start(struct starpu_conf *conf)
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
     if (ret != 0)
         return tt_error(TT_ESTARPU, "starpu_mpi_init_conf failed (%d)", ret);
-    starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
-    starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
+    starpu_mpi_comm_rank(MPI_COMM_WORLD, &tt_world_rank);
+    starpu_mpi_comm_size(MPI_COMM_WORLD, &tt_world_size);
     keepalive_start();
     exit_notices_start();
     lazy_created = lazy_registered = 0;
@@ -398,8 +396,8 @@ void tt_mpi_stop(void)
     if (starpu_is_initialized())
         starpu_shutdown();
     tt_mpi_on = 0;
-    mpi_rank = 0;
-    mpi_size = 1;
+    tt_world_rank = 0;
+    tt_world_size = 1;
 }
 
 int tt_mpi_wait_all(void)
@@ -592,7 +590,7 @@ int tt_mpi_involved(const struct starpu_data_descr *d, int n)
     for (int i = 0; i < n; i++) {
         if (tt_slot_state(d[i].handle) == TT_TILE_LAZY)
             continue; /* another rank's tile this rank never touched: neither owned nor cached */
-        if (starpu_mpi_data_get_rank(d[i].handle) == mpi_rank)
+        if (starpu_mpi_data_get_rank(d[i].handle) == tt_world_rank)
             return 1;
         if ((d[i].mode & STARPU_W) && starpu_mpi_cached_receive(d[i].handle))
             return 1;
@@ -621,7 +619,7 @@ static void send_done(void *arg)
 void tt_mpi_fetch_on(starpu_data_handle_t h, int node)
 {
     int owner = starpu_mpi_data_get_rank(h);
-    if (owner != mpi_rank || owner == node) {
+    if (owner != tt_world_rank || owner == node) {
         starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, node, NULL, NULL); /* node: the receive */
         return;
     }
@@ -644,7 +642,7 @@ void tt_mpi_drop_fetched(starpu_data_handle_t h)
 {
     if (starpu_mpi_cache_is_enabled())
         starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
-    else if (starpu_mpi_data_get_rank(h) != mpi_rank)
+    else if (starpu_mpi_data_get_rank(h) != tt_world_rank)
         starpu_data_invalidate_submit(h);
 }
 
@@ -670,7 +668,7 @@ int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *ke
         starpu_data_handle_t h = d[i].handle;
         int lazy = tt_slot_state(h) == TT_TILE_LAZY;
         int owner = lazy ? lazy_owner(h) : starpu_mpi_data_get_rank(h);
-        if (owner == mpi_rank)
+        if (owner == tt_world_rank)
             continue;
         if ((d[i].mode & STARPU_W) || lazy || !starpu_mpi_cached_receive(h))
             return tt_error(TT_EINVAL, "%s: submitting replica %d's shard on its rank only (parallel.shard_backward), "
@@ -699,7 +697,7 @@ int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor 
     if (!out)
         return tt_error(TT_EINVAL, "tensor shadow: out is NULL");
     *out = NULL;
-    if (!tt_mpi_on || owner == mpi_rank || owner < 0 || owner >= mpi_size)
+    if (!tt_mpi_on || owner == tt_world_rank || owner < 0 || owner >= tt_world_size)
         return tt_error(TT_EINVAL, "tensor shadow: owner rank %d must be another rank of the MPI session", owner);
     for (int64_t i = 0; i < src->ntiles; i++)
         if ((tile_tag(src, i) >> TAG_STREAM_SHIFT) <= 0)
@@ -747,10 +745,10 @@ int tt_tensor_push(tt_tensor *t, const int *nodes, int n)
         int owner = tt_tile_owner(t, i);
         for (int k = 0; k < n; k++) {
             int r = nodes[k];
-            if (r == owner || (mpi_rank != owner && mpi_rank != r))
+            if (r == owner || (tt_world_rank != owner && tt_world_rank != r))
                 continue;
-            if (r < 0 || r >= mpi_size)
-                return tt_error(TT_EINVAL, "tensor push: rank %d outside [0, %d)", r, mpi_size);
+            if (r < 0 || r >= tt_world_size)
+                return tt_error(TT_EINVAL, "tensor push: rank %d outside [0, %d)", r, tt_world_size);
             /* with the cache on, a tile the node holds already is neither sent nor received */
             starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, tt_tile_handle(t, i), r, NULL, NULL);
         }
@@ -831,5 +829,4 @@ void tt_mpi_lazy_counts(int64_t *out) { out[0] = out[1] = 0; }
 #endif
 
 int tt_mpi_enabled(void) { return tt_mpi_on; }
-int tt_mpi_rank(void) { return mpi_rank; }
-int tt_mpi_size(void) { return mpi_size; }
+int tt_mpi_size(void) { return tt_world_size; }

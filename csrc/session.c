@@ -1,4 +1,5 @@
-/* Runtime lifecycle, errors, introspection. */
+/* The top of the core: a session's start and stop (every other core file's init and shutdown,
+ * in order), waits, introspection.  The state they share lives in csrc/state.c. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,10 +14,6 @@
 #include "tt_internal.h"
 #include "tt_trace.h"
 
-#ifndef TT_VERSION_STRING
-#error "TT_VERSION_STRING must be defined by the build"
-#endif
-
 #ifndef TT_STARPU_SOURCE
 #define TT_STARPU_SOURCE "system"
 #endif
@@ -27,78 +24,16 @@
 #define TT_STR_(x) #x
 #define TT_STR(x) TT_STR_(x)
 
-static __thread char errbuf[1024];
-static int initialized = 0;
-static uint64_t session_counter = 0;
-static pthread_mutex_t tensors_mutex = PTHREAD_MUTEX_INITIALIZER;
-static struct tt_tensor *live_tensors = NULL;
-static int current_priority = 0;
-static int64_t bytes_live = 0;    /* under tensors_mutex */
-static int64_t bytes_created = 0; /* under tensors_mutex */
 
-int tt_error(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
-const char *tt_last_error(void) { return errbuf; }
-const char *tt_version(void) { return TT_VERSION_STRING; }
-int tt_abi_version(void) { return TT_ABI_VERSION; }
-int tt_is_initialized(void) { return initialized; }
-int tt_session_active(void) { return initialized; }
-uint64_t tt_session_id(void) { return initialized ? session_counter : 0; }
-uint64_t tt_current_session(void) { return session_counter; }
-void tt_set_priority(int priority) { current_priority = priority; }
-int tt_get_priority(void) { return current_priority; }
 
-void tt_tensors_lock(void) { pthread_mutex_lock(&tensors_mutex); }
-void tt_tensors_unlock(void) { pthread_mutex_unlock(&tensors_mutex); }
-
-void tt_tensors_link(struct tt_tensor *t)
-{
-    t->prev = NULL;
-    t->next = live_tensors;
-    if (live_tensors)
-        live_tensors->prev = t;
-    live_tensors = t;
-}
-
-void tt_tensors_unlink(struct tt_tensor *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else if (live_tensors == t)
-        live_tensors = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    t->prev = t->next = NULL;
-}
-
-/* The live tensor whose tiles include h (error messages only: a scan of every tile). */
-tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h)
-{
-    tt_tensor *found = NULL;
-    tt_tensors_lock();
-    for (struct tt_tensor *t = live_tensors; t && !found; t = t->next)
-        for (int64_t i = 0; i < t->ntiles; i++)
-            if (t->handles[i] == h) {
-                found = t;
-                break;
-            }
-    tt_tensors_unlock();
-    return found;
-}
 
 /* At shutdown: unregister every live tensor's tiles and mark it dead, so that a Python
  * object that outlives the runtime raises instead of touching freed handles. */
 void tt_tensors_kill_all(void)
 {
     tt_tensors_lock();
-    struct tt_tensor *t = live_tensors;
+    struct tt_tensor *t = tt_tensors_detach_all();
     while (t) {
         struct tt_tensor *next = t->next;
         tt_tensor_release_tiles(t, 0); /* every task is done (csrc/tile.c) */
@@ -106,38 +41,7 @@ void tt_tensors_kill_all(void)
         t->prev = t->next = NULL;
         t = next;
     }
-    live_tensors = NULL;
-    bytes_live = 0;
-    bytes_created = 0;
     tt_tensors_unlock();
-}
-
-/* The gate between the threads that call into the runtime and tt_shutdown (issue 16): every
- * C entry that touches StarPU from outside (a task submission, a tensor's registration,
- * unregistration or transfer, a pause, a wait) holds it for the call -- one atomic add and
- * load.  tt_shutdown closes it, waits until no call holds it, and only then stops StarPU, so
- * a racing call either completes before the shutdown or fails with a clear error. */
-enum { GATE_CLOSED = 0, GATE_OPEN = 1, GATE_CLOSING = 2 };
-static int gate_state = GATE_CLOSED;
-static int gate_users = 0;
-
-int tt_gate_enter(const char *what)
-{
-    __atomic_add_fetch(&gate_users, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&gate_state, __ATOMIC_SEQ_CST) == GATE_OPEN)
-        return TT_OK;
-    __atomic_sub_fetch(&gate_users, 1, __ATOMIC_SEQ_CST);
-    return tt_error(TT_ENOTINIT, "%s: the tiletrain runtime was shut down (or is not initialised)", what);
-}
-
-void tt_gate_leave(void) { __atomic_sub_fetch(&gate_users, 1, __ATOMIC_SEQ_CST); }
-
-void tt_gate_wait_closed(void)
-{
-    while (__atomic_load_n(&gate_state, __ATOMIC_SEQ_CST) == GATE_CLOSING) {
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-    }
 }
 
 int tt_devices_init(void);      /* csrc/devices.c */
@@ -199,21 +103,14 @@ static int wait_everything(void)
     return TT_OK;
 }
 
-/* A copy of tt_init's config: what the other files read of it (the reuse cap, the tt-cp
- * policy's settings, ...) without a getenv of their own (tiletrain/config.py reads the
- * environment).  sched points to the caller's string: not kept. */
-static tt_config session_cfg;
-
-const tt_config *tt_config_current(void) { return &session_cfg; }
 
 int tt_init(const tt_config *cfg)
 {
-    if (initialized)
+    if (tt_session_active())
         return tt_error(TT_EBUSY, "the tiletrain runtime is already initialised; call shutdown() first");
     if (!cfg)
         return tt_error(TT_EINVAL, "config is NULL");
-    session_cfg = *cfg;
-    session_cfg.sched = NULL;
+    tt_config_store(cfg);
     tt_blas_single_thread(); /* csrc/kernels/cpu/tt_blas.h */
     tt_memory_begin(cfg);    /* the memory limit, as StarPU will read it (csrc/memory.c) */
 
@@ -271,10 +168,9 @@ int tt_init(const tt_config *cfg)
     }
     /* explicitly both ways: StarPU keeps the status across starpu_shutdown/starpu_init */
     starpu_profiling_status_set(cfg->profile ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
-    session_counter++;
-    initialized = 1;
+    tt_session_set_running(1);
     tt_trace_session_begin(cfg->profile); /* records every task while profiling is on */
-    __atomic_store_n(&gate_state, GATE_OPEN, __ATOMIC_SEQ_CST);
+    tt_gate_open();
     return TT_OK;
 }
 
@@ -283,13 +179,8 @@ static void stop_waiter(void); /* tt_wait_for's helper thread, below */
 
 int tt_shutdown(void)
 {
-    int open = GATE_OPEN;
-    if (!__atomic_compare_exchange_n(&gate_state, &open, GATE_CLOSING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    if (tt_gate_begin_close()) /* the calls in flight finish first */
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
-    while (__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST) > 0) { /* calls in flight finish first */
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-    }
     tt_ensure_running();
     tt_reaper_stop(); /* the tensors freed so far are unregistered (csrc/tile.c) */
     if (tt_mpi_on)
@@ -304,14 +195,12 @@ int tt_shutdown(void)
     tt_devices_shutdown();
     stop_starpu();
     tt_pool_drain();
-    initialized = 0;
+    tt_session_set_running(0);
     tt_memory_end(); /* csrc/memory.c */
     tt_submit_reset_counters();
-    __atomic_store_n(&gate_state, GATE_CLOSED, __ATOMIC_SEQ_CST);
+    tt_gate_closed();
     return TT_OK;
 }
-
-static int pause_idle(void); /* below */
 
 int tt_wait_idle(int pause)
 {
@@ -324,7 +213,7 @@ int tt_wait_idle(int pause)
     starpu_data_handle_t *recycled = tt_tiles_detach(&nrecycled); /* kept for reuse (csrc/tile.c) */
     rc = wait_everything();
     if (rc == TT_OK && pause)
-        pause_idle(); /* before the unregistrations: polling workers would share the cores with them */
+        tt_pause_idle(); /* before the unregistrations: polling workers would share the cores with them */
     tt_tiles_unregister(recycled, nrecycled, rc == TT_OK); /* their tasks are done: freed now */
     tt_gate_leave();
     return rc;
@@ -439,14 +328,14 @@ int tt_wait_for(double seconds)
     return rc;
 }
 
-int tt_pending(void) { return initialized ? starpu_task_nsubmitted() : 0; }
+int tt_pending(void) { return tt_session_active() ? starpu_task_nsubmitted() : 0; }
 
-int tt_nworkers(void) { return initialized ? (int)starpu_worker_get_count() : 0; }
-int tt_nmemnodes(void) { return initialized ? (int)starpu_memory_nodes_get_count() : 0; }
+int tt_nworkers(void) { return tt_session_active() ? (int)starpu_worker_get_count() : 0; }
+int tt_nmemnodes(void) { return tt_session_active() ? (int)starpu_memory_nodes_get_count() : 0; }
 
 int tt_worker_info(int worker, char *name, size_t namelen, int *kind, int *memnode)
 {
-    if (!initialized)
+    if (!tt_session_active())
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     if (worker < 0 || worker >= (int)starpu_worker_get_count())
         return tt_error(TT_EINVAL, "worker id %d out of range", worker);
@@ -456,13 +345,6 @@ int tt_worker_info(int worker, char *name, size_t namelen, int *kind, int *memno
     return TT_OK;
 }
 
-const char *tt_sched_name(void)
-{
-    if (!initialized)
-        return "";
-    struct starpu_sched_policy *p = starpu_sched_ctx_get_sched_policy(0);
-    return p && p->policy_name ? p->policy_name : "";
-}
 
 const char *tt_starpu_version(void)
 {
@@ -525,7 +407,7 @@ const char *tt_starpu_prefix(void) { return TT_STARPU_PREFIX; }
 int tt_fxt_record(int on)
 {
 #ifdef STARPU_USE_FXT
-    if (!initialized)
+    if (!tt_session_active())
         return tt_error(TT_ENOTINIT, "the tiletrain runtime is not initialised");
     if (on)
         starpu_fxt_start_profiling();
@@ -569,21 +451,10 @@ int tt_kernel_acc_buffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_
 
 int tt_kernel_bool_buffers(int k) { return (k >= 0 && k < TT_NKERNELS) ? (int)tt_kernel_table[k].bools : 0; }
 
-const char *tt_dtype_list(unsigned mask)
-{
-    static __thread char buf[64];
-    static const int order[] = {TT_F32, TT_F64, TT_F16, TT_BF16, TT_I64, TT_BOOL};
-    size_t len = 0;
-    buf[0] = 0;
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-        if (mask >> order[i] & 1)
-            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? ", " : "", tt_dtype_name(order[i]));
-    return buf;
-}
 
 int64_t tt_memory_total(int node)
 {
-    if (!initialized || node < 0 || node >= (int)starpu_memory_nodes_get_count())
+    if (!tt_session_active() || node < 0 || node >= (int)starpu_memory_nodes_get_count())
         return -1;
     return (int64_t)starpu_memory_get_total((unsigned)node);
 }
@@ -596,57 +467,4 @@ int64_t tt_memory_used(int node)
     return total - (int64_t)starpu_memory_get_available((unsigned)node);
 }
 
-void tt_bytes_live_locked_add(int64_t delta)
-{
-    bytes_live += delta;
-    if (delta > 0)
-        bytes_created += delta;
-}
 
-int64_t tt_bytes_created(void) { return bytes_created; }
-
-int64_t tt_bytes_live(void) { return bytes_live; }
-
-static pthread_mutex_t pause_mutex = PTHREAD_MUTEX_INITIALIZER;
-static int paused = 0;
-
-void tt_ensure_running(void)
-{
-    if (!__atomic_load_n(&paused, __ATOMIC_ACQUIRE))
-        return;
-    pthread_mutex_lock(&pause_mutex);
-    if (paused) {
-        starpu_resume();
-        __atomic_store_n(&paused, 0, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&pause_mutex);
-}
-
-static int pause_idle(void) /* inside the gate */
-{
-    if (tt_mpi_on)
-        return 0; /* never under MPI: other ranks' transfers need this rank's workers and MPI thread */
-    int did = 0;
-    pthread_mutex_lock(&pause_mutex);
-    if (!paused && starpu_task_nsubmitted() == 0) {
-        starpu_pause();
-        __atomic_store_n(&paused, 1, __ATOMIC_RELEASE);
-        did = 1;
-    }
-    pthread_mutex_unlock(&pause_mutex);
-    return did;
-}
-
-int tt_pause_if_idle(void)
-{
-    if (tt_mpi_on)
-        return 0;
-    int rc = tt_gate_enter("pause");
-    if (rc)
-        return rc;
-    int did = pause_idle();
-    tt_gate_leave();
-    return did;
-}
-
-int tt_is_paused(void) { return __atomic_load_n(&paused, __ATOMIC_ACQUIRE); }

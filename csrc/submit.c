@@ -5,11 +5,38 @@
 
 #include "tt_internal.h"
 #include "tt_trace.h"
+
 #ifdef TT_HAVE_MPI
 #include <starpu_mpi.h>
 #endif
 
-uint32_t tt_where_for(const struct starpu_codelet *cl); /* csrc/devices.c: placement preference */
+static uint32_t mask_to_where(int mask)
+{
+    return ((mask & TT_WHERE_CPU) ? STARPU_CPU : 0) | ((mask & TT_WHERE_CUDA) ? STARPU_CUDA : 0) |
+           ((mask & TT_WHERE_OPENCL) ? STARPU_OPENCL : 0);
+}
+
+/* ---- placement preference (tt_submit restricts tasks to it where the kernel can) ---- */
+static int where_pref = 0;
+
+int tt_set_where(int mask)
+{
+    if (mask & ~(TT_WHERE_CPU | TT_WHERE_CUDA | TT_WHERE_OPENCL))
+        return tt_error(TT_EINVAL, "placement mask %d has unknown bits (cpu=1, cuda=2, opencl=4)", mask);
+    int old = where_pref;
+    where_pref = mask;
+    return old;
+}
+
+int tt_get_where(void) { return where_pref; }
+
+static uint32_t tt_where_for(const struct starpu_codelet *cl)
+{
+    if (!where_pref)
+        return 0;
+    uint32_t w = cl->where & mask_to_where(where_pref);
+    return w; /* 0: the kernel has none of the preferred kinds, it keeps its own */
+}
 
 static long kernel_ntasks[TT_NKERNELS];
 

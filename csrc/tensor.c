@@ -7,51 +7,6 @@
 #include "tt_internal.h"
 #include "tt_trace.h"
 
-int64_t tt_tensor_bytes(const tt_tensor *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n * (int64_t)t->elemsize;
-}
-
-int64_t tt_tile_dim(const tt_tensor *t, int axis, int64_t idx)
-{
-    int64_t start = idx * t->tile[axis];
-    int64_t rest = t->shape[axis] - start;
-    return rest < t->tile[axis] ? rest : t->tile[axis];
-}
-
-void tt_tile_shape(const tt_tensor *t, const int64_t *idx, int64_t *out)
-{
-    for (int d = 0; d < t->ndim; d++)
-        out[d] = tt_tile_dim(t, d, idx[d]);
-}
-
-int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= tt_tile_dim(t, d, idx[d]);
-    return n;
-}
-
-int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx)
-{
-    int64_t lin = 0;
-    for (int d = 0; d < t->ndim; d++)
-        lin = lin * t->grid[d] + idx[d];
-    return lin;
-}
-
-void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx)
-{
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        idx[d] = linear % t->grid[d];
-        linear /= t->grid[d];
-    }
-}
-
 int tt_check_tensor(const tt_tensor *t, const char *what)
 {
     if (!t)
@@ -212,7 +167,10 @@ void tt_tensor_free(tt_tensor *t)
         tt_ensure_running();
         tt_tensors_unlink(t);
         tt_bytes_live_locked_add(-tt_tensor_bytes(t));
-        tt_trace_forget_handles(t->handles, t->ntiles); /* the trace's per-handle DAG state */
+        if (tt_trace_tracks_handles()) /* the trace's per-handle DAG state */
+            for (int64_t i = 0; i < t->ntiles; i++)
+                if (tt_slot_state(t->handles[i]) != TT_TILE_LAZY) /* never registered: another rank's tile */
+                    tt_trace_forget_handle(t->handles[i]);
         tt_tensor_release_tiles(t, 1); /* freed once their last tasks are done (csrc/tile.c) */
     }
     tt_tensors_unlock();

@@ -144,24 +144,20 @@ static hstate *state_of(starpu_data_handle_t h)
     return s;
 }
 
-void tt_trace_forget_handles(const starpu_data_handle_t *hs, int64_t n)
+int tt_trace_tracks_handles(void) { return __atomic_load_n(&hstates, __ATOMIC_RELAXED) != NULL; }
+
+void tt_trace_forget_handle(starpu_data_handle_t h)
 {
-    if (!__atomic_load_n(&hstates, __ATOMIC_RELAXED))
-        return;
     pthread_mutex_lock(&trace_mutex);
-    for (int64_t i = 0; i < n; i++) {
-        if (tt_slot_state(hs[i]) == TT_TILE_LAZY)
-            continue; /* never registered (another rank's tile) */
-        hstate *s = starpu_data_get_user_data(hs[i]);
-        if (!s)
-            continue;
+    hstate *s = starpu_data_get_user_data(h);
+    if (s) {
         if (s->prev)
             s->prev->next = s->next;
         else
             hstates = s->next;
         if (s->next)
             s->next->prev = s->prev;
-        starpu_data_set_user_data(hs[i], NULL);
+        starpu_data_set_user_data(h, NULL);
         state_release(s);
     }
     pthread_mutex_unlock(&trace_mutex);

@@ -80,6 +80,7 @@ void tt_tensors_unlock(void);
 void tt_tensors_link(struct tt_tensor *t);
 void tt_tensors_unlink(struct tt_tensor *t);
 void tt_tensors_kill_all(void);
+struct tt_tensor *tt_tensors_detach_all(void); /* under the lock: the live list, emptied */
 /* caller holds the tensors lock */
 void tt_bytes_live_locked_add(int64_t delta);
 
@@ -88,6 +89,11 @@ void tt_bytes_live_locked_add(int64_t delta);
 int tt_gate_enter(const char *what);
 void tt_gate_leave(void);
 void tt_gate_wait_closed(void); /* returns once a shutdown in progress has finished */
+void tt_gate_open(void);
+int tt_gate_begin_close(void);
+void tt_gate_closed(void);
+void tt_session_set_running(int running);
+void tt_config_store(const tt_config *cfg);
 /* under MPI (mpi.c): TT_OK, or an error when another rank has shut down while this rank
  * still waits for work that needs it (the ranks' programs diverged) */
 int tt_mpi_check_diverged(const char *what);
@@ -96,6 +102,7 @@ int tt_mpi_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode);
 
 /* wake paused workers (session.c): before any submission, transfer or wait */
 void tt_ensure_running(void);
+int tt_pause_idle(void); /* inside the gate: the workers asleep if nothing is pending (1 if it did) */
 
 /* small helpers shared by the expanders */
 static inline int tt_is_half(int dtype) { return dtype == TT_F16 || dtype == TT_BF16; }
@@ -143,11 +150,51 @@ static inline int tt_same_layout(const tt_tensor *a, const tt_tensor *b)
 int tt_check_tensor(const tt_tensor *t, const char *what);
 /* tt_check_tensor + the tensor must hold data (StarPU aborts on reading a never-written tile) */
 int tt_check_readable(const tt_tensor *t, const char *what);
-int64_t tt_tile_dim(const tt_tensor *t, int axis, int64_t idx);
-void tt_tile_shape(const tt_tensor *t, const int64_t *idx, int64_t *out);
-int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx);
-int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx);
-void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx);
+/* tile geometry: pure functions of the tensor's shape and tiling */
+static inline int64_t tt_tensor_bytes(const tt_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n * (int64_t)t->elemsize;
+}
+
+static inline int64_t tt_tile_dim(const tt_tensor *t, int axis, int64_t idx)
+{
+    int64_t start = idx * t->tile[axis];
+    int64_t rest = t->shape[axis] - start;
+    return rest < t->tile[axis] ? rest : t->tile[axis];
+}
+
+static inline void tt_tile_shape(const tt_tensor *t, const int64_t *idx, int64_t *out)
+{
+    for (int d = 0; d < t->ndim; d++)
+        out[d] = tt_tile_dim(t, d, idx[d]);
+}
+
+static inline int64_t tt_tile_nelems(const tt_tensor *t, const int64_t *idx)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= tt_tile_dim(t, d, idx[d]);
+    return n;
+}
+
+static inline int64_t tt_tile_linear(const tt_tensor *t, const int64_t *idx)
+{
+    int64_t lin = 0;
+    for (int d = 0; d < t->ndim; d++)
+        lin = lin * t->grid[d] + idx[d];
+    return lin;
+}
+
+static inline void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *idx)
+{
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = linear % t->grid[d];
+        linear /= t->grid[d];
+    }
+}
 
 /* tile slots (tile.c): the only code that registers, resolves or releases a tile, and the only
  * code that encodes or decodes a slot's state */
@@ -202,7 +249,6 @@ void tt_memory_started(void);          /* after starpu_init: the per-tile cost o
 void tt_memory_account_tile(int sign); /* a tile registered (1) or unregistered (-1), under a cap */
 void tt_memory_throttle(void);         /* before a submission, under a cap: not too many tasks ahead */
 void tt_memory_before_alloc(int64_t tiles); /* before a tile buffer is allocated, under a cap */
-int64_t tt_tensor_bytes(const tt_tensor *t);
 /* An expander's temporary: deferred owners under MPI (csrc/tensor.c) */
 int tt_tensor_new_temp(int ndim, const int64_t *shape, const int64_t *tile, int dtype, tt_tensor **out);
 tt_tensor *tt_tensor_of_handle(starpu_data_handle_t h); /* live tensor holding h (session.c; slow) */
@@ -224,6 +270,7 @@ void tt_args_load(int kernel, const void *args, tt_args_buf *buf);
 
 /* StarPU-MPI (csrc/mpi.c); tt_mpi_on: an MPI session is running */
 extern int tt_mpi_on;
+extern int tt_world_rank, tt_world_size; /* (csrc/state.c; set by csrc/mpi.c) */
 int tt_mpi_start(struct starpu_conf *conf); /* MPI (once per process) + starpu_mpi_init_conf */
 void tt_mpi_stop(void);                     /* starpu_mpi_shutdown + starpu_shutdown */
 void tt_mpi_quiesce(void);                  /* clean shutdown's collective wait (exit notices) */

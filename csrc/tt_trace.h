@@ -24,7 +24,8 @@ void tt_trace_session_begin(int profiling);
 void tt_trace_session_end(void);
 
 /* tensor.c: these tile handles are about to be unregistered */
-void tt_trace_forget_handles(const starpu_data_handle_t *handles, int64_t n);
+int tt_trace_tracks_handles(void); /* per-handle DAG state is kept (a recording session) */
+void tt_trace_forget_handle(starpu_data_handle_t h); /* a registered handle being freed */
 
 /* sched registry (csrc/sched/registry.c): NULL if `name` is not one of tiletrain's policies */
 struct starpu_sched_policy *tt_sched_find(const char *name);

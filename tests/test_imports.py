@@ -39,8 +39,8 @@ LAYERS = [
     ("tensors", "distribution"),          # the Tensor core (C handle, tile life cycle), traits, owners
     ("trace",),                           # task records, Chrome traces, metrics, tags
     ("runtime",),                         # session life cycle, workers, MPI, hetero
-    ("config",),
     ("_ffi", "_version", "_build_ffi"),   # the compiled module's one importer; its cffi build script
+    ("config",),                          # RuntimeConfig, TILETRAIN_* (stdlib only: _ffi asks it the flavour)
 ]
 
 # The only importers of the compiled binding: the runtime, the Tensor core and trace records.

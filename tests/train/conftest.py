@@ -1,4 +1,5 @@
 import pytest
+from train_helpers import TEXT
 
 import tiletrain as tt
 
@@ -9,3 +10,11 @@ def runtime():
     tt.shutdown()
     yield None
     tt.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A text file of repeated Python lines (read only)."""
+    f = tmp_path_factory.mktemp("data") / "corpus.txt"
+    f.write_text(TEXT)
+    return str(f)

@@ -15,16 +15,8 @@ from tiletrain.train import TrainArgs, train
 from tiletrain.utils.runlog import is_run_file, read_metrics
 
 
-TEXT = ("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "16", "--batch", "2", "--steps", "2",
         "--eval-every", "2", "--eval-batches", "1", "--sample-tokens", "0", "--no-progress"]
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    f = tmp_path / "corpus.txt"
-    f.write_text(TEXT)
-    return str(f)
 
 
 def _cli(*args):

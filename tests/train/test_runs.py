@@ -5,6 +5,7 @@ resume; --trace-step's trace and metrics; `tiletrain runs show/compare/list` (PN
 right curves); an older run directory without metrics is a one-line message; RunLogger from a
 loop of one's own."""
 import dataclasses
+import functools
 import io
 import json
 import re
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
+from train_helpers import tiny_args
 
 import tiletrain as tt
 from tiletrain import checkpoint as ck
@@ -23,23 +25,11 @@ from tiletrain.train.runs import figure_compare, figure_run
 from tiletrain.utils import RunLogger
 from tiletrain.utils.runlog import EVENTS_SUFFIX, RunLogError, is_run_file, read_metrics, read_run, read_texts
 
-TEXT = ("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
 KEYS = {"step", "train_loss", "lr", "grad_norm", "tokens_per_s", "gflops", "step_time_s", "peak_memory_bytes",
         "elapsed_s", "time"}
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    f = tmp_path_factory.mktemp("data") / "corpus.txt"
-    f.write_text(TEXT)
-    return str(f)
-
-
-def _args(corpus, **kw):
-    base = dict(n_layer=1, n_head=2, n_embd=32, seq_len=16, batch=4, steps=8, warmup=2, eval_every=4,
-                eval_batches=2, sample_tokens=0, progress=False, data=[corpus], val_fraction=0.1, lr=3e-3)
-    base.update(kw)
-    return TrainArgs(**base)
+_args = functools.partial(tiny_args, steps=8)
 
 
 def _events(run_dir):

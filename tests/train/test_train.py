@@ -7,25 +7,10 @@ import time
 
 import numpy as np
 import pytest
+from train_helpers import tiny_args as _args
 
 from tiletrain import checkpoint as ck
 from tiletrain.train import TrainArgs, train
-
-TEXT = ("def add(a, b):\n    return a + b\n\nclass Tile:\n    pass\n" * 400)
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    f = tmp_path / "corpus.txt"
-    f.write_text(TEXT)
-    return str(f)
-
-
-def _args(corpus, **kw):
-    base = dict(n_layer=1, n_head=2, n_embd=32, seq_len=16, batch=4, steps=12, warmup=2, eval_every=4,
-                eval_batches=2, sample_tokens=0, progress=False, data=[corpus], val_fraction=0.1, lr=3e-3)
-    base.update(kw)
-    return TrainArgs(**base)
 
 
 def test_loss_falls(corpus, tmp_path):
