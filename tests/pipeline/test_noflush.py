@@ -252,3 +252,10 @@ def test_model_pipeline_refuses_schedules_without_a_flush():
     model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16))
     with pytest.raises(NotImplementedError, match="StagePipeline"):
         ModelPipeline(model, schedules.get("pb", 2, 2))
+
+
+def test_train_refuses_schedules_without_a_flush():
+    from tiletrain.pipeline.training import check_schedule_option
+    for name in ("pb", "local"):
+        with pytest.raises(ValueError, match="StagePipeline"):
+            check_schedule_option(name, "pipeline")
