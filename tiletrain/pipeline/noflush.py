@@ -5,8 +5,9 @@ local learning (``local``: every stage learns from its own auxiliary loss, PPLL,
 update per stage after the step).
 
 ``StagePipeline(stages, schedule, optimizer, loss_fn, heads=None, weights="stored")`` runs a
-schedule's actions as the stages' own work, each action on its rank's worker (affinity),
-ordered as ``enforce`` orders it:
+schedule's actions as the stages' own work, each action on its rank's worker (affinity) -- under ``mpirun``
+on MPI rank s, stage s built inside ``distribution.use(SingleRank(s))`` --, ordered as
+``enforce`` orders it:
 
   F(s, j)  stage s on micro-batch j with the weight version the schedule says it reads
            (``Schedule.weight_versions``): the newest, or with Linear Weight Prediction the
@@ -38,7 +39,8 @@ import numpy as np
 
 from ..ops.autograd import no_grad
 from ..ops.basic import axpy_, copy, scale
-from ..runtime import context
+from ..distribution import SingleRank, use
+from ..runtime import context, mpi
 from ..tensors import Tensor, from_numpy
 from . import schedules
 from .enforce import MECHANISMS, enforce
@@ -141,6 +143,16 @@ class StagePipeline:
         if not isinstance(max_versions, int) or isinstance(max_versions, bool) or max_versions < 1:
             raise ValueError(f"max_versions must be an int >= 1, got {max_versions!r}")
         self.workers, self.max_versions = workers, max_versions
+        self.mpi = mpi.enabled()
+        if self.mpi:
+            if mpi.world_size() != self.p:
+                raise ValueError(f"under mpirun StagePipeline runs one stage per rank: {self.p} stages on "
+                                 f"{mpi.world_size()} ranks")
+            for s_, ps in enumerate(self.masters + ([] if not heads else [])):
+                for q in ps:
+                    if set(np.asarray(q.owners()).ravel().tolist()) != {s_}:
+                        raise ValueError(f"under mpirun stage {s_}'s parameters must live on rank {s_}: build it "
+                                         f"inside tiletrain.distribution.use(SingleRank({s_}))")
         self.count = [0] * self.p               # updates so far, per stage
         self.versions: list[dict] = [dict() for _ in range(self.p)]   # stage -> {version: tensors}
         self.live: list[dict] = [dict() for _ in range(self.p)]       # stage -> {version: backwards to come}
@@ -195,7 +207,7 @@ class StagePipeline:
             raise ValueError(f"schedule {self.name!r} with {self.p} stages and {m} micro-batches keeps up to {kept} "
                              f"weight versions per stage (a delay of {max(self.delays)} updates), over "
                              f"max_versions={self.max_versions}; use weights='ema' or fewer stages")
-        self.xs = [_as_tensor(x, self.dtype) for x in xs]
+        self.xs = [np.asarray(x) for x in xs]
         self.ys = [np.asarray(y) for y in ys]
         self.outs: dict = {}
         self.ins: dict = {}
@@ -206,22 +218,35 @@ class StagePipeline:
         for s in range(self.p):
             self.versions[s] = {}
             self.live[s] = {}
-            self._new_version(s)
-        workers = self.workers or [[r % context.nworkers()] for r in range(self.p)]
-        tokens = [from_numpy(np.zeros(1, np.float32)) for _ in range(self.p)]
+            with self._on(s):
+                self._new_version(s)
+        if self.mpi:
+            workers = [list(range(context.nworkers()))] * self.p
+            tokens = [from_numpy(np.zeros(1, np.float32), dist=SingleRank(q)) for q in range(self.p)]
+        else:
+            workers = self.workers or [[r % context.nworkers()] for r in range(self.p)]
+            tokens = [from_numpy(np.zeros(1, np.float32)) for _ in range(self.p)]
         enforce(sch, self._submit, self.mechanism, workers=workers, tokens=tokens)
         if self.flush:
-            for o in self.opts:
-                o.step()
-                o.zero_grad()
+            for s, o in enumerate(self.opts):
+                with self._on(s):
+                    o.step()
+                    o.zero_grad()
         return self.losses
 
+    def _on(self, s: int):
+        """Under mpirun: new tensors of stage s's work live on rank s (its tasks run there)."""
+        return use(SingleRank(s)) if self.mpi else contextlib.nullcontext()
+
     def _submit(self, a: Action, r: int, token) -> None:
-        if token is None:
-            self._run(a)
-            return
-        with context.submission(order=token._ptr):
-            self._run(a)
+        if self.mpi and r != mpi.rank():
+            token = None            # the order token orders this rank's own actions only
+        with self._on(r):
+            if token is None:
+                self._run(a)
+                return
+            with context.submission(order=token._ptr):
+                self._run(a)
 
     def _run(self, a: Action) -> None:
         if a.kind == "F":
@@ -233,7 +258,7 @@ class StagePipeline:
 
     def _input(self, s: int, j: int):
         if s == 0:
-            return self.xs[j]
+            return _as_tensor(self.xs[j], self.dtype)
         x = self.outs.pop((s - 1, j)).detach()
         return x if self.local else x.requires_grad_()
 
@@ -325,9 +350,11 @@ class StagePipeline:
     def predict(self, x) -> np.ndarray:
         """The model's logits on ``x`` with the current weights (waits)."""
         with no_grad():
-            y = _as_tensor(x, self.dtype)
-            for st in self.stages:
-                y = st(y)
+            with self._on(0):
+                y = _as_tensor(x, self.dtype)
+            for s, st in enumerate(self.stages):
+                with self._on(s):
+                    y = st(y)
             return y.numpy()
 
 
