@@ -62,7 +62,7 @@ def child(args) -> int:
     from tiletrain.experiments.async_pipelines import run
     with tt.init(ncpu=args.stages, profile=True):
         r = run(args.method, stages=args.stages, epochs=args.epochs, seed=args.seed, microbatch=args.microbatch,
-                weights=args.weights, width=args.width, samples=args.samples, flush_every=args.flush_every,
+                weights=args.weights, width=args.width, samples=args.samples, flush_every=args.flush_every, lr=args.lr,
                 dtype=np.float32)
     print(json.dumps({"accuracy": r.accuracy[-1], "idle": r.idle, "samples_per_s": r.samples_per_s,
                       "weight_memory": sum(r.weight_memory), "data": r.data}))
@@ -72,7 +72,7 @@ def child(args) -> int:
 def measure(args, method, weights, seed, width, microbatch, samples=None, epochs=None) -> dict:
     cmd = [sys.executable, __file__, "--child", method, "--weights", weights, "--seed", str(seed),
            "--stages", str(args.stages), "--epochs", str(epochs or args.epochs), "--width", str(width),
-           "--microbatch", str(microbatch), "--flush-every", str(args.flush_every)]
+           "--microbatch", str(microbatch), "--flush-every", str(args.flush_every), "--lr", str(args.lr)]
     if samples:
         cmd += ["--samples", str(samples)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -83,6 +83,8 @@ def plot(acc_rows, thr_rows, path) -> None:
     from matplotlib.figure import Figure
     fig = Figure(figsize=(10, 3.6))
     a, b = fig.subplots(1, 2)
+    if not thr_rows:
+        b.set_axis_off()
     names = [r["method"] for r in acc_rows]
     a.barh(names, [r["accuracy"] for r in acc_rows], color="tab:blue")
     a.set_xlabel("held-out accuracy after the budget (median)")
@@ -103,6 +105,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3, help="seeds per row (medians)")
     ap.add_argument("--microbatch", type=int, default=16)
     ap.add_argument("--width", type=int, default=64, help="hidden width for the accuracy runs")
+    ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9), every method")
+    ap.add_argument("--skip-throughput", action="store_true", help="the accuracy table only")
     ap.add_argument("--thr-width", type=int, default=512, help="hidden width for the throughput runs")
     ap.add_argument("--thr-microbatch", type=int, default=64)
     ap.add_argument("--thr-samples", type=int, default=64 * 48, help="training samples per throughput run")
@@ -130,44 +134,48 @@ def main() -> int:
         if method == "sync":
             sync = {seed: r["accuracy"] for seed, r in enumerate(runs)}
         gaps = [100 * (r["accuracy"] - sync[seed]) for seed, r in enumerate(runs)]
-        row = {"method": method + (" (ema)" if weights == "ema" else ""), "accuracy": median([r["accuracy"] for r in runs]),
+        row = {"method": method + (" (ema)" if weights == "ema" else ""),
+               "accuracy": median([r["accuracy"] for r in runs]),
                "gap_points": median(gaps), "weight_kib": median([r["weight_memory"] for r in runs]) / 1024,
                "data": runs[0]["data"]}
         acc_rows.append(row)
         print(f"  {row['method']}: accuracy {row['accuracy']:.4f}, gap {row['gap_points']:+.2f} points", flush=True)
     thr_rows = []
-    for method in THROUGHPUT:
+    for method in ([] if args.skip_throughput else THROUGHPUT):
         runs = [measure(args, method, "stored", seed, args.thr_width, args.thr_microbatch, samples=args.thr_samples,
                         epochs=1) for seed in range(args.reps)]
         thr_rows.append({"method": method, "idle": median([r["idle"] for r in runs]),
                          "samples_per_s": median([r["samples_per_s"] for r in runs])})
-    syn = json.loads(subprocess.run([sys.executable, __file__, "--child", "synthetic", "--stages", str(args.stages),
-                                     "--reps", str(args.reps), "--usec", str(args.usec), "--syn-microbatches",
-                                     str(args.syn_microbatches)], check=True, capture_output=True,
-                                    text=True).stdout.strip().splitlines()[-1])
-    base = thr_rows[0]["samples_per_s"]
+    syn = {}
+    if not args.skip_throughput:
+        cmd = [sys.executable, __file__, "--child", "synthetic", "--stages", str(args.stages), "--reps",
+               str(args.reps), "--usec", str(args.usec), "--syn-microbatches", str(args.syn_microbatches)]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        syn = json.loads(done.stdout.strip().splitlines()[-1])
     for r in thr_rows:
-        r["vs_1f1b"] = r["samples_per_s"] / base
+        r["vs_1f1b"] = r["samples_per_s"] / thr_rows[0]["samples_per_s"]
     print(f"\naccuracy after {args.epochs} epochs of {acc_rows[0]['data']}, {args.stages} stages, micro-batch "
-          f"{args.microbatch}, width {args.width}, medians of {args.reps} seeds (gap: points against sync, same seed)")
+          f"{args.microbatch}, width {args.width}, SGD lr {args.lr} momentum 0.9, medians of {args.reps} seeds "
+          "(gap: points against sync, same seed)")
     print(table(["method", "accuracy", "gap (points)", "weight memory KiB"],
                 [[r["method"], f"{r['accuracy']:.4f}", f"{r['gap_points']:+.2f}", f"{r['weight_kib']:.1f}"]
                  for r in acc_rows]))
-    print(f"\nthroughput: width {args.thr_width}, micro-batch {args.thr_microbatch}, {args.thr_samples} samples, "
-          f"{args.stages} stages on {args.stages} workers (1f1b: {args.flush_every} micro-batches per update); "
-          f"idle measured from the trace")
-    print(table(["method", "idle fraction", "samples/s", "vs 1f1b"],
-                [[r["method"], f"{r['idle']:.3f}", f"{r['samples_per_s']:.0f}", f"{r['vs_1f1b']:.2f}x"]
-                 for r in thr_rows]))
-    print(f"\nsleeping tasks (F = {args.usec:g} us, B = 2F), {args.stages} stages, {args.syn_microbatches} "
-          f"micro-batches, one worker per stage: idle measured from the trace")
-    print("(compacted: the same order and recorded task times without the gaps a loaded host adds; "
-          "steady state: after the fill, before the drain, compacted)")
-    print(table(["schedule", "idle fraction", "compacted", "formula", "steady-state idle", "micro-batches/s",
-                 "vs 1f1b"],
-                [[k, f"{v['idle']:.3f}", f"{v['compacted']:.3f}", f"{v['formula']:.3f}", f"{v['steady']:.3f}",
-                  f"{v['per_s']:.1f}",
-                  f"{v['per_s'] / syn['1f1b']['per_s']:.2f}x"] for k, v in syn.items()]))
+    if thr_rows:
+        print(f"\nthroughput: width {args.thr_width}, micro-batch {args.thr_microbatch}, {args.thr_samples} samples, "
+              f"{args.stages} stages on {args.stages} workers (1f1b: {args.flush_every} micro-batches per update); "
+              f"idle measured from the trace")
+        print(table(["method", "idle fraction", "samples/s", "vs 1f1b"],
+                    [[r["method"], f"{r['idle']:.3f}", f"{r['samples_per_s']:.0f}", f"{r['vs_1f1b']:.2f}x"]
+                     for r in thr_rows]))
+    if syn:
+        print(f"\nsleeping tasks (F = {args.usec:g} us, B = 2F), {args.stages} stages, {args.syn_microbatches} "
+              f"micro-batches, one worker per stage: idle measured from the trace")
+        print("(compacted: the same order and recorded task times without the gaps a loaded host adds; "
+              "steady state: after the fill, before the drain, compacted)")
+        print(table(["schedule", "idle fraction", "compacted", "formula", "steady-state idle", "micro-batches/s",
+                     "vs 1f1b"],
+                    [[k, f"{v['idle']:.3f}", f"{v['compacted']:.3f}", f"{v['formula']:.3f}", f"{v['steady']:.3f}",
+                      f"{v['per_s']:.1f}", f"{v['per_s'] / syn['1f1b']['per_s']:.2f}x"] for k, v in syn.items()]))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "async_pipelines")
     with open(path + ".csv", "w", newline="") as f:

@@ -287,6 +287,7 @@ def get(name: str, stages: int, microbatches: int, virtual: int | None = None, c
                     flush=name not in NO_FLUSH, local=name in LOCAL, queue=q).validate()
 
 
-__all__ = ["get", "NAMES", "SCHEDULES", "NO_FLUSH", "LOCAL", "pb", "local", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
+__all__ = ["get", "NAMES", "SCHEDULES", "NO_FLUSH", "LOCAL", "pb", "local",
+           "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
            "dualpipe_v",
            "seq1f1b", "emergent", "emergent_zb", "emergent_v"]
