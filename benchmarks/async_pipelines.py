@@ -139,7 +139,9 @@ def main() -> int:
                "gap_points": median(gaps), "weight_kib": median([r["weight_memory"] for r in runs]) / 1024,
                "data": runs[0]["data"]}
         acc_rows.append(row)
-        print(f"  {row['method']}: accuracy {row['accuracy']:.4f}, gap {row['gap_points']:+.2f} points", flush=True)
+        seeds = " ".join(f"{r['accuracy']:.4f}" for r in runs)
+        print(f"  {row['method']}: accuracy {row['accuracy']:.4f} (seeds {seeds}), gap {row['gap_points']:+.2f} "
+              "points", flush=True)
     thr_rows = []
     for method in ([] if args.skip_throughput else THROUGHPUT):
         runs = [measure(args, method, "stored", seed, args.thr_width, args.thr_microbatch, samples=args.thr_samples,
