@@ -170,3 +170,35 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class LocalHeads(Module):
+    """Auxiliary classifiers for local learning (PPLL; ``tiletrain.pipeline.noflush``, schedule
+    ``local``): one small head per stage boundary, head s mapping stage s's output
+    (``widths[s]`` features) to ``classes`` logits -- a Linear, or Linear, ReLU, Linear with
+    ``hidden`` > 0.  ``heads[s](y)``; ``len(heads)`` boundaries (stages - 1)."""
+
+    def __init__(self, widths, classes: int, hidden: int = 0, *, dtype=np.float32,
+                 rng: np.random.Generator | None = None):
+        super().__init__()
+        widths = [_int(w, "LocalHeads", "widths") for w in widths]
+        if not widths:
+            raise ValueError("LocalHeads: give one width per stage boundary (at least one)")
+        classes = _int(classes, "LocalHeads", "classes")
+        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
+            raise ValueError(f"LocalHeads: hidden must be an int >= 0, got {hidden!r}")
+        from .activation import ReLU
+        from .module import ModuleList, Sequential
+        self.heads = ModuleList([
+            Linear(w, classes, dtype=dtype, rng=rng) if not hidden else
+            Sequential(Linear(w, hidden, dtype=dtype, rng=rng), ReLU(), Linear(hidden, classes, dtype=dtype, rng=rng))
+            for w in widths])
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __getitem__(self, s: int) -> Module:
+        return self.heads[s]
+
+    def __iter__(self):
+        return iter(self.heads)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..distribution import Explicit
 from ..ops.autograd import no_grad
-from ..ops.basic import fill_
+from ..ops.basic import axpy_, fill_
 from ..ops.creation import zeros
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
@@ -17,7 +17,8 @@ from ..tensors import Tensor, TensorTraits, empty, from_numpy
 from ..tensors.tensor import wont_use
 from ..trace.tags import tag
 
-__all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup"]
+__all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
+           "COMPENSATIONS"]
 
 
 def _check_param(p, i: int) -> Tensor:
@@ -164,20 +165,72 @@ def _state_tensor(p: Tensor) -> Tensor:
     return zeros(p.traits, dtype=p.dtype, dist=_dist_of(p))
 
 
-class AdamW(Optimizer):
+COMPENSATIONS = (None, "sc", "lwp", "sc+lwp")
+
+
+def _check_compensation(comp, delay) -> None:
+    if comp not in COMPENSATIONS:
+        raise ValueError(f"compensation must be one of None, 'sc', 'lwp', 'sc+lwp', got {comp!r}")
+    if not isinstance(delay, int) or isinstance(delay, bool) or delay < 0:
+        raise ValueError(f"delay must be an int >= 0 (weight updates between a forward and its update), got "
+                         f"{delay!r}")
+
+
+def spike_coefficients(momentum: float, delay: int) -> tuple[float, float]:
+    """Spike Compensation's (a, b) for momentum m and delay D (Kosson et al. 2020):
+    a = m^D, b = (1 - m^D) / (1 - m) (b = D when m = 1 is excluded: m < 1)."""
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"spike compensation needs 0 <= momentum < 1, got {momentum}")
+    a = momentum ** delay
+    return a, (1.0 - a) / (1.0 - momentum)
+
+
+class _Compensated:
+    """Delay compensation for pipelines without a flush (tiletrain.pipeline.noflush): a
+    parameter group's ``compensation`` (None, "sc", "lwp", "sc+lwp") and ``delay`` D (the
+    weight updates between a forward and the update its gradient lands in, supplied by the
+    schedule: ``Schedule.delays()``).  SC changes ``step``; LWP adds ``predict()``, the
+    weights the next forward should run with."""
+
+    def predict(self) -> list:
+        """Per parameter (group order): the weights a forward should read -- with "lwp" or
+        "sc+lwp", the Linear Weight Prediction D updates ahead (``_predicted``); else the
+        parameter itself.  Submits the prediction's tasks, no waiting."""
+        out = []
+        with no_grad():
+            for g, p in self._params():
+                if g["compensation"] in ("lwp", "sc+lwp") and g["delay"] > 0:
+                    out.append(self._predicted(g, p, self.state.get(id(p), {})))
+                else:
+                    out.append(p)
+        return out
+
+
+class AdamW(_Compensated, Optimizer):
     """AdamW with PyTorch's semantics (decoupled weight decay, bias correction), one fused
-    task per parameter tile."""
+    task per parameter tile.  ``compensation``/``delay``: the delay compensation of
+    pipelined backpropagation (``_Compensated``; Adam's form: SC on the first moment, LWP
+    along the last update)."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2):
+                 weight_decay: float = 1e-2, compensation=None, delay: int = 0):
         b1, b2 = betas
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
         if eps <= 0:
             raise ValueError(f"eps must be > 0, got {eps}")
-        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay))
+        _check_compensation(compensation, delay)
+        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay,
+                                      compensation=compensation, delay=delay))
+
+    def _validate(self, group: dict) -> None:
+        super()._validate(group)
+        _check_compensation(group.get("compensation"), group.get("delay", 0))
 
     def _update(self, g, p, st):
+        if g["compensation"] is not None:
+            self._update_compensated(g, p, st)
+            return
         if "exp_avg" not in st:
             st["exp_avg"] = _state_tensor(p)
             st["exp_avg_sq"] = _state_tensor(p)
@@ -190,20 +243,91 @@ class AdamW(Optimizer):
             wont_use(st["exp_avg"])
             wont_use(st["exp_avg_sq"])
 
+    def _update_compensated(self, g, p, st):
+        """AdamW with tensor ops (not the fused kernel): m_t = b1 m + (1-b1) g, v_t = b2 v +
+        (1-b2) g^2; with SC the first moment applied is a m_t + b (1-b1) g (a, b of
+        spike_coefficients(b1, D)); u = lr ((m / bc1) / (sqrt(v / bc2) + eps) + wd w);
+        w -= u, and u is kept for LWP (w_hat = w - D u)."""
+        from ..ops.elementwise import add, div, mul, sqrt
+        from ..ops.basic import add_scalar, scale
+        if "exp_avg" not in st:
+            st["exp_avg"] = _state_tensor(p)
+            st["exp_avg_sq"] = _state_tensor(p)
+        b1, b2 = g["betas"]
+        t, lr = st["step"], float(g["lr"])
+        grad = p.grad
+        m = add(scale(st["exp_avg"], b1), scale(grad, 1.0 - b1))
+        v = add(scale(st["exp_avg_sq"], b2), scale(mul(grad, grad), 1.0 - b2))
+        st["exp_avg"], st["exp_avg_sq"] = m, v
+        first = m
+        if g["compensation"] in ("sc", "sc+lwp"):
+            a, b = spike_coefficients(b1, g["delay"])
+            first = add(scale(m, a), scale(grad, b * (1.0 - b1)))
+        denom = add_scalar(sqrt(scale(v, 1.0 / (1.0 - b2 ** t))), float(g["eps"]))
+        u = add(scale(div(first, denom), lr / (1.0 - b1 ** t)), scale(p, lr * float(g["weight_decay"])))
+        axpy_(p, u, alpha=-1.0)
+        st["last_update"] = u
 
-class SGD(Optimizer):
-    """SGD with PyTorch's semantics (momentum, dampening, Nesterov, weight decay)."""
+    def _predicted(self, g, p, st):
+        from ..ops.basic import copy
+        if "last_update" not in st:
+            return copy(p)
+        w = copy(p)
+        axpy_(w, st["last_update"], alpha=-float(g["delay"]))
+        return w
+
+
+class SGD(_Compensated, Optimizer):
+    """SGD with PyTorch's semantics (momentum, dampening, Nesterov, weight decay).
+    ``compensation``/``delay``: the delay compensation of pipelined backpropagation
+    (Kosson et al. 2020; needs momentum, not Nesterov): with v the momentum buffer,
+      SC   v_{t+1} = m v_t + (1 - dampening) g_t,  w_{t+1} = w_t - lr (a v_{t+1} + b (1 - dampening) g_t),
+           a = m^D, b = (1 - m^D) / (1 - m)
+      LWP  the forward runs with w_hat = w_t - lr D v_t (``predict()``)."""
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+                 weight_decay: float = 0.0, nesterov: bool = False, compensation=None, delay: int = 0):
         if momentum < 0:
             raise ValueError(f"momentum must be >= 0, got {momentum}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov needs momentum > 0 and dampening = 0")
+        _check_compensation(compensation, delay)
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov))
+                                      nesterov=nesterov, compensation=compensation, delay=delay))
+
+    def _validate(self, group: dict) -> None:
+        super()._validate(group)
+        comp = group.get("compensation")
+        _check_compensation(comp, group.get("delay", 0))
+        if comp is not None and (group["momentum"] <= 0 or group["nesterov"] or group["momentum"] >= 1):
+            raise ValueError(f"compensation={comp!r} needs 0 < momentum < 1 and nesterov=False (SC and LWP are "
+                             f"defined on the momentum), got momentum={group['momentum']}, "
+                             f"nesterov={group['nesterov']}")
+
+    def _predicted(self, g, p, st):
+        from ..ops.basic import copy
+        w = copy(p)
+        if "momentum_buffer" in st:
+            axpy_(w, st["momentum_buffer"], alpha=-float(g["lr"]) * g["delay"])
+        return w
 
     def _update(self, g, p, st):
+        if g["compensation"] in ("sc", "sc+lwp") and g["delay"] > 0:
+            grad = p.grad
+            if g["weight_decay"]:
+                from ..ops.elementwise import add
+                from ..ops.basic import scale
+                grad = add(grad, scale(p, float(g["weight_decay"])))
+            a, b = spike_coefficients(float(g["momentum"]), g["delay"])
+            first = "momentum_buffer" not in st
+            if first:
+                st["momentum_buffer"] = _state_tensor(p)
+            # v = m v + (1 - d) g; w -= lr a v (the kernel), then w -= lr b (1 - d) g
+            run_map("sgd_momentum", grad, p, st["momentum_buffer"], first=int(first), nesterov=0,
+                    lr=float(g["lr"]) * a, momentum=float(g["momentum"]), dampening=float(g["dampening"]),
+                    weight_decay=0.0)
+            axpy_(p, grad, alpha=-float(g["lr"]) * b * (1.0 - float(g["dampening"])))
+            return
         if g["momentum"] == 0:
             run_map("sgd", p.grad, p, lr=float(g["lr"]), weight_decay=float(g["weight_decay"]))
             return

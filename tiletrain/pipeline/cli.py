@@ -7,7 +7,7 @@ import os
 
 from ..runtime import init
 from ..trace import save
-from . import schedules
+from . import formulas, schedules
 from .enforce import MECHANISMS, formula_idle_fraction, run_synthetic
 from .schedule import Schedule
 from .schedules import NAMES
@@ -23,13 +23,23 @@ def _positive(text: str) -> int:
     return v
 
 
+def _depth(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"the queue depth must be >= 0 (0: unbounded), got {v}")
+    return v
+
+
 def load(args):
     """The schedule named by args.schedule: a built-in name or a CSV file."""
     if args.schedule in schedules.NAMES:
         if args.stages is None or args.microbatches is None:
             raise ValueError(f"schedule {args.schedule!r}: --stages and --microbatches are required")
         return schedules.get(args.schedule, stages=args.stages, microbatches=args.microbatches,
-                             virtual=args.virtual, chunks=args.chunks)
+                             virtual=args.virtual, chunks=args.chunks, queue=args.queue)
     if not args.schedule.endswith(".csv") and not os.path.exists(args.schedule):
         raise ValueError(f"unknown schedule {args.schedule!r}: a built-in ({', '.join(schedules.NAMES)}) "
                          "or a CSV file (PyTorch's layout: one row per rank)")
@@ -48,6 +58,15 @@ def cmd_show(args) -> int:
     print(f"unit-time simulation (F = I = W = 1, B = 2): makespan {sim.makespan:g}, idle fraction "
           f"{sim.idle_fraction:.4f} (formula {formula_idle_fraction(s):.4f}), peak activations "
           f"{sim.peak_activations:g} (micro-batches of a rank's layers)")
+    if not s.flush:
+        fill = f" (formula (p-1)F = {formulas.pb_fill(s.ranks):g})" if s.name == "pb" else ""
+        print(f"no flush: fill {sim.fill:g} at the start{fill}, "
+              f"steady-state idle fraction {sim.steady_idle_fraction:.4f}; weight delay per stage "
+              f"{' '.join(map(str, s.delays()))}, stored weight versions per stage "
+              f"{' '.join(map(str, s.kept_versions()))}")
+    if s.local:
+        print(f"local losses: a backward needs its own forward only; activation queue depth "
+              f"{s.queue or 'unbounded'}")
     if args.csv:
         s.to_csv(args.csv)
         print(f"csv: {args.csv}")
@@ -82,6 +101,13 @@ def cmd_run(args) -> int:
     if args.gpt:
         d.pop("task_us")
         d["model"] = f"gpt {args.gpt[0]}x{args.gpt[1]}, batch {args.batch} x {args.seq_len} per micro-batch"
+    if not s.flush or s.local:
+        sim = s.simulate()
+        d["simulated_fill"] = sim.fill if not s.flush else None
+        d["delays"] = s.delays()
+        d["kept_versions"] = s.kept_versions()
+        d["queue"] = s.queue if s.local else None
+        d.update(_measured_fill(r) if not s.flush else {})
     if args.json:
         print(json.dumps(d))
         return 0
@@ -95,9 +121,23 @@ def cmd_run(args) -> int:
           f"per stage {' '.join(f'{x:.3f}' for x in d['stage_idle'])})")
     print(f"  peak activations      {d['peak_activations']:g} (simulated {d['simulated_peak_activations']:g})")
     print(f"  schedule order kept   {order} of adjacent action pairs")
+    if not s.flush:
+        print(f"  fill at the start     {d['fill_s']:.4f} s measured, {d['steady_idle_fraction']:.4f} idle in "
+              f"steady state (unit-time simulation: fill {d['simulated_fill']:g} F, steady 0)")
+        print(f"  weight delay/versions {' '.join(map(str, d['delays']))} / "
+              f"{' '.join(map(str, d['kept_versions']))} per stage")
     if args.trace:
         print(f"  trace: {args.trace}")
     return 0
+
+
+def _measured_fill(run) -> dict:
+    """A run's fill (mean wait of a rank before its first backward, less its forwards
+    meanwhile, seconds) and steady-state idle fraction (Simulation's definitions on the
+    measured times)."""
+    from .schedule import Simulation
+    sim = Simulation(run.schedule, run.start, run.end, run.schedule.rank_of())
+    return {"fill_s": sim.fill / 1e6, "steady_idle_fraction": sim.steady_idle_fraction}
 
 
 def add_subcommands(sub, gpt_runner=None) -> None:
@@ -113,6 +153,8 @@ def add_subcommands(sub, gpt_runner=None) -> None:
         q.add_argument("--microbatches", type=_positive, default=None)
         q.add_argument("--virtual", type=_positive, default=None, help="interleaved-1f1b: stages per rank (2)")
         q.add_argument("--chunks", type=_positive, default=None, help="seq1f1b: sequence chunks (2)")
+        q.add_argument("--queue", type=_depth, default=None,
+                       help="local: activation queue depth (2; 0 unbounded)")
         q.add_argument("--trace", default=None, help="write a Chrome trace (show: of the simulation)")
 
     sh = ssub.add_parser("show", help="print the action table and its unit-time simulation")

@@ -106,6 +106,13 @@ def _operands(schedule: Schedule, a: Action) -> tuple[str, str, str]:
     S, K = schedule.stages, schedule.chunks
     act = lambda s_, c_: f"act{s_}.{j}.{c_}"  # noqa: E731
     grad = lambda s_, c_: f"grad{s_}.{j}.{c_}"  # noqa: E731
+    if schedule.local:      # queue slots: F(s, j) overwrites the slot F(s+1, j - q) read (backpressure);
+        slot = lambda s_: f"act{s_}.{j % schedule.queue if schedule.queue else j}.{c}"  # noqa: E731
+        if a.kind == "F":   # the backward reads its own output (its local loss), no later stage's gradient
+            return slot(s), "dummy", slot(s + 1)
+        if a.kind == "W":
+            return grad(s, c), "dummy", f"dw{s}.{j}.{c}"
+        return slot(s + 1), "dummy", grad(s, c)
     if a.kind == "F":       # input, the previous chunk's output (causal), output
         return act(s, c), act(s + 1, c - 1) if c > 0 else "dummy", act(s + 1, c)
     if a.kind == "W":       # its I's output, the activation, the weight gradient

@@ -100,6 +100,9 @@ def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W
       zb-h1, emergent-zb    (p-1)(F+B-W)          busy m(F+B+W)
       zb-v                  (p-1)(F+B-W)          busy 2m(F+B+W)
       dualpipe-v            (p-1)(F&B+B-2W)       busy 2m(F+B+W), F&B = max(F, B+W)
+      pb                    (p-1)(F+B+W) over one run: the fill (p-1)F at the start, the
+                            drain (p-1)(B+W) at the end of training; steady state 0
+      local                 (p-1)F                busy m(F+B+W)
       emergent-v            (p-1)F                busy 2m(F+B+W) (the greedy priority simulation:
                             ZB-V's bubble at F = B = W, at GPipe's memory; some other
                             durations give more, depending on m)"""
@@ -116,10 +119,22 @@ def schedule_bubble(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W
         "zb-v": (zb_v_bubble(p, F, B, W), 2 * m * full),
         "dualpipe-v": (dualpipe_v_bubble(p, max(F, B + W), B, W), 2 * m * full),
         "emergent-v": ((p - 1) * F, 2 * m * full),
+        # no flush: over a run of m micro-batches, the fill (p-1)F at the start and the drain
+        # (p-1)(B+W) at the end, as 1F1B; but the drain is paid once per training, not per step
+        "pb": (one_f_one_b_bubble(p, F, B, W), m * full),
+        # local losses: no backward waits for a later stage; the forward chain's (p-1)F only
+        "local": ((p - 1) * F, m * full),
     }
     if name not in table:
         raise ValueError(f"no formula for schedule {name!r}; known: {', '.join(table)}")
     return table[name]
+
+
+def pb_fill(p: int, F: float = 1.0) -> float:
+    """Pipelined backpropagation (``pb``): a rank's idle time before its first backward, the
+    fill (p-1)F paid once at the start of training; the steady state has no bubble."""
+    _check(p, 1)
+    return (p - 1) * F
 
 
 def schedule_idle_fraction(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W: float = 1.0,
@@ -133,4 +148,4 @@ def schedule_idle_fraction(name: str, p: int, m: int, F: float = 1.0, B: float =
 
 __all__ = ["gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan", "one_f_one_b_bubble",
            "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal",
-           "zb_v_bubble", "dualpipe_v_bubble", "schedule_bubble", "schedule_idle_fraction"]
+           "zb_v_bubble", "dualpipe_v_bubble", "pb_fill", "schedule_bubble", "schedule_idle_fraction"]

@@ -107,6 +107,11 @@ class ModelPipeline:
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
         schedule.validate()
+        if not schedule.flush or schedule.local:
+            raise NotImplementedError(
+                f"schedule {schedule.name!r} has {'no flush' if not schedule.flush else 'stage-local losses'}: "
+                "ModelPipeline runs schedules with a flush and one loss (GPT, Llama); run pb and local with "
+                "tiletrain.pipeline.noflush.StagePipeline")
         first, blocks, last = model_parts(model)
         if schedule.stages > len(blocks):
             raise ValueError(f"schedule {schedule.name!r} has {schedule.stages} virtual stages but the model has "

@@ -15,6 +15,16 @@ Every (s,j,c) has one F and either one B or one I and one W.  A virtual stage li
 rank.  ``ordered=False`` (the ``emergent`` schedule) lists the actions without an order:
 dataflow + stage affinity + priorities decide (tiletrain.pipeline.priorities).
 
+Schedules without a flush (``flush=False``: ``pb``, pipelined backpropagation) update a
+stage's weights after every backward B(s,j) instead of once after the step; ``delays()``
+gives each stage's weight delay (the updates between a forward and the update its gradient
+lands in) and ``weight_versions()`` which weight version every action reads and writes.
+Local-learning schedules (``local=True``: ``local``, PPLL) change the dependencies: B(s,j)
+after F(s,j) only (each stage's backward starts from its own auxiliary loss, no gradient
+crosses a stage boundary), and with a bounded activation queue of depth q >= 1
+(``queue=q``; 0 unbounded) F(s,j) also waits for F(s+1,j-q): at most q outputs of stage s
+wait for stage s+1.
+
 Durations default to unit times F = I = W = 1, B = I + W = 2 per action (a chunk of a V or
 interleaved schedule is one action: times are per action, so formulas are in those units).
 """
@@ -90,8 +100,17 @@ class Schedule:
     microbatches: int = 0                        # (0: inferred)
     chunks: int = 1                              # sequence chunks per micro-batch
     ordered: bool = True                         # False: dataflow + priorities (emergent)
+    flush: bool = True                           # False: a weight update after every B (pb)
+    local: bool = False                          # True: B(s,j) needs F(s,j) only (local losses)
+    queue: int = 0                               # local: activation queue depth (0 unbounded)
 
     def __post_init__(self):
+        if not isinstance(self.queue, int) or isinstance(self.queue, bool) or self.queue < 0:
+            raise ScheduleError(f"schedule {self.name!r}: queue depth must be an int >= 0 (0: unbounded), "
+                                f"got {self.queue!r}")
+        if self.queue and not self.local:
+            raise ScheduleError(f"schedule {self.name!r}: a queue depth is for local-learning schedules "
+                                "(local=True)")
         acts = tuple(tuple(_as_action(a) for a in row) for row in self.actions)
         object.__setattr__(self, "actions", acts)
         flat = [a for row in acts for a in row]
@@ -202,6 +221,10 @@ class Schedule:
             if a.kind == "F":
                 want = [where.get(Action(s - 1, "F", j, c)) if s > 0 else None,
                         where.get(Action(s, "F", j, c - 1)) if c > 0 else None]
+                if self.local and self.queue and j >= self.queue and s + 1 < self.stages:
+                    want.append(where.get(Action(s + 1, "F", j - self.queue, c)))   # the queue is full
+            elif a.kind in "BI" and self.local:
+                want = [where.get(Action(s, "F", j, c))]
             elif a.kind in "BI":
                 want = [where.get(Action(s, "F", j, c)),
                         back(s + 1, j, c) if s + 1 < self.stages else None,
@@ -276,6 +299,72 @@ class Schedule:
                                       for d in deps[i] if not done[d])
                     stuck.append(f"action {flat[i]} on rank {r} waits for {waits}")
             raise ScheduleError("deadlock: " + "; ".join(stuck))
+
+    # ----------------------------------------------------------------- weight versions
+    def weight_versions(self) -> dict[Action, tuple[int, int | None]]:
+        """Per action: (the version of its stage's weights it reads, the version it writes or
+        None).  Version k of stage s is its weights after k updates.  With a flush every
+        action reads version 0 and nothing is written during the step.  Without one
+        (``flush=False``) every B(s,j) (or W(s,j) with a split backward) writes an update, in
+        its rank's order: F(s,j) reads the newest version when it runs, and the backward reads
+        the version its forward read (weight stashing: the gradient is that version's) and
+        writes the next one."""
+        if self.flush:
+            return {a: (0, None) for a in self.flat()}
+        out: dict[Action, tuple[int, int | None]] = {}
+        for row in self.actions:
+            done: dict[int, int] = {}     # stage -> updates so far
+            for a in row:
+                k = done.get(a.stage, 0)
+                if a.kind == "F":
+                    out[a] = (k, None)
+                elif a.kind == "I":
+                    out[a] = (out[Action(a.stage, "F", a.microbatch, a.chunk)][0], None)
+                else:
+                    fwd = out.get(Action(a.stage, "F", a.microbatch, a.chunk))
+                    if fwd is None:
+                        raise ScheduleError(f"action {a} runs before its forward on the same rank")
+                    done[a.stage] = k + 1
+                    out[a] = (fwd[0], k + 1)
+        return out
+
+    def delays(self) -> list[int]:
+        """Per virtual stage: the largest weight delay of its micro-batches, the number of
+        updates between the version a forward reads and the update its gradient lands in
+        (0 with a flush: every gradient is of the weights it updates).  Pipelined
+        backpropagation (``pb``) has 2(p-1-s) on stage s (fewer when m is smaller)."""
+        if self.flush:
+            return [0] * self.stages
+        v = self.weight_versions()
+        out = [0] * self.stages
+        for a, (read, wrote) in v.items():
+            if wrote is not None:
+                out[a.stage] = max(out[a.stage], wrote - 1 - read)
+        return out
+
+    def kept_versions(self) -> list[int]:
+        """Per virtual stage: the most weight versions alive at once when every version is
+        stored until the last backward that reads it (the newest one included)."""
+        if self.flush:
+            return [1] * self.stages
+        v = self.weight_versions()
+        out = []
+        for s in range(self.stages):
+            row = [a for r in self.actions for a in r if a.stage == s]
+            live: dict[int, int] = {}           # version -> backwards still to read it
+            newest, peak = 0, 1
+            for a in row:
+                read, wrote = v[a]
+                if a.kind == "F":
+                    live[read] = live.get(read, 0) + 1
+                elif wrote is not None:
+                    live[read] -= 1
+                    if not live[read]:
+                        del live[read]
+                    newest = wrote
+                peak = max(peak, len(set(live) | {newest}))
+            out.append(peak)
+        return out
 
     # ----------------------------------------------------------------- simulation
     def durations(self, durations: Mapping[str, float] | Callable[[Action], float] | None = None) -> np.ndarray:
@@ -382,10 +471,45 @@ class Simulation:
         return max(self.stage_peak_activations)
 
     def summary(self) -> dict:
-        return {"schedule": self.schedule.name, "stages": self.schedule.ranks,
-                "virtual_stages": self.schedule.stages, "microbatches": self.schedule.microbatches,
-                "chunks": self.schedule.chunks, "makespan": self.makespan, "idle_fraction": self.idle_fraction,
-                "stage_idle": self.stage_idle, "peak_activations": self.peak_activations}
+        out = {"schedule": self.schedule.name, "stages": self.schedule.ranks,
+               "virtual_stages": self.schedule.stages, "microbatches": self.schedule.microbatches,
+               "chunks": self.schedule.chunks, "makespan": self.makespan, "idle_fraction": self.idle_fraction,
+               "stage_idle": self.stage_idle, "peak_activations": self.peak_activations}
+        if not self.schedule.flush:
+            out.update(delays=self.schedule.delays(), kept_versions=self.schedule.kept_versions(),
+                       fill=self.fill, steady_idle_fraction=self.steady_idle_fraction)
+        return out
+
+    @property
+    def fill(self) -> float:
+        """The mean time a rank waits before its first backward starts, less the time it
+        runs forwards meanwhile (the pipeline's fill; a schedule without a flush pays it
+        once, at the start of training)."""
+        flat = self.schedule.flat()
+        out = []
+        for r in range(self.schedule.ranks):
+            idx = [i for i in range(len(flat)) if self.rank[i] == r]
+            first_b = min((self.start[i] for i in idx if flat[i].kind in "BI"), default=self.makespan)
+            busy = sum(min(self.end[i], first_b) - self.start[i] for i in idx if self.start[i] < first_b)
+            out.append(float(first_b - self.start.min() - busy))
+        return float(np.mean(out))
+
+    @property
+    def steady_idle_fraction(self) -> float:
+        """Idle fraction between the moment every rank has started its first backward and the
+        moment the first rank has run out of forwards (the steady state: no fill, no drain)."""
+        flat = self.schedule.flat()
+        t0 = max(min(self.start[i] for i in range(len(flat)) if self.rank[i] == r and flat[i].kind in "BI")
+                 for r in range(self.schedule.ranks))
+        t1 = min(max(self.end[i] for i in range(len(flat)) if self.rank[i] == r and flat[i].kind == "F")
+                 for r in range(self.schedule.ranks))
+        if t1 <= t0:
+            return float("nan")
+        busy = 0.0
+        for r in range(self.schedule.ranks):
+            sel = self.rank == r
+            busy += float(np.clip(np.minimum(self.end[sel], t1) - np.maximum(self.start[sel], t0), 0, None).sum())
+        return float(1 - busy / (self.schedule.ranks * (t1 - t0)))
 
     def to_trace(self, time_unit_us: float = 1000.0):
         """A tiletrain Trace of the simulation (one worker per rank), for trace.save/gantt."""

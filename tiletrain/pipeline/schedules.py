@@ -17,6 +17,16 @@ registry: ``get(name, stages=p, microbatches=m, virtual=v, chunks=k)``.
   seq1f1b           each micro-batch split into k sequence chunks, 1F1B over chunks: forward
                     in chunk order, backward in reverse, k-1 more warm-up forwards
                     (Sun et al., Seq1F1B, 2024)
+  pb                pipelined backpropagation (Kosson et al. 2020): no flush; rank r runs
+                    2(p-1-r) warm-up forwards, then one forward one backward, and updates its
+                    weights after every backward, so stage s's gradient lands 2(p-1-s) updates
+                    after the weights its forward read (Schedule.delays: LayerPipe2's 2S(l), S
+                    the stages downstream; 0 on the last stage, so one stage is plain SGD); the
+                    steady state has no bubble, only the fill (p-1)F at the start
+  local             local learning (PPLL, Guo et al. 2024): each stage runs its backward right
+                    after its forward, from its own auxiliary loss (Schedule(local=True): no
+                    gradient crosses stages); activations flow through queues of depth
+                    ``queue`` (0: unbounded; default 2)
   emergent          no order: every forward, then every backward, in submission order; stage
                     affinity and priorities (backward before forward) decide at run time
   emergent-zb       the same with the backward split into I (dX) and W (dW) and the zero-bubble
@@ -198,6 +208,15 @@ def dualpipe_v(p: int, m: int) -> list[list[Action]]:
     return rows
 
 
+def pb(p: int, m: int) -> list[list[Action]]:
+    return [_one_f_one_b([Action(r, "F", j) for j in range(m)], [Action(r, "B", j) for j in range(m)],
+                         2 * (p - 1 - r)) for r in range(p)]
+
+
+def local(p: int, m: int, queue: int) -> list[list[Action]]:
+    return [[Action(r, k, j) for j in range(m) for k in "FB"] for r in range(p)]
+
+
 def emergent(p: int, m: int) -> list[list[Action]]:
     return gpipe(p, m)
 
@@ -222,6 +241,8 @@ SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
     "zb-v": (zb_v, None, True),
     "dualpipe-v": (dualpipe_v, None, True),
     "seq1f1b": (seq1f1b, "chunks", True),
+    "pb": (pb, None, True),
+    "local": (local, "queue", True),
     "emergent": (emergent, None, False),
     "emergent-zb": (emergent_zb, None, False),
     "emergent-v": (emergent_v, None, False),
@@ -229,11 +250,15 @@ SCHEDULES: dict[str, tuple[Callable, str | None, bool]] = {
 NAMES = tuple(SCHEDULES)
 
 
-def get(name: str, stages: int, microbatches: int, virtual: int | None = None, chunks: int | None = None
-        ) -> Schedule:
+NO_FLUSH = ("pb", "local")   # a weight update after every backward
+LOCAL = ("local",)      # stage-local losses: a backward needs its own forward only
+
+
+def get(name: str, stages: int, microbatches: int, virtual: int | None = None, chunks: int | None = None,
+        queue: int | None = None) -> Schedule:
     """A built-in schedule for ``stages`` ranks and ``microbatches`` micro-batches (``virtual``:
     interleaved-1f1b's chunks per rank, default 2; ``chunks``: seq1f1b's sequence chunks,
-    default 2).  Validated."""
+    default 2; ``queue``: local's activation queue depth, default 2, 0 unbounded).  Validated."""
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; built in: {', '.join(NAMES)}")
     _ints(stages=stages, microbatches=microbatches)
@@ -242,17 +267,27 @@ def get(name: str, stages: int, microbatches: int, virtual: int | None = None, c
         if val is not None and opt != extra and val != 1:
             raise ValueError(f"schedule {name!r} takes no {opt}= (only interleaved-1f1b takes virtual=, "
                              "seq1f1b chunks=)")
+    if queue is not None and extra != "queue":
+        raise ValueError(f"schedule {name!r} takes no queue= (only local takes queue=)")
     args = [stages, microbatches]
     k = 1
-    if extra:
+    q = 0
+    if extra == "queue":
+        q = 2 if queue is None else queue
+        if not isinstance(q, int) or isinstance(q, bool) or q < 0:
+            raise ValueError(f"queue must be an int >= 0 (the activation queue depth, 0 unbounded), got {q!r}")
+        args.append(q)
+    elif extra:
         val = {"virtual": virtual, "chunks": chunks}[extra]
         val = 2 if val is None else val
         _ints(**{extra: val})
         args.append(val)
         k = val if extra == "chunks" else 1
-    return Schedule(name, tuple(tuple(r) for r in builder(*args)), 0, microbatches, k, ordered).validate()
+    return Schedule(name, tuple(tuple(r) for r in builder(*args)), 0, microbatches, k, ordered,
+                    flush=name not in NO_FLUSH, local=name in LOCAL, queue=q).validate()
 
 
-__all__ = ["get", "NAMES", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
+__all__ = ["get", "NAMES", "SCHEDULES", "NO_FLUSH", "LOCAL", "pb", "local",
+           "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v",
            "dualpipe_v",
            "seq1f1b", "emergent", "emergent_zb", "emergent_v"]

@@ -36,6 +36,10 @@ def check_schedule_option(spec: str | None, mode: str) -> None:
         return
     if mode not in PIPELINED:
         raise ValueError(f"--schedule is for --dist {' or '.join(PIPELINED)} (--dist {mode} runs no pipeline)")
+    if spec in schedules.NO_FLUSH or spec in schedules.LOCAL:
+        raise ValueError(f"--schedule {spec}: tiletrain train steps GPT and Llama with schedules that have a flush "
+                         "and one loss; pb and local run on stage modules (tiletrain.pipeline.noflush.StagePipeline,"
+                         " examples/async_pipelines.py)")
     if spec in schedules.NAMES:
         return
     if not os.path.isfile(spec):
