@@ -32,10 +32,11 @@ from .shape import _reshape, _view, retile, squeeze
 
 _mul, _div, _sub = BINARY_OPS["mul"], BINARY_OPS["div"], BINARY_OPS["sub"]  # same-layout, with the kernels' alpha
 
-# torch.return_types.max / min: (values, indices)
+# torch.return_types.max / min / topk: (values, indices)
 return_types = type("return_types", (), {
     "max": namedtuple("max", ["values", "indices"]),
     "min": namedtuple("min", ["values", "indices"]),
+    "topk": namedtuple("topk", ["values", "indices"]),
 })
 
 
