@@ -10,6 +10,7 @@ from ..ops import reduce
 from ..ops.autograd import backward_rule, record
 from ..ops.basic import _float_tensor, _same
 from ..ops.elementwise import mul, neg, sub
+from ..ops.shape import retile
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor
 
@@ -20,17 +21,21 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss if reduction == "none" else reduce.mean(loss) if reduction == "mean" else reduce.sum(loss)
 
 
-def _check(what: str, input, target, reduction) -> None:
+def _check(what: str, input, target, reduction) -> Tensor:
+    """The checked target, tiled like input (tiling is never a correctness rule)."""
     _float_tensor(input, what, "input")
     _float_tensor(target, what, "target")
+    if target.shape == input.shape and target.tiles != input.tiles:
+        target = retile(target, input.tiles)
     _same(what, input, target, names=("input", "target"))
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+    return target
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.mse_loss: (input - target)^2, reduced."""
-    _check("mse_loss", input, target, reduction)
+    target = _check("mse_loss", input, target, reduction)
     d = sub(input, target)
     return _reduce(mul(d, d), reduction)
 
@@ -38,7 +43,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.l1_loss: |input - target|, reduced (gradient sign(input - target),
     0 where they are equal)."""
-    _check("l1_loss", input, target, reduction)
+    target = _check("l1_loss", input, target, reduction)
     y = Tensor(input.traits, input.dtype)
     run_map("absdiff", input, target, y)
     return _reduce(record("absdiff", y, (input, target), saved=(input, target)), reduction)
@@ -53,17 +58,23 @@ def _absdiff_bwd(node, g):
             neg(da) if node.inputs[1] is not None else None)
 
 
-def _check_weight(w, x: Tensor, what: str, name: str) -> None:
-    """w: None, input's shape and tiles, or 1-D over input's last axis (checked before any task)."""
+def _check_weight(w, x: Tensor, what: str, name: str):
+    """w: None, input's shape, or 1-D over input's last axis (checked before any task),
+    returned tiled like input."""
     if w is None:
-        return
+        return None
     _float_tensor(w, what, name)
     if w.dtype != x.dtype:
         raise TypeError(f"{what}: dtype mismatch, input is {x.dtype} and {name} is {w.dtype}")
+    if w.shape == x.shape and w.tiles != x.tiles:
+        w = retile(w, x.tiles)
+    elif w.shape == x.shape[-1:] and w.tiles != x.tiles[-1:]:
+        w = retile(w, x.tiles[-1:])
     if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])):
         raise ValueError(f"{what}: {name} must have input's shape {x.shape} and tiles {x.tiles}, or be 1-D of "
                          f"shape {x.shape[-1:]} with tiles {x.tiles[-1:]} (input's last axis); got shape "
                          f"{w.shape} and tiles {w.tiles}")
+    return w
 
 
 def _weight(w, x: Tensor) -> Tensor:
@@ -85,9 +96,9 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None,
     weight and pos_weight: input's shape, or 1-D over the last axis.  Gradients flow to input
     and target (not to weight or pos_weight)."""
     what = "binary_cross_entropy_with_logits"
-    _check(what, input, target, reduction)
-    _check_weight(weight, input, what, "weight")
-    _check_weight(pos_weight, input, what, "pos_weight")
+    target = _check(what, input, target, reduction)
+    weight = _check_weight(weight, input, what, "weight")
+    pos_weight = _check_weight(pos_weight, input, what, "pos_weight")
     w, pw = _weight(weight, input), _weight(pos_weight, input)
     y = Tensor(input.traits, input.dtype)
     run_map("bce_logits", input, target, w, pw, y)

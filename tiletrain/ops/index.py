@@ -598,6 +598,22 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     return return_types.topk(gather(x, d, idx), from_numpy(idx))
 
 
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """torch.nn.functional.one_hot: int64 (..., num_classes) with a 1 at each label (the
+    labels are read; num_classes=-1: the largest label + 1)."""
+    what = "one_hot"
+    t = _tensor(tensor, what, "tensor")
+    if t.dtype != np.int64:
+        raise RuntimeError(f"{what} is only applicable to index tensor (int64), got {t.dtype}")
+    a = t.numpy()
+    if (a < 0).any():
+        raise RuntimeError(f"{what}: class values must be non-negative")
+    n = int(a.max()) + 1 if num_classes == -1 else int(num_classes)
+    if (a >= n).any():
+        raise RuntimeError(f"{what}: class values must be smaller than num_classes ({n})")
+    return from_numpy(np.ascontiguousarray((a[..., None] == np.arange(n)).astype(np.int64)))
+
+
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None) -> Tensor:
     """torch.multinomial: int64 indices drawn from the rows of ``input`` (non-negative weights,
     1-D or 2-D), with or without replacement, from ``generator`` (default: the one

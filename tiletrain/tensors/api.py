@@ -126,7 +126,7 @@ class Tensor(TensorBase):
         (the tensor itself when it has it already); the device is checked and kept (tiles
         live wherever StarPU's workers need them)."""
         dtype = parse_to("to", args, kwargs, self)
-        return self if dtype is None or as_dtype(dtype) == self.dtype else ops.astype(self, dtype)
+        return self if dtype is None or as_dtype(dtype) == self.dtype else ops.elementwise.convert(self, dtype)
 
     @property
     def device(self):
