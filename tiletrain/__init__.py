@@ -15,6 +15,7 @@ from .ops.creation import (arange, full, full_like, linspace, ones, ones_like, r
                            randn_like, zeros, zeros_like)
 from .tensors.cupy_interop import from_cupy
 from .tensors.device import device
+from .ops.softmax import log_softmax, softmax
 from .tensors.tensor import get_default_dtype, set_default_dtype
 from .ops import *  # noqa: F401,F403  (every op: tiletrain.ops.__all__)
 from . import ops as _ops
@@ -26,7 +27,7 @@ __all__ = [
     "full_like", "get_max_tiles", "int64", "linspace", "manual_seed", "ones_like", "rand", "rand_like", "randint",
     "randn", "randn_like", "set_max_tiles", "tensor", "zeros_like", "bool",
     "device", "get_default_dtype", "set_default_dtype", "long", "float", "double", "half", "save", "load",
-    "is_tensor",
+    "is_tensor", "softmax", "log_softmax",
 ] + _ops.__all__
 bool = bool_  # noqa: A001 - tiletrain.bool is the bool dtype, as torch.bool
 long, float, double, half = int64, float32, float64, float16  # noqa: A001 - torch's dtype aliases

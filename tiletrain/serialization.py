@@ -18,6 +18,11 @@ __all__ = ["save", "load"]
 _FORMAT = "tiletrain.save/1"
 
 
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
 class _Stored:
     """A tensor in a saved file: its array and requires_grad."""
 
@@ -27,7 +32,7 @@ class _Stored:
 
 def _pack(obj):
     if isinstance(obj, Tensor):
-        return _Stored(np.ascontiguousarray(obj.numpy()), bool(obj.requires_grad))
+        return _Stored(np.array(obj.numpy(), order="C"), bool(obj.requires_grad))
     if isinstance(obj, np.ndarray):
         return obj
     if isinstance(obj, collections.OrderedDict):
@@ -46,7 +51,7 @@ def _pack(obj):
 
 def _unpack(obj):
     if isinstance(obj, _Stored):
-        t = from_numpy(np.ascontiguousarray(obj.array))
+        t = from_numpy(_c(obj.array))
         if obj.requires_grad:
             t.requires_grad_(True)
         return t

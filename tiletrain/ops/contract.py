@@ -16,6 +16,11 @@ from .reduce import sum as _sum
 from .shape import permute, reshape
 
 
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
 def _parse(equation: str, n: int) -> tuple[list[str], str]:
     if not isinstance(equation, str):
         raise TypeError(f"einsum: equation must be a string, got {type(equation).__name__}")
@@ -116,7 +121,7 @@ def _triangle(what: str, input, diagonal, lower: bool) -> Tensor:
     mask = tri if lower else ~np.tri(n, m, k=int(diagonal) - 1, dtype=bool)
     if not is_float(x.dtype):
         a = x.numpy()
-        return from_numpy(np.ascontiguousarray(np.where(mask, a, np.zeros((), a.dtype))))
+        return from_numpy(_c(np.where(mask, a, np.zeros((), a.dtype))))
     return where(from_numpy(mask), x, 0.0)
 
 

@@ -412,7 +412,7 @@ def _compare_host(name: str, x: Tensor, other) -> Tensor:
                            "ge": "greater_equal"}[name])(x.numpy(), b)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
-    return from_numpy(np.ascontiguousarray(out))
+    return from_numpy(_c(out))
 
 
 def _comparison(name: str) -> Callable:
@@ -526,6 +526,11 @@ def _masked_fill_bwd(node, g):
     return (dx,)
 
 
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
 def convert(input: Tensor, dtype) -> Tensor:  # noqa: A002
     """Tensor.to(dtype) for any pair of dtypes: floats by astype (differentiable), bool to
     float by where, float to bool by ne(x, 0), the others (int64 to or from a float, to or
@@ -543,7 +548,7 @@ def convert(input: Tensor, dtype) -> Tensor:  # noqa: A002
     a = x.numpy()
     with np.errstate(invalid="ignore"):
         b = (np.trunc(a.astype(np.float64)) if dt.kind in "iu" and a.dtype.kind == "f" else a).astype(dt)
-    return from_numpy(np.ascontiguousarray(b), x.tiles if x.ndim else None)
+    return from_numpy(_c(b), x.tiles if x.ndim else None)
 
 
 __all__ = ["abs", "add", "clamp", "clip", "cos", "div", "divide",

@@ -30,6 +30,11 @@ from .shape import broadcast_to, cat, getitem, reshape, retile
 _REDUCE_OPS = {"sum": 0, "amax": 1, "amin": 2, "assign": 3}
 
 
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
 # ---- index operands ---------------------------------------------------------------------
 
 class _Index:
@@ -70,7 +75,7 @@ def _index(index, what: str, bound: int, ndim: int | None = None) -> _Index:
                          f"dimension of size {bound} (valid: 0..{bound - 1}); {int(bad.sum())} index(es) out of "
                          "range in all")
     if t is None:
-        t = from_numpy(np.ascontiguousarray(a))
+        t = from_numpy(_c(a))
     if t.ndim == 0:
         t = from_numpy(a.reshape(1))
         a = a.reshape(1)
@@ -517,7 +522,7 @@ def index_get(x: Tensor, index) -> Tensor:
         raise ValueError(f"getitem: index {index!r} selects nothing; tiletrain has no empty tensors")
     flat = reshape(x, (x.numel(),))
     if not is_float(x.dtype):  # integer or bool data: no autograd, gathered in NumPy
-        return from_numpy(np.ascontiguousarray(x.numpy().reshape(-1)[pos.reshape(-1)].reshape(pos.shape)))
+        return from_numpy(_c(x.numpy().reshape(-1)[pos.reshape(-1)].reshape(pos.shape)))
     return reshape(index_select(flat, 0, np.ascontiguousarray(pos.reshape(-1))), pos.shape)
 
 
@@ -550,7 +555,7 @@ def index_put(x: Tensor, index, value) -> Tensor:
     else:
         v = np.asarray(value, dtype=x.dtype)
         src = (full((pos.size,), float(v), dtype=x.dtype) if v.ndim == 0 else
-               from_numpy(np.ascontiguousarray(np.broadcast_to(v, pos.shape).reshape(-1))))
+               from_numpy(_c(np.broadcast_to(v, pos.shape).reshape(-1))))
     flat = reshape(x, (x.numel(),))
     if src.tiles != flat.tiles[:1] and src.shape == flat.shape:
         src = retile(src, flat.tiles)
@@ -594,7 +599,7 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     idx = np.ascontiguousarray(np.take(order, np.arange(int(k)), axis=d).astype(np.int64)) if x.ndim else order
     from .reduce import return_types
     if not is_float(x.dtype):
-        return return_types.topk(from_numpy(np.ascontiguousarray(np.take_along_axis(a, idx, d))), from_numpy(idx))
+        return return_types.topk(from_numpy(_c(np.take_along_axis(a, idx, d))), from_numpy(idx))
     return return_types.topk(gather(x, d, idx), from_numpy(idx))
 
 
@@ -611,7 +616,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     n = int(a.max()) + 1 if num_classes == -1 else int(num_classes)
     if (a >= n).any():
         raise RuntimeError(f"{what}: class values must be smaller than num_classes ({n})")
-    return from_numpy(np.ascontiguousarray((a[..., None] == np.arange(n)).astype(np.int64)))
+    return from_numpy(_c((a[..., None] == np.arange(n)).astype(np.int64)))
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None) -> Tensor:

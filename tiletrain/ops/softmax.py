@@ -25,7 +25,7 @@ from ..runtime.kernels import run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype
 from ..tensors.tensor import known_within
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _tensor, astype
+from .basic import _float_tensor, _tensor, astype, dim_alias
 from .shape import retile
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -65,11 +65,13 @@ def _softmax(x: Tensor, dim, dtype, islog: int, what: str) -> Tensor:
     return record(what, y, (x,), saved=(x, mx, s), islog=islog, axis=axis)
 
 
+@dim_alias
 def softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
     """torch.nn.functional.softmax: exp(x - max) / sum(exp(x - max)) along ``dim`` (required)."""
     return _softmax(input, dim, dtype, 0, "softmax")
 
 
+@dim_alias
 def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
     """torch.nn.functional.log_softmax: (x - max) - log(sum(exp(x - max))) along ``dim`` (required)."""
     return _softmax(input, dim, dtype, 1, "log_softmax")

@@ -15,6 +15,11 @@ from ..tensors import Generator, Tensor, default_generator, from_numpy
 __all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate", "random_split", "Subset"]
 
 
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
 class Dataset:
     """An indexable collection: subclasses define __getitem__ (and __len__ for a DataLoader)."""
 
@@ -88,7 +93,7 @@ def default_collate(batch):
         a = np.stack([np.asarray(b) for b in batch])
         if a.dtype.kind in "iu":
             a = a.astype(np.int64)
-        return from_numpy(np.ascontiguousarray(a))
+        return from_numpy(_c(a))
     if isinstance(first, bool):
         raise TypeError("default_collate: bool samples are not supported")
     if isinstance(first, numbers.Integral):
