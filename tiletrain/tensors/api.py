@@ -115,7 +115,11 @@ class Tensor(TensorBase):
 
     # -- autograd, dtype, copies ------------------------------------------------------------
     def backward(self, gradient=None):
-        """Submit the backward pass from this tensor (no waiting)."""
+        """Submit the backward pass from this tensor (no waiting).  A seed gradient of this
+        shape but another tiling is retiled first."""
+        if (isinstance(gradient, TensorBase) and gradient.shape == self.shape and gradient.tiles != self.tiles
+                and gradient.dtype == self.dtype):
+            gradient = ops.retile(gradient, self.tiles)
         ops.backward(self, gradient)
 
     def astype(self, dtype):
