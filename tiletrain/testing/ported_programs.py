@@ -10,12 +10,24 @@ import numpy as np
 
 
 # -- a nanoGPT-style language model ---------------------------------------------------------
-def nanogpt_program(torch, *, init=None, data=None, steps=3, vocab=32, block=8, n_embd=16, n_head=2,
-                    n_layer=2, batch=4, sample_tokens=6, top_k=1, dtype=None, return_model=False):
+def nanogpt_program(torch, *, steps=3, sample_tokens=6, top_k=1, **config):
     """Train a small GPT for `steps` steps (AdamW with parameter groups, LambdaLR warm-up,
     clip_grad_norm_), then sample `sample_tokens` tokens with top-k and a seeded Generator.
-    init: {name: ndarray} loaded into the model (None: the module's own initialisation);
-    data: (N,) int64 token stream.  Returns (losses, tokens, state names)."""
+    config: nanogpt_trainer's.  Returns (losses, tokens, state names)."""
+    model, train_step = nanogpt_trainer(torch, **config)
+    losses = [train_step(step) for step in range(steps)]
+    model.eval()
+    g = torch.Generator().manual_seed(1234)
+    out = model.generate(torch.zeros((1, 1), dtype=torch.long), sample_tokens, top_k=top_k, generator=g)
+    names = sorted(model.state_dict().keys())
+    return losses, [int(t) for t in out[0].tolist()], names
+
+
+def nanogpt_trainer(torch, *, init=None, data=None, vocab=32, block=8, n_embd=16, n_head=2, n_layer=2, batch=4,
+                    dtype=None):
+    """The model and its training step (``train_step(step) -> loss.item()``) of
+    nanogpt_program.  init: {name: ndarray} loaded into the model (None: the module's own
+    initialisation); data: (N,) int64 token stream."""
     nn = torch.nn
     F = torch.nn.functional
     if dtype is not None:
@@ -124,9 +136,9 @@ def nanogpt_program(torch, *, init=None, data=None, steps=3, vocab=32, block=8, 
     warmup = 2
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: min(1.0, (it + 1) / warmup))
     tokens = torch.tensor(data if data is not None else np.arange(256) % vocab, dtype=torch.long)
-    losses = []
     model.train()
-    for step in range(steps):
+
+    def train_step(step):
         ix = [(step * 7 + 3 * i) % (tokens.size(0) - block - 1) for i in range(batch)]
         x = torch.stack([tokens[i:i + block] for i in ix])
         y = torch.stack([tokens[i + 1:i + 1 + block] for i in ix])
@@ -137,13 +149,9 @@ def nanogpt_program(torch, *, init=None, data=None, steps=3, vocab=32, block=8, 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(loss.item())
-    model.eval()
-    g = torch.Generator().manual_seed(1234)
-    out = model.generate(torch.zeros((1, 1), dtype=torch.long), sample_tokens, top_k=top_k, generator=g)
-    names = sorted(model.state_dict().keys())
-    result = (losses, [int(t) for t in out[0].tolist()], names)
-    return (result, model, opt, sched) if return_model else result
+        return loss.item()
+
+    return model, train_step
 
 
 def nanogpt_init(vocab=32, block=8, n_embd=16, n_layer=2, seed=0) -> dict:
