@@ -21,21 +21,26 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss if reduction == "none" else reduce.mean(loss) if reduction == "mean" else reduce.sum(loss)
 
 
-def _check(what: str, input, target, reduction) -> Tensor:
-    """The checked target, tiled like input (tiling is never a correctness rule)."""
+def _check(what: str, input, target, reduction) -> None:
+    """input and target of one shape and dtype (any tilings: _like retiles target once every
+    operand is checked), a known reduction."""
     _float_tensor(input, what, "input")
     _float_tensor(target, what, "target")
-    if target.shape == input.shape and target.tiles != input.tiles:
-        target = retile(target, input.tiles)
-    _same(what, input, target, names=("input", "target"))
+    _same(what, input, target if target.tiles == input.tiles else _Retile(target, input.tiles),
+          names=("input", "target"))
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
-    return target
+
+
+def _like(t: Tensor, x: Tensor) -> Tensor:
+    """t tiled like x (tiling is never a correctness rule)."""
+    return t if t.tiles == x.tiles else retile(t, x.tiles)
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.mse_loss: (input - target)^2, reduced."""
-    target = _check("mse_loss", input, target, reduction)
+    _check("mse_loss", input, target, reduction)
+    target = _like(target, input)
     d = sub(input, target)
     return _reduce(mul(d, d), reduction)
 
@@ -43,7 +48,8 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.l1_loss: |input - target|, reduced (gradient sign(input - target),
     0 where they are equal)."""
-    target = _check("l1_loss", input, target, reduction)
+    _check("l1_loss", input, target, reduction)
+    target = _like(target, input)
     y = Tensor(input.traits, input.dtype)
     run_map("absdiff", input, target, y)
     return _reduce(record("absdiff", y, (input, target), saved=(input, target)), reduction)
@@ -58,6 +64,16 @@ def _absdiff_bwd(node, g):
             neg(da) if node.inputs[1] is not None else None)
 
 
+class _Retile:
+    """A weight to retile once every operand is checked (nothing is submitted before)."""
+
+    def __init__(self, t: Tensor, tiles):
+        self.t, self.tiles, self.shape, self.dtype = t, tiles, t.shape, t.dtype
+
+    def __call__(self) -> Tensor:
+        return retile(self.t, self.tiles)
+
+
 def _check_weight(w, x: Tensor, what: str, name: str):
     """w: None, input's shape, or 1-D over input's last axis (checked before any task),
     returned tiled like input."""
@@ -67,10 +83,10 @@ def _check_weight(w, x: Tensor, what: str, name: str):
     if w.dtype != x.dtype:
         raise TypeError(f"{what}: dtype mismatch, input is {x.dtype} and {name} is {w.dtype}")
     if w.shape == x.shape and w.tiles != x.tiles:
-        w = retile(w, x.tiles)
+        w = _Retile(w, x.tiles)
     elif w.shape == x.shape[-1:] and w.tiles != x.tiles[-1:]:
-        w = retile(w, x.tiles[-1:])
-    if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])):
+        w = _Retile(w, x.tiles[-1:])
+    if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])) and not isinstance(w, _Retile):
         raise ValueError(f"{what}: {name} must have input's shape {x.shape} and tiles {x.tiles}, or be 1-D of "
                          f"shape {x.shape[-1:]} with tiles {x.tiles[-1:]} (input's last axis); got shape "
                          f"{w.shape} and tiles {w.tiles}")
@@ -96,9 +112,11 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None,
     weight and pos_weight: input's shape, or 1-D over the last axis.  Gradients flow to input
     and target (not to weight or pos_weight)."""
     what = "binary_cross_entropy_with_logits"
-    target = _check(what, input, target, reduction)
+    _check(what, input, target, reduction)
     weight = _check_weight(weight, input, what, "weight")
     pos_weight = _check_weight(pos_weight, input, what, "pos_weight")
+    weight, pos_weight = (w() if isinstance(w, _Retile) else w for w in (weight, pos_weight))
+    target = _like(target, input)
     w, pw = _weight(weight, input), _weight(pos_weight, input)
     y = Tensor(input.traits, input.dtype)
     run_map("bce_logits", input, target, w, pw, y)
