@@ -253,6 +253,24 @@ def test_setitem_matches_torch(rng):
     np.testing.assert_array_equal(t.numpy(), [[9, 2, 3], [9, 0, 0]])
 
 
+def test_setitem_converts_values():
+    for mod in (tt, torch):
+        x = mod.zeros(2, 3, dtype=mod.float64)
+        x[:, 1] = mod.tensor([3, 4])        # int64 values into a float tensor
+        x[0] = True
+        y = mod.tensor([1, 2, 3])
+        y[1] = mod.tensor(2.7, dtype=mod.float64)  # truncated toward zero
+        b = mod.zeros(3) > 1
+        b[1] = True
+        if mod is tt:
+            ours = (x.numpy(), y.numpy(), b.numpy())
+        else:
+            ref = (x.numpy(), y.numpy(), b.numpy())
+    for o, r in zip(ours, ref):
+        assert o.dtype == r.dtype
+        np.testing.assert_array_equal(o, r)
+
+
 def test_setitem_and_autograd(rng):
     w = tt.zeros(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable"):

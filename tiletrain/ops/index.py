@@ -22,9 +22,9 @@ from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.creation import default_generator
 from ..tensors.tensor import forget_value_range, is_float
 from .autograd import backward_rule, grad_enabled, record
-from .basic import _float_tensor, _tensor, astype, copy
+from .basic import _float_tensor, _tensor, copy
 from .creation import full, zeros
-from .elementwise import clamp, div, eq, masked_fill, mul, where
+from .elementwise import clamp, convert, div, eq, masked_fill, mul, where
 from .shape import broadcast_to, cat, getitem, reshape, retile
 
 _REDUCE_OPS = {"sum": 0, "amax": 1, "amin": 2, "assign": 3}
@@ -534,10 +534,9 @@ def index_put(x: Tensor, index, value) -> Tensor:
     _tensor(x, what, "x")
     if isinstance(value, Tensor):
         if value.dtype != x.dtype:
-            value = astype(value, x.dtype) if is_float(value.dtype) or value.dtype != np.bool_ else value
-    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Number):
-        if not isinstance(value, bool) or x.dtype != np.bool_:
-            value = np.asarray(value)
+            value = convert(value, x.dtype)
+    elif not isinstance(value, numbers.Number):
+        value = np.asarray(value)  # a list or an array
     if (isinstance(index, Tensor) and index.dtype == np.bool_ and is_float(x.dtype)
             and isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return masked_fill(x, index, float(value))
@@ -576,7 +575,7 @@ def assign_(x: Tensor, y: Tensor) -> Tensor:
         raise NotImplementedError("in-place assignment into a tensor of the autograd graph is not supported; "
                                   "write it out of place (torch.where, masked_fill, scatter, cat)")
     if y.dtype != x.dtype:
-        y = astype(y, x.dtype)
+        y = convert(y, x.dtype)
     if y.tiles != x.tiles:
         y = retile(y, x.tiles)
     forget_value_range(x)
