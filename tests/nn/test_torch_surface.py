@@ -484,6 +484,14 @@ def test_optimizer_groups_and_state_dict(rng):
     ref, _ = run(torch, 4)
     for x, y in zip(full, ref):
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+    p = [nn.Parameter(np.zeros(2)), nn.Parameter(np.zeros(3))]
+    opt = tt.optim.SGD([p[0]], lr=0.1)
+    opt.add_param_group({"params": p[1], "lr": 0.5})
+    ref = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    ref.add_param_group({"params": torch.nn.Parameter(torch.zeros(3)), "lr": 0.5})
+    assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in ref.param_groups]
+    with pytest.raises(ValueError, match="more than one"):
+        opt.add_param_group({"params": [p[0]]})
     _, half = run(tt, 2)
     assert [g["weight_decay"] for g in half["param_groups"]] == [0.1, 0.0]
     assert [g["lr"] for g in half["param_groups"]] == [0.05, 0.01]
@@ -526,3 +534,8 @@ def test_dataloader(rng):
     assert batch["x"].shape == (5, 2)
     with pytest.raises(NotImplementedError, match="num_workers"):
         tt.utils.data.DataLoader(ds, num_workers=2)
+    a, b = tt.utils.data.random_split(ds, [7, 3], generator=tt.Generator().manual_seed(0))
+    assert (len(a), len(b)) == (7, 3)
+    firsts = [float(a[i][0][0]) for i in range(7)] + [float(b[i][0][0]) for i in range(3)]
+    assert sorted(firsts) == sorted(x[:, 0])  # a partition of the dataset
+    assert [len(s) for s in tt.utils.data.random_split(ds, [0.5, 0.5])] == [5, 5]
