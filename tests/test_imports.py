@@ -30,7 +30,7 @@ LAYERS = [
     ("train",),                           # the training loop, its arguments and state
     ("",),                                # tiletrain/__init__.py: `import tiletrain as tt`
     ("inference", "pipeline", "parallel"),
-    ("nn", "geometric", "data", "checkpoint"),
+    ("nn", "geometric", "data", "checkpoint", "serialization"),
     ("utils",),                           # activation recomputation (utils.checkpoint), mpirun
     ("optim", "functional"),
     ("tensors.api",),                     # the user-facing Tensor: torch's methods, bound to ops

@@ -96,8 +96,7 @@ def test_losses_bad_input(rng, nothing_submitted):
     for fn in (F.mse_loss, F.l1_loss, F.binary_cross_entropy_with_logits):
         with pytest.raises(ValueError, match=r"shape mismatch, input is \(4, 6\) and target is \(4, 5\)"):
             fn(X, tt.from_numpy(np.zeros((4, 5)), (2, 3)))
-        with pytest.raises(ValueError, match="tile mismatch"):
-            fn(X, tt.from_numpy(np.zeros((4, 6)), (4, 3)))
+        # another tiling of target is retiled, not refused (tests/nn/test_torch_surface.py)
         with pytest.raises(ValueError, match="reduction must be one of"):
             fn(X, X, reduction="avg")
         with pytest.raises(TypeError, match="target must be a tiletrain Tensor"):
@@ -107,4 +106,4 @@ def test_losses_bad_input(rng, nothing_submitted):
     with pytest.raises(ValueError, match="weight must have input's shape"):
         F.binary_cross_entropy_with_logits(X, X, weight=tt.from_numpy(np.ones(4), (2,)))
     with pytest.raises(ValueError, match="pos_weight must have input's shape"):
-        F.binary_cross_entropy_with_logits(X, X, pos_weight=tt.from_numpy(np.ones(6), (2,)))
+        F.binary_cross_entropy_with_logits(X, X, pos_weight=tt.from_numpy(np.ones(5), (2,)))

@@ -85,8 +85,7 @@ def test_clip_grad_norm_returns_total_norm(rng):
     np.testing.assert_allclose(P.grad.numpy(), 2 * a * 0.5 / (total + 1e-6), rtol=1e-12)
     with pytest.raises(ValueError, match="max_norm must be > 0"):
         clip_grad_norm_([P], 0.0)
-    with pytest.raises(ValueError, match="no parameter has a gradient"):
-        clip_grad_norm_([tt.from_numpy(a)], 1.0)
+    assert float(clip_grad_norm_([tt.from_numpy(a)], 1.0)) == 0.0  # no gradient: a norm of 0, as torch
 
 
 def test_state_dict_round_trip(rng):

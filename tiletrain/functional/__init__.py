@@ -8,6 +8,7 @@ from ..ops.linalg import matmul  # noqa: F401
 from ..ops.elementwise import *  # noqa: F401,F403
 from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.embedding import *  # noqa: F401,F403
+from ..ops.index import one_hot  # noqa: F401
 from ..ops.shape import flatten  # noqa: F401
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403

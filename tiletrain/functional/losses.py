@@ -10,6 +10,7 @@ from ..ops import reduce
 from ..ops.autograd import backward_rule, record
 from ..ops.basic import _float_tensor, _same
 from ..ops.elementwise import mul, neg, sub
+from ..ops.shape import retile
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor
 
@@ -21,16 +22,25 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 
 
 def _check(what: str, input, target, reduction) -> None:
+    """input and target of one shape and dtype (any tilings: _like retiles target once every
+    operand is checked), a known reduction."""
     _float_tensor(input, what, "input")
     _float_tensor(target, what, "target")
-    _same(what, input, target, names=("input", "target"))
+    _same(what, input, target if target.tiles == input.tiles else _Retile(target, input.tiles),
+          names=("input", "target"))
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+
+
+def _like(t: Tensor, x: Tensor) -> Tensor:
+    """t tiled like x (tiling is never a correctness rule)."""
+    return t if t.tiles == x.tiles else retile(t, x.tiles)
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.mse_loss: (input - target)^2, reduced."""
     _check("mse_loss", input, target, reduction)
+    target = _like(target, input)
     d = sub(input, target)
     return _reduce(mul(d, d), reduction)
 
@@ -39,6 +49,7 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """torch.nn.functional.l1_loss: |input - target|, reduced (gradient sign(input - target),
     0 where they are equal)."""
     _check("l1_loss", input, target, reduction)
+    target = _like(target, input)
     y = Tensor(input.traits, input.dtype)
     run_map("absdiff", input, target, y)
     return _reduce(record("absdiff", y, (input, target), saved=(input, target)), reduction)
@@ -53,17 +64,33 @@ def _absdiff_bwd(node, g):
             neg(da) if node.inputs[1] is not None else None)
 
 
-def _check_weight(w, x: Tensor, what: str, name: str) -> None:
-    """w: None, input's shape and tiles, or 1-D over input's last axis (checked before any task)."""
+class _Retile:
+    """A weight to retile once every operand is checked (nothing is submitted before)."""
+
+    def __init__(self, t: Tensor, tiles):
+        self.t, self.tiles, self.shape, self.dtype = t, tiles, t.shape, t.dtype
+
+    def __call__(self) -> Tensor:
+        return retile(self.t, self.tiles)
+
+
+def _check_weight(w, x: Tensor, what: str, name: str):
+    """w: None, input's shape, or 1-D over input's last axis (checked before any task),
+    returned tiled like input."""
     if w is None:
-        return
+        return None
     _float_tensor(w, what, name)
     if w.dtype != x.dtype:
         raise TypeError(f"{what}: dtype mismatch, input is {x.dtype} and {name} is {w.dtype}")
-    if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])):
+    if w.shape == x.shape and w.tiles != x.tiles:
+        w = _Retile(w, x.tiles)
+    elif w.shape == x.shape[-1:] and w.tiles != x.tiles[-1:]:
+        w = _Retile(w, x.tiles[-1:])
+    if (w.shape, w.tiles) not in ((x.shape, x.tiles), (x.shape[-1:], x.tiles[-1:])) and not isinstance(w, _Retile):
         raise ValueError(f"{what}: {name} must have input's shape {x.shape} and tiles {x.tiles}, or be 1-D of "
                          f"shape {x.shape[-1:]} with tiles {x.tiles[-1:]} (input's last axis); got shape "
                          f"{w.shape} and tiles {w.tiles}")
+    return w
 
 
 def _weight(w, x: Tensor) -> Tensor:
@@ -86,8 +113,10 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None,
     and target (not to weight or pos_weight)."""
     what = "binary_cross_entropy_with_logits"
     _check(what, input, target, reduction)
-    _check_weight(weight, input, what, "weight")
-    _check_weight(pos_weight, input, what, "pos_weight")
+    weight = _check_weight(weight, input, what, "weight")
+    pos_weight = _check_weight(pos_weight, input, what, "pos_weight")
+    weight, pos_weight = (w() if isinstance(w, _Retile) else w for w in (weight, pos_weight))
+    target = _like(target, input)
     w, pw = _weight(weight, input), _weight(pos_weight, input)
     y = Tensor(input.traits, input.dtype)
     run_map("bce_logits", input, target, w, pw, y)

@@ -6,6 +6,10 @@ GPT-2 and ``Llama`` is Llama, with Hugging Face's parameter names and layouts.  
 (nn/pretrained.py) names them by config.json's model_type; ``from_pretrained`` /
 ``save_pretrained`` read and write Hugging Face folders.  How the tensors are tiled is one
 ``Tiling`` argument of the model."""
+import sys as _sys
+
+from .. import functional
+from . import init, utils
 from .activation import GELU, Flatten, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
 from .conv import (AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
@@ -21,4 +25,9 @@ __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys"
            "Tiling", "Conv1D", "GELU", "Flatten", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh",
            "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",
-           "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model"]
+           "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
+           "functional", "init", "utils"]
+
+# tiletrain.nn.functional is tiletrain.functional (one module, two names), so that
+# `import tiletrain.nn.functional as F` works as torch's `import torch.nn.functional as F`
+_sys.modules[__name__ + ".functional"] = functional

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import functional as F
 from ..tensors import Tensor, from_numpy
-from ..tensors.tensor import as_dtype
+from ..tensors.tensor import default_float
 from .layers import _default_rng
 from .module import Module, Parameter
 
@@ -39,7 +39,7 @@ class _ConvNd(Module):
     _dims = 0
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", *, dtype=np.float32,
+                 bias=True, padding_mode="zeros", *, dtype=None,
                  rng: np.random.Generator | None = None):
         super().__init__()
         what = type(self).__name__
@@ -59,7 +59,7 @@ class _ConvNd(Module):
         self.padding = padding if isinstance(padding, str) else _tuple(padding, n)
         if padding == "same" and any(s != 1 for s in self.stride):
             raise ValueError(f"{what}: padding='same' is not supported for strided convolutions")
-        dtype = as_dtype(dtype)
+        dtype = default_float(dtype)
         rng = _default_rng if rng is None else rng
         shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
         bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))   # kaiming_uniform_(a=sqrt(5))
@@ -166,13 +166,13 @@ class _BatchNorm(Module):
     _ranks: tuple = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, *,
-                 dtype=np.float32):
+                 dtype=None):
         super().__init__()
         what = type(self).__name__
         self.num_features = _pos_int(num_features, what, "num_features")
         self.eps, self.momentum = float(eps), momentum
         self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
-        dtype, C = as_dtype(dtype), self.num_features
+        dtype, C = default_float(dtype), self.num_features
         self.weight = Parameter(np.ones(C, dtype), (C,)) if affine else None
         self.bias = Parameter(np.zeros(C, dtype), (C,)) if affine else None
         if track_running_stats:

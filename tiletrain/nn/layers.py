@@ -13,7 +13,7 @@ import numpy as np
 from .. import functional as F
 from ..ops.activations import affine
 from ..tensors import Tensor, TensorTraits, from_numpy
-from ..tensors.tensor import as_dtype, from_rows
+from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
 
 __all__ = ["Conv1D", "Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
@@ -60,7 +60,7 @@ def normal(shape, std: float, rng, dtype, tiles=None) -> Tensor:
     """N(0, std^2) drawn in float64 from rng (so float32 and float64 models built from the
     same seed hold the same values up to rounding), as a tensor with tile shape ``tiles``."""
     rng = _default_rng if rng is None else rng
-    return drawn(shape, tiles, as_dtype(dtype), lambda s: rng.standard_normal(s) * std)
+    return drawn(shape, tiles, default_float(dtype), lambda s: rng.standard_normal(s) * std)
 
 
 class Linear(Module):
@@ -68,12 +68,12 @@ class Linear(Module):
     initialised U(-1/sqrt(in_features), 1/sqrt(in_features)) (torch's default).
     ``tiles`` = (tile along out, tile along in); ``rng`` draws the initial values (NumPy)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=np.float32,
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=None,
                  tiles=None, rng: np.random.Generator | None = None):
         super().__init__()
         self.in_features = _int(in_features, "Linear", "in_features")
         self.out_features = _int(out_features, "Linear", "out_features")
-        dtype = as_dtype(dtype)
+        dtype = default_float(dtype)
         shape = (self.out_features, self.in_features)
         rng = _default_rng if rng is None else rng
         bound = 1.0 / np.sqrt(self.in_features)
@@ -94,12 +94,12 @@ class Conv1D(Module):
     (same argument order: ``Conv1D(nf, nx)``, nf = out features).  N(0, std^2) weight, zero bias.
     ``tiles`` = (tile along in, tile along out)."""
 
-    def __init__(self, nf: int, nx: int, bias: bool = True, *, tiles=None, dtype=np.float32, std: float = 0.02,
+    def __init__(self, nf: int, nx: int, bias: bool = True, *, tiles=None, dtype=None, std: float = 0.02,
                  rng: np.random.Generator | None = None):
         super().__init__()
         self.nf = _int(nf, "Conv1D", "nf")
         self.nx = _int(nx, "Conv1D", "nx")
-        dtype = as_dtype(dtype)
+        dtype = default_float(dtype)
         shape = (self.nx, self.nf)
         self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
         self.bias = Parameter(np.zeros(self.nf, dtype), self.weight.tiles[1]) if bias else None
@@ -116,10 +116,10 @@ class LayerNorm(Module):
     """Layer normalisation over the last axis (eps 1e-5 as GPT-2); ``tile`` is the tile of
     the normalised axis (x's last tile)."""
 
-    def __init__(self, n: int, eps: float = 1e-5, bias: bool = True, *, tile=None, dtype=np.float32):
+    def __init__(self, n: int, eps: float = 1e-5, bias: bool = True, *, tile=None, dtype=None):
         super().__init__()
         self.n, self.eps = _int(n, "LayerNorm", "n"), float(eps)
-        dtype = as_dtype(dtype)
+        dtype = default_float(dtype)
         tiles = param_tiles((self.n,), None if tile is None else (tile,))
         self.weight = Parameter(np.ones(self.n, dtype), tiles)
         self.bias = Parameter(np.zeros(self.n, dtype), tiles) if bias else None
@@ -135,7 +135,7 @@ class Embedding(Module):
     """A (num_embeddings, embedding_dim) table; ``forward(ids)`` gathers rows for int64 ids
     (a tiletrain Tensor, or a NumPy int array).  ``tiles`` = (tile along rows, along dim)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, tiles=None, dtype=np.float32,
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, tiles=None, dtype=None,
                  std: float = 0.02, rng: np.random.Generator | None = None):
         super().__init__()
         self.num_embeddings = _int(num_embeddings, "Embedding", "num_embeddings")

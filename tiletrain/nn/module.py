@@ -16,10 +16,11 @@ from typing import Iterator
 import numpy as np
 
 from ..distribution import use
-from ..ops import no_grad
+from ..ops import fill_, no_grad
 from ..tensors import TensorTraits, from_numpy
 from ..tensors.api import Tensor  # the user-facing class: Parameter has its methods
-from ..tensors.tensor import write_rows_
+from ..tensors.device import parse_to
+from ..tensors.tensor import as_dtype, write_rows_
 
 __all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy"]
 
@@ -94,6 +95,7 @@ class Module:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent", set())  # buffers state_dict() leaves out
         object.__setattr__(self, "training", True)
 
     # -- registration -----------------------------------------------------------------
@@ -123,10 +125,11 @@ class Module:
         object.__delattr__(self, name)
 
     # -- buffers: state that is not trained (batch norm's running statistics) -----------
-    def register_buffer(self, name: str, value) -> None:
+    def register_buffer(self, name: str, value, persistent: bool = True) -> None:
         """Register ``value`` (a tiletrain Tensor, a NumPy array for host-side counters, or
         None) as buffer ``name``: listed by ``named_buffers()``, saved by ``state_dict()`` and
-        written in place by ``load_state_dict()``, as torch.nn.Module.register_buffer."""
+        written in place by ``load_state_dict()`` unless persistent=False, as
+        torch.nn.Module.register_buffer."""
         if "_buffers" not in self.__dict__:
             raise AttributeError("cannot register a buffer before Module.__init__() is called")
         if not isinstance(name, str) or not name or "." in name:
@@ -134,8 +137,70 @@ class Module:
         if name in self._parameters or name in self._modules:
             raise KeyError(f"register_buffer: attribute {name!r} already exists")
         self.__dict__["_buffers"][name] = self._buffer_value(name, value)
+        nonp = self.__dict__.setdefault("_non_persistent", set())
+        (nonp.discard if persistent else nonp.add)(name)
         object.__setattr__(self, name, value)
 
+    def _state_buffers(self) -> Iterator[tuple[str, object]]:
+        """The persistent buffers (those state_dict() holds), with dotted names."""
+        for mname, m in self.named_modules():
+            nonp = m.__dict__.get("_non_persistent", ())
+            for bname, b in m._buffers.items():
+                if b is not None and bname not in nonp:
+                    yield (f"{mname}.{bname}" if mname else bname), b
+
+    def register_parameter(self, name: str, param) -> None:
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign {type(param).__name__} as parameter {name!r} (a Parameter or None)")
+        if param is None:
+            self.__dict__["_parameters"].pop(name, None)
+            object.__setattr__(self, name, None)
+        else:
+            setattr(self, name, param)
+
+    def add_module(self, name: str, module) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        setattr(self, name, module)
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> "Module":
+        m = self
+        for part in target.split(".") if target else []:
+            if part not in m._modules:
+                raise AttributeError(f"{type(m).__name__} has no submodule {part!r}")
+            m = m._modules[part]
+        return m
+
+    def apply(self, fn) -> "Module":
+        """fn(module) on every submodule (children first), then on this module, as torch."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def to(self, *args, **kwargs) -> "Module":
+        """torch's Module.to(device) / to(dtype): the device is checked and kept (StarPU places
+        the tasks); a dtype other than the parameters' raises (build the model in that dtype:
+        set_default_dtype or dtype=)."""
+        dtype = parse_to("Module.to", args, kwargs)
+        if dtype is not None:
+            want = as_dtype(dtype)
+            for name, p in self.named_parameters():
+                if p.dtype != want:
+                    raise NotImplementedError(f"Module.to({want}): parameter {name} is {p.dtype}; converting a "
+                                              "model's dtype in place is not supported: build it with "
+                                              "tiletrain.set_default_dtype(...) or dtype=")
+        return self
+
+    def cpu(self) -> "Module":
+        return self
     @staticmethod
     def _buffer_value(name: str, value):
         if value is not None and not isinstance(value, (Tensor, np.ndarray)):
@@ -228,10 +293,16 @@ class Module:
     def eval(self) -> "Module":
         return self.train(False)
 
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient (the next backward creates fresh ones)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's gradient (the next backward creates fresh ones), or with
+        set_to_none=False fill them with zeros."""
         for p in self.parameters():
-            p.grad = None
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                fill_(p.grad, 0.0)
 
     # -- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -244,7 +315,7 @@ class Module:
             if id(p) not in arrays:
                 arrays[id(p)] = p.numpy()
             out[name] = arrays[id(p)]
-        for name, b in self.named_buffers():
+        for name, b in self._state_buffers():
             out[name] = b.numpy() if isinstance(b, Tensor) else b.copy()
         return out
 
@@ -260,7 +331,7 @@ class Module:
             raise TypeError("load_state_dict: expected a mapping of names to arrays, "
                             f"got {type(state_dict).__name__}")
         params = dict(self.named_parameters(remove_duplicate=False))
-        params.update(self.named_buffers())
+        params.update(self._state_buffers())
         aliases: dict[int, list[str]] = {}
         for name, p in params.items():
             aliases.setdefault(id(p), []).append(name)

@@ -45,6 +45,18 @@ def no_grad():
 
 
 @contextlib.contextmanager
+def inference_mode(mode: bool = True):
+    """torch.inference_mode: no_grad (mode=True), or nothing changed (mode=False); a context
+    manager and, called, a decorator."""
+    old = grad_enabled()
+    _state.enabled = old and not mode
+    try:
+        yield
+    finally:
+        _state.enabled = old
+
+
+@contextlib.contextmanager
 def enable_grad():
     old = grad_enabled()
     _state.enabled = True

@@ -9,6 +9,8 @@ rounding per result) are taken by the ops in HALF_OPS; every other op raises a T
 for them, naming the op and the dtypes it supports."""
 from __future__ import annotations
 
+import functools
+
 import math
 import numbers
 
@@ -59,6 +61,18 @@ def _scalar(v, what: str, name: str) -> float:
     if not isinstance(v, numbers.Real) or isinstance(v, bool):
         raise TypeError(f"{what}: {name} must be a real number, got {type(v).__name__}")
     return float(v)
+
+
+def dim_alias(fn):
+    """torch's ``axis=`` keyword as an alias of ``dim=`` (x.sum(axis=0) is x.sum(dim=0))."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "axis" in kwargs:
+            if "dim" in kwargs:
+                raise TypeError(f"{fn.__name__}() got both dim= and its alias axis=")
+            kwargs["dim"] = kwargs.pop("axis")
+        return fn(*args, **kwargs)
+    return wrapper
 
 
 def _same(what: str, a: Tensor, b: Tensor, names=("a", "b")) -> None:

@@ -9,11 +9,13 @@ import numbers
 
 from ..runtime.kernels import run_map
 from ..tensors import Tensor, TensorTraits
+from ..tensors.device import device_arg
 from ..tensors.creation import F32, I64, _dtype, _like, _new, _real, _seed, _size
 from .basic import fill_
 
 # -- constant tensors ----------------------------------------------------------------
 
+@device_arg
 def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     """torch.full: dtype from fill_value when not given (int -> int64, float -> float32)."""
     if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real):
@@ -28,11 +30,13 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, tiles=None, 
     return t
 
 
+@device_arg
 def zeros(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     return full(_size("zeros", args, size), 0.0, dtype=_dtype("zeros", dtype, F32),
                 requires_grad=requires_grad, tiles=tiles, dist=dist)
 
 
+@device_arg
 def ones(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     return full(_size("ones", args, size), 1.0, dtype=_dtype("ones", dtype, F32),
                 requires_grad=requires_grad, tiles=tiles, dist=dist)
@@ -40,6 +44,7 @@ def ones(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, 
 
 # -- ranges --------------------------------------------------------------------------
 
+@device_arg
 def arange(start=0, end=None, step=1, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     """torch.arange: arange(end), arange(start, end), arange(start, end, step); int64 when every
     argument is an int, else float32; ceil((end - start) / step) elements."""
@@ -65,6 +70,7 @@ def arange(start=0, end=None, step=1, dtype=None, requires_grad: bool = False, t
     return t
 
 
+@device_arg
 def linspace(start, end, steps, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     """torch.linspace: ``steps`` values from start to end, float32 unless dtype says otherwise
     (torch's formula: the step in the element type, the second half counted down from end)."""
@@ -94,6 +100,7 @@ def _random(op: str, size, lo: float, hi: float, generator, dtype, requires_grad
     return t
 
 
+@device_arg
 def rand(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
          dist=None) -> Tensor:
     """Uniform on [0, 1)."""
@@ -101,6 +108,7 @@ def rand(*args, size=None, generator=None, dtype=None, requires_grad: bool = Fal
     return _random("rand", _size("rand", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
 
 
+@device_arg
 def randn(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
           dist=None) -> Tensor:
     """Standard normal (Box-Muller on two counter-based uniforms)."""
@@ -108,6 +116,7 @@ def randn(*args, size=None, generator=None, dtype=None, requires_grad: bool = Fa
     return _random("randn", _size("randn", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
 
 
+@device_arg
 def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
             dist=None) -> Tensor:
     """torch.randint(high, size) or randint(low, high, size): integers uniform on [low, high),
@@ -135,22 +144,27 @@ def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = 
 
 # -- *_like: x's shape and tiling by default ---------------------------------------------
 
+@device_arg
 def full_like(input, fill_value, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(full, "full_like", input, dtype, requires_grad, tiles, fill_value)
 
 
+@device_arg
 def zeros_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(zeros, "zeros_like", input, dtype, requires_grad, tiles)
 
 
+@device_arg
 def ones_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(ones, "ones_like", input, dtype, requires_grad, tiles)
 
 
+@device_arg
 def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(rand, "rand_like", input, dtype, requires_grad, tiles)
 
 
+@device_arg
 def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(randn, "randn_like", input, dtype, requires_grad, tiles)
 

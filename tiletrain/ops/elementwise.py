@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from ..runtime.kernels import run_map
-from ..tensors import Tensor, TensorTraits, is_float, is_half
+from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _scaled, _tensor
@@ -387,8 +387,8 @@ def _compare(name: str, input, other) -> Tensor:  # noqa: A002
     if _is_number(input) and isinstance(other, Tensor):
         return _compare(_SWAPPED[name], other, input)
     x = _tensor(input, name, "input")
-    if not is_float(x.dtype):
-        raise TypeError(f"{name}: input has dtype {x.dtype}; comparisons take float tensors")
+    if not is_float(x.dtype) or (isinstance(other, Tensor) and not is_float(other.dtype)):
+        return _compare_host(name, x, other)
     if _is_number(other):
         y = Tensor(x.traits, np.bool_)
         run_map("compare_scalar", x, y, op=_COMPARE[name], s=float(other))
@@ -397,6 +397,22 @@ def _compare(name: str, input, other) -> Tensor:  # noqa: A002
     y = Tensor(a.traits, np.bool_)
     run_map("compare", a, b, y, op=_COMPARE[name])
     return y
+
+
+def _compare_host(name: str, x: Tensor, other) -> Tensor:
+    """Comparisons with an int64 or bool operand: in NumPy (the operands are read; int64
+    values are exact, which a float kernel would not keep beyond 2**53)."""
+    if isinstance(other, Tensor):
+        _tensor(other, name, "other")
+    elif not _is_number(other):
+        raise TypeError(f"{name}: other must be a tensor or a number, got {type(other).__name__}")
+    b = other.numpy() if isinstance(other, Tensor) else other
+    try:
+        out = getattr(np, {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+                           "ge": "greater_equal"}[name])(x.numpy(), b)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    return from_numpy(_c(out))
 
 
 def _comparison(name: str) -> Callable:
@@ -508,6 +524,31 @@ def _masked_fill_bwd(node, g):
     dx = Tensor(g.traits, g.dtype)
     run_map("masked_fill", g, mask, dx, value=0.0, invert=0)
     return (dx,)
+
+
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
+def convert(input: Tensor, dtype) -> Tensor:  # noqa: A002
+    """Tensor.to(dtype) for any pair of dtypes: floats by astype (differentiable), bool to
+    float by where, float to bool by ne(x, 0), the others (int64 to or from a float, to or
+    from bool) through NumPy (torch's rules: truncation toward zero, nonzero is True)."""
+    x = basic._tensor(input, "to", "input")
+    dt = as_dtype(dtype)
+    if dt == x.dtype:
+        return x
+    if is_float(dt) and is_float(x.dtype):
+        return basic.astype(x, dt)
+    if x.dtype == np.bool_ and is_float(dt):
+        return where(x, basic.fill_(Tensor(x.traits, dt), 1.0), basic.fill_(Tensor(x.traits, dt), 0.0))
+    if dt == np.bool_ and is_float(x.dtype):
+        return ne(x, 0.0)
+    a = x.numpy()
+    with np.errstate(invalid="ignore"):
+        b = (np.trunc(a.astype(np.float64)) if dt.kind in "iu" and a.dtype.kind == "f" else a).astype(dt)
+    return from_numpy(_c(b), x.tiles if x.ndim else None)
 
 
 __all__ = ["abs", "add", "clamp", "clip", "cos", "div", "divide",

@@ -17,15 +17,22 @@ import numbers
 
 import numpy as np
 
-from ..runtime.kernels import run_tasks
+from ..runtime.kernels import run_map, run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
-from .autograd import backward_rule, record
+from ..tensors.creation import default_generator
+from ..tensors.tensor import forget_value_range, is_float
+from .autograd import backward_rule, grad_enabled, record
 from .basic import _float_tensor, _tensor, copy
 from .creation import full, zeros
-from .elementwise import clamp, div, eq, mul, where
-from .shape import cat, getitem, retile
+from .elementwise import clamp, convert, div, eq, masked_fill, mul, where
+from .shape import broadcast_to, cat, getitem, reshape, retile
 
 _REDUCE_OPS = {"sum": 0, "amax": 1, "amin": 2, "assign": 3}
+
+
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
 
 
 # ---- index operands ---------------------------------------------------------------------
@@ -68,7 +75,7 @@ def _index(index, what: str, bound: int, ndim: int | None = None) -> _Index:
                          f"dimension of size {bound} (valid: 0..{bound - 1}); {int(bad.sum())} index(es) out of "
                          "range in all")
     if t is None:
-        t = from_numpy(np.ascontiguousarray(a))
+        t = from_numpy(_c(a))
     if t.ndim == 0:
         t = from_numpy(a.reshape(1))
         a = a.reshape(1)
@@ -470,4 +477,172 @@ def _scatter_reduce_bwd(node, g):
     return (dself if node.inputs[0] is not None else None, dsrc if node.inputs[1] is not None else None)
 
 
-__all__ = ["gather", "index_add", "index_select", "scatter", "scatter_add", "scatter_reduce"]
+# ---- torch's indexing: x[index] with index lists/tensors/masks, x[index] = value, topk, multinomial
+
+def _is_advanced(it) -> bool:
+    return isinstance(it, (list, np.ndarray, Tensor))
+
+
+def _np_items(index) -> tuple:
+    """index as a tuple NumPy can apply, tensors read as arrays (bool masks stay bool)."""
+    items = index if isinstance(index, tuple) else (index,)
+    out = []
+    for it in items:
+        if isinstance(it, Tensor):
+            it = it.numpy()
+            if it.dtype.kind not in "biu":
+                raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {it.dtype}")
+        elif isinstance(it, list):
+            it = np.asarray(it)
+            if it.dtype.kind not in "biu":
+                raise IndexError(f"index list {items!r} must hold ints or bools")
+        out.append(it)
+    return tuple(out)
+
+
+def _positions(x: Tensor, index, what: str) -> np.ndarray:
+    """Flat element positions x[index] selects, shaped as the result (torch's/NumPy's rules)."""
+    pos = np.arange(x.numel(), dtype=np.int64).reshape(x.shape)
+    try:
+        return pos[_np_items(index)]
+    except IndexError as e:
+        raise IndexError(f"{what}: {e}") from None
+
+
+def index_get(x: Tensor, index) -> Tensor:
+    """x[index]: getitem (ints, slices, None, ...) and, with index lists, int64 or bool tensors
+    or arrays among them, torch's advanced indexing (a gather of the selected elements; the
+    index values are read first)."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(_is_advanced(it) for it in items):
+        return getitem(x, index)
+    _tensor(x, "getitem", "x")
+    pos = _positions(x, index, "getitem")
+    if pos.size == 0:
+        raise ValueError(f"getitem: index {index!r} selects nothing; tiletrain has no empty tensors")
+    flat = reshape(x, (x.numel(),))
+    if not is_float(x.dtype):  # integer or bool data: no autograd, gathered in NumPy
+        return from_numpy(_c(x.numpy().reshape(-1)[pos.reshape(-1)].reshape(pos.shape)))
+    return reshape(index_select(flat, 0, np.ascontiguousarray(pos.reshape(-1))), pos.shape)
+
+
+def index_put(x: Tensor, index, value) -> Tensor:
+    """A new tensor: x with x[index] = value (value a number or a tensor broadcasting to the
+    selection).  Float tensors: masked_fill (a bool mask and a number) or a scatter into the
+    flat tensor (differentiable in x and value); integer and bool tensors: through NumPy."""
+    what = "setitem"
+    _tensor(x, what, "x")
+    if isinstance(value, Tensor):
+        if value.dtype != x.dtype:
+            value = convert(value, x.dtype)
+    elif not isinstance(value, numbers.Number):
+        value = np.asarray(value)  # a list or an array
+    if (isinstance(index, Tensor) and index.dtype == np.bool_ and is_float(x.dtype)
+            and isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        return masked_fill(x, index, float(value))
+    pos = _positions(x, index, what)
+    if pos.size == 0:
+        return x
+    if not is_float(x.dtype):
+        a = x.numpy().copy()
+        v = value.numpy() if isinstance(value, Tensor) else value
+        a.reshape(-1)[pos.reshape(-1)] = np.broadcast_to(np.asarray(v, dtype=a.dtype), pos.shape).reshape(-1)
+        return from_numpy(a, x.tiles if x.ndim else None)
+    if isinstance(value, Tensor):
+        src = value if value.shape == pos.shape else broadcast_to(value, pos.shape) if pos.shape else reshape(value, ())
+        src = reshape(src, (max(pos.size, 1),))
+    else:
+        v = np.asarray(value, dtype=x.dtype)
+        src = (full((pos.size,), float(v), dtype=x.dtype) if v.ndim == 0 else
+               from_numpy(_c(np.broadcast_to(v, pos.shape).reshape(-1))))
+    flat = reshape(x, (x.numel(),))
+    if src.tiles != flat.tiles[:1] and src.shape == flat.shape:
+        src = retile(src, flat.tiles)
+    return reshape(scatter(flat, 0, np.ascontiguousarray(pos.reshape(-1)), src), x.shape)
+
+
+def assign_(x: Tensor, y: Tensor) -> Tensor:
+    """Write y's values into x's tiles (y: x's shape; cast to x's dtype and retiled): how
+    x[index] = value and the other in-place methods land.  While autograd records, a tensor in the graph (a
+    leaf that requires grad, or one an op made) is refused: tiletrain keeps no version
+    counters to catch a saved tensor changed under a later backward."""
+    if tuple(y.shape) != tuple(x.shape):
+        raise RuntimeError(f"in-place assignment: result shape {y.shape} differs from the tensor's {x.shape}")
+    if grad_enabled() and (x.requires_grad or x._node is not None or y.requires_grad):
+        if x.requires_grad and x._node is None:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation "
+                               "(wrap it in tiletrain.no_grad())")
+        raise NotImplementedError("in-place assignment into a tensor of the autograd graph is not supported; "
+                                  "write it out of place (torch.where, masked_fill, scatter, cat)")
+    if y.dtype != x.dtype:
+        y = convert(y, x.dtype)
+    if y.tiles != x.tiles:
+        y = retile(y, x.tiles)
+    forget_value_range(x)
+    run_map("copy", y, x)  # into x's own tiles: views sharing them see the new values too
+    return x
+
+
+def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+    """torch.topk: (values, indices) of the k largest (smallest) elements along dim, in
+    descending (ascending) order; ties keep the lower index first.  The values are read (the
+    order is found in NumPy), the values returned are a gather (differentiable)."""
+    what = "topk"
+    x = _tensor(input, what, "input")
+    d = _dim(dim, max(x.ndim, 1), what)
+    n = x.shape[d] if x.ndim else 1
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
+        raise RuntimeError(f"{what}: k ({k}) out of range for a dimension of size {n} (tiletrain needs k >= 1)")
+    a = x.numpy()
+    order = np.argsort(-a if largest else a, axis=d, kind="stable") if x.ndim else np.zeros((), np.int64)
+    idx = np.ascontiguousarray(np.take(order, np.arange(int(k)), axis=d).astype(np.int64)) if x.ndim else order
+    from .reduce import return_types
+    if not is_float(x.dtype):
+        return return_types.topk(from_numpy(_c(np.take_along_axis(a, idx, d))), from_numpy(idx))
+    return return_types.topk(gather(x, d, idx), from_numpy(idx))
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """torch.nn.functional.one_hot: int64 (..., num_classes) with a 1 at each label (the
+    labels are read; num_classes=-1: the largest label + 1)."""
+    what = "one_hot"
+    t = _tensor(tensor, what, "tensor")
+    if t.dtype != np.int64:
+        raise RuntimeError(f"{what} is only applicable to index tensor (int64), got {t.dtype}")
+    a = t.numpy()
+    if (a < 0).any():
+        raise RuntimeError(f"{what}: class values must be non-negative")
+    n = int(a.max()) + 1 if num_classes == -1 else int(num_classes)
+    if (a >= n).any():
+        raise RuntimeError(f"{what}: class values must be smaller than num_classes ({n})")
+    return from_numpy(_c((a[..., None] == np.arange(n)).astype(np.int64)))
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None) -> Tensor:
+    """torch.multinomial: int64 indices drawn from the rows of ``input`` (non-negative weights,
+    1-D or 2-D), with or without replacement, from ``generator`` (default: the one
+    manual_seed seeds).  The weights are read; the draws are NumPy's (reproducible for a seed,
+    not torch's stream)."""
+    what = "multinomial"
+    x = _float_tensor(input, what, "input")
+    if x.ndim not in (1, 2):
+        raise RuntimeError(f"{what}: prob_dist must be 1 or 2 dim, got {x.ndim}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples <= 0:
+        raise RuntimeError(f"{what}: cannot sample n_sample <= 0 samples (got {num_samples!r})")
+    w = np.asarray(x.numpy(), dtype=np.float64).reshape(-1, x.shape[-1])
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise RuntimeError(f"{what}: probability tensor contains either inf, nan or element < 0")
+    rng = (default_generator if generator is None else generator)._rng
+    out = np.empty((w.shape[0], int(num_samples)), np.int64)
+    for r, row in enumerate(w):
+        total = row.sum()
+        if total <= 0:
+            raise RuntimeError(f"{what}: invalid multinomial distribution (sum of probabilities <= 0)")
+        if not replacement and num_samples > np.count_nonzero(row):
+            raise RuntimeError(f"{what}: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+        out[r] = rng.choice(row.size, size=int(num_samples), replace=bool(replacement), p=row / total)
+    return from_numpy(out if x.ndim == 2 else out[0])
+
+
+__all__ = ["assign_", "gather", "index_add", "index_get", "index_put", "index_select", "multinomial", "scatter",
+           "scatter_add", "scatter_reduce", "topk"]

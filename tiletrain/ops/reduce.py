@@ -23,20 +23,26 @@ from typing import NamedTuple
 import numpy as np
 
 from ..runtime.kernels import run_map, run_span, tensor_view, view_tiles
-from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
+from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_half
 from . import basic
 from .autograd import backward_rule, record
 from .basic import _float_tensor
-from .elementwise import BINARY_OPS
+from .elementwise import BINARY_OPS, convert
 from .shape import _reshape, _view, retile, squeeze
 
 _mul, _div, _sub = BINARY_OPS["mul"], BINARY_OPS["div"], BINARY_OPS["sub"]  # same-layout, with the kernels' alpha
 
-# torch.return_types.max / min: (values, indices)
+# torch.return_types.max / min / topk: (values, indices)
 return_types = type("return_types", (), {
     "max": namedtuple("max", ["values", "indices"]),
     "min": namedtuple("min", ["values", "indices"]),
+    "topk": namedtuple("topk", ["values", "indices"]),
 })
+
+
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
 
 
 # ---- dims, runs, stages -------------------------------------------------------------------
@@ -173,6 +179,19 @@ def _cast_to(x: Tensor, dtype, what: str) -> Tensor:
 
 
 def _sum_like(x, dim, keepdim, dtype, what: str, mean: bool) -> Tensor:
+    basic._tensor(x, what, "input")
+    if not is_float(x.dtype):  # bool and int64, as torch: sums are int64, means need a float dtype=
+        if dtype is not None and is_float(as_dtype(dtype)):
+            x = convert(x, dtype)
+        elif mean:
+            raise RuntimeError(f"{what}(): could not infer output dtype. Input dtype must be either a floating "
+                               f"point or complex dtype. Got: {x.dtype}")
+        else:
+            if dtype is not None and as_dtype(dtype) != np.int64:
+                raise TypeError(f"{what}: dtype must be int64 or a float dtype for a {x.dtype} input, got {dtype}")
+            dims = _dims(x, dim, what)
+            out = np.sum(x.numpy(), axis=dims, keepdims=_keepdim(keepdim, what), dtype=np.int64)
+            return from_numpy(_c(out))
     basic._any_float_tensor(x, what, "input")
     dims = _dims(x, dim, what)
     keepdim = _keepdim(keepdim, what)
@@ -187,11 +206,13 @@ def _sum_like(x, dim, keepdim, dtype, what: str, mean: bool) -> Tensor:
     return _sum_stages(x, _stages(x.traits, dims, keepdim, split=not half), alpha)
 
 
+@basic.dim_alias
 def sum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A001
     """torch.sum: the sum over ``dim`` (None: every element, a 0-d tensor)."""
     return _sum_like(input, dim, keepdim, dtype, "sum", mean=False)
 
 
+@basic.dim_alias
 def mean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
     """torch.mean."""
     return _sum_like(input, dim, keepdim, dtype, "mean", mean=True)
@@ -246,11 +267,13 @@ def _amax_bwd(node, g):
     return (_mul(mask, _expand(_div(g, count, alpha=1.0), stages), alpha=1.0),)
 
 
+@basic.dim_alias
 def amax(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
     """torch.amax: the maximum over ``dim`` (() or None: every axis); NaN propagates."""
     return _extreme(input, dim, keepdim, 0, "amax")
 
 
+@basic.dim_alias
 def amin(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
     """torch.amin."""
     return _extreme(input, dim, keepdim, 1, "amin")
@@ -294,6 +317,7 @@ def _max_min(x, dim, keepdim, ismin: int, what: str):
     return getattr(return_types, what)(*_arg_dim(x, dim, keepdim, ismin, what))
 
 
+@basic.dim_alias
 def max(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
     """torch.max: max(input) is the maximum element (0-d, gradient as amax); max(input, dim,
     keepdim=False) is a (values, indices) namedtuple, int64 indices of the first maximum
@@ -301,6 +325,7 @@ def max(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
     return _max_min(input, dim, keepdim, 0, "max")
 
 
+@basic.dim_alias
 def min(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
     """torch.min (see max)."""
     return _max_min(input, dim, keepdim, 1, "min")
@@ -328,12 +353,14 @@ def _argext(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
     return i
 
 
+@basic.dim_alias
 def argmax(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """torch.argmax: int64 index of the first maximum along ``dim`` (None: in the flattened
     tensor)."""
     return _argext(input, dim, keepdim, 0, "argmax")
 
 
+@basic.dim_alias
 def argmin(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """torch.argmin."""
     return _argext(input, dim, keepdim, 1, "argmin")
@@ -379,11 +406,13 @@ def _var_bwd(node, g):
     return (_mul(d, _expand(g, stages), alpha=c["scale"]),)
 
 
+@basic.dim_alias
 def var(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
     """torch.var: sum((x - mean)^2) / max(0, N - correction), two passes."""
     return _var(input, dim, correction, keepdim, False, "var")
 
 
+@basic.dim_alias
 def std(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
     """torch.std: sqrt(var)."""
     return _var(input, dim, correction, keepdim, True, "std")
@@ -391,6 +420,7 @@ def std(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tens
 
 # ---- logsumexp ----------------------------------------------------------------------------
 
+@basic.dim_alias
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     """torch.logsumexp: log(sum(exp(x))) over ``dim``, as max + log(sum(exp(x - max))) in two
     passes (the max, then one exp per element); several runs of axes are chained (logsumexp is
@@ -439,6 +469,7 @@ def _abs_bwd(node, g):
     return (dx,)
 
 
+@basic.dim_alias
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """torch.norm, vector norms over ``dim``: p = "fro" (= 2), inf, -inf or any real p
     (0: the count of nonzeros).  "nuc" is not supported."""

@@ -40,7 +40,7 @@ from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, bfloat16, float16
 from ..tensors.traits import DEFAULT_TILE
 from .autograd import backward_rule, record
-from .basic import _tensor
+from .basic import _tensor, dim_alias
 from .creation import zeros
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_), float16, bfloat16)
@@ -460,6 +460,7 @@ def _tensor_list(tensors, what: str) -> list[Tensor]:
     return ts
 
 
+@dim_alias
 def cat(tensors, dim: int = 0) -> Tensor:
     """The tensors concatenated along ``dim`` (same shapes elsewhere, any tilings); tiled like
     the first."""
@@ -483,6 +484,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
     return _regions(ts, TensorTraits(shape, x0.tiles), specs)
 
 
+@dim_alias
 def stack(tensors, dim: int = 0) -> Tensor:
     """The tensors (one shape, any tilings) stacked along a new axis ``dim`` (tile 1 there)."""
     what = "stack"

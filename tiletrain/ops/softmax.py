@@ -25,7 +25,8 @@ from ..runtime.kernels import run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype
 from ..tensors.tensor import known_within
 from .autograd import backward_rule, record
-from .basic import _float_tensor, _tensor, astype
+from .basic import _float_tensor, _tensor, astype, dim_alias
+from .shape import retile
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -64,11 +65,13 @@ def _softmax(x: Tensor, dim, dtype, islog: int, what: str) -> Tensor:
     return record(what, y, (x,), saved=(x, mx, s), islog=islog, axis=axis)
 
 
+@dim_alias
 def softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
     """torch.nn.functional.softmax: exp(x - max) / sum(exp(x - max)) along ``dim`` (required)."""
     return _softmax(input, dim, dtype, 0, "softmax")
 
 
+@dim_alias
 def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
     """torch.nn.functional.log_softmax: (x - max) - log(sum(exp(x - max))) along ``dim`` (required)."""
     return _softmax(input, dim, dtype, 1, "log_softmax")
@@ -116,9 +119,10 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
     if targets.shape != rows.shape:
         raise ValueError(f"{what}: targets must have shape {rows.shape} (logits {logits.shape} without "
                          f"the last axis), got {targets.shape}")
-    if targets.tiles != rows.tiles:
-        raise ValueError(f"{what}: targets must have tiles {rows.tiles} (logits tiles {logits.tiles} "
-                         f"without the last axis), got {targets.tiles}")
+    if targets.tiles != rows.tiles:  # tiling is never a correctness rule: retiled like logits' rows
+        retiled = retile(targets, rows.tiles)
+        retiled.value_range = targets.value_range
+        targets = retiled
     ncls = logits.shape[-1]
     if known_within(targets, ncls):  # from_numpy's targets: in range without reading them back
         return targets
@@ -155,7 +159,7 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
     ignore_index = int(ignore_index)
     if not -2**63 <= ignore_index < 2**63:
         raise ValueError(f"{what}: ignore_index {ignore_index} does not fit in int64")
-    _check_targets(logits, targets, ignore_index, what)
+    targets = _check_targets(logits, targets, ignore_index, what)
 
     axis = logits.ndim - 1
     rows = logits.traits.drop_axis(axis)

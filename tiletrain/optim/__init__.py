@@ -58,6 +58,19 @@ class Optimizer:
             self._validate(g)
         self.state: dict[int, dict] = {}  # id(param) -> {"step": int, name: Tensor}
 
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's add_param_group: a new group, the defaults filling what it does not give."""
+        ps = param_group.get("params")
+        ps = [ps] if isinstance(ps, Tensor) else list(ps or [])
+        seen = {id(p) for _, p in self._params()}
+        for i, p in enumerate(ps):
+            _check_param(p, i)
+            if id(p) in seen:
+                raise ValueError("some parameters appear in more than one parameter group")
+        g = {**self.defaults, **param_group, "params": ps}
+        self._validate(g)
+        self.param_groups.append(g)
+
     def _validate(self, group: dict) -> None:
         if group["lr"] < 0:
             raise ValueError(f"lr must be >= 0, got {group['lr']}")
@@ -340,14 +353,22 @@ class SGD(_Compensated, Optimizer):
 
 
 @no_grad()
-def clip_grad_norm_(params, max_norm: float) -> Tensor:
-    """Scale every gradient by min(1, max_norm / (total_norm + 1e-6)), all in tile tasks
-    (no waiting); returns the total 2-norm as a 0-d tensor."""
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                    foreach=None) -> Tensor:
+    """torch.nn.utils.clip_grad_norm_: scale every gradient by min(1, max_norm / (total_norm +
+    1e-6)), all in tile tasks (no waiting); returns the total 2-norm as a 0-d tensor (0 when
+    no parameter has a gradient).  norm_type 2 only; error_if_nonfinite is not supported."""
     if max_norm <= 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    if float(norm_type) != 2.0:
+        raise NotImplementedError(f"clip_grad_norm_: norm_type={norm_type} is not supported (2.0 is)")
+    if error_if_nonfinite:
+        raise NotImplementedError("clip_grad_norm_: error_if_nonfinite=True is not supported (it would wait "
+                                  "for the norm)")
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     grads = [p.grad for p in params if isinstance(p, Tensor) and p.grad is not None]
     if not grads:
-        raise ValueError("clip_grad_norm_: no parameter has a gradient")
+        return zeros(())
     dtypes = {g.dtype for g in grads}
     if len(dtypes) != 1:
         raise TypeError(f"clip_grad_norm_: gradients have several dtypes {sorted(map(str, dtypes))}")
@@ -373,3 +394,4 @@ def cosine_with_warmup(step: int, *, lr: float, warmup: int, total: int, min_lr:
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
+from . import lr_scheduler  # noqa: E402  (torch.optim.lr_scheduler)

@@ -91,6 +91,8 @@ def _environment(values: dict[str, str | None]):
 class Runtime:
     """A started StarPU session.  Use ``tiletrain.init()`` to create one."""
 
+    auto_started = False  # started with the defaults by the first tensor (current(start=True))
+
     def __init__(self, config: RuntimeConfig):
         self.config = config
         self._blas_limit = None
@@ -326,6 +328,7 @@ def registered_policies() -> tuple[str, ...]:
 
 
 _current: Runtime | None = None
+_started_once = False  # a session was started (by init or on first use) in this process
 
 
 def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = None,
@@ -338,8 +341,12 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
     a disk memory node: tiles evicted under the limit are written there (O_DIRECT where the
     filesystem allows it) and read back before their next task (docs/howto/memory-budget.md).
     ooc_size: the disk node's size (default: what is free in ooc_dir now, less 1/16)."""
-    global _current
+    global _current, _started_once
     if _current is not None and _current.alive:
+        if _current.auto_started:
+            raise RuntimeError("the tiletrain runtime is already initialised: it started with defaults when the "
+                               "first tensor was made; call tiletrain.init(...) before making any tensor, or "
+                               "tiletrain.shutdown() first")
         raise RuntimeError("the tiletrain runtime is already initialised; call tiletrain.shutdown() first")
     if mem_limit is not None:
         mb = parse_bytes(mem_limit) >> 20
@@ -356,6 +363,7 @@ def init(ncpu: int | None = None, sched: str | None = None, mpi: bool | None = N
     rt = Runtime(cfg)
     rt._start()
     _current = rt
+    _started_once = True
     return rt
 
 
@@ -374,7 +382,14 @@ def is_initialized() -> bool:
     return _current is not None and _current.alive
 
 
-def current() -> Runtime:
+def current(start: bool = False) -> Runtime:
+    """The running session.  start=True (making a tensor): a process that never started one
+    starts it now with the defaults (the environment's TILETRAIN_*/STARPU_* settings), as a
+    PyTorch program expects; after an explicit shutdown() it raises like start=False."""
+    if (_current is None or not _current.alive) and start and not _started_once:
+        rt = init()
+        rt.auto_started = True
+        return rt
     if _current is None or not _current.alive:
         raise RuntimeError("the tiletrain runtime is not initialised; call tiletrain.init() first")
     return _current

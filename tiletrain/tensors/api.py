@@ -14,6 +14,7 @@ import numpy as np
 from .. import ops
 from ..ops.softmax import log_softmax, softmax
 from .cupy_interop import to_cupy
+from .device import device as _device, parse_to
 from .tensor import TensorBase, as_dtype, bfloat16, float16, set_tensor_class
 
 
@@ -104,19 +105,69 @@ class Tensor(TensorBase):
         return ops.logical_not(self)
 
     def __getitem__(self, index):
-        return ops.getitem(self, index)
+        return ops.index_get(self, index)
+
+    def __setitem__(self, index, value):
+        """x[index] = value (ints, slices, None, ..., a bool mask, an index list/tensor): the
+        result is computed out of place and this tensor then holds it (tensors that shared its
+        tiles before -- views, its base -- keep the old values)."""
+        ops.assign_(self, ops.index_put(self, index, value))
 
     # -- autograd, dtype, copies ------------------------------------------------------------
     def backward(self, gradient=None):
-        """Submit the backward pass from this tensor (no waiting)."""
+        """Submit the backward pass from this tensor (no waiting).  A seed gradient of this
+        shape but another tiling is retiled first."""
+        if (isinstance(gradient, TensorBase) and gradient.shape == self.shape and gradient.tiles != self.tiles
+                and gradient.dtype == self.dtype):
+            gradient = ops.retile(gradient, self.tiles)
         ops.backward(self, gradient)
 
     def astype(self, dtype):
         return ops.astype(self, dtype)
 
-    def to(self, dtype):
-        """A cast to ``dtype`` (the tensor itself when it already has it)."""
-        return self if as_dtype(dtype) == self.dtype else ops.astype(self, dtype)
+    def to(self, *args, **kwargs):
+        """torch's Tensor.to(dtype), to(device, dtype=None), to(other): a cast to the dtype
+        (the tensor itself when it has it already); the device is checked and kept (tiles
+        live wherever StarPU's workers need them)."""
+        dtype = parse_to("to", args, kwargs, self)
+        return self if dtype is None or as_dtype(dtype) == self.dtype else ops.elementwise.convert(self, dtype)
+
+    @property
+    def device(self):
+        """torch.device("cpu"): StarPU moves tiles to the worker (CPU or GPU) running each task."""
+        return _device("cpu")
+
+    @property
+    def is_cuda(self) -> bool:
+        return False
+
+    def cpu(self):
+        return self
+
+    def contiguous(self, memory_format=None):
+        """The tensor itself: tiles have no strides to make contiguous."""
+        return self
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    def long(self):
+        return self.to(np.int64)
+
+    def bool(self):
+        return self.to(np.bool_)
+
+    def zero_(self):
+        ops.assign_(self, ops.zeros_like(self))
+        return self
+
+    def fill_(self, value):
+        ops.assign_(self, ops.full_like(self, value))
+        return self
+
+    def copy_(self, src):
+        ops.assign_(self, ops.index_put(self, Ellipsis, src))
+        return self
 
     def float(self):
         return self.to(np.float32)
@@ -279,6 +330,22 @@ class Tensor(TensorBase):
     def masked_fill(self, *args, **kwargs):
         """tiletrain.masked_fill(self, ...)"""
         return ops.masked_fill(self, *args, **kwargs)
+
+    def masked_fill_(self, mask, value):
+        ops.assign_(self, ops.masked_fill(self, mask, value))
+        return self
+
+    def tril(self, diagonal=0):
+        return ops.tril(self, diagonal)
+
+    def triu(self, diagonal=0):
+        return ops.triu(self, diagonal)
+
+    def topk(self, *args, **kwargs):
+        return ops.topk(self, *args, **kwargs)
+
+    def multinomial(self, *args, **kwargs):
+        return ops.multinomial(self, *args, **kwargs)
 
     # reductions
     def sum(self, *args, **kwargs):

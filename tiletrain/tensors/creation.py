@@ -18,7 +18,8 @@ import numbers
 
 import numpy as np
 
-from .tensor import DTYPES, Tensor, as_dtype, from_numpy, is_float
+from .tensor import DTYPES, Tensor, as_dtype, from_numpy, get_default_dtype, is_float
+from .device import device_arg
 from .traits import TensorTraits
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
@@ -95,8 +96,8 @@ def _size(op: str, args: tuple, size=None) -> tuple[int, ...] | TensorTraits:
 
 
 def _dtype(op: str, dtype, default: np.dtype, floats_only: bool = False) -> np.dtype:
-    if dtype is None:
-        return default
+    if dtype is None:  # F32 stands for the default float dtype (set_default_dtype)
+        return get_default_dtype() if default is F32 else default
     try:
         dt = as_dtype(dtype)
     except TypeError as e:
@@ -132,6 +133,7 @@ def _real(op: str, name: str, v) -> float | int:
 
 # -- from data -----------------------------------------------------------------------
 
+@device_arg
 def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, a scalar, a NumPy array or a
     tiletrain Tensor).  dtype as torch infers it: Python floats -> float32, ints -> int64,
@@ -151,7 +153,7 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     if dtype is not None:
         dt = _dtype("tensor", dtype, None)
     elif not numpy_data:  # Python numbers: torch's defaults
-        dt = I64 if a.dtype.kind in "iu" else F32
+        dt = I64 if a.dtype.kind in "iu" else get_default_dtype()
     elif a.dtype in DTYPES:
         dt = a.dtype
     else:
@@ -167,6 +169,7 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
 
 # -- uninitialised ----------------------------------------------------------------------
 
+@device_arg
 def empty(*args, size=None, dtype=None, requires_grad: bool = False, tiles=None, dist=None) -> Tensor:
     """A tensor whose tiles are allocated on first write (contents undefined until then)."""
     return _new("empty", _size("empty", args, size), _dtype("empty", dtype, F32), tiles, dist, requires_grad)
@@ -182,6 +185,7 @@ def _like(make, op: str, x, dtype, requires_grad, tiles, *fill):
                 tiles=x.tiles if tiles is None else tiles, dist=x.traits.dist)
 
 
+@device_arg
 def empty_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(empty, "empty_like", input, dtype, requires_grad, tiles)
 

@@ -42,6 +42,27 @@ def is_half(dtype) -> bool:
     return np.dtype(dtype) in HALF_DTYPES
 
 
+_DEFAULT_FLOAT = [np.dtype(np.float32)]
+
+
+def get_default_dtype() -> np.dtype:
+    """torch.get_default_dtype: the float dtype of creation functions and layers given no dtype."""
+    return _DEFAULT_FLOAT[0]
+
+
+def set_default_dtype(d) -> None:
+    """torch.set_default_dtype: float32 or float64 (also float16/bfloat16, as torch allows)."""
+    dt = as_dtype(d)
+    if not is_float(dt):
+        raise TypeError(f"set_default_dtype: only floating-point types are supported as the default type, got {dt}")
+    _DEFAULT_FLOAT[0] = dt
+
+
+def default_float(dtype=None) -> np.dtype:
+    """dtype as a NumPy dtype; None is the default float dtype (get_default_dtype)."""
+    return _DEFAULT_FLOAT[0] if dtype is None else as_dtype(dtype)
+
+
 def as_dtype(dtype) -> np.dtype:
     if isinstance(dtype, np.dtype) and dtype in DTYPES:  # the common case: nothing to convert
         return dtype
@@ -98,7 +119,7 @@ class TensorBase:
         # (lo, hi): integer values known to lie in [lo, hi] without reading them -- set by
         # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
         self.value_range = None
-        rt = current()
+        rt = current(start=True)  # the first tensor of a process starts the runtime (defaults)
         out = ffi.new("tt_tensor **")
         if _owners is not None:  # placed like another tensor (autograd's leaf gradients)
             check(lib.tt_tensor_new_owned(traits.ndim, traits.shape, traits.tiles, DTYPES[dtype],

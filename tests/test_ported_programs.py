@@ -1,0 +1,58 @@
+"""PyTorch programs written once as functions of the module (tests/ported_programs.py), run
+with `torch` and with `tiletrain` as that module: the same losses (float64, 1e-9), learning
+rates and sampled tokens.  Only the import differs."""
+import numpy as np
+import pytest
+import torch
+
+import tiletrain as tt
+from tiletrain.testing.ported_programs import mlp_program, nanogpt_init, nanogpt_program
+
+
+@pytest.fixture
+def float64_default():
+    """The programs call set_default_dtype(float64); put both libraries back afterwards."""
+    yield
+    torch.set_default_dtype(torch.float32)
+    tt.set_default_dtype(tt.float32)
+
+
+def test_nanogpt_program_same_losses_and_tokens(float64_default):
+    init = nanogpt_init(seed=3)
+    data = np.random.default_rng(5).integers(0, 32, 300)
+    ours = nanogpt_program(tt, init=init, data=data, steps=4, dtype=tt.float64, top_k=1)
+    ref = nanogpt_program(torch, init=init, data=data, steps=4, dtype=torch.float64, top_k=1)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-9, atol=1e-9)
+    assert ours[1] == ref[1]  # greedy top-k: the same tokens
+    assert ours[2] == ref[2]  # the same state_dict names (the tril buffer is not persistent)
+    assert ours[0][0] != ours[0][-1]  # it trained
+
+
+def test_nanogpt_program_samples_with_top_k(float64_default):
+    """top_k=5 sampling with a seeded Generator: reproducible, every token among the 5 most
+    likely (the draws are tiletrain's, not torch's stream)."""
+    init = nanogpt_init(seed=4)
+    a = nanogpt_program(tt, init=init, steps=1, dtype=tt.float64, top_k=5, sample_tokens=8)
+    b = nanogpt_program(tt, init=init, steps=1, dtype=tt.float64, top_k=5, sample_tokens=8)
+    assert a[1] == b[1] and len(a[1]) == 9 and all(0 <= t < 32 for t in a[1])
+
+
+def test_nanogpt_program_default_float32():
+    """The program as it is usually run (no set_default_dtype): float32, close to torch."""
+    init = {k: v.astype(np.float32) for k, v in nanogpt_init(seed=6).items()}
+    ours = nanogpt_program(tt, init=init, steps=3)
+    ref = nanogpt_program(torch, init=init, steps=3)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4)
+    assert ours[1] == ref[1]
+
+
+def test_mlp_program_same_losses(float64_default):
+    rng = np.random.default_rng(0)
+    init = {"fc1.weight": rng.normal(0, 0.3, (32, 10)), "fc1.bias": rng.normal(0, 0.1, 32),
+            "fc2.weight": rng.normal(0, 0.3, (4, 32)), "fc2.bias": rng.normal(0, 0.1, 4)}
+    x, y = rng.normal(size=(60, 10)), rng.integers(0, 4, 60)
+    ours = mlp_program(tt, init=init, x=x, y=y, epochs=3, dtype=tt.float64)
+    ref = mlp_program(torch, init=init, x=x, y=y, epochs=3, dtype=torch.float64)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-9, atol=1e-9)
+    assert ours[1] == ref[1]  # StepLR's learning rates, bit for bit
+    assert abs(ours[2] - ref[2]) < 1e-12

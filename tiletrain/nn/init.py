@@ -1,0 +1,126 @@
+"""torch.nn.init: fill a tensor in place (under no_grad) with torch's fan rules and gains.
+The random values come from tiletrain's generators (the module's default one, or
+``generator=``): the same distributions as torch, not the same draws."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..ops import assign_, no_grad
+from ..ops.creation import full_like, rand, randn
+from ..ops.elementwise import add, mul
+from ..tensors import Tensor
+
+__all__ = ["calculate_gain", "constant_", "ones_", "zeros_", "normal_", "uniform_", "xavier_uniform_",
+           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"]
+
+
+def _tensor(t, what: str) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"nn.init.{what}: expected a tiletrain Tensor, got {type(t).__name__}")
+    return t
+
+
+def _fill(t: Tensor, y: Tensor) -> Tensor:
+    with no_grad():
+        assign_(t, y)
+    return t
+
+
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    """torch.nn.init.calculate_gain."""
+    linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+              "conv_transpose3d", "sigmoid")
+    if nonlinearity in linear:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        if param is None:
+            slope = 0.01
+        elif isinstance(param, numbers.Real) and not isinstance(param, bool):
+            slope = param
+        else:
+            raise ValueError(f"negative_slope {param} not a valid number")
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+
+def _fans(t: Tensor) -> tuple[int, int]:
+    """torch's fan_in, fan_out: dims 1 and 0, times the receptive field (dims 2...)."""
+    if t.ndim < 2:
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+    receptive = 1
+    for s in t.shape[2:]:
+        receptive *= s
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def _uniform(t: Tensor, a: float, b: float, generator) -> Tensor:
+    u = rand(t.shape, generator=generator, dtype=t.dtype, tiles=t.tiles if t.ndim else None)
+    return _fill(t, add(mul(u, b - a), a))
+
+
+def _normal(t: Tensor, mean: float, std: float, generator) -> Tensor:
+    z = randn(t.shape, generator=generator, dtype=t.dtype, tiles=t.tiles if t.ndim else None)
+    return _fill(t, add(mul(z, std), mean))
+
+
+def constant_(tensor: Tensor, val) -> Tensor:
+    return _fill(_tensor(tensor, "constant_"), full_like(tensor, val))
+
+
+def ones_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 1.0)
+
+
+def zeros_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 0.0)
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
+    return _uniform(_tensor(tensor, "uniform_"), a, b, generator)
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
+    return _normal(_tensor(tensor, "normal_"), mean, std, generator)
+
+
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator=None) -> Tensor:
+    raise NotImplementedError("nn.init.trunc_normal_ is not supported yet; use normal_ (or set the weights "
+                              "with load_state_dict)")
+
+
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    fan_in, fan_out = _fans(_tensor(tensor, "xavier_uniform_"))
+    a = math.sqrt(3.0) * gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    return _uniform(tensor, -a, a, generator)
+
+
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    fan_in, fan_out = _fans(_tensor(tensor, "xavier_normal_"))
+    return _normal(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
+
+
+def _kaiming_std(t: Tensor, a, mode: str, nonlinearity: str) -> float:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
+    fan_in, fan_out = _fans(t)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+
+def kaiming_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                     generator=None) -> Tensor:
+    bound = math.sqrt(3.0) * _kaiming_std(_tensor(tensor, "kaiming_uniform_"), a, mode, nonlinearity)
+    return _uniform(tensor, -bound, bound, generator)
+
+
+def kaiming_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                    generator=None) -> Tensor:
+    return _normal(tensor, 0.0, _kaiming_std(_tensor(tensor, "kaiming_normal_"), a, mode, nonlinearity), generator)

@@ -1,0 +1,304 @@
+"""torch.optim.lr_scheduler: LambdaLR, StepLR, CosineAnnealingLR, LinearLR, SequentialLR and
+OneCycleLR with torch's arguments, defaults and numerics (the same recurrences, so the
+learning rates agree with torch's to the last bit): each sets ``group["lr"]`` of the
+optimizer's parameter groups, which the next ``optimizer.step()`` reads."""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR", "LinearLR", "SequentialLR", "OneCycleLR"]
+
+
+class LRScheduler:
+    """Base class: ``base_lrs`` (each group's ``initial_lr``), ``last_epoch``, ``step()``,
+    ``get_last_lr()``, ``state_dict()`` / ``load_state_dict()``."""
+
+    _is_initial = False
+
+    def __init__(self, optimizer, last_epoch: int = -1):
+        if not hasattr(optimizer, "param_groups"):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if last_epoch == -1:
+            for group in optimizer.param_groups:
+                group.setdefault("initial_lr", group["lr"])
+        else:
+            for i, group in enumerate(optimizer.param_groups):
+                if "initial_lr" not in group:
+                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming an "
+                                   "optimizer")
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        self._step_count = 0
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
+
+    def get_lr(self) -> list[float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def get_last_lr(self) -> list[float]:
+        return self._last_lr
+
+    def step(self, epoch: int | None = None) -> None:
+        self._step_count += 1
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch: int | None = None) -> None:
+        if epoch is None:
+            self.last_epoch += 1
+            values = self.get_lr()
+        else:
+            self.last_epoch = epoch
+            values = self._get_closed_form_lr() if hasattr(self, "_get_closed_form_lr") else self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, values):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _current(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)
+
+
+class LambdaLR(LRScheduler):
+    """lr = initial lr * lr_lambda(epoch) (one function, or one per parameter group)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+        n = len(optimizer.param_groups)
+        if isinstance(lr_lambda, (list, tuple)):
+            if len(lr_lambda) != n:
+                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * n
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs)]
+
+
+class StepLR(LRScheduler):
+    """lr times gamma every step_size epochs."""
+
+    def __init__(self, optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return self._current()
+        return [lr * self.gamma for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """Cosine annealing from the initial lr to eta_min over T_max epochs (torch's recurrence)."""
+
+    def __init__(self, optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        e, T, lo = self.last_epoch, self.T_max, self.eta_min
+        if self._is_initial:
+            return self._current()
+        if self._step_count == 1 and e > 0:
+            return [lo + (base - lo) * (1 + math.cos(e * math.pi / T)) / 2 for base in self.base_lrs]
+        if (e - 1 - T) % (2 * T) == 0:
+            return [lr + (base - lo) * (1 - math.cos(math.pi / T)) / 2
+                    for base, lr in zip(self.base_lrs, self._current())]
+        return [(1 + math.cos(math.pi * e / T)) / (1 + math.cos(math.pi * (e - 1) / T)) * (lr - lo) + lo
+                for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        lo = self.eta_min
+        return [lo + (base - lo) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2 for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """lr scaled by a factor going linearly from start_factor to end_factor over total_iters."""
+
+    def __init__(self, optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
+                 last_epoch: int = -1):
+        if start_factor > 1.0 or start_factor <= 0:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
+        if end_factor > 1.0 or end_factor < 0:
+            raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in self._current()]
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._current()
+        d = self.end_factor - self.start_factor
+        return [lr * (1.0 + d / (self.total_iters * self.start_factor + (self.last_epoch - 1) * d))
+                for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        d = self.end_factor - self.start_factor
+        return [base * (self.start_factor + d * min(self.total_iters, self.last_epoch) / self.total_iters)
+                for base in self.base_lrs]
+
+
+class SequentialLR(LRScheduler):
+    """schedulers[i] from milestones[i - 1] on (each restarted at its milestone)."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
+        if len(schedulers) < 1:
+            raise ValueError("SequentialLR expects at least one scheduler")
+        for i, s in enumerate(schedulers):
+            if getattr(s, "optimizer", None) is not optimizer:
+                raise ValueError(f"SequentialLR expects all schedulers to belong to the same optimizer, but got "
+                                 f"scheduler at index {i} with a different one")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got {len(schedulers)} and {len(milestones)}")
+        self._schedulers, self._milestones = list(schedulers), list(milestones)
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        for s in self._schedulers:  # undo the step each made when it was built
+            s.last_epoch -= 1
+        idx = bisect_right(self._milestones, 0)
+        self._schedulers[idx]._initial_step()
+        self._last_lr = self._schedulers[idx].get_last_lr()
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        idx = bisect_right(self._milestones, self.last_epoch)
+        s = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            s._update_lr(0)
+        else:
+            s.step()
+        self._last_lr = s.get_last_lr()
+
+    def state_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        d["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return d
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        subs = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for s, sd in zip(self._schedulers, subs):
+            s.load_state_dict(sd)
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: up from max_lr / div_factor to max_lr over pct_start of total_steps,
+    then down to initial_lr / final_div_factor (three_phase: back to initial first), with
+    momentum (or Adam's beta1) cycled the other way."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        self.optimizer = optimizer
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError(f"Expected positive integer epochs, but got {epochs}")
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError(f"Expected positive integer steps_per_epoch, but got {steps_per_epoch}")
+            self.total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        if not isinstance(pct_start, float) or not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        n = self.total_steps
+        if three_phase:
+            self._schedule_phases = [
+                dict(end_step=float(pct_start * n) - 1, start_lr="initial_lr", end_lr="max_lr",
+                     start_momentum="max_momentum", end_momentum="base_momentum"),
+                dict(end_step=float(2 * pct_start * n) - 2, start_lr="max_lr", end_lr="initial_lr",
+                     start_momentum="base_momentum", end_momentum="max_momentum"),
+                dict(end_step=n - 1, start_lr="initial_lr", end_lr="min_lr",
+                     start_momentum="max_momentum", end_momentum="max_momentum")]
+        else:
+            self._schedule_phases = [
+                dict(end_step=float(pct_start * n) - 1, start_lr="initial_lr", end_lr="max_lr",
+                     start_momentum="max_momentum", end_momentum="base_momentum"),
+                dict(end_step=n - 1, start_lr="max_lr", end_lr="min_lr",
+                     start_momentum="base_momentum", end_momentum="max_momentum")]
+        self._anneal_func_type = anneal_strategy
+        groups = optimizer.param_groups
+        max_lrs = self._per_group("max_lr", max_lr)
+        if last_epoch == -1:
+            for m, g in zip(max_lrs, groups):
+                g["initial_lr"] = m / div_factor
+                g["max_lr"] = m
+                g["min_lr"] = g["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            maxm = self._per_group("max_momentum", max_momentum)
+            basem = self._per_group("base_momentum", base_momentum)
+            if last_epoch == -1:
+                for mm, bm, g in zip(maxm, basem, groups):
+                    if self.use_beta1:
+                        g["betas"] = (mm, *g["betas"][1:])
+                    else:
+                        g["momentum"] = mm
+                    g["max_momentum"], g["base_momentum"] = mm, bm
+        super().__init__(optimizer, last_epoch)
+
+    def _per_group(self, name, v):
+        n = len(self.optimizer.param_groups)
+        if isinstance(v, (list, tuple)):
+            if len(v) != n:
+                raise ValueError(f"expected {n} values for {name}, got {len(v)}")
+            return list(v)
+        return [v] * n
+
+    def _anneal(self, start, end, pct):
+        if self._anneal_func_type == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        lrs = []
+        for g in self.optimizer.param_groups:
+            start = 0.0
+            for i, ph in enumerate(self._schedule_phases):
+                end = ph["end_step"]
+                if step <= end or i == len(self._schedule_phases) - 1:
+                    pct = (step - start) / (end - start)
+                    lr = self._anneal(g[ph["start_lr"]], g[ph["end_lr"]], pct)
+                    if self.cycle_momentum:
+                        mom = self._anneal(g[ph["start_momentum"]], g[ph["end_momentum"]], pct)
+                    break
+                start = ph["end_step"]
+            lrs.append(lr)
+            if self.cycle_momentum:
+                if self.use_beta1:
+                    g["betas"] = (mom, *g["betas"][1:])
+                else:
+                    g["momentum"] = mom
+        return lrs

@@ -1,0 +1,171 @@
+"""torch.utils.data for tiletrain: Dataset, TensorDataset, DataLoader (batching, shuffling
+with a seeded Generator, drop_last, collate_fn) and random_split.  Batches are collated on the
+host and made into tiletrain tensors (one from_numpy per field); workers (num_workers > 0) are
+not supported."""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..ops.shape import stack
+from ..tensors import Generator, Tensor, default_generator, from_numpy
+
+__all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate", "random_split", "Subset"]
+
+
+def _c(a) -> np.ndarray:
+    """a as a C-contiguous array that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
+class Dataset:
+    """An indexable collection: subclasses define __getitem__ (and __len__ for a DataLoader)."""
+
+    def __getitem__(self, index):  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} has no __getitem__")
+
+
+class TensorDataset(Dataset):
+    """Samples are the i-th rows of each tensor (tiletrain Tensors or NumPy arrays)."""
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise ValueError("TensorDataset needs at least one tensor")
+        n = {len(t) for t in tensors}
+        if len(n) != 1:
+            raise ValueError("Size mismatch between tensors")
+        self.tensors = tuple(t.numpy() if isinstance(t, Tensor) else np.asarray(t) for t in tensors)
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self):
+        return len(self.tensors[0])
+
+
+class Subset(Dataset):
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, list(indices)
+
+    def __getitem__(self, i):
+        return self.dataset[self.indices[i]]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+def random_split(dataset, lengths, generator=None):
+    """torch.utils.data.random_split with integer lengths or fractions (a permutation from the
+    generator: tiletrain's draws, not torch's)."""
+    n = len(dataset)
+    if all(isinstance(x, float) for x in lengths) and abs(sum(lengths) - 1) < 1e-9:
+        sizes = [int(np.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+    if sum(lengths) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    perm = _permutation(n, generator)
+    out, start = [], 0
+    for k in lengths:
+        out.append(Subset(dataset, perm[start:start + k].tolist()))
+        start += k
+    return out
+
+
+def _permutation(n: int, generator) -> np.ndarray:
+    g = default_generator if generator is None else generator
+    if not isinstance(g, Generator):
+        raise TypeError(f"generator must be a tiletrain.Generator, got {type(g).__name__}")
+    return np.random.default_rng(g.next_seed()).permutation(n)
+
+
+def default_collate(batch):
+    """Stack a list of samples: tensors with stack, NumPy arrays and numbers into one
+    tensor (floats -> the array's dtype, Python floats -> float64 as torch, ints -> int64),
+    tuples, lists and dicts field by field."""
+    first = batch[0]
+    if isinstance(first, Tensor):
+        return stack(list(batch))
+    if isinstance(first, (np.ndarray, np.generic)):
+        a = np.stack([np.asarray(b) for b in batch])
+        if a.dtype.kind in "iu":
+            a = a.astype(np.int64)
+        return from_numpy(_c(a))
+    if isinstance(first, bool):
+        raise TypeError("default_collate: bool samples are not supported")
+    if isinstance(first, numbers.Integral):
+        return from_numpy(np.asarray(batch, dtype=np.int64))
+    if isinstance(first, numbers.Real):
+        return from_numpy(np.asarray(batch, dtype=np.float64))
+    if isinstance(first, (str, bytes)):
+        return list(batch)
+    if isinstance(first, Mapping):
+        return {k: default_collate([b[k] for b in batch]) for k in first}
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(*(default_collate(list(f)) for f in zip(*batch)))
+    if isinstance(first, Sequence):
+        return [default_collate(list(f)) for f in zip(*batch)] if isinstance(first, list) else \
+            tuple(default_collate(list(f)) for f in zip(*batch))
+    raise TypeError(f"default_collate: samples of type {type(first).__name__} are not supported")
+
+
+class DataLoader:
+    """Batches of a map-style dataset: indices in order or shuffled (a new permutation per
+    epoch from ``generator``, default tiletrain's default generator), ``batch_size`` at a
+    time, ``drop_last``, collated by ``collate_fn`` (default_collate)."""
+
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool = False, sampler=None,
+                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, generator=None, **kwargs):
+        if num_workers:
+            raise NotImplementedError("DataLoader: num_workers > 0 is not supported (batches are made in the "
+                                      "main process; tile tasks already run on every core)")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size <= 0):
+            raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+            raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+                             "and drop_last")
+        self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
+        self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
+
+    def _indices(self):
+        if self.sampler is not None:
+            return list(iter(self.sampler))
+        n = len(self.dataset)
+        return _permutation(n, self.generator).tolist() if self.shuffle else list(range(n))
+
+    def _batches(self):
+        if self.batch_sampler is not None:
+            yield from self.batch_sampler
+            return
+        idx = self._indices()
+        if self.batch_size is None:
+            yield from idx
+            return
+        for s in range(0, len(idx), self.batch_size):
+            b = idx[s:s + self.batch_size]
+            if len(b) < self.batch_size and self.drop_last:
+                return
+            yield b
+
+    def __iter__(self):
+        for b in self._batches():
+            if self.batch_size is None and self.batch_sampler is None:
+                yield self.collate_fn(self.dataset[b]) if self.collate_fn is not default_collate else self.dataset[b]
+            else:
+                yield self.collate_fn([self.dataset[i] for i in b])
+
+    def __len__(self):
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
