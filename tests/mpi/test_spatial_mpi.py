@@ -113,3 +113,25 @@ def test_volume_too_big_for_one_rank_trains_on_two(tmp_path):
     want, got = _losses(free.stdout), _losses(two.stdout)
     assert len(want) == 2 and len(got) == 2, two.stdout
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_cosmoflow_each_rank_holds_its_share_of_every_activation(tmp_path):
+    """The mini-CosmoFlow model itself (examples/cosmoflow.py) on 2 ranks split along D: the
+    one-process loss (float64, 1e-9), and every activation -- the 15 conv, leaky ReLU and pool
+    outputs -- held half by each rank (from the tile owners) down to the 1^3 output of the last
+    pool, which one rank holds whole."""
+    run_single("cosmoflow_shares.py", tmp_path, "single", timeout=240)
+    run_mpi("cosmoflow_shares.py", 2, tmp_path, "mpi", timeout=400)
+    ref = _load(tmp_path / "single-rank0.npz")
+    for r in range(2):
+        got = _load(tmp_path / f"mpi-rank{r}.npz")
+        np.testing.assert_allclose(got["loss"], ref["loss"], rtol=1e-9, atol=1e-12)
+        names = [k[len("share_"):] for k in got if k.startswith("share_")]
+        assert len(names) == 15
+        for name in names:
+            per, total = got[f"share_{name}"], ref[f"share_{name}"].sum()
+            assert per.sum() == total, name
+            if got[f"depth_{name}"][0] >= 2:
+                assert per.tolist() == [total / 2, total / 2], (name, per)
+            else:
+                assert sorted(per.tolist()) == [0, total], (name, per)
