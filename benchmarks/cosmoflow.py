@@ -9,7 +9,9 @@ process, and 2 ranks with the volumes split in space against one process.
    only that framework's model (3 steps; the tiletrain process does not import torch).
 2. --mpi: examples/cosmoflow.py --dist none in one process (2 workers) and --dist spatial under
    mpirun -np 2 (1 worker per rank, the README's rank variables), --steps steps each: the
-   time per step (after the first) and every rank's peak RSS, with the ratios.
+   median time per step (after the first), every rank's peak of tile buffers (the runtime's
+   accounting: activations, gradients, parameters and received copies -- the activation
+   memory, parameters being a few hundred KiB here) and its peak RSS, with the ratios.
 
 3. --big: a volume that does not fit one process under --mem-limit (default 900M per process;
    e.g. --size 128 --batch 2) trains when split in space over 2 ranks with the same limit each.
@@ -152,8 +154,9 @@ def _run_example(cmd, env) -> dict:
         raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{out.stdout}\n{out.stderr}")
     ranks = {}
     for m in re.finditer(r"rank (\d+)/\d+: read (\d+) bytes of volumes, halo (\d+) bytes/step sent, ([\d.]+) "
-                         r"s/step, peak RSS (\d+) MiB", out.stdout):
-        ranks[int(m[1])] = dict(read=int(m[2]), halo=int(m[3]), step=float(m[4]), peak=float(m[5]))
+                         r"s/step, peak RSS (\d+) MiB, peak tiles ([\d.]+|n/a) MiB", out.stdout):
+        ranks[int(m[1])] = dict(read=int(m[2]), halo=int(m[3]), step=float(m[4]), peak=float(m[5]),
+                                tiles=float("nan") if m[6] == "n/a" else float(m[6]))
     return ranks
 
 
@@ -166,15 +169,17 @@ def two_ranks(args) -> None:
     env2 = mpirun.environment()
     two = _run_example(mpirun.command(2, [sys.executable, EXAMPLE, *common, "--dist", "spatial"]), env2)
     base = one[0]
-    rows = [["1 process", "-", f"{1e3 * base['step']:.0f}", f"{base['peak']:.0f}", f"{base['read']}", "0",
-             "1.00", "1.00"]]
+    rows = [["1 process", "-", f"{1e3 * base['step']:.0f}", f"{base['tiles']:.1f}", f"{base['peak']:.0f}",
+             f"{base['read']}", "0", "1.00", "1.00", "1.00"]]
     for r, v in sorted(two.items()):
-        rows.append([f"2 ranks spatial", f"rank {r}", f"{1e3 * v['step']:.0f}", f"{v['peak']:.0f}", f"{v['read']}",
-                     f"{v['halo']}", f"{v['step'] / base['step']:.2f}", f"{v['peak'] / base['peak']:.2f}"])
-    print(f"\n{args.size}^3, batch {args.batch}, width {args.width}, float32, {args.steps} steps (mean per step, "
-          "first included); peak = the process' VmHWM")
-    print(table(["run", "rank", "step ms", "peak MiB", "bytes read", "halo B/step", "time ratio",
-                 "peak ratio"], rows))
+        rows.append(["2 ranks spatial", f"rank {r}", f"{1e3 * v['step']:.0f}", f"{v['tiles']:.1f}", f"{v['peak']:.0f}",
+                     f"{v['read']}", f"{v['halo']}", f"{v['step'] / base['step']:.2f}",
+                     f"{v['tiles'] / base['tiles']:.2f}", f"{v['peak'] / base['peak']:.2f}"])
+    print(f"\n{args.size}^3, batch {args.batch}, width {args.width}, float32, {args.steps} steps (median step after "
+          "the first); tiles = the peak of tile buffers the runtime allocated in the process (activations, "
+          "gradients, parameters, received halo slabs and weights), RSS = the process' VmHWM")
+    print(table(["run", "rank", "step ms", "peak tiles MiB", "peak RSS MiB", "bytes read", "halo B/step",
+                 "time ratio", "tiles ratio", "RSS ratio"], rows))
 
 
 def big_volume(args) -> None:
@@ -192,10 +197,12 @@ def big_volume(args) -> None:
         text = out.stdout + out.stderr
         err = re.search(r"MemoryError: (.{0,120})", text)
         losses = re.findall(r"step \d+ loss (\S+)", out.stdout)
+        tiles = re.findall(r"peak tiles ([\d.]+) MiB", out.stdout)
         rows.append([label, "trains" if out.returncode == 0 else ("MemoryError" if err else f"exit {out.returncode}"),
-                     " ".join(losses) or "-", f"{time.perf_counter() - t0:.0f}"])
-    print(f"\n{args.size}^3, batch {args.batch}, width {args.width}, float32, mem_limit {args.mem_limit} per process")
-    print(table(["run", "result", "losses", "wall s"], rows))
+                     " ".join(losses) or "-", " / ".join(tiles) or "-", f"{time.perf_counter() - t0:.0f}"])
+    print(f"\n{args.size}^3, batch {args.batch}, width {args.width}, float32, mem_limit {args.mem_limit} per process "
+          "(a rank that would pass it raises MemoryError on every rank before any task waits for memory)")
+    print(table(["run", "result", "losses", "peak tiles MiB per rank", "wall s"], rows))
 
 
 def main() -> None:

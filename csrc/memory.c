@@ -39,6 +39,9 @@ extern int tt_memory_limited;
 static int disk_node = -1;
 static int disk_o_direct = 0;
 static char disk_dir[4096];
+static int64_t *rank_live = NULL; /* under MPI and a cap: each rank's bytes of live tiles (check_ranks) */
+static int rank_count = 0;
+static void rank_live_reset(void);
 
 int64_t tt_memory_limit(void) { return limit_bytes; }
 
@@ -83,6 +86,7 @@ void tt_memory_started(void)
     __atomic_store_n(&largest_tile, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&other_bytes, 0, __ATOMIC_RELAXED);
     base_rss = 0;
+    rank_live_reset();
     if (limit_bytes < 0)
         return;
     tasks_ahead = tt_config_current()->tasks_ahead > 0 ? tt_config_current()->tasks_ahead : 0;
@@ -337,6 +341,9 @@ void tt_memory_end(void)
     limit_bytes = -1;
     handle_cost = 0;
     tt_memory_limited = 0;
+    free(rank_live);
+    rank_live = NULL;
+    rank_count = 0;
 }
 
 int tt_disk_register(const char *dir, int64_t bytes)
@@ -463,10 +470,101 @@ static void describe(const tt_tensor *t, char *buf, size_t len)
         snprintf(buf + n, len - n, ")");
 }
 
+/* Under MPI, the tile bytes each rank holds of the live tensors (rank_live[r], atomic), as
+ * every rank computes them alike from the tiles' owners (a deferred tile counted on its
+ * fallback rank): a tensor that would bring any rank past the cap is refused on every rank at
+ * the same tensor_new, so every rank raises the same MemoryError instead of one rank's StarPU
+ * waiting for memory forever while the others wait for it (issue 34: 2 ranks under a tight
+ * cap made no progress).  Tiles received from other ranks (halo slabs, parameter copies) are
+ * not counted: StarPU frees them as they are used. */
+static void rank_live_reset(void)
+{
+    free(rank_live);
+    rank_live = NULL;
+    rank_count = 0;
+    if (limit_bytes >= 0 && tt_mpi_on) {
+        rank_count = tt_mpi_size();
+        rank_live = calloc((size_t)rank_count, sizeof *rank_live);
+        if (!rank_live)
+            rank_count = 0;
+    }
+}
+
+/* Tile i's bytes (the last tile along an axis may be smaller). */
+static int64_t tile_bytes(const tt_tensor *t, int64_t i)
+{
+    int64_t b = (int64_t)t->elemsize;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t k = i % t->grid[d];
+        i /= t->grid[d];
+        int64_t left = t->shape[d] - k * t->tile[d];
+        b *= left < t->tile[d] ? left : t->tile[d];
+    }
+    return b;
+}
+
+static int check_ranks(const tt_tensor *t, int deferred, char *what, size_t len)
+{
+    if (!rank_live || deferred)
+        return TT_OK; /* deferred tiles count once their first writer places them (tt_memory_charge_tile) */
+    int64_t *charge = calloc((size_t)rank_count * 2, sizeof *charge); /* bytes, then tiles, per rank */
+    if (!charge)
+        return tt_error(TT_ENOMEM, "tensor_new: out of memory");
+    for (int64_t i = 0; i < t->ntiles; i++) {
+        int r = t->owner[i];
+        if (r < 0 || r >= rank_count)
+            continue;
+        charge[r] += tile_bytes(t, i);
+        charge[rank_count + r] += 1;
+    }
+    for (int r = 0; r < rank_count; r++) {
+        int64_t live = __atomic_load_n(&rank_live[r], __ATOMIC_RELAXED);
+        int64_t meta = charge[rank_count + r] * handle_cost;
+        if (r == tt_mpi_rank())
+            meta += tt_memory_meta_bytes();
+        if (charge[r] == 0 || live + charge[r] + meta <= limit_bytes)
+            continue;
+        int64_t mine = charge[r];
+        free(charge);
+        describe(t, what, len);
+        return tt_error(TT_ENOMEM, "tensor_new: %s would put %lld bytes of tiles on rank %d, which holds %lld bytes "
+                        "of live tiles already: above the memory limit of %lld bytes per rank (mem_limit) with no "
+                        "disk node to evict tiles to; under mpirun each rank's cap holds the tiles it owns, so "
+                        "split the tensors over more ranks, pass ooc_dir=..., or raise mem_limit", what,
+                        (long long)mine, r, (long long)live, (long long)limit_bytes);
+    }
+    for (int r = 0; r < rank_count; r++)
+        __atomic_add_fetch(&rank_live[r], charge[r], __ATOMIC_RELAXED);
+    free(charge);
+    return TT_OK;
+}
+
+void tt_memory_charge_tile(int rank, int64_t bytes)
+{
+    if (rank_live && rank >= 0 && rank < rank_count)
+        __atomic_add_fetch(&rank_live[rank], bytes, __ATOMIC_RELAXED);
+}
+
+void tt_memory_release_tensor(const tt_tensor *t)
+{
+    if (!rank_live)
+        return;
+    for (int64_t i = 0; i < t->ntiles; i++) /* a tile still deferred (owner -1) was never counted */
+        tt_memory_charge_tile(t->owner[i], -tile_bytes(t, i));
+}
+
+/* Bytes of live tiles rank r holds (under MPI and a cap; -1 otherwise). */
+int64_t tt_memory_rank_live(int r)
+{
+    if (!rank_live || r < 0 || r >= rank_count)
+        return -1;
+    return __atomic_load_n(&rank_live[r], __ATOMIC_RELAXED);
+}
+
 /* Without a disk node StarPU cannot evict anything here (every tile's only copy is in main
- * memory): live tensors beyond the limit would leave a task waiting for memory forever.  One
- * process only (under MPI a rank holds only some of each tensor's tiles). */
-int tt_memory_check_tensor(const tt_tensor *t)
+ * memory): live tensors beyond the limit would leave a task waiting for memory forever.  In
+ * one process all live tensors count; under MPI each rank's own tiles (check_ranks). */
+int tt_memory_check_tensor(const tt_tensor *t, int deferred)
 {
     char what[256];
     int64_t tile = (int64_t)t->elemsize; /* its first tile is its largest */
@@ -497,7 +595,9 @@ int tt_memory_check_tensor(const tt_tensor *t)
     }
     if (disk_node >= 0)
         return disk_check_every(live + need + meta - limit_bytes);
-    if (tt_mpi_on || live + need + meta <= limit_bytes)
+    if (tt_mpi_on)
+        return check_ranks(t, deferred, what, sizeof what);
+    if (live + need + meta <= limit_bytes)
         return TT_OK;
     describe(t, what, sizeof what);
     return tt_error(TT_ENOMEM, "tensor_new: %s needs %lld bytes; live tensors hold %lld bytes and StarPU's structures "

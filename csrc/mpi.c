@@ -499,6 +499,7 @@ static void pend_place(pend_t *p, int owner)
 {
     *p->slot = owner;
     register_in(p->h, owner, p->stream);
+    tt_memory_charge_tile(owner, (int64_t)starpu_data_get_size(p->h)); /* its rank's share (csrc/memory.c) */
     free(p);
 }
 

@@ -131,7 +131,7 @@ static int tensor_new_gated(int ndim, const int64_t *shape, const int64_t *tile,
             t->owner[i] = owners[i];
         }
     }
-    if (tt_memory_limited && (rc = tt_memory_check_tensor(t)) != TT_OK) {
+    if (tt_memory_limited && (rc = tt_memory_check_tensor(t, deferred)) != TT_OK) {
         free(t->handles);
         free(t->owner);
         free(t);
@@ -167,6 +167,7 @@ void tt_tensor_free(tt_tensor *t)
         tt_ensure_running();
         tt_tensors_unlink(t);
         tt_bytes_live_locked_add(-tt_tensor_bytes(t));
+        tt_memory_release_tensor(t);
         if (tt_trace_tracks_handles()) /* the trace's per-handle DAG state */
             for (int64_t i = 0; i < t->ntiles; i++)
                 if (tt_slot_state(t->handles[i]) != TT_TILE_LAZY) /* never registered: another rank's tile */
@@ -218,6 +219,9 @@ int tt_tensor_migrate(tt_tensor *t, const int *owners)
         if (tt_tile_owner(t, i) == owners[i])
             continue;
         tt_mpi_migrate(tt_tile_handle(t, i), owners[i]); /* both ranks take part in the move */
+        int64_t b = (int64_t)starpu_data_get_size(tt_tile_handle(t, i));
+        tt_memory_charge_tile(t->owner[i], -b);
+        tt_memory_charge_tile(owners[i], b);
         t->owner[i] = owners[i];
     }
     return TT_OK;

@@ -244,7 +244,9 @@ void tt_memory_begin(const tt_config *cfg); /* before starpu_init */
 void tt_memory_end(void);     /* after StarPU stopped */
 void tt_memory_quiesce(void); /* at shutdown: the disk node's transfers settled */
 int tt_memory_check_task(int kernel, const starpu_data_handle_t *handles, int n);
-int tt_memory_check_tensor(const tt_tensor *t); /* before registering t's tiles */
+int tt_memory_check_tensor(const tt_tensor *t, int deferred); /* before registering t's tiles */
+void tt_memory_release_tensor(const tt_tensor *t); /* its tiles freed: their bytes off their ranks' counts (MPI) */
+void tt_memory_charge_tile(int rank, int64_t bytes); /* a tile placed on (or moved off: bytes < 0) a rank */
 void tt_memory_started(void);          /* after starpu_init: the per-tile cost of StarPU's structures */
 void tt_memory_account_tile(int sign); /* a tile registered (1) or unregistered (-1), under a cap */
 void tt_memory_throttle(void);         /* before a submission, under a cap: not too many tasks ahead */

@@ -16,7 +16,10 @@ outputs, MSE loss, SGD with momentum.  --dist:
 Each rank reads only its own sub-volumes from the dataset (tiletrain.data.volume; made on
 first use under --data), each layer runs where its input tiles are, and only halo slabs and
 weight-sized tensors cross ranks.  Prints ``step k loss X`` (rank 0), then per rank the bytes
-it read, the halo bytes it sent per step, the time per step and its peak RSS.  The same --seed
+it read, the halo bytes it sent per step, the median time per step (after the first), its
+peak RSS and its peak of tile buffers (activations, gradients, parameters and the copies it
+received: the runtime's accounting, ``memory()["peak_allocated_bytes"]``; n/a where the
+buffer hooks are off, e.g. with GPU workers).  The same --seed
 gives the same losses in every mode.
 """
 import argparse
@@ -109,8 +112,10 @@ def main(argv=None):
         model = CosmoFlow(args.size, args.width, dtype, rng=np.random.default_rng(args.seed))
         opt = SGD(model.parameters(), lr=args.lr, momentum=0.9)
         order = np.random.default_rng(args.seed + 1)
-        halo0, t0 = conv_halo_stats()[0], time.perf_counter()
+        rt = tt.runtime.current()
+        halo0, times = conv_halo_stats()[0], []
         for step in range(args.steps):
+            t0 = time.perf_counter()
             idx = order.choice(len(ds), size=args.batch, replace=False)
             x, y = ds.batch(idx, sp, dtype=dtype)
             opt.zero_grad()
@@ -119,12 +124,16 @@ def main(argv=None):
                 loss.backward()
             opt.step()
             value = float(loss)
+            tt.wait()
+            times.append(time.perf_counter() - t0)
             if r == 0:
                 print(f"step {step} loss {value:.12g}", flush=True)
-        dt = (time.perf_counter() - t0) / max(args.steps, 1)
+        dt = float(np.median(times[1:] if len(times) > 1 else times)) if times else 0.0
         halo = (conv_halo_stats()[0] - halo0) / max(args.steps, 1)
+        peak = rt.memory()["peak_allocated_bytes"]
+        tiles = "n/a" if peak is None else f"{peak / 2**20:.1f}"
         print(f"rank {r}/{world}: read {ds.bytes_read} bytes of volumes, halo {halo:.0f} bytes/step sent, "
-              f"{dt:.3f} s/step, peak RSS {peak_rss_mb():.0f} MiB", flush=True)
+              f"{dt:.3f} s/step, peak RSS {peak_rss_mb():.0f} MiB, peak tiles {tiles} MiB", flush=True)
 
 
 def peak_rss_mb() -> float:

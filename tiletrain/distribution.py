@@ -241,14 +241,18 @@ class Spatial(Distribution):
             tiles[d] = shape[d] // g
         return tuple(tiles)
 
-    def check_layout(self, shape: Sequence[int], tiles: Sequence[int]) -> None:
+    def check_layout(self, shape: Sequence[int], tiles: Sequence[int], whole_ok: bool = False) -> None:
         """ValueError unless the grid divides the tile count along every split axis (an input
-        placed with this distribution: each rank must get whole blocks of tiles)."""
+        placed with this distribution: each rank must get whole blocks of tiles).  whole_ok: a
+        tensor with no such axis, or one tile along it, is not split there (on coordinate 0),
+        as every tensor made with ``dist=`` this distribution may be."""
         for d, g in zip(self.dims, self.grid):
             if d >= len(shape):
+                if whole_ok:
+                    continue
                 raise ValueError(f"Spatial: axis {d} is not an axis of a tensor of shape {tuple(shape)}")
             n = -(-int(shape[d]) // int(tiles[d]))
-            if n % g:
+            if n % g and not (whole_ok and n == 1):
                 raise ValueError(f"Spatial: the grid of {g} ranks along axis {d} does not divide its {n} tiles "
                                  f"(shape {tuple(shape)}, tiles {tuple(tiles)}); use a multiple of {g} tiles")
 

@@ -104,6 +104,7 @@ int tt_kernel_ntasks(int kernel);  /* tasks submitted for this kernel since init
 int64_t tt_memory_used(int node);  /* bytes StarPU has allocated on a memory node; -1 without a memory limit */
 int64_t tt_memory_total(int node); /* the node's memory limit in bytes; -1 without one */
 int64_t tt_memory_meta_bytes(void); /* under a limit: StarPU's structures of the registered tiles, counted in tt_memory_used */
+int64_t tt_memory_rank_live(int rank); /* under MPI and a limit: bytes of live tiles that rank owns (-1 otherwise) */
 int64_t tt_memory_other_bytes(void); /* under a limit with a disk node: the rest of the process beyond its baseline, counted in tt_memory_used */
 int64_t tt_bytes_live(void);       /* bytes of the tiles of live (not yet freed) tensors */
 int64_t tt_bytes_created(void);    /* bytes of all tensors created since init (monotonic) */

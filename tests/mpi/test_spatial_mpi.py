@@ -2,6 +2,8 @@
 space over 2 ranks (tiletrain.distribution.Spatial), or batch x space over 2 x 2 ranks, trains to the one-process losses and
 parameters (1e-9), each rank holds exactly its share of every activation (from the tile
 owners), and only halo slabs cross ranks.  Each launch has a timeout (mpi_launch.py)."""
+import time
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,64 @@ def test_cosmoflow_example_matches_one_process(tmp_path, mode, nprocs):
     read = _read(res.stdout)
     assert sorted(read) == list(range(nprocs)) and sum(read.values()) == total, (read, total)
     assert all(v == total // nprocs for v in read.values()), (read, total)
+
+
+_SMALL = ["--size", "32", "--steps", "2", "--batch", "4", "--dtype", "float64", "--seed", "3", "--width", "4",
+          "--samples", "8"]
+
+
+def test_tight_mem_limit_raises_on_every_rank(tmp_path):
+    """A per-rank mem_limit the split volumes do not fit under: the ranks raise the same
+    MemoryError at the same tensor (each rank counts every rank's tiles from the owners) and
+    the job ends at once -- it used to hang, one rank's StarPU waiting for memory forever
+    (without the check this test runs into its timeout)."""
+    common = [*_SMALL, "--data", str(tmp_path / "data")]
+    run_single("cosmoflow.py", *common, "--steps", "1", timeout=240)     # the dataset, made once
+    t0 = time.monotonic()
+    res = run_mpi("cosmoflow.py", 2, *common, "--dist", "spatial", "--mem-limit", "12M", timeout=120, check=False)
+    took = time.monotonic() - t0
+    assert res.returncode != 0, res.stdout
+    # every rank that reaches the tensor raises the same error (both do here, as a rule); a rank
+    # still blocked behind the first one's missing tasks is ended by its MPI_Abort instead
+    raised = [r for r in range(2) if f"rank {r} of 2 raised MemoryError: tensor_new:" in res.stdout]
+    assert raised, res.stdout
+    assert "bytes per rank (mem_limit)" in res.stdout
+    assert not _losses(res.stdout)
+    assert took < 60, f"{took:.0f} s to fail"
+
+
+def test_volume_too_big_for_one_rank_trains_on_two(tmp_path):
+    """The scaled-down case of the 128^3 benchmark row: under a 40 MiB mem_limit one process
+    cannot hold the step's activations (MemoryError), 2 ranks splitting every volume in space
+    can, and train to the losses of an unlimited run."""
+    common = [*_SMALL, "--data", str(tmp_path / "data")]
+    free = run_single("cosmoflow.py", *common, timeout=240)
+    capped = ["--mem-limit", "40M"]
+    one = run_single("cosmoflow.py", *common, *capped, timeout=240, check=False)
+    assert one.returncode != 0 and "MemoryError: tensor_new:" in one.stdout, one.stdout
+    two = run_mpi("cosmoflow.py", 2, *common, *capped, "--dist", "spatial", timeout=400)
+    want, got = _losses(free.stdout), _losses(two.stdout)
+    assert len(want) == 2 and len(got) == 2, two.stdout
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_cosmoflow_each_rank_holds_its_share_of_every_activation(tmp_path):
+    """The mini-CosmoFlow model itself (examples/cosmoflow.py) on 2 ranks split along D: the
+    one-process loss (float64, 1e-9), and every activation -- the 15 conv, leaky ReLU and pool
+    outputs -- held half by each rank (from the tile owners) down to the 1^3 output of the last
+    pool, which one rank holds whole."""
+    run_single("cosmoflow_shares.py", tmp_path, "single", timeout=240)
+    run_mpi("cosmoflow_shares.py", 2, tmp_path, "mpi", timeout=400)
+    ref = _load(tmp_path / "single-rank0.npz")
+    for r in range(2):
+        got = _load(tmp_path / f"mpi-rank{r}.npz")
+        np.testing.assert_allclose(got["loss"], ref["loss"], rtol=1e-9, atol=1e-12)
+        names = [k[len("share_"):] for k in got if k.startswith("share_")]
+        assert len(names) == 15
+        for name in names:
+            per, total = got[f"share_{name}"], ref[f"share_{name}"].sum()
+            assert per.sum() == total, name
+            if got[f"depth_{name}"][0] >= 2:
+                assert per.tolist() == [total / 2, total / 2], (name, per)
+            else:
+                assert sorted(per.tolist()) == [0, total], (name, per)

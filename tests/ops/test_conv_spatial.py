@@ -8,6 +8,7 @@ import torch.nn.functional as TF
 
 import tiletrain as tt
 import tiletrain.functional as F
+from tiletrain.distribution import Spatial
 from tiletrain.ops import backward
 
 TOL = dict(rtol=1e-10, atol=1e-10)
@@ -121,6 +122,11 @@ BAD = [
     (lambda: F.max_pool3d(_t((1, 2, 8, 8, 8), (1, 2, 1, 8, 8)), 5, 1, 2), "smaller than the halo"),
     (lambda: F.conv3d(_t((1, 2, 4, 8, 8), (1, 2, 2, 4, 4)), _t((3, 2, 5, 3, 3))), "larger than the padded input"),
     (lambda: F.avg_pool3d(_t((1, 2, 4, 8, 8), (1, 2, 2, 4, 4)), (5, 2, 2)), "larger than the padded input"),
+    # an input placed on a 2-rank grid along D in 3 tiles: the grid does not divide the tiles
+    (lambda: tt.from_numpy(np.ones((1, 1, 6, 4, 4)), (1, 1, 2, 4, 4), dist=Spatial(dims=(2,), grid=(2,))),
+     "does not divide its 3 tiles"),
+    (lambda: tt.zeros((3, 1, 4, 4, 4), tiles=(1, 1, 2, 4, 4), dist=Spatial(dims=(0, 2), grid=(2, 2))),
+     "along axis 0 does not divide its 3 tiles"),
 ]
 
 
