@@ -132,6 +132,26 @@ def test_more_or_faster_cpus_never_simulate_slower(home, layer_machine):
     assert by[(2, 1.0)] > 1.2 * by[(1, 1.0)]  # and a second CPU helps
 
 
+def test_simulated_gpus_run_the_gpt_step_and_beat_the_cpus(home, layer_machine):
+    """A derived 2-GPU machine (GPU kernels 20x a calibrated core) runs the GPT block's step with
+    tasks on its CUDA workers, and faster than the same machine without GPUs."""
+    from tiletrain.sim.machine import derive
+    derive("gpu2", layer_machine, gpus=2, gpu_speed=20.0, gpu_memory=16 * 2**30, link_bandwidth_gbs=25.0,
+           overwrite=True)
+    derive("cpu2", layer_machine, overwrite=True)
+    gpu = validate.simulate_bench("gpu2", 2, 1, "dmda", variance=False, **LAYER)
+    cpu = validate.simulate_bench("cpu2", 2, 1, "dmda", variance=False, **LAYER)
+    assert (gpu["cpu_workers"], gpu["cuda_workers"], cpu["cuda_workers"]) == (2, 2, 0)
+    assert gpu["tasks_by_kind"]["cuda"] > gpu["tasks_by_kind"].get("cpu", 0), gpu["tasks_by_kind"]
+    assert gpu["tokens_per_s"] > 2 * cpu["tokens_per_s"], (gpu["tokens_per_s"], cpu["tokens_per_s"])
+    # slow GPUs (a tenth of a core) take few tasks under dmda and never make the step faster
+    derive("slowgpu2", layer_machine, gpus=2, gpu_speed=0.1, overwrite=True)
+    slow = validate.simulate_bench("slowgpu2", 2, 1, "dmda", variance=False, **LAYER)
+    assert slow["tokens_per_s"] < gpu["tokens_per_s"]
+    with pytest.raises(Exception, match="--execute on 'gpu2'"):
+        simulate("gpu2", ["python", "-c", "pass"], execute=True)
+
+
 DMDA_GAP = ("dmda pushes tasks to workers by predicted end times and, on a computer where durations vary (other "
             "jobs), its real queues unbalance more than the simulated ones, even with each task's time drawn with "
             "its measured spread: measured +20 % and +12.7 % in two runs (+39 % with mean times), real workers busy "

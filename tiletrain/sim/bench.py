@@ -76,7 +76,12 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
     tokens = steps * run.tokens_per_step
     return {"machine": simulated or "real", "sched": sched_name, "steps": steps, "warmup": warmup,
             "tokens_per_step": run.tokens_per_step, "seconds": elapsed, "tokens_per_s": tokens / elapsed,
-            "cpu_workers": sum(1 for w in workers if w["kind"] == "cpu"), "real_seconds": time.perf_counter() - t_real,
+            "cpu_workers": sum(1 for w in workers if w["kind"] == "cpu"),
+            "cuda_workers": sum(1 for w in workers if w["kind"] == "cuda"),
+            # tasks per worker type over the whole session (warm-up included)
+            "tasks_by_kind": {k: sum(w["ntasks"] for w in workers if w["kind"] == k)
+                              for k in sorted({w["kind"] for w in workers})},
+            "real_seconds": time.perf_counter() - t_real,
             "busy_fraction": executing / (elapsed * len(workers)),
             # the submitting (Python) thread's CPU time per step, real in both flavours
             "submit_cpu_s_per_step": submit_cpu / steps, "tasks_per_step": ntasks / steps,
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(r), flush=True)
     else:
-        print(f"{r['model']} on {r['machine']} ({r['cpu_workers']} CPU workers, {r['sched']}): "
+        gpus = f", {r['cuda_workers']} CUDA" if r["cuda_workers"] else ""
+        print(f"{r['model']} on {r['machine']} ({r['cpu_workers']} CPU{gpus} workers, {r['sched']}): "
               f"{r['tokens_per_s']:.0f} tokens/s ({r['seconds'] / r['steps'] * 1e3:.1f} ms per step)")
     return 0
 
