@@ -132,6 +132,26 @@ def test_more_or_faster_cpus_never_simulate_slower(home, layer_machine):
     assert by[(2, 1.0)] > 1.2 * by[(1, 1.0)]  # and a second CPU helps
 
 
+def test_tiletrain_train_under_simulation_times_on_the_simulated_clock_and_skips_what_needs_values(home, tmp_path):
+    ck = tmp_path / "ck"
+    r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--json", "--",
+                        "tiletrain", "train", "--steps", "3", "--n-layer", "1", "--n-embd", "64", "--batch", "2",
+                        "--seq-len", "32", "--eval-every", "0", "--sample-tokens", "4", "--no-progress",
+                        "--ckpt-dir", str(ck), "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert out.count("note: simulated on machine 'small'") == 1 and "checkpoints are skipped" in out
+    assert "sample:" not in out and not list(ck.glob("*.safetensors"))
+    done = next(line for line in out.splitlines() if line.startswith("done at step 3:"))
+    tps = float(done.split(":")[1].split("tokens/s")[0].replace(",", ""))
+    simulated_s = json.loads(out.strip().splitlines()[-1])["simulated_s"]
+    # 3 steps of 64 tokens on the simulated clock: at most the whole simulated session's time
+    assert tps >= 3 * 64 / simulated_s * 0.99, (tps, simulated_s)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["step_time_s"] <= simulated_s for m in metrics if "step_time_s" in m)
+
+
 def test_simulated_gpus_run_the_gpt_step_and_beat_the_cpus(home, layer_machine):
     """A derived 2-GPU machine (GPU kernels 20x a calibrated core) runs the GPT block's step with
     tasks on its CUDA workers, and faster than the same machine without GPUs."""
