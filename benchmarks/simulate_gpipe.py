@@ -9,9 +9,7 @@ micro-batch slots); GPipe's paper reports near-linear speedup when m >> p.
     python benchmarks/simulate_gpipe.py [--gpus 1 2 4 8] [--micro-batches 1 4 8 32] [--n-layer 24]
         [--n-embd 64] [--batch 2] [--seq-len 32] [--gpu-speed 20] [--out benchmarks/results]
 
-One fresh simulated process per configuration (SimGrid starts once per process); a process
-that crashes is run again, and said (a simulated process with GPUs sometimes segfaults while
-tensors are freed, in tt_tensor_free: not investigated yet, docs/simulation.md); the step after --warmup steps is timed on the
+One fresh simulated process per configuration (SimGrid starts once per process); the step after --warmup steps is timed on the
 simulated clock (the optimizer step included).
 The submitting thread is free by default (--charge-submission charges its calibrated CPU time
 per task: with this study's small kernels, 20x faster on a GPU, one Python thread submitting
@@ -125,16 +123,10 @@ def main() -> int:
                        "--n-layer", str(a.n_layer), "--n-embd", str(a.n_embd), "--batch", str(a.batch),
                        "--seq-len", str(a.seq_len), "--sched", a.sched, "--warmup", str(a.warmup)]
                 t = time.monotonic()
-                for attempt in range(3):
-                    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                    if r.returncode == 0:
-                        break
-                    # a simulated process with GPUs sometimes crashes while freeing tensors
-                    # (docs/simulation.md, Limits): said, and run again
-                    print(f"# {g} GPU(s), m={m}: the simulated process failed ({r.returncode}): "
-                          f"{(r.stderr.strip().splitlines() or ['?'])[-1][:200]}; again", flush=True)
-                else:
-                    print(r.stderr[-3000:], file=sys.stderr)
+                r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if r.returncode != 0:
+                    print(f"{g} GPU(s), m={m}: the simulated process failed ({r.returncode}):\n{r.stderr[-3000:]}",
+                          file=sys.stderr)
                     return 1
                 got = [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
                 rows += got
