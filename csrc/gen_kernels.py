@@ -8,7 +8,9 @@ Writes five files into OUTDIR:
                      TT_CUDA_GENERIC_LAUNCHERS) the generic CUDA launchers: no StarPU
                      types, included by csrc/kernels/cuda/*.cu and csrc/opencl.c
   tt_kernels_gen.c   StarPU codelets (CPU, and OpenCL/CUDA where the table says so and
-                     the build has them: TT_HAVE_OPENCL_KERNELS, TT_HAVE_CUDA_KERNELS),
+                     the build has them: TT_HAVE_OPENCL_KERNELS, TT_HAVE_CUDA_KERNELS; in the
+                     simulation flavour, TT_SIMULATION, a CUDA function StarPU never calls
+                     so that simulated CUDA workers run the kernels with a `cuda` column),
                      history-based perf models with a footprint per tile shape, FLOP
                      counts and the kernel registry
   tt_kernels_expr.c  CPU bodies tt_cpu_<name> of the kernels with an `expr` column
@@ -533,12 +535,25 @@ def codelets_source(kernels: list[Kernel]) -> str:
                 "    tt_cuda_ctx ctx = {(void *)starpu_cuda_get_local_stream(), tt_cublas_handle()};",
                 f"    tt_cuda_{n}((const tt_args_{n} *)cl_arg, {', '.join(ptrs)}, &ctx);",
                 "}",
+                "#elif defined(TT_SIMULATION)",
+                # the simulation flavour (docs/simulation.md): StarPU simulates CUDA workers
+                # and gives each task its perf model's time; it never calls a CUDA function
+                # (STARPU_SIMGRID_EXECUTE runs CPU kernels only), but a codelet needs one
+                # to be scheduled on a CUDA worker
+                f"static void tt_wrap_cuda_{n}(void *buffers[], void *cl_arg)",
+                "{",
+                "    (void)buffers;",
+                "    (void)cl_arg;",
+                "    tt_count_task();",
+                "}",
                 "#endif",
             ]
-            where += ["#ifdef TT_HAVE_CUDA_KERNELS", "        | STARPU_CUDA", "#endif"]
+            where += ["#if defined(TT_HAVE_CUDA_KERNELS) || defined(TT_SIMULATION)", "        | STARPU_CUDA", "#endif"]
             funcs += ["#ifdef TT_HAVE_CUDA_KERNELS",
                       f"    .cuda_funcs = {{tt_wrap_cuda_{n}}},",
                       "    .cuda_flags = {STARPU_CUDA_ASYNC},",
+                      "#elif defined(TT_SIMULATION)",
+                      f"    .cuda_funcs = {{tt_wrap_cuda_{n}}},",
                       "#endif"]
         out += [
             f"static struct starpu_codelet tt_cl_{n} = {{",

@@ -276,12 +276,25 @@ static starpu_data_handle_t ring_pop(hring *r) /* the oldest; r->n > 0 */
     return h;
 }
 
+/* The node handle_idle acquires on.  The simulation flavour asks main memory: StarPU 1.3's
+ * SimGrid mode dereferences a data request's destination while the application thread waits
+ * for it (datawizard/data_request.c, _starpu_wait_data_request_completion), and a write
+ * acquire on no node of a handle whose valid copy is on a (simulated) GPU makes a request
+ * without one: a segfault in tt_tensor_free (docs/simulation.md).  On main memory the write
+ * acquire only allocates there (nothing is copied: the handle is reused for a new tensor's
+ * first write, or unregistered). */
+#ifdef TT_SIMULATION
+#define TT_IDLE_NODE STARPU_MAIN_RAM
+#else
+#define TT_IDLE_NODE STARPU_ACQUIRE_NO_NODE
+#endif
+
 /* No task left on h (every task submitted on it has completed)? */
 static int handle_idle(starpu_data_handle_t h)
 {
-    if (starpu_data_acquire_on_node_try(h, STARPU_ACQUIRE_NO_NODE, STARPU_W))
+    if (starpu_data_acquire_on_node_try(h, TT_IDLE_NODE, STARPU_W))
         return 0;
-    starpu_data_release_on_node(h, STARPU_ACQUIRE_NO_NODE);
+    starpu_data_release_on_node(h, TT_IDLE_NODE);
     return 1;
 }
 

@@ -400,13 +400,15 @@ class RuntimeConfig:
                     raise ValueError(f"machine {self.simulate!r} has no {bus}/{self.simulate}.{ext}: calibrate or "
                                      "derive it again (`tiletrain machine show` says which it is)")
             with open(os.path.join(bus, f"{self.simulate}.platform.v4.xml")) as f:
-                hosts = len(re.findall(r'<host id="CPU\d+"', f.read()))
+                platform = f.read()
+            gpus = len(re.findall(r'<host id="CUDA\d+"', platform))
+            hosts = len(re.findall(r'<host id="CPU\d+"', platform)) - gpus  # a core drives each GPU
             if self.ncpu is not None and self.ncpu > hosts:
                 raise ValueError(f"ncpu={self.ncpu} but machine {self.simulate!r} has {hosts} CPUs: derive one with "
                                  f"more (`tiletrain machine derive NAME --from {self.simulate} --cpus {self.ncpu}`)")
-            if self.ncuda:
-                raise ValueError(f"ncuda={self.ncuda}: the simulation flavour simulates CPUs only "
-                                 "(docs/simulation.md, Limits)")
+            if self.ncuda and self.ncuda > gpus:
+                raise ValueError(f"ncuda={self.ncuda} but machine {self.simulate!r} has {gpus} GPUs: derive one with "
+                                 f"them (`tiletrain machine derive NAME --from {self.simulate} --gpus {self.ncuda}`)")
         if self.calibrate is not None and self.calibrate not in (0, 1, 2):
             raise ValueError(f"calibrate must be 0, 1 or 2, got {self.calibrate}")
         if self.sched is not None:

@@ -145,15 +145,77 @@ def test_derive_generates_the_platform_and_scales_the_models(home):
     assert sorted(machines.list_machines()) == ["base", "big", "bigger"]
 
 
+def test_a_model_with_cuda_devices_divides_the_cpu_times_by_the_gpu_speed():
+    text = perfmodel.with_cuda(MODEL, 2.0, 3, 20.0, "m")
+    ents = perfmodel.entries(text)
+    assert [e.device for e in ents] == ["cpu"] * 2 + ["cuda"] * 6
+    assert [e.mean_us for e in ents] == pytest.approx([200.0, 10000.0] + [20.0, 1000.0] * 3)
+    assert "# number of combinations\n4\n" in text and "# COMB_3" in text
+    ids = [text.splitlines()[i + 1] for i, line in enumerate(text.splitlines()) if line.startswith("# device id")]
+    assert ids == ["0", "0", "1", "2"]
+    # derived again: the CUDA combinations are replaced, not added
+    assert perfmodel.with_cuda(text, 1.0, 1, 10.0).count("# COMB_") == 2
+    with pytest.raises(perfmodel.ModelFileError, match="no '# COMB_' section"):
+        perfmodel.with_cuda("45\n", 1.0, 1, 1.0, "m")
+
+
+@pytest.fixture
+def cuda_flavour(monkeypatch):
+    """The simulation flavour's CUDA support, without asking a fresh process each time."""
+    monkeypatch.setattr(machines, "cuda_simulation", lambda: None)
+
+
+def test_derive_gpus_writes_cuda_hosts_links_and_models(home, cuda_flavour):
+    m = machines.derive("g2", "base", cpus=4, gpus=2, gpu_speed=20.0, gpu_memory=2**30, link_bandwidth_gbs=25.0,
+                        link_latency_us=5.0)
+    assert (m.cpus, m.gpus, m.gpu_speed, m.gpu_memory, m.link_bandwidth_gbs) == (4, 2, 20.0, 2**30, 25.0)
+    bus = home / "g2" / "sampling" / "bus"
+    xml = (bus / "g2.platform.v4.xml").read_text()
+    assert xml.count('<host id="CPU') == 6  # a core drives each GPU: 4 CPU workers
+    assert xml.count('<host id="CUDA') == 2 and f'value="{2**30}"' in xml
+    assert 'id="RAM-CUDA1" bandwidth="25000000000.000000Bps" latency="0.000005s"' in xml
+    assert "2 # Number of CUDA devices" in (bus / "g2.config").read_text()
+    ents = perfmodel.entries(open(m.kernels()["tiletrain_gemm"]).read())
+    assert [e.mean_us for e in ents if e.device == "cuda"] == pytest.approx([20.0, 1000.0] * 2)
+    assert "GPUs: 2 (speed x20" in machines.describe(machines.load("g2"))
+    # derived from it: the GPUs stay; faster CPUs do not make the GPUs faster
+    m2 = machines.derive("g2fast", "g2", cpu_speed=2.0)
+    assert (m2.gpus, m2.gpu_speed, m2.cpus) == (2, 20.0, 4)
+    ents = perfmodel.entries(open(m2.kernels()["tiletrain_gemm"]).read())
+    assert [e.mean_us for e in ents] == pytest.approx([200.0, 10000.0] + [20.0, 1000.0] * 2)
+    # the runtime check: no more CUDA workers than the machine has, no more CPU workers than its cores
+    with pytest.raises(ValueError, match=r"ncuda=3 but machine 'g2' has 2 GPUs"):
+        RuntimeConfig.resolve(simulate="g2", ncuda=3)
+    with pytest.raises(ValueError, match=r"ncpu=5 but machine 'g2' has 4 CPUs"):
+        RuntimeConfig.resolve(simulate="g2", ncpu=5)
+
+
+def test_gpus_on_a_flavour_without_cuda_simulation_is_a_clear_error(home, monkeypatch):
+    monkeypatch.setattr(machines, "cuda_simulation", lambda: "this build's simulation flavour has no CUDA codelets")
+    with pytest.raises(MachineError, match="--gpus 2: simulated GPUs need CUDA codelets in the simulation flavour, "
+                                           "and this build's simulation flavour has no CUDA codelets"):
+        machines.derive("g2", "base", gpus=2)
+    assert not (home / "g2").exists()
+
+
+def test_this_builds_simulation_flavour_simulates_cuda():
+    from tiletrain.sim.flavour import cuda_simulation
+    assert cuda_simulation() is None
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(gpus=4), "simulated GPUs and chiplets .* need CUDA codelets"),
-    (dict(chiplets=8, chiplet_link_gbs=25.0), "simulated GPUs and chiplets"),
+    (dict(chiplets=8, chiplet_link_gbs=25.0), "simulated chiplets .* are not generated yet"),
+    (dict(gpu_speed=20.0), "--gpu-speed describe simulated GPUs: give their number with --gpus N"),
+    (dict(gpus=17), r"--gpus must be an integer in \[0, 16\]"),
+    (dict(gpus=2, gpu_speed=0.0), "--gpu-speed must be a positive number"),
+    (dict(gpus=2, link_bandwidth_gbs=float("inf")), "--link-bandwidth must be a positive number"),
+    (dict(gpus=2, gpu_memory=1000), "--gpu-memory must be at least 1 MiB"),
     (dict(cpus=0), r"--cpus must be an integer in \[1, 256\]"),
     (dict(cpus=1000), r"--cpus must be an integer in \[1, 256\]"),
     (dict(cpu_speed=0.0), "--cpu-speed must be a positive number"),
     (dict(cpu_speed=float("nan")), "--cpu-speed must be a positive number"),
 ])
-def test_derive_refuses_what_it_cannot_simulate(home, kwargs, message):
+def test_derive_refuses_what_it_cannot_simulate(home, cuda_flavour, kwargs, message):
     with pytest.raises(MachineError, match=message):
         machines.derive("what-if", "base", **kwargs)
     assert not (home / "what-if").exists()  # nothing half-written
@@ -234,15 +296,17 @@ def test_the_cli_reports_bad_machines(home, capsys):
     (home / "base" / "machine.json").write_text("{")
     assert main(["simulate", "--machine", "base", "--", "python", "-c", "pass"]) == 2
     assert "not valid JSON" in capsys.readouterr().err
-    assert main(["machine", "derive", "g", "--gpus", "2"]) == 2
-    assert "need CUDA codelets" in capsys.readouterr().err
+    (home / "base" / "machine.json").unlink()
+    machines.save(machines.Machine(name="base", kind="calibrated", cpus=2))
+    assert main(["machine", "derive", "g", "--link-bandwidth", "25"]) == 2
+    assert "give their number with --gpus N" in capsys.readouterr().err
     assert os.listdir(home) == ["base"]
 
 
 def test_what_starpu_would_abort_on_is_refused_first(home):
     with pytest.raises(ValueError, match=r"ncpu=8 but machine 'base' has 2 CPUs: .*--cpus 8"):
         RuntimeConfig.resolve(simulate="base", ncpu=8)
-    with pytest.raises(ValueError, match="ncuda=1: the simulation flavour simulates CPUs only"):
+    with pytest.raises(ValueError, match=r"ncuda=1 but machine 'base' has 0 GPUs: .*--gpus 1"):
         RuntimeConfig.resolve(simulate="base", ncuda=1)
     with pytest.raises(ValueError, match="MPI cannot be simulated"):
         RuntimeConfig.resolve(simulate="base", mpi=True)

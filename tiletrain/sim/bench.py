@@ -55,6 +55,7 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
             if i == warmup:
                 tt.wait()
                 t0 = _clock_s()
+                w0 = tt.trace.worker_stats()
                 cpu0 = time.thread_time()
             try:
                 step(run)
@@ -70,13 +71,25 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
         elapsed, executing, ntasks = t1[0] - t0[0], t1[1] - t0[1], t1[2] - t0[2]
         workers = tt.trace.worker_stats()
         sched_name = rt.sched
+        # per worker type over the timed steps: the fraction of the workers' time spent executing
+        busy_by_kind = {}
+        for kind in sorted({w["kind"] for w in workers}):
+            ids = [i for i, w in enumerate(workers) if w["kind"] == kind]
+            ex = sum(workers[i]["executing_us"] - w0[i]["executing_us"] for i in ids) / 1e6
+            busy_by_kind[kind] = ex / (elapsed * len(ids)) if elapsed > 0 else 0.0
     finally:
         tt.shutdown()
         scratch.cleanup()
     tokens = steps * run.tokens_per_step
     return {"machine": simulated or "real", "sched": sched_name, "steps": steps, "warmup": warmup,
             "tokens_per_step": run.tokens_per_step, "seconds": elapsed, "tokens_per_s": tokens / elapsed,
-            "cpu_workers": sum(1 for w in workers if w["kind"] == "cpu"), "real_seconds": time.perf_counter() - t_real,
+            "cpu_workers": sum(1 for w in workers if w["kind"] == "cpu"),
+            "cuda_workers": sum(1 for w in workers if w["kind"] == "cuda"),
+            # tasks per worker type over the whole session (warm-up included)
+            "tasks_by_kind": {k: sum(w["ntasks"] for w in workers if w["kind"] == k)
+                              for k in sorted({w["kind"] for w in workers})},
+            "busy_by_kind": busy_by_kind,
+            "real_seconds": time.perf_counter() - t_real,
             "busy_fraction": executing / (elapsed * len(workers)),
             # the submitting (Python) thread's CPU time per step, real in both flavours
             "submit_cpu_s_per_step": submit_cpu / steps, "tasks_per_step": ntasks / steps,
@@ -105,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(r), flush=True)
     else:
-        print(f"{r['model']} on {r['machine']} ({r['cpu_workers']} CPU workers, {r['sched']}): "
+        gpus = f", {r['cuda_workers']} CUDA" if r["cuda_workers"] else ""
+        print(f"{r['model']} on {r['machine']} ({r['cpu_workers']} CPU{gpus} workers, {r['sched']}): "
               f"{r['tokens_per_s']:.0f} tokens/s ({r['seconds'] / r['steps'] * 1e3:.1f} ms per step)")
     return 0
 

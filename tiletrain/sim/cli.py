@@ -18,11 +18,12 @@ def cmd_machine(args) -> int:
                    gpu_speed=args.gpu_speed, gpu_memory=mem, link_bandwidth_gbs=args.link_bandwidth,
                    link_latency_us=args.link_latency, chiplets=args.chiplets, chiplet_link_gbs=args.chiplet_link,
                    overwrite=args.overwrite)
-        print(describe(m).splitlines()[0] + f": {m.cpus} CPUs at x{m.cpu_speed:g}, {len(m.kernels())} kernels")
+        gpus = f", {m.gpus} GPUs at x{m.gpu_speed:g}" if m.gpus else ""
+        print(describe(m).splitlines()[0] + f": {m.cpus} CPUs at x{m.cpu_speed:g}{gpus}, {len(m.kernels())} kernels")
     elif args.machine_command == "list":
         for name in list_machines():
             m = load(name)
-            print(f"{name}\t{m.kind}\t{m.cpus} CPUs\tx{m.cpu_speed:g}\t{len(m.kernels())} kernels")
+            print(f"{name}\t{m.kind}\t{m.cpus} CPUs\tx{m.cpu_speed:g}\t{m.gpus} GPUs\t{len(m.kernels())} kernels")
     else:
         print(describe(load(args.name)))
     return 0
@@ -51,13 +52,14 @@ def add_subcommands(sub) -> None:
     d.add_argument("--cpus", type=int, default=None, help="CPU workers (default: the base's)")
     d.add_argument("--cpu-speed", type=float, default=None,
                    help="CPU kernel speed relative to the base: every CPU kernel time / X (default 1)")
-    d.add_argument("--gpus", type=int, default=None, help="simulated GPUs (not in this flavour: see docs)")
-    d.add_argument("--gpu-speed", type=float, default=None)
-    d.add_argument("--gpu-memory", default=None, help="e.g. 16G")
-    d.add_argument("--link-bandwidth", type=float, default=None, help="GB/s")
-    d.add_argument("--link-latency", type=float, default=None, help="us")
-    d.add_argument("--chiplets", type=int, default=None)
-    d.add_argument("--chiplet-link", type=float, default=None, help="GB/s")
+    d.add_argument("--gpus", type=int, default=None, help="simulated CUDA devices (default: the base's; up to 16)")
+    d.add_argument("--gpu-speed", type=float, default=None,
+                   help="a GPU kernel's time = the calibrated CPU core's / X (default 20)")
+    d.add_argument("--gpu-memory", default=None, help="memory per GPU, e.g. 16G (default 16G)")
+    d.add_argument("--link-bandwidth", type=float, default=None, help="GB/s each way per GPU link (default 25)")
+    d.add_argument("--link-latency", type=float, default=None, help="us per transfer (default 10)")
+    d.add_argument("--chiplets", type=int, default=None, help="not generated yet (docs/simulation.md, Limits)")
+    d.add_argument("--chiplet-link", type=float, default=None, help="GB/s (with --chiplets)")
     d.add_argument("--overwrite", action="store_true", help="replace a machine of that name")
     msub.add_parser("list", help="the machines and their devices")
     s = msub.add_parser("show", help="a machine's devices, links and calibrated kernels")

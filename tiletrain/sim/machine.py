@@ -26,15 +26,24 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..config import check_machine_name, machines_dir
 from . import perfmodel
+from .flavour import cuda_simulation
 from .platform import config_text, platform_xml
 
 FORMAT = 1
 KINDS = ("calibrated", "derived")
 SCALING_RULE = ("time on a derived machine = time on the machine it derives from / the device type's relative "
-                "speed, per kernel and tile shape (the submitting thread's cost per task / the CPU speed too)")
+                "speed, per kernel and tile shape (the submitting thread's cost per task / the CPU speed too); "
+                "a GPU kernel's time = the calibrated CPU core's time / --gpu-speed, for the kernels with a CUDA "
+                "implementation (the others run on the CPUs)")
 
 
-BUS_FILES = ("latency", "bandwidth", "affinity")  # StarPU's bus calibration, beside the platform
+BUS_FILES = ("latency", "bandwidth", "affinity")
+MAX_GPUS = 16  # scripts/build-starpu.sh --sim: --enable-maxcudadev=16
+# what a derived GPU is unless told (the issue's GPipe study's GPUs)
+DEFAULT_GPU_SPEED = 20.0
+DEFAULT_GPU_MEMORY = 16 * 2**30
+DEFAULT_LINK_GBS = 25.0
+DEFAULT_LINK_LATENCY_US = 10.0  # StarPU's bus calibration, beside the platform
 
 
 class MachineError(ValueError):
@@ -219,13 +228,31 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
     """A what-if machine from a calibrated one: a generated platform and the base's models
     scaled (SCALING_RULE).  Written whole into its folder, or not at all."""
     check_machine_name(name)
-    if any(v is not None for v in (gpus, gpu_speed, gpu_memory, link_bandwidth_gbs, link_latency_us, chiplets,
-                                   chiplet_link_gbs)):
+    if chiplets is not None or chiplet_link_gbs is not None:
         raise MachineError(
-            "simulated GPUs and chiplets (--gpus, --gpu-speed, --gpu-memory, --link-*, --chiplets) need CUDA codelets "
-            "in the simulation flavour, and tiletrain's kernels get a CUDA implementation only in a build with CUDA "
-            "kernels (csrc/gen_kernels.py: TT_HAVE_CUDA_KERNELS), which the SimGrid build of StarPU is not: "
-            "this flavour simulates CPUs only (docs/simulation.md, 'Limits')")
+            "simulated chiplets (--chiplets, --chiplet-link) are not generated yet: a chiplet is a device with its "
+            "own memory linked to its neighbours, which StarPU 1.3 simulates only as CUDA devices with routes "
+            "through RAM (docs/simulation.md, 'Limits'); derive GPUs (--gpus) instead")
+    gpu_opts = {"--gpu-speed": gpu_speed, "--gpu-memory": gpu_memory, "--link-bandwidth": link_bandwidth_gbs,
+                "--link-latency": link_latency_us}
+    if not gpus and any(v is not None for v in gpu_opts.values()):
+        given = ", ".join(k for k, v in gpu_opts.items() if v is not None)
+        raise MachineError(f"{given} describe simulated GPUs: give their number with --gpus N")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS):
+        raise MachineError(f"--gpus must be an integer in [0, {MAX_GPUS}] (the simulation flavour's most CUDA "
+                           f"devices), got {gpus!r}")
+    for flag, v, zero_ok in (("--gpu-speed", gpu_speed, False), ("--link-bandwidth", link_bandwidth_gbs, False),
+                             ("--link-latency", link_latency_us, True)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v
+                              or v == float("inf") or v < 0 or (v == 0 and not zero_ok)):
+            raise MachineError(f"{flag} must be a {'non-negative' if zero_ok else 'positive'} number, got {v!r}")
+    if gpu_memory is not None and (isinstance(gpu_memory, bool) or not isinstance(gpu_memory, int)
+                                   or gpu_memory < 2**20):
+        raise MachineError(f"--gpu-memory must be at least 1 MiB (e.g. 16G), got {gpu_memory!r}")
+    if gpus:
+        why = cuda_simulation()
+        if why is not None:
+            raise MachineError(f"--gpus {gpus}: simulated GPUs need CUDA codelets in the simulation flavour, and {why}")
     src = load(base)
     if name == src.name:
         raise MachineError(f"derive {name!r} from itself: give the new machine another name")
@@ -244,8 +271,21 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
                            f"{'' if base == 'here' else ' --name ' + base}` first")
     ncpu = cpus if cpus is not None else src.cpus
     speed = float(cpu_speed) if cpu_speed is not None else 1.0
+    ngpu = gpus if gpus is not None else src.gpus
+    if ngpu and src.gpus and gpus is None:
+        # the base's GPUs, as they were, unless given again
+        gpu_speed = src.gpu_speed if gpu_speed is None else gpu_speed
+        gpu_memory = src.gpu_memory if gpu_memory is None else gpu_memory
+        link_bandwidth_gbs = src.link_bandwidth_gbs if link_bandwidth_gbs is None else link_bandwidth_gbs
+        link_latency_us = src.link_latency_us if link_latency_us is None else link_latency_us
+    gspeed = float(gpu_speed) if gpu_speed is not None else DEFAULT_GPU_SPEED
+    gmem = int(gpu_memory) if gpu_memory is not None else DEFAULT_GPU_MEMORY
+    gbw = float(link_bandwidth_gbs) if link_bandwidth_gbs is not None else DEFAULT_LINK_GBS
+    glat = float(link_latency_us) if link_latency_us is not None else DEFAULT_LINK_LATENCY_US
     m = Machine(name=name, kind="derived", cpus=ncpu, cpu_speed=src.cpu_speed * speed, derived_from=src.name,
                 submit_us_per_task=src.submit_us_per_task / speed,
+                gpus=ngpu, gpu_speed=gspeed if ngpu else None, gpu_memory=gmem if ngpu else None,
+                link_bandwidth_gbs=gbw if ngpu else None, link_latency_us=glat if ngpu else None,
                 calibration={"base": src.name, "base_calibration": src.calibration.get("last", "?"),
                              "derived": datetime.datetime.now().isoformat(timespec="seconds")})
     os.makedirs(machines_dir(), exist_ok=True)
@@ -259,11 +299,19 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
             with open(path) as f:
                 text = f.read()
             with open(os.path.join(codelets, f"{sym}.{name}"), "w") as f:
-                f.write(perfmodel.scale(text, {"cpu": speed}, path))
+                if ngpu:
+                    # GPU speed is relative to the calibrated root's CPU core: undo the base's
+                    # own CPU scaling first
+                    f.write(perfmodel.with_cuda(text, speed, ngpu, gspeed / src.cpu_speed, path))
+                else:
+                    f.write(perfmodel.scale(text, {"cpu": speed}, path))
         with open(os.path.join(bus, f"{name}.platform.v4.xml"), "w") as f:
-            f.write(platform_xml(ncpu))
+            # each GPU its own link to RAM; main memory serves them all at once.  StarPU gives
+            # each CUDA worker a core of its own (as on a real node): one more core per GPU, so
+            # that the machine has `cpus` CPU workers
+            f.write(platform_xml(ncpu + ngpu, ngpu, gmem, gbw * 1e9, glat * 1e-6, gbw * 1e9 * max(1, ngpu)))
         with open(os.path.join(bus, f"{name}.config"), "w") as f:
-            f.write(config_text(ncpu))
+            f.write(config_text(ncpu + ngpu, ngpu))
         # the bus matrices StarPU measured (a simulation cannot measure them): main memory's
         # row is all a CPU-only machine reads
         for ext in BUS_FILES:

@@ -126,4 +126,75 @@ def scale(text: str, speed: dict[str, float], where: str = "model") -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["Entry", "ModelFileError", "MODEL_VERSION_DIR", "codelets_dir", "model_files", "entries", "scale"]
+COMB_SEP = "####################"
+
+
+def _split_combs(text: str, where: str) -> tuple[list[str], list[list[str]]]:
+    """(the lines before the first combination, each combination's lines)."""
+    lines = text.splitlines()
+    starts = [i for i in range(len(lines) - 1)
+              if lines[i].strip() == COMB_SEP and lines[i + 1].strip().startswith("# COMB_")]
+    if not starts:
+        raise ModelFileError(f"{where}: no '# COMB_' section (not a StarPU format-45 history model)")
+    head = lines[:starts[0]]
+    combs = [lines[a:b] for a, b in zip(starts, starts[1:] + [len(lines)])]
+    return head, combs
+
+
+def _comb_device(comb: list[str], where: str) -> str:
+    for i, line in enumerate(comb):
+        if line.strip().startswith("# device type"):
+            for nxt in comb[i + 1:]:
+                if _data(nxt):
+                    return DEVICE_TYPES.get(int(nxt.split()[0]), nxt.split()[0])
+    raise ModelFileError(f"{where}: a combination without a device type")
+
+
+def with_cuda(text: str, cpu_speed: float, gpus: int, gpu_speed: float, where: str = "model") -> str:
+    """The model of a derived machine with ``gpus`` CUDA devices: its CPU combination scaled by
+    ``1 / cpu_speed`` (``scale``), and one CUDA combination per device (ids 0..gpus-1) holding
+    the *unscaled* CPU rows divided by ``gpu_speed`` (a GPU's speed is relative to one CPU core
+    of the model given).  CUDA combinations already in ``text`` are replaced."""
+    head, combs = _split_combs(text, where)
+    cpu = [c for c in combs if _comb_device(c, where) == "cpu"]
+    if len(cpu) != 1:
+        raise ModelFileError(f"{where}: expected one CPU combination, found {len(cpu)}")
+    others = [c for c in combs if _comb_device(c, where) not in ("cpu", "cuda")]
+    cuda_src = "\n".join(cpu[0])
+    new_combs = [scale("\n".join(cpu[0]), {"cpu": cpu_speed}, where).rstrip("\n").splitlines()]
+    new_combs += [c for c in others]
+    for g in range(gpus):
+        c = scale(cuda_src, {"cpu": gpu_speed}, where).rstrip("\n").splitlines()
+        out, field = [], None
+        for line in c:
+            st = line.strip()
+            if st.startswith("# device type"):
+                field = "type"
+            elif st.startswith("# device id"):
+                field = "id"
+            elif st.startswith("# number of cores"):
+                field = "cores"
+            elif st.startswith("# Model for"):
+                line = f"# Model for cuda{g}_impl0 (simulated; derived from the CPU model)"
+            elif _data(line) and field:
+                line = {"type": "1", "id": str(g), "cores": "1"}[field]
+                field = None
+            elif st.startswith("#"):
+                field = None if not st.startswith("# DEV_") else field
+            out.append(line)
+        new_combs.append(out)
+    # "# number of combinations" then its count
+    for i, line in enumerate(head):
+        if line.strip().startswith("# number of combinations"):
+            j = next(k for k in range(i + 1, len(head)) if _data(head[k]))
+            head[j] = str(len(new_combs))
+            break
+    else:
+        raise ModelFileError(f"{where}: no '# number of combinations'")
+    for n, c in enumerate(new_combs):
+        c[1] = f"# COMB_{n}"
+    return "\n".join(head + [line for c in new_combs for line in c]) + "\n"
+
+
+__all__ = ["Entry", "ModelFileError", "MODEL_VERSION_DIR", "codelets_dir", "model_files", "entries", "scale",
+           "with_cuda"]

@@ -136,6 +136,10 @@ def simulate(machine: str, program: list[str], execute: bool = False, timeout: f
     if not m.kernels():
         raise MachineError(f"machine {machine!r} has no calibrated kernels: `tiletrain machine calibrate"
                            f"{'' if machine == 'here' else ' --name ' + machine}`")
+    if execute and m.gpus:
+        raise MachineError(f"--execute on {machine!r}: the simulation runs the kernels of CPU workers only, and this "
+                           f"machine has {m.gpus} simulated GPU(s) whose tasks would leave wrong values; simulate "
+                           f"without --execute, or on a machine without GPUs")
     cmd = command_for(program)
     with tempfile.TemporaryDirectory(prefix="tiletrain-sim-") as tmp:
         # the program simulates against a copy: StarPU may write its models back at the end

@@ -29,6 +29,7 @@ import tiletrain as tt
 
 from .. import checkpoint as ck, parallel, trace
 from ..data import load_corpus
+from ..config import simulated_machine
 from ..distribution import rank, world_size
 from ..inference import GenerationConfig, sample_text
 from ..ops import activations
@@ -119,7 +120,7 @@ def train(args: TrainArgs, out=None) -> TrainResult:
         return prep
     try:
         rt = tt.init(ncpu=args.ncpu, sched=args.sched, mem_limit=args.mem_limit, ooc_dir=args.ooc_dir,
-                     profile=True if args.trace_step is not None else None)
+                     profile=True if args.trace_step is not None or simulated_machine() else None)
     except BaseException:
         if prep is not None and prep.log is not None:
             prep.log.close()
@@ -202,8 +203,21 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
                        world_size=world_size(), tokens_per_step=run.tokens_per_step, flops_per_token=run.flops_per_token)
         print(f"run: {run.log.directory} (metrics.jsonl{', TensorBoard events' if args.tensorboard else ''}; "
               f"tiletrain runs show {run.log.directory})", file=out, flush=True)
-    run.t_start = run.t_last = time.perf_counter()
+    if simulated_machine():
+        print(f"note: simulated on machine {simulated_machine()!r}: times and tokens/s are on the simulated "
+              "clock; kernels do not run (losses are meaningless), so sampling, NaN checks and checkpoints are "
+              "skipped", file=out, flush=True)
+    run.t_start = run.t_last = clock()
     return run
+
+
+def clock() -> float:
+    """The training loop's clock in seconds: real time, or under simulation StarPU's simulated
+    clock (the workers' time since the session started; the simulation flavour turns
+    profiling on)."""
+    if simulated_machine():
+        return max(w["total_us"] for w in trace.worker_stats()) / 1e6
+    return time.perf_counter()
 
 
 def step(run: Run) -> tuple[float, float]:
@@ -224,7 +238,7 @@ def step(run: Run) -> tuple[float, float]:
     opt.step()
     opt.zero_grad()
     value = float(np.mean([float(v) for v in micro]))
-    if not math.isfinite(value):
+    if not math.isfinite(value) and not simulated_machine():
         raise FloatingPointError(f"the training loss became {value} at step {run.step}; lower --lr")
     return value, lr
 
@@ -233,7 +247,7 @@ def after_step(run: Run, value: float, lr: float, interrupted: bool) -> None:
     """The step counted: progress, then validation and a checkpoint every --eval-every steps,
     and whether to stop (Ctrl-C, --stop-after)."""
     args = run.args
-    now = time.perf_counter()
+    now = clock()
     run.step += 1
     run.train_losses.append(value)
     run.tokens_done += run.tokens_per_step
@@ -256,13 +270,13 @@ def after_step(run: Run, value: float, lr: float, interrupted: bool) -> None:
                                                   np.random.default_rng(args.seed + 1))
         run.say(f"step {run.step}: train loss {value:.4f}, val loss {val:.4f}")
     record(run, value, lr, val, now)  # before the checkpoint: a resume drops lines after its step
-    if val is not None and run.prep.ckpt_path is not None:
+    if val is not None and run.prep.ckpt_path is not None and not simulated_machine():
         save(run, {"train": value, "val": val})
     if interrupted or (args.stop_after is not None and run.step - run.start >= args.stop_after):
         run.stopped, run.interrupted = True, interrupted
     # the next step's time starts at this step's completion (reading the gradient norm and
     # the bookkeeping are training time), or after the evaluation and checkpoint (they are not)
-    run.t_last = time.perf_counter() if val is not None else now
+    run.t_last = clock() if val is not None else now
 
 
 def evaluate(model, corpus, args: TrainArgs, rng: np.random.Generator) -> float:
@@ -292,9 +306,11 @@ def finish(run: Run) -> TrainResult:
     """The last checkpoint (unless the last evaluation wrote it), throughput, and a sample of
     the trained model (not when stopped early)."""
     args, path = run.args, run.prep.ckpt_path
+    if simulated_machine():
+        path = None  # a simulated run's values are meaningless: no checkpoint, no sample (setup said so)
     if run.bar is not None:
         run.bar.close()
-    elapsed = time.perf_counter() - run.t_start
+    elapsed = clock() - run.t_start
     if path is not None and (run.stopped or not args.eval_every or run.step % args.eval_every):
         save(run, {"train": run.train_losses[-1] if run.train_losses else None})
     tps = run.tokens_done / elapsed if elapsed > 0 else 0.0
@@ -305,7 +321,7 @@ def finish(run: Run) -> TrainResult:
         run.log.update(last={"step": run.step, "tokens_per_s": tps, "gflops": gflops, "elapsed_s": elapsed,
                              "stopped": run.stopped, "interrupted": run.interrupted})
     sample = None
-    if args.sample_tokens > 0 and not run.stopped:
+    if args.sample_tokens > 0 and not run.stopped and not simulated_machine():
         gen = GenerationConfig.from_keywords(args.sample_tokens, temperature=0.8)
         sample = sample_text(run.model, run.prep.source.tokenizer, "def ", gen, seed=args.seed)[0][0]
         print("sample:\n" + sample, file=run.out, flush=True)
