@@ -101,7 +101,7 @@ def gnn_plan(model: DeepGCN, schedule: Schedule, world: int | None = None) -> Pl
     return Plan("pipeline", world, schedule.ranks, 1, tuple(owners), modules)
 
 
-def _chunk_loss(model: DeepGCN, logits: Tensor, chunk: NodeChunk, total: int) -> Tensor:
+def _chunk_loss(logits: Tensor, chunk: NodeChunk, total: int) -> Tensor:
     """The chunk's share of the step's mean cross-entropy over all training nodes."""
     picked = index_select(logits, 0, chunk.train)                       # (n_train, classes)
     return scale(cross_entropy(picked, from_numpy(chunk.y.astype(np.int64)), reduction="sum"), 1.0 / total)
@@ -114,7 +114,7 @@ def reference_step(model: DeepGCN, chunks: list[NodeChunk]) -> list[Tensor]:
     total = sum(len(c.train) for c in chunks)
     losses = []
     for c in chunks:
-        loss = _chunk_loss(model, model(from_numpy(c.x.astype(model.lin_in.weight.dtype)), c.edge_index), c, total)
+        loss = _chunk_loss(model(from_numpy(c.x.astype(model.lin_in.weight.dtype)), c.edge_index), c, total)
         loss.backward()
         losses.append(loss)
     return losses
@@ -150,8 +150,8 @@ class GNNPipe:
         self.plan = None
         if self.mpi:
             self.plan = gnn_plan(model, schedule)
-            placed = [(n, s) for n, s in self.plan.modules]
-            if any(m.__dict__.get("placement") is None for n, m in model.named_modules() if n in dict(placed)):
+            staged = dict(self.plan.modules)
+            if any(m.__dict__.get("placement") is None for n, m in model.named_modules() if n in staged):
                 raise ValueError("GNNPipe: the model is not placed for the schedule: call "
                                  "tiletrain.parallel.place(model, gnn_plan(model, schedule)) before the optimizer")
             self.workers = [list(range(context.nworkers()))] * schedule.ranks
@@ -186,16 +186,17 @@ class GNNPipe:
                     ins[(v, j)] = x
                 y = self._stage(v, x, chunks[j])
                 if v == last:
-                    y = losses[j] = _chunk_loss(self.model, y, chunks[j], total)
+                    y = losses[j] = _chunk_loss(y, chunks[j], total)
                 outs[(v, j)] = y
             else:
                 y = outs.pop((v, j))
                 y.backward(None if v == last else ins.pop((v + 1, j)).grad)
 
         def submit(a: Action, r: int, token) -> None:
-            q = r
-            mine = token if (not self.mpi or q == self.me) else None
-            with use(SingleRank(q)) if self.mpi else contextlib.nullcontext():
+            """Action a of rank r; under MPI the glue outside modules (the chunk's features,
+            the loss) on rank r too, the order token only on this rank's own actions."""
+            mine = token if (not self.mpi or r == self.me) else None
+            with use(SingleRank(r)) if self.mpi else contextlib.nullcontext():
                 if mine is None:
                     run(a)
                 else:
@@ -204,8 +205,7 @@ class GNNPipe:
 
         tokens = [self.tokens[r] for r in range(sch.ranks)]
         with using(self.plan) if self.mpi else contextlib.nullcontext():
-            enforce(sch, submit, self.mechanism, workers=self.workers, tokens=tokens,
-                    stride=1)
+            enforce(sch, submit, self.mechanism, workers=self.workers, tokens=tokens)
         return losses
 
 
