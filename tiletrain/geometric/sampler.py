@@ -45,7 +45,8 @@ class Subgraph:
 class GraphSAINTSampler:
     """Subgraphs of ``data`` (a Data record or an edge_index with ``num_nodes``), ``num_steps``
     per pass.  kind "node": ``batch_size`` nodes drawn with probability proportional to their
-    degree; "edge": ``batch_size`` edges drawn uniformly, both ends kept; "random_walk":
+    degree; "edge": ``batch_size`` edges drawn with GraphSAINT's probabilities (p_e proportional
+    to 1/deg(u) + 1/deg(v), out-degrees), both ends kept; "random_walk":
     ``batch_size`` walks of ``walk_length`` steps from uniform roots.  The induced subgraph of
     the drawn nodes is the sample."""
 
