@@ -9,7 +9,7 @@ import torch_geometric.utils as pyg_utils
 
 import tiletrain as tt
 from tiletrain.geometric import Data, sbm
-from tiletrain.geometric.utils import add_self_loops, degree, remove_self_loops, softmax
+from tiletrain.geometric.utils import add_remaining_self_loops, add_self_loops, degree, remove_self_loops, softmax
 
 
 def test_self_loops_and_degree(rng):
@@ -75,3 +75,33 @@ def test_sbm_is_reproducible_and_class_correlated():
     pred = np.argmin(((a.x[:, None, :] - mu[None]) ** 2).sum(-1), axis=1)
     assert (pred == a.y).mean() > 0.6
     assert (a.train_mask.sum(), a.val_mask.sum(), a.test_mask.sum()) == (1200, 400, 400)
+
+
+def test_bad_edge_index_is_rejected_everywhere_before_any_task():
+    """The issue's bad inputs (out of range, negative, wrong dtype, wrong shape) for every
+    entry point that takes node ids: the utilities, Data, the sampler, node_chunks."""
+    from conftest import submits_nothing
+    from tiletrain.geometric import GraphSAINTSampler
+    from tiletrain.pipeline import node_chunks
+    x = np.zeros((4, 2))
+    cases = [(np.array([[0, 1], [1, 4]]), ValueError, "out of range"),
+             (np.array([[0, -1], [1, 2]]), ValueError, "negative"),
+             (np.array([[0, 1], [1, 2]], np.int32), TypeError, "int64"),
+             (np.array([[0, 1], [1, 2]], np.float64), TypeError, "int64"),
+             (np.array([0, 1, 2]), ValueError, r"\(2, E\)"),
+             (np.zeros((3, 2), np.int64), ValueError, r"\(2, E\)")]
+    tt.wait()
+    with submits_nothing():
+        for ei, exc, msg in cases:
+            calls = [lambda: add_self_loops(ei, num_nodes=4), lambda: Data(x=x, edge_index=ei),
+                     lambda: GraphSAINTSampler(ei, 2, num_nodes=4),
+                     lambda: node_chunks(x, ei, np.zeros(4, np.int64), np.ones(4, bool), 2)]
+            if msg != "out of range":   # these know no number of nodes (as PyG's)
+                calls += [lambda: add_remaining_self_loops(ei), lambda: remove_self_loops(ei)]
+            for call in calls:
+                with pytest.raises(exc, match=msg):
+                    call()
+        with pytest.raises(ValueError, match="negative|out of range"):
+            degree(np.array([0, -1, 2]), 4)
+        with pytest.raises(TypeError, match="int64"):
+            degree(np.array([0.0, 1.0]), 4)

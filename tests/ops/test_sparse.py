@@ -111,3 +111,24 @@ def test_bad_input_is_rejected_before_any_task(rng):
             A @ X32
         with pytest.raises(TypeError, match="sparse CSR"):
             tt.sparse.mm(X, X)
+
+
+def test_feature_dimension_tiling_one_task_per_block_and_column_tile(rng):
+    """X tiled along the features: one csr_mm task per non-empty adjacency block and feature
+    column tile (each reads one block and one column block), the same product as row tiling."""
+    from tiletrain._ffi import lib
+    d, crow, col, val = _random_csr(rng, 12, 12, 0.3, empty_rows=(3,))
+    d[:, 6:][:6] = 0  # block (0, 1) empty
+    t = torch.from_numpy(d).to_sparse_csr()
+    A = tt.sparse_csr_tensor(t.crow_indices().numpy(), t.col_indices().numpy(), t.values().numpy(), (12, 12),
+                             blocks=(6, 6))
+    x = rng.standard_normal((12, 8))
+    nonempty = sum(bool(d[i:i + 6, k:k + 6].any()) for i in (0, 6) for k in (0, 6))
+    for ft, gf in ((8, 1), (2, 4), (3, 3)):
+        X = tt.from_numpy(x, (6, ft))
+        tt.wait()
+        before = lib.tt_kernel_ntasks(lib.TT_K_CSR_MM)
+        Y = A @ X
+        assert lib.tt_kernel_ntasks(lib.TT_K_CSR_MM) - before == nonempty * gf
+        assert Y.tiles == (6, ft)
+        np.testing.assert_allclose(Y.numpy(), d @ x, rtol=1e-12, atol=1e-12)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops
-from ..nn import Linear, Module, Parameter
-from ..ops.activations import dropout
+from ..nn import Linear, Module, ModuleList, Parameter
+from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
 from ..ops.sparse import SparseCSRTensor, sparse_csr_tensor
 from ..tensors import Tensor, as_dtype
@@ -242,4 +242,40 @@ class GATConv(Module):
         return f"{self.in_channels}, {self.out_channels}, heads={self.heads}"
 
 
-__all__ = ["GATConv", "GCNConv", "SAGEConv", "adjacency", "gcn_norm"]
+class ResGCNBlock(Module):
+    """One residual GCN layer of a deep GCN: h + relu(GCNConv(h))."""
+
+    def __init__(self, channels: int, *, dtype=np.float32, rng: np.random.Generator | None = None):
+        super().__init__()
+        self.conv = GCNConv(channels, channels, dtype=dtype, rng=rng)
+
+    def forward(self, h: Tensor, edge_index) -> Tensor:
+        return h + relu(self.conv(h, edge_index))
+
+
+class DeepGCN(Module):
+    """A deep residual GCN (GNNPipe's deep GNNs): ``lin_in`` (F -> hidden), ``num_layers``
+    ResGCNBlocks, ``lin_out`` (hidden -> classes).  ``parts()`` gives (first, blocks, last),
+    the units a pipeline splits into stages (tiletrain.pipeline.GNNPipe)."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int, *,
+                 dtype=np.float32, rng: np.random.Generator | None = None):
+        super().__init__()
+        if int(num_layers) < 1:
+            raise ValueError(f"DeepGCN: num_layers must be >= 1, got {num_layers}")
+        rng = rng or _rng
+        self.lin_in = Linear(in_channels, hidden_channels, dtype=dtype, rng=rng)
+        self.blocks = ModuleList([ResGCNBlock(hidden_channels, dtype=dtype, rng=rng) for _ in range(int(num_layers))])
+        self.lin_out = Linear(hidden_channels, out_channels, dtype=dtype, rng=rng)
+
+    def parts(self) -> tuple[tuple, tuple, tuple]:
+        return (self.lin_in,), tuple(self.blocks), (self.lin_out,)
+
+    def forward(self, x: Tensor, edge_index) -> Tensor:
+        h = self.lin_in(_node_features(x, "DeepGCN"))       # (N, hidden)
+        for block in self.blocks:
+            h = block(h, edge_index)
+        return self.lin_out(h)                              # (N, classes)
+
+
+__all__ = ["DeepGCN", "GATConv", "GCNConv", "ResGCNBlock", "SAGEConv", "adjacency", "gcn_norm"]

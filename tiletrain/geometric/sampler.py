@@ -45,7 +45,8 @@ class Subgraph:
 class GraphSAINTSampler:
     """Subgraphs of ``data`` (a Data record or an edge_index with ``num_nodes``), ``num_steps``
     per pass.  kind "node": ``batch_size`` nodes drawn with probability proportional to their
-    degree; "edge": ``batch_size`` edges drawn uniformly, both ends kept; "random_walk":
+    degree; "edge": ``batch_size`` edges drawn with GraphSAINT's probabilities (p_e proportional
+    to 1/deg(u) + 1/deg(v), out-degrees), both ends kept; "random_walk":
     ``batch_size`` walks of ``walk_length`` steps from uniform roots.  The induced subgraph of
     the drawn nodes is the sample."""
 
@@ -76,7 +77,10 @@ class GraphSAINTSampler:
         self._rowptr = from_numpy(rowptr, (N + 1,))
         self._col = from_numpy(ei[1][perm] if self.E else np.zeros(1, np.int64), (max(self.E, 1),))
         per = self.walk_length + 1 if kind == "random_walk" else 2 if kind == "edge" else 1
-        self._cap = 2 + 4 * min(N, self.batch_size * per) + 64  # grows when a sample does not fit
+        # room for the nodes and their induced edges; the edges a walk or a drawn edge took (and
+        # their reverses) are always induced.  Grows when a sample does not fit.
+        walked = 2 * self.batch_size * (self.walk_length if kind == "random_walk" else 1 if kind == "edge" else 0)
+        self._cap = 2 + 4 * min(N, self.batch_size * per) + 3 * min(walked, self.E) + 64
         self._step = 0
         self.node_norm = self.edge_norm = None
         if sample_coverage > 0:

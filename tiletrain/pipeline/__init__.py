@@ -28,11 +28,12 @@ from .priorities import (ONE_F_ONE_B, PRIORITIES, ZERO_BUBBLE, affinity, bottom_
 from . import enforce, schedules
 from .enforce import MECHANISMS, ScheduleRun, run_synthetic
 from .model import ModelPipeline, pipeline_plan
+from .gnn import GNNPipe, gnn_plan, node_chunks
 from .schedule import Action, Schedule, ScheduleError, Simulation
 from .simulate import Timeline, simulate
 from .synthetic import PipelinePlan, PlanTask, build_plan, dataflow_deps, submit
 
-__all__ = ["formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan",
+__all__ = ["GNNPipe", "gnn_plan", "node_chunks", "formulas", "gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan",
            "one_f_one_b_bubble", "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan",
            "interleaved_bubble_over_ideal",
            "affinity", "stage", "priority_hints", "make_hint", "ONE_F_ONE_B", "ZERO_BUBBLE", "PRIORITIES",

@@ -21,18 +21,29 @@ def _draw(key: int, i: int, n: int) -> int:
     return _mix(key ^ _mix(i)) % n if n > 0 else 0
 
 
+def _deg(rowptr, u: int) -> int:
+    return max(int(rowptr[u + 1] - rowptr[u]), 1)
+
+
 def saint_sample_ref(rowptr, col, n, e, kind, roots, length, seed, step, cap) -> np.ndarray:
     """The kernel's output buffer (cap entries; those it does not write are left as 0 here)."""
     key = _mix(((seed * 0x2545F4914F6CDD1D) & M64) ^ _mix(step & M64))
-    nodes = []
+    nodes, tries = [], 0
     for r in range(roots):
         if kind == 0:
             nodes.append(int(np.searchsorted(rowptr, _draw(key, r, e), side="right") - 1) if e else _draw(key, r, n))
         elif kind == 1:
             if e == 0:
                 break
-            p = _draw(key, r, e)
-            nodes += [int(np.searchsorted(rowptr, p, side="right") - 1), int(col[p])]
+            while True:  # GraphSAINT's p_e ~ 1/deg(u) + 1/deg(v), by rejection from uniform edges
+                p = _draw(key, 2 * tries, e)
+                u = int(np.searchsorted(rowptr, p, side="right") - 1)
+                w = 1.0 / _deg(rowptr, u) + 1.0 / _deg(rowptr, int(col[p]))
+                q = (_mix(key ^ _mix(2 * tries + 1)) >> 11) * 2.0 ** -53
+                tries += 1
+                if 2.0 * q < w:
+                    break
+            nodes += [u, int(col[p])]
         else:
             base = r * (length + 1)
             u = _draw(key, base, n)

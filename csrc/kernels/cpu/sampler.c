@@ -1,6 +1,7 @@
 /* GraphSAINT subgraph samplers (kernels.def, saint_sample): plain loops over a CSR graph by
  * source.  Random numbers: splitmix64 of (seed, step, draw index), so a sample depends on its
- * seed and step only.  The sampled nodes are sorted and deduplicated; the induced edges are
+ * seed and step only.  The edge sampler draws GraphSAINT's edge probabilities,
+ * p_e proportional to 1/deg(u) + 1/deg(v) (out-degrees), by rejection from uniform edges.  The sampled nodes are sorted and deduplicated; the induced edges are
  * found by a binary search of each neighbour in that list. */
 #include <stdlib.h>
 #include "tt_cpu.h"
@@ -31,6 +32,13 @@ static int64_t owner_of(const int64_t *rowptr, int64_t n, int64_t p)
             hi = mid;
     }
     return lo;
+}
+
+/* out-degree from the CSR, at least 1 (a node that is only a target counts as degree 1) */
+static inline int64_t degree(const int64_t *rowptr, int64_t u)
+{
+    int64_t d = rowptr[u + 1] - rowptr[u];
+    return d > 0 ? d : 1;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -69,14 +77,24 @@ void tt_cpu_saint_sample(const tt_args_saint_sample *a, const void *rowptr_, con
         return;
     }
     int64_t c = 0;
+    uint64_t tries = 0; /* the edge sampler's draws: two per try, numbered across the sample */
     for (int64_t r = 0; r < roots; r++) {
         if (a->kind == 0) { /* a node, with probability degree / e */
             nodes[c++] = e > 0 ? owner_of(rowptr, n, draw(key, (uint64_t)r, e)) : draw(key, (uint64_t)r, n);
-        } else if (a->kind == 1) { /* an edge, uniformly: both of its ends */
+        } else if (a->kind == 1) { /* an edge (u, v) with p_e ~ 1/deg(u) + 1/deg(v): both of its ends */
             if (e == 0)
                 break;
-            int64_t p = draw(key, (uint64_t)r, e);
-            nodes[c++] = owner_of(rowptr, n, p);
+            int64_t p, u;
+            for (;;) { /* rejection from uniform edges: accept with probability w_e / 2 (w_e <= 2) */
+                p = draw(key, 2 * tries, e);
+                u = owner_of(rowptr, n, p);
+                double w = 1.0 / (double)degree(rowptr, u) + 1.0 / (double)degree(rowptr, col[p]);
+                double q = (double)(mix64(key ^ mix64(2 * tries + 1)) >> 11) * 0x1.0p-53;
+                tries++;
+                if (2.0 * q < w)
+                    break;
+            }
+            nodes[c++] = u;
             nodes[c++] = col[p];
         } else { /* a random walk from a uniform root */
             int64_t u = draw(key, (uint64_t)r * (uint64_t)(length + 1), n);
