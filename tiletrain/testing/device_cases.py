@@ -297,6 +297,26 @@ def cnn3d_spatial(rng, dt):
     return out
 
 
+@case
+def graph_ops(rng, dt):
+    """index_select, gather, scatter_add, scatter_reduce (mean without self: the counting
+    scatter) and a CSR sparse-dense product with gradients for X and A's values (int64
+    index tensors), forward and backward."""
+    x = _t(rng, (9, 5), (4, 3), dt, grad=True)
+    sel = tt.index_select(x, 0, tt.from_numpy(np.array([3, 0, 8, 3, 5, 1], np.int64), (4,)))
+    gi = tt.from_numpy(rng.integers(0, 9, (6, 5)).astype(np.int64), (4, 3))
+    g = tt.gather(x, 0, gi)
+    src = _t(rng, (6, 5), (4, 3), dt, grad=True)
+    sa = tt.scatter_add(tt.zeros((9, 5), tiles=(4, 3), dtype=dt), 0, gi, src)
+    sr = tt.scatter_reduce(x, 0, gi, src, "mean", include_self=False)
+    vals = tt.from_numpy(rng.standard_normal(6).astype(dt)).requires_grad_()
+    A = tt.sparse_csr_tensor(np.array([0, 2, 3, 3, 6]), np.array([0, 4, 2, 1, 3, 8]), vals, (4, 9), blocks=(2, 4))
+    p = A @ x
+    for y in (sel, g, sa, sr, p):
+        _weighted_backward(y, rng)
+    return dict(sel=sel, g=g, sa=sa, sr=sr, p=p, dx=x.grad, dsrc=src.grad, dvals=vals.grad)
+
+
 # ---- training steps: (losses, parameters) after a few optimizer steps, float32 ----
 F32 = np.float32
 
