@@ -6,10 +6,12 @@ import pytest
 import torch
 import torch_geometric.data
 import torch_geometric.utils as pyg_utils
+from conftest import submits_nothing
 
 import tiletrain as tt
-from tiletrain.geometric import Data, sbm
+from tiletrain.geometric import Data, GraphSAINTSampler, sbm
 from tiletrain.geometric.utils import add_remaining_self_loops, add_self_loops, degree, remove_self_loops, softmax
+from tiletrain.pipeline import node_chunks
 
 
 def test_self_loops_and_degree(rng):
@@ -80,9 +82,6 @@ def test_sbm_is_reproducible_and_class_correlated():
 def test_bad_edge_index_is_rejected_everywhere_before_any_task():
     """The issue's bad inputs (out of range, negative, wrong dtype, wrong shape) for every
     entry point that takes node ids: the utilities, Data, the sampler, node_chunks."""
-    from conftest import submits_nothing
-    from tiletrain.geometric import GraphSAINTSampler
-    from tiletrain.pipeline import node_chunks
     x = np.zeros((4, 2))
     cases = [(np.array([[0, 1], [1, 4]]), ValueError, "out of range"),
              (np.array([[0, -1], [1, 2]]), ValueError, "negative"),

