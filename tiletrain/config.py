@@ -137,8 +137,8 @@ def env_max_tiles() -> int:
 
 
 def cache_root() -> str:
-    """TILETRAIN_CACHE: tiletrain's cache directory (tokenised corpora; scripts/build-starpu.sh
-    keeps the StarPU build there), default ~/.cache/tiletrain."""
+    """TILETRAIN_CACHE: tiletrain's cache directory (tokenised corpora, simulated machines;
+    scripts/build-starpu.sh keeps the StarPU build there), default ~/.cache/tiletrain."""
     return os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
 
 
@@ -161,8 +161,9 @@ def _launcher_int(names: tuple[str, ...], default: int) -> int:
 
 # ---- simulation (docs/simulation.md) ------------------------------------------------------------
 # TILETRAIN_SIMULATE=NAME chooses, when tiletrain first loads its compiled library, the
-# simulation flavour (tiletrain/_ffi.py asks simulated_machine() before anything else runs); `tiletrain simulate --machine NAME -- PROGRAM` sets it for the program.  One
-# StarPU per process, so init(simulate=NAME) must agree with it.
+# simulation flavour (tiletrain/_ffi.py asks simulated_machine() before anything else runs);
+# `tiletrain simulate --machine NAME -- PROGRAM` sets it for the program.  One StarPU per
+# process, so init(simulate=NAME) must agree with it.
 SIMULATE_ENV = "TILETRAIN_SIMULATE"
 _simulated_sessions = []
 
@@ -177,8 +178,7 @@ def machines_dir() -> str:
     ~/.cache/tiletrain/machines."""
     if os.environ.get("TILETRAIN_MACHINES"):
         return os.environ["TILETRAIN_MACHINES"]
-    cache = os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
-    return os.path.join(cache, "machines")
+    return os.path.join(cache_root(), "machines")
 
 
 @contextlib.contextmanager
