@@ -71,21 +71,47 @@ def test_every_kernel_with_a_cuda_implementation_has_a_body():
                 f"{k.name}: takes f16/bf16 but has no tt_{k.name}_half<H> in csrc/kernels/cuda/half_kernels.cuh"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not found (install the CUDA toolkit to compile-check the CUDA bodies)")
-@pytest.mark.parametrize("source", CUDA_SOURCES, ids=[p.name for p in CUDA_SOURCES])
-def test_cuda_body_compiles(source, gen_dir, tmp_path):
-    includes = [ROOT / "csrc" / "include", gen_dir]
-    if "cublas" in source.read_text():
-        inc = _cublas_include()
-        if inc is None:
-            pytest.skip("cuBLAS headers (cublas_v2.h) not found: install the CUDA toolkit's cuBLAS or the "
-                        "nvidia-cublas wheel to compile-check this file")
-        includes.append(inc)
-    # A virtual architecture only (PTX, no ptxas): the front end and code generation check
-    # syntax and types in about half the time of a full object for a real GPU.
-    cmd = [NVCC, "-c", "-std=c++17", "-arch=compute_75", "-code=compute_75", "-Werror", "all-warnings",
-           *(f"-I{p}" for p in includes), "-o", str(tmp_path / (source.stem + ".o")), str(source)]
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (install the CUDA toolkit to compile-check the "
+                                                      "CUDA bodies)")
+
+
+@pytest.fixture(scope="module")
+def compiles(gen_dir, tmp_path_factory):
+    """Every .cu compiling at once (nvcc is one thread: the files overlap on the cores), as
+    ``{name: (command, Popen, object path)}``, or ``{name: skip reason}``."""
+    out = tmp_path_factory.mktemp("cuda")
     tt.wait()  # puts the runtime's polling workers to sleep: they would slow nvcc down 2-3x
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
-    assert (tmp_path / (source.stem + ".o")).stat().st_size > 0
+    jobs = {}
+    for source in CUDA_SOURCES:
+        includes = [ROOT / "csrc" / "include", gen_dir]
+        if "cublas" in source.read_text():
+            inc = _cublas_include()
+            if inc is None:
+                jobs[source.name] = ("cuBLAS headers (cublas_v2.h) not found: install the CUDA toolkit's cuBLAS or "
+                                     "the nvidia-cublas wheel to compile-check this file")
+                continue
+            includes.append(inc)
+        # A virtual architecture only (PTX, no ptxas): the front end and code generation check
+        # syntax and types in about half the time of a full object for a real GPU.
+        obj = out / (source.stem + ".o")
+        cmd = [NVCC, "-c", "-std=c++17", "-arch=compute_75", "-code=compute_75", "-Werror", "all-warnings",
+               *(f"-I{p}" for p in includes), "-o", str(obj), str(source)]
+        jobs[source.name] = (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                             obj)
+    yield jobs
+    for job in jobs.values():
+        if not isinstance(job, str) and job[1].poll() is None:
+            job[1].kill()
+            job[1].wait()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("source", CUDA_SOURCES, ids=[p.name for p in CUDA_SOURCES])
+def test_cuda_body_compiles(source, compiles):
+    job = compiles[source.name]
+    if isinstance(job, str):
+        pytest.skip(job)
+    cmd, proc, obj = job
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{output}"
+    assert obj.stat().st_size > 0

@@ -46,8 +46,9 @@ def reference(tmp_path_factory):
     return ref
 
 
-@pytest.mark.parametrize("kind", ["gpt", "llama"])
-@pytest.mark.parametrize("nprocs, streams", [(2, 1), (2, 2), (3, 1), (3, 2)])
+# each model on 2 and 3 ranks and with 1 and 2 streams, each rank count with both streams and both
+# models (a pairwise cover of the 8 combinations)
+@pytest.mark.parametrize("kind, nprocs, streams", [("gpt", 2, 1), ("gpt", 3, 2), ("llama", 2, 2), ("llama", 3, 1)])
 def test_pipeline_serving_equals_one_process(tmp_path, reference, kind, nprocs, streams):
     tag = f"{kind}-{nprocs}-{streams}"
     run_mpi("serve_generate.py", nprocs, tmp_path, tag, kind, streams, timeout=60 * nprocs)

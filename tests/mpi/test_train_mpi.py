@@ -7,6 +7,7 @@ import pytest
 from fault_timing import assert_quick_exit
 from mpi_launch import requires_mpi, run_mpi, run_single
 
+from tiletrain.parallel import check_fit
 from tiletrain.utils.runlog import is_run_file, read_metrics
 
 pytestmark = [requires_mpi, pytest.mark.mpi]
@@ -78,6 +79,15 @@ def test_pipeline_plus_data_on_four_ranks(tmp_path, corpus):
     (("dist=data",), "--dist data: the batch of 4 sequences cannot be split evenly over 3 ranks"),
 ])
 def test_a_distribution_that_does_not_fit_is_rejected_before_any_task(tmp_path, corpus, args, message):
+    """The first case under mpirun -np 3 (every rank refuses before the runtime starts); the
+    others through ``parallel.check_fit`` with the same world, the check train() makes on every
+    rank (it depends only on its arguments)."""
+    if args != ("dist=pipeline+data",):
+        kw = dict(a.split("=", 1) for a in args)
+        with pytest.raises(ValueError) as exc:
+            check_fit(kw["dist"], n_layer=2, batch=4, world=3, stages=int(kw["stages"]) if "stages" in kw else None)
+        assert message in str(exc.value)
+        return
     res = run_mpi("train.py", 3, tmp_path, "bad", corpus, *args, timeout=60, check=False)
     assert_quick_exit(res.stdout)
     assert res.returncode != 0

@@ -20,6 +20,7 @@ from train_helpers import tiny_args
 
 import tiletrain as tt
 from tiletrain import checkpoint as ck
+from tiletrain.cli import main
 from tiletrain.train import TrainArgs, train
 from tiletrain.train.runs import figure_compare, figure_run
 from tiletrain.utils import RunLogger
@@ -168,15 +169,17 @@ def test_runs_show_compare_and_list(trained, tmp_path, capsys, monkeypatch):
     (["compare", "{old}", "{empty}"], ["has no metrics.jsonl"]),
     (["list", "{missing}"], ["is not a directory"]),
 ])
-def test_a_directory_without_metrics_is_a_clear_message(tmp_path, argv, words):
+def test_a_directory_without_metrics_is_a_clear_message(tmp_path, argv, words, capsys):
+    """`tiletrain runs ...` (cli.main in this process: nothing starts the runtime)."""
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / ck.CHECKPOINT_NAME).write_bytes(b"x")
     (tmp_path / "empty").mkdir()
     dirs = {k: tmp_path / k for k in ("old", "empty", "missing")}
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "runs", *[a.format(**dirs) for a in argv]],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    (line,) = r.stderr.strip().splitlines()
+    capsys.readouterr()
+    code = main(["runs", *[a.format(**dirs) for a in argv]])
+    _, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
     assert line.startswith("tiletrain: error: ")
     for w in words:
         assert w in line, line
