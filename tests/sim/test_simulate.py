@@ -136,13 +136,14 @@ def test_tiletrain_train_under_simulation_times_on_the_simulated_clock_and_skips
     ck = tmp_path / "ck"
     r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--json", "--",
                         "tiletrain", "train", "--steps", "3", "--n-layer", "1", "--n-embd", "64", "--batch", "2",
-                        "--seq-len", "32", "--eval-every", "0", "--sample-tokens", "4", "--no-progress",
+                        "--seq-len", "32", "--eval-every", "3", "--sample-tokens", "4", "--no-progress",
                         "--ckpt-dir", str(ck), "--run-dir", str(tmp_path / "run")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     assert out.count("note: simulated on machine 'small'") == 1 and "checkpoints are skipped" in out
     assert "sample:" not in out and not list(ck.glob("*.safetensors"))
+    assert "step 3: train loss" in out and "val loss" in out  # calibrate measured the validation's kernels too
     done = next(line for line in out.splitlines() if line.startswith("done at step 3:"))
     tps = float(done.split(":")[1].split("tokens/s")[0].replace(",", ""))
     simulated_s = json.loads(out.strip().splitlines()[-1])["simulated_s"]

@@ -11,17 +11,20 @@ The clock is StarPU's per-worker profiling clock (``tiletrain.trace.worker_stats
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import sys
 import tempfile
 import time
 
+import numpy as np
+
 import tiletrain as tt
 
 from ..config import simulated_machine
 from ..train import TrainArgs
-from ..train.loop import prepare, setup, step
+from ..train.loop import evaluate, prepare, setup, step
 
 
 def _clock_s() -> tuple[float, float]:
@@ -77,6 +80,10 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
             ids = [i for i, w in enumerate(workers) if w["kind"] == kind]
             ex = sum(workers[i]["executing_us"] - w0[i]["executing_us"] for i in ids) / 1e6
             busy_by_kind[kind] = ex / (elapsed * len(ids)) if elapsed > 0 else 0.0
+        if calibrate:  # after the timing: `tiletrain train --eval-every`'s validation forward (no_grad runs
+            # other kernels, e.g. the residual add fused into the layer norm), as many batches as steps
+            evaluate(run.model, prep.corpus, dataclasses.replace(args, eval_batches=steps + warmup),
+                     np.random.default_rng(args.seed + 1))
     finally:
         tt.shutdown()
         scratch.cleanup()

@@ -7,7 +7,8 @@ machine's folder (STARPU_PERF_MODEL_DIR, STARPU_HOSTNAME = the machine's name). 
 adds the new samples to those already there, so re-running refines the models.
 
 Workloads now: `tiletrain train`'s step (GPT 4x256, T=128, B=8: forward, cross-entropy,
-backward, gradient clipping, AdamW), via tiletrain/sim/bench.py.  A task of a kernel or tile
+backward, gradient clipping, AdamW) and its validation forward (``--eval-every``), via
+tiletrain/sim/bench.py.  A task of a kernel or tile
 shape not measured here is named when a simulation meets it (tiletrain simulate's error).
 """
 from __future__ import annotations
