@@ -22,9 +22,9 @@ BUILD_INPUTS := $(shell find csrc -type f 2>/dev/null) CMakeLists.txt setup.py p
 # Tests keep their StarPU perf models out of the user's ~/.starpu.
 TEST_ENV := STARPU_HOME=$(CURDIR)/build/starpu-home-test
 
-.PHONY: setup system sim test test-fast train generate bench info clean docs FORCE
+.PHONY: setup system sim bytecode test test-fast train generate bench info clean docs FORCE
 
-setup: system $(STAMP) sim
+setup: system $(STAMP) sim bytecode
 
 system:
 	@PYTHON=$(PYTHON) bash scripts/setup-system.sh
@@ -61,6 +61,13 @@ sim: $(STAMP)
 $(SIM_STAMP): $(BUILD_INPUTS) $(SIM_ENV)
 	$(PY) setup.py -q build_sim
 	@touch $@
+
+# Bytecode of the package and of the tests' helper modules, written here once: where the
+# environment sets PYTHONDONTWRITEBYTECODE (some machines do), every `tiletrain` command and
+# every test subprocess would otherwise compile ~120 modules from source at each start (1.3 s
+# of a 2.2 s start, measured).  Quick when up to date; a changed source is recompiled.
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q -j 0 tiletrain tests
 
 # Prints the skipped tests with their reasons and the 15 slowest tests at the end.
 # test-fast: the inner loop -- everything but the tests that launch mpirun.
