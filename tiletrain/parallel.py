@@ -64,7 +64,7 @@ from .tensors import Tensor
 from .tensors.creation import default_generator
 
 __all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout",
-           "microbatch", "n_replicas", "place", "plan", "replica", "shard_backward", "shards", "using"]
+           "microbatch", "n_replicas", "place", "plan", "replica", "shard_backward", "shards", "stage_modules", "using"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
 DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
@@ -263,6 +263,16 @@ def model_parts(model: CausalLM) -> tuple[tuple, tuple, tuple]:
 def blocks_of_stage(v: int, n_layer: int, n_stages: int) -> range:
     """The blocks of (virtual) stage ``v`` of ``n_stages``: an even, contiguous split."""
     return range(-(-v * n_layer // n_stages), -(-(v + 1) * n_layer // n_stages))
+
+
+def stage_modules(first, blocks, last, S: int) -> list[list]:
+    """Per virtual stage of ``S``, its modules in model order: an even, contiguous split of
+    ``blocks`` (``blocks_of_stage``), ``first`` with stage 0 and ``last`` with stage S - 1 (a
+    model's ``parts()``: the units a pipeline places)."""
+    if not 1 <= S <= len(blocks):
+        raise ValueError(f"{S} virtual stages but the model has {len(blocks)} blocks (at most one stage per block)")
+    return [(list(first) if v == 0 else []) + [blocks[i] for i in blocks_of_stage(v, len(blocks), S)]
+            + (list(last) if v == S - 1 else []) for v in range(S)]
 
 
 def plan(model, mode: str, world: int | None = None, stages: int | None = None,
