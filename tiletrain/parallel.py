@@ -73,18 +73,24 @@ PIPELINED = ("pipeline", "pipeline+data")
 
 def layout(mode: str, world: int | None = None, stages: int | None = None) -> tuple[int, int]:
     """(S stages, D replicas) of ``mode`` on ``world`` ranks (S * D == world, except in
-    ``single`` mode, where everything is on rank 0).  Raises ValueError for an unknown mode
+    ``single`` mode, where everything is on rank 0, and in ``pipeline`` mode with ``stages``
+    in one process: S groups of workers).  Raises ValueError for an unknown mode
     or a stage count that does not divide the world."""
     world = world_size() if world is None else int(world)
     if mode not in MODES:
         raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {mode!r}")
-    if stages is not None and mode != "pipeline+data":
-        raise ValueError(f"--stages is for --dist pipeline+data (--dist {mode} uses "
-                         f"{'one stage per rank' if mode == 'pipeline' else 'no stages'})")
+    if stages is not None and mode not in PIPELINED:
+        raise ValueError(f"--stages is for --dist pipeline+data, or pipeline in one process (--dist {mode} uses "
+                         "no stages)")
     if mode == "single":
         return 1, 1
     if mode == "pipeline":
-        return world, 1
+        if stages is None or int(stages) == world:
+            return world, 1
+        if world > 1:
+            raise ValueError(f"--dist pipeline --stages {stages}: under mpirun the stages are the {world} ranks "
+                             "(leave out --stages, or use --dist pipeline+data)")
+        return int(stages), 1   # one process: the stages are groups of workers
     if mode == "data":
         return 1, world
     S = DEFAULT_STAGES if stages is None else int(stages)
@@ -102,7 +108,7 @@ def check_fit(mode: str, *, n_layer: int, batch: int, world: int | None = None, 
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     if S > n_layer:
-        what = "(one per rank)" if mode == "pipeline" else f"(--stages {S})"
+        what = "(one per rank)" if mode == "pipeline" and stages is None else f"(--stages {S})"
         raise ValueError(f"--dist {mode}: {S} stages {what} but the model has only {n_layer} "
                          f"layers; use at most {n_layer} stages or more layers")
     if batch % D:

@@ -149,7 +149,8 @@ class ModelPipeline:
     caller steps its optimizer); with ``optimizer`` (a factory ``optimizer(params, delay)``)
     every stage has its own over its parameters, stepped after each backward when the
     schedule has no flush (``pb``, ``local``: required there), else once after the step
-    (tiletrain.pipeline.noflush: weight versions ``weights="stored"|"ema"``, LWP, SC).
+    (tiletrain.pipeline.noflush: weight versions ``weights="stored"|"ema"``, LWP, SC;
+    ``grad_clip``: each stage's gradient norm clipped before its update).
     ``heads`` (schedule ``local``): one module per stage boundary mapping a stage's output to
     the loss's input (``tiletrain.nn.LocalHeads``); a GPT or Llama gets default heads.
     ``workers``: per schedule rank, the worker ids it runs on (one process; default
@@ -162,7 +163,7 @@ class ModelPipeline:
 
     def __init__(self, model, schedule: Schedule, mechanism: str = "deps", workers: list[list[int]] | None = None,
                  *, optimizer: Callable | None = None, loss_fn: Callable | None = None, heads=None,
-                 weights: str = "stored", ema_beta: float = 0.9, max_versions: int = 64):
+                 weights: str = "stored", ema_beta: float = 0.9, max_versions: int = 64, grad_clip: float = 0.0):
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
         schedule.validate()
@@ -214,9 +215,10 @@ class ModelPipeline:
         if optimizer is not None:
             entries = stage_entries([prog.modules(v) for v in range(S)])
             head_params = [list(heads[v].parameters()) if heads and v < S - 1 else [] for v in range(S)]
-            self.updates = StageUpdates(entries, head_params, optimizer, weights, ema_beta, max_versions, self._on)
-        elif weights != "stored":
-            raise ValueError("weights= is for pipelines that update their weights (optimizer=)")
+            self.updates = StageUpdates(entries, head_params, optimizer, weights, ema_beta, max_versions, self._on,
+                                        grad_clip)
+        elif weights != "stored" or grad_clip:
+            raise ValueError("weights= and grad_clip= are for pipelines with per-stage optimizers (optimizer=)")
         self.params = [p for v in range(S) for m in prog.modules(v) for p in m.parameters()]
         self.params = list({id(p): p for p in self.params}.values())
         # the order tokens (collective): under MPI one per rank of the job, each rank using its

@@ -10,7 +10,8 @@ compensation="sc", delay=d)``: the schedule supplies each stage's delay,
 ``Schedule.delays()``):
 
   :class:`StageUpdates`  per stage an optimizer over the stage's parameters (and its local
-      head's), and the weight versions in flight:
+      head's; ``grad_clip`` > 0 clips the stage's gradient norm before each update), and the
+      weight versions in flight:
         F(s, j)  reads the version the schedule says (``Schedule.weight_versions``): the
                  newest, or with Linear Weight Prediction the optimizer's prediction D updates
                  ahead (``optimizer.predict()``)
@@ -43,6 +44,7 @@ from ..nn import Module
 from ..ops import add
 from ..ops.autograd import no_grad
 from ..ops.basic import axpy_, copy, scale
+from ..optim import clip_grad_norm_
 from ..tensors import Tensor, from_numpy
 from .schedule import Schedule
 
@@ -142,23 +144,27 @@ class StageUpdates:
     the context new tensors of stage s are made in (under mpirun: its rank)."""
 
     def __init__(self, entries: list[list[tuple]], heads: list[list], optimizer: Callable, weights: str = "stored",
-                 ema_beta: float = 0.9, max_versions: int = 64, on: Callable | None = None):
+                 ema_beta: float = 0.9, max_versions: int = 64, on: Callable | None = None, grad_clip: float = 0.0):
         if weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
         if not 0.0 <= ema_beta < 1.0:
             raise ValueError(f"ema_beta must be in [0, 1), got {ema_beta}")
         if not isinstance(max_versions, int) or isinstance(max_versions, bool) or max_versions < 1:
             raise ValueError(f"max_versions must be an int >= 1, got {max_versions!r}")
+        if not grad_clip >= 0:
+            raise ValueError(f"grad_clip must be >= 0 (0: no clipping), got {grad_clip}")
         if any(not e for e in entries):
             raise ValueError("every pipeline stage needs parameters (its optimizer updates them)")
         self.entries, self.weights, self.beta, self.max_versions = entries, weights, ema_beta, max_versions
         self.on = on or (lambda s: contextlib.nullcontext())
         self.S = len(entries)
         self.masters = [[p for _, _, p in e] for e in entries]
+        self.trained = [self.masters[s] + list(heads[s]) for s in range(self.S)]   # what stage s's optimizer updates
+        self.grad_clip = float(grad_clip)
         self.opts = []
         for s in range(self.S):
             with self.on(s):
-                self.opts.append(optimizer(self.masters[s] + list(heads[s]), 0))   # the delay: per step
+                self.opts.append(optimizer(self.trained[s], 0))   # the delay: per step
         self.optimizer = StageOptimizers(self.opts)
         self.lwp = [any(g.get("compensation") in ("lwp", "sc+lwp") for g in o.param_groups) for o in self.opts]
         if weights == "ema" and any(self.lwp):
@@ -193,10 +199,16 @@ class StageUpdates:
     def end(self) -> None:
         """After a step: with a flush, one optimizer step per stage (the step's gradients)."""
         if self.flush:
-            for s, o in enumerate(self.opts):
+            for s in range(self.S):
                 with self.on(s):
-                    o.step()
-                    o.zero_grad()
+                    self._step(s)
+
+    def _step(self, s: int) -> None:
+        """Stage s's optimizer step (its gradient clipped to ``grad_clip`` first)."""
+        if self.grad_clip > 0:
+            clip_grad_norm_(self.trained[s], self.grad_clip)
+        self.opts[s].step()
+        self.opts[s].zero_grad()
 
     def direct(self, s: int) -> bool:
         """Stage s reads and differentiates its current weights (no copy): with a flush, or a
@@ -266,8 +278,7 @@ class StageUpdates:
         if not direct:   # the gradient of the version read, onto the weights (plus what a tied use added)
             for p, leaf in zip(self.masters[s], leaves):
                 p.grad = leaf.grad if p.grad is None or leaf.grad is None else add(p.grad, leaf.grad)
-        self.opts[s].step()
-        self.opts[s].zero_grad()
+        self._step(s)
         if old is not None:     # u <- beta u + (1 - beta)(w_t - w_{t-1})
             if self.ema[s] is None:
                 self.ema[s] = [scale(p, 0.0) for p in self.masters[s]]
