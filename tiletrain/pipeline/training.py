@@ -11,8 +11,9 @@ and ``data`` (and a one-stage layout) step through ``parallel.shard_backward``, 
 
 The schedules without a flush (``pb``) or with stage-local losses (``local``) update each
 stage's weights during the step: the pipeline then holds per-stage optimizers made by the
-loop's factory (``optimizer(params, delay)``; ``pb`` with Spike Compensation and Linear
-Weight Prediction, ``STAGE_COMPENSATION``), the loop steps none of its own (``updates``), and
+loop's factory (``optimizer(params, delay, compensation)``; ``pb`` with ``--compensation``,
+Spike Compensation and Linear Weight Prediction by default; ``local`` none: its delays are
+0), the loop steps none of its own (``updates``), and
 the checkpoint's optimizer state is theirs (``ModelPipeline.optimizer``).  ``local`` trains
 the causal LM's default heads, one per stage boundary (``CausalLMStages``): they are not in
 the checkpoint, so ``--resume`` refuses it.
@@ -36,8 +37,8 @@ DEFAULT_SCHEDULE = "1f1b"
 # how the executor enforces a schedule's order in training (enforce.MECHANISMS): priorities
 # from the action order plus, per rank, an ordering dependency between consecutive actions
 MECHANISM = "deps"
-# the delay compensation of the per-stage optimizers under pb (tiletrain.optim: SC and LWP)
-STAGE_COMPENSATION = {"pb": "sc+lwp", "local": None}
+# --compensation: the delay compensation of the per-stage optimizers under pb (tiletrain.optim)
+COMPENSATION_CHOICES = ("none", "sc", "lwp", "sc+lwp")
 
 
 def check_schedule_option(spec: str | None, mode: str, resume: bool = False) -> None:
@@ -102,20 +103,23 @@ def training_schedule(spec: str | None, mode: str, micro_batches: int, n_layer: 
 
 
 def place(model, mode: str, stages: int | None = None, schedule: Schedule | None = None,
-          optimizer: Callable | None = None, grad_clip: float = 0.0) -> ModelPipeline | None:
+          optimizer: Callable | None = None, grad_clip: float = 0.0, compensation: str = "none") -> ModelPipeline | None:
     """``parallel.place`` for ``--dist mode``: without a schedule the mode's layout (None
     returned); with one, the model placed for it (``pipeline_plan``: its virtual stages on
     their ranks) and the :class:`ModelPipeline` that steps it -- with per-stage optimizers
     from the factory ``optimizer(params, delay, compensation)`` when the schedule updates
-    during the step (``updates``), each stage's gradient clipped to ``grad_clip`` (0: none)
-    before its update.  Collective under MPI; before the optimizer is made."""
+    during the step (``updates``; ``compensation`` one of ``COMPENSATION_CHOICES``, for the
+    schedules without a flush but ``local``), each stage's gradient clipped to ``grad_clip``
+    (0: none) before its update.  Collective under MPI; before the optimizer is made."""
     if schedule is None:
         parallel.place(model, mode, stages)
         return None
     parallel.place(model, pipeline_plan(model, schedule))
     if not updates(schedule):
         return ModelPipeline(model, schedule, MECHANISM)
-    comp = STAGE_COMPENSATION.get(schedule.name) if not schedule.local else None
+    if compensation not in COMPENSATION_CHOICES:
+        raise ValueError(f"compensation must be one of {', '.join(COMPENSATION_CHOICES)}, got {compensation!r}")
+    comp = None if schedule.local or compensation == "none" else compensation
     return ModelPipeline(model, schedule, MECHANISM, optimizer=lambda ps, d: optimizer(ps, d, comp),
                          grad_clip=grad_clip)
 
@@ -131,5 +135,5 @@ def step(model, pipe: ModelPipeline | None, batches: list) -> list:
     return [loss for k, (x, y) in enumerate(batches) for loss in parallel.shard_backward(model, x, y, k, m)]
 
 
-__all__ = ["DEFAULT_SCHEDULE", "MECHANISM", "STAGE_COMPENSATION", "check_schedule_option", "place", "step",
+__all__ = ["COMPENSATION_CHOICES", "DEFAULT_SCHEDULE", "MECHANISM", "check_schedule_option", "place", "step",
            "training_schedule", "updates"]

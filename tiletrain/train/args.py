@@ -19,7 +19,7 @@ from ..nn.causal_lm import RECOMPUTE
 from ..nn.pretrained import MODELS, model_class
 from ..parallel import MODES
 from ..pipeline.schedules import NAMES as SCHEDULES
-from ..pipeline.training import check_schedule_option
+from ..pipeline.training import COMPENSATION_CHOICES, check_schedule_option
 
 __all__ = ["TrainArgs", "add_arguments", "check_option", "parse_tiles", "DTYPES"]
 
@@ -130,6 +130,9 @@ class TrainArgs:
                                   + ", ".join(SCHEDULES) + ") or a CSV file (one row per stage, PyTorch's layout); "
                                   "default 1f1b (docs/pipeline-schedules.md); pb and local update each stage during the step "
                                   "(docs/pipelines-noflush.md)", group=RUNTIME, metavar="NAME|FILE.csv")
+    compensation: str = option("sc+lwp", "--schedule pb: the per-stage AdamW's delay compensation, none, sc (Spike "
+                               "Compensation), lwp (Linear Weight Prediction) or sc+lwp (docs/pipelines-noflush.md)",
+                               group=RUNTIME, choices=lambda: COMPENSATION_CHOICES)
     # checkpoints, evaluation, output
     ckpt_dir: str | None = option(None, "write checkpoint.safetensors here (default: no checkpoint)", group=OUTPUT)
     resume: bool = option(False, "continue from the checkpoint in --ckpt-dir", group=OUTPUT, exclusive="how")

@@ -179,7 +179,7 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
         return AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay,
                      compensation=compensation, delay=delay)
     # pb and local: the pipeline's per-stage optimizers update during the step (one per stage)
-    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule, adamw, args.grad_clip)
+    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule, adamw, args.grad_clip, args.compensation)
     opt = pipe.optimizer if pipelined.updates(prep.schedule) else adamw(model.parameters())
     run = Run(args, out, prep, model, opt, np.random.default_rng(args.seed), 0, model.flops_per_token(args.seq_len),
               pipe, log=prep.log)
