@@ -66,6 +66,7 @@ from .. import functional as F
 from ..distribution import SingleRank, use, world_size
 from ..geometric.nn import DeepGCN
 from ..nn import CausalLM, Dropout, LayerNorm, Linear, Sequential
+from ..optim import AdamW
 from ..ops import add, cat, scale
 from ..ops.activations import dropout_positions
 from ..ops.autograd import backward_from, defer_grads, no_grad
@@ -704,10 +705,14 @@ def _sequence_chunks(xs, ys, k: int):
 
 def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup: int = 1):
     """One process: ``warmup`` unrecorded steps, then one recorded step of ``schedule`` on
-    ``model`` (gradients zeroed after each; needs a runtime with profile=True and at least
-    one worker per rank).  Returns an ``enforce.ScheduleRun`` whose action times are the
-    first start and last end of each action's tasks (µs, 0 = the first start)."""
-    pp = ModelPipeline(model, schedule, mechanism)
+    ``model`` (gradients zeroed after each; a schedule that updates during the step, ``pb``
+    or ``local``, with a per-stage AdamW, lr 1e-4, no compensation; needs a runtime with
+    profile=True and at least one worker per rank).  Returns an ``enforce.ScheduleRun`` whose
+    action times are the first start and last end of each action's tasks (µs, 0 = the first
+    start)."""
+    updating = not schedule.flush or schedule.local
+    pp = ModelPipeline(model, schedule, mechanism,
+                       optimizer=(lambda ps, d: AdamW(ps, lr=1e-4, delay=d)) if updating else None)
 
     def step():
         pp.step(xs, ys)
