@@ -1,7 +1,8 @@
 """A deep residual GCN (16 layers) in a pipeline (tiletrain/pipeline/gnn.py's stage program
 run by ModelPipeline): split into stages, chunks of nodes as micro-batches, run by built-in
-schedules in one process (ranks = worker groups), the split backward (zb-h1) too: the losses and every gradient equal the plain loop's (reference_step) in float64;
-bad schedules and chunks are rejected."""
+schedules in one process (ranks = worker groups), the split backward (zb-h1) too: the losses
+and every gradient equal the plain loop's (reference_step) in float64; bad schedules and
+chunks are rejected."""
 import numpy as np
 import pytest
 

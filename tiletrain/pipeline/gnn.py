@@ -1,12 +1,12 @@
-"""A deep GCN (``tiletrain.geometric.nn.DeepGCN``) in a pipeline, GNNPipe's idea: chunks of
-nodes as micro-batches, the residual blocks split into stages, run by
+"""A deep GCN (``tiletrain.geometric.nn.DeepGCN``) in a pipeline, the GNNPipe paper's idea:
+chunks of nodes as micro-batches, the residual blocks split into stages, run by
 :class:`~tiletrain.pipeline.model.ModelPipeline` (the one executor) with ``DeepGCNStages``,
 its stage program, chosen from the model: ``ModelPipeline(model, schedule).step(chunks)``.
 
 Micro-batch j is the subgraph induced by chunk j of the nodes (:func:`node_chunks`): its
 features, its edges with both ends in the chunk (edges between chunks are dropped, as
-Cluster-GCN does; GNNPipe's historical embeddings for them are not implemented), its
-training nodes and their classes.  The step's loss is the mean cross-entropy over the
+Cluster-GCN does; the GNNPipe paper's historical embeddings for them are not implemented),
+its training nodes and their classes.  The step's loss is the mean cross-entropy over the
 training nodes of all chunks: micro-batch j contributes its sum divided by the step's count
 of training nodes, so the micro-batches' losses add up to it and the gradients are those of
 :func:`reference_step`, the plain loop in one process.

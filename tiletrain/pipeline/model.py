@@ -32,12 +32,13 @@ model placed with ``place(model, pipeline_plan(model, schedule))`` first: blocks
 activations and gradients, live on their virtual stage's rank).  With a world of D times the
 schedule's ranks (``--dist pipeline+data``), D replicas each run the schedule on a shard of
 every micro-batch: rank r of replica d is MPI rank d * ranks + r, and the replicas' partial
-gradients add up on the parameters' owners.  ``tiletrain train --dist pipeline|pipeline+data``
-steps through it (tiletrain.pipeline.training), and so do the benchmarks.  The order is enforced as ``enforce.enforce`` does (mechanisms submit /
-priority / deps); under ``deps`` every task an action runs on its rank also reads the rank's
-order token, and a barrier task writes the token after the action
+gradients add up on the parameters' owners. ``tiletrain train --dist
+pipeline|pipeline+data`` steps through it (tiletrain.pipeline.training), and so do the
+benchmarks. The order is enforced as ``enforce.enforce`` does (mechanisms submit / priority
+/ deps); under ``deps`` every task an action runs on its rank also reads the rank's order
+token, and a barrier task writes the token after the action
 (``runtime.submission(order=...)``; csrc/submit.c: ``tt_order_set`` / ``tt_order_barrier``),
-so a rank's actions start in list order.  Under MPI the token is the local rank's: tasks of
+so a rank's actions start in list order. Under MPI the token is the local rank's: tasks of
 an action that StarPU-MPI runs on another rank (a gradient reduced on its owner) are not
 ordered.
 

@@ -103,7 +103,8 @@ def training_schedule(spec: str | None, mode: str, micro_batches: int, n_layer: 
 
 
 def place(model, mode: str, stages: int | None = None, schedule: Schedule | None = None,
-          optimizer: Callable | None = None, grad_clip: float = 0.0, compensation: str = "none") -> ModelPipeline | None:
+          optimizer: Callable | None = None, grad_clip: float = 0.0,
+          compensation: str = "none") -> ModelPipeline | None:
     """``parallel.place`` for ``--dist mode``: without a schedule the mode's layout (None
     returned); with one, the model placed for it (``pipeline_plan``: its virtual stages on
     their ranks) and the :class:`ModelPipeline` that steps it -- with per-stage optimizers

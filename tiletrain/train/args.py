@@ -128,8 +128,8 @@ class TrainArgs:
                                 group=RUNTIME, limits=POSITIVE)
     schedule: str | None = option(None, "--dist pipeline|pipeline+data: the pipeline schedule, a built-in ("
                                   + ", ".join(SCHEDULES) + ") or a CSV file (one row per stage, PyTorch's layout); "
-                                  "default 1f1b (docs/pipeline-schedules.md); pb and local update each stage during the step "
-                                  "(docs/pipelines-noflush.md)", group=RUNTIME, metavar="NAME|FILE.csv")
+                                  "default 1f1b (docs/pipeline-schedules.md); pb and local update each stage during "
+                                  "the step (docs/pipelines-noflush.md)", group=RUNTIME, metavar="NAME|FILE.csv")
     compensation: str = option("sc+lwp", "--schedule pb: the per-stage AdamW's delay compensation, none, sc (Spike "
                                "Compensation), lwp (Linear Weight Prediction) or sc+lwp (docs/pipelines-noflush.md)",
                                group=RUNTIME, choices=lambda: COMPENSATION_CHOICES)

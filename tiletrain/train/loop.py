@@ -179,7 +179,8 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
         return AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay,
                      compensation=compensation, delay=delay)
     # pb and local: the pipeline's per-stage optimizers update during the step (one per stage)
-    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule, adamw, args.grad_clip, args.compensation)
+    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule, adamw, args.grad_clip,
+                           args.compensation)
     opt = pipe.optimizer if pipelined.updates(prep.schedule) else adamw(model.parameters())
     run = Run(args, out, prep, model, opt, np.random.default_rng(args.seed), 0, model.flops_per_token(args.seq_len),
               pipe, log=prep.log)
@@ -239,7 +240,7 @@ def step(run: Run) -> tuple[float, float]:
     micro = pipelined.step(model, run.pipe, batches)
     if not pipelined.updates(run.prep.schedule):   # pb, local: the stages updated (and clipped) already
         if args.grad_clip > 0:
-            run.grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)  # read (logged) after the step
+            run.grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)  # read (logged) after it
         opt.step()
         opt.zero_grad()
     value = float(np.mean([float(v) for v in micro]))
