@@ -1,6 +1,6 @@
-"""Pipelines without a flush on 2 stage modules in float64 (ModelPipeline, optimizer=): pb (SC+LWP, stored weights; plain,
-EMA weights), local (with its head) and 1f1b, 8 micro-batches; saves the losses per schedule
-to <out>/<tag>-rank<r>.npz.  Run alone (2 worker groups) and under mpirun -np 2 (stage s on
+"""Pipelines without a flush on 2 stage modules in float64 (ModelPipeline, optimizer=): pb
+(SC+LWP, stored weights; plain, EMA weights), local (with its head) and 1f1b, 8
+micro-batches; saves the losses per schedule to <out>/<tag>-rank<r>.npz.  Run alone (2 worker groups) and under mpirun -np 2 (stage s on
 rank s): the losses must agree."""
 import sys
 
