@@ -81,7 +81,7 @@ def training_schedule(spec: str | None, mode: str, micro_batches: int, n_layer: 
     CSV file ``spec``, checked to fit them and the model's ``n_layer`` blocks.  Depends only
     on its arguments: every rank raises the same ValueError, before anything is submitted."""
     check_schedule_option(spec, mode)
-    S, _ = layout(mode, world, stages)
+    S, D = layout(mode, world, stages)
     if S == 1:
         return None
     name = spec or DEFAULT_SCHEDULE
@@ -96,6 +96,9 @@ def training_schedule(spec: str | None, mode: str, micro_batches: int, n_layer: 
             if want != got:
                 raise ValueError(f"--schedule {name}: the schedule has {got} {what}, --dist {mode} on this job "
                                  f"needs {want} (--micro-batches {micro_batches}; {S} stages)")
+    if updates(s) and D > 1:
+        raise ValueError(f"--schedule {name} updates every stage during the step, with one replica: use --dist "
+                         f"pipeline (--dist {mode} has {D} data-parallel replicas)")
     if s.stages > n_layer:
         raise ValueError(f"--schedule {name}: {s.stages} virtual stages but the model has only {n_layer} layers "
                          "(at most one virtual stage per layer)")
