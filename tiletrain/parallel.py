@@ -64,7 +64,7 @@ from .tensors import Tensor
 from .tensors.creation import default_generator
 
 __all__ = ["MODES", "Plan", "Stage", "blocks_of_stage", "check_fit", "model_parts", "current_plan", "layout",
-           "microbatch", "n_replicas", "place", "plan", "replica", "shard_backward", "shards", "using"]
+           "microbatch", "n_replicas", "place", "plan", "replica", "shard_backward", "shards", "stage_modules", "using"]
 
 MODES = ("single", "pipeline", "data", "pipeline+data")
 DEFAULT_STAGES = 2  # pipeline+data without an explicit stage count
@@ -73,18 +73,24 @@ PIPELINED = ("pipeline", "pipeline+data")
 
 def layout(mode: str, world: int | None = None, stages: int | None = None) -> tuple[int, int]:
     """(S stages, D replicas) of ``mode`` on ``world`` ranks (S * D == world, except in
-    ``single`` mode, where everything is on rank 0).  Raises ValueError for an unknown mode
+    ``single`` mode, where everything is on rank 0, and in ``pipeline`` mode with ``stages``
+    in one process: S groups of workers).  Raises ValueError for an unknown mode
     or a stage count that does not divide the world."""
     world = world_size() if world is None else int(world)
     if mode not in MODES:
         raise ValueError(f"--dist must be one of {', '.join(MODES)}, got {mode!r}")
-    if stages is not None and mode != "pipeline+data":
-        raise ValueError(f"--stages is for --dist pipeline+data (--dist {mode} uses "
-                         f"{'one stage per rank' if mode == 'pipeline' else 'no stages'})")
+    if stages is not None and mode not in PIPELINED:
+        raise ValueError(f"--stages is for --dist pipeline+data, or pipeline in one process (--dist {mode} uses "
+                         "no stages)")
     if mode == "single":
         return 1, 1
     if mode == "pipeline":
-        return world, 1
+        if stages is None or int(stages) == world:
+            return world, 1
+        if world > 1:
+            raise ValueError(f"--dist pipeline --stages {stages}: under mpirun the stages are the {world} ranks "
+                             "(leave out --stages, or use --dist pipeline+data)")
+        return int(stages), 1   # one process: the stages are groups of workers
     if mode == "data":
         return 1, world
     S = DEFAULT_STAGES if stages is None else int(stages)
@@ -102,7 +108,7 @@ def check_fit(mode: str, *, n_layer: int, batch: int, world: int | None = None, 
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     if S > n_layer:
-        what = "(one per rank)" if mode == "pipeline" else f"(--stages {S})"
+        what = "(one per rank)" if mode == "pipeline" and stages is None else f"(--stages {S})"
         raise ValueError(f"--dist {mode}: {S} stages {what} but the model has only {n_layer} "
                          f"layers; use at most {n_layer} stages or more layers")
     if batch % D:
@@ -263,6 +269,16 @@ def model_parts(model: CausalLM) -> tuple[tuple, tuple, tuple]:
 def blocks_of_stage(v: int, n_layer: int, n_stages: int) -> range:
     """The blocks of (virtual) stage ``v`` of ``n_stages``: an even, contiguous split."""
     return range(-(-v * n_layer // n_stages), -(-(v + 1) * n_layer // n_stages))
+
+
+def stage_modules(first, blocks, last, S: int) -> list[list]:
+    """Per virtual stage of ``S``, its modules in model order: an even, contiguous split of
+    ``blocks`` (``blocks_of_stage``), ``first`` with stage 0 and ``last`` with stage S - 1 (a
+    model's ``parts()``: the units a pipeline places)."""
+    if not 1 <= S <= len(blocks):
+        raise ValueError(f"{S} virtual stages but the model has {len(blocks)} blocks (at most one stage per block)")
+    return [(list(first) if v == 0 else []) + [blocks[i] for i in blocks_of_stage(v, len(blocks), S)]
+            + (list(last) if v == S - 1 else []) for v in range(S)]
 
 
 def plan(model, mode: str, world: int | None = None, stages: int | None = None,

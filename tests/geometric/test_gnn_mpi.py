@@ -1,7 +1,7 @@
 """Under mpirun -np 2: index/scatter ops, CSR products and the GCN/GAT layers on block-cyclic
 tensors give the single-process results on every rank (the task lists are the same on every
 rank; StarPU-MPI runs each task where its output tile lives and moves the tiles it reads);
-a 16-layer residual GCN pipelined over the two ranks (GNNPipe, 1F1B, node chunks as
+a 16-layer residual GCN pipelined over the two ranks (ModelPipeline, 1F1B, node chunks as
 micro-batches) gives the plain loop's losses and gradients in one process."""
 import os
 import sys

@@ -205,6 +205,10 @@ def test_cli_schedule_run_on_a_real_gpt(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["schedule"] == "seq1f1b" and d["chunks"] == 2 and d["order_fraction"] == 1.0
     assert 0 <= d["idle_fraction"] < 1 and d["peak_activations"] > 0
+    assert main(["schedule", "run", "pb", "--stages", "2", "--microbatches", "4", "--gpt", "2x16",
+                 "--seq-len", "8", "--json"]) == 0     # updates during the step: a per-stage AdamW
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule"] == "pb" and d["delays"] == [2, 0] and d["order_fraction"] == 1.0
     with pytest.raises(SystemExit) as exc:
         main(["schedule", "run", "1f1b", "--stages", "2", "--microbatches", "2", "--gpt", "4by8"])
     assert exc.value.code == 2 and "LAYERSxWIDTH" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Pipelines without a flush: the pb and local schedules (weight versions, delays, local
 dependencies, queue depth), SC and LWP against a NumPy reference of their formulas, and
-StagePipeline: pb with one stage is plain SGD, local with one stage is ordinary training,
-and the bad inputs."""
+ModelPipeline on stage modules: pb with one stage is plain SGD, local with one stage is
+ordinary training, and the bad inputs; on GPT (tests/pipeline/test_noflush_gpt.py)."""
 import json
 
 import numpy as np
@@ -12,7 +12,7 @@ from tiletrain import functional as F
 from tiletrain.nn import Linear, LocalHeads, ReLU, Sequential
 from tiletrain.optim import SGD, AdamW, spike_coefficients
 from tiletrain.pipeline import Action, ScheduleError, formulas, schedules
-from tiletrain.pipeline.noflush import StagePipeline
+from tiletrain.pipeline import ModelPipeline
 
 
 # ---------------------------------------------------------------------------- schedules
@@ -155,7 +155,7 @@ def test_compensation_bad_input():
         AdamW([p], compensation="lwp", delay=-1)
 
 
-# ---------------------------------------------------------------------------- StagePipeline
+# ---------------------------------------------------------------------------- stage modules
 def _loss(logits, y):
     return F.cross_entropy(logits, tt.from_numpy(np.asarray(y, np.int64)))
 
@@ -169,6 +169,12 @@ def _stages(p, seed=1):
 def _data(n=6, seed=0):
     rng = np.random.default_rng(seed)
     return rng.normal(size=(n, 5, 8)), rng.integers(0, 4, size=(n, 5))
+
+
+def _pipe(stages, name, optimizer, m, queue=None, **kw):
+    """ModelPipeline on stage modules with the built-in schedule ``name`` for m micro-batches."""
+    return ModelPipeline(stages, schedules.get(name, len(stages), m, queue=queue), optimizer=optimizer,
+                         loss_fn=_loss, **kw)
 
 
 def _plain_sgd(X, Y, comp=None):
@@ -190,9 +196,8 @@ def test_one_stage_equals_plain_sgd_exactly(name):
     X, Y = _data()
     want, wparams = _plain_sgd(X, Y)
     st = _stages(1)
-    pp = StagePipeline(st, name, lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, compensation="sc+lwp", delay=d),
-                       _loss)
-    got = [float(v) for v in pp.step(X, Y)]
+    pp = _pipe(st, name, lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, compensation="sc+lwp", delay=d), len(X))
+    got = [float(v) for v in pp.step(X, Y).losses]
     assert got == want                                   # delay 0: SC and LWP change nothing
     for a, b in zip(st[0].parameters(), wparams):
         assert np.array_equal(a.numpy(), b)
@@ -202,8 +207,8 @@ def test_pb_stored_and_ema_weights_and_memory():
     X, Y = _data(12)
     runs = {}
     for w in ("stored", "ema"):
-        pp = StagePipeline(_stages(3), "pb", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, delay=d), _loss, weights=w)
-        runs[w] = ([float(v) for v in pp.step(X, Y)], pp.weight_memory())
+        pp = _pipe(_stages(3), "pb", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, delay=d), len(X), weights=w)
+        runs[w] = ([float(v) for v in pp.step(X, Y).losses], pp.weight_memory())
     (ls, ms), (le, me) = runs["stored"], runs["ema"]
     per = [(8 * 16 + 16) * 8, (16 * 16 + 16) * 8, (16 * 4 + 4) * 8]
     # the weights updated in place + delay+1 immutable versions (stages 0, 1); the last stage, delay 0, none
@@ -218,44 +223,42 @@ def test_local_trains_each_stage_on_its_own_head():
     X, Y = _data(8)
     heads = LocalHeads([16, 16], 4, dtype=np.float64, rng=np.random.default_rng(3))
     before = [p.numpy() for p in heads.parameters()]
-    pp = StagePipeline(_stages(3), "local", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9), _loss, heads=heads,
-                       queue=1)
-    assert len(pp.step(X, Y)) == 8 and pp.schedule.queue == 1
+    pp = _pipe(_stages(3), "local", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9), len(X), queue=1, heads=heads)
+    assert len(pp.step(X, Y).losses) == 8 and pp.schedule.queue == 1
     assert all(not np.array_equal(a, b.numpy()) for a, b in zip(before, heads.parameters()))
+
+
+def test_a_step_may_run_another_count_of_micro_batches():
+    X, Y = _data(8)
+    opt = lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, delay=d)  # noqa: E731
+    pp = _pipe(_stages(2), "pb", opt, 8)
+    assert len(pp.step(X[:3], Y[:3], schedules.get("pb", 2, 3)).losses) == 3
+    with pytest.raises(ValueError, match="must keep the pipeline's layout"):
+        pp.step(X[:3], Y[:3], schedules.get("1f1b", 2, 3))
 
 
 def test_stage_pipeline_bad_input():
     opt = lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, delay=d)  # noqa: E731
     with pytest.raises(ValueError, match="needs heads"):
-        StagePipeline(_stages(2), "local", opt, _loss)
+        _pipe(_stages(2), "local", opt, 2)
     with pytest.raises(ValueError, match="needs 2 heads"):
-        StagePipeline(_stages(3), "local", opt, _loss, heads=LocalHeads([16], 4, dtype=np.float64))
+        _pipe(_stages(3), "local", opt, 2, heads=LocalHeads([16], 4, dtype=np.float64))
     with pytest.raises(ValueError, match="heads are for schedule 'local'"):
-        StagePipeline(_stages(2), "pb", opt, _loss, heads=LocalHeads([16], 4, dtype=np.float64))
+        _pipe(_stages(2), "pb", opt, 2, heads=LocalHeads([16], 4, dtype=np.float64))
     with pytest.raises(ValueError, match="weights must be one of"):
-        StagePipeline(_stages(2), "pb", opt, _loss, weights="all")
+        _pipe(_stages(2), "pb", opt, 2, weights="all")
     with pytest.raises(ValueError, match="queue must be an int >= 0"):
-        StagePipeline(_stages(2), "local", opt, _loss, heads=LocalHeads([16], 4, dtype=np.float64),
-                      queue=-1).step(*_data(2))
+        _pipe(_stages(2), "local", opt, 2, queue=-1, heads=LocalHeads([16], 4, dtype=np.float64))
+    with pytest.raises(ValueError, match="pass optimizer="):
+        ModelPipeline(_stages(2), schedules.get("pb", 2, 2), loss_fn=_loss)
+    with pytest.raises(ValueError, match="2 virtual stages but there are 3 stage modules"):
+        ModelPipeline(_stages(3), schedules.get("1f1b", 2, 2), loss_fn=_loss)
+    with pytest.raises(ValueError, match="loss_fn"):
+        ModelPipeline(_stages(2), schedules.get("1f1b", 2, 2))
     X, Y = _data(8)
-    pp = StagePipeline(_stages(3), "pb", opt, _loss, max_versions=2)
+    pp = _pipe(_stages(3), "pb", opt, 8, max_versions=2)
     with pytest.raises(ValueError, match="over max_versions=2"):     # the delay needs more versions
         pp.step(X, Y)
     with pytest.raises(NotImplementedError, match="weights='ema' with Linear Weight Prediction"):
-        StagePipeline(_stages(2), "pb", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, compensation="lwp", delay=d),
-                      _loss, weights="ema")
-
-
-def test_model_pipeline_refuses_schedules_without_a_flush():
-    from tiletrain.nn import GPT, GPTConfig
-    from tiletrain.pipeline import ModelPipeline
-    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16))
-    with pytest.raises(NotImplementedError, match="StagePipeline"):
-        ModelPipeline(model, schedules.get("pb", 2, 2))
-
-
-def test_train_refuses_schedules_without_a_flush():
-    from tiletrain.pipeline.training import check_schedule_option
-    for name in ("pb", "local"):
-        with pytest.raises(ValueError, match="StagePipeline"):
-            check_schedule_option(name, "pipeline")
+        _pipe(_stages(2), "pb", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, compensation="lwp", delay=d), 2,
+              weights="ema")

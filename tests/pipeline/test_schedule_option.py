@@ -24,6 +24,12 @@ def test_the_layout_picks_the_schedule(tmp_path):
     assert training_schedule(None, "single", 4, n_layer=4, world=2) is None
     assert training_schedule(None, "data", 4, n_layer=4, world=2) is None
     assert training_schedule("gpipe", "pipeline", 4, n_layer=4, world=1) is None
+    # one process, --stages S: S stages on groups of workers (pb and local too)
+    s = training_schedule("pb", "pipeline", 4, n_layer=4, world=1, stages=2)
+    assert (s.name, s.ranks, s.flush) == ("pb", 2, False)
+    assert training_schedule("local", "pipeline", 4, n_layer=4, world=1, stages=3).local
+    with pytest.raises(ValueError, match="under mpirun the stages are the 2 ranks"):
+        training_schedule("pb", "pipeline", 4, n_layer=4, world=2, stages=3)
 
 
 @pytest.mark.parametrize("spec, mode, kw, message", [
@@ -35,6 +41,8 @@ def test_the_layout_picks_the_schedule(tmp_path):
     ("zb-v", "pipeline", dict(n_layer=3), "zb-v: 4 virtual stages but the model has only 3 layers"),
     ("interleaved-1f1b", "pipeline", dict(micro_batches=3), "--schedule interleaved-1f1b on 2 stages x "
                                                              "--micro-batches 3"),
+    ("pb", "pipeline+data", dict(world=4, stages=2), "--schedule pb updates every stage during the step, with one "
+                                                      "replica"),
 ])
 def test_a_schedule_that_does_not_fit_is_rejected(tmp_path, spec, mode, kw, message):
     (tmp_path / "c.csv").write_text(CSV)
@@ -42,7 +50,8 @@ def test_a_schedule_that_does_not_fit_is_rejected(tmp_path, spec, mode, kw, mess
     spec = {"CSV": str(tmp_path / "c.csv"), "BAD": str(tmp_path / "bad.csv")}.get(spec, spec)
     args = dict(world=2, micro_batches=2, n_layer=4) | kw
     with pytest.raises(ValueError, match=None) as exc:
-        training_schedule(spec, mode, args["micro_batches"], args["n_layer"], world=args["world"])
+        training_schedule(spec, mode, args["micro_batches"], args["n_layer"], world=args["world"],
+                          stages=args.get("stages"))
     assert message in str(exc.value)
 
 

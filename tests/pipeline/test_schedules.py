@@ -141,21 +141,25 @@ def test_durations_and_chrome_trace(tmp_path):
 
 def test_imports_run_one_way():
     """trace (records, metrics) <- pipeline (schedules, priorities) <- experiments (drivers
-    above nn): no module imports a layer above its own, not even lazily."""
+    above nn): no module imports a layer above its own, not even lazily.  The pipeline's
+    executor modules (the one executor and its stage programs, the training glue) run
+    models: they sit above nn, as tests/test_imports.py's LAYERS has the package."""
     import ast
     import pathlib
 
     import tiletrain
     root = pathlib.Path(tiletrain.__file__).parent
     above = {"trace": ("pipeline", "experiments", "nn"), "pipeline": ("experiments", "nn")}
+    executors = {"model.py", "gnn.py", "noflush.py", "training.py"}
     for pkg, banned in above.items():
         for path in (root / pkg).glob("*.py"):
+            ban = ("experiments",) if pkg == "pipeline" and path.name in executors else banned
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
-                    assert node.module.split(".")[0] not in banned, f"{path.name} imports ..{node.module}"
+                    assert node.module.split(".")[0] not in ban, f"{path.name} imports ..{node.module}"
                 if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     parts = node.module.split(".")
-                    assert not (parts[0] == "tiletrain" and len(parts) > 1 and parts[1] in banned), \
+                    assert not (parts[0] == "tiletrain" and len(parts) > 1 and parts[1] in ban), \
                         f"{path.name} imports {node.module}"
 
 

@@ -1,6 +1,8 @@
 """`tiletrain train --dist pipeline --schedule ...` under mpirun -np 2 gives the single-process
 losses (float64, dropout on): a built-in schedule other than the default (gpipe) and a CSV
-schedule of one's own, with the backward split into input and weight gradients on one stage.
+schedule of one's own, with the backward split into input and weight gradients on one stage;
+pb (per-stage updates during the step) gives the losses of its one-process run on two
+worker groups (--stages 2).
 Each launch has a timeout (tests/mpi/mpi_launch.py)."""
 import sys
 from pathlib import Path
@@ -21,7 +23,7 @@ CSV = ("0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3\n"
        "1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1F3,1I3,1W2,1W3\n")
 
 
-def test_gpipe_and_a_csv_schedule_give_the_one_process_losses(tmp_path):
+def test_gpipe_a_csv_schedule_and_pb_give_the_one_process_losses(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     csv = tmp_path / "mine.csv"
@@ -34,3 +36,9 @@ def test_gpipe_and_a_csv_schedule_give_the_one_process_losses(tmp_path):
         for r in range(2):
             got = np.load(tmp_path / f"{tag}-rank{r}.npz")["losses"]
             np.testing.assert_allclose(got, ref, rtol=1e-9, atol=0, err_msg=f"{tag} rank {r}")
+    run_single(SCRIPT, tmp_path, "pb-one", corpus, "dist=pipeline", "stages=2", "schedule=pb", "ncpu=2")
+    run_mpi(SCRIPT, 2, tmp_path, "pb", corpus, "dist=pipeline", "schedule=pb", timeout=120)
+    ref = np.load(tmp_path / "pb-one-rank0.npz")["losses"]
+    for r in range(2):
+        np.testing.assert_allclose(np.load(tmp_path / f"pb-rank{r}.npz")["losses"], ref, rtol=1e-9, atol=0,
+                                   err_msg=f"pb rank {r}")

@@ -1,6 +1,6 @@
 """Pipelines without a flush in miniature: an MLP split into stages trained on a small
-classification task with ``tiletrain.pipeline.noflush.StagePipeline`` (what
-examples/async_pipelines.py and benchmarks/async_pipelines.py run).
+classification task with ``tiletrain.pipeline.ModelPipeline`` on stage modules and a
+per-stage optimizer (what examples/async_pipelines.py and benchmarks/async_pipelines.py run).
 
 Methods (one micro-batch = one SGD step of the same size in every method but ``1f1b``):
   sync        one micro-batch at a time through every stage, update, next (plain SGD: the
@@ -24,7 +24,8 @@ import numpy as np
 from .. import functional as F
 from ..nn import Linear, LocalHeads, ReLU, Sequential
 from ..optim import SGD
-from ..pipeline.noflush import StagePipeline
+from ..pipeline import schedules
+from ..pipeline.model import ModelPipeline
 from ..runtime import context, wait
 from ..tensors import from_numpy
 from ..trace.metrics import idle_fractions
@@ -109,8 +110,11 @@ def run(method: str, stages: int = 4, epochs: int = 3, seed: int = 0, microbatch
     def opt(ps, d):
         return SGD(ps, lr=lr, momentum=momentum, compensation=comp, delay=d)
 
-    pp = StagePipeline(st, name, opt, _loss, heads=heads, weights=weights if name == "pb" else "stored",
-                       workers=[[s] for s in range(stages)])
+    pp = ModelPipeline(st, schedules.get(name, stages, 1), optimizer=opt, loss_fn=_loss, heads=heads,
+                       weights=weights if name == "pb" else "stored", workers=[[s] for s in range(stages)])
+
+    def step(x, t):   # the schedule for this step's micro-batches
+        pp.step(x, t, schedules.get(name, stages, len(x)))
     res = Result(method, data=what)
     rng = np.random.default_rng(seed)
     busy = span = 0.0
@@ -131,12 +135,12 @@ def run(method: str, stages: int = 4, epochs: int = 3, seed: int = 0, microbatch
         with recording() as rec:
             if name == "gpipe":
                 for j in range(len(xs)):
-                    pp.step(xs[j:j + 1], ys[j:j + 1])
+                    step(xs[j:j + 1], ys[j:j + 1])
             elif name == "1f1b":
                 for j in range(0, len(xs), flush_every):
-                    pp.step(xs[j:j + flush_every], ys[j:j + flush_every])
+                    step(xs[j:j + flush_every], ys[j:j + flush_every])
             else:
-                pp.step(xs, ys)
+                step(xs, ys)
         span += time.perf_counter() - t0
         seen += n
         idle = idle_fractions(rec.trace)

@@ -254,9 +254,9 @@ class ResGCNBlock(Module):
 
 
 class DeepGCN(Module):
-    """A deep residual GCN (GNNPipe's deep GNNs): ``lin_in`` (F -> hidden), ``num_layers``
-    ResGCNBlocks, ``lin_out`` (hidden -> classes).  ``parts()`` gives (first, blocks, last),
-    the units a pipeline splits into stages (tiletrain.pipeline.GNNPipe)."""
+    """A deep residual GCN (the GNNPipe paper's deep GNNs): ``lin_in`` (F -> hidden),
+    ``num_layers`` ResGCNBlocks, ``lin_out`` (hidden -> classes).  ``parts()`` gives (first,
+    blocks, last), the units a pipeline splits into stages (tiletrain.pipeline.ModelPipeline)."""
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int, *,
                  dtype=np.float32, rng: np.random.Generator | None = None):

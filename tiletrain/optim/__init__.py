@@ -241,7 +241,7 @@ class AdamW(_Compensated, Optimizer):
         _check_compensation(group.get("compensation"), group.get("delay", 0))
 
     def _update(self, g, p, st):
-        if g["compensation"] is not None:
+        if g["compensation"] is not None and g["delay"] > 0:   # at delay 0 SC and LWP change nothing
             self._update_compensated(g, p, st)
             return
         if "exp_avg" not in st:

@@ -1,41 +1,35 @@
-"""GNNPipe: a deep GCN (``tiletrain.geometric.nn.DeepGCN``) split into pipeline stages, with
-chunks of nodes as micro-batches, run by a :class:`Schedule` through ``enforce.enforce`` (the
-same order mechanisms, tags and priorities as ``ModelPipeline``).
+"""A deep GCN (``tiletrain.geometric.nn.DeepGCN``) in a pipeline, the GNNPipe paper's idea:
+chunks of nodes as micro-batches, the residual blocks split into stages, run by
+:class:`~tiletrain.pipeline.model.ModelPipeline` (the one executor) with ``DeepGCNStages``,
+its stage program, chosen from the model: ``ModelPipeline(model, schedule).step(chunks)``.
 
 Micro-batch j is the subgraph induced by chunk j of the nodes (:func:`node_chunks`): its
 features, its edges with both ends in the chunk (edges between chunks are dropped, as
-Cluster-GCN does; GNNPipe's historical embeddings for them are not implemented), its
-training nodes and their classes.  The step's loss is the mean cross-entropy over the
+Cluster-GCN does; the GNNPipe paper's historical embeddings for them are not implemented),
+its training nodes and their classes.  The step's loss is the mean cross-entropy over the
 training nodes of all chunks: micro-batch j contributes its sum divided by the step's count
 of training nodes, so the micro-batches' losses add up to it and the gradients are those of
 :func:`reference_step`, the plain loop in one process.
 
 Stage v holds an even, contiguous split of the residual blocks (``parallel.blocks_of_stage``);
-``lin_in`` goes with the first virtual stage, ``lin_out`` and the loss with the last.  A
-stage's input is the previous stage's output detached (a leaf that requires grad), so each
-action's backward stops at its stage and the input gradient crosses as data.  In one process
-schedule rank r is a group of workers; under ``mpirun`` it is MPI rank r, with the model
-placed first: ``place(model, gnn_plan(model, schedule))``."""
+``lin_in`` goes with the first virtual stage, ``lin_out`` and the loss with the last.  In
+one process schedule rank r is a group of workers; under ``mpirun`` it is MPI rank r, with
+the model placed first: ``place(model, pipeline_plan(model, schedule))``."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..distribution import SingleRank, use, world_size
 from ..functional import cross_entropy
 from ..geometric.nn import DeepGCN
 from ..geometric.utils import edge_index_array
 from ..ops import scale
+from ..ops.autograd import no_grad
 from ..ops.index import index_select
-from ..parallel import Plan, blocks_of_stage, using
-from ..runtime import context, mpi
-from ..runtime.context import submission
+from ..parallel import Plan, blocks_of_stage, stage_modules
 from ..tensors import Tensor, from_numpy
-from .enforce import MECHANISMS, enforce
-from .model import worker_groups
-from .schedule import Action, Schedule
+from .schedule import Schedule
 
 
 @dataclass
@@ -75,24 +69,18 @@ def node_chunks(x, edge_index, y, train_mask, chunks: int) -> list[NodeChunk]:
 
 def _check_model(model) -> None:
     if not isinstance(model, DeepGCN):
-        raise TypeError(f"GNNPipe: expected a tiletrain.geometric.nn.DeepGCN, got {type(model).__name__}")
+        raise TypeError(f"expected a tiletrain.geometric.nn.DeepGCN, got {type(model).__name__}")
 
 
-def gnn_plan(model: DeepGCN, schedule: Schedule, world: int | None = None) -> Plan:
-    """The ``parallel.Plan`` that places ``model``'s virtual stages on the schedule's ranks
-    (``Schedule.placement()``); give it to ``parallel.place`` under MPI."""
+def gcn_plan(model: DeepGCN, schedule: Schedule, world: int) -> Plan:
+    """The ``parallel.Plan`` placing a DeepGCN's virtual stages on the schedule's ranks
+    (``pipeline.model.pipeline_plan`` calls it: one plan function)."""
     _check_model(model)
-    world = world_size() if world is None else int(world)
     if world != schedule.ranks:
-        raise ValueError(f"gnn_plan: schedule {schedule.name!r} has {schedule.ranks} ranks, the world {world}")
-    first, blocks, last = model.parts()
-    S, L = schedule.stages, len(blocks)
+        raise ValueError(f"a DeepGCN pipeline runs one schedule rank per MPI rank: schedule {schedule.name!r} has "
+                         f"{schedule.ranks} ranks, the world {world}")
     pl = schedule.placement()
-    where = {id(m): pl[0] for m in first}
-    for v in range(S):
-        for i in blocks_of_stage(v, L, S):
-            where[id(blocks[i])] = pl[v]
-    where.update({id(m): pl[S - 1] for m in last})
+    where = {id(m): pl[v] for v, mods in enumerate(stage_modules(*model.parts(), schedule.stages)) for m in mods}
     owners = []
     for mod_name, mod in model.named_modules():
         if id(mod) in where:
@@ -120,93 +108,54 @@ def reference_step(model: DeepGCN, chunks: list[NodeChunk]) -> list[Tensor]:
     return losses
 
 
-class GNNPipe:
-    """Runs training steps of a DeepGCN with ``schedule`` (actions F and B: gpipe, 1f1b,
-    interleaved-1f1b): ``step(chunks)`` submits the forwards and backwards of the
-    micro-batches (one per chunk, ``schedule.microbatches`` of them) in the schedule's order
-    and returns their losses (no waiting); gradients accumulate into ``.grad``."""
+class DeepGCNStages:
+    """The stage program of a DeepGCN (``ModelPipeline`` picks it): micro-batches are
+    :class:`NodeChunk` s (``step(chunks)``, no targets: they are in the chunks); the loss of a
+    chunk is its share of the step's mean (``_chunk_loss``), as the plain loop's."""
 
-    def __init__(self, model: DeepGCN, schedule: Schedule, mechanism: str = "deps",
-                 workers: list[list[int]] | None = None):
+    chunked = False     # no sequence chunks
+    shares = True       # a chunk's loss is its share of the step's mean already
+    needs_targets = False   # the classes are the chunks'
+    stride = 1
+
+    def __init__(self, model: DeepGCN, S: int):
         _check_model(model)
-        if mechanism not in MECHANISMS:
-            raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
-        schedule.validate()
-        kinds = {a.kind for a in schedule.flat()}
-        if not kinds <= {"F", "B"} or schedule.chunks > 1:
-            raise ValueError(f"GNNPipe runs schedules of F and B actions without sequence chunks (gpipe, 1f1b, "
-                             f"interleaved-1f1b); schedule {schedule.name!r} has {''.join(sorted(kinds))} actions and "
-                             f"{schedule.chunks} chunk(s)")
+        self.model = model
         first, blocks, last = model.parts()
-        if schedule.stages > len(blocks):
-            raise ValueError(f"schedule {schedule.name!r} has {schedule.stages} virtual stages but the model has "
-                             f"{len(blocks)} blocks (at most one stage per block)")
-        self.model, self.schedule, self.mechanism = model, schedule, mechanism
-        S = schedule.stages
-        self.stage_blocks = [[blocks[i] for i in blocks_of_stage(v, len(blocks), S)] for v in range(S)]
-        self.rank_of_stage = schedule.placement()
-        self.mpi = mpi.enabled()
-        self.me = mpi.rank() if self.mpi else 0
-        self.plan = None
-        if self.mpi:
-            self.plan = gnn_plan(model, schedule)
-            staged = dict(self.plan.modules)
-            if any(m.__dict__.get("placement") is None for n, m in model.named_modules() if n in staged):
-                raise ValueError("GNNPipe: the model is not placed for the schedule: call "
-                                 "tiletrain.parallel.place(model, gnn_plan(model, schedule)) before the optimizer")
-            self.workers = [list(range(context.nworkers()))] * schedule.ranks
-        else:
-            self.workers = workers or worker_groups(schedule.ranks)
-        n = schedule.ranks
-        self.tokens = [from_numpy(np.zeros(1, np.float32), dist=SingleRank(q if self.mpi else 0)) for q in range(n)]
+        self.stage = stage_modules(first, blocks, last, S)
+        self.S = S
+        self.blocks = [[blocks[i] for i in blocks_of_stage(v, len(blocks), S)] for v in range(S)]
         self.dtype = model.lin_in.weight.dtype
+        self.total = 0
 
-    def _stage(self, v: int, h: Tensor, chunk: NodeChunk) -> Tensor:
+    def modules(self, v: int) -> list:
+        return self.stage[v]
+
+    def begin(self, chunks) -> None:
+        for c in chunks:
+            if not isinstance(c, NodeChunk):
+                raise TypeError(f"a DeepGCN pipeline steps NodeChunks (node_chunks), got {type(c).__name__}")
+        self.total = sum(len(c.train) for c in chunks)
+
+    def input(self, chunk: NodeChunk) -> Tensor:
+        return from_numpy(chunk.x.astype(self.dtype))
+
+    def forward(self, v: int, h: Tensor, chunk: NodeChunk) -> Tensor:
         if v == 0:
             h = self.model.lin_in(h)
-        for block in self.stage_blocks[v]:
+        for block in self.blocks[v]:
             h = block(h, chunk.edge_index)
-        return self.model.lin_out(h) if v == self.schedule.stages - 1 else h
+        return self.model.lin_out(h) if v == self.S - 1 else h
 
-    def step(self, chunks: list[NodeChunk]) -> list[Tensor]:
-        sch = self.schedule
-        if len(chunks) != sch.microbatches:
-            raise ValueError(f"schedule {sch.name!r} has {sch.microbatches} micro-batches, got {len(chunks)} chunks")
-        total = sum(len(c.train) for c in chunks)
-        ins, outs, losses = {}, {}, [None] * sch.microbatches
-        last = sch.stages - 1
+    def loss(self, y: Tensor, chunk: NodeChunk, target, head=None) -> Tensor:
+        return _chunk_loss(y if head is None else head(y), chunk, self.total)
 
-        def run(a: Action) -> None:
-            v, j = a.stage, a.microbatch
-            if a.kind == "F":
-                if v == 0:
-                    x = from_numpy(chunks[j].x.astype(self.dtype))
-                else:
-                    x = outs[(v - 1, j)].detach().requires_grad_()
-                    ins[(v, j)] = x
-                y = self._stage(v, x, chunks[j])
-                if v == last:
-                    y = losses[j] = _chunk_loss(y, chunks[j], total)
-                outs[(v, j)] = y
-            else:
-                y = outs.pop((v, j))
-                y.backward(None if v == last else ins.pop((v + 1, j)).grad)
+    def default_heads(self, schedule: Schedule, on):
+        return None
 
-        def submit(a: Action, r: int, token) -> None:
-            """Action a of rank r; under MPI the glue outside modules (the chunk's features,
-            the loss) on rank r too, the order token only on this rank's own actions."""
-            mine = token if (not self.mpi or r == self.me) else None
-            with use(SingleRank(r)) if self.mpi else contextlib.nullcontext():
-                if mine is None:
-                    run(a)
-                else:
-                    with submission(order=mine._ptr):
-                        run(a)
-
-        tokens = [self.tokens[r] for r in range(sch.ranks)]
-        with using(self.plan) if self.mpi else contextlib.nullcontext():
-            enforce(sch, submit, self.mechanism, workers=self.workers, tokens=tokens)
-        return losses
+    def predict(self, chunk: NodeChunk, on) -> np.ndarray:
+        with no_grad():
+            return self.model(self.input(chunk), chunk.edge_index).numpy()
 
 
-__all__ = ["GNNPipe", "NodeChunk", "gnn_plan", "node_chunks", "reference_step"]
+__all__ = ["DeepGCNStages", "NodeChunk", "gcn_plan", "node_chunks", "reference_step"]

@@ -1,4 +1,19 @@
-"""Running a :class:`Schedule` on a real GPT or Llama: every action is the model's own work.
+"""Running a :class:`Schedule` on a model: every action is the model's own work.  This is the
+one pipeline executor, ``ModelPipeline``: the executor (schedule checks, ``enforce``, order
+tokens, worker groups, MPI and replica ranks, weight updates during the step) is the same for
+every model; what a virtual stage's forward runs and its loss is the model's *stage program*,
+chosen from the model (``stage_program``):
+
+  a causal LM (GPT, Llama)  ``CausalLMStages`` (below): embeddings, blocks, head and loss;
+                            sequence chunks, dropout seeds as the plain loop's
+  a DeepGCN                 ``gnn.DeepGCNStages``: node chunks (``gnn.node_chunks``) as
+                            micro-batches
+  stage modules             ``noflush.StageModules``: a list of modules, one per stage, and a
+                            ``loss_fn``
+
+Schedules without a flush (``pb``) or with stage-local losses (``local``) update each
+stage's weights during the step: ``optimizer=`` (tiletrain.pipeline.noflush.StageUpdates:
+weight versions, LWP, SC).  For the causal LM:
 
   F(v, j)  virtual stage v's forward of micro-batch j: the embeddings (v = 0), v's blocks
            (an even split, ``parallel.blocks_of_stage``), and on the last stage the final
@@ -17,13 +32,13 @@ model placed with ``place(model, pipeline_plan(model, schedule))`` first: blocks
 activations and gradients, live on their virtual stage's rank).  With a world of D times the
 schedule's ranks (``--dist pipeline+data``), D replicas each run the schedule on a shard of
 every micro-batch: rank r of replica d is MPI rank d * ranks + r, and the replicas' partial
-gradients add up on the parameters' owners.  This is the one pipeline executor: ``tiletrain
-train --dist pipeline|pipeline+data`` steps through it (tiletrain.pipeline.training), and so
-do the benchmarks.  The order is enforced as ``enforce.enforce`` does (mechanisms submit /
-priority / deps); under ``deps`` every task an action runs on its rank also reads the rank's
-order token, and a barrier task writes the token after the action
+gradients add up on the parameters' owners. ``tiletrain train --dist
+pipeline|pipeline+data`` steps through it (tiletrain.pipeline.training), and so do the
+benchmarks. The order is enforced as ``enforce.enforce`` does (mechanisms submit / priority
+/ deps); under ``deps`` every task an action runs on its rank also reads the rank's order
+token, and a barrier task writes the token after the action
 (``runtime.submission(order=...)``; csrc/submit.c: ``tt_order_set`` / ``tt_order_barrier``),
-so a rank's actions start in list order.  Under MPI the token is the local rank's: tasks of
+so a rank's actions start in list order. Under MPI the token is the local rank's: tasks of
 an action that StarPU-MPI runs on another rank (a gradient reduced on its owner) are not
 ordered.
 
@@ -44,16 +59,21 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from .. import functional as F
 from ..distribution import SingleRank, use, world_size
+from ..geometric.nn import DeepGCN
+from ..nn import CausalLM, Dropout, LayerNorm, Linear, Sequential
+from ..optim import AdamW
 from ..ops import add, cat, scale
 from ..ops.activations import dropout_positions
 from ..ops.autograd import backward_from, defer_grads, no_grad
 from ..ops.creation import full
-from ..parallel import Plan, blocks_of_stage, current_plan, model_parts, plan, replica, shards, using
+from ..parallel import (Plan, blocks_of_stage, current_plan, model_parts, plan, replica, shards, stage_modules,
+                        using)
 from ..runtime import context, mpi, wait
 from ..runtime.context import submission
 from ..tensors import Tensor, from_numpy
@@ -61,14 +81,21 @@ from ..tensors.creation import Generator, default_generator
 from ..trace.records import recording
 from ..utils.checkpoint import add_gradient, checkpoint, recomputing
 from .enforce import MECHANISMS, ScheduleRun, enforce
+from .gnn import DeepGCNStages, gcn_plan
+from .noflush import StageModules, StageUpdates, stage_entries
 from .schedule import PHASE, Action, Schedule
 
 
 def pipeline_plan(model, schedule: Schedule, world: int | None = None) -> Plan:
     """The ``parallel.Plan`` that places ``model``'s virtual stages on the schedule's ranks
-    (``Schedule.placement()``): ``--dist pipeline`` on a world of ``schedule.ranks`` ranks,
-    ``pipeline+data`` (world / ranks replicas, each running the schedule) on a multiple."""
+    (``Schedule.placement()``); give it to ``parallel.place`` under MPI.  A GPT or Llama:
+    ``--dist pipeline`` on a world of ``schedule.ranks`` ranks, ``pipeline+data`` (world /
+    ranks replicas, each running the schedule) on a multiple; a DeepGCN: one rank per
+    schedule rank (``gnn.gcn_plan``).  Stage modules are placed by building stage v on its
+    rank (no plan)."""
     world = world_size() if world is None else int(world)
+    if isinstance(model, DeepGCN):
+        return gcn_plan(model, schedule, world)
     pl = schedule.placement()
     stage_ranks = [pl[v] for v in range(schedule.stages)]
     if world > schedule.ranks:
@@ -86,6 +113,29 @@ def worker_groups(ranks: int, nworkers: int | None = None) -> list[list[int]]:
     return [list(range(r * n // ranks, (r + 1) * n // ranks)) for r in range(ranks)]
 
 
+def _default_workers(ranks: int) -> list[list[int]]:
+    """``worker_groups`` when there is a worker per rank, else one worker each, round robin."""
+    n = context.nworkers()
+    return worker_groups(ranks, n) if n >= ranks else [[r % n] for r in range(ranks)]
+
+
+def stage_program(model, schedule: Schedule, loss_fn=None):
+    """The stage program of ``model`` (what F and B of a virtual stage run): a causal LM (GPT,
+    Llama: ``CausalLMStages``), a DeepGCN (``gnn.DeepGCNStages``) or a list / Sequential of
+    stage modules with ``loss_fn`` (``noflush.StageModules``)."""
+    S = schedule.stages
+    if isinstance(model, (list, tuple, Sequential)):
+        return StageModules(list(model), loss_fn, S)
+    if loss_fn is not None:
+        raise ValueError("loss_fn is for a model given as stage modules; a GPT, Llama or DeepGCN has its own loss")
+    if isinstance(model, CausalLM):
+        return CausalLMStages(model, S)
+    if isinstance(model, DeepGCN):
+        return DeepGCNStages(model, S)
+    raise TypeError(f"ModelPipeline runs a tiletrain.nn.CausalLM (GPT, Llama), a tiletrain.geometric.nn.DeepGCN or "
+                    f"a list of stage modules with loss_fn; got {type(model).__name__}")
+
+
 @dataclass
 class StepResult:
     losses: list                  # per micro-batch (and, micro-batch-major, per replica): the unscaled loss Tensor
@@ -93,46 +143,107 @@ class StepResult:
 
 
 class ModelPipeline:
-    """Runs training steps of ``model`` (a GPT or Llama) with ``schedule``.
+    """Runs training steps of ``model`` with ``schedule``: a GPT or Llama, a DeepGCN (node
+    chunks as micro-batches) or a list of stage modules with ``loss_fn(logits, target)``.
 
-    ``step(xs, ys)`` submits one forward + backward of the m micro-batches (no optimizer
-    step, no waiting) and returns their losses; gradients accumulate into ``.grad``.
+    ``step(xs, ys)`` submits the schedule's actions on the m micro-batches (no waiting) and
+    returns their losses.  Without ``optimizer`` gradients accumulate into ``.grad`` (the
+    caller steps its optimizer); with ``optimizer`` (a factory ``optimizer(params, delay)``)
+    every stage has its own over its parameters, stepped after each backward when the
+    schedule has no flush (``pb``, ``local``: required there), else once after the step
+    (tiletrain.pipeline.noflush: weight versions ``weights="stored"|"ema"``, LWP, SC;
+    ``grad_clip``: each stage's gradient norm clipped before its update).
+    ``heads`` (schedule ``local``): one module per stage boundary mapping a stage's output to
+    the loss's input (``tiletrain.nn.LocalHeads``); a GPT or Llama gets default heads.
     ``workers``: per schedule rank, the worker ids it runs on (one process; default
-    ``worker_groups``); under MPI every rank uses its own workers, and the model must be
-    placed for the schedule (``place(model, pipeline_plan(model, schedule))``): with D
-    replicas (``pipeline+data``) each micro-batch is split into D shards, one per replica.
+    ``worker_groups``, or one worker each round robin when there are fewer workers than
+    ranks); under MPI every rank uses its own workers, and the model must be placed for the
+    schedule (``place(model, pipeline_plan(model, schedule))``; stage modules: stage v built
+    on rank v): with D replicas (``pipeline+data``) each micro-batch is split into D shards,
+    one per replica.
     """
 
-    def __init__(self, model, schedule: Schedule, mechanism: str = "deps", workers: list[list[int]] | None = None):
+    def __init__(self, model, schedule: Schedule, mechanism: str = "deps", workers: list[list[int]] | None = None,
+                 *, optimizer: Callable | None = None, loss_fn: Callable | None = None, heads=None,
+                 weights: str = "stored", ema_beta: float = 0.9, max_versions: int = 64, grad_clip: float = 0.0):
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
         schedule.validate()
-        if not schedule.flush or schedule.local:
-            raise NotImplementedError(
-                f"schedule {schedule.name!r} has {'no flush' if not schedule.flush else 'stage-local losses'}: "
-                "ModelPipeline runs schedules with a flush and one loss (GPT, Llama); run pb and local with "
-                "tiletrain.pipeline.noflush.StagePipeline")
-        first, blocks, last = model_parts(model)
-        if schedule.stages > len(blocks):
-            raise ValueError(f"schedule {schedule.name!r} has {schedule.stages} virtual stages but the model has "
-                             f"{len(blocks)} blocks (at most one stage per block)")
+        try:
+            self.program = prog = stage_program(model, schedule, loss_fn)
+        except ValueError as exc:
+            raise ValueError(f"schedule {schedule.name!r}: {exc}") from None
         self.model, self.schedule, self.mechanism = model, schedule, mechanism
-        self.first, self.last = first, last
-        self.blocks = [[blocks[i] for i in blocks_of_stage(v, len(blocks), schedule.stages)]
-                       for v in range(schedule.stages)]
+        S, name = schedule.stages, schedule.name
+        if schedule.chunks > 1 and (not prog.chunked or schedule.local):
+            raise ValueError(f"schedule {name!r} splits micro-batches into {schedule.chunks} sequence chunks: only a "
+                             "causal LM's (GPT, Llama) with one loss are")
+        updating = not schedule.flush or schedule.local
+        if updating and optimizer is None:
+            raise ValueError(f"schedule {name!r} has {'stage-local losses' if schedule.local else 'no flush'}: its "
+                             "stages update their weights during the step; pass optimizer=, a factory "
+                             "optimizer(params, delay) (e.g. lambda ps, d: SGD(ps, lr=0.05, momentum=0.9, delay=d))")
+        if updating and {a.kind for a in schedule.flat()} & {"I", "W"}:
+            raise NotImplementedError(f"schedule {name!r}: a split backward (I/W) without a flush (the update "
+                                      "would follow W); write B actions")
         self.mpi = mpi.enabled()
         self.me = mpi.rank() if self.mpi else 0
-        self.plan = self._placed_plan() if self.mpi else None
-        self.replicas = self.plan.replicas if self.mpi else 1
+        self.plan = None
+        if self.mpi and isinstance(prog, StageModules):
+            self._check_stage_ranks()
+        elif self.mpi:
+            self.plan = self._placed_plan()
+        self.replicas = self.plan.replicas if self.plan is not None else 1
+        if updating and self.replicas > 1:
+            raise NotImplementedError(f"schedule {name!r} with {self.replicas} data-parallel replicas: per-stage "
+                                      "updates during the step are for one replica (--dist pipeline)")
         if self.mpi:
             self.workers = [list(range(context.nworkers()))] * schedule.ranks
         else:
-            self.workers = workers or worker_groups(schedule.ranks)
-        self.params = list(model.parameters())
+            self.workers = workers or _default_workers(schedule.ranks)
+        if schedule.local:
+            heads = prog.default_heads(schedule, self._on) if heads is None else heads
+            if heads is None and S > 1:
+                raise ValueError("schedule 'local' needs heads: one auxiliary classifier per stage boundary "
+                                 "(tiletrain.nn.LocalHeads)")
+            heads = list(heads or [])
+            if len(heads) != S - 1:
+                raise ValueError(f"schedule 'local' with {S} stages needs {S - 1} heads (one per stage boundary), "
+                                 f"got {len(heads)}")
+        elif heads is not None:
+            raise ValueError(f"heads are for schedule 'local' (stage-local losses), not {name!r}")
+        self.heads = heads
+        self.updates = None
+        if optimizer is not None:
+            entries = stage_entries([prog.modules(v) for v in range(S)])
+            head_params = [list(heads[v].parameters()) if heads and v < S - 1 else [] for v in range(S)]
+            self.updates = StageUpdates(entries, head_params, optimizer, weights, ema_beta, max_versions, self._on,
+                                        grad_clip)
+        elif weights != "stored" or grad_clip:
+            raise ValueError("weights= and grad_clip= are for pipelines with per-stage optimizers (optimizer=)")
+        self.params = [p for v in range(S) for m in prog.modules(v) for p in m.parameters()]
+        self.params = list({id(p): p for p in self.params}.values())
         # the order tokens (collective): under MPI one per rank of the job, each rank using its
         # own only; in one process one per schedule rank
-        n = self.plan.world if self.mpi else schedule.ranks
+        n = mpi.world_size() if self.mpi else schedule.ranks
         self.tokens = [from_numpy(np.zeros(1, np.float32), dist=SingleRank(q if self.mpi else 0)) for q in range(n)]
+
+    @property
+    def optimizer(self):
+        """The per-stage optimizers as one (``noflush.StageOptimizers``), or None without
+        ``optimizer=``."""
+        return None if self.updates is None else self.updates.optimizer
+
+    def weight_memory(self) -> list[int]:
+        """Per stage: the peak bytes of its weight copies held so far (the current weights,
+        stored versions or the moving average, LWP predictions)."""
+        if self.updates is None:
+            raise ValueError("weight_memory(): the pipeline holds no weight versions (no optimizer=)")
+        return self.updates.weight_memory()
+
+    def predict(self, x) -> np.ndarray:
+        """The model's output on ``x`` with the current weights, stage after stage (waits)."""
+        return self.program.predict(x, self._on)
 
     def _placed_plan(self) -> Plan:
         """Under MPI: the current plan, checked to place the model for the schedule."""
@@ -146,58 +257,78 @@ class ModelPipeline:
                              "tiletrain.parallel.place(model, pipeline_plan(model, schedule)) before the optimizer")
         return placed
 
+    def _check_stage_ranks(self) -> None:
+        """Under MPI, stage modules: one rank per schedule rank, stage v's parameters on its rank."""
+        sch = self.schedule
+        if mpi.world_size() != sch.ranks:
+            raise ValueError(f"under mpirun stage modules run one schedule rank per MPI rank: schedule {sch.name!r} "
+                             f"has {sch.ranks} ranks, the world {mpi.world_size()}")
+        pl = sch.placement()
+        for v in range(sch.stages):
+            for q in (p for m in self.program.modules(v) for p in m.parameters()):
+                if set(np.asarray(q.owners()).ravel().tolist()) != {pl[v]}:
+                    raise ValueError(f"under mpirun stage {v}'s parameters must live on rank {pl[v]}: build it "
+                                     f"inside tiletrain.distribution.use(SingleRank({pl[v]}))")
+
     def rank(self, d: int, r: int) -> int:
         """The rank (MPI rank; in one process the worker group) of schedule rank r of replica d."""
-        return self.plan.rank_of(d, r) if self.mpi else r
+        return self.plan.rank_of(d, r) if self.plan is not None else r
 
-    # ----------------------------------------------------------------- actions
-    def _forward(self, v: int, x, kv: "_ChunkKV | None" = None, pos: int = 0):
-        """Stage v on x; with ``kv``, x is the sequence chunk at positions pos.."""
-        if v == 0:
-            x = self._embed(x, pos)
-        recompute = self.model.config.recompute == "block"   # as the model's forward
-        for i, block in enumerate(self.blocks[v]):
-            args = () if kv is None else (kv, i, pos)
-            x = checkpoint(block, x, *args) if recompute else block(x, *args)
-        return x
+    def _on(self, v: int):
+        """Under mpirun: new tensors of virtual stage v's work (replica 0) live on its rank."""
+        return use(SingleRank(self.rank(0, self.schedule.placement()[v]))) if self.mpi else contextlib.nullcontext()
 
-    def _embed(self, idx, pos: int = 0):
-        return self.model.embed(self.model.token_ids(idx, "idx"), pos)   # the model contract (CausalLM)
+    def _schedule_for(self, schedule: Schedule | None) -> Schedule:
+        """``step``'s schedule: the pipeline's, or one of the same layout for another count of
+        micro-batches."""
+        if schedule is None:
+            return self.schedule
+        schedule.validate()
+        mine = self.schedule
+        same = ("ranks", "stages", "flush", "local", "chunks")
+        if any(getattr(schedule, k) != getattr(mine, k) for k in same) or schedule.placement() != mine.placement():
+            raise ValueError(f"step(schedule={schedule.name!r}): a step's schedule must keep the pipeline's layout "
+                             f"({', '.join(same)} and placement of {mine.name!r}); only the micro-batches may differ")
+        return schedule
 
-    def _head_loss(self, x, targets, reduction: str = "mean"):
-        return self.model.head_loss(x, targets, reduction=reduction)
-
-    def step(self, xs, ys) -> StepResult:
-        """Submit forward and backward of the micro-batches ``xs[j]``, ``ys[j]`` (token ids,
-        (B, T) each) in the schedule's order; returns the losses (no waiting): per
-        micro-batch, and with D replicas per micro-batch the D shards' (micro-batch-major)."""
-        sch = self.schedule
-        if len(xs) != sch.microbatches or len(ys) != sch.microbatches:
-            raise ValueError(f"schedule {sch.name!r} has {sch.microbatches} micro-batches, got {len(xs)} inputs and "
-                             f"{len(ys)} targets")
-        runs = self._replica_steps(xs, ys)
-        here = 0 if not self.mpi else self.me // sch.ranks    # this rank's replica
+    def step(self, xs, ys=None, schedule: Schedule | None = None) -> StepResult:
+        """Submit the actions of the micro-batches ``xs[j]``, ``ys[j]`` (a GPT's token ids and
+        targets, (B, T) each; a DeepGCN's NodeChunks, no ``ys``; stage modules' inputs and
+        targets) in the schedule's order -- ``schedule``: this step's, of the pipeline's layout
+        for ``len(xs)`` micro-batches --; returns the losses (no waiting): per micro-batch,
+        and with D replicas per micro-batch the D shards' (micro-batch-major)."""
+        sch = self._schedule_for(schedule)
+        m = sch.microbatches
+        if ys is None and self.program.needs_targets:
+            raise ValueError(f"step(xs, ys): {type(self.model).__name__} needs targets ys")
+        if len(xs) != m or (ys is not None and len(ys) != m):
+            raise ValueError(f"schedule {sch.name!r} has {m} micro-batches, got {len(xs)} inputs"
+                             + ("" if ys is None else f" and {len(ys)} targets"))
+        self.program.begin(xs)
+        runs = self._replica_steps(sch, xs, [None] * m if ys is None else ys)
+        here = 0 if self.plan is None else self.me // sch.ranks    # this rank's replica
         tokens = [self.tokens[self.rank(here, r)] for r in range(sch.ranks)]
-        # a backward recomputes up to one checkpoint per block, the k-th 2k+1 and 2k+2 below the
-        # action's priority (utils.checkpoint): actions' priorities that far apart stay apart
-        stride = 2 * max(len(b) for b in self.blocks) + 3
-        with using(self.plan) if self.mpi else contextlib.nullcontext():
+        with using(self.plan) if self.plan is not None else contextlib.nullcontext():
+            if self.updates is not None:
+                self.updates.begin(sch)
             order = enforce(sch, lambda a, r, token: self._submit(runs, a, r, token), self.mechanism,
-                            workers=self.workers, tokens=tokens, stride=stride)
+                            workers=self.workers, tokens=tokens, stride=self.program.stride)
+            if self.updates is not None:
+                self.updates.end()
         for run in runs:
             run.draws.done()
-        return StepResult([run.losses[j] for j in range(sch.microbatches) for run in runs], order)
+        return StepResult([run.losses[j] for j in range(m) for run in runs], order)
 
-    def _replica_steps(self, xs, ys) -> list["_ReplicaStep"]:
+    def _replica_steps(self, sch: Schedule, xs, ys) -> list["_ReplicaStep"]:
         """The step's state per replica: its shard of each micro-batch and its dropout seeds
         (with D > 1, as parallel.shard_backward draws them: one seed per micro-batch and
         replica from the default generator, micro-batch-major)."""
-        D, m = self.replicas, self.schedule.microbatches
+        D, m = self.replicas, sch.microbatches
         if D == 1:
-            return [_ReplicaStep(self, 0, xs, ys, None)]
+            return [_ReplicaStep(self, sch, 0, xs, ys, None)]
         parts = [shards(np.asarray(x), np.asarray(y), D) for x, y in zip(xs, ys)]
         seeds = [[default_generator.next_seed() for _ in range(D)] for _ in range(m)]
-        return [_ReplicaStep(self, d, [p[d][1] for p in parts], [p[d][2] for p in parts], [s[d] for s in seeds])
+        return [_ReplicaStep(self, sch, d, [p[d][1] for p in parts], [p[d][2] for p in parts], [s[d] for s in seeds])
                 for d in range(D)]
 
     def _submit(self, runs: list["_ReplicaStep"], a: Action, r: int, token) -> None:
@@ -224,21 +355,25 @@ def _ordered(run: "_ReplicaStep", a: Action, token) -> None:
 
 class _ReplicaStep:
     """One replica's part of a step: its micro-batch shards (sequence chunks with K > 1), the
-    actions' stage inputs and outputs, deferred weight gradients, prefix keys and values, and
-    the losses."""
+    actions' stage inputs and outputs, the weight versions the forwards read, deferred weight
+    gradients, prefix keys and values, and the losses."""
 
-    def __init__(self, pipe: ModelPipeline, d: int, xs, ys, seeds):
-        sch = pipe.schedule
-        self.pipe, self.d = pipe, d
-        self.S, self.K, self.m = sch.stages, sch.chunks, sch.microbatches
-        self.n = self.m * pipe.replicas   # the losses' share of the step's mean
+    def __init__(self, pipe: ModelPipeline, sch: Schedule, d: int, xs, ys, seeds):
+        self.pipe, self.prog, self.up, self.d = pipe, pipe.program, pipe.updates, d
+        self.S, self.K, self.m, self.local = sch.stages, sch.chunks, sch.microbatches, sch.local
+        # the losses' share of the step's mean: with a flush the gradients of the step's mean,
+        # without one every micro-batch is an update of its own
+        self.n = self.m * pipe.replicas if sch.flush else 1
         if self.K > 1:
             xs, ys, self.pos, self.counts = _sequence_chunks(xs, ys, self.K)
             self.T = self.pos[-1]
         self.xs, self.ys = xs, ys
         self.draws = _DropoutSeeds(pipe, self.m, seeds)   # each forward draws the plain loop's dropout seeds
-        self.ins: dict = {}       # (v, j, c) -> the stage's input leaf (v > 0)
-        self.outs: dict = {}      # (v, j, c) -> the stage's output (the scaled loss on the last stage)
+        self.ins: dict = {}       # (v, j, c) -> the stage's input leaf (v > 0, not local)
+        self.outs: dict = {}      # (v, j, c) -> the stage's output, for stage v + 1's forward
+        self.back: dict = {}      # (v, j, c) -> what its backward starts from (the output, or a loss)
+        self.kept: dict = {}      # (v, j, c) -> the stage's input, for a backward that recomputes ("ema")
+        self.read: dict = {}      # (v, j, c) -> (the weight version its forward read, the tensors it read)
         self.dws: dict = {}       # (v, j, c) -> DeferredGrads of its I action
         self.kvs: dict = {}       # (v, j) -> PrefixKV of the micro-batch's chunks on stage v (K > 1)
         self.losses: list = [None] * self.m
@@ -251,29 +386,51 @@ class _ReplicaStep:
         else:
             self.backward(a)
 
-    def forward(self, a: Action) -> None:
-        v, j, c = key = a.unit
-        pipe = self.pipe
-        if v == 0:
-            x = self.xs[j] if self.K == 1 else self.xs[j][c]
-        else:
-            x = self.outs[(v - 1, j, c)].detach().requires_grad_()
-            self.ins[key] = x
+    def _x(self, j: int, c: int):
+        return self.xs[j] if self.K == 1 else self.xs[j][c]
+
+    def _stage(self, v: int, h, j: int, c: int):
+        """Stage v's forward of h (micro-batch j, chunk c), drawing the plain loop's dropout seeds."""
+        x = self._x(j, c)
         with self.draws.at(v, j):
             if self.K == 1:
-                y = pipe._forward(v, x)
-            else:
-                with dropout_positions(self.pos[c], self.T, *pipe.model.tiling.rows(self.xs[j][c].shape[0], self.T)):
-                    y = pipe._forward(v, x, self.kvs.setdefault((v, j), PrefixKV(self.K)).at(c), self.pos[c])
-        self.outs[key] = self.loss(y, j, c) if v == self.S - 1 else y
+                return self.prog.forward(v, h, x)
+            return self.prog.chunk_forward(v, h, x, self.kvs.setdefault((v, j), PrefixKV(self.K)).at(c),
+                                           self.pos[c], self.T)
 
-    def loss(self, y, j: int, c: int):
-        """The last stage's output y of micro-batch j (chunk c) -> its scaled loss, what the
-        backward starts from; the unscaled loss (a chunk: its share) kept in ``losses``."""
+    def forward(self, a: Action) -> None:
+        v, j, c = key = a.unit
+        if v == 0:
+            h = self.prog.input(self._x(j, c))
+        else:
+            h = self.outs.pop((v - 1, j, c)).detach()
+            if not self.local:    # local: no gradient crosses the boundary
+                h = self.ins[key] = h.requires_grad_()
+        k = self.up.read(v) if self.up is not None else None
+        if self.up is not None and self.up.recomputes(v):   # "ema": the backward recomputes with its weights
+            with no_grad():
+                y = self._stage(v, h, j, c)
+            self.kept[key] = h
+            self.read[key] = (k, None)
+        else:
+            with self.up.weights_of(v, k) if self.up is not None else contextlib.nullcontext([]) as leaves:
+                y = self._stage(v, h, j, c)
+            self.read[key] = (k, leaves)
+            self.back[key] = self.loss(v, y, j, c) if v == self.S - 1 or self.local else y
+        if v < self.S - 1:
+            self.outs[key] = y
+
+    def loss(self, v: int, y, j: int, c: int):
+        """Stage v's output y of micro-batch j (chunk c) -> its loss, what the backward starts
+        from: the last stage's (scaled by 1/n with a flush; the unscaled one, a chunk's share,
+        kept in ``losses``), or under ``local`` stage v's own through its head."""
+        head = None if v == self.S - 1 else self.pipe.heads[v]
         if self.K == 1:
-            self.losses[j] = self.pipe._head_loss(y, self.ys[j])
-            return self.losses[j] if self.n == 1 else scale(self.losses[j], 1.0 / self.n)
-        total = self.pipe._head_loss(y, self.ys[j][c], "sum")   # the chunk's share of the micro-batch's mean
+            loss = self.prog.loss(y, self.xs[j], self.ys[j], head)
+            if head is None:
+                self.losses[j] = loss
+            return loss if self.prog.shares or self.n == 1 else scale(loss, 1.0 / self.n)
+        total = self.prog.loss(y, self.xs[j][c], self.ys[j][c], reduction="sum")   # the chunk's share of the mean
         count = self.counts[j]
         y = scale(total, 1.0 / (count * self.n) if count else float("nan"))
         with no_grad():
@@ -283,8 +440,15 @@ class _ReplicaStep:
 
     def backward(self, a: Action) -> None:
         v, j, c = key = a.unit
-        y = self.outs.pop(key)
-        g = None if v == self.S - 1 else self.ins.pop((v + 1, j, c)).grad
+        k, leaves = self.read.pop(key)
+        if key in self.kept:   # "ema": version k reconstructed, the forward recomputed with it
+            with self.up.rebuilt(v, k) as leaves:
+                y = self._stage(v, self.kept.pop(key), j, c)
+            if v == self.S - 1 or self.local:
+                y = self.loss(v, y, j, c)
+        else:
+            y = self.back.pop(key)
+        g = None if v == self.S - 1 or self.local else self.ins.pop((v + 1, j, c)).grad
         extra = self.kvs[(v, j)].gradients(c) if self.K > 1 else []
         if c == 0 and self.K > 1:
             del self.kvs[(v, j)]
@@ -294,6 +458,8 @@ class _ReplicaStep:
             with defer_grads(self.pipe.params) as dw:
                 _backward(y, g, extra)
             self.dws[key] = dw
+        if self.up is not None:
+            self.up.done(v, k, leaves)
 
 
 class _DropoutSeeds:
@@ -310,12 +476,8 @@ class _DropoutSeeds:
     def __init__(self, pipe: ModelPipeline, m: int, seeds: list[int] | None = None):
         S = pipe.schedule.stages
         self.gen = gen = default_generator
-        self.counts = []
-        for v in range(S):
-            mods = ((list(pipe.first) if v == 0 else []) + list(pipe.blocks[v])
-                    + (list(pipe.last) if v == S - 1 else []))
-            self.counts.append(sum(_is_dropout(d) and d.training and d.p > 0
-                                   for mod in mods for d in mod.modules()))
+        self.counts = [sum(_is_dropout(d) and d.training and d.p > 0 for mod in pipe.program.modules(v)
+                           for d in mod.modules()) for v in range(S)]
         self.states: dict = {}   # (j, v) -> (the generator's state before stage v's draws, after)
         self.end = None          # the default generator's state after the step (no seeds)
         if sum(self.counts):
@@ -350,9 +512,75 @@ class _DropoutSeeds:
 
 
 def _is_dropout(module) -> bool:
-    """A tiletrain.nn.Dropout (or a subclass), told by class name: this package is below nn
-    (a wrong count is caught by ``_DropoutSeeds.at``)."""
-    return any(c.__name__ == "Dropout" for c in type(module).__mro__)
+    return isinstance(module, Dropout)
+
+
+class CausalLMStages:
+    """The stage program of a causal LM (GPT, Llama; the model contract, nn/causal_lm.py):
+    virtual stage v runs the embeddings (v = 0: ``model.embed``), its blocks (an even split)
+    and, on the last stage, ``model.head_loss``; with sequence chunks the chunk's positions
+    and the prefix keys and values (``PrefixKV``).  Under ``local`` a stage boundary's
+    default head is a LayerNorm (no bias) and a Linear to the vocabulary (no bias, torch's
+    initialisation), fresh per boundary: the model's own final norm and head stay the last
+    stage's, so no weight is shared between stages (docs/pipelines-noflush.md)."""
+
+    chunked = True        # sequence chunks (seq1f1b)
+    shares = False        # the loss is a micro-batch's mean (the executor scales it)
+    needs_targets = True
+
+    def __init__(self, model: CausalLM, S: int):
+        first, blocks, last = model_parts(model)
+        self.model, self.S = model, S
+        self.stage = stage_modules(first, blocks, last, S)
+        self.blocks = [[blocks[i] for i in blocks_of_stage(v, len(blocks), S)] for v in range(S)]
+        # a backward recomputes up to one checkpoint per block, the k-th 2k+1 and 2k+2 below the
+        # action's priority (utils.checkpoint): actions' priorities that far apart stay apart
+        self.stride = 2 * max(len(b) for b in self.blocks) + 3
+
+    def modules(self, v: int) -> list:
+        return self.stage[v]
+
+    def begin(self, xs) -> None:
+        pass
+
+    def input(self, x):
+        return x      # token ids: stage 0's forward embeds them
+
+    def forward(self, v: int, h, x, kv: "_ChunkKV | None" = None, pos: int = 0):
+        """Stage v on h; with ``kv``, h is the sequence chunk at positions pos.."""
+        model = self.model
+        if v == 0:
+            h = model.embed(model.token_ids(h, "idx"), pos)   # the model contract (CausalLM)
+        recompute = model.config.recompute == "block"   # as the model's forward
+        for i, block in enumerate(self.blocks[v]):
+            args = () if kv is None else (kv, i, pos)
+            h = checkpoint(block, h, *args) if recompute else block(h, *args)
+        return h
+
+    def chunk_forward(self, v: int, h, x, kv: "_ChunkKV", pos: int, T: int):
+        with dropout_positions(pos, T, *self.model.tiling.rows(x.shape[0], T)):
+            return self.forward(v, h, x, kv, pos)
+
+    def loss(self, y, x, target, head=None, reduction: str = "mean"):
+        if head is None:
+            return self.model.head_loss(y, target, reduction=reduction)
+        logits = head(y)
+        return F.cross_entropy(logits, self.model.token_ids(target, "targets", logits.shape[:2]), reduction=reduction)
+
+    def default_heads(self, schedule: Schedule, on) -> list:
+        cfg, t, dtype = self.model.config, self.model.tiling, self.model.dtype
+        rng = np.random.default_rng(0)
+        heads = []
+        for v in range(self.S - 1):
+            with on(v):
+                norm = LayerNorm(cfg.n_embd, bias=False, tile=t.width, dtype=dtype)
+                heads.append(Sequential(norm, Linear(cfg.n_embd, cfg.vocab_size, bias=False, dtype=dtype,
+                                                     tiles=(t.vocab, t.width), rng=rng)))
+        return heads
+
+    def predict(self, x, on) -> np.ndarray:
+        with no_grad():
+            return self.model(x).numpy()
 
 
 class PrefixKV:
@@ -478,10 +706,14 @@ def _sequence_chunks(xs, ys, k: int):
 
 def run_model(model, schedule: Schedule, xs, ys, mechanism: str = "deps", warmup: int = 1):
     """One process: ``warmup`` unrecorded steps, then one recorded step of ``schedule`` on
-    ``model`` (gradients zeroed after each; needs a runtime with profile=True and at least
-    one worker per rank).  Returns an ``enforce.ScheduleRun`` whose action times are the
-    first start and last end of each action's tasks (µs, 0 = the first start)."""
-    pp = ModelPipeline(model, schedule, mechanism)
+    ``model`` (gradients zeroed after each; a schedule that updates during the step, ``pb``
+    or ``local``, with a per-stage AdamW, lr 1e-4, no compensation; needs a runtime with
+    profile=True and at least one worker per rank).  Returns an ``enforce.ScheduleRun`` whose
+    action times are the first start and last end of each action's tasks (µs, 0 = the first
+    start)."""
+    updating = not schedule.flush or schedule.local
+    pp = ModelPipeline(model, schedule, mechanism,
+                       optimizer=(lambda ps, d: AdamW(ps, lr=1e-4, delay=d)) if updating else None)
 
     def step():
         pp.step(xs, ys)
@@ -530,5 +762,5 @@ def rank_order_fraction(schedule: Schedule, start: np.ndarray, rank: int | None 
     return good / total if total else 1.0
 
 
-__all__ = ["ModelPipeline", "PrefixKV", "StepResult", "pipeline_plan", "worker_groups", "run_model", "action_times",
-           "rank_order_fraction"]
+__all__ = ["CausalLMStages", "ModelPipeline", "PrefixKV", "StepResult", "pipeline_plan", "stage_program",
+           "worker_groups", "run_model", "action_times", "rank_order_fraction"]

@@ -19,7 +19,7 @@ from ..nn.causal_lm import RECOMPUTE
 from ..nn.pretrained import MODELS, model_class
 from ..parallel import MODES
 from ..pipeline.schedules import NAMES as SCHEDULES
-from ..pipeline.training import check_schedule_option
+from ..pipeline.training import COMPENSATION_CHOICES, check_schedule_option
 
 __all__ = ["TrainArgs", "add_arguments", "check_option", "parse_tiles", "DTYPES"]
 
@@ -124,10 +124,15 @@ class TrainArgs:
                        "(--stages stages x the rest as replicas); see docs/distributed.md",
                        group=RUNTIME, choices=lambda: MODES)
     stages: int | None = option(None, "--dist pipeline+data: number of pipeline stages (default 2; the world size "
-                                "must be a multiple)", group=RUNTIME, limits=POSITIVE)
+                                "must be a multiple); --dist pipeline in one process: stages on groups of workers",
+                                group=RUNTIME, limits=POSITIVE)
     schedule: str | None = option(None, "--dist pipeline|pipeline+data: the pipeline schedule, a built-in ("
                                   + ", ".join(SCHEDULES) + ") or a CSV file (one row per stage, PyTorch's layout); "
-                                  "default 1f1b (docs/pipeline-schedules.md)", group=RUNTIME, metavar="NAME|FILE.csv")
+                                  "default 1f1b (docs/pipeline-schedules.md); pb and local update each stage during "
+                                  "the step (docs/pipelines-noflush.md)", group=RUNTIME, metavar="NAME|FILE.csv")
+    compensation: str = option("sc+lwp", "--schedule pb: the per-stage AdamW's delay compensation, none, sc (Spike "
+                               "Compensation), lwp (Linear Weight Prediction) or sc+lwp (docs/pipelines-noflush.md)",
+                               group=RUNTIME, choices=lambda: COMPENSATION_CHOICES)
     # checkpoints, evaluation, output
     ckpt_dir: str | None = option(None, "write checkpoint.safetensors here (default: no checkpoint)", group=OUTPUT)
     resume: bool = option(False, "continue from the checkpoint in --ckpt-dir", group=OUTPUT, exclusive="how")
@@ -192,7 +197,7 @@ class TrainArgs:
                 raise ValueError(f"--ooc-dir {self.ooc_dir!r} is not an existing directory")
         if self.min_lr > self.lr:
             raise ValueError(f"--min-lr {self.min_lr} must not exceed --lr {self.lr}")
-        check_schedule_option(self.schedule, self.dist)
+        check_schedule_option(self.schedule, self.dist, self.resume)
         if self.resume and not self.ckpt_dir:
             raise ValueError("--resume needs --ckpt-dir")
         if self.resume and self.overwrite:

@@ -175,8 +175,13 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
     activations.manual_seed(args.seed)
     model = prep.source.build(args, fresh=prep.resume is None)
     # owners of parameters and where each module runs (for the schedule, if any)
-    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule)
-    opt = AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    def adamw(params, delay=0, compensation=None):   # the loop's optimizer, or a pipeline stage's
+        return AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay,
+                     compensation=compensation, delay=delay)
+    # pb and local: the pipeline's per-stage optimizers update during the step (one per stage)
+    pipe = pipelined.place(model, args.dist, args.stages, prep.schedule, adamw, args.grad_clip,
+                           args.compensation)
+    opt = pipe.optimizer if pipelined.updates(prep.schedule) else adamw(model.parameters())
     run = Run(args, out, prep, model, opt, np.random.default_rng(args.seed), 0, model.flops_per_token(args.seq_len),
               pipe, log=prep.log)
     if prep.resume is not None:
@@ -233,10 +238,11 @@ def step(run: Run) -> tuple[float, float]:
     # each replica's forward and backward run on its ranks, the partial gradients are reduced
     # on each parameter's owner
     micro = pipelined.step(model, run.pipe, batches)
-    if args.grad_clip > 0:
-        run.grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)  # read (logged) after the step
-    opt.step()
-    opt.zero_grad()
+    if not pipelined.updates(run.prep.schedule):   # pb, local: the stages updated (and clipped) already
+        if args.grad_clip > 0:
+            run.grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)  # read (logged) after it
+        opt.step()
+        opt.zero_grad()
     value = float(np.mean([float(v) for v in micro]))
     if not math.isfinite(value) and not simulated_machine():
         raise FloatingPointError(f"the training loss became {value} at step {run.step}; lower --lr")

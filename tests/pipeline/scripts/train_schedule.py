@@ -14,7 +14,7 @@ kw = dict(n_layer=2, n_head=2, n_embd=16, seq_len=8, batch=2, micro_batches=4, s
           dropout=0.1, data=[data], run_dir=f"{out}/{tag}-run")
 for item in sys.argv[4:]:
     k, v = item.split("=", 1)
-    kw[k] = int(v) if k in ("stages", "micro_batches") else v
+    kw[k] = int(v) if k in ("stages", "micro_batches", "ncpu") else v
 res = train(TrainArgs(**kw))
 np.savez(f"{out}/{tag}-rank{rank()}.npz", losses=np.array(res.train_losses))
 print(f"rank {rank()} {kw.get('dist', 'single')} {kw.get('schedule', '')} losses {res.train_losses}", flush=True)
