@@ -45,6 +45,12 @@ static void rank_live_reset(void);
 
 int64_t tt_memory_limit(void) { return limit_bytes; }
 
+/* Which tiles StarPU may evict to the disk node (starpu_data_set_ooc_flag; StarPU's default
+ * is all): OOC_PAGES, only those whose size is a multiple of the page size, as the O_DIRECT
+ * disk node can only write those (biases and other small tiles then stay in main memory). */
+enum { OOC_ALL = 0, OOC_PAGES = 1 };
+static int ooc_mode = OOC_ALL;
+
 /* Before starpu_init: the limit StarPU will read, and glibc's mmap threshold pinned so that
  * freed tile buffers go back to the system (glibc raises the threshold after a large free,
  * and later tile-sized buffers would then come from the heap, which keeps its pages).  32 KiB:
@@ -57,7 +63,7 @@ void tt_memory_begin(const tt_config *cfg)
     disk_node = -1;
     disk_o_direct = 0;
     disk_dir[0] = 0;
-    tt_tiles_set_ooc(TT_OOC_ALL);
+    ooc_mode = OOC_ALL;
     if (cfg->memory_limit_mb >= 0) { /* StarPU reads the same value from STARPU_LIMIT_CPU_MEM */
         limit_bytes = (int64_t)cfg->memory_limit_mb << 20;
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
@@ -105,6 +111,16 @@ void tt_memory_started(void)
 #endif
     handle_cost = cost + cost / 4;
     base_rss = resident_bytes();
+}
+
+/* Every tile handle, once registered (csrc/tile.c, or a lazy tile's in csrc/mpi.c): may StarPU
+ * evict it to the disk node, and its structures count against the cap. */
+void tt_tile_registered(starpu_data_handle_t h)
+{
+    if (ooc_mode == OOC_PAGES && starpu_data_get_size(h) % 4096)
+        starpu_data_set_ooc_flag(h, 0);
+    if (tt_memory_limited)
+        tt_memory_account_tile(1);
 }
 
 /* Registered (sign 1) or unregistered (-1): one tile's structures, under a cap. */
@@ -388,11 +404,10 @@ int tt_disk_register(const char *dir, int64_t bytes)
         return tt_error(TT_ESTARPU, "disk node: starpu_disk_register(%s) failed (%d)", dir, node);
     disk_node = node;
     disk_o_direct = o_direct;
-    tt_tiles_set_ooc(o_direct ? TT_OOC_PAGES : TT_OOC_ALL); /* O_DIRECT writes whole pages only */
+    ooc_mode = o_direct ? OOC_PAGES : OOC_ALL; /* O_DIRECT writes whole pages only */
     abort_handler(1);
-    /* starpu_disk_register measures the disk's bandwidth with a 16 MiB buffer of its own,
-     * freed by now: the peak of tile buffers starts after it */
-    tt_pool_reset_peak();
+    /* (starpu_disk_register measured the disk's bandwidth with a 16 MiB buffer of its own: the
+     * caller resets the buffer pool's peak after it, tiletrain/runtime/__init__.py) */
     snprintf(disk_dir, sizeof disk_dir, "%s", dir);
     return node;
 }

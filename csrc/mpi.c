@@ -1,6 +1,7 @@
-/* StarPU-MPI glue: start/stop, tile registration with owners and tags, collective reads.
- * Everything MPI-specific in the library lives here and in the MPI branch of tt_submit
- * (csrc/submit.c).  Built without MPI (no StarPU-MPI or no MPI library), the functions
+/* StarPU-MPI glue at the level of handles: start/stop, tile registration with owners and tags
+ * (lazy and deferred tiles), transfers, collective reads of a handle.  Everything MPI-specific
+ * in the library lives here, in csrc/mpi_tensor.c (what works on whole tensors: it is above
+ * csrc/tensor.c, this file below csrc/tile.c) and in the MPI branch of tt_submit (csrc/submit.c).  Built without MPI (no StarPU-MPI or no MPI library), the functions
  * report that MPI mode is unavailable and the rest of tiletrain is unchanged. */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,17 +20,16 @@
 static int64_t next_tag = 1;
 /* Tag streams (data-parallel submission of one's own replica only: tiletrain.parallel's
  * shard_backward).  Inside stream s > 0 (replica s - 1's walk) new tiles take the tag
- * (s << TAG_STREAM_SHIFT) + stream_next++: rank d walks only replica d, and the replicas'
+ * (s << TT_TAG_STREAM_SHIFT) + stream_next++: rank d walks only replica d, and the replicas'
  * graphs are identical, so replica e's tile has replica d's tag + ((e - d) << SHIFT) --
  * every rank can name (tt_tensor_shadow) the tiles of the replicas it does not walk.
  * stream_next advances alike on every rank (each walks one replica of the same graph). */
-#define TAG_STREAM_SHIFT 40
 static int cur_stream = 0;
 static int64_t stream_next = 0;
 
 static int64_t take_tag(int stream)
 {
-    return stream ? ((int64_t)stream << TAG_STREAM_SHIFT) + stream_next++ : next_tag++;
+    return stream ? ((int64_t)stream << TT_TAG_STREAM_SHIFT) + stream_next++ : next_tag++;
 }
 static int64_t lazy_created = 0, lazy_registered = 0; /* other ranks' tiles (tt_mpi_lazy_counts) */
 static int we_initialized_mpi = 0;
@@ -570,7 +570,7 @@ starpu_data_handle_t tt_mpi_materialize(starpu_data_handle_t h)
         return h;
     starpu_data_handle_t real;
     starpu_vector_data_register(&real, -1, 0, z->nelems, z->elemsize);
-    tt_tile_registered(real); /* csrc/tile.c */
+    tt_tile_registered(real); /* csrc/memory.c */
     starpu_mpi_data_register(real, z->tag, z->owner);
     *z->slot = real;
     free(z);
@@ -681,81 +681,15 @@ int tt_mpi_stream_check(const struct starpu_data_descr *d, int n, const char *ke
     return TT_OK;
 }
 
-static int64_t tile_tag(tt_tensor *t, int64_t i)
+/* A slot's data tag (a lazy tile's record's, a registered handle's); csrc/mpi_tensor.c reads
+ * tensors' tags through it */
+int64_t tt_mpi_slot_tag(starpu_data_handle_t slot)
 {
-    switch (tt_tile_state_at(t, i)) {
-    case TT_TILE_LAZY:
-        return lazy_of(t->handles[i])->tag;
-    case TT_TILE_DEFERRED:
-        return -1; /* not placed yet: no tag */
-    default:
-        return starpu_mpi_data_get_tag(t->handles[i]);
-    }
+    lazy_tile *z = lazy_of(slot);
+    return z ? z->tag : starpu_mpi_data_get_tag(slot);
 }
 
-int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out)
-{
-    if (!out)
-        return tt_error(TT_EINVAL, "tensor shadow: out is NULL");
-    *out = NULL;
-    if (!tt_mpi_on || owner == tt_world_rank || owner < 0 || owner >= tt_world_size)
-        return tt_error(TT_EINVAL, "tensor shadow: owner rank %d must be another rank of the MPI session", owner);
-    for (int64_t i = 0; i < src->ntiles; i++)
-        if ((tile_tag(src, i) >> TAG_STREAM_SHIFT) <= 0)
-            return tt_error(TT_EINVAL, "tensor shadow: tile %lld of the source %s", (long long)i,
-                            tile_tag(src, i) < 0 ? "has no tag yet (never written)"
-                                                 : "was not made in a replica's stream (tt_mpi_in_stream)");
-    int *owners = malloc(sizeof(int) * (size_t)(src->ntiles ? src->ntiles : 1));
-    if (!owners)
-        return tt_error(TT_ENOMEM, "tensor shadow: out of memory");
-    for (int64_t i = 0; i < src->ntiles; i++)
-        owners[i] = owner;
-    tt_tensor *dst;
-    int rc = tt_tensor_new_owned(src->ndim, src->shape, src->tile, src->dtype, owners, &dst);
-    free(owners);
-    if (rc)
-        return rc;
-    for (int64_t i = 0; i < src->ntiles; i++) {
-        if (tt_tile_state_at(dst, i) != TT_TILE_LAZY) { /* out of memory for the lazy record: registered at once */
-            tt_tensor_free(dst);
-            return tt_error(TT_ENOMEM, "tensor shadow: out of memory");
-        }
-        lazy_of(dst->handles[i])->tag = tile_tag(src, i) + (stream_delta << TAG_STREAM_SHIFT);
-    }
-    dst->written = src->written; /* the other replica wrote it as this rank wrote src */
-    *out = dst;
-    return TT_OK;
-}
-
-int tt_mpi_in_stream(tt_tensor *t, int stream)
-{
-    if (!tt_mpi_on || stream <= 0)
-        return 0;
-    for (int64_t i = 0; i < t->ntiles; i++)
-        if ((tile_tag(t, i) >> TAG_STREAM_SHIFT) != stream)
-            return 0;
-    return 1;
-}
-
-int tt_tensor_push(tt_tensor *t, const int *nodes, int n)
-{
-    if (!tt_mpi_on)
-        return TT_OK;
-    tt_ensure_running();
-    for (int64_t i = 0; i < t->ntiles; i++) {
-        int owner = tt_tile_owner(t, i);
-        for (int k = 0; k < n; k++) {
-            int r = nodes[k];
-            if (r == owner || (tt_world_rank != owner && tt_world_rank != r))
-                continue;
-            if (r < 0 || r >= tt_world_size)
-                return tt_error(TT_EINVAL, "tensor push: rank %d outside [0, %d)", r, tt_world_size);
-            /* with the cache on, a tile the node holds already is neither sent nor received */
-            starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, tt_tile_handle(t, i), r, NULL, NULL);
-        }
-    }
-    return TT_OK;
-}
+void tt_mpi_lazy_set_tag(starpu_data_handle_t slot, int64_t tag) { lazy_of(slot)->tag = tag; }
 
 void tt_mpi_abort(int code)
 {
@@ -809,15 +743,6 @@ int64_t tt_mpi_next_tag(void) { return 0; }
 int tt_mpi_set_stream(int stream) { (void)stream; return 0; }
 int tt_mpi_stream(void) { return 0; }
 int tt_mpi_cache_enabled(void) { return 0; }
-int tt_tensor_shadow(tt_tensor *src, int64_t stream_delta, int owner, tt_tensor **out)
-{
-    (void)src; (void)stream_delta; (void)owner;
-    if (out)
-        *out = NULL;
-    return tt_error(TT_EINVAL, "tensor shadow: this build has no StarPU-MPI");
-}
-int tt_tensor_push(tt_tensor *t, const int *nodes, int n) { (void)t; (void)nodes; (void)n; return TT_OK; }
-int tt_mpi_in_stream(tt_tensor *t, int stream) { (void)t; (void)stream; return 0; }
 starpu_data_handle_t tt_mpi_lazy_new(starpu_data_handle_t *slot, uint32_t nelems, size_t elemsize, int owner)
 {
     (void)slot; (void)nelems; (void)elemsize; (void)owner;

@@ -29,10 +29,40 @@ struct bucket {
 };
 
 static struct bucket buckets[POOL_NBUCKETS];
-static size_t cached_bytes; /* reserved under the one reuse cap (csrc/tile.c) */
+static size_t cached_bytes; /* reserved under the one reuse cap (below) */
 static int installed, limited, keep; /* limited: under a memory limit; keep: freed buffers are kept */
 static size_t align_bytes = POOL_ALIGN;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The one reuse cap (tt_config.reuse_bytes: RuntimeConfig.reuse_mb, TILETRAIN_REUSE_MB), set by
+ * csrc/tile.c's switch at init: what the handle lists (csrc/tile.c) and this pool's freed
+ * buffers keep, together, counted in reuse_kept (atomic). */
+static int64_t reuse_cap, reuse_kept;
+static int reuse_buffers; /* may freed buffers be kept (not under a memory limit)? */
+
+void tt_reuse_cap_set(int64_t cap, int buffers)
+{
+    reuse_cap = cap;
+    __atomic_store_n(&reuse_kept, 0, __ATOMIC_RELAXED);
+    reuse_buffers = buffers;
+}
+
+int64_t tt_reuse_cap(void) { return reuse_cap; }
+int64_t tt_reuse_kept(void) { return __atomic_load_n(&reuse_kept, __ATOMIC_RELAXED); }
+int tt_reuse_buffers_on(void) { return reuse_buffers; }
+
+/* Room for `bytes` more under the cap: taken (1), or none (0). */
+int tt_reuse_reserve(int64_t bytes)
+{
+    int64_t kept = __atomic_load_n(&reuse_kept, __ATOMIC_RELAXED);
+    do {
+        if (kept + bytes > reuse_cap)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&reuse_kept, &kept, kept + bytes, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return 1;
+}
+
+void tt_reuse_release(int64_t bytes) { __atomic_sub_fetch(&reuse_kept, bytes, __ATOMIC_RELAXED); }
 
 /* Bytes of tile buffers StarPU holds from the hooks (handed out, not yet given back), and
  * the most it held since the last tt_pool_reset_peak (tt_pool_bytes; -1 without hooks). */

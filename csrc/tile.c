@@ -5,8 +5,8 @@
  * StarPU handle (a transfer, a migration, an acquire on a node) asks tt_tile_handle, and every
  * free goes through tt_tile_release (whole tensors: the reuse lists or the reaper).
  *
- * A slot is in one of three states (tt_tile_state, csrc/tt_internal.h); this file alone
- * encodes and decodes them, the other files ask tt_tile_state_at / tt_slot_state:
+ * A slot is in one of three states (tt_tile_state, csrc/tt_internal.h, whose inline
+ * accessors tt_tile_state_at / tt_slot_state alone encode and decode them):
  *   TT_TILE_LAZY      under MPI, another rank's tile this rank has never touched: the slot
  *                     holds a tagged pointer (low bit set) to csrc/mpi.c's record of its tag
  *                     and owner, unknown to StarPU;
@@ -22,29 +22,7 @@
 
 #include "tt_internal.h"
 
-/* ---- tile states ---- */
-
-/* A slot's value as such (a task's buffer, a handle array's entry): a lazy record or a
- * handle.  A deferred tile is a registered handle; only its tensor's owner array tells. */
-tt_tile_state tt_slot_state(starpu_data_handle_t slot)
-{
-    return ((uintptr_t)slot & 1u) ? TT_TILE_LAZY : TT_TILE_HANDLE;
-}
-
-tt_tile_state tt_tile_state_at(const tt_tensor *t, int64_t i)
-{
-    if (tt_slot_state(t->handles[i]) == TT_TILE_LAZY)
-        return TT_TILE_LAZY;
-    return t->owner[i] < 0 ? TT_TILE_DEFERRED : TT_TILE_HANDLE;
-}
-
-/* csrc/mpi.c's record of a lazy tile as a slot value (records are malloc'ed: their low bit is 0) */
-starpu_data_handle_t tt_slot_lazy(struct tt_lazy_tile *z) { return (starpu_data_handle_t)((uintptr_t)z | 1u); }
-
-struct tt_lazy_tile *tt_slot_lazy_record(starpu_data_handle_t slot)
-{
-    return tt_slot_state(slot) == TT_TILE_LAZY ? (struct tt_lazy_tile *)((uintptr_t)slot & ~(uintptr_t)1) : NULL;
-}
+/* ---- tile states (their accessors: csrc/tt_internal.h) ---- */
 
 /* A slot's value as a registered handle: a lazy tile is registered now (csrc/mpi.c, which
  * also stores the handle in the tensor's slot); a handle as is. */
@@ -53,22 +31,6 @@ starpu_data_handle_t tt_slot_register(starpu_data_handle_t slot)
     return tt_slot_state(slot) == TT_TILE_LAZY ? tt_mpi_materialize(slot) : slot;
 }
 
-/* Which tiles StarPU may evict to the disk node (starpu_data_set_ooc_flag; StarPU's default
- * is all): TT_OOC_PAGES, only those whose size is a multiple of the page size, as the O_DIRECT
- * disk node can only write those (biases and other small tiles then stay in main memory). */
-static int ooc_mode = TT_OOC_ALL;
-
-void tt_tiles_set_ooc(int mode) { ooc_mode = mode; }
-
-/* Every tile handle, once registered (here, or a lazy tile's in csrc/mpi.c): may StarPU evict it
- * to the disk node? */
-void tt_tile_registered(starpu_data_handle_t h)
-{
-    if (ooc_mode == TT_OOC_PAGES && starpu_data_get_size(h) % 4096)
-        starpu_data_set_ooc_flag(h, 0);
-    if (tt_memory_limited)
-        tt_memory_account_tile(1); /* its structures count against the cap (csrc/memory.c) */
-}
 
 /* Register slot i of a new tensor (its owner already in t->owner[i]). */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred)
@@ -173,7 +135,7 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async)
  * one's buffer goes to the buffer pool).  Shutdown empties the lists too.
  *
  * The one cap: tt_config.reuse_bytes (RuntimeConfig.reuse_mb, TILETRAIN_REUSE_MB) bounds what
- * is kept for reuse, through tt_reuse_reserve: every kept handle counts HANDLE_COST for StarPU's
+ * is kept for reuse, through tt_reuse_reserve (csrc/pool.c holds the cap): every kept handle counts HANDLE_COST for StarPU's
  * structures, an idle one its buffer too, and the buffer pool its freed buffers.  Frees beyond
  * it are unregistered (the reaper) or their buffers freed.  The one switch, tt_reuse_configure
  * at init:
@@ -201,35 +163,18 @@ static pthread_mutex_t reuse_mu = PTHREAD_MUTEX_INITIALIZER;
 static rbucket rbuckets[REUSE_NBUCKETS]; /* open addressing, under reuse_mu */
 static int64_t idle_n, idle_bytes, pending_n, pending_bytes; /* the lists' contents, under reuse_mu */
 static int64_t reuse_taken;  /* tiles new tensors took from the lists since init, under reuse_mu */
-static int64_t reuse_cap;    /* bytes: the one cap */
-static int64_t reuse_kept;   /* bytes kept against it: the lists' and the buffer pool's (atomic) */
-static int reuse_handles, reuse_buffers; /* what this session reuses (tt_reuse_configure) */
+static int reuse_handles;    /* does this session reuse handles (tt_reuse_configure)? */
 static int async_free = 1;   /* tt_config.async_free: the reaper unregisters freed tiles */
 
-/* At init, StarPU started (tt_mpi_on and tt_memory_limited known): the one switch. */
+/* At init, StarPU started (tt_mpi_on and tt_memory_limited known): the one switch (the cap and
+ * the buffers' part of it are csrc/pool.c's, the bottom of the mechanism). */
 void tt_reuse_configure(const tt_config *cfg)
 {
-    reuse_cap = cfg->reuse_bytes > 0 ? cfg->reuse_bytes : 0;
-    __atomic_store_n(&reuse_kept, 0, __ATOMIC_RELAXED);
-    reuse_handles = reuse_cap > 0 && !tt_mpi_on && !tt_memory_limited;
-    reuse_buffers = reuse_cap > 0 && !tt_memory_limited;
+    int64_t cap = cfg->reuse_bytes > 0 ? cfg->reuse_bytes : 0;
+    tt_reuse_cap_set(cap, cap > 0 && !tt_memory_limited);
+    reuse_handles = cap > 0 && !tt_mpi_on && !tt_memory_limited;
     async_free = cfg->async_free != 0;
 }
-
-int tt_reuse_buffers_on(void) { return reuse_buffers; }
-
-/* Room for `bytes` more under the cap: taken (1), or none (0). */
-int tt_reuse_reserve(int64_t bytes)
-{
-    int64_t kept = __atomic_load_n(&reuse_kept, __ATOMIC_RELAXED);
-    do {
-        if (kept + bytes > reuse_cap)
-            return 0;
-    } while (!__atomic_compare_exchange_n(&reuse_kept, &kept, kept + bytes, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    return 1;
-}
-
-void tt_reuse_release(int64_t bytes) { __atomic_sub_fetch(&reuse_kept, bytes, __ATOMIC_RELAXED); }
 
 static rbucket *bucket_of(uint32_t nelems, uint32_t elemsize, int create) /* under reuse_mu */
 {
@@ -480,15 +425,15 @@ int tt_reuse_get_stats(tt_reuse_stats *out)
     if (!out)
         return tt_error(TT_EINVAL, "reuse stats: out is NULL");
     pthread_mutex_lock(&reuse_mu);
-    out->cap_bytes = reuse_cap;
+    out->cap_bytes = tt_reuse_cap();
     out->handles = reuse_handles;
-    out->buffers = reuse_buffers;
+    out->buffers = tt_reuse_buffers_on();
     out->idle = idle_n;
     out->idle_bytes = idle_bytes;
     out->pending = pending_n;
     out->pending_bytes = pending_bytes;
     out->taken = reuse_taken;
-    out->kept_bytes = __atomic_load_n(&reuse_kept, __ATOMIC_RELAXED);
+    out->kept_bytes = tt_reuse_kept();
     out->buffer_bytes = tt_pool_kept_bytes();
     pthread_mutex_unlock(&reuse_mu);
     return TT_OK;

@@ -196,24 +196,39 @@ static inline void tt_tile_index(const tt_tensor *t, int64_t linear, int64_t *id
     }
 }
 
-/* tile slots (tile.c): the only code that registers, resolves or releases a tile, and the only
- * code that encodes or decodes a slot's state */
+/* tile slots (tile.c): the only code that registers, resolves or releases a tile; a slot's state
+ * is encoded and decoded by the accessors here (inline: the files below tile.c -- memory.c,
+ * mpi.c -- read states too, and the C core's files call each other one way, tests/test_c_layers.py) */
 typedef enum {
     TT_TILE_HANDLE = 0,   /* a registered StarPU handle (under MPI, registered with StarPU-MPI too) */
     TT_TILE_LAZY = 1,     /* under MPI, another rank's tile never touched here: csrc/mpi.c's record, no handle */
     TT_TILE_DEFERRED = 2, /* registered with StarPU, its owner rank chosen by its first writer (MPI) */
 } tt_tile_state;
-tt_tile_state tt_tile_state_at(const tt_tensor *t, int64_t i); /* slot i of t */
-/* a slot's value on its own (a task's buffer): TT_TILE_LAZY or TT_TILE_HANDLE (a deferred tile
- * is a registered handle; only its tensor's owner array tells) */
-tt_tile_state tt_slot_state(starpu_data_handle_t slot);
-struct tt_lazy_tile;                                          /* csrc/mpi.c's record of a lazy tile */
-starpu_data_handle_t tt_slot_lazy(struct tt_lazy_tile *z);    /* the slot value that holds it */
-struct tt_lazy_tile *tt_slot_lazy_record(starpu_data_handle_t slot); /* NULL: not a lazy slot */
+/* a slot's value on its own (a task's buffer, a handle array's entry): TT_TILE_LAZY (a tagged
+ * pointer, low bit set) or TT_TILE_HANDLE (a deferred tile is a registered handle; only its
+ * tensor's owner array tells) */
+static inline tt_tile_state tt_slot_state(starpu_data_handle_t slot)
+{
+    return ((uintptr_t)slot & 1u) ? TT_TILE_LAZY : TT_TILE_HANDLE;
+}
+static inline tt_tile_state tt_tile_state_at(const tt_tensor *t, int64_t i) /* slot i of t */
+{
+    if (tt_slot_state(t->handles[i]) == TT_TILE_LAZY)
+        return TT_TILE_LAZY;
+    return t->owner[i] < 0 ? TT_TILE_DEFERRED : TT_TILE_HANDLE;
+}
+struct tt_lazy_tile; /* csrc/mpi.c's record of a lazy tile (malloc'ed: its low bit is 0) */
+static inline starpu_data_handle_t tt_slot_lazy(struct tt_lazy_tile *z) /* the slot value that holds it */
+{
+    return (starpu_data_handle_t)((uintptr_t)z | 1u);
+}
+static inline struct tt_lazy_tile *tt_slot_lazy_record(starpu_data_handle_t slot) /* NULL: not a lazy slot */
+{
+    return tt_slot_state(slot) == TT_TILE_LAZY ? (struct tt_lazy_tile *)((uintptr_t)slot & ~(uintptr_t)1) : NULL;
+}
 starpu_data_handle_t tt_slot_register(starpu_data_handle_t slot); /* registered (a lazy one now) */
 void tt_tile_init(tt_tensor *t, int64_t i, int deferred);
 void tt_tensor_init_tiles(tt_tensor *t, int deferred); /* every slot of a new tensor: reused or registered */
-void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration (disk eviction rule) */
 starpu_data_handle_t tt_tile_handle(tt_tensor *t, int64_t i); /* registered, owner fixed */
 int tt_tile_owner(tt_tensor *t, int64_t i);                   /* its owner rank, fixed now if deferred */
 void tt_tile_release(tt_tensor *t, int64_t i, int async);
@@ -225,15 +240,17 @@ void tt_tiles_drain(void);  /* at shutdown, every task done: unregister the kept
 /* a wait: the kept handles taken before it starts, unregistered after it (done: it succeeded) */
 starpu_data_handle_t *tt_tiles_detach(int64_t *n);
 void tt_tiles_unregister(starpu_data_handle_t *hs, int64_t n, int done);
-enum { TT_OOC_ALL = 0, TT_OOC_PAGES = 1 };
-void tt_tiles_set_ooc(int mode); /* which new tiles may be evicted to the disk node */
-/* reuse of freed tiles (tile.c): the one switch, at init once StarPU runs; the one cap, shared
- * by the kept handles and the buffer pool's buffers (csrc/pool.c) */
+/* reuse of freed tiles (tile.c): the one switch, at init once StarPU runs */
 void tt_reuse_configure(const tt_config *cfg);
-int tt_reuse_buffers_on(void);        /* may the buffer pool keep freed buffers? */
+/* the one cap, shared by the kept handles and the buffer pool's buffers (csrc/pool.c, below
+ * tile.c), set by the switch; buffers: may the pool keep freed buffers? */
+void tt_reuse_cap_set(int64_t cap, int buffers);
+int64_t tt_reuse_cap(void);
+int64_t tt_reuse_kept(void);          /* bytes kept against the cap */
+int tt_reuse_buffers_on(void);
 int tt_reuse_reserve(int64_t bytes);  /* 1: room under the cap taken; 0: none */
 void tt_reuse_release(int64_t bytes);
-int64_t tt_pool_kept_bytes(void);     /* freed buffers the pool keeps (csrc/pool.c) */
+int64_t tt_pool_kept_bytes(void);     /* freed buffers the pool keeps */
 
 /* the session's configuration (session.c): a copy of tt_init's, valid from tt_init on */
 const tt_config *tt_config_current(void);
@@ -249,6 +266,7 @@ void tt_memory_release_tensor(const tt_tensor *t); /* its tiles freed: their byt
 void tt_memory_charge_tile(int rank, int64_t bytes); /* a tile placed on (or moved off: bytes < 0) a rank */
 void tt_memory_started(void);          /* after starpu_init: the per-tile cost of StarPU's structures */
 void tt_memory_account_tile(int sign); /* a tile registered (1) or unregistered (-1), under a cap */
+void tt_tile_registered(starpu_data_handle_t h); /* after any tile's registration: disk eviction rule, cap */
 void tt_memory_throttle(void);         /* before a submission, under a cap: not too many tasks ahead */
 void tt_memory_before_alloc(int64_t tiles); /* before a tile buffer is allocated, under a cap */
 /* An expander's temporary: deferred owners under MPI (csrc/tensor.c) */
@@ -284,6 +302,11 @@ void tt_mpi_register(starpu_data_handle_t h, int owner); /* next tag of the curr
 int tt_mpi_stream(void); /* > 0: one replica's shard submitted on its rank only (tt_mpi_set_stream) */
 /* deferred owners: registered by the first task writing the tile (owner of its first read
  * tile, else fallback); resolve: register now with the fallback; forget: on free */
+/* tag streams: inside stream s > 0 (one data-parallel replica's walk) new tiles take the tag
+ * (s << TT_TAG_STREAM_SHIFT) + n (csrc/mpi.c) */
+#define TT_TAG_STREAM_SHIFT 40
+int64_t tt_mpi_slot_tag(starpu_data_handle_t slot);          /* a lazy or registered slot's tag */
+void tt_mpi_lazy_set_tag(starpu_data_handle_t slot, int64_t tag); /* a lazy slot's */
 void tt_mpi_defer(starpu_data_handle_t h, int *slot, int fallback);
 void tt_mpi_resolve(starpu_data_handle_t h);
 void tt_mpi_forget(starpu_data_handle_t h);

@@ -138,6 +138,9 @@ class Runtime:
                 err = RuntimeError(f"ooc_dir: {cstr(lib.tt_last_error())}")
                 self._stop()
                 raise err
+            # starpu_disk_register measured the disk with a 16 MiB buffer of its own, freed by now:
+            # the peak of tile buffers starts after it
+            lib.tt_pool_reset_peak()
         try:
             check_started(cfg, self.workers())
         except RuntimeError:
