@@ -257,29 +257,21 @@ class AdamW(_Compensated, Optimizer):
             wont_use(st["exp_avg_sq"])
 
     def _update_compensated(self, g, p, st):
-        """AdamW with tensor ops (not the fused kernel): m_t = b1 m + (1-b1) g, v_t = b2 v +
-        (1-b2) g^2; with SC the first moment applied is a m_t + b (1-b1) g (a, b of
-        spike_coefficients(b1, D)); u = lr ((m / bc1) / (sqrt(v / bc2) + eps) + wd w);
-        w -= u, and u is kept for LWP (w_hat = w - D u)."""
-        from ..ops.elementwise import add, div, mul, sqrt
-        from ..ops.basic import add_scalar, scale
+        """AdamW with delay compensation, one fused task per tile (kernels.def adamw_comp):
+        m_t = b1 m + (1-b1) g, v_t = b2 v + (1-b2) g^2; with SC the first moment applied is
+        a m_t + b (1-b1) g (a, b of spike_coefficients(b1, D)); u = lr ((first / bc1) /
+        (sqrt(v / bc2) + eps) + wd w); w -= u, and u is kept for LWP (w_hat = w - D u)."""
         if "exp_avg" not in st:
             st["exp_avg"] = _state_tensor(p)
             st["exp_avg_sq"] = _state_tensor(p)
+        if "last_update" not in st:
+            st["last_update"] = _state_tensor(p)
         b1, b2 = g["betas"]
-        t, lr = st["step"], float(g["lr"])
-        grad = p.grad
-        m = add(scale(st["exp_avg"], b1), scale(grad, 1.0 - b1))
-        v = add(scale(st["exp_avg_sq"], b2), scale(mul(grad, grad), 1.0 - b2))
-        st["exp_avg"], st["exp_avg_sq"] = m, v
-        first = m
-        if g["compensation"] in ("sc", "sc+lwp"):
-            a, b = spike_coefficients(b1, g["delay"])
-            first = add(scale(m, a), scale(grad, b * (1.0 - b1)))
-        denom = add_scalar(sqrt(scale(v, 1.0 / (1.0 - b2 ** t))), float(g["eps"]))
-        u = add(scale(div(first, denom), lr / (1.0 - b1 ** t)), scale(p, lr * float(g["weight_decay"])))
-        axpy_(p, u, alpha=-1.0)
-        st["last_update"] = u
+        t = st["step"]
+        a, b = spike_coefficients(b1, g["delay"]) if g["compensation"] in ("sc", "sc+lwp") else (1.0, 0.0)
+        run_map("adamw_comp", p.grad, p, st["exp_avg"], st["exp_avg_sq"], st["last_update"], lr=float(g["lr"]),
+                beta1=float(b1), beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]),
+                bc1=1.0 - b1 ** t, bc2=1.0 - b2 ** t, sc_a=float(a), sc_b=float(b))
 
     def _predicted(self, g, p, st):
         from ..ops.basic import copy

@@ -265,17 +265,21 @@ def optimizers(rng, dt):
     sgd = tt.optim.SGD([sgd_p], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
     plain_p = _t(rng, (7,), (3,), dt, grad=True)
     plain = tt.optim.SGD([plain_p], lr=0.1, weight_decay=0.01)
+    comp_p = _t(rng, (9, 5), (4, 2), dt, grad=True)  # pipelined backpropagation's AdamW (adamw_comp)
+    comp = tt.optim.AdamW([comp_p], lr=0.1, weight_decay=0.1, compensation="sc+lwp", delay=2)
+    opts = (opt, sgd, plain, comp)
     for step in range(2):
-        for o in (opt, sgd, plain):
+        for o in opts:
             o.zero_grad()
         _weighted_backward(tt.add(p1, tt.broadcast(p2, p1.traits, 0)), rng)
         _weighted_backward(sgd_p, rng)
         _weighted_backward(plain_p, rng)
+        _weighted_backward(comp_p, rng)
         norm = tt.optim.clip_grad_norm_([p1, p2], 0.5)
-        for o in (opt, sgd, plain):
+        for o in opts:
             o.step()
         out[f"norm{step}"] = norm
-    out.update(p1=p1, p2=p2, sgd=sgd_p, plain=plain_p)
+    out.update(p1=p1, p2=p2, sgd=sgd_p, plain=plain_p, comp=comp_p, comp_predicted=comp.predict()[0])
     return out
 
 

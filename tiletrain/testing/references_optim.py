@@ -14,6 +14,14 @@ def adamw_ref(a, g, p, m, v):
     return {1: p - (a["lr"] / a["bc1"]) * m / denom, 2: m, 3: v}
 
 
+def adamw_comp_ref(a, g, p, m, v, u):
+    m = a["beta1"] * m + (1 - a["beta1"]) * g
+    v = a["beta2"] * v + (1 - a["beta2"]) * g * g
+    first = a["sc_a"] * m + a["sc_b"] * (1 - a["beta1"]) * g
+    u = (a["lr"] / a["bc1"]) * first / (np.sqrt(v / a["bc2"]) + a["eps"]) + a["lr"] * a["weight_decay"] * p
+    return {1: p - u, 2: m, 3: v, 4: u}
+
+
 def sgd_momentum_ref(a, g, p, buf):
     d = g + a["weight_decay"] * p
     buf = d if a["first"] else a["momentum"] * buf + (1 - a["dampening"]) * d
@@ -28,6 +36,14 @@ def _adamw_case(rng, dt):
             [_r(rng, dt, 9), _r(rng, dt, 9), _r(rng, dt, 9) * 0.1, _pos(rng, dt, 9) * 0.01])
 
 
+def _adamw_comp_case(rng, dt):
+    a, _ = _adamw_case(rng, dt)
+    D = int(rng.integers(0, 5))
+    sc_a = 0.9 ** D
+    a.update(sc_a=sc_a, sc_b=(1 - sc_a) / (1 - 0.9))
+    return a, [_r(rng, dt, 9), _r(rng, dt, 9), _r(rng, dt, 9) * 0.1, _pos(rng, dt, 9) * 0.01, np.zeros(9, dt)]
+
+
 def _sgdm_case(rng, dt):
     return (dict(n=9, first=int(rng.integers(2)), nesterov=int(rng.integers(2)), lr=0.1, momentum=0.9,
                  dampening=0.0, weight_decay=0.01),
@@ -36,6 +52,7 @@ def _sgdm_case(rng, dt):
 
 REFERENCES = {
     "adamw": Reference(_adamw_case, adamw_ref),
+    "adamw_comp": Reference(_adamw_comp_case, adamw_comp_ref),
     "sgd": Reference(lambda rng, dt: (dict(n=9, lr=0.1, weight_decay=0.01), [_r(rng, dt, 9), _r(rng, dt, 9)]),
                      lambda a, g, p: {1: p - a["lr"] * (g + a["weight_decay"] * p)}),
     "sgd_momentum": Reference(_sgdm_case, sgd_momentum_ref),

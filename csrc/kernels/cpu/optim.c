@@ -24,6 +24,29 @@ TT_SIMD_CLONES void tt_cpu_adamw(const tt_args_adamw *a, const void *g, void *p,
     });
 }
 
+/* AdamW with delay compensation (kernels.def adamw_comp): Adam's moments, then the first
+ * moment applied a m + b (1 - beta1) g, and the update u (kept: LWP extrapolates along it). */
+TT_SIMD_CLONES void tt_cpu_adamw_comp(const tt_args_adamw_comp *a, const void *g, void *p, void *m, void *v, void *u)
+{
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *pg = g;
+        T *pp = p, *pm = m, *pv = v, *pu = u;
+        const T b1 = (T)a->beta1, b2 = (T)a->beta2, eps = (T)a->eps, sa = (T)a->sc_a;
+        const T sb = (T)(a->sc_b * (1.0 - a->beta1));
+        const T step_size = (T)(a->lr / a->bc1), inv_bc2 = (T)(1.0 / a->bc2), wd = (T)(a->lr * a->weight_decay);
+        for (int64_t i = 0; i < a->n; i++) {
+            T gi = pg[i];
+            T mi = b1 * pm[i] + (1 - b1) * gi;
+            T vi = b2 * pv[i] + (1 - b2) * gi * gi;
+            T ui = step_size * ((sa * mi + sb * gi) / ((T)sqrt(vi * inv_bc2) + eps)) + wd * pp[i];
+            pm[i] = mi;
+            pv[i] = vi;
+            pu[i] = ui;
+            pp[i] -= ui;
+        }
+    });
+}
+
 void tt_cpu_sgd(const tt_args_sgd *a, const void *g, void *p)
 {
     TT_FLOAT_DISPATCH(a->dtype, {

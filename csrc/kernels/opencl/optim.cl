@@ -21,6 +21,27 @@ KERNEL SUF(tt_adamw)(GLOBAL const T *g, GLOBAL T *p, GLOBAL T *m, GLOBAL T *v, t
     v[i] = vi;
 }
 
+KERNEL SUF(tt_adamw_comp)(GLOBAL const T *g, GLOBAL T *p, GLOBAL T *m, GLOBAL T *v, GLOBAL T *u, tt_long n, R lr,
+                          R beta1, R beta2, R eps, R weight_decay, R bc1, R bc2, R sc_a, R sc_b)
+{
+    const tt_long i = GID0();
+    if (i >= n)
+        return;
+    /* the scalars in double first, then T, as the CPU body computes them */
+    const T b1 = (T)beta1, b2 = (T)beta2, e = (T)eps, sa = (T)sc_a;
+    const T sb = (T)((double)sc_b * (1.0 - (double)beta1));
+    const T step_size = (T)((double)lr / (double)bc1), inv_bc2 = (T)(1.0 / (double)bc2);
+    const T wd = (T)((double)lr * (double)weight_decay);
+    const T gi = g[i];
+    const T mi = b1 * m[i] + ((T)1 - b1) * gi;
+    const T vi = b2 * v[i] + ((T)1 - b2) * gi * gi;
+    const T ui = step_size * ((sa * mi + sb * gi) / ((T)sqrt((double)(vi * inv_bc2)) + e)) + wd * p[i];
+    m[i] = mi;
+    v[i] = vi;
+    u[i] = ui;
+    p[i] -= ui;
+}
+
 KERNEL SUF(tt_sgd)(GLOBAL const T *g, GLOBAL T *p, tt_long n, R lr, R weight_decay)
 {
     const tt_long i = GID0();
