@@ -12,7 +12,7 @@ import numbers
 
 from ..runtime.kernels import run_map, run_norm
 from ..tensors import Tensor, TensorTraits
-from .autograd import backward_rule, needs_grad, record
+from .autograd import backward_rule, differentiate, double_backward_rule, needs_grad, record
 from .basic import _float_tensor
 from .creation import full
 
@@ -94,7 +94,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     else:
         mean, rstd = _stats(x, eps, centred=True)
         run_norm("layer_norm_fwd", [x, y], [mean, rstd], [w, b], reduce=0)
-    return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w))
+    return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w), eps=eps)
 
 
 @backward_rule("layer_norm")
@@ -111,6 +111,23 @@ def _layer_norm_bwd(node, g):
         dw, db = Tensor(_cols_traits(x), x.dtype), Tensor(_cols_traits(x), x.dtype)
         run_norm("layer_norm_bwd_w", [g, x], [mean, rstd], [dw, db], reduce=2)
     return (dx, dw if need_w else None, db if need_b else None)
+
+
+@double_backward_rule("layer_norm")
+def _layer_norm_double(node, g):
+    """Differentiable form: the gradients of the layer norm recomputed with recorded ops,
+    (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b, for the inputs that need one."""
+    from .elementwise import add, mul, rsqrt, sub
+    from .reduce import mean as rmean
+    x, _, _, w = node.saved
+    xi, wi, bi = node.inputs
+    xc = sub(x, rmean(x, -1, keepdim=True))
+    y = mul(mul(xc, rsqrt(add(rmean(mul(xc, xc), -1, keepdim=True), node.ctx["eps"]))), w)
+    if bi is not None:
+        y = add(y, bi)
+    wanted = [v for v in (xi, wi, bi) if v is not None]
+    grads = iter(differentiate([y], [g], wanted, create_graph=True, retain_graph=True, stop_at_inputs=True))
+    return tuple(next(grads) if i is not None else None for i in node.inputs)
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:

@@ -220,7 +220,7 @@ def mean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tenso
 
 # ---- broadcasting's backward ----------------------------------------------------------------
 
-@backward_rule("expand")
+@backward_rule("expand", differentiable=True)
 def _expand_bwd(node, g):
     """shape.expand_to's backward: the sum over the broadcast axes, re-tiled as the input."""
     return (retile(sum_to(g, node.ctx["shape"]), node.ctx["tiles"]),)
