@@ -7,7 +7,7 @@ shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
 from __future__ import annotations
 
 from ..ops import reduce
-from ..ops.autograd import backward_rule, record
+from ..ops.autograd import backward_rule, composite_grads, double_backward_rule, record
 from ..ops.basic import _float_tensor, _same
 from ..ops.elementwise import mul, neg, sub
 from ..ops.shape import retile
@@ -62,6 +62,13 @@ def _absdiff_bwd(node, g):
     run_map("absdiff_bwd", a, b, g, da, alpha=1.0)
     return (da if node.inputs[0] is not None else None,
             neg(da) if node.inputs[1] is not None else None)
+
+
+@double_backward_rule("absdiff")
+def _absdiff_double(node, g):
+    from ..ops.elementwise import abs as eabs
+    a, b = node.saved
+    return composite_grads(node, g, lambda a, b: eabs(sub(a, b)), a, b)
 
 
 class _Retile:

@@ -11,7 +11,7 @@ from ..runtime.kernels import gemm_bias, gemm_bias_gelu, run_map
 from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
 from ..tensors.creation import default_generator, manual_seed
-from .autograd import backward_rule, differentiate, double_backward_rule, needs_grad, record
+from .autograd import backward_rule, composite_grads, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _like, _scalar, _sum_axes
 from .creation import full
 from .elementwise import _gelu_params, gelu, mul, relu, silu
@@ -182,11 +182,9 @@ def _affine_gelu_double(node, g):
     """Differentiable form: the gradients of gelu(affine(x, W, b)) recomputed with recorded
     ops (affine, then gelu), for the inputs that need one."""
     x, w, _, b = node.saved
-    t = node.ctx["transposed"]
-    wanted = [v for v, i in zip((x, w, b), node.inputs) if i is not None]
-    y = _gelu_op(affine(x, w, b, transposed=t), approximate=node.ctx["approximate"])
-    grads = iter(differentiate([y], [g], wanted, create_graph=True, retain_graph=True, stop_at_inputs=True))
-    return tuple(next(grads) if i is not None else None for i in node.inputs)
+    c = node.ctx
+    return composite_grads(node, g, lambda x, w, b: _gelu_op(affine(x, w, b, transposed=c["transposed"]),
+                                                             approximate=c["approximate"]), x, w, b)
 
 
 def _affine_grads(node, x, w, g):

@@ -593,6 +593,17 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
         _dist._in_backward -= 1
 
 
+def composite_grads(node: Node, g: Tensor, forward: Callable, *values: Tensor) -> tuple:
+    """A differentiable backward form from a forward written with recorded ops: the gradients
+    of ``forward(*values)`` for output gradient ``g``, with respect to the inputs of ``node``
+    that need one (``values``: one tensor per input of node, the input itself where
+    node.inputs has it).  The graph of what computed the inputs is not followed."""
+    wanted = [v for v, i in zip(values, node.inputs) if i is not None]
+    y = forward(*values)
+    grads = iter(differentiate([y], [g], wanted, create_graph=True, retain_graph=True, stop_at_inputs=True))
+    return tuple(next(grads) if i is not None else None for i in node.inputs)
+
+
 class DeferredGrads:
     """The weight-gradient (dW) parts of a backward pass, left for later: inside
     ``defer_grads(weights)``, backward() submits only the gradients of the other inputs (the

@@ -12,7 +12,7 @@ import numbers
 
 from ..runtime.kernels import run_map, run_norm
 from ..tensors import Tensor, TensorTraits
-from .autograd import backward_rule, differentiate, double_backward_rule, needs_grad, record
+from .autograd import backward_rule, composite_grads, double_backward_rule, needs_grad, record
 from .basic import _float_tensor
 from .creation import full
 
@@ -120,14 +120,13 @@ def _layer_norm_double(node, g):
     from .elementwise import add, mul, rsqrt, sub
     from .reduce import mean as rmean
     x, _, _, w = node.saved
-    xi, wi, bi = node.inputs
-    xc = sub(x, rmean(x, -1, keepdim=True))
-    y = mul(mul(xc, rsqrt(add(rmean(mul(xc, xc), -1, keepdim=True), node.ctx["eps"]))), w)
-    if bi is not None:
-        y = add(y, bi)
-    wanted = [v for v in (xi, wi, bi) if v is not None]
-    grads = iter(differentiate([y], [g], wanted, create_graph=True, retain_graph=True, stop_at_inputs=True))
-    return tuple(next(grads) if i is not None else None for i in node.inputs)
+    eps = node.ctx["eps"]
+
+    def forward(x, w, b):
+        xc = sub(x, rmean(x, -1, keepdim=True))
+        y = mul(mul(xc, rsqrt(add(rmean(mul(xc, xc), -1, keepdim=True), eps))), w)
+        return y if b is None else add(y, b)   # (b's value does not change a gradient)
+    return composite_grads(node, g, forward, x, w, node.inputs[2])
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
@@ -145,7 +144,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     else:
         _, rstd = _stats(x, eps, centred=False)
         run_norm("rms_norm_fwd", [x, y], [rstd], [w], reduce=0)
-    return record("rms_norm", y, (x, weight), saved=(x, rstd, w))
+    return record("rms_norm", y, (x, weight), saved=(x, rstd, w), eps=eps)
 
 
 @backward_rule("rms_norm")
@@ -163,6 +162,17 @@ def _rms_norm_bwd(node, g):
         dw = Tensor(_cols_traits(x), x.dtype)
         run_norm("rms_norm_bwd_w", [g, x], [rstd], [dw], reduce=2)
     return (dx, dw)
+
+
+@double_backward_rule("rms_norm")
+def _rms_norm_double(node, g):
+    """Differentiable form: x * rsqrt(mean(x^2) + eps) * w recomputed with recorded ops."""
+    from .elementwise import add, mul, rsqrt
+    from .reduce import mean as rmean
+    x, _, w = node.saved
+    eps = node.ctx["eps"]
+    return composite_grads(node, g, lambda x, w: mul(mul(x, rsqrt(add(rmean(mul(x, x), -1, keepdim=True), eps))), w),
+                           x, w)
 
 
 def _add_then(x, r, what: str, *params):

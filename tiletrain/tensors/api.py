@@ -396,7 +396,7 @@ class Tensor(TensorBase):
 
     def norm(self, *args, **kwargs):
         """tiletrain.norm(self, ...)"""
-        return ops.norm(self, *args, **kwargs)
+        return ops.reduce.norm(self, *args, **kwargs)  # (ops.norm is the norm-layer module)
 
     # softmax
     def softmax(self, *args, **kwargs):
