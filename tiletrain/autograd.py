@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .ops.autograd import differentiate, enable_grad, inference_mode, no_grad
 from .ops.basic import fill_
+from .ops.shape import retile
 from .runtime.kernels import run_map
 from .tensors import Tensor
 
@@ -60,7 +61,6 @@ def _seeds(outputs: list, grad_outputs, what: str) -> list:
             raise ValueError(f"{what}: grad_outputs[{i}] has shape {g.shape} and dtype {g.dtype}; output {i} has "
                              f"shape {y.shape} and dtype {y.dtype}")
         elif g.tiles != y.tiles:
-            from .ops.shape import retile
             with no_grad() if not g.requires_grad else enable_grad():
                 g = retile(g, y.tiles)
         seeds.append(g)

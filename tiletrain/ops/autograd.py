@@ -475,9 +475,15 @@ _PLACES_LEAVES = frozenset(("checkpoint", "checkpoint_output"))
 
 
 def _sum_grads(a: Tensor, b: Tensor) -> Tensor:
-    """a + b out of place (recorded under grad mode: create_graph's accumulation)."""
-    from .elementwise import BINARY_OPS  # (elementwise imports this module)
-    return BINARY_OPS["add"](a, b, alpha=1.0, beta=1.0)
+    """a + b out of place, recorded under grad mode (create_graph) as the add op's node."""
+    c = Tensor(a.traits, a.dtype)
+    run_map("add", a, b, c, alpha=1.0, beta=1.0)
+    return record("add", c, (a, b), alpha=1.0, beta=1.0)
+
+
+def _copy_recorded(g: Tensor) -> Tensor:
+    """A copy of g, recorded under grad mode as the copy op's node."""
+    return record("copy", _copy(g), (g,))
 
 
 def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequence[Tensor] | None, *,
@@ -495,7 +501,6 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
     if create_graph and (getattr(_state, "defer", None) is not None or getattr(_state, "collect", None) is not None):
         raise NotImplementedError("backward(create_graph=True) inside defer_grads() or collect_leaf_grads() is not "
                                   "supported")
-    from .basic import copy  # (basic imports this module)
     order = _topological(*(r for r in roots if r._node is not None))
     wanted = None if inputs is None else {id(t) for t in inputs}
     # the nodes to run, each with the inputs that lead to a wanted tensor (the others None)
@@ -535,7 +540,7 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
 
     def hand_out(g: Tensor) -> Tensor:
         if id(g) in handed:
-            g = copy(g)
+            g = _copy_recorded(g)
         handed.add(id(g))
         keep.append(g)
         return g
