@@ -321,3 +321,16 @@ def test_autograd_backward_several_tensors():
     x = _leaf([1.0, 2.0])
     tt.autograd.backward([(x * x).sum(), (x * 3.0).sum()])
     np.testing.assert_array_equal(x.grad.numpy(), [5.0, 7.0])
+
+
+def test_grad_runs_only_the_nodes_that_lead_to_the_inputs():
+    """An op without a double backward on a branch that does not lead to the inputs is not
+    run (torch computes only what the inputs need)."""
+    x, w = _leaf([1.0, 2.0]), _leaf([3.0, -1.0])
+    y = tt.amax(w, dim=0) * (x * x * x).sum()
+    (g,) = tt.autograd.grad(y, x, create_graph=True)
+    np.testing.assert_array_equal(g.numpy(), [9.0, 36.0])
+    gx, gw = tt.autograd.grad(g.sum(), [x, w], allow_unused=True)
+    np.testing.assert_array_equal(gx.numpy(), [18.0, 36.0])
+    np.testing.assert_array_equal(gw.numpy(), [15.0, 0.0])   # through the saved amax: its first-order rule
+    assert w.grad is None and x.grad is None

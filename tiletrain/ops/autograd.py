@@ -603,7 +603,8 @@ def composite_grads(node: Node, g: Tensor, forward: Callable, *values: Tensor) -
     of ``forward(*values)`` for output gradient ``g``, with respect to the inputs of ``node``
     that need one (``values``: one tensor per input of node, the input itself where
     node.inputs has it).  The graph of what computed the inputs is not followed."""
-    wanted = [v for v, i in zip(values, node.inputs) if i is not None]
+    values = [v if i is None else i for v, i in zip(values, node.inputs)]
+    wanted = [i for i in node.inputs if i is not None]
     y = forward(*values)
     grads = iter(differentiate([y], [g], wanted, create_graph=True, retain_graph=True, stop_at_inputs=True))
     return tuple(next(grads) if i is not None else None for i in node.inputs)
