@@ -83,6 +83,7 @@ CASES = {
     "layer_norm_no_affine": (lambda m, F, x: F.layer_norm(x, (4,)), [((3, 4), (2, 4), "n")]),
     "rms_norm": (lambda m, F, x, w: F.rms_norm(x, (4,), w, eps=1e-6), [((3, 4), (2, 4), "n"), ((4,), (4,), "n")]),
     "var_std": (lambda m, F, a: a.var(dim=(0, 2)) + a.std(dim=1, keepdim=True).sum(), [((4, 3, 2), (3, 2, 2), "n")]),
+    "amax_amin_max": (lambda m, F, a: a.amax(dim=1) * a.max() + a.amin(dim=0).sum(), [((4, 3), (3, 2), "n")]),
     "logsumexp": (lambda m, F, a: m.logsumexp(a, dim=(1, 2)), [((3, 4, 2), (2, 3, 2), "n")]),
     "norm_2_and_3": (lambda m, F, a: a.norm(2, dim=1) * m.norm(a, 3.0, dim=1), [((4, 3), (3, 2), "a")]),
     "l1_loss": (lambda m, F, a, b: F.l1_loss(a * a, b, reduction="sum") if m is tt else _abs(m, a * a - b).sum(),
@@ -285,14 +286,15 @@ def test_grad_bad_arguments():
 
 def test_uncovered_op_raises_not_implemented():
     x = _leaf([1.0, -2.0, 3.0])
-    y = tt.amax(x * x, dim=0)
-    with pytest.raises(NotImplementedError, match="double backward through op 'amax' is not implemented"):
+    y = tt.max(x * x, dim=0).values
+    with pytest.raises(NotImplementedError, match="double backward through op 'max_dim' is not implemented"):
         tt.autograd.grad(y, x, create_graph=True)
-    (g,) = tt.autograd.grad(tt.amax(x * x, dim=0), x)  # first order is fine
+    (g,) = tt.autograd.grad(tt.max(x * x, dim=0).values, x)  # first order is fine
     np.testing.assert_array_equal(g.numpy(), [0.0, 0.0, 6.0])
-    y = tt.amax(x, dim=0) * x.sum()
-    with pytest.raises(NotImplementedError, match="'amax'"):
+    y = tt.max(x, dim=0).values * x.sum()
+    with pytest.raises(NotImplementedError, match="'max_dim'"):
         y.backward(create_graph=True)
+    assert x.grad is None  # nothing accumulated
 
 
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")  # torch's reference-cycle note
@@ -327,10 +329,10 @@ def test_grad_runs_only_the_nodes_that_lead_to_the_inputs():
     """An op without a double backward on a branch that does not lead to the inputs is not
     run (torch computes only what the inputs need)."""
     x, w = _leaf([1.0, 2.0]), _leaf([3.0, -1.0])
-    y = tt.amax(w, dim=0) * (x * x * x).sum()
+    y = tt.max(w, dim=0).values * (x * x * x).sum()
     (g,) = tt.autograd.grad(y, x, create_graph=True)
     np.testing.assert_array_equal(g.numpy(), [9.0, 36.0])
     gx, gw = tt.autograd.grad(g.sum(), [x, w], allow_unused=True)
     np.testing.assert_array_equal(gx.numpy(), [18.0, 36.0])
-    np.testing.assert_array_equal(gw.numpy(), [15.0, 0.0])   # through the saved amax: its first-order rule
+    np.testing.assert_array_equal(gw.numpy(), [15.0, 0.0])   # through the saved max: its first-order rule
     assert w.grad is None and x.grad is None

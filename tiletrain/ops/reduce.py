@@ -259,12 +259,16 @@ def _extreme(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
 @backward_rule("amax")
 def _amax_bwd(node, g):
     """torch: the gradient is split evenly among the elements equal to the result."""
+    return _amax_grad(node, g, _expand)
+
+
+def _amax_grad(node, g, expand):
     x, y = node.saved
     stages = node.ctx["stages"]
-    mask = Tensor(x.traits, x.dtype)
+    mask = Tensor(x.traits, x.dtype)  # (the mask and the count are constants: zero derivatives)
     run_map("eq_mask", x, _expand(y, stages), mask)
     count = _span_reduce("sum_axis", mask, stages, alpha=1.0)
-    return (_mul(mask, _expand(_div(g, count, alpha=1.0), stages), alpha=1.0),)
+    return (_mul(mask, expand(_div(g, count, alpha=1.0), stages), alpha=1.0),)
 
 
 @basic.dim_alias
@@ -527,6 +531,11 @@ def _rexpand(t: Tensor, stages) -> Tensor:
     for st in reversed(stages):
         t = basic.broadcast(t, st.src, tuple(range(st.start, st.start + st.naxes)))
     return t
+
+
+@double_backward_rule("amax")
+def _amax_double(node, g):
+    return _amax_grad(node, g, _rexpand)
 
 
 @double_backward_rule("var")
