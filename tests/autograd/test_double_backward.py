@@ -71,6 +71,7 @@ CASES = {
     "astype": (lambda m, F, a: a.to(m.float32).to(m.float64), [((5,), (2,), "q")]),
     "expand_unsqueeze": (lambda m, F, a: a.unsqueeze(0).expand(3, 4, 2).squeeze(), [((4, 2), (3, 2), "n")]),
     "matmul": (lambda m, F, a, b: a @ b, [((4, 3), (3, 2), "n"), ((3, 5), (2, 5), "n")]),
+    "einsum_tril": (lambda m, F, a, b: m.tril(m.einsum("ij,jk->ik", a, b)), [((4, 3), (3, 2), "n"), ((3, 4), (2, 4), "n")]),
     "matmul_batched": (lambda m, F, a, b: m.matmul(a, b), [((2, 4, 3), (1, 3, 2), "n"), ((3, 2), (2, 2), "n")]),
     "linear_bias": (lambda m, F, x, w, b: F.linear(x, w, b), [((4, 3), (3, 2), "n"), ((5, 3), (2, 2), "n"),
                                                               ((5,), (2,), "n")]),
@@ -84,6 +85,9 @@ CASES = {
     "rms_norm": (lambda m, F, x, w: F.rms_norm(x, (4,), w, eps=1e-6), [((3, 4), (2, 4), "n"), ((4,), (4,), "n")]),
     "var_std": (lambda m, F, a: a.var(dim=(0, 2)) + a.std(dim=1, keepdim=True).sum(), [((4, 3, 2), (3, 2, 2), "n")]),
     "amax_amin_max": (lambda m, F, a: a.amax(dim=1) * a.max() + a.amin(dim=0).sum(), [((4, 3), (3, 2), "n")]),
+    "bce_with_logits": (lambda m, F, a, b: F.binary_cross_entropy_with_logits(
+        a, b, reduction="sum", pos_weight=m.tensor([1.5, 0.5, 2.0], dtype=m.float64)),
+        [((4, 3), (3, 2), "a"), ((4, 3), (3, 2), "n")]),
     "logsumexp": (lambda m, F, a: m.logsumexp(a, dim=(1, 2)), [((3, 4, 2), (2, 3, 2), "n")]),
     "norm_2_and_3": (lambda m, F, a: a.norm(2, dim=1) * m.norm(a, 3.0, dim=1), [((4, 3), (3, 2), "a")]),
     "l1_loss": (lambda m, F, a, b: F.l1_loss(a * a, b, reduction="sum") if m is tt else _abs(m, a * a - b).sum(),
@@ -336,3 +340,20 @@ def test_grad_runs_only_the_nodes_that_lead_to_the_inputs():
     np.testing.assert_array_equal(gx.numpy(), [18.0, 36.0])
     np.testing.assert_array_equal(gw.numpy(), [15.0, 0.0])   # through the saved max: its first-order rule
     assert w.grad is None and x.grad is None
+
+
+def test_embedding_second_derivative():
+    rng = np.random.default_rng(5)
+    table, ids = rng.standard_normal((6, 4)), np.array([[1, 4, 1], [0, 5, 2]])
+    w = tt.from_numpy(table, (4, 2)).requires_grad_()
+    wt = torch.tensor(table, requires_grad=True)
+    y = tt.functional.embedding(tt.from_numpy(ids, (1, 2)), w) ** 3
+    yt = torch.nn.functional.embedding(torch.tensor(ids), wt) ** 3
+    u = rng.standard_normal(yt.shape)
+    (g,) = tt.autograd.grad(y, w, tt.from_numpy(u, y.tiles), create_graph=True)
+    (gt,) = torch.autograd.grad(yt, wt, torch.tensor(u), create_graph=True)
+    _close(g, gt.detach().numpy(), "gradient")
+    v = rng.standard_normal(table.shape)
+    (h,) = tt.autograd.grad((g * tt.from_numpy(v, g.tiles)).sum(), w)
+    (ht,) = torch.autograd.grad((gt * torch.tensor(v)).sum(), wt)
+    _close(h, ht.numpy(), "Hessian-vector product")
