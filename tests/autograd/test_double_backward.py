@@ -75,6 +75,8 @@ CASES = {
     "index_select_add": (lambda m, F, a, b: m.index_add(m.index_select(a, 1, m.tensor([2, 0, 2, 1])), 0,
                                                            m.tensor([1, 1, 3]), b, alpha=0.5),
                          [((4, 3), (3, 2), "n"), ((3, 4), (2, 3), "n")]),
+    "index_tensor_and_list": (lambda m, F, a: m.cat([a[m.tensor([0, 2, 2])], a[[1, 3], :]], dim=0),
+                              [((4, 3), (3, 2), "n")]),
     "matmul_batched": (lambda m, F, a, b: m.matmul(a, b), [((2, 4, 3), (1, 3, 2), "n"), ((3, 2), (2, 2), "n")]),
     "linear_bias": (lambda m, F, x, w, b: F.linear(x, w, b), [((4, 3), (3, 2), "n"), ((5, 3), (2, 2), "n"),
                                                               ((5,), (2,), "n")]),
