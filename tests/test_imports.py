@@ -32,7 +32,7 @@ LAYERS = [
     ("inference", "pipeline", "parallel"),
     ("nn", "geometric", "data", "checkpoint", "serialization"),
     ("utils",),                           # activation recomputation (utils.checkpoint), mpirun
-    ("optim", "functional"),
+    ("optim", "functional", "autograd"),  # autograd: torch.autograd's grad/backward over the ops' tape
     ("tensors.api",),                     # the user-facing Tensor: torch's methods, bound to ops
     ("ops",),                             # op tables, autograd
     ("runtime.kernels",),                 # the one kernel-call layer (by kernel name)

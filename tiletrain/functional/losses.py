@@ -7,7 +7,7 @@ shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
 from __future__ import annotations
 
 from ..ops import reduce
-from ..ops.autograd import backward_rule, record
+from ..ops.autograd import backward_rule, composite_grads, double_backward_rule, record
 from ..ops.basic import _float_tensor, _same
 from ..ops.elementwise import mul, neg, sub
 from ..ops.shape import retile
@@ -62,6 +62,30 @@ def _absdiff_bwd(node, g):
     run_map("absdiff_bwd", a, b, g, da, alpha=1.0)
     return (da if node.inputs[0] is not None else None,
             neg(da) if node.inputs[1] is not None else None)
+
+
+@double_backward_rule("absdiff")
+def _absdiff_double(node, g):
+    from ..ops.elementwise import abs as eabs
+    a, b = node.saved
+    return composite_grads(node, g, lambda a, b: eabs(sub(a, b)), a, b)
+
+
+@double_backward_rule("bce_logits")
+def _bce_logits_double(node, g):
+    """dx = g w ((1 - t) - (1 + (pw - 1) t) sigmoid(-x)), dt = g w (-x + (pw - 1) softplus(-x)),
+    softplus(-x) = log(1 + exp(-|x|)) + max(-x, 0), with recorded ops (weights: constants)."""
+    from ..ops.elementwise import abs as eabs, add, exp, log, relu, sigmoid
+    x, t, w, pw = node.saved
+    gw = mul(g, w)
+    dx = dt = None
+    if node.inputs[0] is not None:
+        c = add(mul(t, sub(pw, 1.0)), 1.0)
+        dx = mul(gw, sub(sub(1.0, t), mul(c, sigmoid(neg(x)))))
+    if node.inputs[1] is not None:
+        sp = add(relu(neg(x)), log(add(exp(neg(eabs(x))), 1.0)))
+        dt = mul(gw, sub(mul(sp, sub(pw, 1.0)), x))
+    return dx, dt
 
 
 class _Retile:

@@ -11,7 +11,7 @@ from ..runtime.kernels import gemm_bias, gemm_bias_gelu, run_map
 from ..tensors import Tensor, TensorTraits
 # one seeding function for dropout and random tensors
 from ..tensors.creation import default_generator, manual_seed
-from .autograd import backward_rule, needs_grad, record
+from .autograd import backward_rule, composite_grads, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _like, _scalar, _sum_axes
 from .creation import full
 from .elementwise import _gelu_params, gelu, mul, relu, silu
@@ -96,6 +96,12 @@ def _dropout_bwd(node, g):
     return (dx,)
 
 
+@double_backward_rule("dropout")
+def _dropout_double(node, g):
+    dx = _dropout_bwd(node, g)[0]
+    return (record("dropout", dx, (g,), p=node.ctx["p"], seed=node.ctx["seed"]),)
+
+
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
     """input @ weight^T + bias, as torch.nn.functional.linear: weight is (out_features,
     in_features), input (..., in_features), bias (out_features,)."""
@@ -147,12 +153,13 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed:
         # when a backward may follow, the epilogue leaves gelu'(pre-activation) in d
         d = Tensor(y.traits, y.dtype)
         gemm_bias_gelu(1.0, x, weight, transposed, bias, approx, needs_grad(x, weight, bias), d, y)
-        return record("affine_gelu", y, (x, weight, bias), saved=(x, weight, d), transposed=transposed)
+        return record("affine_gelu", y, (x, weight, bias), saved=(x, weight, d, bias), transposed=transposed,
+                      approximate=gelu)
     gemm_bias(1.0, x, weight, transposed, bias, y)
     return record("affine", y, (x, weight, bias), saved=(x, weight), transposed=transposed)
 
 
-@backward_rule("affine")
+@backward_rule("affine", differentiable=True)
 def _affine_bwd(node, g):
     """y = x op(W) + b over every leading axis of x: dx = g op(W)^T, dW = x^T g (or g^T x when
     W is (out, in)), db = g summed over the leading axes."""
@@ -164,10 +171,20 @@ def _affine_bwd(node, g):
 def _affine_gelu_bwd(node, g):
     """y = gelu(h), h = x op(W) + b: dh = gelu'(h) g with gelu'(h) saved by the forward's
     epilogue, then affine's gradients of dh."""
-    x, w, d = node.saved
+    x, w, d, _ = node.saved
     dh = Tensor(d.traits, d.dtype)
     run_map("mul", g, d, dh, alpha=1.0)
     return _affine_grads(node, x, w, dh)
+
+
+@double_backward_rule("affine_gelu")
+def _affine_gelu_double(node, g):
+    """Differentiable form: the gradients of gelu(affine(x, W, b)) recomputed with recorded
+    ops (affine, then gelu), for the inputs that need one."""
+    x, w, _, b = node.saved
+    c = node.ctx
+    return composite_grads(node, g, lambda x, w, b: _gelu_op(affine(x, w, b, transposed=c["transposed"]),
+                                                             approximate=c["approximate"]), x, w, b)
 
 
 def _affine_grads(node, x, w, g):

@@ -6,8 +6,14 @@ rules live in one table, BACKWARD, keyed by op name; each op registers its rule 
 its forward with ``@backward_rule("name")``.  ``backward()`` walks the recorded graph in
 reverse topological order and submits every rule's tile tasks without waiting; leaf
 gradients accumulate into ``.grad`` (beta = 1 into the existing tiles).  Each node is
-released once used, so saved activations are freed by dataflow and a second backward
-through the same graph raises."""
+released once used (unless ``retain_graph``), so saved activations are freed by dataflow
+and a second backward through the same graph raises.
+
+Double backward: an op whose backward rule is written with recorded ops only registers it
+with ``differentiable=True``; an op whose rule uses raw kernels may register a second,
+differentiable form with ``@double_backward_rule("name")``.  ``backward(create_graph=True)``
+and ``grad(..., create_graph=True)`` (``differentiate``) run those forms with grad mode on,
+so the gradients they return have a graph; an op with neither raises NotImplementedError."""
 from __future__ import annotations
 
 import contextlib
@@ -100,14 +106,31 @@ class Node:
 
 BackwardRule = Callable[[Node, Tensor], Sequence["Tensor | None"]]
 BACKWARD: dict[str, BackwardRule] = {}
+DOUBLE_BACKWARD: dict[str, BackwardRule] = {}  # the differentiable forms (create_graph=True)
 
 
-def backward_rule(op: str):
-    """Register the backward rule of ``op``: rule(node, grad_out) -> one gradient per input."""
+def backward_rule(op: str, differentiable: bool = False):
+    """Register the backward rule of ``op``: rule(node, grad_out) -> one gradient per input.
+    ``differentiable``: the rule computes with recorded ops only (no raw kernel into a new
+    tensor), so run with grad mode on its gradients have a graph: it is also op's
+    double-backward form."""
     def deco(fn: BackwardRule) -> BackwardRule:
         if op in BACKWARD:
             raise RuntimeError(f"backward rule for {op!r} registered twice")
         BACKWARD[op] = fn
+        if differentiable:
+            double_backward_rule(op)(fn)
+        return fn
+    return deco
+
+
+def double_backward_rule(op: str):
+    """Register the differentiable form of ``op``'s backward rule (same signature as the
+    rule, written with recorded ops): used instead of the rule under create_graph=True."""
+    def deco(fn: BackwardRule) -> BackwardRule:
+        if op in DOUBLE_BACKWARD:
+            raise RuntimeError(f"double backward rule for {op!r} registered twice")
+        DOUBLE_BACKWARD[op] = fn
         return fn
     return deco
 
@@ -250,8 +273,11 @@ def _copy_to(g: Tensor, owners) -> Tensor:
 
 
 @tag(phase="bwd")
-def backward(root: Tensor, grad: Tensor | None = None) -> None:
-    """Submit the backward pass of ``root`` (no waiting)."""
+def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None = None,
+             create_graph: bool = False) -> None:
+    """Submit the backward pass of ``root`` (no waiting).  ``retain_graph`` (default:
+    ``create_graph``) keeps the graph for another backward; ``create_graph`` computes the
+    gradients with recorded ops (double backward): ``.grad`` then has a graph."""
     if not isinstance(root, Tensor):
         raise TypeError(f"backward: expected a Tensor, got {type(root).__name__}")
     root._handle("backward")
@@ -268,6 +294,11 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
         if grad.shape != root.shape or grad.tiles != root.tiles or grad.dtype != root.dtype:
             raise ValueError(f"backward: seed gradient has shape {grad.shape}, tiles {grad.tiles}, dtype "
                              f"{grad.dtype}; expected {root.shape}, {root.tiles}, {root.dtype}")
+    if retain_graph is None:
+        retain_graph = create_graph
+    if create_graph:
+        differentiate([root], [grad], None, create_graph=True, retain_graph=bool(retain_graph))
+        return
     if root._node is None:
         _Placer((grad,)).leaf(root, grad)
         return
@@ -284,7 +315,7 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
         _state.recomputes = 0
     _dist._in_backward += 1
     try:
-        _run_backward(order, pending, placer)
+        _run_backward(order, pending, placer, retain=bool(retain_graph))
     finally:
         _dist._in_backward -= 1
 
@@ -358,21 +389,24 @@ class PartialGradient:
         return acc
 
 
-def _apply_rule(node: Node, g: Tensor) -> tuple:
+def _apply_rule(node: Node, g: Tensor, table: dict = BACKWARD) -> tuple:
     """The gradients of node's inputs for its output gradient g, computed where the forward
-    ran (a pipeline stage, a data shard)."""
+    ran (a pipeline stage, a data shard); ``table``: BACKWARD or DOUBLE_BACKWARD."""
+    rule = table.get(node.op)
+    if rule is None:
+        raise NotImplementedError(f"double backward through op {node.op!r} is not implemented")
     if node.place is None:
-        grads = BACKWARD[node.op](node, g)
+        grads = rule(node, g)
     else:
         with _dist.use(node.place):
-            grads = BACKWARD[node.op](node, g)
+            grads = rule(node, g)
     if len(grads) != len(node.inputs):
         raise RuntimeError(f"backward rule of {node.op!r} returned {len(grads)} gradients for "
                            f"{len(node.inputs)} inputs")
     return grads
 
 
-def _run_backward(order, pending, placer) -> None:
+def _run_backward(order, pending, placer, retain: bool = False) -> None:
     # pending gradients built part by part: id -> (bit mask of the parts written, a part)
     parts: dict[int, tuple[int, PartialGradient]] = {}
 
@@ -425,11 +459,155 @@ def _run_backward(order, pending, placer) -> None:
                         pending[id(inp)] = placer.accumulate(pending[id(inp)], gi)
                     else:
                         pending[id(inp)] = placer.share(gi)
-            # release the tape: saved activations go when their last reader has run
-            node = t._node
-            node.saved = ()
-            node.inputs = tuple(None for _ in node.inputs)
-            node.released = True
+            if not retain:  # release the tape: saved activations go when their last reader has run
+                _release(t._node)
+
+
+def _release(node: Node) -> None:
+    node.saved = ()
+    node.inputs = tuple(None for _ in node.inputs)
+    node.released = True
+
+
+# Ops whose rule places leaf gradients itself (activation checkpointing: a backward pass
+# of its own): differentiate() cannot hand their leaves' gradients back.
+_PLACES_LEAVES = frozenset(("checkpoint", "checkpoint_output"))
+
+
+def _sum_grads(a: Tensor, b: Tensor) -> Tensor:
+    """a + b out of place, recorded under grad mode (create_graph) as the add op's node."""
+    c = Tensor(a.traits, a.dtype)
+    run_map("add", a, b, c, alpha=1.0, beta=1.0)
+    return record("add", c, (a, b), alpha=1.0, beta=1.0)
+
+
+def _copy_recorded(g: Tensor) -> Tensor:
+    """A copy of g, recorded under grad mode as the copy op's node."""
+    return record("copy", _copy(g), (g,))
+
+
+def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequence[Tensor] | None, *,
+                  create_graph: bool, retain_graph: bool, stop_at_inputs: bool = False) -> list | None:
+    """The engine of ``grad`` and ``backward(create_graph=True)``: the backward pass of
+    ``roots`` with gradients ``seeds`` (checked by the caller), run only through the nodes
+    that lead to ``inputs``.  Returns the gradients of ``inputs`` (None for one not reached),
+    without touching ``.grad``; ``inputs`` None: every leaf reached accumulates into ``.grad``
+    (out of place).  ``create_graph``: the rules' differentiable forms, with grad mode on;
+    ``stop_at_inputs``: the inputs' own nodes are not followed (the gradients of one op's
+    inputs, not of what computed them).  Gradients are summed out of place and never handed
+    out twice as one object (a copy), so nothing here changes a tensor in place."""
+    if create_graph and mpi.enabled():
+        raise NotImplementedError("create_graph=True is not supported under MPI")
+    if create_graph and (getattr(_state, "defer", None) is not None or getattr(_state, "collect", None) is not None):
+        raise NotImplementedError("backward(create_graph=True) inside defer_grads() or collect_leaf_grads() is not "
+                                  "supported")
+    order = _topological(*(r for r in roots if r._node is not None))
+    wanted = None if inputs is None else {id(t) for t in inputs}
+    # the nodes to run, each with the inputs that lead to a wanted tensor (the others None)
+    runs: dict[int, Node] = {}
+    leads: set[int] = set() if wanted is None else set(wanted)
+    released: set[int] = set()  # (a released node's inputs are gone: it may lead anywhere)
+    for t in reversed(order):   # inputs before their consumers
+        node = t._node
+        if stop_at_inputs and id(t) in wanted:
+            continue
+        if node.released:
+            if wanted is None or id(t) not in wanted:
+                leads.add(id(t))
+                released.add(id(t))
+            continue
+        ins = node.inputs if wanted is None else tuple(
+            i if i is not None and id(i) in leads else None for i in node.inputs)
+        if any(i is not None for i in ins):
+            leads.add(id(t))
+            if node.op in _PLACES_LEAVES:
+                raise NotImplementedError(f"grad() and create_graph=True through op {node.op!r} (activation "
+                                          "checkpointing) are not supported: use backward()")
+            runs[id(t)] = node if ins is node.inputs else Node(node.op, ins, node.saved, node.ctx, place=node.place,
+                                                              seq=node.seq)
+    table = DOUBLE_BACKWARD if create_graph else BACKWARD
+    pending: dict[int, Tensor] = {}
+    tensors: dict[int, Tensor] = {}   # id -> the tensor a pending gradient belongs to (leaves)
+    handed: set[int] = {id(s) for s in seeds}   # gradient objects the caller or a leaf holds
+    keep = list(seeds)                # keep those ids unique
+
+    def deliver(t: Tensor, g: Tensor) -> None:
+        if id(t) in pending:
+            pending[id(t)] = _sum_grads(pending[id(t)], g)
+        else:
+            pending[id(t)] = g
+            tensors[id(t)] = t
+
+    def hand_out(g: Tensor) -> Tensor:
+        if id(g) in handed:
+            g = _copy_recorded(g)
+        handed.add(id(g))
+        keep.append(g)
+        return g
+
+    results: dict[int, Tensor] = {}
+    if not _dist._in_backward:
+        _state.recomputes = 0
+    _dist._in_backward += 1
+    try:
+        with (enable_grad() if create_graph else no_grad()):
+            for r, g in zip(roots, seeds):
+                deliver(r, g)
+            for t in order:
+                if wanted is not None and id(t) in wanted and id(t) in pending:
+                    results[id(t)] = pending[id(t)]
+                if id(t) in released and id(t) in pending:
+                    raise RuntimeError(f"backward: the graph through op {t._node.op!r} was already released by an "
+                                       "earlier backward() or grad(); pass retain_graph=True to the first call to "
+                                       "differentiate through it again")
+                node = runs.get(id(t))
+                g = pending.pop(id(t), None) if node is not None or wanted is None else None
+                if node is None or g is None:
+                    continue
+                grads = _apply_rule(node, g, table)
+                for inp, gi in zip(node.inputs, grads):
+                    if inp is None or gi is None:
+                        continue
+                    if isinstance(gi, PartialGradient):
+                        gi = gi.dense()
+                    if gi.shape != inp.shape or gi.tiles != inp.tiles:
+                        raise RuntimeError(f"backward rule of {node.op!r} gave a gradient of shape {gi.shape} "
+                                           f"tiles {gi.tiles} for an input of shape {inp.shape} tiles {inp.tiles}")
+                    deliver(inp, gi)
+                if not retain_graph:
+                    _release(t._node)
+            if wanted is not None:
+                for key, g in pending.items():   # leaves (and inputs whose nodes were not followed)
+                    if key in wanted and key not in results:
+                        results[key] = g
+                return [None if id(t) not in results else hand_out(results[id(t)]) for t in inputs]
+            for key, g in pending.items():
+                leaf = tensors[key]
+                if leaf._node is not None or not leaf.requires_grad:
+                    continue
+                if leaf.grad is None:
+                    leaf.grad = hand_out(g)
+                else:
+                    if leaf.grad.shape != g.shape or leaf.grad.tiles != g.tiles or leaf.grad.dtype != g.dtype:
+                        raise RuntimeError(f"backward: a gradient of shape {g.shape}, tiles {g.tiles}, dtype {g.dtype} "
+                                           f"for .grad of {leaf.grad.shape}, {leaf.grad.tiles}, {leaf.grad.dtype}")
+                    leaf.grad = _sum_grads(leaf.grad, g)
+                    handed.add(id(leaf.grad))
+            return None
+    finally:
+        _dist._in_backward -= 1
+
+
+def composite_grads(node: Node, g: Tensor, forward: Callable, *values: Tensor) -> tuple:
+    """A differentiable backward form from a forward written with recorded ops: the gradients
+    of ``forward(*values)`` for output gradient ``g``, with respect to the inputs of ``node``
+    that need one (``values``: one tensor per input of node, the input itself where
+    node.inputs has it).  The graph of what computed the inputs is not followed."""
+    values = [v if i is None else i for v, i in zip(values, node.inputs)]
+    wanted = [i for i in node.inputs if i is not None]
+    y = forward(*values)
+    grads = iter(differentiate([y], [g], wanted, create_graph=True, retain_graph=True, stop_at_inputs=True))
+    return tuple(next(grads) if i is not None else None for i in node.inputs)
 
 
 class DeferredGrads:

@@ -19,7 +19,7 @@ import numpy as np
 from ..runtime.kernels import run_cast, run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype, is_float, is_half
 from ..tensors.tensor import forget_value_range
-from .autograd import backward_rule, record
+from .autograd import backward_rule, double_backward_rule, record
 
 # The ops that take float16/bfloat16 tensors (besides float32/float64).
 HALF_OPS = ("astype", "copy", "fill_", "scale", "neg", "add_scalar", "add", "sub", "mul", "axpy_", "broadcast",
@@ -104,7 +104,7 @@ def copy(x: Tensor) -> Tensor:
     return record("copy", y, (x,))
 
 
-@backward_rule("copy")
+@backward_rule("copy", differentiable=True)
 def _copy_bwd(node, g):
     return (g,)
 
@@ -132,6 +132,11 @@ def _astype_bwd(node, g):
     return (_cast(g, node.ctx["dtype"]),)
 
 
+@double_backward_rule("astype")
+def _astype_double(node, g):
+    return (astype(g, node.ctx["dtype"]),)
+
+
 def scale(x: Tensor, alpha: float) -> Tensor:
     """alpha * x"""
     _any_float_tensor(x, "scale", "x")
@@ -145,7 +150,7 @@ def _scaled(g: Tensor, alpha: float) -> Tensor:
     return g if alpha == 1.0 else scale(g, alpha)
 
 
-@backward_rule("scale")
+@backward_rule("scale", differentiable=True)
 def _scale_bwd(node, g):
     return (_scaled(g, node.ctx["alpha"]),)
 
@@ -170,7 +175,7 @@ def div_scalar(x: Tensor, s: float) -> Tensor:
     return record("div_scalar", y, (x,), s=s)
 
 
-@backward_rule("div_scalar")
+@backward_rule("div_scalar", differentiable=True)
 def _div_scalar_bwd(node, g):
     return (div_scalar(g, node.ctx["s"]),)
 
@@ -194,7 +199,7 @@ def add_broadcast(x: Tensor, b: Tensor, axis, alpha: float = 1.0, beta: float = 
     return record("add_broadcast", y, (x, b), alpha=alpha, beta=beta, start=start, naxes=naxes)
 
 
-@backward_rule("add_broadcast")
+@backward_rule("add_broadcast", differentiable=True)
 def _add_broadcast_bwd(node, g):
     x, b = node.inputs
     c = node.ctx
@@ -215,13 +220,13 @@ def broadcast(b: Tensor, traits: TensorTraits, axis, alpha: float = 1.0) -> Tens
     alpha = _scalar(alpha, what, "alpha")
     y = Tensor(traits, b.dtype)
     run_span("bcast", start, naxes, [y], [b], reduce=False, alpha=alpha)
-    return record("broadcast", y, (b,), alpha=alpha, start=start, naxes=naxes)
+    return record("broadcast", y, (b,), alpha=alpha, start=start, naxes=naxes, btraits=b.traits)
 
 
-@backward_rule("broadcast")
+@backward_rule("broadcast", differentiable=True)
 def _broadcast_bwd(node, g):
-    c = node.ctx
-    return (_sum_axes(g, c["start"], c["naxes"], alpha=c["alpha"]),)
+    c = node.ctx  # (b may have the broadcast axes, of size 1)
+    return (_sum_axes(g, c["start"], c["naxes"], alpha=c["alpha"], out=c["btraits"]),)
 
 
 def _sum_axes(x: Tensor, start=None, naxes: int = 0, alpha: float = 1.0, out=None) -> Tensor:
@@ -245,7 +250,7 @@ def _sum_axes(x: Tensor, start=None, naxes: int = 0, alpha: float = 1.0, out=Non
     return record("sum", y, (x,), alpha=alpha, start=start, naxes=naxes, traits=x.traits)
 
 
-@backward_rule("sum")
+@backward_rule("sum", differentiable=True)
 def _sum_bwd(node, g):
     c = node.ctx
     if c["naxes"] == 0:  # sum of a 0-d tensor

@@ -20,6 +20,7 @@ Binary ops take tensors or Python numbers and follow PyTorch's rules:
   float32), by a cast of the narrower operand."""
 from __future__ import annotations
 
+import math
 import numbers
 import weakref
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import numpy as np
 from ..runtime.kernels import run_map
 from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_half
 from . import basic
-from .autograd import backward_rule, record
+from .autograd import backward_rule, double_backward_rule, record
 from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _scaled, _tensor
 from .shape import expand_to
 
@@ -131,6 +132,90 @@ clamp = _UNARY_OPS["clamp"]
 clip = clamp
 
 
+# ---- double backward: each unary op's derivative written with recorded ops ---------------
+# f(x, y, g, params) -> dx (x the input, y the output), the formulas of torch's derivatives.
+
+def _gelu_d(x, y, g, p):
+    if p["approx"]:  # the tanh form: its derivative is recorded ops all through
+        k, c = math.sqrt(2.0 / math.pi), 0.044715
+        t = tanh(mul(add(x, mul(mul(mul(x, x), x), c)), k))
+        # 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+        inner = mul(add(mul(mul(x, x), 3.0 * c), 1.0), k)
+        d = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, sub(1.0, mul(t, t))), inner), 0.5))
+        return mul(g, d)
+    return mul(g, _gelu_grad(x))
+
+
+def _silu_d(x, y, g, p):
+    s = sigmoid(x)  # d silu = s (1 + x (1 - s))
+    return mul(g, mul(s, add(mul(x, sub(1.0, s)), 1.0)))
+
+
+def _clamp_d(x, y, g, p):
+    return where(logical_and(ge(x, p["lo"]), le(x, p["hi"])), g, 0.0)
+
+
+def _pow_scalar_d(x, y, g, p):
+    e = p["p"]
+    if e == 0.0:
+        return basic.fill_(Tensor(g.traits, g.dtype), 0.0)
+    return mul(g, mul(pow(x, e - 1.0), e))
+
+
+def _rpow_scalar_d(x, y, g, p):
+    s = p["s"]
+    if s == 0.0:  # torch: 0 ** x has gradient 0 where x >= 0
+        return where(ge(x, 0.0), 0.0, mul(g, mul(y, -math.inf)))
+    return mul(g, mul(y, math.log(s)))
+
+
+_UNARY_DOUBLE = {
+    "relu": lambda x, y, g, p: where(gt(x, 0.0), g, 0.0),
+    "gelu": _gelu_d,
+    "silu": _silu_d,
+    "exp": lambda x, y, g, p: mul(g, y),
+    "log": lambda x, y, g, p: div(g, x),
+    "sqrt": lambda x, y, g, p: div(g, mul(y, 2.0)),
+    "rsqrt": lambda x, y, g, p: mul(mul(g, pow(y, 3.0)), -0.5),
+    "abs": lambda x, y, g, p: mul(g, sign(x)),
+    "sign": lambda x, y, g, p: basic.fill_(Tensor(g.traits, g.dtype), 0.0),
+    "sin": lambda x, y, g, p: mul(g, cos(x)),
+    "cos": lambda x, y, g, p: mul(g, neg(sin(x))),
+    "tanh": lambda x, y, g, p: mul(g, sub(1.0, mul(y, y))),
+    "sigmoid": lambda x, y, g, p: mul(g, mul(sub(1.0, y), y)),
+    "clamp": _clamp_d,
+    "pow_scalar": _pow_scalar_d,
+    "rpow_scalar": _rpow_scalar_d,
+}
+
+
+def _unary_double(row: Unary) -> None:
+    f = _UNARY_DOUBLE[row.name]
+
+    @double_backward_rule(row.name)
+    def rule(node, g):
+        x = node.saved[0] if row.reads == "x" else node.inputs[0]
+        y = node.ctx["output"]() if row.reads == "y" else None
+        return (f(x, y, g, node.ctx["params"]),)
+
+
+def _gelu_grad(x: Tensor) -> Tensor:
+    """gelu'(x), erf form (Phi(x) + x phi(x)), as a recorded op: its own gradient is
+    gelu''(x) = phi(x) (2 - x^2), recorded ops again."""
+    ones = basic.fill_(Tensor(x.traits, x.dtype), 1.0)
+    d = Tensor(x.traits, x.dtype)
+    run_map("gelu_backward", x, ones, d, approx=0)
+    return record("gelu_grad", d, (x,), saved=(x,))
+
+
+@backward_rule("gelu_grad", differentiable=True)
+def _gelu_grad_bwd(node, g):
+    (x,) = node.saved
+    x2 = mul(x, x)
+    phi = mul(exp(mul(x2, -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    return (mul(g, mul(phi, sub(2.0, x2))),)
+
+
 def rdiv_scalar(s: float, x: Tensor) -> Tensor:
     """s / x"""
     _float_tensor(x, "rdiv_scalar", "x")
@@ -140,7 +225,7 @@ def rdiv_scalar(s: float, x: Tensor) -> Tensor:
     return record("rdiv_scalar", y, (x,), saved=(x,), s=s)
 
 
-@backward_rule("rdiv_scalar")
+@backward_rule("rdiv_scalar", differentiable=True)
 def _rdiv_scalar_bwd(node, g):
     (x,) = node.saved
     return (BINARY_OPS["div"](g, BINARY_OPS["mul"](x, x, alpha=1.0), alpha=-node.ctx["s"]),)  # d(s/x) = -s/x^2
@@ -270,8 +355,8 @@ def _binary_op(row: Binary) -> Callable:
     op.__name__ = op.__qualname__ = f"{row.name}_same_layout"
     op.__doc__ = f"{row.name} of two tensors of one shape, tiling and dtype (kernel `{row.kernel}`)."
 
-    if callable(row.backward):
-        backward_rule(row.name)(row.backward)
+    if callable(row.backward):  # a rule of recorded ops (add, sub, mul, div): differentiable as it is
+        backward_rule(row.name, differentiable=True)(row.backward)
     else:
         @backward_rule(row.name)
         def rule(node, g):
@@ -549,6 +634,49 @@ def convert(input: Tensor, dtype) -> Tensor:  # noqa: A002
     with np.errstate(invalid="ignore"):
         b = (np.trunc(a.astype(np.float64)) if dt.kind in "iu" and a.dtype.kind == "f" else a).astype(dt)
     return from_numpy(_c(b), x.tiles if x.ndim else None)
+
+
+for _row in UNARY:
+    _unary_double(_row)
+
+
+def _maximum_double(node, g, ismin: int):
+    a, b = node.saved  # torch: the gradient goes to the larger (smaller) operand, split evenly on ties
+    win = lt(a, b) if ismin else gt(a, b)
+    half = mul(g, 0.5)
+    tie = eq(a, b)
+    da = where(win, g, where(tie, half, 0.0)) if node.inputs[0] is not None else None
+    db = where(logical_or(win, tie), where(tie, half, 0.0), g) if node.inputs[1] is not None else None
+    return da, db
+
+
+double_backward_rule("maximum")(lambda node, g: _maximum_double(node, g, 0))
+double_backward_rule("minimum")(lambda node, g: _maximum_double(node, g, 1))
+
+
+@double_backward_rule("pow")
+def _pow_double(node, g):
+    a, b = node.saved  # c = a ** b: dc/da = b a^(b-1) (0 where b == 0), dc/db = c log(a) (0 where a == 0, b >= 0)
+    da = db = None
+    if node.inputs[0] is not None:
+        da = where(eq(b, 0.0), 0.0, mul(g, mul(b, BINARY_OPS["pow"](a, sub(b, 1.0)))))
+    if node.inputs[1] is not None:
+        c = BINARY_OPS["pow"](a, b)
+        db = where(logical_and(eq(a, 0.0), ge(b, 0.0)), 0.0, mul(g, mul(c, log(a))))
+    return da, db
+
+
+@double_backward_rule("where")
+def _where_double(node, g):
+    (c,) = node.saved
+    return (where(c, g, 0.0) if node.inputs[0] is not None else None,
+            where(c, 0.0, g) if node.inputs[1] is not None else None)
+
+
+@double_backward_rule("masked_fill")
+def _masked_fill_double(node, g):
+    (mask,) = node.saved
+    return (masked_fill(g, mask, 0.0),)
 
 
 __all__ = ["abs", "add", "clamp", "clip", "cos", "div", "divide",

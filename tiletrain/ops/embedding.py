@@ -9,7 +9,7 @@ import numpy as np
 from ..runtime.kernels import embedding_backward, embedding_rows
 from ..tensors import Tensor, TensorTraits
 from ..tensors.tensor import known_within
-from .autograd import backward_rule, record
+from .autograd import backward_rule, double_backward_rule, record
 from .basic import _float_tensor, _tensor
 
 
@@ -57,6 +57,20 @@ def _embedding_bwd(node, g):
     dtable = Tensor(node.ctx["table_traits"], g.dtype)
     embedding_backward(ids, g, dtable)
     return (None, dtable)
+
+
+# Double backward: the table's gradient is linear in g (rows added at the ids): recorded as
+# embedding_bwd, whose gradient is the lookup of those rows again.
+@double_backward_rule("embedding")
+def _embedding_double(node, g):
+    (ids,) = node.saved
+    return (None, record("embedding_bwd", _embedding_bwd(node, g)[1], (g,), saved=(ids,)))
+
+
+@backward_rule("embedding_bwd", differentiable=True)
+def _embedding_bwd_bwd(node, gg):
+    (ids,) = node.saved
+    return (embedding(ids, gg),)
 
 
 __all__ = ["embedding"]

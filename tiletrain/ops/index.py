@@ -21,7 +21,7 @@ from ..runtime.kernels import run_map, run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.creation import default_generator
 from ..tensors.tensor import forget_value_range, is_float
-from .autograd import backward_rule, grad_enabled, record
+from .autograd import backward_rule, double_backward_rule, grad_enabled, record
 from .basic import _float_tensor, _tensor, copy
 from .creation import full, zeros
 from .elementwise import clamp, convert, div, eq, masked_fill, mul, where
@@ -332,6 +332,18 @@ def _index_add_bwd(node, g):
         tiles = tuple(idx.t.tiles[0] if d == dim else t for d, t in enumerate(g.tiles))
         ds = _gather(g, dim, idx, True, TensorTraits(shape, tiles))
     return (g, ds)
+
+
+# Double backward: index_select and index_add are each other's gradient (recorded ops).
+@double_backward_rule("index_select")
+def _index_select_double(node, g):
+    t = node.ctx["traits"]
+    return (index_add(zeros(t.shape, dtype=g.dtype, tiles=t.tiles), node.ctx["dim"], node.ctx["idx"], g),)
+
+
+@double_backward_rule("index_add")
+def _index_add_double(node, g):
+    return (g, index_select(g, node.ctx["dim"], node.ctx["idx"]) if node.inputs[1] is not None else None)
 
 
 # ---- gather -----------------------------------------------------------------------------

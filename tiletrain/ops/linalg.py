@@ -86,7 +86,7 @@ def _gemm(alpha: float, a: Tensor, ta: bool, b: Tensor, tb: bool, traits: Tensor
     return _cast(c, a.dtype) if acc else c
 
 
-@backward_rule("matmul_leading")
+@backward_rule("matmul_leading", differentiable=True)
 def _matmul_leading_bwd(node, g):
     a, b = node.saved
     al = node.ctx["alpha"]
@@ -95,7 +95,7 @@ def _matmul_leading_bwd(node, g):
             matmul(a, g, alpha=al) if node.inputs[1] is not None else None)
 
 
-@backward_rule("matmul")
+@backward_rule("matmul", differentiable=True)
 def _matmul_bwd(node, g):
     a, b = node.saved
     c = node.ctx

@@ -12,7 +12,7 @@ import numbers
 
 from ..runtime.kernels import run_map, run_norm
 from ..tensors import Tensor, TensorTraits
-from .autograd import backward_rule, needs_grad, record
+from .autograd import backward_rule, composite_grads, double_backward_rule, needs_grad, record
 from .basic import _float_tensor
 from .creation import full
 
@@ -94,7 +94,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     else:
         mean, rstd = _stats(x, eps, centred=True)
         run_norm("layer_norm_fwd", [x, y], [mean, rstd], [w, b], reduce=0)
-    return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w))
+    return record("layer_norm", y, (x, weight, bias), saved=(x, mean, rstd, w), eps=eps)
 
 
 @backward_rule("layer_norm")
@@ -113,6 +113,22 @@ def _layer_norm_bwd(node, g):
     return (dx, dw if need_w else None, db if need_b else None)
 
 
+@double_backward_rule("layer_norm")
+def _layer_norm_double(node, g):
+    """Differentiable form: the gradients of the layer norm recomputed with recorded ops,
+    (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b, for the inputs that need one."""
+    from .elementwise import add, mul, rsqrt, sub
+    from .reduce import mean as rmean
+    x, _, _, w = node.saved
+    eps = node.ctx["eps"]
+
+    def forward(x, w, b):
+        xc = sub(x, rmean(x, -1, keepdim=True))
+        y = mul(mul(xc, rsqrt(add(rmean(mul(xc, xc), -1, keepdim=True), eps))), w)
+        return y if b is None else add(y, b)   # (b's value does not change a gradient)
+    return composite_grads(node, g, forward, x, w, node.inputs[2])
+
+
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
     """x / sqrt(mean(x^2) + eps) * weight over the last axis of x.  weight is 1-D of size
     C = x.shape[-1], tiled like x's last axis, or None."""
@@ -128,7 +144,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     else:
         _, rstd = _stats(x, eps, centred=False)
         run_norm("rms_norm_fwd", [x, y], [rstd], [w], reduce=0)
-    return record("rms_norm", y, (x, weight), saved=(x, rstd, w))
+    return record("rms_norm", y, (x, weight), saved=(x, rstd, w), eps=eps)
 
 
 @backward_rule("rms_norm")
@@ -146,6 +162,17 @@ def _rms_norm_bwd(node, g):
         dw = Tensor(_cols_traits(x), x.dtype)
         run_norm("rms_norm_bwd_w", [g, x], [rstd], [dw], reduce=2)
     return (dx, dw)
+
+
+@double_backward_rule("rms_norm")
+def _rms_norm_double(node, g):
+    """Differentiable form: x * rsqrt(mean(x^2) + eps) * w recomputed with recorded ops."""
+    from .elementwise import add, mul, rsqrt
+    from .reduce import mean as rmean
+    x, _, w = node.saved
+    eps = node.ctx["eps"]
+    return composite_grads(node, g, lambda x, w: mul(mul(x, rsqrt(add(rmean(mul(x, x), -1, keepdim=True), eps))), w),
+                           x, w)
 
 
 def _add_then(x, r, what: str, *params):

@@ -25,7 +25,7 @@ import numpy as np
 from ..runtime.kernels import run_map, run_span, tensor_view, view_tiles
 from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_half
 from . import basic
-from .autograd import backward_rule, record
+from .autograd import backward_rule, composite_grads, double_backward_rule, record
 from .basic import _float_tensor
 from .elementwise import BINARY_OPS, convert
 from .shape import _reshape, _view, retile, squeeze
@@ -220,7 +220,7 @@ def mean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tenso
 
 # ---- broadcasting's backward ----------------------------------------------------------------
 
-@backward_rule("expand")
+@backward_rule("expand", differentiable=True)
 def _expand_bwd(node, g):
     """shape.expand_to's backward: the sum over the broadcast axes, re-tiled as the input."""
     return (retile(sum_to(g, node.ctx["shape"]), node.ctx["tiles"]),)
@@ -259,12 +259,16 @@ def _extreme(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
 @backward_rule("amax")
 def _amax_bwd(node, g):
     """torch: the gradient is split evenly among the elements equal to the result."""
+    return _amax_grad(node, g, _expand)
+
+
+def _amax_grad(node, g, expand):
     x, y = node.saved
     stages = node.ctx["stages"]
-    mask = Tensor(x.traits, x.dtype)
+    mask = Tensor(x.traits, x.dtype)  # (the mask and the count are constants: zero derivatives)
     run_map("eq_mask", x, _expand(y, stages), mask)
     count = _span_reduce("sum_axis", mask, stages, alpha=1.0)
-    return (_mul(mask, _expand(_div(g, count, alpha=1.0), stages), alpha=1.0),)
+    return (_mul(mask, expand(_div(g, count, alpha=1.0), stages), alpha=1.0),)
 
 
 @basic.dim_alias
@@ -510,6 +514,65 @@ def _norm_bwd(node, g):
     dx = Tensor(x.traits, x.dtype)
     run_map("pnorm_bwd", x, _expand(y, stages), _expand(g, stages), dx, p=node.ctx["p"])
     return (dx,)
+
+
+# ---- double backward: the reductions recomputed with recorded ops (composite_grads) -------
+
+def _rsum(t: Tensor, stages, alpha: float = 1.0) -> Tensor:
+    """alpha * the sum of t over ``stages``, recorded."""
+    for st in stages:
+        t = basic._sum_axes(t, st.start, st.naxes, alpha, out=st.dst)
+        alpha = 1.0
+    return t
+
+
+def _rexpand(t: Tensor, stages) -> Tensor:
+    """_expand, recorded."""
+    for st in reversed(stages):
+        t = basic.broadcast(t, st.src, tuple(range(st.start, st.start + st.naxes)))
+    return t
+
+
+@double_backward_rule("amax")
+def _amax_double(node, g):
+    return _amax_grad(node, g, _rexpand)
+
+
+@double_backward_rule("var")
+def _var_double(node, g):
+    from .elementwise import mul, sqrt, sub
+    x = node.saved[0]
+    c = node.ctx
+    stages = c["stages"]
+    n = x.traits.size // stages[-1].dst.size
+
+    def forward(x):
+        d = sub(x, _rexpand(_rsum(x, stages, 1.0 / n), stages))
+        v = _rsum(mul(d, d), stages, c["scale"] / 2.0)
+        return sqrt(v) if c["root"] else v
+    return composite_grads(node, g, forward, x)
+
+
+@double_backward_rule("logsumexp")
+def _logsumexp_double(node, g):
+    from .elementwise import add, exp, log, sub
+    x, mx, _ = node.saved
+    c = node.ctx
+    axes = tuple(range(c["start"], c["start"] + c["naxes"]))
+    # log(sum(exp(x - mx))) + mx with the row max a constant (it does not change the value)
+    return composite_grads(node, g, lambda x: add(log(basic._sum_axes(exp(sub(x, basic.broadcast(mx, x.traits, axes))),
+                                                                      c["start"], c["naxes"], out=mx.traits)), mx), x)
+
+
+@double_backward_rule("norm")
+def _norm_double(node, g):
+    from .elementwise import abs as eabs, mul, pow as epow
+    x = node.saved[0]
+    p, stages = node.ctx["p"], node.ctx["stages"]
+    if p == 0.0:
+        return (basic.fill_(Tensor(x.traits, x.dtype), 0.0),)
+    t = (lambda x: mul(x, x)) if p == 2.0 else (lambda x: epow(eabs(x), p))
+    return composite_grads(node, g, lambda x: epow(_rsum(t(x), stages), 1.0 / p), x)
 
 
 __all__ = ["sum", "mean", "var", "std", "amax", "amin", "max", "min", "argmax", "argmin", "logsumexp", "norm",

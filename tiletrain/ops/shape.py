@@ -39,7 +39,7 @@ import numpy as np
 from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, bfloat16, float16
 from ..tensors.traits import DEFAULT_TILE
-from .autograd import backward_rule, record
+from .autograd import backward_rule, double_backward_rule, record
 from .basic import _tensor, dim_alias
 from .creation import zeros
 
@@ -118,6 +118,30 @@ def _region_bwd(node, g):
     return tuple(grads)
 
 
+# Double backward: the region copy is linear, its gradient the inverse copy (region_bwd, a
+# recorded op), whose gradient is the forward copy of that one input again (a region op,
+# zero where the input gave nothing).
+@double_backward_rule("region")
+def _region_double(node, g):
+    return tuple(None if x is None else _region_grad(g, spec, traits)
+                 for x, spec, traits in zip(node.inputs, node.ctx["specs"], node.ctx["traits"]))
+
+
+def _region_grad(g: Tensor, spec, traits: TensorTraits) -> Tensor:
+    inv = _inverse(spec, traits.ndim)
+    dx = Tensor(traits, g.dtype) if math.prod(inv[5]) == traits.size else zeros(traits, dtype=g.dtype)
+    copy_regions(dx, [(g, *inv)])
+    return record("region_bwd", dx, (g,), spec=spec, traits=g.traits)
+
+
+@backward_rule("region_bwd", differentiable=True)
+def _region_bwd_bwd(node, gg):
+    spec, traits = node.ctx["spec"], node.ctx["traits"]
+    y = Tensor(traits, gg.dtype) if math.prod(spec[5]) == traits.size else zeros(traits, dtype=gg.dtype)
+    copy_regions(y, [(gg, *spec)])
+    return (record("region", y, (gg,), specs=[spec], traits=[gg.traits]),)
+
+
 def retile(x: Tensor, tiles) -> Tensor:
     """x with another tiling (a copy; x itself when the tiles are already ``tiles``)."""
     x = _shape_tensor(x, "retile")
@@ -188,7 +212,7 @@ def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     return record("reshape", y, (x,), shape=x.shape, tiles=x.tiles)
 
 
-@backward_rule("reshape")
+@backward_rule("reshape", differentiable=True)
 def _reshape_bwd(node, g):
     return (retile(_reshape(g, node.ctx["shape"]), node.ctx["tiles"]),)
 

@@ -24,7 +24,7 @@ import numpy as np
 from ..runtime.kernels import run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype
 from ..tensors.tensor import known_within
-from .autograd import backward_rule, record
+from .autograd import backward_rule, double_backward_rule, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
 from .shape import retile
 
@@ -89,6 +89,21 @@ def _softmax_bwd(node, g):
 
 backward_rule("softmax")(_softmax_bwd)
 backward_rule("log_softmax")(_softmax_bwd)
+
+
+@double_backward_rule("softmax")
+@double_backward_rule("log_softmax")
+def _softmax_double(node, g):
+    """Differentiable form (torch's formulas, the output recomputed as a recorded op):
+    softmax dx = y (g - sum(g y)), log_softmax dx = g - exp(y) sum(g)."""
+    from .elementwise import exp, mul, sub
+    from .reduce import sum as rsum
+    x = node.saved[0]
+    islog, axis = node.ctx["islog"], node.ctx["axis"]
+    y = _softmax(x, axis, None, islog, "log_softmax" if islog else "softmax")
+    if islog:
+        return (sub(g, mul(exp(y), rsum(g, axis, keepdim=True))),)
+    return (mul(y, sub(g, rsum(mul(g, y), axis, keepdim=True))),)
 
 
 def _zero_d(dtype) -> Tensor:
@@ -201,3 +216,25 @@ def _cross_entropy_bwd(node, g):
 
 
 __all__ = ["softmax", "log_softmax", "cross_entropy"]
+
+
+@double_backward_rule("cross_entropy")
+def _cross_entropy_double(node, g):
+    """Differentiable form: dlogits = (softmax(logits) - onehot(target)) * w per row, w = g
+    (divided by the count for "mean"), 0 for ignored targets.  The one-hot and row masks are
+    built from the targets on the host (read once: create_graph only)."""
+    from ..tensors import from_numpy
+    from .elementwise import div, mul, sub
+    from .shape import unsqueeze
+    logits, targets, mx, s, count = node.saved
+    c = node.ctx
+    t = targets.numpy()
+    valid = t != c["geom"]["ignore_index"]
+    onehot = np.zeros(logits.shape, dtype=logits.dtype)
+    idx = np.nonzero(valid)
+    onehot[idx + (t[idx],)] = 1.0
+    rows = mx.traits
+    vt = from_numpy(np.array(valid, dtype=logits.dtype, order="C"), rows.tiles if rows.ndim else None)
+    w = mul(div(g, count) if c["reduction"] == "mean" else g, vt)
+    p = softmax(logits, dim=-1)
+    return (mul(sub(p, from_numpy(onehot, logits.tiles)), unsqueeze(w, -1)),)

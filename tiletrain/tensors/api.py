@@ -114,13 +114,15 @@ class Tensor(TensorBase):
         ops.assign_(self, ops.index_put(self, index, value))
 
     # -- autograd, dtype, copies ------------------------------------------------------------
-    def backward(self, gradient=None):
+    def backward(self, gradient=None, retain_graph=None, create_graph=False):
         """Submit the backward pass from this tensor (no waiting).  A seed gradient of this
-        shape but another tiling is retiled first."""
+        shape but another tiling is retiled first.  ``retain_graph`` (default ``create_graph``)
+        keeps the graph for another pass; ``create_graph``: ``.grad`` gets a graph (double
+        backward, tiletrain.autograd)."""
         if (isinstance(gradient, TensorBase) and gradient.shape == self.shape and gradient.tiles != self.tiles
                 and gradient.dtype == self.dtype):
             gradient = ops.retile(gradient, self.tiles)
-        ops.backward(self, gradient)
+        ops.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
 
     def astype(self, dtype):
         return ops.astype(self, dtype)
@@ -394,7 +396,7 @@ class Tensor(TensorBase):
 
     def norm(self, *args, **kwargs):
         """tiletrain.norm(self, ...)"""
-        return ops.norm(self, *args, **kwargs)
+        return ops.reduce.norm(self, *args, **kwargs)  # (ops.norm is the norm-layer module)
 
     # softmax
     def softmax(self, *args, **kwargs):

@@ -233,3 +233,46 @@ def mlp_program(torch, *, init, x, y, epochs=2, batch_size=16, dtype=None):
         pred = model(torch.tensor(x)).argmax(dim=1)
         acc = (pred == torch.tensor(y)).float().mean().item()
     return losses, lrs, acc
+
+
+# -- a WGAN-GP critic: a gradient penalty through torch.autograd.grad(create_graph=True) ------
+def wgan_gp_program(torch, *, init, real, fake, mix, lam=10.0, lr=1e-3, dtype=None):
+    """Train an MLP critic WGAN-GP style for len(real) steps with Adam(W): loss = D(fake).mean()
+    - D(real).mean() + lam * ((||dD(x_hat)/dx_hat||_2 - 1)^2).mean() at x_hat = mix * real +
+    (1 - mix) * fake, the input gradient taken with create_graph=True so that the penalty's
+    backward is a double backward.  init: {name: ndarray} of the critic; real, fake: (steps,
+    B, D) arrays; mix: (steps, B, 1).  Returns (losses, penalties)."""
+    nn = torch.nn
+    F = torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+
+    class Critic(nn.Module):
+        def __init__(self, d_in, d_hidden):
+            super().__init__()
+            self.fc1 = nn.Linear(d_in, d_hidden)
+            self.fc2 = nn.Linear(d_hidden, d_hidden)
+            self.out = nn.Linear(d_hidden, 1)
+
+        def forward(self, x):
+            h = torch.tanh(self.fc1(x))
+            h = F.gelu(self.fc2(h))
+            return self.out(h)
+
+    critic = Critic(init["fc1.weight"].shape[1], init["fc1.weight"].shape[0])
+    critic.load_state_dict({k: torch.tensor(v) for k, v in init.items()})
+    opt = torch.optim.AdamW(critic.parameters(), lr=lr, betas=(0.5, 0.9), weight_decay=0.0)
+    losses, penalties = [], []
+    for step in range(len(real)):
+        x_real, x_fake, alpha = torch.tensor(real[step]), torch.tensor(fake[step]), torch.tensor(mix[step])
+        x_hat = (alpha * x_real + (1 - alpha) * x_fake).requires_grad_(True)
+        d_hat = critic(x_hat)
+        (grad,) = torch.autograd.grad(d_hat, x_hat, grad_outputs=torch.ones_like(d_hat), create_graph=True)
+        penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+        loss = critic(x_fake).mean() - critic(x_real).mean() + lam * penalty
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        penalties.append(penalty.item())
+    return losses, penalties
