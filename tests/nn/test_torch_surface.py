@@ -183,6 +183,43 @@ def test_tril_triu(rng, diagonal):
                                   torch.tril(torch.ones(4, 4, dtype=torch.long)).numpy())
 
 
+def test_outer(rng):
+    a, b = rng.standard_normal(5), rng.standard_normal(3)
+    x, y = T(a, (2,)).requires_grad_(), T(b).requires_grad_()
+    rx, ry = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    out, ref = tt.outer(x, y), torch.outer(rx, ry)
+    close(out, ref)
+    close(x.outer(y), ref)
+    close(tt.ger(x, y), ref)
+    g = rng.standard_normal((5, 3))
+    out.backward(T(g))
+    ref.backward(torch.from_numpy(g))
+    close(x.grad, rx.grad)
+    close(y.grad, ry.grad)
+    with pytest.raises(RuntimeError, match="1-D"):
+        tt.outer(tt.zeros(2, 2), tt.zeros(2))
+
+
+def test_true_division_of_integer_tensors():
+    """int64 / number, number / int64, int64 / int64: the default float dtype, as torch;
+    int64 / float32 tensor: float32."""
+    try:
+        for dt, rdt in ((tt.float32, torch.float32), (tt.float64, torch.float64)):
+            tt.set_default_dtype(dt)
+            torch.set_default_dtype(rdt)
+            i, ri = tt.arange(0, 8, 2), torch.arange(0, 8, 2)
+            j, rj = tt.arange(1, 5), torch.arange(1, 5)
+            for ours, ref in ((i / 8, ri / 8), (3 / j, 3 / rj), (i / j, ri / rj),
+                              (tt.div(i, 3), torch.div(ri, 3))):
+                assert ours.dtype == np.dtype(str(ref.dtype).replace("torch.", ""))
+                close(ours, ref)
+        out = tt.arange(4) / tt.ones(4, dtype=tt.float32)
+        assert out.dtype == np.float32
+    finally:
+        tt.set_default_dtype(tt.float32)
+        torch.set_default_dtype(torch.float32)
+
+
 def test_topk(rng):
     a = rng.standard_normal((4, 7))
     x, r = T(a).requires_grad_(), torch.from_numpy(a).requires_grad_()

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..runtime.kernels import run_map
 from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_half
+from ..tensors.tensor import get_default_dtype
 from . import basic
 from .autograd import backward_rule, record
 from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _scaled, _tensor
@@ -365,6 +366,7 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
     or nan as in IEEE arithmetic)."""
     if rounding_mode is not None:
         raise NotImplementedError(f"div: rounding_mode={rounding_mode!r} is not supported (only true division)")
+    input, other = _true_division_operands(input, other)
     if _is_number(other):
         return basic.div_scalar(_any_float_tensor(input, "div", "input"), float(other))
     if _is_number(input):
@@ -374,6 +376,18 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
 
 
 divide = true_divide = div
+
+
+def _true_division_operands(input, other):  # noqa: A002
+    """torch's true division of integer (int64, bool) tensors: a float result, the other
+    operand's float dtype when it is a float tensor, the default dtype otherwise
+    (``torch.arange(0, 8, 2) / 8`` is a float tensor)."""
+    tensors = [t for t in (input, other) if isinstance(t, Tensor)]
+    floats = [t.dtype for t in tensors if is_float(t.dtype)]
+    if len(floats) == len(tensors):
+        return input, other
+    dt = floats[0] if floats else get_default_dtype()
+    return tuple(convert(t, dt) if isinstance(t, Tensor) and not is_float(t.dtype) else t for t in (input, other))
 
 # ---------------------------------------------------------------- comparisons, where, masks
 
