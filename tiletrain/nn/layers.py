@@ -125,7 +125,7 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(self.n, dtype), tiles) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, (self.n,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.n}, eps={self.eps}, bias={self.bias is not None}"
