@@ -71,7 +71,7 @@ CASES = {
                     lambda m, F, x, w, b: F.linear(x, w, b)),
     "linear_no_bias": ([(S(9, 7), (4, 7)), (S(5, 7), None)], lambda m, F, x, w: F.linear(x, w)),
     "outer": ([(S(5,), (2,)), (S(3,), None)], lambda m, F, a, b: m.outer(a, b)),
-    # -- normalisations, rotary
+    # -- normalisations, rotary, attention
     "layer_norm": ([(S(4, 3, 10), (3, 2, 4)), (S(10,), None), (S(10,), (3,))],
                    lambda m, F, x, w, b: F.layer_norm(x, (10,), w, b, eps=1e-5)),
     "layer_norm_no_affine": ([(S(6, 9), (4, 9))], lambda m, F, x: F.layer_norm(x, [9])),
@@ -79,6 +79,10 @@ CASES = {
     "rms_norm_whole_rows": ([(S(7, 8), (3, 8)), (S(8,), (3,))], lambda m, F, x, w: F.rms_norm(x, [8], w, eps=1e-5)),
     "rotary_embedding": ([(S(2, 3, 7, 8), (1, 2, 3, 8))],
                          (lambda x: tt.functional.rotary_embedding(x), lambda x: _rope_torch(x))),
+    "sdpa_causal": ([(S(2, 2, 7, 4), (1, 2, 3, 4)), (S(2, 2, 7, 4), None), (S(2, 2, 7, 4), (2, 1, 4, 2))],
+                    lambda m, F, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+    "sdpa_default_not_causal": ([(S(1, 2, 6, 4), (1, 1, 4, 4)), (S(1, 2, 6, 4), None), (S(1, 2, 6, 4), None)],
+                                lambda m, F, q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.7)),
     "batch_norm_train_4d": ([(S(4, 3, 5, 5), (3, 2, 5, 5)), (S(3,), None), (S(3,), None)],
                             lambda m, F, x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
     "batch_norm_train_running": ([(S(6, 4), None), (S(4,), None), (S(4,), None)],

@@ -576,3 +576,17 @@ def test_dataloader(rng):
     firsts = [float(a[i][0][0]) for i in range(7)] + [float(b[i][0][0]) for i in range(3)]
     assert sorted(firsts) == sorted(x[:, 0])  # a partition of the dataset
     assert [len(s) for s in tt.utils.data.random_split(ds, [0.5, 0.5])] == [5, 5]
+
+
+def test_cross_entropy_label_smoothing_edges():
+    """label_smoothing with 1-D logits (a 0-d target), every target ignored (nan, as torch),
+    eps = 1: torch's values."""
+    import torch.nn.functional as TF
+    x = np.random.default_rng(2).standard_normal((3, 4))
+    for logits, target, kw in ((x[0], np.array(2), {}), (x, np.array([-100, -100, -100]), {}),
+                               (x, np.array([1, -100, 3]), {"reduction": "sum"}),
+                               (x, np.array([1, 0, 3]), {"reduction": "none"})):
+        for eps in (0.3, 1.0):
+            ours = F.cross_entropy(T(logits), tt.tensor(target), label_smoothing=eps, **kw)
+            ref = TF.cross_entropy(torch.from_numpy(logits), torch.from_numpy(target), label_smoothing=eps, **kw)
+            np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12, equal_nan=True)

@@ -22,10 +22,12 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import run_map, run_span, sum_all
-from ..tensors import Tensor, TensorTraits, as_dtype
+from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy
 from ..tensors.tensor import known_within
 from .autograd import backward_rule, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
+from .elementwise import mul
+from .reduce import mean as _mean, sum as _total
 from .shape import retile
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -135,19 +137,34 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
     return targets
 
 
-def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
-                  reduction: str = "mean") -> Tensor:
+def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of ``logits`` (..., V) against int64 class ids ``targets``
-    (logits' shape and tiles without the last axis), PyTorch semantics.
+    (logits' shape and tiles without the last axis), PyTorch semantics and argument order.
 
     reduction="mean" averages over the targets that are not ``ignore_index`` (nan when every
     target is ignored, as in PyTorch: 0 / 0); "sum" adds them; "none" returns the loss per
     position (0 where the target is ignored).  "mean" and "sum" return a 0-d tensor.
+    ``label_smoothing`` = eps in [0, 1]: torch's mixture (1 - eps) * cross-entropy + eps *
+    the mean over the classes of -log_softmax, per counted position.  Not supported (a clear
+    error): class ``weight``, the deprecated ``size_average``/``reduce`` (use reduction=).
+    The classes are the last axis (torch's (N, C) when logits are 2-D; torch's (N, C, d...)
+    layout is not read: move the classes last).
 
     Fused: the forward keeps only the row max and the row sum of exp per position; the
     backward recomputes the probabilities from the logits.  Raises ValueError, before
     submitting anything, for a target outside [0, V) that is not ignore_index."""
     what = "cross_entropy"
+    if weight is not None:
+        raise NotImplementedError(f"{what}: class weights (weight=) are not supported")
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(f"{what}: size_average and reduce are deprecated in torch and not supported; "
+                                  "use reduction='mean', 'sum' or 'none'")
+    if not isinstance(label_smoothing, numbers.Real) or isinstance(label_smoothing, bool) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{what}: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if label_smoothing > 0.0:
+        return _smoothed_cross_entropy(logits, targets, ignore_index, reduction, float(label_smoothing))
     _float_tensor(logits, what, "logits")
     if logits.ndim == 0:
         raise ValueError(f"{what}: logits must have at least one axis (the classes), got a 0-d tensor")
@@ -177,6 +194,23 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
         count = _sum0(counted)
         out = _div0(_sum0(per_row), count)
     return record(what, out, (logits,), saved=(logits, targets, mx, s, count), reduction=reduction, geom=geom)
+
+
+def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, ignore_index, reduction: str, eps: float) -> Tensor:
+    """(1 - eps) * cross_entropy + eps * (-mean_c log_softmax), over the counted positions,
+    of the fused op and log_softmax (so autograd comes with them)."""
+    ce = cross_entropy(logits, targets, ignore_index=ignore_index, reduction=reduction)
+    t = targets.numpy()                       # checked by cross_entropy; the counted positions
+    counted = t != ignore_index
+    smooth = mul(_mean(log_softmax(logits, -1), -1), -1.0)
+    if not counted.all():
+        rows = logits.traits.drop_axis(logits.ndim - 1)
+        smooth = mul(smooth, from_numpy(np.array(counted, dtype=logits.dtype, order="C"), rows.tiles or None))
+    if reduction == "sum":
+        smooth = _total(smooth)
+    elif reduction == "mean":
+        smooth = mul(_total(smooth), 1.0 / counted.sum() if counted.any() else float("nan"))
+    return mul(ce, 1.0 - eps) + mul(smooth, eps)
 
 
 @backward_rule("cross_entropy")
