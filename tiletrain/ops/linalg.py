@@ -64,19 +64,22 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
 def _torch_matmul(a: Tensor, b: Tensor, alpha: float) -> Tensor:
     """torch.matmul's other cases, reduced to the ones above: a 1-D operand gets a unit axis
     (removed from the result), batch axes broadcast (expand, whose backward sums)."""
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if a.shape[-1] != k_b:  # (checked before any task)
+        raise ValueError(f"matmul: inner dimensions differ: a {a.shape} and b {b.shape} contract {a.shape[-1]} "
+                         f"with {k_b}")
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions differ: a {a.shape} and b {b.shape} do not "
+                         "broadcast") from None
     if a.ndim == 1 or b.ndim == 1:
         if a.ndim == 1 and b.ndim == 1:
-            if a.shape != b.shape:
-                raise ValueError(f"matmul: inner dimensions differ: {a.shape} and {b.shape}")
             return reshape(_torch_matmul(reshape(a, (1, a.shape[0])), reshape(b, (b.shape[0], 1)), alpha), ())
         a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
         b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
         y = matmul(a2, b2, alpha=alpha)
         return reshape(y, y.shape[:-2] + ((y.shape[-1],) if a.ndim == 1 else (y.shape[-2],)))
-    try:
-        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    except ValueError:
-        raise ValueError(f"matmul: the batch dimensions of {a.shape} and {b.shape} do not broadcast") from None
     a = a if a.shape[:-2] == batch else expand(a, *(batch + a.shape[-2:]))
     b = b if b.shape[:-2] == batch else expand(b, *(batch + b.shape[-2:]))
     return matmul(a, b, alpha=alpha)
