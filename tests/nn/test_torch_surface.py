@@ -590,3 +590,39 @@ def test_cross_entropy_label_smoothing_edges():
             ours = F.cross_entropy(T(logits), tt.tensor(target), label_smoothing=eps, **kw)
             ref = TF.cross_entropy(torch.from_numpy(logits), torch.from_numpy(target), label_smoothing=eps, **kw)
             np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_layer_norm_and_rms_norm_modules_match_torch():
+    """nn.LayerNorm / nn.RMSNorm with torch's arguments (normalized_shape an int or a tuple,
+    elementwise_affine, bias, RMSNorm's eps=None): the same state-dict entries, values and
+    gradients."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5))
+    cases = [((5,), {}), ((4, 5), {}), (5, {"elementwise_affine": False}), ((4, 5), {"bias": False, "eps": 1e-3})]
+    try:
+        tt.set_default_dtype(tt.float64)
+        torch.set_default_dtype(torch.float64)
+        for name in ("LayerNorm", "RMSNorm"):
+            for shape, kw in cases:
+                if name == "RMSNorm":
+                    kw = {k: v for k, v in kw.items() if k != "bias"}
+                ours, ref = getattr(nn, name)(shape, **kw), getattr(torch.nn, name)(shape, **kw)
+                assert sorted(ours.state_dict()) == sorted(ref.state_dict())
+                w = np.random.default_rng(4).standard_normal(ref.weight.shape) if ref.weight is not None else None
+                if w is not None:
+                    with torch.no_grad():
+                        ref.weight.copy_(torch.from_numpy(w))
+                    ours.load_state_dict({k: tt.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+                X, rX = T(x, (1, 2, 3, 2)).requires_grad_(), torch.from_numpy(x).requires_grad_()
+                y, ry = ours(X), ref(rX)
+                close(y, ry, rtol=1e-12, atol=1e-12)
+                g = np.cos(x)
+                y.backward(T(g))
+                ry.backward(torch.from_numpy(g))
+                close(X.grad, rX.grad, rtol=1e-10, atol=1e-12)
+                if w is not None:
+                    close(ours.weight.grad, ref.weight.grad, rtol=1e-10, atol=1e-12)
+    finally:
+        tt.set_default_dtype(tt.float32)
+        torch.set_default_dtype(torch.float32)
+    with pytest.raises(TypeError, match="normalized_shape must be a positive int"):
+        nn.LayerNorm(0)

@@ -1,4 +1,5 @@
-"""Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, Embedding, Dropout.
+"""Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, RMSNorm, Embedding,
+Dropout.
 
 Parameters are initialised in NumPy (normal with standard deviation ``std`` from ``rng``,
 zero biases, unit LayerNorm weights) and written into tiled tensors with the tile shape the
@@ -16,7 +17,7 @@ from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
 
-__all__ = ["Conv1D", "Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
+__all__ = ["Conv1D", "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
 
 _default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
 
@@ -112,23 +113,59 @@ class Conv1D(Module):
         return f"nf={self.nf}, nx={self.nx}, bias={self.bias is not None}"
 
 
-class LayerNorm(Module):
-    """Layer normalisation over the last axis (eps 1e-5 as GPT-2); ``tile`` is the tile of
-    the normalised axis (x's last tile)."""
+def _normalized_shape(v, what: str) -> tuple[int, ...]:
+    """torch's normalized_shape: an int or a sequence of positive ints."""
+    shape = (v,) if isinstance(v, numbers.Integral) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if not shape or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise TypeError(f"{what}: normalized_shape must be a positive int or a sequence of them, got {v!r}")
+    return tuple(int(d) for d in shape)
 
-    def __init__(self, n: int, eps: float = 1e-5, bias: bool = True, *, tile=None, dtype=None):
+
+class LayerNorm(Module):
+    """torch.nn.LayerNorm: layer normalisation over the last dimensions ``normalized_shape``
+    (an int: the last axis; eps 1e-5), a unit weight and a zero bias of that shape
+    (``elementwise_affine=False``: neither; ``bias=False``: no bias); ``tile`` is the tile of
+    the normalised axis (x's last tile) for a 1-D normalized_shape."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True, *,
+                 tile=None, dtype=None):
         super().__init__()
-        self.n, self.eps = _int(n, "LayerNorm", "n"), float(eps)
-        dtype = default_float(dtype)
-        tiles = param_tiles((self.n,), None if tile is None else (tile,))
-        self.weight = Parameter(np.ones(self.n, dtype), tiles)
-        self.bias = Parameter(np.zeros(self.n, dtype), tiles) if bias else None
+        self.normalized_shape = _normalized_shape(normalized_shape, "LayerNorm")
+        self.n, self.eps = int(np.prod(self.normalized_shape)), float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        dtype, ns = default_float(dtype), self.normalized_shape
+        tiles = param_tiles(ns, None if tile is None or len(ns) > 1 else (tile,))
+        self.weight = Parameter(np.ones(ns, dtype), tiles) if self.elementwise_affine else None
+        self.bias = Parameter(np.zeros(ns, dtype), tiles) if self.elementwise_affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (self.n,), self.weight, self.bias, self.eps)
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.n}, eps={self.eps}, bias={self.bias is not None}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
+
+
+class RMSNorm(Module):
+    """torch.nn.RMSNorm: x / sqrt(mean(x^2) + eps) * weight over the last dimensions
+    ``normalized_shape``; eps=None is the machine epsilon of x's dtype; a unit weight of
+    that shape unless ``elementwise_affine=False``."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, *,
+                 tile=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = _normalized_shape(normalized_shape, "RMSNorm")
+        self.eps = None if eps is None else float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        ns = self.normalized_shape
+        tiles = param_tiles(ns, None if tile is None or len(ns) > 1 else (tile,))
+        self.weight = Parameter(np.ones(ns, default_float(dtype)), tiles) if self.elementwise_affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
 class Embedding(Module):
