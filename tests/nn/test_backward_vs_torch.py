@@ -167,6 +167,7 @@ CASES = {
     "getitem_slices": ([(S(5, 6), (2, 4))], lambda m, F, x: x[1:4, ::2]),
     # -- indexing
     "embedding": ([(S(7, 5), (3, 2))], lambda m, F, w: F.embedding(m.tensor(IDS), w)),
+    "embedding_padding_idx": ([(S(7, 5), (4, 3))], lambda m, F, w: F.embedding(m.tensor(IDS), w, padding_idx=3)),
     "index_select": ([(S(3, 6), (2, 4))], lambda m, F, x: m.index_select(x, 1, m.tensor(IDX))),
     "gather": ([(S(4, 3), (3, 2))], lambda m, F, x: m.gather(x, 1, m.tensor(GIDX))),
     "scatter_add": ([(S(4, 3), (3, 2)), (S(4, 3), None)],

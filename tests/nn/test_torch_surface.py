@@ -626,3 +626,20 @@ def test_layer_norm_and_rms_norm_modules_match_torch():
         torch.set_default_dtype(torch.float32)
     with pytest.raises(TypeError, match="normalized_shape must be a positive int"):
         nn.LayerNorm(0)
+
+
+def test_embedding_module_init_and_padding_idx():
+    """nn.Embedding as torch's: N(0, 1) initial values, padding_idx's row zero and never
+    updated (its positions give the table no gradient)."""
+    emb = nn.Embedding(400, 50, padding_idx=-2, dtype=np.float64)
+    w = emb.weight.numpy()
+    assert emb.padding_idx == 398 and (w[398] == 0).all() and "padding_idx=398" in repr(emb)
+    assert abs(w.std() - 1.0) < 0.02 and abs(w.mean()) < 0.02  # torch's default N(0, 1)
+    ids = np.array([[1, 398, 7], [398, 398, 2]])
+    emb(ids).sum().backward()
+    g = emb.weight.grad.numpy()
+    assert (g[398] == 0).all() and (g[1] == 1).all() and (g[0] == 0).all()
+    with pytest.raises(ValueError, match="padding_idx must be within num_embeddings"):
+        nn.Embedding(4, 2, padding_idx=4)
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        F.embedding(tt.tensor([0]), emb.weight, max_norm=1.0)

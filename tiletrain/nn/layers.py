@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ops.activations import affine
+from ..ops.autograd import no_grad
 from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
@@ -169,16 +170,27 @@ class RMSNorm(Module):
 
 
 class Embedding(Module):
-    """A (num_embeddings, embedding_dim) table; ``forward(ids)`` gathers rows for int64 ids
-    (a tiletrain Tensor, or a NumPy int array).  ``tiles`` = (tile along rows, along dim)."""
+    """torch.nn.Embedding: a (num_embeddings, embedding_dim) table initialised N(0, std^2)
+    (std 1, torch's default), ``padding_idx``'s row zero and given no gradient;
+    ``forward(ids)`` gathers rows for int64 ids (a tiletrain Tensor, or a NumPy int array).
+    ``tiles`` = (tile along rows, along dim)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, tiles=None, dtype=None,
-                 std: float = 0.02, rng: np.random.Generator | None = None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *, tiles=None,
+                 dtype=None, std: float = 1.0, rng: np.random.Generator | None = None):
         super().__init__()
         self.num_embeddings = _int(num_embeddings, "Embedding", "num_embeddings")
         self.embedding_dim = _int(embedding_dim, "Embedding", "embedding_dim")
         shape = (self.num_embeddings, self.embedding_dim)
+        if padding_idx is not None:
+            if (isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral)
+                    or not -self.num_embeddings <= padding_idx < self.num_embeddings):
+                raise ValueError(f"Embedding: padding_idx must be within num_embeddings, got {padding_idx!r}")
+            padding_idx = int(padding_idx) % self.num_embeddings
+        self.padding_idx = padding_idx
         self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
+        if padding_idx is not None:
+            with no_grad():
+                self.weight[padding_idx] = 0.0
 
     def forward(self, ids) -> Tensor:
         if not isinstance(ids, Tensor):
@@ -186,10 +198,11 @@ class Embedding(Module):
             if a.dtype.kind not in "iu":
                 raise TypeError(f"Embedding: ids must be integers, got dtype {a.dtype}")
             ids = from_numpy(a.astype(np.int64))
-        return F.embedding(ids, self.weight)  # ids.shape + (embedding_dim,)
+        return F.embedding(ids, self.weight, self.padding_idx)  # ids.shape + (embedding_dim,)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
 class Dropout(Module):
