@@ -643,3 +643,14 @@ def test_embedding_module_init_and_padding_idx():
         nn.Embedding(4, 2, padding_idx=4)
     with pytest.raises(NotImplementedError, match="max_norm"):
         F.embedding(tt.tensor([0]), emb.weight, max_norm=1.0)
+
+
+def test_relu_silu_accept_inplace():
+    """F.relu / F.silu take torch's inplace flag; the result is returned (a new tensor, as
+    nn.ReLU(inplace=True))."""
+    a = np.array([-1.5, 0.0, 2.0])
+    for name in ("relu", "silu"):
+        for inplace in (False, True):
+            close(getattr(F, name)(T(a), inplace=inplace), getattr(torch.nn.functional, name)(torch.from_numpy(a)))
+        with pytest.raises(TypeError, match=f"{name}: inplace must be a bool"):
+            getattr(F, name)(T(a), 1)

@@ -55,6 +55,16 @@ def _gelu_params(approximate: str = "none") -> dict:
     return {"approx": int(approximate == "tanh")}
 
 
+def _inplace_params(what: str) -> Callable:
+    """torch.nn.functional's ``inplace`` flag (relu, silu): accepted, the result is a new
+    tensor either way (as nn.ReLU(inplace=True)); use the return value."""
+    def params(inplace: bool = False) -> dict:
+        if not isinstance(inplace, bool):
+            raise TypeError(f"{what}: inplace must be a bool, got {type(inplace).__name__}")
+        return {}
+    return params
+
+
 def _clamp_params(min=None, max=None) -> dict:  # noqa: A002 - torch's names
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must not be None")
@@ -72,10 +82,10 @@ def _rpow_params(base) -> dict:
 
 
 UNARY = [
-    Unary("relu", "relu", "relu_backward", "x", doc="max(x, 0)"),
+    Unary("relu", "relu", "relu_backward", "x", _inplace_params("relu"), "max(x, 0)"),
     Unary("gelu", "gelu", "gelu_backward", "x", _gelu_params,
           "x * Phi(x) (approximate='none', erf form) or the tanh approximation (approximate='tanh')"),
-    Unary("silu", "silu", "silu_backward", "x", doc="x * sigmoid(x)"),
+    Unary("silu", "silu", "silu_backward", "x", _inplace_params("silu"), "x * sigmoid(x)"),
     Unary("exp", "exp", "exp_backward", "y", doc="e ** x"),
     Unary("log", "log", "log_backward", "x", doc="natural logarithm"),
     Unary("sqrt", "sqrt", "sqrt_backward", "y", doc="square root"),
