@@ -88,3 +88,19 @@ def test_llama_block_program_same_losses(float64_default, attention):
     np.testing.assert_allclose(ours[0], ref[0], rtol=1e-9, atol=1e-9)
     assert ours[1] == ref[1]  # the cos/sin/mask buffers are not persistent
     assert ours[0][0] > ours[0][-1]  # it trained
+
+
+def test_cnn_bn_and_llama_programs_default_float32():
+    """Both programs as usually run (no set_default_dtype): float32, close to torch."""
+    from tiletrain.testing.ported_programs import cnn_bn_init, cnn_bn_program, llama_block_init, llama_block_program
+    rng = np.random.default_rng(2)
+    f32 = lambda p: {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in p.items()}  # noqa: E731
+    x, y = rng.normal(size=(8, 2, 8, 8)).astype(np.float32), rng.integers(0, 3, 8)
+    ours = cnn_bn_program(tt, init=f32(cnn_bn_init(seed=3)), x=x, y=y, steps=2)
+    ref = cnn_bn_program(torch, init=f32(cnn_bn_init(seed=3)), x=x, y=y, steps=2)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-3, atol=1e-4)
+    tokens = rng.integers(0, 24, (2, 9))
+    ours = llama_block_program(tt, init=f32(llama_block_init(seed=3)), tokens=tokens, steps=2)
+    ref = llama_block_program(torch, init=f32(llama_block_init(seed=3)), tokens=tokens, steps=2)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4)
