@@ -145,6 +145,9 @@ CASES = {
     "avg_pool2d": ([(S(2, 3, 6, 6), (1, 2, 3, 6))], lambda m, F, x: F.avg_pool2d(x, 2)),
     "avg_pool2d_pad": ([(S(2, 2, 7, 5), None)],
                        lambda m, F, x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)),
+    "adaptive_avg_pool2d_global": ([(S(2, 3, 5, 7), (1, 2, 3, 4))], lambda m, F, x: F.adaptive_avg_pool2d(x, (1, 1))),
+    "adaptive_avg_pool2d": ([(S(2, 2, 6, 4), None)], lambda m, F, x: F.adaptive_avg_pool2d(x, (3, None))),
+    "adaptive_avg_pool1d": ([(S(2, 3, 8), (1, 2, 3))], lambda m, F, x: F.adaptive_avg_pool1d(x, 2)),
     # -- reductions
     "sum_all": ([(S(4, 5, 3), (3, 2, 2))], lambda m, F, x: x.sum()),
     "sum_dims_keepdim": ([(S(4, 5, 3), (3, 2, 2))], lambda m, F, x: x.sum(dim=(0, 2), keepdim=True)),
