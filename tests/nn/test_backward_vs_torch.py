@@ -18,6 +18,7 @@ TARGETS = np.array([2, 0, 4, 4, 1, -100, 3])                 # cross_entropy tar
 IDX = np.array([4, 0, 2, 2, 5])                              # index_select along dim 1 of (3, 6)
 GIDX = np.array([[0, 2, 2], [1, 1, 0], [2, 0, 1], [2, 2, 2]])  # gather/scatter_add, dim 1
 MASK = np.random.default_rng(7).random((4, 5)) > 0.5
+CLASS_W = np.random.default_rng(8).uniform(0.2, 2.0, 5)   # cross_entropy class weights
 
 
 def _arg(spec, rng):
@@ -119,6 +120,18 @@ CASES = {
     "cross_entropy_label_smoothing_none": (
         [(S(7, 5), None)],
         lambda m, F, x: F.cross_entropy(x, m.tensor(TARGETS), reduction="none", label_smoothing=0.2)),
+    "cross_entropy_weight_mean": ([(S(7, 5), (3, 2))],
+                                  lambda m, F, x: F.cross_entropy(x, m.tensor(TARGETS), weight=m.tensor(CLASS_W))),
+    "cross_entropy_weight_sum": ([(S(2, 3, 5), (1, 2, 4))],
+                                 lambda m, F, x: F.cross_entropy(x.reshape(6, 5), m.tensor(TARGETS[:6] % 5),
+                                                                 m.tensor(CLASS_W), reduction="sum")),
+    "cross_entropy_weight_none_smoothing": (
+        [(S(7, 5), None)],
+        lambda m, F, x: F.cross_entropy(x, m.tensor(TARGETS), weight=m.tensor(CLASS_W), reduction="none",
+                                        label_smoothing=0.2)),
+    "cross_entropy_weight_mean_smoothing": (
+        [(S(7, 5), (4, 3))],
+        lambda m, F, x: F.cross_entropy(x, m.tensor(TARGETS), weight=m.tensor(CLASS_W), label_smoothing=0.3)),
     "mse_loss_mean": ([(S(4, 6), (3, 4)), (S(4, 6), None)], lambda m, F, x, y: F.mse_loss(x, y)),
     "mse_loss_sum": ([(S(4, 6), (3, 4)), (S(4, 6), (2, 5))], lambda m, F, x, y: F.mse_loss(x, y, reduction="sum")),
     "mse_loss_none": ([(S(4, 6), None), (S(4, 6), None)], lambda m, F, x, y: F.mse_loss(x, y, reduction="none")),

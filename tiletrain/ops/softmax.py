@@ -24,11 +24,12 @@ import numpy as np
 from ..runtime.kernels import run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy
 from ..tensors.tensor import known_within
-from .autograd import backward_rule, record
+from .autograd import backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
 from .elementwise import mul
+from .index import gather, index_select
 from .reduce import mean as _mean, sum as _total
-from .shape import retile
+from .shape import reshape, retile
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -146,8 +147,11 @@ def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=Non
     target is ignored, as in PyTorch: 0 / 0); "sum" adds them; "none" returns the loss per
     position (0 where the target is ignored).  "mean" and "sum" return a 0-d tensor.
     ``label_smoothing`` = eps in [0, 1]: torch's mixture (1 - eps) * cross-entropy + eps *
-    the mean over the classes of -log_softmax, per counted position.  Not supported (a clear
-    error): class ``weight``, the deprecated ``size_average``/``reduce`` (use reduction=).
+    the mean over the classes of -log_softmax, per counted position.  ``weight``: torch's
+    class weights (V,) -- each position's loss times its target's weight, "mean" divided by
+    the sum of the counted targets' weights (composed of log_softmax, gather and
+    index_select).  Not supported (a clear error): the deprecated ``size_average``/``reduce``
+    (use reduction=).
     The classes are the last axis (torch's (N, C) when logits are 2-D; torch's (N, C, d...)
     layout is not read: move the classes last).
 
@@ -155,14 +159,14 @@ def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=Non
     backward recomputes the probabilities from the logits.  Raises ValueError, before
     submitting anything, for a target outside [0, V) that is not ignore_index."""
     what = "cross_entropy"
-    if weight is not None:
-        raise NotImplementedError(f"{what}: class weights (weight=) are not supported")
     if size_average is not None or reduce is not None:
         raise NotImplementedError(f"{what}: size_average and reduce are deprecated in torch and not supported; "
                                   "use reduction='mean', 'sum' or 'none'")
     if not isinstance(label_smoothing, numbers.Real) or isinstance(label_smoothing, bool) \
             or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{what}: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if weight is not None:
+        return _weighted_cross_entropy(logits, targets, weight, ignore_index, reduction, float(label_smoothing))
     if label_smoothing > 0.0:
         return _smoothed_cross_entropy(logits, targets, ignore_index, reduction, float(label_smoothing))
     _float_tensor(logits, what, "logits")
@@ -211,6 +215,46 @@ def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, ignore_index, reduc
     elif reduction == "mean":
         smooth = mul(_total(smooth), 1.0 / counted.sum() if counted.any() else float("nan"))
     return mul(ce, 1.0 - eps) + mul(smooth, eps)
+
+
+def _weighted_cross_entropy(logits: Tensor, targets: Tensor, weight, ignore_index, reduction: str,
+                            eps: float) -> Tensor:
+    """torch's cross-entropy with class weights w (and label smoothing eps): per position
+    -(1 - eps) w[t] logp[t] - eps / V * sum_c w[c] logp[c], zero where t is ignored; "mean"
+    divides the sum by the counted targets' total weight."""
+    what = "cross_entropy"
+    _float_tensor(logits, what, "logits")
+    w = _float_tensor(weight, what, "weight")
+    V = logits.shape[-1] if logits.ndim else 0
+    if w.shape != (V,):
+        raise ValueError(f"{what}: weight must have shape ({V},) (one weight per class), got {w.shape}")
+    if w.dtype != logits.dtype:
+        raise TypeError(f"{what}: weight is {w.dtype} but logits are {logits.dtype}")
+    if needs_grad(w):
+        raise RuntimeError(f"{what}: weight cannot require gradients (as torch: the loss is not differentiable "
+                           "with respect to the class weights)")
+    if not isinstance(ignore_index, numbers.Integral) or isinstance(ignore_index, bool):
+        raise TypeError(f"{what}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+    targets = _check_targets(logits, targets, int(ignore_index), what)
+    t = targets.numpy()
+    counted = t != ignore_index
+    safe = np.where(counted, t, 0).astype(np.int64)
+    logp = log_softmax(logits, -1)
+    picked = reshape(gather(logp, -1, from_numpy(np.ascontiguousarray(safe[..., None]))), t.shape)
+    w_t = mul(reshape(index_select(w, 0, from_numpy(np.ascontiguousarray(safe.reshape(-1)))), t.shape),
+              from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
+    loss = mul(mul(picked, w_t), eps - 1.0)                      # -(1 - eps) w[t] logp[t]
+    if eps > 0.0:
+        smooth = mul(_total(mul(logp, w), -1), -eps / V)
+        if not counted.all():
+            smooth = mul(smooth, from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
+        loss = loss + smooth
+    if reduction == "none":
+        return loss
+    total = _total(loss)
+    return total if reduction == "sum" else total / _total(w_t)
 
 
 @backward_rule("cross_entropy")
