@@ -49,13 +49,13 @@ def make_weights(C: int, rng, dtype):
 def tiletrain_block(x, p, n_head):
     """GPT-2's block; its weights are (in, out) as in Conv1D: affine(x, w, b) = x @ w + b."""
     B, T, C = x.shape
-    h = F.layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], 1e-5)
+    h = F.layer_norm(x, x.shape[-1:], p["ln_1.weight"], p["ln_1.bias"], 1e-5)
     qkv = affine(h, p["attn.c_attn.weight"], p["attn.c_attn.bias"])          # (B, T, 3C)
     q, k, v = (F.split_heads(qkv, n_head, part=i, nparts=3) for i in range(3))  # (B, H, T, D)
     a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     a = affine(F.merge_heads(a), p["attn.c_proj.weight"], p["attn.c_proj.bias"])
     x1 = x + a
-    h = F.layer_norm(x1, p["ln_2.weight"], p["ln_2.bias"], 1e-5)
+    h = F.layer_norm(x1, x1.shape[-1:], p["ln_2.weight"], p["ln_2.bias"], 1e-5)
     h = affine(h, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"], gelu="tanh")  # gelu in the gemm's epilogue
     return x1 + affine(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
 

@@ -76,7 +76,8 @@ def test_like_functions_keep_tiles_and_dtype(shape, tiles):
 
 @pytest.mark.parametrize("data", [1.5, 3, [1.0, 2.5], [[1, 2], [3, 4]], [[0.1, 0.2], [3, 4]], [1, 2.5],
                                   np.arange(6.0).reshape(2, 3), np.arange(4), np.float64(2.5),
-                                  np.ones((2, 2), np.float32), np.ones(3, np.float16)])
+                                  np.ones((2, 2), np.float32), np.ones(3, np.float16), [True, False],
+                                  np.eye(3, dtype=bool), np.bool_(True)])
 def test_tensor_infers_dtype_like_torch(data):
     t, ref = tt.tensor(data), torch.tensor(data)
     assert t.shape == tuple(ref.shape) and t.ndim == ref.ndim
@@ -254,8 +255,6 @@ def test_bad_input(nothing_submitted):
         tt.tensor([1, 2], requires_grad=True)
     with pytest.raises(RuntimeError, match="only Tensors of floating point dtype can require gradients"):
         tt.zeros(2, dtype=tt.int64, requires_grad=True)
-    with pytest.raises(TypeError, match="tensor: bool data is not supported"):
-        tt.tensor([True, False])
     with pytest.raises(TypeError, match="tensor: NumPy dtype int32 is not supported"):
         tt.tensor(np.ones(3, np.int32))
     with pytest.raises(ValueError, match="tensor: data is not a rectangular array"):

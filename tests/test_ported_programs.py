@@ -58,6 +58,54 @@ def test_mlp_program_same_losses(float64_default):
     assert abs(ours[2] - ref[2]) < 1e-12
 
 
+def test_cnn_bn_program_same_losses_and_eval_logits(float64_default):
+    """Conv2d + BatchNorm2d + ReLU + MaxPool2d / AvgPool2d + Linear: the training losses,
+    the running statistics and the eval-mode logits (running statistics used) as torch's."""
+    from tiletrain.testing.ported_programs import cnn_bn_init, cnn_bn_program
+    rng = np.random.default_rng(1)
+    init, x, y = cnn_bn_init(seed=2), rng.normal(size=(8, 2, 8, 8)), rng.integers(0, 3, 8)
+    ours = cnn_bn_program(tt, init=init, x=x, y=y, steps=3, dtype=tt.float64)
+    ref = cnn_bn_program(torch, init=init, x=x, y=y, steps=3, dtype=torch.float64)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-9, atol=1e-9)
+    assert ours[2].keys() == ref[2].keys() and ours[2]["features.1.num_batches_tracked"] == 3
+    for k in ref[2]:
+        np.testing.assert_allclose(ours[2][k], ref[2][k], rtol=1e-9, atol=1e-12)
+    assert ours[0][0] != ours[0][-1]
+    # eval differs from train mode: the running statistics, not the batch's, normalised
+    assert not np.allclose(ref[2]["features.1.running_var"], 1.0)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "masked"])
+def test_llama_block_program_same_losses(float64_default, attention):
+    """RMSNorm written out, rotary embeddings from cos/sin buffers, causal attention
+    (scaled_dot_product_attention(is_causal=True) or a -inf mask buffer + softmax), SwiGLU,
+    AdamW: torch's losses."""
+    from tiletrain.testing.ported_programs import llama_block_init, llama_block_program
+    init, tokens = llama_block_init(seed=2), np.random.default_rng(1).integers(0, 24, (2, 9))
+    ours = llama_block_program(tt, init=init, tokens=tokens, steps=3, attention=attention, dtype=tt.float64)
+    ref = llama_block_program(torch, init=init, tokens=tokens, steps=3, attention=attention, dtype=torch.float64)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-9, atol=1e-9)
+    assert ours[1] == ref[1]  # the cos/sin/mask buffers are not persistent
+    assert ours[0][0] > ours[0][-1]  # it trained
+
+
+def test_cnn_bn_and_llama_programs_default_float32():
+    """Both programs as usually run (no set_default_dtype): float32, close to torch."""
+    from tiletrain.testing.ported_programs import cnn_bn_init, cnn_bn_program, llama_block_init, llama_block_program
+    rng = np.random.default_rng(2)
+    f32 = lambda p: {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in p.items()}  # noqa: E731
+    x, y = rng.normal(size=(8, 2, 8, 8)).astype(np.float32), rng.integers(0, 3, 8)
+    ours = cnn_bn_program(tt, init=f32(cnn_bn_init(seed=3)), x=x, y=y, steps=2)
+    ref = cnn_bn_program(torch, init=f32(cnn_bn_init(seed=3)), x=x, y=y, steps=2)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-3, atol=1e-4)
+    tokens = rng.integers(0, 24, (2, 9))
+    ours = llama_block_program(tt, init=f32(llama_block_init(seed=3)), tokens=tokens, steps=2)
+    ref = llama_block_program(torch, init=f32(llama_block_init(seed=3)), tokens=tokens, steps=2)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4)
+
+
 def test_wgan_gp_program_same_losses(float64_default):
     """A gradient penalty (torch.autograd.grad with create_graph=True, then backward through
     the gradient): the same float64 losses as torch to 1e-9."""

@@ -111,30 +111,13 @@ def _array(rng, shape, kind):
     return a
 
 
-def _tt_functional():
-    import tiletrain.functional as F
-
-    class _F:  # torch's F.layer_norm(x, normalized_shape, weight, bias) over tiletrain's layer_norm(x, w, b)
-        def __getattr__(self, name):
-            return getattr(F, name)
-
-        @staticmethod
-        def layer_norm(x, shape, w=None, b=None):
-            return F.layer_norm(x, w, b)
-
-        @staticmethod
-        def rms_norm(x, shape, w=None, eps=None):
-            return F.rms_norm(x, w, eps)
-    return _F()
-
-
 def _both(fn, arrays, tiles, cube=True):
     """(tiletrain inputs, output), (torch inputs, output)."""
     xs = [tt.from_numpy(a, t) for a, t in zip(arrays, tiles)]
     for x in xs:
         x.requires_grad = True
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, yt = fn(tt, _tt_functional(), *xs), fn(torch, torch.nn.functional, *ts)
+    y, yt = fn(tt, tt.nn.functional, *xs), fn(torch, torch.nn.functional, *ts)
     if cube:
         y, yt = _cube(tt, y), _cube(torch, yt)
     return (xs, y), (ts, yt)

@@ -70,7 +70,7 @@ class TinyLM(CausalLM):
     def __init__(self, config: TinyConfig, tiling=None, dtype=np.float32, seed: int = 0):
         super().__init__(config, tiling, dtype)
         t, kw = self.tiling, dict(dtype=self.dtype, rng=np.random.default_rng(seed))
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd, tiles=(t.vocab, t.width), **kw)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd, tiles=(t.vocab, t.width), std=0.02, **kw)
         self.h = nn.ModuleList([TinyBlock(config, t, kw) for _ in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, tile=t.width, dtype=self.dtype)
         self.lm_head = LMHead(self.wte.weight)

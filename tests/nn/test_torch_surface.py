@@ -183,6 +183,43 @@ def test_tril_triu(rng, diagonal):
                                   torch.tril(torch.ones(4, 4, dtype=torch.long)).numpy())
 
 
+def test_outer(rng):
+    a, b = rng.standard_normal(5), rng.standard_normal(3)
+    x, y = T(a, (2,)).requires_grad_(), T(b).requires_grad_()
+    rx, ry = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    out, ref = tt.outer(x, y), torch.outer(rx, ry)
+    close(out, ref)
+    close(x.outer(y), ref)
+    close(tt.ger(x, y), ref)
+    g = rng.standard_normal((5, 3))
+    out.backward(T(g))
+    ref.backward(torch.from_numpy(g))
+    close(x.grad, rx.grad)
+    close(y.grad, ry.grad)
+    with pytest.raises(RuntimeError, match="1-D"):
+        tt.outer(tt.zeros(2, 2), tt.zeros(2))
+
+
+def test_true_division_of_integer_tensors():
+    """int64 / number, number / int64, int64 / int64: the default float dtype, as torch;
+    int64 / float32 tensor: float32."""
+    try:
+        for dt, rdt in ((tt.float32, torch.float32), (tt.float64, torch.float64)):
+            tt.set_default_dtype(dt)
+            torch.set_default_dtype(rdt)
+            i, ri = tt.arange(0, 8, 2), torch.arange(0, 8, 2)
+            j, rj = tt.arange(1, 5), torch.arange(1, 5)
+            for ours, ref in ((i / 8, ri / 8), (3 / j, 3 / rj), (i / j, ri / rj),
+                              (tt.div(i, 3), torch.div(ri, 3))):
+                assert ours.dtype == np.dtype(str(ref.dtype).replace("torch.", ""))
+                close(ours, ref)
+        out = tt.arange(4) / tt.ones(4, dtype=tt.float32)
+        assert out.dtype == np.float32
+    finally:
+        tt.set_default_dtype(tt.float32)
+        torch.set_default_dtype(torch.float32)
+
+
 def test_topk(rng):
     a = rng.standard_normal((4, 7))
     x, r = T(a).requires_grad_(), torch.from_numpy(a).requires_grad_()
@@ -539,3 +576,95 @@ def test_dataloader(rng):
     firsts = [float(a[i][0][0]) for i in range(7)] + [float(b[i][0][0]) for i in range(3)]
     assert sorted(firsts) == sorted(x[:, 0])  # a partition of the dataset
     assert [len(s) for s in tt.utils.data.random_split(ds, [0.5, 0.5])] == [5, 5]
+
+
+def test_cross_entropy_label_smoothing_edges():
+    """label_smoothing with 1-D logits (a 0-d target), every target ignored (nan, as torch),
+    eps = 1: torch's values."""
+    import torch.nn.functional as TF
+    x = np.random.default_rng(2).standard_normal((3, 4))
+    for logits, target, kw in ((x[0], np.array(2), {}), (x, np.array([-100, -100, -100]), {}),
+                               (x, np.array([1, -100, 3]), {"reduction": "sum"}),
+                               (x, np.array([1, 0, 3]), {"reduction": "none"})):
+        for eps in (0.3, 1.0):
+            ours = F.cross_entropy(T(logits), tt.tensor(target), label_smoothing=eps, **kw)
+            ref = TF.cross_entropy(torch.from_numpy(logits), torch.from_numpy(target), label_smoothing=eps, **kw)
+            np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_layer_norm_and_rms_norm_modules_match_torch():
+    """nn.LayerNorm / nn.RMSNorm with torch's arguments (normalized_shape an int or a tuple,
+    elementwise_affine, bias, RMSNorm's eps=None): the same state-dict entries, values and
+    gradients."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5))
+    cases = [((5,), {}), ((4, 5), {}), (5, {"elementwise_affine": False}), ((4, 5), {"bias": False, "eps": 1e-3})]
+    try:
+        tt.set_default_dtype(tt.float64)
+        torch.set_default_dtype(torch.float64)
+        for name in ("LayerNorm", "RMSNorm"):
+            for shape, kw in cases:
+                if name == "RMSNorm":
+                    kw = {k: v for k, v in kw.items() if k != "bias"}
+                ours, ref = getattr(nn, name)(shape, **kw), getattr(torch.nn, name)(shape, **kw)
+                assert sorted(ours.state_dict()) == sorted(ref.state_dict())
+                w = np.random.default_rng(4).standard_normal(ref.weight.shape) if ref.weight is not None else None
+                if w is not None:
+                    with torch.no_grad():
+                        ref.weight.copy_(torch.from_numpy(w))
+                    ours.load_state_dict({k: tt.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+                X, rX = T(x, (1, 2, 3, 2)).requires_grad_(), torch.from_numpy(x).requires_grad_()
+                y, ry = ours(X), ref(rX)
+                close(y, ry, rtol=1e-12, atol=1e-12)
+                g = np.cos(x)
+                y.backward(T(g))
+                ry.backward(torch.from_numpy(g))
+                close(X.grad, rX.grad, rtol=1e-10, atol=1e-12)
+                if w is not None:
+                    close(ours.weight.grad, ref.weight.grad, rtol=1e-10, atol=1e-12)
+    finally:
+        tt.set_default_dtype(tt.float32)
+        torch.set_default_dtype(torch.float32)
+    with pytest.raises(TypeError, match="normalized_shape must be a positive int"):
+        nn.LayerNorm(0)
+
+
+def test_embedding_module_init_and_padding_idx():
+    """nn.Embedding as torch's: N(0, 1) initial values, padding_idx's row zero and never
+    updated (its positions give the table no gradient)."""
+    emb = nn.Embedding(400, 50, padding_idx=-2, dtype=np.float64)
+    w = emb.weight.numpy()
+    assert emb.padding_idx == 398 and (w[398] == 0).all() and "padding_idx=398" in repr(emb)
+    assert abs(w.std() - 1.0) < 0.02 and abs(w.mean()) < 0.02  # torch's default N(0, 1)
+    ids = np.array([[1, 398, 7], [398, 398, 2]])
+    emb(ids).sum().backward()
+    g = emb.weight.grad.numpy()
+    assert (g[398] == 0).all() and (g[1] == 1).all() and (g[0] == 0).all()
+    with pytest.raises(ValueError, match="padding_idx must be within num_embeddings"):
+        nn.Embedding(4, 2, padding_idx=4)
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        F.embedding(tt.tensor([0]), emb.weight, max_norm=1.0)
+
+
+def test_relu_silu_accept_inplace():
+    """F.relu / F.silu take torch's inplace flag; the result is returned (a new tensor, as
+    nn.ReLU(inplace=True))."""
+    a = np.array([-1.5, 0.0, 2.0])
+    for name in ("relu", "silu"):
+        for inplace in (False, True):
+            close(getattr(F, name)(T(a), inplace=inplace), getattr(torch.nn.functional, name)(torch.from_numpy(a)))
+        with pytest.raises(TypeError, match=f"{name}: inplace must be a bool"):
+            getattr(F, name)(T(a), 1)
+
+
+def test_adaptive_avg_pool_modules():
+    """nn.AdaptiveAvgPool2d((1, 1)) + torch.flatten(x, 1), as ResNet's head: torch's values;
+    sizes that are not multiples of the output's raise."""
+    x = np.random.default_rng(5).standard_normal((2, 3, 6, 4))
+    close(tt.flatten(nn.AdaptiveAvgPool2d((1, 1))(T(x)), 1),
+          torch.flatten(torch.nn.AdaptiveAvgPool2d((1, 1))(torch.from_numpy(x)), 1))
+    close(nn.AdaptiveAvgPool2d(2)(T(x)), torch.nn.AdaptiveAvgPool2d(2)(torch.from_numpy(x)))
+    close(nn.AdaptiveAvgPool3d((1, 2, 2))(T(x)), torch.nn.AdaptiveAvgPool3d((1, 2, 2))(torch.from_numpy(x)))
+    with pytest.raises(NotImplementedError, match="input size 6 is not a multiple of output size 4"):
+        F.adaptive_avg_pool2d(T(x), 4)
+    with pytest.raises(ValueError, match="output_size must be a positive int"):
+        F.adaptive_avg_pool2d(T(x), (1, 0))

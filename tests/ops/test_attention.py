@@ -77,7 +77,8 @@ def test_attention_defaults_aliases_and_scale(rng):
     t = attn_tol(np.float64)
     causal, full = ref_attention(q, k, v, True)[0], ref_attention(q, k, v, False)[0]
     assert np.abs(causal - full).max() > 1e-3  # the mask matters on these inputs
-    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V).numpy(), causal, **t)  # default causal
+    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V).numpy(), full, **t)  # torch's default
+    np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, causal=True).numpy(), causal, **t)
     np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, causal=False).numpy(), full, **t)
     np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, None, 0.0, False).numpy(), full, **t)
     np.testing.assert_allclose(F.scaled_dot_product_attention(Q, K, V, is_causal=True, scale=0.3).numpy(),
@@ -139,10 +140,10 @@ def test_vjp_attention_one_input_needs_grad(rng):
     shape, tiles = (1, 1, 5, 2), (1, 1, 2, 2)
     q, k, v = _qkv(rng, shape, np.float64)
     K, V = tt.from_numpy(k, tiles), tt.from_numpy(v, tiles)
-    vjp_check(lambda a: F.scaled_dot_product_attention(a, K, V), [q], [tiles])
+    vjp_check(lambda a: F.scaled_dot_product_attention(a, K, V, is_causal=True), [q], [tiles])
     Q = tt.from_numpy(q, tiles)
     vjp_check(lambda c: F.scaled_dot_product_attention(Q, K, c, is_causal=False), [v], [tiles])
-    vjp_check(lambda a: F.scaled_dot_product_attention(a, a, a), [q], [tiles])  # one tensor as q, k and v
+    vjp_check(lambda a: F.scaled_dot_product_attention(a, a, a, is_causal=True), [q], [tiles])  # one tensor as q, k, v
 
 
 # -- head split / merge ------------------------------------------------------------------

@@ -45,10 +45,10 @@ def test_layer_norm_forward(rng, shape, tiles, dtype):
     t = tol(dtype)
     for args, ref in [((W, B), ln_ref(x, w, b)), ((W,), ln_ref(x, w)), ((), ln_ref(x)),
                       ((None, B), ln_ref(x, None, b))]:
-        Y = F.layer_norm(X, *args)
+        Y = F.layer_norm(X, X.shape[-1:], *args)
         assert Y.shape == X.shape and Y.tiles == X.tiles and Y.dtype == dtype
         np.testing.assert_allclose(Y.numpy(), ref, **t)
-    np.testing.assert_allclose(F.layer_norm(X, W, B, eps=0.5).numpy(), ln_ref(x, w, b, 0.5), **t)
+    np.testing.assert_allclose(F.layer_norm(X, X.shape[-1:], W, B, eps=0.5).numpy(), ln_ref(x, w, b, 0.5), **t)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -58,8 +58,8 @@ def test_rms_norm_forward(rng, shape, tiles, dtype):
     X = tt.from_numpy(x, tiles)
     (w,), (W,) = _params(rng, shape[-1], tiles[-1], dtype, 1)
     t = tol(dtype)
-    for args, ref in [((W,), rms_ref(x, w)), ((), rms_ref(x)), ((W, 0.25), rms_ref(x, w, 0.25))]:
-        Y = F.rms_norm(X, *args)
+    for args, ref in [((W, 1e-6), rms_ref(x, w)), ((None, 1e-6), rms_ref(x)), ((W, 0.25), rms_ref(x, w, 0.25))]:
+        Y = F.rms_norm(X, X.shape[-1:], *args)
         assert Y.shape == X.shape and Y.tiles == X.tiles and Y.dtype == dtype
         np.testing.assert_allclose(Y.numpy(), ref, **t)
 
@@ -69,18 +69,18 @@ def test_layer_norm_statistics_are_numerically_sound(rng):
     # E[x^2] - E[x]^2 loses everything here (1e14 against 1 in float64); the per-tile two-pass
     # statistics merged pairwise do not.
     x = 1e7 + rng.standard_normal((6, 29))
-    y = F.layer_norm(tt.from_numpy(x, (4, 8))).numpy()
+    y = F.layer_norm(tt.from_numpy(x, (4, 8)), (29,)).numpy()
     np.testing.assert_allclose(y, ln_ref(x), rtol=1e-6, atol=1e-6)
     mu = x.mean(-1, keepdims=True)
     naive = (x - mu) / np.sqrt((x * x).mean(-1, keepdims=True) - mu ** 2 + 1e-5)
     assert np.abs(naive - ln_ref(x)).max() > 1e-4  # the test would catch the naive formula
     # float32 with an offset: the mean is kept in float32, so the error is its rounding (~1e-5)
     x32 = (300.0 + rng.standard_normal((5, 37))).astype(np.float32)
-    y32 = F.layer_norm(tt.from_numpy(x32, (2, 10))).numpy()
+    y32 = F.layer_norm(tt.from_numpy(x32, (2, 10)), 37).numpy()
     np.testing.assert_allclose(y32, ln_ref(x32), rtol=1e-4, atol=1e-4)
     # rms_norm of large values: no overflow of the sum of squares in float32
     big = (rng.standard_normal((3, 20)) * 1e18).astype(np.float32)
-    np.testing.assert_allclose(F.rms_norm(tt.from_numpy(big, (2, 6))).numpy(), rms_ref(big),
+    np.testing.assert_allclose(F.rms_norm(tt.from_numpy(big, (2, 6)), [20], eps=1e-6).numpy(), rms_ref(big),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -89,9 +89,9 @@ def test_constant_rows(dtype):
     x = np.full((4, 9), 3.25, dtype)
     x[1] = -7.0
     b = np.linspace(-1, 1, 9).astype(dtype)
-    y = F.layer_norm(tt.from_numpy(x, (3, 4)), None, tt.from_numpy(b, (4,))).numpy()
+    y = F.layer_norm(tt.from_numpy(x, (3, 4)), (9,), None, tt.from_numpy(b, (4,))).numpy()
     np.testing.assert_array_equal(y, np.broadcast_to(b, x.shape))  # zero variance: exactly the bias
-    z = F.rms_norm(tt.from_numpy(np.zeros((2, 5), dtype), (1, 2))).numpy()
+    z = F.rms_norm(tt.from_numpy(np.zeros((2, 5), dtype), (1, 2)), (5,)).numpy()
     np.testing.assert_array_equal(z, 0)
 
 
@@ -105,11 +105,11 @@ def test_vjp_layer_norm(rng, shape, tiles):
     x = rng.standard_normal(shape) * 1.5 + 0.3
     C, tc = shape[-1], (tiles[-1],)
     w, b = rng.standard_normal(C), rng.standard_normal(C)
-    vjp_check(lambda X, W, B: F.layer_norm(X, W, B, eps=1e-3), [x, w, b], [tiles, tc, tc])
-    vjp_check(lambda X: F.layer_norm(X), [x], [tiles])
-    vjp_check(lambda X, B: F.layer_norm(X, None, B), [x, b], [tiles, tc])
+    vjp_check(lambda X, W, B: F.layer_norm(X, (C,), W, B, eps=1e-3), [x, w, b], [tiles, tc, tc])
+    vjp_check(lambda X: F.layer_norm(X, (C,)), [x], [tiles])
+    vjp_check(lambda X, B: F.layer_norm(X, (C,), None, B), [x, b], [tiles, tc])
     X = tt.from_numpy(x, tiles)  # gradients for weight and bias only: the x pass is skipped
-    vjp_check(lambda W, B: F.layer_norm(X, W, B), [w, b], [tc, tc])
+    vjp_check(lambda W, B: F.layer_norm(X, (C,), W, B), [w, b], [tc, tc])
 
 
 @pytest.mark.parametrize("shape,tiles", VJP_GRIDS)
@@ -117,10 +117,10 @@ def test_vjp_rms_norm(rng, shape, tiles):
     x = rng.standard_normal(shape) * 1.5 + 0.3
     C, tc = shape[-1], (tiles[-1],)
     w = rng.standard_normal(C)
-    vjp_check(lambda X, W: F.rms_norm(X, W, eps=1e-3), [x, w], [tiles, tc])
-    vjp_check(lambda X: F.rms_norm(X), [x], [tiles])
+    vjp_check(lambda X, W: F.rms_norm(X, (C,), W, eps=1e-3), [x, w], [tiles, tc])
+    vjp_check(lambda X: F.rms_norm(X, (C,)), [x], [tiles])
     X = tt.from_numpy(x, tiles)
-    vjp_check(lambda W: F.rms_norm(X, W), [w], [tc])
+    vjp_check(lambda W: F.rms_norm(X, (C,), W), [w], [tc])
 
 
 def test_norm_gradients_match_closed_form(rng):
@@ -129,7 +129,7 @@ def test_norm_gradients_match_closed_form(rng):
     w, b = rng.standard_normal(10), rng.standard_normal(10)
     X = tt.from_numpy(x, (2, 2, 4)).requires_grad_()
     W, B = tt.from_numpy(w, (4,)).requires_grad_(), tt.from_numpy(b, (4,)).requires_grad_()
-    F.layer_norm(X, W, B).backward(tt.from_numpy(v, (2, 2, 4)))
+    F.layer_norm(X, (10,), W, B).backward(tt.from_numpy(v, (2, 2, 4)))
     eps = 1e-5
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
     rstd = 1 / np.sqrt(var + eps)
@@ -148,7 +148,7 @@ def test_float32_backward_close_to_float64(rng):
     for dt in FLOATS:
         X = tt.from_numpy(x.astype(dt), (4, 5)).requires_grad_()
         W = tt.from_numpy(w.astype(dt), (5,)).requires_grad_()
-        F.rms_norm(F.layer_norm(X, W), W).backward(tt.from_numpy(v.astype(dt), (4, 5)))
+        F.rms_norm(F.layer_norm(X, (13,), W), (13,), W, 1e-6).backward(tt.from_numpy(v.astype(dt), (4, 5)))
         grads[dt] = X.grad.numpy(), W.grad.numpy()
     for a, b in zip(grads[np.float32], grads[np.float64]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
@@ -161,32 +161,33 @@ def test_bad_input(rng, nothing_submitted):
     w = tt.from_numpy(rng.standard_normal(6), (4,))
     for op in (F.layer_norm, F.rms_norm):
         name = op.__name__
-        with pytest.raises(ValueError, match=rf"{name}: weight must have shape \(6,\).*got \(5,\)"):
-            op(X, tt.from_numpy(np.ones(5), (4,)))
-        with pytest.raises(ValueError, match=rf"{name}: weight must have shape \(6,\).*got \(1, 6\)"):
-            op(X, tt.from_numpy(np.ones((1, 6)), (1, 4)))
-        with pytest.raises(ValueError, match=rf"{name}: weight must be tiled like x's last axis, "
-                                             r"tiles \(4,\), got \(3,\)"):
-            op(X, tt.from_numpy(np.ones(6), (3,)))
+        with pytest.raises(ValueError, match=rf"{name}: weight must have shape normalized_shape \(6,\), got \(5,\)"):
+            op(X, (6,), tt.from_numpy(np.ones(5), (4,)))
+        with pytest.raises(ValueError, match=rf"{name}: weight must have shape normalized_shape \(6,\).*got \(1, 6\)"):
+            op(X, (6,), tt.from_numpy(np.ones((1, 6)), (1, 4)))
         with pytest.raises(TypeError, match=f"{name}: weight is float32 but x is float64"):
-            op(X, tt.from_numpy(np.ones(6, np.float32), (4,)))
+            op(X, (6,), tt.from_numpy(np.ones(6, np.float32), (4,)))
         with pytest.raises(TypeError, match=f"{name}: weight must be a tiletrain Tensor, got ndarray"):
-            op(X, np.ones(6))
+            op(X, (6,), np.ones(6))
         with pytest.raises(TypeError, match=f"{name}: x has dtype int64"):
-            op(tt.from_numpy(np.ones((2, 3), np.int64)))
+            op(tt.from_numpy(np.ones((2, 3), np.int64)), (3,))
         with pytest.raises(TypeError, match=f"{name}: x must be a tiletrain Tensor"):
-            op(np.ones((2, 3)))
+            op(np.ones((2, 3)), (3,))
         with pytest.raises(ValueError, match=f"{name}: x must have at least one axis"):
-            op(tt.from_numpy(np.array(2.0)))
+            op(tt.from_numpy(np.array(2.0)), (1,))
         for eps in (0.0, -1e-5, float("nan"), float("inf")):
             with pytest.raises(ValueError, match=f"{name}: eps must be a positive finite number"):
-                op(X, w, eps=eps) if name == "rms_norm" else op(X, w, None, eps=eps)
+                op(X, (6,), w, eps=eps)
         with pytest.raises(TypeError, match=f"{name}: eps must be a real number, got str"):
-            op(X, eps="1e-5")
-    with pytest.raises(ValueError, match=r"layer_norm: bias must have shape \(6,\)"):
-        F.layer_norm(X, w, tt.from_numpy(np.ones(7), (4,)))
+            op(X, (6,), eps="1e-5")
+    with pytest.raises(ValueError, match=r"layer_norm: bias must have shape normalized_shape \(6,\)"):
+        F.layer_norm(X, (6,), w, tt.from_numpy(np.ones(7), (4,)))
     with pytest.raises(TypeError, match="layer_norm: bias is float32 but x is float64"):
-        F.layer_norm(X, None, tt.from_numpy(np.ones(6, np.float32), (4,)))
+        F.layer_norm(X, (6,), None, tt.from_numpy(np.ones(6, np.float32), (4,)))
+    with pytest.raises(ValueError, match=r"layer_norm: normalized_shape \(5,\) must be the last dimensions"):
+        F.layer_norm(X, (5,))
+    with pytest.raises(TypeError, match="rms_norm: normalized_shape must be an int or a sequence of ints"):
+        F.rms_norm(X, w)
 
 
 def test_expander_revalidates(rng, nothing_submitted):
@@ -233,7 +234,7 @@ def test_whole_row_tiles_take_one_task_with_the_same_results(rng, dtype):
     w, b = rng.standard_normal(40).astype(dtype), rng.standard_normal(40).astype(dtype)
     X, W, B = tt.from_numpy(x, (2, 3, 40)), tt.from_numpy(w, 40), tt.from_numpy(b, 40)
     counts = {k: lib.tt_kernel_ntasks(kernel_id(k)) for k in ("layer_norm_row", "rms_norm_row", "norm_rstd")}
-    y, yr = F.layer_norm(X, W, B, eps=1e-3), F.rms_norm(X, W, eps=1e-3)
+    y, yr = F.layer_norm(X, (40,), W, B, eps=1e-3), F.rms_norm(X, (40,), W, eps=1e-3)
     assert lib.tt_kernel_ntasks(kernel_id("layer_norm_row")) - counts["layer_norm_row"] == 3  # row tiles
     assert lib.tt_kernel_ntasks(kernel_id("rms_norm_row")) - counts["rms_norm_row"] == 3
     assert lib.tt_kernel_ntasks(kernel_id("norm_rstd")) == counts["norm_rstd"]
@@ -247,3 +248,29 @@ def test_whole_row_tiles_take_one_task_with_the_same_results(rng, dtype):
     np.testing.assert_array_equal(y.numpy(), ref.numpy())
     np.testing.assert_array_equal(yr.numpy(), ref2.numpy())
     np.testing.assert_allclose(y.numpy(), ln_ref(x, w, b, eps=1e-3), **tol(dtype))
+
+
+def test_torch_signature_several_axes_and_other_weight_tilings(rng):
+    """torch's normalized_shape: several last dimensions (merged into one axis and back), a
+    weight tiled otherwise than x's last axis (re-tiled), rms_norm's eps=None (the dtype's
+    machine epsilon): torch's values and gradients."""
+    import torch
+    x, w, b, g = (rng.standard_normal(s) for s in ((3, 4, 5), (4, 5), (4, 5), (3, 4, 5)))
+    X = tt.from_numpy(x, (2, 3, 2)).requires_grad_()
+    W, B = tt.from_numpy(w, (3, 5)).requires_grad_(), tt.from_numpy(b, (1, 4)).requires_grad_()
+    rx, rw, rb = (torch.from_numpy(a).requires_grad_() for a in (x, w, b))
+    y = F.layer_norm(X, (4, 5), W, B) + F.rms_norm(X, [4, 5], W)
+    ry = torch.nn.functional.layer_norm(rx, (4, 5), rw, rb) + torch.nn.functional.rms_norm(rx, [4, 5], rw)
+    np.testing.assert_allclose(y.numpy(), ry.detach().numpy(), rtol=1e-10, atol=1e-12)
+    y.backward(tt.from_numpy(g))
+    ry.backward(torch.from_numpy(g))
+    for ours, ref in ((X, rx), (W, rw), (B, rb)):
+        np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), rtol=1e-10, atol=1e-12)
+    v = tt.from_numpy(rng.standard_normal(7), (3,))
+    X1 = tt.from_numpy(rng.standard_normal((5, 7)), (2, 4))
+    np.testing.assert_allclose(F.layer_norm(X1, 7, v).numpy(),
+                               torch.nn.functional.layer_norm(torch.from_numpy(X1.numpy()), (7,),
+                                                              torch.from_numpy(v.numpy())).numpy(), rtol=1e-12)
+    z = rng.standard_normal((3, 6)).astype(np.float32) * 1e-4
+    np.testing.assert_allclose(F.rms_norm(tt.from_numpy(z), (6,)).numpy(),
+                               torch.nn.functional.rms_norm(torch.from_numpy(z), (6,)).numpy(), rtol=1e-5)

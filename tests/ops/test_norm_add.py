@@ -33,7 +33,7 @@ def test_equals_add_then_norm_bitwise(rng, dtype, shape, tiles, kind):
         tt.wait()
         ntasks = total_tasks() - before
         s0 = X + R
-        y0 = F.layer_norm(s0, w, b, 1e-5) if kind == "layer" else F.rms_norm(s0, w, 1e-6)
+        y0 = F.layer_norm(s0, (C,), w, b, 1e-5) if kind == "layer" else F.rms_norm(s0, (C,), w, 1e-6)
     np.testing.assert_array_equal(s.numpy(), s0.numpy())
     np.testing.assert_array_equal(y.numpy(), y0.numpy())
     if tiles[-1] == shape[-1]:          # whole rows: one fused task per tile
@@ -52,7 +52,7 @@ def test_with_gradients_it_is_the_plain_ops(rng, kind):
     X2 = tt.from_numpy(X.numpy(), (3, 4)).requires_grad_()
     w2 = tt.from_numpy(w.numpy(), (4,)).requires_grad_()
     s2 = X2 + R
-    (F.layer_norm(s2, w2) if kind == "layer" else F.rms_norm(s2, w2)).sum().backward()
+    (F.layer_norm(s2, (4,), w2) if kind == "layer" else F.rms_norm(s2, (4,), w2, 1e-6)).sum().backward()
     np.testing.assert_array_equal(X.grad.numpy(), X2.grad.numpy())
     np.testing.assert_array_equal(w.grad.numpy(), w2.grad.numpy())
 

@@ -285,6 +285,15 @@ def test_cross_entropy_bad_input(rng):
         F.cross_entropy(tt.from_numpy(np.zeros((6, 5), dtype=np.int64), (4, 2)), T)
     with pytest.raises(ValueError, match="0-d"):
         F.cross_entropy(tt.from_numpy(np.array(1.0)), T)
+    with pytest.raises(ValueError, match=r"weight must have shape \(5,\)"):
+        F.cross_entropy(X, T, tt.ones(4, dtype=tt.float64))
+    with pytest.raises(RuntimeError, match="weight cannot require gradients"):
+        F.cross_entropy(X, T, tt.ones(5, dtype=tt.float64, requires_grad=True))
+    with pytest.raises(NotImplementedError, match="size_average and reduce are deprecated"):
+        F.cross_entropy(X, T, reduce=False)
+    for bad in (-0.1, 1.5, "0.1", True):
+        with pytest.raises(ValueError, match="label_smoothing must be a number in"):
+            F.cross_entropy(X, T, label_smoothing=bad)
     before = [lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count())]
     for bad, value in ((5, "5"), (-1, "-1"), (-101, "-101"), (10**12, str(10**12))):
         t = good.copy()

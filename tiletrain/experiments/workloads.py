@@ -98,13 +98,13 @@ class Block(Workload):
     def forward(self):
         p, x, H = self.t_p, self.t_x, self.shape[3]
         with tt.tag(phase="fwd", layer=0):
-            h = F.layer_norm(x, p["ln_1.weight"], p["ln_1.bias"], 1e-5)
+            h = F.layer_norm(x, x.shape[-1:], p["ln_1.weight"], p["ln_1.bias"], 1e-5)
             qkv = affine(h, p["attn.c_attn.weight"], p["attn.c_attn.bias"])
             q, k, v = (F.split_heads(qkv, H, part=i, nparts=3) for i in range(3))
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x1 = x + affine(F.merge_heads(a), p["attn.c_proj.weight"], p["attn.c_proj.bias"])
         with tt.tag(phase="fwd", layer=1):
-            h = F.layer_norm(x1, p["ln_2.weight"], p["ln_2.bias"], 1e-5)
+            h = F.layer_norm(x1, x1.shape[-1:], p["ln_2.weight"], p["ln_2.bias"], 1e-5)
             h = affine(h, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"], gelu="tanh")  # gelu in the gemm epilogue
             return x1 + affine(h, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
 

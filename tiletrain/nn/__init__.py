@@ -12,18 +12,19 @@ from .. import functional
 from . import init, utils
 from .activation import GELU, Flatten, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
-from .conv import (AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
+from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
                    MaxPool1d, MaxPool2d, MaxPool3d)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
-from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear, LocalHeads
+from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear, LocalHeads, RMSNorm
 from .llama import Llama, LlamaConfig
 from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter, Sequential
 from .pretrained import MODELS, from_pretrained, load_model, register_model, save_pretrained
 
-__all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm",
+__all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
            "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D", "GELU", "Flatten", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh",
            "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",
            "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
            "functional", "init", "utils"]

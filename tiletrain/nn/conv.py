@@ -1,4 +1,5 @@
-"""CNN layers as torch.nn: Conv1d/2d/3d, MaxPool1d/2d/3d, AvgPool1d/2d/3d, BatchNorm1d/2d/3d,
+"""CNN layers as torch.nn: Conv1d/2d/3d, MaxPool1d/2d/3d, AvgPool1d/2d/3d,
+AdaptiveAvgPool1d/2d/3d (windows of one size), BatchNorm1d/2d/3d,
 plus Sequential, ReLU and Flatten.
 
 Parameter names, shapes and initialisation are torch's (conv weight (C_out, C_in / groups,
@@ -21,7 +22,8 @@ from ..tensors.tensor import default_float
 from .layers import _default_rng
 from .module import Module, Parameter
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
+           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
@@ -159,6 +161,32 @@ class AvgPool2d(_AvgPoolNd):
 
 
 class AvgPool3d(_AvgPoolNd):
+    _dims = 3
+
+
+class _AdaptiveAvgPoolNd(Module):
+    _dims = 0
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, f"adaptive_avg_pool{self._dims}d")(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
+    _dims = 1
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
+    _dims = 2
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
     _dims = 3
 
 

@@ -125,8 +125,8 @@ class GPT(CausalLM):
         t, kw = self.tiling, dict(dtype=self.dtype, rng=np.random.default_rng(seed))
         C = config.n_embd
         self.transformer = ModuleDict(dict(
-            wte=Embedding(config.vocab_size, C, tiles=(t.vocab, t.width), **kw),
-            wpe=Embedding(config.block_size, C, tiles=(t.vocab, t.width), **kw),
+            wte=Embedding(config.vocab_size, C, tiles=(t.vocab, t.width), std=0.02, **kw),
+            wpe=Embedding(config.block_size, C, tiles=(t.vocab, t.width), std=0.02, **kw),
             drop=Dropout(config.dropout),
             h=ModuleList([Block(config, t, **kw) for _ in range(config.n_layer)]),
             ln_f=LayerNorm(C, bias=config.bias, tile=t.width, dtype=self.dtype),

@@ -1,4 +1,5 @@
-"""Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, Embedding, Dropout.
+"""Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, RMSNorm, Embedding,
+Dropout.
 
 Parameters are initialised in NumPy (normal with standard deviation ``std`` from ``rng``,
 zero biases, unit LayerNorm weights) and written into tiled tensors with the tile shape the
@@ -12,11 +13,12 @@ import numpy as np
 
 from .. import functional as F
 from ..ops.activations import affine
+from ..ops.autograd import no_grad
 from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
 
-__all__ = ["Conv1D", "Linear", "LayerNorm", "Embedding", "Dropout", "param_tiles"]
+__all__ = ["Conv1D", "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
 
 _default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
 
@@ -112,36 +114,83 @@ class Conv1D(Module):
         return f"nf={self.nf}, nx={self.nx}, bias={self.bias is not None}"
 
 
-class LayerNorm(Module):
-    """Layer normalisation over the last axis (eps 1e-5 as GPT-2); ``tile`` is the tile of
-    the normalised axis (x's last tile)."""
+def _normalized_shape(v, what: str) -> tuple[int, ...]:
+    """torch's normalized_shape: an int or a sequence of positive ints."""
+    shape = (v,) if isinstance(v, numbers.Integral) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if not shape or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise TypeError(f"{what}: normalized_shape must be a positive int or a sequence of them, got {v!r}")
+    return tuple(int(d) for d in shape)
 
-    def __init__(self, n: int, eps: float = 1e-5, bias: bool = True, *, tile=None, dtype=None):
+
+class LayerNorm(Module):
+    """torch.nn.LayerNorm: layer normalisation over the last dimensions ``normalized_shape``
+    (an int: the last axis; eps 1e-5), a unit weight and a zero bias of that shape
+    (``elementwise_affine=False``: neither; ``bias=False``: no bias); ``tile`` is the tile of
+    the normalised axis (x's last tile) for a 1-D normalized_shape."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True, *,
+                 tile=None, dtype=None):
         super().__init__()
-        self.n, self.eps = _int(n, "LayerNorm", "n"), float(eps)
-        dtype = default_float(dtype)
-        tiles = param_tiles((self.n,), None if tile is None else (tile,))
-        self.weight = Parameter(np.ones(self.n, dtype), tiles)
-        self.bias = Parameter(np.zeros(self.n, dtype), tiles) if bias else None
+        self.normalized_shape = _normalized_shape(normalized_shape, "LayerNorm")
+        self.n, self.eps = int(np.prod(self.normalized_shape)), float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        dtype, ns = default_float(dtype), self.normalized_shape
+        tiles = param_tiles(ns, None if tile is None or len(ns) > 1 else (tile,))
+        self.weight = Parameter(np.ones(ns, dtype), tiles) if self.elementwise_affine else None
+        self.bias = Parameter(np.zeros(ns, dtype), tiles) if self.elementwise_affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.n}, eps={self.eps}, bias={self.bias is not None}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
+
+
+class RMSNorm(Module):
+    """torch.nn.RMSNorm: x / sqrt(mean(x^2) + eps) * weight over the last dimensions
+    ``normalized_shape``; eps=None is the machine epsilon of x's dtype; a unit weight of
+    that shape unless ``elementwise_affine=False``."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, *,
+                 tile=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = _normalized_shape(normalized_shape, "RMSNorm")
+        self.eps = None if eps is None else float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        ns = self.normalized_shape
+        tiles = param_tiles(ns, None if tile is None or len(ns) > 1 else (tile,))
+        self.weight = Parameter(np.ones(ns, default_float(dtype)), tiles) if self.elementwise_affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
 class Embedding(Module):
-    """A (num_embeddings, embedding_dim) table; ``forward(ids)`` gathers rows for int64 ids
-    (a tiletrain Tensor, or a NumPy int array).  ``tiles`` = (tile along rows, along dim)."""
+    """torch.nn.Embedding: a (num_embeddings, embedding_dim) table initialised N(0, std^2)
+    (std 1, torch's default), ``padding_idx``'s row zero and given no gradient;
+    ``forward(ids)`` gathers rows for int64 ids (a tiletrain Tensor, or a NumPy int array).
+    ``tiles`` = (tile along rows, along dim)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, tiles=None, dtype=None,
-                 std: float = 0.02, rng: np.random.Generator | None = None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *, tiles=None,
+                 dtype=None, std: float = 1.0, rng: np.random.Generator | None = None):
         super().__init__()
         self.num_embeddings = _int(num_embeddings, "Embedding", "num_embeddings")
         self.embedding_dim = _int(embedding_dim, "Embedding", "embedding_dim")
         shape = (self.num_embeddings, self.embedding_dim)
+        if padding_idx is not None:
+            if (isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral)
+                    or not -self.num_embeddings <= padding_idx < self.num_embeddings):
+                raise ValueError(f"Embedding: padding_idx must be within num_embeddings, got {padding_idx!r}")
+            padding_idx = int(padding_idx) % self.num_embeddings
+        self.padding_idx = padding_idx
         self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
+        if padding_idx is not None:
+            with no_grad():
+                self.weight[padding_idx] = 0.0
 
     def forward(self, ids) -> Tensor:
         if not isinstance(ids, Tensor):
@@ -149,10 +198,11 @@ class Embedding(Module):
             if a.dtype.kind not in "iu":
                 raise TypeError(f"Embedding: ids must be integers, got dtype {a.dtype}")
             ids = from_numpy(a.astype(np.int64))
-        return F.embedding(ids, self.weight)  # ids.shape + (embedding_dim,)
+        return F.embedding(ids, self.weight, self.padding_idx)  # ids.shape + (embedding_dim,)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
 class Dropout(Module):

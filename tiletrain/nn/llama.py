@@ -94,7 +94,7 @@ class LlamaRMSNorm(Module):
         self.weight = Parameter(np.ones(n, as_dtype(dtype)), None if tile is None else (tile,))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, self.weight, self.eps)
+        return F.rms_norm(x, (self.n,), self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.n}, eps={self.eps}"

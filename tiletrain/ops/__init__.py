@@ -12,13 +12,13 @@ from .basic import HALF_OPS, add_broadcast, add_scalar, astype, axpy_, broadcast
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import rdiv_scalar
 from .index import *  # noqa: F401,F403
-from .contract import einsum, tril, triu
+from .contract import einsum, ger, outer, tril, triu
 from .sparse import sparse_csr_tensor
 from .linalg import matmul, matmul_leading
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 
 __all__ = (["HALF_OPS", "add_broadcast", "add_scalar", "astype", "axpy_", "backward", "broadcast", "copy",
-            "enable_grad", "fill_", "grad_enabled", "inference_mode", "einsum", "tril", "triu", "matmul", "matmul_leading", "no_grad", "rdiv_scalar", "scale"]
+            "enable_grad", "fill_", "grad_enabled", "inference_mode", "einsum", "ger", "outer", "tril", "triu", "matmul", "matmul_leading", "no_grad", "rdiv_scalar", "scale"]
            + elementwise.__all__ + reduce.__all__ + shape.__all__ + index.__all__
            + ["sparse", "sparse_csr_tensor"])

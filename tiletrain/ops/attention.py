@@ -222,13 +222,14 @@ def causal_lower_right(seq_len_q: int, seq_len_kv: int) -> CausalBias:
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
-                                 dropout_p: float = 0.0, is_causal: bool = True,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, enable_gqa: bool = False, *,
                                  causal: bool | None = None) -> Tensor:
     """softmax(query key^T * scale (+ causal mask)) value on (B, H, T, D) tensors.
 
-    PyTorch's name and argument order (``attn_mask`` None or ``causal_lower_right(Tq, Tk)``,
-    ``dropout_p`` 0); ``causal=`` is accepted for ``is_causal=``, which defaults to True here.
+    PyTorch's name, argument order and defaults (``attn_mask`` None or
+    ``causal_lower_right(Tq, Tk)``, ``dropout_p`` 0, ``is_causal=False``: no mask unless
+    asked); ``causal=`` is accepted for ``is_causal=``.
     scale defaults to 1/sqrt(D).  query, key and value must share shape and dtype (T need not
     be a multiple of its tile); other tilings are re-tiled (D becomes a single tile).  With
     ``attn_mask=causal_lower_right(Tq, Tk)`` (PyTorch's lower-right causal bias; is_causal is

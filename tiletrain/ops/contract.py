@@ -1,4 +1,4 @@
-"""torch.einsum and torch.tril / torch.triu, written with the other ops (so autograd comes
+"""torch.einsum, torch.outer and torch.tril / torch.triu, written with the other ops (so autograd comes
 with them): einsum contracts its operands pairwise, left to right, each pair as one batched
 matmul after permute/reshape; tril/triu are a ``where`` with a NumPy-made triangle mask."""
 from __future__ import annotations
@@ -136,4 +136,15 @@ def triu(input: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002
     return _triangle("triu", input, diagonal, False)
 
 
-__all__ = ["einsum", "tril", "triu"]
+def outer(input, vec2) -> Tensor:  # noqa: A002
+    """torch.outer: the (n, m) outer product of two 1-D tensors, input[i] * vec2[j] (a
+    broadcast multiply, so autograd comes with it)."""
+    a, b = _tensor(input, "outer", "input"), _tensor(vec2, "outer", "vec2")
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"outer: both operands must be 1-D, got shapes {a.shape} and {b.shape}")
+    return mul(reshape(a, (a.shape[0], 1)), reshape(b, (1, b.shape[0])))
+
+
+ger = outer
+
+__all__ = ["einsum", "ger", "outer", "tril", "triu"]

@@ -34,6 +34,7 @@ from ..tensors import Tensor, TensorTraits
 from .autograd import backward_rule, record
 from .basic import _float_tensor
 from .creation import full
+from .reduce import mean as _mean
 from .shape import retile, squeeze, unsqueeze
 
 _SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
@@ -304,6 +305,47 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     return _avg(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
+def _adaptive_avg(nsp: int, input, output_size) -> Tensor:
+    """torch's adaptive average pooling where every window has one size: each input size a
+    multiple of its output size (windows = strides = in // out, an avg_pool); other sizes
+    raise.  An output of size 1 along every axis is a mean over the spatial axes (any
+    tiling of them)."""
+    what = f"adaptive_avg_pool{nsp}d"
+    x, _ = _input(input, nsp, what)
+    spatial = x.shape[2:]
+    sizes = (output_size,) * nsp if isinstance(output_size, numbers.Integral) else tuple(output_size) \
+        if isinstance(output_size, (tuple, list)) else None
+    if sizes is None or len(sizes) != nsp or not all(
+            o is None or (isinstance(o, numbers.Integral) and not isinstance(o, bool) and o > 0) for o in sizes):
+        raise ValueError(f"{what}: output_size must be a positive int or {nsp} of them (None keeps a size), "
+                         f"got {output_size!r}")
+    sizes = tuple(n if o is None else int(o) for o, n in zip(sizes, spatial))
+    for n, o in zip(spatial, sizes):
+        if n % o:
+            raise NotImplementedError(f"{what}: input size {n} is not a multiple of output size {o} (windows of "
+                                      f"unequal sizes are not supported); input shape {x.shape}")
+    if all(o == 1 for o in sizes):   # global average pooling: a mean, for any tiling of the spatial axes
+        return _mean(input, tuple(range(-nsp, 0)), keepdim=True)
+    kernel = tuple(n // o for n, o in zip(spatial, sizes))
+    return _avg(nsp, input, kernel, kernel, 0, False, True, None)
+
+
+def adaptive_avg_pool1d(input, output_size) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool1d on (N, C, L): L a multiple of output_size."""
+    return _adaptive_avg(1, input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool2d on (N, C, H, W): H and W multiples of the
+    output sizes (``(1, 1)``, global average pooling, always)."""
+    return _adaptive_avg(2, input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool3d on (N, C, D, H, W): sizes multiples of the output's."""
+    return _adaptive_avg(3, input, output_size)
+
+
 # -- batch norm -----------------------------------------------------------------------------
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
@@ -377,5 +419,5 @@ def _batch_norm_bwd(node, g):
     return dx, (sdyx if need_w else None), (sdy if need_b else None)
 
 
-__all__ = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",
+__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",
            "max_pool2d", "max_pool3d"]

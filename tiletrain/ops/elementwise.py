@@ -30,6 +30,7 @@ import numpy as np
 
 from ..runtime.kernels import run_map
 from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_half
+from ..tensors.tensor import get_default_dtype
 from . import basic
 from .autograd import backward_rule, double_backward_rule, record
 from .basic import HALF_OPS, _any_float_tensor, _float_tensor, _scalar, _scaled, _tensor
@@ -55,6 +56,16 @@ def _gelu_params(approximate: str = "none") -> dict:
     return {"approx": int(approximate == "tanh")}
 
 
+def _inplace_params(what: str) -> Callable:
+    """torch.nn.functional's ``inplace`` flag (relu, silu): accepted, the result is a new
+    tensor either way (as nn.ReLU(inplace=True)); use the return value."""
+    def params(inplace: bool = False) -> dict:
+        if not isinstance(inplace, bool):
+            raise TypeError(f"{what}: inplace must be a bool, got {type(inplace).__name__}")
+        return {}
+    return params
+
+
 def _clamp_params(min=None, max=None) -> dict:  # noqa: A002 - torch's names
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must not be None")
@@ -72,10 +83,10 @@ def _rpow_params(base) -> dict:
 
 
 UNARY = [
-    Unary("relu", "relu", "relu_backward", "x", doc="max(x, 0)"),
+    Unary("relu", "relu", "relu_backward", "x", _inplace_params("relu"), "max(x, 0)"),
     Unary("gelu", "gelu", "gelu_backward", "x", _gelu_params,
           "x * Phi(x) (approximate='none', erf form) or the tanh approximation (approximate='tanh')"),
-    Unary("silu", "silu", "silu_backward", "x", doc="x * sigmoid(x)"),
+    Unary("silu", "silu", "silu_backward", "x", _inplace_params("silu"), "x * sigmoid(x)"),
     Unary("exp", "exp", "exp_backward", "y", doc="e ** x"),
     Unary("log", "log", "log_backward", "x", doc="natural logarithm"),
     Unary("sqrt", "sqrt", "sqrt_backward", "y", doc="square root"),
@@ -450,6 +461,7 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
     or nan as in IEEE arithmetic)."""
     if rounding_mode is not None:
         raise NotImplementedError(f"div: rounding_mode={rounding_mode!r} is not supported (only true division)")
+    input, other = _true_division_operands(input, other)
     if _is_number(other):
         return basic.div_scalar(_any_float_tensor(input, "div", "input"), float(other))
     if _is_number(input):
@@ -459,6 +471,18 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
 
 
 divide = true_divide = div
+
+
+def _true_division_operands(input, other):  # noqa: A002
+    """torch's true division of integer (int64, bool) tensors: a float result, the other
+    operand's float dtype when it is a float tensor, the default dtype otherwise
+    (``torch.arange(0, 8, 2) / 8`` is a float tensor)."""
+    tensors = [t for t in (input, other) if isinstance(t, Tensor)]
+    floats = [t.dtype for t in tensors if is_float(t.dtype)]
+    if len(floats) == len(tensors):
+        return input, other
+    dt = floats[0] if floats else get_default_dtype()
+    return tuple(convert(t, dt) if isinstance(t, Tensor) and not is_float(t.dtype) else t for t in (input, other))
 
 # ---------------------------------------------------------------- comparisons, where, masks
 

@@ -4,13 +4,16 @@ The table may be split into tiles along V and C (csrc/expand_embedding.c).  Back
 deterministic scatter-add into the table gradient; only the table gets a gradient."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ..runtime.kernels import embedding_backward, embedding_rows
-from ..tensors import Tensor, TensorTraits
+from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import known_within
-from .autograd import backward_rule, double_backward_rule, record
+from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor
+from .elementwise import where
 
 
 def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
@@ -31,10 +34,31 @@ def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
     return (int(a.min()), int(a.max())) if a.size else (0, V - 1)
 
 
-def embedding(ids: Tensor, table: Tensor) -> Tensor:
-    """table[ids]: ids is an int64 Tensor of shape S (e.g. (B, T)), table is (V, C) float32 or
-    float64; returns S + (C,) tiled as ids' tiles + (table's tile along C,).  Like
-    torch.nn.functional.embedding(input, weight)."""
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm=None,  # noqa: A002
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+    """torch.nn.functional.embedding: weight[input], the ids ``input`` an int64 Tensor of
+    shape S (e.g. (B, T)), the table ``weight`` (V, C) float32 or float64; returns S + (C,)
+    tiled as the ids' tiles + (the table's tile along C,).  ``padding_idx``: the positions
+    holding that id give no gradient to the table (their output is the table's row, as
+    torch).  Not supported (a clear error): max_norm, scale_grad_by_freq, sparse."""
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    y = _embedding(input, weight)
+    if padding_idx is None:
+        return y
+    V = weight.shape[0]
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral) or not -V <= padding_idx < V:
+        raise ValueError(f"embedding: padding_idx must be an int within the table's {V} rows, got {padding_idx!r}")
+    if not needs_grad(weight):
+        return y
+    pad = input.numpy() == int(padding_idx) % V          # the ids were checked (read) by _embedding
+    if not pad.any():
+        return y
+    frozen = _embedding(input, weight.detach())         # the same rows, outside the graph
+    return where(from_numpy(np.ascontiguousarray(pad[..., None])), frozen, y)
+
+
+def _embedding(ids: Tensor, table: Tensor) -> Tensor:
     what = "embedding"
     _tensor(ids, what, "ids")
     if ids.dtype != np.int64:

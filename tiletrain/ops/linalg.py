@@ -11,7 +11,7 @@ from ..runtime.kernels import gemm
 from ..tensors import Tensor, TensorTraits, is_half
 from .autograd import backward_rule, record
 from .basic import _any_float_tensor, _cast, _scalar
-from .shape import retile
+from .shape import expand, reshape, retile
 
 
 def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False,
@@ -19,7 +19,8 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     """alpha * op(a) @ op(b).
 
     a is (..., M, K) (or (..., K, M) with transpose_a), b is (K, N) (or (N, K)) or batched
-    (..., K, N) with the same batch shape as a.  b is re-tiled (copy tasks) when its batch or
+    (..., K, N) with the same batch shape as a.  Without transposes, torch.matmul's other
+    cases too: 1-D operands, batch axes that broadcast (copies of the broadcast operand).  b is re-tiled (copy tasks) when its batch or
     contracted axes are tiled otherwise than a's.  The result is tiled like a's rows and b's
     columns.
     float16/bfloat16 operands: float32 products and sums, one rounding of the result."""
@@ -28,6 +29,8 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     _any_float_tensor(b, what, "b")
     if a.dtype != b.dtype:
         raise TypeError(f"{what}: dtype mismatch, a is {a.dtype} and b is {b.dtype}")
+    if not (transpose_a or transpose_b) and (a.ndim == 1 or b.ndim == 1 or (b.ndim > 2 and a.shape[:-2] != b.shape[:-2])):
+        return _torch_matmul(a, b, alpha)
     (ash, ati), (bsh, bti) = (a.traits.shape, a.traits.tiles), (b.traits.shape, b.traits.tiles)
     nd, bnd = len(ash), len(bsh)
     if nd < 2 or bnd < 2:
@@ -56,6 +59,30 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     ta, tb = bool(transpose_a), bool(transpose_b)
     c = _gemm(alpha, a, ta, b, tb, TensorTraits(shape, tiles), chain=a.grid[ak] > 1)
     return record("matmul", c, (a, b), saved=(a, b), alpha=alpha, ta=ta, tb=tb, folded=not batched and nd > 2)
+
+
+def _torch_matmul(a: Tensor, b: Tensor, alpha: float) -> Tensor:
+    """torch.matmul's other cases, reduced to the ones above: a 1-D operand gets a unit axis
+    (removed from the result), batch axes broadcast (expand, whose backward sums)."""
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if a.shape[-1] != k_b:  # (checked before any task)
+        raise ValueError(f"matmul: inner dimensions differ: a {a.shape} and b {b.shape} contract {a.shape[-1]} "
+                         f"with {k_b}")
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions differ: a {a.shape} and b {b.shape} do not "
+                         "broadcast") from None
+    if a.ndim == 1 or b.ndim == 1:
+        if a.ndim == 1 and b.ndim == 1:
+            return reshape(_torch_matmul(reshape(a, (1, a.shape[0])), reshape(b, (b.shape[0], 1)), alpha), ())
+        a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
+        b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+        y = matmul(a2, b2, alpha=alpha)
+        return reshape(y, y.shape[:-2] + ((y.shape[-1],) if a.ndim == 1 else (y.shape[-2],)))
+    a = a if a.shape[:-2] == batch else expand(a, *(batch + a.shape[-2:]))
+    b = b if b.shape[:-2] == batch else expand(b, *(batch + b.shape[-2:]))
+    return matmul(a, b, alpha=alpha)
 
 
 def matmul_leading(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:

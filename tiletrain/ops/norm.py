@@ -8,13 +8,17 @@ and its column tile of weight/bias.  The row statistics (mean, rstd) are saved f
 All passes go through one C expander, ``tt_norm_map`` (csrc/expand_norm.c)."""
 from __future__ import annotations
 
+import math
 import numbers
+
+import numpy as np
 
 from ..runtime.kernels import run_map, run_norm
 from ..tensors import Tensor, TensorTraits
 from .autograd import backward_rule, composite_grads, double_backward_rule, needs_grad, record
 from .basic import _float_tensor
 from .creation import full
+from .shape import reshape, retile
 
 
 def _rows_traits(x: Tensor) -> TensorTraits:
@@ -45,18 +49,17 @@ def _check_x(x, what: str) -> Tensor:
 
 
 def _param(p, x: Tensor, what: str, name: str) -> Tensor | None:
-    """weight/bias: None, or a 1-D tensor of size C tiled like x's last axis, x's dtype."""
+    """weight/bias: None, or a 1-D tensor of size C and x's dtype, returned tiled like x's
+    last axis."""
     if p is None:
         return None
     _float_tensor(p, what, name)
     C, tc = x.shape[-1], x.tiles[-1]
     if p.ndim != 1 or p.shape[0] != C:
         raise ValueError(f"{what}: {name} must have shape ({C},) (x's last axis), got {p.shape}")
-    if p.tiles != (tc,):
-        raise ValueError(f"{what}: {name} must be tiled like x's last axis, tiles ({tc},), got {p.tiles}")
     if p.dtype != x.dtype:
         raise TypeError(f"{what}: {name} is {p.dtype} but x is {x.dtype}")
-    return p
+    return p if p.tiles == (tc,) else retile(p, (tc,))   # tiled like x's last axis (copy tasks)
 
 
 def _stats(x: Tensor, eps: float, centred: bool):
@@ -75,11 +78,46 @@ def _stats(x: Tensor, eps: float, centred: bool):
     return mean, rstd
 
 
-def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5) -> Tensor:
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis of x (biased variance,
-    as torch.nn.functional.layer_norm with normalized_shape = x.shape[-1:]).  weight and bias
-    are 1-D of size C = x.shape[-1], tiled like x's last axis, or None."""
+def _normalized(what: str, x, normalized_shape, *params):
+    """torch's normalized_shape (an int or a sequence, x's last dimensions): x and the
+    parameters as they are when it names the last axis alone; otherwise x with the named
+    axes merged into one (reshape) and the parameters flattened, and the shape to restore."""
+    x = _check_x(x, what)
+    if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
+        normalized_shape = (int(normalized_shape),)
+    if not isinstance(normalized_shape, (tuple, list)) or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in normalized_shape):
+        raise TypeError(f"{what}: normalized_shape must be an int or a sequence of ints (x's last dimensions), "
+                        f"got {normalized_shape!r}")
+    ns = tuple(int(d) for d in normalized_shape)
+    if not ns or len(ns) > x.ndim or x.shape[x.ndim - len(ns):] != ns:
+        raise ValueError(f"{what}: normalized_shape {ns} must be the last dimensions of the input, whose shape "
+                         f"is {x.shape}")
+    for p, name in zip(params, ("weight", "bias")):
+        if p is not None and getattr(p, "shape", None) != ns:
+            raise ValueError(f"{what}: {name} must have shape normalized_shape {ns}, got "
+                             f"{getattr(p, 'shape', type(p).__name__)}")
+    if len(ns) == 1:
+        return x, params, None
+    n = math.prod(ns)
+    merged = reshape(x, x.shape[:x.ndim - len(ns)] + (n,))
+    return merged, tuple(None if p is None else reshape(p, (n,)) for p in params), x.shape
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """torch.nn.functional.layer_norm: (x - mean) / sqrt(var + eps) * weight + bias over the
+    last dimensions of x named by normalized_shape (biased variance).  weight and bias have
+    the shape normalized_shape, or are None.  Several normalised dimensions are merged into
+    one (a reshape) and the normalisation runs over the last axis."""
+    x, (weight, bias), shape = _normalized("layer_norm", input, normalized_shape, weight, bias)
+    y = _layer_norm(x, weight, bias, eps)
+    return y if shape is None else reshape(y, shape)
+
+
+def _layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+                eps: float = 1e-5) -> Tensor:
+    """layer_norm over the last axis of x; weight and bias 1-D of size x.shape[-1] or None."""
     what = "layer_norm"
     _check_x(x, what)
     weight = _param(weight, x, what, "weight")
@@ -129,9 +167,27 @@ def _layer_norm_double(node, g):
     return composite_grads(node, g, forward, x, w, node.inputs[2])
 
 
-def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight over the last axis of x.  weight is 1-D of size
-    C = x.shape[-1], tiled like x's last axis, or None."""
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+             eps: float | None = None) -> Tensor:
+    """torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) * weight over the last
+    dimensions of x named by normalized_shape; weight has the shape normalized_shape, or is
+    None; eps=None is torch's default, the machine epsilon of x's dtype
+    (torch.finfo(x.dtype).eps)."""
+    x, (weight,), shape = _normalized("rms_norm", input, normalized_shape, weight)
+    y = _rms_norm(x, weight, _finfo_eps(x.dtype) if eps is None else eps)
+    return y if shape is None else reshape(y, shape)
+
+
+def _finfo_eps(dtype) -> float:
+    try:
+        return float(np.finfo(dtype).eps)
+    except ValueError:  # bfloat16 (ml_dtypes' own finfo)
+        import ml_dtypes
+        return float(ml_dtypes.finfo(dtype).eps)
+
+
+def _rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """rms_norm over the last axis of x; weight 1-D of size x.shape[-1] or None."""
     what = "rms_norm"
     _check_x(x, what)
     weight = _param(weight, x, what, "weight")
@@ -188,14 +244,14 @@ def _add_then(x, r, what: str, *params):
 
 def add_layer_norm(x: Tensor, r: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
                    eps: float = 1e-5) -> tuple[Tensor, Tensor]:
-    """(s, layer_norm(s, weight, bias, eps)) with s = x + r: a residual add and the next norm
+    """(s, layer_norm(s, s.shape[-1:], weight, bias, eps)) with s = x + r: a residual add and the next norm
     (a decode step).  One task per row tile (add_layer_norm_row) when the rows are whole tiles
     and no gradient is recorded, the same values as add then layer_norm; otherwise exactly those
     two ops."""
     what = "add_layer_norm"
     if not _add_then(x, r, what, weight, bias):
         s = x + r
-        return s, layer_norm(s, weight, bias, eps)
+        return s, _layer_norm(s, weight, bias, eps)
     weight = _param(weight, x, what, "weight")
     bias = _param(bias, x, what, "bias")
     eps = _eps(eps, what)
@@ -209,11 +265,12 @@ def add_layer_norm(x: Tensor, r: Tensor, weight: Tensor | None = None, bias: Ten
 
 def add_rms_norm(x: Tensor, r: Tensor, weight: Tensor | None = None,
                  eps: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """(s, rms_norm(s, weight, eps)) with s = x + r, as add_layer_norm (add_rms_norm_row)."""
+    """(s, rms_norm(s, s.shape[-1:], weight, eps)) with s = x + r, as add_layer_norm
+    (add_rms_norm_row)."""
     what = "add_rms_norm"
     if not _add_then(x, r, what, weight):
         s = x + r
-        return s, rms_norm(s, weight, eps)
+        return s, _rms_norm(s, weight, eps)
     weight = _param(weight, x, what, "weight")
     eps = _eps(eps, what)
     w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)

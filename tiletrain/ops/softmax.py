@@ -22,11 +22,14 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import run_map, run_span, sum_all
-from ..tensors import Tensor, TensorTraits, as_dtype
+from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy
 from ..tensors.tensor import known_within
-from .autograd import backward_rule, double_backward_rule, record
+from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
-from .shape import retile
+from .elementwise import mul
+from .index import gather, index_select
+from .reduce import mean as _mean, sum as _total
+from .shape import reshape, retile
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -150,19 +153,37 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
     return targets
 
 
-def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
-                  reduction: str = "mean") -> Tensor:
+def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of ``logits`` (..., V) against int64 class ids ``targets``
-    (logits' shape and tiles without the last axis), PyTorch semantics.
+    (logits' shape and tiles without the last axis), PyTorch semantics and argument order.
 
     reduction="mean" averages over the targets that are not ``ignore_index`` (nan when every
     target is ignored, as in PyTorch: 0 / 0); "sum" adds them; "none" returns the loss per
     position (0 where the target is ignored).  "mean" and "sum" return a 0-d tensor.
+    ``label_smoothing`` = eps in [0, 1]: torch's mixture (1 - eps) * cross-entropy + eps *
+    the mean over the classes of -log_softmax, per counted position.  ``weight``: torch's
+    class weights (V,) -- each position's loss times its target's weight, "mean" divided by
+    the sum of the counted targets' weights (composed of log_softmax, gather and
+    index_select).  Not supported (a clear error): the deprecated ``size_average``/``reduce``
+    (use reduction=).
+    The classes are the last axis (torch's (N, C) when logits are 2-D; torch's (N, C, d...)
+    layout is not read: move the classes last).
 
     Fused: the forward keeps only the row max and the row sum of exp per position; the
     backward recomputes the probabilities from the logits.  Raises ValueError, before
     submitting anything, for a target outside [0, V) that is not ignore_index."""
     what = "cross_entropy"
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(f"{what}: size_average and reduce are deprecated in torch and not supported; "
+                                  "use reduction='mean', 'sum' or 'none'")
+    if not isinstance(label_smoothing, numbers.Real) or isinstance(label_smoothing, bool) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{what}: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if weight is not None:
+        return _weighted_cross_entropy(logits, targets, weight, ignore_index, reduction, float(label_smoothing))
+    if label_smoothing > 0.0:
+        return _smoothed_cross_entropy(logits, targets, ignore_index, reduction, float(label_smoothing))
     _float_tensor(logits, what, "logits")
     if logits.ndim == 0:
         raise ValueError(f"{what}: logits must have at least one axis (the classes), got a 0-d tensor")
@@ -192,6 +213,63 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100,
         count = _sum0(counted)
         out = _div0(_sum0(per_row), count)
     return record(what, out, (logits,), saved=(logits, targets, mx, s, count), reduction=reduction, geom=geom)
+
+
+def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, ignore_index, reduction: str, eps: float) -> Tensor:
+    """(1 - eps) * cross_entropy + eps * (-mean_c log_softmax), over the counted positions,
+    of the fused op and log_softmax (so autograd comes with them)."""
+    ce = cross_entropy(logits, targets, ignore_index=ignore_index, reduction=reduction)
+    t = targets.numpy()                       # checked by cross_entropy; the counted positions
+    counted = t != ignore_index
+    smooth = mul(_mean(log_softmax(logits, -1), -1), -1.0)
+    if not counted.all():
+        rows = logits.traits.drop_axis(logits.ndim - 1)
+        smooth = mul(smooth, from_numpy(np.array(counted, dtype=logits.dtype, order="C"), rows.tiles or None))
+    if reduction == "sum":
+        smooth = _total(smooth)
+    elif reduction == "mean":
+        smooth = mul(_total(smooth), 1.0 / counted.sum() if counted.any() else float("nan"))
+    return mul(ce, 1.0 - eps) + mul(smooth, eps)
+
+
+def _weighted_cross_entropy(logits: Tensor, targets: Tensor, weight, ignore_index, reduction: str,
+                            eps: float) -> Tensor:
+    """torch's cross-entropy with class weights w (and label smoothing eps): per position
+    -(1 - eps) w[t] logp[t] - eps / V * sum_c w[c] logp[c], zero where t is ignored; "mean"
+    divides the sum by the counted targets' total weight."""
+    what = "cross_entropy"
+    _float_tensor(logits, what, "logits")
+    w = _float_tensor(weight, what, "weight")
+    V = logits.shape[-1] if logits.ndim else 0
+    if w.shape != (V,):
+        raise ValueError(f"{what}: weight must have shape ({V},) (one weight per class), got {w.shape}")
+    if w.dtype != logits.dtype:
+        raise TypeError(f"{what}: weight is {w.dtype} but logits are {logits.dtype}")
+    if needs_grad(w):
+        raise RuntimeError(f"{what}: weight cannot require gradients (as torch: the loss is not differentiable "
+                           "with respect to the class weights)")
+    if not isinstance(ignore_index, numbers.Integral) or isinstance(ignore_index, bool):
+        raise TypeError(f"{what}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+    targets = _check_targets(logits, targets, int(ignore_index), what)
+    t = targets.numpy()
+    counted = t != ignore_index
+    safe = np.where(counted, t, 0).astype(np.int64)
+    logp = log_softmax(logits, -1)
+    picked = reshape(gather(logp, -1, from_numpy(np.ascontiguousarray(safe[..., None]))), t.shape)
+    w_t = mul(reshape(index_select(w, 0, from_numpy(np.ascontiguousarray(safe.reshape(-1)))), t.shape),
+              from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
+    loss = mul(mul(picked, w_t), eps - 1.0)                      # -(1 - eps) w[t] logp[t]
+    if eps > 0.0:
+        smooth = mul(_total(mul(logp, w), -1), -eps / V)
+        if not counted.all():
+            smooth = mul(smooth, from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
+        loss = loss + smooth
+    if reduction == "none":
+        return loss
+    total = _total(loss)
+    return total if reduction == "sum" else total / _total(w_t)
 
 
 @backward_rule("cross_entropy")

@@ -343,6 +343,9 @@ class Tensor(TensorBase):
     def triu(self, diagonal=0):
         return ops.triu(self, diagonal)
 
+    def outer(self, vec2):
+        return ops.outer(self, vec2)
+
     def topk(self, *args, **kwargs):
         return ops.topk(self, *args, **kwargs)
 

@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from .tensor import DTYPES, Tensor, as_dtype, from_numpy, get_default_dtype, is_float
+from .tensor import DTYPES, Tensor, as_dtype, bool_, from_numpy, get_default_dtype, is_float
 from .device import device_arg
 from .traits import TensorTraits
 
@@ -136,8 +136,8 @@ def _real(op: str, name: str, v) -> float | int:
 @device_arg
 def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, a scalar, a NumPy array or a
-    tiletrain Tensor).  dtype as torch infers it: Python floats -> float32, ints -> int64,
-    NumPy arrays and scalars keep theirs."""
+    tiletrain Tensor).  dtype as torch infers it: Python floats -> the default dtype, ints ->
+    int64, bools -> bool, NumPy arrays and scalars keep theirs."""
     if isinstance(data, Tensor):
         data = data.numpy()
     numpy_data = isinstance(data, (np.ndarray, np.generic))
@@ -145,20 +145,17 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
         a = np.asarray(data)
     except (ValueError, TypeError) as e:
         raise ValueError(f"tensor: data is not a rectangular array of numbers ({e})") from None
-    if a.dtype == np.bool_:
-        raise TypeError("tensor: bool data is not supported (supported dtypes: float32, float64, float16, "
-                        "bfloat16, int64)")
-    if a.dtype.kind not in "iufV":
+    if a.dtype.kind not in "biufV":
         raise TypeError(f"tensor: data of type {a.dtype} is not a number array")
     if dtype is not None:
         dt = _dtype("tensor", dtype, None)
     elif not numpy_data:  # Python numbers: torch's defaults
-        dt = I64 if a.dtype.kind in "iu" else get_default_dtype()
+        dt = I64 if a.dtype.kind in "iu" else bool_ if a.dtype.kind == "b" else get_default_dtype()
     elif a.dtype in DTYPES:
         dt = a.dtype
     else:
         raise TypeError(f"tensor: NumPy dtype {a.dtype} is not supported (supported: float32, float64, "
-                        "float16, bfloat16, int64); pass dtype= to convert")
+                        "float16, bfloat16, int64, bool); pass dtype= to convert")
     _check_grad("tensor", dt, requires_grad)
     if 0 in a.shape:
         raise ValueError(f"tensor: data has shape {a.shape}; tiletrain has no empty tensors")

@@ -144,12 +144,12 @@ def norms(rng, dt):
     x = _t(rng, (3, 5, 12), (2, 3, 5), dt, grad=True, shift=0.5)
     w = _t(rng, (12,), (5,), dt, grad=True, shift=1.0)
     b = _t(rng, (12,), (5,), dt, grad=True)
-    y = F.layer_norm(x, w, b)
+    y = F.layer_norm(x, x.shape[-1:], w, b)
     _weighted_backward(y, rng)
     out.update(ln=y, ln_dx=x.grad, ln_dw=w.grad, ln_db=b.grad)
     x = _t(rng, (3, 5, 12), (2, 3, 5), dt, grad=True, shift=0.5)
     w = _t(rng, (12,), (5,), dt, grad=True, shift=1.0)
-    y = F.rms_norm(x, w)
+    y = F.rms_norm(x, x.shape[-1:], w, 1e-6)
     _weighted_backward(y, rng)
     out.update(rms=y, rms_dx=x.grad, rms_dw=w.grad)
     return out
@@ -174,7 +174,7 @@ def fused(rng, dt):
     out["affine_gelu_erf"] = affine(x.detach(), w1, b1, gelu="none")
     xr = _t(rng, (3, 5, 12), (2, 3, 12), dt, grad=True, shift=0.5)  # whole rows per tile
     lw, lb = _t(rng, (12,), (12,), dt, grad=True, shift=1.0), _t(rng, (12,), (12,), dt, grad=True)
-    ln, rms = F.layer_norm(xr, lw, lb), F.rms_norm(xr, lw)
+    ln, rms = F.layer_norm(xr, xr.shape[-1:], lw, lb), F.rms_norm(xr, xr.shape[-1:], lw, 1e-6)
     _weighted_backward(ln, rng)
     _weighted_backward(rms, rng)
     out.update(ln_row=ln, rms_row=rms, row_dx=xr.grad, row_dw=lw.grad, row_db=lb.grad)
@@ -354,7 +354,7 @@ def block_lm_loss(ids, targets, wte, ln_w, ln_b, w_qkv, w1, b1, w2, n_head):
     layer norm, fused q|k|v projection, causal attention, tanh-GELU MLP (shared with
     tests/ops/test_memory.py, which checks that its activations are freed)."""
     x = F.embedding(ids, wte)                                        # (B, T, C)
-    qkv = affine(F.layer_norm(x, ln_w, ln_b), w_qkv)
+    qkv = affine(F.layer_norm(x, x.shape[-1:], ln_w, ln_b), w_qkv)
     q, k, v = (F.split_heads(qkv, n_head, part=i, nparts=3) for i in range(3))
     x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
     h = F.gelu(affine(x, w1, b1), approximate="tanh")

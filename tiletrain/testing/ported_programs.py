@@ -235,6 +235,203 @@ def mlp_program(torch, *, init, x, y, epochs=2, batch_size=16, dtype=None):
     return losses, lrs, acc
 
 
+# -- a CNN with BatchNorm, trained then evaluated -------------------------------------------
+def cnn_bn_program(torch, *, init, x, y, steps=3, dtype=None):
+    """Train a small CNN (Conv2d + BatchNorm2d + ReLU + MaxPool2d, Conv2d + BatchNorm2d + ReLU
+    + AvgPool2d, Flatten + Linear) with SGD + momentum + weight decay in ``model.train()`` on
+    fixed minibatches, then evaluate in ``model.eval()`` under ``torch.no_grad()`` (the
+    running statistics normalise).  init: {name: ndarray} of the state dict (running
+    statistics included); x: (N, C, H, W), y: (N,) labels.  Returns (losses, eval logits as
+    nested lists, the running statistics after training as {name: list})."""
+    nn = torch.nn
+    F = torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+
+    class ConvNet(nn.Module):
+        def __init__(self, c_in, n_out):
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(c_in, 4, kernel_size=3, padding=1),
+                nn.BatchNorm2d(4),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2),
+                nn.Conv2d(4, 6, 3, padding=1, bias=False),
+                nn.BatchNorm2d(6, momentum=0.2),
+                nn.ReLU(),
+                nn.AvgPool2d(kernel_size=2, stride=2),
+            )
+            self.flatten = nn.Flatten()
+            self.fc = nn.Linear(6 * 2 * 2, n_out)
+
+        def forward(self, x):
+            return self.fc(self.flatten(self.features(x)))
+
+    model = ConvNet(x.shape[1], init["fc.weight"].shape[0])
+    model.load_state_dict({k: torch.tensor(v) for k, v in init.items()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+    xs, ys = torch.tensor(x), torch.tensor(y, dtype=torch.long)
+    batch = len(x) // 2
+    losses = []
+    model.train()
+    for step in range(steps):
+        lo = (step % 2) * batch
+        xb, yb = xs[lo:lo + batch], ys[lo:lo + batch]
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        logits = model(xs)
+    stats = {k: v.tolist() for k, v in model.state_dict().items() if "running" in k or "num_batches" in k}
+    return losses, logits.tolist(), stats
+
+
+def cnn_bn_init(c_in=2, n_out=3, seed=0) -> dict:
+    """The state dict of cnn_bn_program's model (8x8 inputs), as NumPy float64 arrays."""
+    rng = np.random.default_rng(seed)
+    return {"features.0.weight": rng.normal(0, 0.3, (4, c_in, 3, 3)), "features.0.bias": rng.normal(0, 0.1, 4),
+            "features.1.weight": 1.0 + rng.normal(0, 0.1, 4), "features.1.bias": rng.normal(0, 0.1, 4),
+            "features.1.running_mean": np.zeros(4), "features.1.running_var": np.ones(4),
+            "features.1.num_batches_tracked": np.array(0, np.int64),
+            "features.4.weight": rng.normal(0, 0.3, (6, 4, 3, 3)),
+            "features.5.weight": 1.0 + rng.normal(0, 0.1, 6), "features.5.bias": rng.normal(0, 0.1, 6),
+            "features.5.running_mean": np.zeros(6), "features.5.running_var": np.ones(6),
+            "features.5.num_batches_tracked": np.array(0, np.int64),
+            "fc.weight": rng.normal(0, 0.3, (n_out, 24)), "fc.bias": rng.normal(0, 0.1, n_out)}
+
+
+# -- a Llama-style block written from scratch ------------------------------------------------
+def llama_block_program(torch, *, init, tokens, steps=3, n_head=2, theta=10000.0, attention="sdpa",
+                        dtype=None):
+    """A one-block Llama-style LM as a torch user writes it: an RMSNorm module
+    (weight * x * rsqrt(mean(x^2) + eps)), rotary embeddings from cos/sin buffers
+    (register_buffer, rotate-half), causal attention (attention="sdpa":
+    F.scaled_dot_product_attention(is_causal=True); "masked": a masked softmax), a SwiGLU MLP
+    (w2(silu(w1 x) * w3 x)), no biases, trained with AdamW.  init: {name: ndarray};
+    tokens: (B, T + 1) int64.  Returns (losses, state names)."""
+    nn = torch.nn
+    F = torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    vocab, dim = init["tok_embeddings.weight"].shape
+    hidden = init["layer.feed_forward.w1.weight"].shape[0]
+    T = tokens.shape[1] - 1
+    head_dim = dim // n_head
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def _norm(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+        def forward(self, x):
+            return self.weight * self._norm(x)
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = nn.Linear(dim, dim, bias=False)
+            self.wk = nn.Linear(dim, dim, bias=False)
+            self.wv = nn.Linear(dim, dim, bias=False)
+            self.wo = nn.Linear(dim, dim, bias=False)
+            inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2) / head_dim))
+            t = torch.arange(T, dtype=inv_freq.dtype)
+            freqs = torch.outer(t, inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.register_buffer("cos_cached", emb.cos()[None, None, :, :], persistent=False)
+            self.register_buffer("sin_cached", emb.sin()[None, None, :, :], persistent=False)
+            self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1), persistent=False)
+
+        def forward(self, x):
+            B, L, _ = x.shape
+            q = self.wq(x).view(B, L, n_head, head_dim).transpose(1, 2)
+            k = self.wk(x).view(B, L, n_head, head_dim).transpose(1, 2)
+            v = self.wv(x).view(B, L, n_head, head_dim).transpose(1, 2)
+            cos, sin = self.cos_cached[:, :, :L], self.sin_cached[:, :, :L]
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            if attention == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(head_dim)
+                scores = scores + self.mask[:L, :L]
+                out = torch.matmul(F.softmax(scores, dim=-1).type_as(q), v)
+            return self.wo(out.transpose(1, 2).contiguous().view(B, L, -1))
+
+    class FeedForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Linear(dim, hidden, bias=False)
+            self.w2 = nn.Linear(hidden, dim, bias=False)
+            self.w3 = nn.Linear(dim, hidden, bias=False)
+
+        def forward(self, x):
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    class TransformerBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = Attention()
+            self.feed_forward = FeedForward()
+            self.attention_norm = RMSNorm(dim)
+            self.ffn_norm = RMSNorm(dim)
+
+        def forward(self, x):
+            h = x + self.attention(self.attention_norm(x))
+            return h + self.feed_forward(self.ffn_norm(h))
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(vocab, dim)
+            self.layer = TransformerBlock()
+            self.norm = RMSNorm(dim)
+            self.output = nn.Linear(dim, vocab, bias=False)
+
+        def forward(self, tokens):
+            return self.output(self.norm(self.layer(self.tok_embeddings(tokens))))
+
+    model = Transformer()
+    model.load_state_dict({k: torch.tensor(v) for k, v in init.items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    data = torch.tensor(tokens, dtype=torch.long)
+    inputs, targets = data[:, :-1], data[:, 1:]
+    losses = []
+    model.train()
+    for _ in range(steps):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, sorted(model.state_dict().keys())
+
+
+def llama_block_init(vocab=24, dim=16, hidden=40, seed=0) -> dict:
+    """The state dict of llama_block_program's model, as NumPy float64 arrays."""
+    rng = np.random.default_rng(seed)
+    p = {"tok_embeddings.weight": rng.normal(0, 1.0, (vocab, dim)), "norm.weight": 1.0 + rng.normal(0, 0.1, dim),
+         "output.weight": rng.normal(0, 0.2, (vocab, dim))}
+    for name in ("wq", "wk", "wv", "wo"):
+        p[f"layer.attention.{name}.weight"] = rng.normal(0, 0.25, (dim, dim))
+    for name, shape in (("w1", (hidden, dim)), ("w2", (dim, hidden)), ("w3", (hidden, dim))):
+        p[f"layer.feed_forward.{name}.weight"] = rng.normal(0, 0.2, shape)
+    for name in ("attention_norm", "ffn_norm"):
+        p[f"layer.{name}.weight"] = 1.0 + rng.normal(0, 0.1, dim)
+    return p
+
+
 # -- a WGAN-GP critic: a gradient penalty through torch.autograd.grad(create_graph=True) ------
 def wgan_gp_program(torch, *, init, real, fake, mix, lam=10.0, lr=1e-3, dtype=None):
     """Train an MLP critic WGAN-GP style for len(real) steps with Adam(W): loss = D(fake).mean()
