@@ -503,28 +503,7 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
                                   "supported")
     order = _topological(*(r for r in roots if r._node is not None))
     wanted = None if inputs is None else {id(t) for t in inputs}
-    # the nodes to run, each with the inputs that lead to a wanted tensor (the others None)
-    runs: dict[int, Node] = {}
-    leads: set[int] = set() if wanted is None else set(wanted)
-    released: set[int] = set()  # (a released node's inputs are gone: it may lead anywhere)
-    for t in reversed(order):   # inputs before their consumers
-        node = t._node
-        if stop_at_inputs and id(t) in wanted:
-            continue
-        if node.released:
-            if wanted is None or id(t) not in wanted:
-                leads.add(id(t))
-                released.add(id(t))
-            continue
-        ins = node.inputs if wanted is None else tuple(
-            i if i is not None and id(i) in leads else None for i in node.inputs)
-        if any(i is not None for i in ins):
-            leads.add(id(t))
-            if node.op in _PLACES_LEAVES:
-                raise NotImplementedError(f"grad() and create_graph=True through op {node.op!r} (activation "
-                                          "checkpointing) are not supported: use backward()")
-            runs[id(t)] = node if ins is node.inputs else Node(node.op, ins, node.saved, node.ctx, place=node.place,
-                                                              seq=node.seq)
+    runs, released = _plan(order, wanted, stop_at_inputs)
     table = DOUBLE_BACKWARD if create_graph else BACKWARD
     pending: dict[int, Tensor] = {}
     tensors: dict[int, Tensor] = {}   # id -> the tensor a pending gradient belongs to (leaves)
@@ -581,21 +560,54 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
                     if key in wanted and key not in results:
                         results[key] = g
                 return [None if id(t) not in results else hand_out(results[id(t)]) for t in inputs]
-            for key, g in pending.items():
-                leaf = tensors[key]
-                if leaf._node is not None or not leaf.requires_grad:
-                    continue
-                if leaf.grad is None:
-                    leaf.grad = hand_out(g)
-                else:
-                    if leaf.grad.shape != g.shape or leaf.grad.tiles != g.tiles or leaf.grad.dtype != g.dtype:
-                        raise RuntimeError(f"backward: a gradient of shape {g.shape}, tiles {g.tiles}, dtype {g.dtype} "
-                                           f"for .grad of {leaf.grad.shape}, {leaf.grad.tiles}, {leaf.grad.dtype}")
-                    leaf.grad = _sum_grads(leaf.grad, g)
-                    handed.add(id(leaf.grad))
+            _accumulate_leaves(pending, tensors, hand_out, handed)
             return None
     finally:
         _dist._in_backward -= 1
+
+
+def _plan(order: list, wanted: set | None, stop_at_inputs: bool) -> tuple[dict, set]:
+    """``differentiate``'s nodes to run (id -> the node, its inputs that lead to a wanted
+    tensor kept, the others None) and the released nodes met (their inputs are gone: they may
+    lead anywhere, an error if a gradient reaches one)."""
+    runs: dict[int, Node] = {}
+    leads: set[int] = set() if wanted is None else set(wanted)
+    released: set[int] = set()
+    for t in reversed(order):   # inputs before their consumers
+        node = t._node
+        if stop_at_inputs and id(t) in wanted:
+            continue
+        if node.released:
+            if wanted is None or id(t) not in wanted:
+                leads.add(id(t))
+                released.add(id(t))
+            continue
+        ins = node.inputs if wanted is None else tuple(
+            i if i is not None and id(i) in leads else None for i in node.inputs)
+        if any(i is not None for i in ins):
+            leads.add(id(t))
+            if node.op in _PLACES_LEAVES:
+                raise NotImplementedError(f"grad() and create_graph=True through op {node.op!r} (activation "
+                                          "checkpointing) are not supported: use backward()")
+            runs[id(t)] = node if ins is node.inputs else Node(node.op, ins, node.saved, node.ctx, place=node.place,
+                                                              seq=node.seq)
+    return runs, released
+
+
+def _accumulate_leaves(pending: dict, tensors: dict, hand_out: Callable, handed: set) -> None:
+    """``backward(create_graph=True)``: the leaves' gradients summed into ``.grad`` out of place."""
+    for key, g in pending.items():
+        leaf = tensors[key]
+        if leaf._node is not None or not leaf.requires_grad:
+            continue
+        if leaf.grad is None:
+            leaf.grad = hand_out(g)
+            continue
+        if leaf.grad.shape != g.shape or leaf.grad.tiles != g.tiles or leaf.grad.dtype != g.dtype:
+            raise RuntimeError(f"backward: a gradient of shape {g.shape}, tiles {g.tiles}, dtype {g.dtype} "
+                               f"for .grad of {leaf.grad.shape}, {leaf.grad.tiles}, {leaf.grad.dtype}")
+        leaf.grad = _sum_grads(leaf.grad, g)
+        handed.add(id(leaf.grad))
 
 
 def composite_grads(node: Node, g: Tensor, forward: Callable, *values: Tensor) -> tuple:

@@ -228,40 +228,11 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
     """A what-if machine from a calibrated one: a generated platform and the base's models
     scaled (SCALING_RULE).  Written whole into its folder, or not at all."""
     check_machine_name(name)
-    if chiplets is not None or chiplet_link_gbs is not None:
-        raise MachineError(
-            "simulated chiplets (--chiplets, --chiplet-link) are not generated yet: a chiplet is a device with its "
-            "own memory linked to its neighbours, which StarPU 1.3 simulates only as CUDA devices with routes "
-            "through RAM (docs/simulation.md, 'Limits'); derive GPUs (--gpus) instead")
-    gpu_opts = {"--gpu-speed": gpu_speed, "--gpu-memory": gpu_memory, "--link-bandwidth": link_bandwidth_gbs,
-                "--link-latency": link_latency_us}
-    if not gpus and any(v is not None for v in gpu_opts.values()):
-        given = ", ".join(k for k, v in gpu_opts.items() if v is not None)
-        raise MachineError(f"{given} describe simulated GPUs: give their number with --gpus N")
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS):
-        raise MachineError(f"--gpus must be an integer in [0, {MAX_GPUS}] (the simulation flavour's most CUDA "
-                           f"devices), got {gpus!r}")
-    for flag, v, zero_ok in (("--gpu-speed", gpu_speed, False), ("--link-bandwidth", link_bandwidth_gbs, False),
-                             ("--link-latency", link_latency_us, True)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v
-                              or v == float("inf") or v < 0 or (v == 0 and not zero_ok)):
-            raise MachineError(f"{flag} must be a {'non-negative' if zero_ok else 'positive'} number, got {v!r}")
-    if gpu_memory is not None and (isinstance(gpu_memory, bool) or not isinstance(gpu_memory, int)
-                                   or gpu_memory < 2**20):
-        raise MachineError(f"--gpu-memory must be at least 1 MiB (e.g. 16G), got {gpu_memory!r}")
-    if gpus:
-        why = cuda_simulation()
-        if why is not None:
-            raise MachineError(f"--gpus {gpus}: simulated GPUs need CUDA codelets in the simulation flavour, and {why}")
+    _check_derive_options(cpus, cpu_speed, gpus, gpu_speed, gpu_memory, link_bandwidth_gbs, link_latency_us,
+                          chiplets, chiplet_link_gbs)
     src = load(base)
     if name == src.name:
         raise MachineError(f"derive {name!r} from itself: give the new machine another name")
-    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= 256):
-        raise MachineError(f"--cpus must be an integer in [1, 256] (the simulation flavour's most CPU workers), "
-                           f"got {cpus!r}")
-    if cpu_speed is not None and (isinstance(cpu_speed, bool) or not isinstance(cpu_speed, (int, float))
-                                  or not cpu_speed > 0 or cpu_speed != cpu_speed or cpu_speed == float("inf")):
-        raise MachineError(f"--cpu-speed must be a positive number, got {cpu_speed!r}")
     folder = machine_dir(name)
     if os.path.exists(folder) and not overwrite:
         raise MachineError(f"machine {name!r} exists ({folder}): pass --overwrite to replace it")
@@ -288,6 +259,52 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
                 link_bandwidth_gbs=gbw if ngpu else None, link_latency_us=glat if ngpu else None,
                 calibration={"base": src.name, "base_calibration": src.calibration.get("last", "?"),
                              "derived": datetime.datetime.now().isoformat(timespec="seconds")})
+    _write_derived(m, src, kernels, speed, (gspeed, gmem, gbw, glat), folder)
+    return m
+
+
+def _check_derive_options(cpus, cpu_speed, gpus, gpu_speed, gpu_memory, link_bandwidth_gbs, link_latency_us,
+                          chiplets, chiplet_link_gbs) -> None:
+    """``derive``'s options, each a MachineError naming the flag (before the base is read)."""
+    if chiplets is not None or chiplet_link_gbs is not None:
+        raise MachineError(
+            "simulated chiplets (--chiplets, --chiplet-link) are not generated yet: a chiplet is a device with its "
+            "own memory linked to its neighbours, which StarPU 1.3 simulates only as CUDA devices with routes "
+            "through RAM (docs/simulation.md, 'Limits'); derive GPUs (--gpus) instead")
+    gpu_opts = {"--gpu-speed": gpu_speed, "--gpu-memory": gpu_memory, "--link-bandwidth": link_bandwidth_gbs,
+                "--link-latency": link_latency_us}
+    if not gpus and any(v is not None for v in gpu_opts.values()):
+        given = ", ".join(k for k, v in gpu_opts.items() if v is not None)
+        raise MachineError(f"{given} describe simulated GPUs: give their number with --gpus N")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS):
+        raise MachineError(f"--gpus must be an integer in [0, {MAX_GPUS}] (the simulation flavour's most CUDA "
+                           f"devices), got {gpus!r}")
+    for flag, v, zero_ok in (("--gpu-speed", gpu_speed, False), ("--link-bandwidth", link_bandwidth_gbs, False),
+                             ("--link-latency", link_latency_us, True)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v
+                              or v == float("inf") or v < 0 or (v == 0 and not zero_ok)):
+            raise MachineError(f"{flag} must be a {'non-negative' if zero_ok else 'positive'} number, got {v!r}")
+    if gpu_memory is not None and (isinstance(gpu_memory, bool) or not isinstance(gpu_memory, int)
+                                   or gpu_memory < 2**20):
+        raise MachineError(f"--gpu-memory must be at least 1 MiB (e.g. 16G), got {gpu_memory!r}")
+    if gpus:
+        why = cuda_simulation()
+        if why is not None:
+            raise MachineError(f"--gpus {gpus}: simulated GPUs need CUDA codelets in the simulation flavour, and {why}")
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= 256):
+        raise MachineError(f"--cpus must be an integer in [1, 256] (the simulation flavour's most CPU workers), "
+                           f"got {cpus!r}")
+    if cpu_speed is not None and (isinstance(cpu_speed, bool) or not isinstance(cpu_speed, (int, float))
+                                  or not cpu_speed > 0 or cpu_speed != cpu_speed or cpu_speed == float("inf")):
+        raise MachineError(f"--cpu-speed must be a positive number, got {cpu_speed!r}")
+
+
+def _write_derived(m: Machine, src: Machine, kernels: dict, speed: float, gpu: tuple, folder: str) -> None:
+    """A derived machine's folder, written whole (a temporary folder renamed) or not at all:
+    the base's models scaled, the generated platform and config, the base's bus matrices.
+    gpu: the GPUs' (speed, memory, link GB/s, link latency us)."""
+    name, ncpu, ngpu = m.name, m.cpus, m.gpus
+    gspeed, gmem, gbw, glat = gpu   # (speed, memory, link GB/s, link latency us; defaults without GPUs)
     os.makedirs(machines_dir(), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=machines_dir())
     try:
@@ -327,7 +344,6 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-    return m
 
 
 __all__ = ["Machine", "MachineError", "SCALING_RULE", "load", "list_machines", "describe", "derive", "save",

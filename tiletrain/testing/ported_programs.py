@@ -34,6 +34,42 @@ def nanogpt_trainer(torch, *, init=None, data=None, vocab=32, block=8, n_embd=16
         torch.set_default_dtype(dtype)
     device = torch.device("cpu")
 
+    Block = _nanogpt_block(torch, block, n_embd, n_head)
+    GPT = _nanogpt_gpt(torch, Block, vocab, block, n_embd, n_layer)
+    model = GPT().to(device)
+    if init is not None:
+        model.load_state_dict({k: torch.tensor(v) for k, v in init.items()})
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-2, betas=(0.9, 0.95))
+    warmup = 2
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: min(1.0, (it + 1) / warmup))
+    tokens = torch.tensor(data if data is not None else np.arange(256) % vocab, dtype=torch.long)
+    model.train()
+
+    def train_step(step):
+        ix = [(step * 7 + 3 * i) % (tokens.size(0) - block - 1) for i in range(batch)]
+        x = torch.stack([tokens[i:i + block] for i in ix])
+        y = torch.stack([tokens[i + 1:i + 1 + block] for i in ix])
+        x, y = x.to(device), y.to(device)
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        return loss.item()
+
+    return model, train_step
+
+
+def _nanogpt_block(torch, block, n_embd, n_head):
+    """nanogpt_trainer's transformer block class: causal self-attention with a tril buffer
+    mask, an MLP, pre-norm residuals."""
+    nn = torch.nn
+    F = torch.nn.functional
+
     class CausalSelfAttention(nn.Module):
         def __init__(self):
             super().__init__()
@@ -77,6 +113,15 @@ def nanogpt_trainer(torch, *, init=None, data=None, vocab=32, block=8, n_embd=16
             x = x + self.attn(self.ln_1(x))
             x = x + self.mlp(self.ln_2(x))
             return x
+
+    return Block
+
+
+def _nanogpt_gpt(torch, Block, vocab, block, n_embd, n_layer):
+    """nanogpt_trainer's model class: embeddings tied to the head, ``n_layer`` Blocks, top-k
+    generation with a Generator."""
+    nn = torch.nn
+    F = torch.nn.functional
 
     class GPT(nn.Module):
         def __init__(self):
@@ -126,32 +171,7 @@ def nanogpt_trainer(torch, *, init=None, data=None, vocab=32, block=8, n_embd=16
                 idx = torch.cat((idx, idx_next), dim=1)
             return idx
 
-    model = GPT().to(device)
-    if init is not None:
-        model.load_state_dict({k: torch.tensor(v) for k, v in init.items()})
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-2, betas=(0.9, 0.95))
-    warmup = 2
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: min(1.0, (it + 1) / warmup))
-    tokens = torch.tensor(data if data is not None else np.arange(256) % vocab, dtype=torch.long)
-    model.train()
-
-    def train_step(step):
-        ix = [(step * 7 + 3 * i) % (tokens.size(0) - block - 1) for i in range(batch)]
-        x = torch.stack([tokens[i:i + block] for i in ix])
-        y = torch.stack([tokens[i + 1:i + 1 + block] for i in ix])
-        x, y = x.to(device), y.to(device)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        return loss.item()
-
-    return model, train_step
+    return GPT
 
 
 def nanogpt_init(vocab=32, block=8, n_embd=16, n_layer=2, seed=0) -> dict:
@@ -319,54 +339,8 @@ def llama_block_program(torch, *, init, tokens, steps=3, n_head=2, theta=10000.0
     vocab, dim = init["tok_embeddings.weight"].shape
     hidden = init["layer.feed_forward.w1.weight"].shape[0]
     T = tokens.shape[1] - 1
-    head_dim = dim // n_head
 
-    class RMSNorm(nn.Module):
-        def __init__(self, dim, eps=1e-6):
-            super().__init__()
-            self.eps = eps
-            self.weight = nn.Parameter(torch.ones(dim))
-
-        def _norm(self, x):
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-
-        def forward(self, x):
-            return self.weight * self._norm(x)
-
-    def rotate_half(x):
-        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-        return torch.cat((-x2, x1), dim=-1)
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wq = nn.Linear(dim, dim, bias=False)
-            self.wk = nn.Linear(dim, dim, bias=False)
-            self.wv = nn.Linear(dim, dim, bias=False)
-            self.wo = nn.Linear(dim, dim, bias=False)
-            inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2) / head_dim))
-            t = torch.arange(T, dtype=inv_freq.dtype)
-            freqs = torch.outer(t, inv_freq)
-            emb = torch.cat((freqs, freqs), dim=-1)
-            self.register_buffer("cos_cached", emb.cos()[None, None, :, :], persistent=False)
-            self.register_buffer("sin_cached", emb.sin()[None, None, :, :], persistent=False)
-            self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1), persistent=False)
-
-        def forward(self, x):
-            B, L, _ = x.shape
-            q = self.wq(x).view(B, L, n_head, head_dim).transpose(1, 2)
-            k = self.wk(x).view(B, L, n_head, head_dim).transpose(1, 2)
-            v = self.wv(x).view(B, L, n_head, head_dim).transpose(1, 2)
-            cos, sin = self.cos_cached[:, :, :L], self.sin_cached[:, :, :L]
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            if attention == "sdpa":
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(head_dim)
-                scores = scores + self.mask[:L, :L]
-                out = torch.matmul(F.softmax(scores, dim=-1).type_as(q), v)
-            return self.wo(out.transpose(1, 2).contiguous().view(B, L, -1))
+    RMSNorm, Attention = _llama_attention(torch, dim, n_head, T, theta, attention)
 
     class FeedForward(nn.Module):
         def __init__(self):
@@ -416,6 +390,63 @@ def llama_block_program(torch, *, init, tokens, steps=3, n_head=2, theta=10000.0
         opt.step()
         losses.append(loss.item())
     return losses, sorted(model.state_dict().keys())
+
+
+def _llama_attention(torch, dim, n_head, T, theta, attention):
+    """llama_block_program's RMSNorm and attention classes: rotary embeddings from cos/sin
+    buffers (rotate-half), causal attention by SDPA or a -inf triu mask buffer."""
+    nn = torch.nn
+    F = torch.nn.functional
+    head_dim = dim // n_head
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def _norm(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+        def forward(self, x):
+            return self.weight * self._norm(x)
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = nn.Linear(dim, dim, bias=False)
+            self.wk = nn.Linear(dim, dim, bias=False)
+            self.wv = nn.Linear(dim, dim, bias=False)
+            self.wo = nn.Linear(dim, dim, bias=False)
+            inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2) / head_dim))
+            t = torch.arange(T, dtype=inv_freq.dtype)
+            freqs = torch.outer(t, inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.register_buffer("cos_cached", emb.cos()[None, None, :, :], persistent=False)
+            self.register_buffer("sin_cached", emb.sin()[None, None, :, :], persistent=False)
+            self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1), persistent=False)
+
+        def forward(self, x):
+            B, L, _ = x.shape
+            q = self.wq(x).view(B, L, n_head, head_dim).transpose(1, 2)
+            k = self.wk(x).view(B, L, n_head, head_dim).transpose(1, 2)
+            v = self.wv(x).view(B, L, n_head, head_dim).transpose(1, 2)
+            cos, sin = self.cos_cached[:, :, :L], self.sin_cached[:, :, :L]
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            if attention == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(head_dim)
+                scores = scores + self.mask[:L, :L]
+                out = torch.matmul(F.softmax(scores, dim=-1).type_as(q), v)
+            return self.wo(out.transpose(1, 2).contiguous().view(B, L, -1))
+
+    return RMSNorm, Attention
 
 
 def llama_block_init(vocab=24, dim=16, hidden=40, seed=0) -> dict:
