@@ -10,6 +10,7 @@ import tiletrain.functional as F
 from conftest import FLOATS, GRIDS_2D, GRIDS_ND, tol
 from tiletrain._ffi import lib
 from tiletrain.testing.gradcheck import vjp_check
+from tiletrain.ops.softmax import cross_entropy_last  # the fused op, classes on the last axis
 
 GRIDS = GRIDS_2D + GRIDS_ND + [
     ((4, 13), (4, 13)),        # one tile, odd class count
@@ -78,7 +79,7 @@ def test_cross_entropy_forward(rng, shape, tiles, dtype):
     tl = tol(dtype)
     for reduction in ("mean", "sum", "none"):
         expected = _np_cross_entropy(x, t, reduction=reduction)
-        out = F.cross_entropy(X, T, reduction=reduction)
+        out = cross_entropy_last(X, T, reduction=reduction)
         assert out.dtype == dtype
         if reduction == "none":
             assert out.shape == t.shape and out.tiles == T.tiles
@@ -98,7 +99,7 @@ def test_cross_entropy_ignore_index_is_a_class(rng, dtype):
     t = np.array([0, 3, 0, 8, 5, 0, 1], dtype=np.int64)
     X, T = tt.from_numpy(x, tiles), tt.from_numpy(t, (3,))
     for reduction in ("mean", "sum", "none"):
-        out = F.cross_entropy(X, T, ignore_index=0, reduction=reduction)
+        out = cross_entropy_last(X, T, ignore_index=0, reduction=reduction)
         np.testing.assert_allclose(out.numpy(), _np_cross_entropy(x, t, ignore_index=0, reduction=reduction),
                                    **tol(dtype))
 
@@ -108,12 +109,12 @@ def test_cross_entropy_all_ignored(rng, dtype):
     x = rng.standard_normal((4, 6)).astype(dtype)
     X = tt.from_numpy(x, (3, 4)).requires_grad_()
     T = tt.from_numpy(np.full(4, -100, dtype=np.int64), (3,))
-    loss = F.cross_entropy(X, T)
+    loss = cross_entropy_last(X, T)
     assert np.isnan(float(loss))        # PyTorch: the mean over no targets is nan
     loss.backward()
     np.testing.assert_array_equal(X.grad.numpy(), np.zeros_like(x))   # ignored rows get no gradient
-    assert float(F.cross_entropy(X, T, reduction="sum")) == 0.0
-    np.testing.assert_array_equal(F.cross_entropy(X, T, reduction="none").numpy(), np.zeros(4, dtype))
+    assert float(cross_entropy_last(X, T, reduction="sum")) == 0.0
+    np.testing.assert_array_equal(cross_entropy_last(X, T, reduction="none").numpy(), np.zeros(4, dtype))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -130,7 +131,7 @@ def test_large_magnitude_does_not_overflow(rng, dtype):
     t = _targets(rng, shape[:-1], shape[-1], frac_ignored=0.0)
     T = tt.from_numpy(t, (2,))
     Xg = tt.from_numpy(x, tiles).requires_grad_()
-    loss = F.cross_entropy(Xg, T)
+    loss = cross_entropy_last(Xg, T)
     assert np.isfinite(float(loss))
     np.testing.assert_allclose(float(loss), _np_cross_entropy(x, t), **tol(dtype))
     loss.backward()
@@ -144,7 +145,7 @@ def test_cross_entropy_keeps_only_row_statistics(rng):
     X = tt.from_numpy(x, (2, 5)).requires_grad_()
     T = tt.from_numpy(_targets(rng, (6,), 13), (2,))
     for reduction in ("mean", "sum", "none"):
-        loss = F.cross_entropy(X, T, reduction=reduction)
+        loss = cross_entropy_last(X, T, reduction=reduction)
         saved = [s for s in loss._node.saved if s is not None]
         assert saved[0] is X and saved[1] is T
         assert all(s.numel() <= X.shape[0] for s in saved[2:]), [s.shape for s in saved]
@@ -157,7 +158,7 @@ def test_cross_entropy_counts_and_divides_in_tasks(rng):
     t = _targets(rng, (6,), 13)
     T = tt.from_numpy(t, (2,))
     before = lib.tt_kernel_ntasks(lib.TT_K_DIV)
-    loss = F.cross_entropy(X, T)
+    loss = cross_entropy_last(X, T)
     assert lib.tt_kernel_ntasks(lib.TT_K_DIV) == before + 1
     loss.backward()
     assert lib.tt_kernel_ntasks(lib.TT_K_DIV) == before + 2    # g / count
@@ -185,15 +186,15 @@ def test_vjp_cross_entropy(rng, shape, tiles, reduction):
     if t.ndim and t.size > 1:
         t.flat[0], t.flat[1] = -100, 3     # include an ignored target and a counted one
     T = tt.from_numpy(t, _rows_tiles(tiles))
-    vjp_check(lambda lg: F.cross_entropy(lg, T, reduction=reduction), [x], [tiles])
+    vjp_check(lambda lg: cross_entropy_last(lg, T, reduction=reduction), [x], [tiles])
     T3 = tt.from_numpy(np.where(t == -100, 0, t), _rows_tiles(tiles))   # now class 3 is the ignored one
-    vjp_check(lambda lg: F.cross_entropy(lg, T3, ignore_index=3, reduction=reduction), [x], [tiles])
+    vjp_check(lambda lg: cross_entropy_last(lg, T3, ignore_index=3, reduction=reduction), [x], [tiles])
 
 
 def test_vjp_cross_entropy_through_matmul(rng):
     x, w = rng.standard_normal((2, 5, 4)), rng.standard_normal((4, 11))
     T = tt.from_numpy(_targets(rng, (2, 5), 11), (1, 3))
-    vjp_check(lambda a, b: F.cross_entropy(tt.matmul(a, b), T), [x, w], [(1, 3, 2), (2, 4)])
+    vjp_check(lambda a, b: cross_entropy_last(tt.matmul(a, b), T), [x, w], [(1, 3, 2), (2, 4)])
 
 
 def test_cross_entropy_gradient_values(rng):
@@ -202,7 +203,7 @@ def test_cross_entropy_gradient_values(rng):
     t = _targets(rng, (6,), 10)
     t[0] = -100
     X = tt.from_numpy(x, tiles).requires_grad_()
-    F.cross_entropy(X, tt.from_numpy(t, (4,))).backward()
+    cross_entropy_last(X, tt.from_numpy(t, (4,))).backward()
     valid = t != -100
     expected = (np.exp(_np_log_softmax(x)) - np.eye(10)[np.where(valid, t, 0)]) * valid[:, None] / valid.sum()
     np.testing.assert_allclose(X.grad.numpy(), expected, rtol=1e-12, atol=1e-14)
@@ -266,34 +267,34 @@ def test_cross_entropy_bad_input(rng):
     good = np.array([0, 1, 4, -100, 2, 3], dtype=np.int64)
     T = tt.from_numpy(good, (4,))
     with pytest.raises(ValueError, match=r"targets must have shape \(6,\)"):
-        F.cross_entropy(X, tt.from_numpy(good[:5], (4,)))
+        cross_entropy_last(X, tt.from_numpy(good[:5], (4,)))
     with pytest.raises(ValueError, match=r"targets must have shape \(6,\)"):
-        F.cross_entropy(X, tt.from_numpy(good.reshape(6, 1), (4, 1)))
+        cross_entropy_last(X, tt.from_numpy(good.reshape(6, 1), (4, 1)))
     # targets of another tiling are retiled like the logits' rows, not refused
-    assert float(F.cross_entropy(X, tt.from_numpy(good, (3,)))) == float(F.cross_entropy(X, T))
+    assert float(cross_entropy_last(X, tt.from_numpy(good, (3,)))) == float(cross_entropy_last(X, T))
     with pytest.raises(TypeError, match="targets must be int64"):
-        F.cross_entropy(X, tt.from_numpy(good.astype(np.float64), (4,)))
+        cross_entropy_last(X, tt.from_numpy(good.astype(np.float64), (4,)))
     with pytest.raises(TypeError, match="targets must be a tiletrain Tensor"):
-        F.cross_entropy(X, good)
+        cross_entropy_last(X, good)
     with pytest.raises(ValueError, match="reduction must be one of"):
-        F.cross_entropy(X, T, reduction="avg")
+        cross_entropy_last(X, T, reduction="avg")
     with pytest.raises(ValueError, match="reduction must be one of"):
-        F.cross_entropy(X, T, reduction=None)
+        cross_entropy_last(X, T, reduction=None)
     with pytest.raises(TypeError, match="ignore_index must be an int"):
-        F.cross_entropy(X, T, ignore_index=1.5)
+        cross_entropy_last(X, T, ignore_index=1.5)
     with pytest.raises(TypeError, match="logits has dtype int64"):
-        F.cross_entropy(tt.from_numpy(np.zeros((6, 5), dtype=np.int64), (4, 2)), T)
+        cross_entropy_last(tt.from_numpy(np.zeros((6, 5), dtype=np.int64), (4, 2)), T)
     with pytest.raises(ValueError, match="0-d"):
-        F.cross_entropy(tt.from_numpy(np.array(1.0)), T)
+        cross_entropy_last(tt.from_numpy(np.array(1.0)), T)
     with pytest.raises(ValueError, match=r"weight must have shape \(5,\)"):
-        F.cross_entropy(X, T, tt.ones(4, dtype=tt.float64))
+        cross_entropy_last(X, T, tt.ones(4, dtype=tt.float64))
     with pytest.raises(RuntimeError, match="weight cannot require gradients"):
-        F.cross_entropy(X, T, tt.ones(5, dtype=tt.float64, requires_grad=True))
+        cross_entropy_last(X, T, tt.ones(5, dtype=tt.float64, requires_grad=True))
     with pytest.raises(NotImplementedError, match="size_average and reduce are deprecated"):
-        F.cross_entropy(X, T, reduce=False)
+        cross_entropy_last(X, T, reduce=False)
     for bad in (-0.1, 1.5, "0.1", True):
         with pytest.raises(ValueError, match="label_smoothing must be a number in"):
-            F.cross_entropy(X, T, label_smoothing=bad)
+            cross_entropy_last(X, T, label_smoothing=bad)
     before = [lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count())]
     for bad, value in ((5, "5"), (-1, "-1"), (-101, "-101"), (10**12, str(10**12))):
         t = good.copy()
@@ -301,11 +302,25 @@ def test_cross_entropy_bad_input(rng):
         Tb = tt.from_numpy(t, (4,))
         mid = [lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count())]
         with pytest.raises(ValueError, match=rf"target {value} at position \(4,\) is out of range"):
-            F.cross_entropy(X, Tb)
+            cross_entropy_last(X, Tb)
         # nothing was submitted by the failing call
         assert [lib.tt_kernel_ntasks(k) for k in range(lib.tt_kernel_count())] == mid
     assert lib.tt_kernel_ntasks(lib.TT_K_CROSS_ENTROPY_FWD) == before[lib.TT_K_CROSS_ENTROPY_FWD]
     # the ignore_index value itself is fine, even outside [0, V)
     t = good.copy()
     t[3:5] = -7
-    assert np.isfinite(float(F.cross_entropy(X, tt.from_numpy(t, (4,)), ignore_index=-7)))
+    assert np.isfinite(float(cross_entropy_last(X, tt.from_numpy(t, (4,)), ignore_index=-7)))
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 4), (2, 5, 3, 2), (5,)])
+def test_cross_entropy_reads_the_classes_as_torch_does(rng, shape):
+    """torch.nn.functional.cross_entropy's layouts: (N, C, d1, ...) has the classes on dim 1
+    (also when C equals d1: the targets' shape cannot tell), (C,) is one unbatched row."""
+    import torch
+    x = rng.standard_normal(shape)
+    C = shape[1] if len(shape) > 1 else shape[0]
+    t = rng.integers(0, C, (shape[0],) + shape[2:]) if len(shape) > 1 else np.array(int(rng.integers(0, C)))
+    for reduction in ("mean", "none"):
+        ours = F.cross_entropy(tt.from_numpy(x), tt.from_numpy(t), reduction=reduction)
+        ref = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(t), reduction=reduction)
+        np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)

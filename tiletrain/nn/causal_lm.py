@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ops import matmul
+from ..ops.softmax import cross_entropy_last
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import as_dtype
 from ..utils.checkpoint import checkpoint as recompute
@@ -310,12 +311,12 @@ class CausalLM(Module):
         """Mean cross-entropy of the next-token logits against ``targets`` (B, T) (a 0-d
         Tensor; targets equal to -100 are ignored)."""
         logits = self(idx)
-        return F.cross_entropy(logits, self.token_ids(targets, "targets", logits.shape[:2]))
+        return cross_entropy_last(logits, self.token_ids(targets, "targets", logits.shape[:2]))
 
     def head_loss(self, x: Tensor, targets, reduction: str = "mean") -> Tensor:
         """Cross-entropy of the head over the last block's output x (a pipeline's last stage)."""
         logits = self.logits(x)
-        return F.cross_entropy(logits, self.token_ids(targets, "targets", logits.shape[:2]), reduction=reduction)
+        return cross_entropy_last(logits, self.token_ids(targets, "targets", logits.shape[:2]), reduction=reduction)
 
     def parts(self) -> tuple[tuple[Module, ...], tuple[Module, ...], tuple[Module, ...]]:
         """(modules before the blocks, the blocks, modules after them): the units a pipeline

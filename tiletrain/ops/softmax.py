@@ -29,7 +29,7 @@ from .basic import _float_tensor, _tensor, astype, dim_alias
 from .elementwise import mul
 from .index import gather, index_select
 from .reduce import mean as _mean, sum as _total
-from .shape import reshape, retile
+from .shape import permute, reshape, retile
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -153,10 +153,22 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
     return targets
 
 
-def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=None, ignore_index: int = -100,
-                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,  # noqa: A002
+                  ignore_index: int = -100, reduce=None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """torch.nn.functional.cross_entropy: the classes on dim 1 of an (N, C, d1, ...) input
+    (the last axis of (N, C) and of an unbatched (C,)), targets (N, d1, ...) of class ids;
+    the rest as ``cross_entropy_last`` (tiletrain's models' (..., V) logits call that)."""
+    if isinstance(input, Tensor) and input.ndim >= 3:
+        input = permute(input, 0, *range(2, input.ndim), 1)  # (N, d1, ..., C): the classes last
+    return cross_entropy_last(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+
+
+def cross_entropy_last(logits: Tensor, targets: Tensor, weight=None, size_average=None, ignore_index: int = -100,
+                       reduce=None, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of ``logits`` (..., V) against int64 class ids ``targets``
-    (logits' shape and tiles without the last axis), PyTorch semantics and argument order.
+    (logits' shape and tiles without the last axis), PyTorch semantics and argument order
+    but the classes on the last axis (a language model's (B, T, V) logits as they are).
 
     reduction="mean" averages over the targets that are not ``ignore_index`` (nan when every
     target is ignored, as in PyTorch: 0 / 0); "sum" adds them; "none" returns the loss per
@@ -167,8 +179,6 @@ def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=Non
     the sum of the counted targets' weights (composed of log_softmax, gather and
     index_select).  Not supported (a clear error): the deprecated ``size_average``/``reduce``
     (use reduction=).
-    The classes are the last axis (torch's (N, C) when logits are 2-D; torch's (N, C, d...)
-    layout is not read: move the classes last).
 
     Fused: the forward keeps only the row max and the row sum of exp per position; the
     backward recomputes the probabilities from the logits.  Raises ValueError, before
@@ -218,7 +228,7 @@ def cross_entropy(logits: Tensor, targets: Tensor, weight=None, size_average=Non
 def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, ignore_index, reduction: str, eps: float) -> Tensor:
     """(1 - eps) * cross_entropy + eps * (-mean_c log_softmax), over the counted positions,
     of the fused op and log_softmax (so autograd comes with them)."""
-    ce = cross_entropy(logits, targets, ignore_index=ignore_index, reduction=reduction)
+    ce = cross_entropy_last(logits, targets, ignore_index=ignore_index, reduction=reduction)
     t = targets.numpy()                       # checked by cross_entropy; the counted positions
     counted = t != ignore_index
     smooth = mul(_mean(log_softmax(logits, -1), -1), -1.0)

@@ -72,6 +72,7 @@ from ..ops import add, cat, scale
 from ..ops.activations import dropout_positions
 from ..ops.autograd import backward_from, defer_grads, no_grad
 from ..ops.creation import full
+from ..ops.softmax import cross_entropy_last
 from ..parallel import (Plan, blocks_of_stage, current_plan, model_parts, plan, replica, shards, stage_modules,
                         using)
 from ..runtime import context, mpi, wait
@@ -565,7 +566,7 @@ class CausalLMStages:
         if head is None:
             return self.model.head_loss(y, target, reduction=reduction)
         logits = head(y)
-        return F.cross_entropy(logits, self.model.token_ids(target, "targets", logits.shape[:2]), reduction=reduction)
+        return cross_entropy_last(logits, self.model.token_ids(target, "targets", logits.shape[:2]), reduction=reduction)
 
     def default_heads(self, schedule: Schedule, on) -> list:
         cfg, t, dtype = self.model.config, self.model.tiling, self.model.dtype

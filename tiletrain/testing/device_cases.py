@@ -10,6 +10,7 @@ import tiletrain as tt
 import tiletrain.functional as F
 from tiletrain.ops.activations import affine  # x @ w + b, w (in, out): GPT-2's layout
 from tiletrain.ops.elementwise import BINARY_OPS  # same-layout ops with the kernels' alpha, beta
+from tiletrain.ops.softmax import cross_entropy_last  # (..., V) logits of a language model
 from tiletrain.runtime.hetero import prefer
 from tiletrain.utils.checkpoint import checkpoint
 
@@ -197,7 +198,7 @@ def softmax(rng, dt):
     x = _t(rng, (4, 6, 13), (3, 4, 5), dt, grad=True, scale=3.0)
     tgt = rng.integers(0, 13, (4, 6))
     tgt[1, 2] = -100
-    loss = F.cross_entropy(x, tt.from_numpy(tgt, (3, 4)))
+    loss = cross_entropy_last(x, tt.from_numpy(tgt, (3, 4)))
     loss.backward()
     out.update(ce=loss, ce_grad=x.grad)
     return out
@@ -359,7 +360,7 @@ def block_lm_loss(ids, targets, wte, ln_w, ln_b, w_qkv, w1, b1, w2, n_head):
     x = x + F.merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))
     h = F.gelu(affine(x, w1, b1), approximate="tanh")
     y = affine(h, w2) + x
-    return F.cross_entropy(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
+    return cross_entropy_last(tt.matmul(y, wte, transpose_b=True), targets)  # tied LM head
 
 
 def gpt_steps(kinds, steps=2):
