@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tiletrain as tt
-from tiletrain.optim import SGD, AdamW, clip_grad_norm_, cosine_with_warmup
+from tiletrain.optim import SGD, Adam, AdamW, clip_grad_norm_, cosine_with_warmup
 
 import torch
 
@@ -54,6 +54,10 @@ def _run_torch(make_opt, w, b, x, steps, clip=None):
 CASES = {
     "adamw": (lambda p: AdamW(p, lr=0.05, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1),
               lambda p: torch.optim.AdamW(p, lr=0.05, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
+    "adam": (lambda p: Adam(p, lr=0.05, betas=(0.9, 0.95), weight_decay=0.1),   # L2 decay, not decoupled
+             lambda p: torch.optim.Adam(p, lr=0.05, betas=(0.9, 0.95), weight_decay=0.1)),
+    "adam_default_maximize": (lambda p: Adam(p, maximize=True),
+                              lambda p: torch.optim.Adam(p, maximize=True)),
     "sgd": (lambda p: SGD(p, lr=0.01, weight_decay=0.01),
             lambda p: torch.optim.SGD(p, lr=0.01, weight_decay=0.01)),
     "sgd_momentum": (lambda p: SGD(p, lr=0.01, momentum=0.9, dampening=0.1, weight_decay=0.01),
@@ -124,3 +128,13 @@ def test_cosine_schedule():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert lrs[60] == pytest.approx(0.1 + 0.45 * (1 + np.cos(np.pi * 0.5)))
     assert lrs[110] == 0.1 and all(a >= b for a, b in zip(lrs[10:110], lrs[11:110]))
+
+
+def test_adam_refuses_amsgrad_and_keeps_torchs_group_keys(rng):
+    w, b, x = _problem(rng)
+    W = tt.from_numpy(w).requires_grad_()
+    with pytest.raises(NotImplementedError, match="amsgrad"):
+        Adam([W], amsgrad=True)
+    ours = Adam([W], lr=1e-3).state_dict()["param_groups"][0]
+    theirs = torch.optim.Adam([torch.tensor(w, requires_grad=True)], lr=1e-3).state_dict()["param_groups"][0]
+    assert set(theirs) - {"decoupled_weight_decay"} <= set(ours)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..distribution import Explicit
 from ..ops.autograd import no_grad
-from ..ops.basic import axpy_, fill_
+from ..ops.basic import axpy_, copy, fill_, scale
 from ..ops.creation import zeros
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
@@ -17,7 +17,7 @@ from ..tensors import Tensor, TensorTraits, empty, from_numpy
 from ..tensors.tensor import wont_use
 from ..trace.tags import tag
 
-__all__ = ["Optimizer", "SGD", "AdamW", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
            "COMPENSATIONS"]
 
 
@@ -280,6 +280,49 @@ class AdamW(_Compensated, Optimizer):
         w = copy(p)
         axpy_(w, st["last_update"], alpha=-float(g["delay"]))
         return w
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam: weight decay as L2 (``weight_decay * p`` added to the gradient, not
+    AdamW's decoupled decay), bias correction, ``maximize``; the same fused task per tile
+    as AdamW (with no decoupled decay).  Not supported (a clear error): ``amsgrad=True``.
+    ``foreach``/``capturable``/``differentiable``/``fused`` are accepted and change nothing
+    (one fused task per tile is what tiletrain runs)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 amsgrad: bool = False, *, foreach=None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused=None):
+        b1, b2 = betas
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                                      foreach=foreach, maximize=maximize, capturable=capturable,
+                                      differentiable=differentiable, fused=fused))
+
+    def _validate(self, group: dict) -> None:
+        super()._validate(group)
+        if group.get("amsgrad"):
+            raise NotImplementedError("Adam(amsgrad=True) is not supported (the running maximum of the second "
+                                      "moment); use amsgrad=False")
+
+    def _update(self, g, p, st):
+        if "exp_avg" not in st:
+            st["exp_avg"] = _state_tensor(p)
+            st["exp_avg_sq"] = _state_tensor(p)
+        grad, wd = p.grad, float(g["weight_decay"])
+        if g["maximize"] or wd:
+            grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
+            if wd:
+                axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
+        b1, b2 = g["betas"]
+        t = st["step"]
+        run_map("adamw", grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
+                beta2=float(b2), eps=float(g["eps"]), weight_decay=0.0, bc1=1.0 - b1 ** t, bc2=1.0 - b2 ** t)
+        if memory_limit() >= 0:  # under a memory budget: the state is done until the next step
+            wont_use(st["exp_avg"])
+            wont_use(st["exp_avg_sq"])
 
 
 class SGD(_Compensated, Optimizer):
