@@ -167,6 +167,13 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _json_int(text: str):
+    """A JSON integer as safetensors' reader (serde) takes it: ``-0`` is the float -0.0 there,
+    which no dimension or offset (a usize) accepts -- a float here too, so _count refuses it."""
+    value = int(text)   # (ValueError beyond 4300 digits)
+    return -0.0 if value == 0 and text.startswith("-") else value
+
+
 def _count(v) -> bool:
     """A dimension or an offset: an int in [0, 2**64) (safetensors' usize), not a bool or float."""
     return type(v) is int and 0 <= v < 1 << 64
@@ -221,7 +228,8 @@ class SafetensorsFile(Mapping):
             if n > size - 8:
                 raise ValueError(f"a header of {n} bytes in a file of {size}")
             try:
-                header = json.loads(f.read(n), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+                header = json.loads(f.read(n), object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+                                    parse_int=_json_int)
             except ValueError as exc:  # (JSONDecodeError, UnicodeDecodeError, an int of over 4300 digits)
                 raise ValueError(f"the header is not valid JSON ({exc})") from None
             except RecursionError:

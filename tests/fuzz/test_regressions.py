@@ -87,6 +87,9 @@ FINDINGS = {  # what -> input; each one failed its target's contract before the 
         "float shape 2.5 (truncated to 2 and accepted; safetensors refuses it)":
             _st({"a": _entry("U8", [2.5], (0, 2))}, b"ab"),
         "float offsets (truncated and accepted)": _st({"a": _entry("U8", [2], (0, 2.9))}, b"ab"),
+        "offset -0 (Python's JSON reads the int 0, safetensors' reader the float -0.0 and refuses it)":
+            _st('{"a":{"dtype":"U8","shape":[2],"data_offsets":[-0,2]}}', b"ab"),
+        "dimension -0": _st('{"a":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}}'),
         "string shape '12' (read as (1, 2) and accepted)": _st({"a": _entry("U8", "12", (0, 2))}, b"ab"),
         "bool shape (true read as 1)": _st({"a": _entry("U8", [True], (0, 1))}, b"a"),
         "__metadata__ '' (taken for no metadata; safetensors refuses it)": _st({"__metadata__": ""}),
