@@ -16,7 +16,8 @@ from typing import Iterator
 import numpy as np
 
 from ..distribution import use
-from ..ops import fill_, no_grad
+from ..ops import no_grad
+from ..ops.basic import zero_grads
 from ..tensors import TensorTraits, from_numpy
 from ..tensors.api import Tensor  # the user-facing class: Parameter has its methods
 from ..tensors.device import parse_to
@@ -296,13 +297,7 @@ class Module:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's gradient (the next backward creates fresh ones), or with
         set_to_none=False fill them with zeros."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                fill_(p.grad, 0.0)
+        zero_grads(self.parameters(), set_to_none)
 
     # -- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

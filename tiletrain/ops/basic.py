@@ -258,6 +258,18 @@ def _sum_bwd(node, g):
     return (broadcast(g, c["traits"], tuple(range(c["start"], c["start"] + c["naxes"])), alpha=c["alpha"]),)
 
 
+def zero_grads(params, set_to_none: bool = True) -> None:
+    """torch's zero_grad over ``params`` (Module.zero_grad, Optimizer.zero_grad): each gradient
+    dropped (the next backward creates a fresh one), or with set_to_none=False filled with 0."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            fill_(p.grad, 0.0)
+
+
 def axpy_(y: Tensor, x: Tensor, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
     """In place: y = alpha * x + beta * y (gradient accumulation)."""
     _any_float_tensor(y, "axpy_", "y")

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..distribution import Explicit
 from ..ops.autograd import no_grad
-from ..ops.basic import axpy_, copy, fill_, scale
+from ..ops.basic import axpy_, copy, scale, zero_grads
 from ..ops.creation import zeros
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
@@ -83,13 +83,7 @@ class Optimizer:
                 yield g, p
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for _, p in self._params():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                fill_(p.grad, 0.0)
+        zero_grads((p for _, p in self._params()), set_to_none)
 
     @tag(phase="opt")
     @no_grad()
