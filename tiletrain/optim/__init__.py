@@ -192,6 +192,22 @@ def spike_coefficients(momentum: float, delay: int) -> tuple[float, float]:
     return a, (1.0 - a) / (1.0 - momentum)
 
 
+def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
+    """One fused Adam task per tile of ``p`` (kernels.def adamw) from ``grad``, with AdamW's
+    decoupled decay ``decoupled_decay`` (0: Adam); the moments made on the first step."""
+    if "exp_avg" not in st:
+        st["exp_avg"] = _state_tensor(p)
+        st["exp_avg_sq"] = _state_tensor(p)
+    b1, b2 = g["betas"]
+    t = st["step"]
+    run_map("adamw", grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
+            beta2=float(b2), eps=float(g["eps"]), weight_decay=decoupled_decay, bc1=1.0 - b1 ** t,
+            bc2=1.0 - b2 ** t)
+    if memory_limit() >= 0:  # under a memory budget: the state is done until the next step
+        wont_use(st["exp_avg"])
+        wont_use(st["exp_avg_sq"])
+
+
 class _Compensated:
     """Delay compensation for pipelines without a flush (tiletrain.pipeline.noflush): a
     parameter group's ``compensation`` (None, "sc", "lwp", "sc+lwp") and ``delay`` D (the
@@ -238,17 +254,7 @@ class AdamW(_Compensated, Optimizer):
         if g["compensation"] is not None and g["delay"] > 0:   # at delay 0 SC and LWP change nothing
             self._update_compensated(g, p, st)
             return
-        if "exp_avg" not in st:
-            st["exp_avg"] = _state_tensor(p)
-            st["exp_avg_sq"] = _state_tensor(p)
-        b1, b2 = g["betas"]
-        t = st["step"]
-        run_map("adamw", p.grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
-                beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]), bc1=1.0 - b1 ** t,
-                bc2=1.0 - b2 ** t)
-        if memory_limit() >= 0:  # under a memory budget: the state is done until the next step
-            wont_use(st["exp_avg"])
-            wont_use(st["exp_avg_sq"])
+        _fused_adam(g, p, st, p.grad, float(g["weight_decay"]))
 
     def _update_compensated(self, g, p, st):
         """AdamW with delay compensation, one fused task per tile (kernels.def adamw_comp):
@@ -302,21 +308,12 @@ class Adam(Optimizer):
                                       "moment); use amsgrad=False")
 
     def _update(self, g, p, st):
-        if "exp_avg" not in st:
-            st["exp_avg"] = _state_tensor(p)
-            st["exp_avg_sq"] = _state_tensor(p)
         grad, wd = p.grad, float(g["weight_decay"])
         if g["maximize"] or wd:
             grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
             if wd:
                 axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
-        b1, b2 = g["betas"]
-        t = st["step"]
-        run_map("adamw", grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
-                beta2=float(b2), eps=float(g["eps"]), weight_decay=0.0, bc1=1.0 - b1 ** t, bc2=1.0 - b2 ** t)
-        if memory_limit() >= 0:  # under a memory budget: the state is done until the next step
-            wont_use(st["exp_avg"])
-            wont_use(st["exp_avg_sq"])
+        _fused_adam(g, p, st, grad, 0.0)
 
 
 class SGD(_Compensated, Optimizer):
