@@ -13,24 +13,22 @@ from .schedule import Schedule
 from .schedules import NAMES
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _int_at_least(low: int, what: str, why: str):
+    """An argparse type: an integer >= ``low``, refused as "expected {what}, got ..." (or, for
+    an integer below ``low``, ``why``)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{why}, got {v}")
+        return v
+    return parse
 
 
-def _depth(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"the queue depth must be >= 0 (0: unbounded), got {v}")
-    return v
+_positive = _int_at_least(1, "a positive integer", "expected a positive integer")
+_depth = _int_at_least(0, "an integer >= 0", "the queue depth must be >= 0 (0: unbounded)")
 
 
 def load(args):
