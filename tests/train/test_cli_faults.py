@@ -13,6 +13,7 @@ import pytest
 from tiletrain import checkpoint as ck
 from tiletrain.train import TrainArgs, train
 from tiletrain.utils.runlog import is_run_file, read_metrics
+from train_helpers import cli_here
 
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "16", "--batch", "2", "--steps", "2",
@@ -21,20 +22,6 @@ TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "16", 
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "tiletrain", *args], capture_output=True, text=True, timeout=300)
-
-
-def _cli_here(capsys, *args):
-    """`tiletrain ARGS` in this process (cli.main, as `python -m tiletrain` calls it): the bad-option
-    cases are refused before any work, so they need no process of their own (~1 s each saved);
-    the first case of each table also runs through `python -m tiletrain`."""
-    from tiletrain.cli import main
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["tiletrain", *args], code, out, err)
 
 
 def _train(corpus, *args):
@@ -67,7 +54,7 @@ BAD_TRAIN = [
 @pytest.mark.parametrize("argv,option", BAD_TRAIN, ids=[" ".join(a) for a, _ in BAD_TRAIN])
 def test_bad_train_option(corpus, argv, option, capsys):
     args = ["train", "--data", corpus, *TINY, *argv]
-    _refused(_cli(*args) if argv == BAD_TRAIN[0][0] else _cli_here(capsys, *args), option)
+    _refused(_cli(*args) if argv == BAD_TRAIN[0][0] else cli_here(capsys, *args), option)
 
 
 BAD_OTHER = [
@@ -82,7 +69,7 @@ BAD_OTHER = [
 
 @pytest.mark.parametrize("argv,option", BAD_OTHER, ids=[" ".join(a) for a, _ in BAD_OTHER])
 def test_bad_option_of_other_commands(argv, option, capsys):
-    _refused(_cli(*argv) if argv == BAD_OTHER[0][0] else _cli_here(capsys, *argv), option)
+    _refused(_cli(*argv) if argv == BAD_OTHER[0][0] else cli_here(capsys, *argv), option)
 
 
 def test_ckpt_dir_not_writable_fails_before_training(corpus, tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
-from train_helpers import tiny_args
+from train_helpers import cli_here, tiny_args
 
 import tiletrain as tt
 from tiletrain import checkpoint as ck
@@ -127,7 +127,6 @@ def test_trace_step_writes_the_steps_trace_and_metrics(trained):
 
 
 def _main(*argv):
-    from tiletrain.cli import main
     return main([str(a) for a in argv])
 
 
@@ -175,11 +174,9 @@ def test_a_directory_without_metrics_is_a_clear_message(tmp_path, argv, words, c
     (tmp_path / "old" / ck.CHECKPOINT_NAME).write_bytes(b"x")
     (tmp_path / "empty").mkdir()
     dirs = {k: tmp_path / k for k in ("old", "empty", "missing")}
-    capsys.readouterr()
-    code = main(["runs", *[a.format(**dirs) for a in argv]])
-    _, err = capsys.readouterr()
-    assert code == 2 and "Traceback" not in err, err
-    (line,) = err.strip().splitlines()
+    r = cli_here(capsys, "runs", *[a.format(**dirs) for a in argv])
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
     assert line.startswith("tiletrain: error: ")
     for w in words:
         assert w in line, line
