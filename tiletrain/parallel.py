@@ -282,9 +282,10 @@ def stage_modules(first, blocks, last, S: int) -> list[list]:
 
 
 def plan(model, mode: str, world: int | None = None, stages: int | None = None,
-         stage_ranks=None) -> Plan:
+         stage_ranks=None, parts: tuple | None = None) -> Plan:
     """The :class:`Plan` of a GPT or Llama for ``mode`` on ``world`` ranks (default: the world
-    size).  ``stage_ranks`` (pipelined modes only): virtual stage v (an even split of the
+    size); of another model given its ``parts`` (the (first, blocks, last) modules a pipeline
+    places, as ``CausalLM.parts`` gives them: a DeepGCN's ``parts()``).  ``stage_ranks`` (pipelined modes only): virtual stage v (an even split of the
     blocks into ``len(stage_ranks)`` chunks) runs on pipeline stage ``stage_ranks[v]`` (in
     ``pipeline`` mode the rank itself) -- a pipeline schedule's placement
     (``Schedule.placement()``: looped for interleaved 1F1B, a V for ZB-V); the embeddings go
@@ -292,7 +293,7 @@ def plan(model, mode: str, world: int | None = None, stages: int | None = None,
     world = world_size() if world is None else int(world)
     S, D = layout(mode, world, stages)
     params = list(model.named_parameters())
-    first_mods, blocks, last_mods = model_parts(model)
+    first_mods, blocks, last_mods = model_parts(model) if parts is None else parts
     L = len(blocks)
     if stage_ranks is not None:
         stage_ranks = [int(r) for r in stage_ranks]

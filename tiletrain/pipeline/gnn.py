@@ -27,7 +27,7 @@ from ..geometric.utils import edge_index_array
 from ..ops import scale
 from ..ops.autograd import no_grad
 from ..ops.index import index_select
-from ..parallel import Plan, blocks_of_stage, stage_modules
+from ..parallel import Plan, blocks_of_stage, plan, stage_modules
 from ..tensors import Tensor, from_numpy
 from .schedule import Schedule
 
@@ -80,13 +80,7 @@ def gcn_plan(model: DeepGCN, schedule: Schedule, world: int) -> Plan:
         raise ValueError(f"a DeepGCN pipeline runs one schedule rank per MPI rank: schedule {schedule.name!r} has "
                          f"{schedule.ranks} ranks, the world {world}")
     pl = schedule.placement()
-    where = {id(m): pl[v] for v, mods in enumerate(stage_modules(*model.parts(), schedule.stages)) for m in mods}
-    owners = []
-    for mod_name, mod in model.named_modules():
-        if id(mod) in where:
-            owners += [(f"{mod_name}.{n}", where[id(mod)]) for n, _ in mod.named_parameters()]
-    modules = tuple((n, where[id(m)]) for n, m in model.named_modules() if id(m) in where)
-    return Plan("pipeline", world, schedule.ranks, 1, tuple(owners), modules)
+    return plan(model, "pipeline", world, stage_ranks=[pl[v] for v in range(schedule.stages)], parts=model.parts())
 
 
 def _chunk_loss(logits: Tensor, chunk: NodeChunk, total: int) -> Tensor:
