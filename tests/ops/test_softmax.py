@@ -209,13 +209,23 @@ def test_cross_entropy_gradient_values(rng):
     np.testing.assert_allclose(X.grad.numpy(), expected, rtol=1e-12, atol=1e-14)
 
 
+def test_softmax_without_dim_takes_torchs_implicit_dim_with_its_warning(rng):
+    import torch
+    for shape in ((5,), (3, 4), (2, 3, 4), (2, 2, 3, 2)):
+        x = rng.standard_normal(shape)
+        for name in ("softmax", "log_softmax"):
+            with pytest.warns(UserWarning, match="Implicit dimension choice"):
+                got = getattr(F, name)(tt.from_numpy(x)).numpy()
+            with pytest.warns(UserWarning):
+                want = getattr(torch.nn.functional, name)(torch.from_numpy(x)).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
 # -- bad input -------------------------------------------------------------------------
 
 def test_softmax_bad_input(rng, nothing_submitted):
     X = tt.from_numpy(rng.standard_normal((4, 6)), (2, 3))
     for fn in (F.softmax, F.log_softmax):
-        with pytest.raises(TypeError, match="dim is required"):
-            fn(X)
         with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], "
                                              r"but got 2\)"):
             fn(X, dim=2)

@@ -13,5 +13,6 @@ from ..ops.shape import flatten  # noqa: F401
 from ..ops.norm import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
+from .activations import *  # noqa: F401,F403
 # convolution, pooling, batch norm (tiletrain/ops/conv.py)
 from ..ops.conv import *  # noqa: F401,F403

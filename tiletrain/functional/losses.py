@@ -37,22 +37,48 @@ def _like(t: Tensor, x: Tensor) -> Tensor:
     return t if t.tiles == x.tiles else retile(t, x.tiles)
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """torch.nn.functional.mse_loss: (input - target)^2, reduced."""
+def _deprecated(what: str, size_average, reduce) -> None:
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(f"{what}: size_average and reduce are deprecated in torch and not supported; "
+                                  "use reduction='mean', 'sum' or 'none'")
+
+
+def _weighted(loss: Tensor, weight) -> Tensor:
+    return loss if weight is None else mul(loss, weight)
+
+
+def _weighted_reduce(loss: Tensor, weight, reduction: str, input: Tensor, what: str) -> Tensor:  # noqa: A002
+    """torch's weighted mse/l1: weight (input's shape) times the loss; "mean" divides the sum by
+    the sum of the weights."""
+    if weight is None:
+        return _reduce(loss, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = mul(loss, weight)
+    return _reduce(loss, reduction) if reduction != "mean" else reduce.sum(loss) / reduce.sum(weight)
+
+
+def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",
+             weight=None) -> Tensor:
+    """torch.nn.functional.mse_loss: weight (input - target)^2, reduced."""
+    _deprecated("mse_loss", size_average, reduce)
     _check("mse_loss", input, target, reduction)
     target = _like(target, input)
     d = sub(input, target)
-    return _reduce(mul(d, d), reduction)
+    return _weighted_reduce(mul(d, d), weight, reduction, input, "mse_loss")
 
 
-def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",
+            weight=None) -> Tensor:
     """torch.nn.functional.l1_loss: |input - target|, reduced (gradient sign(input - target),
     0 where they are equal)."""
+    _deprecated("l1_loss", size_average, reduce)
     _check("l1_loss", input, target, reduction)
     target = _like(target, input)
     y = Tensor(input.traits, input.dtype)
     run_map("absdiff", input, target, y)
-    return _reduce(record("absdiff", y, (input, target), saved=(input, target)), reduction)
+    return _weighted_reduce(record("absdiff", y, (input, target), saved=(input, target)), weight, reduction, input,
+                            "l1_loss")
 
 
 @backward_rule("absdiff")
@@ -129,13 +155,14 @@ def _weight(w, x: Tensor) -> Tensor:
     return t
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None, reduction: str = "mean",
-                                     pos_weight=None) -> Tensor:
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None, size_average=None, reduce=None,
+                                     reduction: str = "mean", pos_weight=None) -> Tensor:
     """torch.nn.functional.binary_cross_entropy_with_logits, in torch's stable form
     (1 - t) x + (1 + (pos_weight - 1) t) (log1p(exp(-|x|)) + max(-x, 0)), times weight.
     weight and pos_weight: input's shape, or 1-D over the last axis.  Gradients flow to input
     and target (not to weight or pos_weight)."""
     what = "binary_cross_entropy_with_logits"
+    _deprecated(what, size_average, reduce)
     _check(what, input, target, reduction)
     weight = _check_weight(weight, input, what, "weight")
     pos_weight = _check_weight(pos_weight, input, what, "pos_weight")
@@ -155,4 +182,70 @@ def _bce_logits_bwd(node, g):
     return (dx if node.inputs[0] is not None else None, dt if node.inputs[1] is not None else None)
 
 
-__all__ = ["binary_cross_entropy_with_logits", "l1_loss", "mse_loss"]
+def binary_cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None, reduce=None,
+                         reduction: str = "mean") -> Tensor:
+    """torch.nn.functional.binary_cross_entropy of probabilities: -w (t log x + (1 - t) log(1 - x)),
+    each log clamped at -100 as torch does."""
+    from ..ops.elementwise import add, clamp, log
+    what = "binary_cross_entropy"
+    _deprecated(what, size_average, reduce)
+    _check(what, input, target, reduction)
+    target = _like(target, input)
+    lx = clamp(log(input), min=-100.0)
+    l1x = clamp(log(sub(1.0, input)), min=-100.0)
+    loss = neg(add(mul(target, lx), mul(sub(1.0, target), l1x)))
+    return _reduce(_weighted(loss, weight), reduction)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",
+                   beta: float = 1.0) -> Tensor:
+    """torch.nn.functional.smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta."""
+    from ..ops.elementwise import abs as eabs, lt, where
+    what = "smooth_l1_loss"
+    _deprecated(what, size_average, reduce)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    if beta == 0:
+        return l1_loss(input, target, reduction=reduction)
+    _check(what, input, target, reduction)
+    d = sub(input, _like(target, input))
+    a = eabs(d)
+    return _reduce(where(lt(a, beta), mul(mul(d, d), 0.5 / beta), sub(a, 0.5 * beta)), reduction)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
+               weight=None) -> Tensor:
+    """torch.nn.functional.huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)."""
+    from ..ops.elementwise import abs as eabs, lt, where
+    what = "huber_loss"
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    _check(what, input, target, reduction)
+    d = sub(input, _like(target, input))
+    a = eabs(d)
+    loss = where(lt(a, delta), mul(mul(d, d), 0.5), mul(sub(a, 0.5 * delta), delta))
+    return _reduce(_weighted(loss, weight), reduction)
+
+
+def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False) -> Tensor:
+    """torch.nn.functional.kl_div of log-probabilities input: target (log target - input), 0 where
+    target is 0 (log_target=False); exp(target) (target - input) with log_target=True.
+    reduction "batchmean" divides the sum by the batch size (input.size(0))."""
+    from ..ops.elementwise import exp, gt, log, where
+    what = "kl_div"
+    _deprecated(what, size_average, reduce)
+    red = "sum" if reduction == "batchmean" else reduction
+    _check(what, input, target, red)
+    t = _like(target, input)
+    if log_target:
+        loss = mul(exp(t), sub(t, input))
+    else:
+        pos = gt(t, 0.0)
+        loss = sub(where(pos, mul(t, log(where(pos, t, 1.0))), 0.0), mul(t, input))
+    out = _reduce(loss, red)
+    return mul(out, 1.0 / input.shape[0]) if reduction == "batchmean" and input.ndim else out
+
+
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "huber_loss", "kl_div", "l1_loss", "mse_loss",
+           "smooth_l1_loss"]

@@ -10,7 +10,10 @@ import sys as _sys
 
 from .. import functional
 from . import init, utils
-from .activation import GELU, Flatten, Identity, ReLU, SiLU, Sigmoid, Tanh
+from .activation import *  # noqa: F401,F403
+from .activation import __all__ as _activations
+from .loss import *  # noqa: F401,F403
+from .loss import __all__ as _losses
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
                    MaxPool1d, MaxPool2d, MaxPool3d)
@@ -22,12 +25,12 @@ from .pretrained import MODELS, from_pretrained, load_model, register_model, sav
 
 __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
            "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
-           "Tiling", "Conv1D", "GELU", "Flatten", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh",
+           "Tiling", "Conv1D",
            "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",
            "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
-           "functional", "init", "utils"]
+           "functional", "init", "utils"] + _activations + _losses
 
 # tiletrain.nn.functional is tiletrain.functional (one module, two names), so that
 # `import tiletrain.nn.functional as F` works as torch's `import torch.nn.functional as F`

@@ -52,6 +52,99 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
+class _Params(Module):
+    """A parameter-free module whose forward is F.<name>(input, **the constructor's arguments)."""
+    fn = None
+    args: tuple = ()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        names = [n for n, _ in self.args]
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__}() takes at most {len(names)} arguments ({len(args)} given)")
+        values = dict(self.args)
+        values.update(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in values:
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {k!r}")
+            values[k] = v
+        for k, v in values.items():
+            setattr(self, k, v)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return type(self).fn(input, **{k: getattr(self, k) for k, _ in self.args})
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={getattr(self, k)}" for k, _ in self.args if k != "inplace")
+
+
+def _params(name: str, fn, *args) -> type:
+    return type(name, (_Params,), {"fn": staticmethod(fn), "args": args, "__doc__": f"torch.nn.{name}: F.{fn.__name__}."})
+
+
+LeakyReLU = _params("LeakyReLU", F.leaky_relu, ("negative_slope", 0.01), ("inplace", False))
+ELU = _params("ELU", F.elu, ("alpha", 1.0), ("inplace", False))
+SELU = _params("SELU", F.selu, ("inplace", False))
+CELU = _params("CELU", F.celu, ("alpha", 1.0), ("inplace", False))
+Softplus = _params("Softplus", F.softplus, ("beta", 1.0), ("threshold", 20.0))
+Hardtanh = _params("Hardtanh", F.hardtanh, ("min_val", -1.0), ("max_val", 1.0), ("inplace", False))
+ReLU6 = _params("ReLU6", F.relu6, ("inplace", False))
+Mish = _params("Mish", F.mish, ("inplace", False))
+Hardsigmoid = _params("Hardsigmoid", F.hardsigmoid, ("inplace", False))
+Hardswish = _params("Hardswish", F.hardswish, ("inplace", False))
+LogSigmoid = _params("LogSigmoid", F.logsigmoid)
+Softsign = _params("Softsign", F.softsign)
+Tanhshrink = _params("Tanhshrink", F.tanhshrink)
+GLU = _params("GLU", F.glu, ("dim", -1))
+Softmin = _params("Softmin", F.softmin, ("dim", None))
+
+
+def _softmax_dim(ndim: int) -> int:
+    """torch's implicit softmax dim (a deprecated call without dim): 0 for 0-, 1- and 3-d input, else 1."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.softmax(input, _softmax_dim(input.ndim) if self.dim is None else self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.log_softmax(input, _softmax_dim(input.ndim) if self.dim is None else self.dim)
+
+
+class Unflatten(Module):
+    """Expands dim ``dim`` into ``unflattened_size``."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        d = self.dim % input.ndim
+        return input.reshape(*input.shape[:d], *self.unflattened_size, *input.shape[d + 1:])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
 class Identity(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return input
@@ -71,4 +164,6 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
-__all__ = ["Flatten", "GELU", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh"]
+__all__ = ["CELU", "CosineSimilarity", "ELU", "Flatten", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
+           "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid",
+           "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten"]

@@ -82,6 +82,55 @@ def _rpow_params(base) -> dict:
     return {"s": _scalar(base, "pow", "self")}
 
 
+def _leaky_params(negative_slope: float = 0.01, inplace: bool = False) -> dict:
+    _inplace_params("leaky_relu")(inplace)
+    return {"slope": _scalar(negative_slope, "leaky_relu", "negative_slope")}
+
+
+def _elu_params(alpha: float = 1.0, inplace: bool = False) -> dict:
+    _inplace_params("elu")(inplace)
+    return {"alpha": _scalar(alpha, "elu", "alpha"), "scale": 1.0, "iscale": 1.0}
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def _selu_params(inplace: bool = False) -> dict:
+    _inplace_params("selu")(inplace)
+    return {"alpha": _SELU_ALPHA, "scale": _SELU_SCALE, "iscale": 1.0}
+
+
+def _celu_params(alpha: float = 1.0, inplace: bool = False) -> dict:
+    _inplace_params("celu")(inplace)
+    alpha = _scalar(alpha, "celu", "alpha")
+    if alpha == 0:
+        raise ValueError("ZeroDivisionError: celu: alpha must not be 0")
+    return {"alpha": alpha, "scale": 1.0, "iscale": 1.0 / alpha}
+
+
+def _softplus_params(beta: float = 1.0, threshold: float = 20.0) -> dict:
+    return {"beta": _scalar(beta, "softplus", "beta"), "threshold": _scalar(threshold, "softplus", "threshold")}
+
+
+def _hardtanh_params(min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> dict:
+    _inplace_params("hardtanh")(inplace)
+    lo, hi = _scalar(min_val, "hardtanh", "min_val"), _scalar(max_val, "hardtanh", "max_val")
+    if lo > hi:
+        raise ValueError("hardtanh: min_val cannot be greater than max_val")
+    return {"lo": lo, "hi": hi}
+
+
+def _relu6_params(inplace: bool = False) -> dict:
+    _inplace_params("relu6")(inplace)
+    return {"lo": 0.0, "hi": 6.0}
+
+
+def _round_params(decimals: int = 0) -> dict:
+    if decimals != 0:
+        raise NotImplementedError("round: decimals other than 0 are not supported")
+    return {}
+
+
 UNARY = [
     Unary("relu", "relu", "relu_backward", "x", _inplace_params("relu"), "max(x, 0)"),
     Unary("gelu", "gelu", "gelu_backward", "x", _gelu_params,
@@ -101,6 +150,27 @@ UNARY = [
           "min(max(x, min), max); the gradient passes where min <= x <= max"),
     Unary("pow_scalar", "pow_scalar", "pow_scalar_backward", "x", _pow_params, "x ** exponent"),
     Unary("rpow_scalar", "rpow_scalar", "rpow_scalar_backward", "y", _rpow_params, "base ** x"),
+    Unary("log1p", "log1p", "log1p_backward", "x", doc="log(1 + x), exact for small x"),
+    Unary("expm1", "expm1", "expm1_backward", "y", doc="exp(x) - 1, exact for small x"),
+    Unary("erf", "erf", "erf_backward", "x", doc="the error function"),
+    Unary("floor", "floor", None, doc="the largest integer <= x; zero gradient"),
+    Unary("ceil", "ceil", None, doc="the smallest integer >= x; zero gradient"),
+    Unary("round", "round", None, params=_round_params, doc="nearest integer, halves to even; zero gradient"),
+    Unary("trunc", "trunc", None, doc="x rounded toward zero; zero gradient"),
+    Unary("leaky_relu", "leaky_relu", "leaky_relu_backward", "x", _leaky_params,
+          "x where x > 0, else negative_slope * x"),
+    Unary("elu", "elu", "elu_backward", "x", _elu_params, "x where x > 0, else alpha (e ** x - 1)"),
+    Unary("selu", "elu", "elu_backward", "x", _selu_params, "scale * elu(x, alpha) with SELU's constants"),
+    Unary("celu", "elu", "elu_backward", "x", _celu_params, "max(0, x) + min(0, alpha (e ** (x / alpha) - 1))"),
+    Unary("softplus", "softplus", "softplus_backward", "x", _softplus_params,
+          "log(1 + e ** (beta x)) / beta, x itself where beta x > threshold"),
+    Unary("hardtanh", "hardtanh", "hardtanh_backward", "x", _hardtanh_params,
+          "x clamped to [min_val, max_val]; the gradient passes strictly inside"),
+    Unary("relu6", "hardtanh", "hardtanh_backward", "x", _relu6_params, "min(max(x, 0), 6)"),
+    Unary("hardsigmoid", "hardsigmoid", "hardsigmoid_backward", "x", _inplace_params("hardsigmoid"),
+          "min(max(x + 3, 0), 6) / 6"),
+    Unary("hardswish", "hardswish", "hardswish_backward", "x", _inplace_params("hardswish"),
+          "x * min(max(x + 3, 0), 6) / 6"),
 ]
 
 
@@ -141,6 +211,11 @@ abs, sign = _UNARY_OPS["abs"], _UNARY_OPS["sign"]  # noqa: A001 - torch's name
 sin, cos, tanh, sigmoid = _UNARY_OPS["sin"], _UNARY_OPS["cos"], _UNARY_OPS["tanh"], _UNARY_OPS["sigmoid"]
 clamp = _UNARY_OPS["clamp"]
 clip = clamp
+log1p, expm1, erf = _UNARY_OPS["log1p"], _UNARY_OPS["expm1"], _UNARY_OPS["erf"]
+floor, ceil, round, trunc = (_UNARY_OPS[k] for k in ("floor", "ceil", "round", "trunc"))  # noqa: A001
+leaky_relu, elu, selu, celu = (_UNARY_OPS[k] for k in ("leaky_relu", "elu", "selu", "celu"))
+softplus, hardtanh, relu6 = _UNARY_OPS["softplus"], _UNARY_OPS["hardtanh"], _UNARY_OPS["relu6"]
+hardsigmoid, hardswish = _UNARY_OPS["hardsigmoid"], _UNARY_OPS["hardswish"]
 
 
 # ---- double backward: each unary op's derivative written with recorded ops ---------------
@@ -180,6 +255,24 @@ def _rpow_scalar_d(x, y, g, p):
     return mul(g, mul(y, math.log(s)))
 
 
+def _zero_d(x, y, g, p):
+    return basic.fill_(Tensor(g.traits, g.dtype), 0.0)
+
+
+def _elu_d(x, y, g, p):
+    neg = mul(mul(g, p["iscale"] * (p["alpha"] * p["scale"])), exp(mul(x, p["iscale"])))
+    return where(gt(x, 0.0), mul(g, p["scale"]), neg)
+
+
+def _softplus_d(x, y, g, p):
+    bx = mul(x, p["beta"])
+    return where(gt(bx, p["threshold"]), g, mul(g, sigmoid(bx)))
+
+
+def _hardtanh_d(x, y, g, p):
+    return where(logical_and(gt(x, p["lo"]), lt(x, p["hi"])), g, 0.0)
+
+
 _UNARY_DOUBLE = {
     "relu": lambda x, y, g, p: where(gt(x, 0.0), g, 0.0),
     "gelu": _gelu_d,
@@ -197,6 +290,16 @@ _UNARY_DOUBLE = {
     "clamp": _clamp_d,
     "pow_scalar": _pow_scalar_d,
     "rpow_scalar": _rpow_scalar_d,
+    "log1p": lambda x, y, g, p: div(g, add(x, 1.0)),
+    "expm1": lambda x, y, g, p: mul(g, add(y, 1.0)),
+    "erf": lambda x, y, g, p: mul(g, mul(exp(neg(mul(x, x))), 2.0 / math.sqrt(math.pi))),
+    "floor": _zero_d, "ceil": _zero_d, "round": _zero_d, "trunc": _zero_d,
+    "leaky_relu": lambda x, y, g, p: where(gt(x, 0.0), g, mul(g, p["slope"])),
+    "elu": _elu_d, "selu": _elu_d, "celu": _elu_d,
+    "softplus": _softplus_d,
+    "hardtanh": _hardtanh_d, "relu6": _hardtanh_d,
+    "hardswish": lambda x, y, g, p: where(le(x, -3.0), 0.0, where(lt(x, 3.0), mul(g, add(div(x, 3.0), 0.5)), g)),
+    "hardsigmoid": lambda x, y, g, p: where(logical_and(gt(x, -3.0), lt(x, 3.0)), mul(g, 0.16666667163372040), 0.0),
 }
 
 
@@ -703,7 +806,8 @@ def _masked_fill_double(node, g):
     return (masked_fill(g, mask, 0.0),)
 
 
-__all__ = ["abs", "add", "clamp", "clip", "cos", "div", "divide",
+__all__ = ["abs", "add", "ceil", "celu", "clamp", "elu", "erf", "expm1", "floor", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log1p",
+           "relu6", "round", "selu", "softplus", "trunc", "clip", "cos", "div", "divide",
            "eq", "ge", "greater", "logical_and", "logical_not", "logical_or", "logical_xor", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
            "not_equal", "where", "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",
            "relu", "rsqrt", "sigmoid", "sign", "silu", "sin", "sqrt", "sub", "subtract", "tanh",

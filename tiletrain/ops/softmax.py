@@ -26,7 +26,7 @@ from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy
 from ..tensors.tensor import known_within
 from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
-from .elementwise import mul
+from .elementwise import mul, neg
 from .index import gather, index_select
 from .reduce import mean as _mean, sum as _total
 from .shape import permute, reshape, retile
@@ -35,9 +35,11 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def _axis(x: Tensor, dim, what: str) -> int:
-    if dim is None:
-        raise TypeError(f"{what}: dim is required (torch's implicit dim choice is deprecated): pass dim=-1 for "
-                        "the last axis")
+    if dim is None:  # torch's deprecated implicit choice, with its warning
+        import warnings
+        warnings.warn(f"Implicit dimension choice for {what} has been deprecated. Change the call to include "
+                      "dim=X as an argument.", UserWarning, stacklevel=4)
+        dim = 0 if x.ndim in (0, 1, 3) else 1
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise TypeError(f"{what}: dim must be an int, got {type(dim).__name__}")
     if x.ndim == 0:
@@ -249,37 +251,69 @@ def _weighted_cross_entropy(logits: Tensor, targets: Tensor, weight, ignore_inde
     divides the sum by the counted targets' total weight."""
     what = "cross_entropy"
     _float_tensor(logits, what, "logits")
-    w = _float_tensor(weight, what, "weight")
-    V = logits.shape[-1] if logits.ndim else 0
-    if w.shape != (V,):
-        raise ValueError(f"{what}: weight must have shape ({V},) (one weight per class), got {w.shape}")
-    if w.dtype != logits.dtype:
-        raise TypeError(f"{what}: weight is {w.dtype} but logits are {logits.dtype}")
-    if needs_grad(w):
-        raise RuntimeError(f"{what}: weight cannot require gradients (as torch: the loss is not differentiable "
-                           "with respect to the class weights)")
+    logp = log_softmax(logits, -1)
+    nll, w_t, counted = _nll_terms(logp, targets, weight, ignore_index, reduction, what)
+    V = logits.shape[-1]
+    loss = mul(nll, 1.0 - eps)                                   # -(1 - eps) w[t] logp[t]
+    if eps > 0.0:
+        smooth = mul(_total(mul(logp, weight), -1), -eps / V)
+        if not counted.all():
+            smooth = mul(smooth, from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
+        loss = loss + smooth
+    return _nll_reduce(loss, w_t, reduction)
+
+
+def _nll_terms(logp: Tensor, targets, weight, ignore_index, reduction: str, what: str):
+    """(-w[t] logp[t] per position (0 where t is ignored), w[t] (0 where ignored), the host mask
+    of counted positions); logp (..., V), weight None or (V,)."""
+    _float_tensor(logp, what, "input")
+    if logp.ndim == 0:
+        raise ValueError(f"{what}: input must have at least one axis (the classes), got a 0-d tensor")
+    V = logp.shape[-1]
+    if weight is not None:
+        w = _float_tensor(weight, what, "weight")
+        if w.shape != (V,):
+            raise ValueError(f"{what}: weight must have shape ({V},) (one weight per class), got {w.shape}")
+        if w.dtype != logp.dtype:
+            raise TypeError(f"{what}: weight is {w.dtype} but input is {logp.dtype}")
+        if needs_grad(w):
+            raise RuntimeError(f"{what}: weight cannot require gradients (as torch: the loss is not differentiable "
+                               "with respect to the class weights)")
     if not isinstance(ignore_index, numbers.Integral) or isinstance(ignore_index, bool):
         raise TypeError(f"{what}: ignore_index must be an int, got {type(ignore_index).__name__}")
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
-    targets = _check_targets(logits, targets, int(ignore_index), what)
+    targets = _check_targets(logp, targets, int(ignore_index), what)
     t = targets.numpy()
     counted = t != ignore_index
     safe = np.where(counted, t, 0).astype(np.int64)
-    logp = log_softmax(logits, -1)
     picked = reshape(gather(logp, -1, from_numpy(np.ascontiguousarray(safe[..., None]))), t.shape)
-    w_t = mul(reshape(index_select(w, 0, from_numpy(np.ascontiguousarray(safe.reshape(-1)))), t.shape),
-              from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
-    loss = mul(mul(picked, w_t), eps - 1.0)                      # -(1 - eps) w[t] logp[t]
-    if eps > 0.0:
-        smooth = mul(_total(mul(logp, w), -1), -eps / V)
-        if not counted.all():
-            smooth = mul(smooth, from_numpy(np.array(counted, dtype=logits.dtype, order="C")))
-        loss = loss + smooth
+    mask = from_numpy(np.array(counted, dtype=logp.dtype, order="C"))
+    w_t = mask if weight is None else \
+        mul(reshape(index_select(weight, 0, from_numpy(np.ascontiguousarray(safe.reshape(-1)))), t.shape), mask)
+    return neg(mul(picked, w_t)), w_t, counted
+
+
+def _nll_reduce(loss: Tensor, w_t: Tensor, reduction: str) -> Tensor:
     if reduction == "none":
         return loss
     total = _total(loss)
     return total if reduction == "sum" else total / _total(w_t)
+
+
+def nll_loss(input: Tensor, target: Tensor, weight=None, size_average=None, ignore_index: int = -100,  # noqa: A002
+             reduce=None, reduction: str = "mean") -> Tensor:
+    """torch.nn.functional.nll_loss: -weight[t] input[t] per position, input of log-probabilities
+    with the classes on dim 1 of (N, C, d1, ...) (the last axis of (N, C) and of an unbatched
+    (C,)); "mean" divides by the counted targets' total weight (ignore_index not counted)."""
+    what = "nll_loss"
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(f"{what}: size_average and reduce are deprecated in torch and not supported; "
+                                  "use reduction='mean', 'sum' or 'none'")
+    if isinstance(input, Tensor) and input.ndim >= 3:
+        input = permute(input, 0, *range(2, input.ndim), 1)  # (N, d1, ..., C): the classes last
+    loss, w_t, _ = _nll_terms(input, target, weight, ignore_index, reduction, what)
+    return _nll_reduce(loss, w_t, reduction)
 
 
 @backward_rule("cross_entropy")
@@ -303,7 +337,7 @@ def _cross_entropy_bwd(node, g):
     return (dx,)
 
 
-__all__ = ["softmax", "log_softmax", "cross_entropy"]
+__all__ = ["softmax", "log_softmax", "cross_entropy", "nll_loss"]
 
 
 @double_backward_rule("cross_entropy")

@@ -181,7 +181,109 @@ def _divide(a, b):
         return a / b
 
 
+def _halves(rng, dt, n=N):
+    """Values with exact halves (round: to even) and integers among them."""
+    x = _r(rng, dt, n) * 4
+    x[:4] = [0.5, 1.5, -2.5, 3.0]
+    return x
+
+
+def _hardtanh_case(rng, dt, bwd=False, relu6=False):
+    lo, hi = (0.0, 6.0) if relu6 else [(-1.0, 1.0), (-0.5, 0.25)][int(rng.integers(2))]
+    x = _r(rng, dt, N) * (8 if relu6 else 2)
+    x[0], x[1] = lo, hi
+    bufs = [x, _r(rng, dt, N), np.zeros(N, dt)] if bwd else [x, np.zeros(N, dt)]
+    return dict(n=N, lo=lo, hi=hi), bufs
+
+
+def _hardtanh(a, x, y):
+    lo, hi = _bounds(a, x.dtype)
+    return {1: np.where(_f(x) < lo, lo, np.where(_f(x) > hi, hi, _f(x)))}
+
+
+def _hardtanh_bwd(a, x, dy, dx):
+    lo, hi = _bounds(a, x.dtype)
+    return {2: np.where((_f(x) > lo) & (_f(x) < hi), _f(dy), 0.0)}
+
+
+def _c(a, key, dt):
+    return _f(np.asarray(a[key], dtype=dt))
+
+
+_ELU_ARGS = [dict(alpha=1.0, scale=1.0, iscale=1.0), dict(alpha=0.5, scale=1.0, iscale=2.0),
+             dict(alpha=1.6732632423543772, scale=1.0507009873554805, iscale=1.0)]
+
+
+def _act_case(args_list, bwd, scale=3.0):
+    def case(rng, dt):
+        args = dict(args_list[int(rng.integers(len(args_list)))], n=N)
+        x = _r(rng, dt, N) * scale
+        x[0] = 0
+        return args, ([x, _r(rng, dt, N), np.zeros(N, dt)] if bwd else [x, np.zeros(N, dt)])
+    return case
+
+
+def _elu(a, x, y):
+    al, sc, isc, x = _c(a, "alpha", x.dtype), _c(a, "scale", x.dtype), _c(a, "iscale", x.dtype), _f(x)
+    return {1: np.where(x > 0, x * sc, np.expm1(x * isc) * (al * sc))}
+
+
+def _elu_bwd(a, x, dy, dx):
+    al, sc, isc, x, dy = _c(a, "alpha", x.dtype), _c(a, "scale", x.dtype), _c(a, "iscale", x.dtype), _f(x), _f(dy)
+    return {2: np.where(x > 0, dy * sc, dy * (isc * (al * sc)) * np.exp(x * isc))}
+
+
+_SOFTPLUS_ARGS = [dict(beta=1.0, threshold=20.0), dict(beta=2.0, threshold=1.0)]
+
+
+def _softplus(a, x, y):
+    b, t, x = _c(a, "beta", x.dtype), _c(a, "threshold", x.dtype), _f(x)
+    with np.errstate(over="ignore"):
+        return {1: np.where(x * b > t, x, np.log1p(np.exp(x * b)) / b)}
+
+
+def _softplus_bwd(a, x, dy, dx):
+    b, t, x, dy = _c(a, "beta", x.dtype), _c(a, "threshold", x.dtype), _f(x), _f(dy)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = np.exp(x * b)
+        return {2: np.where(x * b > t, dy, dy * z / (z + 1))}
+
+
+def _leaky_case(bwd):
+    return _act_case([dict(slope=0.01), dict(slope=0.2)], bwd)
+
+
+def _erf(x):
+    from math import erf
+    return np.vectorize(erf)(x)
+
+
 REFERENCES: dict[str, Reference] = {
+    "log1p": _unary(np.log1p, _pos),
+    "expm1": _unary(np.expm1),
+    "erf": _unary(_erf),
+    "floor": _unary(np.floor, _halves),
+    "ceil": _unary(np.ceil, _halves),
+    "round": _unary(np.rint, _halves),
+    "trunc": _unary(np.trunc, _halves),
+    "hardtanh": Reference(_hardtanh_case, _hardtanh),
+    "log1p_backward": _unary_bwd(np.log1p, lambda x, dy: dy / (x + 1), _pos),
+    "expm1_backward": _unary_bwd(np.expm1, lambda y, dy: dy * (y + 1), uses_y=True),
+    "erf_backward": _unary_bwd(_erf, lambda x, dy: dy * (1.1283791670955126 * np.exp(-(x * x)))),
+    "hardsigmoid": _unary(lambda x: np.minimum(np.maximum(x + 3, 0), 6) / 6, lambda rng, dt, n: _r(rng, dt, n) * 4),
+    "hardsigmoid_backward": _unary_bwd(lambda x: x, lambda x, dy: np.where((x > -3) & (x < 3), dy * float(np.float32(1 / 6)), 0.0),
+                                       lambda rng, dt, n: _r(rng, dt, n) * 4),
+    "hardswish": _unary(lambda x: x * np.minimum(np.maximum(x + 3, 0), 6) / 6, lambda rng, dt, n: _r(rng, dt, n) * 4),
+    "hardswish_backward": _unary_bwd(lambda x: x, lambda x, dy: np.where(x <= -3, 0.0, np.where(x < 3, dy * (x / 3 + 0.5), dy)),
+                                     lambda rng, dt, n: _r(rng, dt, n) * 4),
+    "hardtanh_backward": Reference(lambda rng, dt: _hardtanh_case(rng, dt, bwd=True), _hardtanh_bwd),
+    "leaky_relu": Reference(_leaky_case(False), lambda a, x, y: {1: np.where(_f(x) > 0, _f(x), _f(x) * _c(a, "slope", x.dtype))}),
+    "leaky_relu_backward": Reference(_leaky_case(True), lambda a, x, dy, dx: {
+        2: np.where(_f(x) > 0, _f(dy), _f(dy) * _c(a, "slope", x.dtype))}),
+    "elu": Reference(_act_case(_ELU_ARGS, False), _elu),
+    "elu_backward": Reference(_act_case(_ELU_ARGS, True), _elu_bwd),
+    "softplus": Reference(_act_case(_SOFTPLUS_ARGS, False, 12.0), _softplus),
+    "softplus_backward": Reference(_act_case(_SOFTPLUS_ARGS, True, 12.0), _softplus_bwd),
     "exp": _unary(np.exp),
     "log": _unary(np.log, _pos),
     "sqrt": _unary(np.sqrt, _pos),

@@ -1,0 +1,106 @@
+"""torch.nn.functional's activations and helpers that are compositions of other ops (their
+gradients, double backward included, come from the ops they are made of): logsigmoid, mish,
+softsign, tanhshrink, glu, softmin, normalize, cosine_similarity and
+constant padding (pad).  The element-wise activations with kernels of their own (leaky_relu,
+elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
+from __future__ import annotations
+
+import numbers
+
+from ..ops.elementwise import abs as _abs, add, clamp, div, mul, neg, softplus, sub, tanh
+from ..ops.elementwise import sigmoid
+from ..ops.reduce import norm as _norm, sum as _sum
+from ..ops.index import index_get
+from ..ops.shape import cat, chunk
+from ..ops.softmax import softmax
+from ..ops.creation import full
+from ..tensors import Tensor
+
+__all__ = ["cosine_similarity", "glu", "logsigmoid", "mish", "normalize", "pad",
+           "softmin", "softsign", "tanhshrink"]
+
+
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002 - torch's names
+    """log(sigmoid(x)) = -softplus(-x) (stable for large |x|)."""
+    return neg(softplus(neg(input)))
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x * tanh(softplus(x))."""
+    return mul(input, tanh(softplus(input)))
+
+
+def softsign(input: Tensor) -> Tensor:  # noqa: A002
+    """x / (1 + |x|)."""
+    return div(input, add(_abs(input), 1.0))
+
+
+def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
+    """x - tanh(x)."""
+    return sub(input, tanh(input))
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
+    """a * sigmoid(b), a and b the two halves of input along dim (its size must be even)."""
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    n = input.shape[dim]
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.ndim} is size {n}")
+    a, b = chunk(input, 2, dim)
+    return mul(a, sigmoid(b))
+
+
+def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """softmax(-x) along dim."""
+    return softmax(neg(input), dim, dtype=dtype)
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None) -> Tensor:  # noqa: A002
+    """x / max(||x||_p along dim, eps), as torch.nn.functional.normalize."""
+    if out is not None:
+        raise NotImplementedError("normalize: out= is not supported; use the return value")
+    n = clamp(_norm(input, p, dim, keepdim=True), min=eps)
+    return div(input, n)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) along dim (torch's formula: each
+    operand divided by its clamped norm, then the product summed)."""
+    n1 = clamp(_norm(x1, 2, dim, keepdim=True), min=eps)
+    n2 = clamp(_norm(x2, 2, dim, keepdim=True), min=eps)
+    return _sum(mul(div(x1, n1), div(x2, n2)), dim)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
+    """torch.nn.functional.pad, mode "constant": pad = (left, right) for the last dim, then
+    (top, bottom) for the one before, ...; negative amounts crop.  Other modes raise."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported (only 'constant')")
+    if not isinstance(pad, (tuple, list)) or len(pad) % 2 or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pad):
+        raise ValueError(f"pad: pad must be a tuple of an even number of ints, got {pad!r}")
+    if len(pad) // 2 > input.ndim:
+        raise ValueError(f"Padding length should be less than or equal to two times the input dimension but got "
+                         f"padding length {len(pad)} and input of dimension {input.ndim}")
+    value = 0.0 if value is None else float(value)
+    x = input
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
+        if lo < 0 or hi < 0:  # crop first
+            idx = [slice(None)] * x.ndim
+            idx[d] = slice(max(-lo, 0), x.shape[d] - max(-hi, 0))
+            if idx[d].start >= idx[d].stop:
+                raise RuntimeError(f"pad: the cropped size of dimension {d} would be <= 0")
+            x = index_get(x, tuple(idx))
+        parts = []
+        for amount in (max(lo, 0), None, max(hi, 0)):
+            if amount is None:
+                parts.append(x)
+            elif amount:
+                shape = list(x.shape)
+                shape[d] = amount
+                parts.append(full(tuple(shape), value, dtype=x.dtype))
+        x = cat(parts, d) if len(parts) > 1 else x
+    return x
