@@ -146,6 +146,9 @@ def record(op: str, out: Tensor, inputs: Sequence, saved: Sequence = (), **ctx: 
     if op not in BACKWARD:
         raise RuntimeError(f"op {op!r} has no backward rule")
     ins = tuple(t if isinstance(t, Tensor) and t.requires_grad else None for t in inputs)
+    for t in ins:
+        if t is not None:
+            t._read = True  # an in-place op on it later would change what this node reads
     out._node = Node(op, ins, tuple(saved), ctx, place=_dist._explicit[-1] if _dist._explicit else None)
     out.requires_grad = True
     return out

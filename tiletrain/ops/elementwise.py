@@ -352,6 +352,8 @@ def reciprocal(input: Tensor) -> Tensor:  # noqa: A002
 
 def neg(input: Tensor) -> Tensor:  # noqa: A002
     """-x (element-wise)."""
+    if isinstance(input, Tensor) and input.dtype == np.int64:
+        return _int_host("neg", np.negative, input)
     return basic.scale(input, -1.0)
 
 
@@ -499,8 +501,87 @@ def minimum(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return BINARY_OPS["minimum"](*_tensor_operands("minimum", input, other, half=False))
 
 
+def _nonfloat(a, b) -> bool:
+    """An int64 or bool tensor among two operands (the hot float path skips the integer rules)."""
+    return (isinstance(a, Tensor) and not is_float(a.dtype)) or (isinstance(b, Tensor) and not is_float(b.dtype))
+
+
+def _integral(v) -> bool:
+    return (isinstance(v, Tensor) and not is_float(v.dtype)) or (isinstance(v, numbers.Integral))
+
+
+def _int_case(*vals) -> bool:
+    """True when every operand is an int64/bool tensor or an int (torch's integer arithmetic:
+    an integer result), with at least one tensor."""
+    return any(isinstance(v, Tensor) for v in vals) and all(_integral(v) for v in vals)
+
+
+def _int_host(what: str, fn, *vals) -> Tensor:
+    """Integer arithmetic in NumPy (the operands are read; int64 wraps around as torch's): index
+    and label tensors are small, and float kernels would not keep int64 values beyond 2**53."""
+    args = [v.numpy() if isinstance(v, Tensor) else v for v in vals]
+    try:
+        with np.errstate(over="ignore"):
+            out = fn(*args)
+    except ValueError as e:
+        raise RuntimeError(f"{what}: {e}") from None
+    out = np.asarray(out)
+    if out.dtype.kind in "iu":
+        out = out.astype(np.int64)
+    return from_numpy(_c(out))
+
+
+def _float_operands(*vals):
+    """An int64/bool tensor meeting a float number or tensor: cast to the float dtype (torch's
+    promotion: the float tensor's dtype, else the default dtype)."""
+    floats = [v.dtype for v in vals if isinstance(v, Tensor) and is_float(v.dtype)]
+    dt = floats[0] if floats else get_default_dtype()
+    return tuple(convert(v, dt) if isinstance(v, Tensor) and not is_float(v.dtype) else v for v in vals)
+
+
+def _no_zero_divisor(what: str, b) -> None:
+    bad = (np.asarray(b) == 0).any()
+    if bad:
+        raise RuntimeError(f"{what}: ZeroDivisionError (integer division by zero)")
+
+
+def floor_divide(input, other) -> Tensor:  # noqa: A002
+    """input // other: floor(input / other); integers stay integers (torch's floor division)."""
+    return div(input, other, rounding_mode="floor")
+
+
+def remainder(input, other) -> Tensor:  # noqa: A002
+    """input % other with the sign of other (Python's and torch's remainder)."""
+    if _int_case(input, other):
+        def fn(a, b):
+            _no_zero_divisor("remainder", b)
+            return np.remainder(a, b)
+        return _int_host("remainder", fn, input, other)
+    a, b = _float_operands(input, other)
+    return sub(a, mul(div(a, b, rounding_mode="floor"), b))
+
+
+def fmod(input, other) -> Tensor:  # noqa: A002
+    """input - trunc(input / other) * other (C's fmod: the sign of input)."""
+    if _int_case(input, other):
+        def fn(a, b):
+            _no_zero_divisor("fmod", b)
+            return np.fmod(a, b)
+        return _int_host("fmod", fn, input, other)
+    a, b = _float_operands(input, other)
+    return sub(a, mul(div(a, b, rounding_mode="trunc"), b))
+
+
 def pow(input, exponent) -> Tensor:  # noqa: A001,A002
     """input ** exponent: tensor ** number, number ** tensor or tensor ** tensor (broadcast)."""
+    if _nonfloat(input, exponent) and _int_case(input, exponent):
+        def fn(a, b):
+            if (np.asarray(b) < 0).any():
+                raise ValueError("Integers to negative integer powers are not allowed.")
+            return np.power(a, b)
+        return _int_host("pow", fn, input, exponent)
+    if _nonfloat(input, exponent):
+        input, exponent = _float_operands(input, exponent)
     if isinstance(input, Tensor) and _is_number(exponent):
         e = float(exponent)
         x = _float_tensor(input, "pow", "input")
@@ -523,6 +604,10 @@ def pow(input, exponent) -> Tensor:  # noqa: A001,A002
 
 def add(input, other, *, alpha=1) -> Tensor:  # noqa: A002
     """input + alpha * other (broadcasting; other may be a number)."""
+    if _nonfloat(input, other) and _int_case(input, other, alpha):
+        return _int_host("add", lambda a, b: a + alpha * b if alpha != 1 else a + b, input, other)
+    if _nonfloat(input, other):
+        input, other = _float_operands(input, other)
     alpha = _scalar(alpha, "add", "alpha")
     if _is_number(other):
         return basic.add_scalar(_any_float_tensor(input, "add", "input"), alpha * float(other))
@@ -534,6 +619,13 @@ def add(input, other, *, alpha=1) -> Tensor:  # noqa: A002
 
 def sub(input, other, *, alpha=1) -> Tensor:  # noqa: A002
     """input - alpha * other (broadcasting; either may be a number)."""
+    if _nonfloat(input, other) and _int_case(input, other, alpha):
+        if any(isinstance(v, Tensor) and v.dtype == np.bool_ for v in (input, other)):
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+                               "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+        return _int_host("sub", lambda a, b: a - alpha * b if alpha != 1 else a - b, input, other)
+    if _nonfloat(input, other):
+        input, other = _float_operands(input, other)
     alpha = _scalar(alpha, "sub", "alpha")
     if _is_number(input) and isinstance(other, Tensor):
         return basic.add_scalar(_any_float_tensor(other, "sub", "other"), float(input), alpha=-alpha)
@@ -548,6 +640,10 @@ subtract = sub
 
 def mul(input, other) -> Tensor:  # noqa: A002
     """input * other (broadcasting; either may be a number)."""
+    if _nonfloat(input, other) and _int_case(input, other):
+        return _int_host("mul", lambda a, b: a * b, input, other)
+    if _nonfloat(input, other):
+        input, other = _float_operands(input, other)
     if _is_number(other):
         return basic.scale(_any_float_tensor(input, "mul", "input"), float(other))
     if _is_number(input):
@@ -563,7 +659,7 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
     """input / other (true division, broadcasting; either may be a number; x / 0 gives inf
     or nan as in IEEE arithmetic)."""
     if rounding_mode is not None:
-        raise NotImplementedError(f"div: rounding_mode={rounding_mode!r} is not supported (only true division)")
+        return _rounded_div(input, other, rounding_mode)
     input, other = _true_division_operands(input, other)
     if _is_number(other):
         return basic.div_scalar(_any_float_tensor(input, "div", "input"), float(other))
@@ -574,6 +670,24 @@ def div(input, other, *, rounding_mode=None) -> Tensor:  # noqa: A002
 
 
 divide = true_divide = div
+
+
+def _rounded_div(input, other, rounding_mode: str) -> Tensor:  # noqa: A002
+    """torch's div with rounding_mode "floor" or "trunc": integers stay integers (computed in
+    NumPy); floats are floor/trunc of the true quotient (zero gradient, as torch)."""
+    if rounding_mode not in ("floor", "trunc"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                         f"'{rounding_mode}'")
+    if _int_case(input, other):
+        def fn(a, b):
+            _no_zero_divisor("div", b)
+            if rounding_mode == "floor":
+                return np.floor_divide(a, b)
+            q = np.floor_divide(a, b)
+            return q + ((np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)))
+        return _int_host("div", fn, input, other)
+    q = div(input, other)
+    return floor(q) if rounding_mode == "floor" else trunc(q)
 
 
 def _true_division_operands(input, other):  # noqa: A002
@@ -806,7 +920,7 @@ def _masked_fill_double(node, g):
     return (masked_fill(g, mask, 0.0),)
 
 
-__all__ = ["abs", "add", "ceil", "celu", "clamp", "elu", "erf", "expm1", "floor", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log1p",
+__all__ = ["floor_divide", "fmod", "remainder", "abs", "add", "ceil", "celu", "clamp", "elu", "erf", "expm1", "floor", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log1p",
            "relu6", "round", "selu", "softplus", "trunc", "clip", "cos", "div", "divide",
            "eq", "ge", "greater", "logical_and", "logical_not", "logical_or", "logical_xor", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
            "not_equal", "where", "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",

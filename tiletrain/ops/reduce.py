@@ -37,6 +37,7 @@ return_types = type("return_types", (), {
     "max": namedtuple("max", ["values", "indices"]),
     "min": namedtuple("min", ["values", "indices"]),
     "topk": namedtuple("topk", ["values", "indices"]),
+    "sort": namedtuple("sort", ["values", "indices"]),
 })
 
 
@@ -310,7 +311,39 @@ def _max_dim_bwd(node, g):
     return (dx,)
 
 
+def _int_extreme(x: Tensor, dim, keepdim, ismin: int, what: str, arg: bool = False):
+    """max/min/argmax/argmin of an int64 or bool tensor, in NumPy (exact int64 values; the
+    first index among ties, as torch)."""
+    a = x.numpy()
+    if a.size == 0:
+        raise RuntimeError(f"{what}(): Expected reduction dim to be specified for input.numel() == 0.")
+    if dim is None:
+        if arg:
+            return _host(np.argmin(a) if ismin else np.argmax(a), keepdim and a.ndim, a.ndim)
+        return _host(a.min() if ismin else a.max())
+    d = _dim_index(x, dim, what)
+    if a.ndim == 0:
+        v, i = a, np.zeros((), np.int64)
+    else:
+        i = np.argmin(a, axis=d) if ismin else np.argmax(a, axis=d)
+        v = np.take_along_axis(a, np.expand_dims(i, d), d).squeeze(d)
+        if keepdim:
+            v, i = np.expand_dims(v, d), np.expand_dims(i, d)
+    if arg:
+        return _host(i)
+    return getattr(return_types, what)(_host(v), _host(i))
+
+
+def _host(a, keep_ndim: int = 0) -> Tensor:
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        a = a.astype(np.int64)
+    return from_numpy(_c(a.reshape((1,) * keep_ndim) if keep_ndim else a))
+
+
 def _max_min(x, dim, keepdim, ismin: int, what: str):
+    if isinstance(x, Tensor) and not is_float(x.dtype) and not isinstance(dim, Tensor):
+        return _int_extreme(x, dim, keepdim, ismin, what)
     if dim is None:
         if keepdim:
             raise TypeError(f"{what}: keepdim needs a dim (torch.{what}(input) reduces every element)")
@@ -336,6 +369,8 @@ def min(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
 
 
 def _argext(x: Tensor, dim, keepdim, ismin: int, what: str) -> Tensor:
+    if isinstance(x, Tensor) and not is_float(x.dtype):
+        return _int_extreme(x, dim, keepdim, ismin, what, arg=True)
     if dim is not None:
         return _arg_dim(x, dim, keepdim, ismin, what)[1]
     _float_tensor(x, what, "input")

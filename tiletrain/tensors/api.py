@@ -8,10 +8,12 @@ that every tensor made from then on -- by the ops too -- is a tiletrain.Tensor."
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import numpy as np
 
 from .. import ops
+from ..ops.creation import full, ones, rand, randn, zeros
 from ..ops.softmax import log_softmax, softmax
 from .cupy_interop import to_cupy
 from .device import device as _device, parse_to
@@ -21,6 +23,64 @@ from .tensor import TensorBase, as_dtype, bfloat16, float16, set_tensor_class
 def _operand(v) -> bool:
     """A tensor or a real number: what the operators take (others get NotImplemented)."""
     return isinstance(v, TensorBase) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+def _needs_graph(x, operands) -> bool:
+    return ops.grad_enabled() and (x.requires_grad or any(isinstance(o, TensorBase) and o.requires_grad
+                                                          for o in operands))
+
+
+def _reads_itself(x) -> bool:
+    """x's own node keeps x (its rule reads the output)."""
+    node = x._node
+    return node is not None and (any(s is x for s in node.saved) or any(
+        isinstance(v, weakref.ref) and v() is x for v in node.ctx.values()))
+
+
+def _inplace(x, fn, *operands, rebind: bool = False):
+    """x takes the value fn(x, *operands).  Outside the autograd graph the result is written
+    into x's own tiles (views of x see it).  In the graph, x becomes the result's tensor (its
+    node included) and the graph keeps x's old value under a tensor of its own, so earlier
+    readers are not changed -- refused, as torch refuses a leaf, when a recorded op already
+    read x (tiletrain keeps no version counters).  ``rebind`` (x += y and the other augmented
+    assignments): in that case the result is returned out of place instead, which Python binds
+    to the name."""
+    if not _needs_graph(x, operands):
+        return ops.assign_(x, fn(x, *operands))
+    if x.requires_grad and x._node is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if getattr(x, "_read", False) or _reads_itself(x):
+        if rebind:
+            return fn(x, *operands)
+        raise RuntimeError("one of the variables needed for gradient computation would be modified by an inplace "
+                           "operation: a recorded op already read this tensor (tiletrain keeps no version counters); "
+                           "write it out of place (y = x + 1)")
+    old = x._hand_over()
+    try:
+        r = fn(old, *operands)
+        if tuple(r.shape) != tuple(old.shape):
+            raise RuntimeError(f"output with shape {list(old.shape)} doesn't match the broadcast shape {list(r.shape)}")
+        if r.dtype != old.dtype:
+            r = ops.elementwise.convert(r, old.dtype)
+        if r.tiles != old.tiles:
+            r = ops.retile(r, old.tiles)
+    except BaseException:
+        x._take(old)
+        raise
+    node = r._node
+    x._take(r)
+    if node is not None:  # the node's references to its output now name x
+        node.saved = tuple(x if t is r else t for t in node.saved)
+        for k, v in node.ctx.items():
+            if isinstance(v, weakref.ref) and v() is r:
+                node.ctx[k] = weakref.ref(x)
+            elif v is r:
+                node.ctx[k] = x
+    return x
+
+
+def _alpha(fn):
+    return lambda a, b, alpha=1: fn(a, b, alpha=alpha)
 
 
 class Tensor(TensorBase):
@@ -112,6 +172,117 @@ class Tensor(TensorBase):
         result is computed out of place and this tensor then holds it (tensors that shared its
         tiles before -- views, its base -- keep the old values)."""
         ops.assign_(self, ops.index_put(self, index, value))
+
+
+    # -- in place (torch's trailing underscore; x += y and the other augmented assignments) -----
+    def add_(self, other, *, alpha=1):
+        return _inplace(self, lambda a, b: ops.add(a, b, alpha=alpha), other)
+
+    def sub_(self, other, *, alpha=1):
+        return _inplace(self, lambda a, b: ops.sub(a, b, alpha=alpha), other)
+
+    def mul_(self, other):
+        return _inplace(self, ops.mul, other)
+
+    def div_(self, other, *, rounding_mode=None):
+        return _inplace(self, lambda a, b: ops.div(a, b, rounding_mode=rounding_mode), other)
+
+    def pow_(self, exponent):
+        return _inplace(self, ops.pow, exponent)
+
+    def clamp_(self, min=None, max=None):  # noqa: A002
+        return _inplace(self, lambda a: ops.clamp(a, min, max))
+
+    clip_ = clamp_
+
+    def clamp_min(self, min):  # noqa: A002
+        return ops.clamp(self, min=min)
+
+    def clamp_max(self, max):  # noqa: A002
+        return ops.clamp(self, max=max)
+
+    def clamp_min_(self, min):  # noqa: A002
+        return _inplace(self, lambda a: ops.clamp(a, min=min))
+
+    def clamp_max_(self, max):  # noqa: A002
+        return _inplace(self, lambda a: ops.clamp(a, max=max))
+
+    def lerp_(self, end, weight):
+        return _inplace(self, lambda a, b: ops.add(a, ops.mul(ops.sub(b, a), weight)), end)
+
+    def addcmul_(self, tensor1, tensor2, *, value=1):
+        return _inplace(self, lambda a, b, c: ops.add(a, ops.mul(b, c), alpha=value), tensor1, tensor2)
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1):
+        return _inplace(self, lambda a, b, c: ops.add(a, ops.div(b, c), alpha=value), tensor1, tensor2)
+
+    def normal_(self, mean=0.0, std=1.0, *, generator=None):
+        return _inplace(self, lambda a: ops.add(ops.mul(randn(*a.shape, generator=generator, dtype=a.dtype, tiles=a.tiles), std), mean))
+
+    def uniform_(self, a=0.0, b=1.0, *, generator=None):  # torch names them from, to
+        return _inplace(self, lambda x: ops.add(ops.mul(rand(*x.shape, generator=generator, dtype=x.dtype, tiles=x.tiles), b - a), a))
+
+    def __iadd__(self, other):
+        return _inplace(self, ops.add, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __isub__(self, other):
+        return _inplace(self, ops.sub, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __imul__(self, other):
+        return _inplace(self, ops.mul, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __itruediv__(self, other):
+        return _inplace(self, ops.div, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __ipow__(self, other):
+        return _inplace(self, ops.pow, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __ifloordiv__(self, other):
+        return _inplace(self, ops.floor_divide, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __imod__(self, other):
+        return _inplace(self, ops.remainder, other, rebind=True) if _operand(other) else NotImplemented
+
+    def __floordiv__(self, other):
+        return ops.floor_divide(self, other) if _operand(other) else NotImplemented
+
+    def __rfloordiv__(self, other):
+        return ops.floor_divide(other, self) if _operand(other) else NotImplemented
+
+    def __mod__(self, other):
+        return ops.remainder(self, other) if _operand(other) else NotImplemented
+
+    def __rmod__(self, other):
+        return ops.remainder(other, self) if _operand(other) else NotImplemented
+
+    def __pos__(self):
+        return self
+
+    def __index__(self):
+        if self.numel() != 1 or self.dtype not in (np.int64, np.bool_):
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    @property
+    def data(self):
+        """The same tiles, cut from the autograd graph (torch's ``.data``); assigning
+        ``x.data = t`` writes t's values into x (same shape)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, TensorBase):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        if value._ptr == self._ptr:  # x.data op= y: already written into x's tiles
+            return
+        if tuple(value.shape) != tuple(self.shape):
+            raise NotImplementedError(f".data = tensor of another shape ({tuple(value.shape)} for "
+                                      f"{tuple(self.shape)}) is not supported")
+        with ops.no_grad():
+            ops.assign_(self, value)
 
     # -- autograd, dtype, copies ------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph=False):
@@ -334,8 +505,7 @@ class Tensor(TensorBase):
         return ops.masked_fill(self, *args, **kwargs)
 
     def masked_fill_(self, mask, value):
-        ops.assign_(self, ops.masked_fill(self, mask, value))
-        return self
+        return _inplace(self, lambda a: ops.masked_fill(a, mask, value))
 
     def tril(self, diagonal=0):
         return ops.tril(self, diagonal)
@@ -479,6 +649,242 @@ class Tensor(TensorBase):
     def chunk(self, *args, **kwargs):
         """tiletrain.chunk(self, ...)"""
         return ops.chunk(self, *args, **kwargs)
+
+
+    # -- more of torch's methods (tiletrain/ops/composite.py and the element-wise table) ------
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        from ..tensors import tensor
+        return tensor(data, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        return full(tuple(size), fill_value, dtype=self.dtype if dtype is None else dtype,
+                        requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return zeros(*size, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return ones(*size, dtype=self.dtype if dtype is None else dtype, requires_grad=requires_grad)
+
+    new_empty = new_zeros
+
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        """Without dtype: torch's type string ('torch.FloatTensor' ...); with one: a cast."""
+        if dtype is None:
+            names = {np.dtype(np.float32): "Float", np.dtype(np.float64): "Double", np.dtype(np.int64): "Long",
+                     np.dtype(np.bool_): "Bool"}
+            return f"torch.{names.get(np.dtype(self.dtype), 'Half' if self.dtype == float16 else 'BFloat16')}Tensor"
+        return self.to(dtype)
+
+    def int(self):
+        """int64 (tiletrain's one integer dtype; torch's int() gives int32)."""
+        return self.to(np.int64)
+
+    def is_floating_point(self) -> bool:
+        return np.dtype(self.dtype).kind == "f" or self.dtype in (float16, bfloat16)
+
+    def element_size(self) -> int:
+        return 2 if self.dtype in (float16, bfloat16) else np.dtype(self.dtype).itemsize
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    def ndimension(self) -> int:
+        return self.ndim
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    def stride(self, dim=None):
+        """The strides of a C-contiguous tensor of this shape (what .numpy() gives)."""
+        st, acc = [], 1
+        for n in reversed(self.shape):
+            st.append(acc)
+            acc *= n
+        st = tuple(reversed(st))
+        return st if dim is None else st[dim]
+
+    def equal(self, other) -> bool:
+        return ops.equal(self, other)
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+        return ops.allclose(self, other, rtol, atol, equal_nan)
+
+    def repeat(self, *sizes):
+        return ops.repeat(self, *sizes)
+
+    def flip(self, *dims):
+        return ops.flip(self, dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims)
+
+    def roll(self, shifts, dims=None):
+        return ops.roll(self, shifts, dims)
+
+    def unbind(self, dim=0):
+        return ops.unbind(self, dim)
+
+    def narrow(self, dim, start, length):
+        return ops.narrow(self, dim, start, length)
+
+    def movedim(self, source, destination):
+        return ops.movedim(self, source, destination)
+
+    def swapaxes(self, axis0, axis1):
+        return ops.transpose(self, axis0, axis1)
+
+    swapdims = swapaxes
+
+    def unflatten(self, dim, sizes):
+        d = dim % self.ndim
+        return ops.reshape(self, (*self.shape[:d], *sizes, *self.shape[d + 1:]))
+
+    def mm(self, mat2):
+        return ops.mm(self, mat2)
+
+    def bmm(self, mat2):
+        return ops.bmm(self, mat2)
+
+    def mv(self, vec):
+        return ops.mv(self, vec)
+
+    def dot(self, other):
+        return ops.dot(self, other)
+
+    def cumsum(self, dim, *, dtype=None):
+        return ops.cumsum(self, dim, dtype=dtype)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        return ops.sort(self, dim, descending, stable)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        return ops.argsort(self, dim, descending, stable)
+
+    def nonzero(self, *, as_tuple=False):
+        return ops.nonzero(self, as_tuple=as_tuple)
+
+    def masked_select(self, mask):
+        return ops.masked_select(self, mask)
+
+    def any(self, dim=None, keepdim=False):
+        return ops.any(self, dim, keepdim)
+
+    def all(self, dim=None, keepdim=False):
+        return ops.all(self, dim, keepdim)
+
+    def count_nonzero(self, dim=None):
+        return ops.count_nonzero(self, dim)
+
+    def isnan(self):
+        return ops.isnan(self)
+
+    def isinf(self):
+        return ops.isinf(self)
+
+    def isfinite(self):
+        return ops.isfinite(self)
+
+    def square(self):
+        return ops.square(self)
+
+    def log2(self):
+        return ops.log2(self)
+
+    def log10(self):
+        return ops.log10(self)
+
+    def log1p(self):
+        return ops.log1p(self)
+
+    def expm1(self):
+        return ops.expm1(self)
+
+    def erf(self):
+        return ops.erf(self)
+
+    def floor(self):
+        return ops.floor(self)
+
+    def ceil(self):
+        return ops.ceil(self)
+
+    def round(self, decimals=0):
+        return ops.round(self, decimals)
+
+    def trunc(self):
+        return ops.trunc(self)
+
+    def fmod(self, other):
+        return ops.fmod(self, other)
+
+    def remainder(self, other):
+        return ops.remainder(self, other)
+
+    def floor_divide(self, other):
+        return ops.floor_divide(self, other)
+
+    def logical_not(self):
+        return ops.logical_not(self)
+
+    def logical_and(self, other):
+        return ops.logical_and(self, other)
+
+    def logical_or(self, other):
+        return ops.logical_or(self, other)
+
+    def logical_xor(self, other):
+        return ops.logical_xor(self, other)
+
+    def lerp(self, end, weight):
+        return ops.add(self, ops.mul(ops.sub(end, self), weight))
+
+    def exp_(self):
+        return _inplace(self, ops.exp)
+
+    def log_(self):
+        return _inplace(self, ops.log)
+
+    def sqrt_(self):
+        return _inplace(self, ops.sqrt)
+
+    def rsqrt_(self):
+        return _inplace(self, ops.rsqrt)
+
+    def abs_(self):
+        return _inplace(self, ops.abs)
+
+    def neg_(self):
+        return _inplace(self, ops.neg)
+
+    def sigmoid_(self):
+        return _inplace(self, ops.sigmoid)
+
+    def tanh_(self):
+        return _inplace(self, ops.tanh)
+
+    def relu_(self):
+        return _inplace(self, ops.relu)
+
+    def sin_(self):
+        return _inplace(self, ops.sin)
+
+    def cos_(self):
+        return _inplace(self, ops.cos)
+
+    def floor_(self):
+        return _inplace(self, ops.floor)
+
+    def ceil_(self):
+        return _inplace(self, ops.ceil)
+
+    def round_(self):
+        return _inplace(self, ops.round)
+
+    def trunc_(self):
+        return _inplace(self, ops.trunc)
+
+    def reciprocal_(self):
+        return _inplace(self, ops.reciprocal)
 
 
 set_tensor_class(Tensor)

@@ -103,7 +103,7 @@ class TensorBase:
     tensor of the registered user-facing class (tiletrain.Tensor, see set_tensor_class)."""
 
     __slots__ = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node",
-                 "value_range", "__weakref__")
+                 "value_range", "_read", "__weakref__")
 
     def __new__(cls, *args, **kwargs):
         return object.__new__(_TENSOR_CLASS[0] if cls is TensorBase else cls)
@@ -119,6 +119,7 @@ class TensorBase:
         # (lo, hi): integer values known to lie in [lo, hi] without reading them -- set by
         # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
         self.value_range = None
+        self._read = False         # True once a recorded op has read it (autograd: in-place refused)
         rt = current(start=True)  # the first tensor of a process starts the runtime (defaults)
         if isinstance(traits.dist, D.Spatial):  # made with dist=Spatial(...): whole blocks per rank
             traits.dist.check_layout(traits.shape, traits.tiles, whole_ok=True)
@@ -139,7 +140,7 @@ class TensorBase:
         stays alive while it lives, or a tensor of its own when base is None)."""
         t = cls.__new__(cls)
         t.traits, t.dtype, t._session, t._ptr, t._base = traits, dtype, session, ptr, base
-        t.requires_grad, t.grad, t._node, t.value_range = False, None, None, None
+        t.requires_grad, t.grad, t._node, t.value_range, t._read = False, None, None, None, False
         return t
 
     @classmethod
@@ -147,6 +148,24 @@ class TensorBase:
         """A new Python tensor sharing base's tiles (no copy); base stays alive while it lives."""
         return cls._of_ptr(base._ptr, base.traits, base.dtype, base._session,
                            base if base._base is None else base._base)
+
+    _STATE = ("traits", "dtype", "_ptr", "_session", "_base", "requires_grad", "grad", "_node", "value_range",
+              "_read")
+
+    def _hand_over(self) -> "TensorBase":
+        """A new Python tensor holding this one's tiles, gradient and node; this one is left
+        empty until it ``_take``s another's (in-place ops on tensors of the autograd graph)."""
+        t = type(self).__new__(type(self))
+        for k in self._STATE:
+            setattr(t, k, getattr(self, k))
+        self._ptr, self._base, self._node, self.grad = ffi.NULL, None, None, None
+        return t
+
+    def _take(self, other: "TensorBase") -> None:
+        """This tensor takes other's tiles and node; other is left empty."""
+        for k in self._STATE:
+            setattr(self, k, getattr(other, k))
+        other._ptr, other._base, other._node = ffi.NULL, None, None
 
     def detach(self) -> "TensorBase":
         """The same tiles, cut from the autograd graph (no copy)."""

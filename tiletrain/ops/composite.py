@@ -1,0 +1,323 @@
+"""torch functions made of the other ops (their gradients come from those ops) or, for orders
+and integer results, computed on the host from the values as topk is: shape helpers (flip,
+repeat, roll, unbind, narrow, hstack, vstack, movedim, broadcast_tensors), products (mm, bmm,
+mv, dot), cumsum, sort and argsort, nonzero and masked_select, tests (isnan, isinf, isfinite,
+all, any, count_nonzero, equal, allclose), square, log2, log10, randperm and eye."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..tensors import Tensor, from_numpy, is_float
+from ..tensors.tensor import get_default_dtype
+from .basic import _tensor
+from .contract import triu
+from .creation import ones
+from .elementwise import abs as _abs, div, eq, log, logical_not, mul, ne
+from .index import gather, index_get, index_select
+from .linalg import matmul
+from .reduce import sum as _sum, return_types
+from .shape import cat, expand, permute, reshape, stack
+
+__all__ = ["all", "allclose", "any", "argsort", "bmm", "broadcast_tensors", "count_nonzero", "cumsum", "dot", "equal",
+           "eye", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
+           "mv", "narrow", "nonzero", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
+
+
+def _c(a) -> np.ndarray:
+    return np.array(a, order="C")
+
+
+def _dim(d, ndim: int, what: str) -> int:
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+        raise TypeError(f"{what}: dim must be an int, got {type(d).__name__}")
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"{what}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
+    return int(d) % n
+
+
+def _index(n: int, values) -> Tensor:
+    return from_numpy(np.ascontiguousarray(np.asarray(values, dtype=np.int64).reshape(n)))
+
+
+# -- shape ---------------------------------------------------------------------------------
+
+def flip(input: Tensor, dims) -> Tensor:  # noqa: A002 - torch's names
+    """input with the order of its elements reversed along each of dims."""
+    x = _tensor(input, "flip", "input")
+    dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+    for d in {_dim(d, x.ndim, "flip") for d in dims}:
+        n = x.shape[d]
+        x = index_select(x, d, _index(n, np.arange(n - 1, -1, -1)))
+    return x
+
+
+def roll(input: Tensor, shifts, dims=None) -> Tensor:  # noqa: A002
+    """input's elements shifted along dims (flattened first when dims is None), wrapping around."""
+    x = _tensor(input, "roll", "input")
+    if dims is None:
+        return reshape(roll(reshape(x, (-1,)), shifts, 0), x.shape)
+    shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    for s, d in zip(shifts, dims):
+        d = _dim(d, x.ndim, "roll")
+        n = x.shape[d]
+        x = index_select(x, d, _index(n, (np.arange(n) - int(s)) % n))
+    return x
+
+
+def repeat(input: Tensor, *sizes) -> Tensor:  # noqa: A002
+    """torch's Tensor.repeat: input tiled sizes[i] times along each dim (leading new dims for
+    extra sizes)."""
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    x = _tensor(input, "repeat", "input")
+    if len(sizes) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
+    x = reshape(x, (1,) * (len(sizes) - x.ndim) + tuple(x.shape))
+    for d, k in enumerate(sizes):
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise RuntimeError(f"repeat: sizes must be non-negative ints, got {sizes}")
+        if k != 1:
+            x = cat([x] * int(k), d) if k else index_select(x, d, _index(0, []))
+    return x
+
+
+def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
+    """The slices of input along dim, without that dim."""
+    x = _tensor(input, "unbind", "input")
+    d = _dim(dim, x.ndim, "unbind")
+    return tuple(index_get(x, (slice(None),) * d + (i,)) for i in range(x.shape[d]))
+
+
+def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
+    """input[..., start:start + length, ...] along dim."""
+    x = _tensor(input, "narrow", "input")
+    d = _dim(dim, x.ndim, "narrow")
+    n = x.shape[d]
+    start = int(start) + (n if start < 0 else 0)
+    if not (0 <= start <= n and 0 <= length and start + length <= n):
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return index_get(x, (slice(None),) * d + (slice(start, start + int(length)),))
+
+
+def movedim(input: Tensor, source, destination) -> Tensor:  # noqa: A002
+    """input with dims source moved to positions destination (the others keep their order)."""
+    x = _tensor(input, "movedim", "input")
+    src = [_dim(s, x.ndim, "movedim") for s in ((source,) if isinstance(source, numbers.Integral) else source)]
+    dst = [_dim(s, x.ndim, "movedim") for s in ((destination,) if isinstance(destination, numbers.Integral)
+                                                  else destination)]
+    order = [d for d in range(x.ndim) if d not in src]
+    for s, t in sorted(zip(dst, src)):
+        order.insert(s, t)
+    return permute(x, *order)
+
+
+def hstack(tensors) -> Tensor:
+    """cat along dim 1 (dim 0 for 1-d tensors)."""
+    return cat(list(tensors), 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors) -> Tensor:
+    """cat along dim 0, 1-d tensors taken as rows."""
+    return cat([reshape(t, (1, -1)) if t.ndim == 1 else t for t in tensors], 0)
+
+
+def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
+    shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    return tuple(t if tuple(t.shape) == shape else expand(t, *shape) for t in tensors)
+
+
+# -- products --------------------------------------------------------------------------------
+
+def _ndim_check(what: str, t, want: int, name: str) -> None:
+    _tensor(t, what, name)
+    if t.ndim != want:
+        raise RuntimeError(f"{name} must be a {want}D tensor" if what != "dot" else
+                           f"1D tensors expected, but got {t.ndim}D and tensors")
+
+
+def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
+    _ndim_check("mm", input, 2, "self")
+    _ndim_check("mm", mat2, 2, "mat2")
+    return matmul(input, mat2)
+
+
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
+    _ndim_check("bmm", input, 3, "batch1")
+    _ndim_check("bmm", mat2, 3, "batch2")
+    if input.shape[0] != mat2.shape[0]:
+        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got {input.shape[0]} and "
+                           f"{mat2.shape[0]}")
+    return matmul(input, mat2)
+
+
+def mv(input: Tensor, vec: Tensor) -> Tensor:  # noqa: A002
+    _ndim_check("mv", input, 2, "self")
+    _ndim_check("mv", vec, 1, "vec")
+    return matmul(input, vec)
+
+
+def dot(input: Tensor, tensor: Tensor) -> Tensor:  # noqa: A002
+    for t in (input, tensor):
+        _ndim_check("dot", t, 1, "input")
+    return matmul(input, tensor)
+
+
+# -- scans, orders and selections -----------------------------------------------------------
+
+def cumsum(input: Tensor, dim: int, *, dtype=None) -> Tensor:  # noqa: A002
+    """Running sums along dim: a product with an upper-triangular matrix of ones (differentiable;
+    n^2 work per row, fine for the lengths programs scan).  Integer input: in NumPy, int64 out."""
+    x = _tensor(input, "cumsum", "input")
+    d = _dim(dim, x.ndim, "cumsum")
+    if x.ndim == 0:
+        return x if dtype is None else x.to(dtype)
+    if not is_float(x.dtype):
+        out = np.cumsum(x.numpy(), axis=d)
+        return from_numpy(_c(out.astype(np.int64) if dtype is None else out.astype(dtype)))
+    if dtype is not None:
+        x = x.to(dtype)
+    n = x.shape[d]
+    u = triu(ones(n, n, dtype=x.dtype))
+    moved = permute(x, *[i for i in range(x.ndim) if i != d], d)
+    out = matmul(moved, u)
+    back = list(range(x.ndim - 1))
+    back.insert(d, x.ndim - 1)
+    return permute(out, *back)
+
+
+def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False):  # noqa: A002
+    """(values, indices) along dim in ascending (descending) order; ties keep their order.  The
+    order is found in NumPy from the values; the values returned are a gather (differentiable)."""
+    x = _tensor(input, "sort", "input")
+    if x.ndim == 0:
+        return return_types.sort(x, from_numpy(np.zeros((), np.int64)))
+    d = _dim(dim, x.ndim, "sort")
+    idx = _c(_order(x.numpy(), d, descending))
+    values = gather(x, d, from_numpy(idx)) if is_float(x.dtype) else from_numpy(_c(np.take_along_axis(x.numpy(), idx, d)))
+    return return_types.sort(values, from_numpy(idx))
+
+
+def _order(a: np.ndarray, d: int, descending: bool) -> np.ndarray:
+    if not descending:
+        return np.argsort(a, axis=d, kind="stable").astype(np.int64)
+    # descending and stable: reverse, order ascending-stable, reverse back (NaN first, as torch)
+    n = a.shape[d]
+    rev = np.flip(a, d)
+    o = np.flip(np.argsort(rev, axis=d, kind="stable"), d)
+    return (n - 1 - o).astype(np.int64)
+
+
+def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:  # noqa: A002
+    return sort(input, dim, descending, stable).indices
+
+
+def nonzero(input: Tensor, *, as_tuple: bool = False):  # noqa: A002
+    """The indices of the nonzero elements: an (n, ndim) int64 tensor, or a tuple of ndim 1-d
+    tensors with as_tuple=True."""
+    a = _tensor(input, "nonzero", "input").numpy()
+    nz = np.nonzero(np.atleast_1d(a))
+    if as_tuple:
+        return tuple(from_numpy(_c(i.astype(np.int64))) for i in nz)
+    return from_numpy(_c(np.stack(nz, axis=1).astype(np.int64).reshape(-1, max(a.ndim, 1)) if a.ndim else
+                         np.stack(nz, axis=1).astype(np.int64)[:, :0]))
+
+
+def masked_select(input: Tensor, mask: Tensor) -> Tensor:  # noqa: A002
+    """The elements of input where mask (broadcast) is true, as a 1-d tensor (differentiable)."""
+    x, m = broadcast_tensors(input, mask)
+    if m.dtype != np.bool_:
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {m.dtype}")
+    flat = np.flatnonzero(m.numpy())
+    return index_select(reshape(x, (-1,)), 0, _index(flat.size, flat))
+
+
+# -- tests -----------------------------------------------------------------------------------
+
+def isnan(input: Tensor) -> Tensor:  # noqa: A002
+    x = _tensor(input, "isnan", "input")
+    return ne(x, x) if is_float(x.dtype) else from_numpy(np.zeros(x.shape, np.bool_))
+
+
+def isinf(input: Tensor) -> Tensor:  # noqa: A002
+    x = _tensor(input, "isinf", "input")
+    return eq(_abs(x), math.inf) if is_float(x.dtype) else from_numpy(np.zeros(x.shape, np.bool_))
+
+
+def isfinite(input: Tensor) -> Tensor:  # noqa: A002
+    x = _tensor(input, "isfinite", "input")
+    if not is_float(x.dtype):
+        return from_numpy(np.ones(x.shape, np.bool_))
+    return logical_not(ne(mul(x, 0.0), 0.0))  # x * 0 is 0 for finite x, nan for inf and nan
+
+
+def _bools(x: Tensor, what: str) -> np.ndarray:
+    return _tensor(x, what, "input").numpy().astype(bool)
+
+
+def any(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
+    """True where any element (along dim) is nonzero (a bool tensor)."""
+    a = _bools(input, "any")
+    return from_numpy(_c(np.any(a, axis=dim, keepdims=keepdim)))
+
+
+def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
+    """True where every element (along dim) is nonzero (a bool tensor)."""
+    a = _bools(input, "all")
+    return from_numpy(_c(np.all(a, axis=dim, keepdims=keepdim)))
+
+
+def count_nonzero(input: Tensor, dim=None) -> Tensor:  # noqa: A002
+    a = _tensor(input, "count_nonzero", "input").numpy()
+    return from_numpy(_c(np.asarray(np.count_nonzero(a, axis=dim), dtype=np.int64)))
+
+
+def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
+    """True when both have the same shape and elements."""
+    return tuple(input.shape) == tuple(other.shape) and bool(np.array_equal(input.numpy(), other.numpy()))
+
+
+def allclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08,  # noqa: A002
+             equal_nan: bool = False) -> bool:
+    """|input - other| <= atol + rtol |other| everywhere (broadcasting)."""
+    return bool(np.allclose(input.numpy(), other.numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+# -- element-wise ----------------------------------------------------------------------------
+
+def square(input: Tensor) -> Tensor:  # noqa: A002
+    return mul(input, input)
+
+
+def log2(input: Tensor) -> Tensor:  # noqa: A002
+    return div(log(input), math.log(2.0))
+
+
+def log10(input: Tensor) -> Tensor:  # noqa: A002
+    return div(log(input), math.log(10.0))
+
+
+# -- creation --------------------------------------------------------------------------------
+
+def randperm(n: int, *, generator=None, dtype=None, requires_grad: bool = False, device=None, **kwargs) -> Tensor:
+    """A random permutation of 0 .. n - 1 (int64), drawn from the generator (tiletrain's
+    draws, not torch's)."""
+    from ..tensors.creation import _seed
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise RuntimeError(f"randperm: n must be a non-negative int, got {n!r}")
+    perm = np.random.default_rng(_seed("randperm", generator)).permutation(int(n)).astype(np.int64)
+    t = from_numpy(perm)
+    return t if dtype is None else t.to(dtype)
+
+
+def eye(n: int, m: int | None = None, *, dtype=None, requires_grad: bool = False, device=None, **kwargs) -> Tensor:
+    """The n x m identity matrix (default dtype)."""
+    m = n if m is None else m
+    t = from_numpy(np.eye(int(n), int(m))).to(get_default_dtype() if dtype is None else dtype)
+    return t.requires_grad_() if requires_grad else t
