@@ -43,3 +43,72 @@ from . import utils  # noqa: E402  (tiletrain.utils.checkpoint: activation recom
 from . import autograd  # noqa: E402  (tiletrain.autograd.grad: torch.autograd's functions, double backward)
 from . import inference  # noqa: E402  (key/value cache, generate)
 from .serialization import load, save  # noqa: E402  (torch.save / torch.load of state dicts)
+from . import backends, cuda  # noqa: E402  (torch.cuda.is_available() and torch.backends' flags, answered)
+
+
+class Size(tuple):
+    """torch.Size: a tuple of ints (tensor shapes are plain tuples, equal to it)."""
+
+
+def numel(input) -> int:  # noqa: A002 - torch's names
+    return input.numel()
+
+
+def clone(input, *, memory_format=None):  # noqa: A002
+    return input.clone()
+
+
+def is_floating_point(input) -> bool:  # noqa: A002
+    return input.is_floating_point()
+
+
+def std_mean(input, dim=None, *, correction=1, keepdim=False):  # noqa: A002
+    return std(input, dim, correction=correction, keepdim=keepdim), mean(input, dim, keepdim=keepdim)
+
+
+def var_mean(input, dim=None, *, correction=1, keepdim=False):  # noqa: A002
+    return var(input, dim, correction=correction, keepdim=keepdim), mean(input, dim, keepdim=keepdim)
+
+
+def broadcast_shapes(*shapes):
+    import numpy as _np
+    return Size(_np.broadcast_shapes(*shapes))
+
+
+def as_tensor(data, dtype=None, device=None):
+    """The tensor itself (cast when dtype differs), else tensor(data, dtype=dtype)."""
+    if isinstance(data, Tensor):
+        return data if dtype is None else data.to(dtype)
+    return tensor(data, dtype=dtype)
+
+
+asarray = as_tensor
+
+
+class _BFloat16Info:
+    bits, eps, max, min, tiny, smallest_normal, resolution, dtype = (
+        16, 2.0 ** -7, 3.3895313892515355e38, -3.3895313892515355e38, 2.0 ** -126, 2.0 ** -126, 0.01, "bfloat16")
+
+
+def finfo(type=None):  # noqa: A002 - torch's name
+    """torch.finfo of a float dtype (default: the default dtype): bits, eps, max, min, tiny."""
+    import numpy as _np
+    dt = get_default_dtype() if type is None else type
+    return _BFloat16Info() if dt == bfloat16 else _np.finfo(dt)
+
+
+def iinfo(type):  # noqa: A002
+    import numpy as _np
+    return _np.iinfo(type)
+
+
+_NO_DTYPE = {"int32": "int64", "int16": "int64", "int8": "int64", "uint8": "bool or int64", "int": "int64",
+             "short": "int64", "complex64": None, "complex128": None, "cfloat": None, "cdouble": None}
+
+
+def __getattr__(name):
+    if name in _NO_DTYPE:
+        alt = _NO_DTYPE[name]
+        raise AttributeError(f"tiletrain has no {name} dtype" + (f": use tiletrain.{alt}" if alt else
+                                                                  " (complex tensors are not supported)"))
+    raise AttributeError(f"module 'tiletrain' has no attribute {name!r}")

@@ -7,7 +7,7 @@ same-layout kernel ops and the operand checks they all use.
 Inside the package, modules import one way: autograd < basic < creation < shape < linalg <
 elementwise < reduce < the rest (softmax, norm, conv, embedding, attention, activations)."""
 from . import composite, elementwise, index, reduce, shape, sparse
-from .autograd import backward, enable_grad, grad_enabled, inference_mode, no_grad
+from .autograd import backward, enable_grad, grad_enabled, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .basic import HALF_OPS, add_broadcast, add_scalar, astype, axpy_, broadcast, copy, fill_, scale
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import rdiv_scalar
@@ -20,6 +20,6 @@ from .shape import *  # noqa: F401,F403
 from .composite import *  # noqa: F401,F403
 
 __all__ = (["HALF_OPS", "add_broadcast", "add_scalar", "astype", "axpy_", "backward", "broadcast", "copy",
-            "enable_grad", "fill_", "grad_enabled", "inference_mode", "einsum", "ger", "outer", "tril", "triu", "matmul", "matmul_leading", "no_grad", "rdiv_scalar", "scale"]
+            "enable_grad", "fill_", "grad_enabled", "inference_mode", "is_grad_enabled", "set_grad_enabled", "einsum", "ger", "outer", "tril", "triu", "matmul", "matmul_leading", "no_grad", "rdiv_scalar", "scale"]
            + elementwise.__all__ + composite.__all__ + reduce.__all__ + shape.__all__ + index.__all__
            + ["sparse", "sparse_csr_tensor"])

@@ -72,6 +72,36 @@ def enable_grad():
         _state.enabled = old
 
 
+class set_grad_enabled:
+    """torch.set_grad_enabled(mode): sets grad mode at once; as a context manager (or a
+    decorator) the previous mode comes back on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_grad_enabled: mode must be a bool, got {type(mode).__name__}")
+        self.prev, self.mode = grad_enabled(), mode
+        _state.enabled = mode
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled = self.prev
+
+    def __call__(self, fn):
+        import functools
+        _state.enabled = self.prev  # as a decorator, the mode applies inside the function only
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with set_grad_enabled(self.mode):
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+is_grad_enabled = grad_enabled
+
+
 @contextlib.contextmanager
 def collect_leaf_grads():
     """Inside, leaf gradients are not added into ``.grad``: each leaf's gradient stays where

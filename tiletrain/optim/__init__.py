@@ -17,7 +17,7 @@ from ..tensors import Tensor, TensorTraits, empty, from_numpy
 from ..tensors.tensor import wont_use
 from ..trace.tags import tag
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
            "COMPENSATIONS"]
 
 
@@ -376,6 +376,95 @@ class SGD(_Compensated, Optimizer):
         run_map("sgd_momentum", p.grad, p, st["momentum_buffer"], first=int(first),
                 nesterov=int(bool(g["nesterov"])), lr=float(g["lr"]), momentum=float(g["momentum"]),
                 dampening=float(g["dampening"]), weight_decay=float(g["weight_decay"]))
+
+
+class _Elementwise(Optimizer):
+    """Optimizers written with tensor ops (a few tasks per tile per step; torch's single-tensor
+    formulas, in torch's order of operations).  ``maximize`` flips the gradient."""
+
+    def _grad(self, g, p):
+        from ..ops.elementwise import add, neg
+        grad = neg(p.grad) if g.get("maximize") else p.grad
+        return add(grad, p, alpha=g["weight_decay"]) if g["weight_decay"] else grad
+
+    @staticmethod
+    def _set(st, name, value):
+        st[name] = value
+
+    @staticmethod
+    def _write(p, value):
+        from ..ops.index import assign_
+        assign_(p, value)
+
+
+class RMSprop(_Elementwise):
+    """torch.optim.RMSprop: square_avg = alpha sa + (1 - alpha) g^2, avg = sqrt(sa) + eps
+    (centered: sqrt(sa - grad_avg^2) + eps), p -= lr g / avg (momentum: buf = m buf + g / avg,
+    p -= lr buf)."""
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
+                 momentum: float = 0.0, centered: bool = False, capturable: bool = False, foreach=None,
+                 maximize: bool = False, differentiable: bool = False):
+        if eps < 0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if momentum < 0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if alpha < 0:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                      centered=centered, capturable=capturable, foreach=foreach, maximize=maximize,
+                                      differentiable=differentiable))
+
+    def _update(self, g, p, st):
+        from ..ops.elementwise import add, div, mul, sqrt, sub
+        grad, alpha, lr = self._grad(g, p), float(g["alpha"]), float(g["lr"])
+        sa = st.get("square_avg")
+        sa = mul(mul(grad, grad), 1 - alpha) if sa is None else add(mul(sa, alpha), mul(grad, grad), alpha=1 - alpha)
+        self._set(st, "square_avg", sa)
+        if g["centered"]:
+            ga = st.get("grad_avg")
+            ga = mul(grad, 1 - alpha) if ga is None else add(ga, mul(sub(grad, ga), 1 - alpha))
+            self._set(st, "grad_avg", ga)
+            avg = add(sqrt(add(sa, mul(ga, ga), alpha=-1)), float(g["eps"]))
+        else:
+            avg = add(sqrt(sa), float(g["eps"]))
+        if g["momentum"] > 0:
+            buf = st.get("momentum_buffer")
+            buf = div(grad, avg) if buf is None else add(mul(buf, float(g["momentum"])), div(grad, avg))
+            self._set(st, "momentum_buffer", buf)
+            self._write(p, add(p, buf, alpha=-lr))
+        else:
+            self._write(p, add(p, div(grad, avg), alpha=-lr))
+
+
+class Adagrad(_Elementwise):
+    """torch.optim.Adagrad: sum += g^2, p -= clr g / (sqrt(sum) + eps), clr = lr / (1 + (step - 1)
+    lr_decay)."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, foreach=None, *, maximize: bool = False,
+                 differentiable: bool = False, fused=None):
+        if lr_decay < 0:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if initial_accumulator_value < 0:
+            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
+        if eps < 0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
+                                      initial_accumulator_value=initial_accumulator_value, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable, fused=fused))
+
+    def _update(self, g, p, st):
+        from ..ops.creation import full_like
+        from ..ops.elementwise import add, div, mul, sqrt
+        grad = self._grad(g, p)
+        clr = float(g["lr"]) / (1 + (st["step"] - 1) * float(g["lr_decay"]))
+        acc = st.get("sum")
+        if acc is None:
+            acc = full_like(p, float(g["initial_accumulator_value"]))
+        acc = add(acc, mul(grad, grad))
+        self._set(st, "sum", acc)
+        self._write(p, add(p, div(grad, add(sqrt(acc), float(g["eps"]))), alpha=-clr))
 
 
 @no_grad()
