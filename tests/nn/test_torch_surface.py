@@ -60,8 +60,13 @@ def test_device_to_contiguous():
         tt.zeros(2, device="cuda")
     m = nn.Linear(2, 2)
     assert m.to("cpu") is m and m.to(tt.float32) is m
-    with pytest.raises(NotImplementedError, match="set_default_dtype"):
-        m.to(tt.float64)
+    w = m.weight
+    w0 = w.numpy()
+    assert m.to(tt.float64) is m and m.weight is w and w.dtype == np.float64 and w.requires_grad  # in place, as torch
+    np.testing.assert_array_equal(w.numpy(), w0.astype(np.float64))
+    assert m.float().weight.dtype == np.float32 and m.double().bias.dtype == np.float64
+    with pytest.raises(TypeError, match="floating point dtypes"):
+        m.to(tt.int64)
 
 
 def test_axis_alias(rng):

@@ -5,7 +5,10 @@ constant padding (pad).  The element-wise activations with kernels of their own 
 elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
 from __future__ import annotations
 
+import math
 import numbers
+
+import numpy as np
 
 from ..ops.elementwise import abs as _abs, add, clamp, div, mul, neg, softplus, sub, tanh
 from ..ops.elementwise import sigmoid
@@ -17,7 +20,7 @@ from ..ops.creation import full
 from ..tensors import Tensor
 
 __all__ = ["cosine_similarity", "glu", "logsigmoid", "mish", "normalize", "pad",
-           "softmin", "softsign", "tanhshrink"]
+           "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 
 
 def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002 - torch's names
@@ -104,3 +107,43 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
                 parts.append(full(tuple(shape), value, dtype=x.dtype))
         x = cat(parts, d) if len(parts) > 1 else x
     return x
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+                                 **kwargs) -> Tensor:
+    """torch.nn.functional.scaled_dot_product_attention: softmax(q k^T scale + mask) v.  The
+    fused tile kernels (tiletrain/ops/attention.py) run when query, key and value are 4-d of
+    one shape with no mask tensor and no dropout; otherwise (a bool mask: True takes part; a
+    float mask: added; dropout; other shapes, cross attention) the same formula is composed of
+    matmul, masked softmax and dropout."""
+    from ..ops import attention as _att
+    from ..ops.activations import dropout
+    from ..tensors import from_numpy
+    from ..ops.elementwise import add as _add, logical_not, where
+    from ..ops.linalg import matmul
+    from ..ops.shape import transpose
+    plain = (attn_mask is None or isinstance(attn_mask, _att.CausalBias)) and not dropout_p
+    if plain and query.ndim == 4 and tuple(query.shape) == tuple(key.shape) == tuple(value.shape):
+        return _att.scaled_dot_product_attention(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
+                                                 **kwargs)
+    if isinstance(attn_mask, _att.CausalBias):
+        raise NotImplementedError("scaled_dot_product_attention: causal_lower_right with dropout or unequal "
+                                  "shapes is not supported")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    E = query.shape[-1]
+    s = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    scores = mul(matmul(query, transpose(key, -2, -1)), s)
+    L, S = query.shape[-2], key.shape[-2]
+    if is_causal:
+        attn_mask = from_numpy(np.tril(np.ones((L, S), dtype=np.bool_)))
+    if attn_mask is not None:
+        if attn_mask.dtype == np.bool_:
+            scores = where(attn_mask, scores, -math.inf)
+        else:
+            scores = _add(scores, attn_mask)
+    w = softmax(scores, -1)
+    if dropout_p:
+        w = dropout(w, dropout_p, True)
+    return matmul(w, value)

@@ -14,23 +14,26 @@ from .activation import *  # noqa: F401,F403
 from .activation import __all__ as _activations
 from .loss import *  # noqa: F401,F403
 from .loss import __all__ as _losses
+from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
+from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
                    MaxPool1d, MaxPool2d, MaxPool3d)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear, LocalHeads, RMSNorm
 from .llama import Llama, LlamaConfig
-from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter, Sequential
+from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential
 from .pretrained import MODELS, from_pretrained, load_model, register_model, save_pretrained
 
-__all__ = ["Module", "Parameter", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
+__all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
            "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D",
            "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",
            "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
-           "functional", "init", "utils"] + _activations + _losses
+           "functional", "init", "utils", "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
+           "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"] + _activations + _losses
 
 # tiletrain.nn.functional is tiletrain.functional (one module, two names), so that
 # `import tiletrain.nn.functional as F` works as torch's `import torch.nn.functional as F`

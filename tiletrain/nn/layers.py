@@ -206,10 +206,11 @@ class Embedding(Module):
 
 
 class Dropout(Module):
-    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p));
-    the identity in eval mode or for p = 0."""
+    """Zero elements with probability p (torch's default 0.5) in training mode (scaling the
+    rest by 1/(1-p)); the identity in eval mode or for p = 0.  ``inplace`` is accepted (the
+    result is a new tensor)."""
 
-    def __init__(self, p: float = 0.0):
+    def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
         if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be a number in [0, 1), got {p!r}")

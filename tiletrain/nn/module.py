@@ -188,17 +188,72 @@ class Module:
 
     def to(self, *args, **kwargs) -> "Module":
         """torch's Module.to(device) / to(dtype): the device is checked and kept (StarPU places
-        the tasks); a dtype other than the parameters' raises (build the model in that dtype:
-        set_default_dtype or dtype=)."""
+        the tasks); a float dtype converts the floating-point parameters and buffers in place
+        (the Parameter objects stay the same, as torch's)."""
         dtype = parse_to("Module.to", args, kwargs)
-        if dtype is not None:
-            want = as_dtype(dtype)
-            for name, p in self.named_parameters():
-                if p.dtype != want:
-                    raise NotImplementedError(f"Module.to({want}): parameter {name} is {p.dtype}; converting a "
-                                              "model's dtype in place is not supported: build it with "
-                                              "tiletrain.set_default_dtype(...) or dtype=")
+        return self if dtype is None else self._cast(dtype)
+
+    def _cast(self, dtype) -> "Module":
+        from ..ops.elementwise import convert
+        from ..tensors import is_float
+        want = as_dtype(dtype)
+        if not is_float(want):
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={want}")
+        with no_grad():
+            for m in self.modules():
+                for table in (m._parameters, m._buffers):
+                    for t in table.values():
+                        if isinstance(t, Tensor) and is_float(t.dtype) and t.dtype != want:
+                            rg, c = t.requires_grad, convert(t, want)
+                            t._take(c)
+                            t.requires_grad, t.grad = rg, None
         return self
+
+    def double(self) -> "Module":
+        return self._cast(np.float64)
+
+    def float(self) -> "Module":  # noqa: A003 - torch's name
+        return self._cast(np.float32)
+
+    def half(self) -> "Module":
+        from ..tensors import float16
+        return self._cast(float16)
+
+    def bfloat16(self) -> "Module":
+        from ..tensors import bfloat16
+        return self._cast(bfloat16)
+
+    def type(self, dst_type) -> "Module":  # noqa: A003
+        return self._cast(dst_type)
+
+    def cuda(self, device=None) -> "Module":
+        raise RuntimeError("Module.cuda(): tiletrain tensors are not bound to a device; StarPU runs each task on a "
+                           "CPU or GPU worker (tiletrain.init(ncuda=...)): keep the model on 'cpu'")
+
+    def get_parameter(self, target: str):
+        mod, _, name = target.rpartition(".")
+        m = self.get_submodule(mod) if mod else self
+        if name not in m._parameters:
+            raise AttributeError(f"{type(m).__name__} has no parameter `{name}`")
+        return m._parameters[name]
+
+    def get_buffer(self, target: str):
+        mod, _, name = target.rpartition(".")
+        m = self.get_submodule(mod) if mod else self
+        if name not in m._buffers:
+            raise AttributeError(f"{type(m).__name__} has no buffer `{name}`")
+        return m._buffers[name]
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False):
+        """hook(module, args, output) after forward (its return value, when not None, replaces
+        the output); returns a handle whose remove() takes it off."""
+        return _Hooks.add(self, "_forward_hooks", hook, prepend)
+
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
+        """hook(module, args) before forward (a returned value replaces the args: a tuple, or
+        one value)."""
+        return _Hooks.add(self, "_forward_pre_hooks", hook, prepend)
 
     def cpu(self) -> "Module":
         return self
@@ -225,6 +280,11 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
+        if "_forward_hooks" in self.__dict__ or "_forward_pre_hooks" in self.__dict__:
+            return _Hooks.call(self, args, kwargs)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
         place = self.__dict__.get("placement")  # where this module's work runs (MPI)
         if place is None:
             return self.forward(*args, **kwargs)
@@ -395,6 +455,52 @@ class Module:
         return head + "\n" + "\n".join(lines) + "\n)"
 
 
+class _Hooks:
+    """Forward hooks and pre-hooks (kept in the module's __dict__ only once one is added, so
+    that calls of modules without hooks stay as they were)."""
+
+    class Handle:
+        def __init__(self, table: dict, key: int):
+            self.table, self.id = table, key
+
+        def remove(self) -> None:
+            self.table.pop(self.id, None)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.remove()
+
+    _next = [0]
+
+    @classmethod
+    def add(cls, module, name: str, hook, prepend: bool):
+        table = module.__dict__.setdefault(name, {})
+        cls._next[0] += 1
+        if prepend:
+            items = list(table.items())
+            table.clear()
+            table[cls._next[0]] = hook
+            table.update(items)
+        else:
+            table[cls._next[0]] = hook
+        return cls.Handle(table, cls._next[0])
+
+    @staticmethod
+    def call(module, args, kwargs):
+        for hook in list(module.__dict__.get("_forward_pre_hooks", {}).values()):
+            r = hook(module, args)
+            if r is not None:
+                args = r if isinstance(r, tuple) else (r,)
+        out = module._call(*args, **kwargs)
+        for hook in list(module.__dict__.get("_forward_hooks", {}).values()):
+            r = hook(module, args, out)
+            if r is not None:
+                out = r
+        return out
+
+
 class ModuleList(Module):
     """Modules registered under the names "0", "1", ...; indexable and iterable."""
 
@@ -411,7 +517,8 @@ class ModuleList(Module):
 
     def __getitem__(self, i: int) -> Module:
         mods = list(self._modules.values())
-        return mods[i]
+        return type(self)(*mods[i]) if isinstance(i, slice) and type(self) is not ModuleList else \
+            ModuleList(mods[i]) if isinstance(i, slice) else mods[i]
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -419,11 +526,28 @@ class ModuleList(Module):
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))
 
+    def extend(self, modules) -> "ModuleList":
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        mods = list(self._modules.values())
+        mods.insert(index, module)
+        self._modules.clear()
+        for k, m in enumerate(mods):
+            self._modules[str(k)] = m
+
 
 class Sequential(ModuleList):
     """Modules applied in order (registered as "0", "1", ..., as torch.nn.Sequential)."""
 
     def __init__(self, *modules: Module) -> None:
+        if len(modules) == 1 and isinstance(modules[0], dict):  # Sequential(OrderedDict(name=module))
+            Module.__init__(self)
+            for name, m in modules[0].items():
+                self.add_module(name, m)
+            return
         super().__init__(modules)
 
     def forward(self, x):
@@ -465,3 +589,65 @@ class ModuleDict(Module):
 
     def values(self):
         return self._modules.values()
+
+
+class ParameterList(Module):
+    """Parameters registered under the names "0", "1", ...; indexable and iterable."""
+
+    def __init__(self, values=None) -> None:
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def append(self, value) -> "ParameterList":
+        if not isinstance(value, Parameter):
+            value = Parameter(value)
+        self.register_parameter(str(len(self._parameters)), value)
+        return self
+
+    def extend(self, values) -> "ParameterList":
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._parameters.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(list(self._parameters.values()))
+
+
+class ParameterDict(Module):
+    """Parameters registered under the given names, in order."""
+
+    def __init__(self, parameters=None) -> None:
+        super().__init__()
+        for k, v in dict(parameters or {}).items():
+            self[k] = v
+
+    def __setitem__(self, name: str, value) -> None:
+        self.register_parameter(name, value if isinstance(value, Parameter) else Parameter(value))
+
+    def __getitem__(self, name: str):
+        return self._parameters[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._parameters
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(list(self._parameters))
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def items(self):
+        return self._parameters.items()
+
+    def values(self):
+        return self._parameters.values()

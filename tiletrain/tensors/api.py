@@ -266,6 +266,25 @@ class Tensor(TensorBase):
     def __int__(self):
         return int(self.item())
 
+    def __deepcopy__(self, memo):
+        """A copy with tiles of its own (copy.deepcopy of a module copies its parameters);
+        the class (Parameter) and requires_grad are kept, as torch's."""
+        if self._node is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.")
+        with ops.no_grad():
+            c = ops.copy(self)
+        new = type(self).__new__(type(self))
+        new._take(c)
+        new.requires_grad = self.requires_grad
+        memo[id(self)] = new
+        if self.grad is not None:
+            import copy
+            new.grad = copy.deepcopy(self.grad, memo)
+        for k, v in getattr(self, "__dict__", {}).items():  # subclasses' own attributes
+            setattr(new, k, v)
+        return new
+
     @property
     def data(self):
         """The same tiles, cut from the autograd graph (torch's ``.data``); assigning

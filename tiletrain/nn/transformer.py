@@ -1,0 +1,176 @@
+"""torch.nn.MultiheadAttention, TransformerEncoderLayer and TransformerEncoder with torch's
+parameter names, layouts, defaults and numerics (in_proj_weight (3E, E) xavier-uniform,
+in_proj_bias zeros, out_proj a Linear with a zero bias; post-norm or norm_first; batch_first),
+composed of linear, scaled_dot_product_attention (tiletrain.functional: the fused kernels
+when nothing is masked, else matmul + masked softmax), layer_norm and dropout."""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+from .. import functional as F
+from ..ops.index import index_get
+from ..ops.shape import permute, reshape, transpose
+from ..tensors import Tensor
+from ..tensors.tensor import default_float
+from . import init
+from .layers import Dropout, LayerNorm, Linear, drawn
+from .module import Module, ModuleList, Parameter
+
+__all__ = ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+
+
+class MultiheadAttention(Module):
+    """torch.nn.MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, ...,
+    batch_first=False).  Not supported (a clear error): add_bias_kv, add_zero_attn, kdim/vdim
+    other than embed_dim."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
+                 batch_first: bool = False, device=None, dtype=None):
+        super().__init__()
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn are not supported")
+        if (kdim or embed_dim) != embed_dim or (vdim or embed_dim) != embed_dim:
+            raise NotImplementedError("MultiheadAttention: kdim/vdim other than embed_dim are not supported")
+        if embed_dim % num_heads:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.head_dim = embed_dim // num_heads
+        dtype = default_float(dtype)
+        self.in_proj_weight = Parameter(drawn((3 * embed_dim, embed_dim), None, dtype, np.zeros))
+        init.xavier_uniform_(self.in_proj_weight)
+        self.in_proj_bias = Parameter(drawn((3 * embed_dim,), None, dtype, np.zeros)) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        if bias:
+            init.constant_(self.out_proj.bias, 0.0)
+
+    def _heads(self, x: Tensor, n: int) -> Tensor:
+        """(T, N, E) -> (N, H, T, hd)."""
+        return permute(reshape(x, (x.shape[0], n, self.num_heads, self.head_dim)), 1, 2, 0, 3)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask=None, need_weights: bool = True,
+                attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
+        batched = query.ndim == 3
+        if not batched:
+            query, key, value = (reshape(t, (t.shape[0], 1, t.shape[1])) for t in (query, key, value))
+        elif self.batch_first:
+            query, key, value = (permute(t, 1, 0, 2) for t in (query, key, value))
+        L, N, E = query.shape
+        S = key.shape[0]
+        w, b = self.in_proj_weight, self.in_proj_bias
+        parts = [(index_get(w, slice(i * E, (i + 1) * E)), None if b is None else index_get(b, slice(i * E, (i + 1) * E)))
+                 for i in range(3)]
+        q, k, v = (self._heads(F.linear(t, pw, pb), N) for t, (pw, pb) in zip((query, key, value), parts))
+        mask = _merged_mask(attn_mask, key_padding_mask, N, self.num_heads, L, S, is_causal)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            scores = F.matmul(F.mul(q, math.sqrt(1.0 / self.head_dim)), transpose(k, -2, -1))
+            if mask is not None:
+                scores = F.where(mask, scores, -math.inf) if mask.dtype == np.bool_ else F.add(scores, mask)
+            weights = F.softmax(scores, -1)
+            if p:
+                weights = F.dropout(weights, p, True)
+            out = F.matmul(weights, v)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, mask, p, is_causal and mask is None)
+            weights = None
+        out = reshape(permute(out, 2, 0, 1, 3), (L, N, E))  # (N, H, L, hd) -> (L, N, E)
+        out = self.out_proj(out)
+        if self.batch_first and batched:
+            out = permute(out, 1, 0, 2)
+        if not batched:
+            out = reshape(out, (L, E))
+        if weights is not None:
+            if average_attn_weights:
+                weights = F.mean(weights, 1)
+            if not batched:
+                weights = reshape(weights, tuple(weights.shape[1:]))
+        return out, weights
+
+
+def _merged_mask(attn_mask, key_padding_mask, N, H, L, S, is_causal):
+    """One mask broadcastable to (N, H, L, S): bool (True takes part) or float (added); torch's
+    attn_mask and key_padding_mask say True where a position is NOT allowed."""
+    from ..tensors import from_numpy
+    if attn_mask is None and is_causal:
+        attn_mask = from_numpy(np.triu(np.ones((L, S), dtype=np.bool_), 1))
+    masks = []
+    for m, shape in ((attn_mask, None), (key_padding_mask, (N, 1, 1, S))):
+        if m is None:
+            continue
+        if m.ndim == 3 and shape is None:  # (N * H, L, S)
+            m = reshape(m, (N, H, L, S))
+        elif shape is not None:
+            m = reshape(m, shape)
+        masks.append(F.logical_not(m) if m.dtype == np.bool_ else m)
+    if not masks:
+        return None
+    if len(masks) == 1:
+        return masks[0]
+    a, b = masks
+    if a.dtype == np.bool_ and b.dtype == np.bool_:
+        return F.logical_and(a, b)
+    to_float = (lambda m: F.where(m, 0.0, -math.inf) if m.dtype == np.bool_ else m)
+    return F.add(to_float(a), to_float(b))
+
+
+class TransformerEncoderLayer(Module):
+    """torch.nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
+    activation=relu, layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True)."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                            dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        if isinstance(activation, str):
+            if activation not in ("relu", "gelu"):
+                raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+            activation = F.relu if activation == "relu" else F.gelu
+        self.activation = activation
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                           is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(self, src: Tensor, src_mask=None, src_key_padding_mask=None, is_causal: bool = False) -> Tensor:
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            x = x + self._ff_block(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+            x = self.norm2(x + self._ff_block(x))
+        return x
+
+
+class TransformerEncoder(Module):
+    """torch.nn.TransformerEncoder(encoder_layer, num_layers, norm=None): num_layers deep copies
+    of encoder_layer, then norm."""
+
+    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm=None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src: Tensor, mask=None, src_key_padding_mask=None, is_causal=None) -> Tensor:
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+        return x if self.norm is None else self.norm(x)
