@@ -97,6 +97,28 @@ CASES = {
     "norm_2_and_3": (lambda m, F, a: a.norm(2, dim=1) * m.norm(a, 3.0, dim=1), [((4, 3), (3, 2), "a")]),
     "l1_loss": (lambda m, F, a, b: F.l1_loss(a * a, b, reduction="sum") if m is tt else _abs(m, a * a - b).sum(),
                 [((4, 3), (3, 2), "n"), ((4, 3), (3, 2), "n")]),
+    # convolution, pooling, batch norm (odd tilings: batch, channel and spatial axes split)
+    "conv1d_stride_pad": (lambda m, F, x, w, b: F.conv1d(x, w, b, stride=2, padding=1),
+                          [((2, 3, 7), (1, 3, 4), "n"), ((4, 3, 3), (2, 3, 3), "n"), ((4,), (3,), "n")]),
+    "conv2d_groups_dilation": (lambda m, F, x, w, b: F.conv2d(x, w, b, padding=1, dilation=(1, 2), groups=2),
+                               [((2, 4, 5, 6), (1, 2, 3, 4), "n"), ((6, 2, 3, 2), (6, 2, 3, 2), "n"),
+                                ((6,), (6,), "n")]),
+    "conv2d_same": (lambda m, F, x, w: F.conv2d(x, w, padding="same"), [((1, 2, 5, 4), (1, 2, 3, 4), "n"),
+                                                                        ((3, 2, 2, 3), (3, 2, 2, 3), "n")]),
+    "conv3d": (lambda m, F, x, w: F.conv3d(x, w, stride=(1, 2, 1)), [((2, 2, 4, 4, 3), (1, 2, 2, 4, 3), "n"),
+                                                                     ((3, 2, 2, 2, 2), (3, 2, 2, 2, 2), "n")]),
+    "avg_pool2d": (lambda m, F, x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+                   [((2, 3, 7, 6), (1, 2, 4, 3), "n")]),
+    "avg_pool1d_adaptive": (lambda m, F, x: F.avg_pool1d(x, 2) * F.adaptive_avg_pool1d(x, 4)
+                            + F.adaptive_avg_pool1d(x, 1), [((2, 3, 8), (1, 3, 3), "n")]),
+    "batch_norm_train": (lambda m, F, x, w, b: F.batch_norm(x, m.zeros(3, dtype=m.float64), m.ones(3, dtype=m.float64),
+                                                            w, b, training=True, eps=1e-3),
+                         [((4, 3, 2, 3), (3, 2, 2, 2), "n"), ((3,), (2,), "n"), ((3,), (3,), "n")]),
+    "batch_norm_train_no_affine": (lambda m, F, x: F.batch_norm(x, None, None, training=True),
+                                   [((5, 3, 4), (2, 3, 3), "n")]),
+    "batch_norm_eval": (lambda m, F, x, w, b: F.batch_norm(x, m.tensor([0.5, -1.0, 0.2], dtype=m.float64),
+                                                           m.tensor([2.0, 0.5, 1.5], dtype=m.float64), w, b),
+                        [((4, 3, 5), (3, 2, 2), "n"), ((3,), (3,), "n"), ((3,), (3,), "n")]),
 }
 
 
@@ -128,6 +150,7 @@ def _close(got, want, what):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=what)
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")   # torch's note on its own padding copy
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_second_derivative_against_torch(name):
     fn, specs = CASES[name]
