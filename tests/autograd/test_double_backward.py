@@ -23,6 +23,46 @@ def _abs(m, x):
     return m.abs(x) if m is tt else x * m.sign(x)
 
 
+def _sdpa(m, F, q, k, v, causal=False, prefix=False):
+    """scaled_dot_product_attention; torch's reference written out where tiletrain takes
+    what torch's fused kernels do not differentiate twice (a key/value prefix, grouped heads)."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    if m is tt:
+        mask = F.causal_lower_right(Tq, Tk) if prefix else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                              enable_gqa=k.shape[1] != q.shape[1])
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = q @ k.transpose(-1, -2) / q.shape[3] ** 0.5
+    if causal or prefix:
+        s = s.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq).logical_not(), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _rope(m, F, x, theta=10000.0, offset=0):
+    """Rotary embedding; torch's reference: Hugging Face Llama's rotate-half form (float32
+    angles, as transformers computes them)."""
+    if m is tt:
+        return F.rotary_embedding(x, theta, offset)
+    D, T = x.shape[3], x.shape[2]
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float) / D)
+    ang = (torch.arange(offset, offset + T).float()[:, None] * inv).double()
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    return x * cos + torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1) * sin
+
+
+def _split(m, F, x, n_head, part=0, nparts=1):
+    if m is tt:
+        return F.split_heads(x, n_head, part, nparts)
+    B, T, W = x.shape
+    C = W // nparts
+    return x[..., part * C:(part + 1) * C].reshape(B, T, n_head, C // n_head).transpose(1, 2)
+
+
+def _merge(m, F, y):
+    return F.merge_heads(y) if m is tt else y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1)
+
+
 # name: (f(m, F, *inputs), [(shape, tiles, kind)], cube the output)
 # kind: "n" normal, "p" positive, "a" away from 0 (abs, relu kinks), "q" multiples of 1/8
 CASES = {
@@ -119,6 +159,18 @@ CASES = {
     "batch_norm_eval": (lambda m, F, x, w, b: F.batch_norm(x, m.tensor([0.5, -1.0, 0.2], dtype=m.float64),
                                                            m.tensor([2.0, 0.5, 1.5], dtype=m.float64), w, b),
                         [((4, 3, 5), (3, 2, 2), "n"), ((3,), (3,), "n"), ((3,), (3,), "n")]),
+    # attention
+    "sdpa": (lambda m, F, q, k, v: _sdpa(m, F, q, k, v), [((2, 2, 5, 3), (1, 1, 3, 3), "n")] * 3),
+    "sdpa_causal": (lambda m, F, q, k, v: _sdpa(m, F, q, k, v, causal=True), [((1, 3, 6, 4), (1, 2, 4, 2), "n")] * 3),
+    "sdpa_prefix_gqa": (lambda m, F, q, k, v: _sdpa(m, F, q, k, v, prefix=True),
+                        [((1, 4, 3, 2), (1, 2, 2, 2), "n"), ((1, 2, 5, 2), (1, 1, 3, 2), "n"),
+                         ((1, 2, 5, 2), (1, 2, 2, 2), "n")]),
+    "rotary_embedding": (lambda m, F, x: _rope(m, F, x * x, 500.0, offset=3), [((2, 2, 5, 6), (1, 2, 3, 4), "n")]),
+    "split_merge_heads": (lambda m, F, x: _merge(m, F, _split(m, F, x, 3) * _split(m, F, x, 3)),
+                          [((2, 5, 12), (1, 3, 5), "n")]),
+    "split_heads_qkv": (lambda m, F, x: _merge(m, F, _split(m, F, x, 2, 0, 3) * _split(m, F, x, 2, 2, 3)
+                                               + _split(m, F, x, 2, 1, 3)),
+                        [((2, 3, 12), (1, 2, 2), "n")]),
 }
 
 
