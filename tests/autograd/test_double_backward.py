@@ -63,6 +63,22 @@ def _merge(m, F, y):
     return F.merge_heads(y) if m is tt else y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1)
 
 
+# a CSR pattern (11 x 7, 24 entries, an empty row; blocks of 4 x 3 with smaller last blocks)
+_D = (np.random.default_rng(11).random((11, 7)) < 0.3) & ~np.eye(11, 7, -4, dtype=bool)
+_D[3] = False
+_ROWS, _COLS = np.nonzero(_D)
+
+
+def _csr_mm(m, F, values, x):
+    """A(values) @ x; torch's reference: the dense matrix of the values (torch's CSR product
+    has no double backward)."""
+    if m is tt:
+        crow = np.concatenate([[0], np.cumsum(_D.sum(1))])
+        return tt.sparse.mm(tt.sparse_csr_tensor(crow, _COLS, values, _D.shape, blocks=(4, 3)), x)
+    dense = torch.zeros(_D.shape, dtype=torch.float64).index_put((torch.tensor(_ROWS), torch.tensor(_COLS)), values)
+    return dense @ x
+
+
 # name: (f(m, F, *inputs), [(shape, tiles, kind)], cube the output)
 # kind: "n" normal, "p" positive, "a" away from 0 (abs, relu kinks), "q" multiples of 1/8
 CASES = {
@@ -189,6 +205,7 @@ CASES = {
                                  [((2, 4), (1, 3), "n"), ((2, 3), (2, 2), "n")]),
     "max_min_dim": (lambda m, F, a: m.max(a * a, dim=1).values * m.min(a, dim=0, keepdim=True).values.sum(),
                     [((4, 3), (3, 2), "n")]),
+    "sparse_csr_mm": (lambda m, F, v, x: _csr_mm(m, F, v * v, x), [((len(_ROWS),), (7,), "n"), ((7, 5), (4, 2), "n")]),
 }
 
 
