@@ -459,3 +459,57 @@ def test_embedding_second_derivative():
     (h,) = tt.autograd.grad((g * tt.from_numpy(v, g.tiles)).sum(), w)
     (ht,) = torch.autograd.grad((gt * torch.tensor(v)).sum(), wt)
     _close(h, ht.numpy(), "Hessian-vector product")
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_checkpoint_second_derivative_against_torch():
+    """grad(create_graph=True) and backward(create_graph=True) through activation
+    checkpointing: the checkpointed functions are recomputed with a graph joined to the
+    enclosing one (several outputs, a nested checkpoint, a weight read inside the function
+    without being an argument), against torch without checkpointing."""
+    from tiletrain.utils.checkpoint import checkpoint
+    rng = np.random.default_rng(9)
+    a, w = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+
+    def model(m, F, x, W, ck):
+        def block(x):
+            h = F.gelu(m.matmul(x, W))
+            return h * h, m.tanh(h) * x.sum()
+        y1, y2 = ck(block, x * x)
+        y3 = ck(lambda y: ck(lambda z: m.sin(z) * z, y) * y, y2)
+        return (y1 ** 3).sum() + (y3 * y3).sum()
+
+    x, W = _leaf(a, (3, 2)), _leaf(w, (2, 3))
+    xt, wt = torch.tensor(a, requires_grad=True), torch.tensor(w, requires_grad=True)
+    gs = tt.autograd.grad(model(tt, tt.functional, x, W, checkpoint), [x, W], create_graph=True)
+    gts = torch.autograd.grad(model(torch, torch.nn.functional, xt, wt, lambda f, *a: f(*a)), [xt, wt],
+                              create_graph=True)
+    for g, gt in zip(gs, gts):
+        _close(g, gt.detach().numpy(), "gradient")
+    s = (gs[0] * gs[0]).sum() + (gs[1] * tt.sin(W)).sum()
+    st = (gts[0] * gts[0]).sum() + (gts[1] * torch.sin(wt)).sum()
+    for h, ht in zip(tt.autograd.grad(s, [x, W]), torch.autograd.grad(st, [xt, wt])):
+        _close(h, ht.numpy(), "Hessian-vector product")
+    # backward(create_graph=True): .grad with a graph through the recomputed functions
+    model(tt, tt.functional, x, W, checkpoint).backward(create_graph=True)
+    model(torch, torch.nn.functional, xt, wt, lambda f, *a: f(*a)).backward(create_graph=True)
+    _close(W.grad, wt.grad.detach().numpy(), "W.grad")
+    (h,) = tt.autograd.grad(x.grad.sum(), x)
+    (ht,) = torch.autograd.grad(xt.grad.sum(), xt)
+    _close(h, ht.numpy(), "gradient of x.grad")
+
+
+def test_checkpoint_grad_after_backward_released():
+    from tiletrain.utils.checkpoint import checkpoint
+    x = _leaf([0.5, -1.0, 2.0])
+    y = checkpoint(lambda t: tt.sin(t) * t, x * x).sum()
+    y.backward(retain_graph=True)   # the recompute's backward drops the function's arguments
+    with pytest.raises(RuntimeError, match="arguments were released by an earlier backward"):
+        tt.autograd.grad(y, x)
+    z = checkpoint(lambda t: tt.sin(t) * t, x * x).sum()
+    (g,) = tt.autograd.grad(z, x, retain_graph=True)   # first order through the rebuilt graph
+    z.backward()                                        # and the ordinary backward afterwards
+    a = np.array([0.5, -1.0, 2.0])
+    want = (np.cos(a * a) * a * a + np.sin(a * a)) * 2 * a
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * want, rtol=1e-12)   # (the first backward's too)

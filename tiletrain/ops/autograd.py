@@ -470,8 +470,24 @@ def _release(node: Node) -> None:
 
 
 # Ops whose rule places leaf gradients itself (activation checkpointing: a backward pass
-# of its own): differentiate() cannot hand their leaves' gradients back.
+# of its own): differentiate() cannot hand their leaves' gradients back.  Such an op may
+# register a rebuild, REBUILD[op](t) -> bool: it recomputes the graph the node stands for,
+# recorded, and gives t a node into it (True; False: nothing to do for this node), so that
+# differentiate() runs through the rebuilt graph instead.
 _PLACES_LEAVES = frozenset(("checkpoint", "checkpoint_output"))
+REBUILD: dict[str, Callable[[Tensor], bool]] = {}
+
+
+def _rebuilt_order(roots: Sequence[Tensor]) -> list[Tensor]:
+    """_topological(roots) after every node reached that REBUILD covers is rebuilt (again
+    for the nodes a rebuilt graph holds: a nested checkpoint).  A rebuilt node that does not
+    lead to the wanted inputs was recomputed for nothing (its inputs do not tell: the function
+    may read parameters that are not its arguments)."""
+    while True:
+        order = _topological(*(r for r in roots if r._node is not None))
+        todo = [t for t in order if t._node.op in REBUILD and not t._node.released]
+        if not any([REBUILD[t._node.op](t) for t in todo]):
+            return order
 
 
 def _sum_grads(a: Tensor, b: Tensor) -> Tensor:
@@ -501,7 +517,7 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
     if create_graph and (getattr(_state, "defer", None) is not None or getattr(_state, "collect", None) is not None):
         raise NotImplementedError("backward(create_graph=True) inside defer_grads() or collect_leaf_grads() is not "
                                   "supported")
-    order = _topological(*(r for r in roots if r._node is not None))
+    order = _rebuilt_order(roots) if REBUILD else _topological(*(r for r in roots if r._node is not None))
     wanted = None if inputs is None else {id(t) for t in inputs}
     runs, released = _plan(order, wanted, stop_at_inputs)
     table = DOUBLE_BACKWARD if create_graph else BACKWARD
