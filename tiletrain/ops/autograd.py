@@ -274,12 +274,15 @@ def _copy_to(g: Tensor, owners) -> Tensor:
 
 @tag(phase="bwd")
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None = None,
-             create_graph: bool = False) -> None:
+             create_graph: bool = False, inputs=None) -> None:
     """Submit the backward pass of ``root`` (no waiting).  ``retain_graph`` (default:
     ``create_graph``) keeps the graph for another backward; ``create_graph`` computes the
-    gradients with recorded ops (double backward): ``.grad`` then has a graph."""
+    gradients with recorded ops (double backward): ``.grad`` then has a graph.  ``inputs``
+    (a tensor or a sequence of them): only their ``.grad`` accumulates (``backward_into``)."""
     if not isinstance(root, Tensor):
         raise TypeError(f"backward: expected a Tensor, got {type(root).__name__}")
+    if inputs is not None:
+        inputs = backward_inputs(inputs)
     root._handle("backward")
     if not root.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad (no input had requires_grad=True)")
@@ -296,6 +299,9 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None
                              f"{grad.dtype}; expected {root.shape}, {root.tiles}, {root.dtype}")
     if retain_graph is None:
         retain_graph = create_graph
+    if inputs is not None:
+        backward_into([root], [grad], inputs, create_graph=create_graph, retain_graph=bool(retain_graph))
+        return
     if create_graph:
         differentiate([root], [grad], None, create_graph=True, retain_graph=bool(retain_graph))
         return
@@ -318,6 +324,52 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None
         _run_backward(order, pending, placer, retain=bool(retain_graph))
     finally:
         _dist._in_backward -= 1
+
+
+def backward_inputs(inputs) -> list[Tensor]:
+    """The ``inputs=`` of backward checked as torch checks them."""
+    seq = [inputs] if isinstance(inputs, Tensor) else inputs
+    try:
+        seq = list(seq)
+    except TypeError:
+        raise TypeError(f"backward: inputs must be a Tensor or a sequence of Tensors, got "
+                        f"{type(inputs).__name__}") from None
+    if not seq:
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    for t in seq:
+        if not isinstance(t, Tensor):
+            raise RuntimeError(f"all inputs have to be Tensors, but got {type(t).__name__}")
+        if not t.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        t._handle("backward")
+    return seq
+
+
+def backward_into(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequence[Tensor], *,
+                  create_graph: bool, retain_graph: bool) -> None:
+    """``backward(..., inputs=)``: the gradients of ``roots`` (seeds checked by the caller)
+    accumulated into the ``.grad`` of ``inputs`` only (a non-leaf input's too, an input given
+    twice once, one not reached left alone), through the nodes that lead to them; other
+    leaves' ``.grad`` is not touched."""
+    if mpi.enabled():
+        raise NotImplementedError("backward(inputs=...) is not supported under MPI")
+    if getattr(_state, "defer", None) is not None or getattr(_state, "collect", None) is not None:
+        raise NotImplementedError("backward(inputs=...) inside defer_grads() or collect_leaf_grads() is not supported")
+    unique = list({id(t): t for t in inputs}.values())
+    grads = differentiate(roots, seeds, unique, create_graph=create_graph, retain_graph=retain_graph)
+    with (enable_grad() if create_graph else no_grad()):
+        for t, g in zip(unique, grads):   # (each g a tensor of its own: differentiate hands none out twice)
+            if g is None:
+                continue
+            if t.grad is None:
+                t.grad = g
+            elif t.grad.shape != g.shape or t.grad.tiles != g.tiles or t.grad.dtype != g.dtype:
+                raise RuntimeError(f"backward: a gradient of shape {g.shape}, tiles {g.tiles}, dtype {g.dtype} "
+                                   f"for .grad of {t.grad.shape}, {t.grad.tiles}, {t.grad.dtype}")
+            elif create_graph or t.grad.requires_grad:
+                t.grad = _sum_grads(t.grad, g)
+            else:
+                _add_into(t.grad, g)
 
 
 def next_seq() -> int:
