@@ -9,6 +9,7 @@ import torch
 
 import tiletrain as tt
 import tiletrain.autograd
+from tiletrain.ops.autograd import backward_rule, record
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -80,7 +81,7 @@ def _csr_mm(m, F, values, x):
 
 
 # name: (f(m, F, *inputs), [(shape, tiles, kind)], cube the output)
-# kind: "n" normal, "p" positive, "a" away from 0 (abs, relu kinks), "q" multiples of 1/8
+# kind: "n" normal, "p" positive, "a" away from 0 (abs, relu kinks), "q" multiples of 1/8, "t" ties
 CASES = {
     "add_broadcast": (lambda m, F, a, b: a + b, [((4, 3), (3, 2), "n"), ((3,), (2,), "n")]),
     "add_scalar_alpha": (lambda m, F, a, b: m.add(a, b, alpha=2.5) + 1.5, [((4, 3), (2, 3), "n"), ((4, 3), (2, 3), "n")]),
@@ -151,6 +152,8 @@ CASES = {
         [((4, 3), (3, 2), "a"), ((4, 3), (3, 2), "n")]),
     "logsumexp": (lambda m, F, a: m.logsumexp(a, dim=(1, 2)), [((3, 4, 2), (2, 3, 2), "n")]),
     "norm_2_and_3": (lambda m, F, a: a.norm(2, dim=1) * m.norm(a, 3.0, dim=1), [((4, 3), (3, 2), "a")]),
+    "norm_inf": (lambda m, F, a: a.norm(float("inf"), dim=1) + (a * a).norm(float("-inf")) if m is tt
+                 else _abs(m, a).amax(dim=1) + _abs(m, a * a).amin(), [((4, 3), (3, 2), "a")]),
     "l1_loss": (lambda m, F, a, b: F.l1_loss(a * a, b, reduction="sum") if m is tt else _abs(m, a * a - b).sum(),
                 [((4, 3), (3, 2), "n"), ((4, 3), (3, 2), "n")]),
     # convolution, pooling, batch norm (odd tilings: batch, channel and spatial axes split)
@@ -163,6 +166,10 @@ CASES = {
                                                                         ((3, 2, 2, 3), (3, 2, 2, 3), "n")]),
     "conv3d": (lambda m, F, x, w: F.conv3d(x, w, stride=(1, 2, 1)), [((2, 2, 4, 4, 3), (1, 2, 2, 4, 3), "n"),
                                                                      ((3, 2, 2, 2, 2), (3, 2, 2, 2, 2), "n")]),
+    "max_pool2d": (lambda m, F, x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), [((2, 3, 7, 6), (1, 2, 4, 3), "n")]),
+    "max_pool1d_dilated_ties": (lambda m, F, x: F.max_pool1d(x, 3, stride=1, dilation=2) * x.sum()
+                                + F.max_pool1d(x * x, 2)[..., :4], [((2, 2, 8), (1, 2, 5), "t")]),
+    "max_pool3d": (lambda m, F, x: F.max_pool3d(x, (2, 2, 1), stride=(2, 1, 1)), [((1, 2, 4, 3, 3), (1, 2, 2, 3, 2), "n")]),
     "avg_pool2d": (lambda m, F, x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
                    [((2, 3, 7, 6), (1, 2, 4, 3), "n")]),
     "avg_pool1d_adaptive": (lambda m, F, x: F.avg_pool1d(x, 2) * F.adaptive_avg_pool1d(x, 4)
@@ -215,6 +222,8 @@ def _array(rng, shape, kind):
         return np.abs(a) + 0.5
     if kind == "q":  # values exact in float32, whose cubes are too
         return np.round(a * 8) / 8
+    if kind == "t":  # few values: ties in every window (the gradient goes to the first maximum)
+        return rng.integers(-2, 3, shape) / 2.0
     if kind == "a":
         return np.where(np.abs(a) < 0.1, 0.3, a)
     return a
@@ -385,20 +394,28 @@ def test_grad_bad_arguments():
         tt.autograd.grad((x * 2.0).sum(), [x, 3])
 
 
-def _max_pool(t):
-    """max pooling of a (3,) tensor seen as (C, L) = (1, 3), one window: an op without a
-    double backward."""
-    return tt.functional.max_pool1d(t.reshape(1, 3), 3).sum()
+@backward_rule("double_backward_test_op")
+def _first_order_only_bwd(node, g):
+    return (g * 2.0,)
+
+
+def _first_order_only(t):
+    """2 t by an op with a first-order backward rule only (every op of tiletrain has a
+    differentiable form; this one is the test's)."""
+    with tt.no_grad():
+        y = t * 2.0
+    return record("double_backward_test_op", y, (t,))
 
 
 def test_uncovered_op_raises_not_implemented():
     x = _leaf([1.0, -2.0, 3.0])
-    with pytest.raises(NotImplementedError, match="double backward through op 'max_pool' is not implemented"):
-        tt.autograd.grad(_max_pool(x * x), x, create_graph=True)
-    (g,) = tt.autograd.grad(_max_pool(x * x), x)  # first order is fine
-    np.testing.assert_array_equal(g.numpy(), [0.0, 0.0, 6.0])
-    y = _max_pool(x) * x.sum()
-    with pytest.raises(NotImplementedError, match="'max_pool'"):
+    with pytest.raises(NotImplementedError,
+                       match="double backward through op 'double_backward_test_op' is not implemented"):
+        tt.autograd.grad((_first_order_only(x * x) * x).sum(), x, create_graph=True)
+    (g,) = tt.autograd.grad(_first_order_only(x * x).sum(), x)  # first order is fine
+    np.testing.assert_array_equal(g.numpy(), [4.0, -8.0, 12.0])
+    y = _first_order_only(x).sum() * x.sum()
+    with pytest.raises(NotImplementedError, match="'double_backward_test_op'"):
         y.backward(create_graph=True)
     assert x.grad is None  # nothing accumulated
 
@@ -435,12 +452,12 @@ def test_grad_runs_only_the_nodes_that_lead_to_the_inputs():
     """An op without a double backward on a branch that does not lead to the inputs is not
     run (torch computes only what the inputs need)."""
     x, w = _leaf([1.0, 2.0]), _leaf([3.0, -1.0, 0.5])
-    y = _max_pool(w) * (x * x * x).sum()
+    y = _first_order_only(w).sum() * (x * x * x).sum()
     (g,) = tt.autograd.grad(y, x, create_graph=True)
-    np.testing.assert_array_equal(g.numpy(), [9.0, 36.0])
+    np.testing.assert_array_equal(g.numpy(), [15.0, 60.0])
     gx, gw = tt.autograd.grad(g.sum(), [x, w], allow_unused=True)
-    np.testing.assert_array_equal(gx.numpy(), [18.0, 36.0])
-    np.testing.assert_array_equal(gw.numpy(), [15.0, 0.0, 0.0])   # through the saved max: its first-order rule
+    np.testing.assert_array_equal(gx.numpy(), [30.0, 60.0])
+    np.testing.assert_array_equal(gw.numpy(), [30.0, 30.0, 30.0])   # through the op's first-order rule
     assert w.grad is None and x.grad is None
 
 

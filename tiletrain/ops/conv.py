@@ -35,7 +35,7 @@ from .autograd import backward_rule, composite_grads, double_backward_rule, reco
 from .basic import _float_tensor
 from .creation import full
 from .reduce import mean as _mean, sum as _sum
-from .shape import reshape, retile, squeeze, unsqueeze
+from .shape import cat, reshape, retile, squeeze, unsqueeze
 
 _SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
 
@@ -289,6 +289,62 @@ def _max_pool_bwd(node, g):
     dx = Tensor(x.traits, x.dtype)
     run_batch("max_pool_bwd", [x, g, dx], **node.ctx["args"])
     return (dx,)
+
+
+# Double backward: max pooling's gradient max_pool_t(g) scatters g to each window's maximum
+# of x (linear in g; x only picks the positions: no gradient for x).  Its adjoint reads h at
+# those positions: per kernel offset, the strided slice of h each window reads there, kept
+# where that offset holds the window's first maximum (masks of x: constants), summed.
+@double_backward_rule("max_pool")
+def _max_pool_double(node, g):
+    (x,) = node.saved
+    dx = Tensor(x.traits, x.dtype)
+    run_batch("max_pool_bwd", [x, g, dx], **node.ctx["args"])
+    return (record("max_pool_t", dx, (g,), saved=(x,), args=node.ctx["args"], traits=g.traits),)
+
+
+@backward_rule("max_pool_t", differentiable=True)
+def _max_pool_t_bwd(node, h):
+    from itertools import product
+
+    from .autograd import no_grad
+    from .elementwise import add, eq, mul, where
+    (x,) = node.saved
+    args, traits = node.ctx["args"], node.ctx["traits"]
+    nsp = x.ndim - 2
+    geo = [tuple(args[f"{n}{j}"] for n in "loskpd") for j in range(3 - nsp, 3)]
+    with no_grad():
+        y = Tensor(traits, x.dtype)
+        run_batch("max_pool_fwd", [x, y], **args)
+    out, taken = None, None
+    for ks in product(*(range(k) for _, _, _, k, _, _ in geo)):
+        reads = []   # per axis: the windows [lo, hi) whose position at this offset is inside x
+        for (l, o, s, _, p, d), kj in zip(geo, ks):
+            off = p - kj * d   # the input position of window w: w * s - off
+            lo, hi = max(0, -(-off // s)), min(o, (l - 1 + off) // s + 1)
+            reads.append((lo, hi, slice(lo * s - off, (hi - 1) * s - off + 1, s)))
+        if any(hi <= lo for lo, hi, _ in reads):
+            continue
+        index = (slice(None), slice(None)) + tuple(sl for _, _, sl in reads)
+        with no_grad():   # where this offset holds the window's first maximum (as the kernel picks)
+            at = where(eq(_pad_windows(x[index], reads, geo, float("-inf")), y),
+                       full(y.shape, 1.0, tiles=y.tiles, dtype=y.dtype), 0.0)
+            first = at if taken is None else mul(at, add(mul(taken, -1.0), 1.0))
+            taken = first if taken is None else add(taken, first)
+        term = mul(_pad_windows(h[index], reads, geo, 0.0), first)
+        out = term if out is None else add(out, term)
+    return (retile(out, traits.tiles),)
+
+
+def _pad_windows(t: Tensor, reads, geo, value: float) -> Tensor:
+    """t (windows [lo, hi) per spatial axis) padded with ``value`` to every window (recorded)."""
+    for j, ((lo, hi, _), (_, o, *_)) in enumerate(zip(reads, geo)):
+        axis = 2 + j
+        parts = [full(t.shape[:axis] + (n,) + t.shape[axis + 1:], value, dtype=t.dtype) if n else None
+                 for n in (lo, o - hi)]
+        if parts[0] is not None or parts[1] is not None:
+            t = cat([q for q in (parts[0], t, parts[1]) if q is not None], axis)
+    return t
 
 
 @backward_rule("avg_pool")

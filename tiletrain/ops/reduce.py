@@ -485,6 +485,12 @@ def _abs_bwd(node, g):
     return (dx,)
 
 
+@double_backward_rule("abs_")
+def _abs_double(node, g):
+    from .elementwise import sign
+    return (_mul(g, sign(node.saved[0].detach()), alpha=1.0),)
+
+
 @basic.dim_alias
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """torch.norm, vector norms over ``dim``: p = "fro" (= 2), inf, -inf or any real p
