@@ -25,7 +25,7 @@ from .autograd import backward_rule, double_backward_rule, grad_enabled, record
 from .basic import _float_tensor, _tensor, copy
 from .creation import full, zeros
 from .elementwise import clamp, convert, div, eq, masked_fill, mul, where
-from .shape import broadcast_to, cat, getitem, reshape, retile
+from .shape import broadcast_to, cat, getitem, reshape, retile, unsqueeze
 
 _REDUCE_OPS = {"sum": 0, "amax": 1, "amin": 2, "assign": 3}
 
@@ -455,6 +455,17 @@ def _scatter_double(node, g):
     if node.inputs[1] is not None:
         dsrc = gather(g, dim, idx)
     return (dself, dsrc)
+
+
+@double_backward_rule("max_dim")
+def _max_dim_double(node, g):
+    """max/min along a dim (ops/reduce.py): g scattered to the selected indices by a recorded
+    scatter_add (whose gradient is a gather)."""
+    (i,) = node.saved
+    traits, axis = node.ctx["traits"], node.ctx["axis"]
+    if g.ndim < len(traits.shape):   # keepdim=False: the reduced axis back as a unit axis
+        i, g = unsqueeze(i, axis), unsqueeze(g, axis)
+    return (scatter_add(zeros(traits.shape, dtype=g.dtype, tiles=traits.tiles), axis, i, g),)
 
 
 def _zero_at(g: Tensor, dim: int, idx: _Index) -> Tensor:

@@ -310,16 +310,7 @@ def _max_dim_bwd(node, g):
     return (dx,)
 
 
-@double_backward_rule("max_dim")
-def _max_dim_double(node, g):
-    """g scattered to the selected indices by a recorded scatter_add (its gradient a gather)."""
-    from .index import scatter_add
-    from .shape import unsqueeze
-    (i,) = node.saved
-    traits, axis = node.ctx["traits"], node.ctx["axis"]
-    if g.ndim < len(traits.shape):   # keepdim=False: the reduced axis back as a unit axis
-        i, g = unsqueeze(i, axis), unsqueeze(g, axis)
-    return (scatter_add(basic.fill_(Tensor(traits, g.dtype), 0.0), axis, i, g),)
+# (max_dim's differentiable form, a recorded scatter_add, is in ops/index.py)
 
 
 def _max_min(x, dim, keepdim, ismin: int, what: str):
