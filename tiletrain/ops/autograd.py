@@ -13,7 +13,16 @@ Double backward: an op whose backward rule is written with recorded ops only reg
 with ``differentiable=True``; an op whose rule uses raw kernels may register a second,
 differentiable form with ``@double_backward_rule("name")``.  ``backward(create_graph=True)``
 and ``grad(..., create_graph=True)`` (``differentiate``) run those forms with grad mode on,
-so the gradients they return have a graph; an op with neither raises NotImplementedError."""
+so the gradients they return have a graph; an op with neither raises NotImplementedError.
+Activation checkpointing's nodes are rebuilt (REBUILD) before such a pass: the function is
+recomputed with a graph joined to the enclosing one.
+
+Two traversals: ``_run_backward`` (backward() without create_graph: in-place accumulation
+where a gradient is exclusive, split-heads partial gradients, leaves placed on their owners
+under MPI, defer_grads' split) and ``differentiate`` (grad(), create_graph, backward(inputs=):
+only the nodes that lead to the wanted tensors, out-of-place sums, gradients handed back).
+They share the rule table and _apply_rule; what differs is the policy at every edge, so one
+loop would pay a policy dispatch per edge on the training hot path for no gain."""
 from __future__ import annotations
 
 import contextlib
