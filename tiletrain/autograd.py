@@ -4,8 +4,9 @@
 - ``grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
   allow_unused=False, materialize_grads=False)``: the gradients of ``outputs`` with respect
   to ``inputs``, returned as a tuple; ``.grad`` is not touched.
-- ``backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False)``: as
-  ``Tensor.backward`` for one or several outputs.
+- ``backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None)``:
+  as ``Tensor.backward`` for one or several outputs (``inputs``: accumulate into these
+  tensors' ``.grad`` only).
 
 ``create_graph=True`` computes the backward with recorded ops (each op's differentiable
 backward form), so the gradients have a graph and can be differentiated again (Hessian-vector
@@ -15,7 +16,7 @@ to ``create_graph``; without it the graph is released by the call and a second p
 it raises a RuntimeError."""
 from __future__ import annotations
 
-from .ops.autograd import differentiate, enable_grad, inference_mode, no_grad
+from .ops.autograd import backward_inputs, backward_into, differentiate, enable_grad, inference_mode, no_grad
 from .ops.basic import fill_
 from .ops.shape import retile
 from .runtime.kernels import run_map
@@ -101,10 +102,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     return tuple(out)
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False) -> None:
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None) -> None:
     """torch.autograd.backward: the backward pass of ``tensors`` (one or several) with seed
-    gradients ``grad_tensors`` (default ones for scalars), accumulated into the leaves' ``.grad``."""
+    gradients ``grad_tensors`` (default ones for scalars), accumulated into the leaves' ``.grad``
+    (``inputs``: into the ``.grad`` of these tensors only, leaves or not)."""
     what = "backward"
+    if inputs is not None:
+        inputs = backward_inputs(inputs)
     tensors = _tensors(tensors, what, "tensors")
     if len(tensors) == 1:
         g = grad_tensors
@@ -112,10 +116,13 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False) 
             if len(g) != 1:
                 raise ValueError(f"{what}: grad_tensors has {len(g)} tensors for 1 tensor")
             g = g[0]
-        tensors[0].backward(g, retain_graph=retain_graph, create_graph=create_graph)
+        tensors[0].backward(g, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
         return
     seeds = _seeds(tensors, grad_tensors, what)
     if retain_graph is None:
         retain_graph = create_graph
+    if inputs is not None:
+        backward_into(tensors, seeds, inputs, create_graph=bool(create_graph), retain_graph=bool(retain_graph))
+        return
     differentiate(tensors, seeds, None, create_graph=bool(create_graph), retain_graph=bool(retain_graph))
 

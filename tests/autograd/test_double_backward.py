@@ -9,6 +9,7 @@ import torch
 
 import tiletrain as tt
 import tiletrain.autograd
+from tiletrain.ops.autograd import backward_rule, record
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -23,8 +24,64 @@ def _abs(m, x):
     return m.abs(x) if m is tt else x * m.sign(x)
 
 
+def _sdpa(m, F, q, k, v, causal=False, prefix=False):
+    """scaled_dot_product_attention; torch's reference written out where tiletrain takes
+    what torch's fused kernels do not differentiate twice (a key/value prefix, grouped heads)."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    if m is tt:
+        mask = F.causal_lower_right(Tq, Tk) if prefix else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                              enable_gqa=k.shape[1] != q.shape[1])
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = q @ k.transpose(-1, -2) / q.shape[3] ** 0.5
+    if causal or prefix:
+        s = s.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq).logical_not(), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _rope(m, F, x, theta=10000.0, offset=0):
+    """Rotary embedding; torch's reference: Hugging Face Llama's rotate-half form (float32
+    angles, as transformers computes them)."""
+    if m is tt:
+        return F.rotary_embedding(x, theta, offset)
+    D, T = x.shape[3], x.shape[2]
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float) / D)
+    ang = (torch.arange(offset, offset + T).float()[:, None] * inv).double()
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    return x * cos + torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1) * sin
+
+
+def _split(m, F, x, n_head, part=0, nparts=1):
+    if m is tt:
+        return F.split_heads(x, n_head, part, nparts)
+    B, T, W = x.shape
+    C = W // nparts
+    return x[..., part * C:(part + 1) * C].reshape(B, T, n_head, C // n_head).transpose(1, 2)
+
+
+def _merge(m, F, y):
+    return F.merge_heads(y) if m is tt else y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1)
+
+
+# a CSR pattern (11 x 7, 24 entries, an empty row; blocks of 4 x 3 with smaller last blocks)
+_D = (np.random.default_rng(11).random((11, 7)) < 0.3) & ~np.eye(11, 7, -4, dtype=bool)
+_D[3] = False
+_ROWS, _COLS = np.nonzero(_D)
+
+
+def _csr_mm(m, F, values, x):
+    """A(values) @ x; torch's reference: the dense matrix of the values (torch's CSR product
+    has no double backward)."""
+    if m is tt:
+        crow = np.concatenate([[0], np.cumsum(_D.sum(1))])
+        return tt.sparse.mm(tt.sparse_csr_tensor(crow, _COLS, values, _D.shape, blocks=(4, 3)), x)
+    dense = torch.zeros(_D.shape, dtype=torch.float64).index_put((torch.tensor(_ROWS), torch.tensor(_COLS)), values)
+    return dense @ x
+
+
 # name: (f(m, F, *inputs), [(shape, tiles, kind)], cube the output)
-# kind: "n" normal, "p" positive, "a" away from 0 (abs, relu kinks), "q" multiples of 1/8
+# kind: "n" normal, "p" positive, "a" away from 0 (abs, relu kinks), "q" multiples of 1/8, "t" ties
 CASES = {
     "add_broadcast": (lambda m, F, a, b: a + b, [((4, 3), (3, 2), "n"), ((3,), (2,), "n")]),
     "add_scalar_alpha": (lambda m, F, a, b: m.add(a, b, alpha=2.5) + 1.5, [((4, 3), (2, 3), "n"), ((4, 3), (2, 3), "n")]),
@@ -95,8 +152,67 @@ CASES = {
         [((4, 3), (3, 2), "a"), ((4, 3), (3, 2), "n")]),
     "logsumexp": (lambda m, F, a: m.logsumexp(a, dim=(1, 2)), [((3, 4, 2), (2, 3, 2), "n")]),
     "norm_2_and_3": (lambda m, F, a: a.norm(2, dim=1) * m.norm(a, 3.0, dim=1), [((4, 3), (3, 2), "a")]),
+    "norm_inf": (lambda m, F, a: a.norm(float("inf"), dim=1) + (a * a).norm(float("-inf")) if m is tt
+                 else _abs(m, a).amax(dim=1) + _abs(m, a * a).amin(), [((4, 3), (3, 2), "a")]),
     "l1_loss": (lambda m, F, a, b: F.l1_loss(a * a, b, reduction="sum") if m is tt else _abs(m, a * a - b).sum(),
                 [((4, 3), (3, 2), "n"), ((4, 3), (3, 2), "n")]),
+    # convolution, pooling, batch norm (odd tilings: batch, channel and spatial axes split)
+    "conv1d_stride_pad": (lambda m, F, x, w, b: F.conv1d(x, w, b, stride=2, padding=1),
+                          [((2, 3, 7), (1, 3, 4), "n"), ((4, 3, 3), (2, 3, 3), "n"), ((4,), (3,), "n")]),
+    "conv2d_groups_dilation": (lambda m, F, x, w, b: F.conv2d(x, w, b, padding=1, dilation=(1, 2), groups=2),
+                               [((2, 4, 5, 6), (1, 2, 3, 4), "n"), ((6, 2, 3, 2), (6, 2, 3, 2), "n"),
+                                ((6,), (6,), "n")]),
+    "conv2d_same": (lambda m, F, x, w: F.conv2d(x, w, padding="same"), [((1, 2, 5, 4), (1, 2, 3, 4), "n"),
+                                                                        ((3, 2, 2, 3), (3, 2, 2, 3), "n")]),
+    "conv3d": (lambda m, F, x, w: F.conv3d(x, w, stride=(1, 2, 1)), [((2, 2, 4, 4, 3), (1, 2, 2, 4, 3), "n"),
+                                                                     ((3, 2, 2, 2, 2), (3, 2, 2, 2, 2), "n")]),
+    "max_pool2d": (lambda m, F, x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), [((2, 3, 7, 6), (1, 2, 4, 3), "n")]),
+    "max_pool1d_dilated_ties": (lambda m, F, x: F.max_pool1d(x, 3, stride=1, dilation=2) * x.sum()
+                                + F.max_pool1d(x * x, 2)[..., :4], [((2, 2, 8), (1, 2, 5), "t")]),
+    "max_pool3d": (lambda m, F, x: F.max_pool3d(x, (2, 2, 1), stride=(2, 1, 1)), [((1, 2, 4, 3, 3), (1, 2, 2, 3, 2), "n")]),
+    "avg_pool2d": (lambda m, F, x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+                   [((2, 3, 7, 6), (1, 2, 4, 3), "n")]),
+    "avg_pool1d_adaptive": (lambda m, F, x: F.avg_pool1d(x, 2) * F.adaptive_avg_pool1d(x, 4)
+                            + F.adaptive_avg_pool1d(x, 1), [((2, 3, 8), (1, 3, 3), "n")]),
+    "batch_norm_train": (lambda m, F, x, w, b: F.batch_norm(x, m.zeros(3, dtype=m.float64), m.ones(3, dtype=m.float64),
+                                                            w, b, training=True, eps=1e-3),
+                         [((4, 3, 2, 3), (3, 2, 2, 2), "n"), ((3,), (2,), "n"), ((3,), (3,), "n")]),
+    "batch_norm_train_no_affine": (lambda m, F, x: F.batch_norm(x, None, None, training=True),
+                                   [((5, 3, 4), (2, 3, 3), "n")]),
+    "batch_norm_eval": (lambda m, F, x, w, b: F.batch_norm(x, m.tensor([0.5, -1.0, 0.2], dtype=m.float64),
+                                                           m.tensor([2.0, 0.5, 1.5], dtype=m.float64), w, b),
+                        [((4, 3, 5), (3, 2, 2), "n"), ((3,), (3,), "n"), ((3,), (3,), "n")]),
+    # attention
+    "sdpa": (lambda m, F, q, k, v: _sdpa(m, F, q, k, v), [((2, 2, 5, 3), (1, 1, 3, 3), "n")] * 3),
+    "sdpa_causal": (lambda m, F, q, k, v: _sdpa(m, F, q, k, v, causal=True), [((1, 3, 6, 4), (1, 2, 4, 2), "n")] * 3),
+    "sdpa_prefix_gqa": (lambda m, F, q, k, v: _sdpa(m, F, q, k, v, prefix=True),
+                        [((1, 4, 3, 2), (1, 2, 2, 2), "n"), ((1, 2, 5, 2), (1, 1, 3, 2), "n"),
+                         ((1, 2, 5, 2), (1, 2, 2, 2), "n")]),
+    "rotary_embedding": (lambda m, F, x: _rope(m, F, x * x, 500.0, offset=3), [((2, 2, 5, 6), (1, 2, 3, 4), "n")]),
+    "split_merge_heads": (lambda m, F, x: _merge(m, F, _split(m, F, x, 3) * _split(m, F, x, 3)),
+                          [((2, 5, 12), (1, 3, 5), "n")]),
+    "split_heads_qkv": (lambda m, F, x: _merge(m, F, _split(m, F, x, 2, 0, 3) * _split(m, F, x, 2, 2, 3)
+                                               + _split(m, F, x, 2, 1, 3)),
+                        [((2, 3, 12), (1, 2, 2), "n")]),
+    # index ops (indices smaller than the input off dim, repeats)
+    "gather": (lambda m, F, a: m.gather(a * a, 1, m.tensor([[0, 4, 4], [1, 1, 0], [3, 2, 0]])),
+               [((4, 5), (3, 2), "n")]),
+    "scatter_add": (lambda m, F, a, b: m.scatter_add(a, 0, m.tensor([[3, 0, 3], [3, 1, 0]]), b * b),
+                    [((4, 3), (3, 2), "n"), ((2, 3), (1, 2), "n")]),
+    "scatter": (lambda m, F, a, b: m.scatter(a * a, 1, m.tensor([[2, 0], [1, 3], [0, 2]]), b * a[:, :2]),
+                [((3, 4), (2, 3), "n"), ((3, 2), (2, 1), "n")]),
+    "scatter_reduce_sum_mean": (lambda m, F, a, b: m.scatter_reduce(a, 0, m.tensor([[1, 0, 1], [1, 1, 0]]), b * b,
+                                                                    "sum", include_self=False)
+                                * m.scatter_reduce(a, 0, m.tensor([[2, 0, 1], [2, 2, 0]]), b, "mean"),
+                                [((3, 3), (2, 2), "n"), ((2, 3), (1, 2), "n")]),
+    "scatter_reduce_amax_amin": (lambda m, F, a, b: m.scatter_reduce(a, 1, m.tensor([[1, 0, 1], [2, 2, 0]]), b * b,
+                                                                     "amax")
+                                 + m.scatter_reduce(a * a, 1, m.tensor([[1, 1, 1], [0, 2, 0]]), b, "amin",
+                                                    include_self=False),
+                                 [((2, 4), (1, 3), "n"), ((2, 3), (2, 2), "n")]),
+    "max_min_dim": (lambda m, F, a: m.max(a * a, dim=1).values * m.min(a, dim=0, keepdim=True).values.sum(),
+                    [((4, 3), (3, 2), "n")]),
+    "sparse_csr_mm": (lambda m, F, v, x: _csr_mm(m, F, v * v, x), [((len(_ROWS),), (7,), "n"), ((7, 5), (4, 2), "n")]),
 }
 
 
@@ -106,6 +222,8 @@ def _array(rng, shape, kind):
         return np.abs(a) + 0.5
     if kind == "q":  # values exact in float32, whose cubes are too
         return np.round(a * 8) / 8
+    if kind == "t":  # few values: ties in every window (the gradient goes to the first maximum)
+        return rng.integers(-2, 3, shape) / 2.0
     if kind == "a":
         return np.where(np.abs(a) < 0.1, 0.3, a)
     return a
@@ -128,6 +246,7 @@ def _close(got, want, what):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=what)
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")   # torch's note on its own padding copy
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_second_derivative_against_torch(name):
     fn, specs = CASES[name]
@@ -275,15 +394,28 @@ def test_grad_bad_arguments():
         tt.autograd.grad((x * 2.0).sum(), [x, 3])
 
 
+@backward_rule("double_backward_test_op")
+def _first_order_only_bwd(node, g):
+    return (g * 2.0,)
+
+
+def _first_order_only(t):
+    """2 t by an op with a first-order backward rule only (every op of tiletrain has a
+    differentiable form; this one is the test's)."""
+    with tt.no_grad():
+        y = t * 2.0
+    return record("double_backward_test_op", y, (t,))
+
+
 def test_uncovered_op_raises_not_implemented():
     x = _leaf([1.0, -2.0, 3.0])
-    y = tt.max(x * x, dim=0).values
-    with pytest.raises(NotImplementedError, match="double backward through op 'max_dim' is not implemented"):
-        tt.autograd.grad(y, x, create_graph=True)
-    (g,) = tt.autograd.grad(tt.max(x * x, dim=0).values, x)  # first order is fine
-    np.testing.assert_array_equal(g.numpy(), [0.0, 0.0, 6.0])
-    y = tt.max(x, dim=0).values * x.sum()
-    with pytest.raises(NotImplementedError, match="'max_dim'"):
+    with pytest.raises(NotImplementedError,
+                       match="double backward through op 'double_backward_test_op' is not implemented"):
+        tt.autograd.grad((_first_order_only(x * x) * x).sum(), x, create_graph=True)
+    (g,) = tt.autograd.grad(_first_order_only(x * x).sum(), x)  # first order is fine
+    np.testing.assert_array_equal(g.numpy(), [4.0, -8.0, 12.0])
+    y = _first_order_only(x).sum() * x.sum()
+    with pytest.raises(NotImplementedError, match="'double_backward_test_op'"):
         y.backward(create_graph=True)
     assert x.grad is None  # nothing accumulated
 
@@ -319,13 +451,13 @@ def test_autograd_backward_several_tensors():
 def test_grad_runs_only_the_nodes_that_lead_to_the_inputs():
     """An op without a double backward on a branch that does not lead to the inputs is not
     run (torch computes only what the inputs need)."""
-    x, w = _leaf([1.0, 2.0]), _leaf([3.0, -1.0])
-    y = tt.max(w, dim=0).values * (x * x * x).sum()
+    x, w = _leaf([1.0, 2.0]), _leaf([3.0, -1.0, 0.5])
+    y = _first_order_only(w).sum() * (x * x * x).sum()
     (g,) = tt.autograd.grad(y, x, create_graph=True)
-    np.testing.assert_array_equal(g.numpy(), [9.0, 36.0])
+    np.testing.assert_array_equal(g.numpy(), [15.0, 60.0])
     gx, gw = tt.autograd.grad(g.sum(), [x, w], allow_unused=True)
-    np.testing.assert_array_equal(gx.numpy(), [18.0, 36.0])
-    np.testing.assert_array_equal(gw.numpy(), [15.0, 0.0])   # through the saved max: its first-order rule
+    np.testing.assert_array_equal(gx.numpy(), [30.0, 60.0])
+    np.testing.assert_array_equal(gw.numpy(), [30.0, 30.0, 30.0])   # through the op's first-order rule
     assert w.grad is None and x.grad is None
 
 
@@ -344,3 +476,57 @@ def test_embedding_second_derivative():
     (h,) = tt.autograd.grad((g * tt.from_numpy(v, g.tiles)).sum(), w)
     (ht,) = torch.autograd.grad((gt * torch.tensor(v)).sum(), wt)
     _close(h, ht.numpy(), "Hessian-vector product")
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_checkpoint_second_derivative_against_torch():
+    """grad(create_graph=True) and backward(create_graph=True) through activation
+    checkpointing: the checkpointed functions are recomputed with a graph joined to the
+    enclosing one (several outputs, a nested checkpoint, a weight read inside the function
+    without being an argument), against torch without checkpointing."""
+    from tiletrain.utils.checkpoint import checkpoint
+    rng = np.random.default_rng(9)
+    a, w = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+
+    def model(m, F, x, W, ck):
+        def block(x):
+            h = F.gelu(m.matmul(x, W))
+            return h * h, m.tanh(h) * x.sum()
+        y1, y2 = ck(block, x * x)
+        y3 = ck(lambda y: ck(lambda z: m.sin(z) * z, y) * y, y2)
+        return (y1 ** 3).sum() + (y3 * y3).sum()
+
+    x, W = _leaf(a, (3, 2)), _leaf(w, (2, 3))
+    xt, wt = torch.tensor(a, requires_grad=True), torch.tensor(w, requires_grad=True)
+    gs = tt.autograd.grad(model(tt, tt.functional, x, W, checkpoint), [x, W], create_graph=True)
+    gts = torch.autograd.grad(model(torch, torch.nn.functional, xt, wt, lambda f, *a: f(*a)), [xt, wt],
+                              create_graph=True)
+    for g, gt in zip(gs, gts):
+        _close(g, gt.detach().numpy(), "gradient")
+    s = (gs[0] * gs[0]).sum() + (gs[1] * tt.sin(W)).sum()
+    st = (gts[0] * gts[0]).sum() + (gts[1] * torch.sin(wt)).sum()
+    for h, ht in zip(tt.autograd.grad(s, [x, W]), torch.autograd.grad(st, [xt, wt])):
+        _close(h, ht.numpy(), "Hessian-vector product")
+    # backward(create_graph=True): .grad with a graph through the recomputed functions
+    model(tt, tt.functional, x, W, checkpoint).backward(create_graph=True)
+    model(torch, torch.nn.functional, xt, wt, lambda f, *a: f(*a)).backward(create_graph=True)
+    _close(W.grad, wt.grad.detach().numpy(), "W.grad")
+    (h,) = tt.autograd.grad(x.grad.sum(), x)
+    (ht,) = torch.autograd.grad(xt.grad.sum(), xt)
+    _close(h, ht.numpy(), "gradient of x.grad")
+
+
+def test_checkpoint_grad_after_backward_released():
+    from tiletrain.utils.checkpoint import checkpoint
+    x = _leaf([0.5, -1.0, 2.0])
+    y = checkpoint(lambda t: tt.sin(t) * t, x * x).sum()
+    y.backward(retain_graph=True)   # the recompute's backward drops the function's arguments
+    with pytest.raises(RuntimeError, match="arguments were released by an earlier backward"):
+        tt.autograd.grad(y, x)
+    z = checkpoint(lambda t: tt.sin(t) * t, x * x).sum()
+    (g,) = tt.autograd.grad(z, x, retain_graph=True)   # first order through the rebuilt graph
+    z.backward()                                        # and the ordinary backward afterwards
+    a = np.array([0.5, -1.0, 2.0])
+    want = (np.cos(a * a) * a * a + np.sin(a * a)) * 2 * a
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * want, rtol=1e-12)   # (the first backward's too)

@@ -21,7 +21,7 @@ from ..runtime.context import nworkers
 from ..runtime.kernels import (attention_bwd, attention_decode, attention_fwd, heads_fill_parts, heads_merge,
                                heads_merge_part, heads_split, run_span, tensor_view, tile_view_as, view_tiles)
 from ..tensors import Tensor, TensorTraits
-from .autograd import PartialGradient, backward_rule, needs_grad, record
+from .autograd import PartialGradient, backward_rule, composite_grads, double_backward_rule, needs_grad, record
 from .basic import _float_tensor
 from .shape import _view, retile
 
@@ -170,6 +170,29 @@ def _split_heads_bwd(node, g):
                             fill=lambda acc, mask: heads_fill_parts(acc, nparts, mask)),)
 
 
+# Double backward: split_heads and merge_heads move elements (linear); each one's gradient is
+# the other's move, recorded as that op's node (a part of a fused projection: merge_heads_part,
+# zeros in the other parts, whose gradient is split_heads of that part).
+@double_backward_rule("split_heads")
+def _split_heads_double(node, g):
+    c = node.ctx
+    dx = Tensor(c["traits"], g.dtype)
+    if c["nparts"] == 1:
+        heads_merge(g, 0, 1, dx)
+        return (record("merge_heads", dx, (g,), traits=g.traits),)
+    heads_merge_part(g, c["part"], c["nparts"], dx)
+    heads_fill_parts(dx, c["nparts"], 1 << c["part"])
+    return (record("merge_heads_part", dx, (g,), part=c["part"], nparts=c["nparts"], traits=g.traits),)
+
+
+@backward_rule("merge_heads_part", differentiable=True)
+def _merge_heads_part_bwd(node, h):
+    c = node.ctx
+    dy = Tensor(c["traits"], h.dtype)
+    heads_split(h, c["part"], c["nparts"], dy)
+    return (record("split_heads", dy, (h,), part=c["part"], nparts=c["nparts"], traits=h.traits),)
+
+
 def merge_heads(y: Tensor) -> Tensor:
     """(B, H, T, D) -> (B, T, H*D), the inverse of split_heads (D is made a single tile).
     The result is tiled (tile_B, tile_T, tile_H * D); when y needs a gradient, (tile_B, tile_T,
@@ -198,6 +221,13 @@ def _merge_heads_bwd(node, g):
     dy = Tensor(node.ctx["traits"], g.dtype)
     heads_split(g, 0, 1, dy)
     return (dy,)
+
+
+@double_backward_rule("merge_heads")
+def _merge_heads_double(node, g):
+    dy = Tensor(node.ctx["traits"], g.dtype)
+    heads_split(g, 0, 1, dy)
+    return (record("split_heads", dy, (g,), part=0, nparts=1, traits=g.traits),)
 
 
 @dataclass(frozen=True)
@@ -361,6 +391,34 @@ def _sdpa_bwd(node, g):
     return tuple(d if inp is not None else None for d, inp in zip((dq, dk, dv), node.inputs))
 
 
+@double_backward_rule("scaled_dot_product_attention")
+def _sdpa_double(node, g):
+    """Differentiable form: softmax(q k^T * scale + causal mask) v recomputed with recorded ops
+    (the T x T scores exist whole here); grouped-query kv heads repeated by index_select."""
+    import numpy as np
+
+    from ..tensors import from_numpy
+    from .elementwise import add
+    from .index import index_select
+    from .linalg import matmul
+    from .softmax import softmax
+    q, k, v, _, _ = node.saved
+    scale, causal = node.ctx["scale"], node.ctx["causal"]
+    H, Tq, Tk = q.shape[1], q.shape[2], k.shape[2]
+    bias = None
+    if causal:   # lower right: query i sees the keys up to i + Tk - Tq
+        i, j = np.arange(Tq)[:, None], np.arange(Tk)[None, :]
+        bias = from_numpy(np.where(j <= i + Tk - Tq, 0.0, -np.inf).astype(q.dtype))
+    heads = from_numpy(np.arange(H, dtype=np.int64) // (H // k.shape[1])) if k.shape[1] != H else None
+
+    def forward(q, k, v):
+        if heads is not None:
+            k, v = index_select(k, 1, heads), index_select(v, 1, heads)
+        s = matmul(q, k, transpose_b=True, alpha=scale)
+        return matmul(softmax(s if bias is None else add(s, bias), -1), v)
+    return composite_grads(node, g, forward, q, k, v)
+
+
 def rotary_embedding(x: Tensor, theta: float = 10000.0, offset: int = 0) -> Tensor:
     """Rotary position embedding of x (B, H, T, D) at positions 0..T-1, Hugging Face Llama's
     rotate-half convention: with x1, x2 the halves of the last axis and angle t * inv_freq,
@@ -381,16 +439,21 @@ def rotary_embedding(x: Tensor, theta: float = 10000.0, offset: int = 0) -> Tens
         raise ValueError(f"{what}: offset must be >= 0, got {offset}")
     if x.tiles[3] != D:
         x = retile(x, x.tiles[:3] + (D,))
+    return _rope(x, 0, float(theta), offset)
+
+
+def _rope(x: Tensor, inverse: int, theta: float, offset: int) -> Tensor:
+    """x rotated by +angle (inverse 0) or -angle (1), recorded: the gradient of one is the
+    other (so the rule is its own differentiable form)."""
     y = Tensor(x.traits, x.dtype)
-    run_span("rope", 2, 1, [x, y], inverse=0, pos0=offset, theta=float(theta))
-    return record("rotary_embedding", y, (x,), theta=float(theta), offset=offset)
+    run_span("rope", 2, 1, [x, y], inverse=inverse, pos0=offset, theta=theta)
+    return record("rotary_embedding", y, (x,), theta=theta, offset=offset, inverse=inverse)
 
 
-@backward_rule("rotary_embedding")
+@backward_rule("rotary_embedding", differentiable=True)
 def _rope_bwd(node, g):
-    dx = Tensor(g.traits, g.dtype)
-    run_span("rope", 2, 1, [g, dx], inverse=1, pos0=node.ctx["offset"], theta=node.ctx["theta"])
-    return (dx,)
+    c = node.ctx
+    return (_rope(g, 1 - c["inverse"], c["theta"], c["offset"]),)
 
 
 __all__ = ["split_heads", "merge_heads", "scaled_dot_product_attention", "CausalBias", "causal_lower_right",

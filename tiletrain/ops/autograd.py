@@ -13,7 +13,16 @@ Double backward: an op whose backward rule is written with recorded ops only reg
 with ``differentiable=True``; an op whose rule uses raw kernels may register a second,
 differentiable form with ``@double_backward_rule("name")``.  ``backward(create_graph=True)``
 and ``grad(..., create_graph=True)`` (``differentiate``) run those forms with grad mode on,
-so the gradients they return have a graph; an op with neither raises NotImplementedError."""
+so the gradients they return have a graph; an op with neither raises NotImplementedError.
+Activation checkpointing's nodes are rebuilt (REBUILD) before such a pass: the function is
+recomputed with a graph joined to the enclosing one.
+
+Two traversals: ``_run_backward`` (backward() without create_graph: in-place accumulation
+where a gradient is exclusive, split-heads partial gradients, leaves placed on their owners
+under MPI, defer_grads' split) and ``differentiate`` (grad(), create_graph, backward(inputs=):
+only the nodes that lead to the wanted tensors, out-of-place sums, gradients handed back).
+They share the rule table and _apply_rule; what differs is the policy at every edge, so one
+loop would pay a policy dispatch per edge on the training hot path for no gain."""
 from __future__ import annotations
 
 import contextlib
@@ -307,12 +316,15 @@ def _copy_to(g: Tensor, owners) -> Tensor:
 
 @tag(phase="bwd")
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None = None,
-             create_graph: bool = False) -> None:
+             create_graph: bool = False, inputs=None) -> None:
     """Submit the backward pass of ``root`` (no waiting).  ``retain_graph`` (default:
     ``create_graph``) keeps the graph for another backward; ``create_graph`` computes the
-    gradients with recorded ops (double backward): ``.grad`` then has a graph."""
+    gradients with recorded ops (double backward): ``.grad`` then has a graph.  ``inputs``
+    (a tensor or a sequence of them): only their ``.grad`` accumulates (``backward_into``)."""
     if not isinstance(root, Tensor):
         raise TypeError(f"backward: expected a Tensor, got {type(root).__name__}")
+    if inputs is not None:
+        inputs = backward_inputs(inputs)
     root._handle("backward")
     if not root.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad (no input had requires_grad=True)")
@@ -329,6 +341,9 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None
                              f"{grad.dtype}; expected {root.shape}, {root.tiles}, {root.dtype}")
     if retain_graph is None:
         retain_graph = create_graph
+    if inputs is not None:
+        backward_into([root], [grad], inputs, create_graph=create_graph, retain_graph=bool(retain_graph))
+        return
     if create_graph:
         differentiate([root], [grad], None, create_graph=True, retain_graph=bool(retain_graph))
         return
@@ -351,6 +366,52 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None
         _run_backward(order, pending, placer, retain=bool(retain_graph))
     finally:
         _dist._in_backward -= 1
+
+
+def backward_inputs(inputs) -> list[Tensor]:
+    """The ``inputs=`` of backward checked as torch checks them."""
+    seq = [inputs] if isinstance(inputs, Tensor) else inputs
+    try:
+        seq = list(seq)
+    except TypeError:
+        raise TypeError(f"backward: inputs must be a Tensor or a sequence of Tensors, got "
+                        f"{type(inputs).__name__}") from None
+    if not seq:
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    for t in seq:
+        if not isinstance(t, Tensor):
+            raise RuntimeError(f"all inputs have to be Tensors, but got {type(t).__name__}")
+        if not t.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        t._handle("backward")
+    return seq
+
+
+def backward_into(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequence[Tensor], *,
+                  create_graph: bool, retain_graph: bool) -> None:
+    """``backward(..., inputs=)``: the gradients of ``roots`` (seeds checked by the caller)
+    accumulated into the ``.grad`` of ``inputs`` only (a non-leaf input's too, an input given
+    twice once, one not reached left alone), through the nodes that lead to them; other
+    leaves' ``.grad`` is not touched."""
+    if mpi.enabled():
+        raise NotImplementedError("backward(inputs=...) is not supported under MPI")
+    if getattr(_state, "defer", None) is not None or getattr(_state, "collect", None) is not None:
+        raise NotImplementedError("backward(inputs=...) inside defer_grads() or collect_leaf_grads() is not supported")
+    unique = list({id(t): t for t in inputs}.values())
+    grads = differentiate(roots, seeds, unique, create_graph=create_graph, retain_graph=retain_graph)
+    with (enable_grad() if create_graph else no_grad()):
+        for t, g in zip(unique, grads):   # (each g a tensor of its own: differentiate hands none out twice)
+            if g is None:
+                continue
+            if t.grad is None:
+                t.grad = g
+            elif t.grad.shape != g.shape or t.grad.tiles != g.tiles or t.grad.dtype != g.dtype:
+                raise RuntimeError(f"backward: a gradient of shape {g.shape}, tiles {g.tiles}, dtype {g.dtype} "
+                                   f"for .grad of {t.grad.shape}, {t.grad.tiles}, {t.grad.dtype}")
+            elif create_graph or t.grad.requires_grad:
+                t.grad = _sum_grads(t.grad, g)
+            else:
+                _add_into(t.grad, g)
 
 
 def next_seq() -> int:
@@ -503,8 +564,24 @@ def _release(node: Node) -> None:
 
 
 # Ops whose rule places leaf gradients itself (activation checkpointing: a backward pass
-# of its own): differentiate() cannot hand their leaves' gradients back.
+# of its own): differentiate() cannot hand their leaves' gradients back.  Such an op may
+# register a rebuild, REBUILD[op](t) -> bool: it recomputes the graph the node stands for,
+# recorded, and gives t a node into it (True; False: nothing to do for this node), so that
+# differentiate() runs through the rebuilt graph instead.
 _PLACES_LEAVES = frozenset(("checkpoint", "checkpoint_output"))
+REBUILD: dict[str, Callable[[Tensor], bool]] = {}
+
+
+def _rebuilt_order(roots: Sequence[Tensor]) -> list[Tensor]:
+    """_topological(roots) after every node reached that REBUILD covers is rebuilt (again
+    for the nodes a rebuilt graph holds: a nested checkpoint).  A rebuilt node that does not
+    lead to the wanted inputs was recomputed for nothing (its inputs do not tell: the function
+    may read parameters that are not its arguments)."""
+    while True:
+        order = _topological(*(r for r in roots if r._node is not None))
+        todo = [t for t in order if t._node.op in REBUILD and not t._node.released]
+        if not any([REBUILD[t._node.op](t) for t in todo]):
+            return order
 
 
 def _sum_grads(a: Tensor, b: Tensor) -> Tensor:
@@ -534,7 +611,7 @@ def differentiate(roots: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequ
     if create_graph and (getattr(_state, "defer", None) is not None or getattr(_state, "collect", None) is not None):
         raise NotImplementedError("backward(create_graph=True) inside defer_grads() or collect_leaf_grads() is not "
                                   "supported")
-    order = _topological(*(r for r in roots if r._node is not None))
+    order = _rebuilt_order(roots) if REBUILD else _topological(*(r for r in roots if r._node is not None))
     wanted = None if inputs is None else {id(t) for t in inputs}
     runs, released = _plan(order, wanted, stop_at_inputs)
     table = DOUBLE_BACKWARD if create_graph else BACKWARD

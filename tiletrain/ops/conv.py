@@ -31,11 +31,11 @@ import numpy as np
 
 from ..runtime.kernels import run_batch, run_map
 from ..tensors import Tensor, TensorTraits
-from .autograd import backward_rule, record
+from .autograd import backward_rule, composite_grads, double_backward_rule, record
 from .basic import _float_tensor
 from .creation import full
-from .reduce import mean as _mean
-from .shape import retile, squeeze, unsqueeze
+from .reduce import mean as _mean, sum as _sum
+from .shape import cat, reshape, retile, squeeze, unsqueeze
 
 _SPATIAL = {1: "L", 2: "H, W", 3: "D, H, W"}
 
@@ -180,6 +180,55 @@ def _conv_bwd(node, g):
     return dx, (dw if need_w else None), (db if need_b else None)
 
 
+# Double backward.  conv is bilinear in (x, w): its input gradient conv_t(g, w) and weight
+# gradient conv_w(x, g) are bilinear too, and the three are each other's adjoints, so each
+# one's gradients are recorded calls of the other two (every order differentiable).
+def _conv_op(x: Tensor, w: Tensor, args: dict, traits: TensorTraits) -> Tensor:
+    """conv(x, w) without bias into ``traits``, recorded."""
+    y = Tensor(traits, x.dtype)
+    run_batch("conv_fwd", [x, y], [w, full((w.shape[0],), 0.0, tiles=(w.shape[0],), dtype=x.dtype)], **args)
+    return record("conv", y, (x, w, None), saved=(x, w), args=args)
+
+
+def _conv_t(g: Tensor, w: Tensor, args: dict, traits: TensorTraits) -> Tensor:
+    """conv's input gradient for output gradient g (x's ``traits``), recorded."""
+    dx = Tensor(traits, g.dtype)
+    run_batch("conv_bwd_x", [g, dx], [w], **args)
+    return record("conv_t", dx, (g, w), saved=(g, w), args=args)
+
+
+def _conv_w(x: Tensor, g: Tensor, args: dict, traits: TensorTraits) -> Tensor:
+    """conv's weight gradient for input x and output gradient g (w's ``traits``), recorded."""
+    dw, db = Tensor(traits, x.dtype), Tensor(TensorTraits((traits.shape[0],)), x.dtype)
+    run_batch("conv_bwd_w", [x, g], [dw, db], reduce=True, **args)
+    return record("conv_w", dw, (x, g), saved=(x, g), args=args)
+
+
+@double_backward_rule("conv")
+def _conv_double(node, g):
+    x, w = node.saved
+    args = node.ctx["args"]
+    need_x, need_w, need_b = (t is not None for t in node.inputs)
+    return (_conv_t(g, w, args, x.traits) if need_x else None, _conv_w(x, g, args, w.traits) if need_w else None,
+            _sum(g, (0,) + tuple(range(2, g.ndim))) if need_b else None)
+
+
+@backward_rule("conv_t", differentiable=True)
+def _conv_t_bwd(node, h):
+    g, w = node.saved
+    args = node.ctx["args"]
+    return (_conv_op(h, w, args, g.traits) if node.inputs[0] is not None else None,
+            _conv_w(h, g, args, w.traits) if node.inputs[1] is not None else None)
+
+
+@backward_rule("conv_w", differentiable=True)
+def _conv_w_bwd(node, h):
+    x, g = node.saved
+    args = node.ctx["args"]
+    return (_conv_t(g, h, args, x.traits) if node.inputs[0] is not None else None,
+            _conv_op(x, h, args, g.traits) if node.inputs[1] is not None else None)
+
+
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     """torch.nn.functional.conv1d: input (N, C_in, L), weight (C_out, C_in / groups, k)."""
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
@@ -242,12 +291,85 @@ def _max_pool_bwd(node, g):
     return (dx,)
 
 
+# Double backward: max pooling's gradient max_pool_t(g) scatters g to each window's maximum
+# of x (linear in g; x only picks the positions: no gradient for x).  Its adjoint reads h at
+# those positions: per kernel offset, the strided slice of h each window reads there, kept
+# where that offset holds the window's first maximum (masks of x: constants), summed.
+@double_backward_rule("max_pool")
+def _max_pool_double(node, g):
+    (x,) = node.saved
+    dx = Tensor(x.traits, x.dtype)
+    run_batch("max_pool_bwd", [x, g, dx], **node.ctx["args"])
+    return (record("max_pool_t", dx, (g,), saved=(x,), args=node.ctx["args"], traits=g.traits),)
+
+
+@backward_rule("max_pool_t", differentiable=True)
+def _max_pool_t_bwd(node, h):
+    from itertools import product
+
+    from .autograd import no_grad
+    from .elementwise import add, eq, mul, where
+    (x,) = node.saved
+    args, traits = node.ctx["args"], node.ctx["traits"]
+    nsp = x.ndim - 2
+    geo = [tuple(args[f"{n}{j}"] for n in "loskpd") for j in range(3 - nsp, 3)]
+    with no_grad():
+        y = Tensor(traits, x.dtype)
+        run_batch("max_pool_fwd", [x, y], **args)
+    out, taken = None, None
+    for ks in product(*(range(k) for _, _, _, k, _, _ in geo)):
+        reads = []   # per axis: the windows [lo, hi) whose position at this offset is inside x
+        for (l, o, s, _, p, d), kj in zip(geo, ks):
+            off = p - kj * d   # the input position of window w: w * s - off
+            lo, hi = max(0, -(-off // s)), min(o, (l - 1 + off) // s + 1)
+            reads.append((lo, hi, slice(lo * s - off, (hi - 1) * s - off + 1, s)))
+        if any(hi <= lo for lo, hi, _ in reads):
+            continue
+        index = (slice(None), slice(None)) + tuple(sl for _, _, sl in reads)
+        with no_grad():   # where this offset holds the window's first maximum (as the kernel picks)
+            at = where(eq(_pad_windows(x[index], reads, geo, float("-inf")), y),
+                       full(y.shape, 1.0, tiles=y.tiles, dtype=y.dtype), 0.0)
+            first = at if taken is None else mul(at, add(mul(taken, -1.0), 1.0))
+            taken = first if taken is None else add(taken, first)
+        term = mul(_pad_windows(h[index], reads, geo, 0.0), first)
+        out = term if out is None else add(out, term)
+    return (retile(out, traits.tiles),)
+
+
+def _pad_windows(t: Tensor, reads, geo, value: float) -> Tensor:
+    """t (windows [lo, hi) per spatial axis) padded with ``value`` to every window (recorded)."""
+    for j, ((lo, hi, _), (_, o, *_)) in enumerate(zip(reads, geo)):
+        axis = 2 + j
+        parts = [full(t.shape[:axis] + (n,) + t.shape[axis + 1:], value, dtype=t.dtype) if n else None
+                 for n in (lo, o - hi)]
+        if parts[0] is not None or parts[1] is not None:
+            t = cat([q for q in (parts[0], t, parts[1]) if q is not None], axis)
+    return t
+
+
 @backward_rule("avg_pool")
 def _avg_pool_bwd(node, g):
     (x,) = node.saved
     dx = Tensor(x.traits, x.dtype)
     run_batch("avg_pool_bwd", [g, dx], **node.ctx["args"])
     return (dx,)
+
+
+# Double backward: avg pooling is linear, its gradient avg_pool_t(g) is its adjoint, and the
+# adjoint's gradient is the pool again (recorded).
+@double_backward_rule("avg_pool")
+def _avg_pool_double(node, g):
+    (x,) = node.saved
+    dx = Tensor(x.traits, x.dtype)
+    run_batch("avg_pool_bwd", [g, dx], **node.ctx["args"])
+    return (record("avg_pool_t", dx, (g,), args=node.ctx["args"], traits=g.traits),)
+
+
+@backward_rule("avg_pool_t", differentiable=True)
+def _avg_pool_t_bwd(node, h):
+    y = Tensor(node.ctx["traits"], h.dtype)
+    run_batch("avg_pool_fwd", [h, y], **node.ctx["args"])
+    return (record("avg_pool", y, (h,), saved=(h,), args=node.ctx["args"]),)
 
 
 def _max(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
@@ -401,7 +523,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     y = Tensor(x.traits, x.dtype)
     run_batch("bn_fwd", [x, y], [mean, rstd, w_, b_], c=C, hw=hw)
     return record("batch_norm", y, (x, w, b), saved=(x, mean, rstd, w_),
-                  c=C, hw=hw, alpha=1.0 / count if training else 0.0)
+                  c=C, hw=hw, alpha=1.0 / count if training else 0.0, eps=float(eps))
 
 
 @backward_rule("batch_norm")
@@ -417,6 +539,27 @@ def _batch_norm_bwd(node, g):
         dx = Tensor(x.traits, x.dtype)
         run_batch("bn_bwd_x", [g, x, dx], [mean, rstd, w, sdy, sdyx], c=c, hw=hw, alpha=node.ctx["alpha"])
     return dx, (sdyx if need_w else None), (sdy if need_b else None)
+
+
+@double_backward_rule("batch_norm")
+def _batch_norm_double(node, g):
+    """Differentiable form: the batch norm recomputed with recorded ops; in training the
+    batch statistics are functions of x, in evaluation the running statistics (saved as mean
+    and rstd) are constants."""
+    from .elementwise import add, mul, rsqrt, sub
+    x, mean, rstd, w = node.saved
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, node.ctx["c"]) + (1,) * (x.ndim - 2)
+
+    def forward(x, w, b):
+        if node.ctx["alpha"]:
+            xc = sub(x, _mean(x, axes, keepdim=True))
+            y = mul(xc, rsqrt(add(_mean(mul(xc, xc), axes, keepdim=True), node.ctx["eps"])))
+        else:
+            y = mul(sub(x, reshape(mean, shape)), reshape(rstd, shape))
+        y = mul(y, reshape(w, shape))
+        return y if b is None else add(y, reshape(b, shape))
+    return composite_grads(node, g, forward, x, w, node.inputs[2])
 
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",

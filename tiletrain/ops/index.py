@@ -25,7 +25,7 @@ from .autograd import backward_rule, double_backward_rule, grad_enabled, record
 from .basic import _float_tensor, _tensor, copy
 from .creation import full, zeros
 from .elementwise import clamp, convert, div, eq, masked_fill, mul, where
-from .shape import broadcast_to, cat, getitem, reshape, retile
+from .shape import broadcast_to, cat, getitem, reshape, retile, unsqueeze
 
 _REDUCE_OPS = {"sum": 0, "amax": 1, "amin": 2, "assign": 3}
 
@@ -374,6 +374,13 @@ def _gather_bwd(node, g):
     return (dx,)
 
 
+# Double backward: gather and scatter_add are each other's gradient (recorded ops).
+@double_backward_rule("gather")
+def _gather_double(node, g):
+    traits = node.ctx["traits"]
+    return (scatter_add(zeros(traits.shape, dtype=g.dtype, tiles=traits.tiles), node.ctx["dim"], node.ctx["idx"], g),)
+
+
 # ---- scatter, scatter_add, scatter_reduce -----------------------------------------------
 
 def _scatter_op(what: str, input: Tensor, dim: int, index, src, op: str, include_self: bool = True) -> Tensor:
@@ -439,6 +446,33 @@ def _scatter_bwd(node, g):
     return (dself, dsrc)
 
 
+@double_backward_rule("scatter")
+def _scatter_double(node, g):
+    dim, idx = node.ctx["dim"], node.ctx["idx"]
+    dself = dsrc = None
+    if node.inputs[0] is not None:   # the overwritten positions zeroed by a recorded scatter of zeros
+        dself = g if node.ctx["kind"] == "sum" else _zero_at(g, dim, idx)
+    if node.inputs[1] is not None:
+        dsrc = gather(g, dim, idx)
+    return (dself, dsrc)
+
+
+@double_backward_rule("max_dim")
+def _max_dim_double(node, g):
+    """max/min along a dim (ops/reduce.py): g scattered to the selected indices by a recorded
+    scatter_add (whose gradient is a gather)."""
+    (i,) = node.saved
+    traits, axis = node.ctx["traits"], node.ctx["axis"]
+    if g.ndim < len(traits.shape):   # keepdim=False: the reduced axis back as a unit axis
+        i, g = unsqueeze(i, axis), unsqueeze(g, axis)
+    return (scatter_add(zeros(traits.shape, dtype=g.dtype, tiles=traits.tiles), axis, i, g),)
+
+
+def _zero_at(g: Tensor, dim: int, idx: _Index) -> Tensor:
+    """g with the positions idx points at zeroed, recorded (a scatter of a constant)."""
+    return scatter(g, dim, idx, zeros(idx.a.shape, dtype=g.dtype, tiles=idx.t.tiles))
+
+
 def scatter_reduce(input: Tensor, dim: int, index, src: Tensor, reduce: str, *, include_self: bool = True) -> Tensor:
     """torch.scatter_reduce: src's elements reduced into input at ``index`` along dim with
     ``reduce`` in "sum", "mean", "amax", "amin"; ``include_self=False`` leaves input's value out
@@ -457,6 +491,17 @@ def scatter_reduce(input: Tensor, dim: int, index, src: Tensor, reduce: str, *, 
 
 @backward_rule("scatter_reduce")
 def _scatter_reduce_bwd(node, g):
+    return _scatter_reduce_grads(node, g, False)
+
+
+@double_backward_rule("scatter_reduce")
+def _scatter_reduce_double(node, g):
+    """The same terms with g's gathers and scatters recorded (every term is linear in g; the
+    counts and the masks of amax/amin are constants, as in torch)."""
+    return _scatter_reduce_grads(node, g, True)
+
+
+def _scatter_reduce_grads(node, g, recorded: bool):
     # torch's scatter_reduce_backward (FunctionsManual.cpp), term by term
     self_, src, result = node.saved
     dim, idx, reduce, inc = node.ctx["dim"], node.ctx["idx"], node.ctx["reduce"], node.ctx["include_self"]
@@ -467,14 +512,15 @@ def _scatter_reduce_bwd(node, g):
         _scatter_(out, dim, idx, values, False, "sum")
         return out
 
+    gather_g = (lambda t: gather(t, dim, idx)) if recorded else (lambda t: _gather_index(t, dim, idx))
     if reduce == "sum":
-        dself, dsrc = g, _gather_index(g, dim, idx)
+        dself, dsrc = g, gather_g(g)
     elif reduce == "mean":
         n = full(g.shape, 1.0 if inc else 0.0, dtype=g.dtype, tiles=g.tiles)
         n = scatter_add_(n, full(idx.a.shape, 1.0, dtype=g.dtype, tiles=idx.t.tiles))
         n = where(eq(n, 0.0), 1.0, n)
         dself = div(g, n)
-        dsrc = div(_gather_index(g, dim, idx), _gather_index(n, dim, idx))
+        dsrc = div(gather_g(g), _gather_index(n, dim, idx))
     else:
         value = _gather_index(result, dim, idx)
         self_is = where(eq(self_, result), full(g.shape, 1.0, dtype=g.dtype, tiles=g.tiles), 0.0)
@@ -482,8 +528,10 @@ def _scatter_reduce_bwd(node, g):
         n = scatter_add_(self_is, src_is)
         gd = div(g, n)
         dself = mul(self_is, gd)
-        dsrc = mul(src_is, _gather_index(gd, dim, idx))
-    if not inc:
+        dsrc = mul(src_is, gather_g(gd))
+    if not inc and recorded:
+        dself = _zero_at(dself, dim, idx)
+    elif not inc:
         dself = copy(dself)
         _scatter_(dself, dim, idx, zeros(idx.a.shape, dtype=g.dtype, tiles=idx.t.tiles), False, "assign")
     return (dself if node.inputs[0] is not None else None, dsrc if node.inputs[1] is not None else None)

@@ -319,7 +319,7 @@ def _int_extreme(x: Tensor, dim, keepdim, ismin: int, what: str, arg: bool = Fal
         raise RuntimeError(f"{what}(): Expected reduction dim to be specified for input.numel() == 0.")
     if dim is None:
         if arg:
-            return _host(np.argmin(a) if ismin else np.argmax(a), keepdim and a.ndim, a.ndim)
+            return _host(np.argmin(a) if ismin else np.argmax(a), a.ndim if keepdim else 0)
         return _host(a.min() if ismin else a.max())
     d = _dim_index(x, dim, what)
     if a.ndim == 0:
@@ -339,6 +339,8 @@ def _host(a, keep_ndim: int = 0) -> Tensor:
     if a.dtype.kind in "iu":
         a = a.astype(np.int64)
     return from_numpy(_c(a.reshape((1,) * keep_ndim) if keep_ndim else a))
+
+# (max_dim's differentiable form, a recorded scatter_add, is in ops/index.py)
 
 
 def _max_min(x, dim, keepdim, ismin: int, what: str):
@@ -506,6 +508,12 @@ def _abs_bwd(node, g):
     dx = Tensor(x.traits, x.dtype)
     run_map("absdiff_bwd", x, zero, g, dx, alpha=1.0)
     return (dx,)
+
+
+@double_backward_rule("abs_")
+def _abs_double(node, g):
+    from .elementwise import sign
+    return (_mul(g, sign(node.saved[0].detach()), alpha=1.0),)
 
 
 @basic.dim_alias

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..runtime.kernels import run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
-from .autograd import backward_rule, record
+from .autograd import backward_rule, double_backward_rule, record
 from .basic import _float_tensor
 from .creation import zeros
 from .index import _Index, index_add, index_select
@@ -256,40 +256,99 @@ def _mm_tasks(A, bv, x, y) -> None:
               nnz=A.block_nnz[blk].astype(np.float64))
 
 
+def _mm_t_tasks(A, bv, g, dx) -> None:
+    """dx = A^T g: per column block k, chains over the row blocks i."""
+    gr, gc = A.grid
+    N, M = A.shape
+    gf = -(-g.shape[1] // g.tiles[1])
+    k, i, first = _chains((A.block_nnz.reshape(gr, gc) > 0).T)
+    k, i = (np.repeat(a, gf) for a in (k, i))
+    j = np.tile(np.arange(gf), len(k) // gf)
+    order = np.lexsort((i, j, k))
+    k, i, j = k[order], i[order], j[order]
+    first = np.ones(len(k), bool)
+    first[1:] = (k[1:] != k[:-1]) | (j[1:] != j[:-1])
+    blk = i * gc + k
+    run_tasks("csr_mm_t", [A._rowptr, A._cols, bv, g, dx],
+              np.stack([blk, blk, blk, i * gf + j, k * gf + j], axis=1), wmask=first.astype(np.int64) << 4,
+              mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+              nx=_sizes(g.shape[1], g.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
+              nnz=A.block_nnz[blk].astype(np.float64))
+
+
+def _sddmm_tasks(A, g, x, dbv) -> None:
+    """d(values) = (g x^T) at A's entries, per block: chains over the column tiles of g and x."""
+    gr, gc = A.grid
+    N, M = A.shape
+    gf = -(-g.shape[1] // g.tiles[1])
+    blk = np.repeat(np.arange(gr * gc), gf)
+    j = np.tile(np.arange(gf), gr * gc)
+    i, k = blk // gc, blk % gc
+    run_tasks("csr_sddmm", [A._rowptr, A._cols, g, x, dbv],
+              np.stack([blk, blk, i * gf + j, k * gf + j, blk], axis=1), wmask=(j == 0).astype(np.int64) << 4,
+              mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+              nx=_sizes(g.shape[1], g.tiles[1], gf)[j], nv=A.L, first=(j == 0).astype(np.int64),
+              nnz=A.block_nnz[blk].astype(np.float64))
+
+
 @backward_rule("sparse_mm")
 def _sparse_mm_bwd(node, g):
     bv, x = node.saved
     A = node.ctx["A"]
-    gr, gc = A.grid
-    N, M = A.shape
-    gf = -(-g.shape[1] // g.tiles[1])
     dbv = dx = None
-    if node.inputs[1] is not None:  # dX = A^T g: per column block k, chains over row blocks i
+    if node.inputs[1] is not None:
         dx = Tensor(x.traits, g.dtype)
-        k, i, first = _chains((A.block_nnz.reshape(gr, gc) > 0).T)
-        k, i = (np.repeat(a, gf) for a in (k, i))
-        j = np.tile(np.arange(gf), len(k) // gf)
-        order = np.lexsort((i, j, k))
-        k, i, j = k[order], i[order], j[order]
-        first = np.ones(len(k), bool)
-        first[1:] = (k[1:] != k[:-1]) | (j[1:] != j[:-1])
-        blk = i * gc + k
-        run_tasks("csr_mm_t", [A._rowptr, A._cols, bv, g, dx],
-                  np.stack([blk, blk, blk, i * gf + j, k * gf + j], axis=1), wmask=first.astype(np.int64) << 4,
-                  mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
-                  nx=_sizes(g.shape[1], g.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
-                  nnz=A.block_nnz[blk].astype(np.float64))
-    if node.inputs[0] is not None:  # d(values) per block: chains over the column tiles of g and x
+        _mm_t_tasks(A, bv, g, dx)
+    if node.inputs[0] is not None:
         dbv = Tensor(bv.traits, g.dtype)
-        blk = np.repeat(np.arange(gr * gc), gf)
-        j = np.tile(np.arange(gf), gr * gc)
-        i, k = blk // gc, blk % gc
-        run_tasks("csr_sddmm", [A._rowptr, A._cols, g, x, dbv],
-                  np.stack([blk, blk, i * gf + j, k * gf + j, blk], axis=1), wmask=(j == 0).astype(np.int64) << 4,
-                  mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
-                  nx=_sizes(g.shape[1], g.tiles[1], gf)[j], nv=A.L, first=(j == 0).astype(np.int64),
-                  nnz=A.block_nnz[blk].astype(np.float64))
+        _sddmm_tasks(A, g, x, dbv)
     return (dbv, dx)
+
+
+# Double backward.  Y = A(values) X is bilinear; its gradients A^T g (sparse_mm_t) and the
+# SDDMM (sparse_sddmm) are bilinear too, and the three are each other's adjoints: each one's
+# gradients are recorded calls of the other two.
+def _rec(op: str, out: Tensor, a: Tensor, b: Tensor, A) -> Tensor:
+    return record(op, out, (a, b), saved=(a, b), A=A)
+
+
+def _mm_rec(A, bv, x, traits) -> Tensor:
+    y = Tensor(traits, x.dtype)
+    _mm_tasks(A, bv, x, y)
+    return _rec("sparse_mm", y, bv, x, A)
+
+
+def _mm_t_rec(A, bv, g, traits) -> Tensor:
+    dx = Tensor(traits, g.dtype)
+    _mm_t_tasks(A, bv, g, dx)
+    return _rec("sparse_mm_t", dx, bv, g, A)
+
+
+def _sddmm_rec(A, g, x, traits) -> Tensor:
+    dbv = Tensor(traits, g.dtype)
+    _sddmm_tasks(A, g, x, dbv)
+    return _rec("sparse_sddmm", dbv, g, x, A)
+
+
+@double_backward_rule("sparse_mm")
+def _sparse_mm_double(node, g):
+    (bv, x), A = node.saved, node.ctx["A"]
+    return (_sddmm_rec(A, g, x, bv.traits) if node.inputs[0] is not None else None,
+            _mm_t_rec(A, bv, g, x.traits) if node.inputs[1] is not None else None)
+
+
+@backward_rule("sparse_mm_t", differentiable=True)
+def _sparse_mm_t_bwd(node, h):
+    (bv, g), A = node.saved, node.ctx["A"]
+    return (_sddmm_rec(A, g, h, bv.traits) if node.inputs[0] is not None else None,
+            _mm_rec(A, bv, h, g.traits) if node.inputs[1] is not None else None)
+
+
+@backward_rule("sparse_sddmm", differentiable=True)
+def _sparse_sddmm_bwd(node, h):
+    (g, x), A = node.saved, node.ctx["A"]
+    return (_mm_rec(A, h, x, g.traits) if node.inputs[0] is not None else None,
+            _mm_t_rec(A, h, g, x.traits) if node.inputs[1] is not None else None)
 
 
 __all__ = ["SparseCSRTensor", "mm", "sparse_csr_tensor", "to_sparse_csr"]

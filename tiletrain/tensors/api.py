@@ -304,15 +304,16 @@ class Tensor(TensorBase):
             ops.assign_(self, value)
 
     # -- autograd, dtype, copies ------------------------------------------------------------
-    def backward(self, gradient=None, retain_graph=None, create_graph=False):
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Submit the backward pass from this tensor (no waiting).  A seed gradient of this
         shape but another tiling is retiled first.  ``retain_graph`` (default ``create_graph``)
         keeps the graph for another pass; ``create_graph``: ``.grad`` gets a graph (double
-        backward, tiletrain.autograd)."""
+        backward, tiletrain.autograd); ``inputs`` (a tensor or a sequence of them, as torch):
+        only their ``.grad`` accumulates, through the part of the graph that leads to them."""
         if (isinstance(gradient, TensorBase) and gradient.shape == self.shape and gradient.tiles != self.tiles
                 and gradient.dtype == self.dtype):
             gradient = ops.retile(gradient, self.tiles)
-        ops.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+        ops.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 
     def astype(self, dtype):
         return ops.astype(self, dtype)

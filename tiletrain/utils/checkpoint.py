@@ -26,7 +26,7 @@ import threading
 from typing import Any, Callable
 
 from .. import distribution as _dist
-from ..ops.autograd import (Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute,
+from ..ops.autograd import (REBUILD, Node, backward_from, backward_rule, enable_grad, grad_enabled, next_recompute,
                             next_seq, no_grad)
 from ..ops.activations import dropout_positions, dropout_window
 from ..ops.basic import copy
@@ -142,6 +142,8 @@ class _Segment:
         self.meta: list = []
         self.grads: dict | None = None  # several outputs: index -> gradient, filled by their nodes
         self.index = 0                  # one output: its index
+        self.rebuilt: list | None = None  # the outputs recomputed with a graph (grad(), create_graph)
+        self.spent = False              # backward() ran (and dropped the arguments)
 
     def tensor_args(self) -> list:
         return [a for a in list(self.args) + list(self.kwargs.values()) if isinstance(a, Tensor)]
@@ -152,6 +154,42 @@ class _Segment:
             raise TypeError("checkpoint: function must return a Tensor or a non-empty tuple/list of "
                             f"Tensors, got {_describe(out)} ({when})")
         return outs
+
+    def run(self, args, kwargs) -> list[Tensor]:
+        """The function's outputs recomputed with autograd on from ``args``, the forward's
+        dropout seeds replayed, checked against the forward's (shape, tiles, dtype)."""
+        state = default_generator.get_state()
+        stack = _active.__dict__.setdefault("segments", [])
+        stack.append(self)
+        try:
+            if self.rng is not None:
+                default_generator.set_state(self.rng)
+            window = dropout_positions(*self.window) if self.window else contextlib.nullcontext()
+            with enable_grad(), window:
+                outs = self.outputs(self.function(*args, **kwargs), "recompute")
+        finally:
+            stack.pop()
+            default_generator.set_state(state)
+        if self.check:
+            meta = [(o.shape, o.tiles, o.dtype) for o in outs]
+            if meta != self.meta:
+                raise RuntimeError(f"checkpoint: the recomputed outputs (shape, tiles, dtype) {meta} differ "
+                                   f"from the forward's {self.meta}")
+        return outs
+
+    def rebuild(self) -> list[Tensor]:
+        """grad() and create_graph=True: the outputs recomputed (once) from the arguments
+        themselves, so that their graph joins the enclosing one (and the parameters the function
+        reads); add_gradient is not available then."""
+        if self.rebuilt is None:
+            if self.spent:
+                raise RuntimeError("checkpoint: the arguments were released by an earlier backward() through "
+                                   "this checkpoint; grad() or create_graph=True must come first")
+            self.rebuilt = self.run(self.args, self.kwargs)
+            if self.extra:
+                raise NotImplementedError("checkpoint.add_gradient under grad() or create_graph=True is not "
+                                          "supported")
+        return self.rebuilt
 
     def backward(self, grads: dict) -> tuple:
         """Recompute the function with autograd on, back-propagate ``grads`` (output index ->
@@ -171,23 +209,8 @@ class _Segment:
         args = [detached.get(id(a), a) if isinstance(a, Tensor) else a for a in self.args]
         kwargs = {n: detached.get(id(a), a) if isinstance(a, Tensor) else a for n, a in self.kwargs.items()}
         since = next_seq()
-        state = default_generator.get_state()
-        stack = _active.__dict__.setdefault("segments", [])
-        stack.append(self)
-        try:
-            if self.rng is not None:
-                default_generator.set_state(self.rng)
-            window = dropout_positions(*self.window) if self.window else contextlib.nullcontext()
-            with tag(phase="recompute"), _priority(base - 2 * k - 1), enable_grad(), window:
-                outs = self.outputs(self.function(*args, **kwargs), "recompute")
-        finally:
-            stack.pop()
-            default_generator.set_state(state)
-        if self.check:
-            meta = [(o.shape, o.tiles, o.dtype) for o in outs]
-            if meta != self.meta:
-                raise RuntimeError(f"checkpoint: the recomputed outputs (shape, tiles, dtype) {meta} differ "
-                                   f"from the forward's {self.meta}")
+        with tag(phase="recompute"), _priority(base - 2 * k - 1):
+            outs = self.run(args, kwargs)
         roots = [(outs[j], g) for j, g in grads.items() if outs[j].requires_grad] + self.extra
         self.extra = []
         if roots:
@@ -198,6 +221,7 @@ class _Segment:
             d = detached.pop(id(a), None)
             out.append(None if d is None else d.grad)
         self.args, self.kwargs = (), {}  # released with the node (the engine drops its inputs too)
+        self.spent = True
         return tuple(out)
 
 
@@ -222,6 +246,22 @@ def _priority(p: int):
 def _checkpoint_bwd(node, g):
     seg = node.ctx["segment"]
     return seg.backward({seg.index: g} if seg.grads is None else seg.grads)
+
+
+def _rebuild(t: Tensor) -> bool:
+    """REBUILD for grad() / create_graph=True: t's checkpoint node replaced by an identity
+    (copy) node from the recomputed output (a multi-output hub: nothing, its outputs are
+    rebuilt themselves and no longer lead to it)."""
+    node = t._node
+    seg = node.ctx["segment"]
+    if node.op == "checkpoint" and seg.grads is not None:
+        return False
+    out = seg.rebuild()[node.ctx["index"] if node.op == "checkpoint_output" else seg.index]
+    t._node = Node("copy", (out if out.requires_grad else None,), place=node.place)
+    return True
+
+
+REBUILD["checkpoint"] = REBUILD["checkpoint_output"] = _rebuild
 
 
 @backward_rule("checkpoint_output")
