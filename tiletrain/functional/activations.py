@@ -109,6 +109,17 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     return x
 
 
+def _fused_shapes(q: Tensor, k: Tensor, v: Tensor, mask, gqa: bool) -> bool:
+    """What the fused kernels take: 4-d (B, H, T, D) of one batch and D, key and value alike,
+    the same heads (or a divisor of them with enable_gqa), the same T (or Tk >= Tq under
+    causal_lower_right)."""
+    if not (q.ndim == k.ndim == v.ndim == 4 and tuple(k.shape) == tuple(v.shape)):
+        return False
+    (b, h, t, d), (bk, hk, tk, dk) = q.shape, k.shape
+    heads = hk == h or (gqa and hk and h % hk == 0)
+    return b == bk and d == dk and heads and (tk == t or (mask is not None and tk >= t))
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
                                  **kwargs) -> Tensor:
@@ -124,7 +135,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     from ..ops.linalg import matmul
     from ..ops.shape import transpose
     plain = (attn_mask is None or isinstance(attn_mask, _att.CausalBias)) and not dropout_p
-    if plain and query.ndim == 4 and tuple(query.shape) == tuple(key.shape) == tuple(value.shape):
+    if plain and _fused_shapes(query, key, value, attn_mask, enable_gqa):
         return _att.scaled_dot_product_attention(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
                                                  **kwargs)
     if isinstance(attn_mask, _att.CausalBias):
@@ -132,6 +143,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
                                   "shapes is not supported")
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:  # kv head h // (H // Hkv)
+        from ..ops.index import index_select
+        rep = query.shape[-3] // key.shape[-3]
+        idx = from_numpy(np.repeat(np.arange(key.shape[-3], dtype=np.int64), rep))
+        key, value = index_select(key, key.ndim - 3, idx), index_select(value, value.ndim - 3, idx)
     E = query.shape[-1]
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
     scores = mul(matmul(query, transpose(key, -2, -1)), s)
