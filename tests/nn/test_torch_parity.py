@@ -1,0 +1,368 @@
+"""torch's activations, losses, tensor methods, in-place rules, integer arithmetic,
+optimizers, schedulers and sequence modules, each against torch itself (float64; values and
+every gradient)."""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tiletrain as tt
+import tiletrain.nn as nn
+import tiletrain.nn.functional as F
+
+TF = torch.nn.functional
+
+
+def _run(fn_t, fn_tt, arrays, grad=True):
+    A = [torch.tensor(a, requires_grad=grad and a.dtype == np.float64) for a in arrays]
+    B = [tt.tensor(a, requires_grad=grad and a.dtype == np.float64) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ra, rb = fn_t(*A), fn_tt(*B)
+    return A, B, ra, rb
+
+
+def _same(fn_t, fn_tt, *arrays, rtol=1e-12, atol=1e-14, grad=True):
+    A, B, ra, rb = _run(fn_t, fn_tt, arrays, grad)
+    if isinstance(ra, (tuple, list)):
+        for u, v in zip(ra, rb):
+            np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=rtol, atol=atol)
+            assert v.numpy().dtype == u.detach().numpy().dtype
+        return
+    np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
+    assert rb.numpy().dtype == ra.detach().numpy().dtype
+    if grad and ra.requires_grad:
+        w = np.random.default_rng(9).standard_normal(tuple(ra.shape))
+        ra.backward(torch.tensor(w))
+        rb.backward(tt.tensor(w))
+        for a, b in zip(A, B):
+            if a.grad is not None:
+                np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.fixture
+def x():
+    a = np.random.default_rng(1).standard_normal((6, 4)) * 3
+    a[0, :4] = [-3.0, 3.0, 0.0, 6.0]  # the kinks of hardswish, hardsigmoid, relu6
+    return a
+
+
+ACTIVATIONS = [("leaky_relu", {"negative_slope": 0.2}), ("elu", {"alpha": 0.7}), ("selu", {}), ("celu", {"alpha": 0.5}),
+               ("softplus", {"beta": 2.0, "threshold": 5.0}), ("hardtanh", {"min_val": -0.5}), ("relu6", {}),
+               ("hardsigmoid", {}), ("hardswish", {}), ("logsigmoid", {}), ("mish", {}), ("softsign", {}),
+               ("tanhshrink", {})]
+
+
+@pytest.mark.parametrize("name,kw", ACTIVATIONS, ids=[a for a, _ in ACTIVATIONS])
+def test_activation_functions_and_modules_equal_torch(name, kw, x):
+    _same(lambda t: getattr(TF, name)(t, **kw), lambda t: getattr(F, name)(t, **kw), x)
+    cls = {"leaky_relu": "LeakyReLU", "elu": "ELU", "selu": "SELU", "celu": "CELU", "softplus": "Softplus",
+           "hardtanh": "Hardtanh", "relu6": "ReLU6", "hardsigmoid": "Hardsigmoid", "hardswish": "Hardswish",
+           "logsigmoid": "LogSigmoid", "mish": "Mish", "softsign": "Softsign", "tanhshrink": "Tanhshrink"}[name]
+    _same(getattr(torch.nn, cls)(**kw), getattr(nn, cls)(**kw), x)
+
+
+@pytest.mark.parametrize("name", ["log1p", "expm1", "erf", "floor", "ceil", "round", "trunc", "square", "log2", "log10"])
+def test_unary_functions_equal_torch(name, x):
+    a = np.abs(x) + 0.1 if name in ("log1p", "log2", "log10") else x
+    a = a.copy()
+    a[1, :3] = [0.5, 1.5, -2.5]  # round: halves to even
+    _same(getattr(torch, name), getattr(tt, name), a)
+
+
+def test_composed_functions_equal_torch(x):
+    y = np.random.default_rng(2).standard_normal(x.shape)
+    _same(lambda a: TF.glu(a, 1), lambda a: F.glu(a, 1), x)
+    _same(lambda a: TF.softmin(a, 1), lambda a: F.softmin(a, 1), x)
+    _same(lambda a: TF.normalize(a, dim=0), lambda a: F.normalize(a, dim=0), x)
+    _same(TF.cosine_similarity, F.cosine_similarity, x, y)
+    _same(lambda a: TF.pad(a, (1, 2, 0, 1), value=3.0), lambda a: F.pad(a, (1, 2, 0, 1), value=3.0), x)
+    _same(lambda a: TF.pad(a, (-1, 2)), lambda a: F.pad(a, (-1, 2)), x)
+    with pytest.raises(NotImplementedError, match="reflect"):
+        F.pad(tt.tensor(x), (1, 1), mode="reflect")
+
+
+def test_losses_and_loss_modules_equal_torch():
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    p, q = rng.random((6, 4)) * 0.98 + 0.01, rng.random((6, 4))
+    t = rng.integers(0, 4, 6)
+    t[2] = -100
+    w = rng.random(4)
+    for red in ("mean", "sum", "none"):
+        _same(lambda a, b: TF.binary_cross_entropy(a, b, reduction=red),
+              lambda a, b: F.binary_cross_entropy(a, b, reduction=red), p, q)
+        _same(lambda a, b: TF.smooth_l1_loss(a, b, reduction=red, beta=0.5),
+              lambda a, b: F.smooth_l1_loss(a, b, reduction=red, beta=0.5), x, y)
+        _same(lambda a, b: TF.huber_loss(a, b, reduction=red, delta=0.7),
+              lambda a, b: F.huber_loss(a, b, reduction=red, delta=0.7), x, y)
+        _same(lambda a: TF.nll_loss(a, torch.tensor(t), weight=torch.tensor(w), reduction=red),
+              lambda a: F.nll_loss(a, tt.tensor(t), weight=tt.tensor(w), reduction=red), x)
+        _same(lambda a, b: TF.mse_loss(a, b, reduction=red, weight=torch.tensor(q)),
+              lambda a, b: F.mse_loss(a, b, reduction=red, weight=tt.tensor(q)), x, y)
+        _same(lambda a, b: TF.l1_loss(a, b, reduction=red, weight=torch.tensor(q)),
+              lambda a, b: F.l1_loss(a, b, reduction=red, weight=tt.tensor(q)), x, y)
+    _same(lambda a, b: TF.kl_div(TF.log_softmax(a, 1), b, reduction="batchmean"),
+          lambda a, b: F.kl_div(F.log_softmax(a, 1), b, reduction="batchmean"), x, q)
+    _same(lambda a, b: TF.kl_div(a, b, log_target=True), lambda a, b: F.kl_div(a, b, log_target=True), x, y)
+    x3 = rng.standard_normal((3, 4, 5))  # (N, C, d): classes on dim 1
+    t3 = rng.integers(0, 4, (3, 5))
+    _same(lambda a: TF.nll_loss(a, torch.tensor(t3)), lambda a: F.nll_loss(a, tt.tensor(t3)), x3)
+    _same(lambda a: torch.nn.CrossEntropyLoss(label_smoothing=0.1)(a, torch.tensor(t)),
+          lambda a: nn.CrossEntropyLoss(label_smoothing=0.1)(a, tt.tensor(t)), x)
+    _same(lambda a: torch.nn.NLLLoss(weight=torch.tensor(w))(a, torch.tensor(t)),
+          lambda a: nn.NLLLoss(weight=tt.tensor(w))(a, tt.tensor(t)), x)
+    for name in ("MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCEWithLogitsLoss"):
+        _same(getattr(torch.nn, name)(), getattr(nn, name)(), x, q)
+    _same(torch.nn.BCELoss(), nn.BCELoss(), p, q)
+    assert list(nn.CrossEntropyLoss(weight=tt.ones(3)).state_dict()) == ["weight"]
+    with pytest.raises(NotImplementedError, match="size_average"):
+        nn.MSELoss(size_average=True)
+
+
+def test_softmax_modules_take_torchs_implicit_dim(x):
+    for name in ("Softmax", "LogSoftmax", "Softmin"):
+        _same(getattr(torch.nn, name)(), getattr(nn, name)(), x)
+        _same(getattr(torch.nn, name)(dim=0), getattr(nn, name)(dim=0), x)
+
+
+def test_integer_arithmetic_is_torchs():
+    a = np.random.default_rng(4).integers(-7, 9, (4, 5))
+    b = np.where(a == 0, 3, a)
+    for f in (lambda M, u, v: u + 3, lambda M, u, v: u * v - 2, lambda M, u, v: -u, lambda M, u, v: u // 3,
+              lambda M, u, v: u % -3, lambda M, u, v: 7 // v, lambda M, u, v: M.div(u, v, rounding_mode="trunc"),
+              lambda M, u, v: M.fmod(u, v), lambda M, u, v: u ** 2, lambda M, u, v: u / 2, lambda M, u, v: u + 0.5,
+              lambda M, u, v: u.max(), lambda M, u, v: u.argmax(1), lambda M, u, v: u.cumsum(1),
+              lambda M, u, v: (u > 0).sum(), lambda M, u, v: u.min(1, keepdim=True)):
+        _same(lambda u, v: f(torch, u, v), lambda u, v: f(tt, u, v), a, b, grad=False)
+    xf = np.random.default_rng(5).standard_normal((4, 5))
+    _same(lambda u, v: u * v, lambda u, v: u * v, a, xf)                 # int * float tensor: float
+    _same(lambda v: v // 0.3, lambda v: v // 0.3, xf, grad=False)  # (torch has no derivative for it)
+    _same(lambda v: v % 0.7, lambda v: v % 0.7, xf)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        tt.tensor(a) // 0
+    with pytest.raises(RuntimeError, match="bool tensor is not supported"):
+        tt.tensor(a > 0) - tt.tensor(a > 1)
+
+
+def test_tensor_methods_equal_torch(x):
+    a = np.random.default_rng(6).integers(-3, 4, (6, 4))
+    m = x > 0
+    cases = [lambda M, t: M.flip(t, (0, 1)), lambda M, t: M.roll(t, 2, 1), lambda M, t: M.roll(t, 3),
+             lambda M, t: t.repeat(2, 1, 3), lambda M, t: M.unbind(t, 1), lambda M, t: t.narrow(1, 1, 2),
+             lambda M, t: M.movedim(t.reshape(2, 3, 4), 0, 2), lambda M, t: M.hstack([t, t]),
+             lambda M, t: M.vstack([t, t[0]]), lambda M, t: M.mm(t, t.t()),
+             lambda M, t: M.bmm(t.reshape(2, 3, 4), t.reshape(2, 4, 3)), lambda M, t: M.mv(t, t[0]),
+             lambda M, t: M.dot(t[0], t[1]), lambda M, t: M.cumsum(t, 0), lambda M, t: M.sort(t, 1),
+             lambda M, t: t.sort(0, descending=True), lambda M, t: t.lerp(t * 2, 0.3), lambda M, t: t.clamp_min(0.1),
+             lambda M, t: M.masked_select(t, M.tensor(m)), lambda M, t: M.isfinite(t / t.round())]
+    for f in cases:
+        _same(lambda t: f(torch, t), lambda t: f(tt, t), x)
+    for f in (lambda M, t: M.nonzero(t), lambda M, t: M.nonzero(t, as_tuple=True), lambda M, t: t.argsort(1),
+              lambda M, t: (t > 0).any(), lambda M, t: M.all(t > -3, 1), lambda M, t: M.count_nonzero(t, 0)):
+        _same(lambda t: f(torch, t), lambda t: f(tt, t), a, grad=False)
+    t = tt.tensor(x)
+    assert t.new_zeros(2, 3).shape == (2, 3) and t.new_full((2,), 3.0).dtype == np.float64
+    assert t.type() == "torch.DoubleTensor" and t.stride() == (4, 1) and t.element_size() == 8
+    assert tt.equal(t, t * 1) and tt.allclose(t, t + 1e-9) and not tt.equal(t, t + 1)
+    np.testing.assert_array_equal(tt.eye(3, 4).numpy(), np.eye(3, 4, dtype=np.float32))
+    assert sorted(tt.randperm(7, generator=tt.Generator(1)).tolist()) == list(range(7))
+
+
+def _inplace_program(M, x, m):
+    w = M.tensor(x.copy(), requires_grad=True)
+    h = w * 2
+    h += 1
+    h.mul_(3)
+    h.masked_fill_(M.tensor(m), 0.5)
+    h.clamp_(max=4.0)
+    out = h.exp()
+    out.sum().backward()
+    with M.no_grad():
+        w -= 0.1 * w.grad
+        w.data.mul_(0.5)
+        p = w.data
+        p.add_(1.0)
+    return out, w
+
+
+def test_in_place_ops_follow_torchs_rules(x):
+    m = x > 1
+    for u, v in zip(_inplace_program(torch, x, m), _inplace_program(tt, x, m)):
+        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12)
+    w = tt.tensor(x, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        w.add_(1)
+    y = w.exp()  # exp's backward reads its output
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.add_(1)
+    z = w * 2
+    _ = z * 3  # a recorded op read z: z.mul_ is refused, z *= ... rebinds out of place
+    with pytest.raises(RuntimeError, match="inplace"):
+        z.mul_(2)
+    z2 = z
+    z *= 2
+    assert z is not z2
+    (z.sum() + z2.sum()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.full(x.shape, 6.0))
+
+
+def test_deepcopy_and_module_dtype_and_hooks():
+    m = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    m2 = copy.deepcopy(m)
+    assert m2[0].weight is not m[0].weight and isinstance(m2[0].weight, nn.Parameter)
+    np.testing.assert_array_equal(m2[0].weight.numpy(), m[0].weight.numpy())
+    with tt.no_grad():
+        m2[0].weight.add_(1.0)
+    assert not np.array_equal(m2[0].weight.numpy(), m[0].weight.numpy())
+    w = m[0].weight
+    m.double()
+    assert m[0].weight is w and w.dtype == np.float64 and m[1].running_mean.dtype == np.float64
+    seen = []
+    h = m[0].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    m.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    m(tt.ones(4, 3, dtype=tt.float64))
+    h.remove()
+    m(tt.ones(4, 3, dtype=tt.float64))
+    assert seen == [(4, 2)]
+    assert m.get_parameter("0.weight") is w and len(m[:1]) == 1
+
+
+def _train(M, opt_fn, sched_fn=None, steps=12, plateau=False):
+    rng = np.random.default_rng(3)
+    W0, X, Y = rng.standard_normal((5, 3)), rng.standard_normal((8, 5)), rng.standard_normal((8, 3))
+    w = M.tensor(W0, requires_grad=True)
+    opt = opt_fn(M, [w])
+    sch = sched_fn(M, opt) if sched_fn else None
+    lrs = []
+    for i in range(steps):
+        opt.zero_grad()
+        loss = ((M.tensor(X) @ w - M.tensor(Y)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if sch is not None:
+            sch.step(float(loss.item()) * (1 + (i > 4)) if plateau else None) if plateau else sch.step()
+            lrs.append(sch.get_last_lr()[0])
+    return w.detach().numpy(), lrs
+
+
+OPTIMS = {
+    "RMSprop": (lambda M, p: M.optim.RMSprop(p, lr=0.01), None),
+    "RMSprop-momentum-centered": (lambda M, p: M.optim.RMSprop(p, lr=0.01, momentum=0.9, centered=True,
+                                                              weight_decay=0.1), None),
+    "Adagrad": (lambda M, p: M.optim.Adagrad(p, lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1,
+                                             weight_decay=0.01), None),
+    "MultiStepLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.MultiStepLR(o, [3, 3, 7])),
+    "ExponentialLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.ExponentialLR(o, 0.8)),
+    "ConstantLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.ConstantLR(o, 0.5, 4)),
+    "MultiplicativeLR": (lambda M, p: M.optim.SGD(p, lr=0.1),
+                         lambda M, o: M.optim.lr_scheduler.MultiplicativeLR(o, lambda e: 0.9)),
+    "PolynomialLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.PolynomialLR(o, 8, 2.0)),
+    "CosineAnnealingWarmRestarts": (lambda M, p: M.optim.SGD(p, lr=0.1, momentum=0.9),
+                                    lambda M, o: M.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 3, 2, 0.01)),
+    "ReduceLROnPlateau": (lambda M, p: M.optim.SGD(p, lr=0.05),
+                          lambda M, o: M.optim.lr_scheduler.ReduceLROnPlateau(o, patience=1, factor=0.5)),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMS))
+def test_optimizers_and_schedulers_equal_torch(name):
+    o, s = OPTIMS[name]
+    (wa, la), (wb, lb) = (_train(M, o, s, plateau=name == "ReduceLROnPlateau") for M in (torch, tt))
+    np.testing.assert_allclose(wb, wa, rtol=1e-12, atol=1e-14)
+    assert lb == pytest.approx(la, rel=1e-15, abs=0)
+    if name == "ReduceLROnPlateau":
+        assert min(la) < 0.05  # the plateau was met
+
+
+def _copy_params(mt, mtt):
+    sd = {k: v.detach().numpy() for k, v in mt.state_dict().items()}
+    assert set(mtt.state_dict()) == set(sd)
+    mtt.load_state_dict({k: tt.tensor(v) for k, v in sd.items()})
+
+
+SEQ = {
+    "LSTM": (lambda M: M.nn.LSTM(4, 6), lambda o: o[0]),
+    "LSTM-2-layers-bidirectional-batch-first": (
+        lambda M: M.nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True), lambda o: o[1][1]),
+    "GRU-2-layers": (lambda M: M.nn.GRU(4, 5, num_layers=2), lambda o: o[0]),
+    "RNN-relu": (lambda M: M.nn.RNN(4, 5, nonlinearity="relu"), lambda o: o[1]),
+    "MultiheadAttention-weights": (lambda M: M.nn.MultiheadAttention(4, 2), lambda o: o[1]),
+    "TransformerEncoder": (lambda M: M.nn.TransformerEncoder(M.nn.TransformerEncoderLayer(4, 2, 8, 0.0), 2),
+                           lambda o: o),
+    "TransformerEncoderLayer-norm-first-gelu-batch-first": (
+        lambda M: M.nn.TransformerEncoderLayer(4, 2, 8, 0.0, activation="gelu", batch_first=True, norm_first=True),
+        lambda o: o),
+}
+
+
+@pytest.mark.parametrize("name", list(SEQ))
+def test_sequence_modules_equal_torch(name):
+    torch.set_default_dtype(torch.float64)
+    tt.set_default_dtype(tt.float64)
+    try:
+        mk, out = SEQ[name]
+        mt, mtt = mk(torch), mk(tt)
+        _copy_params(mt, mtt)
+        x = np.random.default_rng(7).standard_normal((5, 3, 4))
+        args = (x, x, x) if name.startswith("Multihead") else (x,)
+        A, B, ra, rb = _run(lambda *a: out(mt(*a)), lambda *a: out(mtt(*a)), args)
+        np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=1e-12, atol=1e-13)
+        ra.pow(2).sum().backward()
+        rb.pow(2).sum().backward()
+        for n, p in mt.named_parameters():
+            if p.grad is not None:
+                np.testing.assert_allclose(mtt.get_parameter(n).grad.numpy(), p.grad.numpy(), rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(B[0].grad.numpy(), A[0].grad.numpy(), rtol=1e-10, atol=1e-13)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        tt.set_default_dtype(tt.float32)
+
+
+def test_encoder_masks_equal_torch():
+    torch.set_default_dtype(torch.float64)
+    tt.set_default_dtype(tt.float64)
+    try:
+        mt = torch.nn.TransformerEncoderLayer(4, 2, 8, 0.0, batch_first=True)
+        mtt = nn.TransformerEncoderLayer(4, 2, 8, 0.0, batch_first=True)
+        _copy_params(mt, mtt)
+        x = np.random.default_rng(8).standard_normal((2, 6, 4))
+        mask = np.triu(np.ones((6, 6), bool), 1)
+        kpm = np.zeros((2, 6), bool)
+        kpm[1, 4:] = True
+        a = mt(torch.tensor(x), src_mask=torch.tensor(mask), src_key_padding_mask=torch.tensor(kpm))
+        b = mtt(tt.tensor(x), src_mask=tt.tensor(mask), src_key_padding_mask=tt.tensor(kpm))
+        np.testing.assert_allclose(b.numpy(), a.detach().numpy(), rtol=1e-12, atol=1e-13)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        tt.set_default_dtype(tt.float32)
+
+
+def test_sdpa_with_masks_gqa_and_cross_attention_equal_torch():
+    rng = np.random.default_rng(9)
+    q, k, v = rng.standard_normal((2, 4, 5, 3)), rng.standard_normal((2, 2, 6, 3)), rng.standard_normal((2, 2, 6, 3))
+    m = rng.random((5, 6)) > 0.3
+    m[:, 0] = True
+    fm = rng.standard_normal((5, 6))
+    _same(lambda *a: TF.scaled_dot_product_attention(*a, attn_mask=torch.tensor(m), enable_gqa=True),
+          lambda *a: F.scaled_dot_product_attention(*a, attn_mask=tt.tensor(m), enable_gqa=True), q, k, v)
+    _same(lambda *a: TF.scaled_dot_product_attention(*a, attn_mask=torch.tensor(fm), enable_gqa=True),
+          lambda *a: F.scaled_dot_product_attention(*a, attn_mask=tt.tensor(fm), enable_gqa=True), q, k, v)
+    _same(lambda a, b, c: TF.scaled_dot_product_attention(a, b, c, is_causal=True),
+          lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), q[:, :2], k, v)
+
+
+def test_cuda_and_backends_answer_as_on_a_machine_without_cuda():
+    assert tt.cuda.is_available() is False and tt.cuda.device_count() == 0
+    tt.cuda.manual_seed_all(0)
+    tt.backends.cudnn.benchmark = True
+    with tt.set_grad_enabled(False):
+        assert not tt.is_grad_enabled()
+    assert tt.is_grad_enabled()
+    assert tt.finfo(tt.float32).eps == np.finfo(np.float32).eps
+    with pytest.raises(AttributeError, match="no int32 dtype: use tiletrain.int64"):
+        tt.int32  # noqa: B018
