@@ -123,3 +123,33 @@ def test_wgan_gp_program_same_losses(float64_default):
     np.testing.assert_allclose(ours[0], ref[0], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(ours[1], ref[1], rtol=1e-9, atol=1e-9)
     assert ours[1][0] > 1e-3 and ours[1][0] != ours[1][-1]  # a penalty that trains
+
+
+def test_resnet_program_same_losses_lrs_and_eval(float64_default):
+    """`out += shortcut(x)` residual blocks, parameter groups, Nesterov SGD, cosine schedule,
+    deepcopy of the best state dict: torch's numbers."""
+    from tiletrain.testing.ported_programs import resnet_program
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(16, 1, 8, 8))
+    y = (x[:, 0, :4].mean(axis=(1, 2)) > 0).astype(np.int64) + 2 * (x[:, 0, 4:].mean(axis=(1, 2)) > 0)
+    ours = resnet_program(tt, x=x, y=y, dtype=tt.float64)
+    ref = resnet_program(torch, x=x, y=y, dtype=torch.float64)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert ours[0][0] != ours[0][-1] and ours[2][0] != ours[2][1]
+
+
+def test_sequence_program_same_losses_lrs_and_logits(float64_default):
+    """Embedding, bidirectional LSTM, a Transformer encoder layer with a padding mask, GRU,
+    RMSprop and ReduceLROnPlateau: torch's numbers."""
+    from tiletrain.testing.ported_programs import sequence_program
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(1, 9, (4, 6))
+    tokens[1, 4:] = 0
+    tokens[3, 2:] = 0
+    labels = rng.integers(0, 3, 4)
+    ours = sequence_program(tt, tokens=tokens, labels=labels, dtype=tt.float64)
+    ref = sequence_program(torch, tokens=tokens, labels=labels, dtype=torch.float64)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert ref[1][-1] < ref[1][0]  # the plateau scheduler acted

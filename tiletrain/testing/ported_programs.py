@@ -504,3 +504,150 @@ def wgan_gp_program(torch, *, init, real, fake, mix, lam=10.0, lr=1e-3, dtype=No
         losses.append(loss.item())
         penalties.append(penalty.item())
     return losses, penalties
+
+
+# -- more programs as torch users write them ---------------------------------------------------
+def _fill_from_names(torch, model, scale: float, seed: int) -> None:
+    """Every parameter drawn from a generator seeded by its name (the same values in both
+    libraries, whatever order the modules register them in)."""
+    import zlib
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            rng = np.random.default_rng(zlib.crc32(name.encode()) + seed)
+            p.copy_(torch.tensor(rng.standard_normal(tuple(p.shape)) * scale))
+
+
+def resnet_program(torch, *, x, y, epochs=2, batch_size=8, seed=0, dtype=None):
+    """A small ResNet as torch users write it: BasicBlocks with ``out += self.shortcut(x)``, an
+    empty ``nn.Sequential()`` shortcut, BatchNorm2d, AdaptiveAvgPool2d, ``torch.flatten``,
+    CrossEntropyLoss with label smoothing, parameter groups (no decay on biases and norms),
+    SGD with Nesterov momentum, CosineAnnealingLR per epoch, clip_grad_norm_, accuracy from
+    ``out.max(1)``, the best model kept by ``copy.deepcopy(model.state_dict())``, and an eval
+    pass under no_grad with softmax confidences.  Returns (losses, accuracies, lrs, eval
+    confidences, a running mean)."""
+    import copy
+    nn = torch.nn
+    F = torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    data = __import__(torch.__name__ + ".utils.data", fromlist=["DataLoader"])
+
+    class BasicBlock(nn.Module):
+        def __init__(self, inp, out, stride=1):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inp, out, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(out)
+            self.conv2 = nn.Conv2d(out, out, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(out)
+            self.shortcut = nn.Sequential()
+            if stride != 1 or inp != out:
+                self.shortcut = nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            out += self.shortcut(x)
+            return F.relu(out)
+
+    class Net(nn.Module):
+        def __init__(self, num_classes):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(x.shape[1], 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
+                                      nn.ReLU(inplace=True))
+            self.layer1, self.layer2 = BasicBlock(4, 4), BasicBlock(4, 8, stride=2)
+            self.pool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(8, num_classes)
+
+        def forward(self, x):
+            x = self.layer2(self.layer1(self.stem(x)))
+            return self.fc(torch.flatten(self.pool(x), 1))
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Net(int(y.max()) + 1).to(device)
+    _fill_from_names(torch, model, 0.3, seed)
+    loader = data.DataLoader(data.TensorDataset(torch.tensor(x), torch.tensor(y)), batch_size=batch_size)
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=0.05, momentum=0.9, nesterov=True)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4)
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.05)
+    losses, accs, lrs, best, best_acc = [], [], [], None, -1.0
+    for _ in range(epochs):
+        model.train()
+        correct = total = 0
+        for xb, yb in loader:
+            xb, yb = xb.to(device), yb.to(device)
+            opt.zero_grad(set_to_none=True)
+            out = model(xb)
+            loss = criterion(out, yb)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            losses.append(loss.item())
+            _, pred = out.max(1)
+            total += yb.size(0)
+            correct += pred.eq(yb).sum().item()
+        sched.step()
+        lrs.append(sched.get_last_lr()[0])
+        accs.append(correct / total)
+        if accs[-1] > best_acc:
+            best_acc, best = accs[-1], copy.deepcopy(model.state_dict())
+    model.load_state_dict(best)
+    model.eval()
+    with torch.no_grad():
+        conf, _ = torch.max(F.softmax(model(torch.tensor(x)), dim=-1), dim=1)
+    return losses, accs, lrs, conf.tolist(), model.layer2.bn2.running_mean.tolist()
+
+
+def sequence_program(torch, *, tokens, labels, steps=3, seed=0, dtype=None):
+    """A sequence classifier as torch users write it: Embedding with padding_idx, a
+    bidirectional two-layer LSTM (batch_first), a TransformerEncoderLayer with a key padding
+    mask, a GRU, masked mean pooling, LayerNorm, Dropout (eval), RMSprop with momentum and
+    ReduceLROnPlateau.  Returns (losses, lrs, eval logits)."""
+    nn = torch.nn
+    F = torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    vocab = int(tokens.max()) + 1
+
+    class Classifier(nn.Module):
+        def __init__(self, d=8, n_classes=3):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d, padding_idx=0)
+            self.lstm = nn.LSTM(d, d // 2, num_layers=2, batch_first=True, bidirectional=True)
+            self.enc = nn.TransformerEncoderLayer(d, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+            self.gru = nn.GRU(d, d, batch_first=True)
+            self.norm = nn.LayerNorm(d)
+            self.drop = nn.Dropout(0.1)
+            self.head = nn.Linear(d, n_classes)
+
+        def forward(self, tok):
+            pad = tok == 0
+            h, _ = self.lstm(self.emb(tok))
+            h = self.enc(h, src_key_padding_mask=pad)
+            h, _ = self.gru(h)
+            keep = (~pad).unsqueeze(-1).to(h.dtype)
+            pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+            return self.head(self.drop(self.norm(pooled)))
+
+    model = Classifier(n_classes=int(labels.max()) + 1)
+    _fill_from_names(torch, model, 0.4, seed)
+    opt = torch.optim.RMSprop(model.parameters(), lr=0.01, momentum=0.5)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    tok, lab = torch.tensor(tokens), torch.tensor(labels)
+    losses, lrs = [], []
+    for _ in range(steps):
+        model.train()
+        model.drop.p = 0.0  # the same dropout draws are not torch's: off while training
+        opt.zero_grad()
+        loss = F.cross_entropy(model(tok), lab)
+        loss.backward()
+        opt.step()
+        sched.step(loss.item() + 1.0)  # a plateau: the scheduler halves the lr
+        losses.append(loss.item())
+        lrs.append(opt.param_groups[0]["lr"])
+    model.eval()
+    with torch.no_grad():
+        logits = model(tok)
+    return losses, lrs, logits.tolist()
