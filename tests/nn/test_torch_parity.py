@@ -159,7 +159,11 @@ def test_tensor_methods_equal_torch(x):
              lambda M, t: M.bmm(t.reshape(2, 3, 4), t.reshape(2, 4, 3)), lambda M, t: M.mv(t, t[0]),
              lambda M, t: M.dot(t[0], t[1]), lambda M, t: M.cumsum(t, 0), lambda M, t: M.sort(t, 1),
              lambda M, t: t.sort(0, descending=True), lambda M, t: t.lerp(t * 2, 0.3), lambda M, t: t.clamp_min(0.1),
-             lambda M, t: M.masked_select(t, M.tensor(m)), lambda M, t: M.isfinite(t / t.round())]
+             lambda M, t: M.masked_select(t, M.tensor(m)), lambda M, t: M.isfinite(t / t.round()),
+             lambda M, t: M.prod(t, 1), lambda M, t: t.prod(), lambda M, t: t.std(0, unbiased=False),
+             lambda M, t: M.var(t, False), lambda M, t: t.var(1, True, True),
+             lambda M, t: M.meshgrid(t[0], t[1, :3], t[2, :2], indexing="xy"),
+             lambda M, t: M.meshgrid(t[0], t[1, :3], indexing="ij")]
     for f in cases:
         _same(lambda t: f(torch, t), lambda t: f(tt, t), x)
     for f in (lambda M, t: M.nonzero(t), lambda M, t: M.nonzero(t, as_tuple=True), lambda M, t: t.argsort(1),

@@ -23,7 +23,7 @@ from .shape import cat, expand, permute, reshape, stack
 
 __all__ = ["all", "allclose", "any", "argsort", "bmm", "broadcast_tensors", "count_nonzero", "cumsum", "dot", "equal",
            "eye", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
-           "mv", "narrow", "nonzero", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
+           "meshgrid", "mv", "narrow", "nonzero", "prod", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
 
 
 def _c(a) -> np.ndarray:
@@ -116,6 +116,56 @@ def movedim(input: Tensor, source, destination) -> Tensor:  # noqa: A002
     for s, t in sorted(zip(dst, src)):
         order.insert(s, t)
     return permute(x, *order)
+
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-d tensors ("ij": matrix indexing; "xy": the first two swapped)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"torch.meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {indexing}")
+    ts = list(tensors)
+    swap = indexing == "xy" and len(ts) >= 2
+    if swap:
+        ts[0], ts[1] = ts[1], ts[0]
+    shape = tuple(t.numel() for t in ts)
+    out = [expand(reshape(t, tuple(-1 if i == k else 1 for i in range(len(ts)))), *shape) for k, t in enumerate(ts)]
+    if swap:  # ij of (y, x, ...) with the first two outputs swapped back
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)
+
+
+def prod(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
+    """The product of the elements (along dim): pairwise products in log2(n) steps
+    (differentiable, zeros included).  Integer input: in NumPy, int64 out."""
+    x = _tensor(input, "prod", "input")
+    if dtype is not None:
+        x = x.to(dtype)
+    if not is_float(x.dtype):
+        out = np.prod(x.numpy(), axis=dim, keepdims=keepdim)
+        return from_numpy(_c(np.asarray(out, dtype=np.int64)))
+    if dim is None:
+        y = _prod_last(reshape(x, (-1,)) if x.ndim else reshape(x, (1,)))
+        return reshape(y, (1,) * x.ndim) if keepdim else reshape(y, ())
+    d = _dim(dim, x.ndim, "prod")
+    moved = permute(x, *[i for i in range(x.ndim) if i != d], d)
+    y = _prod_last(moved)
+    return unsqueeze_at(y, d) if keepdim else y
+
+
+def unsqueeze_at(y: Tensor, d: int) -> Tensor:
+    return reshape(y, tuple(y.shape[:d]) + (1,) + tuple(y.shape[d:]))
+
+
+def _prod_last(x: Tensor) -> Tensor:
+    from .creation import ones as _ones
+    while x.shape[-1] > 1:
+        n = x.shape[-1]
+        if n % 2:
+            x = cat([x, _ones(*x.shape[:-1], 1, dtype=x.dtype)], x.ndim - 1)
+            n += 1
+        x = mul(index_get(x, (Ellipsis, slice(0, n // 2))), index_get(x, (Ellipsis, slice(n // 2, n))))
+    return reshape(x, tuple(x.shape[:-1]))
 
 
 def hstack(tensors) -> Tensor:

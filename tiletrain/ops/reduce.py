@@ -447,15 +447,30 @@ def _var_bwd(node, g):
     return (_mul(d, _expand(g, stages), alpha=c["scale"]),)
 
 
+def _correction(dim, unbiased, keepdim, correction):
+    """torch's two signatures: (dim, *, correction, keepdim) and the older (dim, unbiased,
+    keepdim) -- var(x, False) passes unbiased where dim would be."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if unbiased is not None:
+        if correction is not None:
+            raise TypeError("var/std: give either unbiased or correction, not both")
+        correction = 1 if unbiased else 0
+    return dim, keepdim, 1 if correction is None else correction
+
+
 @basic.dim_alias
-def var(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
-    """torch.var: sum((x - mean)^2) / max(0, N - correction), two passes."""
+def var(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
+    """torch.var: sum((x - mean)^2) / max(0, N - correction), two passes (unbiased=False is
+    correction=0)."""
+    dim, keepdim, correction = _correction(dim, unbiased, keepdim, correction)
     return _var(input, dim, correction, keepdim, False, "var")
 
 
 @basic.dim_alias
-def std(input: Tensor, dim=None, *, correction=1, keepdim: bool = False) -> Tensor:
+def std(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
     """torch.std: sqrt(var)."""
+    dim, keepdim, correction = _correction(dim, unbiased, keepdim, correction)
     return _var(input, dim, correction, keepdim, True, "std")
 
 

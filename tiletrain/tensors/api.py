@@ -771,6 +771,9 @@ class Tensor(TensorBase):
     def dot(self, other):
         return ops.dot(self, other)
 
+    def prod(self, dim=None, keepdim=False, *, dtype=None):
+        return ops.prod(self, dim, keepdim, dtype=dtype)
+
     def cumsum(self, dim, *, dtype=None):
         return ops.cumsum(self, dim, dtype=dtype)
 
