@@ -441,12 +441,12 @@ def test_attention_bad_input(rng, nothing_submitted):
         sdpa(q, tt.from_numpy(rng.standard_normal((1, 2, 6, 4)), tiles), v)
     with pytest.raises(TypeError, match="dtype mismatch"):
         sdpa(q, k, tt.from_numpy(rng.standard_normal(shape).astype(np.float32), tiles))
-    with pytest.raises(ValueError, match=r"query must be \(B, H, T, D\)"):
-        sdpa(*(tt.from_numpy(rng.standard_normal((2, 5, 4)), (1, 2, 4)) for _ in range(3)))
-    with pytest.raises(TypeError, match="attn_mask must be None or causal_lower_right"):
+    with pytest.raises(ValueError, match=r"query must have at least 2 dims"):
+        sdpa(*(tt.from_numpy(rng.standard_normal((4,))) for _ in range(3)))
+    with pytest.raises(TypeError, match="attn_mask must be None, a tiletrain Tensor"):
         sdpa(q, k, v, True)
-    with pytest.raises(ValueError, match="dropout_p must be 0"):
-        sdpa(q, k, v, dropout_p=0.1)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        sdpa(q, k, v, dropout_p=1.5)
     with pytest.raises(TypeError, match="scale must be a finite real"):
         sdpa(q, k, v, scale=float("nan"))
     with pytest.raises(TypeError, match="is_causal must be a bool"):
@@ -560,14 +560,12 @@ def test_vjp_prefix_attention(rng):
 def test_prefix_attention_bad_input(rng, nothing_submitted):
     q = tt.from_numpy(rng.standard_normal((1, 2, 3, 2)))
     kv = tt.from_numpy(rng.standard_normal((1, 2, 5, 2)))
-    with pytest.raises(ValueError, match="causal_lower_right\\(Tq, Tk\\) for a key/value prefix"):
-        F.scaled_dot_product_attention(q, kv, kv)
     with pytest.raises(ValueError, match="attn_mask is causal_lower_right\\(3, 6\\) but query has 3 positions "
                                          "and key 5"):
         F.scaled_dot_product_attention(q, kv, kv, attn_mask=F.causal_lower_right(3, 6))
     with pytest.raises(ValueError, match="seq_len_q <= seq_len_kv"):
         F.causal_lower_right(5, 3)
-    with pytest.raises(TypeError, match="attn_mask must be None or causal_lower_right"):
+    with pytest.raises(TypeError, match="attn_mask must be None, a tiletrain Tensor"):
         F.scaled_dot_product_attention(q, kv, kv, attn_mask=np.ones((3, 5), bool))
 
 

@@ -120,6 +120,36 @@ def _fused_shapes(q: Tensor, k: Tensor, v: Tensor, mask, gqa: bool) -> bool:
     return b == bk and d == dk and heads and (tk == t or (mask is not None and tk >= t))
 
 
+def _check_attention(q, k, v, mask, gqa: bool) -> None:
+    """torch's shape rules for the composed path, checked before any task: (..., L, E) query,
+    (..., S, E) key, (..., S, Ev) value of one float dtype, the same leading axes (heads
+    dividing query's with enable_gqa), a mask tensor or None."""
+    what = "scaled_dot_product_attention"
+    for t, n in ((q, "query"), (k, "key"), (v, "value")):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}: {n} must be a tiletrain Tensor, got {type(t).__name__}")
+        if t.ndim < 2:
+            raise ValueError(f"{what}: {n} must have at least 2 dims (..., T, D), got shape {t.shape}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"{what}: dtype mismatch: query {q.dtype}, key {k.dtype}, value {v.dtype}")
+    if tuple(k.shape[:-1]) != tuple(v.shape[:-1]):
+        raise ValueError(f"{what}: key has shape {k.shape} and value has shape {v.shape}: they must agree in all "
+                         "but the last axis")
+    lead_q, lead_k = tuple(q.shape[:-2]), tuple(k.shape[:-2])
+    if gqa and len(lead_q) == len(lead_k) >= 1 and lead_k[-1] and lead_q[-1] % lead_k[-1]:
+        raise ValueError(f"{what}: key has {lead_k[-1]} heads: enable_gqa needs a number of heads dividing query's "
+                         f"{lead_q[-1]}")
+    grouped = (gqa and len(lead_q) == len(lead_k) >= 1 and lead_q[:-1] == lead_k[:-1] and lead_k[-1]
+               and lead_q[-1] % lead_k[-1] == 0)
+    if q.shape[-1] != k.shape[-1] or (lead_q != lead_k and not grouped):
+        raise ValueError(f"{what}: query has shape {q.shape} and key has shape {k.shape}: their leading axes and "
+                         "last axis must be equal" + ("" if gqa else " (enable_gqa=True for fewer key/value heads); "
+                                                     "they must be equal"))
+    if mask is not None and not isinstance(mask, Tensor):
+        raise TypeError(f"{what}: attn_mask must be None, a tiletrain Tensor (bool or float) or "
+                        f"causal_lower_right(Tq, Tk), got {type(mask).__name__}")
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
                                  **kwargs) -> Tensor:
@@ -141,6 +171,14 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if isinstance(attn_mask, _att.CausalBias):
         raise NotImplementedError("scaled_dot_product_attention: causal_lower_right with dropout or unequal "
                                   "shapes is not supported")
+    _check_attention(query, key, value, attn_mask, enable_gqa)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p < 1:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p!r}")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"scaled_dot_product_attention: is_causal must be a bool, got {type(is_causal).__name__}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
+                              or not math.isfinite(scale)):
+        raise TypeError(f"scaled_dot_product_attention: scale must be a finite real number, got {scale!r}")
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:  # kv head h // (H // Hkv)

@@ -88,6 +88,22 @@ def elementwise_math(rng, dt):
 
 
 @case
+def torch_activations(rng, dt):
+    """The activation and rounding rows of the element-wise table (leaky_relu, elu/selu/celu,
+    softplus, hardtanh/relu6, hardsigmoid, hardswish, log1p, expm1, erf, floor/ceil/round/trunc),
+    forward and backward."""
+    x = _t(rng, (11, 7), (4, 3), dt, grad=True, scale=3.0)
+    p = tt.from_numpy((np.abs(rng.standard_normal((11, 7))) + 0.5).astype(dt), (4, 3)).requires_grad_()
+    outs = dict(leaky_relu=F.leaky_relu(x, 0.2), elu=F.elu(x, 0.7), selu=F.selu(x), celu=F.celu(x, 0.5),
+                softplus=F.softplus(x, 2.0, 4.0), hardtanh=F.hardtanh(x, -0.5, 0.8), relu6=F.relu6(x),
+                hardsigmoid=F.hardsigmoid(x), hardswish=F.hardswish(x), log1p=tt.log1p(p), expm1=tt.expm1(x),
+                erf=tt.erf(x), floor=tt.floor(x), ceil=tt.ceil(x), round=tt.round(x), trunc=tt.trunc(x))
+    for y in list(outs.values()):
+        _weighted_backward(y, rng)
+    return dict(outs, dx=x.grad, dp=p.grad)
+
+
+@case
 def reductions(rng, dt):
     x = _t(rng, (5, 4, 6), (2, 3, 4), dt)
     b = _t(rng, (5, 6), (2, 4), dt)
