@@ -370,3 +370,13 @@ def test_cuda_and_backends_answer_as_on_a_machine_without_cuda():
     assert tt.finfo(tt.float32).eps == np.finfo(np.float32).eps
     with pytest.raises(AttributeError, match="no int32 dtype: use tiletrain.int64"):
         tt.int32  # noqa: B018
+
+
+@pytest.mark.parametrize("name,size", [("adaptive_avg_pool2d", (3, 2)), ("adaptive_max_pool2d", (3, 2)),
+                                       ("adaptive_avg_pool1d", 3), ("adaptive_max_pool3d", (2, 3, 1))])
+def test_adaptive_pooling_with_unequal_windows_equals_torch(name, size):
+    shape = {"1d": (2, 3, 7), "2d": (2, 3, 7, 5), "3d": (1, 2, 5, 7, 3)}[name[-2:]]
+    x = np.random.default_rng(10).standard_normal(shape)
+    _same(lambda t: getattr(TF, name)(t, size), lambda t: getattr(F, name)(t, size), x)
+    cls = "Adaptive" + ("Max" if "max" in name else "Avg") + "Pool" + name[-2:]
+    _same(getattr(torch.nn, cls)(size), getattr(nn, cls)(size), x)

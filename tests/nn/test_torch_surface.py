@@ -663,13 +663,12 @@ def test_relu_silu_accept_inplace():
 
 def test_adaptive_avg_pool_modules():
     """nn.AdaptiveAvgPool2d((1, 1)) + torch.flatten(x, 1), as ResNet's head: torch's values;
-    sizes that are not multiples of the output's raise."""
+    sizes that are not multiples of the output's pool torch's unequal windows."""
     x = np.random.default_rng(5).standard_normal((2, 3, 6, 4))
     close(tt.flatten(nn.AdaptiveAvgPool2d((1, 1))(T(x)), 1),
           torch.flatten(torch.nn.AdaptiveAvgPool2d((1, 1))(torch.from_numpy(x)), 1))
     close(nn.AdaptiveAvgPool2d(2)(T(x)), torch.nn.AdaptiveAvgPool2d(2)(torch.from_numpy(x)))
     close(nn.AdaptiveAvgPool3d((1, 2, 2))(T(x)), torch.nn.AdaptiveAvgPool3d((1, 2, 2))(torch.from_numpy(x)))
-    with pytest.raises(NotImplementedError, match="input size 6 is not a multiple of output size 4"):
-        F.adaptive_avg_pool2d(T(x), 4)
+    close(F.adaptive_avg_pool2d(T(x), 4), torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), 4))
     with pytest.raises(ValueError, match="output_size must be a positive int"):
         F.adaptive_avg_pool2d(T(x), (1, 0))

@@ -17,7 +17,8 @@ from .loss import __all__ as _losses
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
-from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
+from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+                   AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
                    MaxPool1d, MaxPool2d, MaxPool3d)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear, LocalHeads, RMSNorm
@@ -29,7 +30,8 @@ __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList"
            "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D",
            "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
-           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+           "AdaptiveMaxPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",
            "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
            "functional", "init", "utils", "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",

@@ -1,5 +1,5 @@
 """CNN layers as torch.nn: Conv1d/2d/3d, MaxPool1d/2d/3d, AvgPool1d/2d/3d,
-AdaptiveAvgPool1d/2d/3d (windows of one size), BatchNorm1d/2d/3d,
+AdaptiveAvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d, BatchNorm1d/2d/3d,
 plus Sequential, ReLU and Flatten.
 
 Parameter names, shapes and initialisation are torch's (conv weight (C_out, C_in / groups,
@@ -23,7 +23,7 @@ from .layers import _default_rng
 from .module import Module, Parameter
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
-           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d",
+           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
@@ -176,6 +176,27 @@ class _AdaptiveAvgPoolNd(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class _AdaptiveMaxPoolNd(_AdaptiveAvgPoolNd):
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, f"adaptive_max_pool{self._dims}d")(x, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    _dims = 1
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    _dims = 2
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    _dims = 3
 
 
 class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):

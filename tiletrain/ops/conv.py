@@ -427,13 +427,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     return _avg(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-def _adaptive_avg(nsp: int, input, output_size) -> Tensor:
-    """torch's adaptive average pooling where every window has one size: each input size a
-    multiple of its output size (windows = strides = in // out, an avg_pool); other sizes
-    raise.  An output of size 1 along every axis is a mean over the spatial axes (any
-    tiling of them)."""
-    what = f"adaptive_avg_pool{nsp}d"
-    x, _ = _input(input, nsp, what)
+def _adaptive_sizes(nsp: int, x: Tensor, output_size, what: str) -> tuple[int, ...]:
     spatial = x.shape[2:]
     sizes = (output_size,) * nsp if isinstance(output_size, numbers.Integral) else tuple(output_size) \
         if isinstance(output_size, (tuple, list)) else None
@@ -441,30 +435,83 @@ def _adaptive_avg(nsp: int, input, output_size) -> Tensor:
             o is None or (isinstance(o, numbers.Integral) and not isinstance(o, bool) and o > 0) for o in sizes):
         raise ValueError(f"{what}: output_size must be a positive int or {nsp} of them (None keeps a size), "
                          f"got {output_size!r}")
-    sizes = tuple(n if o is None else int(o) for o, n in zip(sizes, spatial))
-    for n, o in zip(spatial, sizes):
-        if n % o:
-            raise NotImplementedError(f"{what}: input size {n} is not a multiple of output size {o} (windows of "
-                                      f"unequal sizes are not supported); input shape {x.shape}")
+    return tuple(n if o is None else int(o) for o, n in zip(sizes, spatial))
+
+
+def _adaptive_windows(x: Tensor, sizes, reduce_slice) -> Tensor:
+    """Adaptive pooling axis by axis (a box's mean or max is the mean or max over each of its
+    axes in turn): output i of an axis of size n pools [floor(i n / o), ceil((i + 1) n / o)),
+    torch's windows (of unequal sizes when o does not divide n)."""
+    from .index import index_get
+    for k, o in enumerate(sizes):
+        d = 2 + k
+        n = x.shape[d]
+        if n == o:
+            continue
+        parts = []
+        for i in range(o):
+            lo, hi = (i * n) // o, -((-(i + 1) * n) // o)
+            idx = (slice(None),) * d + (slice(lo, hi),)
+            parts.append(reduce_slice(index_get(x, idx), d))
+        x = cat(parts, d)
+    return x
+
+
+def _adaptive_avg(nsp: int, input, output_size) -> Tensor:
+    """torch's adaptive average pooling: windows of one size (each input size a multiple of its
+    output size) are an avg_pool; other sizes pool torch's unequal windows axis by axis.  An
+    output of size 1 along every axis is a mean over the spatial axes (any tiling of them)."""
+    what = f"adaptive_avg_pool{nsp}d"
+    x, _ = _input(input, nsp, what)
+    spatial = x.shape[2:]
+    sizes = _adaptive_sizes(nsp, x, output_size, what)
     if all(o == 1 for o in sizes):   # global average pooling: a mean, for any tiling of the spatial axes
         return _mean(input, tuple(range(-nsp, 0)), keepdim=True)
+    if any(n % o for n, o in zip(spatial, sizes)):
+        return _adaptive_windows(x, sizes, lambda t, d: _mean(t, d, keepdim=True))
     kernel = tuple(n // o for n, o in zip(spatial, sizes))
     return _avg(nsp, input, kernel, kernel, 0, False, True, None)
 
 
+def _adaptive_max(nsp: int, input, output_size, return_indices: bool) -> Tensor:
+    """torch's adaptive max pooling, windows as adaptive average pooling's (the gradient of a
+    tie is shared among the tied elements, where torch gives it to one)."""
+    from .reduce import amax
+    what = f"adaptive_max_pool{nsp}d"
+    if return_indices:
+        raise NotImplementedError(f"{what}: return_indices=True is not supported")
+    x, _ = _input(input, nsp, what)
+    sizes = _adaptive_sizes(nsp, x, output_size, what)
+    return _adaptive_windows(x, sizes, lambda t, d: amax(t, d, keepdim=True))
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:
+    """torch.nn.functional.adaptive_max_pool1d on (N, C, L)."""
+    return _adaptive_max(1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Tensor:
+    """torch.nn.functional.adaptive_max_pool2d on (N, C, H, W)."""
+    return _adaptive_max(2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:
+    """torch.nn.functional.adaptive_max_pool3d on (N, C, D, H, W)."""
+    return _adaptive_max(3, input, output_size, return_indices)
+
+
 def adaptive_avg_pool1d(input, output_size) -> Tensor:
-    """torch.nn.functional.adaptive_avg_pool1d on (N, C, L): L a multiple of output_size."""
+    """torch.nn.functional.adaptive_avg_pool1d on (N, C, L)."""
     return _adaptive_avg(1, input, output_size)
 
 
 def adaptive_avg_pool2d(input, output_size) -> Tensor:
-    """torch.nn.functional.adaptive_avg_pool2d on (N, C, H, W): H and W multiples of the
-    output sizes (``(1, 1)``, global average pooling, always)."""
+    """torch.nn.functional.adaptive_avg_pool2d on (N, C, H, W)."""
     return _adaptive_avg(2, input, output_size)
 
 
 def adaptive_avg_pool3d(input, output_size) -> Tensor:
-    """torch.nn.functional.adaptive_avg_pool3d on (N, C, D, H, W): sizes multiples of the output's."""
+    """torch.nn.functional.adaptive_avg_pool3d on (N, C, D, H, W)."""
     return _adaptive_avg(3, input, output_size)
 
 
@@ -562,5 +609,5 @@ def _batch_norm_double(node, g):
     return composite_grads(node, g, forward, x, w, node.inputs[2])
 
 
-__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",
+__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",
            "max_pool2d", "max_pool3d"]
