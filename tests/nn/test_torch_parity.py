@@ -380,3 +380,19 @@ def test_adaptive_pooling_with_unequal_windows_equals_torch(name, size):
     _same(lambda t: getattr(TF, name)(t, size), lambda t: getattr(F, name)(t, size), x)
     cls = "Adaptive" + ("Max" if "max" in name else "Avg") + "Pool" + name[-2:]
     _same(getattr(torch.nn, cls)(size), getattr(nn, cls)(size), x)
+
+
+def test_nn_utils_vector_helpers_clip_value_and_format():
+    for M in (torch, tt):
+        m = M.nn.Linear(3, 2)
+        with M.no_grad():
+            m.weight.copy_(M.tensor(np.arange(6.0).reshape(2, 3), dtype=m.weight.dtype))
+            m.bias.copy_(M.tensor([1.0, 2.0], dtype=m.bias.dtype))
+        v = M.nn.utils.parameters_to_vector(m.parameters())
+        assert v.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1.0, 2.0]
+        M.nn.utils.vector_to_parameters(v * 2, m.parameters())
+        assert m.bias.tolist() == [2.0, 4.0]
+        (m(M.ones(1, 3)) * 10).sum().backward()
+        M.nn.utils.clip_grad_value_(m.parameters(), 3.0)
+        assert m.weight.grad.tolist() == [[3.0] * 3] * 2
+        assert f"{M.tensor(1.23456, dtype=M.float64):.3f}" == "1.235"

@@ -255,6 +255,12 @@ class Tensor(TensorBase):
     def __rmod__(self, other):
         return ops.remainder(other, self) if _operand(other) else NotImplemented
 
+    def __format__(self, spec):
+        """A 0-d tensor formats as its value (f"{loss:.4f}"), as torch's."""
+        if self.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
     def __pos__(self):
         return self
 
