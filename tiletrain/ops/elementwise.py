@@ -550,26 +550,25 @@ def floor_divide(input, other) -> Tensor:  # noqa: A002
     return div(input, other, rounding_mode="floor")
 
 
-def remainder(input, other) -> Tensor:  # noqa: A002
-    """input % other with the sign of other (Python's and torch's remainder)."""
+def _modulo(what: str, np_fn, rounding: str, input, other) -> Tensor:  # noqa: A002
+    """input - round(input / other) * other; integers in NumPy (np_fn), refusing a zero divisor."""
     if _int_case(input, other):
         def fn(a, b):
-            _no_zero_divisor("remainder", b)
-            return np.remainder(a, b)
-        return _int_host("remainder", fn, input, other)
+            _no_zero_divisor(what, b)
+            return np_fn(a, b)
+        return _int_host(what, fn, input, other)
     a, b = _float_operands(input, other)
-    return sub(a, mul(div(a, b, rounding_mode="floor"), b))
+    return sub(a, mul(div(a, b, rounding_mode=rounding), b))
+
+
+def remainder(input, other) -> Tensor:  # noqa: A002
+    """input % other with the sign of other (Python's and torch's remainder)."""
+    return _modulo("remainder", np.remainder, "floor", input, other)
 
 
 def fmod(input, other) -> Tensor:  # noqa: A002
     """input - trunc(input / other) * other (C's fmod: the sign of input)."""
-    if _int_case(input, other):
-        def fn(a, b):
-            _no_zero_divisor("fmod", b)
-            return np.fmod(a, b)
-        return _int_host("fmod", fn, input, other)
-    a, b = _float_operands(input, other)
-    return sub(a, mul(div(a, b, rounding_mode="trunc"), b))
+    return _modulo("fmod", np.fmod, "trunc", input, other)
 
 
 def pow(input, exponent) -> Tensor:  # noqa: A001,A002

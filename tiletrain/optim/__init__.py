@@ -378,6 +378,12 @@ class SGD(_Compensated, Optimizer):
                 dampening=float(g["dampening"]), weight_decay=float(g["weight_decay"]))
 
 
+def _non_negative(**values) -> None:
+    for name, v in values.items():
+        if v < 0:
+            raise ValueError(f"Invalid {name} value: {v}")
+
+
 class _Elementwise(Optimizer):
     """Optimizers written with tensor ops (a few tasks per tile per step; torch's single-tensor
     formulas, in torch's order of operations).  ``maximize`` flips the gradient."""
@@ -405,12 +411,7 @@ class RMSprop(_Elementwise):
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
                  momentum: float = 0.0, centered: bool = False, capturable: bool = False, foreach=None,
                  maximize: bool = False, differentiable: bool = False):
-        if eps < 0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if momentum < 0:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if alpha < 0:
-            raise ValueError(f"Invalid alpha value: {alpha}")
+        _non_negative(epsilon=eps, momentum=momentum, alpha=alpha)
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
                                       centered=centered, capturable=capturable, foreach=foreach, maximize=maximize,
                                       differentiable=differentiable))
@@ -444,12 +445,7 @@ class Adagrad(_Elementwise):
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0, eps: float = 1e-10, foreach=None, *, maximize: bool = False,
                  differentiable: bool = False, fused=None):
-        if lr_decay < 0:
-            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
-        if initial_accumulator_value < 0:
-            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
-        if eps < 0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        _non_negative(lr_decay=lr_decay, initial_accumulator_value=initial_accumulator_value, epsilon=eps)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
                                       initial_accumulator_value=initial_accumulator_value, foreach=foreach,
                                       maximize=maximize, differentiable=differentiable, fused=fused))
