@@ -396,3 +396,23 @@ def test_nn_utils_vector_helpers_clip_value_and_format():
         M.nn.utils.clip_grad_value_(m.parameters(), 3.0)
         assert m.weight.grad.tolist() == [[3.0] * 3] * 2
         assert f"{M.tensor(1.23456, dtype=M.float64):.3f}" == "1.235"
+
+
+def test_data_samplers_concat_and_iterable_datasets_as_torch():
+    import torch.utils.data as TD
+
+    import tiletrain.utils.data as D
+
+    def run(M, data):
+        ds = data.ConcatDataset([data.TensorDataset(M.arange(5)), data.TensorDataset(M.arange(10, 13))])
+        bs = data.BatchSampler(data.SequentialSampler(ds), 3, drop_last=False)
+        rs = data.RandomSampler(ds, generator=M.Generator().manual_seed(0))
+
+        class Stream(data.IterableDataset):
+            def __iter__(self):
+                return iter([(float(i), i) for i in range(5)])
+        return (len(ds), int(ds[6][0]), list(bs), len(bs), [b[0].tolist() for b in data.DataLoader(ds, batch_sampler=bs)],
+                sorted(rs), list(data.WeightedRandomSampler([0.0, 0.0, 1.0, 0.0], 5)),
+                [(a.tolist(), b.tolist()) for a, b in data.DataLoader(Stream(), batch_size=2)],
+                sorted(data.SubsetRandomSampler([4, 7, 9])))
+    assert run(tt, D) == run(torch, TD)

@@ -12,7 +12,9 @@ import numpy as np
 from ..ops.shape import stack
 from ..tensors import Generator, Tensor, default_generator, from_numpy
 
-__all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate", "random_split", "Subset"]
+__all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate", "random_split", "Subset", "ConcatDataset",
+           "IterableDataset", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
+           "WeightedRandomSampler", "BatchSampler"]
 
 
 def _c(a) -> np.ndarray:
@@ -56,6 +58,141 @@ class Subset(Dataset):
         return len(self.indices)
 
 
+class IterableDataset(Dataset):
+    """A stream of samples: subclasses define __iter__ (a DataLoader batches what it yields)."""
+
+    def __iter__(self):  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} has no __iter__")
+
+
+class ConcatDataset(Dataset):
+    """The datasets one after another."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise AssertionError("datasets should not be an empty iterable")
+        self.cumulative_sizes = list(np.cumsum([len(d) for d in self.datasets]))
+
+    def __len__(self):
+        return int(self.cumulative_sizes[-1])
+
+    def __getitem__(self, idx):
+        if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            idx += len(self)
+        k = int(np.searchsorted(self.cumulative_sizes, idx, side="right"))
+        return self.datasets[k][idx - (int(self.cumulative_sizes[k - 1]) if k else 0)]
+
+
+class Sampler:
+    """Yields dataset indices (subclasses define __iter__ and __len__)."""
+
+    def __init__(self, data_source=None):
+        pass
+
+
+class SequentialSampler(Sampler):
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A new permutation per iteration (with replacement: num_samples draws), from ``generator``
+    (tiletrain's draws, not torch's)."""
+
+    def __init__(self, data_source, replacement: bool = False, num_samples=None, generator=None):
+        self.data_source, self.replacement, self.generator = data_source, replacement, generator
+        self._num_samples = num_samples
+        if num_samples is not None and (not isinstance(num_samples, int) or num_samples <= 0):
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self):
+        n = len(self.data_source)
+        if self.replacement:
+            rng = np.random.default_rng(_generator(self.generator).next_seed())
+            return iter(rng.integers(0, n, self.num_samples).tolist())
+        perm = []
+        while len(perm) < self.num_samples:
+            perm += _permutation(n, self.generator).tolist()
+        return iter(perm[:self.num_samples])
+
+    def __len__(self):
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    def __init__(self, indices, generator=None):
+        self.indices, self.generator = list(indices), generator
+
+    def __iter__(self):
+        return iter([self.indices[i] for i in _permutation(len(self.indices), self.generator)])
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """num_samples indices drawn with probabilities proportional to weights."""
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        w = np.asarray(weights.numpy() if isinstance(weights, Tensor) else weights, dtype=np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
+        if not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not replacement and num_samples > len(w):
+            raise ValueError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+        self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
+
+    def __iter__(self):
+        rng = np.random.default_rng(_generator(self.generator).next_seed())
+        return iter(rng.choice(len(self.weights), self.num_samples, replace=self.replacement,
+                               p=self.weights / self.weights.sum()).tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    def __init__(self, sampler, batch_size: int, drop_last: bool):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self):
+        batch = []
+        for i in self.sampler:
+            batch.append(i)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self):
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+def _generator(generator):
+    g = default_generator if generator is None else generator
+    if not isinstance(g, Generator):
+        raise TypeError(f"generator must be a tiletrain.Generator, got {type(g).__name__}")
+    return g
+
+
 def random_split(dataset, lengths, generator=None):
     """torch.utils.data.random_split with integer lengths or fractions (a permutation from the
     generator: tiletrain's draws, not torch's)."""
@@ -76,10 +213,7 @@ def random_split(dataset, lengths, generator=None):
 
 
 def _permutation(n: int, generator) -> np.ndarray:
-    g = default_generator if generator is None else generator
-    if not isinstance(g, Generator):
-        raise TypeError(f"generator must be a tiletrain.Generator, got {type(g).__name__}")
-    return np.random.default_rng(g.next_seed()).permutation(n)
+    return np.random.default_rng(_generator(generator).next_seed()).permutation(n)
 
 
 def default_collate(batch):
@@ -142,6 +276,9 @@ class DataLoader:
         return _permutation(n, self.generator).tolist() if self.shuffle else list(range(n))
 
     def _batches(self):
+        if isinstance(self.dataset, IterableDataset):
+            yield from self._stream()
+            return
         if self.batch_sampler is not None:
             yield from self.batch_sampler
             return
@@ -155,7 +292,25 @@ class DataLoader:
                 return
             yield b
 
+    def _stream(self):
+        """An IterableDataset's samples in batch_size lists (None: one at a time)."""
+        if self.batch_size is None:
+            yield from self.dataset
+            return
+        batch = []
+        for sample in self.dataset:
+            batch.append(sample)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
     def __iter__(self):
+        if isinstance(self.dataset, IterableDataset):
+            for b in self._batches():
+                yield b if self.batch_size is None else self.collate_fn(b)
+            return
         for b in self._batches():
             if self.batch_size is None and self.batch_sampler is None:
                 yield self.collate_fn(self.dataset[b]) if self.collate_fn is not default_collate else self.dataset[b]
