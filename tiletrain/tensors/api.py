@@ -255,6 +255,18 @@ class Tensor(TensorBase):
     def __rmod__(self, other):
         return ops.remainder(other, self) if _operand(other) else NotImplemented
 
+    def retain_grad(self):
+        """A leaf keeps its .grad already; for a tensor an op made, .grad is not kept (use
+        tiletrain.autograd.grad(loss, [t]) or backward(inputs=[t]) to get its gradient)."""
+        if self._node is None:
+            return None
+        raise NotImplementedError("retain_grad() on a non-leaf tensor is not supported: use "
+                                  "tiletrain.autograd.grad(loss, [t]) or loss.backward(inputs=[t])")
+
+    def register_hook(self, hook):
+        raise NotImplementedError("Tensor.register_hook is not supported: tiletrain's backward runs as tile tasks; "
+                                  "use tiletrain.autograd.grad to read or change a gradient")
+
     def __format__(self, spec):
         """A 0-d tensor formats as its value (f"{loss:.4f}"), as torch's."""
         if self.ndim == 0:
