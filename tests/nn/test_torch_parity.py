@@ -416,3 +416,20 @@ def test_data_samplers_concat_and_iterable_datasets_as_torch():
                 [(a.tolist(), b.tolist()) for a, b in data.DataLoader(Stream(), batch_size=2)],
                 sorted(data.SubsetRandomSampler([4, 7, 9])))
     assert run(tt, D) == run(torch, TD)
+
+
+def test_retain_grad_keeps_the_gradient_of_a_non_leaf_as_torch():
+    x = np.random.default_rng(11).standard_normal((3, 4))
+    got = []
+    for M in (torch, tt):
+        a = M.tensor(x, requires_grad=True)
+        h = (a * 2).tanh()
+        h.retain_grad()
+        z = h * 3
+        (z.sum() ** 2).backward()
+        got.append((h.grad.numpy(), a.grad.numpy(), z.grad))
+    np.testing.assert_allclose(got[1][0], got[0][0], rtol=1e-12)
+    np.testing.assert_allclose(got[1][1], got[0][1], rtol=1e-12)
+    assert got[0][2] is None and got[1][2] is None
+    with pytest.raises(RuntimeError, match="requires_grad=False"):
+        tt.ones(2).retain_grad()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import weakref
 
 import numpy as np
 from dataclasses import dataclass, field
@@ -341,6 +342,8 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None
                              f"{grad.dtype}; expected {root.shape}, {root.tiles}, {root.dtype}")
     if retain_graph is None:
         retain_graph = create_graph
+    if inputs is None and _retained:
+        inputs = _with_retained(root)
     if inputs is not None:
         backward_into([root], [grad], inputs, create_graph=create_graph, retain_graph=bool(retain_graph))
         return
@@ -366,6 +369,31 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool | None
         _run_backward(order, pending, placer, retain=bool(retain_graph))
     finally:
         _dist._in_backward -= 1
+
+
+_retained: "weakref.WeakSet[Tensor]" = weakref.WeakSet()  # non-leaves whose .grad is kept (retain_grad)
+
+
+def retain_grad(t: Tensor) -> None:
+    """t (an op's output) gets its .grad in the next backward passes through it."""
+    _retained.add(t)
+
+
+def _with_retained(root: Tensor) -> list[Tensor] | None:
+    """The inputs of a backward with retained non-leaves: every leaf that requires grad and
+    every retained tensor of root's graph (None when none is retained there)."""
+    order = _topological(root)
+    inside = {id(t) for t in order}
+    kept = [t for t in _retained if id(t) in inside]
+    if not kept:
+        return None
+    leaves, seen = [], set()
+    for t in order:
+        for inp in t._node.inputs:
+            if inp is not None and inp._node is None and inp.requires_grad and id(inp) not in seen:
+                seen.add(id(inp))
+                leaves.append(inp)
+    return leaves + kept
 
 
 def backward_inputs(inputs) -> list[Tensor]:

@@ -256,12 +256,13 @@ class Tensor(TensorBase):
         return ops.remainder(other, self) if _operand(other) else NotImplemented
 
     def retain_grad(self):
-        """A leaf keeps its .grad already; for a tensor an op made, .grad is not kept (use
-        tiletrain.autograd.grad(loss, [t]) or backward(inputs=[t]) to get its gradient)."""
-        if self._node is None:
-            return None
-        raise NotImplementedError("retain_grad() on a non-leaf tensor is not supported: use "
-                                  "tiletrain.autograd.grad(loss, [t]) or loss.backward(inputs=[t])")
+        """This tensor (an op's output) gets its .grad in the next backward passes (a leaf has
+        it already)."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._node is not None:
+            from ..ops.autograd import retain_grad
+            retain_grad(self)
 
     def register_hook(self, hook):
         raise NotImplementedError("Tensor.register_hook is not supported: tiletrain's backward runs as tile tasks; "
