@@ -433,3 +433,33 @@ def test_retain_grad_keeps_the_gradient_of_a_non_leaf_as_torch():
     assert got[0][2] is None and got[1][2] is None
     with pytest.raises(RuntimeError, match="requires_grad=False"):
         tt.ones(2).retain_grad()
+
+
+CONV_T = [(2, (2, 4, 5, 6), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1)),
+          (2, (2, 4, 5, 6), (4, 1, 2, 3), dict(stride=(1, 2), groups=2, dilation=(2, 1))),
+          (1, (2, 3, 7), (3, 2, 4), dict(stride=3, padding=2)),
+          (3, (1, 2, 3, 4, 3), (2, 2, 2, 2, 2), dict(stride=2)),
+          (2, (4, 5, 6), (4, 3, 3, 3), dict())]
+
+
+@pytest.mark.parametrize("n,xs,ws,kw", CONV_T)
+def test_conv_transpose_equals_torch(n, xs, ws, kw):
+    rng = np.random.default_rng(12)
+    x, w, b = rng.standard_normal(xs), rng.standard_normal(ws), rng.standard_normal(ws[1] * kw.get("groups", 1))
+    name = f"conv_transpose{n}d"
+    _same(lambda *a: getattr(TF, name)(*a, **kw), lambda *a: getattr(F, name)(*a, **kw), x, w, b, rtol=1e-11,
+          atol=1e-12)
+
+
+def test_conv_transpose_module_has_torchs_parameters():
+    mt = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+    m = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+    assert {k: tuple(v.shape) for k, v in m.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in mt.state_dict().items()}
+    bound = 1 / np.sqrt(3 * 9)  # fan_in = weight.shape[1] * kernel size
+    assert np.abs(m.weight.numpy()).max() <= bound
+    m = m.double()
+    mt = mt.double()
+    _copy_params(mt, m)
+    x = np.random.default_rng(13).standard_normal((2, 4, 5, 5))
+    np.testing.assert_allclose(m(tt.tensor(x)).numpy(), mt(torch.tensor(x)).detach().numpy(), rtol=1e-12, atol=1e-13)

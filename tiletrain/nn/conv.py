@@ -22,7 +22,7 @@ from ..tensors.tensor import default_float
 from .layers import _default_rng
 from .module import Module, Parameter
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
            "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
@@ -92,6 +92,59 @@ class Conv2d(_ConvNd):
 
 
 class Conv3d(_ConvNd):
+    _dims = 3
+
+
+class _ConvTransposeNd(Module):
+    """torch.nn.ConvTranspose*d: weight (in_channels, out_channels / groups, kernel...), bias
+    (out_channels,), both U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with torch's fan_in = weight.shape[1]
+    times the kernel's size."""
+    _dims = 0
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        what = type(self).__name__
+        self.in_channels = _pos_int(in_channels, what, "in_channels")
+        self.out_channels = _pos_int(out_channels, what, "out_channels")
+        self.groups = _pos_int(groups, what, "groups")
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"{what}: in_channels ({in_channels}) and out_channels ({out_channels}) must be "
+                             f"divisible by groups ({groups})")
+        if padding_mode != "zeros":
+            raise ValueError(f"Only \"zeros\" padding mode is supported for {what}")
+        n = self._dims
+        self.kernel_size = tuple(_pos_int(k, what, "kernel_size") for k in _tuple(kernel_size, n))
+        self.stride, self.padding = _tuple(stride, n), _tuple(padding, n)
+        self.output_padding, self.dilation = _tuple(output_padding, n), _tuple(dilation, n)
+        dtype = default_float(dtype)
+        shape = (self.in_channels, self.out_channels // self.groups) + self.kernel_size
+        bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))
+        self.weight = Parameter(_default_rng.uniform(-bound, bound, shape).astype(dtype), shape)
+        cout = self.out_channels
+        self.bias = Parameter(_default_rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
+
+    def forward(self, x: Tensor, output_size=None) -> Tensor:
+        if output_size is not None:
+            raise NotImplementedError(f"{type(self).__name__}: output_size= is not supported (use output_padding)")
+        return getattr(F, f"conv_transpose{self._dims}d")(x, self.weight, self.bias, self.stride, self.padding,
+                                                          self.output_padding, self.groups, self.dilation)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+                + ("" if not any(self.padding) else f", padding={self.padding}")
+                + ("" if not any(self.output_padding) else f", output_padding={self.output_padding}"))
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    _dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    _dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
     _dims = 3
 
 

@@ -229,6 +229,63 @@ def _conv_w_bwd(node, h):
             _conv_op(x, h, args, g.traits) if node.inputs[1] is not None else None)
 
 
+def _conv_transpose(nsp: int, input, weight, bias, stride, padding, output_padding, groups, dilation) -> Tensor:
+    """torch's transposed convolution: the input gradient of the convolution whose weight it
+    shares ((C_in, C_out / groups, kernel...)), recorded as conv_t (so its gradients, and theirs,
+    are the convolution's own)."""
+    what = f"conv_transpose{nsp}d"
+    x, unbatched = _input(input, nsp, what)
+    w = _float_tensor(weight, what, "weight")
+    if w.ndim != nsp + 2:
+        raise ValueError(f"{what}: weight must be {nsp + 2}-D (C_in, C_out / groups, kernel...), got shape {w.shape}")
+    if w.dtype != x.dtype:
+        raise TypeError(f"{what}: weight is {w.dtype} but input is {x.dtype}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{what}: groups must be a positive int, got {groups!r}")
+    cin, cg, k = w.shape[0], w.shape[1], w.shape[2:]
+    if x.shape[1] != cin or cin % groups:
+        raise ValueError(f"{what}: input has {x.shape[1]} channels, weight.shape[0] is {cin} (divisible by groups "
+                         f"{groups} and equal to the input's channels)")
+    cout = cg * groups
+    bias = _vector(bias, cout, x, what, "bias")
+    s = _ntuple(stride, nsp, what, "stride", 1)
+    p = _ntuple(padding, nsp, what, "padding", 0)
+    op = _ntuple(output_padding, nsp, what, "output_padding", 0)
+    d = _ntuple(dilation, nsp, what, "dilation", 1)
+    if any(o >= max(si, di) for o, si, di in zip(op, s, d)):
+        raise ValueError(f"{what}: output padding must be smaller than either stride or dilation, got "
+                         f"output_padding={op}, stride={s}, dilation={d}")
+    lin = x.shape[2:]
+    lout = tuple((li - 1) * si - 2 * pi + di * (ki - 1) + oi + 1 for li, si, pi, di, ki, oi in zip(lin, s, p, d, k, op))
+    if any(lo < 1 for lo in lout):
+        raise ValueError(f"{what}: the output size {lout} is not positive")
+    x = _layout(x, (x.tiles[0], cin) + tuple(lin))
+    args = dict(cin=cout, cout=cin, groups=int(groups), **_geom(lout, lin, k, s, p, d))
+    y = _conv_t(x, _whole(w), args, TensorTraits((x.shape[0], cout) + lout, (x.tiles[0], cout) + lout))
+    if bias is not None:
+        from .elementwise import add
+        y = add(y, reshape(bias, (cout,) + (1,) * nsp))
+    return squeeze(y, 0) if unbatched else y
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1) -> Tensor:
+    """torch.nn.functional.conv_transpose1d: input (N, C_in, L), weight (C_in, C_out / groups, k)."""
+    return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1) -> Tensor:
+    """torch.nn.functional.conv_transpose2d: input (N, C_in, H, W), weight (C_in, C_out / groups, kH, kW)."""
+    return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1) -> Tensor:
+    """torch.nn.functional.conv_transpose3d: input (N, C_in, D, H, W)."""
+    return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     """torch.nn.functional.conv1d: input (N, C_in, L), weight (C_out, C_in / groups, k)."""
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
@@ -609,5 +666,5 @@ def _batch_norm_double(node, g):
     return composite_grads(node, g, forward, x, w, node.inputs[2])
 
 
-__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "max_pool1d",
+__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "max_pool1d",
            "max_pool2d", "max_pool3d"]
