@@ -463,3 +463,26 @@ def test_conv_transpose_module_has_torchs_parameters():
     _copy_params(mt, m)
     x = np.random.default_rng(13).standard_normal((2, 4, 5, 5))
     np.testing.assert_allclose(m(tt.tensor(x)).numpy(), mt(torch.tensor(x)).detach().numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_group_instance_norm_and_nearest_interpolation_equal_torch():
+    rng = np.random.default_rng(14)
+    x, w, b = rng.standard_normal((2, 6, 5, 7)), rng.standard_normal(6), rng.standard_normal(6)
+    _same(lambda *a: TF.group_norm(a[0], 3, a[1], a[2]), lambda *a: F.group_norm(a[0], 3, a[1], a[2]), x, w, b,
+          rtol=1e-11, atol=1e-12)
+    _same(TF.instance_norm, F.instance_norm, x, rtol=1e-11, atol=1e-12)
+    for kw in (dict(scale_factor=2), dict(size=(9, 4)), dict(scale_factor=(1.5, 0.5))):
+        _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x)
+    with pytest.raises(NotImplementedError, match="bilinear"):
+        F.interpolate(tt.tensor(x), scale_factor=2, mode="bilinear")
+    torch.set_default_dtype(torch.float64)
+    tt.set_default_dtype(tt.float64)
+    try:
+        for mk in (lambda M: M.nn.GroupNorm(2, 6), lambda M: M.nn.InstanceNorm2d(6, affine=True),
+                   lambda M: M.nn.Upsample(scale_factor=2)):
+            mt, m = mk(torch), mk(tt)
+            _copy_params(mt, m)
+            _same(mt, m, x, rtol=1e-11, atol=1e-12)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        tt.set_default_dtype(tt.float32)

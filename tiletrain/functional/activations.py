@@ -19,7 +19,7 @@ from ..ops.softmax import softmax
 from ..ops.creation import full
 from ..tensors import Tensor
 
-__all__ = ["cosine_similarity", "glu", "logsigmoid", "mish", "normalize", "pad",
+__all__ = ["cosine_similarity", "glu", "group_norm", "instance_norm", "interpolate", "logsigmoid", "mish", "normalize", "pad",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 
 
@@ -201,3 +201,67 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if dropout_p:
         w = dropout(w, dropout_p, True)
     return matmul(w, value)
+
+
+def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:  # noqa: A002
+    """torch.nn.functional.group_norm over (N, C, *): each group of C / num_groups channels
+    normalised with its own mean and biased variance, then weight[c] x + bias[c]."""
+    from ..ops.reduce import mean as _mean
+    from ..ops.elementwise import rsqrt
+    from ..ops.shape import reshape
+    x = input
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(x.shape)} and num_groups={num_groups}")
+    N, C = x.shape[0], x.shape[1]
+    g = reshape(x, (N, num_groups, -1))
+    mu = _mean(g, -1, keepdim=True)
+    d = sub(g, mu)
+    var = _mean(mul(d, d), -1, keepdim=True)
+    y = reshape(mul(d, rsqrt(add(var, eps))), x.shape)
+    shape = (C,) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = mul(y, reshape(weight, shape))
+    if bias is not None:
+        y = add(y, reshape(bias, shape))
+    return y
+
+
+def instance_norm(input: Tensor, running_mean=None, running_var=None, weight=None, bias=None,  # noqa: A002
+                  use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """torch.nn.functional.instance_norm: each (sample, channel) normalised over its spatial
+    axes (running statistics are not supported)."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise NotImplementedError("instance_norm: running statistics (track_running_stats) are not supported")
+    return group_norm(input, input.shape[1], weight, bias, eps)
+
+
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,  # noqa: A002
+                recompute_scale_factor=None, antialias: bool = False) -> Tensor:
+    """torch.nn.functional.interpolate, mode "nearest" (output index i reads input index
+    floor(i * scale), scale = in / out, or 1 / scale_factor when given): index selections along
+    each spatial axis (differentiable).  Other modes raise."""
+    from ..ops.index import index_select
+    from ..tensors import from_numpy
+    if mode != "nearest":
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (only 'nearest')")
+    nsp = input.ndim - 2
+    if nsp < 1:
+        raise ValueError(f"interpolate: input must be (N, C, *spatial), got shape {input.shape}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    spatial = input.shape[2:]
+    if size is not None:
+        out = (size,) * nsp if isinstance(size, numbers.Integral) else tuple(size)
+        scales = [n / o for n, o in zip(spatial, out)]
+    else:
+        sf = (scale_factor,) * nsp if isinstance(scale_factor, numbers.Real) else tuple(scale_factor)
+        out = tuple(int(math.floor(n * f)) for n, f in zip(spatial, sf))
+        scales = [1.0 / f if not recompute_scale_factor else n / o for n, f, o in zip(spatial, sf, out)]
+    if len(out) != nsp:
+        raise ValueError(f"interpolate: size/scale_factor must give {nsp} sizes, got {out}")
+    x = input
+    for k, (n, o, sc) in enumerate(zip(spatial, out, scales)):
+        idx = np.minimum(np.floor(np.arange(o, dtype=np.float64) * np.float32(sc)).astype(np.int64), n - 1)
+        x = index_select(x, 2 + k, from_numpy(np.ascontiguousarray(idx)))
+    return x

@@ -19,7 +19,8 @@ from .transformer import MultiheadAttention, TransformerEncoder, TransformerEnco
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                    AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
-                   ConvTranspose1d, ConvTranspose2d, ConvTranspose3d,
+                   ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
+                   InstanceNorm3d, Upsample,
                    MaxPool1d, MaxPool2d, MaxPool3d)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear, LocalHeads, RMSNorm
@@ -30,7 +31,8 @@ from .pretrained import MODELS, from_pretrained, load_model, register_model, sav
 __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
            "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D",
-           "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "GroupNorm",
+           "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",

@@ -22,7 +22,7 @@ from ..tensors.tensor import default_float
 from .layers import _default_rng
 from .module import Module, Parameter
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
+__all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
            "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
@@ -316,3 +316,65 @@ class BatchNorm3d(_BatchNorm):
     _ranks = (5,)
 
 
+
+
+class GroupNorm(Module):
+    """torch.nn.GroupNorm(num_groups, num_channels, eps=1e-5, affine=True): weight ones, bias zeros."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
+                 dtype=None):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        dtype = default_float(dtype)
+        self.weight = Parameter(np.ones(num_channels, dtype), (num_channels,)) if affine else None
+        self.bias = Parameter(np.zeros(num_channels, dtype), (num_channels,)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _InstanceNorm(Module):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device=None, dtype=None):
+        super().__init__()
+        if track_running_stats:
+            raise NotImplementedError(f"{type(self).__name__}: track_running_stats=True is not supported")
+        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
+        self.track_running_stats = False
+        dtype = default_float(dtype)
+        self.weight = Parameter(np.ones(num_features, dtype), (num_features,)) if affine else None
+        self.bias = Parameter(np.zeros(num_features, dtype), (num_features,)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+
+class InstanceNorm1d(_InstanceNorm):
+    pass
+
+
+class InstanceNorm2d(_InstanceNorm):
+    pass
+
+
+class InstanceNorm3d(_InstanceNorm):
+    pass
+
+
+class Upsample(Module):
+    """torch.nn.Upsample(size=None, scale_factor=None, mode='nearest'): F.interpolate."""
+
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
