@@ -471,10 +471,14 @@ def test_group_instance_norm_and_nearest_interpolation_equal_torch():
     _same(lambda *a: TF.group_norm(a[0], 3, a[1], a[2]), lambda *a: F.group_norm(a[0], 3, a[1], a[2]), x, w, b,
           rtol=1e-11, atol=1e-12)
     _same(TF.instance_norm, F.instance_norm, x, rtol=1e-11, atol=1e-12)
-    for kw in (dict(scale_factor=2), dict(size=(9, 4)), dict(scale_factor=(1.5, 0.5))):
-        _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x)
-    with pytest.raises(NotImplementedError, match="bilinear"):
-        F.interpolate(tt.tensor(x), scale_factor=2, mode="bilinear")
+    for kw in (dict(scale_factor=2), dict(size=(9, 4)), dict(scale_factor=(1.5, 0.5)),
+               dict(scale_factor=2, mode="bilinear"), dict(size=(9, 4), mode="bilinear", align_corners=True),
+               dict(size=(3, 11), mode="bilinear")):
+        _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x, rtol=1e-11, atol=1e-13)
+    _same(lambda a: TF.interpolate(a, scale_factor=3, mode="linear"),
+          lambda a: F.interpolate(a, scale_factor=3, mode="linear"), x[:, :, 0], rtol=1e-11, atol=1e-13)
+    with pytest.raises(NotImplementedError, match="bicubic"):
+        F.interpolate(tt.tensor(x), scale_factor=2, mode="bicubic")
     torch.set_default_dtype(torch.float64)
     tt.set_default_dtype(tt.float64)
     try:

@@ -238,30 +238,73 @@ def instance_norm(input: Tensor, running_mean=None, running_var=None, weight=Non
 
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,  # noqa: A002
                 recompute_scale_factor=None, antialias: bool = False) -> Tensor:
-    """torch.nn.functional.interpolate, mode "nearest" (output index i reads input index
-    floor(i * scale), scale = in / out, or 1 / scale_factor when given): index selections along
-    each spatial axis (differentiable).  Other modes raise."""
-    from ..ops.index import index_select
-    from ..tensors import from_numpy
-    if mode != "nearest":
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (only 'nearest')")
+    """torch.nn.functional.interpolate, modes "nearest" (output i reads input floor(i * scale),
+    scale = in / out, or 1 / scale_factor when given) and "linear"/"bilinear"/"trilinear"
+    (align_corners False: source (i + 0.5) scale - 0.5 clamped at 0; True: i (in - 1) / (out - 1)),
+    axis by axis as index selections and weighted sums (differentiable)."""
+    linear = {"linear": 1, "bilinear": 2, "trilinear": 3}
+    if mode != "nearest" and mode not in linear:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported ('nearest', 'linear', 'bilinear', "
+                                  "'trilinear' are)")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
     nsp = input.ndim - 2
     if nsp < 1:
         raise ValueError(f"interpolate: input must be (N, C, *spatial), got shape {input.shape}")
+    if mode in linear and linear[mode] != nsp:
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {linear[mode] + 2}D input")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                         "bicubic | trilinear")
+    out, scales = _interp_sizes(input, size, scale_factor, recompute_scale_factor, nsp)
+    x = input
+    for k in reversed(range(nsp)):  # the last axis first: torch's order of the weighted sums
+        n, o = input.shape[2 + k], out[k]
+        x = _nearest_axis(x, 2 + k, n, o, scales[k]) if mode == "nearest" else \
+            _linear_axis(x, 2 + k, n, o, scales[k], bool(align_corners))
+    return x
+
+
+def _interp_sizes(input, size, scale_factor, recompute, nsp):
     if (size is None) == (scale_factor is None):
         raise ValueError("only one of size or scale_factor should be defined")
     spatial = input.shape[2:]
     if size is not None:
         out = (size,) * nsp if isinstance(size, numbers.Integral) else tuple(size)
-        scales = [n / o for n, o in zip(spatial, out)]
+        scales = [None] * nsp
     else:
         sf = (scale_factor,) * nsp if isinstance(scale_factor, numbers.Real) else tuple(scale_factor)
         out = tuple(int(math.floor(n * f)) for n, f in zip(spatial, sf))
-        scales = [1.0 / f if not recompute_scale_factor else n / o for n, f, o in zip(spatial, sf, out)]
-    if len(out) != nsp:
-        raise ValueError(f"interpolate: size/scale_factor must give {nsp} sizes, got {out}")
-    x = input
-    for k, (n, o, sc) in enumerate(zip(spatial, out, scales)):
-        idx = np.minimum(np.floor(np.arange(o, dtype=np.float64) * np.float32(sc)).astype(np.int64), n - 1)
-        x = index_select(x, 2 + k, from_numpy(np.ascontiguousarray(idx)))
-    return x
+        scales = [None if recompute else 1.0 / f for f in sf]
+    if len(out) != nsp or any(o < 1 for o in out):
+        raise ValueError(f"interpolate: size/scale_factor must give {nsp} positive sizes, got {out}")
+    return out, scales
+
+
+def _nearest_axis(x, d, n, o, scale):
+    from ..ops.index import index_select
+    from ..tensors import from_numpy
+    sc = np.float32(n / o if scale is None else scale)
+    idx = np.minimum(np.floor(np.arange(o, dtype=np.float64) * sc).astype(np.int64), n - 1)
+    return index_select(x, d, from_numpy(np.ascontiguousarray(idx)))
+
+
+def _linear_axis(x, d, n, o, scale, align_corners):
+    from ..ops.index import index_select
+    from ..ops.shape import reshape
+    from ..tensors import from_numpy
+    dst = np.arange(o, dtype=np.float64)
+    if align_corners:
+        src = dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
+    else:
+        sc = n / o if scale is None else scale
+        src = np.maximum((dst + 0.5) * sc - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    i1 = np.minimum(i0 + 1, n - 1)
+    l1 = src - i0
+    shape = (o,) + (1,) * (x.ndim - 1 - d)
+    w0 = from_numpy(np.ascontiguousarray((1.0 - l1).reshape(shape)).astype(x.dtype))
+    w1 = from_numpy(np.ascontiguousarray(l1.reshape(shape)).astype(x.dtype))
+    a = index_select(x, d, from_numpy(np.ascontiguousarray(i0)))
+    b = index_select(x, d, from_numpy(np.ascontiguousarray(i1)))
+    return add(mul(w0, a), mul(w1, b))
