@@ -112,3 +112,44 @@ def __getattr__(name):
         raise AttributeError(f"tiletrain has no {name} dtype" + (f": use tiletrain.{alt}" if alt else
                                                                   " (complex tensors are not supported)"))
     raise AttributeError(f"module 'tiletrain' has no attribute {name!r}")
+
+
+from . import amp  # noqa: E402  (torch.amp.GradScaler, disabled as without CUDA; autocast refused when enabled)
+from .amp import autocast  # noqa: E402
+
+
+def compile(model=None, **kwargs):  # noqa: A001 - torch's name
+    """torch.compile: the model (or function) itself -- tiletrain's graph is the task graph
+    StarPU schedules; there is nothing to compile.  As a decorator factory too."""
+    if model is None:
+        return lambda m: m
+    return model
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Accepted ("highest", "high", "medium"): tiletrain's float32 products are float32."""
+    if precision not in ("highest", "high", "medium"):
+        raise RuntimeError(f"Invalid precision: {precision}")
+
+
+def set_num_threads(n: int) -> None:
+    """torch.set_num_threads: the number of CPU workers.  Before the runtime starts, it starts
+    with n CPU workers; after, a different n is a warning (tiletrain.shutdown() and
+    tiletrain.init(ncpu=n) change it)."""
+    import warnings as _w
+    if not is_initialized():
+        init(ncpu=int(n))
+        return
+    have = get_num_threads()
+    if have != n:
+        _w.warn(f"set_num_threads({n}): the runtime already runs {have} CPU workers; call tiletrain.shutdown() "
+                f"and tiletrain.init(ncpu={n}) to change them", RuntimeWarning, stacklevel=2)
+
+
+def get_num_threads() -> int:
+    """The number of CPU workers (of the running runtime; os.cpu_count() before it starts)."""
+    import os as _os
+    if not is_initialized():
+        return _os.cpu_count() or 1
+    import builtins as _b  # (sum, max ... are tiletrain's ops in this module)
+    return _b.sum(1 for w in current().workers() if w.kind == "cpu")

@@ -32,3 +32,8 @@ def synchronize(device=None) -> None:
 
 def empty_cache() -> None:
     """Nothing to free: tiles are released by dataflow when their last task ends."""
+
+
+class amp:  # noqa: N801 - torch.cuda.amp, a namespace
+    """torch.cuda.amp.GradScaler / autocast: tiletrain.amp's."""
+    from .amp import GradScaler, autocast  # noqa: F401

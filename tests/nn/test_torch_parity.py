@@ -490,3 +490,24 @@ def test_group_instance_norm_and_nearest_interpolation_equal_torch():
     finally:
         torch.set_default_dtype(torch.float32)
         tt.set_default_dtype(tt.float32)
+
+
+def test_compile_amp_and_thread_answers_let_torch_programs_run():
+    m = nn.Linear(2, 2)
+    assert tt.compile(m) is m and tt.compile()(m) is m
+    tt.set_float32_matmul_precision("high")
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        scaler = tt.cuda.amp.GradScaler()
+    loss = m(tt.ones(1, 2)).sum()
+    opt = tt.optim.SGD(m.parameters(), lr=0.1)
+    w0 = m.weight.numpy()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    assert not np.array_equal(m.weight.numpy(), w0)
+    with tt.autocast("cpu", enabled=False):
+        pass
+    with pytest.raises(NotImplementedError, match="autocast is not supported"):
+        tt.autocast("cpu", dtype=tt.bfloat16)
+    assert tt.get_num_threads() >= 1
