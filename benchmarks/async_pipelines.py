@@ -85,6 +85,8 @@ def plot(acc_rows, thr_rows, path) -> None:
     a, b = fig.subplots(1, 2)
     if not thr_rows:
         b.set_axis_off()
+    if not acc_rows:
+        a.set_axis_off()
     names = [r["method"] for r in acc_rows]
     a.barh(names, [r["accuracy"] for r in acc_rows], color="tab:blue")
     a.set_xlabel("held-out accuracy after the budget (median)")
@@ -107,6 +109,7 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=64, help="hidden width for the accuracy runs")
     ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9), every method")
     ap.add_argument("--skip-throughput", action="store_true", help="the accuracy table only")
+    ap.add_argument("--skip-accuracy", action="store_true", help="the throughput tables only")
     ap.add_argument("--thr-width", type=int, default=512, help="hidden width for the throughput runs")
     ap.add_argument("--thr-microbatch", type=int, default=64)
     ap.add_argument("--thr-samples", type=int, default=64 * 48, help="training samples per throughput run")
@@ -129,7 +132,7 @@ def main() -> int:
     print(environment(), flush=True)
     acc_rows = []
     sync = {}
-    for method, weights in ACCURACY:
+    for method, weights in ([] if args.skip_accuracy else ACCURACY):
         runs = [measure(args, method, weights, seed, args.width, args.microbatch) for seed in range(args.reps)]
         if method == "sync":
             sync = {seed: r["accuracy"] for seed, r in enumerate(runs)}
@@ -156,12 +159,13 @@ def main() -> int:
         syn = json.loads(done.stdout.strip().splitlines()[-1])
     for r in thr_rows:
         r["vs_1f1b"] = r["samples_per_s"] / thr_rows[0]["samples_per_s"]
-    print(f"\naccuracy after {args.epochs} epochs of {acc_rows[0]['data']}, {args.stages} stages, micro-batch "
-          f"{args.microbatch}, width {args.width}, SGD lr {args.lr} momentum 0.9, medians of {args.reps} seeds "
-          "(gap: points against sync, same seed)")
-    print(table(["method", "accuracy", "gap (points)", "weight memory KiB"],
-                [[r["method"], f"{r['accuracy']:.4f}", f"{r['gap_points']:+.2f}", f"{r['weight_kib']:.1f}"]
-                 for r in acc_rows]))
+    if acc_rows:
+        print(f"\naccuracy after {args.epochs} epochs of {acc_rows[0]['data']}, {args.stages} stages, micro-batch "
+              f"{args.microbatch}, width {args.width}, SGD lr {args.lr} momentum 0.9, medians of {args.reps} seeds "
+              "(gap: points against sync, same seed)")
+        print(table(["method", "accuracy", "gap (points)", "weight memory KiB"],
+                    [[r["method"], f"{r['accuracy']:.4f}", f"{r['gap_points']:+.2f}", f"{r['weight_kib']:.1f}"]
+                     for r in acc_rows]))
     if thr_rows:
         print(f"\nthroughput: width {args.thr_width}, micro-batch {args.thr_microbatch}, {args.thr_samples} samples, "
               f"{args.stages} stages on {args.stages} workers (1f1b: {args.flush_every} micro-batches per update); "

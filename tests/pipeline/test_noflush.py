@@ -11,7 +11,7 @@ import tiletrain as tt
 from tiletrain import functional as F
 from tiletrain.nn import Linear, LocalHeads, ReLU, Sequential
 from tiletrain.optim import SGD, AdamW, spike_coefficients
-from tiletrain.pipeline import Action, ScheduleError, formulas, schedules
+from tiletrain.pipeline import Action, Schedule, ScheduleError, formulas, schedules
 from tiletrain.pipeline import ModelPipeline
 
 
@@ -67,6 +67,55 @@ def test_local_dependencies_and_queue():
         schedules.get("pb", 3, 5, queue=1)
     with pytest.raises(ScheduleError, match="queue depth must be"):
         type(s)("x", s.actions, local=True, queue=-2)
+
+
+@pytest.mark.parametrize("name,kw", [("pb", {}), ("local", {"queue": 2}), ("local", {"queue": 0}),
+                                     ("local", {"queue": 1}), ("emergent", {})])
+def test_csv_round_trip_keeps_flush_local_and_queue(tmp_path, name, kw):
+    s = schedules.get(name, stages=3, microbatches=5, **kw)
+    path = tmp_path / "mine.csv"
+    text = s.to_csv(path)
+    head = text.splitlines()[0].split(",")
+    assert head[0] == "#schedule" and len(text.splitlines()) == 4   # the header, then one row per rank
+    back = Schedule.from_csv(path).validate()
+    assert back.name == "mine"
+    for f in ("actions", "stages", "microbatches", "chunks", "ordered", "flush", "local", "queue"):
+        assert getattr(back, f) == getattr(s, f), f
+    assert back.weight_versions() == s.weight_versions() and back.delays() == s.delays()
+    assert back.dependencies() == s.dependencies() and back.kept_versions() == s.kept_versions()
+    assert back.simulate().makespan == s.simulate().makespan
+    # an ordinary schedule's CSV is PyTorch's layout unchanged: no header
+    assert schedules.get("1f1b", 3, 5).to_csv().splitlines()[0] == "0F0,0F1,0F2,0B0,0F3,0B1,0F4,0B2,0B3,0B4"
+
+
+def test_csv_without_header_reads_as_before_and_bad_header_fields_are_refused(tmp_path, capsys):
+    old = "0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n"   # pb's actions, no header
+    s = Schedule.from_csv(old).validate()
+    assert s.flush and not s.local and s.ordered and s.delays() == [0, 0]
+    pb = Schedule.from_csv("#schedule,flush=false\n" + old).validate()
+    assert pb.actions == s.actions and pb.delays() == schedules.get("pb", 2, 4).delays() == [2, 0]
+    assert Schedule.from_csv("#schedule, local = TRUE ,queue=3,flush=0\n" + old).queue == 3
+    for bad, msg in [("#schedule,flush=maybe", "flush='maybe': expected true or false"),
+                     ("#schedule,speed=2", "header field 'speed=2': expected key=value with key one of flush"),
+                     ("#schedule,flush", "header field 'flush': expected key=value"),
+                     ("#schedule,flush=false,flush=true", "'flush' given twice"),
+                     ("#schedule,local=true,queue=-1", "queue='-1': expected an integer >= 0"),
+                     ("#schedule,local=true,queue=2.5", "queue='2.5': expected an integer"),
+                     ("#schedule,queue=2", "a queue depth is for local-learning schedules"),
+                     ("#tiletrain,flush=false", "expected '#schedule' as its first cell")]:
+        with pytest.raises(ScheduleError, match=msg):
+            Schedule.from_csv(bad + "\n" + old)
+    with pytest.raises(ScheduleError, match="line 3: a #schedule header row is only allowed on the first line"):
+        Schedule.from_csv(old + "#schedule,flush=false\n")
+    with pytest.raises(ScheduleError, match="no actions"):
+        Schedule.from_csv("#schedule,flush=false\n\n")
+    # the CLI: show --csv writes the header, run FILE.csv reads pb back (its delays, its fill)
+    from tiletrain.cli import main
+    assert main(["schedule", "show", "pb", "--stages", "2", "--microbatches", "4", "--csv",
+                 str(tmp_path / "pb.csv")]) == 0
+    capsys.readouterr()
+    assert main(["schedule", "show", str(tmp_path / "pb.csv")]) == 0
+    assert "weight delay per stage 2 0" in capsys.readouterr().out
 
 
 def test_cli_show_and_run_pb_and_local(capsys):
