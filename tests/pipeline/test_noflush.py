@@ -48,6 +48,39 @@ def test_pb_delays_and_fill_and_no_steady_bubble():
         assert schedules.get("1f1b", p, 16).delays() == [0] * p      # a flush: no delay
 
 
+def test_pb_per_update_and_per_layer_delays_match_hand_tables():
+    # p = 3, m = 6: each B's delay (written - 1 - read, from the hand table above); the fill's
+    # first updates are less late than the steady state's 2(p-1-s)
+    s = schedules.get("pb", stages=3, microbatches=6)
+    hand = {0: [0, 1, 2, 3, 4, 4], 1: [0, 1, 2, 2, 2, 2], 2: [0, 0, 0, 0, 0, 0]}
+    got = s.update_delays()
+    assert {a.kind for a in got} == {"B"} and len(got) == 18
+    for st, ds in hand.items():
+        assert [got[Action(st, "B", j)] for j in range(6)] == ds
+    assert s.delays() == [max(d) for d in hand.values()] == formulas.pb_delays(3) == [4, 2, 0]
+    # D_s = min(2(p-1-s), m-1): a run of m micro-batches has at most m-1 earlier updates
+    table = {(4, 1): [0, 0, 0, 0], (4, 2): [1, 1, 1, 0], (4, 4): [3, 3, 2, 0], (4, 6): [5, 4, 2, 0],
+             (4, 7): [6, 4, 2, 0], (4, 16): [6, 4, 2, 0], (1, 5): [0], (2, 2): [1, 0]}
+    for (p, m), want in table.items():
+        assert schedules.get("pb", p, m).delays() == formulas.pb_delays(p, m) == want, (p, m)
+    # LayerPipe2's Delay(l) = 2 S(l), S(l) the stages downstream of layer l: every layer a
+    # stage (5 layers, 5 stages), and layers in groups (2, 1, 3 layers on 3 stages) sharing
+    # their group's delay
+    assert formulas.layerpipe2_delays([1] * 5) == [8, 6, 4, 2, 0]
+    assert schedules.get("pb", 5, 16).layer_delays([1] * 5) == [8, 6, 4, 2, 0]
+    assert formulas.layerpipe2_delays([2, 1, 3]) == [4, 4, 2, 0, 0, 0]
+    assert s.layer_delays([2, 1, 3]) == [4, 4, 2, 0, 0, 0]
+    assert schedules.get("pb", 3, 2).layer_delays([2, 1, 3]) == [1, 1, 1, 0, 0, 0]   # m = 2: fewer
+    assert schedules.get("1f1b", 3, 6).layer_delays([2, 1, 3]) == [0] * 6              # a flush
+    assert schedules.get("local", 3, 6).layer_delays([1, 1, 1]) == [0] * 3
+    with pytest.raises(ScheduleError, match="layers must list, per virtual stage .3."):
+        s.layer_delays([2, 1])
+    with pytest.raises(ScheduleError, match="ints >= 1"):
+        s.layer_delays([2, 0, 1])
+    with pytest.raises(ValueError, match="ints >= 1"):
+        formulas.layerpipe2_delays([])
+
+
 def test_local_dependencies_and_queue():
     s = schedules.get("local", stages=3, microbatches=5, queue=1)
     assert s.local and not s.flush and s.delays() == [0, 0, 0] and s.kept_versions() == [1, 1, 1]
@@ -266,6 +299,35 @@ def test_pb_stored_and_ema_weights_and_memory():
     assert me == [2 * per[0], 2 * per[1], per[2]]        # master + the moving average
     assert ls[:5] == le[:5]                              # the first updates: nothing to reconstruct yet
     assert np.allclose(ls, le, atol=0.05)
+
+
+def test_a_stage_of_several_layer_groups_shares_its_delay():
+    # stage s holds two Linear layers, its optimizer one parameter group per layer: every
+    # group gets the stage's delay (from the factory on, then each step's schedule), and the
+    # run equals the one with one group per stage
+    def stages():
+        rng = np.random.default_rng(4)
+        return [Sequential(Linear(8 if s == 0 else 16, 16, dtype=np.float64, rng=rng), ReLU(),
+                           Linear(16, 16 if s < 2 else 4, dtype=np.float64, rng=rng)) for s in range(3)]
+
+    seen = []
+
+    def per_layer(ps, d):
+        seen.append(d)
+        return SGD([{"params": ps[:2]}, {"params": ps[2:]}], lr=0.05, momentum=0.9, compensation="sc", delay=d)
+
+    X, Y = _data(8)
+    runs = []
+    for opt in (per_layer, lambda ps, d: SGD(ps, lr=0.05, momentum=0.9, compensation="sc", delay=d)):
+        st = stages()
+        pp = _pipe(st, "pb", opt, len(X))
+        runs.append(([float(v) for v in pp.step(X, Y).losses], [p.numpy() for m in st for p in m.parameters()]))
+        want = pp.schedule.delays()
+        assert [[g["delay"] for g in o.param_groups] for o in pp.optimizer.opts] == [[d] * len(o.param_groups)
+                                                                                    for o, d in zip(pp.optimizer.opts,
+                                                                                                    want)]
+    assert seen == [6 - 2, 2, 0] == schedules.get("pb", 3, 8).delays()   # the factory got each stage's delay
+    assert runs[0][0] == runs[1][0] and all(np.array_equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
 
 
 def test_local_trains_each_stage_on_its_own_head():

@@ -410,6 +410,26 @@ class Schedule:
                 out[a.stage] = max(out[a.stage], wrote - 1 - read)
         return out
 
+    def update_delays(self) -> dict[Action, int]:
+        """Per action that writes a weight update (B, or W with a split backward; none with a
+        flush): its delay, the updates between the version its forward read and the one it
+        writes (written - 1 - read).  ``delays()`` is the largest per stage: in a run's
+        first updates (the fill) the delays are smaller."""
+        return {a: wrote - 1 - read for a, (read, wrote) in self.weight_versions().items() if wrote is not None}
+
+    def layer_delays(self, layers: Sequence[int]) -> list[int]:
+        """Per layer, in model order, the weight delay of its stage when virtual stage s holds
+        ``layers[s]`` layers (or layer groups): all layers of a stage share its delay
+        (``delays()``), as LayerPipe2's grouped pipelining assigns them.  For ``pb`` with
+        m > 2(p-1) micro-batches this is LayerPipe2's Delay(l) = 2 S(l)
+        (``formulas.layerpipe2_delays``)."""
+        if len(layers) != self.stages or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
+                                             for n in layers):
+            raise ScheduleError(f"schedule {self.name!r}: layers must list, per virtual stage ({self.stages}), "
+                                f"its number of layers (ints >= 1), got {list(layers)!r}")
+        d = self.delays()
+        return [d[s] for s, n in enumerate(layers) for _ in range(n)]
+
     def kept_versions(self) -> list[int]:
         """Per virtual stage: the most weight versions alive at once when every version is
         stored until the last backward that reads it (the newest one included)."""
