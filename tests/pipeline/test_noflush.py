@@ -373,3 +373,17 @@ def test_stage_pipeline_bad_input():
     with pytest.raises(NotImplementedError, match="weights='ema' with Linear Weight Prediction"):
         _pipe(_stages(2), "pb", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, compensation="lwp", delay=d), 2,
               weights="ema")
+
+
+def test_experiment_warmup_ramps_every_stage_learning_rate():
+    from tiletrain.experiments.async_pipelines import _WarmupSGD, run
+    p = tt.nn.Parameter(np.zeros(3))
+    opt = _WarmupSGD([p], 4, lr=0.2, momentum=0.9, compensation="sc", delay=2)
+    lrs = []
+    for _ in range(6):
+        p.grad = tt.from_numpy(np.ones(3))
+        opt.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.2, 0.2])
+    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
+        run("pb", stages=2, warmup=-1)
