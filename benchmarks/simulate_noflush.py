@@ -1,28 +1,33 @@
 """Pipelines without a flush at 8 and 16 stages, simulated: pipelined backpropagation (``pb``)
-and local learning (``local``, queue depth 2) against 1F1B on the same GPT, one stage per
-simulated GPU (machines derived from a machine calibrated here at the study's shapes: GPU
-kernels --gpu-speed (default 1) x a calibrated core, 16 GiB, 25 GB/s links).  Each schedule steps m
-micro-batches with per-stage AdamW optimizers (tiletrain.pipeline.ModelPipeline's
-``optimizer=``: 1F1B updates every stage once after the step, pb and local after every
-micro-batch); what the issue's 4-stage targets ask, at more stages:
+and local learning (``local``, queue depth 2) against 1F1B on the same model, one stage per
+simulated GPU (machines derived from a machine calibrated here: GPU kernels --gpu-speed
+(default 1) x a calibrated core, 16 GiB, 25 GB/s links).  The model is the MLP of
+benchmarks/async_pipelines.py's throughput rows, with balanced stages: every stage one width x
+width Linear (width 512, micro-batch 64; the last stage's logits over width classes, the
+local heads' over 10), as stage modules (--unbalanced: that benchmark's MLP itself, 64 inputs
+and 10 classes, whose first and last stages cost a fraction of the others: idle that no
+schedule removes);
+each schedule steps m micro-batches with per-stage SGD optimizers (momentum 0.9;
+ModelPipeline's ``optimizer=``: 1F1B updates every stage once after the step, pb and local
+after every micro-batch).  What the issue's 4-stage targets ask, at more stages:
 
   idle fraction    of the stage GPUs over the step (simulated clock, from the trace)
   steady state     pb: between the moment every stage has started its first backward and the
-                   moment the first stage has run out of forwards (target <= 0.05)
-  samples/s        sequences per simulated second, and the ratio to 1F1B (local target >= 1.2x)
+                   moment the first stage has run out of forwards (target <= 0.05), and the
+                   micro-batches finished per second in that window
+  samples/s        samples per simulated second, and the ratio to 1F1B (local target >= 1.2x)
 
-    python benchmarks/simulate_noflush.py [--gpus 8 16] [--m-per-stage 2] [--n-layer 16]
-        [--m-extra 2] [--n-embd 64] [--batch 2] [--seq-len 32] [--gpu-speed 1] [--out benchmarks/results]
+    python benchmarks/simulate_noflush.py [--gpus 8 16] [--m-per-stage 2] [--m-extra 2]
+        [--width 512] [--batch 64] [--gpu-speed 1] [--out benchmarks/results]
 
 One fresh simulated process per machine (SimGrid starts once per process); the step after
 --warmup steps is timed on the simulated clock.  The submitting thread is free (as in
-benchmarks/simulate_gpipe.py: with these small kernels one Python thread submitting ~30 us per
-task would be the bottleneck of every schedule).  pb runs without SC/LWP (they change the
-numbers, not the schedule; LWP adds a copy and an axpy per parameter tile and update).  The
-calibration (tiletrain's training step of the same GPT, then one real step of each schedule
-on 2 stages for the kernels only they run: the stored weight versions' copies, the local
-heads) and the machines live in a temporary folder.  Prints a table, writes
-simulate_noflush.csv under --out (gitignored).
+benchmarks/simulate_gpipe.py).  pb runs without SC/LWP (they change the numbers, not the
+schedule; LWP adds a copy and an axpy per parameter tile and update).  --gpu-speed 1 makes a
+GPU as fast as a calibrated core: stages compute-bound, as the schedules' formulas assume.
+The calibration (a small GPT step, which makes the machine, then two real steps of each
+schedule on 2 stages at the MLP's shapes) and the machines live in a temporary folder.
+Prints a table, writes simulate_noflush.csv under --out (gitignored).
 """
 from __future__ import annotations
 
@@ -78,11 +83,12 @@ def worker(a) -> None:
     import numpy as np
 
     import tiletrain as tt
-    from tiletrain.nn import GPT, GPTConfig
-    from tiletrain.optim import AdamW
-    from tiletrain.parallel import place, using
+    from tiletrain import functional as F
+    from tiletrain.experiments.async_pipelines import mlp_stages
+    from tiletrain.nn import Linear, LocalHeads, ReLU, Sequential
+    from tiletrain.optim import SGD
     from tiletrain.pipeline import schedules
-    from tiletrain.pipeline.model import ModelPipeline, pipeline_plan
+    from tiletrain.pipeline.model import ModelPipeline
     from tiletrain.trace.records import recording
 
     if a.calibrate_only:
@@ -93,20 +99,28 @@ def worker(a) -> None:
         stage_workers = [[w.id] for w in rt.workers() if w.kind == "cuda"]
     p = len(stage_workers)
     m = a.m_per_stage * p + a.m_extra
-    cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
     rng = np.random.default_rng(0)
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits, tt.from_numpy(np.asarray(y, np.int64)))
 
     for name in a.schedules:
         s = schedules.get(name, p, m)
-        model = GPT(cfg, seed=0)
-        pl = place(model, pipeline_plan(model, s, world=1))
-        pp = ModelPipeline(model, s, "deps", workers=stage_workers,
-                           optimizer=lambda ps, d: AdamW(ps, lr=1e-3, delay=d))
+        if a.balanced:   # every stage one width x width Linear (the last one's logits: width classes)
+            r = np.random.default_rng(0)
+            stages = [Sequential(Linear(a.width, a.width, rng=r), ReLU()) for _ in range(p - 1)] \
+                + [Linear(a.width, a.width, rng=r)]
+        else:
+            stages = mlp_stages(p, a.width, seed=0)
+        heads = LocalHeads([a.width] * (p - 1), 10, rng=np.random.default_rng(1)) if name == "local" else None
+        pp = ModelPipeline(stages, s, "deps", workers=stage_workers, loss_fn=loss_fn, heads=heads,
+                           optimizer=lambda ps, d: SGD(ps, lr=0.01, momentum=0.9, delay=d))
         for i in range(a.warmup + 1):
             tt.wait()
-            ids = [rng.integers(0, 256, size=(a.batch, a.seq_len + 1)) for _ in range(m)]
-            with recording() as rec, using(pl):
-                losses = pp.step([x[:, :-1] for x in ids], [x[:, 1:] for x in ids]).losses
+            xs = rng.normal(size=(m, a.batch, a.width if a.balanced else 64)).astype(np.float32)
+            ys = rng.integers(0, 10, size=(m, a.batch))
+            with recording() as rec:
+                losses = pp.step(xs, ys).losses
                 for v in losses:
                     float(v)
                 tt.wait()
@@ -118,12 +132,11 @@ def worker(a) -> None:
         step_s = (t1 - t0) / 1e6
         out = {"gpus": p, "m": m, "schedule": name, "step_s": step_s, "samples_per_s": m * a.batch / step_s,
                "idle": float(np.mean([1 - b / (t1 - t0) for b in busy])), "tasks": int(len(tasks)),
+               "on_stage_workers": int(len(mine)),
                "steady_idle": _steady_idle(mine, ws) if name == "pb" else float("nan"),
-               "steady_samples_per_s": _steady_rate(mine, ws) * a.batch if name == "pb" else float("nan"),
-               "microbatch_ids": int(len(np.unique(mine["microbatch"]))),
-               "phases": sorted(set(tasks["phase"].tolist()))}
+               "steady_samples_per_s": _steady_rate(mine, ws) * a.batch if name == "pb" else float("nan")}
         print("RESULT " + json.dumps(out), flush=True)
-        del pp, model
+        del pp, stages
     tt.shutdown()
 
 
@@ -133,10 +146,11 @@ def main() -> int:
     p.add_argument("--m-per-stage", type=int, default=2, help="micro-batches per step: this many per stage ...")
     p.add_argument("--m-extra", type=int, default=2, help="... plus this many (2p+2: pb reaches its steady state "
                    "once m > 2(p-1))")
-    p.add_argument("--n-layer", type=int, default=16)
-    p.add_argument("--n-embd", type=int, default=64)
-    p.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
-    p.add_argument("--seq-len", type=int, default=32)
+    p.add_argument("--width", type=int, default=512, help="the MLP's hidden width")
+    p.add_argument("--batch", type=int, default=64, help="samples per micro-batch")
+    p.add_argument("--unbalanced", dest="balanced", action="store_false",
+                   help="the MLP as benchmarks/async_pipelines.py has it (64 inputs, 10 classes: the first and last "
+                        "stages much cheaper than the others); default: every stage one width x width Linear")
     p.add_argument("--gpu-speed", type=float, default=1.0,
                    help="a GPU kernel's speed relative to a calibrated core (1: compute-bound stages, as the "
                         "schedules' formulas assume; 20 makes these small kernels latency-bound)")
@@ -150,26 +164,27 @@ def main() -> int:
     if a.worker:
         worker(a)
         return 0
-    if max(a.gpus) > a.n_layer or min(a.gpus) < 2 or a.m_per_stage < 1 or a.m_extra < 0:
-        p.error(f"every --gpus value needs 2 <= p <= --n-layer ({a.n_layer}); --m-per-stage >= 1, --m-extra >= 0")
+    if min(a.gpus) < 2 or a.m_per_stage < 1 or a.m_extra < 0 or min(a.width, a.batch) < 1:
+        p.error("every --gpus value needs p >= 2; --m-per-stage, --width, --batch >= 1, --m-extra >= 0")
     from tiletrain.config import SIMULATE_ENV, machines_in
     from tiletrain.sim.calibrate import calibrate
     from tiletrain.sim.machine import derive, machine_dir, save
 
     def args_for(extra):
         return [sys.executable, os.path.abspath(__file__), "--worker", "--m-per-stage", str(a.m_per_stage),
-                "--m-extra", str(a.m_extra), "--n-layer", str(a.n_layer), "--n-embd", str(a.n_embd),
-                "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--sched", a.sched, "--warmup", str(a.warmup),
+                "--m-extra", str(a.m_extra), "--width", str(a.width), "--batch", str(a.batch),
+                *([] if a.balanced else ["--unbalanced"]),
+                "--sched", a.sched, "--warmup", str(a.warmup),
                 "--schedules", *a.schedules, *extra]
 
     rows = []
     t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tiletrain-noflush-") as tmp, machines_in(tmp):
-        sizes = dict(n_layer=a.n_layer, n_embd=a.n_embd, batch=a.batch, seq_len=a.seq_len)
-        print(f"# calibrating the GPT {a.n_layer}x{a.n_embd}, T={a.seq_len}, micro-batch {a.batch} here ...",
-              flush=True)
-        calibrate("noflush-base", steps=10, sched="dmda", say=lambda s: None, **sizes)
-        # the kernels only the per-stage updates and the local heads run, into the same models
+        print(f"# calibrating here: the machine (a small GPT step), then the MLP 64-{a.width}-...-10, micro-batch "
+              f"{a.batch}, with each schedule ...", flush=True)
+        calibrate("noflush-base", steps=10, sched="dmda", say=lambda s: None, n_layer=1, n_embd=64, batch=2,
+                  seq_len=16)
+        # the MLP's kernels at its shapes (and the per-stage updates', the local heads'), into its models
         env = {k: v for k, v in os.environ.items() if k != SIMULATE_ENV}
         env.update(STARPU_PERF_MODEL_DIR=os.path.join(machine_dir("noflush-base"), "sampling"),
                    STARPU_HOSTNAME="noflush-base", STARPU_HISTORY_MAX_ERROR="1000000")
@@ -198,9 +213,9 @@ def main() -> int:
             print(f"# {g} GPUs, m={got[0]['m']}: {time.monotonic() - t:.0f} s real, "
                   f"{sum(x['tasks'] for x in got)} tasks timed", flush=True)
     from tiletrain.pipeline.formulas import schedule_idle_fraction
-    print(f"\nGPT {a.n_layer}x{a.n_embd}, T={a.seq_len}, micro-batch {a.batch}, m = {a.m_per_stage} x stages + "
-          f"{a.m_extra}, "
-          f"{a.sched}, GPUs x{a.gpu_speed:g}, per-stage AdamW, submitter free "
+    shape = f"{a.width}x{a.width} Linear per stage" if a.balanced else f"64-{a.width}x(p-1)-10, one Linear per stage"
+    print(f"\nMLP ({shape}), micro-batch {a.batch}, m = {a.m_per_stage} x stages "
+          f"+ {a.m_extra}, {a.sched}, GPUs x{a.gpu_speed:g}, per-stage SGD (momentum 0.9), submitter free "
           f"({time.monotonic() - t_all:.0f} s real in all)\n")
     print("| GPUs p | m | schedule | simulated step (ms) | samples/s | vs 1F1B | idle | formula idle | "
           "pb steady-state idle | pb steady-state samples/s (vs 1F1B) |")
