@@ -180,8 +180,8 @@ def main() -> int:
     rows = []
     t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tiletrain-noflush-") as tmp, machines_in(tmp):
-        print(f"# calibrating here: the machine (a small GPT step), then the MLP 64-{a.width}-...-10, micro-batch "
-              f"{a.batch}, with each schedule ...", flush=True)
+        print(f"# calibrating here: the machine (a small GPT step), then the MLP (width {a.width}, micro-batch "
+              f"{a.batch}) with each schedule ...", flush=True)
         calibrate("noflush-base", steps=10, sched="dmda", say=lambda s: None, n_layer=1, n_embd=64, batch=2,
                   seq_len=16)
         # the MLP's kernels at its shapes (and the per-stage updates', the local heads'), into its models
@@ -211,7 +211,9 @@ def main() -> int:
             got = [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
             rows += got
             print(f"# {g} GPUs, m={got[0]['m']}: {time.monotonic() - t:.0f} s real, "
-                  f"{sum(x['tasks'] for x in got)} tasks timed", flush=True)
+                  f"{sum(x['tasks'] for x in got)} tasks timed, "
+                  + ", ".join(f"{x['schedule']} {x['tasks'] - x['on_stage_workers']} off the stage GPUs"
+                              for x in got), flush=True)
     from tiletrain.pipeline.formulas import schedule_idle_fraction
     shape = f"{a.width}x{a.width} Linear per stage" if a.balanced else f"64-{a.width}x(p-1)-10, one Linear per stage"
     print(f"\nMLP ({shape}), micro-batch {a.batch}, m = {a.m_per_stage} x stages "
