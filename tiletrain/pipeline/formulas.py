@@ -171,4 +171,5 @@ def schedule_idle_fraction(name: str, p: int, m: int, F: float = 1.0, B: float =
 
 __all__ = ["gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan", "one_f_one_b_bubble",
            "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal",
-           "zb_v_bubble", "dualpipe_v_bubble", "pb_fill", "pb_delays", "layerpipe2_delays", "schedule_bubble", "schedule_idle_fraction"]
+           "zb_v_bubble", "dualpipe_v_bubble", "pb_fill", "pb_delays", "layerpipe2_delays", "schedule_bubble",
+           "schedule_idle_fraction"]

@@ -626,5 +626,6 @@ class Simulation:
         return save(self.to_trace(time_unit_us), path)
 
 
-__all__ = ["Action", "Schedule", "ScheduleError", "HEADER_TAG", "HEADER_DEFAULTS", "Simulation", "peak_activations", "activation_units",
+__all__ = ["Action", "Schedule", "ScheduleError", "HEADER_TAG", "HEADER_DEFAULTS", "Simulation", "peak_activations",
+           "activation_units",
            "KINDS", "UNIT", "PHASE"]
