@@ -63,7 +63,7 @@ def child(args) -> int:
     with tt.init(ncpu=args.stages, profile=True):
         r = run(args.method, stages=args.stages, epochs=args.epochs, seed=args.seed, microbatch=args.microbatch,
                 weights=args.weights, width=args.width, samples=args.samples, flush_every=args.flush_every, lr=args.lr,
-                dtype=np.float32)
+                warmup=args.warmup, dtype=np.float32)
     print(json.dumps({"accuracy": r.accuracy[-1], "idle": r.idle, "samples_per_s": r.samples_per_s,
                       "weight_memory": sum(r.weight_memory), "data": r.data}))
     return 0
@@ -72,7 +72,8 @@ def child(args) -> int:
 def measure(args, method, weights, seed, width, microbatch, samples=None, epochs=None) -> dict:
     cmd = [sys.executable, __file__, "--child", method, "--weights", weights, "--seed", str(seed),
            "--stages", str(args.stages), "--epochs", str(epochs or args.epochs), "--width", str(width),
-           "--microbatch", str(microbatch), "--flush-every", str(args.flush_every), "--lr", str(args.lr)]
+           "--microbatch", str(microbatch), "--flush-every", str(args.flush_every), "--lr", str(args.lr),
+           "--warmup", str(args.warmup)]
     if samples:
         cmd += ["--samples", str(samples)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -85,6 +86,8 @@ def plot(acc_rows, thr_rows, path) -> None:
     a, b = fig.subplots(1, 2)
     if not thr_rows:
         b.set_axis_off()
+    if not acc_rows:
+        a.set_axis_off()
     names = [r["method"] for r in acc_rows]
     a.barh(names, [r["accuracy"] for r in acc_rows], color="tab:blue")
     a.set_xlabel("held-out accuracy after the budget (median)")
@@ -106,7 +109,10 @@ def main() -> int:
     ap.add_argument("--microbatch", type=int, default=16)
     ap.add_argument("--width", type=int, default=64, help="hidden width for the accuracy runs")
     ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9), every method")
+    ap.add_argument("--warmup", type=int, default=0, help="linear learning-rate warm-up over each stage's first "
+                    "updates, every method (0: none)")
     ap.add_argument("--skip-throughput", action="store_true", help="the accuracy table only")
+    ap.add_argument("--skip-accuracy", action="store_true", help="the throughput tables only")
     ap.add_argument("--thr-width", type=int, default=512, help="hidden width for the throughput runs")
     ap.add_argument("--thr-microbatch", type=int, default=64)
     ap.add_argument("--thr-samples", type=int, default=64 * 48, help="training samples per throughput run")
@@ -124,12 +130,12 @@ def main() -> int:
     if args.child:
         args.method = args.child
         return child(args)
-    if min(args.stages, args.epochs, args.reps, args.microbatch, args.width, args.thr_width) < 1:
-        ap.error("every count must be >= 1")
+    if min(args.stages, args.epochs, args.reps, args.microbatch, args.width, args.thr_width) < 1 or args.warmup < 0:
+        ap.error("every count must be >= 1 (--warmup >= 0)")
     print(environment(), flush=True)
     acc_rows = []
     sync = {}
-    for method, weights in ACCURACY:
+    for method, weights in ([] if args.skip_accuracy else ACCURACY):
         runs = [measure(args, method, weights, seed, args.width, args.microbatch) for seed in range(args.reps)]
         if method == "sync":
             sync = {seed: r["accuracy"] for seed, r in enumerate(runs)}
@@ -156,12 +162,14 @@ def main() -> int:
         syn = json.loads(done.stdout.strip().splitlines()[-1])
     for r in thr_rows:
         r["vs_1f1b"] = r["samples_per_s"] / thr_rows[0]["samples_per_s"]
-    print(f"\naccuracy after {args.epochs} epochs of {acc_rows[0]['data']}, {args.stages} stages, micro-batch "
-          f"{args.microbatch}, width {args.width}, SGD lr {args.lr} momentum 0.9, medians of {args.reps} seeds "
-          "(gap: points against sync, same seed)")
-    print(table(["method", "accuracy", "gap (points)", "weight memory KiB"],
-                [[r["method"], f"{r['accuracy']:.4f}", f"{r['gap_points']:+.2f}", f"{r['weight_kib']:.1f}"]
-                 for r in acc_rows]))
+    if acc_rows:
+        print(f"\naccuracy after {args.epochs} epochs of {acc_rows[0]['data']}, {args.stages} stages, micro-batch "
+              f"{args.microbatch}, width {args.width}, SGD lr {args.lr} momentum 0.9"
+              + (f" (warm-up {args.warmup} updates)" if args.warmup else "") + f", medians of {args.reps} seeds "
+              "(gap: points against sync, same seed)")
+        print(table(["method", "accuracy", "gap (points)", "weight memory KiB"],
+                    [[r["method"], f"{r['accuracy']:.4f}", f"{r['gap_points']:+.2f}", f"{r['weight_kib']:.1f}"]
+                     for r in acc_rows]))
     if thr_rows:
         print(f"\nthroughput: width {args.thr_width}, micro-batch {args.thr_microbatch}, {args.thr_samples} samples, "
               f"{args.stages} stages on {args.stages} workers (1f1b: {args.flush_every} micro-batches per update); "

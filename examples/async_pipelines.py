@@ -24,15 +24,17 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--microbatch", type=int, default=16, help="samples per micro-batch (one update each)")
 p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--momentum", type=float, default=0.9)
+p.add_argument("--warmup", type=int, default=0, help="updates of linear learning-rate warm-up per stage (0: none)")
 p.add_argument("--weights", choices=["stored", "ema"], default="stored",
                help="pb: keep the weight versions in-flight backwards need, or reconstruct them (moving average)")
 p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
 args = p.parse_args()
-if args.stages < 1 or args.epochs < 1 or args.microbatch < 1:
-    p.error("--stages, --epochs and --microbatch must be >= 1")
+if args.stages < 1 or args.epochs < 1 or args.microbatch < 1 or args.warmup < 0:
+    p.error("--stages, --epochs and --microbatch must be >= 1, --warmup >= 0")
 
 with tt.init(ncpu=args.stages, profile=True):
     r = run(args.method, stages=args.stages, epochs=args.epochs, seed=args.seed, microbatch=args.microbatch,
-            lr=args.lr, momentum=args.momentum, weights=args.weights, dtype=np.dtype(args.dtype), log=print)
+            lr=args.lr, momentum=args.momentum, warmup=args.warmup, weights=args.weights,
+            dtype=np.dtype(args.dtype), log=print)
 print(f"idle {r.idle:.4f}")
 print(f"# {r.data}; {r.samples_per_s:.0f} samples/s; weight memory per stage {r.weight_memory} bytes")

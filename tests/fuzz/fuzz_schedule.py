@@ -14,7 +14,8 @@ with instrumented(__name__):
     from tiletrain.pipeline.schedule import Schedule, ScheduleError
 
 ALLOWED = (ScheduleError,)
-TOKENS = "0F0 1F0 0B0 1B0 0I0 0W0 1I1 1W1 2F0.1 , . 0 F B I W".split() + ["\n", "\r\n", '"', " "]
+TOKENS = ("0F0 1F0 0B0 1B0 0I0 0W0 1I1 1W1 2F0.1 , . 0 F B I W #schedule flush= local= queue= ordered= true "
+          "false 1 =").split() + ["\n", "\r\n", '"', " "]
 
 
 def check(data: bytes) -> None:
@@ -30,13 +31,15 @@ def check(data: bytes) -> None:
     formula_idle_fraction(s)
     back = Schedule.from_csv(s.to_csv(), name=s.name)
     assert back.actions == s.actions, (back.actions, s.actions)
+    assert back.header() == s.header(), (back.header(), s.header())
 
 
 def seeds() -> dict[str, bytes]:
     cases = {"1f1b": dict(stages=2, microbatches=3), "gpipe": dict(stages=2, microbatches=2),
              "interleaved-1f1b": dict(stages=2, microbatches=2, virtual=2),
              "zb-h1": dict(stages=2, microbatches=3),
-             "seq1f1b": dict(stages=2, microbatches=2, chunks=2), "emergent": dict(stages=2, microbatches=2)}
+             "seq1f1b": dict(stages=2, microbatches=2, chunks=2), "emergent": dict(stages=2, microbatches=2),
+             "pb": dict(stages=2, microbatches=3), "local": dict(stages=2, microbatches=3, queue=1)}
     out = {}
     for name, kw in cases.items():
         if name in schedules.NAMES:

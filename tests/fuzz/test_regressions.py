@@ -191,7 +191,12 @@ HANDMADE = {  # hostile inputs that were refused cleanly already, or are refused
         "type": "WordPiece", "vocab": {"a": 0}, "unk_token": "[UNK]", "continuing_subword_prefix": "##",
         "max_input_chars_per_word": 100}}).encode()},
     "schedule": {"an unterminated quote": b'"0F0,0B0\n', "NUL bytes": b"0F0\x00,0B0\n", "empty": b"",
-                 "a deadlock": b"0B0,0F0\n"},
+                 "a deadlock": b"0B0,0F0\n",
+                 "a header queue of 5000 digits": b"#schedule,local=true,queue=" + b"9" * 5000 + b"\n0F0,0B0\n",
+                 "a header after the actions": b"0F0,0B0\n#schedule,flush=false\n",
+                 "a header only": b"#schedule,flush=false,local=true,queue=1\n",
+                 "a local header with a queue deadlock-free": b"#schedule,flush=false,local=true,queue=1\n"
+                                                            b"0F0,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n"},
     "trace": {"ids of bools (read as ints)": _trace([_x(0) | {"args": {"id": False}}]),
               "deps a string (read as its characters)": _trace([_x(0), _x(1, args={"deps": "0"})])},
 }

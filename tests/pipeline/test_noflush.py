@@ -11,7 +11,7 @@ import tiletrain as tt
 from tiletrain import functional as F
 from tiletrain.nn import Linear, LocalHeads, ReLU, Sequential
 from tiletrain.optim import SGD, AdamW, spike_coefficients
-from tiletrain.pipeline import Action, ScheduleError, formulas, schedules
+from tiletrain.pipeline import Action, Schedule, ScheduleError, formulas, schedules
 from tiletrain.pipeline import ModelPipeline
 
 
@@ -48,6 +48,39 @@ def test_pb_delays_and_fill_and_no_steady_bubble():
         assert schedules.get("1f1b", p, 16).delays() == [0] * p      # a flush: no delay
 
 
+def test_pb_per_update_and_per_layer_delays_match_hand_tables():
+    # p = 3, m = 6: each B's delay (written - 1 - read, from the hand table above); the fill's
+    # first updates are less late than the steady state's 2(p-1-s)
+    s = schedules.get("pb", stages=3, microbatches=6)
+    hand = {0: [0, 1, 2, 3, 4, 4], 1: [0, 1, 2, 2, 2, 2], 2: [0, 0, 0, 0, 0, 0]}
+    got = s.update_delays()
+    assert {a.kind for a in got} == {"B"} and len(got) == 18
+    for st, ds in hand.items():
+        assert [got[Action(st, "B", j)] for j in range(6)] == ds
+    assert s.delays() == [max(d) for d in hand.values()] == formulas.pb_delays(3) == [4, 2, 0]
+    # D_s = min(2(p-1-s), m-1): a run of m micro-batches has at most m-1 earlier updates
+    table = {(4, 1): [0, 0, 0, 0], (4, 2): [1, 1, 1, 0], (4, 4): [3, 3, 2, 0], (4, 6): [5, 4, 2, 0],
+             (4, 7): [6, 4, 2, 0], (4, 16): [6, 4, 2, 0], (1, 5): [0], (2, 2): [1, 0]}
+    for (p, m), want in table.items():
+        assert schedules.get("pb", p, m).delays() == formulas.pb_delays(p, m) == want, (p, m)
+    # LayerPipe2's Delay(l) = 2 S(l), S(l) the stages downstream of layer l: every layer a
+    # stage (5 layers, 5 stages), and layers in groups (2, 1, 3 layers on 3 stages) sharing
+    # their group's delay
+    assert formulas.layerpipe2_delays([1] * 5) == [8, 6, 4, 2, 0]
+    assert schedules.get("pb", 5, 16).layer_delays([1] * 5) == [8, 6, 4, 2, 0]
+    assert formulas.layerpipe2_delays([2, 1, 3]) == [4, 4, 2, 0, 0, 0]
+    assert s.layer_delays([2, 1, 3]) == [4, 4, 2, 0, 0, 0]
+    assert schedules.get("pb", 3, 2).layer_delays([2, 1, 3]) == [1, 1, 1, 0, 0, 0]   # m = 2: fewer
+    assert schedules.get("1f1b", 3, 6).layer_delays([2, 1, 3]) == [0] * 6              # a flush
+    assert schedules.get("local", 3, 6).layer_delays([1, 1, 1]) == [0] * 3
+    with pytest.raises(ScheduleError, match="layers must list, per virtual stage .3."):
+        s.layer_delays([2, 1])
+    with pytest.raises(ScheduleError, match="ints >= 1"):
+        s.layer_delays([2, 0, 1])
+    with pytest.raises(ValueError, match="ints >= 1"):
+        formulas.layerpipe2_delays([])
+
+
 def test_local_dependencies_and_queue():
     s = schedules.get("local", stages=3, microbatches=5, queue=1)
     assert s.local and not s.flush and s.delays() == [0, 0, 0] and s.kept_versions() == [1, 1, 1]
@@ -67,6 +100,55 @@ def test_local_dependencies_and_queue():
         schedules.get("pb", 3, 5, queue=1)
     with pytest.raises(ScheduleError, match="queue depth must be"):
         type(s)("x", s.actions, local=True, queue=-2)
+
+
+@pytest.mark.parametrize("name,kw", [("pb", {}), ("local", {"queue": 2}), ("local", {"queue": 0}),
+                                     ("local", {"queue": 1}), ("emergent", {})])
+def test_csv_round_trip_keeps_flush_local_and_queue(tmp_path, name, kw):
+    s = schedules.get(name, stages=3, microbatches=5, **kw)
+    path = tmp_path / "mine.csv"
+    text = s.to_csv(path)
+    head = text.splitlines()[0].split(",")
+    assert head[0] == "#schedule" and len(text.splitlines()) == 4   # the header, then one row per rank
+    back = Schedule.from_csv(path).validate()
+    assert back.name == "mine"
+    for f in ("actions", "stages", "microbatches", "chunks", "ordered", "flush", "local", "queue"):
+        assert getattr(back, f) == getattr(s, f), f
+    assert back.weight_versions() == s.weight_versions() and back.delays() == s.delays()
+    assert back.dependencies() == s.dependencies() and back.kept_versions() == s.kept_versions()
+    assert back.simulate().makespan == s.simulate().makespan
+    # an ordinary schedule's CSV is PyTorch's layout unchanged: no header
+    assert schedules.get("1f1b", 3, 5).to_csv().splitlines()[0] == "0F0,0F1,0F2,0B0,0F3,0B1,0F4,0B2,0B3,0B4"
+
+
+def test_csv_without_header_reads_as_before_and_bad_header_fields_are_refused(tmp_path, capsys):
+    old = "0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n"   # pb's actions, no header
+    s = Schedule.from_csv(old).validate()
+    assert s.flush and not s.local and s.ordered and s.delays() == [0, 0]
+    pb = Schedule.from_csv("#schedule,flush=false\n" + old).validate()
+    assert pb.actions == s.actions and pb.delays() == schedules.get("pb", 2, 4).delays() == [2, 0]
+    assert Schedule.from_csv("#schedule, local = TRUE ,queue=3,flush=0\n" + old).queue == 3
+    for bad, msg in [("#schedule,flush=maybe", "flush='maybe': expected true or false"),
+                     ("#schedule,speed=2", "header field 'speed=2': expected key=value with key one of flush"),
+                     ("#schedule,flush", "header field 'flush': expected key=value"),
+                     ("#schedule,flush=false,flush=true", "'flush' given twice"),
+                     ("#schedule,local=true,queue=-1", "queue='-1': expected an integer >= 0"),
+                     ("#schedule,local=true,queue=2.5", "queue='2.5': expected an integer"),
+                     ("#schedule,queue=2", "a queue depth is for local-learning schedules"),
+                     ("#tiletrain,flush=false", "expected '#schedule' as its first cell")]:
+        with pytest.raises(ScheduleError, match=msg):
+            Schedule.from_csv(bad + "\n" + old)
+    with pytest.raises(ScheduleError, match="line 3: a #schedule header row is only allowed on the first line"):
+        Schedule.from_csv(old + "#schedule,flush=false\n")
+    with pytest.raises(ScheduleError, match="no actions"):
+        Schedule.from_csv("#schedule,flush=false\n\n")
+    # the CLI: show --csv writes the header, run FILE.csv reads pb back (its delays, its fill)
+    from tiletrain.cli import main
+    assert main(["schedule", "show", "pb", "--stages", "2", "--microbatches", "4", "--csv",
+                 str(tmp_path / "pb.csv")]) == 0
+    capsys.readouterr()
+    assert main(["schedule", "show", str(tmp_path / "pb.csv")]) == 0
+    assert "weight delay per stage 2 0" in capsys.readouterr().out
 
 
 def test_cli_show_and_run_pb_and_local(capsys):
@@ -219,6 +301,35 @@ def test_pb_stored_and_ema_weights_and_memory():
     assert np.allclose(ls, le, atol=0.05)
 
 
+def test_a_stage_of_several_layer_groups_shares_its_delay():
+    # stage s holds two Linear layers, its optimizer one parameter group per layer: every
+    # group gets the stage's delay (from the factory on, then each step's schedule), and the
+    # run equals the one with one group per stage
+    def stages():
+        rng = np.random.default_rng(4)
+        return [Sequential(Linear(8 if s == 0 else 16, 16, dtype=np.float64, rng=rng), ReLU(),
+                           Linear(16, 16 if s < 2 else 4, dtype=np.float64, rng=rng)) for s in range(3)]
+
+    seen = []
+
+    def per_layer(ps, d):
+        seen.append(d)
+        return SGD([{"params": ps[:2]}, {"params": ps[2:]}], lr=0.05, momentum=0.9, compensation="sc", delay=d)
+
+    X, Y = _data(8)
+    runs = []
+    for opt in (per_layer, lambda ps, d: SGD(ps, lr=0.05, momentum=0.9, compensation="sc", delay=d)):
+        st = stages()
+        pp = _pipe(st, "pb", opt, len(X))
+        runs.append(([float(v) for v in pp.step(X, Y).losses], [p.numpy() for m in st for p in m.parameters()]))
+        want = pp.schedule.delays()
+        assert [[g["delay"] for g in o.param_groups] for o in pp.optimizer.opts] == [[d] * len(o.param_groups)
+                                                                                    for o, d in zip(pp.optimizer.opts,
+                                                                                                    want)]
+    assert seen == [6 - 2, 2, 0] == schedules.get("pb", 3, 8).delays()   # the factory got each stage's delay
+    assert runs[0][0] == runs[1][0] and all(np.array_equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+
+
 def test_local_trains_each_stage_on_its_own_head():
     X, Y = _data(8)
     heads = LocalHeads([16, 16], 4, dtype=np.float64, rng=np.random.default_rng(3))
@@ -262,3 +373,17 @@ def test_stage_pipeline_bad_input():
     with pytest.raises(NotImplementedError, match="weights='ema' with Linear Weight Prediction"):
         _pipe(_stages(2), "pb", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9, compensation="lwp", delay=d), 2,
               weights="ema")
+
+
+def test_experiment_warmup_ramps_every_stage_learning_rate():
+    from tiletrain.experiments.async_pipelines import _WarmupSGD, run
+    p = tt.nn.Parameter(np.zeros(3))
+    opt = _WarmupSGD([p], 4, lr=0.2, momentum=0.9, compensation="sc", delay=2)
+    lrs = []
+    for _ in range(6):
+        p.grad = tt.from_numpy(np.ones(3))
+        opt.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.2, 0.2])
+    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
+        run("pb", stages=2, warmup=-1)

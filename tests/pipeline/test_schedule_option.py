@@ -28,6 +28,15 @@ def test_the_layout_picks_the_schedule(tmp_path):
     s = training_schedule("pb", "pipeline", 4, n_layer=4, world=1, stages=2)
     assert (s.name, s.ranks, s.flush) == ("pb", 2, False)
     assert training_schedule("local", "pipeline", 4, n_layer=4, world=1, stages=3).local
+    # a saved pb or local schedule is that schedule again (its #schedule header row)
+    for name, kw in (("pb", {}), ("local", {"queue": 1})):
+        want = schedules.get(name, 2, 4, **kw)
+        want.to_csv(tmp_path / f"{name}.csv")
+        s = training_schedule(str(tmp_path / f"{name}.csv"), "pipeline", 4, n_layer=4, world=1, stages=2)
+        assert (s.actions, s.flush, s.local, s.queue, s.delays()) == (want.actions, want.flush, want.local,
+                                                                      want.queue, want.delays())
+    with pytest.raises(ValueError, match="updates every stage during the step, with one replica"):
+        training_schedule(str(tmp_path / "pb.csv"), "pipeline+data", 4, n_layer=4, world=4, stages=2)
     with pytest.raises(ValueError, match="under mpirun the stages are the 2 ranks"):
         training_schedule("pb", "pipeline", 4, n_layer=4, world=2, stages=3)
 

@@ -86,14 +86,35 @@ class Result:
     data: str = ""
 
 
+class _WarmupSGD(SGD):
+    """SGD whose learning rate rises linearly over its first ``warmup`` updates (update k of
+    this optimizer, 1-based: lr * min(1, k / warmup)); the same rule for every method, counted
+    in the stage's own updates (one per micro-batch in every method but ``1f1b``)."""
+
+    def __init__(self, params, warmup: int, **kw):
+        super().__init__(params, **kw)
+        self._warmup, self._updates = warmup, 0
+        self._base = [g["lr"] for g in self.param_groups]
+
+    def step(self):
+        self._updates += 1
+        for g, lr in zip(self.param_groups, self._base):
+            g["lr"] = lr * min(1.0, self._updates / self._warmup)
+        return super().step()
+
+
 def run(method: str, stages: int = 4, epochs: int = 3, seed: int = 0, microbatch: int = 16, lr: float = 0.05,
         momentum: float = 0.9, weights: str = "stored", flush_every: int = 8, samples: int | None = None,
-        width: int = 64, dtype=np.float32, log=None) -> Result:
+        width: int = 64, dtype=np.float32, log=None, warmup: int = 0) -> Result:
     """Train with ``method`` on a runtime that was started with profile=True and at least
     ``stages`` workers (stage s on worker s); evaluate after each epoch.  ``samples``: stop
-    after that many training samples (a fixed budget) instead of whole epochs."""
+    after that many training samples (a fixed budget) instead of whole epochs.  ``warmup``
+    > 0: every stage's learning rate rises linearly over its first ``warmup`` updates (the
+    same for every method; Kosson et al. warm up pipelined backpropagation's learning rate)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0 (updates; 0: none), got {warmup!r}")
     if context.nworkers() < stages:
         raise ValueError(f"{stages} stages need {stages} workers (tiletrain.init(ncpu={stages}))")
     X, y, what = load_digits()
@@ -108,6 +129,8 @@ def run(method: str, stages: int = 4, epochs: int = 3, seed: int = 0, microbatch
         if method == "local" else None
 
     def opt(ps, d):
+        if warmup:
+            return _WarmupSGD(ps, warmup, lr=lr, momentum=momentum, compensation=comp, delay=d)
         return SGD(ps, lr=lr, momentum=momentum, compensation=comp, delay=d)
 
     pp = ModelPipeline(st, schedules.get(name, stages, 1), optimizer=opt, loss_fn=_loss, heads=heads,

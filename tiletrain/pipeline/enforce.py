@@ -128,8 +128,9 @@ def formula_idle_fraction(schedule: Schedule) -> float:
     if s.name in NAMES:
         v = max(1, s.stages // s.ranks)
         try:
-            same = get(s.name, s.ranks, s.microbatches, virtual=v if s.name == "interleaved-1f1b" else None,
-                       chunks=s.chunks if s.name == "seq1f1b" else None).actions == s.actions
+            b = get(s.name, s.ranks, s.microbatches, virtual=v if s.name == "interleaved-1f1b" else None,
+                    chunks=s.chunks if s.name == "seq1f1b" else None)
+            same = b.actions == s.actions and (b.flush, b.local, b.ordered) == (s.flush, s.local, s.ordered)
         except ValueError:
             same = False
         if same:

@@ -10,6 +10,8 @@ Two bubble definitions circulate; both are given, named:
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 
 def _check(p: int, m: int) -> None:
     if not (isinstance(p, int) and isinstance(m, int)) or p < 1 or m < 1:
@@ -137,6 +139,27 @@ def pb_fill(p: int, F: float = 1.0) -> float:
     return (p - 1) * F
 
 
+def pb_delays(p: int, m: int | None = None) -> list[int]:
+    """Pipelined backpropagation (``pb``): per stage s (0-based) the weight delay D_s, the
+    updates between the version a forward reads and the update its gradient lands in:
+    2(p-1-s) -- LayerPipe2's Delay(l) = 2 S(l), S(l) = p-1-s the stages downstream -- and
+    with m micro-batches per run at most m-1 (a stage's first m-1 updates are all a run
+    has): D_s = min(2(p-1-s), m-1).  ``Schedule.delays()`` of ``pb`` gives the same."""
+    _check(p, 1 if m is None else m)
+    return [2 * (p - 1 - s) if m is None else min(2 * (p - 1 - s), m - 1) for s in range(p)]
+
+
+def layerpipe2_delays(layers: Sequence[int]) -> list[int]:
+    """LayerPipe2 (Unnikrishnan and Parhi 2025): per layer, in model order, Delay(l) = 2 S(l)
+    with S(l) the pipeline stages downstream of layer l's stage, for a model whose stage s
+    holds ``layers[s]`` layers (every layer a stage: ``[1] * L``; layers pipelined in groups
+    share their group's delay)."""
+    if not layers or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in layers):
+        raise ValueError(f"layers must list, per stage, its number of layers (ints >= 1), got {list(layers)!r}")
+    p = len(layers)
+    return [2 * (p - 1 - s) for s, n in enumerate(layers) for _ in range(n)]
+
+
 def schedule_idle_fraction(name: str, p: int, m: int, F: float = 1.0, B: float = 1.0, W: float = 1.0,
                            virtual: int = 2, chunks: int = 2) -> float:
     """Idle / total time of a rank for the built-in schedule ``name`` (schedule_bubble):
@@ -148,4 +171,5 @@ def schedule_idle_fraction(name: str, p: int, m: int, F: float = 1.0, B: float =
 
 __all__ = ["gpipe_idle_fraction", "gpipe_bubble_over_ideal", "one_f_one_b_makespan", "one_f_one_b_bubble",
            "zb_h1_bubble", "zb_h2_bubble", "zb_h1_makespan", "interleaved_bubble_over_ideal",
-           "zb_v_bubble", "dualpipe_v_bubble", "pb_fill", "schedule_bubble", "schedule_idle_fraction"]
+           "zb_v_bubble", "dualpipe_v_bubble", "pb_fill", "pb_delays", "layerpipe2_delays", "schedule_bubble",
+           "schedule_idle_fraction"]

@@ -205,11 +205,11 @@ class ModelPipeline:
         if schedule.local:
             heads = prog.default_heads(schedule, self._on) if heads is None else heads
             if heads is None and S > 1:
-                raise ValueError("schedule 'local' needs heads: one auxiliary classifier per stage boundary "
-                                 "(tiletrain.nn.LocalHeads)")
+                raise ValueError(f"schedule {name!r} has stage-local losses: it needs heads, one auxiliary "
+                                 "classifier per stage boundary (tiletrain.nn.LocalHeads)")
             heads = list(heads or [])
             if len(heads) != S - 1:
-                raise ValueError(f"schedule 'local' with {S} stages needs {S - 1} heads (one per stage boundary), "
+                raise ValueError(f"schedule {name!r} with {S} stages needs {S - 1} heads (one per stage boundary), "
                                  f"got {len(heads)}")
         elif heads is not None:
             raise ValueError(f"heads are for schedule 'local' (stage-local losses), not {name!r}")
@@ -219,7 +219,7 @@ class ModelPipeline:
             entries = stage_entries([prog.modules(v) for v in range(S)])
             head_params = [list(heads[v].parameters()) if heads and v < S - 1 else [] for v in range(S)]
             self.updates = StageUpdates(entries, head_params, optimizer, weights, ema_beta, max_versions, self._on,
-                                        grad_clip)
+                                        grad_clip, schedule.delays())
         elif weights != "stored" or grad_clip:
             raise ValueError("weights= and grad_clip= are for pipelines with per-stage optimizers (optimizer=)")
         self.params = [p for v in range(S) for m in prog.modules(v) for p in m.parameters()]

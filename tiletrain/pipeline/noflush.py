@@ -144,7 +144,8 @@ class StageUpdates:
     the context new tensors of stage s are made in (under mpirun: its rank)."""
 
     def __init__(self, entries: list[list[tuple]], heads: list[list], optimizer: Callable, weights: str = "stored",
-                 ema_beta: float = 0.9, max_versions: int = 64, on: Callable | None = None, grad_clip: float = 0.0):
+                 ema_beta: float = 0.9, max_versions: int = 64, on: Callable | None = None, grad_clip: float = 0.0,
+                 delays: Sequence[int] | None = None):
         if weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
         if not 0.0 <= ema_beta < 1.0:
@@ -162,9 +163,12 @@ class StageUpdates:
         self.trained = [self.masters[s] + list(heads[s]) for s in range(self.S)]   # what stage s's optimizer updates
         self.grad_clip = float(grad_clip)
         self.opts = []
+        self.delays = list(delays) if delays is not None else [0] * self.S
+        if len(self.delays) != self.S:
+            raise ValueError(f"delays: one per stage ({self.S}), got {len(self.delays)}")
         for s in range(self.S):
-            with self.on(s):
-                self.opts.append(optimizer(self.trained[s], 0))   # the delay: per step
+            with self.on(s):   # the first schedule's delay (begin() sets each step's on every group)
+                self.opts.append(optimizer(self.trained[s], self.delays[s]))
         self.optimizer = StageOptimizers(self.opts)
         self.lwp = [any(g.get("compensation") in ("lwp", "sc+lwp") for g in o.param_groups) for o in self.opts]
         if weights == "ema" and any(self.lwp):
@@ -175,7 +179,7 @@ class StageUpdates:
         self.live: list[dict] = [dict() for _ in range(self.S)]      # stage -> {version: backwards to come}
         self.ema: list = [None] * self.S
         self.peak_copies = [1] * self.S                              # the weights themselves included
-        self.flush, self.delays = True, [0] * self.S
+        self.flush = True
 
     # ------------------------------------------------------------------ a step
     def begin(self, schedule: Schedule) -> None:
@@ -183,8 +187,8 @@ class StageUpdates:
         first forwards read."""
         self.flush, self.delays = schedule.flush, schedule.delays()
         for s, o in enumerate(self.opts):
-            for g in o.param_groups:
-                g["delay"] = self.delays[s]
+            for g in o.param_groups:     # every group of a stage: the stage's delay (LayerPipe2's
+                g["delay"] = self.delays[s]   # grouped layers share their group's assignment)
         kept = max(schedule.kept_versions())
         if self.weights == "stored" and kept > self.max_versions:
             raise ValueError(f"schedule {schedule.name!r} with {schedule.stages} stages and {schedule.microbatches} "

@@ -56,6 +56,45 @@ class ScheduleError(ValueError):
     """An invalid schedule: the message names the offending action."""
 
 
+# the CSV header row (Schedule.to_csv/from_csv): its tag and the fields it may set, with the
+# values an ordinary schedule has (a field at its default is not written)
+HEADER_TAG = "#schedule"
+HEADER_DEFAULTS: dict[str, bool | int] = {"flush": True, "local": False, "queue": 0, "ordered": True}
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _field_text(v: bool | int) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def _parse_header(row: list[str]) -> dict[str, bool | int]:
+    """The fields of a ``#schedule,key=value,...`` header row; ScheduleError naming the bad cell."""
+    tag = row[0].strip()
+    if tag != HEADER_TAG:
+        raise ScheduleError(f"header row: expected {HEADER_TAG!r} as its first cell, got {tag[:40]!r} "
+                            f"(e.g. {HEADER_TAG},flush=false)")
+    out: dict[str, bool | int] = {}
+    for cell in row[1:]:
+        cell = cell.strip()
+        if not cell:
+            continue
+        key, eq, val = (x.strip() for x in cell.partition("="))
+        if not eq or key not in HEADER_DEFAULTS:
+            raise ScheduleError(f"header field {cell[:40]!r}: expected key=value with key one of "
+                                f"{', '.join(HEADER_DEFAULTS)}")
+        if key in out:
+            raise ScheduleError(f"header field {key!r} given twice")
+        if isinstance(HEADER_DEFAULTS[key], bool):
+            if val.lower() not in _TRUE + _FALSE:
+                raise ScheduleError(f"header field {key}={val[:40]!r}: expected true or false")
+            out[key] = val.lower() in _TRUE
+        else:
+            if not re.fullmatch(r"\d{1,9}", val):
+                raise ScheduleError(f"header field {key}={val[:40]!r}: expected an integer >= 0")
+            out[key] = int(val)
+    return out
+
+
 @dataclass(frozen=True, order=True)
 class Action:
     stage: int
@@ -165,11 +204,26 @@ class Schedule:
         lines += [f"Step {i:03d}: " + " ".join(c.ljust(w) for c in row).rstrip() for i, row in enumerate(cells)]
         return "\n".join(lines)
 
+    def header(self) -> dict[str, bool | int]:
+        """The fields PyTorch's CSV layout has no place for, where they differ from an
+        ordinary schedule's (``flush``, ``local``, ``queue``, ``ordered``): what ``to_csv``
+        writes in its ``#schedule`` header row.  Empty for a schedule with a flush, global
+        losses and an order (its CSV is PyTorch's layout unchanged)."""
+        return {k: getattr(self, k) for k, v in HEADER_DEFAULTS.items() if getattr(self, k) != v}
+
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
-        """PyTorch's CSV layout: one row per rank, one action per cell.  Returns the text;
-        writes it to ``path`` when given."""
+        """PyTorch's CSV layout: one row per rank, one action per cell.  A schedule PyTorch
+        cannot express (no flush, stage-local losses and their queue depth, no order) starts
+        with one header row ``#schedule,flush=false,local=true,queue=2`` (``header()``: the
+        fields that differ from an ordinary schedule), so that ``from_csv`` reads back the
+        same weight versions, delays and dependencies.  Returns the text; writes it to
+        ``path`` when given."""
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerows([[str(a) for a in row] for row in self.actions])
+        w = csv.writer(buf, lineterminator="\n")
+        head = self.header()
+        if head:
+            w.writerow([HEADER_TAG] + [f"{k}={_field_text(v)}" for k, v in head.items()])
+        w.writerows([[str(a) for a in row] for row in self.actions])
         text = buf.getvalue()
         if path is not None:
             with open(path, "w", newline="") as f:
@@ -180,7 +234,10 @@ class Schedule:
     def from_csv(cls, source: str | os.PathLike, name: str | None = None, stages: int = 0,
                  microbatches: int = 0) -> "Schedule":
         """Read a schedule in PyTorch's CSV layout (a path, or the CSV text itself when it
-        contains a newline).  Empty cells (idle steps) are skipped.  Not validated: call
+        contains a newline).  Empty cells (idle steps) are skipped.  An optional first row
+        ``#schedule,key=value,...`` sets ``flush``, ``local`` (true|false), ``queue`` (an
+        int >= 0) and ``ordered`` (true|false); without it (PyTorch's files, and tiletrain's
+        of ordinary schedules) they keep their defaults.  Not validated: call
         ``validate()``."""
         if isinstance(source, str) and "\n" in source:
             text, name = source, name or "csv"
@@ -195,16 +252,27 @@ class Schedule:
                 raise ScheduleError(f"schedule file {path} is not UTF-8 text ({exc})") from None
             name = name or os.path.splitext(os.path.basename(path))[0]
         rows = []
+        fields: dict[str, bool | int] = {}
         try:
-            for row in csv.reader(io.StringIO(text)):
+            for line, row in enumerate(csv.reader(io.StringIO(text))):
+                if row and row[0].strip().startswith("#"):
+                    if line or rows:
+                        raise ScheduleError(f"line {line + 1}: a {HEADER_TAG} header row is only allowed "
+                                            "on the first line")
+                    fields = _parse_header(row)
+                    continue
                 rows.append(tuple(Action.parse(c) for c in row if c.strip()))
-        except (ScheduleError, csv.Error) as exc:  # (csv.Error: e.g. a field over csv.field_size_limit())
+        except csv.Error as exc:  # (e.g. a field over csv.field_size_limit())
+            raise ScheduleError(f"row {len(rows)}: {exc}") from None
+        except ScheduleError as exc:
+            if str(exc).startswith(("line ", "header ")):
+                raise
             raise ScheduleError(f"row {len(rows)}: {exc}") from None
         while rows and not rows[-1]:
             rows.pop()
         if not rows:
             raise ScheduleError(f"schedule {name!r}: the CSV has no actions")
-        return cls(name, tuple(rows), stages, microbatches)
+        return cls(name, tuple(rows), stages, microbatches, **fields)
 
     # ----------------------------------------------------------------- rules
     def dependencies(self) -> list[list[int]]:
@@ -341,6 +409,26 @@ class Schedule:
             if wrote is not None:
                 out[a.stage] = max(out[a.stage], wrote - 1 - read)
         return out
+
+    def update_delays(self) -> dict[Action, int]:
+        """Per action that writes a weight update (B, or W with a split backward; none with a
+        flush): its delay, the updates between the version its forward read and the one it
+        writes (written - 1 - read).  ``delays()`` is the largest per stage: in a run's
+        first updates (the fill) the delays are smaller."""
+        return {a: wrote - 1 - read for a, (read, wrote) in self.weight_versions().items() if wrote is not None}
+
+    def layer_delays(self, layers: Sequence[int]) -> list[int]:
+        """Per layer, in model order, the weight delay of its stage when virtual stage s holds
+        ``layers[s]`` layers (or layer groups): all layers of a stage share its delay
+        (``delays()``), as LayerPipe2's grouped pipelining assigns them.  For ``pb`` with
+        m > 2(p-1) micro-batches this is LayerPipe2's Delay(l) = 2 S(l)
+        (``formulas.layerpipe2_delays``)."""
+        if len(layers) != self.stages or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
+                                             for n in layers):
+            raise ScheduleError(f"schedule {self.name!r}: layers must list, per virtual stage ({self.stages}), "
+                                f"its number of layers (ints >= 1), got {list(layers)!r}")
+        d = self.delays()
+        return [d[s] for s, n in enumerate(layers) for _ in range(n)]
 
     def kept_versions(self) -> list[int]:
         """Per virtual stage: the most weight versions alive at once when every version is
@@ -538,5 +626,6 @@ class Simulation:
         return save(self.to_trace(time_unit_us), path)
 
 
-__all__ = ["Action", "Schedule", "ScheduleError", "Simulation", "peak_activations", "activation_units",
+__all__ = ["Action", "Schedule", "ScheduleError", "HEADER_TAG", "HEADER_DEFAULTS", "Simulation", "peak_activations",
+           "activation_units",
            "KINDS", "UNIT", "PHASE"]
