@@ -511,3 +511,15 @@ def test_compile_amp_and_thread_answers_let_torch_programs_run():
     with pytest.raises(NotImplementedError, match="autocast is not supported"):
         tt.autocast("cpu", dtype=tt.bfloat16)
     assert tt.get_num_threads() >= 1
+
+
+def test_unique_bincount_where_one_argument_and_embedding_from_pretrained():
+    a = np.array([3, 1, 2, 3, 3, 0])
+    got = []
+    for M in (torch, tt):
+        t = M.tensor(a)
+        u, i, c = M.unique(t, return_inverse=True, return_counts=True)
+        e = M.nn.Embedding.from_pretrained(M.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        got.append((u.tolist(), i.tolist(), c.tolist(), M.bincount(t).tolist(), t.bincount(minlength=6).tolist(),
+                    [x.tolist() for x in M.where(t > 1)], e(M.tensor([1, 0])).tolist(), e.weight.requires_grad))
+    assert got[0] == got[1]

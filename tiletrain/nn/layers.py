@@ -192,6 +192,17 @@ class Embedding(Module):
             with no_grad():
                 self.weight[padding_idx] = 0.0
 
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None, **kwargs):
+        """torch.nn.Embedding.from_pretrained: the table is ``embeddings`` (copied), frozen by default."""
+        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        m = cls(embeddings.shape[0], embeddings.shape[1], padding_idx, dtype=embeddings.dtype)
+        with no_grad():
+            m.weight.copy_(embeddings)
+        m.weight.requires_grad_(not freeze)
+        return m
+
     def forward(self, ids) -> Tensor:
         if not isinstance(ids, Tensor):
             a = np.asarray(ids)

@@ -21,7 +21,7 @@ from .linalg import matmul
 from .reduce import sum as _sum, return_types
 from .shape import cat, expand, permute, reshape, stack
 
-__all__ = ["all", "allclose", "any", "argsort", "bmm", "broadcast_tensors", "count_nonzero", "cumsum", "dot", "equal",
+__all__ = ["all", "allclose", "any", "argsort", "bincount", "unique", "bmm", "broadcast_tensors", "count_nonzero", "cumsum", "dot", "equal",
            "eye", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
            "meshgrid", "mv", "narrow", "nonzero", "prod", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
 
@@ -286,6 +286,31 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:  # noqa: A002
         raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {m.dtype}")
     flat = np.flatnonzero(m.numpy())
     return index_select(reshape(x, (-1,)), 0, _index(flat.size, flat))
+
+
+def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
+           dim=None):
+    """The distinct values (sorted), with the inverse indices and counts when asked (read on the host)."""
+    a = _tensor(input, "unique", "input").numpy()
+    vals, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, axis=dim)
+    out = [from_numpy(_c(vals))]
+    if return_inverse:
+        out.append(from_numpy(_c(inv.reshape(a.shape if dim is None else (-1,)).astype(np.int64))))
+    if return_counts:
+        out.append(from_numpy(_c(cnt.astype(np.int64))))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def bincount(input: Tensor, weights=None, minlength: int = 0) -> Tensor:  # noqa: A002
+    """Counts of each value of a 1-d non-negative int tensor (weighted sums with weights)."""
+    a = _tensor(input, "bincount", "input").numpy()
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if (a < 0).any():
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    w = None if weights is None else (weights.numpy() if isinstance(weights, Tensor) else np.asarray(weights))
+    out = np.bincount(a, w, minlength)
+    return from_numpy(_c(out.astype(np.int64) if w is None else out))
 
 
 # -- tests -----------------------------------------------------------------------------------

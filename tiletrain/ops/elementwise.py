@@ -785,10 +785,14 @@ def logical_not(input: Tensor) -> Tensor:  # noqa: A002
     return y
 
 
-def where(condition: Tensor, input, other) -> Tensor:  # noqa: A002
+def where(condition: Tensor, input=None, other=None) -> Tensor:  # noqa: A002
     """input where condition is true, else other (broadcasting all three; input or other may
-    be a number).  The gradient flows to the chosen operand."""
+    be a number).  The gradient flows to the chosen operand.  where(condition) alone is
+    nonzero(condition, as_tuple=True), as torch's."""
     what = "where"
+    if input is None and other is None:
+        from .composite import nonzero
+        return nonzero(condition, as_tuple=True)
     _bool_tensor(condition, what, "condition")
     ref = input if isinstance(input, Tensor) else other
     if not isinstance(ref, Tensor):

@@ -802,6 +802,12 @@ class Tensor(TensorBase):
     def argsort(self, dim=-1, descending=False, stable=False):
         return ops.argsort(self, dim, descending, stable)
 
+    def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+        return ops.unique(self, sorted, return_inverse, return_counts, dim)
+
+    def bincount(self, weights=None, minlength=0):
+        return ops.bincount(self, weights, minlength)
+
     def nonzero(self, *, as_tuple=False):
         return ops.nonzero(self, as_tuple=as_tuple)
 
