@@ -6,9 +6,11 @@ clip_grad_norm_, AdamW with parameter groups, LambdaLR, loss.item().
 
     python benchmarks/ported_nanogpt.py [--ncpu N] [--reps R] [--size small|medium]
 
-Prints a table of median step times over --reps steps after --warmup steps, each framework's
-steps timed in alternating blocks, and the ratio (PyTorch's median / tiletrain's: > 1 means
-tiletrain is faster)."""
+Prints a table of median step times over --reps steps after --warmup steps, the two
+frameworks' steps alternating (a shared machine's load drifts), and the ratio (PyTorch's
+median / tiletrain's: > 1 means tiletrain is faster).  A tiletrain step is timed to its end
+(tt.wait(): loss.item() waits for the forward only, the backward and the update may still
+run), so tiletrain's workers sleep during PyTorch's steps rather than poll beside them."""
 from __future__ import annotations
 
 import argparse
@@ -57,10 +59,12 @@ def main() -> int:
             for name, step in steps.items():
                 for i in range(args.warmup):
                     step(i)
+                tt.wait()
             for i in range(args.reps):  # alternating: a shared machine's load drifts
                 for name, step in steps.items():
                     t0 = time.perf_counter()
                     step(args.warmup + i)
+                    tt.wait()  # the whole step; a no-op after torch's
                     times[name].append(time.perf_counter() - t0)
             tm, om = median(times["torch"]), median(times["tiletrain"])
             tokens = cfg["batch"] * cfg["block"]
