@@ -56,6 +56,8 @@ def _shape_tensor(x, what: str, name: str = "x") -> Tensor:
 
 
 def _int(v, what: str, name: str) -> int:
+    if type(v) is int:  # the common case, without the numbers.Integral (ABC) check
+        return v
     if not isinstance(v, numbers.Integral) or isinstance(v, bool):
         raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
     return int(v)
@@ -72,7 +74,7 @@ def _dim(dim, ndim: int, what: str, name: str = "dim", extra: int = 0) -> int:
 
 def _dims_arg(args, what: str, name: str) -> tuple[int, ...]:
     """f(x, 2, 3) and f(x, (2, 3)) alike."""
-    if len(args) == 1 and not isinstance(args[0], numbers.Integral):
+    if len(args) == 1 and type(args[0]) is not int and not isinstance(args[0], numbers.Integral):
         args = args[0]
         if not isinstance(args, (tuple, list)):
             raise TypeError(f"{what}: {name} must be ints or a tuple of ints, got {type(args).__name__}")
@@ -400,7 +402,7 @@ def getitem(x: Tensor, index) -> Tensor:
     x = _shape_tensor(x, what)
     items = index if isinstance(index, tuple) else (index,)
     for it in items:
-        if not (it is None or it is Ellipsis or isinstance(it, slice)
+        if not (it is None or it is Ellipsis or type(it) is slice or type(it) is int
                 or (isinstance(it, numbers.Integral) and not isinstance(it, bool))):
             raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, "
                             "None and ...")
@@ -421,7 +423,8 @@ def getitem(x: Tensor, index) -> Tensor:
         n = x.shape[a]
         if isinstance(it, slice):
             for part in (it.start, it.stop, it.step):
-                if part is not None and (not isinstance(part, numbers.Integral) or isinstance(part, bool)):
+                if part is not None and type(part) is not int and (not isinstance(part, numbers.Integral)
+                                                                   or isinstance(part, bool)):
                     raise TypeError(f"{what}: slice {it} along dimension {a} must have int or None bounds")
             if it.step is not None and it.step <= 0:
                 raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along "

@@ -120,7 +120,7 @@ class TensorBase:
         # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
         self.value_range = None
         rt = current(start=True)  # the first tensor of a process starts the runtime (defaults)
-        if isinstance(traits.dist, D.Spatial):  # made with dist=Spatial(...): whole blocks per rank
+        if traits.dist is not None and isinstance(traits.dist, D.Spatial):  # made with dist=Spatial(...): whole blocks per rank
             traits.dist.check_layout(traits.shape, traits.tiles, whole_ok=True)
         out = ffi.new("tt_tensor **")
         if _owners is not None:  # placed like another tensor (autograd's leaf gradients)
