@@ -4,11 +4,16 @@ PyTorch eager with the same number of threads (torch.set_num_threads = tiletrain
 workers).  One step: batch slicing and stacking, forward, cross entropy, backward,
 clip_grad_norm_, AdamW with parameter groups, LambdaLR, loss.item().
 
-    python benchmarks/ported_nanogpt.py [--ncpu N] [--reps R] [--size small|medium]
+    python benchmarks/ported_nanogpt.py [--ncpu N] [--reps R] [--block K] [--size small|medium]
 
-Prints a table of median step times over --reps steps after --warmup steps, each framework's
-steps timed in alternating blocks, and the ratio (PyTorch's median / tiletrain's: > 1 means
-tiletrain is faster)."""
+Times --reps blocks of --block consecutive steps per framework (after --warmup steps), the
+two frameworks' blocks alternating (a shared machine's load drifts), and prints the median
+step time (a block's time / K) and the speed ratio: the median over the repetitions of
+PyTorch's block time over tiletrain's in the same repetition (> 1 means tiletrain is
+faster).  A tiletrain block is timed to its end (tt.wait(): loss.item() waits for the
+forward only, the backward and the update may still run), as a training loop runs: each
+step submits while the previous one's tasks finish, and the workers sleep during
+PyTorch's blocks rather than poll beside them."""
 from __future__ import annotations
 
 import argparse
@@ -35,6 +40,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ncpu", type=int, default=os.cpu_count())
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--block", type=int, default=5, help="consecutive steps timed together")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--size", choices=sorted(SIZES), nargs="+", default=["small", "medium"])
     args = ap.parse_args()
@@ -46,7 +52,8 @@ def main() -> int:
     torch.set_num_threads(args.ncpu)
     print(environment())
     print(f"torch {torch.__version__} with {torch.get_num_threads()} threads (eager); tiletrain {tt.__version__} "
-          f"with {args.ncpu} CPU workers; float32; medians of {args.reps} steps after {args.warmup} warm-up steps")
+          f"with {args.ncpu} CPU workers; float32; medians of {args.reps} blocks of {args.block} steps after "
+          f"{args.warmup} warm-up steps")
     rows = []
     with tt.init(ncpu=args.ncpu):
         for size in args.size:
@@ -57,14 +64,18 @@ def main() -> int:
             for name, step in steps.items():
                 for i in range(args.warmup):
                     step(i)
-            for i in range(args.reps):  # alternating: a shared machine's load drifts
+                tt.wait()
+            for rep in range(args.reps):  # alternating: a shared machine's load drifts
                 for name, step in steps.items():
                     t0 = time.perf_counter()
-                    step(args.warmup + i)
-                    times[name].append(time.perf_counter() - t0)
+                    for i in range(args.block):
+                        step(args.warmup + rep * args.block + i)
+                    tt.wait()  # every step's tasks done; a no-op after torch's
+                    times[name].append((time.perf_counter() - t0) / args.block)
             tm, om = median(times["torch"]), median(times["tiletrain"])
+            ratio = median([a / b for a, b in zip(times["torch"], times["tiletrain"])])
             tokens = cfg["batch"] * cfg["block"]
-            rows.append([size, f"{tm * 1e3:.1f}", f"{om * 1e3:.1f}", f"{tokens / om:.0f}", f"{tm / om:.2f}x"])
+            rows.append([size, f"{tm * 1e3:.1f}", f"{om * 1e3:.1f}", f"{tokens / om:.0f}", f"{ratio:.2f}x"])
     print()
     print(table(["size", "torch eager ms", "tiletrain ms", "tiletrain tokens/s", "speed vs eager"], rows))
     return 0

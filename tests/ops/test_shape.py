@@ -171,6 +171,22 @@ def test_retile_task_count(rng):
     assert total_tasks() - before == 4 * 3
 
 
+def test_stack_tiles_a_batch_of_small_items_per_worker(rng):
+    """stack's new axis holds as many items as fit in DEFAULT_TILE**2 elements, leaving one
+    tile per worker: a batch of token rows is a few tiles (the ops after it make one task per
+    tile), a batch of large items one item per tile."""
+    from tiletrain.runtime.context import nworkers
+    from tiletrain.tensors.traits import DEFAULT_TILE
+    rows = [tt.from_numpy(rng.integers(0, 9, 32)) for _ in range(8)]
+    y = S.stack(rows)
+    assert y.tiles == (-(-8 // nworkers()), 32)
+    np.testing.assert_array_equal(y.numpy(), np.stack([r.numpy() for r in rows]))
+    half = [tt.from_numpy(rng.standard_normal((DEFAULT_TILE, DEFAULT_TILE // 2))) for _ in range(3)]
+    assert S.stack(half, 1).tiles == (DEFAULT_TILE, 2, DEFAULT_TILE // 2)  # two fit in the volume
+    big = tt.from_numpy(rng.standard_normal((DEFAULT_TILE, DEFAULT_TILE)))
+    assert S.stack([big, big, big]).tiles == (1, DEFAULT_TILE, DEFAULT_TILE)
+
+
 def test_tile_aligned_views_submit_nothing(rng):
     a = rng.standard_normal((11, 7))
     x = tt.from_numpy(a, (4, 3))

@@ -78,18 +78,26 @@ def _stats(x: Tensor, eps: float, centred: bool):
     return mean, rstd
 
 
-def _normalized(what: str, x, normalized_shape, *params):
-    """torch's normalized_shape (an int or a sequence, x's last dimensions): x and the
-    parameters as they are when it names the last axis alone; otherwise x with the named
-    axes merged into one (reshape) and the parameters flattened, and the shape to restore."""
-    x = _check_x(x, what)
+def _normalized_shape(normalized_shape, what: str) -> tuple[int, ...]:
+    """torch's normalized_shape (an int or a sequence of ints) as a tuple of ints."""
     if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
         normalized_shape = (int(normalized_shape),)
     if not isinstance(normalized_shape, (tuple, list)) or not all(
             isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in normalized_shape):
         raise TypeError(f"{what}: normalized_shape must be an int or a sequence of ints (x's last dimensions), "
                         f"got {normalized_shape!r}")
-    ns = tuple(int(d) for d in normalized_shape)
+    return tuple(int(d) for d in normalized_shape)
+
+
+def _normalized(what: str, x, normalized_shape, *params):
+    """torch's normalized_shape (an int or a sequence, x's last dimensions): x and the
+    parameters as they are when it names the last axis alone; otherwise x with the named
+    axes merged into one (reshape) and the parameters flattened, and the shape to restore."""
+    x = _check_x(x, what)
+    if type(normalized_shape) is tuple and all(type(d) is int for d in normalized_shape):
+        ns = normalized_shape  # the common case (a LayerNorm module's), without the ABC checks
+    else:
+        ns = _normalized_shape(normalized_shape, what)
     if not ns or len(ns) > x.ndim or x.shape[x.ndim - len(ns):] != ns:
         raise ValueError(f"{what}: normalized_shape {ns} must be the last dimensions of the input, whose shape "
                          f"is {x.shape}")
@@ -127,7 +135,8 @@ def _layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = N
     b = bias if bias is not None else full(_cols_traits(x), 0.0, dtype=x.dtype)
     y = Tensor(x.traits, x.dtype)
     if x.grid[-1] == 1:  # whole rows in a tile: one task per tile computes all three
-        mean, rstd = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
+        rows = _rows_traits(x)
+        mean, rstd = Tensor(rows, x.dtype), Tensor(rows, x.dtype)
         run_norm("layer_norm_row", [x, y], [mean, rstd], [w, b], reduce=1, eps=eps)
     else:
         mean, rstd = _stats(x, eps, centred=True)
@@ -141,12 +150,14 @@ def _layer_norm_bwd(node, g):
     need_x, need_w, need_b = (t is not None for t in node.inputs)
     dx = dw = db = None
     if need_x:
-        ra, rb = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
+        rows = _rows_traits(x)
+        ra, rb = Tensor(rows, x.dtype), Tensor(rows, x.dtype)
         run_norm("layer_norm_bwd_rows", [g, x], [mean, rstd, ra, rb], [w], reduce=1, alpha=1.0 / x.shape[-1])
         dx = Tensor(x.traits, x.dtype)
         run_norm("layer_norm_bwd_x", [g, x, dx], [mean, rstd, ra, rb], [w], reduce=0)
     if need_w or need_b:
-        dw, db = Tensor(_cols_traits(x), x.dtype), Tensor(_cols_traits(x), x.dtype)
+        cols = _cols_traits(x)
+        dw, db = Tensor(cols, x.dtype), Tensor(cols, x.dtype)
         run_norm("layer_norm_bwd_w", [g, x], [mean, rstd], [dw, db], reduce=2)
     return (dx, dw if need_w else None, db if need_b else None)
 
@@ -258,7 +269,8 @@ def add_layer_norm(x: Tensor, r: Tensor, weight: Tensor | None = None, bias: Ten
     w = weight if weight is not None else full(_cols_traits(x), 1.0, dtype=x.dtype)
     b = bias if bias is not None else full(_cols_traits(x), 0.0, dtype=x.dtype)
     s, y = Tensor(x.traits, x.dtype), Tensor(x.traits, x.dtype)
-    mean, rstd = Tensor(_rows_traits(x), x.dtype), Tensor(_rows_traits(x), x.dtype)
+    rows = _rows_traits(x)
+    mean, rstd = Tensor(rows, x.dtype), Tensor(rows, x.dtype)
     run_norm("add_layer_norm_row", [x, r, s, y], [mean, rstd], [w, b], reduce=1, eps=eps)
     return s, y
 

@@ -20,9 +20,10 @@ be used on shape-op results or on their inputs while the results are live (autog
 accumulates into a view in place).
 
 Result tiling: an axis kept from an input keeps its tile size (clipped to the new length;
-``cat``: the first tensor's tiles, ``stack``: the first tensor's tiles and 1 along the new
-axis); a new or expanded axis of ``expand``/``broadcast_to`` gets min(size, 512); ``None``
-in ``getitem`` gives tile 1; a reshape that lines up takes the view's tiles, and one that
+``cat``: the first tensor's tiles, ``stack``: the first tensor's tiles and, along the new
+axis, as many items as fit in DEFAULT_TILE**2 elements while leaving a tile per worker); a
+new or expanded axis of ``expand``/``broadcast_to`` gets min(size, 512); ``None`` in
+``getitem`` gives tile 1; a reshape that lines up takes the view's tiles, and one that
 does not first re-tiles the input so that each group of merged/split axes is whole inside
 a tile except its first axis, keeping about the input's tile volume, then views it.
 
@@ -36,6 +37,7 @@ import numbers
 
 import numpy as np
 
+from ..runtime.context import nworkers
 from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, bfloat16, float16
 from ..tensors.traits import DEFAULT_TILE
@@ -54,6 +56,8 @@ def _shape_tensor(x, what: str, name: str = "x") -> Tensor:
 
 
 def _int(v, what: str, name: str) -> int:
+    if type(v) is int:  # the common case, without the numbers.Integral (ABC) check
+        return v
     if not isinstance(v, numbers.Integral) or isinstance(v, bool):
         raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
     return int(v)
@@ -70,7 +74,7 @@ def _dim(dim, ndim: int, what: str, name: str = "dim", extra: int = 0) -> int:
 
 def _dims_arg(args, what: str, name: str) -> tuple[int, ...]:
     """f(x, 2, 3) and f(x, (2, 3)) alike."""
-    if len(args) == 1 and not isinstance(args[0], numbers.Integral):
+    if len(args) == 1 and type(args[0]) is not int and not isinstance(args[0], numbers.Integral):
         args = args[0]
         if not isinstance(args, (tuple, list)):
             raise TypeError(f"{what}: {name} must be ints or a tuple of ints, got {type(args).__name__}")
@@ -398,7 +402,7 @@ def getitem(x: Tensor, index) -> Tensor:
     x = _shape_tensor(x, what)
     items = index if isinstance(index, tuple) else (index,)
     for it in items:
-        if not (it is None or it is Ellipsis or isinstance(it, slice)
+        if not (it is None or it is Ellipsis or type(it) is slice or type(it) is int
                 or (isinstance(it, numbers.Integral) and not isinstance(it, bool))):
             raise TypeError(f"{what}: index {it!r} ({type(it).__name__}) is not supported; use ints, slices, "
                             "None and ...")
@@ -419,7 +423,8 @@ def getitem(x: Tensor, index) -> Tensor:
         n = x.shape[a]
         if isinstance(it, slice):
             for part in (it.start, it.stop, it.step):
-                if part is not None and (not isinstance(part, numbers.Integral) or isinstance(part, bool)):
+                if part is not None and type(part) is not int and (not isinstance(part, numbers.Integral)
+                                                                   or isinstance(part, bool)):
                     raise TypeError(f"{what}: slice {it} along dimension {a} must have int or None bounds")
             if it.step is not None and it.step <= 0:
                 raise ValueError(f"{what}: slice step must be greater than zero (got {it.step} along "
@@ -510,7 +515,8 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
 @dim_alias
 def stack(tensors, dim: int = 0) -> Tensor:
-    """The tensors (one shape, any tilings) stacked along a new axis ``dim`` (tile 1 there)."""
+    """The tensors (one shape, any tilings) stacked along a new axis ``dim``, tiled like the
+    first tensor and along the new axis as _stack_tile says."""
     what = "stack"
     ts = _tensor_list(tensors, what)
     x0 = ts[0]
@@ -524,7 +530,17 @@ def stack(tensors, dim: int = 0) -> Tensor:
     shape = x0.shape[:d] + (len(ts),) + x0.shape[d:]
     specs = [((0,) * x0.ndim, xaxis, (1,) * n, tuple(i if a == d else 0 for a in range(n)), (1,) * n,
               x0.shape[:d] + (1,) + x0.shape[d:]) for i in range(len(ts))]
-    return _regions(ts, TensorTraits(shape, x0.tiles[:d] + (1,) + x0.tiles[d:]), specs)
+    tiles = x0.tiles[:d] + (_stack_tile(len(ts), x0.tiles),) + x0.tiles[d:]
+    return _regions(ts, TensorTraits(shape, tiles), specs)
+
+
+def _stack_tile(n: int, tiles) -> int:
+    """stack's tile along the new axis of ``n`` items tiled ``tiles``: as many items as fit in
+    the volume of a default 2-D tile (DEFAULT_TILE**2 elements), but no more than leave one
+    tile for each worker (ceil(n / workers)), so that a batch of small samples is a few tiles:
+    the ops that follow make one task per tile."""
+    fit = DEFAULT_TILE * DEFAULT_TILE // math.prod(tiles)
+    return max(1, min(fit, -(-n // max(1, nworkers()))))
 
 
 def _narrow(x: Tensor, d: int, start: int, length: int) -> Tensor:

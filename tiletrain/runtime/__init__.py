@@ -162,7 +162,8 @@ class Runtime:
 
     @property
     def alive(self) -> bool:
-        return bool(lib.tt_is_initialized()) and lib.tt_session_id() == self.session
+        # one C call: tt_session_id() is 0 when no session runs, and session ids start at 1
+        return self.session != 0 and lib.tt_session_id() == self.session
 
     def shutdown(self, exc: BaseException | None = None) -> None:
         """Stop this session.  Under MPI a clean shutdown is collective (it waits for every
@@ -389,13 +390,14 @@ def current(start: bool = False) -> Runtime:
     """The running session.  start=True (making a tensor): a process that never started one
     starts it now with the defaults (the environment's TILETRAIN_*/STARPU_* settings), as a
     PyTorch program expects; after an explicit shutdown() it raises like start=False."""
-    if (_current is None or not _current.alive) and start and not _started_once:
+    rt = _current
+    if rt is not None and rt.alive:  # the hot path: every new tensor asks
+        return rt
+    if start and not _started_once:
         rt = init()
         rt.auto_started = True
         return rt
-    if _current is None or not _current.alive:
-        raise RuntimeError("the tiletrain runtime is not initialised; call tiletrain.init() first")
-    return _current
+    raise RuntimeError("the tiletrain runtime is not initialised; call tiletrain.init() first")
 
 
 def wait() -> None:

@@ -121,7 +121,7 @@ class TensorBase:
         self.value_range = None
         self._read = False         # True once a recorded op has read it (autograd: in-place refused)
         rt = current(start=True)  # the first tensor of a process starts the runtime (defaults)
-        if isinstance(traits.dist, D.Spatial):  # made with dist=Spatial(...): whole blocks per rank
+        if traits.dist is not None and isinstance(traits.dist, D.Spatial):  # made with dist=Spatial(...): whole blocks per rank
             traits.dist.check_layout(traits.shape, traits.tiles, whole_ok=True)
         out = ffi.new("tt_tensor **")
         if _owners is not None:  # placed like another tensor (autograd's leaf gradients)
