@@ -790,9 +790,9 @@ def where(condition: Tensor, input=None, other=None) -> Tensor:  # noqa: A002
     be a number).  The gradient flows to the chosen operand.  where(condition) alone is
     nonzero(condition, as_tuple=True), as torch's."""
     what = "where"
-    if input is None and other is None:
-        from .composite import nonzero
-        return nonzero(condition, as_tuple=True)
+    if input is None and other is None:  # the indices where condition holds, one tensor per axis
+        _tensor(condition, what, "condition")
+        return tuple(from_numpy(_c(i.astype(np.int64))) for i in np.nonzero(np.atleast_1d(condition.numpy())))
     _bool_tensor(condition, what, "condition")
     ref = input if isinstance(input, Tensor) else other
     if not isinstance(ref, Tensor):
