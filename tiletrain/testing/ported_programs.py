@@ -517,20 +517,10 @@ def _fill_from_names(torch, model, scale: float, seed: int) -> None:
             p.copy_(torch.tensor(rng.standard_normal(tuple(p.shape)) * scale))
 
 
-def resnet_program(torch, *, x, y, epochs=2, batch_size=8, seed=0, dtype=None):
-    """A small ResNet as torch users write it: BasicBlocks with ``out += self.shortcut(x)``, an
-    empty ``nn.Sequential()`` shortcut, BatchNorm2d, AdaptiveAvgPool2d, ``torch.flatten``,
-    CrossEntropyLoss with label smoothing, parameter groups (no decay on biases and norms),
-    SGD with Nesterov momentum, CosineAnnealingLR per epoch, clip_grad_norm_, accuracy from
-    ``out.max(1)``, the best model kept by ``copy.deepcopy(model.state_dict())``, and an eval
-    pass under no_grad with softmax confidences.  Returns (losses, accuracies, lrs, eval
-    confidences, a running mean)."""
-    import copy
+def _resnet(torch, c_in: int, num_classes: int):
+    """resnet_program's model: a stem, two BasicBlocks (the second strided), a pooled head."""
     nn = torch.nn
     F = torch.nn.functional
-    if dtype is not None:
-        torch.set_default_dtype(dtype)
-    data = __import__(torch.__name__ + ".utils.data", fromlist=["DataLoader"])
 
     class BasicBlock(nn.Module):
         def __init__(self, inp, out, stride=1):
@@ -552,7 +542,7 @@ def resnet_program(torch, *, x, y, epochs=2, batch_size=8, seed=0, dtype=None):
     class Net(nn.Module):
         def __init__(self, num_classes):
             super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(x.shape[1], 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
+            self.stem = nn.Sequential(nn.Conv2d(c_in, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
                                       nn.ReLU(inplace=True))
             self.layer1, self.layer2 = BasicBlock(4, 4), BasicBlock(4, 8, stride=2)
             self.pool = nn.AdaptiveAvgPool2d((1, 1))
@@ -562,8 +552,26 @@ def resnet_program(torch, *, x, y, epochs=2, batch_size=8, seed=0, dtype=None):
             x = self.layer2(self.layer1(self.stem(x)))
             return self.fc(torch.flatten(self.pool(x), 1))
 
+    return Net(num_classes)
+
+
+def resnet_program(torch, *, x, y, epochs=2, batch_size=8, seed=0, dtype=None):
+    """A small ResNet as torch users write it: BasicBlocks with ``out += self.shortcut(x)``, an
+    empty ``nn.Sequential()`` shortcut, BatchNorm2d, AdaptiveAvgPool2d, ``torch.flatten``,
+    CrossEntropyLoss with label smoothing, parameter groups (no decay on biases and norms),
+    SGD with Nesterov momentum, CosineAnnealingLR per epoch, clip_grad_norm_, accuracy from
+    ``out.max(1)``, the best model kept by ``copy.deepcopy(model.state_dict())``, and an eval
+    pass under no_grad with softmax confidences.  Returns (losses, accuracies, lrs, eval
+    confidences, a running mean)."""
+    import copy
+    nn = torch.nn
+    F = torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    data = __import__(torch.__name__ + ".utils.data", fromlist=["DataLoader"])
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = Net(int(y.max()) + 1).to(device)
+    model = _resnet(torch, x.shape[1], int(y.max()) + 1).to(device)
     _fill_from_names(torch, model, 0.3, seed)
     loader = data.DataLoader(data.TensorDataset(torch.tensor(x), torch.tensor(y)), batch_size=batch_size)
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
