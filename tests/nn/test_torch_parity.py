@@ -141,6 +141,8 @@ def test_integer_arithmetic_is_torchs():
         _same(lambda u, v: f(torch, u, v), lambda u, v: f(tt, u, v), a, b, grad=False)
     xf = np.random.default_rng(5).standard_normal((4, 5))
     _same(lambda u, v: u * v, lambda u, v: u * v, a, xf)                 # int * float tensor: float
+    _same(lambda u, v: torch.maximum(u, v), lambda u, v: tt.maximum(u, v), a, xf)
+    _same(lambda u, v: torch.minimum(v, u), lambda u, v: tt.minimum(v, u), a, xf)
     _same(lambda v: v // 0.3, lambda v: v // 0.3, xf, grad=False)  # (torch has no derivative for it)
     _same(lambda v: v % 0.7, lambda v: v % 0.7, xf)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):

@@ -410,6 +410,8 @@ def align(what: str, *tensors: Tensor) -> tuple[Tensor, ...]:
 
 
 def _tensor_operands(what: str, a, b, half: bool) -> tuple[Tensor, Tensor]:
+    if _nonfloat(a, b) and any(isinstance(t, Tensor) and is_float(t.dtype) for t in (a, b)):
+        a, b = _float_operands(a, b)  # an int64/bool tensor meeting a float one: torch's promotion
     check = _any_float_tensor if half else _float_tensor
     check(a, what, "input")
     check(b, what, "other")
