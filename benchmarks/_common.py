@@ -1,9 +1,12 @@
 """Shared helpers for benchmark scripts: environment description and medians."""
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 
 
 def environment() -> str:
@@ -440,3 +443,18 @@ def ratio_text(ratios: list[float]) -> str:
     """'0.85x' for one ratio, '0.85x (0.80-0.90)' (median, range) for several."""
     m = f"{median(ratios):.2f}x"
     return m if len(ratios) == 1 else f"{m} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def result_lines(text: str) -> list[dict]:
+    """The JSON objects a worker process printed as ``RESULT {...}`` lines."""
+    return [json.loads(line[7:]) for line in text.splitlines() if line.startswith("RESULT ")]
+
+
+def run_worker(cmd: list[str], env: dict, label: str) -> list[dict] | None:
+    """Run a benchmark's worker process; its RESULT lines, or None (its stderr tail printed)
+    when it failed."""
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        print(f"{label}: the simulated process failed ({r.returncode}):\n{r.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return result_lines(r.stdout)

@@ -26,10 +26,12 @@ import dataclasses
 import csv
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import run_worker  # noqa: E402
 
 
 def worker(a) -> None:
@@ -123,12 +125,9 @@ def main() -> int:
                        "--n-layer", str(a.n_layer), "--n-embd", str(a.n_embd), "--batch", str(a.batch),
                        "--seq-len", str(a.seq_len), "--sched", a.sched, "--warmup", str(a.warmup)]
                 t = time.monotonic()
-                r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                if r.returncode != 0:
-                    print(f"{g} GPU(s), m={m}: the simulated process failed ({r.returncode}):\n{r.stderr[-3000:]}",
-                          file=sys.stderr)
+                got = run_worker(cmd, env, f"{g} GPU(s), m={m}")
+                if got is None:
                     return 1
-                got = [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
                 rows += got
                 print(f"# {g} GPU(s), m={m}: {1e3 * got[0]['step_s']:.2f} ms simulated, "
                       f"{time.monotonic() - t:.0f} s real", flush=True)

@@ -41,6 +41,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import run_worker  # noqa: E402
+
 SCHEDULES = ("1f1b", "pb", "local")
 
 
@@ -203,12 +206,9 @@ def main() -> int:
             env = dict(os.environ, TILETRAIN_SIMULATE=name, TILETRAIN_MACHINES=tmp, STARPU_SIMGRID_VARIANCE="0",
                        STARPU_SIMGRID_CUDA_MALLOC_COST="0")
             t = time.monotonic()
-            r = subprocess.run(args_for([]), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if r.returncode != 0:
-                print(f"{g} GPUs: the simulated process failed ({r.returncode}):\n{r.stderr[-3000:]}",
-                      file=sys.stderr)
+            got = run_worker(args_for([]), env, f"{g} GPUs")
+            if got is None:
                 return 1
-            got = [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
             rows += got
             print(f"# {g} GPUs, m={got[0]['m']}: {time.monotonic() - t:.0f} s real, "
                   f"{sum(x['tasks'] for x in got)} tasks timed, "

@@ -160,9 +160,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     float mask: added; dropout; other shapes, cross attention) the same formula is composed of
     matmul, masked softmax and dropout."""
     from ..ops import attention as _att
-    from ..ops.activations import dropout
     from ..tensors import from_numpy
-    from ..ops.elementwise import add as _add, logical_not, where
     from ..ops.linalg import matmul
     from ..ops.shape import transpose
     plain = (attn_mask is None or isinstance(attn_mask, _att.CausalBias)) and not dropout_p
@@ -193,15 +191,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     L, S = query.shape[-2], key.shape[-2]
     if is_causal:
         attn_mask = from_numpy(np.tril(np.ones((L, S), dtype=np.bool_)))
-    if attn_mask is not None:
-        if attn_mask.dtype == np.bool_:
-            scores = where(attn_mask, scores, -math.inf)
-        else:
-            scores = _add(scores, attn_mask)
+    return matmul(attention_weights(scores, attn_mask, dropout_p), value)
+
+
+def attention_weights(scores: Tensor, mask=None, dropout_p: float = 0.0) -> Tensor:
+    """softmax over the last axis of scores with a mask (bool: True takes part; float: added),
+    then dropout: the composed attention's weights (scaled_dot_product_attention,
+    nn.MultiheadAttention's need_weights path)."""
+    from ..ops.activations import dropout
+    from ..ops.elementwise import add as _add, where
+    if mask is not None:
+        scores = where(mask, scores, -math.inf) if mask.dtype == np.bool_ else _add(scores, mask)
     w = softmax(scores, -1)
-    if dropout_p:
-        w = dropout(w, dropout_p, True)
-    return matmul(w, value)
+    return dropout(w, dropout_p, True) if dropout_p else w
 
 
 def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:  # noqa: A002

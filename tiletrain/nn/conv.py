@@ -37,6 +37,33 @@ def _tuple(v, n: int) -> tuple:
     return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
 
 
+def _conv_shape(m: Module, in_channels, out_channels, kernel_size, groups) -> str:
+    """Set a (transposed) convolution's channels, groups and kernel size, checked; its name."""
+    what = type(m).__name__
+    m.in_channels = _pos_int(in_channels, what, "in_channels")
+    m.out_channels = _pos_int(out_channels, what, "out_channels")
+    m.groups = _pos_int(groups, what, "groups")
+    if m.in_channels % m.groups or m.out_channels % m.groups:
+        raise ValueError(f"{what}: in_channels ({in_channels}) and out_channels ({out_channels}) must be "
+                         f"divisible by groups ({groups})")
+    n = m._dims
+    m.kernel_size = tuple(_pos_int(k, what, "kernel_size") for k in _tuple(kernel_size, n))
+    if len(m.kernel_size) != n:
+        raise ValueError(f"{what}: kernel_size must be an int or {n} ints, got {kernel_size!r}")
+    return what
+
+
+def _conv_params(m: Module, shape: tuple, bias: bool, dtype, rng) -> None:
+    """weight of ``shape`` and bias (out_channels,) drawn U(-b, b), b = 1/sqrt(shape[1] * kernel
+    size): torch's kaiming_uniform_(a=sqrt(5)) fan_in rule, for both weight layouts."""
+    dtype = default_float(dtype)
+    rng = _default_rng if rng is None else rng
+    bound = 1.0 / math.sqrt(shape[1] * math.prod(m.kernel_size))
+    m.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), shape)
+    cout = m.out_channels
+    m.bias = Parameter(rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
+
+
 class _ConvNd(Module):
     _dims = 0
 
@@ -44,30 +71,15 @@ class _ConvNd(Module):
                  bias=True, padding_mode="zeros", *, dtype=None,
                  rng: np.random.Generator | None = None):
         super().__init__()
-        what = type(self).__name__
-        self.in_channels = _pos_int(in_channels, what, "in_channels")
-        self.out_channels = _pos_int(out_channels, what, "out_channels")
-        self.groups = _pos_int(groups, what, "groups")
-        if self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ValueError(f"{what}: in_channels ({in_channels}) and out_channels ({out_channels}) must be "
-                             f"divisible by groups ({groups})")
+        what = _conv_shape(self, in_channels, out_channels, kernel_size, groups)
         if padding_mode != "zeros":
             raise ValueError(f"{what}: padding_mode {padding_mode!r} is not supported (only 'zeros')")
         n = self._dims
-        self.kernel_size = tuple(_pos_int(k, what, "kernel_size") for k in _tuple(kernel_size, n))
-        if len(self.kernel_size) != n:
-            raise ValueError(f"{what}: kernel_size must be an int or {n} ints, got {kernel_size!r}")
         self.stride, self.dilation = _tuple(stride, n), _tuple(dilation, n)
         self.padding = padding if isinstance(padding, str) else _tuple(padding, n)
         if padding == "same" and any(s != 1 for s in self.stride):
             raise ValueError(f"{what}: padding='same' is not supported for strided convolutions")
-        dtype = default_float(dtype)
-        rng = _default_rng if rng is None else rng
-        shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
-        bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))   # kaiming_uniform_(a=sqrt(5))
-        self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), shape)
-        cout = self.out_channels
-        self.bias = Parameter(rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
+        _conv_params(self, (self.out_channels, self.in_channels // self.groups) + self.kernel_size, bias, dtype, rng)
 
     def forward(self, x: Tensor) -> Tensor:
         return getattr(F, f"conv{self._dims}d")(x, self.weight, self.bias, self.stride, self.padding,
@@ -104,25 +116,13 @@ class _ConvTransposeNd(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
                  bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
         super().__init__()
-        what = type(self).__name__
-        self.in_channels = _pos_int(in_channels, what, "in_channels")
-        self.out_channels = _pos_int(out_channels, what, "out_channels")
-        self.groups = _pos_int(groups, what, "groups")
-        if self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ValueError(f"{what}: in_channels ({in_channels}) and out_channels ({out_channels}) must be "
-                             f"divisible by groups ({groups})")
+        what = _conv_shape(self, in_channels, out_channels, kernel_size, groups)
         if padding_mode != "zeros":
             raise ValueError(f"Only \"zeros\" padding mode is supported for {what}")
         n = self._dims
-        self.kernel_size = tuple(_pos_int(k, what, "kernel_size") for k in _tuple(kernel_size, n))
         self.stride, self.padding = _tuple(stride, n), _tuple(padding, n)
         self.output_padding, self.dilation = _tuple(output_padding, n), _tuple(dilation, n)
-        dtype = default_float(dtype)
-        shape = (self.in_channels, self.out_channels // self.groups) + self.kernel_size
-        bound = 1.0 / math.sqrt(shape[1] * math.prod(self.kernel_size))
-        self.weight = Parameter(_default_rng.uniform(-bound, bound, shape).astype(dtype), shape)
-        cout = self.out_channels
-        self.bias = Parameter(_default_rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
+        _conv_params(self, (self.in_channels, self.out_channels // self.groups) + self.kernel_size, bias, dtype, None)
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         if output_size is not None:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import functional as F
+from ..ops.creation import zeros
 from ..ops.index import index_get
 from ..ops.shape import cat, chunk, permute, reshape, stack
 from ..tensors import Tensor
@@ -93,14 +94,14 @@ class _RNNBase(Module):
         if h0 is not None and not batched:
             h0 = reshape(h0, (h0.shape[0], 1, h0.shape[1]))
             c0 = None if c0 is None else reshape(c0, (c0.shape[0], 1, c0.shape[1]))
-        zeros = F.mul(index_get(x, (0, slice(None), slice(0, 1))), 0.0)  # (N, 1) zeros of x's dtype
         hs, cs = [], []
         for layer in range(self.num_layers):
             outs = []
             for d, sfx in enumerate(("", "_reverse")[:D]):
                 i = layer * D + d
-                h = index_get(h0, i) if h0 is not None else F.mul(cat([zeros] * self.hidden_size, 1), 1.0)
-                c = (index_get(c0, i) if c0 is not None else F.mul(h, 0.0)) if self.mode == "LSTM" else None
+                h = index_get(h0, i) if h0 is not None else zeros((N, self.hidden_size), dtype=x.dtype)
+                c = (index_get(c0, i) if c0 is not None else zeros((N, self.hidden_size), dtype=x.dtype)) \
+                    if self.mode == "LSTM" else None
                 o, h, c = self._direction(x, layer, sfx, h, c)
                 outs.append(o)
                 hs.append(h)
@@ -167,10 +168,9 @@ class _CellBase(Module):
     def forward(self, input: Tensor, hx=None):  # noqa: A002
         batched = input.ndim == 2
         x = input if batched else reshape(input, (1, input.shape[0]))
-        zeros = F.mul(index_get(x, (slice(None), slice(0, 1))), 0.0)
         if hx is None:
-            h = cat([zeros] * self.hidden_size, 1)
-            c = F.mul(h, 1.0) if self.mode == "LSTM" else None
+            h = zeros((x.shape[0], self.hidden_size), dtype=x.dtype)
+            c = zeros((x.shape[0], self.hidden_size), dtype=x.dtype) if self.mode == "LSTM" else None
         elif self.mode == "LSTM":
             h, c = hx
         else:

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from .. import functional as F
+from ..functional.activations import attention_weights
 from ..ops.index import index_get
 from ..ops.shape import permute, reshape, transpose
 from ..tensors import Tensor
@@ -67,12 +68,9 @@ class MultiheadAttention(Module):
         mask = _merged_mask(attn_mask, key_padding_mask, N, self.num_heads, L, S, is_causal)
         p = self.dropout if self.training else 0.0
         if need_weights:
+            # torch scales q before the product here (its SDPA path scales the scores)
             scores = F.matmul(F.mul(q, math.sqrt(1.0 / self.head_dim)), transpose(k, -2, -1))
-            if mask is not None:
-                scores = F.where(mask, scores, -math.inf) if mask.dtype == np.bool_ else F.add(scores, mask)
-            weights = F.softmax(scores, -1)
-            if p:
-                weights = F.dropout(weights, p, True)
+            weights = attention_weights(scores, mask, p)
             out = F.matmul(weights, v)
         else:
             out = F.scaled_dot_product_attention(q, k, v, mask, p, is_causal and mask is None)

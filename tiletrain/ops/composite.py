@@ -15,11 +15,11 @@ from ..tensors.tensor import get_default_dtype
 from .basic import _tensor
 from .contract import triu
 from .creation import ones
-from .elementwise import abs as _abs, div, eq, log, logical_not, mul, ne
+from .elementwise import abs as _abs, div, eq, host_tensor, log, logical_not, mul, ne
 from .index import gather, index_get, index_select
 from .linalg import matmul
 from .reduce import sum as _sum, return_types
-from .shape import cat, expand, permute, reshape, stack
+from .shape import cat, expand, permute, reshape, stack, unsqueeze
 
 __all__ = ["all", "allclose", "any", "argsort", "bincount", "unique", "bmm", "broadcast_tensors", "count_nonzero", "cumsum", "dot", "equal",
            "eye", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
@@ -143,18 +143,14 @@ def prod(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tenso
         x = x.to(dtype)
     if not is_float(x.dtype):
         out = np.prod(x.numpy(), axis=dim, keepdims=keepdim)
-        return from_numpy(_c(np.asarray(out, dtype=np.int64)))
+        return host_tensor(out)
     if dim is None:
         y = _prod_last(reshape(x, (-1,)) if x.ndim else reshape(x, (1,)))
         return reshape(y, (1,) * x.ndim) if keepdim else reshape(y, ())
     d = _dim(dim, x.ndim, "prod")
     moved = permute(x, *[i for i in range(x.ndim) if i != d], d)
     y = _prod_last(moved)
-    return unsqueeze_at(y, d) if keepdim else y
-
-
-def unsqueeze_at(y: Tensor, d: int) -> Tensor:
-    return reshape(y, tuple(y.shape[:d]) + (1,) + tuple(y.shape[d:]))
+    return unsqueeze(y, d) if keepdim else y
 
 
 def _prod_last(x: Tensor) -> Tensor:
@@ -250,7 +246,7 @@ def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = 
         return return_types.sort(x, from_numpy(np.zeros((), np.int64)))
     d = _dim(dim, x.ndim, "sort")
     idx = _c(_order(x.numpy(), d, descending))
-    values = gather(x, d, from_numpy(idx)) if is_float(x.dtype) else from_numpy(_c(np.take_along_axis(x.numpy(), idx, d)))
+    values = gather(x, d, from_numpy(idx)) if is_float(x.dtype) else host_tensor(np.take_along_axis(x.numpy(), idx, d))
     return return_types.sort(values, from_numpy(idx))
 
 
@@ -274,9 +270,8 @@ def nonzero(input: Tensor, *, as_tuple: bool = False):  # noqa: A002
     a = _tensor(input, "nonzero", "input").numpy()
     nz = np.nonzero(np.atleast_1d(a))
     if as_tuple:
-        return tuple(from_numpy(_c(i.astype(np.int64))) for i in nz)
-    return from_numpy(_c(np.stack(nz, axis=1).astype(np.int64).reshape(-1, max(a.ndim, 1)) if a.ndim else
-                         np.stack(nz, axis=1).astype(np.int64)[:, :0]))
+        return tuple(host_tensor(i) for i in nz)
+    return host_tensor(np.stack(nz, axis=1).reshape(-1, max(a.ndim, 1)) if a.ndim else np.stack(nz, axis=1)[:, :0])
 
 
 def masked_select(input: Tensor, mask: Tensor) -> Tensor:  # noqa: A002
@@ -293,11 +288,11 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, ret
     """The distinct values (sorted), with the inverse indices and counts when asked (read on the host)."""
     a = _tensor(input, "unique", "input").numpy()
     vals, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, axis=dim)
-    out = [from_numpy(_c(vals))]
+    out = [host_tensor(vals)]
     if return_inverse:
-        out.append(from_numpy(_c(inv.reshape(a.shape if dim is None else (-1,)).astype(np.int64))))
+        out.append(host_tensor(inv.reshape(a.shape if dim is None else (-1,))))
     if return_counts:
-        out.append(from_numpy(_c(cnt.astype(np.int64))))
+        out.append(host_tensor(cnt))
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -310,7 +305,7 @@ def bincount(input: Tensor, weights=None, minlength: int = 0) -> Tensor:  # noqa
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     w = None if weights is None else (weights.numpy() if isinstance(weights, Tensor) else np.asarray(weights))
     out = np.bincount(a, w, minlength)
-    return from_numpy(_c(out.astype(np.int64) if w is None else out))
+    return host_tensor(out)
 
 
 # -- tests -----------------------------------------------------------------------------------
@@ -339,18 +334,18 @@ def _bools(x: Tensor, what: str) -> np.ndarray:
 def any(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
     """True where any element (along dim) is nonzero (a bool tensor)."""
     a = _bools(input, "any")
-    return from_numpy(_c(np.any(a, axis=dim, keepdims=keepdim)))
+    return host_tensor(np.any(a, axis=dim, keepdims=keepdim))
 
 
 def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
     """True where every element (along dim) is nonzero (a bool tensor)."""
     a = _bools(input, "all")
-    return from_numpy(_c(np.all(a, axis=dim, keepdims=keepdim)))
+    return host_tensor(np.all(a, axis=dim, keepdims=keepdim))
 
 
 def count_nonzero(input: Tensor, dim=None) -> Tensor:  # noqa: A002
     a = _tensor(input, "count_nonzero", "input").numpy()
-    return from_numpy(_c(np.asarray(np.count_nonzero(a, axis=dim), dtype=np.int64)))
+    return host_tensor(np.count_nonzero(a, axis=dim))
 
 
 def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002

@@ -527,10 +527,13 @@ def _int_host(what: str, fn, *vals) -> Tensor:
             out = fn(*args)
     except ValueError as e:
         raise RuntimeError(f"{what}: {e}") from None
-    out = np.asarray(out)
-    if out.dtype.kind in "iu":
-        out = out.astype(np.int64)
-    return from_numpy(_c(out))
+    return host_tensor(out)
+
+
+def host_tensor(a) -> Tensor:
+    """A NumPy result as a tensor, integers as int64 (tiletrain's one integer dtype)."""
+    a = np.asarray(a)
+    return from_numpy(_c(a.astype(np.int64) if a.dtype.kind in "iu" else a))
 
 
 def _float_operands(*vals):

@@ -27,7 +27,7 @@ from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_h
 from . import basic
 from .autograd import backward_rule, composite_grads, double_backward_rule, record
 from .basic import _float_tensor
-from .elementwise import BINARY_OPS, convert
+from .elementwise import BINARY_OPS, convert, host_tensor
 from .shape import _reshape, _view, retile, squeeze
 
 _mul, _div, _sub = BINARY_OPS["mul"], BINARY_OPS["div"], BINARY_OPS["sub"]  # same-layout, with the kernels' alpha
@@ -335,10 +335,7 @@ def _int_extreme(x: Tensor, dim, keepdim, ismin: int, what: str, arg: bool = Fal
 
 
 def _host(a, keep_ndim: int = 0) -> Tensor:
-    a = np.asarray(a)
-    if a.dtype.kind in "iu":
-        a = a.astype(np.int64)
-    return from_numpy(_c(a.reshape((1,) * keep_ndim) if keep_ndim else a))
+    return host_tensor(np.reshape(a, (1,) * keep_ndim) if keep_ndim else a)
 
 # (max_dim's differentiable form, a recorded scatter_add, is in ops/index.py)
 

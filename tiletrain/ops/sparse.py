@@ -238,41 +238,36 @@ def mm(A: SparseCSRTensor, X: Tensor) -> Tensor:
 
 
 def _mm_tasks(A, bv, x, y) -> None:
-    gr, gc = A.grid
-    gf = -(-x.shape[1] // x.tiles[1])
-    i, k, first = _chains(A.block_nnz.reshape(gr, gc) > 0)
-    j = np.arange(gf)
-    i, k, first = (np.repeat(a, gf) for a in (i, k, first))
-    j = np.tile(j, len(i) // gf)
-    order = np.lexsort((k, j, i))  # each y tile's chain together, in k order
-    i, k, j = i[order], k[order], j[order]
-    first = np.ones(len(i), bool)
-    first[1:] = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
-    blk = i * gc + k
-    N, M = A.shape
-    run_tasks("csr_mm", [A._rowptr, A._cols, bv, x, y], np.stack([blk, blk, blk, k * gf + j, i * gf + j], axis=1),
-              wmask=first.astype(np.int64) << 4, mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
-              nx=_sizes(x.shape[1], x.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
-              nnz=A.block_nnz[blk].astype(np.float64))
+    """y = A x: per row block i, chains over the column blocks k."""
+    _chain_tasks("csr_mm", A, bv, x, y, transpose=False)
 
 
 def _mm_t_tasks(A, bv, g, dx) -> None:
     """dx = A^T g: per column block k, chains over the row blocks i."""
+    _chain_tasks("csr_mm_t", A, bv, g, dx, transpose=True)
+
+
+def _chain_tasks(kernel: str, A, bv, src, dst, transpose: bool) -> None:
+    """One task per (non-empty block, column tile j of src), chained per destination tile:
+    A's row block i and column block k, src tile (k, j) into dst tile (i, j) -- (i, j) into
+    (k, j) when transposed; each chain's first task writes, the others accumulate."""
     gr, gc = A.grid
     N, M = A.shape
-    gf = -(-g.shape[1] // g.tiles[1])
-    k, i, first = _chains((A.block_nnz.reshape(gr, gc) > 0).T)
-    k, i = (np.repeat(a, gf) for a in (k, i))
-    j = np.tile(np.arange(gf), len(k) // gf)
-    order = np.lexsort((i, j, k))
-    k, i, j = k[order], i[order], j[order]
-    first = np.ones(len(k), bool)
-    first[1:] = (k[1:] != k[:-1]) | (j[1:] != j[:-1])
+    gf = -(-src.shape[1] // src.tiles[1])
+    mask = A.block_nnz.reshape(gr, gc) > 0
+    out, inner, _ = _chains(mask.T if transpose else mask)
+    out, inner = (np.repeat(a, gf) for a in (out, inner))
+    j = np.tile(np.arange(gf), len(out) // gf)
+    order = np.lexsort((inner, j, out))  # each destination tile's chain together, in order
+    out, inner, j = out[order], inner[order], j[order]
+    first = np.ones(len(out), bool)
+    first[1:] = (out[1:] != out[:-1]) | (j[1:] != j[:-1])
+    i, k = (inner, out) if transpose else (out, inner)
     blk = i * gc + k
-    run_tasks("csr_mm_t", [A._rowptr, A._cols, bv, g, dx],
-              np.stack([blk, blk, blk, i * gf + j, k * gf + j], axis=1), wmask=first.astype(np.int64) << 4,
-              mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
-              nx=_sizes(g.shape[1], g.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
+    s_tile, d_tile = (i * gf + j, k * gf + j) if transpose else (k * gf + j, i * gf + j)
+    run_tasks(kernel, [A._rowptr, A._cols, bv, src, dst], np.stack([blk, blk, blk, s_tile, d_tile], axis=1),
+              wmask=first.astype(np.int64) << 4, mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+              nx=_sizes(src.shape[1], src.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
               nnz=A.block_nnz[blk].astype(np.float64))
 
 

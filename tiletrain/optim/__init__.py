@@ -394,10 +394,6 @@ class _Elementwise(Optimizer):
         return add(grad, p, alpha=g["weight_decay"]) if g["weight_decay"] else grad
 
     @staticmethod
-    def _set(st, name, value):
-        st[name] = value
-
-    @staticmethod
     def _write(p, value):
         from ..ops.index import assign_
         assign_(p, value)
@@ -421,18 +417,18 @@ class RMSprop(_Elementwise):
         grad, alpha, lr = self._grad(g, p), float(g["alpha"]), float(g["lr"])
         sa = st.get("square_avg")
         sa = mul(mul(grad, grad), 1 - alpha) if sa is None else add(mul(sa, alpha), mul(grad, grad), alpha=1 - alpha)
-        self._set(st, "square_avg", sa)
+        st["square_avg"] = sa
         if g["centered"]:
             ga = st.get("grad_avg")
             ga = mul(grad, 1 - alpha) if ga is None else add(ga, mul(sub(grad, ga), 1 - alpha))
-            self._set(st, "grad_avg", ga)
+            st["grad_avg"] = ga
             avg = add(sqrt(add(sa, mul(ga, ga), alpha=-1)), float(g["eps"]))
         else:
             avg = add(sqrt(sa), float(g["eps"]))
         if g["momentum"] > 0:
             buf = st.get("momentum_buffer")
             buf = div(grad, avg) if buf is None else add(mul(buf, float(g["momentum"])), div(grad, avg))
-            self._set(st, "momentum_buffer", buf)
+            st["momentum_buffer"] = buf
             self._write(p, add(p, buf, alpha=-lr))
         else:
             self._write(p, add(p, div(grad, avg), alpha=-lr))
@@ -459,7 +455,7 @@ class Adagrad(_Elementwise):
         if acc is None:
             acc = full_like(p, float(g["initial_accumulator_value"]))
         acc = add(acc, mul(grad, grad))
-        self._set(st, "sum", acc)
+        st["sum"] = acc
         self._write(p, add(p, div(grad, add(sqrt(acc), float(g["eps"]))), alpha=-clr))
 
 

@@ -79,10 +79,6 @@ def _inplace(x, fn, *operands, rebind: bool = False):
     return x
 
 
-def _alpha(fn):
-    return lambda a, b, alpha=1: fn(a, b, alpha=alpha)
-
-
 class Tensor(TensorBase):
     """A tensor split into tiles; every tile is one StarPU data handle.
 
@@ -208,7 +204,7 @@ class Tensor(TensorBase):
         return _inplace(self, lambda a: ops.clamp(a, max=max))
 
     def lerp_(self, end, weight):
-        return _inplace(self, lambda a, b: ops.add(a, ops.mul(ops.sub(b, a), weight)), end)
+        return _inplace(self, lambda a, b: a.lerp(b, weight), end)
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
         return _inplace(self, lambda a, b, c: ops.add(a, ops.mul(b, c), alpha=value), tensor1, tensor2)

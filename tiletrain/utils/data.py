@@ -172,18 +172,23 @@ class BatchSampler(Sampler):
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
 
     def __iter__(self):
-        batch = []
-        for i in self.sampler:
-            batch.append(i)
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
-        if batch and not self.drop_last:
-            yield batch
+        return _chunks(self.sampler, self.batch_size, self.drop_last)
 
     def __len__(self):
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+def _chunks(items, size: int, drop_last: bool):
+    """Lists of ``size`` consecutive items (the last one shorter unless drop_last)."""
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch and not drop_last:
+        yield batch
 
 
 def _generator(generator):
@@ -276,35 +281,11 @@ class DataLoader:
         return _permutation(n, self.generator).tolist() if self.shuffle else list(range(n))
 
     def _batches(self):
-        if isinstance(self.dataset, IterableDataset):
-            yield from self._stream()
-            return
+        """Index lists (an IterableDataset: sample lists); batch_size None: one at a time."""
         if self.batch_sampler is not None:
-            yield from self.batch_sampler
-            return
-        idx = self._indices()
-        if self.batch_size is None:
-            yield from idx
-            return
-        for s in range(0, len(idx), self.batch_size):
-            b = idx[s:s + self.batch_size]
-            if len(b) < self.batch_size and self.drop_last:
-                return
-            yield b
-
-    def _stream(self):
-        """An IterableDataset's samples in batch_size lists (None: one at a time)."""
-        if self.batch_size is None:
-            yield from self.dataset
-            return
-        batch = []
-        for sample in self.dataset:
-            batch.append(sample)
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
-        if batch and not self.drop_last:
-            yield batch
+            return iter(self.batch_sampler)
+        items = self.dataset if isinstance(self.dataset, IterableDataset) else self._indices()
+        return iter(items) if self.batch_size is None else _chunks(items, self.batch_size, self.drop_last)
 
     def __iter__(self):
         if isinstance(self.dataset, IterableDataset):
