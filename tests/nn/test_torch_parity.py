@@ -525,3 +525,27 @@ def test_unique_bincount_where_one_argument_and_embedding_from_pretrained():
         got.append((u.tolist(), i.tolist(), c.tolist(), M.bincount(t).tolist(), t.bincount(minlength=6).tolist(),
                     [x.tolist() for x in M.where(t > 1)], e(M.tensor([1, 0])).tolist(), e.weight.requires_grad))
     assert got[0] == got[1]
+
+
+def test_assignment_zero_fill_and_copy_in_the_graph_equal_torch():
+    x = np.random.default_rng(15).standard_normal((4, 5))
+    v = np.random.default_rng(16).standard_normal(5)
+    got = []
+    for M in (torch, tt):
+        a, b = M.tensor(x, requires_grad=True), M.tensor(v, requires_grad=True)
+        h = a * 2
+        h[1] = b * 3
+        h[:, 0] = 0.5
+        c = a + 1
+        c.zero_()
+        d = a * 1
+        d.copy_(b.expand(4, 5))
+        e = a * 1
+        e.fill_(2.0)
+        (h.exp().sum() + (c + a).sum() + (d * d).sum() + (e * a).sum()).backward()
+        got.append((h.detach().numpy(), a.grad.numpy(), b.grad.numpy()))
+        z = M.ones(3)
+        z.zero_()
+        assert z.fill_(4.0).tolist() == [4.0, 4.0, 4.0]
+    for u, w in zip(*got):
+        np.testing.assert_allclose(w, u, rtol=1e-12)

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from .. import ops
-from ..ops.creation import full, ones, rand, randn, zeros
+from ..ops.creation import full, full_like, ones, rand, randn, zeros, zeros_like
 from ..ops.softmax import log_softmax, softmax
 from .cupy_interop import to_cupy
 from .device import device as _device, parse_to
@@ -164,10 +164,11 @@ class Tensor(TensorBase):
         return ops.index_get(self, index)
 
     def __setitem__(self, index, value):
-        """x[index] = value (ints, slices, None, ..., a bool mask, an index list/tensor): the
-        result is computed out of place and this tensor then holds it (tensors that shared its
-        tiles before -- views, its base -- keep the old values)."""
-        ops.assign_(self, ops.index_put(self, index, value))
+        """x[index] = value (ints, slices, None, ..., a bool mask, an index list/tensor), by the
+        in-place rules of ``_inplace`` (in the autograd graph too, as torch: the gradient flows to
+        value and to the elements of x not assigned)."""
+        operands = (value,) if isinstance(value, TensorBase) else ()
+        _inplace(self, lambda a, *_: ops.index_put(a, index, value), *operands)
 
 
     # -- in place (torch's trailing underscore; x += y and the other augmented assignments) -----
@@ -366,16 +367,13 @@ class Tensor(TensorBase):
         return self.to(np.bool_)
 
     def zero_(self):
-        ops.assign_(self, ops.zeros_like(self))
-        return self
+        return _inplace(self, zeros_like)
 
     def fill_(self, value):
-        ops.assign_(self, ops.full_like(self, value))
-        return self
+        return _inplace(self, lambda a: full_like(a, value))
 
     def copy_(self, src):
-        ops.assign_(self, ops.index_put(self, Ellipsis, src))
-        return self
+        return _inplace(self, lambda a, s: ops.index_put(a, Ellipsis, s), src)
 
     def float(self):
         return self.to(np.float32)
