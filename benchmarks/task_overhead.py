@@ -69,7 +69,9 @@ def build_floor(workdir: str) -> str | None:
 
 
 def run_floor(exe: str, sched: str, ncpu: int, ntiles: int, tile: int, reps: int) -> list[float]:
-    env = dict(os.environ, STARPU_SILENT="1")
+    # FxT off, as tiletrain starts StarPU (a StarPU built --with-fxt traces by default: every task
+    # then writes its events, ~2x the submit cost of tiny tasks)
+    env = dict(os.environ, STARPU_SILENT="1", STARPU_FXT_TRACE="0")
     out = subprocess.run([exe, sched, str(ncpu), str(ntiles), str(tile), str(reps)], capture_output=True, text=True,
                          check=True, env=env).stdout
     return [float(v) for v in out.split()]

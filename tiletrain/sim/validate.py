@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from ..config import SIMULATE_ENV, machines_in, uses_perf_models
 from .calibrate import WORKLOADS, _bench_args, calibrate
@@ -60,24 +61,27 @@ def train_step(sched: str = "lws", steps: int = 10, warmup: int = 2, ncpu: int |
 
 
 def monotonic(base: str = "here", cpus=(1, 2, 4, 8), speeds=(1.0, 2.0), sched: str = "lws", steps: int = 2,
-              warmup: int = 1, say=None, keep: bool = False, **sizes) -> list[dict]:
+              warmup: int = 1, say=None, keep: bool = False, jobs: int = 1, **sizes) -> list[dict]:
     """Simulated tokens/s on machines derived from ``base`` with each CPU count at each speed
     (removed afterwards unless ``keep``), with mean task times: a property of the models, not of
-    the random draws."""
+    the random draws.  ``jobs`` simulations run at a time (each is a process on the simulated
+    clock: running them side by side changes no figure, only the real time taken)."""
     say = say or (lambda s: None)
-    rows = []
-    for speed in speeds:
-        for n in cpus:
-            name = f"{base}-c{n}-x{speed:g}"
-            m = derive(name, base, cpus=n, cpu_speed=speed, overwrite=True)
-            try:
-                r = simulate_bench(name, steps, warmup, sched, variance=False, **sizes)
-            finally:
-                if not keep:
-                    shutil.rmtree(m.folder, ignore_errors=True)
-            rows.append({"machine": name, "cpus": n, "cpu_speed": speed, "tokens_per_s": r["tokens_per_s"]})
-            say(f"{name}: {r['tokens_per_s']:.0f} tokens/s simulated")
-    return rows
+    machines = [(n, speed, derive(f"{base}-c{n}-x{speed:g}", base, cpus=n, cpu_speed=speed, overwrite=True))
+                for speed in speeds for n in cpus]
+
+    def row(entry):
+        n, speed, m = entry
+        try:
+            r = simulate_bench(m.name, steps, warmup, sched, variance=False, **sizes)
+        finally:
+            if not keep:
+                shutil.rmtree(m.folder, ignore_errors=True)
+        say(f"{m.name}: {r['tokens_per_s']:.0f} tokens/s simulated")
+        return {"machine": m.name, "cpus": n, "cpu_speed": speed, "tokens_per_s": r["tokens_per_s"]}
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        return list(pool.map(row, machines))
 
 
 def is_monotonic(rows: list[dict], slack: float = 0.01) -> bool:
