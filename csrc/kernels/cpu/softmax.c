@@ -38,99 +38,10 @@
         (sr) = (T)acc_;                                                                \
     } while (0)
 
-TT_SIMD_CLONES void tt_cpu_softmax_stats(const tt_args_softmax_stats *a, const void *x, void *mx, void *s)
-{
-    const int64_t m = a->m, k = a->k, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
-        const T *px = x;
-        T *pm = mx, *ps = s;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++)
-                ROW_STATS(T, px, i, j, k, n, a->first, pm[i * n + j], ps[i * n + j]);
-    });
-}
-
-/* y = exp(x - mx) / s (softmax) or (x - mx) - log(s) (log_softmax) */
-TT_SIMD_CLONES void tt_cpu_softmax_apply(const tt_args_softmax_apply *a, const void *x, void *y, const void *mx, const void *s)
-{
-    const int64_t m = a->m, k = a->k, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
-        const T *px = x, *pm = mx, *ps = s;
-        T *py = y;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t l = 0; l < k; l++) {
-                const T *src = px + (i * k + l) * n;
-                T *dst = py + (i * k + l) * n;
-                for (int64_t j = 0; j < n; j++) {
-                    T mr = pm[i * n + j], sr = ps[i * n + j];
-                    dst[j] = a->islog ? (src[j] - mr) - LOG(T, sr) : EXP(T, src[j] - mr) / sr;
-                }
-            }
-    });
-}
-
-/* d = sum over the span of g * softmax(x) (softmax) or of g (log_softmax) */
-TT_SIMD_CLONES void tt_cpu_softmax_bwd_dot(const tt_args_softmax_bwd_dot *a, const void *x, const void *g, const void *mx,
-                            const void *s, void *d)
-{
-    const int64_t m = a->m, k = a->k, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
-        const T *px = x, *pg = g, *pm = mx, *ps = s;
-        T *pd = d;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) {
-                const int64_t r = i * n + j;
-                double acc = a->first ? 0.0 : (double)pd[r];
-                if (a->islog) {
-                    for (int64_t l = 0; l < k; l++)
-                        acc += pg[(i * k + l) * n + j];
-                } else {
-                    T mr = pm[r], sr = ps[r];
-                    for (int64_t l = 0; l < k; l++) {
-                        const int64_t e = (i * k + l) * n + j;
-                        acc += (double)pg[e] * (double)(EXP(T, px[e] - mr) / sr);
-                    }
-                }
-                pd[r] = (T)acc;
-            }
-    });
-}
-
-/* softmax: dx = p * (g - d); log_softmax: dx = g - p * d; p = exp(x - mx) / s */
-TT_SIMD_CLONES void tt_cpu_softmax_bwd(const tt_args_softmax_bwd *a, const void *x, const void *g, void *dx, const void *mx,
-                        const void *s, const void *d)
-{
-    const int64_t m = a->m, k = a->k, n = a->n;
-    TT_FLOAT_DISPATCH(a->dtype, {
-        const T *px = x, *pg = g, *pm = mx, *ps = s, *pd = d;
-        T *pdx = dx;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t l = 0; l < k; l++)
-                for (int64_t j = 0; j < n; j++) {
-                    const int64_t r = i * n + j, e = (i * k + l) * n + j;
-                    T p = EXP(T, px[e] - pm[r]) / ps[r];
-                    pdx[e] = a->islog ? pg[e] - p * pd[r] : p * (pg[e] - pd[r]);
-                }
-    });
-}
-
-/* Column offset of a tile along the span and whether it is the span's last tile. */
-static inline void span_position(int64_t tile, int64_t vtile, int64_t ncols, int64_t *col0, int *last)
-{
-    int64_t vgrid = vtile > 0 ? (ncols + vtile - 1) / vtile : 1;
-    if (vgrid < 1)
-        vgrid = 1;
-    int64_t t = tile % vgrid;
-    if (t < 0)
-        t += vgrid;
-    *col0 = t * vtile;
-    *last = t == vgrid - 1;
-}
-
-
-/* float32 fast paths for a contiguous row (n == 1: the op's last axis), vectorised:
- * exp through tt_expf (0 below -87.3, where expf underflows to denormals anyway), lane-wise
- * max and double sums.  Rows holding a NaN or +inf take the generic code above. */
+/* float32 fast paths for a contiguous row (n == 1: the op's last axis, as softmax over the
+ * attention scores and cross-entropy over the vocabulary), vectorised: exp through tt_expf
+ * (0 below -87.3, where expf underflows to denormals anyway), lane-wise max and double sums.
+ * Rows holding a NaN or +inf take the generic code. */
 static inline float expf_z(float v) { return v < -87.3f ? 0.0f : tt_expf(v); }
 
 /* Row stats of k contiguous values merged into (*mxr, *sr); 0 (nothing written) when the
@@ -184,6 +95,163 @@ TT_SIMD_CLONES static void row_softmax_grad_f32(const float *restrict x, float *
     for (int64_t c = 0; c < k; c++)
         dx[c] = expf_z(x[c] - mr) / sr * g;
 }
+
+/* y = exp(x - mr) / sr over k contiguous values (softmax) or (x - mr) - log(sr) (log_softmax) */
+TT_SIMD_CLONES static void row_softmax_f32(const float *restrict x, float *restrict y, int64_t k, float mr, float sr,
+                                           int islog)
+{
+    if (islog) {
+        const float lg = logf(sr);
+        for (int64_t c = 0; c < k; c++)
+            y[c] = (x[c] - mr) - lg;
+    } else {
+        for (int64_t c = 0; c < k; c++)
+            y[c] = expf_z(x[c] - mr) / sr;
+    }
+}
+
+/* sum over k contiguous values of g * exp(x - mr) / sr, in double (8 lanes) */
+TT_SIMD_CLONES static double row_dot_softmax_f32(const float *restrict x, const float *restrict g, int64_t k, float mr,
+                                                 float sr)
+{
+    double dl[8] = {0}, acc = 0.0;
+    int64_t c = 0;
+    for (; c + 8 <= k; c += 8)
+        for (int q = 0; q < 8; q++)
+            dl[q] += (double)g[c + q] * (double)(expf_z(x[c + q] - mr) / sr);
+    for (; c < k; c++)
+        acc += (double)g[c] * (double)(expf_z(x[c] - mr) / sr);
+    for (int q = 0; q < 8; q++)
+        acc += dl[q];
+    return acc;
+}
+
+TT_SIMD_CLONES void tt_cpu_softmax_stats(const tt_args_softmax_stats *a, const void *x, void *mx, void *s)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    if (a->dtype == TT_F32 && n == 1) {
+        const float *px = x;
+        float *pm = mx, *ps = s;
+        for (int64_t i = 0; i < m; i++)
+            if (!row_stats_f32(px + i * k, k, (int)a->first, pm + i, ps + i))
+                ROW_STATS(float, px, i, 0, k, 1, a->first, pm[i], ps[i]);
+        return;
+    }
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x;
+        T *pm = mx, *ps = s;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                ROW_STATS(T, px, i, j, k, n, a->first, pm[i * n + j], ps[i * n + j]);
+    });
+}
+
+/* y = exp(x - mx) / s (softmax) or (x - mx) - log(s) (log_softmax) */
+TT_SIMD_CLONES void tt_cpu_softmax_apply(const tt_args_softmax_apply *a, const void *x, void *y, const void *mx, const void *s)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    if (a->dtype == TT_F32 && n == 1) {
+        const float *px = x, *pm = mx, *ps = s;
+        for (int64_t i = 0; i < m; i++)
+            row_softmax_f32(px + i * k, (float *)y + i * k, k, pm[i], ps[i], (int)a->islog);
+        return;
+    }
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pm = mx, *ps = s;
+        T *py = y;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++) {
+                const T *src = px + (i * k + l) * n;
+                T *dst = py + (i * k + l) * n;
+                for (int64_t j = 0; j < n; j++) {
+                    T mr = pm[i * n + j], sr = ps[i * n + j];
+                    dst[j] = a->islog ? (src[j] - mr) - LOG(T, sr) : EXP(T, src[j] - mr) / sr;
+                }
+            }
+    });
+}
+
+/* d = sum over the span of g * softmax(x) (softmax) or of g (log_softmax) */
+TT_SIMD_CLONES void tt_cpu_softmax_bwd_dot(const tt_args_softmax_bwd_dot *a, const void *x, const void *g, const void *mx,
+                            const void *s, void *d)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    if (a->dtype == TT_F32 && n == 1 && !a->islog) {
+        const float *px = x, *pg = g, *pm = mx, *ps = s;
+        float *pd = d;
+        for (int64_t i = 0; i < m; i++)
+            pd[i] = (float)((a->first ? 0.0 : (double)pd[i]) + row_dot_softmax_f32(px + i * k, pg + i * k, k, pm[i], ps[i]));
+        return;
+    }
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pg = g, *pm = mx, *ps = s;
+        T *pd = d;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                const int64_t r = i * n + j;
+                double acc = a->first ? 0.0 : (double)pd[r];
+                if (a->islog) {
+                    for (int64_t l = 0; l < k; l++)
+                        acc += pg[(i * k + l) * n + j];
+                } else {
+                    T mr = pm[r], sr = ps[r];
+                    for (int64_t l = 0; l < k; l++) {
+                        const int64_t e = (i * k + l) * n + j;
+                        acc += (double)pg[e] * (double)(EXP(T, px[e] - mr) / sr);
+                    }
+                }
+                pd[r] = (T)acc;
+            }
+    });
+}
+
+/* softmax: dx = p * (g - d); log_softmax: dx = g - p * d; p = exp(x - mx) / s */
+TT_SIMD_CLONES void tt_cpu_softmax_bwd(const tt_args_softmax_bwd *a, const void *x, const void *g, void *dx, const void *mx,
+                        const void *s, const void *d)
+{
+    const int64_t m = a->m, k = a->k, n = a->n;
+    if (a->dtype == TT_F32 && n == 1) {
+        const float *px = x, *pg = g, *pm = mx, *ps = s, *pd = d;
+        float *pdx = dx;
+        for (int64_t i = 0; i < m; i++) {
+            const float *xr = px + i * k, *gr = pg + i * k;
+            float *dr = pdx + i * k;
+            const float mr = pm[i], sr = ps[i], dv = pd[i];
+            if (a->islog)
+                for (int64_t c = 0; c < k; c++)
+                    dr[c] = gr[c] - expf_z(xr[c] - mr) / sr * dv;
+            else
+                for (int64_t c = 0; c < k; c++)
+                    dr[c] = expf_z(xr[c] - mr) / sr * (gr[c] - dv);
+        }
+        return;
+    }
+    TT_FLOAT_DISPATCH(a->dtype, {
+        const T *px = x, *pg = g, *pm = mx, *ps = s, *pd = d;
+        T *pdx = dx;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t l = 0; l < k; l++)
+                for (int64_t j = 0; j < n; j++) {
+                    const int64_t r = i * n + j, e = (i * k + l) * n + j;
+                    T p = EXP(T, px[e] - pm[r]) / ps[r];
+                    pdx[e] = a->islog ? pg[e] - p * pd[r] : p * (pg[e] - pd[r]);
+                }
+    });
+}
+
+/* Column offset of a tile along the span and whether it is the span's last tile. */
+static inline void span_position(int64_t tile, int64_t vtile, int64_t ncols, int64_t *col0, int *last)
+{
+    int64_t vgrid = vtile > 0 ? (ncols + vtile - 1) / vtile : 1;
+    if (vgrid < 1)
+        vgrid = 1;
+    int64_t t = tile % vgrid;
+    if (t < 0)
+        t += vgrid;
+    *col0 = t * vtile;
+    *last = t == vgrid - 1;
+}
+
 
 static inline int target_valid(int64_t t, int64_t ignore_index, int64_t ncols)
 {
