@@ -86,9 +86,16 @@ fi
 # 3. StarPU with CUDA, into a cache in $WORK (a second run on the same machine reuses it).
 top=$(cd /tmp && : > tt_probe_$$.cu && nvcc --dryrun -c tt_probe_$$.cu 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
 rm -f /tmp/tt_probe_$$.cu
-if [ ! -e "$top/include/cublas_v2.h" ] || [ ! -e "$top/include/cusparse.h" ]; then
+cached=$(ls -d "${TILETRAIN_CACHE:-$HOME/.cache/tiletrain}"/cuda/*/root 2>/dev/null | head -1 || true)
+if [ -e "$top/include/cublas_v2.h" ] && [ -e "$top/include/cusparse.h" ]; then
+    :  # the toolkit has cuBLAS and cuSPARSE
+elif [ -n "$cached" ] && [ -e "$cached/include/cublas_v2.h" ]; then
+    export STARPU_CUDA_ROOT=$cached  # the CUDA root `make setup` arranged from the pinned wheels
+else
     # the toolkit has no cuBLAS/cuSPARSE: a CUDA root of the toolkit and python3's nvidia wheels
-    wheels=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
+    wheels=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null) || {
+        echo "gpu_check: no cuBLAS in $top, no CUDA root in tiletrain's cache, and python3 has no nvidia wheels" \
+             "(pip install nvidia-cublas nvidia-cusparse nvidia-cuda-runtime)" >&2; exit 1; }
     [ -e "$wheels/include/cublas_v2.h" ] || { echo "gpu_check: no cuBLAS in $top nor in $wheels" >&2; exit 1; }
     root=$WORK/cuda-root
     rm -rf "$root" && mkdir -p "$root/include" "$root/lib64" "$root/bin"

@@ -549,3 +549,67 @@ def test_assignment_zero_fill_and_copy_in_the_graph_equal_torch():
         assert z.fill_(4.0).tolist() == [4.0, 4.0, 4.0]
     for u, w in zip(*got):
         np.testing.assert_allclose(w, u, rtol=1e-12)
+
+
+def _values(ra, rb):
+    u = ra.detach().numpy() if hasattr(ra, "detach") else np.asarray(ra)
+    v = rb.numpy()
+    assert v.dtype == u.dtype and v.shape == u.shape, (v.dtype, u.dtype, v.shape, u.shape)
+    np.testing.assert_allclose(v, u, rtol=1e-6, atol=1e-7, equal_nan=True)
+
+
+INTEGER_UNARY = [  # (what, f(module, int64 tensor)): torch keeps int64 or computes in the default float
+    ("exp", lambda m, t: m.exp(t)), ("sqrt", lambda m, t: m.sqrt(t.abs())), ("sin", lambda m, t: t.sin()),
+    ("sigmoid", lambda m, t: m.sigmoid(t)), ("log1p", lambda m, t: m.log1p(t.abs())), ("abs", lambda m, t: m.abs(t)),
+    ("sign", lambda m, t: t.sign()), ("relu", lambda m, t: m.relu(t)), ("floor", lambda m, t: m.floor(t)),
+    ("clamp", lambda m, t: t.clamp(-1, 2)), ("clamp_min", lambda m, t: t.clamp(min=0)),
+    ("clamp float bound", lambda m, t: t.clamp(0.5, 2)), ("exp of bool", lambda m, t: m.exp(t > 0)),
+    ("where", lambda m, t: m.where(t > 0, t, 0)), ("where float scalar", lambda m, t: m.where(t > 0, t, 0.5)),
+    ("where int and float", lambda m, t: m.where(t > 0, t * 1.5, t)),
+]
+
+
+@pytest.mark.parametrize("what,f", INTEGER_UNARY, ids=[w for w, _ in INTEGER_UNARY])
+def test_unary_ops_and_where_of_int64_tensors_are_torchs(what, f):
+    a = np.array([-3, -1, 0, 2, 5])
+    _values(f(torch, torch.tensor(a)), f(tt, tt.tensor(a)))
+
+
+def test_gelu_of_int64_is_refused_as_torch_refuses_it():
+    with pytest.raises(TypeError, match="gelu: input has dtype int64"):
+        tt.nn.functional.gelu(tt.tensor([1, 2]))
+
+
+def test_more_torch_functions_equal_torch_with_their_gradients():
+    a = np.arange(12, dtype=np.float64).reshape(3, 4) / 7
+    special = np.array([[1.0, np.nan, -np.inf], [np.inf, 2.0, -3.0]])
+    _values(torch.nan_to_num(torch.tensor(special)), tt.nan_to_num(tt.tensor(special)))
+    _values(torch.tensor(special).nan_to_num(1.5, 9.0, -9.0), tt.tensor(special).nan_to_num(1.5, 9.0, -9.0))
+    _values(torch.isclose(torch.tensor([1.0, 2.0, np.nan]), torch.tensor([1.0, 2.1, np.nan]), equal_nan=True),
+            tt.isclose(tt.tensor([1.0, 2.0, np.nan]), tt.tensor([1.0, 2.1, np.nan]), equal_nan=True))
+    for m in (torch.triu_indices, torch.tril_indices):
+        _values(m(3, 4, 1), getattr(tt, m.__name__)(3, 4, 1))
+    _values(torch.argwhere(torch.tensor([[0, 1], [1, 0]])), tt.argwhere(tt.tensor([[0, 1], [1, 0]])))
+    _values(torch.diag(torch.tensor(a), 1), tt.diag(tt.tensor(a), 1))
+    _values(torch.diag(torch.tensor([1.0, 2.0]), -1), tt.diag(tt.tensor([1.0, 2.0]), -1))
+    _values(torch.linalg.norm(torch.tensor(a)), tt.linalg.norm(tt.tensor(a)))
+    _values(torch.linalg.vector_norm(torch.tensor(a), ord=1, dim=1), tt.linalg.vector_norm(tt.tensor(a), ord=1, dim=1))
+    _values(torch.linalg.matrix_norm(torch.tensor(np.stack([a, a]))), tt.linalg.matrix_norm(tt.tensor(np.stack([a, a]))))
+    with pytest.raises(NotImplementedError, match="ord=2"):
+        tt.linalg.matrix_norm(tt.tensor(a), ord=2)
+    _same(lambda t: torch.addmm(t[:, :3], t, t.T[:, :3], beta=0.5, alpha=2.0),
+          lambda t: tt.addmm(t[:, :3], t, t.T[:, :3], beta=0.5, alpha=2.0), a)
+    _same(lambda t: torch.addmv(t[0, :3], t[:, :3], t[1, :3]), lambda t: tt.addmv(t[0, :3], t[:, :3], t[1, :3]), a)
+    _same(lambda t: torch.baddbmm(t[None, :, :3], t[None], t.T[None, :, :3]),
+          lambda t: tt.baddbmm(t[None, :, :3], t[None], t.T[None, :, :3]), a)
+    _same(lambda t: torch.nan_to_num(t / t.sum(1, keepdim=True)), lambda t: tt.nan_to_num(t / t.sum(1, keepdim=True)), a)
+    _same(lambda t: t.index_fill(1, torch.tensor([0, 2]), -1.0) * t,
+          lambda t: t.index_fill(1, tt.tensor([0, 2]), -1.0) * t, a)
+    _same(lambda t: torch.diag(t) * 3, lambda t: tt.diag(t) * 3, a)
+    _same(lambda t: torch.diag(t[0]), lambda t: tt.diag(t[0]), a)
+    _same(lambda t: t.trace() * t.sum(), lambda t: t.trace() * t.sum(), a)
+    # addmm with beta=0 ignores input (a NaN there does not propagate)
+    _values(torch.addmm(torch.full((3, 3), np.nan, dtype=torch.float64), torch.tensor(a), torch.tensor(a.T[:, :3]), beta=0),
+            tt.addmm(tt.full((3, 3), np.nan, dtype=tt.float64), tt.tensor(a), tt.tensor(a.T[:, :3].copy()), beta=0))
+    with pytest.raises(IndexError, match="index out of range"):
+        tt.tensor(a).index_fill(0, tt.tensor([3]), 0.0)

@@ -2,9 +2,11 @@
 and integer results, computed on the host from the values as topk is: shape helpers (flip,
 repeat, roll, unbind, narrow, hstack, vstack, movedim, broadcast_tensors), products (mm, bmm,
 mv, dot), cumsum, sort and argsort, nonzero and masked_select, tests (isnan, isinf, isfinite,
-all, any, count_nonzero, equal, allclose), square, log2, log10, randperm and eye."""
+all, any, count_nonzero, equal, allclose, isclose), square, log2, log10, nan_to_num, index_fill,
+add-products (addmm, addmv, baddbmm), diag, argwhere, triu/tril_indices, randperm and eye."""
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 
@@ -15,14 +17,15 @@ from ..tensors.tensor import get_default_dtype
 from .basic import _tensor
 from .contract import triu
 from .creation import ones
-from .elementwise import abs as _abs, div, eq, host_tensor, log, logical_not, mul, ne
+from .elementwise import abs as _abs, add, div, eq, host_tensor, log, logical_not, masked_fill, mul, ne, where
 from .index import gather, index_get, index_select
 from .linalg import matmul
 from .reduce import sum as _sum, return_types
 from .shape import cat, expand, permute, reshape, stack, unsqueeze
 
-__all__ = ["all", "allclose", "any", "argsort", "bincount", "unique", "bmm", "broadcast_tensors", "count_nonzero", "cumsum", "dot", "equal",
-           "eye", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
+__all__ = ["addmm", "addmv", "all", "allclose", "any", "argsort", "argwhere", "baddbmm", "bincount", "unique", "bmm",
+           "broadcast_tensors", "count_nonzero", "cumsum", "diag", "dot", "equal", "eye", "index_fill", "isclose",
+           "nan_to_num", "tril_indices", "triu_indices", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
            "meshgrid", "mv", "narrow", "nonzero", "prod", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
 
 
@@ -357,6 +360,102 @@ def allclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e
              equal_nan: bool = False) -> bool:
     """|input - other| <= atol + rtol |other| everywhere (broadcasting)."""
     return bool(np.allclose(input.numpy(), other.numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def isclose(input: Tensor, other, rtol: float = 1e-05, atol: float = 1e-08,  # noqa: A002
+            equal_nan: bool = False) -> Tensor:
+    """|input - other| <= atol + rtol |other| element-wise (a bool tensor, broadcasting)."""
+    b = other.numpy() if isinstance(other, Tensor) else other
+    return host_tensor(np.isclose(_tensor(input, "isclose", "input").numpy(), b, rtol=rtol, atol=atol,
+                                  equal_nan=equal_nan))
+
+
+def argwhere(input: Tensor) -> Tensor:  # noqa: A002
+    """The indices of the nonzero elements, one row each ((n, ndim) int64): nonzero(input)."""
+    return nonzero(input)
+
+
+# -- element-wise ----------------------------------------------------------------------------
+
+def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # noqa: A002
+               neginf: float | None = None) -> Tensor:
+    """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (default: the dtype's
+    largest and lowest finite values); the gradient passes where the input was finite."""
+    x = _tensor(input, "nan_to_num", "input")
+    if not is_float(x.dtype):
+        return x.clone()
+    info = np.finfo(x.dtype)
+    hi = float(info.max) if posinf is None else float(posinf)
+    lo = float(info.min) if neginf is None else float(neginf)
+    return where(isnan(x), float(nan), where(eq(x, math.inf), hi, where(eq(x, -math.inf), lo, x)))
+
+
+def index_fill(input: Tensor, dim: int, index: Tensor, value) -> Tensor:  # noqa: A002
+    """input with ``value`` at positions ``index`` along ``dim`` (masked_fill by a mask that is
+    true on those slices: the gradient passes elsewhere)."""
+    x = _tensor(input, "index_fill", "input")
+    d = _dim(dim, builtins.max(x.ndim, 1), "index_fill")
+    idx = index.numpy() if isinstance(index, Tensor) else np.asarray(index)
+    if idx.dtype.kind not in "iu" or idx.ndim > 1:
+        raise IndexError("index_fill(): Expected a long tensor for index of 0 or 1 dimension")
+    n = x.shape[d] if x.ndim else 1
+    if ((idx < -n) | (idx >= n)).any():
+        raise IndexError(f"index_fill(): index out of range for a dimension of size {n}")
+    mask = np.zeros([n if a == d else 1 for a in range(x.ndim)], np.bool_)
+    np.put(np.moveaxis(mask, d, 0) if x.ndim else mask, np.asarray(idx).ravel() % n, True)
+    return masked_fill(x, from_numpy(mask), value)
+
+
+# -- products with an added term (torch's beta * input + alpha * product) ----------------------
+
+def _plus_product(input, product, beta, alpha) -> Tensor:
+    scaled = product if alpha == 1 else mul(product, alpha)
+    if beta == 0:  # input is ignored (NaN in it does not propagate), as torch's
+        return scaled
+    return add(input if beta == 1 else mul(input, beta), scaled)
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (mat1 @ mat2) (input broadcasts)."""
+    return _plus_product(input, mm(mat1, mat2), beta, alpha)
+
+
+def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (mat @ vec)."""
+    return _plus_product(input, mv(mat, vec), beta, alpha)
+
+
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """beta * input + alpha * bmm(batch1, batch2)."""
+    return _plus_product(input, bmm(batch1, batch2), beta, alpha)
+
+
+def diag(input: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002
+    """1-d input: the square matrix with it on the diagonal; 2-d: its diagonal (offset
+    ``diagonal`` above the main one, below when negative).  Differentiable on the main diagonal;
+    other offsets are computed on the host (no gradient)."""
+    x = _tensor(input, "diag", "input")
+    if x.ndim not in (1, 2):
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
+    if diagonal == 0 and is_float(x.dtype):
+        if x.ndim == 1:
+            return mul(eye(x.shape[0], dtype=x.dtype), unsqueeze(x, 0))
+        k = builtins.min(x.shape)
+        return _sum(mul(narrow(narrow(x, 0, 0, k), 1, 0, k), eye(k, dtype=x.dtype)), 1)
+    if x.requires_grad:
+        raise NotImplementedError("diag: the gradient of an offset diagonal (diagonal != 0) or of an integer "
+                                  "tensor is not supported")
+    return host_tensor(np.diag(x.numpy(), diagonal))
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, **kwargs) -> Tensor:
+    """The (2, n) indices of the upper triangle of a row x col matrix (int64)."""
+    return host_tensor(np.stack(np.triu_indices(int(row), int(offset), int(col))))
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, **kwargs) -> Tensor:
+    """The (2, n) indices of the lower triangle of a row x col matrix (int64)."""
+    return host_tensor(np.stack(np.tril_indices(int(row), int(offset), int(col))))
 
 
 # -- element-wise ----------------------------------------------------------------------------

@@ -174,8 +174,37 @@ UNARY = [
 ]
 
 
+# torch's unary ops on an int64 tensor: these keep the integers (computed in NumPy on the host,
+# as the other integer arithmetic, _int_host) ...
+_INT_KEEPING = {"abs": np.abs, "sign": np.sign, "relu": lambda a: np.maximum(a, 0),
+                "floor": np.copy, "ceil": np.copy, "round": np.copy, "trunc": np.copy}
+# ... and these compute in the default float dtype (an int64 or bool input is cast first).
+_INT_TO_FLOAT = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "log1p", "expm1", "erf"}
+
+
+def _integer_unary(name: str, x: Tensor, args, kwargs):
+    """(result, None) when torch keeps an integer input's dtype for op ``name``; (None, x as
+    the default float dtype) when torch computes it in floats; (None, x) otherwise (the float
+    check that follows refuses it, as torch refuses e.g. gelu of int64)."""
+    if x.dtype == np.int64 and name in _INT_KEEPING:
+        return _int_host(name, _INT_KEEPING[name], x), None
+    if x.dtype == np.int64 and name == "clamp":
+        bounds = dict(zip(("min", "max"), args), **kwargs)
+        _clamp_params(**bounds)  # the same argument checks
+        if all(v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool)) for v in bounds.values()):
+            return _int_host(name, lambda a: np.clip(a, bounds.get("min"), bounds.get("max")), x), None
+        return None, convert(x, get_default_dtype())  # a float bound: a float result
+    if name in _INT_TO_FLOAT:
+        return None, convert(x, get_default_dtype())
+    return None, x
+
+
 def _unary_op(row: Unary) -> Callable:
     def op(input: Tensor, *args, **kwargs) -> Tensor:  # noqa: A002 - torch's name
+        if isinstance(input, Tensor) and input.dtype in (np.int64, np.bool_):
+            done, input = _integer_unary(row.name, input, args, kwargs)
+            if done is not None:
+                return done
         x = _float_tensor(input, row.name, "input")
         if row.params is not None:
             params = row.params(*args, **kwargs)
@@ -802,6 +831,11 @@ def where(condition: Tensor, input=None, other=None) -> Tensor:  # noqa: A002
     ref = input if isinstance(input, Tensor) else other
     if not isinstance(ref, Tensor):
         raise TypeError(f"{what}: input or other must be a tensor")
+    if _int_case(input, other) or (all(isinstance(v, Tensor) and v.dtype == np.bool_ for v in (input, other))):
+        return _int_host(what, np.where, condition, input, other)  # integers (or bools) stay so, as torch's
+    if any(isinstance(v, Tensor) and v.dtype in (np.int64, np.bool_) for v in (input, other)):
+        input, other = _float_operands(input, other)  # an integer tensor meets a float: torch's promotion
+        ref = input if isinstance(input, Tensor) else other
     _float_tensor(ref, what, "input" if ref is input else "other")
     if _is_number(input):
         input = basic.fill_(Tensor(ref.traits, ref.dtype), float(input))

@@ -745,6 +745,37 @@ class Tensor(TensorBase):
     def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
         return ops.allclose(self, other, rtol, atol, equal_nan)
 
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return ops.isclose(self, other, rtol, atol, equal_nan)
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        return ops.nan_to_num(self, nan, posinf, neginf)
+
+    def nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
+        return _inplace(self, lambda a: ops.nan_to_num(a, nan, posinf, neginf))
+
+    def index_fill(self, dim, index, value):
+        return ops.index_fill(self, dim, index, value)
+
+    def index_fill_(self, dim, index, value):
+        return _inplace(self, lambda a: ops.index_fill(a, dim, index, value))
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        return ops.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def diag(self, diagonal=0):
+        return ops.diag(self, diagonal)
+
+    def trace(self):
+        """The sum of the main diagonal of a 2-d tensor (torch.trace; tiletrain.trace is the
+        task-trace package)."""
+        if self.ndim != 2:
+            raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.ndim}")
+        return ops.diag(self).sum()
+
+    def argwhere(self):
+        return ops.argwhere(self)
+
     def repeat(self, *sizes):
         return ops.repeat(self, *sizes)
 
