@@ -9,12 +9,14 @@
 #
 # The bundle (under 64 MiB): StarPU's source tarball (scripts/build-starpu.sh --fetch-only:
 # Debian's 1.3.10, the one `make setup` builds), Debian packages of OpenBLAS and hwloc
-# (unpacked into a private sysroot when the GPU machine lacks them) and wheels of cffi and
-# pycparser for its python3.  The GPU machine is expected to have nvcc, cupy and PyTorch (the
-# `cuda` image does); cuBLAS and cuSPARSE come from its toolkit or from its python3's
-# nvidia-cublas / nvidia-cusparse wheels (arranged as a CUDA root here).  StarPU is built by
-# scripts/build-starpu.sh with CUDA only (STARPU_FEATURES="": no FxT, MPI or OpenCL there),
-# into a cache under TT_GPU_WORK, and tiletrain against it.
+# (unpacked into a private sysroot when the GPU machine lacks them) and wheels of the Python
+# packages `import tiletrain` needs beyond numpy (cffi, ml_dtypes, ...) for its python3.  The
+# GPU machine is expected to have nvcc, cupy and PyTorch (the `cuda` image does); cuBLAS and
+# cuSPARSE come from its toolkit, from tiletrain's cache (`make setup` there) or from its
+# python3's nvidia-cublas / nvidia-cusparse wheels (arranged as a CUDA root here).  StarPU is
+# built by scripts/build-starpu.sh with CUDA only (STARPU_FEATURES="": no FxT, MPI or OpenCL
+# there), into a cache under TT_GPU_WORK, and tiletrain against it -- in place, in this
+# checkout (`TT_GPU_DRYRUN=1` on a development checkout: run `make setup` afterwards).
 #
 # The GPT step is `python benchmarks/gpt_step.py --device cuda` (GPT-2 small's shape, vocab
 # 8,192, B=8, T=1024, float32; tiletrain under dmdas with 1 CUDA worker + 2 CPU workers
@@ -43,7 +45,7 @@ if [ "${1:-}" = "--prepare" ]; then
         libopenblas0 libhwloc-dev libhwloc15 libgfortran5 libquadmath0 >/dev/null)
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d "$BUNDLE" cffi pycparser
+        -d "$BUNDLE" cffi pycparser "ml_dtypes>=0.4,<0.7" threadpoolctl safetensors tqdm
     du -sh "$BUNDLE"
     say "bundle ready: carry .gpu-bundle to the GPU machine and run scripts/gpu_check.sh there"
     exit 0
@@ -58,10 +60,13 @@ fi
 command -v nvcc >/dev/null || { echo "gpu_check: nvcc not found" >&2; exit 1; }
 nvcc --version | tail -1
 
-# 1. Python packages the image may lack (cffi builds tiletrain's module).
-if ! python3 -c 'import cffi' 2>/dev/null; then
-    ls "$BUNDLE"/*.whl >/dev/null 2>&1 || { echo "gpu_check: cffi missing and no wheels in $BUNDLE" >&2; exit 1; }
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$BUNDLE"/*.whl
+# 1. Python packages the image may lack (cffi builds tiletrain's module; the others are imported
+#    by `import tiletrain`), from the bundle's wheels.
+missing=$(python3 -c 'import importlib.util as u; print(" ".join(m for m in ("cffi", "pycparser", "ml_dtypes",
+    "threadpoolctl", "safetensors", "tqdm") if u.find_spec(m) is None))')
+if [ -n "$missing" ]; then
+    python3 -m pip install -q --no-index --find-links "$BUNDLE" --no-deps --no-compile --target "$WORK/site" $missing \
+        || { echo "gpu_check: python3 lacks $missing and $BUNDLE has no wheel of them (run --prepare)" >&2; exit 1; }
     export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 

@@ -613,3 +613,64 @@ def test_more_torch_functions_equal_torch_with_their_gradients():
             tt.addmm(tt.full((3, 3), np.nan, dtype=tt.float64), tt.tensor(a), tt.tensor(a.T[:, :3].copy()), beta=0))
     with pytest.raises(IndexError, match="index out of range"):
         tt.tensor(a).index_fill(0, tt.tensor([3]), 0.0)
+
+
+DECODERS = {
+    "Transformer": lambda M: M.nn.Transformer(4, 2, 1, 2, 8, 0.0),
+    "Transformer-batch-first-norm-first-gelu": lambda M: M.nn.Transformer(4, 2, 2, 1, 8, 0.0, activation="gelu",
+                                                                          batch_first=True, norm_first=True),
+    "TransformerDecoder": lambda M: M.nn.TransformerDecoder(M.nn.TransformerDecoderLayer(4, 2, 8, 0.0), 2,
+                                                            M.nn.LayerNorm(4)),
+}
+
+
+@pytest.mark.parametrize("name", list(DECODERS))
+def test_transformer_and_decoder_equal_torch_with_masks(name):
+    """Cross attention over a memory of another length, a causal target mask from
+    generate_square_subsequent_mask and a memory padding mask; values and every gradient."""
+    torch.set_default_dtype(torch.float64)
+    tt.set_default_dtype(tt.float64)
+    try:
+        mt, mtt = DECODERS[name](torch), DECODERS[name](tt)
+        _copy_params(mt, mtt)
+        bf = name.endswith("batch-first-norm-first-gelu")
+        rng = np.random.default_rng(3)
+        src, tgt = rng.standard_normal((5, 3, 4)), rng.standard_normal((4, 3, 4))
+        if bf:
+            src, tgt = src.transpose(1, 0, 2).copy(), tgt.transpose(1, 0, 2).copy()
+        pad = np.zeros((3, 5), bool)
+        pad[1, 3:] = True
+
+        def call(M, m, a, b):
+            mask = M.nn.Transformer.generate_square_subsequent_mask(4)
+            kw = dict(tgt_mask=mask, memory_key_padding_mask=M.tensor(pad))
+            return m(a, b, **kw) if name.startswith("Transformer-") or name == "Transformer" else m(b, a, **kw)
+
+        A, B, ra, rb = _run(lambda a, b: call(torch, mt, a, b), lambda a, b: call(tt, mtt, a, b), (src, tgt))
+        np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=1e-11, atol=1e-12)
+        ra.pow(2).sum().backward()
+        rb.pow(2).sum().backward()
+        for n, p in mt.named_parameters():
+            np.testing.assert_allclose(mtt.get_parameter(n).grad.numpy(), p.grad.numpy(), rtol=1e-9, atol=1e-12)
+        for a, b in zip(A, B):
+            np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-9, atol=1e-12)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        tt.set_default_dtype(tt.float32)
+
+
+def test_transformer_parameters_and_mask_are_torchs():
+    m = tt.nn.Transformer(8, 2, 1, 1, 16)
+    names = set(m.state_dict())
+    assert names == set(torch.nn.Transformer(8, 2, 1, 1, 16).state_dict())
+    np.testing.assert_array_equal(tt.nn.Transformer.generate_square_subsequent_mask(3).numpy(),
+                                  torch.nn.Transformer.generate_square_subsequent_mask(3).numpy())
+    with pytest.raises(RuntimeError, match="d_model"):
+        m(tt.zeros(2, 1, 4), tt.zeros(2, 1, 8))
+
+
+def test_slice_bounds_may_be_integer_tensors():
+    data = tt.arange(20)
+    i = tt.tensor([3, 7])[1]
+    np.testing.assert_array_equal(data[i:i + 4].numpy(), np.arange(7, 11))
+    np.testing.assert_array_equal(tt.ones(5, 6)[:, tt.tensor(2):].numpy(), np.ones((5, 4)))

@@ -15,7 +15,8 @@ from .activation import __all__ as _activations
 from .loss import *  # noqa: F401,F403
 from .loss import __all__ as _losses
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
-from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 from .causal_lm import Block as DecoderBlock, CausalLM, LMHead, Tiling
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                    AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
@@ -38,7 +39,8 @@ __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList"
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",
            "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
            "functional", "init", "utils", "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
-           "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"] + _activations + _losses
+           "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer"] + _activations + _losses
 
 # tiletrain.nn.functional is tiletrain.functional (one module, two names), so that
 # `import tiletrain.nn.functional as F` works as torch's `import torch.nn.functional as F`

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
 import numpy as np
 
@@ -401,6 +402,10 @@ def getitem(x: Tensor, index) -> Tensor:
     what = "getitem"
     x = _shape_tensor(x, what)
     items = index if isinstance(index, tuple) else (index,)
+    # slice bounds may be one-element integer tensors, as torch's (x[i:i + 16], i from a tensor)
+    items = tuple(slice(*(operator.index(p) if isinstance(p, Tensor) else p for p in (it.start, it.stop, it.step)))
+                  if type(it) is slice and any(isinstance(p, Tensor) for p in (it.start, it.stop, it.step)) else it
+                  for it in items)
     for it in items:
         if not (it is None or it is Ellipsis or type(it) is slice or type(it) is int
                 or (isinstance(it, numbers.Integral) and not isinstance(it, bool))):
