@@ -674,3 +674,58 @@ def test_slice_bounds_may_be_integer_tensors():
     i = tt.tensor([3, 7])[1]
     np.testing.assert_array_equal(data[i:i + 4].numpy(), np.arange(7, 11))
     np.testing.assert_array_equal(tt.ones(5, 6)[:, tt.tensor(2):].numpy(), np.ones((5, 4)))
+
+
+@pytest.mark.parametrize("kw", [{}, {"reduction": "sum"}, {"reduction": "none"}, {"label_smoothing": 0.1},
+                                {"weight": True}], ids=["mean", "sum", "none", "smoothing", "weight"])
+@pytest.mark.parametrize("shape", [(4, 5), (2, 5, 3)], ids=["2d", "3d"])
+def test_cross_entropy_with_probability_targets_equals_torch(kw, shape):
+    rng = np.random.default_rng(0)
+    p = rng.random(shape)
+    p /= p.sum(1, keepdims=True)
+    w = rng.random(5)
+
+    def f(M):
+        k = dict(kw, weight=M.tensor(w)) if "weight" in kw else kw
+        return lambda t: M.nn.functional.cross_entropy(t, M.tensor(p), **k)
+    _same(f(torch), f(tt), rng.standard_normal(shape))
+
+
+def test_torch_idioms_of_training_scripts_equal_torch():
+    a = np.random.default_rng(2).standard_normal((4, 6))
+    _same(lambda t: torch.max(t, t.flip(0)), lambda t: tt.max(t, t.flip(0)), a)
+    _same(lambda t: torch.min(t, torch.zeros(4, 6, dtype=t.dtype)), lambda t: tt.min(t, tt.zeros(4, 6, dtype=t.dtype)),
+          a)
+    _same(lambda t: t.clamp(min=t[0] * 0.5, max=t[1] + 1.0), lambda t: t.clamp(min=t[0] * 0.5, max=t[1] + 1.0), a)
+    _same(lambda t: t.repeat_interleave(2, dim=0), lambda t: t.repeat_interleave(2, dim=0), a)
+    _same(lambda t: torch.repeat_interleave(t[0], torch.tensor([1, 0, 2, 1, 1, 3])),
+          lambda t: tt.repeat_interleave(t[0], tt.tensor([1, 0, 2, 1, 1, 3])), a)
+    _same(lambda t: torch.cumprod(t, 1), lambda t: tt.cumprod(t, 1), a)
+    _same(lambda t: torch.nn.functional.prelu(t, torch.tensor([0.1], dtype=t.dtype)),
+          lambda t: tt.nn.functional.prelu(t, tt.tensor([0.1], dtype=t.dtype)), a)
+    _same(lambda t: torch.nn.functional.prelu(t[None, :, :, None], torch.linspace(0.1, 0.6, 4, dtype=t.dtype)),
+          lambda t: tt.nn.functional.prelu(t[None, :, :, None], tt.linspace(0.1, 0.6, 4, dtype=t.dtype)), a)
+    _values(torch.repeat_interleave(torch.tensor([1, 2]), 2), tt.repeat_interleave(tt.tensor([1, 2]), 2))
+    seq, v = np.array([1.0, 3.0, 5.0]), np.array([[2.0, 3.0], [5.0, 0.0]])
+    for right in (False, True):
+        _values(torch.searchsorted(torch.tensor(seq), torch.tensor(v), right=right),
+                tt.searchsorted(tt.tensor(seq), tt.tensor(v), right=right))
+        _values(torch.bucketize(torch.tensor(v), torch.tensor(seq), right=right),
+                tt.bucketize(tt.tensor(v), tt.tensor(seq), right=right))
+    idx = [[0], [1], [2]]
+    _values(torch.zeros(3, 4).scatter_(1, torch.tensor(idx), 1.0), tt.zeros(3, 4).scatter_(1, tt.tensor(idx), 1.0))
+    seqs = [np.ones((3, 2)), 2 * np.ones((1, 2))]
+    for kw in ({}, {"batch_first": True, "padding_value": -1.0}, {"batch_first": True, "padding_side": "left"}):
+        _values(torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs], **kw),
+                tt.nn.utils.rnn.pad_sequence([tt.tensor(s) for s in seqs], **kw))
+    from tiletrain.nn.utils.rnn import pack_padded_sequence
+    with pytest.raises(NotImplementedError, match="packed sequences"):
+        pack_padded_sequence(tt.ones(2, 3), [3, 2])
+    for M, arg in ((lambda m: m.nn.ZeroPad2d((1, 0, 2, 1)), np.ones((1, 1, 2, 2))),
+                   (lambda m: m.nn.ConstantPad1d(2, 3.5), np.ones((1, 2)))):
+        _values(M(torch)(torch.tensor(arg)), M(tt)(tt.tensor(arg)))
+    assert set(tt.nn.PReLU(3).state_dict()) == set(torch.nn.PReLU(3).state_dict())
+    q = tt.nn.init.orthogonal_(tt.empty(3, 5), gain=2.0).numpy()
+    np.testing.assert_allclose(q @ q.T, 4 * np.eye(3), atol=1e-5)
+    z = tt.nn.init.trunc_normal_(tt.empty(2000), std=0.02, a=-0.04, b=0.04).numpy()
+    assert z.min() >= -0.04 and z.max() <= 0.04 and abs(z.std() - 0.0176) < 0.002  # N(0, 0.02) cut at 2 sigma

@@ -1,6 +1,6 @@
 """torch.nn.functional's activations and helpers that are compositions of other ops (their
 gradients, double backward included, come from the ops they are made of): logsigmoid, mish,
-softsign, tanhshrink, glu, softmin, normalize, cosine_similarity, constant padding (pad),
+softsign, tanhshrink, glu, prelu, softmin, normalize, cosine_similarity, constant padding (pad),
 group_norm, instance_norm, interpolate and scaled_dot_product_attention's masked, dropout and
 cross-attention forms (the fused kernels otherwise).  The element-wise activations with kernels of their own (leaky_relu,
 elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
@@ -12,15 +12,15 @@ import numbers
 import numpy as np
 
 from ..ops.elementwise import abs as _abs, add, clamp, div, mul, neg, softplus, sub, tanh
-from ..ops.elementwise import sigmoid
+from ..ops.elementwise import relu, sigmoid
 from ..ops.reduce import norm as _norm, sum as _sum
 from ..ops.index import index_get
-from ..ops.shape import cat, chunk
+from ..ops.shape import cat, chunk, reshape
 from ..ops.softmax import softmax
 from ..ops.creation import full
 from ..tensors import Tensor
 
-__all__ = ["cosine_similarity", "glu", "group_norm", "instance_norm", "interpolate", "logsigmoid", "mish", "normalize", "pad",
+__all__ = ["cosine_similarity", "glu", "group_norm", "instance_norm", "interpolate", "logsigmoid", "mish", "normalize", "pad", "prelu",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 
 
@@ -53,6 +53,22 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.ndim} is size {n}")
     a, b = chunk(input, 2, dim)
     return mul(a, sigmoid(b))
+
+
+def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
+    """max(0, x) + weight * min(0, x), weight one slope or one per channel (dim 1; dim 0 of a
+    1-d input)."""
+    w = weight
+    if w.numel() > 1:
+        c = 0 if input.ndim == 1 else 1
+        if input.ndim == 0 or input.shape[c] != w.numel():
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                               f"{w.numel()} and channel size = {input.shape[c] if input.ndim else 1}.")
+        w = reshape(w, (w.numel(),) + (1,) * (input.ndim - 1 - c))
+    elif w.ndim:
+        w = reshape(w, ())
+    pos = relu(input)
+    return add(pos, mul(w, sub(input, pos)))
 
 
 def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002

@@ -1,10 +1,11 @@
-"""Parameter-free modules: activations and Flatten, each a thin shell over the function of
-the same name (torch.nn's names, arguments and defaults)."""
+"""Activations (parameter-free but PReLU's learned slopes), Flatten and the constant padding
+modules, each a thin shell over the function of the same name (torch.nn's names, arguments
+and defaults)."""
 from __future__ import annotations
 
 from .. import functional as F
 from ..tensors import Tensor
-from .module import Module
+from .module import Module, Parameter
 
 
 class _Elementwise(Module):
@@ -145,6 +146,58 @@ class CosineSimilarity(Module):
         return F.cosine_similarity(x1, x2, self.dim, self.eps)
 
 
+class PReLU(Module):
+    """torch.nn.PReLU(num_parameters=1, init=0.25): max(0, x) + a * min(0, x), a learned (one,
+    or one per channel of dim 1)."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
+        super().__init__()
+        from ..ops.creation import full
+        from ..tensors.tensor import default_float
+        self.num_parameters = num_parameters
+        self.weight = Parameter(full((num_parameters,), float(init), dtype=default_float(dtype)))
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class _ConstantPad(Module):
+    """torch.nn.ConstantPadNd(padding, value) / ZeroPadNd(padding): F.pad with a constant; an int
+    pads every side of the last N dims."""
+    dims = 1
+
+    def __init__(self, padding, value: float = 0.0):
+        super().__init__()
+        self.padding = (int(padding),) * (2 * self.dims) if isinstance(padding, int) else tuple(padding)
+        if len(self.padding) != 2 * self.dims:
+            raise ValueError(f"{type(self).__name__}: padding must be an int or {2 * self.dims} ints, "
+                             f"got {padding!r}")
+        self.value = value
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.pad(input, self.padding, "constant", self.value)
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, value={self.value}"
+
+
+def _pad_class(name: str, dims: int, zero: bool):
+    if zero:
+        def __init__(self, padding):
+            _ConstantPad.__init__(self, padding, 0.0)
+    else:
+        def __init__(self, padding, value):
+            _ConstantPad.__init__(self, padding, value)
+    return type(name, (_ConstantPad,), {"dims": dims, "__init__": __init__, "__module__": __name__})
+
+
+ConstantPad1d, ConstantPad2d, ConstantPad3d = (_pad_class(f"ConstantPad{n}d", n, False) for n in (1, 2, 3))
+ZeroPad1d, ZeroPad2d, ZeroPad3d = (_pad_class(f"ZeroPad{n}d", n, True) for n in (1, 2, 3))
+
+
 class Identity(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return input
@@ -164,6 +217,7 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
-__all__ = ["CELU", "CosineSimilarity", "ELU", "Flatten", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
+__all__ = ["CELU", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "CosineSimilarity", "ELU", "Flatten", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
            "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid",
-           "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten"]
+           "PReLU", "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten", "ZeroPad1d",
+           "ZeroPad2d", "ZeroPad3d"]

@@ -6,13 +6,16 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ..ops import assign_, no_grad
 from ..ops.creation import full_like, rand, randn
 from ..ops.elementwise import add, mul
-from ..tensors import Tensor
+from ..tensors import Tensor, from_numpy
+from ..tensors.creation import _seed
 
 __all__ = ["calculate_gain", "constant_", "ones_", "zeros_", "normal_", "uniform_", "xavier_uniform_",
-           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"]
+           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "orthogonal_"]
 
 
 def _tensor(t, what: str) -> Tensor:
@@ -92,8 +95,37 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None)
 
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
                   generator=None) -> Tensor:
-    raise NotImplementedError("nn.init.trunc_normal_ is not supported yet; use normal_ (or set the weights "
-                              "with load_state_dict)")
+    """Normal(mean, std) draws redrawn until they fall in [a, b] (a truncated normal)."""
+    t = _tensor(tensor, "trunc_normal_")
+    if not a < b:
+        raise ValueError(f"nn.init.trunc_normal_: a ({a}) must be below b ({b})")
+    rng = np.random.default_rng(_seed("trunc_normal_", generator))
+    v = rng.normal(mean, std, t.shape)
+    bad = (v < a) | (v > b)
+    for _ in range(1000):
+        if not bad.any():
+            break
+        v[bad] = rng.normal(mean, std, int(bad.sum()))
+        bad = (v < a) | (v > b)
+    v = np.clip(v, a, b)  # (only where [a, b] holds almost none of the distribution)
+    return _fill(t, from_numpy(v.astype(t.dtype)))
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """A (semi-)orthogonal matrix (rows x the other dimensions flattened), times gain, as torch's
+    (QR of a normal draw, the signs of R's diagonal folded in)."""
+    t = _tensor(tensor, "orthogonal_")
+    if t.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    rows, cols = t.shape[0], t.numel() // t.shape[0]
+    flat = np.random.default_rng(_seed("orthogonal_", generator)).standard_normal((rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(t, from_numpy((gain * q).reshape(t.shape).astype(t.dtype)))
 
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:

@@ -17,7 +17,8 @@ from ..tensors.tensor import get_default_dtype
 from .basic import _tensor
 from .contract import triu
 from .creation import ones
-from .elementwise import abs as _abs, add, div, eq, host_tensor, log, logical_not, masked_fill, mul, ne, where
+from .elementwise import (abs as _abs, add, div, eq, exp, host_tensor, log, logical_not, masked_fill, mul, ne, sub,
+                          where)
 from .index import gather, index_get, index_select
 from .linalg import matmul
 from .reduce import sum as _sum, return_types
@@ -25,7 +26,7 @@ from .shape import cat, expand, permute, reshape, stack, unsqueeze
 
 __all__ = ["addmm", "addmv", "all", "allclose", "any", "argsort", "argwhere", "baddbmm", "bincount", "unique", "bmm",
            "broadcast_tensors", "count_nonzero", "cumsum", "diag", "dot", "equal", "eye", "index_fill", "isclose",
-           "nan_to_num", "tril_indices", "triu_indices", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
+           "nan_to_num", "tril_indices", "triu_indices", "repeat_interleave", "cumprod", "searchsorted", "bucketize", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
            "meshgrid", "mv", "narrow", "nonzero", "prod", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
 
 
@@ -239,6 +240,70 @@ def cumsum(input: Tensor, dim: int, *, dtype=None) -> Tensor:  # noqa: A002
     back = list(range(x.ndim - 1))
     back.insert(d, x.ndim - 1)
     return permute(out, *back)
+
+
+def cumprod(input: Tensor, dim: int, *, dtype=None) -> Tensor:  # noqa: A002
+    """Cumulative products along dim, computed on the host from the values; the gradient (where
+    no element is zero) is that of exp(cumsum(log|x|)) with the sign's parity."""
+    x = _tensor(input, "cumprod", "input")
+    if dtype is not None:
+        x = x.to(dtype)
+    d = _dim(dim, x.ndim, "cumprod")
+    a = x.numpy()
+    exact = np.cumprod(a, axis=d)
+    if not is_float(x.dtype):
+        return host_tensor(exact)
+    y = from_numpy(_c(exact.astype(a.dtype)))
+    if not x.requires_grad:
+        return y
+    if (a == 0).any():
+        raise NotImplementedError("cumprod: the gradient through a zero element is not supported")
+    sign = from_numpy(_c(np.sign(exact).astype(a.dtype)))
+    y_log = mul(sign, exp(cumsum(log(_abs(x)), d)))
+    return add(y_log, sub(y, y_log).detach())  # the exact values, y_log's gradient
+
+
+def repeat_interleave(input: Tensor, repeats, dim=None, *, output_size=None) -> Tensor:  # noqa: A002
+    """Each element (or slice along dim) repeated ``repeats`` times in place (an int, or a
+    tensor of counts per element); dim None flattens first.  Differentiable (an index_select)."""
+    x = _tensor(input, "repeat_interleave", "input")
+    if dim is None:
+        x, d = reshape(x, (-1,)), 0
+    else:
+        d = _dim(dim, x.ndim, "repeat_interleave")
+    reps = repeats.numpy() if isinstance(repeats, Tensor) else np.asarray(repeats)
+    if reps.dtype.kind not in "iu" or (reps < 0).any():
+        raise RuntimeError("repeat_interleave: repeats must be non-negative integers")
+    if reps.ndim and reps.size != x.shape[d]:
+        raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along dim ({x.shape[d]}), "
+                           f"got {reps.size}")
+    idx = np.repeat(np.arange(x.shape[d]), reps if reps.ndim else int(reps))
+    if not is_float(x.dtype):  # integers on the host
+        return host_tensor(np.take(x.numpy(), idx, axis=d))
+    return index_select(x, d, from_numpy(idx.astype(np.int64)))
+
+
+def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False, right: bool = False, side=None,
+                 sorter=None) -> Tensor:
+    """Indices where ``input``'s values would be inserted into the sorted last axis of
+    ``sorted_sequence`` (int64; ``right``/``side`` as torch)."""
+    seq = _tensor(sorted_sequence, "searchsorted", "sorted_sequence").numpy()
+    v = input.numpy() if isinstance(input, Tensor) else np.asarray(input)
+    side = side or ("right" if right else "left")
+    if sorter is not None:
+        seq = np.take_along_axis(seq, sorter.numpy(), -1)
+    if seq.ndim == 1:
+        return host_tensor(np.searchsorted(seq, v, side=side))
+    flat = [np.searchsorted(s_, v_, side=side) for s_, v_ in zip(seq.reshape(-1, seq.shape[-1]),
+                                                                 v.reshape(-1, v.shape[-1]))]
+    return host_tensor(np.stack(flat).reshape(v.shape))
+
+
+def bucketize(input, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:
+    """The bucket of each value among the 1-d sorted ``boundaries`` (torch's ``right`` rule)."""
+    b = _tensor(boundaries, "bucketize", "boundaries").numpy()
+    v = input.numpy() if isinstance(input, Tensor) else np.asarray(input)
+    return host_tensor(np.searchsorted(b, v, side="right" if right else "left"))
 
 
 def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False):  # noqa: A002

@@ -238,7 +238,22 @@ relu, gelu, silu = _UNARY_OPS["relu"], _UNARY_OPS["gelu"], _UNARY_OPS["silu"]
 exp, log, sqrt, rsqrt = _UNARY_OPS["exp"], _UNARY_OPS["log"], _UNARY_OPS["sqrt"], _UNARY_OPS["rsqrt"]
 abs, sign = _UNARY_OPS["abs"], _UNARY_OPS["sign"]  # noqa: A001 - torch's name
 sin, cos, tanh, sigmoid = _UNARY_OPS["sin"], _UNARY_OPS["cos"], _UNARY_OPS["tanh"], _UNARY_OPS["sigmoid"]
-clamp = _UNARY_OPS["clamp"]
+_clamp_numbers = _UNARY_OPS["clamp"]
+
+
+def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 - torch's names
+    """min(max(x, min), max) (element-wise); a bound may be a number or a tensor (broadcast:
+    maximum/minimum with it, the gradient flowing to the bound where it is chosen)."""
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return _clamp_numbers(input, min, max)
+    y = input
+    if min is not None:
+        y = maximum(y, min) if isinstance(min, Tensor) else _clamp_numbers(y, min=min)
+    if max is not None:
+        y = minimum(y, max) if isinstance(max, Tensor) else _clamp_numbers(y, max=max)
+    return y
+
+
 clip = clamp
 log1p, expm1, erf = _UNARY_OPS["log1p"], _UNARY_OPS["expm1"], _UNARY_OPS["erf"]
 floor, ceil, round, trunc = (_UNARY_OPS[k] for k in ("floor", "ceil", "round", "trunc"))  # noqa: A001

@@ -27,7 +27,7 @@ from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy, is_float, is_h
 from . import basic
 from .autograd import backward_rule, composite_grads, double_backward_rule, record
 from .basic import _float_tensor
-from .elementwise import BINARY_OPS, convert, host_tensor
+from .elementwise import BINARY_OPS, convert, host_tensor, maximum, minimum
 from .shape import _reshape, _view, retile, squeeze
 
 _mul, _div, _sub = BINARY_OPS["mul"], BINARY_OPS["div"], BINARY_OPS["sub"]  # same-layout, with the kernels' alpha
@@ -357,13 +357,18 @@ def _max_min(x, dim, keepdim, ismin: int, what: str):
 def max(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
     """torch.max: max(input) is the maximum element (0-d, gradient as amax); max(input, dim,
     keepdim=False) is a (values, indices) namedtuple, int64 indices of the first maximum
-    (the first NaN), the gradient flowing to the selected index."""
+    (the first NaN), the gradient flowing to the selected index; max(input, other) of two
+    tensors is the element-wise maximum."""
+    if isinstance(dim, Tensor):
+        return maximum(input, dim)
     return _max_min(input, dim, keepdim, 0, "max")
 
 
 @basic.dim_alias
 def min(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A001
     """torch.min (see max)."""
+    if isinstance(dim, Tensor):
+        return minimum(input, dim)
     return _max_min(input, dim, keepdim, 1, "min")
 
 

@@ -160,10 +160,33 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
                   label_smoothing: float = 0.0) -> Tensor:
     """torch.nn.functional.cross_entropy: the classes on dim 1 of an (N, C, d1, ...) input
     (the last axis of (N, C) and of an unbatched (C,)), targets (N, d1, ...) of class ids;
-    the rest as ``cross_entropy_last`` (tiletrain's models' (..., V) logits call that)."""
+    the rest as ``cross_entropy_last`` (tiletrain's models' (..., V) logits call that).  A
+    float target of input's shape holds class probabilities (torch's soft targets)."""
+    if isinstance(target, Tensor) and isinstance(input, Tensor) and target.dtype == input.dtype \
+            and target.shape == input.shape:
+        return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     if isinstance(input, Tensor) and input.ndim >= 3:
         input = permute(input, 0, *range(2, input.ndim), 1)  # (N, d1, ..., C): the classes last
     return cross_entropy_last(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+
+
+def _soft_cross_entropy(x: Tensor, p: Tensor, weight, reduction: str, label_smoothing: float) -> Tensor:
+    """-sum_c w_c p_c log_softmax(x)_c over the class dim (1; 0 unbatched); mean: over the
+    samples (not the weights), as torch's probability targets."""
+    from .elementwise import add
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    c = 1 if x.ndim >= 2 else 0
+    C = x.shape[c]
+    if label_smoothing:
+        p = add(mul(p, 1.0 - label_smoothing), label_smoothing / C)
+    terms = mul(log_softmax(x, c), p)
+    if weight is not None:
+        terms = mul(terms, reshape(weight, (C,) + (1,) * (x.ndim - 1 - c)))
+    per = neg(_total(terms, c))
+    if reduction == "none":
+        return per
+    return _total(per) if reduction == "sum" else _mean(per)
 
 
 def cross_entropy_last(logits: Tensor, targets: Tensor, weight=None, size_average=None, ignore_index: int = -100,

@@ -624,8 +624,23 @@ class Tensor(TensorBase):
     def scatter(self, *args, **kwargs):
         return ops.scatter(self, *args, **kwargs)
 
+    def scatter_(self, dim, index, src=None, *, value=None, reduce=None):
+        """In place; a number as ``src`` is the value (x.scatter_(1, idx, 1.0), as torch)."""
+        if src is not None and not isinstance(src, Tensor):
+            src, value = None, src
+        return _inplace(self, lambda a: ops.scatter(a, dim, index, src, value=value, reduce=reduce))
+
     def scatter_add(self, *args, **kwargs):
         return ops.scatter_add(self, *args, **kwargs)
+
+    def scatter_add_(self, dim, index, src):
+        return _inplace(self, lambda a: ops.scatter_add(a, dim, index, src))
+
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+        return ops.repeat_interleave(self, repeats, dim, output_size=output_size)
+
+    def cumprod(self, dim, *, dtype=None):
+        return ops.cumprod(self, dim, dtype=dtype)
 
     def index_add(self, *args, **kwargs):
         return ops.index_add(self, *args, **kwargs)

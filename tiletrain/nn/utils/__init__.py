@@ -1,15 +1,17 @@
 """torch.nn.utils: clip_grad_norm_ (tiletrain/optim's tile tasks), clip_grad_value_,
 parameters_to_vector and vector_to_parameters."""
-from ..ops import cat, clamp, no_grad, reshape
-from ..ops.index import assign_, index_get
-from ..optim import clip_grad_norm_
+from ...ops import cat, clamp, no_grad, reshape
+from ...ops.index import assign_, index_get
+from ...optim import clip_grad_norm_
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
+from . import rnn  # noqa: E402,F401  (torch.nn.utils.rnn)
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters", "rnn"]
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
     """Clamp every gradient to [-clip_value, clip_value] in place."""
-    from ..tensors import Tensor
+    from ...tensors import Tensor
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     v = float(clip_value)
     with no_grad():
@@ -25,7 +27,7 @@ def parameters_to_vector(parameters):
 
 def vector_to_parameters(vec, parameters) -> None:
     """Write consecutive slices of vec into the parameters (their values, not their identity)."""
-    from ..tensors import Tensor
+    from ...tensors import Tensor
     if not isinstance(vec, Tensor) or vec.ndim != 1:
         raise TypeError(f"expected a 1-d tiletrain Tensor, got {type(vec).__name__}")
     start = 0
