@@ -262,6 +262,13 @@ OPTIMS = {
                                                               weight_decay=0.1), None),
     "Adagrad": (lambda M, p: M.optim.Adagrad(p, lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1,
                                              weight_decay=0.01), None),
+    "Adamax": (lambda M, p: M.optim.Adamax(p, lr=0.05, weight_decay=0.01), None),
+    "NAdam": (lambda M, p: M.optim.NAdam(p, lr=0.05, weight_decay=0.01), None),
+    "NAdam-decoupled": (lambda M, p: M.optim.NAdam(p, lr=0.05, weight_decay=0.1, decoupled_weight_decay=True), None),
+    "RAdam": (lambda M, p: M.optim.RAdam(p, lr=0.05, weight_decay=0.01), None),
+    "RAdam-decoupled-maximize": (lambda M, p: M.optim.RAdam(p, lr=0.05, weight_decay=0.1, decoupled_weight_decay=True,
+                                                            maximize=True), None),
+    "Adadelta": (lambda M, p: M.optim.Adadelta(p, lr=0.5, rho=0.8, weight_decay=0.01), None),
     "MultiStepLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.MultiStepLR(o, [3, 3, 7])),
     "ExponentialLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.ExponentialLR(o, 0.8)),
     "ConstantLR": (lambda M, p: M.optim.SGD(p, lr=0.1), lambda M, o: M.optim.lr_scheduler.ConstantLR(o, 0.5, 4)),
@@ -729,3 +736,22 @@ def test_torch_idioms_of_training_scripts_equal_torch():
     np.testing.assert_allclose(q @ q.T, 4 * np.eye(3), atol=1e-5)
     z = tt.nn.init.trunc_normal_(tt.empty(2000), std=0.02, a=-0.04, b=0.04).numpy()
     assert z.min() >= -0.04 and z.max() <= 0.04 and abs(z.std() - 0.0176) < 0.002  # N(0, 0.02) cut at 2 sigma
+
+
+def test_nadam_state_with_its_scalar_product_round_trips():
+    rng = np.random.default_rng(5)
+    w0, g = rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+
+    def run(split):
+        w = tt.tensor(w0, requires_grad=True)
+        opt = tt.optim.NAdam([w], lr=0.1)
+        for i in range(4):
+            if i == split:
+                sd = opt.state_dict()
+                w = tt.tensor(w.detach().numpy(), requires_grad=True)
+                opt = tt.optim.NAdam([w], lr=0.1)
+                opt.load_state_dict(sd)
+            w.grad = tt.tensor(g * (i + 1))
+            opt.step()
+        return w.detach().numpy()
+    np.testing.assert_array_equal(run(2), run(-1))

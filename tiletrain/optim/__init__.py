@@ -14,11 +14,16 @@ from ..ops.creation import zeros
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor, TensorTraits, empty, from_numpy
-from ..tensors.tensor import wont_use
+from ..tensors.tensor import get_default_dtype, wont_use
 from ..trace.tags import tag
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
            "COMPENSATIONS"]
+
+
+# per-parameter state that is a number, not a tensor of the parameter's shape (NAdam's product
+# of its momentum coefficients)
+_SCALAR_STATE = ("mu_product",)
 
 
 def _check_param(p, i: int) -> Tensor:
@@ -141,6 +146,9 @@ class Optimizer:
             for k, v in st.items():
                 if k == "step":
                     entry[k] = int(np.asarray(v))
+                    continue
+                if k in _SCALAR_STATE:
+                    entry[k] = float(np.asarray(v))
                     continue
                 if not hasattr(v, "copy_to_"):  # a checkpoint's StoredTensor streams from its file below
                     v = np.asarray(v)
@@ -457,6 +465,143 @@ class Adagrad(_Elementwise):
         acc = add(acc, mul(grad, grad))
         st["sum"] = acc
         self._write(p, add(p, div(grad, add(sqrt(acc), float(g["eps"]))), alpha=-clr))
+
+
+def _lerp(a, b, w: float):
+    """a + w (b - a), as torch's lerp for w < 0.5 (the moment updates' weights)."""
+    from ..ops.elementwise import add, sub
+    return add(a, sub(b, a), alpha=w)
+
+
+class _AdamFamily(_Elementwise):
+    """Shared argument checks and the decoupled (AdamW-style) weight decay of NAdam and RAdam."""
+
+    def __init__(self, params, defaults: dict):
+        b1, b2 = defaults["betas"]
+        _non_negative(learning_rate=defaults["lr"], epsilon=defaults["eps"], weight_decay=defaults["weight_decay"])
+        if not 0.0 <= b1 < 1.0 or not 0.0 <= b2 < 1.0:
+            raise ValueError(f"Invalid beta parameter: {(b1, b2)}")
+        super().__init__(params, defaults)
+
+    def _grad_decayed(self, g, p):
+        """The gradient, with decoupled weight decay applied to p first when asked."""
+        from ..ops.elementwise import mul
+        if g.get("decoupled_weight_decay") and g["weight_decay"]:
+            self._write(p, mul(p, 1 - float(g["lr"]) * float(g["weight_decay"])))
+            return self._grad(dict(g, weight_decay=0.0), p)
+        return self._grad(g, p)
+
+    def _moments(self, g, p, st, grad):
+        from ..ops.elementwise import add, mul
+        b1, b2 = (float(b) for b in g["betas"])
+        m, v = st.get("exp_avg"), st.get("exp_avg_sq")
+        m = mul(grad, 1 - b1) if m is None else _lerp(m, grad, 1 - b1)
+        v = mul(mul(grad, grad), 1 - b2) if v is None else add(mul(v, b2), mul(grad, grad), alpha=1 - b2)
+        st["exp_avg"], st["exp_avg_sq"] = m, v
+        return m, v
+
+
+class Adamax(_AdamFamily):
+    """torch.optim.Adamax: m = lerp(m, g, 1 - b1), u = max(b2 u, |g| + eps),
+    p -= lr / (1 - b1^t) m / u."""
+
+    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 foreach=None, *, maximize: bool = False, differentiable: bool = False, capturable: bool = False):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable, capturable=capturable))
+
+    def _update(self, g, p, st):
+        from ..ops.elementwise import abs as _abs, add, div, maximum, mul
+        grad = self._grad(g, p)
+        b1, b2 = (float(b) for b in g["betas"])
+        m = st.get("exp_avg")
+        m = mul(grad, 1 - b1) if m is None else _lerp(m, grad, 1 - b1)
+        u = st.get("exp_inf")
+        bound = add(_abs(grad), float(g["eps"]))
+        u = bound if u is None else maximum(mul(u, b2), bound)
+        st["exp_avg"], st["exp_inf"] = m, u
+        clr = float(g["lr"]) / (1 - b1 ** st["step"])
+        self._write(p, add(p, div(m, u), alpha=-clr))
+
+
+class NAdam(_AdamFamily):
+    """torch.optim.NAdam (Nesterov momentum in Adam, with momentum_decay's schedule of mu)."""
+
+    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False, *, foreach=None,
+                 maximize: bool = False, capturable: bool = False, differentiable: bool = False):
+        _non_negative(momentum_decay=momentum_decay)
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay,
+                                      foreach=foreach, maximize=maximize, capturable=capturable,
+                                      differentiable=differentiable))
+
+    def _update(self, g, p, st):
+        from ..ops.elementwise import add, div, mul, sqrt
+        grad = self._grad_decayed(g, p)
+        t, lr, (b1, b2), md = st["step"], float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
+        mu = b1 * (1.0 - 0.5 * 0.96 ** (t * md))
+        mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * md))
+        # torch keeps the product in a 0-d tensor of its scalar dtype: float32 unless the default
+        # dtype is float64 (then each product rounds to float32, mu first)
+        scalar = np.float64 if get_default_dtype() == np.float64 else np.float32
+        st["mu_product"] = float(scalar(st.get("mu_product", 1.0)) * scalar(mu))
+        m, v = self._moments(g, p, st, grad)
+        denom = add(sqrt(div(v, 1 - b2 ** t)), float(g["eps"]))
+        p1 = add(p, div(grad, denom), alpha=-lr * (1.0 - mu) / (1.0 - st["mu_product"]))
+        self._write(p, add(p1, div(m, denom), alpha=-lr * mu_next / (1.0 - st["mu_product"] * mu_next)))
+
+
+class RAdam(_AdamFamily):
+    """torch.optim.RAdam: Adam with the variance rectification term (plain momentum SGD while
+    the approximated SMA length is at most 5)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 decoupled_weight_decay: bool = False, *, foreach=None, maximize: bool = False,
+                 capturable: bool = False, differentiable: bool = False):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay, foreach=foreach,
+                                      maximize=maximize, capturable=capturable, differentiable=differentiable))
+
+    def _update(self, g, p, st):
+        from ..ops.elementwise import add, div, mul, sqrt
+        grad = self._grad_decayed(g, p)
+        t, lr, (b1, b2) = st["step"], float(g["lr"]), (float(b) for b in g["betas"])
+        m, v = self._moments(g, p, st, grad)
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        m_hat = div(m, bc1)
+        rho_inf = 2 / (1 - b2) - 1
+        rho_t = rho_inf - 2 * t * (b2 ** t) / bc2
+        if rho_t > 5.0:
+            rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+            adaptive = div(math.sqrt(bc2), add(sqrt(v), float(g["eps"])))
+            self._write(p, add(p, mul(mul(mul(m_hat, lr), adaptive), rect), alpha=-1.0))
+        else:
+            self._write(p, add(p, mul(m_hat, lr), alpha=-1.0))
+
+
+class Adadelta(_Elementwise):
+    """torch.optim.Adadelta: sa = rho sa + (1 - rho) g^2, delta = sqrt(acc + eps) / sqrt(sa + eps) g,
+    acc = rho acc + (1 - rho) delta^2, p -= lr delta."""
+
+    def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0,
+                 foreach=None, *, capturable: bool = False, maximize: bool = False, differentiable: bool = False):
+        _non_negative(learning_rate=lr, epsilon=eps, weight_decay=weight_decay)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, foreach=foreach,
+                                      capturable=capturable, maximize=maximize, differentiable=differentiable))
+
+    def _update(self, g, p, st):
+        from ..ops.elementwise import add, div, mul, sqrt
+        grad, rho, eps = self._grad(g, p), float(g["rho"]), float(g["eps"])
+        sa, acc = st.get("square_avg"), st.get("acc_delta")
+        sa = mul(mul(grad, grad), 1 - rho) if sa is None else add(mul(sa, rho), mul(grad, grad), alpha=1 - rho)
+        std = sqrt(add(sa, eps))
+        delta = mul(div(sqrt(add(acc, eps)) if acc is not None else math.sqrt(eps), std), grad)
+        acc = mul(mul(delta, delta), 1 - rho) if acc is None else add(mul(acc, rho), mul(delta, delta), alpha=1 - rho)
+        st["square_avg"], st["acc_delta"] = sa, acc
+        self._write(p, add(p, delta, alpha=-float(g["lr"])))
 
 
 @no_grad()
