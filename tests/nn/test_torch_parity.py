@@ -713,6 +713,9 @@ def test_torch_idioms_of_training_scripts_equal_torch():
     _same(lambda t: torch.nn.functional.prelu(t[None, :, :, None], torch.linspace(0.1, 0.6, 4, dtype=t.dtype)),
           lambda t: tt.nn.functional.prelu(t[None, :, :, None], tt.linspace(0.1, 0.6, 4, dtype=t.dtype)), a)
     _values(torch.repeat_interleave(torch.tensor([1, 2]), 2), tt.repeat_interleave(tt.tensor([1, 2]), 2))
+    ids = np.arange(12).reshape(3, 4)
+    for f in (lambda m, t: m.flip(t, [1]), lambda m, t: m.roll(t, 1, 1), lambda m, t: m.index_select(t > 5, 0, m.tensor([2, 0]))):
+        _values(f(torch, torch.tensor(ids)), f(tt, tt.tensor(ids)))  # integer and bool tensors (token ids, masks)
     seq, v = np.array([1.0, 3.0, 5.0]), np.array([[2.0, 3.0], [5.0, 0.0]])
     for right in (False, True):
         _values(torch.searchsorted(torch.tensor(seq), torch.tensor(v), right=right),

@@ -278,8 +278,6 @@ def repeat_interleave(input: Tensor, repeats, dim=None, *, output_size=None) -> 
         raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along dim ({x.shape[d]}), "
                            f"got {reps.size}")
     idx = np.repeat(np.arange(x.shape[d]), reps if reps.ndim else int(reps))
-    if not is_float(x.dtype):  # integers on the host
-        return host_tensor(np.take(x.numpy(), idx, axis=d))
     return index_select(x, d, from_numpy(idx.astype(np.int64)))
 
 

@@ -281,6 +281,12 @@ def index_select(input: Tensor, dim: int, index) -> Tensor:
     """torch.index_select: the slices of ``input`` along ``dim`` at the positions of a 1-D
     int64 ``index`` (any repeats, any order)."""
     what = "index_select"
+    if isinstance(input, Tensor) and input.dtype in (np.int64, np.bool_):  # integers on the host (flip of ids)
+        dim = _dim(dim, input.ndim, what)
+        idx = _index(index, what, input.shape[dim] if input.ndim else 1)
+        a = input.numpy()
+        out = a.copy() if input.ndim == 0 else np.take(a, idx.a, axis=dim)
+        return from_numpy(np.ascontiguousarray(out))
     _float_tensor(input, what, "input")
     dim = _dim(dim, input.ndim, what)
     idx = _index(index, what, input.shape[dim] if input.ndim else 1)
