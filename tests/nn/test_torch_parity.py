@@ -758,3 +758,32 @@ def test_nadam_state_with_its_scalar_product_round_trips():
             opt.step()
         return w.detach().numpy()
     np.testing.assert_array_equal(run(2), run(-1))
+
+
+def test_more_losses_pixel_shuffle_and_gumbel_softmax_are_torchs():
+    rng = np.random.default_rng(4)
+    a, b, c = (rng.standard_normal((5, 4)) for _ in range(3))
+    y = np.array([1.0, -1.0, 1.0, -1.0, 1.0])
+    for red in ("mean", "sum", "none"):
+        _same(lambda x, z: TF.margin_ranking_loss(x[:, 0], z[:, 0], torch.tensor(y), 0.3, reduction=red),
+              lambda x, z: F.margin_ranking_loss(x[:, 0], z[:, 0], tt.tensor(y), 0.3, reduction=red), a, b, rtol=1e-11)
+        _same(lambda x, z: TF.cosine_embedding_loss(x, z, torch.tensor(y), 0.2, reduction=red),
+              lambda x, z: F.cosine_embedding_loss(x, z, tt.tensor(y), 0.2, reduction=red), a, b, rtol=1e-11)
+        for swap in (False, True):
+            _same(lambda x, z, w: TF.triplet_margin_loss(x, z, w, 0.5, 3, swap=swap, reduction=red),
+                  lambda x, z, w: F.triplet_margin_loss(x, z, w, 0.5, 3, swap=swap, reduction=red), a, b, c,
+                  rtol=1e-10)
+        for log_input, full in ((True, False), (False, True), (True, True)):
+            t = np.abs(c) * 3
+            _same(lambda x: TF.poisson_nll_loss(x.abs() + 0.1 if not log_input else x, torch.tensor(t), log_input, full,
+                                                reduction=red),
+                  lambda x: F.poisson_nll_loss(x.abs() + 0.1 if not log_input else x, tt.tensor(t), log_input, full,
+                                               reduction=red), a, rtol=1e-11)
+    assert isinstance(tt.nn.TripletMarginLoss(swap=True), tt.nn.Module) and tt.nn.CosineEmbeddingLoss().margin == 0
+    x = rng.standard_normal((2, 8, 3, 3))
+    _same(lambda t: TF.pixel_shuffle(t, 2), lambda t: F.pixel_shuffle(t, 2), x)
+    _same(lambda t: TF.pixel_unshuffle(t, 3), lambda t: F.pixel_unshuffle(t, 3), x)
+    g = F.gumbel_softmax(tt.tensor(rng.standard_normal((6, 5))), tau=0.5)
+    np.testing.assert_allclose(g.numpy().sum(1), np.ones(6), rtol=1e-6)
+    h = F.gumbel_softmax(tt.tensor(rng.standard_normal((6, 5)), requires_grad=True), hard=True)
+    assert sorted(np.unique(h.numpy())) == [0.0, 1.0] and (h.numpy().sum(1) == 1).all()

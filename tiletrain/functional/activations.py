@@ -20,7 +20,8 @@ from ..ops.softmax import softmax
 from ..ops.creation import full
 from ..tensors import Tensor
 
-__all__ = ["cosine_similarity", "glu", "group_norm", "instance_norm", "interpolate", "logsigmoid", "mish", "normalize", "pad", "prelu",
+__all__ = ["cosine_similarity", "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
+           "normalize", "pad", "pixel_shuffle", "pixel_unshuffle", "prelu",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 
 
@@ -69,6 +70,49 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
         w = reshape(w, ())
     pos = relu(input)
     return add(pos, mul(w, sub(input, pos)))
+
+
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1) -> Tensor:
+    """softmax((logits + g) / tau) with g Gumbel(0, 1) draws (tiletrain's generator, not torch's
+    draws); hard: the one-hot of its argmax in the forward, the soft sample's gradient."""
+    from ..ops.creation import rand
+    from ..ops.elementwise import eq, log, maximum
+    from ..ops.reduce import amax
+    u = rand(logits.shape, dtype=logits.dtype, tiles=logits.tiles)
+    g = neg(log(neg(log(maximum(u, full(logits.shape, 1e-20, dtype=logits.dtype))))))  # -log(Exp(1))
+    y = softmax(div(add(logits, g), float(tau)), dim)
+    if not hard:
+        return y
+    y_hard = eq(y.detach(), amax(y.detach(), dim, keepdim=True)).to(y.dtype)
+    return add(sub(y_hard, y.detach()), y)
+
+
+def _pixel_shuffle(x: Tensor, r: int, up: bool, what: str) -> Tensor:
+    from ..ops.shape import permute
+    if x.ndim < 3:
+        raise RuntimeError(f"{what} expects input to have at least 3 dimensions, but got input with {x.ndim} "
+                           "dimension(s)")
+    *lead, c, h, w = x.shape
+    if up:
+        if c % (r * r):
+            raise RuntimeError(f"{what} expects its input's 'channel' dimension to be divisible by the square of "
+                               f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+        y = reshape(x, (-1, c // (r * r), r, r, h, w))
+        return reshape(permute(y, 0, 1, 4, 2, 5, 3), (*lead, c // (r * r), h * r, w * r))
+    if h % r or w % r:
+        raise RuntimeError(f"{what} expects height and width to be divisible by downscale_factor {r}")
+    y = reshape(x, (-1, c, h // r, r, w // r, r))
+    return reshape(permute(y, 0, 1, 3, 5, 2, 4), (*lead, c * r * r, h // r, w // r))
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:  # noqa: A002
+    """(*, C r^2, H, W) -> (*, C, H r, W r)."""
+    return _pixel_shuffle(input, int(upscale_factor), True, "pixel_shuffle")
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:  # noqa: A002
+    """(*, C, H r, W r) -> (*, C r^2, H, W)."""
+    return _pixel_shuffle(input, int(downscale_factor), False, "pixel_unshuffle")
 
 
 def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002

@@ -7,6 +7,7 @@ shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
 from __future__ import annotations
 
 from ..ops import reduce
+from ..ops.reduce import norm as _norm, sum as _sum  # (the losses' `reduce` argument hides the module)
 from ..ops.autograd import backward_rule, composite_grads, double_backward_rule, record
 from ..ops.basic import _float_tensor, _same
 from ..ops.elementwise import mul, neg, sub
@@ -247,5 +248,74 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduct
     return mul(out, 1.0 / input.shape[0]) if reduction == "batchmean" and input.ndim else out
 
 
-__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "huber_loss", "kl_div", "l1_loss", "mse_loss",
-           "smooth_l1_loss"]
+def _reduction(what: str, reduction) -> None:
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+
+
+def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,
+                        reduce=None, reduction: str = "mean") -> Tensor:
+    """max(0, -target (input1 - input2) + margin)."""
+    from ..ops.elementwise import add, relu
+    _deprecated("margin_ranking_loss", size_average, reduce)
+    _reduction("margin_ranking_loss", reduction)
+    return _reduce(relu(add(mul(neg(target), sub(input1, input2)), float(margin))), reduction)
+
+
+def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
+                        reduction: str = "mean") -> Tensor:
+    """max(d(a, p) - d(a, n) + margin, 0), d the p-norm of the difference plus eps over the last
+    dim (torch's pairwise_distance); swap: d(a, n) replaced by d(p, n) where smaller."""
+    from ..ops.elementwise import add, minimum, relu
+    _deprecated("triplet_margin_loss", size_average, reduce)
+    _reduction("triplet_margin_loss", reduction)
+
+    def dist(a, b):
+        return _norm(add(sub(a, b), float(eps)), p, -1)
+    d_ap, d_an = dist(anchor, positive), dist(anchor, negative)
+    if swap:
+        d_an = minimum(d_an, dist(positive, negative))
+    return _reduce(relu(add(sub(d_ap, d_an), float(margin))), reduction)
+
+
+def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,
+                          reduce=None, reduction: str = "mean") -> Tensor:
+    """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1 (the
+    cosine over the last dim, its squared norms each plus 1e-12, as torch)."""
+    from ..ops.elementwise import add, div, eq, relu, sqrt, where
+    _deprecated("cosine_embedding_loss", size_average, reduce)
+    _reduction("cosine_embedding_loss", reduction)
+    d = input1.ndim - 1
+    prod = _sum(mul(input1, input2), d)
+    m1 = add(_sum(mul(input1, input1), d), 1e-12)
+    m2 = add(_sum(mul(input2, input2), d), 1e-12)
+    cos = div(prod, sqrt(mul(m1, m2)))
+    pos = where(eq(target, 1), neg(sub(cos, 1.0)), 0.0)
+    negative = where(eq(target, -1), relu(sub(cos, float(margin))), 0.0)
+    return _reduce(add(pos, negative), reduction)
+
+
+def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,  # noqa: A002
+                     size_average=None, eps: float = 1e-8, reduce=None, reduction: str = "mean") -> Tensor:
+    """exp(input) - target input (log_input), else input - target log(input + eps); full adds
+    Stirling's term target log(target) - target + log(2 pi target) / 2 where target > 1."""
+    import math
+
+    from ..ops.elementwise import add, exp, gt, log, where
+    _deprecated("poisson_nll_loss", size_average, reduce)
+    _reduction("poisson_nll_loss", reduction)
+    if log_input:
+        loss = sub(exp(input), mul(target, input))
+    else:
+        loss = sub(input, mul(target, log(add(input, float(eps)))))
+    if full:
+        big = gt(target, 1.0)
+        t = where(big, target, 2.0)  # (any value > 1 where the term is dropped: no log of 0)
+        stirling = add(sub(mul(t, log(t)), t), mul(log(mul(t, 2 * math.pi)), 0.5))
+        loss = add(loss, where(big, stirling, 0.0))
+    return _reduce(loss, reduction)
+
+
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_embedding_loss", "huber_loss", "kl_div",
+           "l1_loss", "margin_ranking_loss", "mse_loss", "poisson_nll_loss", "smooth_l1_loss", "triplet_margin_loss"]

@@ -198,6 +198,24 @@ ConstantPad1d, ConstantPad2d, ConstantPad3d = (_pad_class(f"ConstantPad{n}d", n,
 ZeroPad1d, ZeroPad2d, ZeroPad3d = (_pad_class(f"ZeroPad{n}d", n, True) for n in (1, 2, 3))
 
 
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor: int):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.pixel_shuffle(input, self.upscale_factor)
+
+
+class PixelUnshuffle(Module):
+    def __init__(self, downscale_factor: int):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.pixel_unshuffle(input, self.downscale_factor)
+
+
 class Identity(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return input
@@ -219,5 +237,5 @@ class Flatten(Module):
 
 __all__ = ["CELU", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "CosineSimilarity", "ELU", "Flatten", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
            "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid",
-           "PReLU", "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten", "ZeroPad1d",
+           "PReLU", "PixelShuffle", "PixelUnshuffle", "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten", "ZeroPad1d",
            "ZeroPad2d", "ZeroPad3d"]
