@@ -31,7 +31,7 @@ LAYERS = [
     ("",),                                # tiletrain/__init__.py: `import tiletrain as tt`
     ("inference", "pipeline", "parallel"),
     ("nn", "geometric", "data", "checkpoint", "serialization"),
-    ("utils", "cuda", "backends", "amp", "linalg"),  # activation recomputation (utils.checkpoint), mpirun; torch.cuda/backends answers; torch.linalg's norms
+    ("utils", "cuda", "backends", "amp", "linalg", "distributions"),  # utils.checkpoint, mpirun; torch.cuda/backends answers; torch.linalg, torch.distributions
     ("optim", "functional", "autograd"),  # autograd: torch.autograd's grad/backward over the ops' tape
     ("tensors.api",),                     # the user-facing Tensor: torch's methods, bound to ops
     ("ops",),                             # op tables, autograd

@@ -787,3 +787,39 @@ def test_more_losses_pixel_shuffle_and_gumbel_softmax_are_torchs():
     np.testing.assert_allclose(g.numpy().sum(1), np.ones(6), rtol=1e-6)
     h = F.gumbel_softmax(tt.tensor(rng.standard_normal((6, 5)), requires_grad=True), hard=True)
     assert sorted(np.unique(h.numpy())) == [0.0, 1.0] and (h.numpy().sum(1) == 1).all()
+
+
+def test_distributions_log_prob_entropy_and_kl_equal_torch():
+    rng = np.random.default_rng(6)
+    mu, s, v = rng.standard_normal((3, 4)), np.abs(rng.standard_normal((3, 4))) + 0.5, rng.standard_normal((3, 4))
+    D, TD = tt.distributions, torch.distributions
+    _same(lambda m, sc: TD.Normal(m, sc).log_prob(torch.tensor(v)), lambda m, sc: D.Normal(m, sc).log_prob(tt.tensor(v)),
+          mu, s)
+    _same(lambda m, sc: TD.Normal(m, sc).entropy(), lambda m, sc: D.Normal(m, sc).entropy(), mu, s)
+    _same(lambda m, sc: TD.Normal(m, sc).cdf(torch.tensor(v)), lambda m, sc: D.Normal(m, sc).cdf(tt.tensor(v)), mu, s)
+    _same(lambda m, sc: TD.kl_divergence(TD.Normal(m, sc), TD.Normal(m * 0.5, sc + 1)),
+          lambda m, sc: D.kl_divergence(D.Normal(m, sc), D.Normal(m * 0.5, sc + 1)), mu, s)
+    lg, k = rng.standard_normal((3, 5)), np.array([0, 4, 2])
+    _same(lambda x: TD.Categorical(logits=x).log_prob(torch.tensor(k)), lambda x: D.Categorical(logits=x).log_prob(tt.tensor(k)),
+          lg)
+    _same(lambda x: TD.Categorical(logits=x).entropy(), lambda x: D.Categorical(logits=x).entropy(), lg)
+    _same(lambda x: TD.Categorical(probs=x.softmax(-1)).entropy(), lambda x: D.Categorical(probs=x.softmax(-1)).entropy(),
+          lg, rtol=1e-10)
+    _same(lambda x: TD.kl_divergence(TD.Categorical(logits=x), TD.Categorical(logits=x.flip(-1))),
+          lambda x: D.kl_divergence(D.Categorical(logits=x), D.Categorical(logits=x.flip(-1))), lg)
+    b = (rng.random((3, 4)) > 0.5).astype(np.float64)
+    _same(lambda x: TD.Bernoulli(logits=x).log_prob(torch.tensor(b)), lambda x: D.Bernoulli(logits=x).log_prob(tt.tensor(b)),
+          v)
+    _same(lambda x: TD.Bernoulli(logits=x).entropy(), lambda x: D.Bernoulli(logits=x).entropy(), v)
+    _same(lambda x: TD.kl_divergence(TD.Bernoulli(logits=x), TD.Bernoulli(logits=-x)),
+          lambda x: D.kl_divergence(D.Bernoulli(logits=x), D.Bernoulli(logits=-x)), v)
+    _same(lambda lo: TD.Uniform(lo, lo + 2).log_prob(lo + 0.5), lambda lo: D.Uniform(lo, lo + 2).log_prob(lo + 0.5), mu)
+    # samples: shapes, dtypes, supports (tiletrain's draws)
+    x = D.Normal(tt.tensor(mu), tt.tensor(s)).rsample((2,))
+    assert x.shape == (2, 3, 4) and x.requires_grad is False
+    c = D.Categorical(logits=tt.tensor(lg)).sample((7,))
+    assert c.shape == (7, 3) and c.dtype == np.int64 and 0 <= c.numpy().min() and c.numpy().max() < 5
+    u = D.Uniform(0.0, 2.0).sample((100,)).numpy()
+    assert u.min() >= 0 and u.max() < 2 and set(np.unique(D.Bernoulli(probs=0.3).sample((50,)).numpy())) <= {0.0, 1.0}
+    with pytest.raises(NotImplementedError, match="kl_divergence"):
+        D.kl_divergence(D.Normal(0.0, 1.0), D.Uniform(0.0, 1.0))
