@@ -43,7 +43,8 @@ from . import utils  # noqa: E402  (tiletrain.utils.checkpoint: activation recom
 from . import autograd  # noqa: E402  (tiletrain.autograd.grad: torch.autograd's functions, double backward)
 from . import inference  # noqa: E402  (key/value cache, generate)
 from .serialization import load, save  # noqa: E402  (torch.save / torch.load of state dicts)
-from . import backends, cuda, distributions, linalg  # noqa: E402  (torch.cuda, torch.backends answered; torch.distributions, torch.linalg)
+# torch.cuda and torch.backends answered; torch.distributions and torch.linalg
+from . import backends, cuda, distributions, linalg  # noqa: E402
 
 
 class Size(tuple):

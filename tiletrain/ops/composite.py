@@ -24,10 +24,12 @@ from .linalg import matmul
 from .reduce import sum as _sum, return_types
 from .shape import cat, expand, permute, reshape, stack, unsqueeze
 
-__all__ = ["addmm", "addmv", "all", "allclose", "any", "argsort", "argwhere", "baddbmm", "bincount", "unique", "bmm",
-           "broadcast_tensors", "count_nonzero", "cumsum", "diag", "dot", "equal", "eye", "index_fill", "isclose",
-           "nan_to_num", "tril_indices", "triu_indices", "repeat_interleave", "cumprod", "searchsorted", "bucketize", "flip", "hstack", "isfinite", "isinf", "isnan", "log10", "log2", "masked_select", "mm", "movedim",
-           "meshgrid", "mv", "narrow", "nonzero", "prod", "randperm", "repeat", "roll", "sort", "square", "unbind", "vstack"]
+__all__ = ["addmm", "addmv", "all", "allclose", "any", "argsort", "argwhere", "baddbmm", "bincount", "bmm",
+           "broadcast_tensors", "bucketize", "count_nonzero", "cumprod", "cumsum", "diag", "dot", "equal",
+           "eye", "flip", "hstack", "index_fill", "isclose", "isfinite", "isinf", "isnan", "log10", "log2",
+           "masked_select", "meshgrid", "mm", "movedim", "mv", "nan_to_num", "narrow", "nonzero", "prod",
+           "randperm", "repeat", "repeat_interleave", "roll", "searchsorted", "sort", "square", "tril_indices",
+           "triu_indices", "unbind", "unique", "vstack"]
 
 
 def _c(a) -> np.ndarray:
