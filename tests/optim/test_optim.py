@@ -130,11 +130,12 @@ def test_cosine_schedule():
     assert lrs[110] == 0.1 and all(a >= b for a, b in zip(lrs[10:110], lrs[11:110]))
 
 
-def test_adam_refuses_amsgrad_and_keeps_torchs_group_keys(rng):
+def test_adam_and_adamw_keep_torchs_group_keys(rng):
     w, b, x = _problem(rng)
     W = tt.from_numpy(w).requires_grad_()
-    with pytest.raises(NotImplementedError, match="amsgrad"):
-        Adam([W], amsgrad=True)
-    ours = Adam([W], lr=1e-3).state_dict()["param_groups"][0]
-    theirs = torch.optim.Adam([torch.tensor(w, requires_grad=True)], lr=1e-3).state_dict()["param_groups"][0]
-    assert set(theirs) - {"decoupled_weight_decay"} <= set(ours)
+    for mine, torchs in ((Adam, torch.optim.Adam), (tt.optim.AdamW, torch.optim.AdamW)):
+        ours = mine([W], lr=1e-3).state_dict()["param_groups"][0]
+        theirs = torchs([torch.tensor(w, requires_grad=True)], lr=1e-3).state_dict()["param_groups"][0]
+        assert set(theirs) - {"decoupled_weight_decay"} <= set(ours)
+    with pytest.raises(ValueError, match="compensation does not combine"):
+        tt.optim.AdamW([W], amsgrad=True, compensation="sc", delay=2)

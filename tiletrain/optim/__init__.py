@@ -216,6 +216,26 @@ def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: flo
         wont_use(st["exp_avg_sq"])
 
 
+def _composed_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
+    """Adam / AdamW in torch's single-tensor order of operations, with tensor ops: amsgrad (the
+    running maximum of the second moment in the denominator) and AdamW's maximize, which the
+    fused adamw kernel does not do."""
+    from ..ops.elementwise import add, div, maximum, mul, sqrt
+    from ..ops.index import assign_
+    b1, b2 = (float(b) for b in g["betas"])
+    lr, t = float(g["lr"]), st["step"]
+    if decoupled_decay:
+        assign_(p, mul(p, 1.0 - lr * decoupled_decay))
+    m, v = _adam_moments(g, st, grad)
+    second = v
+    if g.get("amsgrad"):
+        vmax = st.get("max_exp_avg_sq")
+        second = v if vmax is None else maximum(vmax, v)
+        st["max_exp_avg_sq"] = second
+    denom = add(div(sqrt(second), (1 - b2 ** t) ** 0.5), float(g["eps"]))
+    assign_(p, add(p, div(m, denom), alpha=-lr / (1 - b1 ** t)))
+
+
 class _Compensated:
     """Delay compensation for pipelines without a flush (tiletrain.pipeline.noflush): a
     parameter group's ``compensation`` (None, "sc", "lwp", "sc+lwp") and ``delay`` D (the
@@ -244,23 +264,33 @@ class AdamW(_Compensated, Optimizer):
     along the last update)."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, compensation=None, delay: int = 0):
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False, foreach=None,
+                 capturable: bool = False, differentiable: bool = False, fused=None, compensation=None,
+                 delay: int = 0):
         b1, b2 = betas
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
         if eps <= 0:
             raise ValueError(f"eps must be > 0, got {eps}")
         _check_compensation(compensation, delay)
-        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay,
-                                      compensation=compensation, delay=delay))
+        super().__init__(params, dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable, fused=fused, compensation=compensation,
+                                      delay=delay))
 
     def _validate(self, group: dict) -> None:
         super()._validate(group)
         _check_compensation(group.get("compensation"), group.get("delay", 0))
+        if group.get("compensation") is not None and (group.get("amsgrad") or group.get("maximize")):
+            raise ValueError("AdamW: compensation does not combine with amsgrad or maximize")
 
     def _update(self, g, p, st):
         if g["compensation"] is not None and g["delay"] > 0:   # at delay 0 SC and LWP change nothing
             self._update_compensated(g, p, st)
+            return
+        if g.get("amsgrad") or g.get("maximize"):
+            _composed_adam(g, p, st, scale(p.grad, -1.0) if g.get("maximize") else p.grad,
+                           float(g["weight_decay"]))
             return
         _fused_adam(g, p, st, p.grad, float(g["weight_decay"]))
 
@@ -293,7 +323,7 @@ class AdamW(_Compensated, Optimizer):
 class Adam(Optimizer):
     """torch.optim.Adam: weight decay as L2 (``weight_decay * p`` added to the gradient, not
     AdamW's decoupled decay), bias correction, ``maximize``; the same fused task per tile
-    as AdamW (with no decoupled decay).  Not supported (a clear error): ``amsgrad=True``.
+    as AdamW (with no decoupled decay); ``amsgrad`` in tensor ops (``_composed_adam``).
     ``foreach``/``capturable``/``differentiable``/``fused`` are accepted and change nothing
     (one fused task per tile is what tiletrain runs)."""
 
@@ -309,18 +339,15 @@ class Adam(Optimizer):
                                       foreach=foreach, maximize=maximize, capturable=capturable,
                                       differentiable=differentiable, fused=fused))
 
-    def _validate(self, group: dict) -> None:
-        super()._validate(group)
-        if group.get("amsgrad"):
-            raise NotImplementedError("Adam(amsgrad=True) is not supported (the running maximum of the second "
-                                      "moment); use amsgrad=False")
-
     def _update(self, g, p, st):
         grad, wd = p.grad, float(g["weight_decay"])
         if g["maximize"] or wd:
             grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
             if wd:
                 axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
+        if g.get("amsgrad"):
+            _composed_adam(g, p, st, grad, 0.0)
+            return
         _fused_adam(g, p, st, grad, 0.0)
 
 
@@ -467,6 +494,18 @@ class Adagrad(_Elementwise):
         self._write(p, add(p, div(grad, add(sqrt(acc), float(g["eps"]))), alpha=-clr))
 
 
+def _adam_moments(g: dict, st: dict, grad):
+    """Adam's moments in torch's order: m = lerp(m, g, 1 - b1), v = b2 v + (1 - b2) g^2 (kept in
+    ``st``; made on the first step)."""
+    from ..ops.elementwise import add, mul
+    b1, b2 = (float(b) for b in g["betas"])
+    m, v = st.get("exp_avg"), st.get("exp_avg_sq")
+    m = mul(grad, 1 - b1) if m is None else _lerp(m, grad, 1 - b1)
+    v = mul(mul(grad, grad), 1 - b2) if v is None else add(mul(v, b2), mul(grad, grad), alpha=1 - b2)
+    st["exp_avg"], st["exp_avg_sq"] = m, v
+    return m, v
+
+
 def _lerp(a, b, w: float):
     """a + w (b - a), as torch's lerp for w < 0.5 (the moment updates' weights)."""
     from ..ops.elementwise import add, sub
@@ -491,14 +530,6 @@ class _AdamFamily(_Elementwise):
             return self._grad(dict(g, weight_decay=0.0), p)
         return self._grad(g, p)
 
-    def _moments(self, g, p, st, grad):
-        from ..ops.elementwise import add, mul
-        b1, b2 = (float(b) for b in g["betas"])
-        m, v = st.get("exp_avg"), st.get("exp_avg_sq")
-        m = mul(grad, 1 - b1) if m is None else _lerp(m, grad, 1 - b1)
-        v = mul(mul(grad, grad), 1 - b2) if v is None else add(mul(v, b2), mul(grad, grad), alpha=1 - b2)
-        st["exp_avg"], st["exp_avg_sq"] = m, v
-        return m, v
 
 
 class Adamax(_AdamFamily):
@@ -546,7 +577,7 @@ class NAdam(_AdamFamily):
         # dtype is float64 (then each product rounds to float32, mu first)
         scalar = np.float64 if get_default_dtype() == np.float64 else np.float32
         st["mu_product"] = float(scalar(st.get("mu_product", 1.0)) * scalar(mu))
-        m, v = self._moments(g, p, st, grad)
+        m, v = _adam_moments(g, st, grad)
         denom = add(sqrt(div(v, 1 - b2 ** t)), float(g["eps"]))
         p1 = add(p, div(grad, denom), alpha=-lr * (1.0 - mu) / (1.0 - st["mu_product"]))
         self._write(p, add(p1, div(m, denom), alpha=-lr * mu_next / (1.0 - st["mu_product"] * mu_next)))
@@ -567,7 +598,7 @@ class RAdam(_AdamFamily):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
         t, lr, (b1, b2) = st["step"], float(g["lr"]), (float(b) for b in g["betas"])
-        m, v = self._moments(g, p, st, grad)
+        m, v = _adam_moments(g, st, grad)
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
         m_hat = div(m, bc1)
         rho_inf = 2 / (1 - b2) - 1
