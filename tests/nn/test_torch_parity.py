@@ -826,3 +826,20 @@ def test_distributions_log_prob_entropy_and_kl_equal_torch():
     assert u.min() >= 0 and u.max() < 2 and set(np.unique(D.Bernoulli(probs=0.3).sample((50,)).numpy())) <= {0.0, 1.0}
     with pytest.raises(NotImplementedError, match="kl_divergence"):
         D.kl_divergence(D.Normal(0.0, 1.0), D.Uniform(0.0, 1.0))
+
+
+@pytest.mark.parametrize("kw", [{"max_norm": 1.0}, {"max_norm": 1.5, "norm_type": 1.0}], ids=["l2", "l1"])
+def test_embedding_max_norm_renormalises_the_used_rows_as_torch(kw):
+    w = np.random.default_rng(0).standard_normal((6, 4)) * 2
+    ids = np.array([[0, 2, 2], [5, 1, 0]])
+    et = torch.nn.Embedding(6, 4, **kw, dtype=torch.float64)
+    et.weight.data = torch.tensor(w)
+    e = tt.nn.Embedding(6, 4, **kw, dtype=tt.float64)
+    e.load_state_dict({"weight": tt.tensor(w)})
+    yt, y = et(torch.tensor(ids)), e(tt.tensor(ids))
+    yt.pow(2).sum().backward()
+    y.pow(2).sum().backward()
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(e.weight.numpy(), et.weight.detach().numpy(), rtol=1e-12)  # rows 3, 4 untouched
+    np.testing.assert_allclose(e.weight.grad.numpy(), et.weight.grad.numpy(), rtol=1e-10)
+    assert not tt.nn.Embedding(3, 2, _weight=tt.ones(3, 2), _freeze=True).weight.requires_grad

@@ -651,8 +651,8 @@ def test_embedding_module_init_and_padding_idx():
     assert (g[398] == 0).all() and (g[1] == 1).all() and (g[0] == 0).all()
     with pytest.raises(ValueError, match="padding_idx must be within num_embeddings"):
         nn.Embedding(4, 2, padding_idx=4)
-    with pytest.raises(NotImplementedError, match="max_norm"):
-        F.embedding(tt.tensor([0]), emb.weight, max_norm=1.0)
+    with pytest.raises(NotImplementedError, match="scale_grad_by_freq and sparse"):
+        F.embedding(tt.tensor([0]), emb.weight, sparse=True)
 
 
 def test_relu_silu_accept_inplace():

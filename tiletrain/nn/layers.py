@@ -175,9 +175,14 @@ class Embedding(Module):
     ``forward(ids)`` gathers rows for int64 ids (a tiletrain Tensor, or a NumPy int array).
     ``tiles`` = (tile along rows, along dim)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *, tiles=None,
-                 dtype=None, std: float = 1.0, rng: np.random.Generator | None = None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, max_norm=None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False, _weight=None,
+                 _freeze: bool = False, device=None, dtype=None, *, tiles=None, std: float = 1.0,
+                 rng: np.random.Generator | None = None):
         super().__init__()
+        if scale_grad_by_freq or sparse:
+            raise NotImplementedError("Embedding: scale_grad_by_freq and sparse are not supported")
+        self.max_norm, self.norm_type = max_norm, norm_type
         self.num_embeddings = _int(num_embeddings, "Embedding", "num_embeddings")
         self.embedding_dim = _int(embedding_dim, "Embedding", "embedding_dim")
         shape = (self.num_embeddings, self.embedding_dim)
@@ -187,10 +192,15 @@ class Embedding(Module):
                 raise ValueError(f"Embedding: padding_idx must be within num_embeddings, got {padding_idx!r}")
             padding_idx = int(padding_idx) % self.num_embeddings
         self.padding_idx = padding_idx
-        self.weight = Parameter(normal(shape, std, rng, dtype, tiles))
-        if padding_idx is not None:
-            with no_grad():
-                self.weight[padding_idx] = 0.0
+        if _weight is not None:
+            if tuple(_weight.shape) != shape:
+                raise ValueError(f"Embedding: _weight has shape {tuple(_weight.shape)}, expected {shape}")
+            self.weight = Parameter(_weight.detach().clone(), requires_grad=not _freeze)
+        else:
+            self.weight = Parameter(normal(shape, std, rng, dtype, tiles), requires_grad=not _freeze)
+            if padding_idx is not None:
+                with no_grad():
+                    self.weight[padding_idx] = 0.0
 
     @classmethod
     def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None, **kwargs):
@@ -209,7 +219,7 @@ class Embedding(Module):
             if a.dtype.kind not in "iu":
                 raise TypeError(f"Embedding: ids must be integers, got dtype {a.dtype}")
             ids = from_numpy(a.astype(np.int64))
-        return F.embedding(ids, self.weight, self.padding_idx)  # ids.shape + (embedding_dim,)
+        return F.embedding(ids, self.weight, self.padding_idx, self.max_norm, self.norm_type)  # ids.shape + (dim,)
 
     def extra_repr(self) -> str:
         pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"

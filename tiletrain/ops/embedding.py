@@ -34,15 +34,38 @@ def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
     return (int(a.min()), int(a.max())) if a.size else (0, V - 1)
 
 
+def _renorm_rows(ids: Tensor, weight: Tensor, max_norm: float, norm_type: float) -> None:
+    """weight's rows at ``ids`` scaled in place by max_norm / (norm + 1e-7) where their norm
+    exceeds max_norm (outside the graph, as torch)."""
+    from .autograd import no_grad
+    from .elementwise import add, div, gt, mul
+    from .index import assign_, index_put, index_select
+    from .reduce import norm
+    _tensor(ids, "embedding", "input")
+    rows = np.unique(ids.numpy())
+    if rows.size == 0:
+        return
+    with no_grad():
+        idx = from_numpy(rows.astype(np.int64))
+        w = index_select(weight.detach(), 0, idx)
+        n = norm(w, norm_type, 1, keepdim=True)
+        scaled = mul(w, where(gt(n, max_norm), div(max_norm, add(n, 1e-7)), 1.0))
+        assign_(weight, index_put(weight.detach(), idx, scaled))
+
+
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm=None,  # noqa: A002
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
     """torch.nn.functional.embedding: weight[input], the ids ``input`` an int64 Tensor of
     shape S (e.g. (B, T)), the table ``weight`` (V, C) float32 or float64; returns S + (C,)
     tiled as the ids' tiles + (the table's tile along C,).  ``padding_idx``: the positions
     holding that id give no gradient to the table (their output is the table's row, as
-    torch).  Not supported (a clear error): max_norm, scale_grad_by_freq, sparse."""
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    torch).  ``max_norm``: the rows the ids use are first rescaled in place to that
+    ``norm_type``-norm where theirs is larger (torch's embedding_renorm_).  Not supported (a
+    clear error): scale_grad_by_freq, sparse."""
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
+    if max_norm is not None:
+        _renorm_rows(input, weight, float(max_norm), float(norm_type))
     y = _embedding(input, weight)
     if padding_idx is None:
         return y
