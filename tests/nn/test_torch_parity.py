@@ -843,3 +843,16 @@ def test_embedding_max_norm_renormalises_the_used_rows_as_torch(kw):
     np.testing.assert_allclose(e.weight.numpy(), et.weight.detach().numpy(), rtol=1e-12)  # rows 3, 4 untouched
     np.testing.assert_allclose(e.weight.grad.numpy(), et.weight.grad.numpy(), rtol=1e-10)
     assert not tt.nn.Embedding(3, 2, _weight=tt.ones(3, 2), _freeze=True).weight.requires_grad
+
+
+def test_unfold_of_a_tensor_and_im2col_equal_torch():
+    x = np.random.default_rng(8).standard_normal((2, 3, 7, 6))
+    _same(lambda t: t.unfold(3, 3, 2), lambda t: t.unfold(3, 3, 2), x)
+    _same(lambda t: t.unfold(-2, 2, 1).sum(-1), lambda t: t.unfold(-2, 2, 1).sum(-1), x)
+    for kw in ({"kernel_size": 3}, {"kernel_size": (2, 3), "stride": 2, "padding": 1},
+               {"kernel_size": 2, "dilation": (2, 1), "padding": (0, 1), "stride": (1, 2)}):
+        _same(lambda t: TF.unfold(t, **kw), lambda t: F.unfold(t, **kw), x)
+        _same(lambda t: torch.nn.Unfold(**kw)(t[0]), lambda t: tt.nn.Unfold(**kw)(t[0]), x)
+    _values(torch.arange(10).unfold(0, 4, 3), tt.arange(10).unfold(0, 4, 3))
+    with pytest.raises(RuntimeError, match="maximum size for tensor at dimension 0 is 10"):
+        tt.arange(10).unfold(0, 11, 1)

@@ -21,7 +21,7 @@ from ..ops.creation import full
 from ..tensors import Tensor
 
 __all__ = ["cosine_similarity", "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
-           "normalize", "pad", "pixel_shuffle", "pixel_unshuffle", "prelu",
+           "normalize", "pad", "pixel_shuffle", "pixel_unshuffle", "prelu", "unfold",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 
 
@@ -113,6 +113,24 @@ def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:  # noqa: A002
 def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:  # noqa: A002
     """(*, C, H r, W r) -> (*, C r^2, H, W)."""
     return _pixel_shuffle(input, int(downscale_factor), False, "pixel_unshuffle")
+
+
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """torch.nn.functional.unfold (im2col) of (N, C, H, W) or (C, H, W): the sliding blocks as
+    (N, C kh kw, L) columns, composed of index selections (differentiable)."""
+    from ..ops.composite import _windows
+    from ..ops.shape import permute, unsqueeze
+    if input.ndim not in (3, 4):
+        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are supported (got {input.ndim}D)")
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (
+        (v, v) if isinstance(v, numbers.Integral) else tuple(v) for v in (kernel_size, dilation, padding, stride))
+    x = input if input.ndim == 4 else unsqueeze(input, 0)
+    if ph or pw:
+        x = pad(x, (pw, pw, ph, ph))
+    y = _windows(_windows(x, 2, kh, sh, dh), 3, kw, sw, dw)  # (N, C, oh, ow, kh, kw)
+    n, c, oh, ow = y.shape[:4]
+    y = reshape(permute(y, 0, 1, 4, 5, 2, 3), (n, c * kh * kw, oh * ow))
+    return y if input.ndim == 4 else reshape(y, y.shape[1:])
 
 
 def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002

@@ -216,6 +216,17 @@ class PixelUnshuffle(Module):
         return F.pixel_unshuffle(input, self.downscale_factor)
 
 
+class Unfold(Module):
+    """torch.nn.Unfold(kernel_size, dilation=1, padding=0, stride=1): F.unfold."""
+
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
+
+
 class Identity(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return input
@@ -235,7 +246,8 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
-__all__ = ["CELU", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "CosineSimilarity", "ELU", "Flatten", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
-           "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid",
-           "PReLU", "PixelShuffle", "PixelUnshuffle", "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten", "ZeroPad1d",
-           "ZeroPad2d", "ZeroPad3d"]
+__all__ = ["CELU", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "CosineSimilarity", "ELU", "Flatten",
+           "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "Identity", "LeakyReLU", "LogSigmoid",
+           "LogSoftmax", "Mish", "PReLU", "PixelShuffle", "PixelUnshuffle", "ReLU", "ReLU6", "SELU", "SiLU",
+           "Sigmoid", "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten",
+           "Unfold", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d"]

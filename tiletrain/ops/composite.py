@@ -29,7 +29,7 @@ __all__ = ["addmm", "addmv", "all", "allclose", "any", "argsort", "argwhere", "b
            "eye", "flip", "hstack", "index_fill", "isclose", "isfinite", "isinf", "isnan", "log10", "log2",
            "masked_select", "meshgrid", "mm", "movedim", "mv", "nan_to_num", "narrow", "nonzero", "prod",
            "randperm", "repeat", "repeat_interleave", "roll", "searchsorted", "sort", "square", "tril_indices",
-           "triu_indices", "unbind", "unique", "vstack"]
+           "triu_indices", "unbind", "unfold", "unique", "vstack"]
 
 
 def _c(a) -> np.ndarray:
@@ -281,6 +281,28 @@ def repeat_interleave(input: Tensor, repeats, dim=None, *, output_size=None) -> 
                            f"got {reps.size}")
     idx = np.repeat(np.arange(x.shape[d]), reps if reps.ndim else int(reps))
     return index_select(x, d, from_numpy(idx.astype(np.int64)))
+
+
+def _windows(x: Tensor, d: int, size: int, step: int, dilation: int = 1) -> Tensor:
+    """x with axis d replaced by the windows' starts and a last axis of ``size`` elements
+    (dilated): one index_select of every window's positions, then a reshape and a move."""
+    n = x.shape[d]
+    span = dilation * (size - 1) + 1
+    if size <= 0 or step <= 0 or span > n:
+        raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {n} but size is {span}"
+                           if span > n else "unfold: size and step must be positive")
+    starts = np.arange(0, n - span + 1, step)
+    idx = (starts[:, None] + dilation * np.arange(size)[None, :]).reshape(-1)
+    y = index_select(x, d, from_numpy(idx.astype(np.int64)))
+    y = reshape(y, x.shape[:d] + (len(starts), size) + x.shape[d + 1:])
+    return movedim(y, d + 1, -1)
+
+
+def unfold(input: Tensor, dimension: int, size: int, step: int) -> Tensor:  # noqa: A002
+    """Tensor.unfold: every slice of ``size`` along ``dimension`` starting each ``step`` (a copy,
+    torch's is a view), the window on a new last axis; differentiable."""
+    x = _tensor(input, "unfold", "input")
+    return _windows(x, _dim(dimension, builtins.max(x.ndim, 1), "unfold"), int(size), int(step))
 
 
 def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False, right: bool = False, side=None,

@@ -639,6 +639,9 @@ class Tensor(TensorBase):
     def repeat_interleave(self, repeats, dim=None, *, output_size=None):
         return ops.repeat_interleave(self, repeats, dim, output_size=output_size)
 
+    def unfold(self, dimension, size, step):
+        return ops.unfold(self, dimension, size, step)
+
     def cumprod(self, dim, *, dtype=None):
         return ops.cumprod(self, dim, dtype=dtype)
 
