@@ -13,12 +13,12 @@ import numpy as np
 from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
 from .ops.creation import rand, randn
-from .ops.elementwise import (add, clamp, div, eq, erf, gt, le, log, log1p, lt, mul, neg, sigmoid, softplus, sub,
-                              where)
+from .ops.elementwise import (add, clamp, div, eq, erf, gt, le, log, log1p, lt, mul, neg, sigmoid, softplus, sqrt,
+                              sub, where)
 from .ops.index import gather, multinomial
 from .ops.reduce import sum as _sum
 from .ops.shape import expand, reshape, squeeze, transpose, unsqueeze
-from .tensors import Tensor
+from .tensors import Tensor, tensor
 from .tensors.tensor import get_default_dtype
 
 __all__ = ["Bernoulli", "Categorical", "Distribution", "Normal", "Uniform", "kl_divergence"]
@@ -28,12 +28,7 @@ def _tensor(v, like=None) -> Tensor:
     """v as a tensor (a number or array-like in like's dtype, else the default dtype)."""
     if isinstance(v, Tensor):
         return v
-    return _from(np.asarray(v, dtype=like.dtype if like is not None else get_default_dtype()))
-
-
-def _from(a):
-    from .tensors import from_numpy
-    return from_numpy(np.ascontiguousarray(a))
+    return tensor(v, dtype=like.dtype if like is not None else get_default_dtype())
 
 
 def _broadcast(*vals):
@@ -67,7 +62,6 @@ class Distribution:
 
     @property
     def stddev(self) -> Tensor:
-        from .ops.elementwise import sqrt
         return sqrt(self.variance)
 
 

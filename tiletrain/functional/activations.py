@@ -76,10 +76,10 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
     """softmax((logits + g) / tau) with g Gumbel(0, 1) draws (tiletrain's generator, not torch's
     draws); hard: the one-hot of its argmax in the forward, the soft sample's gradient."""
     from ..ops.creation import rand
-    from ..ops.elementwise import eq, log, maximum
+    from ..ops.elementwise import eq, log
     from ..ops.reduce import amax
     u = rand(logits.shape, dtype=logits.dtype, tiles=logits.tiles)
-    g = neg(log(neg(log(maximum(u, full(logits.shape, 1e-20, dtype=logits.dtype))))))  # -log(Exp(1))
+    g = neg(log(neg(log(clamp(u, min=1e-20)))))  # -log(Exp(1))
     y = softmax(div(add(logits, g), float(tau)), dim)
     if not hard:
         return y

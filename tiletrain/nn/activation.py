@@ -4,7 +4,9 @@ and defaults)."""
 from __future__ import annotations
 
 from .. import functional as F
+from ..ops.creation import full
 from ..tensors import Tensor
+from ..tensors.tensor import default_float
 from .module import Module, Parameter
 
 
@@ -152,8 +154,6 @@ class PReLU(Module):
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
         super().__init__()
-        from ..ops.creation import full
-        from ..tensors.tensor import default_float
         self.num_parameters = num_parameters
         self.weight = Parameter(full((num_parameters,), float(init), dtype=default_float(dtype)))
 

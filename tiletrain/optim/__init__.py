@@ -218,8 +218,8 @@ def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: flo
 
 def _composed_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
     """Adam / AdamW in torch's single-tensor order of operations, with tensor ops: amsgrad (the
-    running maximum of the second moment in the denominator) and AdamW's maximize, which the
-    fused adamw kernel does not do."""
+    running maximum of the second moment in the denominator), which the fused adamw kernel
+    does not do."""
     from ..ops.elementwise import add, div, maximum, mul, sqrt
     from ..ops.index import assign_
     b1, b2 = (float(b) for b in g["betas"])
@@ -288,11 +288,8 @@ class AdamW(_Compensated, Optimizer):
         if g["compensation"] is not None and g["delay"] > 0:   # at delay 0 SC and LWP change nothing
             self._update_compensated(g, p, st)
             return
-        if g.get("amsgrad") or g.get("maximize"):
-            _composed_adam(g, p, st, scale(p.grad, -1.0) if g.get("maximize") else p.grad,
-                           float(g["weight_decay"]))
-            return
-        _fused_adam(g, p, st, p.grad, float(g["weight_decay"]))
+        grad = scale(p.grad, -1.0) if g.get("maximize") else p.grad
+        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, float(g["weight_decay"]))
 
     def _update_compensated(self, g, p, st):
         """AdamW with delay compensation, one fused task per tile (kernels.def adamw_comp):
@@ -345,10 +342,7 @@ class Adam(Optimizer):
             grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
             if wd:
                 axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
-        if g.get("amsgrad"):
-            _composed_adam(g, p, st, grad, 0.0)
-            return
-        _fused_adam(g, p, st, grad, 0.0)
+        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0)
 
 
 class SGD(_Compensated, Optimizer):
