@@ -12,7 +12,7 @@ import numpy as np
 
 from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
-from .ops.creation import rand, randn
+from .ops.creation import full, rand, randn
 from .ops.elementwise import (add, clamp, div, eq, erf, gt, le, log, log1p, lt, mul, neg, sigmoid, softplus, sqrt,
                               sub, where)
 from .ops.index import gather, multinomial
@@ -190,7 +190,8 @@ class Categorical(Distribution):
 
     @property
     def mean(self) -> Tensor:
-        raise NotImplementedError("Categorical has no mean (as torch: nan)")
+        """NaN per batch element, as torch's (a categorical has no mean)."""
+        return full(self.batch_shape, float("nan"), dtype=self.probs.dtype)
 
     def sample(self, sample_shape=()) -> Tensor:
         with no_grad():

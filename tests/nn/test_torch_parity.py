@@ -820,6 +820,7 @@ def test_distributions_log_prob_entropy_and_kl_equal_torch():
     # samples: shapes, dtypes, supports (tiletrain's draws)
     x = D.Normal(tt.tensor(mu), tt.tensor(s)).rsample((2,))
     assert x.shape == (2, 3, 4) and x.requires_grad is False
+    assert np.isnan(D.Categorical(logits=tt.tensor(lg)).mean.numpy()).all()  # torch's nan, one per batch element
     c = D.Categorical(logits=tt.tensor(lg)).sample((7,))
     assert c.shape == (7, 3) and c.dtype == np.int64 and 0 <= c.numpy().min() and c.numpy().max() < 5
     u = D.Uniform(0.0, 2.0).sample((100,)).numpy()

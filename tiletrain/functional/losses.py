@@ -22,6 +22,11 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss if reduction == "none" else reduce.mean(loss) if reduction == "mean" else reduce.sum(loss)
 
 
+def _reduction(what: str, reduction) -> None:
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+
+
 def _check(what: str, input, target, reduction) -> None:
     """input and target of one shape and dtype (any tilings: _like retiles target once every
     operand is checked), a known reduction."""
@@ -29,8 +34,7 @@ def _check(what: str, input, target, reduction) -> None:
     _float_tensor(target, what, "target")
     _same(what, input, target if target.tiles == input.tiles else _Retile(target, input.tiles),
           names=("input", "target"))
-    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
-        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+    _reduction(what, reduction)
 
 
 def _like(t: Tensor, x: Tensor) -> Tensor:
@@ -246,11 +250,6 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduct
         loss = sub(where(pos, mul(t, log(where(pos, t, 1.0))), 0.0), mul(t, input))
     out = _reduce(loss, red)
     return mul(out, 1.0 / input.shape[0]) if reduction == "batchmean" and input.ndim else out
-
-
-def _reduction(what: str, reduction) -> None:
-    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
-        raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
 
 
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,

@@ -323,9 +323,7 @@ def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False, rig
 
 def bucketize(input, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:
     """The bucket of each value among the 1-d sorted ``boundaries`` (torch's ``right`` rule)."""
-    b = _tensor(boundaries, "bucketize", "boundaries").numpy()
-    v = input.numpy() if isinstance(input, Tensor) else np.asarray(input)
-    return host_tensor(np.searchsorted(b, v, side="right" if right else "left"))
+    return searchsorted(_tensor(boundaries, "bucketize", "boundaries"), input, right=right)
 
 
 def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False):  # noqa: A002

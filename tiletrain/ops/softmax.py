@@ -26,7 +26,7 @@ from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy
 from ..tensors.tensor import known_within
 from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
-from .elementwise import mul, neg
+from .elementwise import add, mul, neg
 from .index import gather, index_select
 from .reduce import mean as _mean, sum as _total
 from .shape import permute, reshape, retile
@@ -173,7 +173,6 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
 def _soft_cross_entropy(x: Tensor, p: Tensor, weight, reduction: str, label_smoothing: float) -> Tensor:
     """-sum_c w_c p_c log_softmax(x)_c over the class dim (1; 0 unbatched); mean: over the
     samples (not the weights), as torch's probability targets."""
-    from .elementwise import add
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
     c = 1 if x.ndim >= 2 else 0
