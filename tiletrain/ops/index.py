@@ -24,7 +24,7 @@ from ..tensors.tensor import forget_value_range, is_float
 from .autograd import backward_rule, double_backward_rule, grad_enabled, record
 from .basic import _float_tensor, _tensor, copy
 from .creation import full, zeros
-from .elementwise import clamp, convert, div, eq, masked_fill, mul, where
+from .elementwise import clamp, convert, div, eq, host_tensor, masked_fill, mul, where
 from .shape import broadcast_to, cat, getitem, reshape, retile, unsqueeze
 
 _REDUCE_OPS = {"sum": 0, "amax": 1, "amin": 2, "assign": 3}
@@ -285,8 +285,7 @@ def index_select(input: Tensor, dim: int, index) -> Tensor:
         dim = _dim(dim, input.ndim, what)
         idx = _index(index, what, input.shape[dim] if input.ndim else 1)
         a = input.numpy()
-        out = a.copy() if input.ndim == 0 else np.take(a, idx.a, axis=dim)
-        return from_numpy(np.ascontiguousarray(out))
+        return host_tensor(a.copy() if input.ndim == 0 else np.take(a, idx.a, axis=dim))
     _float_tensor(input, what, "input")
     dim = _dim(dim, input.ndim, what)
     idx = _index(index, what, input.shape[dim] if input.ndim else 1)
