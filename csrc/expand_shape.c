@@ -280,6 +280,14 @@ int tt_copy_regions(tt_tensor *y, int ncopies, tt_tensor *const *xs, const int64
     return rc;
 }
 
+int tt_tensor_assume_written(tt_tensor *y)
+{
+    int rc = tt_check_tensor(y, "assume written");
+    if (rc == TT_OK)
+        y->written = 1;
+    return rc;
+}
+
 /* ---- views ----
  * Tiles are row-major blocks, so a reshape can share them when, in every group of axes that
  * the reshape merges or splits, the tile holds whole rows of all axes but the group's first:

@@ -218,6 +218,10 @@ int tt_tile_tasks(int kernel, const void *args, int64_t stride, int64_t ntasks, 
  * in part need y to hold data already. */
 int tt_copy_regions(tt_tensor *y, int ncopies, tt_tensor *const *xs, const int64_t *xstart, const int *xaxis,
                     const int64_t *step, const int64_t *ystart, const int64_t *ystep, const int64_t *count);
+/* y is taken as holding data although not every tile was written yet: a gradient assembled
+ * from disjoint parts of whole tiles (split's pieces), whose caller writes the tiles no part
+ * wrote (zeros) before anything reads them. */
+int tt_tensor_assume_written(tt_tensor *y);
 /* 1 and the view's tiles when x's tiles line up with `shape` (same size), else 0 */
 int tt_reshape_tiles(const tt_tensor *x, int ndim, const int64_t *shape, int64_t *tiles);
 /* Views: tensors made of x's tiles, no copy; freeing one frees no tile, so x must outlive it.

@@ -167,7 +167,8 @@ def _split_heads_bwd(node, g):
     # (the q, k and v parts of a fused projection fill it with no zero tile and no sum)
     return (PartialGradient(c["traits"], g.dtype, part, nparts,
                             write=lambda acc: heads_merge_part(g, part, nparts, acc),
-                            fill=lambda acc, mask: heads_fill_parts(acc, nparts, mask)),)
+                            fill=lambda acc, mask: heads_fill_parts(acc, nparts, mask),
+                            group=("split_heads", c["traits"], nparts)),)
 
 
 # Double backward: split_heads and merge_heads move elements (linear); each one's gradient is

@@ -487,14 +487,15 @@ class PartialGradient:
     writes each part straight into the input's pending gradient and zeroes only the blocks
     no part wrote, instead of one zero-padded tensor per part added together.
 
-    write(acc): write this part's tiles of acc (the others untouched); fill(acc, mask): zero
-    the blocks whose bit is not set in mask."""
+    write(acc): write this part's elements of acc (the others untouched); fill(acc, mask):
+    zero the blocks whose bit is not set in mask.  ``group``: the partition the parts belong
+    to (parts of different partitions of one input are not combined: summed densely)."""
 
-    __slots__ = ("traits", "dtype", "part", "nparts", "write", "fill")
+    __slots__ = ("traits", "dtype", "part", "nparts", "write", "fill", "group")
 
-    def __init__(self, traits, dtype, part: int, nparts: int, write, fill):
+    def __init__(self, traits, dtype, part: int, nparts: int, write, fill, group):
         self.traits, self.dtype, self.part, self.nparts = traits, dtype, part, nparts
-        self.write, self.fill = write, fill
+        self.write, self.fill, self.group = write, fill, group
 
     @property
     def shape(self):
@@ -567,7 +568,7 @@ def _run_backward(order, pending, placer, retain: bool = False) -> None:
                             pending[key] = placer.share(acc)
                             parts[key] = (1 << gi.part, gi)
                             continue
-                        elif (info is not None and not (info[0] >> gi.part) & 1
+                        elif (info is not None and info[1].group == gi.group and not (info[0] >> gi.part) & 1
                               and placer.exclusive(pending[key], refs=1)):
                             gi.write(pending[key])
                             parts[key] = (info[0] | (1 << gi.part), gi)

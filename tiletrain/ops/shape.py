@@ -39,10 +39,10 @@ import operator
 import numpy as np
 
 from ..runtime.context import nworkers
-from ..runtime.kernels import copy_regions, tensor_view, tile_view, view_tiles
+from ..runtime.kernels import assume_written, copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, bfloat16, float16
 from ..tensors.traits import DEFAULT_TILE
-from .autograd import backward_rule, double_backward_rule, record
+from .autograd import PartialGradient, backward_rule, double_backward_rule, record
 from .basic import _tensor, dim_alias
 from .creation import zeros
 
@@ -110,6 +110,15 @@ def _regions(xs, traits: TensorTraits, specs) -> Tensor:
 
 @backward_rule("region")
 def _region_bwd(node, g):
+    split = node.ctx.get("split")
+    if split is not None:  # one piece of split(): written into x's gradient by the engine
+        specs, pieces = split
+        traits = node.ctx["traits"][0]
+        inv = _inverse(node.ctx["specs"][0], traits.ndim)
+        return (PartialGradient(traits, g.dtype, node.ctx["part"], len(specs),
+                                write=lambda acc: _write_piece(acc, g, inv),
+                                fill=lambda acc, mask: _zero_pieces(acc, specs, pieces, mask),
+                                group=("split", traits, specs)),)
     grads = []
     for x, spec, traits in zip(node.inputs, node.ctx["specs"], node.ctx["traits"]):
         if x is None:
@@ -121,6 +130,20 @@ def _region_bwd(node, g):
         copy_regions(dx, [(g, *inv)])
         grads.append(dx)
     return tuple(grads)
+
+
+def _write_piece(acc: Tensor, g: Tensor, inv) -> None:
+    """A piece's gradient g into its tiles of acc: the engine zeroes the pieces no gradient
+    reached (_zero_pieces) before acc is read."""
+    copy_regions(acc, [(g, *inv)])
+    assume_written(acc)
+
+
+def _zero_pieces(acc: Tensor, specs, pieces, mask: int) -> None:
+    """Zero the pieces of acc (split's input) whose bit is not set in mask."""
+    ndim = acc.ndim
+    copy_regions(acc, [(zeros(p, dtype=acc.dtype), *_inverse(spec, ndim))
+                       for i, (spec, p) in enumerate(zip(specs, pieces)) if not (mask >> i) & 1])
 
 
 # Double backward: the region copy is linear, its gradient the inverse copy (region_bwd, a
@@ -572,7 +595,17 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]
             raise ValueError(f"{what}: split_size must be >= 1, got {size}")
         sizes = [min(size, n - s) for s in range(0, n, size)]
     starts = np.cumsum([0] + sizes[:-1]).tolist()
-    return tuple(_narrow(x, d, s, c) for s, c in zip(starts, sizes))
+    pieces = tuple(_narrow(x, d, s, c) for s, c in zip(starts, sizes))
+    nodes = [p._node for p in pieces]
+    if len(nodes) > 1 and all(n is not None and n.op == "region" for n in nodes) and \
+            all(s % x.tiles[d] == 0 for s in starts):
+        # the pieces' gradients are disjoint parts of x's, whole tiles of it: the engine writes
+        # each into x's gradient (a PartialGradient), no zero-padded tensor per piece and no
+        # sum of them
+        split_ctx = (tuple(n.ctx["specs"][0] for n in nodes), tuple(p.traits for p in pieces))
+        for i, n in enumerate(nodes):
+            n.ctx.update(split=split_ctx, part=i)
+    return pieces
 
 
 def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:

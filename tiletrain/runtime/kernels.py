@@ -148,6 +148,12 @@ def copy_regions(y, copies) -> None:
                               *i64[1:]))
 
 
+def assume_written(y) -> None:
+    """Take y as holding data before every tile is written (tt_tensor_assume_written): its
+    caller writes the rest before any read."""
+    check(lib.tt_tensor_assume_written(y._ptr))
+
+
 def view_tiles(x, shape) -> tuple[int, ...] | None:
     """The tiles of a view of x reshaped to ``shape`` when x's tiles line up with it, else None."""
     tiles = ffi.new("int64_t[]", max(len(shape), 1))
@@ -299,7 +305,7 @@ def spin(a, b, c, d, usec: int, sleep: bool, wmask: int) -> None:
                       int(bool(sleep)), int(wmask)))
 
 
-__all__ = ["run_cpu_body", "conv_halo_stats", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions",
+__all__ = ["run_cpu_body", "assume_written", "conv_halo_stats", "attention_bwd", "attention_decode", "attention_fwd", "copy_regions",
            "embedding_backward", "embedding_rows", "gemm", "gemm_bias", "gemm_bias_gelu", "heads_fill_parts", "heads_merge",
            "heads_merge_part", "heads_split", "kernel_id", "kernel_info", "kernel_names", "run_batch", "run_cast",
            "run_map", "run_norm", "run_span", "run_tasks", "spin", "sum_all", "tensor_view", "tile_view", "tile_view_as",
