@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+import preloaded
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
@@ -134,9 +136,8 @@ def test_python_examples_run(page, tmp_path):
     env.setdefault("STARPU_HOME", str(ROOT / "build" / "starpu-home-test"))
     env["MPLBACKEND"] = "Agg"
     try:
-        proc = subprocess.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json"),
-                               str(page)], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=PAGE_TIMEOUT_S)
+        proc = preloaded.run([tmp_path / "runner.py", tmp_path / "blocks.json", page], cwd=work, env=env,
+                             timeout=PAGE_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{_rel(page)}: the examples ran past {PAGE_TIMEOUT_S} s\n{e.stdout or ''}\n{e.stderr or ''}")
     assert proc.returncode == 0, (f"{_rel(page)}: an example failed (exit status {proc.returncode})\n"

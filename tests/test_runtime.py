@@ -7,6 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
+import preloaded
+
 import tiletrain as tt
 from tiletrain._ffi import check_versions
 
@@ -161,13 +163,11 @@ def test_ctrl_c_reaches_python():
 
 
 def test_cli_info():
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "info", "--ncpu", "1", "--sched", "eager"],
-                       capture_output=True, text=True, timeout=120)
+    r = preloaded.run(["-m", "tiletrain", "info", "--ncpu", "1", "--sched", "eager"], timeout=120)
     assert r.returncode == 0, r.stderr
     for word in ("StarPU", "scheduler      eager", "workers        1", "CPU 0", "gemm", "memory nodes"):
         assert word in r.stdout
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "info", "--sched", "nope"],
-                       capture_output=True, text=True, timeout=120)
+    r = preloaded.run(["-m", "tiletrain", "info", "--sched", "nope"], timeout=120)
     assert r.returncode == 2 and "unknown scheduling policy" in r.stderr
 
 

@@ -4,11 +4,11 @@ carry per-tensor checksums; stale temporaries go; --stop-after exits 0."""
 import contextlib
 import errno
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+import preloaded
 
 from tiletrain import checkpoint as ck
 from tiletrain.train import TrainArgs, train
@@ -21,7 +21,7 @@ TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "16", 
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tiletrain", *args], capture_output=True, text=True, timeout=300)
+    return preloaded.run(["-m", "tiletrain", *args], timeout=300)
 
 
 def _train(corpus, *args):

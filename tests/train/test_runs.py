@@ -14,6 +14,9 @@ import sys
 
 import numpy as np
 import pytest
+
+import preloaded
+
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 from train_helpers import cli_here, tiny_args
@@ -229,25 +232,22 @@ def test_cli_run_dir_no_tensorboard_and_a_second_run_refused(corpus, tmp_path):
     tiny = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "16", "--batch", "2", "--steps", "2",
             "--eval-every", "0", "--sample-tokens", "0", "--no-progress"]
     d = tmp_path / "r"
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--data", corpus, *tiny, "--run-dir", str(d),
-                        "--no-tensorboard"], capture_output=True, text=True, timeout=300)
+    r = preloaded.run(["-m", "tiletrain", "train", "--data", corpus, *tiny, "--run-dir", str(d),
+                        "--no-tensorboard"], timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"run: {d}" in r.stdout
     assert sorted(p.name for p in d.iterdir()) == ["metrics.jsonl", "run.json"]
     assert [ln["step"] for ln in read_metrics(d)] == [1, 2]
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--data", corpus, *tiny, "--run-dir", str(d)],
-                       capture_output=True, text=True, timeout=300)
+    r = preloaded.run(["-m", "tiletrain", "train", "--data", corpus, *tiny, "--run-dir", str(d)], timeout=300)
     assert r.returncode == 2 and "already holds the metrics of a run" in r.stderr and "--overwrite" in r.stderr
     assert "model:" not in r.stdout
     c = tmp_path / "ck"  # a --ckpt-dir whose run was killed before its first checkpoint: started over
     c.mkdir()
     (c / "metrics.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--data", corpus, *tiny, "--ckpt-dir", str(c)],
-                       capture_output=True, text=True, timeout=300)
+    r = preloaded.run(["-m", "tiletrain", "train", "--data", corpus, *tiny, "--ckpt-dir", str(c)], timeout=300)
     assert r.returncode == 0 and "stopped before its first checkpoint: starting over" in r.stdout, r.stderr
     assert [ln["step"] for ln in read_metrics(c)] == [1, 2] and read_metrics(c)[0]["train_loss"] != 9.0
-    r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--data", corpus, *tiny, "--trace-step", "3"],
-                       capture_output=True, text=True, timeout=300)
+    r = preloaded.run(["-m", "tiletrain", "train", "--data", corpus, *tiny, "--trace-step", "3"], timeout=300)
     assert r.returncode == 2 and "--trace-step 3 is beyond --steps 2" in r.stderr
 
 

@@ -7,6 +7,9 @@ import time
 
 import numpy as np
 import pytest
+
+import preloaded
+
 from train_helpers import tiny_args as _args
 
 from tiletrain import checkpoint as ck
@@ -63,8 +66,7 @@ def test_bad_input(corpus, tmp_path):
 
 
 def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "tiletrain", *args], capture_output=True, text=True,
-                          timeout=300, **kw)
+    return preloaded.run(["-m", "tiletrain", *args], timeout=300, **kw)
 
 
 def test_cli_train_and_generate(corpus, tmp_path):
