@@ -235,3 +235,27 @@ def test_fold_bad_input_raises_torchs_errors(shape, args, kw, error, match):
         TF.fold(torch.zeros(shape), *args, **kw)  # torch raises the same type
     with pytest.raises(error, match=match):
         F.fold(tt.zeros(shape), *args, **kw)
+
+
+def test_odd_tilings_and_fold_double_backward_equal_torch():
+    """Tiling is never a correctness rule: log_probs, targets and fold's input in odd tilings;
+    fold's gradient is itself differentiable (create_graph), as torch's."""
+    import tiletrain.autograd
+    lp = _log_probs(12, 4, 5, seed=8)
+    a, b = torch.tensor(lp, requires_grad=True), tt.tensor(lp, requires_grad=True, tiles=(5, 3, 2))
+    la = TF.ctc_loss(a, torch.tensor(TARGETS), T_LENS, S_LENS)
+    lb = F.ctc_loss(b, tt.tensor(TARGETS, tiles=(3, 2)), T_LENS, S_LENS)
+    la.backward()
+    lb.backward()
+    np.testing.assert_allclose(lb.item(), la.item(), rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-10, atol=1e-12)
+    x = np.random.default_rng(0).standard_normal((2, 12, 12))
+    a, b = torch.tensor(x, requires_grad=True), tt.tensor(x, requires_grad=True, tiles=(1, 5, 7))
+    ya, yb = TF.fold(a, (4, 5), 2), F.fold(b, (4, 5), 2)
+    np.testing.assert_allclose(yb.numpy(), ya.detach().numpy(), rtol=1e-12)
+    ga, = torch.autograd.grad((ya * ya).sum(), [a], create_graph=True)
+    gb, = tiletrain.autograd.grad((yb * yb).sum(), [b], create_graph=True)
+    np.testing.assert_allclose(gb.numpy(), ga.detach().numpy(), rtol=1e-12)
+    (ga * ga).sum().backward()
+    (gb * gb).sum().backward()
+    np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-12)

@@ -3,7 +3,8 @@ binary_cross_entropy_with_logits (cross_entropy lives in tiletrain/ops/softmax.p
 
 Each is element-wise kernels (kernels.def, `# --- reductions`: absdiff, bce_logits and their
 backward kernels) followed by tiletrain/ops/reduce.py's mean or sum.  input and target have one
-shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
+shape and tiling (torch broadcasts them with a warning; tiletrain refuses).  ctc_loss is a
+composition of recorded ops (its alpha recursion, one step per time step)."""
 from __future__ import annotations
 
 import numbers

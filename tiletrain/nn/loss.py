@@ -7,7 +7,8 @@ from .. import functional as F
 from ..tensors import Tensor
 from .module import Module
 
-__all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss",
+__all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss",
+           "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss",
            "L1Loss", "MSELoss", "MarginRankingLoss", "NLLLoss", "PoissonNLLLoss", "SmoothL1Loss", "TripletMarginLoss"]
 
 
