@@ -259,3 +259,25 @@ def test_odd_tilings_and_fold_double_backward_equal_torch():
     (ga * ga).sum().backward()
     (gb * gb).sum().backward()
     np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_with_minus_infinite_log_probs_equals_torch(zero_infinity):
+    """log_probs of exactly -inf: a label never emitted makes its sequence impossible (inf, or 0
+    with zero_infinity, as torch); a lone -inf entry on a possible path leaves a finite loss.
+    The gradients are torch's, except at a lone -inf entry where torch's is NaN (0/0) and
+    tiletrain's is the derivative, 0."""
+    lp = _log_probs(12, 4, 5, seed=5)
+    lp[:, 0, 1] = -np.inf  # sequence 0 (1 2 2 3) needs label 1
+    lp[3, 1, 2] = -np.inf
+    a, b = torch.tensor(lp, requires_grad=True), tt.tensor(lp, requires_grad=True)
+    la = TF.ctc_loss(a, torch.tensor(TARGETS), T_LENS, S_LENS, reduction="none", zero_infinity=zero_infinity)
+    lb = F.ctc_loss(b, tt.tensor(TARGETS), T_LENS, S_LENS, reduction="none", zero_infinity=zero_infinity)
+    np.testing.assert_allclose(lb.numpy(), la.detach().numpy(), rtol=1e-10)
+    la.sum().backward()
+    lb.sum().backward()
+    ga, gb = a.grad.numpy(), b.grad.numpy()
+    lone = np.zeros(ga.shape, bool)
+    lone[3, 1, 2] = True
+    assert np.isnan(ga[lone]).all() and (gb[lone] == 0).all()
+    np.testing.assert_allclose(gb[~lone], ga[~lone], rtol=1e-10, atol=1e-12)

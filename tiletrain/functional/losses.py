@@ -360,7 +360,11 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
     posterior of each label, on the first input_lengths steps; 0 after them).  An impossible
     alignment (input too short) gives an infinite loss and NaN gradients on its steps, as
     torch; zero_infinity=True makes it 0 with a zero gradient.  reduction "mean" divides each
-    loss by its target length (at least 1), then averages over the batch."""
+    loss by its target length (at least 1), then averages over the batch.  Targets equal to
+    blank (torch documents them as not allowed) are ordinary labels; as the last label, their
+    gradient at the last step is the derivative, where torch's drops one of two terms; a lone
+    -inf log-probability gets gradient 0 where torch's is NaN.  Label values outside [0, C)
+    raise (torch does not check them)."""
     from ..ops.creation import full
     from ..ops.elementwise import add, div, exp, gt, le, log, where
     from ..ops.index import gather
