@@ -1,7 +1,7 @@
 """torch.nn.functional's activations and helpers that are compositions of other ops (their
 gradients, double backward included, come from the ops they are made of): logsigmoid, mish,
 softsign, tanhshrink, glu, prelu, softmin, normalize, cosine_similarity, constant padding (pad),
-group_norm, instance_norm, interpolate and scaled_dot_product_attention's masked, dropout and
+group_norm, instance_norm, unfold and fold, interpolate and scaled_dot_product_attention's masked, dropout and
 cross-attention forms (the fused kernels otherwise).  The element-wise activations with kernels of their own (leaky_relu,
 elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..ops.softmax import softmax
 from ..ops.creation import full
 from ..tensors import Tensor
 
-__all__ = ["cosine_similarity", "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
+__all__ = ["cosine_similarity", "fold", "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
            "normalize", "pad", "pixel_shuffle", "pixel_unshuffle", "prelu", "unfold",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 
@@ -131,6 +131,70 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     n, c, oh, ow = y.shape[:4]
     y = reshape(permute(y, 0, 1, 4, 5, 2, 3), (n, c * kh * kw, oh * ow))
     return y if input.ndim == 4 else reshape(y, y.shape[1:])
+
+
+def _pair(v, what: str, name: str) -> tuple:
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return (int(v), int(v))
+    if isinstance(v, (tuple, list)) and len(v) == 2 and all(
+            isinstance(u, numbers.Integral) and not isinstance(u, bool) for u in v):
+        return (int(v[0]), int(v[1]))
+    if isinstance(v, (tuple, list)) and len(v) != 2:
+        raise RuntimeError(f"It is expected {name} equals to 2, but got size {len(v)}")
+    raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {v!r}")
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """torch.nn.functional.fold (col2im), the adjoint of unfold: (N, C kh kw, L) or (C kh kw, L)
+    columns summed into (N, C, H, W) or (C, H, W), overlapping blocks adding up.  Composed of one
+    index_add of the columns into the padded output (flattened), then a crop: differentiable."""
+    from ..ops.creation import zeros
+    from ..ops.index import index_add
+    from ..ops.shape import unsqueeze
+    from ..ops.basic import _float_tensor
+    what = "fold"
+    _float_tensor(input, what, "input")
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (
+        _pair(v, what, name) for v, name in ((output_size, "output_size"), (kernel_size, "kernel_size"),
+                                             (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
+    if kh <= 0 or kw <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kernel_height: {kh} kernel_width: {kw}")
+    if sh <= 0 or sw <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got stride_height: {sh} stride_width: {sw}")
+    if dh <= 0 or dw <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilation_height: {dh} "
+                           f"dilation_width: {dw}")
+    if ph < 0 or pw < 0:
+        raise RuntimeError(f"padding should be non-negative, but got pad_height: {ph} pad_width: {pw}")
+    if input.ndim not in (2, 3):
+        raise RuntimeError("Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero "
+                           f"dimensions for input, but got: {list(input.shape)}")
+    x = input if input.ndim == 3 else unsqueeze(input, 0)
+    n, ckk, cols = x.shape
+    if ckk % (kh * kw):
+        raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the product of kernel_size, but "
+                           f"got input.size(1)={ckk} and kernel_size=({kh}, {kw})")
+    bh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    bw = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if cols != bh * bw:
+        raise RuntimeError(f"Given output_size=({h}, {w}), kernel_size=({kh}, {kw}), dilation=({dh}, {dw}), "
+                           f"padding=({ph}, {pw}), stride=({sh}, {sw}), expected size of input's dimension 2 to match "
+                           f"the calculated number of sliding blocks {bh} * {bw} = {bh * bw}, but got "
+                           f"input.size(2)={cols}.")
+    if bh < 1 or bw < 1:
+        raise RuntimeError(f"Given output_size=({h}, {w}), kernel_size=({kh}, {kw}), dilation=({dh}, {dw}), "
+                           f"padding=({ph}, {pw}), stride=({sh}, {sw}), calculated shape of the array of sliding "
+                           f"blocks as ({bh}, {bw}), but its components must be at least one.")
+    c = ckk // (kh * kw)
+    hp, wp = h + 2 * ph, w + 2 * pw
+    # column (c, ki, kj) of block (i, j) lands at (i sh + ki dh, j sw + kj dw) of the padded output
+    ki, kj, i, j = np.meshgrid(np.arange(kh), np.arange(kw), np.arange(bh), np.arange(bw), indexing="ij")
+    idx = ((i * sh + ki * dh) * wp + j * sw + kj * dw).reshape(-1).astype(np.int64)
+    y = index_add(zeros((n, c, hp * wp), dtype=x.dtype), 2, idx, reshape(x, (n, c, kh * kw * cols)))
+    y = reshape(y, (n, c, hp, wp))
+    if ph or pw:
+        y = index_get(y, (slice(None), slice(None), slice(ph, ph + h), slice(pw, pw + w)))
+    return y if input.ndim == 3 else reshape(y, y.shape[1:])
 
 
 def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002

@@ -3,8 +3,13 @@ binary_cross_entropy_with_logits (cross_entropy lives in tiletrain/ops/softmax.p
 
 Each is element-wise kernels (kernels.def, `# --- reductions`: absdiff, bce_logits and their
 backward kernels) followed by tiletrain/ops/reduce.py's mean or sum.  input and target have one
-shape and tiling (torch broadcasts them with a warning; tiletrain refuses)."""
+shape and tiling (torch broadcasts them with a warning; tiletrain refuses).  ctc_loss is a
+composition of recorded ops (its alpha recursion, one step per time step)."""
 from __future__ import annotations
+
+import numbers
+
+import numpy as np
 
 from ..ops import reduce
 from ..ops.reduce import norm as _norm, sum as _sum  # (the losses' `reduce` argument hides the module)
@@ -316,5 +321,145 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full
     return _reduce(loss, reduction)
 
 
-__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_embedding_loss", "huber_loss", "kl_div",
+_CTC_NEG = -1e30  # "log 0" of the alpha recursion: finite, so no inf - inf and no NaN gradient
+
+
+def _ctc_lengths(lengths, name: str, n: int, bound: int | None) -> np.ndarray:
+    """input_lengths / target_lengths: a tuple or list of ints or an integer tensor, one per
+    batch element, checked as torch checks them."""
+    if isinstance(lengths, Tensor):
+        if lengths.dtype not in (np.int64, np.int32):
+            raise RuntimeError(f"ctc_loss: {name} must be an integer tensor, got {lengths.dtype}")
+        a = np.asarray(lengths.numpy(), dtype=np.int64).reshape(-1)
+    elif isinstance(lengths, (tuple, list)) and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in lengths):
+        a = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    else:
+        raise TypeError(f"ctc_loss: {name} must be a tuple or list of ints or an integer tensor, "
+                        f"got {type(lengths).__name__}")
+    if len(a) != n:
+        raise RuntimeError(f"{name} must be of size batch_size")
+    if len(a) and a.min() < 0:
+        raise RuntimeError(f"Expected {name} to have value at least 0, but got value {int(a.min())}")
+    if bound is not None and len(a) and a.max() > bound:
+        raise RuntimeError(f"Expected {name} to have value at most {bound}, but got value {int(a.max())}")
+    return a
+
+
+def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, blank: int = 0,
+             reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
+    """torch.nn.functional.ctc_loss: the connectionist temporal classification loss
+    -log p(target | log_probs) of (T, N, C) log_probs (or (T, C), unbatched), targets padded
+    (N, S) or concatenated 1-D, lengths as tuples/lists of ints or integer tensors.
+
+    The alpha (forward) recursion over the extended labels (blank, l1, blank, ..., blank) is
+    composed in log space of recorded ops (gather, cat, where, logsumexp), one step per time
+    step, so autograd gives the gradient: T steps of a few small ops each, fine for T up to a
+    few hundred (longer inputs submit thousands of small tasks).  The gradient with respect to
+    log_probs is torch's: as if they were the logits of a log_softmax (exp(log_probs) minus the
+    posterior of each label, on the first input_lengths steps; 0 after them).  An impossible
+    alignment (input too short) gives an infinite loss and NaN gradients on its steps, as
+    torch; zero_infinity=True makes it 0 with a zero gradient.  reduction "mean" divides each
+    loss by its target length (at least 1), then averages over the batch.  Targets equal to
+    blank (torch documents them as not allowed) are ordinary labels; as the last label, their
+    gradient at the last step is the derivative, where torch's drops one of two terms; a lone
+    -inf log-probability gets gradient 0 where torch's is NaN.  Label values outside [0, C)
+    raise (torch does not check them)."""
+    from ..ops.creation import full
+    from ..ops.elementwise import add, div, exp, gt, le, log, where
+    from ..ops.index import gather
+    from ..ops.reduce import logsumexp
+    from ..ops.shape import cat, stack, unsqueeze
+    from ..tensors import from_numpy
+
+    what = "ctc_loss"
+    _reduction(what, reduction)
+    if not isinstance(log_probs, Tensor):
+        raise TypeError(f"{what}: log_probs must be a tiletrain Tensor, got {type(log_probs).__name__}")
+    if not isinstance(targets, Tensor):
+        raise TypeError(f"{what}: targets must be a tiletrain Tensor, got {type(targets).__name__}")
+    if np.dtype(log_probs.dtype) not in (np.float32, np.float64):
+        raise RuntimeError(f"{what}: log_probs must be float32 or float64, got {log_probs.dtype}")
+    if log_probs.ndim not in (2, 3):
+        raise RuntimeError(f"{what}: log_probs must be (T, N, C) or, unbatched, (T, C); got shape "
+                           f"{tuple(log_probs.shape)}")
+    batched = log_probs.ndim == 3
+    lp = log_probs if batched else unsqueeze(log_probs, 1)
+    t_max, n, c = lp.shape
+    if not isinstance(blank, numbers.Integral) or not 0 <= blank < c:
+        raise RuntimeError("blank must be in label range")
+    il = _ctc_lengths(input_lengths, "input_lengths", n, t_max)
+    tl = _ctc_lengths(target_lengths, "target_lengths", n, None)
+    if targets.ndim not in (1, 2):
+        raise RuntimeError(f"Expected 1 to 2 dimensions, but got {targets.ndim}-dimensional tensor for argument #2 "
+                           "'targets'")
+    tg = np.asarray(targets.numpy()).astype(np.int64)
+    s_max = int(tl.max()) if n else 0
+    lab = np.zeros((n, s_max), dtype=np.int64)
+    if tg.ndim == 2:  # padded, one row per batch element
+        if tg.shape[0] != n:
+            raise RuntimeError(f"Expected tensor to have size {n} at dimension 0, but got size {tg.shape[0]} for "
+                               "argument #2 'targets'")
+        if tg.shape[1] < s_max:
+            raise RuntimeError(f"Expected tensor to have size at least {s_max} at dimension 1, but got size "
+                               f"{tg.shape[1]} for argument #2 'targets'")
+        for b in range(n):
+            lab[b, :tl[b]] = tg[b, :tl[b]]
+    else:  # concatenated (unbatched too), exactly the target lengths' sum
+        if tg.shape[0] != int(tl.sum()):
+            raise RuntimeError(f"Expected tensor to have size {int(tl.sum())} at dimension 0, but got size "
+                               f"{tg.shape[0]} for argument #2 'targets'")
+        off = np.concatenate([[0], np.cumsum(tl)])
+        for b in range(n):
+            lab[b, :tl[b]] = tg[off[b]:off[b + 1]]
+    used = np.arange(s_max)[None, :] < tl[:, None]
+    if (used & ((lab < 0) | (lab >= c))).any():
+        bad = lab[used & ((lab < 0) | (lab >= c))][0]
+        raise RuntimeError(f"{what}: target value {int(bad)} is out of range for {c} classes")
+
+    # extended labels: blank, l1, blank, l2, ..., blank (K = 2 S + 1); a skip from s - 2 is
+    # allowed onto a label that differs from the label before it
+    k = 2 * s_max + 1
+    ext = np.full((n, k), blank, dtype=np.int64)
+    ext[:, 1::2] = lab
+    skip = np.zeros((n, k), dtype=bool)
+    skip[:, 3::2] = ext[:, 3::2] != ext[:, 1:-2:2]
+    lp_ext = gather(lp, 2, np.ascontiguousarray(np.broadcast_to(ext, (t_max, n, k))))  # (T, N, K)
+    dt = lp.dtype
+    neg1 = full((n, 1), _CTC_NEG, dtype=dt)
+    alpha = from_numpy(np.where(np.arange(k) == 0, 0.0, _CTC_NEG)[None].repeat(n, 0).astype(dt))
+    skip_t = from_numpy(skip) if k >= 3 and skip.any() else None
+    steps = int(il.max()) if n else 0
+    for t in range(steps):
+        parts = [alpha]
+        if k >= 2:
+            parts.append(cat([neg1, alpha[:, :k - 1]], 1))
+        if skip_t is not None:
+            parts.append(where(skip_t, cat([neg1, neg1, alpha[:, :k - 2]], 1), _CTC_NEG))
+        new = add(logsumexp(stack(parts, 2), 2), lp_ext[t])
+        live = il > t
+        alpha = new if live.all() else where(from_numpy(live[:, None].copy()), new, alpha)
+    # log p = logsumexp(alpha[2 L], alpha[2 L - 1]) (the latter when L > 0)
+    last = np.stack([2 * tl, np.maximum(2 * tl - 1, 0)], 1)
+    ends = gather(alpha, 1, last)
+    ends = where(from_numpy(np.stack([np.ones(n, bool), tl > 0], 1)), ends, _CTC_NEG)
+    nll = neg(logsumexp(ends, 1))
+    # torch's gradient adds exp(log_probs) on the live steps: a term whose value is exactly 0
+    live = from_numpy((np.arange(t_max)[:, None] < il[None, :])[:, :, None].copy())
+    e = _sum(where(live, exp(lp), 0.0), (0, 2))  # (where: the steps after the input get 0, never 0 NaN)
+    loss = add(nll, sub(e, e.detach()))
+    impossible = gt(nll, -_CTC_NEG / 2)
+    if zero_infinity:
+        loss = where(impossible, 0.0, loss)
+    else:  # inf, and NaN gradients on the live steps, as torch: -log(0 e) is inf, its gradient 0 / 0
+        loss = where(impossible, neg(log(mul(e, le(nll, -_CTC_NEG / 2).to(dt)))), loss)
+    if reduction == "mean":
+        return reduce.mean(div(loss, from_numpy(np.maximum(tl, 1).astype(dt))))
+    if reduction == "sum":
+        return _sum(loss)
+    return loss if batched else loss.reshape(())
+
+
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_embedding_loss", "ctc_loss",
+           "huber_loss", "kl_div",
            "l1_loss", "margin_ranking_loss", "mse_loss", "poisson_nll_loss", "smooth_l1_loss", "triplet_margin_loss"]

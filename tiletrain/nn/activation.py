@@ -227,6 +227,18 @@ class Unfold(Module):
         return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
 
 
+class Fold(Module):
+    """torch.nn.Fold(output_size, kernel_size, dilation=1, padding=0, stride=1): F.fold."""
+
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.output_size, self.kernel_size = output_size, kernel_size
+        self.dilation, self.padding, self.stride = dilation, padding, stride
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+
 class Identity(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return input
@@ -246,7 +258,7 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
-__all__ = ["CELU", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "CosineSimilarity", "ELU", "Flatten",
+__all__ = ["CELU", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "CosineSimilarity", "ELU", "Flatten", "Fold",
            "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "Identity", "LeakyReLU", "LogSigmoid",
            "LogSoftmax", "Mish", "PReLU", "PixelShuffle", "PixelUnshuffle", "ReLU", "ReLU6", "SELU", "SiLU",
            "Sigmoid", "Softmax", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Unflatten",
