@@ -287,3 +287,85 @@ def test_embedding_bag_refuses_what_torch_refuses_and_what_it_does_not_support()
         nn.EmbeddingBag(V, C, padding_idx=-V - 1)
     m = nn.EmbeddingBag.from_pretrained(w, mode="sum")
     assert not m.weight.requires_grad and m(ids2).shape == (3, C)
+
+
+# ---- weight_norm ---------------------------------------------------------------------------------
+
+LAYERS = {
+    "Linear": (lambda M: M.nn.Linear(5, 3), (4, 5)),
+    "Conv1d": (lambda M: M.nn.Conv1d(2, 3, 3), (2, 2, 7)),
+    "Conv2d": (lambda M: M.nn.Conv2d(2, 4, 3, padding=1), (2, 2, 5, 5)),
+}
+
+
+def _wrapped_pair(layer, wrap, dim):
+    build, _ = LAYERS[layer]
+    mt, mtt = build(torch).double(), build(tt).double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        _copy_params(mt, mtt)            # the same weights before wrapping: g and v follow from them
+        wrap(torch)(mt, dim=dim)
+        wrap(tt)(mtt, dim=dim)
+    return mt, mtt
+
+
+def _train_steps(mt, mtt, shape, steps=3):
+    """Forward, backward and an SGD step, a few times: outputs and every gradient equal."""
+    x = np.random.default_rng(8).standard_normal(shape)
+    ot, ott = torch.optim.SGD(mt.parameters(), lr=0.05), tt.optim.SGD(mtt.parameters(), lr=0.05)
+    for _ in range(steps):
+        ot.zero_grad()
+        ott.zero_grad()
+        ya, yb = mt(torch.tensor(x)), mtt(tt.tensor(x))
+        np.testing.assert_allclose(yb.numpy(), ya.detach().numpy(), rtol=1e-12, atol=1e-14)
+        (ya ** 2).mean().backward()
+        (yb ** 2).mean().backward()
+        _grads_equal(mt, mtt)
+        ot.step()
+        ott.step()
+
+
+@pytest.mark.parametrize("dim", [0, 1, None, -2], ids=["dim0", "dim1", "whole", "dim-2"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_weight_norm_hook_form_equals_torch(layer, dim):
+    mt, mtt = _wrapped_pair(layer, lambda M: M.nn.utils.weight_norm, dim)
+    assert list(mtt.state_dict()) == list(mt.state_dict())
+    assert [k for k in mtt.state_dict() if k.startswith("weight")] == ["weight_g", "weight_v"]
+    for k, v in mt.state_dict().items():
+        np.testing.assert_allclose(mtt.state_dict()[k], v.numpy(), rtol=1e-12, atol=1e-14, err_msg=k)
+    _train_steps(mt, mtt, LAYERS[layer][1])
+    torch.nn.utils.remove_weight_norm(mt)
+    tt.nn.utils.remove_weight_norm(mtt)
+    assert list(mtt.state_dict()) == list(mt.state_dict())
+    assert isinstance(mtt.weight, nn.Parameter)
+    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
+    _train_steps(mt, mtt, LAYERS[layer][1], steps=1)
+
+
+@pytest.mark.parametrize("dim", [0, None], ids=["dim0", "whole"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_weight_norm_parametrization_equals_torch(layer, dim):
+    mt, mtt = _wrapped_pair(layer, lambda M: M.nn.utils.parametrizations.weight_norm, dim)
+    assert list(mtt.state_dict()) == list(mt.state_dict())
+    assert type(mtt).__name__ == type(mt).__name__ == f"Parametrized{layer}"
+    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
+    _train_steps(mt, mtt, LAYERS[layer][1])
+    for M, m in ((torch, mt), (tt, mtt)):
+        M.nn.utils.parametrize.remove_parametrizations(m, "weight")
+    assert type(mtt).__name__ == layer and list(mtt.state_dict()) == list(mt.state_dict())
+    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_weight_norm_refuses_what_torch_refuses():
+    m = nn.Linear(3, 2)
+    with pytest.warns(FutureWarning, match="parametrizations.weight_norm"):
+        nn.utils.weight_norm(m)
+    with pytest.raises(RuntimeError, match="Cannot register two weight_norm hooks on the same parameter weight"), \
+            pytest.warns(FutureWarning):
+        nn.utils.weight_norm(m)
+    with pytest.raises(ValueError, match="weight_norm of 'bias' not found"):
+        nn.utils.remove_weight_norm(m, "bias")
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        nn.utils.parametrizations.weight_norm(nn.Linear(3, 2), dim=2)
+    with pytest.raises(AttributeError, match="has no parameter 'kernel'"):
+        nn.utils.parametrizations.weight_norm(nn.Linear(3, 2), name="kernel")
