@@ -154,6 +154,17 @@ def test_chained_scheduler_refuses_what_torch_refuses():
         tt.optim.lr_scheduler.ChainedScheduler([s1, s2])
     with pytest.raises(ValueError, match="ReduceLROnPlateau"):
         tt.optim.lr_scheduler.ChainedScheduler([s1, tt.optim.lr_scheduler.ReduceLROnPlateau(o1)])
+    lrs = []
+    for M in (torch, tt):   # optimizer=None: the first scheduler's
+        o = M.optim.SGD([M.zeros(2, requires_grad=True)], lr=0.1)
+        chained = M.optim.lr_scheduler.ChainedScheduler([M.optim.lr_scheduler.ExponentialLR(o, 0.9),
+                                                         M.optim.lr_scheduler.StepLR(o, 2, 0.5)])
+        assert chained.optimizer is o
+        for _ in range(5):
+            o.step()
+            chained.step()
+            lrs.append(chained.get_last_lr())
+    assert lrs[5:] == lrs[:5]
 
 
 # ---- Bilinear ------------------------------------------------------------------------------------
@@ -252,6 +263,26 @@ def test_embedding_bag_module_equals_torch(kw):
     _grads_equal(mt, mtt)
     np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12)  # max_norm's renorm
     assert repr(mtt) == repr(mt)
+
+
+def test_bilinear_and_embedding_bag_take_odd_tilings():
+    """Operands split into tiles with a smaller last tile give torch's values and gradients."""
+    rng = np.random.default_rng(10)
+    x1, x2, w, b = (rng.standard_normal(s) for s in ((7, 5), (7, 3), (4, 5, 3), (4,)))
+    tiles = [(3, 2), (3, 2), (3, 2, 2), (3,)]
+    A = [torch.tensor(a, requires_grad=True) for a in (x1, x2, w, b)]
+    B = [tt.from_numpy(a, t).requires_grad_() for a, t in zip((x1, x2, w, b), tiles)]
+    ya, yb = TF.bilinear(*A), F.bilinear(*B)
+    table = rng.standard_normal((V, C))
+    ta, tb = torch.tensor(table, requires_grad=True), tt.from_numpy(table, (4, 3)).requires_grad_()
+    ea = TF.embedding_bag(torch.tensor(IDS_1D), ta, torch.tensor(OFFSETS), mode="max")
+    eb = F.embedding_bag(tt.tensor(IDS_1D), tb, tt.tensor(OFFSETS), mode="max")
+    for u, v in ((ya, yb), (ea, eb)):
+        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12, atol=1e-14)
+    ((ya ** 2).sum() + (ea ** 3).sum()).backward()
+    ((yb ** 2).sum() + (eb ** 3).sum()).backward()
+    for u, v in zip(A + [ta], B + [tb]):
+        np.testing.assert_allclose(v.grad.numpy(), u.grad.numpy(), rtol=1e-12, atol=1e-14)
 
 
 def test_embedding_bag_refuses_what_torch_refuses_and_what_it_does_not_support():

@@ -22,7 +22,8 @@ from ..ops.creation import full
 from ..ops.basic import _tensor
 from ..tensors import Tensor
 
-__all__ = ["bilinear", "cosine_similarity", "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
+__all__ = ["bilinear", "cosine_similarity",
+           "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
            "normalize", "pad", "pixel_shuffle", "pixel_unshuffle", "prelu", "unfold",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
 

@@ -30,7 +30,8 @@ from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter,
 from .pretrained import MODELS, from_pretrained, load_model, register_model, save_pretrained
 
 __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
-           "Embedding", "EmbeddingBag", "Bilinear", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
+           "Embedding", "EmbeddingBag", "Bilinear",
+           "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D",
            "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "GroupNorm",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",

@@ -18,7 +18,8 @@ from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
 
-__all__ = ["Bilinear", "Conv1D", "EmbeddingBag", "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
+__all__ = ["Bilinear", "Conv1D", "EmbeddingBag",
+           "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
 
 _default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
 

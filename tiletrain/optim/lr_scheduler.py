@@ -1,7 +1,8 @@
 """torch.optim.lr_scheduler: LambdaLR, StepLR, CosineAnnealingLR, LinearLR, SequentialLR,
-OneCycleLR, CyclicLR, ChainedScheduler and the others below, with torch's arguments, defaults and numerics (the same recurrences, so the
-learning rates agree with torch's to the last bit): each sets ``group["lr"]`` of the
-optimizer's parameter groups, which the next ``optimizer.step()`` reads."""
+OneCycleLR, CyclicLR, ChainedScheduler and the others below, with torch's arguments,
+defaults and numerics (the same recurrences, so the learning rates agree with torch's to
+the last bit): each sets ``group["lr"]`` of the optimizer's parameter groups, which the next
+``optimizer.step()`` reads."""
 from __future__ import annotations
 
 import math

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..module import Module
 from .parametrize import register_parametrization
-from .weight_norm import _dim, norm_except_dim, weight_norm_of
+from .weight_norm import norm_dim, norm_except_dim, weight_norm_of
 
 __all__ = ["weight_norm"]
 
@@ -30,5 +30,5 @@ def weight_norm(module: Module, name: str = "weight", dim=0) -> Module:
     weight = module._parameters.get(name) if isinstance(module, Module) else None
     if weight is None:
         raise AttributeError(f"weight_norm: {type(module).__name__} has no parameter {name!r}")
-    register_parametrization(module, name, _WeightNorm(_dim(dim, weight)), unsafe=True)
+    register_parametrization(module, name, _WeightNorm(norm_dim(dim, weight)), unsafe=True)
     return module

@@ -2,7 +2,7 @@
 parameter ``name`` becomes ``name_g`` (its norm over every dimension but ``dim``) and
 ``name_v`` (its direction), and ``name = v * (g / ||v||)`` is recomputed from them with
 recorded ops before each forward, so their gradients come from those ops.
-``norm_except_dim`` and ``weight_norm_of`` are the two formulas, shared with
+``norm_dim``, ``norm_except_dim`` and ``weight_norm_of`` (the formulas) are shared with
 tiletrain.nn.utils.parametrizations.weight_norm."""
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from ...ops.reduce import norm
 from ...tensors import Tensor
 from ..module import Module, Parameter
 
-__all__ = ["WeightNorm", "weight_norm", "remove_weight_norm", "norm_except_dim", "weight_norm_of"]
+__all__ = ["WeightNorm", "weight_norm", "remove_weight_norm", "norm_dim", "norm_except_dim", "weight_norm_of"]
 
 
-def _dim(dim, v: Tensor) -> int:
+def norm_dim(dim, v: Tensor) -> int:
     """torch's dim of weight norm: None and -1 mean the norm of the whole tensor (-1, not the
     last dimension: torch's convention); other values are a dimension of v."""
     if dim is None:
@@ -71,7 +71,7 @@ class WeightNorm:
         weight = module._parameters.get(name) if isinstance(module, Module) else None
         if weight is None:
             raise AttributeError(f"weight_norm: {type(module).__name__} has no parameter {name!r}")
-        fn = WeightNorm(name, _dim(dim, weight))
+        fn = WeightNorm(name, norm_dim(dim, weight))
         with no_grad():
             g = norm_except_dim(weight.detach(), fn.dim)
         delattr(module, name)
