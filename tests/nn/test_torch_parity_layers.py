@@ -218,6 +218,7 @@ BAGS = {
     "2d-padding": (IDS_2D, None, {"padding_idx": 4}),
     "1d-padding-negative": (IDS_1D, OFFSETS, {"padding_idx": -1}),   # row 8
     "2d-all-padding-bag": (np.array([[2, 2, 2], [1, 2, 3]]), None, {"padding_idx": 2}),
+    "1d-every-id-padding": (np.array([2, 2, 2]), np.array([0, 1]), {"padding_idx": 2}),
 }
 
 

@@ -14,7 +14,7 @@ from ..tensors.tensor import known_within
 from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor
 from .creation import zeros
-from .elementwise import mul, where
+from .elementwise import add, mul, where
 from .index import index_select, scatter_reduce
 from .shape import reshape
 
@@ -158,8 +158,8 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets=None, max_norm=None, no
                                f"{padding_idx!r}")
         keep &= ids != int(padding_idx) % V
     C = weight.shape[1]
-    if not keep.any():
-        return zeros((nbags, C), dtype=weight.dtype)
+    if not keep.any():  # every id is padding: zeros, still in the graph (the table's gradient is zero, as torch's)
+        return add(zeros((nbags, C), dtype=weight.dtype), mul(_embedding(from_numpy(ids[:1].copy()), weight), 0.0))
     pos = np.flatnonzero(keep)
     rows = _embedding(from_numpy(np.ascontiguousarray(ids[pos])), weight)                # (N, C)
     if per_sample_weights is not None:
