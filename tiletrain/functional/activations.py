@@ -1,7 +1,8 @@
 """torch.nn.functional's activations and helpers that are compositions of other ops (their
 gradients, double backward included, come from the ops they are made of): logsigmoid, mish,
 softsign, tanhshrink, glu, prelu, softmin, normalize, cosine_similarity, constant padding (pad),
-group_norm, instance_norm, unfold and fold, interpolate and scaled_dot_product_attention's masked, dropout and
+group_norm, instance_norm, unfold and fold, interpolate, bilinear and scaled_dot_product_attention's masked,
+dropout and
 cross-attention forms (the fused kernels otherwise).  The element-wise activations with kernels of their own (leaky_relu,
 elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
 from __future__ import annotations
@@ -13,16 +14,51 @@ import numpy as np
 
 from ..ops.elementwise import abs as _abs, add, clamp, div, mul, neg, softplus, sub, tanh
 from ..ops.elementwise import relu, sigmoid
+from ..ops.contract import einsum
 from ..ops.reduce import norm as _norm, sum as _sum
 from ..ops.index import index_get
 from ..ops.shape import cat, chunk, reshape
 from ..ops.softmax import softmax
 from ..ops.creation import full
+from ..ops.basic import _tensor
 from ..tensors import Tensor
 
-__all__ = ["cosine_similarity", "fold", "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
+__all__ = ["bilinear", "cosine_similarity", "fold",
+           "glu", "group_norm", "gumbel_softmax", "instance_norm", "interpolate", "logsigmoid", "mish",
            "normalize", "pad", "pixel_shuffle", "pixel_unshuffle", "prelu", "unfold",
            "scaled_dot_product_attention", "softmin", "softsign", "tanhshrink"]
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """torch.nn.functional.bilinear: y[..., o] = sum_ij input1[..., i] weight[o, i, j]
+    input2[..., j] + bias[o], for inputs (..., in1) and (..., in2) with the same leading
+    dimensions (none too) and weight (out, in1, in2); an einsum, so its gradients are the
+    einsum's."""
+    what = "bilinear():"
+    for name, t in (("input1", input1), ("input2", input2), ("weight", weight)):
+        _tensor(t, "bilinear", name)
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"{what} input dimensions do not match: got {input1.ndim} and {input2.ndim}")
+    for d, (a, b) in enumerate(zip(input1.shape[:-1], input2.shape[:-1])):
+        if a != b:
+            raise RuntimeError(f"{what} input batch dimensions do not match at dim {d}: got {a} and {b}")
+    if weight.ndim != 3:
+        raise RuntimeError(f"{what} weight must be 3-D (out_features, in1_features, in2_features), got shape "
+                           f"{weight.shape}")
+    for k, t in ((1, input1), (2, input2)):
+        if t.shape[-1] != weight.shape[k]:
+            raise RuntimeError(f"{what} input{k} size does not match weight size: got {t.shape[-1]} but expected "
+                               f"{weight.shape[k]}")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != weight.shape[0]):
+        raise RuntimeError(f"{what} bias size does not match weight size: got {bias.shape[-1] if bias.ndim else 1} "
+                           f"but expected {weight.shape[0]}")
+    lead = input1.shape[:-1]
+    x1 = reshape(input1, (-1, input1.shape[-1]))
+    x2 = reshape(input2, (-1, input2.shape[-1]))
+    y = einsum("bi,oij,bj->bo", x1, weight, x2)                          # (B, out)
+    if bias is not None:
+        y = add(y, bias)
+    return reshape(y, lead + (weight.shape[0],))                        # (..., out)
 
 
 def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002 - torch's names

@@ -24,13 +24,14 @@ from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, Adap
                    InstanceNorm3d, Upsample,
                    MaxPool1d, MaxPool2d, MaxPool3d)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
-from .layers import Conv1D, Dropout, Embedding, LayerNorm, Linear, LocalHeads, RMSNorm
+from .layers import Bilinear, Conv1D, Dropout, Embedding, EmbeddingBag, LayerNorm, Linear, LocalHeads, RMSNorm
 from .llama import Llama, LlamaConfig
 from .module import IncompatibleKeys, Module, ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential
 from .pretrained import MODELS, from_pretrained, load_model, register_model, save_pretrained
 
 __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "LocalHeads", "LayerNorm", "RMSNorm",
-           "Embedding", "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
+           "Embedding", "EmbeddingBag", "Bilinear",
+           "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D",
            "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "GroupNorm",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",

@@ -18,7 +18,8 @@ from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
 
-__all__ = ["Conv1D", "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
+__all__ = ["Bilinear", "Conv1D", "EmbeddingBag",
+           "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
 
 _default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
 
@@ -89,6 +90,34 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Bilinear(Module):
+    """torch.nn.Bilinear: y = x1^T W[o] x2 + b[o], weight (out_features, in1_features,
+    in2_features) and bias (out_features,) initialised U(-1/sqrt(in1_features),
+    1/sqrt(in1_features)), as torch.  ``forward(input1, input2)``: (..., in1), (..., in2) ->
+    (..., out)."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None, *, rng: np.random.Generator | None = None):
+        super().__init__()
+        self.in1_features = _int(in1_features, "Bilinear", "in1_features")
+        self.in2_features = _int(in2_features, "Bilinear", "in2_features")
+        self.out_features = _int(out_features, "Bilinear", "out_features")
+        dtype = default_float(dtype)
+        rng = _default_rng if rng is None else rng
+        bound = 1.0 / np.sqrt(self.in1_features)
+        shape = (self.out_features, self.in1_features, self.in2_features)
+        self.weight = Parameter(drawn(shape, None, dtype, lambda s: rng.uniform(-bound, bound, s)))
+        self.bias = (Parameter(drawn((self.out_features,), None, dtype, lambda s: rng.uniform(-bound, bound, s)))
+                     if bias else None)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:  # noqa: A002
+        return F.bilinear(input1, input2, self.weight, self.bias)  # (..., in1), (..., in2) -> (..., out)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
 
 
 class Conv1D(Module):
@@ -224,6 +253,73 @@ class Embedding(Module):
     def extra_repr(self) -> str:
         pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
         return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+class EmbeddingBag(Module):
+    """torch.nn.EmbeddingBag: a (num_embeddings, embedding_dim) table initialised N(0, 1)
+    (``padding_idx``'s row zero) whose ``forward(input, offsets=None,
+    per_sample_weights=None)`` is F.embedding_bag: the sum, mean (the default) or max of the
+    rows over each bag, (B, embedding_dim).  ``_weight``: the table to use (its tiles are
+    shared, as torch shares its storage).  scale_grad_by_freq and sparse raise
+    NotImplementedError."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm=None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, _weight=None,
+                 include_last_offset: bool = False, padding_idx: int | None = None, device=None, dtype=None, *,
+                 rng: np.random.Generator | None = None):
+        super().__init__()
+        self.num_embeddings = _int(num_embeddings, "EmbeddingBag", "num_embeddings")
+        self.embedding_dim = _int(embedding_dim, "EmbeddingBag", "embedding_dim")
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        if scale_grad_by_freq or sparse:
+            name = "scale_grad_by_freq" if scale_grad_by_freq else "sparse"
+            raise NotImplementedError(f"EmbeddingBag: {name}=True is not supported")
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError("mode has to be one of sum, mean or max")
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise AssertionError("padding_idx must be within num_embeddings")
+            padding_idx = int(padding_idx) % self.num_embeddings
+        self.padding_idx = padding_idx
+        shape = (self.num_embeddings, self.embedding_dim)
+        if _weight is None:
+            self.weight = Parameter(normal(shape, 1.0, rng, dtype))
+            if padding_idx is not None:
+                with no_grad():
+                    self.weight[padding_idx] = 0.0
+        else:
+            if tuple(_weight.shape) != shape:
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = _weight if isinstance(_weight, Parameter) else Parameter(_weight)
+        self.mode, self.sparse, self.include_last_offset = mode, sparse, include_last_offset
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, max_norm=None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                        include_last_offset: bool = False, padding_idx: int | None = None):
+        """torch.nn.EmbeddingBag.from_pretrained: the table is ``embeddings``, frozen by default."""
+        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        m = cls(embeddings.shape[0], embeddings.shape[1], max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                embeddings, include_last_offset, padding_idx)
+        m.weight.requires_grad_(not freeze)
+        return m
+
+    def forward(self, input: Tensor, offsets=None, per_sample_weights=None) -> Tensor:  # noqa: A002
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                               self.mode, self.sparse, per_sample_weights, self.include_last_offset,
+                               self.padding_idx)  # (B, embedding_dim)
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        s += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
 
 
 class Dropout(Module):

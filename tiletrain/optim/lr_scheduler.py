@@ -1,15 +1,45 @@
-"""torch.optim.lr_scheduler: LambdaLR, StepLR, CosineAnnealingLR, LinearLR, SequentialLR and
-OneCycleLR with torch's arguments, defaults and numerics (the same recurrences, so the
-learning rates agree with torch's to the last bit): each sets ``group["lr"]`` of the
-optimizer's parameter groups, which the next ``optimizer.step()`` reads."""
+"""torch.optim.lr_scheduler: LambdaLR, StepLR, CosineAnnealingLR, LinearLR, SequentialLR,
+OneCycleLR, CyclicLR, ChainedScheduler and the others below, with torch's arguments,
+defaults and numerics (the same recurrences, so the learning rates agree with torch's to
+the last bit): each sets ``group["lr"]`` of the optimizer's parameter groups, which the next
+``optimizer.step()`` reads."""
 from __future__ import annotations
 
 import math
+import types
 from bisect import bisect_right
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR", "LinearLR", "SequentialLR", "OneCycleLR",
            "MultiStepLR", "ExponentialLR", "ConstantLR", "MultiplicativeLR", "PolynomialLR",
-           "CosineAnnealingWarmRestarts", "ReduceLROnPlateau"]
+           "CosineAnnealingWarmRestarts", "ReduceLROnPlateau", "CyclicLR", "ChainedScheduler"]
+
+
+def _format_param(name: str, optimizer, value) -> list:
+    """One value per parameter group: a list or tuple of them (its length checked), or one
+    value for every group."""
+    n = len(optimizer.param_groups)
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{name} must have the same length as optimizer.param_groups. {name} has "
+                             f"{len(value)} values, param_groups has {n}.")
+        return list(value)
+    return [value] * n
+
+
+def _set_momentum(group: dict, use_beta1: bool, momentum) -> None:
+    """A group's momentum (SGD, RMSprop) or Adam's beta1, as the cycling schedulers set it."""
+    if use_beta1:
+        group["betas"] = (momentum, *group["betas"][1:])
+    else:
+        group["momentum"] = momentum
+
+
+def _momentum_kind(optimizer) -> bool:
+    """True when the optimizer's momentum is Adam's beta1 ("betas"), False for "momentum";
+    torch's ValueError for an optimizer with neither."""
+    if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+        raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+    return "betas" in optimizer.defaults
 
 
 class LRScheduler:
@@ -157,7 +187,23 @@ class LinearLR(LRScheduler):
                 for base in self.base_lrs]
 
 
-class SequentialLR(LRScheduler):
+class _Schedulers(LRScheduler):
+    """A scheduler made of others (SequentialLR, ChainedScheduler): its state holds theirs."""
+
+    def state_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        d["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return d
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        subs = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for s, sd in zip(self._schedulers, subs):
+            s.load_state_dict(sd)
+
+
+class SequentialLR(_Schedulers):
     """schedulers[i] from milestones[i - 1] on (each restarted at its milestone)."""
 
     def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
@@ -191,17 +237,6 @@ class SequentialLR(LRScheduler):
             s.step()
         self._last_lr = s.get_last_lr()
 
-    def state_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        d["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return d
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        state_dict = dict(state_dict)
-        subs = state_dict.pop("_schedulers")
-        self.__dict__.update(state_dict)
-        for s, sd in zip(self._schedulers, subs):
-            s.load_state_dict(sd)
 
 
 class OneCycleLR(LRScheduler):
@@ -246,7 +281,7 @@ class OneCycleLR(LRScheduler):
                      start_momentum="base_momentum", end_momentum="max_momentum")]
         self._anneal_func_type = anneal_strategy
         groups = optimizer.param_groups
-        max_lrs = self._per_group("max_lr", max_lr)
+        max_lrs = _format_param("max_lr", optimizer, max_lr)
         if last_epoch == -1:
             for m, g in zip(max_lrs, groups):
                 g["initial_lr"] = m / div_factor
@@ -254,27 +289,14 @@ class OneCycleLR(LRScheduler):
                 g["min_lr"] = g["initial_lr"] / final_div_factor
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            maxm = self._per_group("max_momentum", max_momentum)
-            basem = self._per_group("base_momentum", base_momentum)
+            self.use_beta1 = _momentum_kind(optimizer)
+            maxm = _format_param("max_momentum", optimizer, max_momentum)
+            basem = _format_param("base_momentum", optimizer, base_momentum)
             if last_epoch == -1:
                 for mm, bm, g in zip(maxm, basem, groups):
-                    if self.use_beta1:
-                        g["betas"] = (mm, *g["betas"][1:])
-                    else:
-                        g["momentum"] = mm
+                    _set_momentum(g, self.use_beta1, mm)
                     g["max_momentum"], g["base_momentum"] = mm, bm
         super().__init__(optimizer, last_epoch)
-
-    def _per_group(self, name, v):
-        n = len(self.optimizer.param_groups)
-        if isinstance(v, (list, tuple)):
-            if len(v) != n:
-                raise ValueError(f"expected {n} values for {name}, got {len(v)}")
-            return list(v)
-        return [v] * n
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":
@@ -299,10 +321,7 @@ class OneCycleLR(LRScheduler):
                 start = ph["end_step"]
             lrs.append(lr)
             if self.cycle_momentum:
-                if self.use_beta1:
-                    g["betas"] = (mom, *g["betas"][1:])
-                else:
-                    g["momentum"] = mom
+                _set_momentum(g, self.use_beta1, mom)
         return lrs
 
 
@@ -495,3 +514,123 @@ class ReduceLROnPlateau:
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
+
+
+class CyclicLR(LRScheduler):
+    """Cyclical learning rates (Smith 2017), torch's CyclicLR: the lr goes from base_lr up to
+    max_lr over step_size_up steps and back over step_size_down (default: step_size_up),
+    the amplitude scaled by ``mode`` ("triangular": 1; "triangular2": halved each cycle;
+    "exp_range": gamma ** step) or by ``scale_fn`` of the cycle number or of the step
+    (``scale_mode``); with ``cycle_momentum`` the momentum (Adam: beta1) goes the other way,
+    from max_momentum down to base_momentum.  Meant to be stepped after every batch."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None, mode="triangular",
+                 gamma=1.0, scale_fn=None, scale_mode="cycle", cycle_momentum=True, base_momentum=0.8,
+                 max_momentum=0.9, last_epoch=-1):
+        if not hasattr(optimizer, "param_groups"):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        base_lrs = _format_param("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _format_param("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma, self.scale_mode = mode, gamma, scale_mode
+        self._scale_fn_custom = scale_fn
+        self._init_scale_fn()
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self.use_beta1 = _momentum_kind(optimizer)
+            self.base_momentums = _format_param("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _format_param("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for mm, bm, group in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
+                    _set_momentum(group, self.use_beta1, mm)
+                    group["max_momentum"], group["base_momentum"] = mm, bm
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_scale_fn(self) -> None:
+        """The built-in mode's scaling and the argument it takes (torch forces scale_mode)."""
+        if self._scale_fn_custom is not None:
+            return
+        if self.mode in ("triangular", "triangular2"):
+            self.scale_mode = "cycle"
+        elif self.mode == "exp_range":
+            self.scale_mode = "iterations"
+
+    def scale_fn(self, x) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * factor * scale for base, top in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, lo, hi in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+                _set_momentum(group, self.use_beta1, hi - (hi - lo) * factor * scale)
+        return lrs
+
+    def state_dict(self) -> dict:
+        """torch's: everything but the optimizer; a custom scale_fn is kept only as the
+        attributes of a callable object (a function or lambda is not saved)."""
+        state = super().state_dict()
+        fn = state.pop("_scale_fn_custom")
+        state["_scale_fn_custom"] = None
+        if fn is not None and not isinstance(fn, types.FunctionType):
+            state["_scale_fn_custom"] = fn.__dict__.copy()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        fn = state_dict.pop("_scale_fn_custom", None)
+        super().load_state_dict(state_dict)
+        if fn is not None:
+            self._scale_fn_custom.__dict__.update(fn)
+        self._init_scale_fn()
+
+
+class ChainedScheduler(_Schedulers):
+    """torch's ChainedScheduler: step() steps each of ``schedulers`` in turn (their factors
+    multiply); all must drive the same optimizer (``optimizer``, default: the first one's).
+    ReduceLROnPlateau cannot be chained (its step takes the metric)."""
+
+    def __init__(self, schedulers, optimizer=None):
+        if len(schedulers) < 1:
+            raise ValueError(f"{type(self).__name__} expects at least one scheduler to be chained, but got no "
+                             "scheduler.")
+        optimizer = optimizer or schedulers[0].optimizer
+        for i, s in enumerate(schedulers):
+            if not hasattr(s, "optimizer"):
+                raise TypeError(f"{type(self).__name__} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(s, ReduceLROnPlateau):
+                raise ValueError(f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
+                                 "requires additional kwargs to be specified when calling `step`, but got one at "
+                                 f"index {i} in the given schedulers sequence.")
+            if optimizer is not s.optimizer:
+                raise ValueError(f"{type(self).__name__} expects all schedulers to belong to the same optimizer, "
+                                 f"but got scheduler {type(s).__name__} at index {i} has {s.optimizer}, which is "
+                                 f"different from {type(optimizer).__name__}.")
+        self._schedulers = schedulers
+        self.optimizer = optimizer
+        self._last_lr = self._current()
+
+    def step(self) -> None:
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = self._current()
+
