@@ -1,10 +1,9 @@
 """torch.nn.functional's activations and helpers that are compositions of other ops (their
 gradients, double backward included, come from the ops they are made of): logsigmoid, mish,
 softsign, tanhshrink, glu, prelu, softmin, normalize, cosine_similarity, constant padding (pad),
-group_norm, instance_norm, unfold and fold, interpolate, bilinear and scaled_dot_product_attention's masked,
-dropout and
-cross-attention forms (the fused kernels otherwise).  The element-wise activations with kernels of their own (leaky_relu,
-elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
+group_norm, instance_norm, unfold and fold, interpolate, bilinear and scaled_dot_product_attention's
+masked, dropout and cross-attention forms (the fused kernels otherwise).  The element-wise
+activations with kernels of their own (leaky_relu, elu, selu, celu, softplus, hardtanh, relu6, hardsigmoid, hardswish) are rows of tiletrain/ops/elementwise.py."""
 from __future__ import annotations
 
 import math

@@ -346,50 +346,8 @@ def _ctc_lengths(lengths, name: str, n: int, bound: int | None) -> np.ndarray:
     return a
 
 
-def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, blank: int = 0,
-             reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
-    """torch.nn.functional.ctc_loss: the connectionist temporal classification loss
-    -log p(target | log_probs) of (T, N, C) log_probs (or (T, C), unbatched), targets padded
-    (N, S) or concatenated 1-D, lengths as tuples/lists of ints or integer tensors.
-
-    The alpha (forward) recursion over the extended labels (blank, l1, blank, ..., blank) is
-    composed in log space of recorded ops (gather, cat, where, logsumexp), one step per time
-    step, so autograd gives the gradient: T steps of a few small ops each, fine for T up to a
-    few hundred (longer inputs submit thousands of small tasks).  The gradient with respect to
-    log_probs is torch's: as if they were the logits of a log_softmax (exp(log_probs) minus the
-    posterior of each label, on the first input_lengths steps; 0 after them).  An impossible
-    alignment (input too short) gives an infinite loss and NaN gradients on its steps, as
-    torch; zero_infinity=True makes it 0 with a zero gradient.  reduction "mean" divides each
-    loss by its target length (at least 1), then averages over the batch.  Targets equal to
-    blank (torch documents them as not allowed) are ordinary labels; as the last label, their
-    gradient at the last step is the derivative, where torch's drops one of two terms; a lone
-    -inf log-probability gets gradient 0 where torch's is NaN.  Label values outside [0, C)
-    raise (torch does not check them)."""
-    from ..ops.creation import full
-    from ..ops.elementwise import add, div, exp, gt, le, log, where
-    from ..ops.index import gather
-    from ..ops.reduce import logsumexp
-    from ..ops.shape import cat, stack, unsqueeze
-    from ..tensors import from_numpy
-
-    what = "ctc_loss"
-    _reduction(what, reduction)
-    if not isinstance(log_probs, Tensor):
-        raise TypeError(f"{what}: log_probs must be a tiletrain Tensor, got {type(log_probs).__name__}")
-    if not isinstance(targets, Tensor):
-        raise TypeError(f"{what}: targets must be a tiletrain Tensor, got {type(targets).__name__}")
-    if np.dtype(log_probs.dtype) not in (np.float32, np.float64):
-        raise RuntimeError(f"{what}: log_probs must be float32 or float64, got {log_probs.dtype}")
-    if log_probs.ndim not in (2, 3):
-        raise RuntimeError(f"{what}: log_probs must be (T, N, C) or, unbatched, (T, C); got shape "
-                           f"{tuple(log_probs.shape)}")
-    batched = log_probs.ndim == 3
-    lp = log_probs if batched else unsqueeze(log_probs, 1)
-    t_max, n, c = lp.shape
-    if not isinstance(blank, numbers.Integral) or not 0 <= blank < c:
-        raise RuntimeError("blank must be in label range")
-    il = _ctc_lengths(input_lengths, "input_lengths", n, t_max)
-    tl = _ctc_lengths(target_lengths, "target_lengths", n, None)
+def _ctc_labels(targets: Tensor, tl: np.ndarray, n: int, c: int, what: str) -> np.ndarray:
+    """ctc_loss's targets as an (N, S_max) int64 array (padded or concatenated in), checked."""
     if targets.ndim not in (1, 2):
         raise RuntimeError(f"Expected 1 to 2 dimensions, but got {targets.ndim}-dimensional tensor for argument #2 "
                            "'targets'")
@@ -416,7 +374,20 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
     if (used & ((lab < 0) | (lab >= c))).any():
         bad = lab[used & ((lab < 0) | (lab >= c))][0]
         raise RuntimeError(f"{what}: target value {int(bad)} is out of range for {c} classes")
+    return lab
 
+
+def _ctc_alpha(lp: Tensor, lab: np.ndarray, il: np.ndarray, blank: int) -> Tensor:
+    """ctc_loss's alpha recursion in log space over the extended labels: (N, 2 S_max + 1) after
+    each element's input length (recorded ops: the gradient comes from autograd)."""
+    from ..ops.creation import full
+    from ..ops.elementwise import add, where
+    from ..ops.index import gather
+    from ..ops.reduce import logsumexp
+    from ..ops.shape import cat, stack
+    from ..tensors import from_numpy
+    t_max, n, _ = lp.shape
+    s_max = lab.shape[1]
     # extended labels: blank, l1, blank, l2, ..., blank (K = 2 S + 1); a skip from s - 2 is
     # allowed onto a label that differs from the label before it
     k = 2 * s_max + 1
@@ -439,6 +410,55 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
         new = add(logsumexp(stack(parts, 2), 2), lp_ext[t])
         live = il > t
         alpha = new if live.all() else where(from_numpy(live[:, None].copy()), new, alpha)
+    return alpha
+
+
+def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, blank: int = 0,
+             reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
+    """torch.nn.functional.ctc_loss: the connectionist temporal classification loss
+    -log p(target | log_probs) of (T, N, C) log_probs (or (T, C), unbatched), targets padded
+    (N, S) or concatenated 1-D, lengths as tuples/lists of ints or integer tensors.
+
+    The alpha (forward) recursion over the extended labels (blank, l1, blank, ..., blank) is
+    composed in log space of recorded ops (gather, cat, where, logsumexp), one step per time
+    step, so autograd gives the gradient: T steps of a few small ops each, fine for T up to a
+    few hundred (longer inputs submit thousands of small tasks).  The gradient with respect to
+    log_probs is torch's: as if they were the logits of a log_softmax (exp(log_probs) minus the
+    posterior of each label, on the first input_lengths steps; 0 after them).  An impossible
+    alignment (input too short) gives an infinite loss and NaN gradients on its steps, as
+    torch; zero_infinity=True makes it 0 with a zero gradient.  reduction "mean" divides each
+    loss by its target length (at least 1), then averages over the batch.  Targets equal to
+    blank (torch documents them as not allowed) are ordinary labels; as the last label, their
+    gradient at the last step is the derivative, where torch's drops one of two terms; a lone
+    -inf log-probability gets gradient 0 where torch's is NaN.  Label values outside [0, C)
+    raise (torch does not check them)."""
+    from ..ops.elementwise import add, div, exp, gt, le, log, where
+    from ..ops.index import gather
+    from ..ops.reduce import logsumexp
+    from ..ops.shape import unsqueeze
+    from ..tensors import from_numpy
+
+    what = "ctc_loss"
+    _reduction(what, reduction)
+    if not isinstance(log_probs, Tensor):
+        raise TypeError(f"{what}: log_probs must be a tiletrain Tensor, got {type(log_probs).__name__}")
+    if not isinstance(targets, Tensor):
+        raise TypeError(f"{what}: targets must be a tiletrain Tensor, got {type(targets).__name__}")
+    if np.dtype(log_probs.dtype) not in (np.float32, np.float64):
+        raise RuntimeError(f"{what}: log_probs must be float32 or float64, got {log_probs.dtype}")
+    if log_probs.ndim not in (2, 3):
+        raise RuntimeError(f"{what}: log_probs must be (T, N, C) or, unbatched, (T, C); got shape "
+                           f"{tuple(log_probs.shape)}")
+    batched = log_probs.ndim == 3
+    lp = log_probs if batched else unsqueeze(log_probs, 1)
+    t_max, n, c = lp.shape
+    if not isinstance(blank, numbers.Integral) or not 0 <= blank < c:
+        raise RuntimeError("blank must be in label range")
+    il = _ctc_lengths(input_lengths, "input_lengths", n, t_max)
+    tl = _ctc_lengths(target_lengths, "target_lengths", n, None)
+    lab = _ctc_labels(targets, tl, n, c, what)
+    alpha = _ctc_alpha(lp, lab, il, blank)
+    dt = lp.dtype
     # log p = logsumexp(alpha[2 L], alpha[2 L - 1]) (the latter when L > 0)
     last = np.stack([2 * tl, np.maximum(2 * tl - 1, 0)], 1)
     ends = gather(alpha, 1, last)
