@@ -64,6 +64,8 @@ def _horner(w: Tensor, coeffs) -> Tensor:
 
 def _lgamma(x: Tensor) -> Tensor:
     """log Gamma(x) for x > 0 (torch.lgamma's values there)."""
+    if np.dtype(x.dtype) != np.float64:  # the series cancel: in float64, rounded once to x's dtype
+        return _lgamma(x.to(np.float64)).to(x.dtype)
     z = add(x, float(_SHIFT))
     w = reciprocal(mul(z, z))
     series = div(_horner(w, [b / ((2 * k + 2) * (2 * k + 1)) for k, b in enumerate(_BERNOULLI)]), z)
@@ -72,11 +74,16 @@ def _lgamma(x: Tensor) -> Tensor:
     for k in range(0, _SHIFT, 2):
         t = log(mul(add(x, float(k)) if k else x, add(x, float(k + 1))))
         shift = t if shift is None else add(shift, t)
-    return sub(stirling, shift)
+    y = sub(stirling, shift)
+    # exactly 0 at x = 1 and 2 (as torch's; the sum above leaves ~1e-15 there), same gradient
+    roots = gt(add(eq(x, 1.0).to(x.dtype), eq(x, 2.0).to(x.dtype)), 0.0)
+    return sub(y, where(roots, y.detach(), 0.0))
 
 
 def _digamma(x: Tensor) -> Tensor:
     """digamma(x) = d/dx log Gamma(x) for x > 0 (torch.digamma's values there)."""
+    if np.dtype(x.dtype) != np.float64:  # the series cancel: in float64, rounded once to x's dtype
+        return _digamma(x.to(np.float64)).to(x.dtype)
     z = add(x, float(_SHIFT))
     w = reciprocal(mul(z, z))
     series = mul(w, _horner(w, [b / (2 * k + 2) for k, b in enumerate(_BERNOULLI)]))
@@ -500,7 +507,8 @@ class Gamma(Distribution):
         return add(add(sub(c, log(self.rate)), _lgamma(c)), mul(sub(1.0, c), _digamma(c)))
 
     def cdf(self, value) -> Tensor:
-        raise NotImplementedError("Gamma.cdf: tiletrain has no regularised incomplete gamma function (torch.special.gammainc)")
+        raise NotImplementedError("Gamma.cdf: tiletrain has no regularised incomplete gamma function "
+                                  "(torch.special.gammainc)")
 
     def _params(self) -> dict:
         return {"concentration": (self.concentration, 0), "rate": (self.rate, 0)}
@@ -958,7 +966,8 @@ class MultivariateNormal(Distribution):
     def expand(self, batch_shape, _instance=None) -> "MultivariateNormal":
         batch_shape = tuple(batch_shape)
         return MultivariateNormal(_expanded(self.loc, batch_shape + self.event_shape),
-                                  scale_tril=_expanded(self._unbroadcasted_scale_tril, batch_shape + self.event_shape * 2))
+                                  scale_tril=_expanded(self._unbroadcasted_scale_tril,
+                                                       batch_shape + self.event_shape * 2))
 
 
 def _kl_gamma(p: Gamma, q: Gamma) -> Tensor:
@@ -997,7 +1006,8 @@ def _kl_binomial(p: Binomial, q: Binomial) -> Tensor:
 
 def _kl_mvn(p: MultivariateNormal, q: MultivariateNormal) -> Tensor:
     if p.event_shape != q.event_shape:
-        raise ValueError("KL-divergence between two Multivariate Normals with different event shapes cannot be computed")
+        raise ValueError("KL-divergence between two Multivariate Normals with different event shapes "
+                         "cannot be computed")
     n = p.event_shape[0]
     half_term1 = sub(q._half_log_det(), p._half_log_det())
     batch = tuple(np.broadcast_shapes(tuple(q._unbroadcasted_scale_tril.shape[:-2]),

@@ -80,14 +80,16 @@ CASES = {
               ["log_prob", "entropy", "mean", "mode", "variance", "stddev"], 1e-9),
     "beta": (lambda d, a, b: d.Beta(a, b), [_pos(), _pos()], U, ["log_prob", "entropy", "mean", "mode", "variance"],
              1e-9),
-    "dirichlet": (lambda d, c: d.Dirichlet(c), [_pos()], _simplex(), ["log_prob", "entropy", "mean", "mode", "variance"],
+    "dirichlet": (lambda d, c: d.Dirichlet(c), [_pos()], _simplex(),
+                  ["log_prob", "entropy", "mean", "mode", "variance"],
                   1e-9),
     "poisson": (lambda d, r: d.Poisson(r), [_pos(hi=6.0)], COUNTS, ["log_prob", "mean", "mode", "variance"], None),
     "binomial_probs": (lambda d, p: d.Binomial(7, probs=p), [U], COUNTS,
                        ["log_prob", "entropy", "mean", "mode", "variance"], None),
     "binomial_logits": (lambda d, lg: d.Binomial(torch.full(SHAPE, 7.0, dtype=torch.float64) if d is TD else
                                                  tt.full(SHAPE, 7.0, dtype=tt.float64), logits=lg),
-                        [rng.standard_normal(SHAPE)], COUNTS, ["log_prob", "entropy", "mean", "mode", "variance"], None),
+                        [rng.standard_normal(SHAPE)], COUNTS, ["log_prob", "entropy", "mean", "mode", "variance"],
+                        None),
     "geometric_probs": (lambda d, p: d.Geometric(probs=p), [U], COUNTS,
                         ["log_prob", "entropy", "mean", "mode", "variance"], None),
     "geometric_logits": (lambda d, lg: d.Geometric(logits=lg), [rng.standard_normal(SHAPE)], COUNTS,
@@ -104,7 +106,8 @@ CASES = {
                        1e-10),
     "mvn_covariance": (lambda d, m, c: d.MultivariateNormal(m, covariance_matrix=c), [rng.standard_normal(3), _spd()],
                        rng.standard_normal((4, 2, 3)), ["log_prob", "entropy", "variance", "scale_tril"], 1e-10),
-    "mvn_precision": (lambda d, m, c: d.MultivariateNormal(m, precision_matrix=c), [rng.standard_normal((2, 3)), _spd()],
+    "mvn_precision": (lambda d, m, c: d.MultivariateNormal(m, precision_matrix=c),
+                      [rng.standard_normal((2, 3)), _spd()],
                       rng.standard_normal((2, 3)), ["log_prob", "entropy", "variance", "scale_tril",
                                                      "covariance_matrix"], 1e-10),
 }
@@ -154,7 +157,8 @@ KL = {
                [rng.standard_normal(SHAPE)], None),
     "independent": (lambda d, m, s: (d.Independent(d.Normal(m, s), 1), d.Independent(d.Normal(-m, s + 1), 1)),
                     [rng.standard_normal(SHAPE), _pos()], None),
-    "mvn": (lambda d, m, L, c: (d.MultivariateNormal(m, scale_tril=L), d.MultivariateNormal(m * 0.5, covariance_matrix=c)),
+    "mvn": (lambda d, m, L, c: (d.MultivariateNormal(m, scale_tril=L),
+                                d.MultivariateNormal(m * 0.5, covariance_matrix=c)),
             [rng.standard_normal((2, 3)), _tril(), _spd()], 1e-10),
 }
 
@@ -211,7 +215,8 @@ def test_dirichlet_onehot_and_mvn_draws():
     assert set(np.unique(h)) == {0.0, 1.0} and (h.sum(-1) == 1).all()
     np.testing.assert_allclose(h.mean(0), p, atol=0.015)
     cov = np.array([[2.0, 0.6], [0.6, 1.0]])
-    y = D.MultivariateNormal(tt.tensor([1.0, -1.0], dtype=tt.float64), covariance_matrix=tt.tensor(cov)).sample((40000,))
+    mvn = D.MultivariateNormal(tt.tensor([1.0, -1.0], dtype=tt.float64), covariance_matrix=tt.tensor(cov))
+    y = mvn.sample((40000,))
     np.testing.assert_allclose(y.numpy().mean(0), [1.0, -1.0], atol=0.03)
     np.testing.assert_allclose(np.cov(y.numpy().T), cov, atol=0.06)
 
@@ -271,3 +276,20 @@ def test_unsupported_requests_raise_clear_errors():
         D.kl_divergence(D.Gamma(2.0, 1.0), D.Exponential(1.0))
     inf = D.kl_divergence(D.Binomial(3, probs=tt.tensor([0.5])), D.Binomial(2, probs=tt.tensor([0.5])))
     assert np.isinf(inf.numpy()).all()  # torch: inf where p.total_count > q.total_count
+
+
+def test_edge_values_equal_torch():
+    c = np.array([[0.5, 0.7, 0.9], [0.5, 2.0, 3.0]])  # row 0: every concentration < 1
+    np.testing.assert_allclose(D.Dirichlet(tt.tensor(c)).mode.numpy(), TD.Dirichlet(torch.tensor(c)).mode.numpy())
+    a, b = np.array([0.5, 2.0, 0.7]), np.array([0.8, 3.0, 4.0])
+    np.testing.assert_allclose(D.Beta(tt.tensor(a), tt.tensor(b)).mode.numpy(),
+                               TD.Beta(torch.tensor(a), torch.tensor(b)).mode.numpy())
+    p, v = np.array([1.0, 1.0, 0.5]), np.array([0.0, 2.0, 0.0])
+    np.testing.assert_allclose(D.Geometric(probs=tt.tensor(p)).log_prob(tt.tensor(v)).numpy(),
+                               TD.Geometric(probs=torch.tensor(p)).log_prob(torch.tensor(v)).numpy())
+    r, k = np.array([0.0, 1.5]), np.array([0.0, 0.0])
+    np.testing.assert_allclose(D.Poisson(tt.tensor(r)).log_prob(tt.tensor(k)).numpy(),
+                               TD.Poisson(torch.tensor(r), validate_args=False).log_prob(torch.tensor(k)).numpy())
+    n, q = np.array([4.0, 4.0]), np.array([0.3, 0.6])
+    np.testing.assert_allclose(D.Binomial(tt.tensor(n), probs=tt.tensor(q)).mode.numpy(),
+                               TD.Binomial(torch.tensor(n), probs=torch.tensor(q)).mode.numpy())
