@@ -1,9 +1,24 @@
-"""torch.distributions' everyday families over tiletrain's ops: Normal, Uniform, Bernoulli and
-Categorical (sample / rsample, log_prob, entropy, mean, variance, cdf where torch has it) and
-kl_divergence between two of one family.  log_prob, entropy and kl_divergence are torch's
-formulas (their values and gradients compare with torch's); the samples are tiletrain's draws,
-not torch's.  (tiletrain.distribution, singular, is how a tensor's tiles are spread over MPI
-ranks: another thing.)"""
+"""torch.distributions' families over tiletrain's ops, with torch's constructor signatures:
+Normal, Uniform, Bernoulli, Categorical, Exponential, Laplace, LogNormal, Gamma, Beta,
+Dirichlet, Poisson, Binomial, Geometric, OneHotCategorical, MultivariateNormal and Independent
+(log_prob, entropy, mean, mode, variance, stddev, cdf / icdf where torch has them, sample /
+rsample, expand, batch_shape / event_shape) and kl_divergence between two of one family.
+
+log_prob, entropy, the moments and kl_divergence are torch's formulas from recorded ops: their
+values and gradients compare with torch's (float64, ~1e-12).  log-gamma and digamma (Gamma,
+Beta, Dirichlet, Poisson, Binomial) are Stirling's series after a shift, from recorded ops, for
+positive arguments (all these families need); their gradients are exact to ~1e-15, where
+torch's trigamma is good to ~5e-10 only.  The samples are tiletrain's draws, not torch's
+(Gamma, Beta, Dirichlet, Poisson and Binomial are drawn on the host from the generator that
+manual_seed seeds).  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
+sample (has_rsample False: rsample raises NotImplementedError; torch's use implicit gradients);
+validate_args is accepted and not checked; no support / arg_constraints / enumerate_support;
+MultivariateNormal factorises a covariance or precision matrix by a Cholesky of d**2 small
+recorded ops (for small event sizes); LogNormal is one class (torch's is a
+TransformedDistribution), with base_dist the Normal.
+
+(tiletrain.distribution, singular, is how a tensor's tiles are spread over MPI ranks: another
+thing.)"""
 from __future__ import annotations
 
 import math
