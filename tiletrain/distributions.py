@@ -239,6 +239,14 @@ class Uniform(Distribution):
         super().__init__(self.low.shape)
 
     @property
+    def mode(self) -> Tensor:
+        """NaN (as torch's: every point of [low, high) is a mode)."""
+        return full(self.batch_shape, float("nan"), dtype=self.low.dtype)
+
+    def _params(self) -> dict:
+        return {"low": (self.low, 0), "high": (self.high, 0)}
+
+    @property
     def mean(self) -> Tensor:
         return mul(add(self.low, self.high), 0.5)
 
@@ -267,16 +275,17 @@ class Bernoulli(Distribution):
     """torch.distributions.Bernoulli(probs=None, logits=None)."""
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            self.probs = _tensor(probs)
-            p = clamp(self.probs, _eps(self.probs), 1 - _eps(self.probs))
-            self.logits = sub(log(p), log1p(neg(p)))
-        else:
-            self.logits = _tensor(logits)
-            self.probs = sigmoid(self.logits)
+        self.probs, self.logits = _probs_or_logits(probs, logits)
+        self._given = "probs" if logits is None else "logits"
         super().__init__(self.probs.shape)
+
+    @property
+    def mode(self) -> Tensor:
+        """1 where probs > 1/2, 0 where below, NaN at 1/2 (as torch's)."""
+        return where(eq(self.probs, 0.5), float("nan"), ge(self.probs, 0.5).to(self.probs.dtype))
+
+    def _params(self) -> dict:
+        return {self._given: (getattr(self, self._given), 0)}
 
     @property
     def mean(self) -> Tensor:
@@ -306,12 +315,13 @@ class Categorical(Distribution):
     def __init__(self, probs=None, logits=None, validate_args=None):
         if (probs is None) == (logits is None):
             raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        self._given, self._input = ("probs", _tensor(probs)) if probs is not None else ("logits", _tensor(logits))
         if probs is not None:
-            p = _tensor(probs)
+            p = self._input
             self.probs = div(p, _sum(p, -1, keepdim=True))
             self.logits = log(clamp(self.probs, _eps(self.probs), 1 - _eps(self.probs)))
         else:
-            self.logits = log_softmax(_tensor(logits), -1)
+            self.logits = log_softmax(self._input, -1)
             self.probs = softmax(self.logits, -1)
         self._num_events = self.probs.shape[-1]
         super().__init__(self.probs.shape[:-1])
@@ -324,6 +334,14 @@ class Categorical(Distribution):
     @property
     def mode(self) -> Tensor:
         return argmax(self.probs, -1)
+
+    @property
+    def variance(self) -> Tensor:
+        """NaN per batch element, as torch's."""
+        return full(self.batch_shape, float("nan"), dtype=self.probs.dtype)
+
+    def _params(self) -> dict:
+        return {self._given: (self._input, 1)}
 
     def sample(self, sample_shape=()) -> Tensor:
         with no_grad():
@@ -358,7 +376,7 @@ class Exponential(Distribution):
 
     @property
     def mode(self) -> Tensor:
-        return mul(self.rate, 0.0)
+        return full(self.batch_shape, 0.0, dtype=self.rate.dtype)
 
     @property
     def stddev(self) -> Tensor:
@@ -733,7 +751,7 @@ class Geometric(Distribution):
 
     @property
     def mode(self) -> Tensor:
-        return mul(self.probs, 0.0)
+        return full(self.batch_shape, 0.0, dtype=self.probs.dtype)
 
     @property
     def variance(self) -> Tensor:
@@ -763,10 +781,6 @@ class OneHotCategorical(Distribution):
 
     def __init__(self, probs=None, logits=None, validate_args=None):
         self._categorical = Categorical(probs, logits)
-        self._given = "probs" if logits is None else "logits"
-        self._input = self._categorical.probs if probs is None else _tensor(probs)
-        if logits is not None:
-            self._input = _tensor(logits)
         super().__init__(self._categorical.batch_shape, self._categorical.probs.shape[-1:])
 
     @property
@@ -801,7 +815,7 @@ class OneHotCategorical(Distribution):
         return self._categorical.entropy()
 
     def _params(self) -> dict:
-        return {self._given: (self._input, 1)}
+        return self._categorical._params()
 
 
 class Independent(Distribution):

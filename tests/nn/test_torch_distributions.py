@@ -293,3 +293,25 @@ def test_edge_values_equal_torch():
     n, q = np.array([4.0, 4.0]), np.array([0.3, 0.6])
     np.testing.assert_allclose(D.Binomial(tt.tensor(n), probs=tt.tensor(q)).mode.numpy(),
                                TD.Binomial(torch.tensor(n), probs=torch.tensor(q)).mode.numpy())
+
+
+def test_the_first_four_families_modes_variances_and_expand_equal_torch():
+    p = np.array([0.2, 0.5, 0.7])
+    for what in ("mode", "variance", "mean"):
+        np.testing.assert_allclose(getattr(D.Bernoulli(probs=tt.tensor(p)), what).numpy(),
+                                   getattr(TD.Bernoulli(probs=torch.tensor(p)), what).numpy(), rtol=1e-12)
+    lg = rng.standard_normal((2, 5))
+    for what in ("mode", "variance", "mean"):
+        np.testing.assert_allclose(getattr(D.Categorical(logits=tt.tensor(lg)), what).numpy(),
+                                   getattr(TD.Categorical(logits=torch.tensor(lg)), what).numpy())
+    assert np.isnan(D.Uniform(tt.tensor([0.0, 1.0]), 2.0).mode.numpy()).all()
+    for make in (lambda d, T: d.Normal(T(p), 1.0), lambda d, T: d.Uniform(T(p), 2.0),
+                 lambda d, T: d.Bernoulli(logits=T(p)), lambda d, T: d.Categorical(probs=T(p)),
+                 lambda d, T: d.Binomial(4, probs=T(p)), lambda d, T: d.OneHotCategorical(logits=T(p)),
+                 lambda d, T: d.Geometric(probs=T(p)), lambda d, T: d.Beta(T(p), 1.5)):
+        base = make(TD, torch.tensor)
+        a = base.expand((2,) + tuple(base.batch_shape))
+        b = make(D, tt.tensor).expand((2,) + tuple(base.batch_shape))
+        assert (b.batch_shape, b.event_shape) == (tuple(a.batch_shape), tuple(a.event_shape))
+        v = a.sample()
+        np.testing.assert_allclose(b.log_prob(tt.tensor(v.numpy())).numpy(), a.log_prob(v).numpy(), rtol=1e-12)
