@@ -28,8 +28,8 @@ import numpy as np
 from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
 from .ops.creation import full, rand, randn
-from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p, lt, maximum,
-                              minimum, mul, ne, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
+from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p,  # noqa: A004
+                              lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
 from .ops.index import gather, multinomial, one_hot
 from .ops.reduce import argmax, sum as _sum
 from .ops.shape import cat, expand, reshape, squeeze, stack, transpose, unsqueeze
@@ -137,14 +137,16 @@ def _probs_to_logits_binary(probs: Tensor) -> Tensor:
     return sub(log(p), log1p(neg(p)))
 
 
-def _probs_or_logits(probs, logits):
-    """(probs, logits) of a two-outcome family from the one given (torch's rule)."""
+def _probs_or_logits(probs, logits, like=None):
+    """(probs, logits) of a two-outcome family from the one given (torch's rule); a number
+    takes like's dtype when like is a float tensor."""
     if (probs is None) == (logits is None):
         raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    like = like if isinstance(like, Tensor) and np.issubdtype(np.dtype(like.dtype), np.floating) else None
     if probs is not None:
-        probs = _tensor(probs)
+        probs = _tensor(probs, like)
         return probs, _probs_to_logits_binary(probs)
-    logits = _tensor(logits)
+    logits = _tensor(logits, like)
     return sigmoid(logits), logits
 
 
@@ -526,8 +528,7 @@ class Gamma(Distribution):
     def sample(self, sample_shape=()) -> Tensor:
         shape = self._extended(sample_shape)
         with no_grad():
-            c = np.broadcast_to(self.concentration.numpy(), shape)
-            g = _host(np.maximum(_rng().standard_gamma(c), np.finfo(np.dtype(self.rate.dtype)).tiny), self.rate)
+            g = _host(_gamma_draws(self.concentration, shape), self.rate)
             return clamp(div(g, self.rate), min=float(np.finfo(np.dtype(self.rate.dtype)).tiny))
 
     def log_prob(self, value) -> Tensor:
@@ -691,9 +692,9 @@ class Binomial(Distribution):
     """torch.distributions.Binomial(total_count=1, probs=None, logits=None): counts as floats."""
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        probs, logits = _probs_or_logits(probs, logits)
-        self.total_count, self.probs, self.logits = _broadcast(total_count, probs, logits)
-        self.total_count = self.total_count.to(self.probs.dtype)
+        probs, logits = _probs_or_logits(probs, logits, like=total_count)
+        self.probs, self.logits, n = _broadcast(probs, logits, total_count)
+        self.total_count = n if n.dtype == self.probs.dtype else n.to(self.probs.dtype)
         self._given = "probs" if logits is None else "logits"
         super().__init__(self.probs.shape)
 

@@ -290,6 +290,14 @@ def test_edge_values_equal_torch():
     r, k = np.array([0.0, 1.5]), np.array([0.0, 0.0])
     np.testing.assert_allclose(D.Poisson(tt.tensor(r)).log_prob(tt.tensor(k)).numpy(),
                                TD.Poisson(torch.tensor(r), validate_args=False).log_prob(torch.tensor(k)).numpy())
+    b = D.Binomial(tt.tensor([3, 4]), probs=0.25)  # an int64 count with a number: the default float dtype
+    a = TD.Binomial(torch.tensor([3.0, 4.0]), probs=0.25)  # (torch refuses an int64 count here)
+    assert b.total_count.dtype == np.float32 and b.probs.dtype == np.float32
+    np.testing.assert_allclose(b.log_prob(tt.tensor([1.0, 2.0])).numpy(), a.log_prob(torch.tensor([1.0, 2.0])).numpy(),
+                               rtol=1e-6)
+    b64 = D.Binomial(tt.tensor([3.0, 4.0], dtype=tt.float64), probs=0.25)
+    assert b64.probs.dtype == np.float64 == TD.Binomial(torch.tensor([3.0, 4.0], dtype=torch.float64),
+                                                           probs=0.25).probs.numpy().dtype
     n, q = np.array([4.0, 4.0]), np.array([0.3, 0.6])
     np.testing.assert_allclose(D.Binomial(tt.tensor(n), probs=tt.tensor(q)).mode.numpy(),
                                TD.Binomial(torch.tensor(n), probs=torch.tensor(q)).mode.numpy())
