@@ -175,6 +175,16 @@ class Distribution:
     def entropy(self) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no entropy (as torch's)")
 
+    def perplexity(self) -> Tensor:
+        return exp(self.entropy())
+
+    def cdf(self, value) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__}.cdf is not available in tiletrain")
+
+    def icdf(self, value) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__}.icdf is not available in tiletrain "
+                                  "(Normal's and LogNormal's need erfinv, which tiletrain lacks)")
+
     def _params(self) -> dict:
         """{constructor argument: (tensor, its number of event dims)} for expand."""
         raise NotImplementedError(f"{type(self).__name__}.expand is not supported")

@@ -274,6 +274,11 @@ def test_unsupported_requests_raise_clear_errors():
         D.Gamma(2.0, 1.0).cdf(1.0)
     with pytest.raises(NotImplementedError, match="kl_divergence"):
         D.kl_divergence(D.Gamma(2.0, 1.0), D.Exponential(1.0))
+    for d in (D.LogNormal(0.0, 1.0), D.Normal(0.0, 1.0), D.Poisson(1.0)):
+        with pytest.raises(NotImplementedError, match="icdf is not available"):
+            d.icdf(0.5)
+    np.testing.assert_allclose(D.Exponential(tt.tensor([2.0], dtype=tt.float64)).perplexity().numpy(),
+                               TD.Exponential(torch.tensor([2.0], dtype=torch.float64)).perplexity().numpy(), rtol=1e-12)
     inf = D.kl_divergence(D.Binomial(3, probs=tt.tensor([0.5])), D.Binomial(2, probs=tt.tensor([0.5])))
     assert np.isinf(inf.numpy()).all()  # torch: inf where p.total_count > q.total_count
 
