@@ -1,9 +1,24 @@
-"""torch.distributions' everyday families over tiletrain's ops: Normal, Uniform, Bernoulli and
-Categorical (sample / rsample, log_prob, entropy, mean, variance, cdf where torch has it) and
-kl_divergence between two of one family.  log_prob, entropy and kl_divergence are torch's
-formulas (their values and gradients compare with torch's); the samples are tiletrain's draws,
-not torch's.  (tiletrain.distribution, singular, is how a tensor's tiles are spread over MPI
-ranks: another thing.)"""
+"""torch.distributions' families over tiletrain's ops, with torch's constructor signatures:
+Normal, Uniform, Bernoulli, Categorical, Exponential, Laplace, LogNormal, Gamma, Beta,
+Dirichlet, Poisson, Binomial, Geometric, OneHotCategorical, MultivariateNormal and Independent
+(log_prob, entropy, mean, mode, variance, stddev, cdf / icdf where torch has them, sample /
+rsample, expand, batch_shape / event_shape) and kl_divergence between two of one family.
+
+log_prob, entropy, the moments and kl_divergence are torch's formulas from recorded ops: their
+values and gradients compare with torch's (float64, ~1e-12).  log-gamma and digamma (Gamma,
+Beta, Dirichlet, Poisson, Binomial) are Stirling's series after a shift, from recorded ops, for
+positive arguments (all these families need); their gradients are exact to ~1e-15, where
+torch's trigamma is good to ~5e-10 only.  The samples are tiletrain's draws, not torch's
+(Gamma, Beta, Dirichlet, Poisson and Binomial are drawn on the host from the generator that
+manual_seed seeds).  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
+sample (has_rsample False: rsample raises NotImplementedError; torch's use implicit gradients);
+validate_args is accepted and not checked; no support / arg_constraints / enumerate_support;
+MultivariateNormal factorises a covariance or precision matrix by a Cholesky of d**2 small
+recorded ops (for small event sizes); LogNormal is one class (torch's is a
+TransformedDistribution), with base_dist the Normal.
+
+(tiletrain.distribution, singular, is how a tensor's tiles are spread over MPI ranks: another
+thing.)"""
 from __future__ import annotations
 
 import math
@@ -13,15 +28,18 @@ import numpy as np
 from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
 from .ops.creation import full, rand, randn
-from .ops.elementwise import (add, clamp, div, eq, erf, gt, le, log, log1p, lt, mul, neg, sigmoid, softplus, sqrt,
-                              sub, where)
-from .ops.index import gather, multinomial
-from .ops.reduce import sum as _sum
-from .ops.shape import expand, reshape, squeeze, transpose, unsqueeze
-from .tensors import Tensor, tensor
+from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p,  # noqa: A004
+                              lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
+from .ops.index import gather, multinomial, one_hot
+from .ops.reduce import argmax, sum as _sum
+from .ops.shape import cat, expand, reshape, squeeze, stack, transpose, unsqueeze
+from .tensors import Tensor, from_numpy, tensor
+from .tensors.creation import default_generator
 from .tensors.tensor import get_default_dtype
 
-__all__ = ["Bernoulli", "Categorical", "Distribution", "Normal", "Uniform", "kl_divergence"]
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Distribution", "Exponential", "Gamma",
+           "Geometric", "Independent", "Laplace", "LogNormal", "MultivariateNormal", "Normal", "OneHotCategorical",
+           "Poisson", "Uniform", "kl_divergence"]
 
 
 def _tensor(v, like=None) -> Tensor:
@@ -40,6 +58,96 @@ def _broadcast(*vals):
 
 def _eps(t: Tensor) -> float:
     return float(np.finfo(np.dtype(t.dtype)).eps)
+
+
+# -- log-gamma and digamma of positive arguments, from recorded ops (their gradients are the
+# next function's: d lgamma = digamma, d digamma = trigamma, to double precision) -----------
+# Gamma's recurrence moves x to z = x + 8 >= 8, where Stirling's series with the Bernoulli
+# numbers B2..B18 is exact to below 1e-16 relative; the shift costs a log of the product
+# x (x+1) ... (x+7), taken two factors at a time.
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798)
+_SHIFT = 8
+
+
+def _horner(w: Tensor, coeffs) -> Tensor:
+    """coeffs[0] + coeffs[1] w + coeffs[2] w**2 + ..."""
+    s = None
+    for c in reversed(coeffs):
+        s = c if s is None else add(mul(s, w), c)
+    return s
+
+
+def _lgamma(x: Tensor) -> Tensor:
+    """log Gamma(x) for x > 0 (torch.lgamma's values there)."""
+    if np.dtype(x.dtype) != np.float64:  # the series cancel: in float64, rounded once to x's dtype
+        return _lgamma(x.to(np.float64)).to(x.dtype)
+    z = add(x, float(_SHIFT))
+    w = reciprocal(mul(z, z))
+    series = div(_horner(w, [b / ((2 * k + 2) * (2 * k + 1)) for k, b in enumerate(_BERNOULLI)]), z)
+    stirling = add(sub(mul(sub(z, 0.5), log(z)), z), add(series, 0.5 * math.log(2 * math.pi)))
+    shift = None
+    for k in range(0, _SHIFT, 2):
+        t = log(mul(add(x, float(k)) if k else x, add(x, float(k + 1))))
+        shift = t if shift is None else add(shift, t)
+    y = sub(stirling, shift)
+    # exactly 0 at x = 1 and 2 (as torch's; the sum above leaves ~1e-15 there), same gradient
+    roots = gt(add(eq(x, 1.0).to(x.dtype), eq(x, 2.0).to(x.dtype)), 0.0)
+    return sub(y, where(roots, y.detach(), 0.0))
+
+
+def _digamma(x: Tensor) -> Tensor:
+    """digamma(x) = d/dx log Gamma(x) for x > 0 (torch.digamma's values there)."""
+    if np.dtype(x.dtype) != np.float64:  # the series cancel: in float64, rounded once to x's dtype
+        return _digamma(x.to(np.float64)).to(x.dtype)
+    z = add(x, float(_SHIFT))
+    w = reciprocal(mul(z, z))
+    series = mul(w, _horner(w, [b / (2 * k + 2) for k, b in enumerate(_BERNOULLI)]))
+    asym = sub(sub(log(z), div(0.5, z)), series)
+    for k in range(_SHIFT):
+        asym = sub(asym, reciprocal(add(x, float(k)) if k else x))
+    return asym
+
+
+def _xlogy(x: Tensor, y: Tensor) -> Tensor:
+    """x log y with 0 where x == 0 (torch.xlogy; NaN y stays NaN)."""
+    return where(eq(x, 0.0), 0.0, mul(x, log(y)))
+
+
+def _rng():
+    return default_generator._rng
+
+
+def _host(a, like: Tensor) -> Tensor:
+    return from_numpy(np.ascontiguousarray(np.asarray(a, dtype=np.dtype(like.dtype))))
+
+
+def _expanded(t: Tensor, shape) -> Tensor:
+    shape = tuple(shape)
+    return t if tuple(t.shape) == shape else expand(t, shape)
+
+
+def _sum_rightmost(t: Tensor, n: int) -> Tensor:
+    for _ in range(n):
+        t = _sum(t, -1)
+    return t
+
+
+def _probs_to_logits_binary(probs: Tensor) -> Tensor:
+    p = clamp(probs, _eps(probs), 1 - _eps(probs))
+    return sub(log(p), log1p(neg(p)))
+
+
+def _probs_or_logits(probs, logits, like=None):
+    """(probs, logits) of a two-outcome family from the one given (torch's rule); a number
+    takes like's dtype when like is a float tensor."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    like = like if isinstance(like, Tensor) and np.issubdtype(np.dtype(like.dtype), np.floating) else None
+    if probs is not None:
+        probs = _tensor(probs, like)
+        return probs, _probs_to_logits_binary(probs)
+    logits = _tensor(logits, like)
+    return sigmoid(logits), logits
 
 
 class Distribution:
@@ -64,6 +172,31 @@ class Distribution:
     def stddev(self) -> Tensor:
         return sqrt(self.variance)
 
+    def entropy(self) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} has no entropy (as torch's)")
+
+    def perplexity(self) -> Tensor:
+        return exp(self.entropy())
+
+    def cdf(self, value) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__}.cdf is not available in tiletrain")
+
+    def icdf(self, value) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__}.icdf is not available in tiletrain "
+                                  "(Normal's and LogNormal's need erfinv, which tiletrain lacks)")
+
+    def _params(self) -> dict:
+        """{constructor argument: (tensor, its number of event dims)} for expand."""
+        raise NotImplementedError(f"{type(self).__name__}.expand is not supported")
+
+    def expand(self, batch_shape, _instance=None) -> "Distribution":
+        """The family with its parameters expanded to batch_shape (built anew from expanded
+        parameters, so gradients reach the originals; _instance is accepted and ignored)."""
+        batch_shape = tuple(batch_shape)
+        kw = {name: _expanded(t, batch_shape + tuple(t.shape[t.ndim - nev:] if nev else ()))
+              for name, (t, nev) in self._params().items()}
+        return type(self)(**kw)
+
 
 class Normal(Distribution):
     """torch.distributions.Normal(loc, scale)."""
@@ -78,12 +211,19 @@ class Normal(Distribution):
         return self.loc
 
     @property
+    def mode(self) -> Tensor:
+        return self.loc
+
+    @property
     def stddev(self) -> Tensor:
         return self.scale
 
     @property
     def variance(self) -> Tensor:
         return mul(self.scale, self.scale)
+
+    def _params(self) -> dict:
+        return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
 
     def rsample(self, sample_shape=()) -> Tensor:
         eps = randn(self._extended(sample_shape), dtype=self.loc.dtype)
@@ -109,6 +249,14 @@ class Uniform(Distribution):
     def __init__(self, low, high, validate_args=None):
         self.low, self.high = _broadcast(low, high)
         super().__init__(self.low.shape)
+
+    @property
+    def mode(self) -> Tensor:
+        """NaN (as torch's: every point of [low, high) is a mode)."""
+        return full(self.batch_shape, float("nan"), dtype=self.low.dtype)
+
+    def _params(self) -> dict:
+        return {"low": (self.low, 0), "high": (self.high, 0)}
 
     @property
     def mean(self) -> Tensor:
@@ -139,16 +287,17 @@ class Bernoulli(Distribution):
     """torch.distributions.Bernoulli(probs=None, logits=None)."""
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            self.probs = _tensor(probs)
-            p = clamp(self.probs, _eps(self.probs), 1 - _eps(self.probs))
-            self.logits = sub(log(p), log1p(neg(p)))
-        else:
-            self.logits = _tensor(logits)
-            self.probs = sigmoid(self.logits)
+        self.probs, self.logits = _probs_or_logits(probs, logits)
+        self._given = "probs" if logits is None else "logits"
         super().__init__(self.probs.shape)
+
+    @property
+    def mode(self) -> Tensor:
+        """1 where probs > 1/2, 0 where below, NaN at 1/2 (as torch's)."""
+        return where(eq(self.probs, 0.5), float("nan"), ge(self.probs, 0.5).to(self.probs.dtype))
+
+    def _params(self) -> dict:
+        return {self._given: (getattr(self, self._given), 0)}
 
     @property
     def mean(self) -> Tensor:
@@ -178,12 +327,13 @@ class Categorical(Distribution):
     def __init__(self, probs=None, logits=None, validate_args=None):
         if (probs is None) == (logits is None):
             raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        self._given, self._input = ("probs", _tensor(probs)) if probs is not None else ("logits", _tensor(logits))
         if probs is not None:
-            p = _tensor(probs)
+            p = self._input
             self.probs = div(p, _sum(p, -1, keepdim=True))
             self.logits = log(clamp(self.probs, _eps(self.probs), 1 - _eps(self.probs)))
         else:
-            self.logits = log_softmax(_tensor(logits), -1)
+            self.logits = log_softmax(self._input, -1)
             self.probs = softmax(self.logits, -1)
         self._num_events = self.probs.shape[-1]
         super().__init__(self.probs.shape[:-1])
@@ -192,6 +342,18 @@ class Categorical(Distribution):
     def mean(self) -> Tensor:
         """NaN per batch element, as torch's (a categorical has no mean)."""
         return full(self.batch_shape, float("nan"), dtype=self.probs.dtype)
+
+    @property
+    def mode(self) -> Tensor:
+        return argmax(self.probs, -1)
+
+    @property
+    def variance(self) -> Tensor:
+        """NaN per batch element, as torch's."""
+        return full(self.batch_shape, float("nan"), dtype=self.probs.dtype)
+
+    def _params(self) -> dict:
+        return {self._given: (self._input, 1)}
 
     def sample(self, sample_shape=()) -> Tensor:
         with no_grad():
@@ -212,8 +374,721 @@ class Categorical(Distribution):
         return neg(_sum(mul(lg, self.probs), -1))
 
 
+class Exponential(Distribution):
+    """torch.distributions.Exponential(rate)."""
+    has_rsample = True
+
+    def __init__(self, rate, validate_args=None):
+        (self.rate,) = _broadcast(rate)
+        super().__init__(self.rate.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return reciprocal(self.rate)
+
+    @property
+    def mode(self) -> Tensor:
+        return full(self.batch_shape, 0.0, dtype=self.rate.dtype)
+
+    @property
+    def stddev(self) -> Tensor:
+        return reciprocal(self.rate)
+
+    @property
+    def variance(self) -> Tensor:
+        return pow(self.rate, -2)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        u = rand(self._extended(sample_shape), dtype=self.rate.dtype)
+        return div(neg(log1p(neg(u))), self.rate)
+
+    def log_prob(self, value) -> Tensor:
+        return sub(log(self.rate), mul(self.rate, _tensor(value, self.rate)))
+
+    def cdf(self, value) -> Tensor:
+        return sub(1.0, exp(mul(neg(self.rate), _tensor(value, self.rate))))
+
+    def icdf(self, value) -> Tensor:
+        return div(neg(log1p(neg(_tensor(value, self.rate)))), self.rate)
+
+    def entropy(self) -> Tensor:
+        return sub(1.0, log(self.rate))
+
+    def _params(self) -> dict:
+        return {"rate": (self.rate, 0)}
+
+
+class Laplace(Distribution):
+    """torch.distributions.Laplace(loc, scale)."""
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args=None):
+        self.loc, self.scale = _broadcast(loc, scale)
+        super().__init__(self.loc.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return self.loc
+
+    @property
+    def mode(self) -> Tensor:
+        return self.loc
+
+    @property
+    def variance(self) -> Tensor:
+        return mul(pow(self.scale, 2), 2.0)
+
+    @property
+    def stddev(self) -> Tensor:
+        return mul(self.scale, math.sqrt(2))
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        eps = _eps(self.loc)
+        u = add(mul(rand(self._extended(sample_shape), dtype=self.loc.dtype), 2.0 - eps), eps - 1.0)  # (eps - 1, 1)
+        return sub(self.loc, mul(mul(self.scale, sign(u)), log1p(neg(abs(u)))))
+
+    def log_prob(self, value) -> Tensor:
+        z = abs(sub(_tensor(value, self.loc), self.loc))
+        return sub(neg(log(mul(self.scale, 2.0))), div(z, self.scale))
+
+    def cdf(self, value) -> Tensor:
+        d = sub(_tensor(value, self.loc), self.loc)
+        return sub(0.5, mul(mul(sign(d), 0.5), expm1(div(neg(abs(d)), self.scale))))
+
+    def icdf(self, value) -> Tensor:
+        t = sub(_tensor(value, self.loc), 0.5)
+        return sub(self.loc, mul(mul(self.scale, sign(t)), log1p(mul(abs(t), -2.0))))
+
+    def entropy(self) -> Tensor:
+        return add(log(mul(self.scale, 2.0)), 1.0)
+
+    def _params(self) -> dict:
+        return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
+
+
+class LogNormal(Distribution):
+    """torch.distributions.LogNormal(loc, scale): exp of Normal(loc, scale) (torch builds it as
+    a TransformedDistribution; here it is one class with the same values; base_dist is the
+    Normal)."""
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args=None):
+        self.base_dist = Normal(loc, scale)
+        self.loc, self.scale = self.base_dist.loc, self.base_dist.scale
+        super().__init__(self.loc.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return exp(add(self.loc, div(pow(self.scale, 2), 2.0)))
+
+    @property
+    def mode(self) -> Tensor:
+        return exp(sub(self.loc, pow(self.scale, 2)))
+
+    @property
+    def variance(self) -> Tensor:
+        s2 = pow(self.scale, 2)
+        return mul(expm1(s2), exp(add(mul(self.loc, 2.0), s2)))
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        return exp(self.base_dist.rsample(sample_shape))
+
+    def log_prob(self, value) -> Tensor:
+        y = log(_tensor(value, self.loc))
+        return sub(self.base_dist.log_prob(y), y)
+
+    def cdf(self, value) -> Tensor:
+        return self.base_dist.cdf(log(_tensor(value, self.loc)))
+
+    def entropy(self) -> Tensor:
+        return add(self.base_dist.entropy(), self.loc)
+
+    def _params(self) -> dict:
+        return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
+
+
+_NO_RSAMPLE = ("{name}.rsample: tiletrain has no reparameterised {name} sample (torch's uses implicit "
+               "gradients of the gamma draw); sample() draws without a gradient")
+
+
+class Gamma(Distribution):
+    """torch.distributions.Gamma(concentration, rate).  has_rsample is False (torch's is True):
+    rsample raises NotImplementedError, sample() draws without a gradient."""
+    has_rsample = False
+
+    def __init__(self, concentration, rate, validate_args=None):
+        self.concentration, self.rate = _broadcast(concentration, rate)
+        super().__init__(self.rate.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return div(self.concentration, self.rate)
+
+    @property
+    def mode(self) -> Tensor:
+        return clamp(div(sub(self.concentration, 1.0), self.rate), min=0.0)
+
+    @property
+    def variance(self) -> Tensor:
+        return div(self.concentration, pow(self.rate, 2))
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        raise NotImplementedError(_NO_RSAMPLE.format(name="Gamma"))
+
+    def sample(self, sample_shape=()) -> Tensor:
+        shape = self._extended(sample_shape)
+        with no_grad():
+            g = _host(_gamma_draws(self.concentration, shape), self.rate)
+            return clamp(div(g, self.rate), min=float(np.finfo(np.dtype(self.rate.dtype)).tiny))
+
+    def log_prob(self, value) -> Tensor:
+        value = _tensor(value, self.rate)
+        c = self.concentration
+        return sub(sub(add(_xlogy(c, self.rate), _xlogy(sub(c, 1.0), value)), mul(self.rate, value)), _lgamma(c))
+
+    def entropy(self) -> Tensor:
+        c = self.concentration
+        return add(add(sub(c, log(self.rate)), _lgamma(c)), mul(sub(1.0, c), _digamma(c)))
+
+    def cdf(self, value) -> Tensor:
+        raise NotImplementedError("Gamma.cdf: tiletrain has no regularised incomplete gamma function "
+                                  "(torch.special.gammainc)")
+
+    def _params(self) -> dict:
+        return {"concentration": (self.concentration, 0), "rate": (self.rate, 0)}
+
+
+def _gamma_draws(c: Tensor, shape) -> np.ndarray:
+    tiny = np.finfo(np.dtype(c.dtype)).tiny
+    return np.maximum(_rng().standard_gamma(np.broadcast_to(c.numpy().astype(np.float64), shape)), tiny)
+
+
+class Dirichlet(Distribution):
+    """torch.distributions.Dirichlet(concentration): the last dim holds the categories.
+    has_rsample is False (torch's is True): rsample raises NotImplementedError, sample() draws
+    without a gradient."""
+    has_rsample = False
+
+    def __init__(self, concentration, validate_args=None):
+        self.concentration = _tensor(concentration)
+        if self.concentration.ndim < 1:
+            raise ValueError("`concentration` parameter must be at least one-dimensional.")
+        super().__init__(self.concentration.shape[:-1], self.concentration.shape[-1:])
+
+    @property
+    def mean(self) -> Tensor:
+        return div(self.concentration, _sum(self.concentration, -1, keepdim=True))
+
+    @property
+    def mode(self) -> Tensor:
+        c = self.concentration
+        cm1 = clamp(sub(c, 1.0), min=0.0)
+        mode = div(cm1, _sum(cm1, -1, keepdim=True))
+        k = c.shape[-1]
+        all_below = eq(_sum(lt(c, 1.0).to(c.dtype), -1, keepdim=True), float(k))  # every concentration < 1
+        first = _host(np.eye(k)[0], c)  # torch: the one-hot of the first category there
+        return where(all_below, _expanded(first, c.shape), mode)
+
+    @property
+    def variance(self) -> Tensor:
+        c = self.concentration
+        c0 = _sum(c, -1, keepdim=True)
+        return div(mul(c, sub(c0, c)), mul(pow(c0, 2), add(c0, 1.0)))
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        raise NotImplementedError(_NO_RSAMPLE.format(name="Dirichlet"))
+
+    def sample(self, sample_shape=()) -> Tensor:
+        shape = self._extended(sample_shape)
+        g = _gamma_draws(self.concentration, shape)
+        x = g / g.sum(-1, keepdims=True)
+        tiny = np.finfo(np.dtype(self.concentration.dtype)).tiny
+        return _host(np.clip(x, tiny, 1 - np.finfo(np.dtype(self.concentration.dtype)).eps), self.concentration)
+
+    def log_prob(self, value) -> Tensor:
+        c = self.concentration
+        value = _tensor(value, c)
+        return add(_sum(_xlogy(sub(c, 1.0), value), -1), sub(_lgamma(_sum(c, -1)), _sum(_lgamma(c), -1)))
+
+    def entropy(self) -> Tensor:
+        c = self.concentration
+        k = c.shape[-1]
+        a0 = _sum(c, -1)
+        t = sub(sub(_sum(_lgamma(c), -1), _lgamma(a0)), mul(sub(float(k), a0), _digamma(a0)))
+        return sub(t, _sum(mul(sub(c, 1.0), _digamma(c)), -1))
+
+    def _params(self) -> dict:
+        return {"concentration": (self.concentration, 1)}
+
+
+class Beta(Distribution):
+    """torch.distributions.Beta(concentration1, concentration0) (a two-category Dirichlet).
+    has_rsample is False (torch's is True): rsample raises NotImplementedError, sample() draws
+    without a gradient."""
+    has_rsample = False
+
+    def __init__(self, concentration1, concentration0, validate_args=None):
+        self.concentration1, self.concentration0 = _broadcast(concentration1, concentration0)
+        self._dirichlet = Dirichlet(stack([self.concentration1, self.concentration0], -1))
+        super().__init__(self._dirichlet.batch_shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return div(self.concentration1, add(self.concentration1, self.concentration0))
+
+    @property
+    def mode(self) -> Tensor:
+        return self._dirichlet.mode[..., 0]
+
+    @property
+    def variance(self) -> Tensor:
+        total = add(self.concentration1, self.concentration0)
+        return div(mul(self.concentration1, self.concentration0), mul(pow(total, 2), add(total, 1.0)))
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        raise NotImplementedError(_NO_RSAMPLE.format(name="Beta"))
+
+    def sample(self, sample_shape=()) -> Tensor:
+        return self._dirichlet.sample(sample_shape)[..., 0]
+
+    def log_prob(self, value) -> Tensor:
+        value = _tensor(value, self.concentration1)
+        return self._dirichlet.log_prob(stack([value, sub(1.0, value)], -1))
+
+    def entropy(self) -> Tensor:
+        return self._dirichlet.entropy()
+
+    def _params(self) -> dict:
+        return {"concentration1": (self.concentration1, 0), "concentration0": (self.concentration0, 0)}
+
+
+class Poisson(Distribution):
+    """torch.distributions.Poisson(rate): counts as floats of rate's dtype.  No entropy (as torch)."""
+
+    def __init__(self, rate, validate_args=None):
+        (self.rate,) = _broadcast(rate)
+        super().__init__(self.rate.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return self.rate
+
+    @property
+    def mode(self) -> Tensor:
+        return floor(self.rate)
+
+    @property
+    def variance(self) -> Tensor:
+        return self.rate
+
+    def sample(self, sample_shape=()) -> Tensor:
+        shape = self._extended(sample_shape)
+        return _host(_rng().poisson(np.broadcast_to(self.rate.numpy().astype(np.float64), shape)), self.rate)
+
+    def log_prob(self, value) -> Tensor:
+        value = _tensor(value, self.rate)
+        return sub(sub(_xlogy(value, self.rate), self.rate), _lgamma(add(value, 1.0)))
+
+    def _params(self) -> dict:
+        return {"rate": (self.rate, 0)}
+
+
+def _clamp_by_zero(x: Tensor) -> Tensor:
+    """max(x, 0) with gradient 1/2 at 0 (torch's _clamp_by_zero)."""
+    return div(sub(add(clamp(x, min=0.0), x), clamp(x, max=0.0)), 2.0)
+
+
+class Binomial(Distribution):
+    """torch.distributions.Binomial(total_count=1, probs=None, logits=None): counts as floats."""
+
+    def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
+        probs, logits = _probs_or_logits(probs, logits, like=total_count)
+        self.probs, self.logits, n = _broadcast(probs, logits, total_count)
+        self.total_count = n if n.dtype == self.probs.dtype else n.to(self.probs.dtype)
+        self._given = "probs" if logits is None else "logits"
+        super().__init__(self.probs.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return mul(self.total_count, self.probs)
+
+    @property
+    def mode(self) -> Tensor:
+        return minimum(clamp(floor(mul(add(self.total_count, 1.0), self.probs)), min=0.0), self.total_count)
+
+    @property
+    def variance(self) -> Tensor:
+        return mul(mul(self.total_count, self.probs), sub(1.0, self.probs))
+
+    def sample(self, sample_shape=()) -> Tensor:
+        shape = self._extended(sample_shape)
+        n = np.broadcast_to(self.total_count.numpy().astype(np.int64), shape)
+        p = np.broadcast_to(self.probs.numpy().astype(np.float64), shape)
+        return _host(_rng().binomial(n, p), self.probs)
+
+    def log_prob(self, value) -> Tensor:
+        value = _tensor(value, self.probs)
+        n = self.total_count
+        norm = sub(add(mul(n, _clamp_by_zero(self.logits)), mul(n, log1p(exp(neg(abs(self.logits)))))),
+                   _lgamma(add(n, 1.0)))
+        return sub(sub(sub(mul(value, self.logits), _lgamma(add(value, 1.0))), _lgamma(add(sub(n, value), 1.0))), norm)
+
+    def entropy(self) -> Tensor:
+        counts = np.unique(self.total_count.numpy())
+        if counts.size > 1:
+            raise NotImplementedError("Inhomogeneous total count not supported by `entropy`.")
+        k = int(counts[0]) if counts.size else 0
+        values = _host(np.arange(k + 1).reshape((-1,) + (1,) * len(self.batch_shape)), self.probs)
+        lp = self.log_prob(values)
+        return neg(_sum(mul(exp(lp), lp), 0))
+
+    def _params(self) -> dict:
+        return {"total_count": (self.total_count, 0), self._given: (getattr(self, self._given), 0)}
+
+
+class Geometric(Distribution):
+    """torch.distributions.Geometric(probs=None, logits=None): the number of failures before
+    the first success."""
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        probs, logits = _probs_or_logits(probs, logits)
+        self.probs, self.logits = _broadcast(probs, logits)
+        self._given = "probs" if logits is None else "logits"
+        super().__init__(self.probs.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return sub(reciprocal(self.probs), 1.0)
+
+    @property
+    def mode(self) -> Tensor:
+        return full(self.batch_shape, 0.0, dtype=self.probs.dtype)
+
+    @property
+    def variance(self) -> Tensor:
+        return div(sub(reciprocal(self.probs), 1.0), self.probs)
+
+    def sample(self, sample_shape=()) -> Tensor:
+        with no_grad():
+            tiny = float(np.finfo(np.dtype(self.probs.dtype)).tiny)
+            u = clamp(rand(self._extended(sample_shape), dtype=self.probs.dtype), min=tiny)
+            return floor(div(log(u), log1p(neg(self.probs))))
+
+    def log_prob(self, value) -> Tensor:
+        value, probs = _broadcast(_tensor(value, self.probs), self.probs)
+        p = where(gt(mul(eq(probs, 1.0).to(probs.dtype), eq(value, 0.0).to(probs.dtype)), 0.0), 0.0, probs)
+        return add(mul(value, log1p(neg(p))), log(self.probs))
+
+    def entropy(self) -> Tensor:
+        return div(binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none"), self.probs)
+
+    def _params(self) -> dict:
+        return {self._given: (getattr(self, self._given), 0)}
+
+
+class OneHotCategorical(Distribution):
+    """torch.distributions.OneHotCategorical(probs=None, logits=None): one-hot vectors over the
+    last dim, in probs' dtype."""
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        self._categorical = Categorical(probs, logits)
+        super().__init__(self._categorical.batch_shape, self._categorical.probs.shape[-1:])
+
+    @property
+    def probs(self) -> Tensor:
+        return self._categorical.probs
+
+    @property
+    def logits(self) -> Tensor:
+        return self._categorical.logits
+
+    @property
+    def mean(self) -> Tensor:
+        return self.probs
+
+    @property
+    def mode(self) -> Tensor:
+        return one_hot(argmax(self.probs, -1), self.event_shape[0]).to(self.probs.dtype)
+
+    @property
+    def variance(self) -> Tensor:
+        return mul(self.probs, sub(1.0, self.probs))
+
+    def sample(self, sample_shape=()) -> Tensor:
+        idx = self._categorical.sample(sample_shape)
+        return one_hot(idx, self.event_shape[0]).to(self.probs.dtype)
+
+    def log_prob(self, value) -> Tensor:
+        value = _tensor(value, self.probs)
+        return self._categorical.log_prob(argmax(value, -1))
+
+    def entropy(self) -> Tensor:
+        return self._categorical.entropy()
+
+    def _params(self) -> dict:
+        return self._categorical._params()
+
+
+class Independent(Distribution):
+    """torch.distributions.Independent(base_distribution, reinterpreted_batch_ndims): the
+    rightmost batch dims of the base become event dims (log_prob and entropy sum over them)."""
+
+    def __init__(self, base_distribution, reinterpreted_batch_ndims, validate_args=None):
+        n = int(reinterpreted_batch_ndims)
+        if n > len(base_distribution.batch_shape):
+            raise ValueError("Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), "
+                             f"actual {n} vs {len(base_distribution.batch_shape)}")
+        self.base_dist, self.reinterpreted_batch_ndims = base_distribution, n
+        shape = base_distribution.batch_shape + base_distribution.event_shape
+        event_dim = n + len(base_distribution.event_shape)
+        super().__init__(shape[:len(shape) - event_dim], shape[len(shape) - event_dim:])
+
+    @property
+    def has_rsample(self) -> bool:
+        return self.base_dist.has_rsample
+
+    @property
+    def mean(self) -> Tensor:
+        return self.base_dist.mean
+
+    @property
+    def mode(self) -> Tensor:
+        return self.base_dist.mode
+
+    @property
+    def variance(self) -> Tensor:
+        return self.base_dist.variance
+
+    def sample(self, sample_shape=()) -> Tensor:
+        return self.base_dist.sample(sample_shape)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        return self.base_dist.rsample(sample_shape)
+
+    def log_prob(self, value) -> Tensor:
+        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
+
+    def entropy(self) -> Tensor:
+        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
+
+    def expand(self, batch_shape, _instance=None) -> "Independent":
+        batch_shape = tuple(batch_shape)
+        base = self.base_dist.expand(batch_shape + self.event_shape[:self.reinterpreted_batch_ndims])
+        return Independent(base, self.reinterpreted_batch_ndims)
+
+
+def _symmetric(a: Tensor) -> Tensor:
+    """(a + a.mT) / 2: a symmetric matrix unchanged, its gradient symmetric (as torch's
+    Cholesky's)."""
+    return mul(add(a, transpose(a, -1, -2)), 0.5)
+
+
+def _cholesky(a: Tensor) -> Tensor:
+    """The lower Cholesky factor of the symmetric positive-definite matrices a (..., d, d),
+    column by column from recorded ops (d**2 small ops: for small event sizes)."""
+    d = a.shape[-1]
+    cols = []
+    for j in range(d):
+        v = a[..., :, j]
+        for k in range(j):
+            v = sub(v, mul(cols[k], cols[k][..., j:j + 1]))
+        mask = _host((np.arange(d) >= j).astype(np.float64), a)
+        cols.append(mul(div(v, sqrt(v[..., j:j + 1])), mask))
+    return stack(cols, -1)
+
+
+def _solve_tril(lower: Tensor, b: Tensor) -> Tensor:
+    """x with lower @ x = b for b (..., d) (broadcast against lower (..., d, d)): forward
+    substitution from recorded ops."""
+    xs = None
+    for i in range(lower.shape[-1]):
+        r = b[..., i:i + 1]
+        if xs is not None:
+            r = sub(r, _sum(mul(lower[..., i, :i], xs), -1, keepdim=True))
+        xi = div(r, lower[..., i, i:i + 1])
+        xs = xi if xs is None else cat([xs, xi], -1)
+    return xs
+
+
+def _tril_inverse(lower: Tensor) -> Tensor:
+    """lower**-1 of lower-triangular matrices (..., d, d)."""
+    d = lower.shape[-1]
+    cols = _solve_tril(unsqueeze(lower, -3), _host(np.eye(d), lower))  # (..., column, row)
+    return transpose(cols, -1, -2)
+
+
+def _mm_t(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b.mT for (..., n, k) and (..., m, k)."""
+    return _sum(mul(unsqueeze(a, -2), unsqueeze(b, -3)), -1)
+
+
+def _diagonal(m: Tensor) -> Tensor:
+    return _sum(mul(m, _host(np.eye(m.shape[-1]), m)), -1)
+
+
+class MultivariateNormal(Distribution):
+    """torch.distributions.MultivariateNormal(loc, covariance_matrix=None, precision_matrix=None,
+    scale_tril=None).  A covariance or precision matrix is factorised by a Cholesky from
+    recorded ops (gradients reach the matrix); for small event sizes (d**2 ops per factor)."""
+    has_rsample = True
+
+    def __init__(self, loc, covariance_matrix=None, precision_matrix=None, scale_tril=None, validate_args=None):
+        loc = _tensor(loc)
+        if loc.ndim < 1:
+            raise ValueError("loc must be at least one-dimensional.")
+        if (covariance_matrix is not None) + (scale_tril is not None) + (precision_matrix is not None) != 1:
+            raise ValueError("Exactly one of covariance_matrix or precision_matrix or scale_tril may be specified.")
+        name, m = next((n, v) for n, v in (("scale_tril", scale_tril), ("covariance_matrix", covariance_matrix),
+                                          ("precision_matrix", precision_matrix)) if v is not None)
+        m = _tensor(m, loc)
+        if m.ndim < 2:
+            raise ValueError(f"{name} matrix must be at least two-dimensional, with optional leading batch dimensions")
+        if name == "scale_tril":
+            lower = m
+        elif name == "covariance_matrix":
+            lower = _cholesky(_symmetric(m))
+        else:
+            inv = _tril_inverse(_cholesky(_symmetric(m)))  # P = Lp Lp^T, so P^-1 = Lp^-T Lp^-1
+            lower = _cholesky(_mm_t(transpose(inv, -1, -2), transpose(inv, -1, -2)))
+        self._given = name
+        batch_shape = tuple(np.broadcast_shapes(tuple(m.shape[:-2]), tuple(loc.shape[:-1])))
+        self._unbroadcasted_scale_tril = lower
+        self.loc = _expanded(loc, batch_shape + tuple(loc.shape[-1:]))
+        super().__init__(batch_shape, loc.shape[-1:])
+
+    @property
+    def scale_tril(self) -> Tensor:
+        return _expanded(self._unbroadcasted_scale_tril, self.batch_shape + self.event_shape * 2)
+
+    @property
+    def covariance_matrix(self) -> Tensor:
+        lower = self._unbroadcasted_scale_tril
+        return _expanded(_mm_t(lower, lower), self.batch_shape + self.event_shape * 2)
+
+    @property
+    def precision_matrix(self) -> Tensor:
+        """The inverse of scale_tril @ scale_tril.mT (through the whole matrix given, as torch's
+        cholesky_inverse: its gradient reaches entries above the diagonal too)."""
+        lower = self._unbroadcasted_scale_tril
+        inv = transpose(_tril_inverse(_cholesky(_symmetric(_mm_t(lower, lower)))), -1, -2)
+        return _expanded(_mm_t(inv, inv), self.batch_shape + self.event_shape * 2)
+
+    @property
+    def mean(self) -> Tensor:
+        return self.loc
+
+    @property
+    def mode(self) -> Tensor:
+        return self.loc
+
+    @property
+    def variance(self) -> Tensor:
+        lower = self._unbroadcasted_scale_tril
+        return _expanded(_sum(mul(lower, lower), -1), self.batch_shape + self.event_shape)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        eps = randn(self._extended(sample_shape), dtype=self.loc.dtype)
+        return add(self.loc, _sum(mul(self._unbroadcasted_scale_tril, unsqueeze(eps, -2)), -1))
+
+    def _half_log_det(self) -> Tensor:
+        return _sum(log(_diagonal(self._unbroadcasted_scale_tril)), -1)
+
+    def log_prob(self, value) -> Tensor:
+        diff = sub(_tensor(value, self.loc), self.loc)
+        z = _solve_tril(self._unbroadcasted_scale_tril, diff)
+        m = _sum(mul(z, z), -1)
+        return sub(mul(add(m, self.event_shape[0] * math.log(2 * math.pi)), -0.5), self._half_log_det())
+
+    def entropy(self) -> Tensor:
+        h = add(self._half_log_det(), 0.5 * self.event_shape[0] * (1.0 + math.log(2 * math.pi)))
+        return _expanded(h, self.batch_shape)
+
+    def expand(self, batch_shape, _instance=None) -> "MultivariateNormal":
+        batch_shape = tuple(batch_shape)
+        return MultivariateNormal(_expanded(self.loc, batch_shape + self.event_shape),
+                                  scale_tril=_expanded(self._unbroadcasted_scale_tril,
+                                                       batch_shape + self.event_shape * 2))
+
+
+def _kl_gamma(p: Gamma, q: Gamma) -> Tensor:
+    t1 = mul(q.concentration, log(div(p.rate, q.rate)))
+    t2 = sub(_lgamma(q.concentration), _lgamma(p.concentration))
+    t3 = mul(sub(p.concentration, q.concentration), _digamma(p.concentration))
+    t4 = mul(sub(q.rate, p.rate), div(p.concentration, p.rate))
+    return add(add(add(t1, t2), t3), t4)
+
+
+def _kl_beta(p: Beta, q: Beta) -> Tensor:
+    sp, sq = add(p.concentration1, p.concentration0), add(q.concentration1, q.concentration0)
+    t1 = add(add(_lgamma(q.concentration1), _lgamma(q.concentration0)), _lgamma(sp))
+    t2 = add(add(_lgamma(p.concentration1), _lgamma(p.concentration0)), _lgamma(sq))
+    t3 = mul(sub(p.concentration1, q.concentration1), _digamma(p.concentration1))
+    t4 = mul(sub(p.concentration0, q.concentration0), _digamma(p.concentration0))
+    t5 = mul(sub(sq, sp), _digamma(sp))
+    return add(add(add(sub(t1, t2), t3), t4), t5)
+
+
+def _kl_dirichlet(p: Dirichlet, q: Dirichlet) -> Tensor:
+    sp, sq = _sum(p.concentration, -1), _sum(q.concentration, -1)
+    t1 = sub(_lgamma(sp), _lgamma(sq))
+    t2 = _sum(sub(_lgamma(p.concentration), _lgamma(q.concentration)), -1)
+    t3 = sub(p.concentration, q.concentration)
+    t4 = sub(_digamma(p.concentration), unsqueeze(_digamma(sp), -1))
+    return add(sub(t1, t2), _sum(mul(t3, t4), -1))
+
+
+def _kl_binomial(p: Binomial, q: Binomial) -> Tensor:
+    if (p.total_count.numpy() < q.total_count.numpy()).any():
+        raise NotImplementedError("KL between Binomials where q.total_count > p.total_count is not implemented")
+    kl = mul(p.total_count, sub(add(mul(p.probs, sub(p.logits, q.logits)), log1p(neg(p.probs))), log1p(neg(q.probs))))
+    return where(gt(p.total_count, q.total_count), float("inf"), kl)
+
+
+def _kl_mvn(p: MultivariateNormal, q: MultivariateNormal) -> Tensor:
+    if p.event_shape != q.event_shape:
+        raise ValueError("KL-divergence between two Multivariate Normals with different event shapes "
+                         "cannot be computed")
+    n = p.event_shape[0]
+    half_term1 = sub(q._half_log_det(), p._half_log_det())
+    batch = tuple(np.broadcast_shapes(tuple(q._unbroadcasted_scale_tril.shape[:-2]),
+                                      tuple(p._unbroadcasted_scale_tril.shape[:-2])))
+    lq = _expanded(q._unbroadcasted_scale_tril, batch + (n, n))
+    lp = _expanded(p._unbroadcasted_scale_tril, batch + (n, n))
+    x = _solve_tril(unsqueeze(lq, -3), transpose(lp, -1, -2))  # the columns of lq^-1 lp
+    term2 = _sum(_sum(mul(x, x), -1), -1)
+    z = _solve_tril(q._unbroadcasted_scale_tril, sub(q.loc, p.loc))
+    term3 = _sum(mul(z, z), -1)
+    return add(half_term1, mul(sub(add(term2, term3), float(n)), 0.5))
+
+
+_KL = {
+    Exponential: lambda p, q: add(neg(log(div(q.rate, p.rate))), sub(div(q.rate, p.rate), 1.0)),
+    Laplace: lambda p, q: sub(add(add(neg(log(div(p.scale, q.scale))), div(abs(sub(p.loc, q.loc)), q.scale)),
+                                  mul(div(p.scale, q.scale), exp(div(neg(abs(sub(p.loc, q.loc))), p.scale)))), 1.0),
+    LogNormal: lambda p, q: kl_divergence(p.base_dist, q.base_dist),
+    Gamma: _kl_gamma,
+    Beta: _kl_beta,
+    Dirichlet: _kl_dirichlet,
+    Poisson: lambda p, q: sub(mul(p.rate, sub(log(p.rate), log(q.rate))), sub(p.rate, q.rate)),
+    Binomial: _kl_binomial,
+    Geometric: lambda p, q: sub(sub(neg(p.entropy()), div(log1p(neg(q.probs)), p.probs)), q.logits),
+    OneHotCategorical: lambda p, q: kl_divergence(p._categorical, q._categorical),
+    MultivariateNormal: _kl_mvn,
+}
+
+
+def _kl_independent(p: Independent, q: Independent) -> Tensor:
+    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+        raise NotImplementedError("kl_divergence(Independent, Independent) needs equal reinterpreted_batch_ndims")
+    return _sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+
+
+_KL[Independent] = _kl_independent
+
+
 def kl_divergence(p: Distribution, q: Distribution) -> Tensor:
-    """KL(p || q) for two distributions of one family (Normal, Bernoulli, Categorical, Uniform)."""
+    """KL(p || q) for two distributions of one family (each family here; Independent pairs with
+    equal reinterpreted_batch_ndims), torch's formulas."""
     if isinstance(p, Normal) and isinstance(q, Normal):
         var_ratio = div(p.scale, q.scale)
         var_ratio = mul(var_ratio, var_ratio)
@@ -228,4 +1103,6 @@ def kl_divergence(p: Distribution, q: Distribution) -> Tensor:
         return add(t1, t2)
     if isinstance(p, Uniform) and isinstance(q, Uniform):
         return sub(log(sub(q.high, q.low)), log(sub(p.high, p.low)))
+    if type(p) is type(q) and type(p) in _KL:
+        return _KL[type(p)](p, q)
     raise NotImplementedError(f"kl_divergence({type(p).__name__}, {type(q).__name__}) is not supported")

@@ -1,0 +1,330 @@
+"""torch.distributions' families beyond Normal/Uniform/Bernoulli/Categorical, each against
+torch itself in float64: log_prob, entropy, mean, mode, variance, stddev, cdf, icdf and
+kl_divergence, values and gradients with respect to the parameters; batch and event shapes;
+tiletrain's own draws checked by their moments (fixed seed, tolerant bounds)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tiletrain as tt
+from tiletrain.distributions import _digamma, _lgamma
+
+TD, D = torch.distributions, tt.distributions
+rng = np.random.default_rng(11)
+SHAPE = (3, 4)
+
+
+def _pos(shape=SHAPE, lo=0.3, hi=3.0):
+    return rng.uniform(lo, hi, shape)
+
+
+def _check(fn_t, fn_tt, arrays, rtol=1e-12, atol=1e-13, grad_rtol=None):
+    """fn over torch and tiletrain leaves made from arrays: equal values and equal gradients
+    of a random weighting of the result with respect to every array."""
+    A = [torch.tensor(a, requires_grad=True) for a in arrays]
+    B = [tt.tensor(a, requires_grad=True) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ra, rb = fn_t(*A), fn_tt(*B)
+    assert tuple(rb.shape) == tuple(ra.shape)
+    assert rb.numpy().dtype == ra.detach().numpy().dtype
+    np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
+    if not ra.requires_grad:
+        return
+    w = np.random.default_rng(9).standard_normal(tuple(ra.shape))
+    ra.backward(torch.tensor(w))
+    rb.backward(tt.tensor(w))
+    for a, b in zip(A, B):
+        if a.grad is not None:
+            # grad_rtol (also an absolute bound): where torch's gradient goes through its trigamma,
+            # which is good to ~5e-10 relative only (tiletrain's agrees with the exact one to 1e-15)
+            np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=grad_rtol or rtol, atol=grad_rtol or atol)
+
+
+def _tril(d=3, batch=(2,)):
+    m = np.tril(rng.standard_normal(batch + (d, d))) * 0.5
+    idx = np.arange(d)
+    m[..., idx, idx] = rng.uniform(0.5, 1.5, batch + (d,))
+    return m
+
+
+def _spd(d=3, batch=(2,)):
+    a = rng.standard_normal(batch + (d, d))
+    return a @ np.swapaxes(a, -1, -2) + np.eye(d)
+
+
+def _simplex(shape=SHAPE):
+    x = rng.uniform(0.1, 1.0, shape)
+    return x / x.sum(-1, keepdims=True)
+
+
+def _onehot(shape=SHAPE):
+    return np.eye(shape[-1])[rng.integers(0, shape[-1], shape[:-1])]
+
+
+U = rng.uniform(0.05, 0.95, SHAPE)
+COUNTS = rng.integers(0, 6, SHAPE).astype(np.float64)
+# id: (constructor(D, *params), params, value (a numpy array), what to compare, gradient rtol)
+CASES = {
+    "exponential": (lambda d, r: d.Exponential(r), [_pos()], _pos(),
+                    ["log_prob", "entropy", "mean", "mode", "variance", "stddev", "cdf", "icdf"], None),
+    "laplace": (lambda d, m, s: d.Laplace(m, s), [rng.standard_normal(SHAPE), _pos()], rng.standard_normal(SHAPE),
+                ["log_prob", "entropy", "mean", "mode", "variance", "stddev", "cdf", "icdf"], None),
+    "lognormal": (lambda d, m, s: d.LogNormal(m, s), [rng.standard_normal(SHAPE) * 0.5, _pos(hi=1.0)], _pos(),
+                  ["log_prob", "entropy", "mean", "mode", "variance", "stddev", "cdf"], None),
+    "gamma": (lambda d, c, r: d.Gamma(c, r), [_pos(), _pos()], _pos(),
+              ["log_prob", "entropy", "mean", "mode", "variance", "stddev"], 1e-9),
+    "beta": (lambda d, a, b: d.Beta(a, b), [_pos(), _pos()], U, ["log_prob", "entropy", "mean", "mode", "variance"],
+             1e-9),
+    "dirichlet": (lambda d, c: d.Dirichlet(c), [_pos()], _simplex(),
+                  ["log_prob", "entropy", "mean", "mode", "variance"],
+                  1e-9),
+    "poisson": (lambda d, r: d.Poisson(r), [_pos(hi=6.0)], COUNTS, ["log_prob", "mean", "mode", "variance"], None),
+    "binomial_probs": (lambda d, p: d.Binomial(7, probs=p), [U], COUNTS,
+                       ["log_prob", "entropy", "mean", "mode", "variance"], None),
+    "binomial_logits": (lambda d, lg: d.Binomial(torch.full(SHAPE, 7.0, dtype=torch.float64) if d is TD else
+                                                 tt.full(SHAPE, 7.0, dtype=tt.float64), logits=lg),
+                        [rng.standard_normal(SHAPE)], COUNTS, ["log_prob", "entropy", "mean", "mode", "variance"],
+                        None),
+    "geometric_probs": (lambda d, p: d.Geometric(probs=p), [U], COUNTS,
+                        ["log_prob", "entropy", "mean", "mode", "variance"], None),
+    "geometric_logits": (lambda d, lg: d.Geometric(logits=lg), [rng.standard_normal(SHAPE)], COUNTS,
+                         ["log_prob", "entropy", "mean", "variance"], None),
+    "onehot_logits": (lambda d, lg: d.OneHotCategorical(logits=lg), [rng.standard_normal(SHAPE)], _onehot(),
+                      ["log_prob", "entropy", "mean", "mode", "variance"], None),
+    "onehot_probs": (lambda d, p: d.OneHotCategorical(probs=p), [_simplex()], _onehot(),
+                     ["log_prob", "entropy", "mean", "variance"], None),
+    "independent": (lambda d, m, s: d.Independent(d.Normal(m, s), 1), [rng.standard_normal(SHAPE), _pos()],
+                    rng.standard_normal(SHAPE), ["log_prob", "entropy", "mean", "mode", "variance"], None),
+    "mvn_scale_tril": (lambda d, m, L: d.MultivariateNormal(m, scale_tril=L), [rng.standard_normal((2, 3)), _tril()],
+                       rng.standard_normal((4, 2, 3)),
+                       ["log_prob", "entropy", "mean", "mode", "variance", "covariance_matrix", "precision_matrix"],
+                       1e-10),
+    "mvn_covariance": (lambda d, m, c: d.MultivariateNormal(m, covariance_matrix=c), [rng.standard_normal(3), _spd()],
+                       rng.standard_normal((4, 2, 3)), ["log_prob", "entropy", "variance", "scale_tril"], 1e-10),
+    "mvn_precision": (lambda d, m, c: d.MultivariateNormal(m, precision_matrix=c),
+                      [rng.standard_normal((2, 3)), _spd()],
+                      rng.standard_normal((2, 3)), ["log_prob", "entropy", "variance", "scale_tril",
+                                                     "covariance_matrix"], 1e-10),
+}
+CHECKS = [(case, what) for case, spec in CASES.items() for what in spec[3]]
+
+
+@pytest.mark.parametrize("case,what", CHECKS, ids=[f"{c}-{w}" for c, w in CHECKS])
+def test_family_values_and_gradients_equal_torch(case, what):
+    ctor, params, value, _, grad_rtol = CASES[case]
+    if what == "icdf":
+        value = U
+
+    def run(d, T):
+        def fn(*ps):
+            dist = ctor(d, *ps)
+            if what in ("log_prob", "cdf", "icdf"):
+                return getattr(dist, what)(T(value))
+            r = getattr(dist, what)
+            return r() if callable(r) else r
+        return fn
+    rtol = 1e-10 if case.startswith("mvn") else 1e-12  # a Cholesky / inverse of torch's own algebra
+    _check(run(TD, torch.tensor), run(D, tt.tensor), params, rtol=rtol, grad_rtol=grad_rtol)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_family_shapes_equal_torch(case):
+    ctor, params, *_ = CASES[case]
+    a, b = ctor(TD, *map(torch.tensor, params)), ctor(D, *map(tt.tensor, params))
+    assert b.batch_shape == tuple(a.batch_shape) and b.event_shape == tuple(a.event_shape)
+    s = b.sample((5,))
+    assert tuple(s.shape) == tuple(a.sample((5,)).shape) and s.dtype == np.float64
+
+
+KL = {
+    "exponential": (lambda d, r: (d.Exponential(r), d.Exponential(r * 0.5 + 1)), [_pos()], None),
+    "laplace": (lambda d, m, s: (d.Laplace(m, s), d.Laplace(m * 0.3 - 1, s + 0.5)),
+                [rng.standard_normal(SHAPE), _pos()], None),
+    "lognormal": (lambda d, m, s: (d.LogNormal(m, s), d.LogNormal(-m, s * 2)), [rng.standard_normal(SHAPE), _pos()],
+                  None),
+    "gamma": (lambda d, c, r: (d.Gamma(c, r), d.Gamma(r + 0.5, c)), [_pos(), _pos()], 1e-9),
+    "beta": (lambda d, a, b: (d.Beta(a, b), d.Beta(b * 2, a + 1)), [_pos(), _pos()], 1e-9),
+    "dirichlet": (lambda d, c: (d.Dirichlet(c), d.Dirichlet(c.flip(-1) + 0.5)), [_pos()], 1e-9),
+    "poisson": (lambda d, r: (d.Poisson(r), d.Poisson(r * 0.5 + 0.2)), [_pos()], None),
+    "binomial": (lambda d, p: (d.Binomial(5, probs=p), d.Binomial(5, probs=1 - p)), [U], None),
+    "geometric": (lambda d, p: (d.Geometric(probs=p), d.Geometric(probs=1 - p)), [U], None),
+    "onehot": (lambda d, lg: (d.OneHotCategorical(logits=lg), d.OneHotCategorical(logits=lg.flip(-1))),
+               [rng.standard_normal(SHAPE)], None),
+    "independent": (lambda d, m, s: (d.Independent(d.Normal(m, s), 1), d.Independent(d.Normal(-m, s + 1), 1)),
+                    [rng.standard_normal(SHAPE), _pos()], None),
+    "mvn": (lambda d, m, L, c: (d.MultivariateNormal(m, scale_tril=L),
+                                d.MultivariateNormal(m * 0.5, covariance_matrix=c)),
+            [rng.standard_normal((2, 3)), _tril(), _spd()], 1e-10),
+}
+
+
+@pytest.mark.parametrize("case", list(KL))
+def test_kl_divergence_equals_torch(case):
+    pair, params, grad_rtol = KL[case]
+    rtol = 1e-10 if case == "mvn" else 1e-12
+    _check(lambda *p: TD.kl_divergence(*pair(TD, *p)), lambda *p: D.kl_divergence(*pair(D, *p)), params, rtol=rtol,
+           grad_rtol=grad_rtol)
+
+
+def test_lgamma_and_digamma_of_positive_arguments_equal_torch():
+    x = np.concatenate([np.geomspace(1e-3, 1e5, 200), np.linspace(0.5, 3.0, 51)])
+    _check(torch.lgamma, _lgamma, [x], rtol=1e-12, atol=1e-14)  # its gradient: digamma's values
+    a, ta = tt.tensor(x, requires_grad=True), torch.tensor(x)
+    np.testing.assert_allclose(_digamma(a).numpy(), torch.digamma(ta).numpy(), rtol=1e-12, atol=1e-14)
+    _digamma(a).sum().backward()  # trigamma: torch's own is good to ~5e-10 relative only (near x = 1.1)
+    np.testing.assert_allclose(a.grad.numpy(), torch.polygamma(1, ta).numpy(), rtol=1e-9)
+
+
+# id: (distribution, expected mean, expected variance), numbers from the formulas
+MOMENTS = {
+    "exponential": (lambda: D.Exponential(tt.tensor([2.0], dtype=tt.float64)), 0.5, 0.25),
+    "laplace": (lambda: D.Laplace(tt.tensor([1.0], dtype=tt.float64), 2.0), 1.0, 8.0),
+    "lognormal": (lambda: D.LogNormal(tt.tensor([0.2], dtype=tt.float64), 0.5), np.exp(0.2 + 0.125),
+                  np.expm1(0.25) * np.exp(0.4 + 0.25)),
+    "gamma": (lambda: D.Gamma(tt.tensor([3.0], dtype=tt.float64), 2.0), 1.5, 0.75),
+    "beta": (lambda: D.Beta(tt.tensor([2.0], dtype=tt.float64), 3.0), 0.4, 6 / (25 * 6)),
+    "poisson": (lambda: D.Poisson(tt.tensor([4.0], dtype=tt.float64)), 4.0, 4.0),
+    "binomial": (lambda: D.Binomial(10, probs=tt.tensor([0.3], dtype=tt.float64)), 3.0, 2.1),
+    "geometric": (lambda: D.Geometric(probs=tt.tensor([0.25], dtype=tt.float64)), 3.0, 12.0),
+}
+
+
+@pytest.mark.parametrize("case", list(MOMENTS))
+def test_draws_have_the_family_moments(case):
+    make, mean, var = MOMENTS[case]
+    tt.manual_seed(0)
+    n = 40000
+    x = make().sample((n,)).numpy().ravel()
+    assert abs(x.mean() - mean) < 5 * np.sqrt(var / n)
+    assert abs(x.var() / var - 1) < 0.1
+
+
+def test_dirichlet_onehot_and_mvn_draws():
+    tt.manual_seed(1)
+    c = np.array([1.0, 2.0, 5.0])
+    x = D.Dirichlet(tt.tensor(c)).sample((20000,)).numpy()
+    np.testing.assert_allclose(x.sum(-1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(x.mean(0), c / c.sum(), atol=0.01)
+    p = np.array([0.2, 0.5, 0.3])
+    h = D.OneHotCategorical(probs=tt.tensor(p)).sample((20000,)).numpy()
+    assert set(np.unique(h)) == {0.0, 1.0} and (h.sum(-1) == 1).all()
+    np.testing.assert_allclose(h.mean(0), p, atol=0.015)
+    cov = np.array([[2.0, 0.6], [0.6, 1.0]])
+    mvn = D.MultivariateNormal(tt.tensor([1.0, -1.0], dtype=tt.float64), covariance_matrix=tt.tensor(cov))
+    y = mvn.sample((40000,))
+    np.testing.assert_allclose(y.numpy().mean(0), [1.0, -1.0], atol=0.03)
+    np.testing.assert_allclose(np.cov(y.numpy().T), cov, atol=0.06)
+
+
+def test_rsample_is_differentiable_where_torch_reparameterises():
+    for name in ("Exponential", "Laplace", "LogNormal", "MultivariateNormal", "Gamma", "Beta", "Dirichlet", "Poisson",
+                 "Binomial", "Geometric", "OneHotCategorical"):
+        expected = getattr(TD, name).has_rsample and name not in ("Gamma", "Beta", "Dirichlet")
+        assert getattr(D, name).has_rsample is expected, name
+    tt.manual_seed(2)
+    rate = tt.tensor([0.5, 2.0], dtype=tt.float64, requires_grad=True)
+    x = D.Exponential(rate).rsample((3,))
+    x.sum().backward()
+    np.testing.assert_allclose(rate.grad.numpy(), -(x.numpy() / rate.numpy()).sum(0), rtol=1e-12)  # x = e / rate
+    loc, scale = tt.tensor([0.0, 1.0], dtype=tt.float64, requires_grad=True), tt.tensor([1.0, 2.0], dtype=tt.float64,
+                                                                                           requires_grad=True)
+    y = D.LogNormal(loc, scale).rsample()
+    y.sum().backward()
+    np.testing.assert_allclose(loc.grad.numpy(), y.numpy(), rtol=1e-12)
+    L = tt.tensor(_tril(2, ()), requires_grad=True)
+    D.MultivariateNormal(tt.zeros(2, dtype=tt.float64), scale_tril=L).rsample((4,)).sum().backward()
+    assert L.grad is not None and np.isfinite(L.grad.numpy()).all()
+    assert D.Independent(D.Normal(loc, scale), 1).has_rsample
+    for d in (D.Gamma(2.0, 1.0), D.Beta(2.0, 1.0), D.Dirichlet(tt.tensor([1.0, 2.0]))):
+        with pytest.raises(NotImplementedError, match="rsample"):
+            d.rsample()
+
+
+def test_expand_equals_torch():
+    r = np.array([0.5, 1.5, 2.5, 3.0])
+    a, b = TD.Exponential(torch.tensor(r)).expand((3, 4)), D.Exponential(tt.tensor(r)).expand((3, 4))
+    assert b.batch_shape == tuple(a.batch_shape) == (3, 4)
+    np.testing.assert_allclose(b.log_prob(tt.tensor(r)).numpy(), a.log_prob(torch.tensor(r)).numpy(), rtol=1e-12)
+    c = _pos((4,))
+    a, b = TD.Dirichlet(torch.tensor(c)).expand((2,)), D.Dirichlet(tt.tensor(c)).expand((2,))
+    assert (b.batch_shape, b.event_shape) == (tuple(a.batch_shape), tuple(a.event_shape))
+    i = D.Independent(D.Normal(tt.zeros(4, dtype=tt.float64), 1.0), 1).expand((3,))
+    assert i.batch_shape == (3,) and i.event_shape == (4,)
+    m = D.MultivariateNormal(tt.zeros(2, dtype=tt.float64), scale_tril=tt.eye(2, dtype=tt.float64)).expand((5,))
+    assert m.batch_shape == (5,) and m.log_prob(tt.zeros(2, dtype=tt.float64)).shape == (5,)
+
+
+def test_unsupported_requests_raise_clear_errors():
+    with pytest.raises(ValueError, match="Exactly one of covariance_matrix"):
+        D.MultivariateNormal(tt.zeros(2), covariance_matrix=tt.eye(2), scale_tril=tt.eye(2))
+    with pytest.raises(ValueError, match="Either `probs` or `logits`"):
+        D.Geometric()
+    with pytest.raises(NotImplementedError, match="entropy"):
+        D.Poisson(2.0).entropy()
+    with pytest.raises(NotImplementedError, match="Inhomogeneous total count"):
+        D.Binomial(tt.tensor([2.0, 3.0]), probs=tt.tensor([0.5, 0.5])).entropy()
+    with pytest.raises(NotImplementedError, match="q.total_count > p.total_count"):
+        D.kl_divergence(D.Binomial(2, probs=0.5), D.Binomial(3, probs=0.5))
+    with pytest.raises(NotImplementedError, match="gammainc"):
+        D.Gamma(2.0, 1.0).cdf(1.0)
+    with pytest.raises(NotImplementedError, match="kl_divergence"):
+        D.kl_divergence(D.Gamma(2.0, 1.0), D.Exponential(1.0))
+    for d in (D.LogNormal(0.0, 1.0), D.Normal(0.0, 1.0), D.Poisson(1.0)):
+        with pytest.raises(NotImplementedError, match="icdf is not available"):
+            d.icdf(0.5)
+    np.testing.assert_allclose(D.Exponential(tt.tensor([2.0], dtype=tt.float64)).perplexity().numpy(),
+                               TD.Exponential(torch.tensor([2.0], dtype=torch.float64)).perplexity().numpy(), rtol=1e-12)
+    inf = D.kl_divergence(D.Binomial(3, probs=tt.tensor([0.5])), D.Binomial(2, probs=tt.tensor([0.5])))
+    assert np.isinf(inf.numpy()).all()  # torch: inf where p.total_count > q.total_count
+
+
+def test_edge_values_equal_torch():
+    c = np.array([[0.5, 0.7, 0.9], [0.5, 2.0, 3.0]])  # row 0: every concentration < 1
+    np.testing.assert_allclose(D.Dirichlet(tt.tensor(c)).mode.numpy(), TD.Dirichlet(torch.tensor(c)).mode.numpy())
+    a, b = np.array([0.5, 2.0, 0.7]), np.array([0.8, 3.0, 4.0])
+    np.testing.assert_allclose(D.Beta(tt.tensor(a), tt.tensor(b)).mode.numpy(),
+                               TD.Beta(torch.tensor(a), torch.tensor(b)).mode.numpy())
+    p, v = np.array([1.0, 1.0, 0.5]), np.array([0.0, 2.0, 0.0])
+    np.testing.assert_allclose(D.Geometric(probs=tt.tensor(p)).log_prob(tt.tensor(v)).numpy(),
+                               TD.Geometric(probs=torch.tensor(p)).log_prob(torch.tensor(v)).numpy())
+    r, k = np.array([0.0, 1.5]), np.array([0.0, 0.0])
+    np.testing.assert_allclose(D.Poisson(tt.tensor(r)).log_prob(tt.tensor(k)).numpy(),
+                               TD.Poisson(torch.tensor(r), validate_args=False).log_prob(torch.tensor(k)).numpy())
+    b = D.Binomial(tt.tensor([3, 4]), probs=0.25)  # an int64 count with a number: the default float dtype
+    a = TD.Binomial(torch.tensor([3.0, 4.0]), probs=0.25)  # (torch refuses an int64 count here)
+    assert b.total_count.dtype == np.float32 and b.probs.dtype == np.float32
+    np.testing.assert_allclose(b.log_prob(tt.tensor([1.0, 2.0])).numpy(), a.log_prob(torch.tensor([1.0, 2.0])).numpy(),
+                               rtol=1e-6)
+    b64 = D.Binomial(tt.tensor([3.0, 4.0], dtype=tt.float64), probs=0.25)
+    assert b64.probs.dtype == np.float64 == TD.Binomial(torch.tensor([3.0, 4.0], dtype=torch.float64),
+                                                           probs=0.25).probs.numpy().dtype
+    n, q = np.array([4.0, 4.0]), np.array([0.3, 0.6])
+    np.testing.assert_allclose(D.Binomial(tt.tensor(n), probs=tt.tensor(q)).mode.numpy(),
+                               TD.Binomial(torch.tensor(n), probs=torch.tensor(q)).mode.numpy())
+
+
+def test_the_first_four_families_modes_variances_and_expand_equal_torch():
+    p = np.array([0.2, 0.5, 0.7])
+    for what in ("mode", "variance", "mean"):
+        np.testing.assert_allclose(getattr(D.Bernoulli(probs=tt.tensor(p)), what).numpy(),
+                                   getattr(TD.Bernoulli(probs=torch.tensor(p)), what).numpy(), rtol=1e-12)
+    lg = rng.standard_normal((2, 5))
+    for what in ("mode", "variance", "mean"):
+        np.testing.assert_allclose(getattr(D.Categorical(logits=tt.tensor(lg)), what).numpy(),
+                                   getattr(TD.Categorical(logits=torch.tensor(lg)), what).numpy())
+    assert np.isnan(D.Uniform(tt.tensor([0.0, 1.0]), 2.0).mode.numpy()).all()
+    for make in (lambda d, T: d.Normal(T(p), 1.0), lambda d, T: d.Uniform(T(p), 2.0),
+                 lambda d, T: d.Bernoulli(logits=T(p)), lambda d, T: d.Categorical(probs=T(p)),
+                 lambda d, T: d.Binomial(4, probs=T(p)), lambda d, T: d.OneHotCategorical(logits=T(p)),
+                 lambda d, T: d.Geometric(probs=T(p)), lambda d, T: d.Beta(T(p), 1.5)):
+        base = make(TD, torch.tensor)
+        a = base.expand((2,) + tuple(base.batch_shape))
+        b = make(D, tt.tensor).expand((2,) + tuple(base.batch_shape))
+        assert (b.batch_shape, b.event_shape) == (tuple(a.batch_shape), tuple(a.event_shape))
+        v = a.sample()
+        np.testing.assert_allclose(b.log_prob(tt.tensor(v.numpy())).numpy(), a.log_prob(v).numpy(), rtol=1e-12)
