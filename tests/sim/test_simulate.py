@@ -179,9 +179,11 @@ def test_simulated_gpus_run_the_gpt_step_and_beat_the_cpus(home, layer_machine, 
     assert (gpu["cpu_workers"], gpu["cuda_workers"]) == (2, 2)
     assert gpu["tasks_by_kind"]["cuda"] > gpu["tasks_by_kind"].get("cpu", 0), gpu["tasks_by_kind"]
     # clearly faster; how much is bounded by the submitting thread (its calibrated CPU time per
-    # task, which a busy calibration run inflates: 1.7x to 2.3x measured here; the GPT step's
-    # 8.5x is docs/simulation.md's figure)
-    assert gpu["tokens_per_s"] > 1.4 * cpu["tokens_per_s"], (gpu["tokens_per_s"], cpu["tokens_per_s"])
+    # task, which a busy calibration run inflates) against the calibrated kernels, so it depends
+    # on the computer that calibrated: 1.7x to 2.3x measured on an AMD one, 1.28x to 1.53x on an
+    # Intel one with AVX-512 (faster kernels, same submission); the GPT step's 8.5x is
+    # docs/simulation.md's figure
+    assert gpu["tokens_per_s"] > 1.15 * cpu["tokens_per_s"], (gpu["tokens_per_s"], cpu["tokens_per_s"])
     assert slow["tokens_per_s"] < gpu["tokens_per_s"]
     with pytest.raises(Exception, match="--execute on 'gpu2'"):
         simulate("gpu2", ["python", "-c", "pass"], execute=True)
