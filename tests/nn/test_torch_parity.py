@@ -196,25 +196,46 @@ def _inplace_program(M, x, m):
     return out, w
 
 
+def _read_then_in_place(M, x):
+    """In-place ops on tensors recorded ops already read, where torch allows them (the readers'
+    backward does not need the old value): the tensor changes under every name it has."""
+    w = M.tensor(x.copy(), requires_grad=True)
+    z = w * 2
+    r = z * 3
+    z.mul_(2)
+    z2 = z
+    z *= 2
+    assert z is z2
+    h = w.sin()
+    s = h + 1                # add does not need h's value
+    h.add_(1.5)
+    (z.sum() + z2.sum() + r.sum() + (s * h).sum()).backward()
+    return z, h, w.grad
+
+
 def test_in_place_ops_follow_torchs_rules(x):
     m = x > 1
     for u, v in zip(_inplace_program(torch, x, m), _inplace_program(tt, x, m)):
         np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12)
+    for u, v in zip(_read_then_in_place(torch, x), _read_then_in_place(tt, x)):
+        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12)
     w = tt.tensor(x, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         w.add_(1)
-    y = w.exp()  # exp's backward reads its output
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        y.add_(1)
-    z = w * 2
-    _ = z * 3  # a recorded op read z: z.mul_ is refused, z *= ... rebinds out of place
-    with pytest.raises(RuntimeError, match="inplace"):
-        z.mul_(2)
-    z2 = z
-    z *= 2
-    assert z is not z2
-    (z.sum() + z2.sum()).backward()
-    np.testing.assert_allclose(w.grad.numpy(), np.full(x.shape, 6.0))
+
+
+def test_in_place_op_on_a_value_a_backward_needs_keeps_the_old_value_for_it(x):
+    """Where torch's backward raises (the op needed the value an in-place op changed), the graph
+    keeps the old value for that op: the gradient is the one of the values computed."""
+    w = tt.tensor(x, requires_grad=True)
+    y = w.exp()          # exp's backward reads its output
+    y.add_(1)
+    h = w * 2
+    a = h.sin()          # sin's backward reads h
+    h.add_(1)
+    (y.sum() + a.sum() + (h * h).sum()).backward()
+    np.testing.assert_allclose(y.numpy(), np.exp(x) + 1, rtol=1e-12)
+    np.testing.assert_allclose(w.grad.numpy(), np.exp(x) + 2 * np.cos(2 * x) + 4 * (2 * x + 1), rtol=1e-12)
 
 
 def test_deepcopy_and_module_dtype_and_hooks():

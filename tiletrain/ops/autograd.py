@@ -186,12 +186,41 @@ def record(op: str, out: Tensor, inputs: Sequence, saved: Sequence = (), **ctx: 
     if op not in BACKWARD:
         raise RuntimeError(f"op {op!r} has no backward rule")
     ins = tuple(t if isinstance(t, Tensor) and t.requires_grad else None for t in inputs)
-    for t in ins:
-        if t is not None:
-            t._read = True  # an in-place op on it later would change what this node reads
-    out._node = Node(op, ins, tuple(saved), ctx, place=_dist._explicit[-1] if _dist._explicit else None)
+    node = out._node = Node(op, ins, tuple(saved), ctx, place=_dist._explicit[-1] if _dist._explicit else None)
+    ref = None
+    for t in (*ins, *saved):
+        # its readers: an in-place op on it later hands them its old value (Tensor's _inplace).
+        # A leaf that requires grad refuses in-place ops: its readers are not kept.
+        if isinstance(t, Tensor) and (t._node is not None or not t.requires_grad):
+            ref = ref or weakref.ref(node)
+            _add_reader(t, ref)
     out.requires_grad = True
     return out
+
+
+def _add_reader(t: Tensor, ref) -> None:
+    readers = getattr(t, "_read", None)
+    if not readers:
+        t._read = [ref]
+        return
+    if readers[-1] is ref:   # (an op reading t twice)
+        return
+    n = len(readers)
+    if n >= 32 and not n & (n - 1):   # a long-lived tensor read step after step: drop the readers gone
+        readers[:] = [r for r in readers if (node := r()) is not None and not node.released]
+    readers.append(ref)
+
+
+def rename(node: Node, a: Tensor, b: Tensor) -> None:
+    """node's references to tensor a (inputs, saved tensors, ctx values and weak references)
+    name b instead."""
+    node.inputs = tuple(b if t is a else t for t in node.inputs)
+    node.saved = tuple(b if t is a else t for t in node.saved)
+    for k, v in node.ctx.items():
+        if isinstance(v, weakref.ref) and v() is a:
+            node.ctx[k] = weakref.ref(b)
+        elif v is a:
+            node.ctx[k] = b
 
 
 def _topological(*roots: Tensor) -> list[Tensor]:

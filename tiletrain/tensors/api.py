@@ -8,11 +8,11 @@ that every tensor made from then on -- by the ops too -- is a tiletrain.Tensor."
 from __future__ import annotations
 
 import numbers
-import weakref
 
 import numpy as np
 
 from .. import ops
+from ..ops.autograd import rename
 from ..ops.creation import full, full_like, ones, rand, randn, zeros, zeros_like
 from ..ops.softmax import log_softmax, softmax
 from .cupy_interop import to_cupy
@@ -30,31 +30,24 @@ def _needs_graph(x, operands) -> bool:
                                                           for o in operands))
 
 
-def _reads_itself(x) -> bool:
-    """x's own node keeps x (its rule reads the output)."""
-    node = x._node
-    return node is not None and (any(s is x for s in node.saved) or any(
-        isinstance(v, weakref.ref) and v() is x for v in node.ctx.values()))
-
-
-def _inplace(x, fn, *operands, rebind: bool = False):
+def _inplace(x, fn, *operands):
     """x takes the value fn(x, *operands).  Outside the autograd graph the result is written
     into x's own tiles (views of x see it).  In the graph, x becomes the result's tensor (its
-    node included) and the graph keeps x's old value under a tensor of its own, so earlier
-    readers are not changed -- refused, as torch refuses a leaf, when a recorded op already
-    read x (tiletrain keeps no version counters).  ``rebind`` (x += y and the other augmented
-    assignments): in that case the result is returned out of place instead, which Python binds
-    to the name."""
+    node included) and the graph keeps x's old value under a tensor of its own: the recorded
+    ops that read x before (and x's own node, whose rule may read its output) name that one
+    instead, so their backward uses the value they read (outside the graph, they get a copy of
+    it when x is written).  A leaf that requires grad is refused, as torch refuses it."""
+    refs = getattr(x, "_read", None) or ()
+    readers = [n for n in (ref() for ref in refs) if n is not None and not n.released]
     if not _needs_graph(x, operands):
+        if readers:
+            with ops.no_grad():
+                kept = x.detach().clone()
+            for node in readers:
+                rename(node, x, kept)
         return ops.assign_(x, fn(x, *operands))
     if x.requires_grad and x._node is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if getattr(x, "_read", False) or _reads_itself(x):
-        if rebind:
-            return fn(x, *operands)
-        raise RuntimeError("one of the variables needed for gradient computation would be modified by an inplace "
-                           "operation: a recorded op already read this tensor (tiletrain keeps no version counters); "
-                           "write it out of place (y = x + 1)")
     old = x._hand_over()
     try:
         r = fn(old, *operands)
@@ -67,15 +60,12 @@ def _inplace(x, fn, *operands, rebind: bool = False):
     except BaseException:
         x._take(old)
         raise
+    for node in readers + ([old._node] if old._node is not None else []):
+        rename(node, x, old)   # (fn's own node read old already)
     node = r._node
     x._take(r)
     if node is not None:  # the node's references to its output now name x
-        node.saved = tuple(x if t is r else t for t in node.saved)
-        for k, v in node.ctx.items():
-            if isinstance(v, weakref.ref) and v() is r:
-                node.ctx[k] = weakref.ref(x)
-            elif v is r:
-                node.ctx[k] = x
+        rename(node, r, x)
     return x
 
 
@@ -220,25 +210,25 @@ class Tensor(TensorBase):
         return _inplace(self, lambda x: ops.add(ops.mul(rand(*x.shape, generator=generator, dtype=x.dtype, tiles=x.tiles), b - a), a))
 
     def __iadd__(self, other):
-        return _inplace(self, ops.add, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.add, other) if _operand(other) else NotImplemented
 
     def __isub__(self, other):
-        return _inplace(self, ops.sub, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.sub, other) if _operand(other) else NotImplemented
 
     def __imul__(self, other):
-        return _inplace(self, ops.mul, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.mul, other) if _operand(other) else NotImplemented
 
     def __itruediv__(self, other):
-        return _inplace(self, ops.div, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.div, other) if _operand(other) else NotImplemented
 
     def __ipow__(self, other):
-        return _inplace(self, ops.pow, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.pow, other) if _operand(other) else NotImplemented
 
     def __ifloordiv__(self, other):
-        return _inplace(self, ops.floor_divide, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.floor_divide, other) if _operand(other) else NotImplemented
 
     def __imod__(self, other):
-        return _inplace(self, ops.remainder, other, rebind=True) if _operand(other) else NotImplemented
+        return _inplace(self, ops.remainder, other) if _operand(other) else NotImplemented
 
     def __floordiv__(self, other):
         return ops.floor_divide(self, other) if _operand(other) else NotImplemented

@@ -119,7 +119,7 @@ class TensorBase:
         # (lo, hi): integer values known to lie in [lo, hi] without reading them -- set by
         # from_numpy (the array's min and max) and argmax (0 .. n - 1), None once written in place
         self.value_range = None
-        self._read = False         # True once a recorded op has read it (autograd: in-place refused)
+        self._read = False         # weak references to the recorded ops that read it (ops.autograd.record)
         rt = current(start=True)  # the first tensor of a process starts the runtime (defaults)
         if traits.dist is not None and isinstance(traits.dist, D.Spatial):  # made with dist=Spatial(...): whole blocks per rank
             traits.dist.check_layout(traits.shape, traits.tiles, whole_ok=True)
