@@ -198,8 +198,8 @@ class Distribution:
         return type(self)(**kw)
 
 
-class Normal(Distribution):
-    """torch.distributions.Normal(loc, scale)."""
+class _LocScale(Distribution):
+    """A family of a location and a scale (Normal, Laplace): mean and mode are the location."""
     has_rsample = True
 
     def __init__(self, loc, scale, validate_args=None):
@@ -214,6 +214,13 @@ class Normal(Distribution):
     def mode(self) -> Tensor:
         return self.loc
 
+    def _params(self) -> dict:
+        return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
+
+
+class Normal(_LocScale):
+    """torch.distributions.Normal(loc, scale)."""
+
     @property
     def stddev(self) -> Tensor:
         return self.scale
@@ -221,9 +228,6 @@ class Normal(Distribution):
     @property
     def variance(self) -> Tensor:
         return mul(self.scale, self.scale)
-
-    def _params(self) -> dict:
-        return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
 
     def rsample(self, sample_shape=()) -> Tensor:
         eps = randn(self._extended(sample_shape), dtype=self.loc.dtype)
@@ -418,21 +422,8 @@ class Exponential(Distribution):
         return {"rate": (self.rate, 0)}
 
 
-class Laplace(Distribution):
+class Laplace(_LocScale):
     """torch.distributions.Laplace(loc, scale)."""
-    has_rsample = True
-
-    def __init__(self, loc, scale, validate_args=None):
-        self.loc, self.scale = _broadcast(loc, scale)
-        super().__init__(self.loc.shape)
-
-    @property
-    def mean(self) -> Tensor:
-        return self.loc
-
-    @property
-    def mode(self) -> Tensor:
-        return self.loc
 
     @property
     def variance(self) -> Tensor:
@@ -461,9 +452,6 @@ class Laplace(Distribution):
 
     def entropy(self) -> Tensor:
         return add(log(mul(self.scale, 2.0)), 1.0)
-
-    def _params(self) -> dict:
-        return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
 
 
 class LogNormal(Distribution):

@@ -11,32 +11,9 @@ import torch
 import tiletrain as tt
 import tiletrain.nn as nn
 import tiletrain.nn.functional as F
+from test_torch_parity import _same  # values and every gradient against torch
 
 TF = torch.nn.functional
-
-
-def _run(fn_t, fn_tt, arrays, grad):
-    A = [torch.tensor(a, requires_grad=grad and a.dtype == np.float64) for a in arrays]
-    B = [tt.tensor(a, requires_grad=grad and a.dtype == np.float64) for a in arrays]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ra, rb = fn_t(*A), fn_tt(*B)
-    return A, B, ra, rb
-
-
-def _same(fn_t, fn_tt, *arrays, rtol=1e-12, atol=1e-14, grad=True):
-    """fn_t on torch tensors and fn_tt on tiletrain ones give the same values and, after a
-    backward of the same random weights, the same gradient for every float input."""
-    A, B, ra, rb = _run(fn_t, fn_tt, arrays, grad)
-    np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
-    assert rb.numpy().dtype == ra.detach().numpy().dtype
-    if grad and ra.requires_grad:
-        w = np.random.default_rng(9).standard_normal(tuple(ra.shape))
-        ra.backward(torch.tensor(w))
-        rb.backward(tt.tensor(w))
-        for a, b in zip(A, B):
-            if a.grad is not None:
-                np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=rtol, atol=atol)
 
 
 def _copy_params(mt, mtt):
