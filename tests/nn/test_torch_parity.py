@@ -639,6 +639,9 @@ def test_more_torch_functions_equal_torch_with_their_gradients():
     _same(lambda t: torch.diag(t) * 3, lambda t: tt.diag(t) * 3, a)
     _same(lambda t: torch.diag(t[0]), lambda t: tt.diag(t[0]), a)
     _same(lambda t: t.trace() * t.sum(), lambda t: t.trace() * t.sum(), a)
+    _same(lambda t: torch.trace(t) * 2, lambda t: tt.trace(t) * 2, a)  # the trace package is callable
+    with pytest.raises(TypeError, match="must be Tensor"):
+        tt.trace(3)
     # addmm with beta=0 ignores input (a NaN there does not propagate)
     _values(torch.addmm(torch.full((3, 3), np.nan, dtype=torch.float64), torch.tensor(a), torch.tensor(a.T[:, :3]), beta=0),
             tt.addmm(tt.full((3, 3), np.nan, dtype=tt.float64), tt.tensor(a), tt.tensor(a.T[:, :3].copy()), beta=0))

@@ -775,8 +775,8 @@ class Tensor(TensorBase):
         return ops.diag(self, diagonal)
 
     def trace(self):
-        """The sum of the main diagonal of a 2-d tensor (torch.trace; tiletrain.trace is the
-        task-trace package)."""
+        """The sum of the main diagonal of a 2-d tensor (torch.trace; tiletrain.trace, the
+        task-trace package, is also callable as it)."""
         if self.ndim != 2:
             raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.ndim}")
         return ops.diag(self).sum()

@@ -8,11 +8,13 @@
     tt.trace.save(tr, "step.json")          # Chrome trace-event JSON: open in ui.perfetto.dev
     tt.trace.gantt(tr, "step.png")          # matplotlib Gantt + utilisation
 
+``tiletrain.trace(x)`` is also torch.trace (the sum of a matrix's main diagonal).
 ``tiletrain.tag(phase=..., layer=..., microbatch=..., stage=...)`` tags tasks; see also
 ``tiletrain trace --help``, tiletrain.pipeline (priorities, stage affinity, schedules) and
 tiletrain.experiments (workloads, sweeps, pipeline experiments: the drivers above nn).
 """
 import sys
+import types
 
 from ..runtime import provide_trace
 from .chrome import from_chrome, load, save, to_chrome
@@ -24,6 +26,19 @@ from .plot import gantt
 from .tags import current_tags, tag
 
 provide_trace(sys.modules[__name__])  # Runtime.records() and Runtime.trace() read with this module
+
+
+class _TracePackage(types.ModuleType):
+    """This package is also torch.trace: ``tiletrain.trace(x)`` is the sum of the main
+    diagonal of the matrix x (``x.trace()``), so a program written for torch runs unchanged."""
+
+    def __call__(self, input):  # noqa: A002
+        if not hasattr(input, "trace") or not callable(getattr(input, "trace")):
+            raise TypeError(f"trace(): argument 'input' must be Tensor, not {type(input).__name__}")
+        return input.trace()
+
+
+sys.modules[__name__].__class__ = _TracePackage
 
 
 __all__ = ["Trace", "TraceError", "TASK_DTYPE", "read", "recording", "start", "stop", "reset", "is_recording",
