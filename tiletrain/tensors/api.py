@@ -808,8 +808,7 @@ class Tensor(TensorBase):
     swapdims = swapaxes
 
     def unflatten(self, dim, sizes):
-        d = dim % self.ndim
-        return ops.reshape(self, (*self.shape[:d], *sizes, *self.shape[d + 1:]))
+        return ops.unflatten(self, dim, sizes)
 
     def mm(self, mat2):
         return ops.mm(self, mat2)
@@ -917,7 +916,7 @@ class Tensor(TensorBase):
         return ops.logical_xor(self, other)
 
     def lerp(self, end, weight):
-        return ops.add(self, ops.mul(ops.sub(end, self), weight))
+        return ops.lerp(self, end, weight)
 
     def exp_(self):
         return _inplace(self, ops.exp)
@@ -967,6 +966,25 @@ class Tensor(TensorBase):
     def reciprocal_(self):
         return _inplace(self, ops.reciprocal)
 
+
+
+
+def _forward(name):
+    def method(self, *args, **kwargs):
+        return getattr(ops, name)(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"tiletrain.{name}(self, ...)"
+    return method
+
+
+# torch's Tensor methods that are the tiletrain function of the same name with self first
+for _name in ("acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "copysign", "cosh", "deg2rad",
+              "diagflat", "diagonal", "diff", "erfc", "exp2", "float_power", "fliplr", "flipud", "fmax", "fmin",
+              "frac", "heaviside", "hsplit", "hypot", "inner", "kron", "logaddexp", "logit", "msort", "nanmean",
+              "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "take_along_dim", "tensor_split", "tile",
+              "vdot", "vsplit", "xlogy"):
+    setattr(Tensor, _name, _forward(_name))
+del _name
 
 set_tensor_class(Tensor)
 

@@ -1,0 +1,189 @@
+"""More of torch's top-level functions (tiletrain/ops/mathfns.py) and their Tensor methods,
+each against torch itself in float64: values, dtypes and every gradient."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tiletrain as tt
+
+
+def _same(fn_t, fn_tt, *arrays, rtol=1e-12, atol=1e-14, grad=True):
+    """fn_t on torch tensors and fn_tt on tiletrain tensors agree: values, dtypes, and the
+    gradient of every float operand for one random output weighting."""
+    A = [torch.tensor(a, requires_grad=grad and a.dtype == np.float64) for a in arrays]
+    B = [tt.tensor(a, requires_grad=grad and a.dtype == np.float64) for a in arrays]
+    ra, rb = fn_t(*A), fn_tt(*B)
+    ra, rb = (list(ra), list(rb)) if isinstance(ra, tuple) else ([ra], [rb])
+    assert len(ra) == len(rb)
+    for u, v in zip(ra, rb):
+        assert tuple(v.shape) == tuple(u.shape)
+        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=rtol, atol=atol)
+        assert v.numpy().dtype == u.detach().numpy().dtype
+    if not (grad and ra[0].requires_grad):
+        return
+    w = np.random.default_rng(9).standard_normal(tuple(ra[0].shape))
+    ra[0].backward(torch.tensor(w))
+    rb[0].backward(tt.tensor(w))
+    for a, b in zip(A, B):
+        if a.grad is not None and b.grad is None:  # torch's zero gradient (copysign's other)
+            assert not (a.grad != 0).any()
+        elif a.grad is not None:
+            np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=rtol, atol=atol)
+
+R = np.random.default_rng(5)
+X = R.standard_normal((4, 5)) * 2
+Y = R.standard_normal((4, 5)) * 2
+P = R.uniform(0.1, 0.9, (4, 5))        # in (0, 1): logit, atanh
+G = R.uniform(1.1, 4.0, (4, 5))        # > 1: acosh
+S = R.uniform(1e-6, 1e-3, (4, 5))      # small: sinh, asinh without cancellation
+
+UNARY = [("sinh", X), ("sinh", S), ("cosh", X), ("asinh", X), ("asinh", S), ("acosh", G), ("atanh", P),
+         ("exp2", X), ("erfc", P), ("deg2rad", X), ("rad2deg", X), ("frac", X * 3), ("logit", P), ("sgn", X)]
+
+
+@pytest.mark.parametrize("name,a", UNARY, ids=[f"{n}{i}" for i, (n, _) in enumerate(UNARY)])
+def test_unary_functions_and_methods_equal_torch(name, a):
+    grad = name != "sgn"  # torch's sgn gradient is a ZeroTensor
+    _same(getattr(torch, name), getattr(tt, name), a, grad=grad)
+    _same(lambda t: getattr(t, name)(), lambda t: getattr(t, name)(), a, grad=grad)
+
+
+BINARY = [("hypot", X, Y), ("logaddexp", X, Y), ("fmax", X, Y), ("fmin", X, Y), ("xlogy", X, G),
+          ("copysign", X, Y), ("float_power", G, Y)]
+
+
+@pytest.mark.parametrize("name,a,b", BINARY, ids=[n for n, _, _ in BINARY])
+def test_binary_functions_and_methods_equal_torch(name, a, b):
+    _same(getattr(torch, name), getattr(tt, name), a, b)
+    _same(lambda s, t: getattr(s, name)(t), lambda s, t: getattr(s, name)(t), a, b)
+
+
+def test_three_operand_functions_equal_torch():
+    _same(lambda a, b, w: torch.lerp(a, b, w), lambda a, b, w: tt.lerp(a, b, w), X, Y, P)
+    _same(lambda a, b: torch.lerp(a, b, 0.3), lambda a, b: tt.lerp(a, b, 0.3), X, Y)
+    _same(lambda a, b, c: torch.addcmul(a, b, c, value=0.5), lambda a, b, c: tt.addcmul(a, b, c, value=0.5), X, Y, G)
+    _same(lambda a, b, c: a.addcdiv(b, c, value=-2), lambda a, b, c: a.addcdiv(b, c, value=-2), X, Y, G)
+    _same(lambda a: torch.clamp_min(a, 0.2), lambda a: tt.clamp_min(a, 0.2), X)
+    _same(lambda a: torch.clamp_max(a, 0.2), lambda a: tt.clamp_max(a, 0.2), X)
+    _same(lambda a: torch.logit(a, eps=0.2), lambda a: tt.logit(a, eps=0.2), P)
+
+
+def test_nan_and_sign_edges_equal_torch():
+    a = np.array([np.nan, 1.0, -0.0, 0.0, 2.0, np.nan])
+    b = np.array([1.0, np.nan, 3.0, -1.0, 0.0, np.nan])
+    for name in ("fmax", "fmin", "copysign", "xlogy"):
+        _same(getattr(torch, name), getattr(tt, name), a, b, grad=False)
+    _same(torch.signbit, tt.signbit, a)
+    _same(torch.heaviside, tt.heaviside, np.array([-1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5]), grad=False)
+    _same(torch.nansum, tt.nansum, a, grad=False)
+    _same(lambda t: torch.nanmean(t), lambda t: tt.nanmean(t), a, grad=False)
+    with pytest.raises(RuntimeError):
+        tt.nanmean(tt.tensor([1, 2]))
+
+
+def test_nan_reductions_with_dims_equal_torch():
+    a = X.copy()
+    a[1, 2] = a[3, 0] = np.nan
+    _same(lambda t: torch.nansum(t, 1), lambda t: tt.nansum(t, 1), a)
+    _same(lambda t: t.nanmean(0, keepdim=True), lambda t: t.nanmean(0, keepdim=True), a)
+    _same(lambda t: torch.aminmax(t), lambda t: tt.aminmax(t), X)
+    _same(lambda t: tuple(torch.aminmax(t, dim=1, keepdim=True)), lambda t: tuple(tt.aminmax(t, dim=1, keepdim=True)), X)
+    r = tt.aminmax(tt.tensor(X), dim=0)
+    np.testing.assert_array_equal(r.min.numpy(), X.min(0))
+    _same(torch.msort, tt.msort, X, grad=False)
+
+
+@pytest.mark.parametrize("kw", [{}, {"n": 2}, {"dim": 0}, {"n": 3, "dim": 0}, {"prepend": "p", "append": "a"}])
+def test_diff_equals_torch(kw):
+    pre = R.standard_normal((4, 2))
+    def call(lib, t, p):
+        k = dict(kw)
+        if "prepend" in k:
+            k["prepend"], k["append"] = p, p
+        return lib.diff(t, **k)
+    _same(lambda t, p: call(torch, t, p), lambda t, p: call(tt, t, p), X, pre)
+
+
+SHAPES = [("swapaxes", lambda m, t: m.swapaxes(t, 0, 1)),
+          ("concat", lambda m, t: m.concat([t, t * 2], dim=1)),
+          ("concatenate", lambda m, t: m.concatenate([t, t], axis=0)),
+          ("tile", lambda m, t: m.tile(t, (2,))),
+          ("tile2", lambda m, t: m.tile(t, (2, 1, 3))),
+          ("unflatten", lambda m, t: m.unflatten(t.reshape(20), 0, (4, -1))),
+          ("fliplr", lambda m, t: m.fliplr(t)),
+          ("flipud", lambda m, t: m.flipud(t)),
+          ("rot90", lambda m, t: m.rot90(t)),
+          ("rot90_2", lambda m, t: m.rot90(t, 2)),
+          ("rot90_3", lambda m, t: m.rot90(t, -1, (1, 0))),
+          ("diagonal", lambda m, t: m.diagonal(t)),
+          ("diagonal_off", lambda m, t: m.diagonal(t, 2)),
+          ("diagonal_neg", lambda m, t: m.diagonal(t.reshape(2, 2, 5), -1, 2, 1)),
+          ("diagflat", lambda m, t: m.diagflat(t[:2], 1)),
+          ("dstack", lambda m, t: m.dstack([t, t * 2])),
+          ("dstack_1d", lambda m, t: m.dstack([t[0], t[1]])),
+          ("atleast_3d_2d", lambda m, t: m.atleast_3d((t, t[0]))[0] * 2),
+          ("column_stack", lambda m, t: m.column_stack([t[0], t[1:3].T])),
+          ("atleast_3d", lambda m, t: m.atleast_3d(t[0]) * 2),
+          ("atleast_2d", lambda m, t: m.atleast_2d(t[0, 0]) * 2),
+          ("take_along_dim", lambda m, t: m.take_along_dim(t, m.argsort(t, 1), 1)),
+          ("take_along_dim_flat", lambda m, t: m.take_along_dim(t, m.argsort(t.reshape(-1))[:5])),
+          ("tensor_split", lambda m, t: m.cat(m.tensor_split(t, 3, dim=1)[1:], 1)),
+          ("tensor_split_idx", lambda m, t: m.tensor_split(t, (1, 3))[1]),
+          ("hsplit", lambda m, t: m.hsplit(t.reshape(2, 10), 2)[1]),
+          ("vsplit", lambda m, t: m.vsplit(t, [1])[1]),
+          ("kron", lambda m, t: m.kron(t[:2, :3], t[2:, 1:])),
+          ("kron_1d", lambda m, t: m.kron(t[0], t[1:3])),
+          ("tensordot", lambda m, t: m.tensordot(t, t, dims=([1], [1]))),
+          ("tensordot_int", lambda m, t: m.tensordot(t.reshape(2, 2, 5), t.reshape(2, 5, 2), dims=2)),
+          ("inner", lambda m, t: m.inner(t, t[:2])),
+          ("vdot", lambda m, t: m.vdot(t[0], t[1])),
+          ("addbmm", lambda m, t: m.addbmm(t[:2, :2], t.reshape(2, 2, 5), t.reshape(2, 5, 2), beta=0.5, alpha=2))]
+
+
+@pytest.mark.parametrize("name,fn", SHAPES, ids=[n for n, _ in SHAPES])
+def test_shape_and_product_functions_equal_torch(name, fn):
+    _same(lambda t: fn(torch, t), lambda t: fn(tt, t), X)
+
+
+METHODS = [("diff", (1, 0)), ("tile", ((2, 2),)), ("take_along_dim", None), ("kron", None), ("inner", None),
+           ("diagonal", (1,)), ("diagflat", ()), ("fliplr", ()), ("flipud", ()), ("rot90", (1, (0, 1))),
+           ("nansum", ()), ("nanmean", ()), ("msort", ()), ("hsplit", (5,)), ("vsplit", (2,)),
+           ("tensor_split", (2,)), ("swapaxes", (0, 1)), ("unflatten", (1, (5, 1))), ("aminmax", ())]
+
+
+@pytest.mark.parametrize("name,args", METHODS, ids=[n for n, _ in METHODS])
+def test_tensor_methods_exist_and_match(name, args):
+    a, b = torch.tensor(X), tt.tensor(X)
+    if name == "take_along_dim":
+        args_t, args_b = (torch.argsort(a, 0), 0), (tt.argsort(b, 0), 0)
+    elif args is None:
+        args_t, args_b = (a,), (b,)
+    else:
+        args_t = args_b = args
+    rt, rb = getattr(a, name)(*args_t), getattr(b, name)(*args_b)
+    rt, rb = (rt, rb) if isinstance(rt, torch.Tensor) else (rt[0], rb[0])
+    np.testing.assert_allclose(rb.numpy(), rt.numpy(), rtol=1e-12)
+
+
+def test_bad_input_raises_torchs_errors():
+    x = tt.tensor(X)
+    with pytest.raises(RuntimeError):
+        tt.fliplr(tt.tensor([1.0, 2.0]))
+    with pytest.raises(RuntimeError):
+        tt.rot90(x, 1, (0, 0))
+    with pytest.raises(RuntimeError):
+        tt.hsplit(x, 2)
+    with pytest.raises(RuntimeError):
+        tt.vsplit(tt.tensor([1.0, 2.0]), 2)
+    with pytest.raises(RuntimeError):
+        tt.unflatten(x, 1, (2, 2))
+    with pytest.raises(RuntimeError):
+        tt.tensordot(x, x, dims=([0], [1]))
+    with pytest.raises(RuntimeError):
+        tt.inner(x, tt.tensor(np.ones((2, 3))))
+    with pytest.raises(RuntimeError):
+        tt.diagonal(x, 0, 1, 1)
+    with pytest.raises(TypeError):
+        tt.heaviside(x, 0.5)
