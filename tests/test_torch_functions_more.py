@@ -187,3 +187,71 @@ def test_bad_input_raises_torchs_errors():
         tt.diagonal(x, 0, 1, 1)
     with pytest.raises(TypeError):
         tt.heaviside(x, 0.5)
+
+
+def test_orders_equal_torch():
+    a = X.copy()
+    a[2, 1] = a[2, 3]  # a tie
+    for name in ("cummax", "cummin"):
+        _same(lambda t: tuple(getattr(torch, name)(t, 1)), lambda t: tuple(getattr(tt, name)(t, 1)), a)
+        _same(lambda t: getattr(t, name)(0).values, lambda t: getattr(t, name)(0).values, a)
+        r, q = getattr(torch, name)(torch.tensor(a), 1), getattr(tt, name)(tt.tensor(a), 1)
+        np.testing.assert_array_equal(q.indices.numpy(), r.indices.numpy())
+    n = np.array([1.0, 3.0, np.nan, 2.0, np.nan, 0.5])
+    _same(lambda t: tuple(torch.cummax(t, 0)), lambda t: tuple(tt.cummax(t, 0)), n, grad=False)
+    _same(lambda t: torch.kthvalue(t, 2, 1).values, lambda t: tt.kthvalue(t, 2, 1).values, X)
+    _same(lambda t: tuple(t.kthvalue(3, 0, True)), lambda t: tuple(t.kthvalue(3, 0, True)), X)
+    _same(torch.median, tt.median, X)
+    _same(torch.median, tt.median, X[:, :3])
+    _same(lambda t: tuple(torch.median(t, 1)), lambda t: tuple(tt.median(t, 1)), X)
+    _same(lambda t: tuple(t.median(0, keepdim=True)), lambda t: tuple(t.median(0, keepdim=True)), X)
+    _same(torch.median, tt.median, n, grad=False)
+    with pytest.raises(IndexError):
+        tt.kthvalue(tt.tensor(X), 9, 1)
+    with pytest.raises(IndexError):
+        tt.cummax(tt.tensor(X), 2)
+
+
+BUILDERS = [("block_diag", lambda m, t: m.block_diag(t[:2, :3], t[2, 0], t[3, 1:3])),
+            ("cartesian_prod", lambda m, t: m.cartesian_prod(t[0, :2], t[1, :3], t[2, :2])),
+            ("matrix_power", lambda m, t: m.matrix_power(t[:, :4] / 3, 5)),
+            ("matrix_power0", lambda m, t: m.matrix_power(t[:, :4], 0) + t[:, :4]),
+            ("matrix_power_m", lambda m, t: t[:, :4].matrix_power(2)),
+            ("diag_embed", lambda m, t: m.diag_embed(t)),
+            ("diag_embed_off", lambda m, t: m.diag_embed(t, 1, 0, 2)),
+            ("diag_embed_neg", lambda m, t: t.diag_embed(-2)),
+            ("cross", lambda m, t: m.cross(t[:3], t[1:], dim=0)),
+            ("cross_method", lambda m, t: t[:, :3].cross(t[:, 2:], dim=1)),
+            ("cdist2", lambda m, t: m.cdist(t[:2], t[2:])),
+            ("cdist1", lambda m, t: m.cdist(t[:2], t[1:], p=1)),
+            ("cdist3", lambda m, t: m.cdist(t[:2], t[2:], p=3.5)),
+            ("cdist_inf", lambda m, t: m.cdist(t[:2].reshape(1, 2, 5), t[2:].reshape(1, 2, 5), p=float("inf"))),
+            ("cdist0", lambda m, t: m.cdist(t[:2], t[2:], p=0))]
+
+
+@pytest.mark.parametrize("name,fn", BUILDERS, ids=[n for n, _ in BUILDERS])
+def test_builders_and_distances_equal_torch(name, fn):
+    _same(lambda t: fn(torch, t), lambda t: fn(tt, t), X, grad=name != "cdist0")
+
+
+def test_logspace_and_cross_default_dim_equal_torch():
+    for args, kw in [((0, 2, 5), {}), ((-1.0, 1.0, 4), {"base": 2.0}), ((1, 3, 3), {"dtype": torch.float64})]:
+        kt = dict(kw)
+        if "dtype" in kt:
+            kt["dtype"] = tt.float64
+        a, b = torch.logspace(*args, **kw), tt.logspace(*args, **kt)
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6 if a.dtype == torch.float32 else 1e-13)
+        assert b.numpy().dtype == a.numpy().dtype
+    with pytest.warns(UserWarning):
+        c = tt.cross(tt.tensor(X[:3, :3]), tt.tensor(Y[:3, :3]))
+    with pytest.warns(UserWarning):
+        ct = torch.cross(torch.tensor(X[:3, :3]), torch.tensor(Y[:3, :3]))
+    np.testing.assert_allclose(c.numpy(), ct.numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError):
+        tt.cross(tt.tensor(X), tt.tensor(Y), dim=1)
+    with pytest.raises(RuntimeError):
+        tt.block_diag(tt.tensor(np.ones((2, 2, 2))))
+    with pytest.raises(RuntimeError):
+        tt.cdist(tt.tensor(X), tt.tensor(X[:, :2]))
+    with pytest.raises(RuntimeError):
+        tt.matrix_power(tt.tensor(X), 2)

@@ -3,7 +3,8 @@ hyperbolic and inverse-hyperbolic functions, exp2/erfc/frac/deg2rad/rad2deg, ler
 logaddexp, clamp_min/clamp_max, addcmul/addcdiv, xlogy, logit, sgn, signbit, copysign, fmax/fmin,
 heaviside, float_power, diff, swapaxes, concat/concatenate, tile, unflatten, take_along_dim,
 kron, tensordot, inner, vdot, diagonal, diagflat, fliplr/flipud, rot90, atleast_1d/2d/3d,
-nansum/nanmean, aminmax, msort, tensor_split/hsplit/vsplit, dstack/column_stack, addbmm."""
+nansum/nanmean, aminmax, msort, tensor_split/hsplit/vsplit, dstack/column_stack, addbmm, cummax/cummin,
+kthvalue, median, block_diag, cartesian_prod, logspace, matrix_power, diag_embed, cross, cdist."""
 from __future__ import annotations
 
 import math
@@ -15,14 +16,15 @@ import numpy as np
 from ..tensors import Tensor, bool_, float64, is_float
 from ..tensors.tensor import get_default_dtype
 from .basic import _tensor
-from .composite import _dim, flip, isnan, repeat, movedim
+from .composite import _dim, flip, isnan, movedim, repeat
 from .elementwise import (abs as _abs, add, clamp, convert, div, eq, erf, exp, expm1, gt, host_tensor, log,
                           log1p, lt, maximum, minimum, mul, pow, sign, sqrt, sub, trunc, where)
 from .linalg import matmul
-from .reduce import amax, amin, mean, sum as _sum
-from .shape import cat, permute, reshape, split, stack, transpose, unsqueeze, getitem
+from .reduce import amax, amin, sum as _sum
+from .shape import cat, getitem, permute, reshape, stack, transpose, unsqueeze
 
-__all__ = ["acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "atleast_1d", "atleast_2d",
+__all__ = ["acosh", "addbmm", "block_diag", "cartesian_prod", "cdist", "cross", "cummax", "cummin", "diag_embed",
+           "kthvalue", "logspace", "matrix_power", "median", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "atleast_1d", "atleast_2d",
            "atleast_3d", "clamp_max", "clamp_min", "column_stack", "concat", "concatenate", "copysign", "cosh",
            "deg2rad", "diagflat", "diagonal", "diff", "dstack", "erfc", "exp2", "float_power", "fliplr",
            "flipud", "fmax", "fmin", "frac", "heaviside", "hsplit", "hypot", "inner", "kron", "lerp",
@@ -232,7 +234,6 @@ def unflatten(input: Tensor, dim: int, sizes) -> Tensor:  # noqa: A002
 
 
 def take_along_dim(input: Tensor, indices: Tensor, dim=None) -> Tensor:  # noqa: A002
-    from .composite import broadcast_tensors  # noqa: F401
     from .index import gather
     from .shape import expand
     x = _t(input, "take_along_dim")
@@ -521,3 +522,226 @@ def logical_ne(a, b):
 
 def bool_dtype():
     return bool_
+
+
+# -- orders: indices on the host (as sort and topk), values gathered so gradients flow ---------
+
+_cummax = namedtuple("cummax", ["values", "indices"])
+_cummin = namedtuple("cummin", ["values", "indices"])
+_kthvalue = namedtuple("kthvalue", ["values", "indices"])
+_median = namedtuple("median", ["values", "indices"])
+
+
+def _cum_index(a: np.ndarray, d: int, ismin: bool) -> np.ndarray:
+    a = np.moveaxis(a, d, 0)
+    idx = np.zeros(a.shape, np.int64)
+    best = a[0].copy() if a.shape[0] else None
+    for i in range(1, a.shape[0]):
+        new = (a[i] <= best) if ismin else (a[i] >= best)  # ties: the later index, as torch
+        if a.dtype.kind == "f":  # a nan is kept once met, each later nan taking the index
+            new = np.isnan(a[i]) | (~np.isnan(best) & new)
+        idx[i] = np.where(new, i, idx[i - 1])
+        best = np.where(new, a[i], best)
+    return np.moveaxis(idx, 0, d)
+
+
+def _cum(x, dim, ismin, what, cls):
+    from .index import gather
+    x = _t(x, what)
+    _dim(dim, max(x.ndim, 1), what)
+    if x.ndim == 0:
+        return cls(x, host_tensor(np.zeros((), np.int64)))
+    d = _dim(dim, x.ndim, what)
+    i = host_tensor(_cum_index(x.numpy(), d, ismin))
+    return cls(gather(x, d, i), i)
+
+
+def cummax(input: Tensor, dim: int):  # noqa: A002
+    return _cum(input, dim, False, "cummax", _cummax)
+
+
+def cummin(input: Tensor, dim: int):  # noqa: A002
+    return _cum(input, dim, True, "cummin", _cummin)
+
+
+def _pick(x, d, i, keepdim, cls):
+    """values x[..., i, ...] along d for the host index array i (keepdim shape), gathered."""
+    from .index import gather
+    from .shape import squeeze
+    it = host_tensor(i)
+    v = gather(x, d, it)
+    return cls(v, it) if keepdim else cls(squeeze(v, d), host_tensor(np.squeeze(i, d)))
+
+
+def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):  # noqa: A002
+    x = _t(input, "kthvalue")
+    xv = reshape(x, (1,)) if x.ndim == 0 else x
+    d = _dim(dim, xv.ndim, "kthvalue")
+    if not 1 <= k <= xv.shape[d]:
+        raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
+    order = np.argsort(xv.numpy(), axis=d, kind="stable")
+    r = _pick(xv, d, np.take(order, [k - 1], axis=d), True, _kthvalue)
+    if x.ndim == 0:
+        return _kthvalue(reshape(r.values, ()), host_tensor(np.zeros((), np.int64)))
+    return r if keepdim else _kthvalue(reshape(r.values, _drop(xv.shape, d)), reshape(r.indices, _drop(xv.shape, d)))
+
+
+def _drop(shape, d):
+    return tuple(s for j, s in enumerate(shape) if j != d)
+
+
+def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
+    """torch.median: the lower median; nan when a nan is present (as torch)."""
+    from .index import gather
+    x = _t(input, "median")
+    if dim is None:
+        a = x.numpy().reshape(-1)
+        if a.size == 0:
+            return host_tensor(np.array(np.nan, a.dtype))
+        nan = np.flatnonzero(np.isnan(a)) if a.dtype.kind == "f" else []
+        j = nan[0] if len(nan) else np.argsort(a, kind="stable")[(a.size - 1) // 2]
+        return reshape(gather(reshape(x, (-1,)), 0, host_tensor(np.array([j]))), ())
+    xv = reshape(x, (1,)) if x.ndim == 0 else x
+    d = _dim(dim, xv.ndim, "median")
+    a = xv.numpy()
+    n = a.shape[d]
+    order = np.argsort(a, axis=d, kind="stable")  # numpy sorts nan last
+    j = np.take(order, [(n - 1) // 2], axis=d)
+    if a.dtype.kind == "f":
+        has = np.isnan(a).any(axis=d, keepdims=True)
+        j = np.where(has, np.expand_dims(np.argmax(np.isnan(a), axis=d), d), j)
+    r = _pick(xv, d, j, True, _median)
+    if x.ndim == 0:
+        return _median(reshape(r.values, ()), host_tensor(np.zeros((), np.int64)))
+    return r if keepdim else _median(reshape(r.values, _drop(xv.shape, d)), reshape(r.indices, _drop(xv.shape, d)))
+
+
+# -- builders ---------------------------------------------------------------------------------
+
+def block_diag(*tensors) -> Tensor:
+    ts = [reshape(t, (1, 1)) if t.ndim == 0 else (reshape(t, (1, -1)) if t.ndim == 1 else t) for t in tensors]
+    for t in ts:
+        if t.ndim != 2:
+            raise RuntimeError(f"torch.block_diag: Input tensors must have 2 or fewer dimensions. "
+                               f"Input {ts.index(t)} has {t.ndim} dimensions")
+    if not ts:
+        raise ValueError("block_diag: tiletrain has no empty tensors (torch returns a 0 x 0 one)")
+    dt = ts[0].dtype
+    cols = sum(t.shape[1] for t in ts)
+    rows, left = [], 0
+    for t in ts:
+        t = convert(t, dt) if t.dtype != dt else t
+        right = cols - left - t.shape[1]
+        parts = ([_zeros((t.shape[0], left), dt)] if left else []) + [t] + (
+            [_zeros((t.shape[0], right), dt)] if right else [])
+        rows.append(cat(parts, 1) if len(parts) > 1 else parts[0])
+        left += t.shape[1]
+    return cat(rows, 0)
+
+
+def cartesian_prod(*tensors) -> Tensor:
+    from .composite import meshgrid
+    for t in tensors:
+        if t.ndim != 1:
+            raise RuntimeError(f"Expect a 1D vector, but got shape {list(t.shape)}")
+    if len(tensors) == 1:
+        return tensors[0]
+    grids = meshgrid(*tensors, indexing="ij")
+    return stack([reshape(g, (-1,)) for g in grids], 1)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, requires_grad: bool = False, **kwargs) -> Tensor:
+    from .creation import linspace
+    e = linspace(start, end, steps, dtype=float64)
+    out = pow(float(base), e)
+    out = convert(out, dtype or get_default_dtype()) if (dtype or get_default_dtype()) != float64 else out
+    return out.requires_grad_() if requires_grad else out
+
+
+def matrix_power(input: Tensor, n: int) -> Tensor:  # noqa: A002
+    from .composite import eye
+    from .shape import expand
+    x = _t(input, "matrix_power")
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise RuntimeError("linalg.matrix_power: A must be batches of square matrices, but they are "
+                           f"{x.shape[-2] if x.ndim >= 2 else x.shape} by {x.shape[-1] if x.ndim else 0} matrices")
+    if n < 0:
+        raise NotImplementedError("matrix_power: a negative power needs a matrix inverse, which tiletrain has not")
+    if n == 0:
+        return expand(eye(x.shape[-1], dtype=x.dtype), tuple(x.shape))
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:  # noqa: A002
+    from .composite import eye
+    x = _t(input, "diag_embed")
+    nd = x.ndim + 1
+    d1, d2 = _dim(dim1, nd, "diag_embed"), _dim(dim2, nd, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    k, o = x.shape[-1], abs(offset)
+    m = mul(unsqueeze(x, -1), eye(k, dtype=x.dtype))
+    lead = tuple(x.shape[:-1])
+    if o:
+        zc, zr = _zeros(lead + (k, o), x.dtype), _zeros(lead + (o, k + o), x.dtype)
+        m = cat([cat([zc, m], -1), zr], -2) if offset > 0 else cat([zr, cat([m, zc], -1)], -2)
+    return movedim(m, (nd - 2, nd - 1), (d1, d2))
+
+
+def cross(input: Tensor, other: Tensor, dim=None) -> Tensor:  # noqa: A002
+    """torch.cross: without dim, the first dimension of size 3 (torch's deprecated default, warned)."""
+    import warnings
+    from .shape import broadcast_to
+    x = _t(input, "cross")
+    if x.ndim != other.ndim:
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(other.shape)))
+    if dim is None:
+        warnings.warn("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the "
+                      "dim explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to "
+                      "agree with that of linalg.cross in a future release.", UserWarning, stacklevel=2)
+        sizes3 = [i for i, s in enumerate(shape) if s == 3]
+        if not sizes3:
+            raise RuntimeError("no dimension of size 3 in input")
+        dim = sizes3[0]
+    d = _dim(dim, len(shape), "cross")
+    if shape[d] != 3:
+        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {x.shape[d]} and "
+                           f"{other.shape[d]}")
+    a, b = broadcast_to(x, shape), broadcast_to(other, shape)
+    ai, bi = [_take(a, d, j) for j in range(3)], [_take(b, d, j) for j in range(3)]
+    c = [sub(mul(ai[1], bi[2]), mul(ai[2], bi[1])), sub(mul(ai[2], bi[0]), mul(ai[0], bi[2])),
+         sub(mul(ai[0], bi[1]), mul(ai[1], bi[0]))]
+    return cat(c, d)
+
+
+def _take(x, d, j):
+    return getitem(x, (slice(None),) * d + (slice(j, j + 1),))
+
+
+def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
+    """torch.cdist: the p-norm distance between each row of x1 and each row of x2 (batched)."""
+    if x1.ndim < 2 or x2.ndim < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} "
+                           f"X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    dlt = _abs(sub(unsqueeze(x1, -2), unsqueeze(x2, -3)))
+    if p == 0:
+        return _sum(convert(gt(dlt, 0.0), x1.dtype), -1)
+    if p == math.inf:
+        return amax(dlt, -1)
+    if p == 1:
+        return _sum(dlt, -1)
+    if p == 2:
+        return sqrt(_sum(mul(dlt, dlt), -1))
+    return pow(_sum(pow(dlt, float(p)), -1), 1.0 / p)

@@ -978,8 +978,9 @@ def _forward(name):
 
 
 # torch's Tensor methods that are the tiletrain function of the same name with self first
-for _name in ("acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "copysign", "cosh", "deg2rad",
-              "diagflat", "diagonal", "diff", "erfc", "exp2", "float_power", "fliplr", "flipud", "fmax", "fmin",
+for _name in ("acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "copysign", "cosh", "cross",
+              "cummax", "cummin", "deg2rad", "diag_embed", "diagflat", "diagonal", "kthvalue", "matrix_power",
+              "median", "diff", "erfc", "exp2", "float_power", "fliplr", "flipud", "fmax", "fmin",
               "frac", "heaviside", "hsplit", "hypot", "inner", "kron", "logaddexp", "logit", "msort", "nanmean",
               "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "take_along_dim", "tensor_split", "tile",
               "vdot", "vsplit", "xlogy"):
