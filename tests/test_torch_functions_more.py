@@ -89,7 +89,8 @@ def test_nan_reductions_with_dims_equal_torch():
     _same(lambda t: torch.nansum(t, 1), lambda t: tt.nansum(t, 1), a)
     _same(lambda t: t.nanmean(0, keepdim=True), lambda t: t.nanmean(0, keepdim=True), a)
     _same(lambda t: torch.aminmax(t), lambda t: tt.aminmax(t), X)
-    _same(lambda t: tuple(torch.aminmax(t, dim=1, keepdim=True)), lambda t: tuple(tt.aminmax(t, dim=1, keepdim=True)), X)
+    _same(lambda t: tuple(torch.aminmax(t, dim=1, keepdim=True)),
+          lambda t: tuple(tt.aminmax(t, dim=1, keepdim=True)), X)
     r = tt.aminmax(tt.tensor(X), dim=0)
     np.testing.assert_array_equal(r.min.numpy(), X.min(0))
     _same(torch.msort, tt.msort, X, grad=False)
@@ -255,3 +256,20 @@ def test_logspace_and_cross_default_dim_equal_torch():
         tt.cdist(tt.tensor(X), tt.tensor(X[:, :2]))
     with pytest.raises(RuntimeError):
         tt.matrix_power(tt.tensor(X), 2)
+
+
+INPLACE = [("sinh_", X, ()), ("cosh_", X, ()), ("asinh_", X, ()), ("acosh_", G, ()), ("atanh_", P, ()),
+           ("exp2_", X, ()), ("erfc_", P, ()), ("frac_", X, ()), ("deg2rad_", X, ()), ("rad2deg_", X, ()),
+           ("logit_", P, (0.2,)), ("sgn_", X, ()), ("hypot_", X, (Y,)), ("xlogy_", X, (G,)),
+           ("copysign_", X, (Y,)), ("heaviside_", np.array([-1.0, 0.0, 3.0]), (np.array([0.5, 0.7, 0.1]),))]
+
+
+@pytest.mark.parametrize("name,a,args", INPLACE, ids=[n for n, _, _ in INPLACE])
+def test_inplace_methods_equal_torch(name, a, args):
+    def call(lib, b, *ops):
+        b = b * 1.0  # a non-leaf, so the in-place method is allowed in the graph
+        r = getattr(b, name)(*[lib.tensor(o) if isinstance(o, np.ndarray) else o for o in ops])
+        assert r is b
+        return r
+    grad = name not in ("sgn_", "heaviside_", "copysign_", "asinh_", "acosh_", "atanh_")  # (torch: no gradient)
+    _same(lambda b: call(torch, b, *args), lambda b: call(tt, b, *args), a, grad=grad)

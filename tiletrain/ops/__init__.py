@@ -5,7 +5,8 @@ scalars, dtype promotion, any tiling) are the public ones, and basic.py holds th
 same-layout kernel ops and the operand checks they all use.
 
 Inside the package, modules import one way: autograd < basic < creation < shape < linalg <
-elementwise < reduce < the rest (softmax, norm, conv, embedding, attention, activations)."""
+elementwise < reduce < the rest (softmax, norm, conv, embedding, attention, activations;
+mathfns, torch functions composed of composite's and the others)."""
 from . import composite, elementwise, mathfns, index, reduce, shape, sparse
 from .autograd import backward, enable_grad, grad_enabled, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .basic import HALF_OPS, add_broadcast, add_scalar, astype, axpy_, broadcast, copy, fill_, scale

@@ -23,14 +23,14 @@ from .linalg import matmul
 from .reduce import amax, amin, sum as _sum
 from .shape import cat, getitem, permute, reshape, stack, transpose, unsqueeze
 
-__all__ = ["acosh", "addbmm", "block_diag", "cartesian_prod", "cdist", "cross", "cummax", "cummin", "diag_embed",
-           "kthvalue", "logspace", "matrix_power", "median", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "atleast_1d", "atleast_2d",
-           "atleast_3d", "clamp_max", "clamp_min", "column_stack", "concat", "concatenate", "copysign", "cosh",
-           "deg2rad", "diagflat", "diagonal", "diff", "dstack", "erfc", "exp2", "float_power", "fliplr",
-           "flipud", "fmax", "fmin", "frac", "heaviside", "hsplit", "hypot", "inner", "kron", "lerp",
-           "logaddexp", "logit", "msort", "nanmean", "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh",
-           "swapaxes", "take_along_dim", "tensor_split", "tensordot", "tile", "unflatten", "vdot", "vsplit",
-           "xlogy"]
+__all__ = ["acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "atleast_1d",
+           "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "cdist", "clamp_max", "clamp_min",
+           "column_stack", "concat", "concatenate", "copysign", "cosh", "cross", "cummax", "cummin",
+           "deg2rad", "diag_embed", "diagflat", "diagonal", "diff", "dstack", "erfc", "exp2", "fliplr",
+           "flipud", "float_power", "fmax", "fmin", "frac", "heaviside", "hsplit", "hypot", "inner",
+           "kron", "kthvalue", "lerp", "logaddexp", "logit", "logspace", "matrix_power", "median", "msort",
+           "nanmean", "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "swapaxes", "take_along_dim",
+           "tensor_split", "tensordot", "tile", "unflatten", "vdot", "vsplit", "xlogy"]
 
 _aminmax = namedtuple("aminmax", ["min", "max"])
 
@@ -188,7 +188,7 @@ def heaviside(input: Tensor, values: Tensor) -> Tensor:  # noqa: A002
         raise RuntimeError(f"heaviside is not yet implemented for tensors with different dtypes, "
                            f"got {x.dtype} and {values.dtype}")
     one = convert(gt(x, 0.0), x.dtype)
-    return where(eq(x, 0.0), values, one)
+    return where(eq(x, 0.0), values.detach(), one)  # no gradient, as torch (which refuses one)
 
 
 def float_power(input, exponent) -> Tensor:  # noqa: A002
@@ -228,8 +228,8 @@ def unflatten(input: Tensor, dim: int, sizes) -> Tensor:  # noqa: A002
         known = int(np.prod([s for s in sizes if s != -1]))
         sizes[sizes.index(-1)] = x.shape[d] // known if known else 0
     if int(np.prod(sizes)) != x.shape[d]:
-        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} "
-                           f"({x.shape[d]}) in the input tensor")
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim "
+                           f"{dim} ({x.shape[d]}) in the input tensor")
     return reshape(x, tuple(x.shape[:d]) + tuple(sizes) + tuple(x.shape[d + 1:]))
 
 
@@ -432,8 +432,8 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     db = [_dim(d, b.ndim, "tensordot") for d in db]
     for i, j in zip(da, db):
         if a.shape[i] != b.shape[j]:
-            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
-                               f"and second has size {b.shape[j]} in dim {j}")
+            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[i]} in dim "
+                               f"{i} and second has size {b.shape[j]} in dim {j}")
     ra = [i for i in range(a.ndim) if i not in da]
     rb = [j for j in range(b.ndim) if j not in db]
     k = int(np.prod([a.shape[i] for i in da]))
@@ -468,7 +468,8 @@ def nansum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Ten
 def nanmean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     x = _t(input, "nanmean")
     if not is_float(x.dtype):
-        raise RuntimeError(f"nanmean(): expected input to have floating point or complex dtype but got {x.dtype}")
+        raise RuntimeError("nanmean(): expected input to have floating point or complex dtype but got "
+                           f"{x.dtype}")
     keep = convert(logical_not_nan(x), x.dtype)
     return div(nansum(x, dim, keepdim, dtype=dtype), nansum(keep, dim, keepdim, dtype=dtype))
 
@@ -583,11 +584,12 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):  # no
     r = _pick(xv, d, np.take(order, [k - 1], axis=d), True, _kthvalue)
     if x.ndim == 0:
         return _kthvalue(reshape(r.values, ()), host_tensor(np.zeros((), np.int64)))
-    return r if keepdim else _kthvalue(reshape(r.values, _drop(xv.shape, d)), reshape(r.indices, _drop(xv.shape, d)))
+    return r if keepdim else _squeezed(r, xv, d, _kthvalue)
 
 
-def _drop(shape, d):
-    return tuple(s for j, s in enumerate(shape) if j != d)
+def _squeezed(r, x, d, cls):
+    shape = tuple(s for j, s in enumerate(x.shape) if j != d)
+    return cls(reshape(r.values, shape), reshape(r.indices, shape))
 
 
 def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
@@ -613,7 +615,7 @@ def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
     r = _pick(xv, d, j, True, _median)
     if x.ndim == 0:
         return _median(reshape(r.values, ()), host_tensor(np.zeros((), np.int64)))
-    return r if keepdim else _median(reshape(r.values, _drop(xv.shape, d)), reshape(r.indices, _drop(xv.shape, d)))
+    return r if keepdim else _squeezed(r, xv, d, _median)
 
 
 # -- builders ---------------------------------------------------------------------------------
@@ -666,7 +668,8 @@ def matrix_power(input: Tensor, n: int) -> Tensor:  # noqa: A002
         raise RuntimeError("linalg.matrix_power: A must be batches of square matrices, but they are "
                            f"{x.shape[-2] if x.ndim >= 2 else x.shape} by {x.shape[-1] if x.ndim else 0} matrices")
     if n < 0:
-        raise NotImplementedError("matrix_power: a negative power needs a matrix inverse, which tiletrain has not")
+        raise NotImplementedError("matrix_power: a negative power needs a matrix inverse, which tiletrain "
+                                  "has not")
     if n == 0:
         return expand(eye(x.shape[-1], dtype=x.dtype), tuple(x.shape))
     result, base = None, x

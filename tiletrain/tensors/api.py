@@ -985,6 +985,20 @@ for _name in ("acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atan
               "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "take_along_dim", "tensor_split", "tile",
               "vdot", "vsplit", "xlogy"):
     setattr(Tensor, _name, _forward(_name))
+
+
+def _forward_inplace(name):
+    def method(self, *args, **kwargs):
+        operands = tuple(a for a in args if isinstance(a, TensorBase))  # (for the graph test only)
+        return _inplace(self, lambda a, *_: getattr(ops, name)(a, *args, **kwargs), *operands)
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"self takes the value tiletrain.{name}(self, ...)"
+    return method
+
+
+for _name in ("acosh", "asinh", "atanh", "copysign", "cosh", "deg2rad", "erfc", "exp2", "frac", "heaviside",
+              "hypot", "logit", "rad2deg", "sgn", "sinh", "xlogy"):
+    setattr(Tensor, _name + "_", _forward_inplace(_name))
 del _name
 
 set_tensor_class(Tensor)
