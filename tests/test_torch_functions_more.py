@@ -273,3 +273,10 @@ def test_inplace_methods_equal_torch(name, a, args):
         return r
     grad = name not in ("sgn_", "heaviside_", "copysign_", "asinh_", "acosh_", "atanh_")  # (torch: no gradient)
     _same(lambda b: call(torch, b, *args), lambda b: call(tt, b, *args), a, grad=grad)
+
+
+def test_zero_points_have_torchs_gradients():
+    z = np.array([0.0, -0.5, 2.0])
+    _same(torch.asinh, tt.asinh, z)
+    _same(lambda a: torch.cdist(a, a), lambda a: tt.cdist(a, a), X[:3])
+    _same(lambda a: torch.cdist(a, a, p=3.0), lambda a: tt.cdist(a, a, p=3.0), X[:3])

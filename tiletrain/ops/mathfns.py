@@ -55,7 +55,7 @@ def asinh(input: Tensor) -> Tensor:  # noqa: A002
     x = _t(input, "asinh")
     a = _abs(x)
     r = log1p(add(a, div(mul(a, a), add(sqrt(add(mul(a, a), 1.0)), 1.0))))
-    return where(lt(x, 0.0), mul(r, -1.0), r)
+    return where(eq(x, 0.0), x, where(lt(x, 0.0), mul(r, -1.0), r))  # at 0: x itself, slope 1 as torch
 
 
 def acosh(input: Tensor) -> Tensor:  # noqa: A002
@@ -745,6 +745,7 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
         return amax(dlt, -1)
     if p == 1:
         return _sum(dlt, -1)
-    if p == 2:
-        return sqrt(_sum(mul(dlt, dlt), -1))
-    return pow(_sum(pow(dlt, float(p)), -1), 1.0 / p)
+    total = _sum(mul(dlt, dlt) if p == 2 else pow(dlt, float(p)), -1)
+    zero = eq(total, 0.0)  # a zero distance: torch's gradient 0, not the root's infinite slope
+    safe = where(zero, 1.0, total)
+    return where(zero, 0.0, sqrt(safe) if p == 2 else pow(safe, 1.0 / p))
