@@ -280,3 +280,16 @@ def test_zero_points_have_torchs_gradients():
     _same(torch.asinh, tt.asinh, z)
     _same(lambda a: torch.cdist(a, a), lambda a: tt.cdist(a, a), X[:3])
     _same(lambda a: torch.cdist(a, a, p=3.0), lambda a: tt.cdist(a, a, p=3.0), X[:3])
+
+
+def test_integer_orders_infinities_and_diff_operands_as_torch():
+    k = np.array([[3, 1, 2, 5], [1, 1, 0, 2]])
+    _same(torch.median, tt.median, k)
+    _same(lambda t: tuple(torch.cummax(t, 1)), lambda t: tuple(tt.cummax(t, 1)), k)
+    _same(lambda t: tuple(torch.cummin(t, 1)), lambda t: tuple(tt.cummin(t, 1)), k)
+    _same(lambda t: tuple(torch.kthvalue(t, 2)), lambda t: tuple(tt.kthvalue(t, 2)), k[:, ::3])
+    inf = np.array([-np.inf, np.inf, 1.0, 2.0])
+    _same(torch.logaddexp, tt.logaddexp, inf, inf.copy(), grad=False)
+    _same(torch.logaddexp, tt.logaddexp, X, X.copy())  # ties: torch's half-and-half gradient
+    with pytest.raises(RuntimeError):
+        tt.diff(tt.tensor([1.0, 4.0]), prepend=tt.tensor(2.0))

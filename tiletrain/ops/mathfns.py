@@ -106,7 +106,8 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     x = _t(input, "logaddexp")
     m = maximum(x, other)
-    return add(m, log1p(exp(mul(_abs(sub(x, other)), -1.0))))
+    d = where(eq(x, other), 0.0, sub(x, other))  # equal infinities: that infinity, as torch
+    return add(m, log1p(exp(mul(_abs(d), -1.0))))
 
 
 def clamp_min(input: Tensor, min) -> Tensor:  # noqa: A002
@@ -497,8 +498,10 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) ->
     x = _t(input, "diff")
     d = _dim(dim, x.ndim, "diff")
     parts = [p for p in (prepend, x, append) if p is not None]
+    if any(p.ndim != x.ndim for p in parts):
+        raise RuntimeError("diff expects prepend or append to be the same dimension as input")
     if len(parts) > 1:
-        x = cat([p if p.ndim else _expand_to(p, x, d) for p in parts], d)
+        x = cat(parts, d)
     for _ in range(n):
         m = x.shape[d]
         if m == 0:
@@ -507,13 +510,6 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) ->
         b = getitem(x, (slice(None),) * d + (slice(0, m - 1),))
         x = logical_ne(a, b) if x.dtype == bool_dtype() else sub(a, b)
     return x
-
-
-def _expand_to(p, x, d):
-    from .shape import expand
-    shape = list(x.shape)
-    shape[d] = 1
-    return expand(reshape(p, (1,) * x.ndim), tuple(shape))
 
 
 def logical_ne(a, b):
@@ -547,14 +543,13 @@ def _cum_index(a: np.ndarray, d: int, ismin: bool) -> np.ndarray:
 
 
 def _cum(x, dim, ismin, what, cls):
-    from .index import gather
     x = _t(x, what)
     _dim(dim, max(x.ndim, 1), what)
     if x.ndim == 0:
         return cls(x, host_tensor(np.zeros((), np.int64)))
     d = _dim(dim, x.ndim, what)
-    i = host_tensor(_cum_index(x.numpy(), d, ismin))
-    return cls(gather(x, d, i), i)
+    i = _cum_index(x.numpy(), d, ismin)
+    return cls(_gather(x, d, i), host_tensor(i))
 
 
 def cummax(input: Tensor, dim: int):  # noqa: A002
@@ -565,12 +560,19 @@ def cummin(input: Tensor, dim: int):  # noqa: A002
     return _cum(input, dim, True, "cummin", _cummin)
 
 
+def _gather(x, d, i: np.ndarray) -> Tensor:
+    """x's values at the host indices i along d: recorded (a gradient) for floats, on the host else."""
+    from .index import gather
+    if is_float(x.dtype):
+        return gather(x, d, host_tensor(i))
+    return host_tensor(np.take_along_axis(x.numpy(), i, d))
+
+
 def _pick(x, d, i, keepdim, cls):
     """values x[..., i, ...] along d for the host index array i (keepdim shape), gathered."""
-    from .index import gather
     from .shape import squeeze
     it = host_tensor(i)
-    v = gather(x, d, it)
+    v = _gather(x, d, i)
     return cls(v, it) if keepdim else cls(squeeze(v, d), host_tensor(np.squeeze(i, d)))
 
 
@@ -594,7 +596,6 @@ def _squeezed(r, x, d, cls):
 
 def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
     """torch.median: the lower median; nan when a nan is present (as torch)."""
-    from .index import gather
     x = _t(input, "median")
     if dim is None:
         a = x.numpy().reshape(-1)
@@ -602,7 +603,7 @@ def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
             return host_tensor(np.array(np.nan, a.dtype))
         nan = np.flatnonzero(np.isnan(a)) if a.dtype.kind == "f" else []
         j = nan[0] if len(nan) else np.argsort(a, kind="stable")[(a.size - 1) // 2]
-        return reshape(gather(reshape(x, (-1,)), 0, host_tensor(np.array([j]))), ())
+        return reshape(_gather(reshape(x, (-1,)), 0, np.array([j])), ())
     xv = reshape(x, (1,)) if x.ndim == 0 else x
     d = _dim(dim, xv.ndim, "median")
     a = xv.numpy()
