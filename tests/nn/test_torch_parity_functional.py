@@ -1,0 +1,145 @@
+"""torch.nn.functional's padding modes, shrink/threshold activations (and in-place forms) and
+margin losses, with their modules, against torch itself (float64; values and every gradient)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tiletrain as tt
+import tiletrain.nn as nn
+import tiletrain.nn.functional as F
+from test_torch_parity import _same
+
+TF = torch.nn.functional
+RNG = np.random.default_rng(5)
+
+PADS = [((1, 2), 3), ((2, 0), 2), ((1, 2, 0, 1), 4), ((1, 1, 2, 0), 3), ((1, 0, 1, 2, 0, 1), 5), ((1, 1, 1, 1, 1, 1), 4)]
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("pad,ndim", PADS)
+def test_pad_modes(mode, pad, ndim):
+    a = RNG.standard_normal((2, 3, 4, 5, 3)[:ndim])
+    _same(lambda x: TF.pad(x, pad, mode), lambda x: F.pad(x, pad, mode), a)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_pad_modes_bad_input(mode):
+    with pytest.raises(NotImplementedError):
+        TF.pad(torch.zeros(4), (1, 1), mode)
+    with pytest.raises(NotImplementedError):
+        F.pad(tt.zeros(4), (1, 1), mode)
+    with pytest.raises(NotImplementedError):
+        F.pad(tt.zeros((1, 2, 3, 4, 5)), (1, 1), mode)
+
+
+def test_pad_too_large():
+    with pytest.raises(RuntimeError):
+        TF.pad(torch.zeros(1, 2, 3), (3, 0), "reflect")
+    with pytest.raises(RuntimeError):
+        F.pad(tt.zeros((1, 2, 3)), (3, 0), "reflect")
+    with pytest.raises(RuntimeError):
+        F.pad(tt.zeros((1, 2, 3)), (4, 0), "circular")
+
+
+MODULES = [(f"{kind}Pad{n}d", n) for kind in ("Reflection", "Replication", "Circular") for n in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("name,n", MODULES, ids=[m for m, _ in MODULES])
+@pytest.mark.parametrize("padding", [1, "tuple"])
+def test_pad_modules(name, n, padding):
+    padding = tuple(range(1, 2 * n + 1)) if padding == "tuple" else padding
+    padding = tuple(min(p, 2) for p in padding) if isinstance(padding, tuple) else padding
+    a = RNG.standard_normal((2, 3, 4, 5, 4)[:n + 2])
+    _same(getattr(torch.nn, name)(padding), getattr(nn, name)(padding), a)
+    assert repr(getattr(nn, name)(padding)) == repr(getattr(torch.nn, name)(padding))
+
+
+@pytest.fixture
+def x():
+    a = RNG.standard_normal((5, 6))
+    a[0, :4] = [0.5, -0.5, 0.7, -0.7]  # the kinks at lambd / threshold
+    return a
+
+
+@pytest.mark.parametrize("name,args", [("hardshrink", ()), ("hardshrink", (0.7,)), ("softshrink", ()),
+                                       ("softshrink", (0.7,)), ("threshold", (0.7, -2.0)), ("threshold", (-0.5, 3.0))])
+def test_shrink_threshold(name, args, x):
+    _same(lambda t: getattr(TF, name)(t, *args), lambda t: getattr(F, name)(t, *args), x)
+    module = {"hardshrink": "Hardshrink", "softshrink": "Softshrink", "threshold": "Threshold"}[name]
+    _same(getattr(torch.nn, module)(*args), getattr(nn, module)(*args), x)
+    assert repr(getattr(nn, module)(*args)) == repr(getattr(torch.nn, module)(*args))
+
+
+def test_softshrink_negative_lambda():
+    with pytest.raises(RuntimeError):
+        TF.softshrink(torch.zeros(2), -1.0)
+    with pytest.raises(RuntimeError):
+        F.softshrink(tt.zeros(2), -1.0)
+
+
+# celu_ with alpha 0.5: torch's in-place celu backward rounds 1/alpha to float32 (a 1e-8 difference otherwise)
+INPLACE = [("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)), ("hardtanh_", (-0.5, 0.7)), ("selu_", ()),
+           ("celu_", (0.5,)), ("threshold_", (0.1, -3.0))]
+
+
+@pytest.mark.parametrize("name,args", INPLACE, ids=[n for n, _ in INPLACE])
+def test_inplace_functional(name, args, x):
+    def run(lib, fn):
+        def f(t):
+            y = lib.mul(t, 2.0) if lib is tt else t * 2.0
+            r = fn(y, *args)
+            assert r is y
+            return y
+        return f
+    ft = getattr(torch.nn.functional, name) if hasattr(torch.nn.functional, name) else getattr(torch, name)
+    _same(run(torch, ft), run(tt, getattr(F, name)), x)
+    a, b = torch.tensor(x), tt.tensor(x)  # outside the graph: written into the tensor itself
+    ft(a, *args)
+    getattr(F, name)(b, *args)
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_threshold_inplace_flag(x):
+    a, b = torch.tensor(x), tt.tensor(x)
+    TF.threshold(a, 0.2, 9.0, inplace=True)
+    nn.Threshold(0.2, 9.0, inplace=True)(b)
+    np.testing.assert_allclose(b.numpy(), a.numpy())
+
+
+def _loss(fn, t):  # the target is data (torch refuses a target that requires grad)
+    return lambda u: fn(u, torch.tensor(t) if isinstance(u, torch.Tensor) else tt.tensor(t))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_soft_margin_loss(reduction):
+    a, t = RNG.standard_normal((4, 5)), np.sign(RNG.standard_normal((4, 5)))
+    _same(_loss(lambda u, v: TF.soft_margin_loss(u, v, reduction=reduction), t),
+          _loss(lambda u, v: F.soft_margin_loss(u, v, reduction=reduction), t), a)
+    _same(_loss(torch.nn.SoftMarginLoss(reduction=reduction), t), _loss(nn.SoftMarginLoss(reduction=reduction), t), a)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("margin", [1.0, 0.3])
+def test_hinge_embedding_loss(reduction, margin):
+    a, t = RNG.standard_normal((4, 5)), np.sign(RNG.standard_normal((4, 5)))
+    _same(_loss(lambda u, v: TF.hinge_embedding_loss(u, v, margin=margin, reduction=reduction), t),
+          _loss(lambda u, v: F.hinge_embedding_loss(u, v, margin=margin, reduction=reduction), t), a)
+    _same(_loss(torch.nn.HingeEmbeddingLoss(margin, reduction=reduction), t),
+          _loss(nn.HingeEmbeddingLoss(margin, reduction=reduction), t), a)
+
+
+def test_bad_reduction():
+    with pytest.raises(ValueError):
+        F.soft_margin_loss(tt.zeros(3), tt.zeros(3), reduction="avg")
+    with pytest.raises(ValueError):
+        TF.soft_margin_loss(torch.zeros(3), torch.zeros(3), reduction="avg")
+
+
+def test_pad_mode_errors():
+    for lib, pad in ((torch, TF.pad), (tt, F.pad)):
+        with pytest.raises(NotImplementedError, match="foo"):
+            pad(lib.zeros((2, 3)), (1, 1), mode="foo")
+        with pytest.raises(RuntimeError, match="value"):
+            pad(lib.zeros((2, 3)), (1, 1), mode="reflect", value=2.0)

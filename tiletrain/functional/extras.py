@@ -1,0 +1,151 @@
+"""More of torch.nn.functional, each composed of recorded tiletrain ops (so autograd comes
+from theirs): the non-constant padding modes, the shrink/threshold activations and their
+in-place forms, and margin losses.  Names, arguments, defaults and numerics are torch's."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..ops.elementwise import abs as _abs, add, clamp, gt, lt, mul, sub, where
+from ..ops.index import index_select
+from ..tensors import Tensor, from_numpy
+
+__all__ = ["hardshrink", "softshrink", "threshold", "relu_", "elu_", "leaky_relu_", "hardtanh_", "selu_", "celu_",
+           "threshold_", "soft_margin_loss", "hinge_embedding_loss"]
+
+_PAD_DIMS = {2: (2, 3), 4: (3, 4), 6: (4, 5)}
+
+
+def _pad_index(n: int, lo: int, hi: int, mode: str, d: int, shape) -> np.ndarray:
+    j = np.arange(-lo, n + hi, dtype=np.int64)
+    if mode == "reflect":
+        if lo >= n or hi >= n:
+            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                               f"but got: padding ({lo}, {hi}) at dimension {d} of input {list(shape)}")
+        j = np.abs(j)
+        j = np.where(j >= n, 2 * (n - 1) - j, j)
+    elif mode == "replicate":
+        j = np.clip(j, 0, n - 1)
+    else:
+        if lo > n or hi > n:
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        j = np.mod(j, n)
+    if j.size <= 0:
+        raise RuntimeError(f"pad: the padded size of dimension {d} would be <= 0")
+    return np.ascontiguousarray(j)
+
+
+def pad_modes(input: Tensor, pad, mode: str) -> Tensor:  # noqa: A002
+    """F.pad's "reflect" (mirror, the edge not repeated), "replicate" (the edge repeated) and
+    "circular" (wrap around): each padded dim is an index selection of the input's."""
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if len(pad) not in _PAD_DIMS or input.ndim not in _PAD_DIMS[len(pad)]:
+        raise NotImplementedError(f"Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now "
+                                  f"(padding length {len(pad)}, input of dimension {input.ndim})")
+    x = input
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        idx = _pad_index(input.shape[d], int(pad[2 * i]), int(pad[2 * i + 1]), mode, d, input.shape)
+        x = index_select(x, d, from_numpy(idx))
+    return x
+
+
+def _number(v, what: str, name: str) -> float:
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise TypeError(f"{what}(): argument '{name}' must be a number, not {type(v).__name__}")
+    return float(v)
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
+    """x where |x| > lambd, else 0."""
+    lambd = _number(lambd, "hardshrink", "lambd")
+    return where(gt(_abs(input), lambd), input, 0.0)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
+    """x - lambd above lambd, x + lambd below -lambd, else 0."""
+    lambd = _number(lambd, "softshrink", "lambd")
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return where(gt(input, lambd), sub(input, lambd), where(lt(input, -lambd), add(input, lambd), 0.0))
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x where x > threshold, else value."""
+    th, value = _number(threshold, "threshold", "threshold"), _number(value, "threshold", "value")
+    if inplace:
+        return threshold_(input, th, value)
+    return where(gt(input, th), input, value)
+
+
+def _inplace(x: Tensor, fn) -> Tensor:
+    from ..tensors.api import _inplace as inplace
+    return inplace(x, fn)
+
+
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
+    th, value = _number(threshold, "threshold", "threshold"), _number(value, "threshold", "value")
+    return _inplace(input, lambda a: where(gt(a, th), a, value))
+
+
+def relu_(input: Tensor) -> Tensor:  # noqa: A002
+    from ..ops.elementwise import relu
+    return _inplace(input, relu)
+
+
+def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    from ..ops.elementwise import elu
+    return _inplace(input, lambda a: elu(a, alpha))
+
+
+def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
+    from ..ops.elementwise import leaky_relu
+    return _inplace(input, lambda a: leaky_relu(a, negative_slope))
+
+
+def hardtanh_(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
+    from ..ops.elementwise import hardtanh
+    return _inplace(input, lambda a: hardtanh(a, min_val, max_val))
+
+
+def selu_(input: Tensor) -> Tensor:  # noqa: A002
+    from ..ops.elementwise import selu
+    return _inplace(input, selu)
+
+
+def celu_(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    from ..ops.elementwise import celu
+    return _inplace(input, lambda a: celu(a, alpha))
+
+
+def _reduce(loss: Tensor, reduction: str, what: str) -> Tensor:
+    from ..ops.reduce import mean, sum as _sum
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return mean(loss)
+    if reduction == "sum":
+        return _sum(loss)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+                     reduction: str = "mean") -> Tensor:
+    """log(1 + exp(-target * input)), reduced."""
+    from ..ops.elementwise import exp, log1p, neg
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+                         f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
+    return _reduce(log1p(exp(neg(mul(target, input)))), reduction, "soft_margin_loss")
+
+
+def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average=None,  # noqa: A002
+                         reduce=None, reduction: str = "mean") -> Tensor:
+    """x where target is 1, max(0, margin - x) where target is -1 (torch sums the two
+    masked parts), reduced."""
+    from ..ops.elementwise import ne, neg
+    margin_part = clamp(add(neg(input), float(margin)), min=0.0)
+    loss = add(where(ne(target, -1.0), input, 0.0), where(ne(target, 1.0), margin_part, 0.0))
+    return _reduce(loss, reduction, "hinge_embedding_loss")
