@@ -143,3 +143,103 @@ def test_pad_mode_errors():
             pad(lib.zeros((2, 3)), (1, 1), mode="foo")
         with pytest.raises(RuntimeError, match="value"):
             pad(lib.zeros((2, 3)), (1, 1), mode="reflect", value=2.0)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_pairwise_distance(p, keepdim):
+    a, b = RNG.standard_normal((4, 5)), RNG.standard_normal((4, 5))
+    _same(lambda u, v: TF.pairwise_distance(u, v, p, keepdim=keepdim),
+          lambda u, v: F.pairwise_distance(u, v, p, keepdim=keepdim), a, b)
+    _same(torch.nn.PairwiseDistance(p, keepdim=keepdim), nn.PairwiseDistance(p, keepdim=keepdim), a, b)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (2, 3, 4, 5)])
+def test_softmax2d(shape):
+    _same(torch.nn.Softmax2d(), nn.Softmax2d(), RNG.standard_normal(shape))
+
+
+def test_softmax2d_bad_input():
+    with pytest.raises(ValueError):
+        torch.nn.Softmax2d()(torch.zeros(2, 3))
+    with pytest.raises(ValueError):
+        nn.Softmax2d()(tt.zeros((2, 3)))
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 3), 2), ((2, 6, 2, 3), 3), ((1, 4, 2, 2, 2), 4)])
+def test_channel_shuffle(shape, groups):
+    a = RNG.standard_normal(shape)
+    _same(lambda u: TF.channel_shuffle(u, groups), lambda u: F.channel_shuffle(u, groups), a)
+    _same(torch.nn.ChannelShuffle(groups), nn.ChannelShuffle(groups), a)
+    with pytest.raises(RuntimeError):
+        F.channel_shuffle(tt.zeros((2, 5, 3)), 2)
+
+
+def test_upsample_family():
+    a = RNG.standard_normal((2, 3, 4, 5))
+    _same(lambda u: TF.upsample(u, scale_factor=2), lambda u: F.upsample(u, scale_factor=2), a)
+    _same(lambda u: TF.upsample(u, size=(7, 6), mode="bilinear"), lambda u: F.upsample(u, size=(7, 6), mode="bilinear"), a)
+    _same(lambda u: TF.upsample_nearest(u, size=(6, 9)), lambda u: F.upsample_nearest(u, size=(6, 9)), a)
+    _same(lambda u: TF.upsample_bilinear(u, scale_factor=2), lambda u: F.upsample_bilinear(u, scale_factor=2), a)
+    _same(torch.nn.UpsamplingNearest2d(scale_factor=2), nn.UpsamplingNearest2d(scale_factor=2), a)
+    _same(torch.nn.UpsamplingBilinear2d(size=(7, 9)), nn.UpsamplingBilinear2d(size=(7, 9)), a)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multilabel_soft_margin_loss(reduction, weighted):
+    a, t = RNG.standard_normal((4, 5)), (RNG.random((4, 5)) > 0.5).astype(np.float64)
+    w = RNG.random(5) if weighted else None
+    kw = lambda lib: {"weight": None if w is None else lib.tensor(w), "reduction": reduction}  # noqa: E731
+    _same(_loss(lambda u, v: TF.multilabel_soft_margin_loss(u, v, **kw(torch)), t),
+          _loss(lambda u, v: F.multilabel_soft_margin_loss(u, v, **kw(tt)), t), a)
+    _same(_loss(torch.nn.MultiLabelSoftMarginLoss(**kw(torch)), t), _loss(nn.MultiLabelSoftMarginLoss(**kw(tt)), t), a)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("var_shape", [(4, 5), (4,), (4, 1)])
+def test_gaussian_nll_loss(reduction, full, var_shape):
+    a, t = RNG.standard_normal((4, 5)), RNG.standard_normal((4, 5))
+    v = RNG.random(var_shape) + 0.1
+    v.flat[0] = 1e-8  # below eps: clamped for the value, the gradient passes
+    _same(lambda u, s, va: TF.gaussian_nll_loss(u, s, va, full=full, reduction=reduction),
+          lambda u, s, va: F.gaussian_nll_loss(u, s, va, full=full, reduction=reduction), a, t, v)
+    _same(torch.nn.GaussianNLLLoss(full=full, reduction=reduction), nn.GaussianNLLLoss(full=full, reduction=reduction),
+          a, t, v)
+
+
+def test_gaussian_nll_loss_bad_input():
+    for lib, fn in ((torch, TF.gaussian_nll_loss), (tt, F.gaussian_nll_loss)):
+        with pytest.raises(ValueError):
+            fn(lib.zeros((4, 5)), lib.zeros((4, 5)), lib.ones((3,)))
+        with pytest.raises(ValueError):
+            fn(lib.zeros((4, 5)), lib.zeros((4, 5)), lib.full((4, 5), -1.0))
+
+
+@pytest.mark.parametrize("name,shape,lead", [("dropout1d", (8, 50, 3), 2), ("dropout1d", (50, 3), 1),
+                                             ("dropout2d", (8, 50, 2, 3), 2), ("dropout2d", (8, 50, 3), 2),
+                                             ("dropout3d", (8, 50, 2, 2, 2), 2), ("dropout3d", (50, 2, 2, 2), 1)])
+def test_channel_dropout(name, shape, lead):
+    p = 0.3
+    x = tt.tensor(RNG.random(shape) + 1.0)
+    y = getattr(F, name)(x, p).numpy()
+    ratio = (y / x.numpy()).reshape(shape[:lead] + (-1,))
+    assert np.all((ratio == 0.0).all(-1) | np.isclose(ratio, 1 / (1 - p)).all(-1))  # whole channels
+    dropped = (ratio == 0.0).all(-1).mean()
+    assert 0.15 < dropped < 0.45
+    np.testing.assert_array_equal(getattr(F, name)(x, p, training=False).numpy(), x.numpy())
+    module = getattr(nn, name.replace("dropout", "Dropout"))(p)
+    np.testing.assert_array_equal(module.eval()(x).numpy(), x.numpy())
+    assert repr(module) == repr(getattr(torch.nn, name.replace("dropout", "Dropout"))(p))
+    with pytest.raises(ValueError):
+        getattr(F, name)(x, 1.5)
+
+
+def test_channel_dropout_gradient():
+    x = tt.tensor(np.ones((4, 30, 3)), requires_grad=True)
+    y = F.dropout1d(x, 0.5)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), y.numpy())
+    with pytest.raises(RuntimeError):
+        F.dropout1d(tt.zeros((2, 3, 4, 5)))

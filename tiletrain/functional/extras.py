@@ -12,7 +12,9 @@ from ..ops.index import index_select
 from ..tensors import Tensor, from_numpy
 
 __all__ = ["hardshrink", "softshrink", "threshold", "relu_", "elu_", "leaky_relu_", "hardtanh_", "selu_", "celu_",
-           "threshold_", "soft_margin_loss", "hinge_embedding_loss"]
+           "threshold_", "soft_margin_loss", "hinge_embedding_loss", "pairwise_distance", "channel_shuffle",
+           "upsample", "upsample_nearest", "upsample_bilinear", "multilabel_soft_margin_loss", "gaussian_nll_loss",
+           "dropout1d", "dropout2d", "dropout3d"]
 
 _PAD_DIMS = {2: (2, 3), 4: (3, 4), 6: (4, 5)}
 
@@ -149,3 +151,115 @@ def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, siz
     margin_part = clamp(add(neg(input), float(margin)), min=0.0)
     loss = add(where(ne(target, -1.0), input, 0.0), where(ne(target, 1.0), margin_part, 0.0))
     return _reduce(loss, reduction, "hinge_embedding_loss")
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    """The p-norm of x1 - x2 + eps over the last dim."""
+    from ..ops.reduce import norm
+    return norm(add(sub(x1, x2), float(eps)), p, -1, keepdim=keepdim)
+
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002
+    """(N, g * k, *) viewed as (N, g, k, *), the two channel axes swapped, back to (N, g * k, *)."""
+    from ..ops.shape import reshape, transpose
+    if input.ndim < 3:
+        raise RuntimeError(f"channel_shuffle expects input to have at least 3 dimensions, but got input with "
+                           f"sizes {list(input.shape)}")
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
+    n, c, rest = input.shape[0], input.shape[1], tuple(input.shape[2:])
+    if c % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
+    x = transpose(reshape(input, (n, groups, c // groups) + rest), 1, 2)
+    return reshape(x, (n, c) + rest)
+
+
+def upsample(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None) -> Tensor:  # noqa: A002
+    from .activations import interpolate
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
+    from .activations import interpolate
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
+    """interpolate(mode="bilinear", align_corners=True), as torch's."""
+    from .activations import interpolate
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                                size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+    """-(t log sigmoid(x) + (1 - t) log sigmoid(-x)), weighted, averaged over the classes
+    (dim 1), reduced."""
+    from ..ops.elementwise import neg
+    from ..ops.reduce import sum as _sum
+    from .activations import logsigmoid
+    loss = neg(add(mul(target, logsigmoid(input)), mul(add(neg(target), 1.0), logsigmoid(neg(input)))))
+    if weight is not None:
+        loss = mul(loss, weight)
+    from ..ops.elementwise import div
+    loss = div(_sum(loss, input.ndim - 1), float(input.shape[-1]))
+    return _reduce(loss, reduction, "multilabel_soft_margin_loss")
+
+
+def gaussian_nll_loss(input: Tensor, target: Tensor, var, full: bool = False, eps: float = 1e-6,  # noqa: A002
+                      reduction: str = "mean") -> Tensor:
+    """0.5 (log var + (input - target)^2 / var) (+ 0.5 log 2 pi when full); var is clamped at
+    eps for the value only (its gradient passes as if unclamped, as torch's)."""
+    import math
+    from ..ops.elementwise import div, log
+    from ..ops.shape import unsqueeze
+    if not isinstance(var, Tensor):
+        var = full_like_number(input, float(var))
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = unsqueeze(var, -1)
+        elif not (tuple(input.shape[:-1]) == tuple(var.shape[:-1]) and var.shape[-1] == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    if (var.numpy() < 0).any():
+        raise ValueError("var has negative entry/entries")
+    var = add(var, sub(clamp(var, min=float(eps)), var).detach())
+    diff = sub(input, target)
+    loss = mul(add(log(var), div(mul(diff, diff), var)), 0.5)
+    if full:
+        loss = add(loss, 0.5 * math.log(2 * math.pi))
+    return _reduce(loss, reduction, "gaussian_nll_loss")
+
+
+def full_like_number(x: Tensor, v: float) -> Tensor:
+    from ..ops.creation import full
+    return full(tuple(x.shape), v, dtype=x.dtype)
+
+
+def _channel_dropout(input: Tensor, p: float, training: bool, batched: int, what: str) -> Tensor:
+    """Whole channels zeroed with probability p (one draw of tiletrain's generator per (N, C)
+    pair), the others scaled by 1 / (1 - p)."""
+    from ..ops.creation import rand
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if what == "dropout1d" and input.ndim not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input")
+    if not training or p == 0.0:
+        return input
+    lead = 2 if input.ndim == batched + 1 or what == "dropout2d" else 1  # torch's dropout2d: (N, C, L) on 3D
+    shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
+    keep = rand(shape, dtype=input.dtype).numpy() >= p
+    scale = keep.astype(input.dtype) * (0.0 if p == 1.0 else 1.0 / (1.0 - p))
+    return mul(input, from_numpy(np.ascontiguousarray(scale)))
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _channel_dropout(input, p, training, 2, "dropout1d")
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _channel_dropout(input, p, training, 3, "dropout2d")
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _channel_dropout(input, p, training, 4, "dropout3d")
