@@ -256,7 +256,7 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
     """torch.nn.functional.pad: pad = (left, right) for the last dim, then (top, bottom) for the
     one before, ...; mode "constant" fills value (negative amounts crop); "reflect",
-    "replicate" and "circular" are extras.pad_modes."""
+    "replicate" and "circular" are padding.pad_modes."""
     if not isinstance(pad, (tuple, list)) or len(pad) % 2 or not all(
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pad):
         raise ValueError(f"pad: pad must be a tuple of an even number of ints, got {pad!r}")
@@ -266,7 +266,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     if mode != "constant":
         if value is not None and value != 0:
             raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument")
-        from .extras import pad_modes
+        from .padding import pad_modes
         return pad_modes(input, pad, mode)
     value = 0.0 if value is None else float(value)
     x = input
