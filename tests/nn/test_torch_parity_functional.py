@@ -243,3 +243,83 @@ def test_channel_dropout_gradient():
     np.testing.assert_allclose(x.grad.numpy(), y.numpy())
     with pytest.raises(RuntimeError):
         F.dropout1d(tt.zeros((2, 3, 4, 5)))
+
+
+@pytest.mark.parametrize("name", ["alpha_dropout", "feature_alpha_dropout"])
+def test_alpha_dropout(name):
+    p, alpha = 0.2, 1.7580993408473766
+    a = 1.0 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
+    x = tt.tensor(RNG.standard_normal((40, 50, 6)), requires_grad=True)
+    y = getattr(F, name)(x, p, training=True)
+    kept = np.isclose(y.numpy(), a * x.numpy() + alpha * a * p)
+    dropped = np.isclose(y.numpy(), alpha * a * (p - 1))
+    assert np.all(kept | dropped)
+    if name == "feature_alpha_dropout":  # whole channels
+        assert np.all(dropped.all(-1) | kept.all(-1))
+    assert 0.15 < dropped.mean() < 0.25
+    assert abs(y.numpy().mean()) < 0.05 and abs(y.numpy().std() - 1.0) < 0.05  # selu's statistics kept
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.where(kept, a, 0.0))
+    np.testing.assert_array_equal(getattr(F, name)(x, p).numpy(), x.numpy())  # training=False by default, as torch
+    module = getattr(nn, {"alpha_dropout": "AlphaDropout", "feature_alpha_dropout": "FeatureAlphaDropout"}[name])(p)
+    np.testing.assert_array_equal(module.eval()(x).numpy(), x.numpy())
+    with pytest.raises(ValueError):
+        getattr(F, name)(x, -0.1)
+
+
+def test_rrelu(x):
+    _same(lambda u: TF.rrelu(u), lambda u: F.rrelu(u), x)
+    _same(lambda u: TF.rrelu(u, 0.1, 0.3), lambda u: F.rrelu(u, 0.1, 0.3), x)
+    _same(torch.nn.RReLU().eval(), nn.RReLU().eval(), x)
+    assert repr(nn.RReLU(0.1, 0.3)) == repr(torch.nn.RReLU(0.1, 0.3))
+    big = tt.tensor(-np.abs(RNG.standard_normal((200, 50))) - 0.1)
+    slope = F.rrelu(big, 0.1, 0.3, training=True).numpy() / big.numpy()
+    assert slope.min() >= 0.1 and slope.max() < 0.3 and abs(slope.mean() - 0.2) < 0.005
+    pos = tt.tensor(np.abs(RNG.standard_normal((5, 5))) + 0.1)
+    np.testing.assert_array_equal(nn.RReLU()(pos).numpy(), pos.numpy())
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("custom", [False, True])
+def test_triplet_margin_with_distance_loss(reduction, swap, custom):
+    a, p, n = (RNG.standard_normal((4, 5)) for _ in range(3))
+
+    def kw(lib):
+        dist = (lambda u, v: 1.0 - lib.nn.functional.cosine_similarity(u, v)) if custom else None
+        return {"distance_function": dist, "margin": 0.7, "swap": swap, "reduction": reduction}
+    _same(lambda *t: TF.triplet_margin_with_distance_loss(*t, **kw(torch)),
+          lambda *t: F.triplet_margin_with_distance_loss(*t, **kw(tt)), a, p, n)
+    _same(torch.nn.TripletMarginWithDistanceLoss(**kw(torch)), nn.TripletMarginWithDistanceLoss(**kw(tt)), a, p, n)
+    with pytest.raises(ValueError):
+        nn.TripletMarginWithDistanceLoss(margin=0.0)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0])
+def test_pdist(p):
+    _same(lambda u: TF.pdist(u, p), lambda u: F.pdist(u, p), RNG.standard_normal((5, 4)))
+    with pytest.raises(RuntimeError):
+        F.pdist(tt.zeros((2, 3, 4)))
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 5), (2, 7, 3, 4), (2, 6, 2, 3, 2)])
+@pytest.mark.parametrize("size", [2, 3])
+def test_local_response_norm(shape, size):
+    a = RNG.standard_normal(shape)
+    _same(lambda u: TF.local_response_norm(u, size, 0.3, 0.6, 2.0), lambda u: F.local_response_norm(u, size, 0.3, 0.6, 2.0),
+          a)
+    _same(torch.nn.LocalResponseNorm(size), nn.LocalResponseNorm(size), a)
+    assert repr(nn.LocalResponseNorm(size)) == repr(torch.nn.LocalResponseNorm(size))
+    with pytest.raises(ValueError):
+        F.local_response_norm(tt.zeros((2, 3)), 2)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 3.0, 1.5])
+def test_lp_pool(norm_type):
+    a = RNG.random((2, 3, 6, 7)) + 0.1  # positive: fractional powers of negative numbers are NaN in both
+    _same(lambda u: TF.lp_pool2d(u, norm_type, 2), lambda u: F.lp_pool2d(u, norm_type, 2), a)
+    _same(lambda u: TF.lp_pool2d(u, norm_type, (2, 3), stride=(1, 2), ceil_mode=True),
+          lambda u: F.lp_pool2d(u, norm_type, (2, 3), stride=(1, 2), ceil_mode=True), a)
+    _same(lambda u: TF.lp_pool1d(u, norm_type, 3), lambda u: F.lp_pool1d(u, norm_type, 3), a[0])
+    _same(torch.nn.LPPool1d(norm_type, 2, 1), nn.LPPool1d(norm_type, 2, 1), a[0])
+    _same(torch.nn.LPPool2d(norm_type, 2), nn.LPPool2d(norm_type, 2), a)

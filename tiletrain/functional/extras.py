@@ -8,12 +8,14 @@ import numbers
 import numpy as np
 
 from ..ops.elementwise import abs as _abs, add, clamp, gt, lt, mul, sub, where
+from ..ops.index import index_select
 from ..tensors import Tensor, from_numpy
 
 __all__ = ["hardshrink", "softshrink", "threshold", "relu_", "elu_", "leaky_relu_", "hardtanh_", "selu_", "celu_",
            "threshold_", "soft_margin_loss", "hinge_embedding_loss", "pairwise_distance", "channel_shuffle",
            "upsample", "upsample_nearest", "upsample_bilinear", "multilabel_soft_margin_loss", "gaussian_nll_loss",
-           "dropout1d", "dropout2d", "dropout3d"]
+           "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu",
+           "triplet_margin_with_distance_loss", "pdist", "local_response_norm", "lp_pool1d", "lp_pool2d"]
 
 def _number(v, what: str, name: str) -> float:
     if not isinstance(v, numbers.Real) or isinstance(v, bool):
@@ -224,3 +226,128 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
     return _channel_dropout(input, p, training, 4, "dropout3d")
+
+
+def _check_p(p: float) -> float:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    return float(p)
+
+
+def _alpha_dropout(input: Tensor, p: float, training: bool, feature: bool) -> Tensor:  # noqa: A002
+    """Kept elements a x + alpha a p, dropped ones alpha a (p - 1), with alpha selu's
+    1.7580993408473766 and a = 1 / sqrt((alpha^2 p + 1)(1 - p)) (torch's constants), so a
+    zero-mean unit-variance input keeps its statistics; tiletrain's draws."""
+    from ..ops.creation import rand
+    p = _check_p(p)
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return mul(input, 0.0)
+    if feature and input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    shape = (tuple(input.shape[:2]) + (1,) * (input.ndim - 2)) if feature else tuple(input.shape)
+    keep = (rand(shape, dtype=input.dtype).numpy() >= p).astype(input.dtype)
+    alpha = 1.7580993408473766
+    a = 1.0 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
+    b = (keep - 1.0) * (alpha * a) + alpha * a * p
+    return add(mul(input, from_numpy(np.ascontiguousarray(keep * a))), from_numpy(np.ascontiguousarray(b)))
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _alpha_dropout(input, p, training, False)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
+                          inplace: bool = False) -> Tensor:
+    return _alpha_dropout(input, p, training, True)
+
+
+def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002
+          inplace: bool = False) -> Tensor:
+    """Training: x * a below or at 0, a drawn uniform in [lower, upper) per element (tiletrain's
+    draws); eval: leaky_relu with the mean slope (lower + upper) / 2, as torch's."""
+    from ..ops.creation import rand
+    from ..ops.elementwise import leaky_relu
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2)
+    r = rand(tuple(input.shape), dtype=input.dtype).numpy() * (upper - lower) + lower
+    return where(gt(input, 0.0), input, mul(input, from_numpy(np.ascontiguousarray(r))))
+
+
+def triplet_margin_with_distance_loss(anchor: Tensor, positive: Tensor, negative: Tensor, *,
+                                      distance_function=None, margin: float = 1.0, swap: bool = False,
+                                      reduction: str = "mean") -> Tensor:
+    """max(0, margin + d(anchor, positive) - d(anchor, negative)), d pairwise_distance unless
+    given; swap takes the smaller of d(anchor, negative) and d(positive, negative)."""
+    from ..ops.elementwise import minimum
+    if margin <= 0:
+        raise ValueError(f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} instead")
+    if not (anchor.ndim == positive.ndim == negative.ndim):
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative "
+                           f"{negative.ndim}D inputs")
+    d = pairwise_distance if distance_function is None else distance_function
+    dist_pos, dist_neg = d(anchor, positive), d(anchor, negative)
+    if swap:
+        dist_neg = minimum(dist_neg, d(positive, negative))
+    loss = clamp(sub(add(dist_pos, float(margin)), dist_neg), min=0.0)
+    return _reduce(loss, reduction, "triplet_margin_with_distance_loss")
+
+
+def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
+    """The p-norm distances of the rows of an (N, M) input, pairs i < j in row order."""
+    from ..ops.reduce import norm
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    i, j = np.triu_indices(input.shape[0], 1)
+    a = index_select(input, 0, from_numpy(np.ascontiguousarray(i.astype(np.int64))))
+    b = index_select(input, 0, from_numpy(np.ascontiguousarray(j.astype(np.int64))))
+    return norm(sub(a, b), p, 1)
+
+
+def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,  # noqa: A002
+                        k: float = 1.0) -> Tensor:
+    """input / (k + alpha * mean of the squares over a window of size channels)^beta, the
+    window zero-padded size // 2 before and (size - 1) // 2 after (torch's steps)."""
+    from ..ops.elementwise import div, pow as _pow
+    from ..ops.shape import cat
+    if input.ndim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
+    sq = mul(input, input)
+    c, parts = input.shape[1], []
+    for amount in (size // 2, None, (size - 1) // 2):
+        if amount is None:
+            parts.append(sq)
+        elif amount:
+            parts.append(_full_like(index_select(sq, 1, from_numpy(np.zeros(amount, np.int64))), 0.0))
+    sq = cat(parts, 1) if len(parts) > 1 else sq
+    acc = None  # the window's sum in order, then / size (torch's average pooling)
+    for j in range(size):
+        part = index_select(sq, 1, from_numpy(np.arange(j, j + c, dtype=np.int64)))
+        acc = part if acc is None else add(acc, part)
+    sq = div(acc, float(size))
+    return div(input, _pow(add(mul(sq, float(alpha)), float(k)), float(beta)))
+
+
+def _lp_finish(out: Tensor, norm_type: float, count: int) -> Tensor:
+    from ..ops.elementwise import pow as _pow, relu, sign
+    return _pow(mul(mul(sign(out), relu(_abs(out))), float(count)), 1.0 / norm_type)
+
+
+def lp_pool1d(input: Tensor, norm_type, kernel_size: int, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """(sum over each window of x^p)^(1/p): avg_pool1d of x^p times the window size."""
+    from ..ops.conv import avg_pool1d
+    from ..ops.elementwise import pow as _pow
+    out = avg_pool1d(_pow(input, norm_type), kernel_size, stride, 0, ceil_mode)
+    return _lp_finish(out, float(norm_type), int(kernel_size))
+
+
+def lp_pool2d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    from ..ops.conv import avg_pool2d
+    from ..ops.elementwise import pow as _pow
+    kw, kh = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    out = avg_pool2d(_pow(input, norm_type), kernel_size, stride, 0, ceil_mode)
+    return _lp_finish(out, float(norm_type), kw * kh)
