@@ -323,3 +323,33 @@ def test_lp_pool(norm_type):
     _same(lambda u: TF.lp_pool1d(u, norm_type, 3), lambda u: F.lp_pool1d(u, norm_type, 3), a[0])
     _same(torch.nn.LPPool1d(norm_type, 2, 1), nn.LPPool1d(norm_type, 2, 1), a[0])
     _same(torch.nn.LPPool2d(norm_type, 2), nn.LPPool2d(norm_type, 2), a)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("p,margin,weighted", [(1, 1.0, False), (2, 0.7, False), (1, 1.3, True), (2, 1.0, True)])
+def test_multi_margin_loss(reduction, p, margin, weighted):
+    a, y = RNG.standard_normal((6, 5)), RNG.integers(0, 5, 6)
+    w = RNG.random(5) + 0.5 if weighted else None
+
+    def run(lib, fn):
+        kw = {"p": p, "margin": margin, "weight": None if w is None else lib.tensor(w), "reduction": reduction}
+        return lambda u: fn(u, lib.tensor(y), **kw)
+    _same(run(torch, TF.multi_margin_loss), run(tt, F.multi_margin_loss), a)
+    _same(run(torch, lambda u, t, **kw: torch.nn.MultiMarginLoss(**kw)(u, t)),
+          run(tt, lambda u, t, **kw: nn.MultiMarginLoss(**kw)(u, t)), a)
+    _same(lambda u: TF.multi_margin_loss(u, torch.tensor(2), p=p, reduction=reduction),
+          lambda u: F.multi_margin_loss(u, tt.tensor(2), p=p, reduction=reduction), a[0])
+    with pytest.raises(ValueError):
+        F.multi_margin_loss(tt.tensor(a), tt.tensor(y), p=3)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multilabel_margin_loss(reduction):
+    a = RNG.standard_normal((4, 5))
+    y = np.array([[3, 0, -1, 1, 2], [1, 2, 3, 4, 0], [-1, 2, 0, 0, 0], [4, 4, 1, -1, 2]])  # after -1: ignored
+    _same(lambda u: TF.multilabel_margin_loss(u, torch.tensor(y), reduction=reduction),
+          lambda u: F.multilabel_margin_loss(u, tt.tensor(y), reduction=reduction), a)
+    _same(lambda u: torch.nn.MultiLabelMarginLoss(reduction=reduction)(u, torch.tensor(y)),
+          lambda u: nn.MultiLabelMarginLoss(reduction=reduction)(u, tt.tensor(y)), a)
+    _same(lambda u: TF.multilabel_margin_loss(u, torch.tensor(y[0]), reduction=reduction),
+          lambda u: F.multilabel_margin_loss(u, tt.tensor(y[0]), reduction=reduction), a[0])

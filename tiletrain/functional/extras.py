@@ -15,7 +15,8 @@ __all__ = ["hardshrink", "softshrink", "threshold", "relu_", "elu_", "leaky_relu
            "threshold_", "soft_margin_loss", "hinge_embedding_loss", "pairwise_distance", "channel_shuffle",
            "upsample", "upsample_nearest", "upsample_bilinear", "multilabel_soft_margin_loss", "gaussian_nll_loss",
            "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu",
-           "triplet_margin_with_distance_loss", "pdist", "local_response_norm", "lp_pool1d", "lp_pool2d"]
+           "triplet_margin_with_distance_loss", "pdist", "local_response_norm", "lp_pool1d", "lp_pool2d",
+           "multi_margin_loss", "multilabel_margin_loss"]
 
 def _number(v, what: str, name: str) -> float:
     if not isinstance(v, numbers.Real) or isinstance(v, bool):
@@ -351,3 +352,65 @@ def lp_pool2d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: boo
     kw, kh = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     out = avg_pool2d(_pow(input, norm_type), kernel_size, stride, 0, ceil_mode)
     return _lp_finish(out, float(norm_type), kw * kh)
+
+
+def _class_target(input: Tensor, target: Tensor, what: str) -> np.ndarray:
+    if input.ndim not in (1, 2) or target.dtype != np.int64:
+        raise RuntimeError(f"{what}: expected a 1D or 2D input and int64 targets, got input {list(input.shape)}, "
+                           f"target {target.dtype}")
+    return target.numpy()
+
+
+def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,  # noqa: A002
+                      weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+    """sum over i != y of max(0, margin - x[y] + x[i])^p (times weight[y]), / C."""
+    from ..ops.reduce import sum as _sum
+    from ..ops.elementwise import div
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    y = _class_target(input, target, "multi_margin_loss")
+    x = input if input.ndim == 2 else input.reshape(1, -1)
+    c = x.shape[1]
+    y = y.reshape(-1)
+    if y.size != x.shape[0] or (y < 0).any() or (y >= c).any():
+        raise RuntimeError(f"multi_margin_loss: target {list(target.shape)} out of range or of the wrong size")
+    onehot = np.zeros((y.size, c), dtype=x.dtype)
+    onehot[np.arange(y.size), y] = 1.0
+    xy = _sum(mul(x, from_numpy(onehot)), 1, keepdim=True)
+    z = clamp(add(sub(x, xy), float(margin)), min=0.0)
+    z = mul(z, z) if p == 2 else z
+    z = mul(z, from_numpy(np.ascontiguousarray(1.0 - onehot)))
+    if weight is not None:
+        z = mul(z, index_select(weight, 0, from_numpy(np.ascontiguousarray(y))).reshape(-1, 1))
+    loss = div(_sum(z, 1), float(c))
+    loss = loss if input.ndim == 2 else loss.reshape(())
+    return _reduce(loss, reduction, "multi_margin_loss")
+
+
+def multilabel_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+                           reduction: str = "mean") -> Tensor:
+    """For each target class j (the target's entries before its first -1) and each non-target
+    class i: max(0, 1 - (x[j] - x[i])), summed, / C."""
+    from ..ops.reduce import sum as _sum
+    from ..ops.elementwise import div
+    from ..ops.shape import unsqueeze
+    t = _class_target(input, target, "multilabel_margin_loss")
+    if tuple(target.shape) != tuple(input.shape):
+        raise RuntimeError(f"multilabel_margin_loss: inconsistent target size {list(target.shape)} for input "
+                           f"{list(input.shape)}")
+    x = input if input.ndim == 2 else input.reshape(1, -1)
+    t = t.reshape(x.shape)
+    n, c = x.shape
+    count = np.zeros((n, c), dtype=x.dtype)
+    for r in range(n):
+        for v in t[r]:
+            if v < 0:
+                break
+            if v >= c:
+                raise RuntimeError(f"multilabel_margin_loss: target {v} out of range [0, {c})")
+            count[r, v] += 1.0
+    mask = count[:, :, None] * (count[:, None, :] == 0)
+    z = clamp(add(sub(unsqueeze(x, 1), unsqueeze(x, 2)), 1.0), min=0.0)  # [n, j, i]: 1 - x[j] + x[i]
+    loss = div(_sum(mul(z, from_numpy(np.ascontiguousarray(mask))), (1, 2)), float(c))
+    loss = loss if input.ndim == 2 else loss.reshape(())
+    return _reduce(loss, reduction, "multilabel_margin_loss")

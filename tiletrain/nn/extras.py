@@ -9,7 +9,7 @@ from .conv import Upsample
 from .loss import _Loss
 from .module import Module
 
-__all__ = ["AlphaDropout", "FeatureAlphaDropout", "LPPool1d", "LPPool2d", "LocalResponseNorm", "RReLU",
+__all__ = ["MultiLabelMarginLoss", "MultiMarginLoss", "AlphaDropout", "FeatureAlphaDropout", "LPPool1d", "LPPool2d", "LocalResponseNorm", "RReLU",
            "TripletMarginWithDistanceLoss", "ChannelShuffle", "CircularPad1d", "CircularPad2d", "CircularPad3d", "Dropout1d", "Dropout2d", "Dropout3d",
            "GaussianNLLLoss", "Hardshrink", "HingeEmbeddingLoss", "MultiLabelSoftMarginLoss", "PairwiseDistance",
            "Softmax2d", "UpsamplingBilinear2d", "UpsamplingNearest2d",
@@ -241,3 +241,22 @@ class LPPool1d(_LPPool):
 
 class LPPool2d(_LPPool):
     fn = staticmethod(F.lp_pool2d)
+
+
+class MultiMarginLoss(_Loss):
+    def __init__(self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None, size_average=None, reduce=None,
+                 reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        if p not in (1, 2):
+            raise ValueError("only p == 1 and p == 2 supported")
+        self.p, self.margin = p, margin
+        self.register_buffer("weight", weight)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return F.multi_margin_loss(input, target, p=self.p, margin=self.margin, weight=self.weight,
+                                   reduction=self.reduction)
+
+
+class MultiLabelMarginLoss(_Loss):
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
