@@ -82,8 +82,9 @@ def test_composed_functions_equal_torch(x):
     _same(TF.cosine_similarity, F.cosine_similarity, x, y)
     _same(lambda a: TF.pad(a, (1, 2, 0, 1), value=3.0), lambda a: F.pad(a, (1, 2, 0, 1), value=3.0), x)
     _same(lambda a: TF.pad(a, (-1, 2)), lambda a: F.pad(a, (-1, 2)), x)
-    with pytest.raises(NotImplementedError, match="reflect"):
-        F.pad(tt.tensor(x), (1, 1), mode="reflect")
+    _same(lambda a: TF.pad(a, (1, 1), mode="reflect"), lambda a: F.pad(a, (1, 1), mode="reflect"), x)
+    with pytest.raises(NotImplementedError, match="foo"):
+        F.pad(tt.tensor(x), (1, 1), mode="foo")
 
 
 def test_losses_and_loss_modules_equal_torch():

@@ -16,3 +16,4 @@ from .losses import *  # noqa: F401,F403
 from .activations import *  # noqa: F401,F403
 # convolution, pooling, batch norm (tiletrain/ops/conv.py)
 from ..ops.conv import *  # noqa: F401,F403
+from .extras import *  # noqa: F401,F403

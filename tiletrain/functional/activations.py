@@ -254,16 +254,20 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 
 
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
-    """torch.nn.functional.pad, mode "constant": pad = (left, right) for the last dim, then
-    (top, bottom) for the one before, ...; negative amounts crop.  Other modes raise."""
-    if mode != "constant":
-        raise NotImplementedError(f"pad: mode {mode!r} is not supported (only 'constant')")
+    """torch.nn.functional.pad: pad = (left, right) for the last dim, then (top, bottom) for the
+    one before, ...; mode "constant" fills value (negative amounts crop); "reflect",
+    "replicate" and "circular" are padding.pad_modes."""
     if not isinstance(pad, (tuple, list)) or len(pad) % 2 or not all(
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pad):
         raise ValueError(f"pad: pad must be a tuple of an even number of ints, got {pad!r}")
     if len(pad) // 2 > input.ndim:
         raise ValueError(f"Padding length should be less than or equal to two times the input dimension but got "
                          f"padding length {len(pad)} and input of dimension {input.ndim}")
+    if mode != "constant":
+        if value is not None and value != 0:
+            raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument")
+        from .padding import pad_modes
+        return pad_modes(input, pad, mode)
     value = 0.0 if value is None else float(value)
     x = input
     for i in range(len(pad) // 2):

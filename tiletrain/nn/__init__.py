@@ -14,6 +14,8 @@ from .activation import *  # noqa: F401,F403
 from .activation import __all__ as _activations
 from .loss import *  # noqa: F401,F403
 from .loss import __all__ as _losses
+from .extras import *  # noqa: F401,F403
+from .extras import __all__ as _extras
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
@@ -41,7 +43,7 @@ __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList"
            "CausalLM", "DecoderBlock", "MODELS", "register_model", "from_pretrained", "save_pretrained", "load_model",
            "functional", "init", "utils", "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
            "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
-           "TransformerEncoderLayer"] + _activations + _losses
+           "TransformerEncoderLayer"] + _activations + _losses + _extras
 
 # tiletrain.nn.functional is tiletrain.functional (one module, two names), so that
 # `import tiletrain.nn.functional as F` works as torch's `import torch.nn.functional as F`
