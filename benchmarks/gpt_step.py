@@ -86,6 +86,28 @@ def memory_probe(framework: str, size: str, tiles, ncpu: int) -> float:
     return rss_mb("VmHWM") - base
 
 
+def placement_table(trace, workers) -> str:
+    """Per kernel of a recorded step: tasks and busy milliseconds on each worker kind, the
+    step's makespan and each kind's busy fraction (where did the time go on the GPU box)."""
+    kind = {w.id: w.kind for w in workers}
+    kinds = sorted(set(kind.values()))
+    per: dict[str, dict[str, list[float]]] = {}
+    for t in trace.tasks:
+        row = per.setdefault(str(t["kernel"]), {k: [0, 0.0] for k in kinds})
+        cell = row[kind.get(int(t["worker"]), "cpu")]
+        cell[0] += 1
+        cell[1] += (t["end"] - t["start"]) / 1e3
+    span = (trace.tasks["end"].max() - trace.tasks["start"].min()) / 1e3
+    head = f"{'kernel':24s}" + "".join(f"{k + ' tasks':>11s}{k + ' ms':>10s}" for k in kinds)
+    lines = [head, "-" * len(head)]
+    for name, row in sorted(per.items(), key=lambda kv: -sum(c[1] for c in kv[1].values())):
+        lines.append(f"{name:24s}" + "".join(f"{row[k][0]:11d}{row[k][1]:10.1f}" for k in kinds))
+    busy = {k: sum(r[k][1] for r in per.values()) for k in kinds}
+    nw = {k: sum(1 for w in workers if w.kind == k) for k in kinds}
+    lines.append(f"makespan {span:.1f} ms; busy fraction " +
+                 ", ".join(f"{k} {busy[k] / (span * nw[k]):.2f} ({nw[k]} workers)" for k in kinds))
+    return "\n".join(lines)
+
 def cuda_main(args, tiles) -> int:
     """Both frameworks on the GPU; float32; medians of --reps steps after one warm-up."""
     import torch
@@ -100,7 +122,7 @@ def cuda_main(args, tiles) -> int:
         s = SIZES[size]
         x, y = random_batch(s)
         tm = _torch_model(torch, s)
-        with tt.init(ncpu=ncpu, ncuda=1, sched=args.sched or "dmdas") as rt:
+        with tt.init(ncpu=ncpu, ncuda=1, sched=args.sched or "dmdas", profile=args.profile) as rt:
             if not any(w.kind == "cuda" for w in rt.workers()):
                 print("gpt_step --device cuda: the runtime has no CUDA worker (StarPU or tiletrain built "
                       "without CUDA; see docs/gpus.md)", file=sys.stderr)
@@ -110,10 +132,14 @@ def cuda_main(args, tiles) -> int:
             times, losses = [], []
             for rep in range(args.reps + 1):
                 t0 = time.perf_counter()
+                if args.profile and rep == args.reps:
+                    tt.trace.start()
                 losses.append(tiletrain_step(m, opt, x, y))
                 tt.wait()
                 times.append(time.perf_counter() - t0)
                 print(f"  {size} tiletrain step {rep}: {times[-1] * 1e3:.0f} ms loss {losses[-1]:.5f}", flush=True)
+            if args.profile:
+                print(placement_table(tt.trace.read(), rt.workers()))
             sched = rt.sched
         tm = tm.to(dev)
         topt = torch_adamw(torch, tm.parameters())
@@ -148,6 +174,8 @@ def main() -> int:
     ap.add_argument("--ncpu", type=int, default=os.cpu_count())
     ap.add_argument("--sched", default=None)
     ap.add_argument("--tiles", default=None, help="B,T,C tile sizes (default: Tiling.default)")
+    ap.add_argument("--profile", action="store_true",
+                    help="--device cuda: record the last tiletrain step and print where each kernel ran")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     ap.add_argument("--memory-probe", nargs=2, metavar=("FRAMEWORK", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()

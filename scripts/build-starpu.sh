@@ -198,7 +198,7 @@ if [ -n "$NVCC" ]; then
         CUDA_ROOT=$STARPU_CUDA_ROOT  # given: include/ (cuBLAS, cuSPARSE) and lib64/ with unversioned names
         CUDA_ROOT_GIVEN="root $CUDA_ROOT"
     elif [ -e "$TOOLKIT/include/cublas_v2.h" ] && [ -e "$TOOLKIT/include/cusparse.h" ] \
-            && ls "$TOOLKIT"/lib64/libcublas.so "$TOOLKIT"/lib/libcublas.so >/dev/null 2>&1; then
+            && { [ -e "$TOOLKIT/lib64/libcublas.so" ] || [ -e "$TOOLKIT/lib/libcublas.so" ]; }; then
         CUDA_ROOT=$TOOLKIT  # a full toolkit: cuBLAS and cuSPARSE included
     else
         case "$NVCC_RELEASE" in

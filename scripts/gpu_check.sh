@@ -92,24 +92,34 @@ fi
 top=$(cd /tmp && : > tt_probe_$$.cu && nvcc --dryrun -c tt_probe_$$.cu 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
 rm -f /tmp/tt_probe_$$.cu
 cached=$(ls -d "${TILETRAIN_CACHE:-$HOME/.cache/tiletrain}"/cuda/*/root 2>/dev/null | head -1 || true)
-if [ -e "$top/include/cublas_v2.h" ] && [ -e "$top/include/cusparse.h" ]; then
-    :  # the toolkit has cuBLAS and cuSPARSE
+has_blas() { [ -e "$1/include/cublas_v2.h" ] && [ -e "$1/include/cusparse.h" ] \
+             && { [ -e "$1/lib64/libcublas.so" ] || [ -e "$1/lib/libcublas.so" ]; }; }
+link_new() {  # link $1/* into $2 where $2 has no such name yet (earlier sources win)
+    [ -d "$1" ] || return 0
+    for f in "$1"/*; do [ -e "$f" ] && [ ! -e "$2/$(basename "$f")" ] && ln -s "$f" "$2/"; done; return 0
+}
+if has_blas "$top"; then
+    :  # the toolkit has cuBLAS and cuSPARSE, headers and unversioned libraries (what build-starpu.sh asks)
 elif [ -n "$cached" ] && [ -e "$cached/include/cublas_v2.h" ]; then
     export STARPU_CUDA_ROOT=$cached  # the CUDA root `make setup` arranged from the pinned wheels
 else
-    # the toolkit has no cuBLAS/cuSPARSE: a CUDA root of the toolkit and python3's nvidia wheels
-    wheels=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null) || {
-        echo "gpu_check: no cuBLAS in $top, no CUDA root in tiletrain's cache, and python3 has no nvidia wheels" \
-             "(pip install nvidia-cublas nvidia-cusparse nvidia-cuda-runtime)" >&2; exit 1; }
-    [ -e "$wheels/include/cublas_v2.h" ] || { echo "gpu_check: no cuBLAS in $top nor in $wheels" >&2; exit 1; }
+    # A CUDA root of the toolkit and, for what it lacks, python3's nvidia wheels: headers and
+    # libraries linked side by side, unversioned names added (the toolkit's own may lack them).
+    wheels=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null || true)
     root=$WORK/cuda-root
     rm -rf "$root" && mkdir -p "$root/include" "$root/lib64" "$root/bin"
-    for d in "$top/include" "$wheels/include"; do ln -sf "$d"/* "$root/include/"; done
-    for d in "$top/lib64" "$top/lib" "$wheels/lib"; do [ -d "$d" ] && ln -sf "$d"/* "$root/lib64/"; done
+    for d in "$top/include" "$top/targets/x86_64-linux/include" ${wheels:+"$wheels/include"}; do link_new "$d" "$root/include"; done
+    for d in "$top/lib64" "$top/lib" "$top/targets/x86_64-linux/lib" ${wheels:+"$wheels/lib"}; do link_new "$d" "$root/lib64"; done
     (cd "$root/lib64" && for real in lib*.so.*; do [ -e "${real%%.so.*}.so" ] || ln -s "$real" "${real%%.so.*}.so"; done)
     ln -sf "$top/bin/nvcc" "$root/bin/nvcc"
+    if ! has_blas "$root"; then
+        echo "gpu_check: no cuBLAS/cuSPARSE in the toolkit ($top) nor in python3's nvidia wheels (${wheels:-none});" \
+             "found: $(find / -xdev \( -name 'libcublas.so*' -o -name cublas_v2.h \) 2>/dev/null | head -8 | tr '\n' ' ')" >&2
+        exit 1
+    fi
     export STARPU_CUDA_ROOT=$root
 fi
+say "CUDA root: ${STARPU_CUDA_ROOT:-$top} (cuBLAS $(ls ${STARPU_CUDA_ROOT:-$top}/lib64/libcublas.so* ${STARPU_CUDA_ROOT:-$top}/lib/libcublas.so* 2>/dev/null | head -1))"
 say "building StarPU with CUDA (or finding it in $WORK/cache)"
 tarball=$(ls "$BUNDLE"/starpu*.tar.* | head -1)
 prefix=$(STARPU_TARBALL=$tarball TILETRAIN_CACHE=$WORK/cache STARPU_FEATURES="" STARPU_CUDA=yes STARPU_JOBS=$JOBS \

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.cuda
 cp = pytest.importorskip("cupy", reason="cupy is not installed (GPU tests need cupy and an NVIDIA GPU)")
 
 KERNELS = [cstr(lib.tt_kernel_name(k)) for k in range(lib.tt_kernel_count())]
-DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64}
-TOL = {np.float32: dict(rtol=1e-4, atol=1e-5), np.float64: dict(rtol=1e-10, atol=1e-10)}
+DTYPE_CODE = {np.float32: lib.TT_F32, np.float64: lib.TT_F64, np.bool_: lib.TT_BOOL}
+TOL = {np.float32: dict(rtol=1e-4, atol=1e-5), np.float64: dict(rtol=1e-10, atol=1e-10), np.bool_: dict(rtol=0, atol=0)}
+# every CUDA kernel with each of float32, float64, bool that its table line takes (logical and
+# logical_not are bool-only)
+CUDA_CASES = [pytest.param(name, dt, id=f"{name}-{dt.__name__}") for name in KERNELS if "cuda" in kernel_devices(name)
+              for dt in DTYPE_CODE if lib.tt_kernel_dtypes(getattr(lib, f"TT_K_{name.upper()}")) >> DTYPE_CODE[dt] & 1]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +46,7 @@ def gpu():
     tt.shutdown()
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", [k for k in KERNELS if "cuda" in kernel_devices(k)])
+@pytest.mark.parametrize("name, dtype", CUDA_CASES)
 def test_cuda_body_against_reference(name, dtype, gpu):
     rng = np.random.default_rng(7)
     for trial in range(4):
