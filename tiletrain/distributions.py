@@ -29,7 +29,7 @@ from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
 from .ops.creation import full, rand, randn
 from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p,  # noqa: A004
-                              lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
+                              erfinv, lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
 from .ops.index import gather, multinomial, one_hot
 from .ops.reduce import argmax, sum as _sum
 from .ops.shape import cat, expand, reshape, squeeze, stack, transpose, unsqueeze
@@ -182,8 +182,7 @@ class Distribution:
         raise NotImplementedError(f"{type(self).__name__}.cdf is not available in tiletrain")
 
     def icdf(self, value) -> Tensor:
-        raise NotImplementedError(f"{type(self).__name__}.icdf is not available in tiletrain "
-                                  "(Normal's and LogNormal's need erfinv, which tiletrain lacks)")
+        raise NotImplementedError(f"{type(self).__name__}.icdf is not available in tiletrain")
 
     def _params(self) -> dict:
         """{constructor argument: (tensor, its number of event dims)} for expand."""
@@ -244,6 +243,10 @@ class Normal(_LocScale):
     def cdf(self, value) -> Tensor:
         z = div(sub(_tensor(value, self.loc), self.loc), mul(self.scale, math.sqrt(2)))
         return mul(add(erf(z), 1.0), 0.5)
+
+    def icdf(self, value) -> Tensor:
+        u = sub(mul(_tensor(value, self.loc), 2.0), 1.0)
+        return add(self.loc, mul(mul(self.scale, erfinv(u)), math.sqrt(2)))
 
 
 class Uniform(Distribution):
@@ -487,6 +490,9 @@ class LogNormal(Distribution):
 
     def cdf(self, value) -> Tensor:
         return self.base_dist.cdf(log(_tensor(value, self.loc)))
+
+    def icdf(self, value) -> Tensor:
+        return exp(self.base_dist.icdf(value))
 
     def entropy(self) -> Tensor:
         return add(self.base_dist.entropy(), self.loc)

@@ -153,6 +153,11 @@ UNARY = [
     Unary("log1p", "log1p", "log1p_backward", "x", doc="log(1 + x), exact for small x"),
     Unary("expm1", "expm1", "expm1_backward", "y", doc="exp(x) - 1, exact for small x"),
     Unary("erf", "erf", "erf_backward", "x", doc="the error function"),
+    Unary("erfc", "erfc", "erfc_backward", "x", doc="1 - erf(x), accurate where erf(x) is near 1"),
+    Unary("erfinv", "erfinv", "erfinv_backward", "y", doc="the inverse of erf on [-1, 1] (NaN outside)"),
+    Unary("asin", "asin", "asin_backward", "x", doc="arcsine"),
+    Unary("acos", "acos", "acos_backward", "x", doc="arccosine"),
+    Unary("atan", "atan", "atan_backward", "x", doc="arctangent"),
     Unary("floor", "floor", None, doc="the largest integer <= x; zero gradient"),
     Unary("ceil", "ceil", None, doc="the smallest integer >= x; zero gradient"),
     Unary("round", "round", None, params=_round_params, doc="nearest integer, halves to even; zero gradient"),
@@ -179,7 +184,8 @@ UNARY = [
 _INT_KEEPING = {"abs": np.abs, "sign": np.sign, "relu": lambda a: np.maximum(a, 0),
                 "floor": np.copy, "ceil": np.copy, "round": np.copy, "trunc": np.copy}
 # ... and these compute in the default float dtype (an int64 or bool input is cast first).
-_INT_TO_FLOAT = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "log1p", "expm1", "erf"}
+_INT_TO_FLOAT = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "log1p", "expm1", "erf", "erfc",
+                 "erfinv", "asin", "acos", "atan"}
 
 
 def _integer_unary(name: str, x: Tensor, args, kwargs):
@@ -256,6 +262,9 @@ def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 - torch's 
 
 clip = clamp
 log1p, expm1, erf = _UNARY_OPS["log1p"], _UNARY_OPS["expm1"], _UNARY_OPS["erf"]
+erfc, erfinv = _UNARY_OPS["erfc"], _UNARY_OPS["erfinv"]
+asin, acos, atan = _UNARY_OPS["asin"], _UNARY_OPS["acos"], _UNARY_OPS["atan"]
+arcsin, arccos, arctan = asin, acos, atan
 floor, ceil, round, trunc = (_UNARY_OPS[k] for k in ("floor", "ceil", "round", "trunc"))  # noqa: A001
 leaky_relu, elu, selu, celu = (_UNARY_OPS[k] for k in ("leaky_relu", "elu", "selu", "celu"))
 softplus, hardtanh, relu6 = _UNARY_OPS["softplus"], _UNARY_OPS["hardtanh"], _UNARY_OPS["relu6"]
@@ -337,6 +346,11 @@ _UNARY_DOUBLE = {
     "log1p": lambda x, y, g, p: div(g, add(x, 1.0)),
     "expm1": lambda x, y, g, p: mul(g, add(y, 1.0)),
     "erf": lambda x, y, g, p: mul(g, mul(exp(neg(mul(x, x))), 2.0 / math.sqrt(math.pi))),
+    "erfc": lambda x, y, g, p: mul(g, mul(exp(neg(mul(x, x))), -2.0 / math.sqrt(math.pi))),
+    "erfinv": lambda x, y, g, p: mul(g, mul(exp(mul(y, y)), 0.5 * math.sqrt(math.pi))),
+    "asin": lambda x, y, g, p: mul(g, rsqrt(sub(1.0, mul(x, x)))),
+    "acos": lambda x, y, g, p: mul(g, neg(rsqrt(sub(1.0, mul(x, x))))),
+    "atan": lambda x, y, g, p: div(g, add(mul(x, x), 1.0)),
     "floor": _zero_d, "ceil": _zero_d, "round": _zero_d, "trunc": _zero_d,
     "leaky_relu": lambda x, y, g, p: where(gt(x, 0.0), g, mul(g, p["slope"])),
     "elu": _elu_d, "selu": _elu_d, "celu": _elu_d,
@@ -505,6 +519,7 @@ BINARY = [
     Binary("maximum", "maximum", "maximum_backward", {"ismin": 0}),
     Binary("minimum", "minimum", "maximum_backward", {"ismin": 1}),
     Binary("pow", "pow", "pow_backward"),
+    Binary("atan2", "atan2", "atan2_backward"),
 ]
 
 
@@ -648,6 +663,20 @@ def pow(input, exponent) -> Tensor:  # noqa: A001,A002
         return BINARY_OPS["pow"](*_tensor_operands("pow", input, exponent, half=False))
     raise TypeError(f"pow: expected tensors or numbers, got {type(input).__name__} and "
                     f"{type(exponent).__name__}")
+
+
+def atan2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """The angle of the point (other, input) in (-pi, pi], element-wise (broadcasting; integer
+    tensors compute in the default float dtype, as torch)."""
+    for name, pos, v in (("input", 1, input), ("other", 2, other)):
+        if not isinstance(v, Tensor):
+            raise TypeError(f"atan2(): argument '{name}' (position {pos}) must be Tensor, not {type(v).__name__}")
+    if not is_float(input.dtype) and not is_float(other.dtype):
+        input, other = convert(input, get_default_dtype()), convert(other, get_default_dtype())
+    return BINARY_OPS["atan2"](*_tensor_operands("atan2", input, other, half=False))
+
+
+arctan2 = atan2
 
 
 def add(input, other, *, alpha=1) -> Tensor:  # noqa: A002
@@ -964,6 +993,15 @@ def _pow_double(node, g):
     return da, db
 
 
+@double_backward_rule("atan2")
+def _atan2_double(node, g):
+    a, b = node.saved  # c = atan2(a, b): dc/da = b / (a^2 + b^2), dc/db = -a / (a^2 + b^2), 0 where that is 0/0
+    s = add(mul(a, a), mul(b, b))
+    r = where(eq(s, 0.0), 0.0, reciprocal(s))
+    return (mul(mul(g, b), r) if node.inputs[0] is not None else None,
+            mul(mul(g, neg(a)), r) if node.inputs[1] is not None else None)
+
+
 @double_backward_rule("where")
 def _where_double(node, g):
     (c,) = node.saved
@@ -977,7 +1015,8 @@ def _masked_fill_double(node, g):
     return (masked_fill(g, mask, 0.0),)
 
 
-__all__ = ["floor_divide", "fmod", "remainder", "abs", "add", "ceil", "celu", "clamp", "elu", "erf", "expm1", "floor", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log1p",
+__all__ = ["acos", "arccos", "arcsin", "arctan", "arctan2", "asin", "atan", "atan2", "erfc", "erfinv",
+           "floor_divide", "fmod", "remainder", "abs", "add", "ceil", "celu", "clamp", "elu", "erf", "expm1", "floor", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log1p",
            "relu6", "round", "selu", "softplus", "trunc", "clip", "cos", "div", "divide",
            "eq", "ge", "greater", "logical_and", "logical_not", "logical_or", "logical_xor", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",
            "not_equal", "where", "exp", "gelu", "log", "maximum", "minimum", "mul", "multiply", "neg", "negative", "pow", "reciprocal",

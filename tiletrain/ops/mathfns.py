@@ -1,5 +1,5 @@
 """More torch functions composed of the recorded ops (their gradients come from those ops):
-hyperbolic and inverse-hyperbolic functions, exp2/erfc/frac/deg2rad/rad2deg, lerp, hypot,
+hyperbolic and inverse-hyperbolic functions, exp2/frac/deg2rad/rad2deg, lerp, hypot,
 logaddexp, clamp_min/clamp_max, addcmul/addcdiv, xlogy, logit, sgn, signbit, copysign, fmax/fmin,
 heaviside, float_power, diff, swapaxes, concat/concatenate, tile, unflatten, take_along_dim,
 kron, tensordot, inner, vdot, diagonal, diagflat, fliplr/flipud, rot90, atleast_1d/2d/3d,
@@ -17,7 +17,7 @@ from ..tensors import Tensor, bool_, float64, is_float
 from ..tensors.tensor import get_default_dtype
 from .basic import _tensor
 from .composite import _dim, flip, isnan, movedim, repeat
-from .elementwise import (abs as _abs, add, clamp, convert, div, eq, erf, exp, expm1, gt, host_tensor, log,
+from .elementwise import (abs as _abs, add, clamp, convert, div, eq, exp, expm1, gt, host_tensor, log,
                           log1p, lt, maximum, minimum, mul, pow, sign, sqrt, sub, trunc, where)
 from .linalg import matmul
 from .reduce import amax, amin, sum as _sum
@@ -26,7 +26,7 @@ from .shape import cat, getitem, permute, reshape, stack, transpose, unsqueeze
 __all__ = ["acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "atleast_1d",
            "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "cdist", "clamp_max", "clamp_min",
            "column_stack", "concat", "concatenate", "copysign", "cosh", "cross", "cummax", "cummin",
-           "deg2rad", "diag_embed", "diagflat", "diagonal", "diff", "dstack", "erfc", "exp2", "fliplr",
+           "deg2rad", "diag_embed", "diagflat", "diagonal", "diff", "dstack", "exp2", "fliplr",
            "flipud", "float_power", "fmax", "fmin", "frac", "heaviside", "hsplit", "hypot", "inner",
            "kron", "kthvalue", "lerp", "logaddexp", "logit", "logspace", "matrix_power", "median", "msort",
            "nanmean", "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "swapaxes", "take_along_dim",
@@ -71,10 +71,6 @@ def atanh(input: Tensor) -> Tensor:  # noqa: A002
 
 def exp2(input: Tensor) -> Tensor:  # noqa: A002
     return exp(mul(_t(input, "exp2"), math.log(2.0)))
-
-
-def erfc(input: Tensor) -> Tensor:  # noqa: A002
-    return sub(1.0, erf(_t(input, "erfc")))
 
 
 def deg2rad(input: Tensor) -> Tensor:  # noqa: A002

@@ -978,9 +978,10 @@ def _forward(name):
 
 
 # torch's Tensor methods that are the tiletrain function of the same name with self first
-for _name in ("acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "asinh", "atanh", "copysign", "cosh", "cross",
+for _name in ("acos", "acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "arccos", "arcsin", "arctan", "arctan2",
+              "asin", "asinh", "atan", "atan2", "atanh", "copysign", "cosh", "cross",
               "cummax", "cummin", "deg2rad", "diag_embed", "diagflat", "diagonal", "kthvalue", "matrix_power",
-              "median", "diff", "erfc", "exp2", "float_power", "fliplr", "flipud", "fmax", "fmin",
+              "median", "diff", "erfc", "erfinv", "exp2", "float_power", "fliplr", "flipud", "fmax", "fmin",
               "frac", "heaviside", "hsplit", "hypot", "inner", "kron", "logaddexp", "logit", "msort", "nanmean",
               "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "take_along_dim", "tensor_split", "tile",
               "vdot", "vsplit", "xlogy"):
@@ -996,8 +997,9 @@ def _forward_inplace(name):
     return method
 
 
-for _name in ("acosh", "asinh", "atanh", "copysign", "cosh", "deg2rad", "erfc", "exp2", "frac", "heaviside",
-              "hypot", "logit", "rad2deg", "sgn", "sinh", "xlogy"):
+for _name in ("acos", "acosh", "arccos", "arcsin", "arctan", "arctan2", "asin", "asinh", "atan", "atan2", "atanh",
+              "copysign", "cosh", "deg2rad", "erfc", "erfinv", "exp2", "frac", "heaviside", "hypot", "logit", "rad2deg",
+              "sgn", "sinh", "xlogy"):
     setattr(Tensor, _name + "_", _forward_inplace(_name))
 del _name
 

@@ -88,6 +88,19 @@ def elementwise_math(rng, dt):
 
 
 @case
+def inverse_trig(rng, dt):
+    """asin, acos, atan, atan2 (broadcast), erfinv and erfc (its tail too), forward and backward."""
+    u = tt.from_numpy((np.tanh(rng.standard_normal((11, 7))) * 0.95).astype(dt), (4, 3)).requires_grad_()
+    x = _t(rng, (11, 7), (4, 3), dt, grad=True, scale=3.0)
+    b = _t(rng, (7,), (3,), dt, grad=True)
+    outs = dict(asin=tt.asin(u), acos=tt.acos(u), atan=tt.atan(x), atan2=tt.atan2(x, b), erfinv=tt.erfinv(u),
+                erfc=tt.erfc(x))
+    for y in list(outs.values()):
+        _weighted_backward(y, rng)
+    return dict(outs, du=u.grad, dx=x.grad, db=b.grad)
+
+
+@case
 def torch_activations(rng, dt):
     """The activation and rounding rows of the element-wise table (leaky_relu, elu/selu/celu,
     softplus, hardtanh/relu6, hardsigmoid, hardswish, log1p, expm1, erf, floor/ceil/round/trunc),

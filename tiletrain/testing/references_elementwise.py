@@ -1,5 +1,5 @@
 """NumPy references for the element-wise math kernels (csrc/kernels.def, `# --- element-wise
-math`): unary functions and their backward rules, binary maximum/minimum/pow, comparisons
+math`): unary functions and their backward rules, binary maximum/minimum/pow/atan2, comparisons
 into bool, where, masked_fill and the bool logical kernels.  Formulas follow PyTorch's
 (tools/autograd/derivatives.yaml), including its values at the edges (NaN, 0, ties).
 
@@ -258,6 +258,68 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
+def _erfc(x):
+    from math import erfc
+    return np.vectorize(erfc, otypes=[np.float64])(x)
+
+
+def _erfinv_one(x: float) -> float:
+    """erfinv by bisection on erf (erfc near +-1, where 1 - |x| is exact): slow and plain."""
+    from math import copysign, erf, erfc, inf, isnan, nan
+    a = abs(x)
+    if isnan(x) or a > 1:
+        return nan
+    if a == 1:
+        return copysign(inf, x)
+    f = (lambda y: erf(y) - a) if a < 0.5 else (lambda y: (1 - a) - erfc(y))
+    lo, hi = 0.0, 7.0
+    while True:
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            return copysign(mid, x)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+
+
+def _erfinv(x):
+    return np.vectorize(_erfinv_one, otypes=[np.float64])(x)
+
+
+def _unit(rng, dt, n=N):
+    """Values in (-1, 1) (asin, acos, erfinv)."""
+    return rng.uniform(-0.999, 0.999, n).astype(dt)
+
+
+def _erfinv_inputs(rng, dt, n=N):
+    x = _unit(rng, dt, n)
+    x[:5] = [1.0, -1.0, 1.5, 0.0, 1 - float(np.finfo(dt).eps)]
+    return x
+
+
+def _wide(rng, dt, n=N):
+    """erfc's inputs: its whole range, the tail where 1 - erf(x) would be 0 included."""
+    x = _r(rng, dt, n) * 3
+    x[:3] = [6.5, 9.0, -4.0]
+    return x
+
+
+def _atan2_bwd(args, a, b, dy, da, db):
+    a, b, dy = _f(a), _f(b), _f(dy)
+    s = a * a + b * b
+    with np.errstate(divide="ignore"):
+        r = np.where(s == 0, 0.0, 1 / s)
+    return {3: dy * b * r, 4: dy * -a * r}
+
+
+def _atan2_bwd_case(rng, dt):
+    a, b = _edges(rng, dt)
+    return dict(n=N), [a, b, _r(rng, dt, N), np.zeros(N, dt), np.zeros(N, dt)]
+
+
+def _inv_sqrt_1mx2(x):
+    with np.errstate(divide="ignore"):
+        return 1 / np.sqrt(1 - x * x)
+
+
 REFERENCES: dict[str, Reference] = {
     "log1p": _unary(np.log1p, _pos),
     "expm1": _unary(np.expm1),
@@ -314,6 +376,19 @@ REFERENCES: dict[str, Reference] = {
         _pow_scalar_bwd),
     "rpow_scalar_backward": Reference(_rpow_scalar_bwd_case, _rpow_scalar_bwd),
     "clamp_backward": Reference(lambda rng, dt: _clamp_case(rng, dt, bwd=True), _clamp_bwd),
+    "asin": _unary(np.arcsin, _unit),
+    "acos": _unary(np.arccos, _unit),
+    "atan": _unary(np.arctan, lambda rng, dt, n: _r(rng, dt, n) * 4),
+    "erfc": _unary(_erfc, _wide),
+    "erfinv": _unary(_erfinv, _erfinv_inputs),
+    "asin_backward": _unary_bwd(np.arcsin, lambda x, dy: dy * _inv_sqrt_1mx2(x), _unit),
+    "acos_backward": _unary_bwd(np.arccos, lambda x, dy: dy * -_inv_sqrt_1mx2(x), _unit),
+    "atan_backward": _unary_bwd(np.arctan, lambda x, dy: dy / (x * x + 1), lambda rng, dt, n: _r(rng, dt, n) * 4),
+    "erfc_backward": _unary_bwd(_erfc, lambda x, dy: -1.1283791670955126 * np.exp(-(x * x)) * dy, _wide),
+    "erfinv_backward": _unary_bwd(_erfinv, lambda y, dy: 0.88622692545275801 * np.exp(y * y) * dy, _unit,
+                                  uses_y=True),
+    "atan2": _binary(np.arctan2),
+    "atan2_backward": Reference(_atan2_bwd_case, _atan2_bwd),
     "maximum": _binary(_maximum),
     "minimum": _binary(_minimum),
     "pow": _binary(_pow, _pow_operands),

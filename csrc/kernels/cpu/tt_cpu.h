@@ -229,6 +229,41 @@ static inline double tt_gelu_grad_value_f64(double v, int64_t approx)
     return 0.5 * (1.0 + erf(v * TT_INV_SQRT_2)) + v * (TT_INV_SQRT_2PI * exp(-0.5 * v * v));
 }
 
+/* ---- erfinv of one value (the erfinv kernel's body calls SUF(tt_erfinv_value)).  A first guess, then
+ * Halley steps on erf(y) = |x| (|x| < 0.5), or on erfc(y) = 1 - |x| near 1, where 1 - |x| is
+ * exact and erfc keeps the relative accuracy erf loses.  First guess: the series
+ * sqrt(pi)/2 (x + pi/12 x^3 + 7 pi^2/480 x^5) below 0.5 (relative error < 2e-3), else
+ * Winitzki's closed form with a = 0.147 (< 2e-3); three steps of a cubically converging
+ * iteration reach double precision from there.  erfinv(+-1) = +-inf, NaN outside [-1, 1].
+ * float32 is computed in double and rounded once.  The device version: elementwise.cl. */
+static inline double tt_erfinv_value_f64(double x)
+{
+    const double a = fabs(x);
+    if (!(a < 1.0))
+        return a == 1.0 ? copysign(INFINITY, x) : NAN;
+    if (a == 0.0)
+        return x;
+    const double k = 1.1283791670955126; /* 2 / sqrt(pi) */
+    const double c = 1.0 - a;
+    double y;
+    if (a < 0.5) {
+        const double a2 = a * a;
+        y = 0.88622692545275801 * a * (1.0 + a2 * (0.26179938779914941 + a2 * 0.14393173084921979));
+    } else {
+        const double w = log(c * (1.0 + a));
+        const double t = 4.330746750799873 + 0.5 * w; /* 2 / (pi 0.147) + w / 2 */
+        y = sqrt(sqrt(t * t - w / 0.147) - t);
+    }
+    for (int i = 0; i < 3; i++) {
+        const double f = a < 0.5 ? erf(y) - a : c - erfc(y);
+        const double u = f / (k * exp(-y * y));
+        y -= u / (1.0 + y * u);
+    }
+    return copysign(y, x);
+}
+
+static inline double tt_erfinv_value_f32(float x) { return tt_erfinv_value_f64(x); }
+
 /* csrc/kernels/cpu/activations.c: y = gelu(h), then h = gelu'(h) in place (approx 1: tanh form). */
 void tt_gelu_and_grad(int64_t dtype, int64_t n, int64_t approx, void *h, void *y);
 
