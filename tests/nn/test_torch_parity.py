@@ -756,9 +756,6 @@ def test_torch_idioms_of_training_scripts_equal_torch():
     for kw in ({}, {"batch_first": True, "padding_value": -1.0}, {"batch_first": True, "padding_side": "left"}):
         _values(torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs], **kw),
                 tt.nn.utils.rnn.pad_sequence([tt.tensor(s) for s in seqs], **kw))
-    from tiletrain.nn.utils.rnn import pack_padded_sequence
-    with pytest.raises(NotImplementedError, match="packed sequences"):
-        pack_padded_sequence(tt.ones(2, 3), [3, 2])
     for M, arg in ((lambda m: m.nn.ZeroPad2d((1, 0, 2, 1)), np.ones((1, 1, 2, 2))),
                    (lambda m: m.nn.ConstantPad1d(2, 3.5), np.ones((1, 2)))):
         _values(M(torch)(torch.tensor(arg)), M(tt)(tt.tensor(arg)))
