@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from ..distribution import Explicit
-from ..ops.autograd import no_grad
+from ..ops.autograd import enable_grad, no_grad
 from ..ops.basic import axpy_, copy, scale, zero_grads
 from ..ops.creation import zeros
 from ..runtime import memory_limit, mpi
@@ -91,14 +91,22 @@ class Optimizer:
         zero_grads((p for _, p in self._params()), set_to_none)
 
     @tag(phase="opt")
-    @no_grad()
-    def step(self) -> None:
-        for g, p in self._params():
-            if p.grad is None:
-                continue
-            st = self.state.setdefault(id(p), {"step": 0})
-            st["step"] += 1
-            self._update(g, p, st)
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient.  closure: as torch's, a function
+        that recomputes the loss (zero_grad, forward, backward) and returns it; it runs first,
+        with gradients enabled, and step returns its loss (None without a closure)."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for g, p in self._params():
+                if p.grad is None:
+                    continue
+                st = self.state.setdefault(id(p), {"step": 0})
+                st["step"] += 1
+                self._update(g, p, st)
+        return loss
 
     def _update(self, group: dict, p: Tensor, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
