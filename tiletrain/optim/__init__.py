@@ -11,13 +11,15 @@ from ..distribution import Explicit
 from ..ops.autograd import enable_grad, no_grad
 from ..ops.basic import axpy_, copy, scale, zero_grads
 from ..ops.creation import zeros
+from ..ops.index import assign_
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor, TensorTraits, empty, from_numpy
 from ..tensors.tensor import get_default_dtype, wont_use
 from ..trace.tags import tag
+from .line_search import strong_wolfe
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "LBFGS", "NAdam", "RAdam", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
            "COMPENSATIONS"]
 
 
@@ -635,6 +637,140 @@ class Adadelta(_Elementwise):
         acc = mul(mul(delta, delta), 1 - rho) if acc is None else add(mul(acc, rho), mul(delta, delta), alpha=1 - rho)
         st["square_avg"], st["acc_delta"] = sa, acc
         self._write(p, add(p, delta, alpha=-float(g["lr"])))
+
+
+class LBFGS(Optimizer):
+    """torch.optim.LBFGS(params, lr=1, max_iter=20, max_eval=None (max_iter * 5 // 4),
+    tolerance_grad=1e-7, tolerance_change=1e-9, history_size=100, line_search_fn=None or
+    "strong_wolfe"): torch's algorithm -- the two-loop recursion over the last history_size
+    (s, y) pairs, a first step of min(1, 1/|g|_1) * lr, a fixed step or the strong-Wolfe line
+    search, torch's stopping tests.  step(closure) needs the closure.  The flat direction and
+    history live on the host as NumPy vectors (each step reads the loss and gradients)."""
+
+    def __init__(self, params, lr: float = 1, max_iter: int = 20, max_eval=None, tolerance_grad: float = 1e-7,
+                 tolerance_change: float = 1e-9, history_size: int = 100, line_search_fn=None):
+        if max_eval is None:
+            max_eval = max_iter * 5 // 4
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise RuntimeError("only 'strong_wolfe' is supported")
+        super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval, tolerance_grad=tolerance_grad,
+                                      tolerance_change=tolerance_change, history_size=history_size,
+                                      line_search_fn=line_search_fn))
+        if len(self.param_groups) != 1:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        self._plist = self.param_groups[0]["params"]
+
+    def _flat_grad(self) -> np.ndarray:
+        return np.concatenate([np.zeros(p.numel()) if p.grad is None else p.grad.numpy().reshape(-1)
+                               for p in self._plist]).astype(self._plist[0].dtype, copy=False)
+
+    def _set_flat(self, flat: np.ndarray) -> None:
+        offset = 0
+        for p in self._plist:
+            n = p.numel()
+            assign_(p, from_numpy(np.ascontiguousarray(flat[offset:offset + n].reshape(p.shape), dtype=p.dtype)))
+            offset += n
+
+    def _evaluate(self, closure) -> tuple[float, np.ndarray]:
+        with enable_grad():
+            loss = float(closure())
+        return loss, self._flat_grad()
+
+    def _direction(self, st: dict, g: np.ndarray, history: int) -> np.ndarray:
+        """The new (s, y) pair into the history if it has curvature, then the two-loop recursion."""
+        if st["n_iter"] == 1:
+            st.update(old_dirs=[], old_stps=[], ro=[], H_diag=1.0)
+            return -g
+        y, s = g - st["prev_flat_grad"], st["d"] * st["t"]
+        ys = float(y @ s)
+        if ys > 1e-10:
+            if len(st["old_dirs"]) == history:
+                for k in ("old_dirs", "old_stps", "ro"):
+                    st[k].pop(0)
+            st["old_dirs"].append(y)
+            st["old_stps"].append(s)
+            st["ro"].append(1.0 / ys)
+            st["H_diag"] = ys / float(y @ y)
+        dirs, stps, ro = st["old_dirs"], st["old_stps"], st["ro"]
+        al = [0.0] * len(dirs)
+        q = -g
+        for i in range(len(dirs) - 1, -1, -1):
+            al[i] = float(stps[i] @ q) * ro[i]
+            q = q - al[i] * dirs[i]
+        r = q * st["H_diag"]
+        for i in range(len(dirs)):
+            r = r + (al[i] - float(dirs[i] @ r) * ro[i]) * stps[i]
+        return r
+
+    @tag(phase="opt")
+    def step(self, closure=None):
+        """Up to max_iter L-BFGS iterations, calling the closure for the loss and gradients;
+        returns the loss of the first call."""
+        if closure is None:
+            raise RuntimeError("LBFGS.step needs a closure that recomputes the loss (torch.optim.LBFGS)")
+        group = self.param_groups[0]
+        st = self.state.setdefault(id(self._plist[0]), {"func_evals": 0, "n_iter": 0})
+        with enable_grad():
+            orig_loss = closure()
+        loss, g = float(orig_loss), self._flat_grad()
+        st["func_evals"] += 1
+        if np.abs(g).max() <= group["tolerance_grad"]:
+            return orig_loss
+        with no_grad():
+            self._iterate(closure, group, st, loss, g)
+        return orig_loss
+
+    def _iterate(self, closure, group: dict, st: dict, loss: float, g: np.ndarray) -> None:
+        lr, tol_change = float(group["lr"]), group["tolerance_change"]
+        evals = 1
+        for n_iter in range(1, group["max_iter"] + 1):
+            st["n_iter"] += 1
+            st["d"] = d = self._direction(st, g, group["history_size"])
+            st["prev_flat_grad"], prev_loss = g.copy(), loss
+            st["t"] = t = min(1.0, 1.0 / float(np.abs(g).sum())) * lr if st["n_iter"] == 1 else lr
+            gtd = float(g @ d)
+            if gtd > -tol_change:
+                break
+            x = np.concatenate([p.numpy().reshape(-1) for p in self._plist])
+            if group["line_search_fn"] is not None:
+                def along(step):
+                    self._set_flat(x + step * d)
+                    out = self._evaluate(closure)
+                    self._set_flat(x)
+                    return out
+                loss, g, t, ls_evals = strong_wolfe(along, t, d, loss, g, gtd)
+                st["t"] = t
+                self._set_flat(x + t * d)
+            else:
+                self._set_flat(x + t * d)
+                ls_evals = 0
+                if n_iter != group["max_iter"]:
+                    loss, g = self._evaluate(closure)
+                    ls_evals = 1
+            evals += ls_evals
+            st["func_evals"] += ls_evals
+            if n_iter == group["max_iter"] or evals >= group["max_eval"] or np.abs(g).max() <= group["tolerance_grad"]:
+                break
+            if np.abs(d * t).max() <= tol_change or abs(loss - prev_loss) < tol_change:
+                break
+        st["prev_loss"] = loss
+
+    def state_dict(self, copy: bool = True) -> dict:
+        """torch's layout: the state (counters, direction, step, history) under parameter 0."""
+        groups = [{**{k: v for k, v in self.param_groups[0].items() if k != "params"},
+                   "params": list(range(len(self._plist)))}]
+        st = self.state.get(id(self._plist[0]))
+        state = {} if st is None else {0: {k: ([np.copy(a) if np.ndim(a) else a for a in v] if isinstance(v, list) else
+                                              v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict) -> None:
+        super().load_state_dict({"param_groups": sd.get("param_groups"), "state": {}})
+        st = dict(sd.get("state", {})).get(0)
+        if st is not None:
+            self.state[id(self._plist[0])] = {
+                k: ([np.asarray(a) if np.ndim(a) else float(a) for a in v] if isinstance(v, (list, tuple)) else
+                    np.asarray(v) if k in ("d", "prev_flat_grad") else v) for k, v in st.items()}
 
 
 @no_grad()
