@@ -677,3 +677,18 @@ def test_adaptive_avg_pool_modules():
     close(F.adaptive_avg_pool2d(T(x), 4), torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), 4))
     with pytest.raises(ValueError, match="output_size must be a positive int"):
         F.adaptive_avg_pool2d(T(x), (1, 0))
+
+
+def test_torch_constants():
+    """torch.pi, torch.e, torch.inf, torch.nan and torch.newaxis, as physics-informed and
+    masking code uses them."""
+    import math
+
+    import torch
+    for name in ("pi", "e", "inf"):
+        assert getattr(tt, name) == getattr(torch, name)
+    assert math.isnan(tt.nan) and tt.newaxis is torch.newaxis is None
+    x = tt.linspace(0, 1, 5, dtype=tt.float64)
+    ref = torch.sin(torch.pi * torch.linspace(0, 1, 5, dtype=torch.float64))
+    np.testing.assert_allclose(tt.sin(tt.pi * x).numpy(), ref.numpy(), rtol=1e-15, atol=1e-15)
+    assert x[:, tt.newaxis].shape == (5, 1)
