@@ -465,8 +465,30 @@ def test_clip_grad_norm_matches_torch(rng):
     for p, rp in zip(ps, rps):
         close(p.grad, rp.grad)
     assert float(tt.nn.utils.clip_grad_norm_([nn.Parameter(np.zeros(2))], 1.0)) == 0.0
-    with pytest.raises(NotImplementedError, match="norm_type"):
-        tt.nn.utils.clip_grad_norm_(ps, 1.0, norm_type=1)
+
+
+@pytest.mark.parametrize("norm_type", [1, 3.5, float("inf"), float("-inf"), 0, 2.0])
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_of_any_order_matches_torch(rng, norm_type, max_norm):
+    """norm_type other than 2 (and 2 with error_if_nonfinite): torch's total norm and
+    scaled gradients; a non-finite norm raises torch's error and leaves the gradients."""
+    arrays = [rng.standard_normal(s) * 3 for s in [(4, 3), (3,), (2, 2, 2)]]
+    out = []
+    for m in (torch, tt):
+        ps = [m.tensor(a.copy(), requires_grad=True) for a in arrays]
+        for p, a in zip(ps, arrays):
+            p.grad = m.tensor(a * 1.5)
+        n = m.nn.utils.clip_grad_norm_(ps, max_norm, norm_type=norm_type, error_if_nonfinite=norm_type == 2.0)
+        out.append((float(n), [p.grad.numpy().copy() for p in ps]))
+    assert out[1][0] == pytest.approx(out[0][0], rel=1e-14)
+    for a, b in zip(out[0][1], out[1][1]):
+        np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-15)
+    if norm_type > 0:  # an infinite gradient makes the norm infinite
+        p = tt.tensor([1.0, 2.0], requires_grad=True)
+        p.grad = tt.tensor([float("inf"), 1.0])
+        with pytest.raises(RuntimeError, match="non-finite"):
+            tt.nn.utils.clip_grad_norm_([p], 1.0, norm_type=norm_type, error_if_nonfinite=True)
+        assert p.grad.numpy()[1] == 1.0
 
 
 def _schedules(mod, name):

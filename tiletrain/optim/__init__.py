@@ -11,7 +11,10 @@ from ..distribution import Explicit
 from ..ops.autograd import enable_grad, no_grad
 from ..ops.basic import axpy_, copy, scale, zero_grads
 from ..ops.creation import zeros
+from ..ops.elementwise import clamp
 from ..ops.index import assign_
+from ..ops.reduce import norm
+from ..ops.shape import stack
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor, TensorTraits, empty, from_numpy
@@ -777,15 +780,13 @@ class LBFGS(Optimizer):
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None) -> Tensor:
     """torch.nn.utils.clip_grad_norm_: scale every gradient by min(1, max_norm / (total_norm +
-    1e-6)), all in tile tasks (no waiting); returns the total 2-norm as a 0-d tensor (0 when
-    no parameter has a gradient).  norm_type 2 only; error_if_nonfinite is not supported."""
+    1e-6)), all in tile tasks (no waiting); returns the total norm as a 0-d tensor (0 when
+    no parameter has a gradient).  norm_type: any p, inf or -inf (the norm of the
+    gradients' norms, as torch); error_if_nonfinite=True reads the norm first (it waits) and
+    raises torch's RuntimeError on a NaN or infinite norm, leaving the gradients alone."""
     if max_norm <= 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
-    if float(norm_type) != 2.0:
-        raise NotImplementedError(f"clip_grad_norm_: norm_type={norm_type} is not supported (2.0 is)")
-    if error_if_nonfinite:
-        raise NotImplementedError("clip_grad_norm_: error_if_nonfinite=True is not supported (it would wait "
-                                  "for the norm)")
+    norm_type = float(norm_type)
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     grads = [p.grad for p in params if isinstance(p, Tensor) and p.grad is not None]
     if not grads:
@@ -795,6 +796,8 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
         raise TypeError(f"clip_grad_norm_: gradients have several dtypes {sorted(map(str, dtypes))}")
     if any(g.ndim == 0 for g in grads):
         raise ValueError("clip_grad_norm_: 0-d parameters are not supported")
+    if norm_type != 2.0 or error_if_nonfinite:
+        return _clip_by_norm(grads, float(max_norm), norm_type, error_if_nonfinite)
     sumsq = zeros((), dtype=grads[0].dtype)
     for g in grads:  # one accumulating task per gradient tile into the shared 0-d sum
         run_span("sumsq_acc", 0, g.ndim, [g], [sumsq], reduce=False)
@@ -803,6 +806,20 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     norm = Tensor(TensorTraits(()), grads[0].dtype)
     run_map("sqrt_scalar", sumsq, norm)
     return norm
+
+
+def _clip_by_norm(grads: list, max_norm: float, norm_type: float, error_if_nonfinite: bool) -> Tensor:
+    """clip_grad_norm_ for any norm, composed of ops: the norm of the gradients' norms, then
+    every gradient times min(1, max_norm / (norm + 1e-6))."""
+    total = norm(stack([norm(g, norm_type) for g in grads]), norm_type)
+    if error_if_nonfinite and not math.isfinite(float(total)):
+        raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
+                           "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
+                           "norm anyway, set `error_if_nonfinite=False`")
+    coef = clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        assign_(g, g * coef)
+    return total
 
 
 def cosine_with_warmup(step: int, *, lr: float, warmup: int, total: int, min_lr: float = 0.0) -> float:
