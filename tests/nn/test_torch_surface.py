@@ -148,6 +148,14 @@ def test_runtime_starts_on_first_use(tmp_path):
     ("ik,kj,jl->il", [(2, 3), (3, 4), (4, 2)]),
     ("ij,jk", [(3, 4), (4, 5)]),
     ("bnd,d->bn", [(2, 3, 4), (4,)]),
+    ("...ij,...jk->...ik", [(2, 2, 3), (2, 3, 2)]),
+    ("...ij,...jk", [(2, 1, 2, 3), (4, 3, 2)]),
+    ("b...,b...->b", [(2, 3, 4), (2, 3, 4)]),
+    ("i...->...i", [(2, 3, 4)]),
+    ("...i->i", [(2, 3)]),
+    ("ij...,j...->i...", [(2, 3), (3,)]),
+    ("bh...d,bhd->bh...", [(2, 3, 4, 5), (2, 3, 5)]),
+    ("...,...", [(3,), (3,)]),
 ])
 def test_einsum_matches_torch(rng, eq, shapes):
     arrays = [rng.standard_normal(s) for s in shapes]
@@ -164,8 +172,10 @@ def test_einsum_matches_torch(rng, eq, shapes):
 
 def test_einsum_errors():
     x = tt.zeros(2, 3)
-    with pytest.raises(NotImplementedError, match="ellipsis"):
-        tt.einsum("...i->i", x)
+    with pytest.raises(ValueError, match="ellipsis"):
+        tt.einsum("......i->i", x)
+    with pytest.raises(RuntimeError, match="broadcast"):
+        tt.einsum("...i,...i->i", x, tt.zeros(4, 3))
     with pytest.raises(NotImplementedError, match="diagonal"):
         tt.einsum("ii->i", tt.zeros(2, 2))
     with pytest.raises(ValueError, match="operand"):
