@@ -499,6 +499,20 @@ def test_conv_transpose_module_has_torchs_parameters():
     np.testing.assert_allclose(m(tt.tensor(x)).numpy(), mt(torch.tensor(x)).detach().numpy(), rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("kw", [dict(size=(8, 11), mode="bicubic"), dict(size=(8, 11), mode="bicubic", align_corners=True),
+                                dict(scale_factor=2, mode="bicubic"), dict(size=(3, 4), mode="bicubic"),
+                                dict(scale_factor=(1.5, 0.6), mode="bicubic"), dict(size=(3, 4), mode="area"),
+                                dict(size=(9, 13), mode="area"), dict(scale_factor=0.5, mode="area"),
+                                dict(size=(3, 4), mode="nearest-exact"), dict(size=(9, 13), mode="nearest-exact"),
+                                dict(scale_factor=1.7, mode="nearest-exact")])
+def test_interpolate_bicubic_area_and_nearest_exact_equal_torch(kw):
+    x = np.random.default_rng(15).standard_normal((2, 3, 5, 7))
+    _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x, rtol=1e-11, atol=1e-13)
+    if kw["mode"] != "bicubic":
+        _same(lambda a: TF.interpolate(a, size=4, mode=kw["mode"]), lambda a: F.interpolate(a, size=4, mode=kw["mode"]),
+              x[:, :, 0], rtol=1e-11, atol=1e-13)
+
+
 def test_group_instance_norm_and_nearest_interpolation_equal_torch():
     rng = np.random.default_rng(14)
     x, w, b = rng.standard_normal((2, 6, 5, 7)), rng.standard_normal(6), rng.standard_normal(6)
@@ -511,8 +525,8 @@ def test_group_instance_norm_and_nearest_interpolation_equal_torch():
         _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x, rtol=1e-11, atol=1e-13)
     _same(lambda a: TF.interpolate(a, scale_factor=3, mode="linear"),
           lambda a: F.interpolate(a, scale_factor=3, mode="linear"), x[:, :, 0], rtol=1e-11, atol=1e-13)
-    with pytest.raises(NotImplementedError, match="bicubic"):
-        F.interpolate(tt.tensor(x), scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="antialias"):
+        F.interpolate(tt.tensor(x), size=(2, 3), mode="bilinear", antialias=True)
     torch.set_default_dtype(torch.float64)
     tt.set_default_dtype(tt.float64)
     try:
