@@ -893,3 +893,35 @@ def test_unfold_of_a_tensor_and_im2col_equal_torch():
     _values(torch.arange(10).unfold(0, 4, 3), tt.arange(10).unfold(0, 4, 3))
     with pytest.raises(RuntimeError, match="maximum size for tensor at dimension 0 is 10"):
         tt.arange(10).unfold(0, 11, 1)
+
+
+@pytest.mark.parametrize("dims,mode,padding,kw", [(2, "reflect", 1, {}), (2, "replicate", (1, 2), {}),
+                                                  (2, "circular", 2, {}), (1, "reflect", 2, {"stride": 2}),
+                                                  (2, "reflect", "same", {"dilation": 2}), (3, "replicate", 1, {}),
+                                                  (2, "circular", "valid", {})])
+def test_conv_padding_modes_equal_torch(dims, mode, padding, kw):
+    """Conv*d(padding_mode='reflect'/'replicate'/'circular'): the input padded by F.pad's mode,
+    then an unpadded convolution, as torch: outputs and gradients."""
+    ref = getattr(torch.nn, f"Conv{dims}d")(2, 3, 3, padding=padding, padding_mode=mode, **kw).double()
+    ours = getattr(nn, f"Conv{dims}d")(2, 3, 3, padding=padding, padding_mode=mode, **kw).double()
+    _copy_params(ref, ours)
+    a = np.random.default_rng(16).standard_normal((2, 2) + (6,) * dims)
+    _same(ref, ours, a, rtol=1e-11, atol=1e-12)
+    (ours(tt.tensor(a)) ** 2).sum().backward()
+    (ref(torch.tensor(a)) ** 2).sum().backward()
+    np.testing.assert_allclose(ours.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-11, atol=1e-12)
+    with pytest.raises(ValueError, match="padding_mode"):
+        getattr(nn, f"Conv{dims}d")(2, 3, 3, padding_mode="mirror")
+
+
+def test_conv_transpose_output_size_equals_torch():
+    """ConvTranspose2d(x, output_size=...): the output_padding that gives that size (2 or 4
+    numbers, a torch.Size-like tuple), torch's range check."""
+    ref = torch.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1).double()
+    ours = nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1).double()
+    _copy_params(ref, ours)
+    a = np.random.default_rng(17).standard_normal((1, 2, 5, 5))
+    for size in [(10, 10), (9, 10), (1, 3, 10, 9)]:
+        _same(lambda x: ref(x, output_size=size), lambda x: ours(x, output_size=size), a, rtol=1e-11, atol=1e-12)
+    with pytest.raises(ValueError, match="valid sizes range from"):
+        ours(tt.tensor(a), output_size=(11, 11))
