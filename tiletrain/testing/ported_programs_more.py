@@ -334,7 +334,7 @@ def pinn_program(torch, *, n_points=16, steps=3, optimizer="lbfgs", line_search_
         u = net(x)
         du = torch.autograd.grad(u.sum(), x, create_graph=True)[0]
         d2u = torch.autograd.grad(du.sum(), x, create_graph=True)[0]
-        residual = d2u + math.pi ** 2 * torch.sin(math.pi * x)
+        residual = d2u + torch.pi ** 2 * torch.sin(torch.pi * x)
         loss = residual.pow(2).mean() + net(bc).pow(2).mean()
         loss.backward()
         return loss
