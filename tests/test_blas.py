@@ -10,6 +10,7 @@ import pytest
 
 import tiletrain as tt
 from tiletrain._ffi import cstr, lib
+from tiletrain.runtime.hetero import starpu_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +69,12 @@ def test_kernels_agree_under_every_openblas_core_type_this_cpu_runs():
         assert r.returncode == 0, f"tests/kernels with OPENBLAS_CORETYPE={core}:\n{r.stdout[-4000:]}{r.stderr[-2000:]}"
 
 
+def _starpu_arg() -> str:
+    """CMake's StarPU: the one this build's library was compiled against (its own build in
+    the cache, or Debian's package: then pkg-config's default)."""
+    return f"-DTT_STARPU_PREFIX={starpu_prefix() or ''}"
+
+
 def _mkl_prefix():
     for prefix in (sys.prefix, os.environ.get("TILETRAIN_MKL_PREFIX", "")):
         if prefix and glob.glob(os.path.join(prefix, "lib", "libmkl_core.so*")) and \
@@ -83,7 +90,8 @@ def test_the_other_blas_builds(tmp_path):
     other = "openblas" if built == "mkl" else "mkl"
     build = tmp_path / "build"
     subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-                    f"-DTT_VERSION={tt.__version__}", f"-DTT_BLAS={other}", f"-DTT_MKL_PREFIX={_mkl_prefix()}"],
+                    f"-DTT_VERSION={tt.__version__}", f"-DTT_BLAS={other}", f"-DTT_MKL_PREFIX={_mkl_prefix()}",
+                    _starpu_arg()],
                    check=True, capture_output=True, timeout=300)
     subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "tiletrain"], check=True,
                    capture_output=True, timeout=900)
@@ -93,13 +101,13 @@ def test_the_other_blas_builds(tmp_path):
 
 
 def test_a_bad_blas_choice_is_refused(tmp_path):
-    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=atlas"],
+    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=atlas", _starpu_arg()],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "TT_BLAS must be openblas or mkl" in r.stdout + r.stderr
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake")
 def test_mkl_without_its_wheel_is_a_clear_error(tmp_path):
-    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=mkl",
+    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=mkl", _starpu_arg(),
                         f"-DTT_MKL_PREFIX={tmp_path / 'nothing'}"], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "pip install mkl-devel" in r.stdout + r.stderr

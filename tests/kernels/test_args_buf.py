@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from tiletrain.runtime.hetero import starpu_prefix
+
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 
 
 def _starpu_env() -> dict:
-    """pkg-config's environment for the StarPU this checkout builds against (build/starpu.env,
-    written by `make setup`: its own build's prefix), else the system's."""
+    """pkg-config's environment for the StarPU this build's library was compiled against (its
+    own build in the cache, or Debian's package: the system's)."""
     env = dict(os.environ)
-    record = ROOT / "build" / "starpu.env"
-    prefix = dict(line.split("=", 1) for line in record.read_text().splitlines()
-                  if "=" in line and not line.startswith("#")).get("STARPU_PREFIX") if record.exists() else None
-    if prefix:
-        env["PKG_CONFIG_PATH"] = os.pathsep.join(p for p in (f"{prefix}/lib/pkgconfig", env.get("PKG_CONFIG_PATH")) if p)
+    if starpu_prefix():
+        env["PKG_CONFIG_PATH"] = os.pathsep.join(p for p in (f"{starpu_prefix()}/lib/pkgconfig",
+                                                             env.get("PKG_CONFIG_PATH")) if p)
     return env
 
 
