@@ -2,6 +2,8 @@
 
 Tensors are split into tiles; every operation becomes tile tasks that StarPU schedules
 over all workers, starting each task as soon as the tiles it reads are ready."""
+import math as _math
+
 from ._version import __version__
 from .config import RuntimeConfig
 from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, wait, world_size
@@ -29,10 +31,11 @@ __all__ = [
     "randn", "randn_like", "set_max_tiles", "tensor", "zeros_like", "bool", "bernoulli", "default_generator",
     "get_rng_state", "initial_seed", "seed", "set_rng_state",
     "device", "get_default_dtype", "set_default_dtype", "long", "float", "double", "half", "save", "load",
-    "is_tensor", "softmax", "log_softmax",
+    "is_tensor", "softmax", "log_softmax", "pi", "e", "inf", "nan", "newaxis",
 ] + _ops.__all__
 bool = bool_  # noqa: A001 - tiletrain.bool is the bool dtype, as torch.bool
 long, float, double, half = int64, float32, float64, float16  # noqa: A001 - torch's dtype aliases
+pi, e, inf, nan, newaxis = _math.pi, _math.e, _math.inf, _math.nan, None  # torch's constants (torch.pi, ...)
 
 
 def is_tensor(obj) -> bool:  # noqa: E302

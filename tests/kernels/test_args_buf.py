@@ -1,6 +1,7 @@
 """Every kernel's argument struct fits tt_args_buf (an expander's room for any kernel's
 arguments, csrc/tt_internal.h): the generated codelets assert it at compile time, so a kernel
 whose struct outgrows the buffer does not build (no run-time check in the expanders)."""
+import os
 import re
 import shutil
 import subprocess
@@ -13,9 +14,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 
 
+def _starpu_env() -> dict:
+    """pkg-config's environment for the StarPU this checkout builds against (build/starpu.env,
+    written by `make setup`: its own build's prefix), else the system's."""
+    env = dict(os.environ)
+    record = ROOT / "build" / "starpu.env"
+    prefix = dict(line.split("=", 1) for line in record.read_text().splitlines()
+                  if "=" in line and not line.startswith("#")).get("STARPU_PREFIX") if record.exists() else None
+    if prefix:
+        env["PKG_CONFIG_PATH"] = os.pathsep.join(p for p in (f"{prefix}/lib/pkgconfig", env.get("PKG_CONFIG_PATH")) if p)
+    return env
+
+
 def _compile(gen: Path, inc: Path) -> subprocess.CompletedProcess:
     flags = subprocess.run(["pkg-config", "--cflags", "starpu-1.3"], capture_output=True, text=True,
-                           check=True).stdout.split()
+                           check=True, env=_starpu_env()).stdout.split()
     return subprocess.run([shutil.which("cc") or "gcc", "-std=gnu11", "-fsyntax-only", f"-I{inc}", f"-I{CSRC}",
                            f"-I{CSRC / 'include'}", f"-I{gen}", *flags, str(gen / "tt_kernels_gen.c")],
                           capture_output=True, text=True, timeout=120)

@@ -499,6 +499,20 @@ def test_conv_transpose_module_has_torchs_parameters():
     np.testing.assert_allclose(m(tt.tensor(x)).numpy(), mt(torch.tensor(x)).detach().numpy(), rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("kw", [dict(size=(8, 11), mode="bicubic"), dict(size=(8, 11), mode="bicubic", align_corners=True),
+                                dict(scale_factor=2, mode="bicubic"), dict(size=(3, 4), mode="bicubic"),
+                                dict(scale_factor=(1.5, 0.6), mode="bicubic"), dict(size=(3, 4), mode="area"),
+                                dict(size=(9, 13), mode="area"), dict(scale_factor=0.5, mode="area"),
+                                dict(size=(3, 4), mode="nearest-exact"), dict(size=(9, 13), mode="nearest-exact"),
+                                dict(scale_factor=1.7, mode="nearest-exact")])
+def test_interpolate_bicubic_area_and_nearest_exact_equal_torch(kw):
+    x = np.random.default_rng(15).standard_normal((2, 3, 5, 7))
+    _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x, rtol=1e-11, atol=1e-13)
+    if kw["mode"] != "bicubic":
+        _same(lambda a: TF.interpolate(a, size=4, mode=kw["mode"]), lambda a: F.interpolate(a, size=4, mode=kw["mode"]),
+              x[:, :, 0], rtol=1e-11, atol=1e-13)
+
+
 def test_group_instance_norm_and_nearest_interpolation_equal_torch():
     rng = np.random.default_rng(14)
     x, w, b = rng.standard_normal((2, 6, 5, 7)), rng.standard_normal(6), rng.standard_normal(6)
@@ -511,8 +525,8 @@ def test_group_instance_norm_and_nearest_interpolation_equal_torch():
         _same(lambda a: TF.interpolate(a, **kw), lambda a: F.interpolate(a, **kw), x, rtol=1e-11, atol=1e-13)
     _same(lambda a: TF.interpolate(a, scale_factor=3, mode="linear"),
           lambda a: F.interpolate(a, scale_factor=3, mode="linear"), x[:, :, 0], rtol=1e-11, atol=1e-13)
-    with pytest.raises(NotImplementedError, match="bicubic"):
-        F.interpolate(tt.tensor(x), scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="antialias"):
+        F.interpolate(tt.tensor(x), size=(2, 3), mode="bilinear", antialias=True)
     torch.set_default_dtype(torch.float64)
     tt.set_default_dtype(tt.float64)
     try:
@@ -756,9 +770,6 @@ def test_torch_idioms_of_training_scripts_equal_torch():
     for kw in ({}, {"batch_first": True, "padding_value": -1.0}, {"batch_first": True, "padding_side": "left"}):
         _values(torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs], **kw),
                 tt.nn.utils.rnn.pad_sequence([tt.tensor(s) for s in seqs], **kw))
-    from tiletrain.nn.utils.rnn import pack_padded_sequence
-    with pytest.raises(NotImplementedError, match="packed sequences"):
-        pack_padded_sequence(tt.ones(2, 3), [3, 2])
     for M, arg in ((lambda m: m.nn.ZeroPad2d((1, 0, 2, 1)), np.ones((1, 1, 2, 2))),
                    (lambda m: m.nn.ConstantPad1d(2, 3.5), np.ones((1, 2)))):
         _values(M(torch)(torch.tensor(arg)), M(tt)(tt.tensor(arg)))
@@ -882,3 +893,35 @@ def test_unfold_of_a_tensor_and_im2col_equal_torch():
     _values(torch.arange(10).unfold(0, 4, 3), tt.arange(10).unfold(0, 4, 3))
     with pytest.raises(RuntimeError, match="maximum size for tensor at dimension 0 is 10"):
         tt.arange(10).unfold(0, 11, 1)
+
+
+@pytest.mark.parametrize("dims,mode,padding,kw", [(2, "reflect", 1, {}), (2, "replicate", (1, 2), {}),
+                                                  (2, "circular", 2, {}), (1, "reflect", 2, {"stride": 2}),
+                                                  (2, "reflect", "same", {"dilation": 2}), (3, "replicate", 1, {}),
+                                                  (2, "circular", "valid", {})])
+def test_conv_padding_modes_equal_torch(dims, mode, padding, kw):
+    """Conv*d(padding_mode='reflect'/'replicate'/'circular'): the input padded by F.pad's mode,
+    then an unpadded convolution, as torch: outputs and gradients."""
+    ref = getattr(torch.nn, f"Conv{dims}d")(2, 3, 3, padding=padding, padding_mode=mode, **kw).double()
+    ours = getattr(nn, f"Conv{dims}d")(2, 3, 3, padding=padding, padding_mode=mode, **kw).double()
+    _copy_params(ref, ours)
+    a = np.random.default_rng(16).standard_normal((2, 2) + (6,) * dims)
+    _same(ref, ours, a, rtol=1e-11, atol=1e-12)
+    (ours(tt.tensor(a)) ** 2).sum().backward()
+    (ref(torch.tensor(a)) ** 2).sum().backward()
+    np.testing.assert_allclose(ours.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-11, atol=1e-12)
+    with pytest.raises(ValueError, match="padding_mode"):
+        getattr(nn, f"Conv{dims}d")(2, 3, 3, padding_mode="mirror")
+
+
+def test_conv_transpose_output_size_equals_torch():
+    """ConvTranspose2d(x, output_size=...): the output_padding that gives that size (2 or 4
+    numbers, a torch.Size-like tuple), torch's range check."""
+    ref = torch.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1).double()
+    ours = nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1).double()
+    _copy_params(ref, ours)
+    a = np.random.default_rng(17).standard_normal((1, 2, 5, 5))
+    for size in [(10, 10), (9, 10), (1, 3, 10, 9)]:
+        _same(lambda x: ref(x, output_size=size), lambda x: ours(x, output_size=size), a, rtol=1e-11, atol=1e-12)
+    with pytest.raises(ValueError, match="valid sizes range from"):
+        ours(tt.tensor(a), output_size=(11, 11))

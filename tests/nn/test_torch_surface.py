@@ -148,6 +148,14 @@ def test_runtime_starts_on_first_use(tmp_path):
     ("ik,kj,jl->il", [(2, 3), (3, 4), (4, 2)]),
     ("ij,jk", [(3, 4), (4, 5)]),
     ("bnd,d->bn", [(2, 3, 4), (4,)]),
+    ("...ij,...jk->...ik", [(2, 2, 3), (2, 3, 2)]),
+    ("...ij,...jk", [(2, 1, 2, 3), (4, 3, 2)]),
+    ("b...,b...->b", [(2, 3, 4), (2, 3, 4)]),
+    ("i...->...i", [(2, 3, 4)]),
+    ("...i->i", [(2, 3)]),
+    ("ij...,j...->i...", [(2, 3), (3,)]),
+    ("bh...d,bhd->bh...", [(2, 3, 4, 5), (2, 3, 5)]),
+    ("...,...", [(3,), (3,)]),
 ])
 def test_einsum_matches_torch(rng, eq, shapes):
     arrays = [rng.standard_normal(s) for s in shapes]
@@ -164,8 +172,10 @@ def test_einsum_matches_torch(rng, eq, shapes):
 
 def test_einsum_errors():
     x = tt.zeros(2, 3)
-    with pytest.raises(NotImplementedError, match="ellipsis"):
-        tt.einsum("...i->i", x)
+    with pytest.raises(ValueError, match="ellipsis"):
+        tt.einsum("......i->i", x)
+    with pytest.raises(RuntimeError, match="broadcast"):
+        tt.einsum("...i,...i->i", x, tt.zeros(4, 3))
     with pytest.raises(NotImplementedError, match="diagonal"):
         tt.einsum("ii->i", tt.zeros(2, 2))
     with pytest.raises(ValueError, match="operand"):
@@ -465,8 +475,30 @@ def test_clip_grad_norm_matches_torch(rng):
     for p, rp in zip(ps, rps):
         close(p.grad, rp.grad)
     assert float(tt.nn.utils.clip_grad_norm_([nn.Parameter(np.zeros(2))], 1.0)) == 0.0
-    with pytest.raises(NotImplementedError, match="norm_type"):
-        tt.nn.utils.clip_grad_norm_(ps, 1.0, norm_type=1)
+
+
+@pytest.mark.parametrize("norm_type", [1, 3.5, float("inf"), float("-inf"), 0, 2.0])
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_of_any_order_matches_torch(rng, norm_type, max_norm):
+    """norm_type other than 2 (and 2 with error_if_nonfinite): torch's total norm and
+    scaled gradients; a non-finite norm raises torch's error and leaves the gradients."""
+    arrays = [rng.standard_normal(s) * 3 for s in [(4, 3), (3,), (2, 2, 2)]]
+    out = []
+    for m in (torch, tt):
+        ps = [m.tensor(a.copy(), requires_grad=True) for a in arrays]
+        for p, a in zip(ps, arrays):
+            p.grad = m.tensor(a * 1.5)
+        n = m.nn.utils.clip_grad_norm_(ps, max_norm, norm_type=norm_type, error_if_nonfinite=norm_type == 2.0)
+        out.append((float(n), [p.grad.numpy().copy() for p in ps]))
+    assert out[1][0] == pytest.approx(out[0][0], rel=1e-14)
+    for a, b in zip(out[0][1], out[1][1]):
+        np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-15)
+    if norm_type > 0:  # an infinite gradient makes the norm infinite
+        p = tt.tensor([1.0, 2.0], requires_grad=True)
+        p.grad = tt.tensor([float("inf"), 1.0])
+        with pytest.raises(RuntimeError, match="non-finite"):
+            tt.nn.utils.clip_grad_norm_([p], 1.0, norm_type=norm_type, error_if_nonfinite=True)
+        assert p.grad.numpy()[1] == 1.0
 
 
 def _schedules(mod, name):
@@ -677,3 +709,18 @@ def test_adaptive_avg_pool_modules():
     close(F.adaptive_avg_pool2d(T(x), 4), torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), 4))
     with pytest.raises(ValueError, match="output_size must be a positive int"):
         F.adaptive_avg_pool2d(T(x), (1, 0))
+
+
+def test_torch_constants():
+    """torch.pi, torch.e, torch.inf, torch.nan and torch.newaxis, as physics-informed and
+    masking code uses them."""
+    import math
+
+    import torch
+    for name in ("pi", "e", "inf"):
+        assert getattr(tt, name) == getattr(torch, name)
+    assert math.isnan(tt.nan) and tt.newaxis is torch.newaxis is None
+    x = tt.linspace(0, 1, 5, dtype=tt.float64)
+    ref = torch.sin(torch.pi * torch.linspace(0, 1, 5, dtype=torch.float64))
+    np.testing.assert_allclose(tt.sin(tt.pi * x).numpy(), ref.numpy(), rtol=1e-15, atol=1e-15)
+    assert x[:, tt.newaxis].shape == (5, 1)

@@ -246,3 +246,14 @@ def test_clamp_with_a_nan_bound_is_nan_everywhere_as_torch():
         np.testing.assert_array_equal(got, want)
     got = tt.clamp(tt.tensor(a), min=-np.inf, max=np.inf).numpy()
     np.testing.assert_array_equal(got, torch.clamp(torch.tensor(a), min=-np.inf, max=np.inf).numpy())
+
+
+@pytest.mark.parametrize("a,b", [(1.0, 0.0), (1, 0), (True, False), (2, 0.5), (float("-inf"), 0.0)])
+def test_where_of_two_numbers_is_torchs(a, b):
+    """torch.where(cond, 1.0, 0.0): the dtype torch picks (bool, int64, the default float)."""
+    c = np.array([[True, False, True], [False, False, True]])
+    ref, ours = torch.where(torch.tensor(c), a, b), tt.where(tt.tensor(c), a, b)
+    assert str(ours.dtype) == str(ref.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    with pytest.raises(TypeError, match="real number"):
+        tt.where(tt.tensor(c), "a", 0.0)

@@ -200,3 +200,24 @@ def test_bad_input_is_rejected_before_any_task(rng):
             tt.scatter_reduce(X, 0, tt.from_numpy(np.zeros((5, 4), np.int64)), X, "max")
         with pytest.raises(TypeError, match="must match"):
             tt.scatter_add(X, 0, tt.from_numpy(np.zeros((5, 4), np.int64)), X32)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_and_index_put__equal_torch(accumulate):
+    """torch.index_put / Tensor.index_put(_)(indices, values, accumulate): one index tensor per
+    leading dimension (a tuple or a list), repeated positions adding up with accumulate, the
+    gradients to the tensor and the values, int64 tensors too."""
+    import torch
+    a = np.arange(12.0).reshape(3, 4)
+    for idx, vals in ((([0, 0, 2],), np.ones((3, 4))), (([0, 0, 2], [1, 1, 3]), np.array([1.0, 2.0, 3.0])),
+                      (([2, 1], [0, 3]), np.array(5.0))):
+        out = []
+        for m in (torch, tt):
+            x, v = m.tensor(a, requires_grad=True), m.tensor(vals, requires_grad=True)
+            y = m.index_put(x, tuple(m.tensor(i) for i in idx), v, accumulate=accumulate)
+            (y * y).sum().backward()
+            z = m.tensor(a).index_put_([m.tensor(i) for i in idx], m.tensor(vals), accumulate=accumulate)
+            ints = m.tensor([1, 2, 3]).index_put_((m.tensor([0, 0]),), m.tensor([5, 6]), accumulate=accumulate)
+            out.append([y.detach().numpy(), x.grad.numpy(), v.grad.numpy(), z.numpy(), ints.numpy()])
+        for u, w in zip(*out):
+            np.testing.assert_allclose(w, u, rtol=1e-15)

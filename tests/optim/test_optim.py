@@ -139,3 +139,33 @@ def test_adam_and_adamw_keep_torchs_group_keys(rng):
         assert set(theirs) - {"decoupled_weight_decay"} <= set(ours)
     with pytest.raises(ValueError, match="compensation does not combine"):
         tt.optim.AdamW([W], amsgrad=True, compensation="sc", delay=2)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop"])
+def test_step_with_a_closure_as_torch(name):
+    """opt.step(closure): the closure runs first with gradients enabled (even under no_grad),
+    step returns its loss, and the update is torch's."""
+    w0, x = np.array([0.5, -1.0, 2.0]), np.array([1.0, 2.0, -0.5])
+    results = []
+    for lib in (torch, tt):
+        w = lib.tensor(w0.copy(), requires_grad=True)
+        opt = getattr(lib.optim, name)([w], lr=0.1)
+        xt = lib.tensor(x)
+        calls = []
+
+        def closure():
+            opt.zero_grad()
+            loss = ((w * xt).sum() - 1.0) ** 2 + (w * w).sum()
+            loss.backward()
+            calls.append(1)
+            return loss
+
+        with lib.no_grad():
+            first = opt.step(closure)
+        second = opt.step(closure)
+        assert opt.step() is None
+        results.append((first.item(), second.item(), w.detach().numpy().copy(), len(calls)))
+    (a1, a2, aw, an), (b1, b2, bw, bn) = results
+    assert an == bn == 2 and a1 != a2
+    np.testing.assert_allclose([b1, b2], [a1, a2], rtol=1e-12)
+    np.testing.assert_allclose(bw, aw, rtol=1e-12, atol=1e-15)

@@ -17,3 +17,4 @@ from .activations import *  # noqa: F401,F403
 # convolution, pooling, batch norm (tiletrain/ops/conv.py)
 from ..ops.conv import *  # noqa: F401,F403
 from .extras import *  # noqa: F401,F403
+from .sampling import *  # noqa: F401,F403

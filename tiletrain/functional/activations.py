@@ -423,13 +423,15 @@ def instance_norm(input: Tensor, running_mean=None, running_var=None, weight=Non
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,  # noqa: A002
                 recompute_scale_factor=None, antialias: bool = False) -> Tensor:
     """torch.nn.functional.interpolate, modes "nearest" (output i reads input floor(i * scale),
-    scale = in / out, or 1 / scale_factor when given) and "linear"/"bilinear"/"trilinear"
-    (align_corners False: source (i + 0.5) scale - 0.5 clamped at 0; True: i (in - 1) / (out - 1)),
-    axis by axis as index selections and weighted sums (differentiable)."""
-    linear = {"linear": 1, "bilinear": 2, "trilinear": 3}
-    if mode != "nearest" and mode not in linear:
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported ('nearest', 'linear', 'bilinear', "
-                                  "'trilinear' are)")
+    scale = in / out, or 1 / scale_factor when given), "nearest-exact" (floor((i + 0.5) *
+    scale)), "linear"/"bilinear"/"trilinear" (align_corners False: source (i + 0.5) scale -
+    0.5 clamped at 0; True: i (in - 1) / (out - 1)), "bicubic" (torch's cubic convolution,
+    A = -0.75, the source not clamped, the taps clamped at the edges) and "area" (adaptive
+    average pooling), axis by axis as index selections and weighted sums (differentiable)."""
+    linear = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+    if mode not in ("nearest", "nearest-exact", "area") and mode not in linear:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported ('nearest', 'nearest-exact', 'area', "
+                                  "'linear', 'bilinear', 'bicubic', 'trilinear' are)")
     if antialias:
         raise NotImplementedError("interpolate: antialias=True is not supported")
     nsp = input.ndim - 2
@@ -437,15 +439,22 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         raise ValueError(f"interpolate: input must be (N, C, *spatial), got shape {input.shape}")
     if mode in linear and linear[mode] != nsp:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {linear[mode] + 2}D input")
-    if mode == "nearest" and align_corners is not None:
+    if mode not in linear and align_corners is not None:
         raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
                          "bicubic | trilinear")
     out, scales = _interp_sizes(input, size, scale_factor, recompute_scale_factor, nsp)
+    if mode == "area":
+        from ..ops import conv
+        return getattr(conv, f"adaptive_avg_pool{nsp}d")(input, out)
     x = input
     for k in reversed(range(nsp)):  # the last axis first: torch's order of the weighted sums
         n, o = input.shape[2 + k], out[k]
-        x = _nearest_axis(x, 2 + k, n, o, scales[k]) if mode == "nearest" else \
-            _linear_axis(x, 2 + k, n, o, scales[k], bool(align_corners))
+        if mode.startswith("nearest"):
+            x = _nearest_axis(x, 2 + k, n, o, scales[k], mode == "nearest-exact")
+        elif mode == "bicubic":
+            x = _cubic_axis(x, 2 + k, n, o, scales[k], bool(align_corners))
+        else:
+            x = _linear_axis(x, 2 + k, n, o, scales[k], bool(align_corners))
     return x
 
 
@@ -465,11 +474,12 @@ def _interp_sizes(input, size, scale_factor, recompute, nsp):
     return out, scales
 
 
-def _nearest_axis(x, d, n, o, scale):
+def _nearest_axis(x, d, n, o, scale, exact=False):
     from ..ops.index import index_select
     from ..tensors import from_numpy
     sc = np.float32(n / o if scale is None else scale)
-    idx = np.minimum(np.floor(np.arange(o, dtype=np.float64) * sc).astype(np.int64), n - 1)
+    dst = np.arange(o, dtype=np.float32) + (np.float32(0.5) if exact else np.float32(0.0))
+    idx = np.minimum(np.floor(dst * sc).astype(np.int64), n - 1)
     return index_select(x, d, from_numpy(np.ascontiguousarray(idx)))
 
 
@@ -492,3 +502,28 @@ def _linear_axis(x, d, n, o, scale, align_corners):
     a = index_select(x, d, from_numpy(np.ascontiguousarray(i0)))
     b = index_select(x, d, from_numpy(np.ascontiguousarray(i1)))
     return add(mul(w0, a), mul(w1, b))
+
+
+def _cubic_weights(t: np.ndarray, A: float = -0.75) -> list:
+    """torch's cubic-convolution weights of the four taps floor(src) - 1 .. + 2 at fraction t."""
+    near = lambda v: ((A + 2) * v - (A + 3)) * v * v + 1  # noqa: E731  |v| <= 1
+    far = lambda v: ((A * v - 5 * A) * v + 8 * A) * v - 4 * A  # noqa: E731  1 < |v| < 2
+    return [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
+
+
+def _cubic_axis(x, d, n, o, scale, align_corners):
+    from ..ops.index import index_select
+    from ..tensors import from_numpy
+    dst = np.arange(o, dtype=np.float64)
+    if align_corners:
+        src = dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
+    else:
+        src = (dst + 0.5) * (n / o if scale is None else scale) - 0.5
+    i0 = np.floor(src).astype(np.int64)
+    shape = (o,) + (1,) * (x.ndim - 1 - d)
+    y = None
+    for k, w in enumerate(_cubic_weights(src - i0)):
+        idx = from_numpy(np.ascontiguousarray(np.clip(i0 - 1 + k, 0, n - 1)))
+        term = mul(from_numpy(np.ascontiguousarray(w.reshape(shape)).astype(x.dtype)), index_select(x, d, idx))
+        y = term if y is None else add(y, term)
+    return y

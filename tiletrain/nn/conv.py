@@ -72,8 +72,10 @@ class _ConvNd(Module):
                  rng: np.random.Generator | None = None):
         super().__init__()
         what = _conv_shape(self, in_channels, out_channels, kernel_size, groups)
-        if padding_mode != "zeros":
-            raise ValueError(f"{what}: padding_mode {padding_mode!r} is not supported (only 'zeros')")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], but got "
+                             f"padding_mode='{padding_mode}'")
+        self.padding_mode = padding_mode
         n = self._dims
         self.stride, self.dilation = _tuple(stride, n), _tuple(dilation, n)
         self.padding = padding if isinstance(padding, str) else _tuple(padding, n)
@@ -82,8 +84,26 @@ class _ConvNd(Module):
         _conv_params(self, (self.out_channels, self.in_channels // self.groups) + self.kernel_size, bias, dtype, rng)
 
     def forward(self, x: Tensor) -> Tensor:
-        return getattr(F, f"conv{self._dims}d")(x, self.weight, self.bias, self.stride, self.padding,
-                                                self.dilation, self.groups)
+        conv = getattr(F, f"conv{self._dims}d")
+        if self.padding_mode != "zeros":  # the input padded by F.pad's mode, then an unpadded convolution
+            x = F.pad(x, self._pad_amounts(), mode=self.padding_mode)
+            return conv(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def _pad_amounts(self) -> list:
+        """F.pad's list (last dimension first, before and after) of the module's padding;
+        'same' puts the odd element after, as torch."""
+        amounts = []
+        for d in reversed(range(self._dims)):
+            if self.padding == "valid":
+                before = after = 0
+            elif self.padding == "same":
+                total = self.dilation[d] * (self.kernel_size[d] - 1)
+                before, after = total // 2, total - total // 2
+            else:
+                before = after = self.padding[d]
+            amounts += [before, after]
+        return amounts
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -125,10 +145,28 @@ class _ConvTransposeNd(Module):
         _conv_params(self, (self.in_channels, self.out_channels // self.groups) + self.kernel_size, bias, dtype, None)
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
-        if output_size is not None:
-            raise NotImplementedError(f"{type(self).__name__}: output_size= is not supported (use output_padding)")
+        out_pad = self.output_padding if output_size is None else self._output_padding(x, output_size)
         return getattr(F, f"conv_transpose{self._dims}d")(x, self.weight, self.bias, self.stride, self.padding,
-                                                          self.output_padding, self.groups, self.dilation)
+                                                          out_pad, self.groups, self.dilation)
+
+    def _output_padding(self, x: Tensor, output_size) -> tuple:
+        """The output_padding that gives ``output_size`` (its last dimensions), checked to lie
+        between the smallest output and that plus stride - 1, as torch."""
+        n = self._dims
+        want = [int(v) for v in (output_size.tolist() if isinstance(output_size, Tensor) else output_size)]
+        if len(want) == n + 2:
+            want = want[2:]
+        if len(want) != n:
+            raise ValueError(f"ConvTranspose{n}D: for {x.ndim}D input, output_size must have {n} or {n + 2} "
+                             f"elements (got {len(want)})")
+        spatial = x.shape[x.ndim - n:]
+        smallest = [(spatial[d] - 1) * self.stride[d] - 2 * self.padding[d] + self.dilation[d] * (self.kernel_size[d] - 1)
+                    + 1 for d in range(n)]
+        largest = [smallest[d] + self.stride[d] - 1 for d in range(n)]
+        if any(not smallest[d] <= want[d] <= largest[d] for d in range(n)):
+            raise ValueError(f"requested an output size of {want}, but valid sizes range from {smallest} to "
+                             f"{largest} (for an input of {list(spatial)})")
+        return tuple(want[d] - smallest[d] for d in range(n))
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"

@@ -1,7 +1,9 @@
 """torch.nn.RNN, LSTM and GRU (and their cells) with torch's parameter names (weight_ih_l0,
 weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse), gate orders (LSTM i, f, g, o; GRU r, z,
 n), initialisation U(-1/sqrt(hidden), 1/sqrt(hidden)), batch_first, num_layers, dropout
-between layers and bidirectional.  Each time step is a few tensor ops (the input projection
+between layers and bidirectional; a PackedSequence input runs each sequence for its own
+length (the state of a finished sequence is kept, the reverse direction starts at its last
+step) and gives a PackedSequence output.  Each time step is a few tensor ops (the input projection
 of every step is one product up front); the recurrence is sequential by nature."""
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ import numpy as np
 
 from .. import functional as F
 from ..ops.creation import zeros
-from ..ops.index import index_get
+from ..ops.elementwise import where
+from ..ops.index import index_get, index_select
 from ..ops.shape import cat, chunk, permute, reshape, stack
 from ..tensors import Tensor
-from ..tensors.tensor import default_float
+from ..tensors.tensor import default_float, from_numpy
 from .layers import uniform
 from .module import Module, Parameter
+from .utils.rnn import PackedSequence, _pack_rows, pad_packed_sequence
 
 __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell"]
 
@@ -70,8 +74,10 @@ class _RNNBase(Module):
                     setattr(self, f"bias_ih_l{layer}{sfx}", _uniform((gates,), k, dtype))
                     setattr(self, f"bias_hh_l{layer}{sfx}", _uniform((gates,), k, dtype))
 
-    def _direction(self, x: Tensor, layer: int, sfx: str, h: Tensor, c):
-        """x (T, N, in) through one layer in one direction: (outputs (T, N, H), h, c)."""
+    def _direction(self, x: Tensor, layer: int, sfx: str, h: Tensor, c, running=None):
+        """x (T, N, in) through one layer in one direction: (outputs (T, N, H), h, c).
+        running: None, or per step t an (N, 1) bool tensor of the sequences with a step t (the
+        others keep their state), None at the steps where all have one."""
         b_ih = getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None
         b_hh = getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None
         proj = F.linear(x, getattr(self, f"weight_ih_l{layer}{sfx}"), b_ih)
@@ -79,21 +85,42 @@ class _RNNBase(Module):
         steps = range(x.shape[0] - 1, -1, -1) if sfx else range(x.shape[0])
         outs = [None] * x.shape[0]
         for t in steps:
-            h, c = _cell(self.mode, index_get(proj, t), h, c, w_hh, b_hh)
+            h_t, c_t = _cell(self.mode, index_get(proj, t), h, c, w_hh, b_hh)
+            keep = None if running is None else running[t]
+            h = h_t if keep is None else where(keep, h_t, h)
+            c = c_t if keep is None or c is None else where(keep, c_t, c)
             outs[t] = h
         return stack(outs, 0), h, c
 
     def forward(self, input: Tensor, hx=None):  # noqa: A002
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         batched = input.ndim == 3
         x = input if batched else reshape(input, (input.shape[0], 1, input.shape[1]))
         if self.batch_first and batched:
             x = permute(x, 1, 0, 2)
-        T, N, _ = x.shape
-        D = 2 if self.bidirectional else 1
+        T = x.shape[0]
+        out, h_n, c_n = self._layers(x, *self._initial(hx, batched), None)
+        if self.batch_first and batched:
+            out = permute(out, 1, 0, 2)
+        if not batched:
+            out, h_n = reshape(out, (T, out.shape[-1])), reshape(h_n, (h_n.shape[0], self.hidden_size))
+        if self.mode == "LSTM":
+            return out, (h_n, c_n if batched else reshape(c_n, (c_n.shape[0], self.hidden_size)))
+        return out, h_n
+
+    def _initial(self, hx, batched: bool):
+        """(h0, c0) of a forward's ``hx`` (each (L*D, N, H) or None)."""
         h0, c0 = (hx if self.mode == "LSTM" else (hx, None)) if hx is not None else (None, None)
         if h0 is not None and not batched:
             h0 = reshape(h0, (h0.shape[0], 1, h0.shape[1]))
             c0 = None if c0 is None else reshape(c0, (c0.shape[0], 1, c0.shape[1]))
+        return h0, c0
+
+    def _layers(self, x: Tensor, h0, c0, running):
+        """x (T, N, in) through every layer: (out (T, N, D*H), h_n, c_n (None but for LSTM))."""
+        N = x.shape[1]
+        D = 2 if self.bidirectional else 1
         hs, cs = [], []
         for layer in range(self.num_layers):
             outs = []
@@ -102,22 +129,28 @@ class _RNNBase(Module):
                 h = index_get(h0, i) if h0 is not None else zeros((N, self.hidden_size), dtype=x.dtype)
                 c = (index_get(c0, i) if c0 is not None else zeros((N, self.hidden_size), dtype=x.dtype)) \
                     if self.mode == "LSTM" else None
-                o, h, c = self._direction(x, layer, sfx, h, c)
+                o, h, c = self._direction(x, layer, sfx, h, c, running)
                 outs.append(o)
                 hs.append(h)
                 cs.append(c)
             x = outs[0] if D == 1 else cat(outs, 2)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        out, h_n = x, stack(hs, 0)
-        if self.batch_first and batched:
-            out = permute(out, 1, 0, 2)
-        if not batched:
-            out, h_n = reshape(out, (T, out.shape[-1])), reshape(h_n, (h_n.shape[0], self.hidden_size))
-        if self.mode == "LSTM":
-            c_n = stack(cs, 0)
-            return out, (h_n, c_n if batched else reshape(c_n, (c_n.shape[0], self.hidden_size)))
-        return out, h_n
+        return x, stack(hs, 0), (stack(cs, 0) if self.mode == "LSTM" else None)
+
+    def _forward_packed(self, packed: PackedSequence, hx):
+        """A PackedSequence through the layers: each sequence runs for its own length; the
+        output is packed as the input, h_n/c_n in the batch's original order (as torch's)."""
+        x, lengths = pad_packed_sequence(packed)  # (T, N, in), the original order
+        lens = lengths.numpy()
+        T, N = x.shape[0], x.shape[1]
+        running = [None if (lens > t).all() else from_numpy((lens > t)[:, None]) for t in range(T)]
+        out, h_n, c_n = self._layers(x, *self._initial(hx, True), running)
+        order = np.arange(N) if packed.sorted_indices is None else packed.sorted_indices.numpy().astype(np.int64)
+        rows = from_numpy(_pack_rows(N, T, lens, order, False))
+        data = index_select(reshape(out, (T * N, out.shape[-1])), 0, rows)
+        out = PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+        return (out, (h_n, c_n)) if self.mode == "LSTM" else (out, h_n)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

@@ -4,6 +4,7 @@ matmul after permute/reshape; tril/triu are a ``where`` with a NumPy-made triang
 from __future__ import annotations
 
 import numbers
+import string
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from .basic import _tensor
 from .elementwise import mul, where
 from .linalg import matmul
 from .reduce import sum as _sum
-from .shape import permute, reshape
+from .shape import expand, permute, reshape
 
 
 def _c(a) -> np.ndarray:
@@ -26,7 +27,7 @@ def _parse(equation: str, n: int) -> tuple[list[str], str]:
         raise TypeError(f"einsum: equation must be a string, got {type(equation).__name__}")
     eq = equation.replace(" ", "")
     if "." in eq:
-        raise NotImplementedError("einsum: '...' (ellipsis) is not supported; name every dimension")
+        raise ValueError(f"einsum: invalid subscripts in {equation!r} (an ellipsis is three dots)")
     lhs, arrow, out = eq.partition("->")
     ins = lhs.split(",")
     if len(ins) != n:
@@ -46,6 +47,60 @@ def _parse(equation: str, n: int) -> tuple[list[str], str]:
     if missing:
         raise ValueError(f"einsum: output subscript(s) {sorted(missing)} appear in no operand")
     return ins, out
+
+
+def _ellipsis_counts(ins: list, ops_: list) -> list:
+    """How many dimensions the '...' of each operand stands for (0 without one)."""
+    counts = []
+    for i, (s, t) in enumerate(zip(ins, ops_)):
+        if s.count("...") > 1 or s.replace("...", "").count("."):
+            raise ValueError(f"einsum: operand {i}'s subscripts {s!r} have more than one ellipsis or a stray '.'")
+        n = t.ndim - (len(s) - 3) if "..." in s else 0
+        if n < 0:
+            raise RuntimeError(f"einsum: subscripts {s!r} name {len(s) - 3} dimension(s), the operand has {t.ndim}")
+        counts.append(n)
+    return counts
+
+
+def _ellipsis(equation: str, ops_: list) -> tuple[str, list]:
+    """An equation with '...' rewritten with fresh letters for the ellipsis dimensions
+    (right-aligned and broadcast across operands, as torch's; size-1 ones expanded), and the
+    operands to go with it.  Implicit output: the ellipsis dimensions, then the letters used
+    once in alphabetical order."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(ops_):
+        raise ValueError(f"einsum: the equation names {len(ins)} operand(s), {len(ops_)} were given")
+    counts = _ellipsis_counts(ins, ops_)
+    k = max(counts)
+    letters = "".join([c for c in string.ascii_letters if c not in eq][:k])
+    sizes = [1] * k
+    for s, t, n in zip(ins, ops_, counts):
+        start = s.find("...")
+        for j in range(n):
+            d = t.shape[start + j]
+            if d != 1 and sizes[k - n + j] not in (1, d):
+                raise RuntimeError(f"einsum: the operands' ellipsis dimensions do not broadcast "
+                                   f"({sizes[k - n + j]} and {d})")
+            sizes[k - n + j] = d if d != 1 else sizes[k - n + j]
+    new_ins, new_ops = [], []
+    for s, t, n in zip(ins, ops_, counts):
+        if "..." in s:
+            start = s.find("...")
+            want = t.shape[:start] + tuple(sizes[k - n:]) + t.shape[start + n:]
+            t = expand(t, *want) if want != t.shape else t
+            s = s.replace("...", letters[k - n:])
+        new_ins.append(s)
+        new_ops.append(t)
+    if arrow:
+        if "..." in out and not any(counts) and "..." not in lhs:
+            raise ValueError("einsum: output subscript '...' without an ellipsis in the operands")
+        out = out.replace("...", letters)
+    else:
+        plain = lhs.replace("...", "")
+        out = letters + "".join(sorted(c for c in set(plain) if c.isalpha() and plain.count(c) == 1))
+    return ",".join(new_ins) + "->" + out, new_ops
 
 
 def _reduce_to(x: Tensor, s: str, keep: set) -> tuple[Tensor, str]:
@@ -89,13 +144,15 @@ def _pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set) -> tuple[Tensor, st
 
 def einsum(equation: str, *operands) -> Tensor:
     """torch.einsum: the sum of products the equation names (explicit ``->`` or implicit
-    output), any number of float operands.  Not supported: '...', repeated subscripts within
-    one operand (diagonals)."""
+    output), any number of float operands, '...' for broadcast leading or middle dimensions.
+    Not supported: repeated subscripts within one operand (diagonals)."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     if not operands:
         raise ValueError("einsum: needs at least one operand")
     ops_ = [_tensor(t, "einsum", f"operand {i}") for i, t in enumerate(operands)]
+    if isinstance(equation, str) and "..." in equation:
+        equation, ops_ = _ellipsis(equation, ops_)
     ins, out = _parse(equation, len(ops_))
     for t, s in zip(ops_, ins):
         if t.ndim != len(s):

@@ -874,7 +874,7 @@ def where(condition: Tensor, input=None, other=None) -> Tensor:  # noqa: A002
     _bool_tensor(condition, what, "condition")
     ref = input if isinstance(input, Tensor) else other
     if not isinstance(ref, Tensor):
-        raise TypeError(f"{what}: input or other must be a tensor")
+        return _where_numbers(condition, input, other)
     if _int_case(input, other) or (all(isinstance(v, Tensor) and v.dtype == np.bool_ for v in (input, other))):
         return _int_host(what, np.where, condition, input, other)  # integers (or bools) stay so, as torch's
     if any(isinstance(v, Tensor) and v.dtype in (np.int64, np.bool_) for v in (input, other)):
@@ -892,6 +892,21 @@ def where(condition: Tensor, input=None, other=None) -> Tensor:  # noqa: A002
     y = Tensor(a.traits, a.dtype)
     run_map("where", c, a, b, y)
     return record("where", y, (a, b), saved=(c,))
+
+
+def _where_numbers(condition: Tensor, input, other) -> Tensor:  # noqa: A002
+    """where(condition, a, b) of two numbers, as torch's: bool for two bools, int64 for two
+    ints (on the host), else the default float dtype (a tensor of a filled where the
+    condition holds, without a graph)."""
+    for v in (input, other):
+        if not isinstance(v, numbers.Number) or isinstance(v, complex):
+            raise TypeError(f"where: expected a tensor or a real number for input and other, got {type(v).__name__}")
+    if all(isinstance(v, (bool, np.bool_)) for v in (input, other)):
+        return from_numpy(np.where(condition.numpy(), bool(input), bool(other)))
+    if all(isinstance(v, numbers.Integral) for v in (input, other)):
+        return from_numpy(np.where(condition.numpy(), int(input), int(other)).astype(np.int64))
+    a = basic.fill_(Tensor(condition.traits, get_default_dtype()), float(input))
+    return where(condition, a, float(other))
 
 
 @backward_rule("where")

@@ -591,12 +591,18 @@ def index_get(x: Tensor, index) -> Tensor:
     return reshape(index_select(flat, 0, np.ascontiguousarray(pos.reshape(-1))), pos.shape)
 
 
-def index_put(x: Tensor, index, value) -> Tensor:
+def index_put(x: Tensor, index, value, accumulate: bool = False) -> Tensor:
     """A new tensor: x with x[index] = value (value a number or a tensor broadcasting to the
     selection).  Float tensors: masked_fill (a bool mask and a number) or a scatter into the
-    flat tensor (differentiable in x and value); integer and bool tensors: through NumPy."""
+    flat tensor (differentiable in x and value); integer and bool tensors: through NumPy.
+    torch.index_put(input, indices, values, accumulate): ``index`` a tuple (or list) of index
+    tensors; accumulate=True adds the values, repeated positions adding up."""
     what = "setitem"
     _tensor(x, what, "x")
+    if isinstance(index, list) and index and all(isinstance(i, Tensor) for i in index):
+        index = tuple(index)  # torch's `indices`: one index tensor per leading dimension
+    if accumulate:
+        return _index_accumulate(x, index, value)
     if isinstance(value, Tensor):
         if value.dtype != x.dtype:
             value = convert(value, x.dtype)
@@ -624,6 +630,26 @@ def index_put(x: Tensor, index, value) -> Tensor:
     if src.tiles != flat.tiles[:1] and src.shape == flat.shape:
         src = retile(src, flat.tiles)
     return reshape(scatter(flat, 0, np.ascontiguousarray(pos.reshape(-1)), src), x.shape)
+
+
+def _index_accumulate(x: Tensor, index, value) -> Tensor:
+    """index_put(..., accumulate=True): x plus value added at the selected positions (repeats add)."""
+    pos = _positions(x, index, "index_put")
+    if pos.size == 0:
+        return x
+    if not is_float(x.dtype):
+        a = x.numpy().copy()
+        v = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+        np.add.at(a.reshape(-1), pos.reshape(-1), np.broadcast_to(v.astype(a.dtype), pos.shape).reshape(-1))
+        return from_numpy(a, x.tiles if x.ndim else None)
+    if isinstance(value, Tensor):
+        value = convert(value, x.dtype) if value.dtype != x.dtype else value
+        src = value if value.shape == pos.shape else broadcast_to(value, pos.shape) if pos.shape else reshape(value, ())
+        src = reshape(src, (pos.size,))
+    else:
+        src = from_numpy(_c(np.broadcast_to(np.asarray(value, dtype=x.dtype), pos.shape).reshape(-1)))
+    flat = reshape(x, (x.numel(),))
+    return reshape(index_add(flat, 0, from_numpy(_c(pos.reshape(-1).astype(np.int64))), src), x.shape)
 
 
 def assign_(x: Tensor, y: Tensor) -> Tensor:

@@ -8,16 +8,21 @@ from typing import Iterable
 import numpy as np
 
 from ..distribution import Explicit
-from ..ops.autograd import no_grad
+from ..ops.autograd import enable_grad, no_grad
 from ..ops.basic import axpy_, copy, scale, zero_grads
 from ..ops.creation import zeros
+from ..ops.elementwise import clamp
+from ..ops.index import assign_
+from ..ops.reduce import norm
+from ..ops.shape import stack
 from ..runtime import memory_limit, mpi
 from ..runtime.kernels import run_map, run_span
 from ..tensors import Tensor, TensorTraits, empty, from_numpy
 from ..tensors.tensor import get_default_dtype, wont_use
 from ..trace.tags import tag
+from .line_search import strong_wolfe
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "LBFGS", "NAdam", "RAdam", "RMSprop", "clip_grad_norm_", "cosine_with_warmup", "spike_coefficients",
            "COMPENSATIONS"]
 
 
@@ -91,14 +96,22 @@ class Optimizer:
         zero_grads((p for _, p in self._params()), set_to_none)
 
     @tag(phase="opt")
-    @no_grad()
-    def step(self) -> None:
-        for g, p in self._params():
-            if p.grad is None:
-                continue
-            st = self.state.setdefault(id(p), {"step": 0})
-            st["step"] += 1
-            self._update(g, p, st)
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient.  closure: as torch's, a function
+        that recomputes the loss (zero_grad, forward, backward) and returns it; it runs first,
+        with gradients enabled, and step returns its loss (None without a closure)."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for g, p in self._params():
+                if p.grad is None:
+                    continue
+                st = self.state.setdefault(id(p), {"step": 0})
+                st["step"] += 1
+                self._update(g, p, st)
+        return loss
 
     def _update(self, group: dict, p: Tensor, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -629,19 +642,151 @@ class Adadelta(_Elementwise):
         self._write(p, add(p, delta, alpha=-float(g["lr"])))
 
 
+class LBFGS(Optimizer):
+    """torch.optim.LBFGS(params, lr=1, max_iter=20, max_eval=None (max_iter * 5 // 4),
+    tolerance_grad=1e-7, tolerance_change=1e-9, history_size=100, line_search_fn=None or
+    "strong_wolfe"): torch's algorithm -- the two-loop recursion over the last history_size
+    (s, y) pairs, a first step of min(1, 1/|g|_1) * lr, a fixed step or the strong-Wolfe line
+    search, torch's stopping tests.  step(closure) needs the closure.  The flat direction and
+    history live on the host as NumPy vectors (each step reads the loss and gradients)."""
+
+    def __init__(self, params, lr: float = 1, max_iter: int = 20, max_eval=None, tolerance_grad: float = 1e-7,
+                 tolerance_change: float = 1e-9, history_size: int = 100, line_search_fn=None):
+        if max_eval is None:
+            max_eval = max_iter * 5 // 4
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise RuntimeError("only 'strong_wolfe' is supported")
+        super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval, tolerance_grad=tolerance_grad,
+                                      tolerance_change=tolerance_change, history_size=history_size,
+                                      line_search_fn=line_search_fn))
+        if len(self.param_groups) != 1:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        self._plist = self.param_groups[0]["params"]
+
+    def _flat_grad(self) -> np.ndarray:
+        return np.concatenate([np.zeros(p.numel()) if p.grad is None else p.grad.numpy().reshape(-1)
+                               for p in self._plist]).astype(self._plist[0].dtype, copy=False)
+
+    def _set_flat(self, flat: np.ndarray) -> None:
+        offset = 0
+        for p in self._plist:
+            n = p.numel()
+            assign_(p, from_numpy(np.ascontiguousarray(flat[offset:offset + n].reshape(p.shape), dtype=p.dtype)))
+            offset += n
+
+    def _evaluate(self, closure) -> tuple[float, np.ndarray]:
+        with enable_grad():
+            loss = float(closure())
+        return loss, self._flat_grad()
+
+    def _direction(self, st: dict, g: np.ndarray, history: int) -> np.ndarray:
+        """The new (s, y) pair into the history if it has curvature, then the two-loop recursion."""
+        if st["n_iter"] == 1:
+            st.update(old_dirs=[], old_stps=[], ro=[], H_diag=1.0)
+            return -g
+        y, s = g - st["prev_flat_grad"], st["d"] * st["t"]
+        ys = float(y @ s)
+        if ys > 1e-10:
+            if len(st["old_dirs"]) == history:
+                for k in ("old_dirs", "old_stps", "ro"):
+                    st[k].pop(0)
+            st["old_dirs"].append(y)
+            st["old_stps"].append(s)
+            st["ro"].append(1.0 / ys)
+            st["H_diag"] = ys / float(y @ y)
+        dirs, stps, ro = st["old_dirs"], st["old_stps"], st["ro"]
+        al = [0.0] * len(dirs)
+        q = -g
+        for i in range(len(dirs) - 1, -1, -1):
+            al[i] = float(stps[i] @ q) * ro[i]
+            q = q - al[i] * dirs[i]
+        r = q * st["H_diag"]
+        for i in range(len(dirs)):
+            r = r + (al[i] - float(dirs[i] @ r) * ro[i]) * stps[i]
+        return r
+
+    @tag(phase="opt")
+    def step(self, closure=None):
+        """Up to max_iter L-BFGS iterations, calling the closure for the loss and gradients;
+        returns the loss of the first call."""
+        if closure is None:
+            raise RuntimeError("LBFGS.step needs a closure that recomputes the loss (torch.optim.LBFGS)")
+        group = self.param_groups[0]
+        st = self.state.setdefault(id(self._plist[0]), {"func_evals": 0, "n_iter": 0})
+        with enable_grad():
+            orig_loss = closure()
+        loss, g = float(orig_loss), self._flat_grad()
+        st["func_evals"] += 1
+        if np.abs(g).max() <= group["tolerance_grad"]:
+            return orig_loss
+        with no_grad():
+            self._iterate(closure, group, st, loss, g)
+        return orig_loss
+
+    def _iterate(self, closure, group: dict, st: dict, loss: float, g: np.ndarray) -> None:
+        lr, tol_change = float(group["lr"]), group["tolerance_change"]
+        evals = 1
+        for n_iter in range(1, group["max_iter"] + 1):
+            st["n_iter"] += 1
+            st["d"] = d = self._direction(st, g, group["history_size"])
+            st["prev_flat_grad"], prev_loss = g.copy(), loss
+            st["t"] = t = min(1.0, 1.0 / float(np.abs(g).sum())) * lr if st["n_iter"] == 1 else lr
+            gtd = float(g @ d)
+            if gtd > -tol_change:
+                break
+            x = np.concatenate([p.numpy().reshape(-1) for p in self._plist])
+            if group["line_search_fn"] is not None:
+                def along(step):
+                    self._set_flat(x + step * d)
+                    out = self._evaluate(closure)
+                    self._set_flat(x)
+                    return out
+                loss, g, t, ls_evals = strong_wolfe(along, t, d, loss, g, gtd)
+                st["t"] = t
+                self._set_flat(x + t * d)
+            else:
+                self._set_flat(x + t * d)
+                ls_evals = 0
+                if n_iter != group["max_iter"]:
+                    loss, g = self._evaluate(closure)
+                    ls_evals = 1
+            evals += ls_evals
+            st["func_evals"] += ls_evals
+            if n_iter == group["max_iter"] or evals >= group["max_eval"] or np.abs(g).max() <= group["tolerance_grad"]:
+                break
+            if np.abs(d * t).max() <= tol_change or abs(loss - prev_loss) < tol_change:
+                break
+        st["prev_loss"] = loss
+
+    def state_dict(self, copy: bool = True) -> dict:
+        """torch's layout: the state (counters, direction, step, history) under parameter 0."""
+        groups = [{**{k: v for k, v in self.param_groups[0].items() if k != "params"},
+                   "params": list(range(len(self._plist)))}]
+        st = self.state.get(id(self._plist[0]))
+        state = {} if st is None else {0: {k: ([np.copy(a) if np.ndim(a) else a for a in v] if isinstance(v, list) else
+                                              v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict) -> None:
+        super().load_state_dict({"param_groups": sd.get("param_groups"), "state": {}})
+        st = dict(sd.get("state", {})).get(0)
+        if st is not None:
+            self.state[id(self._plist[0])] = {
+                k: ([np.asarray(a) if np.ndim(a) else float(a) for a in v] if isinstance(v, (list, tuple)) else
+                    np.asarray(v) if k in ("d", "prev_flat_grad") else v) for k, v in st.items()}
+
+
 @no_grad()
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None) -> Tensor:
     """torch.nn.utils.clip_grad_norm_: scale every gradient by min(1, max_norm / (total_norm +
-    1e-6)), all in tile tasks (no waiting); returns the total 2-norm as a 0-d tensor (0 when
-    no parameter has a gradient).  norm_type 2 only; error_if_nonfinite is not supported."""
+    1e-6)), all in tile tasks (no waiting); returns the total norm as a 0-d tensor (0 when
+    no parameter has a gradient).  norm_type: any p, inf or -inf (the norm of the
+    gradients' norms, as torch); error_if_nonfinite=True reads the norm first (it waits) and
+    raises torch's RuntimeError on a NaN or infinite norm, leaving the gradients alone."""
     if max_norm <= 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
-    if float(norm_type) != 2.0:
-        raise NotImplementedError(f"clip_grad_norm_: norm_type={norm_type} is not supported (2.0 is)")
-    if error_if_nonfinite:
-        raise NotImplementedError("clip_grad_norm_: error_if_nonfinite=True is not supported (it would wait "
-                                  "for the norm)")
+    norm_type = float(norm_type)
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     grads = [p.grad for p in params if isinstance(p, Tensor) and p.grad is not None]
     if not grads:
@@ -651,6 +796,8 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
         raise TypeError(f"clip_grad_norm_: gradients have several dtypes {sorted(map(str, dtypes))}")
     if any(g.ndim == 0 for g in grads):
         raise ValueError("clip_grad_norm_: 0-d parameters are not supported")
+    if norm_type != 2.0 or error_if_nonfinite:
+        return _clip_by_norm(grads, float(max_norm), norm_type, error_if_nonfinite)
     sumsq = zeros((), dtype=grads[0].dtype)
     for g in grads:  # one accumulating task per gradient tile into the shared 0-d sum
         run_span("sumsq_acc", 0, g.ndim, [g], [sumsq], reduce=False)
@@ -659,6 +806,20 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     norm = Tensor(TensorTraits(()), grads[0].dtype)
     run_map("sqrt_scalar", sumsq, norm)
     return norm
+
+
+def _clip_by_norm(grads: list, max_norm: float, norm_type: float, error_if_nonfinite: bool) -> Tensor:
+    """clip_grad_norm_ for any norm, composed of ops: the norm of the gradients' norms, then
+    every gradient times min(1, max_norm / (norm + 1e-6))."""
+    total = norm(stack([norm(g, norm_type) for g in grads]), norm_type)
+    if error_if_nonfinite and not math.isfinite(float(total)):
+        raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
+                           "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
+                           "norm anyway, set `error_if_nonfinite=False`")
+    coef = clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        assign_(g, g * coef)
+    return total
 
 
 def cosine_with_warmup(step: int, *, lr: float, warmup: int, total: int, min_lr: float = 0.0) -> float:

@@ -776,6 +776,13 @@ class Tensor(TensorBase):
     def nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
         return _inplace(self, lambda a: ops.nan_to_num(a, nan, posinf, neginf))
 
+    def index_put(self, indices, values, accumulate=False):
+        return ops.index_put(self, indices, values, accumulate)
+
+    def index_put_(self, indices, values, accumulate=False):
+        operands = (values,) if isinstance(values, TensorBase) else ()
+        return _inplace(self, lambda a, *_: ops.index_put(a, indices, values, accumulate), *operands)
+
     def index_fill(self, dim, index, value):
         return ops.index_fill(self, dim, index, value)
 

@@ -1,4 +1,4 @@
-"""tiletrain.autograd: torch.autograd's functional entry points over tiletrain's tape
+"""tiletrain.autograd.grad and backward: torch.autograd's functional entry points over tiletrain's tape
 (tiletrain/ops/autograd.py).
 
 - ``grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -16,11 +16,11 @@ to ``create_graph``; without it the graph is released by the call and a second p
 it raises a RuntimeError."""
 from __future__ import annotations
 
-from .ops.autograd import backward_inputs, backward_into, differentiate, enable_grad, inference_mode, no_grad
-from .ops.basic import fill_
-from .ops.shape import retile
-from .runtime.kernels import run_map
-from .tensors import Tensor
+from ..ops.autograd import backward_inputs, backward_into, differentiate, enable_grad, inference_mode, no_grad
+from ..ops.basic import fill_
+from ..ops.shape import retile
+from ..runtime.kernels import run_map
+from ..tensors import Tensor
 
 __all__ = ["grad", "backward", "no_grad", "enable_grad", "inference_mode"]
 
