@@ -8,9 +8,10 @@ log_prob, entropy, the moments and kl_divergence are torch's formulas from recor
 values and gradients compare with torch's (float64, ~1e-12).  log-gamma and digamma (Gamma,
 Beta, Dirichlet, Poisson, Binomial) are Stirling's series after a shift, from recorded ops, for
 positive arguments (all these families need); their gradients are exact to ~1e-15, where
-torch's trigamma is good to ~5e-10 only.  The samples are tiletrain's draws, not torch's
-(Gamma, Beta, Dirichlet, Poisson and Binomial are drawn on the host from the generator that
-manual_seed seeds).  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
+torch's trigamma is good to ~5e-10 only.  Samples of Normal, Uniform, Bernoulli, Categorical,
+Exponential, Laplace and Geometric are torch's for a seed (tiletrain/tensors/rng.py); Gamma,
+Beta, Dirichlet, Poisson and Binomial are NumPy's draws on the host, seeded from the generator
+that manual_seed seeds.  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
 sample (has_rsample False: rsample raises NotImplementedError; torch's use implicit gradients);
 validate_args is accepted and not checked; no support / arg_constraints / enumerate_support;
 MultivariateNormal factorises a covariance or precision matrix by a Cholesky of d**2 small
