@@ -6,7 +6,6 @@ import torch
 
 import tiletrain as tt
 from conftest import GRIDS_2D, GRIDS_ND
-from tiletrain.testing.references_creation import random_values
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 TORCH = {F32: torch.float32, F64: torch.float64, I64: torch.int64}
@@ -181,26 +180,26 @@ def test_random_same_values_for_any_tiling_and_seed(fn, args):
     tt.manual_seed(43)
     assert not np.array_equal(getattr(tt, fn)(*args, shape).numpy(), outs[0])
     # two calls after one seed differ; the same generator state gives the same values
-    g = tt.Generator(7)
+    g = tt.Generator().manual_seed(7)
     a = getattr(tt, fn)(*args, shape, generator=g).numpy()
     b = getattr(tt, fn)(*args, shape, generator=g).numpy()
     assert not np.array_equal(a, b)
-    np.testing.assert_array_equal(getattr(tt, fn)(*args, shape, generator=tt.Generator(7)).numpy(), a)
+    np.testing.assert_array_equal(getattr(tt, fn)(*args, shape, generator=tt.Generator().manual_seed(7)).numpy(), a)
 
 
 @pytest.mark.parametrize("shape,tiles", GRIDS_ND)
-def test_random_values_are_the_keyed_stream(shape, tiles):
-    """Element i (row-major, global) of a call with seed s is random_values(s, i): the reference
-    generator, whatever the tiling."""
-    g = tt.Generator(5)
-    seed = tt.Generator(5).next_seed()
-    idx = np.arange(np.prod(shape)).reshape(shape)
-    np.testing.assert_array_equal(tt.randn(shape, generator=g, dtype=np.float64, tiles=tiles).numpy(),
-                                  random_values(seed, idx, 1, np.float64, 0.0, 1.0))
+def test_random_values_are_torchs_for_any_tiling(shape, tiles):
+    """randn/rand/randint with a seeded generator give torch's values, whatever the tiling."""
+    for fn, dt, tdt in (("randn", tt.float64, torch.float64), ("rand", tt.float32, torch.float32)):
+        ours = getattr(tt, fn)(shape, generator=tt.Generator().manual_seed(5), dtype=dt, tiles=tiles).numpy()
+        ref = getattr(torch, fn)(shape, generator=torch.Generator().manual_seed(5), dtype=tdt).numpy()
+        np.testing.assert_allclose(ours, ref, rtol=1e-15 if dt == tt.float64 else 0, atol=0)
+    ours = tt.randint(-3, 9, shape, generator=tt.Generator().manual_seed(6), tiles=tiles).numpy()
+    np.testing.assert_array_equal(ours, torch.randint(-3, 9, shape, generator=torch.Generator().manual_seed(6)).numpy())
 
 
 def test_generator_state_round_trips():
-    g = tt.Generator(3)
+    g = tt.Generator().manual_seed(3)
     g.next_seed()
     state = g.get_state()
     a = tt.randn(4, 5, generator=g).numpy()

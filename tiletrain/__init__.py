@@ -13,8 +13,9 @@ from .tensors.api import Tensor
 # creation functions (torch's names and signatures), dtypes, seeding, the tile-count limit
 from .tensors import (Generator, empty_like, float32, float64, get_max_tiles, int64, manual_seed, set_max_tiles,
                       tensor)
-from .ops.creation import (arange, full, full_like, linspace, ones, ones_like, rand, rand_like, randint, randn,
-                           randn_like, zeros, zeros_like)
+from .tensors.creation import default_generator, get_rng_state, initial_seed, seed, set_rng_state
+from .ops.creation import (arange, bernoulli, full, full_like, linspace, ones, ones_like, rand, rand_like, randint,
+                           randn, randn_like, zeros, zeros_like)
 from .tensors.cupy_interop import from_cupy
 from .tensors.device import device
 from .ops.softmax import log_softmax, softmax
@@ -27,7 +28,8 @@ __all__ = [
     "wait", "Tensor", "TensorTraits", "empty", "from_cupy", "from_numpy", "full", "ones", "zeros", "tag", "rank",
     "world_size", "distribution", "bfloat16", "float16", "Generator", "arange", "empty_like", "float32", "float64",
     "full_like", "get_max_tiles", "int64", "linspace", "manual_seed", "ones_like", "rand", "rand_like", "randint",
-    "randn", "randn_like", "set_max_tiles", "tensor", "zeros_like", "bool",
+    "randn", "randn_like", "set_max_tiles", "tensor", "zeros_like", "bool", "bernoulli", "default_generator",
+    "get_rng_state", "initial_seed", "seed", "set_rng_state",
     "device", "get_default_dtype", "set_default_dtype", "long", "float", "double", "half", "save", "load",
     "is_tensor", "softmax", "log_softmax", "pi", "e", "inf", "nan", "newaxis",
 ] + _ops.__all__

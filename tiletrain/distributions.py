@@ -8,9 +8,10 @@ log_prob, entropy, the moments and kl_divergence are torch's formulas from recor
 values and gradients compare with torch's (float64, ~1e-12).  log-gamma and digamma (Gamma,
 Beta, Dirichlet, Poisson, Binomial) are Stirling's series after a shift, from recorded ops, for
 positive arguments (all these families need); their gradients are exact to ~1e-15, where
-torch's trigamma is good to ~5e-10 only.  The samples are tiletrain's draws, not torch's
-(Gamma, Beta, Dirichlet, Poisson and Binomial are drawn on the host from the generator that
-manual_seed seeds).  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
+torch's trigamma is good to ~5e-10 only.  Samples of Normal, Uniform, Bernoulli, Categorical,
+Exponential, Laplace and Geometric are torch's for a seed (tiletrain/tensors/rng.py); Gamma,
+Beta, Dirichlet, Poisson and Binomial are NumPy's draws on the host, seeded from the generator
+that manual_seed seeds.  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
 sample (has_rsample False: rsample raises NotImplementedError; torch's use implicit gradients);
 validate_args is accepted and not checked; no support / arg_constraints / enumerate_support;
 MultivariateNormal factorises a covariance or precision matrix by a Cholesky of d**2 small
@@ -27,14 +28,14 @@ import numpy as np
 
 from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
-from .ops.creation import full, rand, randn
+from .ops.creation import exponential_values, full, rand, randn, uniform_values
 from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p,  # noqa: A004
                               erfinv, lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
 from .ops.index import gather, multinomial, one_hot
 from .ops.reduce import argmax, sum as _sum
 from .ops.shape import cat, expand, reshape, squeeze, stack, transpose, unsqueeze
 from .tensors import Tensor, from_numpy, tensor
-from .tensors.creation import default_generator
+from .tensors.creation import default_generator, empty
 from .tensors.tensor import get_default_dtype
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Distribution", "Exponential", "Gamma",
@@ -113,8 +114,11 @@ def _xlogy(x: Tensor, y: Tensor) -> Tensor:
     return where(eq(x, 0.0), 0.0, mul(x, log(y)))
 
 
-def _rng():
-    return default_generator._rng
+def _rng() -> np.random.Generator:
+    """A NumPy generator for the draws torch makes with kernels tiletrain has no stream for
+    (gamma, Poisson, binomial), seeded from the default generator (reproducible after
+    manual_seed; not torch's values)."""
+    return np.random.default_rng(default_generator.next_seed())
 
 
 def _host(a, like: Tensor) -> Tensor:
@@ -406,8 +410,8 @@ class Exponential(Distribution):
         return pow(self.rate, -2)
 
     def rsample(self, sample_shape=()) -> Tensor:
-        u = rand(self._extended(sample_shape), dtype=self.rate.dtype)
-        return div(neg(log1p(neg(u))), self.rate)
+        e = exponential_values(empty(self._extended(sample_shape), dtype=self.rate.dtype))  # torch's exponential_()
+        return div(e, self.rate)
 
     def log_prob(self, value) -> Tensor:
         return sub(log(self.rate), mul(self.rate, _tensor(value, self.rate)))
@@ -438,7 +442,7 @@ class Laplace(_LocScale):
 
     def rsample(self, sample_shape=()) -> Tensor:
         eps = _eps(self.loc)
-        u = add(mul(rand(self._extended(sample_shape), dtype=self.loc.dtype), 2.0 - eps), eps - 1.0)  # (eps - 1, 1)
+        u = uniform_values(empty(self._extended(sample_shape), dtype=self.loc.dtype), eps - 1.0, 1.0)
         return sub(self.loc, mul(mul(self.scale, sign(u)), log1p(neg(abs(u)))))
 
     def log_prob(self, value) -> Tensor:
@@ -765,7 +769,7 @@ class Geometric(Distribution):
     def sample(self, sample_shape=()) -> Tensor:
         with no_grad():
             tiny = float(np.finfo(np.dtype(self.probs.dtype)).tiny)
-            u = clamp(rand(self._extended(sample_shape), dtype=self.probs.dtype), min=tiny)
+            u = uniform_values(empty(self._extended(sample_shape), dtype=self.probs.dtype), tiny, 1.0)
             return floor(div(log(u), log1p(neg(self.probs))))
 
     def log_prob(self, value) -> Tensor:

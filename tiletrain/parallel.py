@@ -423,11 +423,12 @@ def _seeded(seed):
         yield
         return
     g = default_generator
-    old, g._rng = g._rng, np.random.default_rng(seed)
+    old = g.get_state()
+    g.manual_seed(seed)
     try:
         yield
     finally:
-        g._rng = old
+        g.set_state(old)
 
 
 def _own_replica_only() -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 from .. import functional as F
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import default_float
-from .layers import _default_rng
+from .layers import kaiming_bound, uniform
 from .module import Module, Parameter
 
 __all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
@@ -54,14 +54,14 @@ def _conv_shape(m: Module, in_channels, out_channels, kernel_size, groups) -> st
 
 
 def _conv_params(m: Module, shape: tuple, bias: bool, dtype, rng) -> None:
-    """weight of ``shape`` and bias (out_channels,) drawn U(-b, b), b = 1/sqrt(shape[1] * kernel
-    size): torch's kaiming_uniform_(a=sqrt(5)) fan_in rule, for both weight layouts."""
+    """weight of ``shape`` and bias (out_channels,) as torch's reset_parameters draws them:
+    kaiming_uniform_(a=sqrt(5)) and U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[1] *
+    kernel size (both weight layouts), from the default generator (or ``rng``)."""
     dtype = default_float(dtype)
-    rng = _default_rng if rng is None else rng
-    bound = 1.0 / math.sqrt(shape[1] * math.prod(m.kernel_size))
-    m.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype), shape)
+    fan_in = shape[1] * math.prod(m.kernel_size)
+    m.weight = Parameter(uniform(shape, kaiming_bound(fan_in), rng, dtype, shape))
     cout = m.out_channels
-    m.bias = Parameter(rng.uniform(-bound, bound, cout).astype(dtype), (cout,)) if bias else None
+    m.bias = Parameter(uniform((cout,), 1.0 / math.sqrt(fan_in), rng, dtype, (cout,))) if bias else None
 
 
 class _ConvNd(Module):

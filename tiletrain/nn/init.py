@@ -1,6 +1,6 @@
-"""torch.nn.init: fill a tensor in place (under no_grad) with torch's fan rules and gains.
-The random values come from tiletrain's generators (the module's default one, or
-``generator=``): the same distributions as torch, not the same draws."""
+"""torch.nn.init: fill a tensor in place (under no_grad) with torch's fan rules, gains and
+draws: after ``manual_seed(s)`` (or with ``generator=``) the values are torch's
+(tiletrain/tensors/rng.py)."""
 from __future__ import annotations
 
 import math
@@ -9,10 +9,9 @@ import numbers
 import numpy as np
 
 from ..ops import assign_, no_grad
-from ..ops.creation import full_like, rand, randn
-from ..ops.elementwise import add, mul
+from ..ops.creation import full_like, normal_values, uniform_values
 from ..tensors import Tensor, from_numpy
-from ..tensors.creation import _seed
+from ..tensors.creation import _generator
 
 __all__ = ["calculate_gain", "constant_", "ones_", "zeros_", "normal_", "uniform_", "xavier_uniform_",
            "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "orthogonal_"]
@@ -64,13 +63,11 @@ def _fans(t: Tensor) -> tuple[int, int]:
 
 
 def _uniform(t: Tensor, a: float, b: float, generator) -> Tensor:
-    u = rand(t.shape, generator=generator, dtype=t.dtype, tiles=t.tiles if t.ndim else None)
-    return _fill(t, add(mul(u, b - a), a))
+    return _fill(t, uniform_values(t, a, b, generator))
 
 
 def _normal(t: Tensor, mean: float, std: float, generator) -> Tensor:
-    z = randn(t.shape, generator=generator, dtype=t.dtype, tiles=t.tiles if t.ndim else None)
-    return _fill(t, add(mul(z, std), mean))
+    return _fill(t, normal_values(t, mean, std, generator))
 
 
 def constant_(tensor: Tensor, val) -> Tensor:
@@ -95,20 +92,46 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None)
 
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
                   generator=None) -> Tensor:
-    """Normal(mean, std) draws redrawn until they fall in [a, b] (a truncated normal)."""
+    """Normal(mean, std) truncated to [a, b], drawn as torch's: where [a, b] holds more than
+    30 % of the mass, normals with the ones outside redrawn (a whole new draw each round);
+    else uniforms on [a, b] accepted against the normal's density (rejection)."""
     t = _tensor(tensor, "trunc_normal_")
     if not a < b:
         raise ValueError(f"nn.init.trunc_normal_: a ({a}) must be below b ({b})")
-    rng = np.random.default_rng(_seed("trunc_normal_", generator))
-    v = rng.normal(mean, std, t.shape)
-    bad = (v < a) | (v > b)
-    for _ in range(1000):
-        if not bad.any():
+    g = _generator("trunc_normal_", generator)
+    n, dt = t.numel(), t.dtype
+
+    def cdf(x):
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+    if cdf((b - mean) / std) - cdf((a - mean) / std) > 0.3:
+        lo, hi = dt.type(a), dt.type(b)
+        v = g.normal(n, dt, mean, std)
+        for _ in range(10000):
+            bad = (v < lo) | (v > hi)
+            if not bad.any():
+                break
+            v = np.where(bad, g.normal(n, dt, mean, std), v)
+    else:
+        v = _trunc_by_rejection(g, n, dt, mean, std, a, b)
+    return _fill(t, from_numpy(np.ascontiguousarray(v.reshape(t.shape)), tiles=t.tiles if t.ndim else None))
+
+
+def _trunc_by_rejection(g, n: int, dt, mean: float, std: float, a: float, b: float) -> np.ndarray:
+    """torch's rejection branch: candidates uniform on [a, b], kept where log U < the
+    normal's log density relative to its peak in [a, b]; the rejected ones redrawn."""
+    log_peak = -0.5 * ((max(a, min(mean, b)) - mean) / std) ** 2
+
+    def log_pdf(x):
+        return (((x - dt.type(mean)) / dt.type(std)) ** 2 * dt.type(-0.5) - dt.type(log_peak)).astype(dt)
+    result = g.uniform(n, dt, a, b)
+    pending = np.log(g.uniform(n, dt)) > log_pdf(result)
+    for _ in range(10000):
+        if not pending.any():
             break
-        v[bad] = rng.normal(mean, std, int(bad.sum()))
-        bad = (v < a) | (v > b)
-    v = np.clip(v, a, b)  # (only where [a, b] holds almost none of the distribution)
-    return _fill(t, from_numpy(v.astype(t.dtype)))
+        cand = g.uniform(n, dt, a, b)
+        result = np.where(pending, cand, result)
+        pending = np.where(pending, np.log(g.uniform(n, dt)) > log_pdf(cand), pending)
+    return result
 
 
 def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
@@ -118,19 +141,21 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     if t.ndim < 2:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     rows, cols = t.shape[0], t.numel() // t.shape[0]
-    flat = np.random.default_rng(_seed("orthogonal_", generator)).standard_normal((rows, cols))
+    flat = _generator("orthogonal_", generator).normal(rows * cols, t.dtype).reshape(rows, cols)
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)
     q *= np.sign(np.diag(r))
     if rows < cols:
         q = q.T
-    return _fill(t, from_numpy((gain * q).reshape(t.shape).astype(t.dtype)))
+    return _fill(t, from_numpy(np.ascontiguousarray((q * gain).reshape(t.shape).astype(t.dtype)),
+                               tiles=t.tiles))
 
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     fan_in, fan_out = _fans(_tensor(tensor, "xavier_uniform_"))
-    a = math.sqrt(3.0) * gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    a = math.sqrt(3.0) * std
     return _uniform(tensor, -a, a, generator)
 
 

@@ -1,12 +1,15 @@
 """Basic layers: Linear (torch's layout), Conv1D (GPT-2's layout), LayerNorm, RMSNorm, Embedding,
 Dropout.
 
-Parameters are initialised in NumPy (normal with standard deviation ``std`` from ``rng``,
-zero biases, unit LayerNorm weights) and written into tiled tensors with the tile shape the
+Parameters are initialised on the host and written into tiled tensors with the tile shape the
 caller gives (``tiles``; None means the default tile shape) one block of tile rows at a time
-(tensors.tensor.from_rows), so building a model never holds a whole weight in host memory."""
+(tensors.tensor.from_rows), so building a model never holds a whole weight in host memory.
+Without ``rng`` a layer draws as torch's does, from the default generator in torch's order
+(so ``manual_seed(s)`` then the same modules gives torch's initial values); with ``rng`` (a
+NumPy generator: tiletrain's models take one from their config's seed) it draws from that."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -14,14 +17,14 @@ import numpy as np
 from .. import functional as F
 from ..ops.activations import affine
 from ..ops.autograd import no_grad
-from ..tensors import Tensor, TensorTraits, from_numpy
+from ..tensors import Tensor, TensorTraits, default_generator, from_numpy
+from ..tensors.rng import NormalStream
 from ..tensors.tensor import default_float, from_rows
 from .module import Module, Parameter
 
 __all__ = ["Bilinear", "Conv1D", "EmbeddingBag",
            "Linear", "LayerNorm", "RMSNorm", "Embedding", "Dropout", "param_tiles"]
 
-_default_rng = np.random.default_rng(0)  # used when a layer is built without an rng
 
 
 def param_tiles(shape, tiles) -> tuple[int, ...] | None:
@@ -60,10 +63,31 @@ def drawn(shape, tiles, dtype, draw) -> Tensor:
 
 
 def normal(shape, std: float, rng, dtype, tiles=None) -> Tensor:
-    """N(0, std^2) drawn in float64 from rng (so float32 and float64 models built from the
-    same seed hold the same values up to rounding), as a tensor with tile shape ``tiles``."""
-    rng = _default_rng if rng is None else rng
-    return drawn(shape, tiles, default_float(dtype), lambda s: rng.standard_normal(s) * std)
+    """N(0, std^2) as a tensor with tile shape ``tiles``: torch's ``normal_(0, std)`` draws from
+    the default generator, or (``rng``, a NumPy generator) float64 draws from rng, so float32
+    and float64 models built from one seed hold the same values up to rounding."""
+    dtype = default_float(dtype)
+    if rng is not None:
+        return drawn(shape, tiles, dtype, lambda s: rng.standard_normal(s) * std)
+    stream = NormalStream(default_generator, int(np.prod(shape, dtype=np.int64)), dtype, 0.0, std)
+    return drawn(shape, tiles, dtype, lambda s: stream.take(int(np.prod(s, dtype=np.int64))).reshape(s))
+
+
+def uniform(shape, bound: float, rng, dtype, tiles=None) -> Tensor:
+    """U(-bound, bound): torch's ``uniform_(-bound, bound)`` draws from the default generator,
+    or (``rng``) NumPy's."""
+    dtype = default_float(dtype)
+    if rng is not None:
+        return drawn(shape, tiles, dtype, lambda s: rng.uniform(-bound, bound, s))
+    g = default_generator
+    return drawn(shape, tiles, dtype, lambda s: g.uniform(int(np.prod(s, dtype=np.int64)), dtype, -bound, bound).reshape(s))
+
+
+def kaiming_bound(fan_in: int) -> float:
+    """The bound of torch's default weight init, kaiming_uniform_(a=sqrt(5)), in its own
+    floating-point steps (bit for bit): sqrt(3) * gain / sqrt(fan_in)."""
+    gain = math.sqrt(2.0 / (1 + math.sqrt(5) ** 2))
+    return math.sqrt(3.0) * (gain / math.sqrt(fan_in))
 
 
 class Linear(Module):
@@ -78,11 +102,9 @@ class Linear(Module):
         self.out_features = _int(out_features, "Linear", "out_features")
         dtype = default_float(dtype)
         shape = (self.out_features, self.in_features)
-        rng = _default_rng if rng is None else rng
-        bound = 1.0 / np.sqrt(self.in_features)
-        self.weight = Parameter(drawn(shape, tiles, dtype, lambda s: rng.uniform(-bound, bound, s)))
-        self.bias = (Parameter(drawn((self.out_features,), self.weight.tiles[:1], dtype,
-                                     lambda s: rng.uniform(-bound, bound, s))) if bias else None)
+        self.weight = Parameter(uniform(shape, kaiming_bound(self.in_features), rng, dtype, tiles))
+        bound = 1.0 / math.sqrt(self.in_features)
+        self.bias = Parameter(uniform((self.out_features,), bound, rng, dtype, self.weight.tiles[:1])) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)  # (..., in) -> (..., out)
@@ -105,12 +127,10 @@ class Bilinear(Module):
         self.in2_features = _int(in2_features, "Bilinear", "in2_features")
         self.out_features = _int(out_features, "Bilinear", "out_features")
         dtype = default_float(dtype)
-        rng = _default_rng if rng is None else rng
-        bound = 1.0 / np.sqrt(self.in1_features)
+        bound = 1.0 / math.sqrt(self.in1_features)
         shape = (self.out_features, self.in1_features, self.in2_features)
-        self.weight = Parameter(drawn(shape, None, dtype, lambda s: rng.uniform(-bound, bound, s)))
-        self.bias = (Parameter(drawn((self.out_features,), None, dtype, lambda s: rng.uniform(-bound, bound, s)))
-                     if bias else None)
+        self.weight = Parameter(uniform(shape, bound, rng, dtype))
+        self.bias = Parameter(uniform((self.out_features,), bound, rng, dtype)) if bias else None
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:  # noqa: A002
         return F.bilinear(input1, input2, self.weight, self.bias)  # (..., in1), (..., in2) -> (..., out)

@@ -18,7 +18,7 @@ from ..ops.index import index_get, index_select
 from ..ops.shape import cat, chunk, permute, reshape, stack
 from ..tensors import Tensor
 from ..tensors.tensor import default_float, from_numpy
-from .layers import drawn
+from .layers import uniform
 from .module import Module, Parameter
 from .utils.rnn import PackedSequence, _pack_rows, pad_packed_sequence
 
@@ -28,8 +28,8 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
 def _uniform(shape, k, dtype):
-    rng = np.random.default_rng()
-    return Parameter(drawn(shape, None, dtype, lambda s: rng.uniform(-k, k, s)))
+    """U(-k, k), k = 1/sqrt(hidden_size): torch's reset_parameters, in its parameter order."""
+    return Parameter(uniform(shape, k, None, dtype))
 
 
 def _cell(mode: str, x_proj: Tensor, h: Tensor, c, w_hh: Tensor, b_hh):

@@ -44,9 +44,9 @@ class MultiheadAttention(Module):
         self.head_dim = embed_dim // num_heads
         dtype = default_float(dtype)
         self.in_proj_weight = Parameter(drawn((3 * embed_dim, embed_dim), None, dtype, np.zeros))
-        init.xavier_uniform_(self.in_proj_weight)
         self.in_proj_bias = Parameter(drawn((3 * embed_dim,), None, dtype, np.zeros)) if bias else None
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)  # draws first, as torch's
+        init.xavier_uniform_(self.in_proj_weight)
         if bias:
             init.constant_(self.out_proj.bias, 0.0)
 

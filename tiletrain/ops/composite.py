@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from ..tensors import Tensor, from_numpy, is_float
+from ..tensors.creation import _generator
 from ..tensors.tensor import get_default_dtype
 from .basic import _tensor
 from .contract import triu
@@ -560,12 +561,10 @@ def log10(input: Tensor) -> Tensor:  # noqa: A002
 # -- creation --------------------------------------------------------------------------------
 
 def randperm(n: int, *, generator=None, dtype=None, requires_grad: bool = False, device=None, **kwargs) -> Tensor:
-    """A random permutation of 0 .. n - 1 (int64), drawn from the generator (tiletrain's
-    draws, not torch's)."""
-    from ..tensors.creation import _seed
+    """A random permutation of 0 .. n - 1 (int64): torch's for the generator's seed."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
         raise RuntimeError(f"randperm: n must be a non-negative int, got {n!r}")
-    perm = np.random.default_rng(_seed("randperm", generator)).permutation(int(n)).astype(np.int64)
+    perm = _generator("randperm", generator).permutation(int(n))
     t = from_numpy(perm)
     return t if dtype is None else t.to(dtype)
 

@@ -1,5 +1,6 @@
-"""Creation functions that fill their tiles with kernels -- constants (full, zeros, ones),
-ranges (arange, linspace), random tensors (rand, randn, randint) and their *_like -- with
+"""Creation functions -- constants (full, zeros, ones) and ranges (arange, linspace) filled
+by kernels, random tensors (rand, randn, randint: torch's draws, tiletrain/tensors/rng.py)
+and their *_like -- with
 torch's names, signatures, defaults and dtype inference.  The ones that need no kernel (from
 data, empty) and the argument rules are tiletrain/tensors/creation.py's."""
 from __future__ import annotations
@@ -7,10 +8,13 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ..runtime.kernels import run_map
-from ..tensors import Tensor, TensorTraits
+from ..tensors import Tensor, TensorTraits, from_numpy
 from ..tensors.device import device_arg
-from ..tensors.creation import F32, I64, _dtype, _like, _new, _real, _seed, _size
+from ..tensors.creation import F32, I64, _drawn, _dtype, _generator, _like, _new, _real, _size
+from ..tensors.rng import NormalStream
 from .basic import fill_
 
 # -- constant tensors ----------------------------------------------------------------
@@ -88,32 +92,73 @@ def linspace(start, end, steps, dtype=None, requires_grad: bool = False, tiles=N
 
 # -- random --------------------------------------------------------------------------
 
-_DIST = {"rand": 0, "randn": 1, "randint": 2}
-
-
-def _random(op: str, size, lo: float, hi: float, generator, dtype, requires_grad, tiles, dist) -> Tensor:
-    seed = _seed(op, generator)
-    t = _new(op, size, dtype, tiles, dist, requires_grad)
-    shape, tl = t.shape + (1,) * (8 - t.ndim), t.tiles + (1,) * (8 - t.ndim)
-    run_map("random", t, seed=seed, dist=_DIST[op], nd=t.ndim, lo=float(lo), hi=float(hi),
-            **{f"d{i}": shape[i] for i in range(8)}, **{f"t{i}": tl[i] for i in range(8)})
-    return t
+def _numel(size) -> int:
+    shape = size.shape if isinstance(size, TensorTraits) else size
+    return int(math.prod(shape))
 
 
 @device_arg
 def rand(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
          dist=None) -> Tensor:
-    """Uniform on [0, 1)."""
+    """Uniform on [0, 1): torch's draws for the generator's seed."""
     dtype = _dtype("rand", dtype, F32, floats_only=True)
-    return _random("rand", _size("rand", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
+    g = _generator("rand", generator)
+    return _drawn("rand", _size("rand", args, size), dtype, tiles, dist, requires_grad,
+                  lambda k: g.uniform(k, dtype))
 
 
 @device_arg
 def randn(*args, size=None, generator=None, dtype=None, requires_grad: bool = False, tiles=None,
           dist=None) -> Tensor:
-    """Standard normal (Box-Muller on two counter-based uniforms)."""
+    """Standard normal: torch's draws for the generator's seed (Box-Muller, as torch's CPU)."""
     dtype = _dtype("randn", dtype, F32, floats_only=True)
-    return _random("randn", _size("randn", args, size), 0.0, 1.0, generator, dtype, requires_grad, tiles, dist)
+    size = _size("randn", args, size)
+    stream = NormalStream(_generator("randn", generator), _numel(size), dtype)
+    return _drawn("randn", size, dtype, tiles, dist, requires_grad, stream.take)
+
+
+def uniform_values(like: Tensor, low: float = 0.0, high: float = 1.0, generator=None) -> Tensor:
+    """A new tensor of ``like``'s shape, tiling and dtype holding what torch's
+    ``like.uniform_(low, high, generator=)`` writes."""
+    if not low <= high:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={low} > to={high}")
+    g = _generator("uniform_", generator)
+    return _drawn("uniform_", like.traits, like.dtype, None, None, False, lambda k: g.uniform(k, like.dtype, low, high))
+
+
+def normal_values(like: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
+    """A new tensor of ``like``'s shape, tiling and dtype holding what torch's
+    ``like.normal_(mean, std, generator=)`` writes."""
+    if not std >= 0.0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    stream = NormalStream(_generator("normal_", generator), like.numel(), like.dtype, mean, std)
+    return _drawn("normal_", like.traits, like.dtype, None, None, False, stream.take)
+
+
+def exponential_values(like: Tensor, lambd: float = 1.0, generator=None) -> Tensor:
+    """What torch's ``like.exponential_(lambd, generator=)`` writes."""
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    g = _generator("exponential_", generator)
+    return _drawn("exponential_", like.traits, like.dtype, None, None, False, lambda k: g.exponential(k, like.dtype, lambd))
+
+
+def bernoulli_values(like: Tensor, p=0.5, generator=None) -> Tensor:
+    """What torch's ``like.bernoulli_(p, generator=)`` writes: 1 with probability p (a number:
+    float64 uniforms; a tensor broadcast to like's shape: uniforms of its dtype), else 0."""
+    probs = np.broadcast_to(p.numpy(), like.shape) if isinstance(p, Tensor) else np.full(like.shape, float(p))
+    if not ((probs >= 0) & (probs <= 1)).all():
+        raise RuntimeError("bernoulli_ expects p to be in [0, 1]")
+    values = _generator("bernoulli_", generator).bernoulli(np.ascontiguousarray(probs))
+    return from_numpy(np.ascontiguousarray(values.astype(like.dtype)), tiles=like.tiles if like.ndim else None)
+
+
+def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:  # noqa: A002
+    """torch.bernoulli: 0/1 drawn with the probabilities in ``input`` (or a number ``p``),
+    input's dtype and shape."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"bernoulli(): argument 'input' must be Tensor, not {type(input).__name__}")
+    return bernoulli_values(input, input if p is None else p, generator)
 
 
 @device_arg
@@ -139,7 +184,9 @@ def randint(*args, size=None, generator=None, dtype=None, requires_grad: bool = 
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"randint: size must be a tuple of ints, got {type(size).__name__}")
     dtype = _dtype("randint", dtype, I64)
-    return _random("randint", _size("randint", (), size), low, high, generator, dtype, requires_grad, tiles, dist)
+    g = _generator("randint", generator)
+    return _drawn("randint", _size("randint", (), size), dtype, tiles, dist, requires_grad,
+                  lambda k: g.integers(k, low, high))
 
 
 # -- *_like: x's shape and tiling by default ---------------------------------------------
@@ -168,5 +215,5 @@ def rand_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Ten
 def randn_like(input, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     return _like(randn, "randn_like", input, dtype, requires_grad, tiles)
 
-__all__ = ["arange", "full", "full_like", "linspace", "ones", "ones_like", "rand", "rand_like", "randint", "randn",
+__all__ = ["bernoulli", "bernoulli_values", "exponential_values", "normal_values", "uniform_values", "arange", "full", "full_like", "linspace", "ones", "ones_like", "rand", "rand_like", "randint", "randn",
            "randn_like", "zeros", "zeros_like"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..runtime.kernels import run_map, run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
-from ..tensors.creation import default_generator
+from ..tensors.creation import _generator
 from ..tensors.tensor import forget_value_range, is_float
 from .autograd import backward_rule, double_backward_rule, grad_enabled, record
 from .basic import _float_tensor, _tensor, copy
@@ -711,28 +711,34 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None) -> Tensor:
     """torch.multinomial: int64 indices drawn from the rows of ``input`` (non-negative weights,
-    1-D or 2-D), with or without replacement, from ``generator`` (default: the one
-    manual_seed seeds).  The weights are read; the draws are NumPy's (reproducible for a seed,
-    not torch's stream)."""
+    1-D or 2-D) with torch's draws for the generator's seed: without replacement (or one
+    sample) the largest weight / Exp(1) per row (one exponential per weight, in the input's
+    dtype), with replacement a binary search of the normalised cumulative sums for each
+    float64 uniform.  The weights are read."""
     what = "multinomial"
     x = _float_tensor(input, what, "input")
     if x.ndim not in (1, 2):
         raise RuntimeError(f"{what}: prob_dist must be 1 or 2 dim, got {x.ndim}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples <= 0:
         raise RuntimeError(f"{what}: cannot sample n_sample <= 0 samples (got {num_samples!r})")
-    w = np.asarray(x.numpy(), dtype=np.float64).reshape(-1, x.shape[-1])
+    w = np.ascontiguousarray(x.numpy().reshape(-1, x.shape[-1]))
     if not np.isfinite(w).all() or (w < 0).any():
         raise RuntimeError(f"{what}: probability tensor contains either inf, nan or element < 0")
-    rng = (default_generator if generator is None else generator)._rng
-    out = np.empty((w.shape[0], int(num_samples)), np.int64)
-    for r, row in enumerate(w):
-        total = row.sum()
-        if total <= 0:
-            raise RuntimeError(f"{what}: invalid multinomial distribution (sum of probabilities <= 0)")
-        if not replacement and num_samples > np.count_nonzero(row):
-            raise RuntimeError(f"{what}: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-        out[r] = rng.choice(row.size, size=int(num_samples), replace=bool(replacement), p=row / total)
-    return from_numpy(out if x.ndim == 2 else out[0])
+    if (w.sum(axis=1) <= 0).any():
+        raise RuntimeError(f"{what}: invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and num_samples > np.count_nonzero(w, axis=1).min():
+        raise RuntimeError(f"{what}: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    g = _generator(what, generator)
+    if not replacement or num_samples == 1:
+        q = w / g.exponential(w.size, w.dtype).reshape(w.shape)
+        out = np.argsort(-q, axis=1, kind="stable")[:, :int(num_samples)]
+    else:
+        out = np.empty((w.shape[0], int(num_samples)), np.int64)
+        for r, row in enumerate(w):
+            cum = np.cumsum(row, dtype=w.dtype)
+            cum /= cum[-1]
+            out[r] = np.searchsorted(cum, g.unit(int(num_samples), np.float64), side="left")
+    return from_numpy(np.ascontiguousarray(out.astype(np.int64)) if x.ndim == 2 else out[0].astype(np.int64))
 
 
 __all__ = ["assign_", "gather", "index_add", "index_get", "index_put", "index_select", "multinomial", "scatter",

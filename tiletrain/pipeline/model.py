@@ -483,7 +483,7 @@ class _DropoutSeeds:
         self.end = None          # the default generator's state after the step (no seeds)
         if sum(self.counts):
             for j in range(m):
-                g = gen if seeds is None else Generator(seeds[j])
+                g = gen if seeds is None else Generator().manual_seed(seeds[j])
                 for v, n in enumerate(self.counts):
                     before = g.get_state()
                     for _ in range(n):

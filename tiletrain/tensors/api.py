@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import ops
 from ..ops.autograd import rename
-from ..ops.creation import full, full_like, ones, rand, randn, zeros, zeros_like
+from ..ops.creation import (bernoulli_values, exponential_values, full, full_like, normal_values, ones, rand, randint, randn,
+                            uniform_values, zeros, zeros_like)
 from ..ops.softmax import log_softmax, softmax
 from .cupy_interop import to_cupy
 from .device import device as _device, parse_to
@@ -204,10 +205,23 @@ class Tensor(TensorBase):
         return _inplace(self, lambda a, b, c: ops.add(a, ops.div(b, c), alpha=value), tensor1, tensor2)
 
     def normal_(self, mean=0.0, std=1.0, *, generator=None):
-        return _inplace(self, lambda a: ops.add(ops.mul(randn(*a.shape, generator=generator, dtype=a.dtype, tiles=a.tiles), std), mean))
+        return _inplace(self, lambda a: normal_values(a, mean, std, generator))
 
     def uniform_(self, a=0.0, b=1.0, *, generator=None):  # torch names them from, to
-        return _inplace(self, lambda x: ops.add(ops.mul(rand(*x.shape, generator=generator, dtype=x.dtype, tiles=x.tiles), b - a), a))
+        return _inplace(self, lambda x: uniform_values(x, a, b, generator))
+
+    def random_(self, from_=None, to=None, *, generator=None):
+        """torch's random_(to) and random_(from, to): integers in [0, to) or [from, to)."""
+        if from_ is None:
+            raise NotImplementedError("random_() without a range is not supported: give random_(to) or random_(from, to)")
+        lo, hi = (0, from_) if to is None else (from_, to)
+        return _inplace(self, lambda x: randint(lo, hi, x.shape, generator=generator, dtype=x.dtype, tiles=x.tiles))
+
+    def exponential_(self, lambd=1.0, *, generator=None):
+        return _inplace(self, lambda x: exponential_values(x, lambd, generator))
+
+    def bernoulli_(self, p=0.5, *, generator=None):
+        return _inplace(self, lambda x: bernoulli_values(x, p, generator))
 
     def __iadd__(self, other):
         return _inplace(self, ops.add, other) if _operand(other) else NotImplemented

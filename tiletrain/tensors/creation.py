@@ -7,9 +7,10 @@ same rules below hold for them.
 
 Every function takes ``tiles=`` (the tile shape; default: tiletrain.tensors.DEFAULT_TILE per
 axis) after torch's arguments, and the whole-tensor ones ``dist=`` (tile owners under MPI).
-Random tensors come from a counter-based generator keyed by (seed, global element index):
-reproducible for a seed, and the same values for any tiling.  Each call draws its seed from a
-Generator (default: the one ``manual_seed`` seeds, which dropout draws from too).
+Random tensors are torch's: drawn on the host from a Generator (tiletrain/tensors/rng.py; default:
+the one ``manual_seed`` seeds) in torch's order and written tile row by tile row, so a seed
+gives torch's values, the same for any tiling.  Dropout's tasks draw their own numbers from a
+per-call seed taken from the same generator.
 
 Not supported: tensors with a zero-size axis (ValueError), bool data (TypeError)."""
 from __future__ import annotations
@@ -18,54 +19,52 @@ import numbers
 
 import numpy as np
 
-from .tensor import DTYPES, Tensor, as_dtype, bool_, from_numpy, get_default_dtype, is_float
+from .tensor import DTYPES, Tensor, as_dtype, bool_, from_numpy, from_rows, get_default_dtype, is_float
 from .device import device_arg
 from .traits import TensorTraits
+from .rng import Generator
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 
 
-class Generator:
-    """Source of per-call seeds for random tensors and dropout (torch.Generator-shaped)."""
-
-    def __init__(self, seed: int = 0):
-        self.manual_seed(seed)
-
-    def manual_seed(self, seed: int) -> "Generator":
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-            raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
-        self._initial, self._rng = int(seed), np.random.default_rng(int(seed))
-        return self
-
-    def initial_seed(self) -> int:
-        return self._initial
-
-    def get_state(self) -> dict:
-        """The generator's state (a JSON-able dict: checkpoints keep it)."""
-        return self._rng.bit_generator.state
-
-    def set_state(self, state: dict) -> "Generator":
-        self._rng.bit_generator.state = state
-        return self
-
-    def next_seed(self) -> int:
-        return int(self._rng.integers(0, 2**63 - 1))
-
-
-default_generator = Generator(0)
+default_generator = Generator().manual_seed(0)  # seeded: a program that never seeds is reproducible
 
 
 def manual_seed(seed: int) -> Generator:
-    """Seed the default generator (random tensors and dropout draw their seeds from it)."""
+    """torch.manual_seed: seed the default generator (random tensors, initialisation,
+    samplers, and the per-call seeds of dropout draw from it)."""
     return default_generator.manual_seed(seed)
 
 
-def _seed(op: str, generator) -> int:
+def seed() -> int:
+    """torch.seed: a non-deterministic seed for the default generator, returned."""
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def get_rng_state() -> dict:
+    """torch.get_rng_state: the default generator's state (a dict here, not a byte tensor)."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state: dict) -> None:
+    default_generator.set_state(new_state)
+
+
+def _generator(op: str, generator) -> Generator:
     if generator is None:
-        return default_generator.next_seed()
+        return default_generator
     if not isinstance(generator, Generator):
         raise TypeError(f"{op}: generator must be a tiletrain.Generator, got {type(generator).__name__}")
-    return generator.next_seed()
+    return generator
+
+
+def _seed(op: str, generator) -> int:
+    """A per-call seed for the tasks that draw their own numbers (dropout)."""
+    return _generator(op, generator).next_seed()
 
 
 # -- argument checks -----------------------------------------------------------------
@@ -121,6 +120,19 @@ def _new(op, size, dtype, tiles, dist, requires_grad) -> Tensor:
     _check_grad(op, dtype, requires_grad)
     traits = size if isinstance(size, TensorTraits) else TensorTraits(size, tiles if size else None)
     t = Tensor(traits if dist is None else traits.with_dist(dist), dtype)
+    t.requires_grad = requires_grad
+    return t
+
+
+def _drawn(op, size, dtype, tiles, dist, requires_grad, draw) -> Tensor:
+    """A new tensor holding ``draw(k)`` for its elements in row-major order, k at a time (one
+    block of tile rows in host memory): the values of one whole draw, for any tiling."""
+    _check_grad(op, dtype, requires_grad)
+    traits = size if isinstance(size, TensorTraits) else TensorTraits(size, tiles if size else None)
+
+    def fill(r0, r1, out):
+        out[...] = draw(out.size).reshape(out.shape)
+    t = from_rows(traits if dist is None else traits.with_dist(dist), dtype, fill)
     t.requires_grad = requires_grad
     return t
 

@@ -60,7 +60,7 @@ def elementwise(rng, dt):
 @case
 def creation(rng, dt):
     """random tensors (the random kernel; keyed by element index, so any worker gives the same values)"""
-    g = tt.Generator(int(rng.integers(2**31)))
+    g = tt.Generator().manual_seed(int(rng.integers(2**31)))
     return dict(rand=tt.rand((5, 4, 6), generator=g, dtype=dt, tiles=(2, 3, 4)),
                 randn=tt.randn((11, 7), generator=g, dtype=dt, tiles=(4, 3)),
                 randint=tt.randint(-5, 9, (11, 7), generator=g, tiles=(4, 3)))

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..ops.index import multinomial
 from ..ops.shape import stack
 from ..tensors import Generator, Tensor, default_generator, from_numpy
 
@@ -105,8 +106,9 @@ class SequentialSampler(Sampler):
 
 
 class RandomSampler(Sampler):
-    """A new permutation per iteration (with replacement: num_samples draws), from ``generator``
-    (tiletrain's draws, not torch's)."""
+    """A new permutation per iteration (with replacement: num_samples draws, 32 at a time),
+    drawn as torch's: without a generator, from a fresh Generator seeded by one draw of the
+    default generator at the first index; the last, partial permutation is drawn whole."""
 
     def __init__(self, data_source, replacement: bool = False, num_samples=None, generator=None):
         self.data_source, self.replacement, self.generator = data_source, replacement, generator
@@ -120,13 +122,16 @@ class RandomSampler(Sampler):
 
     def __iter__(self):
         n = len(self.data_source)
+        g = Generator().manual_seed(default_generator.full_range()) if self.generator is None \
+            else _generator(self.generator)
         if self.replacement:
-            rng = np.random.default_rng(_generator(self.generator).next_seed())
-            return iter(rng.integers(0, n, self.num_samples).tolist())
-        perm = []
-        while len(perm) < self.num_samples:
-            perm += _permutation(n, self.generator).tolist()
-        return iter(perm[:self.num_samples])
+            for _ in range(self.num_samples // 32):
+                yield from g.integers(32, 0, n).tolist()
+            yield from g.integers(self.num_samples % 32, 0, n).tolist()
+        else:
+            for _ in range(self.num_samples // n):
+                yield from g.permutation(n).tolist()
+            yield from g.permutation(n).tolist()[:self.num_samples % n]
 
     def __len__(self):
         return self.num_samples
@@ -137,7 +142,8 @@ class SubsetRandomSampler(Sampler):
         self.indices, self.generator = list(indices), generator
 
     def __iter__(self):
-        return iter([self.indices[i] for i in _permutation(len(self.indices), self.generator)])
+        for i in _generator(self.generator).permutation(len(self.indices)).tolist():
+            yield self.indices[i]
 
     def __len__(self):
         return len(self.indices)
@@ -157,9 +163,8 @@ class WeightedRandomSampler(Sampler):
         self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
 
     def __iter__(self):
-        rng = np.random.default_rng(_generator(self.generator).next_seed())
-        return iter(rng.choice(len(self.weights), self.num_samples, replace=self.replacement,
-                               p=self.weights / self.weights.sum()).tolist())
+        return iter(multinomial(from_numpy(self.weights), self.num_samples, self.replacement,
+                                generator=self.generator).tolist())
 
     def __len__(self):
         return self.num_samples
@@ -199,8 +204,8 @@ def _generator(generator):
 
 
 def random_split(dataset, lengths, generator=None):
-    """torch.utils.data.random_split with integer lengths or fractions (a permutation from the
-    generator: tiletrain's draws, not torch's)."""
+    """torch.utils.data.random_split with integer lengths or fractions (torch's permutation for
+    the generator's seed)."""
     n = len(dataset)
     if all(isinstance(x, float) for x in lengths) and abs(sum(lengths) - 1) < 1e-9:
         sizes = [int(np.floor(n * f)) for f in lengths]
@@ -209,16 +214,12 @@ def random_split(dataset, lengths, generator=None):
         lengths = sizes
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
-    perm = _permutation(n, generator)
+    perm = _generator(generator).permutation(n)
     out, start = [], 0
     for k in lengths:
         out.append(Subset(dataset, perm[start:start + k].tolist()))
         start += k
     return out
-
-
-def _permutation(n: int, generator) -> np.ndarray:
-    return np.random.default_rng(_generator(generator).next_seed()).permutation(n)
 
 
 def default_collate(batch):
@@ -271,37 +272,40 @@ class DataLoader:
             raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
                              "and drop_last")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
-        self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
+        self.generator = generator
+        if sampler is None and not isinstance(dataset, IterableDataset):
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None and sampler is not None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         self.collate_fn = default_collate if collate_fn is None else collate_fn
 
-    def _indices(self):
-        if self.sampler is not None:
-            return list(iter(self.sampler))
-        n = len(self.dataset)
-        return _permutation(n, self.generator).tolist() if self.shuffle else list(range(n))
-
-    def _batches(self):
-        """Index lists (an IterableDataset: sample lists); batch_size None: one at a time."""
-        if self.batch_sampler is not None:
-            return iter(self.batch_sampler)
-        items = self.dataset if isinstance(self.dataset, IterableDataset) else self._indices()
-        return iter(items) if self.batch_size is None else _chunks(items, self.batch_size, self.drop_last)
-
     def __iter__(self):
+        # torch draws a base seed (for its worker processes) from the loader's generator each
+        # time an iteration starts: drawn here too, so later draws stay torch's
+        _generator(self.generator).full_range()
+        return self._iterate()
+
+    def _iterate(self):
         if isinstance(self.dataset, IterableDataset):
-            for b in self._batches():
-                yield b if self.batch_size is None else self.collate_fn(b)
+            items = iter(self.dataset)
+            if self.batch_size is None:
+                yield from items
+                return
+            for b in _chunks(items, self.batch_size, self.drop_last):
+                yield self.collate_fn(b)
             return
-        for b in self._batches():
-            if self.batch_size is None and self.batch_sampler is None:
-                yield self.collate_fn(self.dataset[b]) if self.collate_fn is not default_collate else self.dataset[b]
-            else:
+        if self.batch_sampler is not None:
+            for b in self.batch_sampler:
                 yield self.collate_fn([self.dataset[i] for i in b])
+            return
+        for i in self.sampler:
+            yield self.collate_fn(self.dataset[i]) if self.collate_fn is not default_collate else self.dataset[i]
 
     def __len__(self):
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        if self.batch_size is None:
-            return n
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        if self.sampler is not None:
+            return len(self.sampler)
+        n = len(self.dataset)
+        return n if self.batch_size is None else n // self.batch_size if self.drop_last else -(-n // self.batch_size)

@@ -1,5 +1,5 @@
 /* The device kernels, instantiated per element type: tt_<name>_f32, tt_<name>_f64 (and
- * tt_<name>_i64 for fill, copy, region_copy and random, which also run on int64 tiles, and
+ * tt_<name>_i64 for fill, copy and region_copy, which also run on int64 tiles, and
  * tt_<name>_b8 for fill, copy and region_copy, which also run on bool tiles).  OpenCL: the library
  * embeds this file with its includes inlined (csrc/embed_opencl.py); CUDA:
  * csrc/kernels/cuda/device_kernels.cu includes it.  The bodies of the `expr` kernels of
@@ -23,7 +23,6 @@
 #include "attention.cl"
 #include "optim.cl"
 #include "shape.cl"
-#include "random.cl"
 #undef T
 #undef R
 #undef SUF
@@ -44,7 +43,6 @@
 #include "attention.cl"
 #include "optim.cl"
 #include "shape.cl"
-#include "random.cl"
 #undef T
 #undef R
 #undef SUF
@@ -54,7 +52,6 @@
 #define SUF(name) name##_i64
 #include "fill_copy.cl"
 #include "shape.cl"
-#include "random.cl"
 #undef T
 #undef R
 #undef SUF
