@@ -346,3 +346,62 @@ def pinn_program(torch, *, n_points=16, steps=3, optimizer="lbfgs", line_search_
     with torch.no_grad():
         grid = net(torch.linspace(0, 1, 5).unsqueeze(1))
     return losses, grid.squeeze(1).tolist()
+
+
+# -- a program that relies on the seed alone ------------------------------------------------------
+def seeded_program(torch, *, steps_per_epoch=None, epochs=2, seed=1337, dtype=None, sample_tokens=12):
+    """A small character language model as a PyTorch user writes it: ``torch.manual_seed``, the
+    layers' default initialisation (nothing copied in), random data from torch.randint, a
+    shuffling DataLoader, AdamW, dropout 0, and top-k sampling with torch.multinomial.  Same
+    seed, same program: the same losses and tokens in torch and tiletrain, since the random
+    numbers are torch's.  Returns (losses, tokens)."""
+    nn, F = torch.nn, torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    torch.manual_seed(seed)
+    vocab, block, d = 17, 8, 24
+
+    class CharLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Parameter(torch.zeros(1, block, d))
+            nn.init.trunc_normal_(self.pos, std=0.02)
+            self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
+            self.ln = nn.LayerNorm(d)
+            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+            self.head = nn.Linear(d, vocab, bias=False)
+            self.register_buffer("mask", torch.triu(torch.ones(block, block, dtype=torch.bool), diagonal=1))
+
+        def forward(self, idx):
+            T = idx.shape[1]
+            x = self.tok(idx) + self.pos[:, :T]
+            a, _ = self.attn(x, x, x, attn_mask=self.mask[:T, :T], need_weights=False)
+            x = self.ln(x + a)
+            return self.head(x + self.mlp(x))
+
+    model = CharLM()
+    data = torch.randint(0, vocab, (40, block + 1))
+    ds = torch.utils.data.TensorDataset(data[:, :-1], data[:, 1:])
+    loader = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    losses = []
+    for _ in range(epochs):
+        for i, (x, y) in enumerate(loader):
+            if steps_per_epoch is not None and i == steps_per_epoch:
+                break
+            loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    model.eval()
+    idx = torch.zeros((1, 1), dtype=torch.long)
+    with torch.no_grad():
+        for _ in range(sample_tokens):
+            logits = model(idx[:, -block:])[:, -1, :]
+            v, _ = torch.topk(logits, 5)
+            logits[logits < v[:, [-1]]] = -float("inf")
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, nxt), dim=1)
+    return losses, idx[0].tolist()
