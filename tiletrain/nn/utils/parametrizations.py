@@ -2,18 +2,20 @@
 parametrize.py) as g * v / ||v||, g and v stored as ``parametrizations.<name>.original0``
 and ``original1`` (torch's names), the weight recomputed with recorded ops on each access;
 spectral_norm: the weight divided by its largest singular value estimated by the power
-method (buffers ``parametrizations.<name>.0._u`` and ``_v``, drawn and moved as torch's)."""
+method (buffers ``parametrizations.<name>.0._u`` and ``_v``, drawn and moved as torch's);
+orthogonal (nn/utils/orthogonal.py)."""
 from __future__ import annotations
 
 from ...functional.activations import normalize
 from ...ops import no_grad
 from ...tensors import Tensor
 from ..module import Module
+from .orthogonal import orthogonal
 from .parametrize import register_parametrization
 from .spectral_norm import default_dim, initial_vectors, reshape_weight_to_matrix
 from .weight_norm import norm_dim, norm_except_dim, weight_norm_of
 
-__all__ = ["weight_norm", "spectral_norm"]
+__all__ = ["orthogonal", "spectral_norm", "weight_norm"]
 
 
 class _WeightNorm(Module):
