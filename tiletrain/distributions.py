@@ -9,11 +9,12 @@ values and gradients compare with torch's (float64, ~1e-12).  log-gamma and diga
 Beta, Dirichlet, Poisson, Binomial) are Stirling's series after a shift, from recorded ops, for
 positive arguments (all these families need); their gradients are exact to ~1e-15, where
 torch's trigamma is good to ~5e-10 only.  Samples of Normal, Uniform, Bernoulli, Categorical,
-Exponential, Laplace and Geometric are torch's for a seed (tiletrain/tensors/rng.py); Gamma,
-Beta, Dirichlet, Poisson and Binomial are NumPy's draws on the host, seeded from the generator
-that manual_seed seeds.  Differences from torch: Gamma, Beta and Dirichlet have no reparameterised
-sample (has_rsample False: rsample raises NotImplementedError; torch's use implicit gradients);
-validate_args is accepted and not checked; no support / arg_constraints / enumerate_support;
+Exponential, Laplace, Geometric, Gamma, Beta and Dirichlet are torch's for a seed
+(tiletrain/tensors/rng.py; the gamma draws by torch's sampler on the host, one element at a
+time), and the rsample of Gamma, Beta and Dirichlet has torch's implicit gradient in the
+concentrations (torch's approximations of d sample / d concentration); Poisson and Binomial
+are NumPy's draws on the host, seeded from the generator that manual_seed seeds.  Differences
+from torch: validate_args is accepted and not checked; no support / arg_constraints / enumerate_support;
 MultivariateNormal factorises a covariance or precision matrix by a Cholesky of d**2 small
 recorded ops (for small event sizes); LogNormal is one class (torch's is a
 TransformedDistribution), with base_dist the Normal.
@@ -28,6 +29,7 @@ import numpy as np
 
 from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
+from .ops.autograd import backward_rule, needs_grad, record
 from .ops.creation import exponential_values, full, rand, randn, uniform_values
 from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p,  # noqa: A004
                               erfinv, lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
@@ -36,6 +38,7 @@ from .ops.reduce import argmax, sum as _sum
 from .ops.shape import cat, expand, reshape, squeeze, stack, transpose, unsqueeze
 from .tensors import Tensor, from_numpy, tensor
 from .tensors.creation import default_generator, empty
+from .tensors.rng import NormalStream
 from .tensors.tensor import get_default_dtype
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Distribution", "Exponential", "Gamma",
@@ -109,6 +112,218 @@ def _digamma(x: Tensor) -> Tensor:
     return asym
 
 
+# -- torch's gamma and Dirichlet draws and their implicit (reparameterised) gradients -------
+# The draws: torch's CPU sampler (Marsaglia and Tsang's method, a boost for concentrations
+# below 1), element after element in row-major order, its uniforms and normals taken from the
+# default generator as torch takes them: the same values after the same seed.  The gradients:
+# d sample / d concentration = -(d cdf / d concentration) / pdf, by the approximations torch
+# uses (Jankowiak and Obermeyer, "Pathwise derivatives beyond the reparameterization trick",
+# 2018: a Taylor series for small samples, Rice's saddle point expansion for large
+# concentrations, their bivariate rational fits otherwise), evaluated here on the host in
+# float64 so that they are torch's values.  Constants torch writes as float literals are
+# float32 values (1/3, 0.0331, 0.8, 0.9, 1.1): their float32 roundings are used.
+_F32 = np.float32
+_THIRD = float(_F32(1.0) / _F32(3.0))
+_SQUEEZE = float(_F32(0.0331))
+
+
+def _gamma_one(alpha: float, g, single: bool) -> float:
+    """One standard gamma draw of concentration alpha (float32 arithmetic where torch's
+    float kernel has it: single)."""
+    scale = 1.0
+    if alpha < 1.0:
+        if alpha == 0.0:
+            return 0.0
+        p = float(_F32(1.0) / _F32(alpha)) if single else 1.0 / alpha
+        scale *= math.pow(1.0 - float(g.unit(1, np.float64)[0]), p)
+        alpha = float(_F32(alpha) + _F32(1.0)) if single else alpha + 1.0
+    d = float(_F32(alpha) - _F32(_THIRD)) if single else alpha - _THIRD
+    c = 1.0 / math.sqrt(9.0 * d)
+    while True:
+        y = 0.0
+        while y <= 0.0:
+            x = float(NormalStream(g, 1, np.float64).take(1)[0])
+            y = 1.0 + c * x
+        v = y * y * y
+        u = 1.0 - float(g.unit(1, np.float64)[0])
+        xx = x * x
+        if u < 1.0 - _SQUEEZE * xx * xx or math.log(u) < 0.5 * xx + d * (1.0 - v + math.log(v)):
+            return scale * d * v
+
+
+def _standard_gamma_np(alpha: np.ndarray, dtype) -> np.ndarray:
+    """torch._standard_gamma(alpha) for alpha of dtype (its values, in float64)."""
+    single = np.dtype(dtype) == np.float32
+    tiny = float(np.finfo(np.dtype(dtype)).tiny)
+    g = default_generator
+    flat = [max(tiny, float(np.dtype(dtype).type(_gamma_one(a, g, single)))) for a in alpha.reshape(-1).tolist()]
+    return np.asarray(flat, dtype=np.float64).reshape(alpha.shape)
+
+
+def _digamma_np(x: np.ndarray) -> np.ndarray:
+    """digamma of positive x (float64): the recurrence up to 10, then Stirling's series."""
+    x = np.array(x, dtype=np.float64, copy=True)
+    acc = np.zeros_like(x)
+    low = x < 10.0
+    while low.any():
+        acc[low] -= 1.0 / x[low]
+        x[low] += 1.0
+        low = x < 10.0
+    w = 1.0 / (x * x)
+    series = np.zeros_like(x)
+    for k in reversed(range(len(_BERNOULLI))):
+        series = series * w + _BERNOULLI[k] / (2 * k + 2)
+    return acc + np.log(x) - 0.5 / x - w * series
+
+
+def _standard_gamma_grad_np(alpha: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """torch._standard_gamma_grad(alpha, x): d x / d alpha of a standard gamma sample x."""
+    alpha, x = (np.asarray(v, dtype=np.float64) for v in np.broadcast_arrays(alpha, x))
+    out = np.empty_like(x)
+    small = x < float(_F32(0.8))
+    with np.errstate(all="ignore"):
+        a, s = alpha[small], x[small]
+        numer, denom = np.ones_like(s), a.copy()
+        s1, s2 = numer / denom, numer / (denom * denom)
+        for i in range(1, 6):
+            numer = numer * (-s / i)
+            denom = denom + 1.0
+            s1, s2 = s1 + numer / denom, s2 + numer / (denom * denom)
+        pow_xa = s ** a
+        cdf_alpha = (np.log(s) - _digamma_np(a)) * (pow_xa * s1) - pow_xa * s2
+        r = -cdf_alpha / (s ** (a - 1.0) * np.exp(-s))
+        out[small] = np.where(np.isnan(r), 0.0, r)
+        large = ~small & (alpha > 8.0)
+        near = large & (float(_F32(0.9)) * alpha <= x) & (x <= float(_F32(1.1)) * alpha)
+        a, s = alpha[near], x[near]
+        out[near] = ((1 + 24 * a * (1 + 12 * a)) * (1440 * (a * a) + 6 * s * (53 - 120 * s) - 65 * s * s / a
+                                                    + a * (107 + 3600 * s)) / (1244160 * (a * a) * (a * a)))
+        far = large & ~near
+        a, s = alpha[far], x[far]
+        denom = np.sqrt(8 * a)
+        term2, term3 = denom / (a - s), (s - a - a * np.log(s / a)) ** -1.5
+        term1 = np.log(s / a) * np.where(s < a, term2 - term3, term2 + term3) - np.sqrt(2 / a) * (a + s) / ((a - s) ** 2)
+        out[far] = -(1 + 1 / (12 * a) * (1 + 1 / (24 * a))) * (s * term1) / denom
+        rest = ~small & ~large
+        u, v = np.log(x[rest] / alpha[rest]), np.log(alpha[rest])
+        cv = _GAMMA_UV[0][:, None] + u * (_GAMMA_UV[1][:, None] + u * _GAMMA_UV[2][:, None])
+        p = cv[0] + v * (cv[1] + v * (cv[2] + v * cv[3]))
+        q = cv[4] + v * (cv[5] + v * (cv[6] + v * cv[7]))
+        out[rest] = np.exp(p / q)
+    return out
+
+
+_GAMMA_UV = np.array([  # the rational fit of the gamma gradient in u = log(x / alpha), v = log(alpha)
+    [0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1, 0.32668115, 0.10406089, 0.0014179084],
+    [0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915, -0.00058392623],
+    [0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367,
+     -1.5247877e-07]])
+
+
+def _beta_grad_alpha_small(x, alpha, beta):
+    """The Beta(alpha, beta) gradient in alpha (scaled by 1 / (1 - x)) for x near 0: a series."""
+    factor = _digamma_np(alpha) - _digamma_np(alpha + beta) - np.log(x)
+    numer = np.ones_like(x)
+    series = numer / alpha * (factor + 1 / alpha)
+    for i in range(1, 11):
+        numer = numer * ((i - beta) * x / i)
+        denom = alpha + i
+        series = series + numer / denom * (factor + 1 / denom)
+    r = x * (1 - x) ** (-beta) * series
+    return np.where(np.isnan(r), 0.0, r)
+
+
+def _beta_grad_beta_small(x, alpha, beta):
+    """The Beta(alpha, beta) gradient in beta for x near 0: a series."""
+    factor = _digamma_np(alpha + beta) - _digamma_np(beta)
+    numer, betas, dbetas = np.ones_like(x), np.ones_like(x), np.zeros_like(x)
+    series = factor / alpha
+    for i in range(1, 9):
+        numer = numer * (-x / i)
+        dbetas = dbetas * (beta - i) + betas
+        betas = betas * (beta - i)
+        series = series + numer / (alpha + i) * (dbetas + factor * betas)
+    r = -((1 - x) ** (1 - beta)) * series
+    return np.where(np.isnan(r), 0.0, r)
+
+
+def _beta_grad_alpha_mid(x, alpha, beta):
+    """The Beta gradient in alpha when alpha and beta are both large: Rice's saddle point."""
+    total = alpha + beta
+    mean = alpha / total
+    std = np.sqrt(alpha * beta / (total + 1)) / total
+    near = (mean - 0.1 * std <= x) & (x <= mean + 0.1 * std)
+    bb = beta * beta
+    poly = 47 * x * bb * bb + alpha * ((43 + 20 * (16 + 27 * beta) * x) * bb * beta + alpha * (
+        3 * (59 + 180 * beta - 90 * x) * bb + alpha * ((453 + 1620 * beta * (1 - x) - 455 * x) * beta + alpha * (
+            8 * (1 - x) * (135 * beta - 11)))))
+    pre_num = (1 + 12 * alpha) * (1 + 12 * beta) / (total * total)
+    pre_den = 12960 * alpha * alpha * alpha * beta * beta * (1 + 12 * total)
+    at_mean = pre_num / (1 - x) * poly / pre_den
+    prefactor = -x / np.sqrt(2 * alpha * beta / total)
+    stirling = ((1 + 1 / (12 * alpha) + 1 / (288 * alpha * alpha)) * (1 + 1 / (12 * beta) + 1 / (288 * beta * beta))
+                / (1 + 1 / (12 * total) + 1 / (288 * total * total)))
+    axbx = alpha * (x - 1) + beta * x
+    term1 = ((2 * (alpha * alpha) * (x - 1) + alpha * beta * (x - 1) - x * bb)
+             / (np.sqrt(2 * alpha / beta) * total ** 1.5 * axbx * axbx))
+    term2 = 0.5 * np.log(alpha / (total * x))
+    term3 = np.sqrt(8 * alpha * beta / total) / (beta * x + alpha * (x - 1))
+    term4 = (beta * np.log(beta / (total * (1 - x))) + alpha * np.log(alpha / (total * x))) ** -1.5
+    away = stirling * prefactor * (term1 + term2 * (term3 + np.where(x < mean, term4, -term4)))
+    return np.where(near, at_mean, away)
+
+
+def _dirichlet_grad_np(x: np.ndarray, alpha: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """torch._dirichlet_grad(x, alpha, total): the gradient of a Dirichlet sample's component
+    x in its concentration alpha (total: the concentrations' sum), scaled by 1 / (1 - x)."""
+    x, alpha, total = (np.asarray(v, dtype=np.float64) for v in np.broadcast_arrays(x, alpha, total))
+    out = np.empty_like(x)
+    beta = total - alpha
+    boundary = total * x * (1 - x)
+    with np.errstate(all="ignore"):
+        near0 = (x <= 0.5) & (boundary < 2.5)
+        near1 = ~near0 & (x >= 0.5) & (boundary < 0.75)
+        mid = ~near0 & ~near1 & (alpha > 6) & (beta > 6)
+        rest = ~(near0 | near1 | mid)
+        out[near0] = _beta_grad_alpha_small(x[near0], alpha[near0], beta[near0])
+        out[near1] = -_beta_grad_beta_small(1 - x[near1], beta[near1], alpha[near1])
+        out[mid] = _beta_grad_alpha_mid(x[mid], alpha[mid], beta[mid])
+        xs, al, tot, be = x[rest], alpha[rest], total[rest], beta[rest]
+        u = np.log(xs)
+        a = np.log(al) - u
+        b = np.log(tot) - a
+        p, q = np.zeros_like(xs), np.zeros_like(xs)
+        for i in range(3):
+            for j in range(3):
+                ua = u ** i * a ** j
+                cp, cq = _DIRICHLET_PQ[0, i, j], _DIRICHLET_PQ[1, i, j]
+                p = p + ua * (cp[0] + b * (cp[1] + b * (cp[2] + b * cp[3])))
+                q = q + ua * (cq[0] + b * (cq[1] + b * (cq[2] + b * cq[3])))
+        out[rest] = p / q * (xs * (_digamma_np(tot) - _digamma_np(al)) / be)
+    return out
+
+
+_DIRICHLET_PQ = np.array([  # the rational correction's numerator (0) and denominator (1) in log x, log(alpha/x), ...
+    [[[1.003668233, -0.01061107488, -0.0657888334, 0.01201642863],
+      [0.6336835991, -0.3557432599, 0.05486251648, -0.001465281033],
+      [-0.03276231906, 0.004474107445, 0.002429354597, -0.0001557569013]],
+     [[0.221950385, -0.3187676331, 0.01799915743, 0.01074823814],
+      [-0.2951249643, 0.06219954479, 0.01535556598, 0.001550077057],
+      [0.02155310298, 0.004170831599, 0.001292462449, 6.976601077e-05]],
+     [[-0.05980841433, 0.008441916499, 0.01085618172, 0.002319392565],
+      [0.02911413504, 0.01400243777, -0.002721828457, 0.000751041181],
+      [0.005900514878, -0.001936558688, -9.495446725e-06, 5.385558597e-05]]],
+    [[[1, -0.02924021934, -0.04438342661, 0.007285809825],
+      [0.6357567472, -0.3473456711, 0.05454656494, -0.002407477521],
+      [-0.03301322327, 0.004845219414, 0.00231480583, -0.0002307248149]],
+     [[0.5925320577, -0.1757678135, 0.01505928619, 0.000564515273],
+      [0.1014815858, -0.06589186703, 0.01272886114, -0.0007316646956],
+      [-0.007258481865, 0.001096195486, 0.0003934994223, -4.12701925e-05]],
+     [[0.06469649321, -0.0236701437, 0.002902096474, -5.896963079e-05],
+      [0.001925008108, -0.002869809258, 0.0008000589141, -6.063713228e-05],
+      [-0.0003477407336, 6.959756487e-05, 1.097287507e-05, -1.650964693e-06]]]])
+
+
 def _xlogy(x: Tensor, y: Tensor) -> Tensor:
     """x log y with 0 where x == 0 (torch.xlogy; NaN y stays NaN)."""
     return where(eq(x, 0.0), 0.0, mul(x, log(y)))
@@ -123,6 +338,11 @@ def _rng() -> np.random.Generator:
 
 def _host(a, like: Tensor) -> Tensor:
     return from_numpy(np.ascontiguousarray(np.asarray(a, dtype=np.dtype(like.dtype))))
+
+
+def _host_like(a, like: Tensor) -> Tensor:
+    """A host array as a tensor of like's dtype and tiling (a gradient for like)."""
+    return from_numpy(np.ascontiguousarray(np.asarray(a, dtype=np.dtype(like.dtype))), tiles=like.tiles)
 
 
 def _expanded(t: Tensor, shape) -> Tensor:
@@ -505,14 +725,46 @@ class LogNormal(Distribution):
         return {"loc": (self.loc, 0), "scale": (self.scale, 0)}
 
 
-_NO_RSAMPLE = ("{name}.rsample: tiletrain has no reparameterised {name} sample (torch's uses implicit "
-               "gradients of the gamma draw); sample() draws without a gradient")
+def _standard_gamma(c: Tensor) -> Tensor:
+    """torch._standard_gamma(c): torch's draws, recorded with their implicit gradient."""
+    alpha = c.detach().numpy().astype(np.float64)
+    x = _standard_gamma_np(alpha, c.dtype)
+    out = _host_like(x, c)
+    if not needs_grad(c):
+        return out
+    return record("standard_gamma", out, (c,), saved=(_host_like(_standard_gamma_grad_np(alpha, x), c),))
+
+
+@backward_rule("standard_gamma")
+def _standard_gamma_bwd(node, g):
+    return (mul(node.saved[0], g),)
+
+
+def _sample_dirichlet(c: Tensor) -> Tensor:
+    """torch._sample_dirichlet(c): float64 gamma draws normalised over the last dim, kept in
+    [tiny, the largest value below 1] of c's dtype; recorded with torch's implicit gradient."""
+    alpha = c.detach().numpy().astype(np.float64)
+    gam = _standard_gamma_np(alpha, np.float64)
+    dt = np.dtype(c.dtype)
+    x = np.clip((gam / gam.sum(-1, keepdims=True)).astype(dt), np.finfo(dt).tiny, np.nextafter(dt.type(1), dt.type(0)))
+    out = _host_like(x, c)
+    if not needs_grad(c):
+        return out
+    total = np.broadcast_to(alpha.sum(-1, keepdims=True), alpha.shape)
+    grad = _host_like(_dirichlet_grad_np(x.astype(np.float64), alpha, total), c)
+    return record("sample_dirichlet", out, (c,), saved=(grad, out))
+
+
+@backward_rule("sample_dirichlet")
+def _sample_dirichlet_bwd(node, g):
+    grad, x = node.saved
+    return (mul(grad, sub(g, _sum(mul(x, g), -1, keepdim=True))),)
 
 
 class Gamma(Distribution):
-    """torch.distributions.Gamma(concentration, rate).  has_rsample is False (torch's is True):
-    rsample raises NotImplementedError, sample() draws without a gradient."""
-    has_rsample = False
+    """torch.distributions.Gamma(concentration, rate): sample / rsample are torch's draws for a
+    seed, rsample with torch's implicit gradient in the concentration."""
+    has_rsample = True
 
     def __init__(self, concentration, rate, validate_args=None):
         self.concentration, self.rate = _broadcast(concentration, rate)
@@ -531,13 +783,13 @@ class Gamma(Distribution):
         return div(self.concentration, pow(self.rate, 2))
 
     def rsample(self, sample_shape=()) -> Tensor:
-        raise NotImplementedError(_NO_RSAMPLE.format(name="Gamma"))
-
-    def sample(self, sample_shape=()) -> Tensor:
         shape = self._extended(sample_shape)
-        with no_grad():
-            g = _host(_gamma_draws(self.concentration, shape), self.rate)
-            return clamp(div(g, self.rate), min=float(np.finfo(np.dtype(self.rate.dtype)).tiny))
+        value = div(_standard_gamma(_expanded(self.concentration, shape)), _expanded(self.rate, shape))
+        tiny = float(np.finfo(np.dtype(value.dtype)).tiny)
+        v = value.detach().numpy()
+        if (v < tiny).any():  # torch clamps the values outside the graph
+            value = add(value, _host(np.maximum(v, tiny) - v, value))
+        return value
 
     def log_prob(self, value) -> Tensor:
         value = _tensor(value, self.rate)
@@ -556,16 +808,10 @@ class Gamma(Distribution):
         return {"concentration": (self.concentration, 0), "rate": (self.rate, 0)}
 
 
-def _gamma_draws(c: Tensor, shape) -> np.ndarray:
-    tiny = np.finfo(np.dtype(c.dtype)).tiny
-    return np.maximum(_rng().standard_gamma(np.broadcast_to(c.numpy().astype(np.float64), shape)), tiny)
-
-
 class Dirichlet(Distribution):
     """torch.distributions.Dirichlet(concentration): the last dim holds the categories.
-    has_rsample is False (torch's is True): rsample raises NotImplementedError, sample() draws
-    without a gradient."""
-    has_rsample = False
+    sample / rsample are torch's draws for a seed, rsample with torch's implicit gradient."""
+    has_rsample = True
 
     def __init__(self, concentration, validate_args=None):
         self.concentration = _tensor(concentration)
@@ -594,14 +840,7 @@ class Dirichlet(Distribution):
         return div(mul(c, sub(c0, c)), mul(pow(c0, 2), add(c0, 1.0)))
 
     def rsample(self, sample_shape=()) -> Tensor:
-        raise NotImplementedError(_NO_RSAMPLE.format(name="Dirichlet"))
-
-    def sample(self, sample_shape=()) -> Tensor:
-        shape = self._extended(sample_shape)
-        g = _gamma_draws(self.concentration, shape)
-        x = g / g.sum(-1, keepdims=True)
-        tiny = np.finfo(np.dtype(self.concentration.dtype)).tiny
-        return _host(np.clip(x, tiny, 1 - np.finfo(np.dtype(self.concentration.dtype)).eps), self.concentration)
+        return _sample_dirichlet(_expanded(self.concentration, self._extended(sample_shape)))
 
     def log_prob(self, value) -> Tensor:
         c = self.concentration
@@ -620,10 +859,9 @@ class Dirichlet(Distribution):
 
 
 class Beta(Distribution):
-    """torch.distributions.Beta(concentration1, concentration0) (a two-category Dirichlet).
-    has_rsample is False (torch's is True): rsample raises NotImplementedError, sample() draws
-    without a gradient."""
-    has_rsample = False
+    """torch.distributions.Beta(concentration1, concentration0) (a two-category Dirichlet):
+    sample / rsample are the Dirichlet's first component, torch's for a seed."""
+    has_rsample = True
 
     def __init__(self, concentration1, concentration0, validate_args=None):
         self.concentration1, self.concentration0 = _broadcast(concentration1, concentration0)
@@ -644,10 +882,7 @@ class Beta(Distribution):
         return div(mul(self.concentration1, self.concentration0), mul(pow(total, 2), add(total, 1.0)))
 
     def rsample(self, sample_shape=()) -> Tensor:
-        raise NotImplementedError(_NO_RSAMPLE.format(name="Beta"))
-
-    def sample(self, sample_shape=()) -> Tensor:
-        return self._dirichlet.sample(sample_shape)[..., 0]
+        return self._dirichlet.rsample(sample_shape)[..., 0]
 
     def log_prob(self, value) -> Tensor:
         value = _tensor(value, self.concentration1)

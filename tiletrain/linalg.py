@@ -1,8 +1,10 @@
 """torch.linalg's norms over tiletrain's ops (their gradients come from those ops):
-``vector_norm``, ``matrix_norm`` (Frobenius) and ``norm``.  The decompositions, solvers and the
-spectral and nuclear norms are not here: they raise NotImplementedError naming what is missing."""
+``vector_norm``, ``matrix_norm`` (Frobenius) and ``norm``; ``matrix_exp``, ``solve`` and
+``householder_product`` for small matrices (tiletrain/ops/matfun.py).  The decompositions and
+the spectral and nuclear norms are not here."""
 from __future__ import annotations
 
+from .ops.matfun import householder_product, matrix_exp, solve
 from .ops.reduce import norm as _norm
 from .tensors import Tensor
 
@@ -32,4 +34,4 @@ def norm(A: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) ->
     return vector_norm(A, ord, dim, keepdim, dtype=dtype)
 
 
-__all__ = ["norm", "vector_norm", "matrix_norm"]
+__all__ = ["norm", "vector_norm", "matrix_norm", "matrix_exp", "solve", "householder_product"]

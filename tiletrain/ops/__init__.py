@@ -16,12 +16,13 @@ from .index import *  # noqa: F401,F403
 from .contract import einsum, ger, outer, tril, triu
 from .sparse import sparse_csr_tensor
 from .linalg import matmul, matmul_leading
+from .matfun import matrix_exp
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .composite import *  # noqa: F401,F403
 from .mathfns import *  # noqa: F401,F403
 
 __all__ = (["HALF_OPS", "add_broadcast", "add_scalar", "astype", "axpy_", "backward", "broadcast", "copy",
-            "enable_grad", "fill_", "grad_enabled", "inference_mode", "is_grad_enabled", "set_grad_enabled", "einsum", "ger", "outer", "tril", "triu", "matmul", "matmul_leading", "no_grad", "rdiv_scalar", "scale"]
+            "enable_grad", "fill_", "grad_enabled", "inference_mode", "is_grad_enabled", "set_grad_enabled", "einsum", "ger", "outer", "tril", "triu", "matmul", "matmul_leading", "matrix_exp", "no_grad", "rdiv_scalar", "scale"]
            + elementwise.__all__ + composite.__all__ + mathfns.__all__ + reduce.__all__ + shape.__all__ + index.__all__
            + ["sparse", "sparse_csr_tensor"])

@@ -553,6 +553,9 @@ class Tensor(TensorBase):
     def outer(self, vec2):
         return ops.outer(self, vec2)
 
+    def matrix_exp(self):
+        return ops.matrix_exp(self)
+
     def topk(self, *args, **kwargs):
         return ops.topk(self, *args, **kwargs)
 

@@ -24,7 +24,10 @@ class ParametrizationList(ModuleList):
             new = original.detach()
             for m in reversed(list(self)):
                 if hasattr(m, "right_inverse"):
-                    new = m.right_inverse(new)
+                    try:
+                        new = m.right_inverse(new)
+                    except NotImplementedError:  # taken as the identity, as torch
+                        pass
         self.is_tensor = isinstance(new, Tensor)
         self.ntensors = 1 if self.is_tensor else len(new)
         if self.is_tensor:
@@ -37,6 +40,8 @@ class ParametrizationList(ModuleList):
                     raise ValueError("'right_inverse' must return a Tensor or a Sequence of tensors (list, tuple...). "
                                      f"Got element {i} of the sequence with type {type(t).__name__}.")
                 self.register_parameter(f"original{i}", Parameter(t.detach(), requires_grad=original.requires_grad))
+        if not unsafe:
+            _check_same_kind(self(), original, "Registering a parametrization")
 
     def right_inverse(self, value: Tensor) -> None:
         """Assigning ``module.<name> = value``: the originals take the right inverse of value."""
@@ -61,6 +66,18 @@ class ParametrizationList(ModuleList):
         return x
 
 
+def _check_same_kind(z, like: Tensor, what: str) -> None:
+    """torch's consistency check of a safe parametrization: a tensor of like's dtype and shape."""
+    if not isinstance(z, Tensor):
+        raise ValueError(f"A parametrization must return a tensor. Got {type(z).__name__}.")
+    if z.dtype != like.dtype:
+        raise ValueError(f"{what} may not change the dtype of the tensor, unless the `unsafe` flag is enabled.\n"
+                         f"unparametrized dtype: {like.dtype}\nparametrized dtype: {z.dtype}")
+    if tuple(z.shape) != tuple(like.shape):
+        raise ValueError(f"{what} may not change the shape of the tensor, unless the `unsafe` flag is enabled.\n"
+                         f"unparametrized shape: {like.shape}\nparametrized shape: {z.shape}")
+
+
 def _property(name: str) -> property:
     def get(self):
         return self.parametrizations[name]()
@@ -76,8 +93,22 @@ def register_parametrization(module: Module, tensor_name: str, parametrization: 
     (a second one on the same name is appended to its list)."""
     if not isinstance(parametrization, Module):
         raise TypeError(f"parametrization must be a Module, got {type(parametrization).__name__}")
+    parametrization.train(module.training)
     if is_parametrized(module, tensor_name):
-        module.parametrizations[tensor_name].append(parametrization)
+        if not unsafe:
+            y = getattr(module, tensor_name)
+            x = parametrization(y)
+            _check_same_kind(x, y, "Registering a parametrization")
+            if hasattr(parametrization, "right_inverse"):
+                try:
+                    z = parametrization.right_inverse(x)
+                except NotImplementedError:
+                    pass
+                else:
+                    _check_same_kind(z, y, "The tensor returned by parametrization.right_inverse")
+        plist = module.parametrizations[tensor_name]
+        plist.append(parametrization)
+        plist.unsafe |= unsafe
         return module
     if tensor_name in module._buffers:
         raise NotImplementedError("register_parametrization: parametrizing a buffer is not supported (parameters "
