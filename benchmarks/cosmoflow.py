@@ -70,7 +70,7 @@ def torch_model(torch, state: dict, width: int, size: int):
             return self.out(lrelu(self.fc2(lrelu(self.fc1(x), 0.3)), 0.3))
 
     m = Torch()
-    m.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    m.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in state.items()})
     return m
 
 

@@ -48,7 +48,7 @@ def _torch_model(torch, hf_config: dict, state_dict=None):
     m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**hf_config)).float()
     m.config._attn_implementation = "sdpa"
     if state_dict is not None:
-        m.load_state_dict({k: torch.tensor(v) for k, v in state_dict.items()}, strict=True)
+        m.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in state_dict.items()}, strict=True)
     return m
 
 

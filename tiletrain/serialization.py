@@ -30,39 +30,45 @@ class _Stored:
         self.array, self.requires_grad = array, requires_grad
 
 
-def _pack(obj):
+def _pack(obj, memo: dict):
+    """obj with its tensors as _Stored arrays; a tensor met twice (a tied weight under two
+    names) is stored once, and loads as one tensor (as torch.save keeps shared storage)."""
     if isinstance(obj, Tensor):
-        return _Stored(np.array(obj.numpy(), order="C"), bool(obj.requires_grad))
+        if id(obj) not in memo:
+            memo[id(obj)] = (obj, _Stored(obj.numpy(), bool(obj.requires_grad)))  # numpy(): a C-contiguous copy
+        return memo[id(obj)][1]
     if isinstance(obj, np.ndarray):
         return obj
     if isinstance(obj, collections.OrderedDict):
-        return collections.OrderedDict((k, _pack(v)) for k, v in obj.items())
+        return collections.OrderedDict((k, _pack(v, memo)) for k, v in obj.items())
     if isinstance(obj, dict):
-        return {k: _pack(v) for k, v in obj.items()}
+        return {k: _pack(v, memo) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_pack(v) for v in obj]
+        return [_pack(v, memo) for v in obj]
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_pack(v) for v in obj)
+        return tuple(_pack(v, memo) for v in obj)
     if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, np.generic)):
         return obj
     raise TypeError(f"save: objects of type {type(obj).__name__} cannot be saved (tensors, arrays, numbers, "
                     "strings and dicts/lists/tuples of them can)")
 
 
-def _unpack(obj):
+def _unpack(obj, memo: dict):
     if isinstance(obj, _Stored):
-        t = from_numpy(_c(obj.array))
-        if obj.requires_grad:
-            t.requires_grad_(True)
-        return t
+        if id(obj) not in memo:
+            t = from_numpy(_c(obj.array))
+            if obj.requires_grad:
+                t.requires_grad_(True)
+            memo[id(obj)] = t
+        return memo[id(obj)]
     if isinstance(obj, collections.OrderedDict):
-        return collections.OrderedDict((k, _unpack(v)) for k, v in obj.items())
+        return collections.OrderedDict((k, _unpack(v, memo)) for k, v in obj.items())
     if isinstance(obj, dict):
-        return {k: _unpack(v) for k, v in obj.items()}
+        return {k: _unpack(v, memo) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_unpack(v) for v in obj]
+        return [_unpack(v, memo) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_unpack(v) for v in obj)
+        return tuple(_unpack(v, memo) for v in obj)
     return obj
 
 
@@ -82,7 +88,7 @@ class _Unpickler(pickle.Unpickler):
 
 def save(obj, f, pickle_protocol: int = pickle.DEFAULT_PROTOCOL) -> None:
     """torch.save(obj, f): f a path or a binary file object."""
-    payload = {"format": _FORMAT, "obj": _pack(obj)}
+    payload = {"format": _FORMAT, "obj": _pack(obj, {})}
     if isinstance(f, (str, os.PathLike)):
         with open(f, "wb") as fh:
             pickle.dump(payload, fh, protocol=pickle_protocol)
@@ -105,4 +111,4 @@ def load(f, map_location=None, weights_only: bool = True, **kwargs):
             from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ValueError("load: not a file written by tiletrain.save")
-    return _unpack(payload["obj"])
+    return _unpack(payload["obj"], {})

@@ -7,6 +7,7 @@ import pytest
 
 import tiletrain as tt
 from tiletrain.nn import GPT, GPTConfig, Tiling
+from tiletrain.nn.module import state_arrays
 
 CFG = GPTConfig(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=16)
 FINE = Tiling(batch=1, time=4, width=8, hidden=24, vocab=8)
@@ -35,15 +36,15 @@ def test_names_shapes_and_tied_head():
     assert sd["transformer.h.0.mlp.c_proj.weight"].shape == (4 * C, C)
     assert sd["transformer.wpe.weight"].shape == (CFG.block_size, C)
     assert all(isinstance(p, tt.Tensor) and p.requires_grad for p in model.parameters())
-    assert model.num_params() == sum(a.size for k, a in sd.items() if k != "lm_head.weight")
+    assert model.num_params() == sum(a.numel() for k, a in sd.items() if k != "lm_head.weight")
 
 
 def test_initialisation_follows_gpt2_and_is_reproducible():
     cfg = GPTConfig(vocab_size=64, block_size=32, n_layer=3, n_head=4, n_embd=64)
-    a = GPT(cfg, seed=7).state_dict()
-    b = GPT(cfg, seed=7).state_dict()
-    c = GPT(cfg, seed=8).state_dict()
-    d = GPT(cfg, seed=7, dtype=np.float64).state_dict()
+    a = state_arrays(GPT(cfg, seed=7))
+    b = state_arrays(GPT(cfg, seed=7))
+    c = state_arrays(GPT(cfg, seed=8))
+    d = state_arrays(GPT(cfg, seed=7, dtype=np.float64))
     for k in a:
         assert np.array_equal(a[k], b[k]), k
         assert a[k].dtype == np.float32 and d[k].dtype == np.float64
@@ -75,12 +76,19 @@ def test_state_dict_round_trip_gives_identical_logits(rng):
     np.testing.assert_allclose(other(idx).numpy(), src(idx).numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_state_dict_returns_copies(rng):
+def test_state_dict_shares_the_parameters_and_state_arrays_copy(rng):
+    """As torch's: the values are detached tensors on the parameters' tiles; state_arrays copies."""
     model = GPT(CFG, FINE)
     sd = model.state_dict()
-    before = sd["transformer.wpe.weight"].copy()
-    sd["transformer.wpe.weight"][:] = 5.0
-    assert np.array_equal(model.state_dict()["transformer.wpe.weight"], before)
+    v = sd["transformer.wpe.weight"]
+    assert isinstance(v, tt.Tensor) and not isinstance(v, tt.nn.Parameter) and not v.requires_grad
+    arrays = state_arrays(model)
+    before = arrays["transformer.wpe.weight"].copy()
+    arrays["transformer.wpe.weight"][:] = 5.0
+    np.testing.assert_array_equal(model.transformer.wpe.weight.detach().numpy(), before)
+    with tt.no_grad():
+        v.mul_(2.0)
+    np.testing.assert_array_equal(model.transformer.wpe.weight.detach().numpy(), 2 * before)
 
 
 def test_load_keeps_parameter_objects_and_tying(rng):

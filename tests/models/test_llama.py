@@ -57,7 +57,7 @@ def _models(dtype, tiling, tied, seed=0):
     hf_cfg = transformers.LlamaConfig(**model.hf_config())
     ref = transformers.LlamaForCausalLM(hf_cfg).to(torch.float64 if dtype == np.float64 else torch.float32)
     ref.config._attn_implementation = "sdpa"  # eager's softmax is float32 whatever the dtype
-    missing, unexpected = ref.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()},
+    missing, unexpected = ref.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()},
                                               strict=False)
     assert not unexpected and set(missing) <= ({"lm_head.weight"} if tied else set())
     if tied:

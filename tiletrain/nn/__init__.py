@@ -24,7 +24,7 @@ from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, Adap
                    AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
                    ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
                    InstanceNorm3d, Upsample,
-                   MaxPool1d, MaxPool2d, MaxPool3d)
+                   MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d)
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig
 from .layers import Bilinear, Conv1D, Dropout, Embedding, EmbeddingBag, LayerNorm, Linear, LocalHeads, RMSNorm
 from .llama import Llama, LlamaConfig
@@ -36,7 +36,7 @@ __all__ = ["Module", "Parameter", "ParameterDict", "ParameterList", "ModuleList"
            "Dropout", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "GPTConfig",
            "Tiling", "Conv1D",
            "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "GroupNorm",
-           "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Sequential", "Llama", "LlamaConfig",

@@ -22,7 +22,7 @@ from ..tensors.tensor import default_float
 from .layers import kaiming_bound, uniform
 from .module import Module, Parameter
 
-__all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveAvgPool1d",
+__all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "AdaptiveAvgPool1d",
            "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
@@ -192,15 +192,15 @@ class _MaxPoolNd(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):
         super().__init__()
-        if return_indices:
-            raise ValueError(f"{type(self).__name__}: return_indices=True is not supported")
         self.kernel_size, self.padding = kernel_size, padding
         self.stride = stride if stride is not None else kernel_size
-        self.dilation, self.ceil_mode = dilation, ceil_mode
+        self.dilation, self.ceil_mode, self.return_indices = dilation, ceil_mode, return_indices
 
     def forward(self, x: Tensor) -> Tensor:
+        """The pooled tensor, or (pooled, int64 indices) with return_indices=True."""
         pool = getattr(F, f"max_pool{self._dims}d")
-        return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                    self.return_indices)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -216,6 +216,40 @@ class MaxPool2d(_MaxPoolNd):
 
 
 class MaxPool3d(_MaxPoolNd):
+    _dims = 3
+
+
+class _MaxUnpoolNd(Module):
+    """torch.nn.MaxUnpool1d/2d/3d(kernel_size, stride=None (kernel_size), padding=0):
+    forward(input, indices, output_size=None) is F.max_unpool*d."""
+    _dims = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        n = self._dims
+
+        def tup(v):   # torch keeps them as tuples of _dims ints
+            return (v,) * n if isinstance(v, int) else tuple(v)
+        self.kernel_size, self.padding = tup(kernel_size), tup(padding)
+        self.stride = tup(stride if stride is not None else kernel_size)
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:  # noqa: A002
+        unpool = getattr(F, f"max_unpool{self._dims}d")
+        return unpool(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    _dims = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _dims = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
     _dims = 3
 
 

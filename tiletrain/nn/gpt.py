@@ -23,7 +23,7 @@ from ..ops.autograd import needs_grad
 from ..tensors import Tensor, from_numpy
 from .causal_lm import RECOMPUTE, Block as DecoderBlock, CausalLM, LMHead, Tiling, check_recompute, positive_int
 from .layers import Conv1D, Dropout, Embedding, LayerNorm
-from .module import Module, ModuleDict, ModuleList, to_numpy
+from .module import Module, ModuleDict, ModuleList, state_arrays, to_numpy
 
 __all__ = ["GPTConfig", "Tiling", "MLP", "CausalSelfAttention", "Block", "LMHead", "GPT", "RECOMPUTE",
            "config_from_hf", "hf_config", "clean_state_dict", "infer_config", "HF_BUFFERS"]
@@ -186,7 +186,7 @@ class GPT(CausalLM):
         if not self.config.bias:
             raise ValueError("to_hf_state_dict: GPT-2 has biases in every Linear and LayerNorm; this model was "
                              "built with bias=False and cannot be exported as a GPT2LMHeadModel")
-        return self.state_dict()
+        return state_arrays(self)
 
 
 # -- GPT-2 configs and state dicts of Hugging Face ---------------------------------------------

@@ -5,7 +5,7 @@ This module knows no model class (it is below them: ``CausalLM.from_pretrained``
 ``save_pretrained`` call it); each model converts its own config (``config_from_hf`` /
 ``hf_config``, in nn/gpt.py and nn/llama.py), and nn/pretrained.py picks the class of a
 folder by its ``model_type``.  A tied weight appears in ``state_dict()`` under each name as
-the same array; the file stores it once, under its first name, as transformers does."""
+the same tensor; the file stores it once, under its first name, as transformers does."""
 from __future__ import annotations
 
 import json

@@ -230,12 +230,13 @@ class Llama(CausalLM):
                            hidden_size=n_embd, intermediate_size=ffn or -(-8 * n_embd // 3 // 64) * 64)
 
     # -- Hugging Face LlamaForCausalLM ----------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self, *args, **kwargs) -> dict:
         """HF LlamaForCausalLM names and layouts; lm_head.weight is absent when the embeddings
         are tied (as transformers saves it)."""
-        d = super().state_dict()
+        d = super().state_dict(*args, **kwargs)
         if self.config.tie_word_embeddings:
-            d.pop("lm_head.weight", None)
+            prefix = args[1] if len(args) > 1 else kwargs.get("prefix", "")
+            d.pop(prefix + "lm_head.weight", None)
         return d
 
     @classmethod

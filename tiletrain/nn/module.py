@@ -3,14 +3,16 @@
 A Module registers the attributes assigned to it that are Parameters or Modules, in
 assignment order (its own parameters first, then its submodules, as torch.nn.Module), so
 that ``named_parameters()`` yields dotted names such as ``transformer.h.0.attn.c_attn.weight``.
-A Parameter is a Tensor that requires gradients.  ``state_dict()`` gathers NumPy copies;
+A Parameter is a Tensor that requires gradients.  ``state_dict()`` gives detached tensors
+sharing the parameters' tiles (as torch's; ``state_arrays(module)`` gathers NumPy copies);
 ``load_state_dict()`` writes into the existing parameters' tiles in place, so optimizers
 holding them and tied weights stay valid; a checkpoint's StoredTensor streams from the file
 into the tiles a block of tile rows at a time (no host copy of the weight)."""
 from __future__ import annotations
 
 import numbers
-from collections import namedtuple
+import warnings
+from collections import OrderedDict, namedtuple
 from typing import Iterator
 
 import numpy as np
@@ -18,12 +20,13 @@ import numpy as np
 from ..distribution import use
 from ..ops import no_grad
 from ..ops.basic import zero_grads
+from ..ops.index import assign_
 from ..tensors import TensorTraits, from_numpy
 from ..tensors.api import Tensor  # the user-facing class: Parameter has its methods
 from ..tensors.device import parse_to
 from ..tensors.tensor import as_dtype, write_rows_
 
-__all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy"]
+__all__ = ["Parameter", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "to_numpy", "state_arrays"]
 
 
 class Parameter(Tensor):
@@ -80,6 +83,18 @@ def to_numpy(value, name: str = "value") -> np.ndarray:
     if isinstance(value, (numbers.Number, list, tuple)):
         return np.asarray(value)
     raise TypeError(f"{name}: expected a numpy array or a torch tensor, got {type(value).__name__}")
+
+
+def state_arrays(module: "Module") -> dict[str, np.ndarray]:
+    """{name: NumPy copy} of ``module.state_dict()`` (a tied weight under each of its names as
+    the same array).  Waits for the tasks that write the parameters."""
+    arrays: dict[int, np.ndarray] = {}
+    out = {}
+    for name, t in module.state_dict(keep_vars=True).items():
+        if id(t) not in arrays:
+            arrays[id(t)] = t.numpy()
+        out[name] = arrays[id(t)]
+    return out
 
 
 class Module:
@@ -360,18 +375,40 @@ class Module:
         zero_grads(self.parameters(), set_to_none)
 
     # -- state ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """{name: NumPy copy} for every parameter under every name it is registered with (a
-        tied weight appears under each of its names as the same array).  Waits for the
-        tasks that write the parameters."""
-        out: dict[str, np.ndarray] = {}
-        arrays: dict[int, np.ndarray] = {}
-        for name, p in self.named_parameters(remove_duplicate=False):
-            if id(p) not in arrays:
-                arrays[id(p)] = p.numpy()
-            out[name] = arrays[id(p)]
-        for name, b in self._state_buffers():
-            out[name] = b.numpy() if isinstance(b, Tensor) else b.copy()
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False) -> dict:
+        """torch's state_dict: an OrderedDict {dotted name: tensor} of every parameter and
+        persistent buffer, module by module (its parameters, its buffers, then each
+        submodule's), a tied weight under each of its names.  The values are detached tensors
+        sharing the parameters' tiles (no copy, nothing waits: writing one in place under
+        no_grad writes the model); keep_vars=True gives the Parameters themselves.  A host-side
+        counter (BatchNorm's num_batches_tracked) comes as a 0-d tensor copy.  destination: a
+        dict to fill (and return); prefix: prepended to every name.  Positional arguments
+        (destination, prefix, keep_vars) work with torch's FutureWarning."""
+        if args:
+            if len(args) > 3:
+                raise TypeError(f"state_dict() takes at most 3 positional arguments, got {len(args)}")
+            warnings.warn("Positional args are being deprecated, use kwargs instead.", FutureWarning, stacklevel=2)
+            destination, prefix, keep_vars = (tuple(args) + (destination, prefix, keep_vars)[len(args):])
+        out = OrderedDict() if destination is None else destination
+        views: dict[int, Tensor] = {}
+
+        def value(t):
+            if isinstance(t, np.ndarray):
+                return from_numpy(np.array(t, order="C"))
+            if keep_vars:
+                return t
+            if id(t) not in views:
+                views[id(t)] = t.detach()
+            return views[id(t)]
+
+        for mname, m in self.named_modules(remove_duplicate=False):
+            head = f"{prefix}{mname}." if mname else prefix
+            for pname, p in m._parameters.items():
+                out[head + pname] = value(p)
+            nonp = m.__dict__.get("_non_persistent", ())
+            for bname, b in m._buffers.items():
+                if b is not None and bname not in nonp:
+                    out[head + bname] = value(b)
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
@@ -401,7 +438,11 @@ class Module:
             if name not in present:
                 continue
             arr = state_dict[name]
-            if not hasattr(arr, "copy_to_"):  # a checkpoint's StoredTensor stays on disk until written
+            if isinstance(arr, Tensor):   # copied tile to tile below, no host copy
+                if np.dtype(arr.dtype).kind not in "fiu":
+                    problems.append(f"{name}: dtype {arr.dtype} is not numeric")
+                    continue
+            elif not hasattr(arr, "copy_to_"):  # a checkpoint's StoredTensor stays on disk until written
                 try:
                     arr = to_numpy(arr, f"load_state_dict: {name}")
                 except TypeError as e:
@@ -414,7 +455,7 @@ class Module:
                 continue
             if id(p) in values:
                 first, other = values[id(p)]
-                if not np.array_equal(np.asarray(other), np.asarray(arr)):
+                if other is not arr and not np.array_equal(np.asarray(other), np.asarray(arr)):
                     problems.append(f"{name} and {first} are the same (tied) parameter but the state dict "
                                     "gives them different values")
                 continue
@@ -435,6 +476,9 @@ class Module:
                     np.copyto(p, np.asarray(value), casting="unsafe")   # a host-side buffer
                 elif hasattr(value, "copy_to_"):
                     value.copy_to_(p)                    # streamed from the file, block by block
+                elif isinstance(value, Tensor):          # tile to tile (converted, retiled), unless p's own tiles
+                    if value._ptr != p._ptr:
+                        assign_(p, value)
                 else:                                    # in place, tile by tile (after p's pending tasks)
                     write_rows_(p, 0, p.grid[0] if p.ndim else 1, np.asarray(value, dtype=p.dtype))
         return IncompatibleKeys(missing, unexpected)

@@ -30,10 +30,11 @@ import numbers
 import numpy as np
 
 from ..runtime.kernels import run_batch, run_map
-from ..tensors import Tensor, TensorTraits
+from ..tensors import Tensor, TensorTraits, from_numpy
 from .autograd import backward_rule, composite_grads, double_backward_rule, record
 from .basic import _float_tensor
-from .creation import full
+from .creation import full, zeros
+from .index import scatter
 from .reduce import mean as _mean, sum as _sum
 from .shape import cat, reshape, retile, squeeze, unsqueeze
 
@@ -430,9 +431,104 @@ def _avg_pool_t_bwd(node, h):
 
 
 def _max(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    if return_indices:
-        raise ValueError(f"max_pool{nsp}d: return_indices=True is not supported")
-    return _pool("max", nsp, input, kernel_size, stride, padding, dilation, ceil_mode)
+    y = _pool("max", nsp, input, kernel_size, stride, padding, dilation, ceil_mode)
+    if not return_indices:
+        return y
+    return y, _max_indices(nsp, input, y, kernel_size, stride, padding, dilation)
+
+
+def _windows(a: np.ndarray, nsp: int, o, k, s, d) -> np.ndarray:
+    """The pooling windows of a (padded) array: (..., *o, prod(k)), window-major as torch scans."""
+    span = tuple(di * (ki - 1) + 1 for di, ki in zip(d, k))
+    axes = tuple(range(a.ndim - nsp, a.ndim))
+    w = np.lib.stride_tricks.sliding_window_view(a, span, axis=axes)
+    lead = (slice(None),) * (a.ndim - nsp)
+    w = w[lead + tuple(slice(0, (oi - 1) * si + 1, si) for oi, si in zip(o, s)) + tuple(slice(None, None, di)
+                                                                                      for di in d)]
+    return w.reshape(w.shape[:a.ndim] + (-1,))
+
+
+def _max_indices(nsp, input, y, kernel_size, stride, padding, dilation) -> Tensor:
+    """torch's indices of max pooling: per window, the flat position (within its channel's
+    spatial volume) of the first maximum in scan order, or of the last NaN; never a padded
+    position.  Found on the host from the input's values (the call waits for them)."""
+    what = f"max_pool{nsp}d"
+    x, unbatched = _input(input, nsp, what)
+    k = _ntuple(kernel_size, nsp, what, "kernel_size", 1)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
+        _ntuple(stride, nsp, what, "stride", 1)
+    p, d = _ntuple(padding, nsp, what, "padding", 0), _ntuple(dilation, nsp, what, "dilation", 1)
+    a = x.detach().numpy().astype(np.float64)
+    a[a == -np.inf] = -np.finfo(np.float64).max     # above the padding's -inf: padding is never picked
+    l, o = a.shape[2:], y.shape[-nsp:]
+    right = [max(0, (oi - 1) * si + di * (ki - 1) + 1 - li - pi) for li, oi, si, ki, pi, di in zip(l, o, s, k, p, d)]
+    widths = [(pi, ri) for pi, ri in zip(p, right)]
+    wa = _windows(np.pad(a, [(0, 0), (0, 0)] + widths, constant_values=-np.inf), nsp, o, k, s, d)
+    wp = _windows(np.pad(np.arange(int(np.prod(l))).reshape(l), widths, constant_values=-1), nsp, o, k, s, d)
+    first = np.argmax(wa, axis=-1)
+    nan = np.isnan(wa)
+    last_nan = wa.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
+    pick = np.where(nan.any(axis=-1), last_nan, first)
+    idx = np.take_along_axis(np.broadcast_to(wp, wa.shape), pick[..., None], -1)[..., 0].astype(np.int64)
+    return from_numpy(np.ascontiguousarray(idx[0] if unbatched else idx))
+
+
+def _unpool_size(what: str, nsp: int, l, k, s, p, output_size) -> tuple[int, ...]:
+    """max_unpool's output size: (l - 1) * stride - 2 * padding + kernel, or output_size (its
+    last nsp entries), which must lie strictly within a stride of that, as torch checks."""
+    default = tuple((li - 1) * si - 2 * pi + ki for li, si, pi, ki in zip(l, s, p, k))
+    if output_size is None:
+        return default
+    given = output_size[2:] if len(output_size) == nsp + 2 else output_size
+    size = tuple(given)
+    if len(size) != nsp or not all(isinstance(e, numbers.Integral) and not isinstance(e, bool) for e in size):
+        raise ValueError(f"{what}: output_size should be a sequence of {nsp} or {nsp + 2} ints, got {output_size!r}")
+    for j, (e, dj, sj) in enumerate(zip(size, default, s)):
+        if not dj - sj < e < dj + sj:
+            raise ValueError(f'invalid output_size "{given}" (dim {j} must be between {dj - sj} and {dj + sj})')
+    return tuple(int(e) for e in size)
+
+
+def _max_unpool(nsp: int, input, indices, kernel_size, stride, padding, output_size) -> Tensor:
+    """torch.nn.functional.max_unpool: zeros of the output size with each input value written
+    at its index (flat within its channel's output volume; a repeated index: the last one in
+    the input's order wins); the gradient gathers at the indices (scatter's, recorded)."""
+    what = f"max_unpool{nsp}d"
+    x, unbatched = _input(input, nsp, what)
+    if not isinstance(indices, Tensor) or indices.dtype != np.int64:
+        raise TypeError(f"{what}: indices must be an int64 tensor, got "
+                        f"{indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
+    if tuple(indices.shape) != tuple(input.shape):
+        raise ValueError(f"{what}: indices have shape {indices.shape}, the input {input.shape}: they must match")
+    k = _ntuple(kernel_size, nsp, what, "kernel_size", 1)
+    s = k if stride is None else _ntuple(stride, nsp, what, "stride", 1)
+    p = _ntuple(padding, nsp, what, "padding", 0)
+    o = _unpool_size(what, nsp, x.shape[2:], k, s, p, output_size)
+    n, c, m, vol = x.shape[0], x.shape[1], int(np.prod(x.shape[2:])), int(np.prod(o))
+    ia = indices.numpy().reshape(n, c, m)
+    bad = (ia < 0) | (ia >= vol)
+    if bad.any():
+        raise RuntimeError(f"Found an invalid max index: {int(ia[bad][0])} (output volumes are of size "
+                           f"{'x'.join(map(str, o))}")
+    flat = reshape(x, (n, c, m))
+    y = scatter(zeros((n, c, vol), dtype=x.dtype), 2, from_numpy(np.ascontiguousarray(ia)), flat)
+    y = reshape(y, (n, c) + o)
+    return squeeze(y, 0) if unbatched else y
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:
+    """torch.nn.functional.max_unpool1d: the inverse of max_pool1d(return_indices=True)."""
+    return _max_unpool(1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:
+    """torch.nn.functional.max_unpool2d: the inverse of max_pool2d(return_indices=True)."""
+    return _max_unpool(2, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:
+    """torch.nn.functional.max_unpool3d: the inverse of max_pool3d(return_indices=True)."""
+    return _max_unpool(3, input, indices, kernel_size, stride, padding, output_size)
 
 
 def _avg(nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
@@ -667,4 +763,4 @@ def _batch_norm_double(node, g):
 
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "max_pool1d",
-           "max_pool2d", "max_pool3d"]
+           "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d"]

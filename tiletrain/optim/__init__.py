@@ -117,10 +117,10 @@ class Optimizer:
         raise NotImplementedError
 
     # -- state (PyTorch layout: parameters numbered in group order) ------------------
-    def state_dict(self, copy: bool = True) -> dict:
-        """Plain data: {"state": {index: {"step": int, name: ndarray}}, "param_groups": [...]}.
-        Reading it waits for the state tensors.  copy=False: the state tensors themselves (as
-        torch returns them; checkpoints stream them from their tiles)."""
+    def state_dict(self, copy: bool = False) -> dict:
+        """torch's layout: {"state": {index: {"step": int, name: Tensor}}, "param_groups": [...]},
+        the state tensors themselves (as torch: no copy, nothing waits; later steps update
+        them).  copy=True: NumPy copies instead (reading them waits for the state tensors)."""
         index = {}
         groups = []
         for g in self.param_groups:
@@ -758,13 +758,19 @@ class LBFGS(Optimizer):
                 break
         st["prev_loss"] = loss
 
-    def state_dict(self, copy: bool = True) -> dict:
-        """torch's layout: the state (counters, direction, step, history) under parameter 0."""
+    def state_dict(self, copy: bool = False) -> dict:
+        """torch's layout: the state (counters, direction, step, history) under parameter 0, its
+        vectors as tensors (copies; copy=True: NumPy copies)."""
         groups = [{**{k: v for k, v in self.param_groups[0].items() if k != "params"},
                    "params": list(range(len(self._plist)))}]
         st = self.state.get(id(self._plist[0]))
-        state = {} if st is None else {0: {k: ([np.copy(a) if np.ndim(a) else a for a in v] if isinstance(v, list) else
-                                              v.copy() if isinstance(v, np.ndarray) else v) for k, v in st.items()}}
+
+        def out(a):
+            if not isinstance(a, np.ndarray) or not a.ndim:
+                return a
+            return np.copy(a) if copy else from_numpy(np.array(a, order="C"))
+        state = {} if st is None else {0: {k: ([out(a) for a in v] if isinstance(v, list) else out(v))
+                                           for k, v in st.items()}}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, sd: dict) -> None:

@@ -112,7 +112,7 @@ class StageOptimizers:
     def _counts(self) -> list[int]:
         return [sum(len(g["params"]) for g in o.param_groups) for o in self.opts]
 
-    def state_dict(self, copy: bool = True) -> dict:
+    def state_dict(self, copy: bool = False) -> dict:
         state, groups, base = {}, [], 0
         for o, n in zip(self.opts, self._counts()):
             sd = o.state_dict(copy=copy)
