@@ -10,7 +10,10 @@ Times --reps blocks of --block consecutive steps per framework (after --warmup s
 two frameworks' blocks alternating (a shared machine's load drifts), and prints the median
 step time (a block's time / K) and the speed ratio: the median over the repetitions of
 PyTorch's block time over tiletrain's in the same repetition (> 1 means tiletrain is
-faster).  A tiletrain block is timed to its end (tt.wait(): loss.item() waits for the
+faster).  Each block starts --gap seconds after the previous one ends: PyTorch's OpenMP
+threads keep spinning for milliseconds after a parallel region (libgomp's default wait
+policy), and tiletrain's idle workers poll too, so back-to-back blocks would slow whichever
+framework comes second.  A tiletrain block is timed to its end (tt.wait(): loss.item() waits for the
 forward only, the backward and the update may still run), as a training loop runs: each
 step submits while the previous one's tasks finish, and the workers sleep during
 PyTorch's blocks rather than poll beside them."""
@@ -42,6 +45,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--block", type=int, default=5, help="consecutive steps timed together")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--gap", type=float, default=0.05,
+                    help="seconds between two blocks: PyTorch's OpenMP threads spin for milliseconds after "
+                         "their last parallel region (and would run on in the next block)")
     ap.add_argument("--size", choices=sorted(SIZES), nargs="+", default=["small", "medium"])
     args = ap.parse_args()
 
@@ -67,6 +73,7 @@ def main() -> int:
                 tt.wait()
             for rep in range(args.reps):  # alternating: a shared machine's load drifts
                 for name, step in steps.items():
+                    time.sleep(args.gap)  # the other framework's threads go idle first
                     t0 = time.perf_counter()
                     for i in range(args.block):
                         step(args.warmup + rep * args.block + i)
