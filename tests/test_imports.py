@@ -31,8 +31,8 @@ LAYERS = [
     ("",),                                # tiletrain/__init__.py: `import tiletrain as tt`
     ("inference", "pipeline", "parallel"),
     ("nn", "geometric", "data", "checkpoint", "serialization"),
-    # utils.checkpoint, mpirun; torch.cuda/backends answers; torch.linalg and torch.distributions
-    ("utils", "cuda", "backends", "amp", "linalg", "distributions"),
+    # utils.checkpoint, mpirun; torch.cuda/backends answers; torch.linalg, torch.distributions, torch.special
+    ("utils", "cuda", "backends", "amp", "linalg", "distributions", "special"),
     ("optim", "functional", "autograd"),  # autograd: torch.autograd's grad/backward over the ops' tape
     ("tensors.api",),                     # the user-facing Tensor: torch's methods, bound to ops
     ("ops",),                             # op tables, autograd

@@ -49,7 +49,7 @@ from . import autograd  # noqa: E402  (tiletrain.autograd.grad: torch.autograd's
 from . import inference  # noqa: E402  (key/value cache, generate)
 from .serialization import load, save  # noqa: E402  (torch.save / torch.load of state dicts)
 # torch.cuda and torch.backends answered; torch.distributions and torch.linalg
-from . import backends, cuda, distributions, linalg  # noqa: E402
+from . import backends, cuda, distributions, linalg, special  # noqa: E402
 
 
 class Size(tuple):
