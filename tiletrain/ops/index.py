@@ -721,25 +721,30 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
         raise RuntimeError(f"{what}: prob_dist must be 1 or 2 dim, got {x.ndim}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples <= 0:
         raise RuntimeError(f"{what}: cannot sample n_sample <= 0 samples (got {num_samples!r})")
-    w = np.ascontiguousarray(x.numpy().reshape(-1, x.shape[-1]))
+    out = multinomial_rows(np.ascontiguousarray(x.numpy().reshape(-1, x.shape[-1])), num_samples, replacement,
+                           _generator(what, generator))
+    return from_numpy(out if x.ndim == 2 else np.ascontiguousarray(out[0]))
+
+
+def multinomial_rows(w: np.ndarray, num_samples: int, replacement: bool, g) -> np.ndarray:
+    """multinomial's draws on the host: int64 (rows, num_samples) from the weight rows ``w``
+    (2-D, float32 or float64) and Generator ``g``, after torch's checks of the weights."""
+    what = "multinomial"
     if not np.isfinite(w).all() or (w < 0).any():
         raise RuntimeError(f"{what}: probability tensor contains either inf, nan or element < 0")
     if (w.sum(axis=1) <= 0).any():
         raise RuntimeError(f"{what}: invalid multinomial distribution (sum of probabilities <= 0)")
     if not replacement and num_samples > np.count_nonzero(w, axis=1).min():
         raise RuntimeError(f"{what}: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-    g = _generator(what, generator)
     if not replacement or num_samples == 1:
         q = w / g.exponential(w.size, w.dtype).reshape(w.shape)
-        out = np.argsort(-q, axis=1, kind="stable")[:, :int(num_samples)]
-    else:
-        out = np.empty((w.shape[0], int(num_samples)), np.int64)
-        for r, row in enumerate(w):
-            cum = np.cumsum(row, dtype=w.dtype)
-            cum /= cum[-1]
-            out[r] = np.searchsorted(cum, g.unit(int(num_samples), np.float64), side="left")
-    return from_numpy(np.ascontiguousarray(out.astype(np.int64)) if x.ndim == 2 else out[0].astype(np.int64))
-
+        return np.ascontiguousarray(np.argsort(-q, axis=1, kind="stable")[:, :int(num_samples)].astype(np.int64))
+    out = np.empty((w.shape[0], int(num_samples)), np.int64)
+    for r, row in enumerate(w):
+        cum = np.cumsum(row, dtype=w.dtype)
+        cum /= cum[-1]
+        out[r] = np.searchsorted(cum, g.unit(int(num_samples), np.float64), side="left")
+    return out
 
 __all__ = ["assign_", "gather", "index_add", "index_get", "index_put", "index_select", "multinomial", "scatter",
            "scatter_add", "scatter_reduce", "topk"]

@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..ops.index import multinomial
+from ..ops.index import multinomial_rows
 from ..ops.shape import stack
 from ..tensors import Generator, Tensor, default_generator, from_numpy
+from ..tensors.creation import _generator
 
 __all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate", "random_split", "Subset", "ConcatDataset",
            "IterableDataset", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
@@ -123,7 +124,7 @@ class RandomSampler(Sampler):
     def __iter__(self):
         n = len(self.data_source)
         g = Generator().manual_seed(default_generator.full_range()) if self.generator is None \
-            else _generator(self.generator)
+            else _generator("RandomSampler", self.generator)
         if self.replacement:
             for _ in range(self.num_samples // 32):
                 yield from g.integers(32, 0, n).tolist()
@@ -142,7 +143,7 @@ class SubsetRandomSampler(Sampler):
         self.indices, self.generator = list(indices), generator
 
     def __iter__(self):
-        for i in _generator(self.generator).permutation(len(self.indices)).tolist():
+        for i in _generator("SubsetRandomSampler", self.generator).permutation(len(self.indices)).tolist():
             yield self.indices[i]
 
     def __len__(self):
@@ -163,8 +164,9 @@ class WeightedRandomSampler(Sampler):
         self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
 
     def __iter__(self):
-        return iter(multinomial(from_numpy(self.weights), self.num_samples, self.replacement,
-                                generator=self.generator).tolist())
+        rows = multinomial_rows(self.weights[None, :], self.num_samples, self.replacement,
+                                _generator("WeightedRandomSampler", self.generator))
+        return iter(rows[0].tolist())
 
     def __len__(self):
         return self.num_samples
@@ -196,13 +198,6 @@ def _chunks(items, size: int, drop_last: bool):
         yield batch
 
 
-def _generator(generator):
-    g = default_generator if generator is None else generator
-    if not isinstance(g, Generator):
-        raise TypeError(f"generator must be a tiletrain.Generator, got {type(g).__name__}")
-    return g
-
-
 def random_split(dataset, lengths, generator=None):
     """torch.utils.data.random_split with integer lengths or fractions (torch's permutation for
     the generator's seed)."""
@@ -214,7 +209,7 @@ def random_split(dataset, lengths, generator=None):
         lengths = sizes
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
-    perm = _generator(generator).permutation(n)
+    perm = _generator("random_split", generator).permutation(n)
     out, start = [], 0
     for k in lengths:
         out.append(Subset(dataset, perm[start:start + k].tolist()))
@@ -283,7 +278,7 @@ class DataLoader:
     def __iter__(self):
         # torch draws a base seed (for its worker processes) from the loader's generator each
         # time an iteration starts: drawn here too, so later draws stay torch's
-        _generator(self.generator).full_range()
+        _generator("DataLoader", self.generator).full_range()
         return self._iterate()
 
     def _iterate(self):

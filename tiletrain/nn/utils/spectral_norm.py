@@ -17,6 +17,7 @@ from ...ops.creation import normal_values
 from ...tensors import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from ..module import Module, Parameter
+from .weight_norm import find_hook, remove_hook
 
 __all__ = ["SpectralNorm", "spectral_norm", "remove_spectral_norm", "reshape_weight_to_matrix",
            "initial_vectors", "default_dim"]
@@ -44,10 +45,6 @@ def default_dim(module: Module, dim) -> int:
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
         raise TypeError(f"spectral_norm: dim must be an int or None, got {type(dim).__name__}")
     return int(dim)
-
-
-def _hooks(module: Module) -> dict:
-    return module.__dict__.get("_forward_pre_hooks", {})
 
 
 class SpectralNorm:
@@ -97,9 +94,8 @@ class SpectralNorm:
 
     @staticmethod
     def apply(module: Module, name: str, n_power_iterations: int, dim: int, eps: float) -> "SpectralNorm":
-        for hook in _hooks(module).values():
-            if isinstance(hook, SpectralNorm) and hook.name == name:
-                raise RuntimeError(f"Cannot register two spectral_norm hooks on the same parameter {name}")
+        if find_hook(module, SpectralNorm, name):
+            raise RuntimeError(f"Cannot register two spectral_norm hooks on the same parameter {name}")
         fn = SpectralNorm(name, n_power_iterations, dim, eps)
         weight = module._parameters.get(name) if isinstance(module, Module) else None
         if weight is None:
@@ -129,10 +125,4 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
 def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
     """torch.nn.utils.remove_spectral_norm: ``<name>`` becomes a plain parameter again (its
     value with the stored u and v); ValueError when the module has no spectral norm on it."""
-    hooks = _hooks(module)
-    for k, hook in list(hooks.items()):
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del hooks[k]
-            return module
-    raise ValueError(f"spectral_norm of '{name}' not found in {module}")
+    return remove_hook(module, SpectralNorm, name, "spectral_norm")

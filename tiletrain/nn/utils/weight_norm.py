@@ -50,6 +50,27 @@ def _hooks(module: Module) -> dict:
     return module.__dict__.get("_forward_pre_hooks", {})
 
 
+def find_hook(module: Module, kind: type, name: str):
+    """(key, hook) of the forward pre-hook of class ``kind`` on parameter ``name``, or None
+    (weight_norm's and spectral_norm's hooks)."""
+    for key, hook in _hooks(module).items():
+        if isinstance(hook, kind) and hook.name == name:
+            return key, hook
+    return None
+
+
+def remove_hook(module: Module, kind: type, name: str, what: str) -> Module:
+    """Undo the ``kind`` hook on ``name`` (its parameter comes back); ValueError naming ``what``
+    when the module has none."""
+    found = find_hook(module, kind, name)
+    if found is None:
+        raise ValueError(f"{what} of '{name}' not found in {module}")
+    key, hook = found
+    hook.remove(module)
+    del _hooks(module)[key]
+    return module
+
+
 class WeightNorm:
     """The forward pre-hook of weight_norm: sets ``module.<name>`` from ``<name>_g`` and
     ``<name>_v`` before each forward."""
@@ -65,9 +86,8 @@ class WeightNorm:
     def apply(module: Module, name: str, dim) -> "WeightNorm":
         warnings.warn("`torch.nn.utils.weight_norm` is deprecated in favor of "
                       "`torch.nn.utils.parametrizations.weight_norm`.", FutureWarning, stacklevel=3)
-        for hook in _hooks(module).values():
-            if isinstance(hook, WeightNorm) and hook.name == name:
-                raise RuntimeError(f"Cannot register two weight_norm hooks on the same parameter {name}")
+        if find_hook(module, WeightNorm, name):
+            raise RuntimeError(f"Cannot register two weight_norm hooks on the same parameter {name}")
         weight = module._parameters.get(name) if isinstance(module, Module) else None
         if weight is None:
             raise AttributeError(f"weight_norm: {type(module).__name__} has no parameter {name!r}")
@@ -105,10 +125,4 @@ def weight_norm(module: Module, name: str = "weight", dim=0) -> Module:
 def remove_weight_norm(module: Module, name: str = "weight") -> Module:
     """torch.nn.utils.remove_weight_norm: ``<name>`` becomes a plain parameter again (its
     current value); ValueError when the module has no weight norm on ``name``."""
-    hooks = _hooks(module)
-    for k, hook in list(hooks.items()):
-        if isinstance(hook, WeightNorm) and hook.name == name:
-            hook.remove(module)
-            del hooks[k]
-            return module
-    raise ValueError(f"weight_norm of '{name}' not found in {module}")
+    return remove_hook(module, WeightNorm, name, "weight_norm")
