@@ -304,14 +304,19 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) 
 
 # -- pooling --------------------------------------------------------------------------------
 
-def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_mode, **extra) -> Tensor:
-    what = f"{kind}_pool{nsp}d"
-    x, unbatched = _input(x, nsp, what)
+def _pool_geometry(what: str, nsp: int, kernel_size, stride, padding, dilation):
+    """A pooling's kernel, stride (None or empty: the kernel, as torch), padding and dilation,
+    each nsp ints."""
     k = _ntuple(kernel_size, nsp, what, "kernel_size", 1)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
         _ntuple(stride, nsp, what, "stride", 1)
-    p = _ntuple(padding, nsp, what, "padding", 0)
-    d = _ntuple(dilation, nsp, what, "dilation", 1)
+    return k, s, _ntuple(padding, nsp, what, "padding", 0), _ntuple(dilation, nsp, what, "dilation", 1)
+
+
+def _pool(kind: str, nsp: int, x, kernel_size, stride, padding, dilation, ceil_mode, **extra) -> Tensor:
+    what = f"{kind}_pool{nsp}d"
+    x, unbatched = _input(x, nsp, what)
+    k, s, p, d = _pool_geometry(what, nsp, kernel_size, stride, padding, dilation)
     if not isinstance(ceil_mode, bool):
         raise TypeError(f"{what}: ceil_mode must be a bool, got {type(ceil_mode).__name__}")
     span = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
@@ -454,10 +459,7 @@ def _max_indices(nsp, input, y, kernel_size, stride, padding, dilation) -> Tenso
     position.  Found on the host from the input's values (the call waits for them)."""
     what = f"max_pool{nsp}d"
     x, unbatched = _input(input, nsp, what)
-    k = _ntuple(kernel_size, nsp, what, "kernel_size", 1)
-    s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
-        _ntuple(stride, nsp, what, "stride", 1)
-    p, d = _ntuple(padding, nsp, what, "padding", 0), _ntuple(dilation, nsp, what, "dilation", 1)
+    k, s, p, d = _pool_geometry(what, nsp, kernel_size, stride, padding, dilation)
     a = x.detach().numpy().astype(np.float64)
     a[a == -np.inf] = -np.finfo(np.float64).max     # above the padding's -inf: padding is never picked
     l, o = a.shape[2:], y.shape[-nsp:]
