@@ -157,13 +157,16 @@ class Module:
         (nonp.discard if persistent else nonp.add)(name)
         object.__setattr__(self, name, value)
 
+    def _own_persistent_buffers(self) -> Iterator[tuple[str, object]]:
+        """This module's own buffers that state_dict() holds (not None, not persistent=False)."""
+        nonp = self.__dict__.get("_non_persistent", ())
+        return ((bname, b) for bname, b in self._buffers.items() if b is not None and bname not in nonp)
+
     def _state_buffers(self) -> Iterator[tuple[str, object]]:
         """The persistent buffers (those state_dict() holds), with dotted names."""
         for mname, m in self.named_modules():
-            nonp = m.__dict__.get("_non_persistent", ())
-            for bname, b in m._buffers.items():
-                if b is not None and bname not in nonp:
-                    yield (f"{mname}.{bname}" if mname else bname), b
+            for bname, b in m._own_persistent_buffers():
+                yield (f"{mname}.{bname}" if mname else bname), b
 
     def register_parameter(self, name: str, param) -> None:
         if param is not None and not isinstance(param, Parameter):
@@ -405,10 +408,8 @@ class Module:
             head = f"{prefix}{mname}." if mname else prefix
             for pname, p in m._parameters.items():
                 out[head + pname] = value(p)
-            nonp = m.__dict__.get("_non_persistent", ())
-            for bname, b in m._buffers.items():
-                if b is not None and bname not in nonp:
-                    out[head + bname] = value(b)
+            for bname, b in m._own_persistent_buffers():
+                out[head + bname] = value(b)
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
