@@ -16,6 +16,7 @@ import numpy as np
 
 from ..tensors import Tensor, from_numpy, is_float
 from .autograd import backward_rule, record
+from .composite import eye
 from .contract import tril
 from .elementwise import add, mul, sub
 from .linalg import matmul
@@ -36,10 +37,6 @@ def _square_float(A, what: str) -> Tensor:
     return A
 
 
-def _eye_like(A: Tensor, n: int, m: int | None = None) -> Tensor:
-    return from_numpy(np.eye(n, n if m is None else m)).to(A.dtype)
-
-
 def matrix_exp(A: Tensor) -> Tensor:
     """torch.matrix_exp: exp(A) = sum A^k / k! for each matrix of A (..., n, n), by scaling
     and squaring with a Taylor polynomial (recorded ops: differentiable)."""
@@ -50,10 +47,10 @@ def matrix_exp(A: Tensor) -> Tensor:
     norm1 = float(np.abs(A.detach().numpy()).sum(axis=-2).max(initial=0.0))
     s = max(0, math.ceil(math.log2(norm1)) + 1) if norm1 > 0 else 0
     X = mul(A, 1.0 / 2 ** s) if s else A
-    eye = _eye_like(A, n)
-    P = add(eye, mul(X, 1.0 / _TAYLOR_DEGREE))  # Horner: I + X/k (I + X/(k+1) (...))
+    ident = eye(n, dtype=A.dtype)
+    P = add(ident, mul(X, 1.0 / _TAYLOR_DEGREE))  # Horner: I + X/k (I + X/(k+1) (...))
     for k in range(_TAYLOR_DEGREE - 1, 0, -1):
-        P = add(eye, mul(matmul(X, P), 1.0 / k))
+        P = add(ident, mul(matmul(X, P), 1.0 / k))
     for _ in range(s):
         P = matmul(P, P)
     return P
@@ -120,8 +117,8 @@ def householder_product(A: Tensor, tau: Tensor, *, out=None) -> Tensor:
     if tau.ndim != A.ndim - 1 or tau.shape[:-1] != A.shape[:-2] or k > n:
         raise RuntimeError(f"{what}: tau of shape {tau.shape} does not fit input of shape {A.shape} (expected "
                            f"{tuple(A.shape[:-2]) + ('k <= ' + str(n),)})")
-    V = add(tril(A, -1), _eye_like(A, m, n))
-    Q = _eye_like(A, m, n)
+    V = add(tril(A, -1), eye(m, n, dtype=A.dtype))
+    Q = eye(m, n, dtype=A.dtype)
     batch = (slice(None),) * (A.ndim - 2)
     for i in range(k - 1, -1, -1):
         v = getitem(V, batch + (slice(None), slice(i, i + 1)))                  # (..., m, 1)
