@@ -18,8 +18,9 @@ from .. import functional as F
 from ..ops.activations import affine
 from ..ops.autograd import no_grad
 from ..tensors import Tensor, TensorTraits, default_generator, from_numpy
+from ..tensors.creation import _drawn
 from ..tensors.rng import NormalStream
-from ..tensors.tensor import default_float, from_rows
+from ..tensors.tensor import default_float
 from .module import Module, Parameter
 
 __all__ = ["Bilinear", "Conv1D", "EmbeddingBag",
@@ -48,18 +49,13 @@ def _int(v, what: str, name: str) -> int:
 
 
 def drawn(shape, tiles, dtype, draw) -> Tensor:
-    """A tensor of ``shape`` whose values are ``draw(shape)`` (a NumPy float64 sampler such as
-    rng.standard_normal) rounded to dtype, drawn a few rows at a time in row order: the same
-    values as one draw of the whole shape, with one block of tile rows in host memory."""
+    """A tensor of ``shape`` whose values are ``draw((k,))``'s k values at a time in row order
+    (a NumPy sampler such as rng.standard_normal, or a torch-stream draw), rounded to dtype:
+    the same values as one draw of the whole shape, one block of tile rows in host memory
+    (tensors.creation._drawn, as the random creation functions)."""
     shape = tuple(shape)
-    row = int(np.prod(shape[1:], dtype=np.int64))
-    step = max(1, (1 << 18) // max(1, row))  # rows per float64 draw: about 2 MiB
-
-    def fill(r0, r1, out):
-        for a in range(r0, r1, step):
-            b = min(r1, a + step)
-            out[a - r0:b - r0] = draw((b - a,) + shape[1:])
-    return from_rows(TensorTraits(shape, param_tiles(shape, tiles)), dtype, fill)
+    return _drawn("init", TensorTraits(shape, param_tiles(shape, tiles)), dtype, None, None, False,
+                  lambda k: draw((k,)))
 
 
 def normal(shape, std: float, rng, dtype, tiles=None) -> Tensor:
@@ -70,7 +66,7 @@ def normal(shape, std: float, rng, dtype, tiles=None) -> Tensor:
     if rng is not None:
         return drawn(shape, tiles, dtype, lambda s: rng.standard_normal(s) * std)
     stream = NormalStream(default_generator, int(np.prod(shape, dtype=np.int64)), dtype, 0.0, std)
-    return drawn(shape, tiles, dtype, lambda s: stream.take(int(np.prod(s, dtype=np.int64))).reshape(s))
+    return drawn(shape, tiles, dtype, lambda s: stream.take(s[0]))
 
 
 def uniform(shape, bound: float, rng, dtype, tiles=None) -> Tensor:
@@ -80,7 +76,7 @@ def uniform(shape, bound: float, rng, dtype, tiles=None) -> Tensor:
     if rng is not None:
         return drawn(shape, tiles, dtype, lambda s: rng.uniform(-bound, bound, s))
     g = default_generator
-    return drawn(shape, tiles, dtype, lambda s: g.uniform(int(np.prod(s, dtype=np.int64)), dtype, -bound, bound).reshape(s))
+    return drawn(shape, tiles, dtype, lambda s: g.uniform(s[0], dtype, -bound, bound))
 
 
 def kaiming_bound(fan_in: int) -> float:
