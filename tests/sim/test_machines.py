@@ -190,12 +190,32 @@ def test_derive_gpus_writes_cuda_hosts_links_and_models(home, cuda_flavour):
         RuntimeConfig.resolve(simulate="g2", ncpu=5)
 
 
+def test_derive_chiplets_writes_one_device_per_chiplet_linked_to_the_package_memory(home, cuda_flavour):
+    m = machines.derive("c4", "base", cpus=2, chiplets=4, chiplet_link_gbs=8.0, gpu_speed=5.0, gpu_memory=2**28)
+    assert (m.gpus, m.chiplets, m.chiplet_link_gbs, m.link_bandwidth_gbs, m.gpu_speed) == (4, 4, 8.0, 8.0, 5.0)
+    xml = (home / "c4" / "sampling" / "bus" / "c4.platform.v4.xml").read_text()
+    assert xml.count('<host id="CUDA') == 4 and f'value="{2**28}"' in xml
+    for c in range(4):   # each chiplet its own link to the package's memory, both ways
+        assert f'id="RAM-CUDA{c}" bandwidth="8000000000.000000Bps"' in xml
+        assert f'id="CUDA{c}-RAM" bandwidth="8000000000.000000Bps"' in xml
+    # the package's memory serves every chiplet at once
+    assert 'id="Host" bandwidth="32000000000.000000Bps"' in xml
+    text = machines.describe(machines.load("c4"))
+    assert "chiplets: 4 (simulated as CUDA devices; speed x5" in text and "8 GB/s" in text
+    assert "GPUs:" not in text
+    # derived from it, the chiplets stay
+    m2 = machines.derive("c4fast", "c4", cpu_speed=2.0)
+    assert (m2.gpus, m2.chiplets, m2.chiplet_link_gbs) == (4, 4, 8.0)
+
+
 def test_gpus_on_a_flavour_without_cuda_simulation_is_a_clear_error(home, monkeypatch):
     monkeypatch.setattr(machines, "cuda_simulation", lambda: "this build's simulation flavour has no CUDA codelets")
     with pytest.raises(MachineError, match="--gpus 2: simulated GPUs need CUDA codelets in the simulation flavour, "
                                            "and this build's simulation flavour has no CUDA codelets"):
         machines.derive("g2", "base", gpus=2)
     assert not (home / "g2").exists()
+    with pytest.raises(MachineError, match="--chiplets 4: simulated chiplets need CUDA codelets"):
+        machines.derive("c4", "base", chiplets=4, chiplet_link_gbs=10.0)
 
 
 def test_this_builds_simulation_flavour_simulates_cuda():
@@ -204,7 +224,12 @@ def test_this_builds_simulation_flavour_simulates_cuda():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(chiplets=8, chiplet_link_gbs=25.0), "simulated chiplets .* are not generated yet"),
+    (dict(chiplets=8), "--chiplets needs --chiplet-link"),
+    (dict(chiplet_link_gbs=25.0), "--chiplet-link describes simulated chiplets: give their number with --chiplets"),
+    (dict(chiplets=17, chiplet_link_gbs=25.0), r"--chiplets must be an integer in \[1, 16\]"),
+    (dict(chiplets=4, chiplet_link_gbs=0.0), "--chiplet-link must be a positive number"),
+    (dict(chiplets=4, chiplet_link_gbs=25.0, gpus=2), "--chiplets and --gpus both describe"),
+    (dict(chiplets=4, chiplet_link_gbs=25.0, link_bandwidth_gbs=25.0), "a chiplet's link .* is --chiplet-link"),
     (dict(gpu_speed=20.0), "--gpu-speed describe simulated GPUs: give their number with --gpus N"),
     (dict(gpus=17), r"--gpus must be an integer in \[0, 16\]"),
     (dict(gpus=2, gpu_speed=0.0), "--gpu-speed must be a positive number"),

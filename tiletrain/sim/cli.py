@@ -18,7 +18,8 @@ def cmd_machine(args) -> int:
                    gpu_speed=args.gpu_speed, gpu_memory=mem, link_bandwidth_gbs=args.link_bandwidth,
                    link_latency_us=args.link_latency, chiplets=args.chiplets, chiplet_link_gbs=args.chiplet_link,
                    overwrite=args.overwrite)
-        gpus = f", {m.gpus} GPUs at x{m.gpu_speed:g}" if m.gpus else ""
+        kind = "chiplets" if m.chiplets else "GPUs"
+        gpus = f", {m.gpus} {kind} at x{m.gpu_speed:g}" if m.gpus else ""
         print(describe(m).splitlines()[0] + f": {m.cpus} CPUs at x{m.cpu_speed:g}{gpus}, {len(m.kernels())} kernels")
     elif args.machine_command == "list":
         for name in list_machines():
@@ -58,8 +59,11 @@ def add_subcommands(sub) -> None:
     d.add_argument("--gpu-memory", default=None, help="memory per GPU, e.g. 16G (default 16G)")
     d.add_argument("--link-bandwidth", type=float, default=None, help="GB/s each way per GPU link (default 25)")
     d.add_argument("--link-latency", type=float, default=None, help="us per transfer (default 10)")
-    d.add_argument("--chiplets", type=int, default=None, help="not generated yet (docs/simulation.md, Limits)")
-    d.add_argument("--chiplet-link", type=float, default=None, help="GB/s (with --chiplets)")
+    d.add_argument("--chiplets", type=int, default=None,
+                   help="accelerator chiplets (up to 16), each a simulated device of its own (--gpu-speed, "
+                        "--gpu-memory, --link-latency are each chiplet's); instead of --gpus")
+    d.add_argument("--chiplet-link", type=float, default=None,
+                   help="GB/s each way of each chiplet's link to the package's memory (with --chiplets)")
     d.add_argument("--overwrite", action="store_true", help="replace a machine of that name")
     msub.add_parser("list", help="the machines and their devices")
     s = msub.add_parser("show", help="a machine's devices, links and calibrated kernels")

@@ -183,12 +183,15 @@ def describe(m: Machine) -> str:
              f"  folder: {m.folder}",
              f"  CPUs: {m.cpus} (kernel speed x{m.cpu_speed:g} of the calibrated machine)",
              f"  submitting thread: {m.submit_us_per_task:.1f} us of CPU per task"]
-    if m.gpus:
-        lines.append(f"  GPUs: {m.gpus} (speed x{m.gpu_speed or 1:g}, {m.gpu_memory or 0} bytes each)")
-    if m.link_bandwidth_gbs:
-        lines.append(f"  links RAM<->device: {m.link_bandwidth_gbs:g} GB/s, {m.link_latency_us or 0:g} us")
     if m.chiplets:
-        lines.append(f"  chiplets: {m.chiplets}, chiplet links {m.chiplet_link_gbs or 0:g} GB/s")
+        lines.append(f"  chiplets: {m.chiplets} (simulated as CUDA devices; speed x{m.gpu_speed or 1:g}, "
+                     f"{m.gpu_memory or 0} bytes each)")
+        lines.append(f"  links chiplet<->package memory: {m.chiplet_link_gbs or 0:g} GB/s, {m.link_latency_us or 0:g} us "
+                     "(chiplet to chiplet: through the package's memory, two links)")
+    elif m.gpus:
+        lines.append(f"  GPUs: {m.gpus} (speed x{m.gpu_speed or 1:g}, {m.gpu_memory or 0} bytes each)")
+        if m.link_bandwidth_gbs:
+            lines.append(f"  links RAM<->device: {m.link_bandwidth_gbs:g} GB/s, {m.link_latency_us or 0:g} us")
     if m.kind == "derived":
         c = m.calibration
         lines.append(f"  derived: {c.get('derived', '?')} from {c.get('base', '?')} (calibrated "
@@ -242,6 +245,8 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
                            f"{'' if base == 'here' else ' --name ' + base}` first")
     ncpu = cpus if cpus is not None else src.cpus
     speed = float(cpu_speed) if cpu_speed is not None else 1.0
+    if chiplets:   # a chiplet is a simulated device of its own, linked to the package's memory
+        gpus, link_bandwidth_gbs = chiplets, chiplet_link_gbs
     ngpu = gpus if gpus is not None else src.gpus
     if ngpu and src.gpus and gpus is None:
         # the base's GPUs, as they were, unless given again
@@ -249,6 +254,7 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
         gpu_memory = src.gpu_memory if gpu_memory is None else gpu_memory
         link_bandwidth_gbs = src.link_bandwidth_gbs if link_bandwidth_gbs is None else link_bandwidth_gbs
         link_latency_us = src.link_latency_us if link_latency_us is None else link_latency_us
+        chiplets, chiplet_link_gbs = src.chiplets, src.chiplet_link_gbs
     gspeed = float(gpu_speed) if gpu_speed is not None else DEFAULT_GPU_SPEED
     gmem = int(gpu_memory) if gpu_memory is not None else DEFAULT_GPU_MEMORY
     gbw = float(link_bandwidth_gbs) if link_bandwidth_gbs is not None else DEFAULT_LINK_GBS
@@ -257,6 +263,7 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
                 submit_us_per_task=src.submit_us_per_task / speed,
                 gpus=ngpu, gpu_speed=gspeed if ngpu else None, gpu_memory=gmem if ngpu else None,
                 link_bandwidth_gbs=gbw if ngpu else None, link_latency_us=glat if ngpu else None,
+                chiplets=chiplets or None, chiplet_link_gbs=gbw if chiplets else None,
                 calibration={"base": src.name, "base_calibration": src.calibration.get("last", "?"),
                              "derived": datetime.datetime.now().isoformat(timespec="seconds")})
     _write_derived(m, src, kernels, speed, (gspeed, gmem, gbw, glat), folder)
@@ -266,11 +273,9 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
 def _check_derive_options(cpus, cpu_speed, gpus, gpu_speed, gpu_memory, link_bandwidth_gbs, link_latency_us,
                           chiplets, chiplet_link_gbs) -> None:
     """``derive``'s options, each a MachineError naming the flag (before the base is read)."""
-    if chiplets is not None or chiplet_link_gbs is not None:
-        raise MachineError(
-            "simulated chiplets (--chiplets, --chiplet-link) are not generated yet: a chiplet is a device with its "
-            "own memory linked to its neighbours, which StarPU 1.3 simulates only as CUDA devices with routes "
-            "through RAM (docs/simulation.md, 'Limits'); derive GPUs (--gpus) instead")
+    _check_chiplet_options(gpus, link_bandwidth_gbs, chiplets, chiplet_link_gbs)
+    if chiplets:
+        gpus = chiplets   # a chiplet is a simulated device: --gpu-speed, --gpu-memory, --link-latency are each one's
     gpu_opts = {"--gpu-speed": gpu_speed, "--gpu-memory": gpu_memory, "--link-bandwidth": link_bandwidth_gbs,
                 "--link-latency": link_latency_us}
     if not gpus and any(v is not None for v in gpu_opts.values()):
@@ -290,13 +295,34 @@ def _check_derive_options(cpus, cpu_speed, gpus, gpu_speed, gpu_memory, link_ban
     if gpus:
         why = cuda_simulation()
         if why is not None:
-            raise MachineError(f"--gpus {gpus}: simulated GPUs need CUDA codelets in the simulation flavour, and {why}")
+            flag, what = ("--chiplets", "chiplets") if chiplets else ("--gpus", "GPUs")
+            raise MachineError(f"{flag} {gpus}: simulated {what} need CUDA codelets in the simulation flavour, and {why}")
     if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= 256):
         raise MachineError(f"--cpus must be an integer in [1, 256] (the simulation flavour's most CPU workers), "
                            f"got {cpus!r}")
     if cpu_speed is not None and (isinstance(cpu_speed, bool) or not isinstance(cpu_speed, (int, float))
                                   or not cpu_speed > 0 or cpu_speed != cpu_speed or cpu_speed == float("inf")):
         raise MachineError(f"--cpu-speed must be a positive number, got {cpu_speed!r}")
+
+
+def _check_chiplet_options(gpus, link_bandwidth_gbs, chiplets, chiplet_link_gbs) -> None:
+    if chiplets is None:
+        if chiplet_link_gbs is not None:
+            raise MachineError("--chiplet-link describes simulated chiplets: give their number with --chiplets N")
+        return
+    if isinstance(chiplets, bool) or not isinstance(chiplets, int) or not 1 <= chiplets <= MAX_GPUS:
+        raise MachineError(f"--chiplets must be an integer in [1, {MAX_GPUS}] (the simulation flavour's most "
+                           f"devices), got {chiplets!r}")
+    if gpus is not None:
+        raise MachineError("--chiplets and --gpus both describe the machine's accelerators: give one of them")
+    if link_bandwidth_gbs is not None:
+        raise MachineError("--link-bandwidth is a GPU's link: a chiplet's link to the package's memory is "
+                           "--chiplet-link GB/s")
+    v = chiplet_link_gbs
+    if v is None:
+        raise MachineError("--chiplets needs --chiplet-link GB/s (each chiplet's link to the package's memory)")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v == float("inf") or v <= 0:
+        raise MachineError(f"--chiplet-link must be a positive number, got {v!r}")
 
 
 def _write_derived(m: Machine, src: Machine, kernels: dict, speed: float, gpu: tuple, folder: str) -> None:
