@@ -30,7 +30,7 @@ LAYERS = [
     ("train",),                           # the training loop, its arguments and state
     ("",),                                # tiletrain/__init__.py: `import tiletrain as tt`
     ("inference", "pipeline", "parallel"),
-    ("nn", "geometric", "data", "checkpoint", "serialization"),
+    ("nn", "geometric", "data", "checkpoint", "serialization", "func"),  # func: torch.func (functional_call is nn's)
     # utils.checkpoint, mpirun; torch.cuda/backends answers; torch.linalg, torch.distributions, torch.special
     ("utils", "cuda", "backends", "amp", "linalg", "distributions", "special"),
     ("optim", "functional", "autograd"),  # autograd: torch.autograd's grad/backward over the ops' tape

@@ -46,6 +46,7 @@ from . import functional, nn, optim  # noqa: E402  (tiletrain.functional as F, t
 from . import distribution, pipeline, trace  # noqa: E402  (traces and metrics; priorities, affinity, pipeline experiments)
 from . import utils  # noqa: E402  (tiletrain.utils.checkpoint: activation recomputation)
 from . import autograd  # noqa: E402  (tiletrain.autograd.grad: torch.autograd's functions, double backward)
+from . import func  # noqa: E402  (torch.func: functional_call, grad, vjp, jvp, jacrev, jacfwd, hessian, vmap)
 from . import inference  # noqa: E402  (key/value cache, generate)
 from .serialization import load, save  # noqa: E402  (torch.save / torch.load of state dicts)
 # torch.cuda and torch.backends answered; torch.distributions and torch.linalg

@@ -1,18 +1,20 @@
 """torch.nn.utils: clip_grad_norm_ (tiletrain/optim's tile tasks), clip_grad_value_,
 parameters_to_vector, vector_to_parameters, weight_norm / remove_weight_norm and
 spectral_norm / remove_spectral_norm (the hook forms; nn/utils/weight_norm.py and
-spectral_norm.py) and the parametrizations/parametrize modules."""
+spectral_norm.py), the parametrizations/parametrize modules and stateless.functional_call."""
 from ...ops import cat, clamp, no_grad, reshape
 from ...ops.index import assign_, index_get
 from ...optim import clip_grad_norm_
 
 from . import rnn  # noqa: E402,F401  (torch.nn.utils.rnn)
 from . import parametrizations, parametrize  # noqa: E402,F401
+from . import stateless  # noqa: E402,F401  (torch.nn.utils.stateless.functional_call)
 from .spectral_norm import remove_spectral_norm, spectral_norm  # noqa: E402
 from .weight_norm import remove_weight_norm, weight_norm  # noqa: E402
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters", "rnn",
-           "weight_norm", "remove_weight_norm", "spectral_norm", "remove_spectral_norm", "parametrizations", "parametrize"]
+           "weight_norm", "remove_weight_norm", "spectral_norm", "remove_spectral_norm", "parametrizations", "parametrize",
+           "stateless"]
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
