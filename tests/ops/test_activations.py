@@ -85,6 +85,17 @@ def test_linear(rng, dtype):
         F.linear(X, W, tt.from_numpy(b[:4].copy()))
     with pytest.raises(ValueError, match="must equal weight's in_features"):
         F.linear(X, tt.from_numpy(w.T.copy()))
+    # one sample, (in_features,) -> (out_features,), as torch; its gradients too
+    tx, tw, tb = (torch.tensor(v, requires_grad=True) for v in (x[0, 0], w, b))
+    torch.nn.functional.linear(tx, tw, tb).pow(2).sum().backward()
+    v, V, Bv = (tt.tensor(a, requires_grad=True) for a in (x[0, 0], w, b))
+    y = F.linear(v, V, Bv)
+    assert y.shape == (5,)
+    y.pow(2).sum().backward()
+    for mine, theirs in ((v, tx), (V, tw), (Bv, tb)):
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), **tol(dtype))
+    with pytest.raises(ValueError, match="got a 0-d tensor"):
+        F.linear(tt.tensor(dtype(1.0)), W)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

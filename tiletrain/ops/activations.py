@@ -16,7 +16,7 @@ from .basic import _float_tensor, _like, _scalar, _sum_axes
 from .creation import full
 from .elementwise import _gelu_params, gelu, mul, relu, silu
 from .linalg import matmul, matmul_leading
-from .shape import getitem, retile
+from .shape import getitem, retile, squeeze, unsqueeze
 
 __all__ = ["gelu", "relu", "silu", "dropout", "dropout_positions", "linear", "manual_seed"]
 
@@ -111,7 +111,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed: bool = False,
            gelu: str | None = None, what: str = "affine") -> Tensor:
     """x @ weight + bias with weight (in, out) (GPT-2's Conv1D layout), or x @ weight^T + bias
-    with weight (out, in) when ``transposed`` (torch's Linear).  x is (..., in) with rank >= 2;
+    with weight (out, in) when ``transposed`` (torch's Linear).  x is (..., in) (or (in,): (out,));
     bias (out,) is added along the last axis.  Operands tiled differently from the weight are
     re-tiled (copy tasks): x's last axis to the weight's tile along `in`, bias to its tile along
     `out`.  ``gelu`` ('none' or 'tanh', F.gelu's ``approximate``): returns gelu of the result,
@@ -127,8 +127,10 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, transposed:
     layout = "(out_features, in_features)" if transposed else "(in_features, out_features)"
     if weight.ndim != 2:
         raise ValueError(f"{what}: weight must be 2-D {layout}, got shape {weight.shape}")
-    if x.ndim < 2:
-        raise ValueError(f"{what}: input must have shape (..., in_features) with rank >= 2, got {x.shape}")
+    if x.ndim == 1:   # one sample (in_features,), as torch takes it: (out_features,)
+        return squeeze(affine(unsqueeze(x, 0), weight, bias, transposed=transposed, gelu=gelu, what=what), 0)
+    if x.ndim < 1:
+        raise ValueError(f"{what}: input must have shape (..., in_features), got a 0-d tensor")
     if x.shape[-1] != weight.shape[i_ax]:
         raise ValueError(f"{what}: input's last dimension ({x.shape[-1]}) must equal weight's in_features "
                          f"({weight.shape[i_ax]}; weight {layout} has shape {weight.shape})")
