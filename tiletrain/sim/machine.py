@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from ..config import check_machine_name, machines_dir
 from . import perfmodel
 from .flavour import cuda_simulation
-from .platform import config_text, platform_xml
+from .platform import bus_matrices, config_text, platform_xml
 
 FORMAT = 1
 KINDS = ("calibrated", "derived")
@@ -356,12 +356,17 @@ def _write_derived(m: Machine, src: Machine, kernels: dict, speed: float, gpu: t
         with open(os.path.join(bus, f"{name}.config"), "w") as f:
             f.write(config_text(ncpu + ngpu, ngpu))
         # the bus matrices StarPU measured (a simulation cannot measure them): main memory's
-        # row is all a CPU-only machine reads
+        # row is all a CPU-only machine reads; with devices, the transfer times the dm*
+        # policies predict are the generated links' (the base's matrices know no such devices)
         for ext in BUS_FILES:
             src_file = os.path.join(src.sampling, "bus", f"{src.name}.{ext}")
             if not os.path.isfile(src_file):
                 raise MachineError(f"machine {src.name!r} has no {src_file}: calibrate it again")
             shutil.copyfile(src_file, os.path.join(bus, f"{name}.{ext}"))
+        if ngpu:
+            for ext, text in zip(("bandwidth", "latency"), bus_matrices(ngpu, gbw * 1e9, glat * 1e-6)):
+                with open(os.path.join(bus, f"{name}.{ext}"), "w") as f:
+                    f.write(text)
         with open(os.path.join(tmp, "machine.json"), "w") as f:
             f.write(m.to_json())
         if os.path.exists(folder):

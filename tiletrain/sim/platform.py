@@ -49,10 +49,27 @@ def platform_xml(cpus: int, gpus: int = 0, gpu_memory: int = 0, link_bandwidth: 
     return "".join(lines)
 
 
+def bus_matrices(gpus: int, link_bandwidth: float, link_latency: float) -> tuple[str, str]:
+    """StarPU's ``<host>.bandwidth`` (MB/s) and ``<host>.latency`` (us) for the platform above:
+    the transfer times its dm* policies predict between memory nodes (0: RAM, 1..gpus: the
+    devices).  RAM and a device: their link; two devices: through RAM, both links (half the
+    bandwidth, twice the latency), as the simulation routes them."""
+    bw, lat = link_bandwidth / 1e6, link_latency * 1e6
+    n = gpus + 1
+
+    def matrix(direct: float, through: float) -> str:
+        rows = ["# " + "".join(f"to {j}\t\t" for j in range(n))]
+        for i in range(n):
+            rows.append("".join(f"{0.0 if i == j else direct if 0 in (i, j) else through:e}\t" for j in range(n)))
+        return "\n".join(rows) + "\n"
+
+    return matrix(bw, bw / 2), matrix(lat, 2 * lat)
+
+
 def config_text(cpus: int, gpus: int = 0) -> str:
     """StarPU's ``<host>.config`` (the device counts of the bus calibration)."""
     return (f"# Current configuration\n{cpus} # Number of CPUs\n1 # Number of NUMA nodes\n{gpus} # Number of CUDA "
             f"devices\n0 # Number of OpenCL devices\n0 # Number of MIC devices\n0 # Number of MPI devices\n")
 
 
-__all__ = ["platform_xml", "config_text"]
+__all__ = ["platform_xml", "config_text", "bus_matrices"]
