@@ -6,9 +6,8 @@ rsample, expand, batch_shape / event_shape) and kl_divergence between two of one
 
 log_prob, entropy, the moments and kl_divergence are torch's formulas from recorded ops: their
 values and gradients compare with torch's (float64, ~1e-12).  log-gamma and digamma (Gamma,
-Beta, Dirichlet, Poisson, Binomial) are Stirling's series after a shift, from recorded ops, for
-positive arguments (all these families need); their gradients are exact to ~1e-15, where
-torch's trigamma is good to ~5e-10 only.  Samples of Normal, Uniform, Bernoulli, Categorical,
+Beta, Dirichlet, Poisson, Binomial) are tiletrain.lgamma and tiletrain.digamma (torch's values,
+and torch's trigamma as digamma's gradient).  Samples of Normal, Uniform, Bernoulli, Categorical,
 Exponential, Laplace, Geometric, Gamma, Beta and Dirichlet are torch's for a seed
 (tiletrain/tensors/rng.py; the gamma draws by torch's sampler on the host, one element at a
 time), and the rsample of Gamma, Beta and Dirichlet has torch's implicit gradient in the
@@ -31,11 +30,13 @@ from .functional import binary_cross_entropy_with_logits, log_softmax, softmax
 from .ops import no_grad
 from .ops.autograd import backward_rule, needs_grad, record
 from .ops.creation import exponential_values, full, rand, randn, uniform_values
-from .ops.elementwise import (abs, add, clamp, div, eq, erf, exp, expm1, floor, ge, gt, le, log, log1p,  # noqa: A004
-                              erfinv, lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub, where)
+from .ops.elementwise import (abs, add, clamp, digamma, div, eq, erf, exp, expm1, floor, ge, gt, le, lgamma, log,  # noqa: A004
+                              log1p, erfinv, lt, minimum, mul, neg, pow, reciprocal, sigmoid, sign, softplus, sqrt, sub,
+                              where)
 from .ops.index import gather, multinomial, one_hot
 from .ops.reduce import argmax, sum as _sum
 from .ops.shape import cat, expand, reshape, squeeze, stack, transpose, unsqueeze
+from .ops.specialfns import igamma
 from .tensors import Tensor, from_numpy, tensor
 from .tensors.creation import default_generator, empty
 from .tensors.rng import NormalStream
@@ -62,54 +63,6 @@ def _broadcast(*vals):
 
 def _eps(t: Tensor) -> float:
     return float(np.finfo(np.dtype(t.dtype)).eps)
-
-
-# -- log-gamma and digamma of positive arguments, from recorded ops (their gradients are the
-# next function's: d lgamma = digamma, d digamma = trigamma, to double precision) -----------
-# Gamma's recurrence moves x to z = x + 8 >= 8, where Stirling's series with the Bernoulli
-# numbers B2..B18 is exact to below 1e-16 relative; the shift costs a log of the product
-# x (x+1) ... (x+7), taken two factors at a time.
-_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798)
-_SHIFT = 8
-
-
-def _horner(w: Tensor, coeffs) -> Tensor:
-    """coeffs[0] + coeffs[1] w + coeffs[2] w**2 + ..."""
-    s = None
-    for c in reversed(coeffs):
-        s = c if s is None else add(mul(s, w), c)
-    return s
-
-
-def _lgamma(x: Tensor) -> Tensor:
-    """log Gamma(x) for x > 0 (torch.lgamma's values there)."""
-    if np.dtype(x.dtype) != np.float64:  # the series cancel: in float64, rounded once to x's dtype
-        return _lgamma(x.to(np.float64)).to(x.dtype)
-    z = add(x, float(_SHIFT))
-    w = reciprocal(mul(z, z))
-    series = div(_horner(w, [b / ((2 * k + 2) * (2 * k + 1)) for k, b in enumerate(_BERNOULLI)]), z)
-    stirling = add(sub(mul(sub(z, 0.5), log(z)), z), add(series, 0.5 * math.log(2 * math.pi)))
-    shift = None
-    for k in range(0, _SHIFT, 2):
-        t = log(mul(add(x, float(k)) if k else x, add(x, float(k + 1))))
-        shift = t if shift is None else add(shift, t)
-    y = sub(stirling, shift)
-    # exactly 0 at x = 1 and 2 (as torch's; the sum above leaves ~1e-15 there), same gradient
-    roots = gt(add(eq(x, 1.0).to(x.dtype), eq(x, 2.0).to(x.dtype)), 0.0)
-    return sub(y, where(roots, y.detach(), 0.0))
-
-
-def _digamma(x: Tensor) -> Tensor:
-    """digamma(x) = d/dx log Gamma(x) for x > 0 (torch.digamma's values there)."""
-    if np.dtype(x.dtype) != np.float64:  # the series cancel: in float64, rounded once to x's dtype
-        return _digamma(x.to(np.float64)).to(x.dtype)
-    z = add(x, float(_SHIFT))
-    w = reciprocal(mul(z, z))
-    series = mul(w, _horner(w, [b / (2 * k + 2) for k, b in enumerate(_BERNOULLI)]))
-    asym = sub(sub(log(z), div(0.5, z)), series)
-    for k in range(_SHIFT):
-        asym = sub(asym, reciprocal(add(x, float(k)) if k else x))
-    return asym
 
 
 # -- torch's gamma and Dirichlet draws and their implicit (reparameterised) gradients -------
@@ -161,19 +114,11 @@ def _standard_gamma_np(alpha: np.ndarray, dtype) -> np.ndarray:
 
 
 def _digamma_np(x: np.ndarray) -> np.ndarray:
-    """digamma of positive x (float64): the recurrence up to 10, then Stirling's series."""
-    x = np.array(x, dtype=np.float64, copy=True)
-    acc = np.zeros_like(x)
-    low = x < 10.0
-    while low.any():
-        acc[low] -= 1.0 / x[low]
-        x[low] += 1.0
-        low = x < 10.0
-    w = 1.0 / (x * x)
-    series = np.zeros_like(x)
-    for k in reversed(range(len(_BERNOULLI))):
-        series = series * w + _BERNOULLI[k] / (2 * k + 2)
-    return acc + np.log(x) - 0.5 / x - w * series
+    """digamma of a host array (float64) by the digamma kernel: the library's one digamma."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        return x.copy()
+    return digamma(from_numpy(np.ascontiguousarray(x.reshape(-1)))).numpy().reshape(x.shape)
 
 
 def _standard_gamma_grad_np(alpha: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -794,15 +739,15 @@ class Gamma(Distribution):
     def log_prob(self, value) -> Tensor:
         value = _tensor(value, self.rate)
         c = self.concentration
-        return sub(sub(add(_xlogy(c, self.rate), _xlogy(sub(c, 1.0), value)), mul(self.rate, value)), _lgamma(c))
+        return sub(sub(add(_xlogy(c, self.rate), _xlogy(sub(c, 1.0), value)), mul(self.rate, value)), lgamma(c))
 
     def entropy(self) -> Tensor:
         c = self.concentration
-        return add(add(sub(c, log(self.rate)), _lgamma(c)), mul(sub(1.0, c), _digamma(c)))
+        return add(add(sub(c, log(self.rate)), lgamma(c)), mul(sub(1.0, c), digamma(c)))
 
     def cdf(self, value) -> Tensor:
-        raise NotImplementedError("Gamma.cdf: tiletrain has no regularised incomplete gamma function "
-                                  "(torch.special.gammainc)")
+        """torch's: gammainc(concentration, rate * value) (no gradient in the concentration)."""
+        return igamma(self.concentration, mul(self.rate, _tensor(value, self.rate)))
 
     def _params(self) -> dict:
         return {"concentration": (self.concentration, 0), "rate": (self.rate, 0)}
@@ -845,14 +790,14 @@ class Dirichlet(Distribution):
     def log_prob(self, value) -> Tensor:
         c = self.concentration
         value = _tensor(value, c)
-        return add(_sum(_xlogy(sub(c, 1.0), value), -1), sub(_lgamma(_sum(c, -1)), _sum(_lgamma(c), -1)))
+        return add(_sum(_xlogy(sub(c, 1.0), value), -1), sub(lgamma(_sum(c, -1)), _sum(lgamma(c), -1)))
 
     def entropy(self) -> Tensor:
         c = self.concentration
         k = c.shape[-1]
         a0 = _sum(c, -1)
-        t = sub(sub(_sum(_lgamma(c), -1), _lgamma(a0)), mul(sub(float(k), a0), _digamma(a0)))
-        return sub(t, _sum(mul(sub(c, 1.0), _digamma(c)), -1))
+        t = sub(sub(_sum(lgamma(c), -1), lgamma(a0)), mul(sub(float(k), a0), digamma(a0)))
+        return sub(t, _sum(mul(sub(c, 1.0), digamma(c)), -1))
 
     def _params(self) -> dict:
         return {"concentration": (self.concentration, 1)}
@@ -920,7 +865,7 @@ class Poisson(Distribution):
 
     def log_prob(self, value) -> Tensor:
         value = _tensor(value, self.rate)
-        return sub(sub(_xlogy(value, self.rate), self.rate), _lgamma(add(value, 1.0)))
+        return sub(sub(_xlogy(value, self.rate), self.rate), lgamma(add(value, 1.0)))
 
     def _params(self) -> dict:
         return {"rate": (self.rate, 0)}
@@ -963,8 +908,8 @@ class Binomial(Distribution):
         value = _tensor(value, self.probs)
         n = self.total_count
         norm = sub(add(mul(n, _clamp_by_zero(self.logits)), mul(n, log1p(exp(neg(abs(self.logits)))))),
-                   _lgamma(add(n, 1.0)))
-        return sub(sub(sub(mul(value, self.logits), _lgamma(add(value, 1.0))), _lgamma(add(sub(n, value), 1.0))), norm)
+                   lgamma(add(n, 1.0)))
+        return sub(sub(sub(mul(value, self.logits), lgamma(add(value, 1.0))), lgamma(add(sub(n, value), 1.0))), norm)
 
     def entropy(self) -> Tensor:
         counts = np.unique(self.total_count.numpy())
@@ -1245,28 +1190,28 @@ class MultivariateNormal(Distribution):
 
 def _kl_gamma(p: Gamma, q: Gamma) -> Tensor:
     t1 = mul(q.concentration, log(div(p.rate, q.rate)))
-    t2 = sub(_lgamma(q.concentration), _lgamma(p.concentration))
-    t3 = mul(sub(p.concentration, q.concentration), _digamma(p.concentration))
+    t2 = sub(lgamma(q.concentration), lgamma(p.concentration))
+    t3 = mul(sub(p.concentration, q.concentration), digamma(p.concentration))
     t4 = mul(sub(q.rate, p.rate), div(p.concentration, p.rate))
     return add(add(add(t1, t2), t3), t4)
 
 
 def _kl_beta(p: Beta, q: Beta) -> Tensor:
     sp, sq = add(p.concentration1, p.concentration0), add(q.concentration1, q.concentration0)
-    t1 = add(add(_lgamma(q.concentration1), _lgamma(q.concentration0)), _lgamma(sp))
-    t2 = add(add(_lgamma(p.concentration1), _lgamma(p.concentration0)), _lgamma(sq))
-    t3 = mul(sub(p.concentration1, q.concentration1), _digamma(p.concentration1))
-    t4 = mul(sub(p.concentration0, q.concentration0), _digamma(p.concentration0))
-    t5 = mul(sub(sq, sp), _digamma(sp))
+    t1 = add(add(lgamma(q.concentration1), lgamma(q.concentration0)), lgamma(sp))
+    t2 = add(add(lgamma(p.concentration1), lgamma(p.concentration0)), lgamma(sq))
+    t3 = mul(sub(p.concentration1, q.concentration1), digamma(p.concentration1))
+    t4 = mul(sub(p.concentration0, q.concentration0), digamma(p.concentration0))
+    t5 = mul(sub(sq, sp), digamma(sp))
     return add(add(add(sub(t1, t2), t3), t4), t5)
 
 
 def _kl_dirichlet(p: Dirichlet, q: Dirichlet) -> Tensor:
     sp, sq = _sum(p.concentration, -1), _sum(q.concentration, -1)
-    t1 = sub(_lgamma(sp), _lgamma(sq))
-    t2 = _sum(sub(_lgamma(p.concentration), _lgamma(q.concentration)), -1)
+    t1 = sub(lgamma(sp), lgamma(sq))
+    t2 = _sum(sub(lgamma(p.concentration), lgamma(q.concentration)), -1)
     t3 = sub(p.concentration, q.concentration)
-    t4 = sub(_digamma(p.concentration), unsqueeze(_digamma(sp), -1))
+    t4 = sub(digamma(p.concentration), unsqueeze(digamma(sp), -1))
     return add(sub(t1, t2), _sum(mul(t3, t4), -1))
 
 

@@ -1,8 +1,11 @@
 """torch.special over tiletrain's ops (values and gradients from those ops, double backward
-included): the error functions and their inverses, the logistic pair, the normal
+included): the error functions and their inverses, erfcx, the logistic pair, the normal
 distribution's cdf and its inverse, xlogy/xlog1py, entr, sinc, exp2/expm1/log1p, logsumexp,
-softmax/log_softmax, round.  Not here (a clear AttributeError): the gamma family (gammaln,
-digamma, polygamma, multigammaln), the Bessel functions, zeta, erfcx and i0."""
+softmax/log_softmax, round; the gamma family (gammaln, digamma/psi, polygamma, multigammaln,
+gammainc/gammaincc, zeta) and the Bessel functions i0/i0e/i1/i1e and bessel_j0/j1/y0/y1 (their
+kernels' formulas: csrc/kernels/opencl/tt_special.h).  Not here (a clear AttributeError): the
+orthogonal polynomials, airy_ai, spherical_bessel_j0 and the modified Bessel functions K and
+modified_bessel_i0/i1."""
 from __future__ import annotations
 
 import math
@@ -12,11 +15,16 @@ from .ops.elementwise import (add, div, erf, erfc, erfinv, eq, expm1, log, log1p
 from .ops.mathfns import exp2, logit, xlogy
 from .ops.reduce import logsumexp
 from .ops.softmax import log_softmax, softmax
+from .ops.specialfns import (bessel_j0, bessel_j1, bessel_y0, bessel_y1, digamma, erfcx, gammainc, gammaincc, i0,
+                             i0e, i1, i1e, lgamma as gammaln, multigammaln, polygamma, zeta)
 from .tensors import Tensor
 
-__all__ = ["entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "log1p", "log_ndtr", "log_softmax", "logit",
-           "logsumexp", "ndtr", "ndtri", "round", "sinc", "softmax", "xlog1py", "xlogy"]
+__all__ = ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "digamma", "entr", "erf", "erfc", "erfcx", "erfinv",
+           "exp2", "expit", "expm1", "gammainc", "gammaincc", "gammaln", "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr",
+           "log_softmax", "logit", "logsumexp", "multigammaln", "ndtr", "ndtri", "polygamma", "psi", "round", "sinc",
+           "softmax", "xlog1py", "xlogy", "zeta"]
 
+psi = digamma
 _SQRT2 = math.sqrt(2.0)
 
 

@@ -109,6 +109,9 @@ CASES = {
                        [((5,), (2,), "n")]),
     "erfinv_erfc": (lambda m, F, a: m.erfinv(a / (1 + a * a)) + m.erfc(a), [((5,), (2,), "n")]),
     "atan2_broadcast": (lambda m, F, a, b: m.atan2(a, b), [((4, 3), (3, 2), "n"), ((3,), (2,), "n")]),
+    "lgamma_digamma_polygamma": (lambda m, F, a: m.lgamma(a) + m.digamma(a) * m.polygamma(2, a), [((5,), (2,), "p")]),
+    "bessel_i_erfcx": (lambda m, F, a: m.i0(a) * m.special.i1(a) + m.special.i0e(a) * m.special.i1e(a)
+                       + m.special.erfcx(a), [((5,), (2,), "n")]),
     "sigmoid": (lambda m, F, a: m.sigmoid(a), [((5,), (2,), "n")]),
     "relu": (lambda m, F, a: F.relu(a), [((6,), (4,), "a")]),
     "gelu_erf": (lambda m, F, a: F.gelu(a), [((6,), (4,), "n")]),

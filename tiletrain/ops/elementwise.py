@@ -48,6 +48,7 @@ class Unary:
     reads: str = "x"                # what the backward kernel reads: "x" (the input) or "y" (the output)
     params: Callable | None = None  # (*args, **kwargs after x) -> kernel arguments
     doc: str = ""
+    differentiable: bool = True     # False: the result has no graph (torch's special.bessel_j0, ...)
 
 
 def _gelu_params(approximate: str = "none") -> dict:
@@ -125,6 +126,25 @@ def _relu6_params(inplace: bool = False) -> dict:
     return {"lo": 0.0, "hi": 6.0}
 
 
+def _fixed(what: str, **args) -> Callable:
+    """The kernel arguments of a row that takes no Python parameters (digamma: polygamma of
+    order 0, i0e: bessel_i with nu 0 and scaled 1)."""
+    def params(*extra, **kw) -> dict:
+        if extra or kw:
+            raise TypeError(f"{what}() takes one tensor argument")
+        return dict(args)
+    return params
+
+
+def _polygamma_params(n) -> dict:
+    """torch.polygamma's n: an int >= 0 (orders past 2**30 keep their parity: n! is inf from 171 on)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"polygamma(): argument 'n' (position 1) must be int, not {type(n).__name__}")
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return {"order": int(n) if n < 2 ** 30 else 2 ** 30 + int(n) % 2}
+
+
 def _round_params(decimals: int = 0) -> dict:
     if decimals != 0:
         raise NotImplementedError("round: decimals other than 0 are not supported")
@@ -158,6 +178,26 @@ UNARY = [
     Unary("asin", "asin", "asin_backward", "x", doc="arcsine"),
     Unary("acos", "acos", "acos_backward", "x", doc="arccosine"),
     Unary("atan", "atan", "atan_backward", "x", doc="arctangent"),
+    Unary("lgamma", "lgamma", "lgamma_backward", "x", doc="log |Gamma(x)| (+inf at 0 and the negative integers)"),
+    Unary("digamma", "polygamma", "polygamma_backward", "x", _fixed("digamma", order=0),
+          "d/dx log Gamma(x) (-inf at +0, +inf at -0, NaN at the negative integers)"),
+    Unary("polygamma", "polygamma", "polygamma_backward", "x", _polygamma_params,
+          "the n-th derivative of digamma (polygamma(input, n): tiletrain.polygamma(n, input) is torch's order)"),
+    Unary("i0", "bessel_i", "bessel_i_backward", "x", _fixed("i0", nu=0, scaled=0),
+          "the modified Bessel function of the first kind of order 0"),
+    Unary("i0e", "bessel_i", "bessel_i_backward", "x", _fixed("i0e", nu=0, scaled=1), "exp(-|x|) i0(x)"),
+    Unary("i1", "bessel_i", "bessel_i_backward", "x", _fixed("i1", nu=1, scaled=0),
+          "the modified Bessel function of the first kind of order 1"),
+    Unary("i1e", "bessel_i", "bessel_i_backward", "x", _fixed("i1e", nu=1, scaled=1), "exp(-|x|) i1(x)"),
+    Unary("erfcx", "erfcx", "erfcx_backward", "x", doc="exp(x ** 2) erfc(x), the scaled complementary error function"),
+    Unary("bessel_j0", "bessel_jy", None, params=_fixed("bessel_j0", kind=0), differentiable=False,
+          doc="the Bessel function of the first kind of order 0 (no gradient, as torch)"),
+    Unary("bessel_j1", "bessel_jy", None, params=_fixed("bessel_j1", kind=1), differentiable=False,
+          doc="the Bessel function of the first kind of order 1 (no gradient, as torch)"),
+    Unary("bessel_y0", "bessel_jy", None, params=_fixed("bessel_y0", kind=2), differentiable=False,
+          doc="the Bessel function of the second kind of order 0 (no gradient, as torch)"),
+    Unary("bessel_y1", "bessel_jy", None, params=_fixed("bessel_y1", kind=3), differentiable=False,
+          doc="the Bessel function of the second kind of order 1 (no gradient, as torch)"),
     Unary("floor", "floor", None, doc="the largest integer <= x; zero gradient"),
     Unary("ceil", "ceil", None, doc="the smallest integer >= x; zero gradient"),
     Unary("round", "round", None, params=_round_params, doc="nearest integer, halves to even; zero gradient"),
@@ -185,7 +225,8 @@ _INT_KEEPING = {"abs": np.abs, "sign": np.sign, "relu": lambda a: np.maximum(a, 
                 "floor": np.copy, "ceil": np.copy, "round": np.copy, "trunc": np.copy}
 # ... and these compute in the default float dtype (an int64 or bool input is cast first).
 _INT_TO_FLOAT = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "log1p", "expm1", "erf", "erfc",
-                 "erfinv", "asin", "acos", "atan"}
+                 "erfinv", "asin", "acos", "atan", "lgamma", "digamma", "polygamma", "i0", "i0e", "i1", "i1e", "erfcx",
+                 "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1"}
 
 
 def _integer_unary(name: str, x: Tensor, args, kwargs):
@@ -220,12 +261,17 @@ def _unary_op(row: Unary) -> Callable:
             params = {}
         y = Tensor(x.traits, x.dtype)
         run_map(row.kernel, x, y, **params)
+        if not row.differentiable:
+            return y
         # the output is saved weakly: it is alive whenever its node can be reached
         return record(row.name, y, (x,), saved=(x,) if row.reads == "x" else (),
                       params=params, output=weakref.ref(y) if row.reads == "y" else None)
 
     op.__name__ = op.__qualname__ = row.name
     op.__doc__ = f"{row.doc} (element-wise; kernel `{row.kernel}`)."
+
+    if not row.differentiable:
+        return op
 
     @backward_rule(row.name)
     def rule(node, g):
@@ -263,6 +309,8 @@ def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 - torch's 
 clip = clamp
 log1p, expm1, erf = _UNARY_OPS["log1p"], _UNARY_OPS["expm1"], _UNARY_OPS["erf"]
 erfc, erfinv = _UNARY_OPS["erfc"], _UNARY_OPS["erfinv"]
+lgamma, digamma, i0, erfcx = _UNARY_OPS["lgamma"], _UNARY_OPS["digamma"], _UNARY_OPS["i0"], _UNARY_OPS["erfcx"]
+i0e, i1, i1e = _UNARY_OPS["i0e"], _UNARY_OPS["i1"], _UNARY_OPS["i1e"]
 asin, acos, atan = _UNARY_OPS["asin"], _UNARY_OPS["acos"], _UNARY_OPS["atan"]
 arcsin, arccos, arctan = asin, acos, atan
 floor, ceil, round, trunc = (_UNARY_OPS[k] for k in ("floor", "ceil", "round", "trunc"))  # noqa: A001
@@ -326,6 +374,19 @@ def _hardtanh_d(x, y, g, p):
     return where(logical_and(gt(x, p["lo"]), lt(x, p["hi"])), g, 0.0)
 
 
+def _i1_d(x, y, g, p):
+    """torch's i1 / i1e backward as recorded ops: 1/2 where |x| <= eps, else i0 - i1 / x
+    (e^-|x| (i0 - i1 (sgn x + 1 / x)) for i1e), x replaced by eps in the branch not taken."""
+    eps = float(np.finfo(np.dtype(x.dtype)).eps)
+    tiny = le(abs(x), eps)
+    safe = where(tiny, eps, x)
+    if p["scaled"]:
+        d = sub(i0e(safe), mul(i1e(safe), add(sign(safe), reciprocal(safe))))
+    else:
+        d = sub(i0(safe), div(i1(safe), safe))
+    return mul(g, where(tiny, 0.5, d))
+
+
 _UNARY_DOUBLE = {
     "relu": lambda x, y, g, p: where(gt(x, 0.0), g, 0.0),
     "gelu": _gelu_d,
@@ -351,6 +412,13 @@ _UNARY_DOUBLE = {
     "asin": lambda x, y, g, p: mul(g, rsqrt(sub(1.0, mul(x, x)))),
     "acos": lambda x, y, g, p: mul(g, neg(rsqrt(sub(1.0, mul(x, x))))),
     "atan": lambda x, y, g, p: div(g, add(mul(x, x), 1.0)),
+    "lgamma": lambda x, y, g, p: mul(g, digamma(x)),
+    "digamma": lambda x, y, g, p: mul(g, _UNARY_OPS["polygamma"](x, 1)),
+    "polygamma": lambda x, y, g, p: mul(g, _UNARY_OPS["polygamma"](x, p["order"] + 1)),
+    "i0": lambda x, y, g, p: mul(g, i1(x)),
+    "i0e": lambda x, y, g, p: mul(g, sub(i1e(x), mul(sign(x), i0e(x)))),
+    "i1": _i1_d, "i1e": _i1_d,
+    "erfcx": lambda x, y, g, p: mul(g, sub(mul(mul(x, 2.0), erfcx(x)), 2.0 / math.sqrt(math.pi))),
     "floor": _zero_d, "ceil": _zero_d, "round": _zero_d, "trunc": _zero_d,
     "leaky_relu": lambda x, y, g, p: where(gt(x, 0.0), g, mul(g, p["slope"])),
     "elu": _elu_d, "selu": _elu_d, "celu": _elu_d,
@@ -362,6 +430,8 @@ _UNARY_DOUBLE = {
 
 
 def _unary_double(row: Unary) -> None:
+    if not row.differentiable:
+        return
     f = _UNARY_DOUBLE[row.name]
 
     @double_backward_rule(row.name)
@@ -511,6 +581,25 @@ def _div_bwd(node, g):  # c = alpha a / b
     return (da if node.inputs[0] is not None else None, db)
 
 
+def _igamma_bwd(node, g):  # c = P(a, b) (igamma) or Q(a, b) (igammac), torch's derivatives
+    a, x = node.saved
+    if node.inputs[0] is not None:
+        raise NotImplementedError(f"the derivative for '{node.op}: input' is not implemented.")
+    if node.inputs[1] is None:
+        return None, None
+    d = exp(sub(sub(mul(sub(a, 1.0), log(x)), x), lgamma(a)))  # x^(a-1) e^-x / Gamma(a)
+    return None, mul(g, d) if node.op == "igamma" else mul(neg(g), d)
+
+
+def _zeta_bwd(node, g):  # c = zeta(s, q): d/dq = -s zeta(s + 1, q); none in s (torch's)
+    s, q = node.saved
+    if node.inputs[0] is not None:
+        raise NotImplementedError("the derivative for 'zeta' is not implemented.")
+    if node.inputs[1] is None:
+        return None, None
+    return None, mul(mul(g, neg(s)), BINARY_OPS["zeta"](add(s, 1.0), q))
+
+
 BINARY = [
     Binary("add", "add", _add_bwd, saves=False),
     Binary("sub", "add", _add_bwd, saves=False),
@@ -520,6 +609,9 @@ BINARY = [
     Binary("minimum", "minimum", "maximum_backward", {"ismin": 1}),
     Binary("pow", "pow", "pow_backward"),
     Binary("atan2", "atan2", "atan2_backward"),
+    Binary("igamma", "igamma", _igamma_bwd),
+    Binary("igammac", "igamma", _igamma_bwd),
+    Binary("zeta", "zeta", _zeta_bwd),
 ]
 
 
@@ -1030,7 +1122,8 @@ def _masked_fill_double(node, g):
     return (masked_fill(g, mask, 0.0),)
 
 
-__all__ = ["acos", "arccos", "arcsin", "arctan", "arctan2", "asin", "atan", "atan2", "erfc", "erfinv",
+__all__ = ["acos", "arccos", "arcsin", "arctan", "arctan2", "asin", "atan", "atan2", "digamma", "erfc", "erfinv", "i0",
+           "lgamma",
            "floor_divide", "fmod", "remainder", "abs", "add", "ceil", "celu", "clamp", "elu", "erf", "expm1", "floor", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log1p",
            "relu6", "round", "selu", "softplus", "trunc", "clip", "cos", "div", "divide",
            "eq", "ge", "greater", "logical_and", "logical_not", "logical_or", "logical_xor", "greater_equal", "gt", "le", "less", "less_equal", "lt", "masked_fill", "ne",

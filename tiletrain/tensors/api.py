@@ -990,6 +990,13 @@ class Tensor(TensorBase):
     def reciprocal_(self):
         return _inplace(self, ops.reciprocal)
 
+    def polygamma(self, n):
+        """tiletrain.polygamma(n, self) (torch's method: the order first)."""
+        return ops.polygamma(n, self)
+
+    def polygamma_(self, n):
+        return _inplace(self, lambda a: ops.polygamma(n, a))
+
 
 
 
@@ -1004,9 +1011,10 @@ def _forward(name):
 # torch's Tensor methods that are the tiletrain function of the same name with self first
 for _name in ("acos", "acosh", "addbmm", "addcdiv", "addcmul", "aminmax", "arccos", "arcsin", "arctan", "arctan2",
               "asin", "asinh", "atan", "atan2", "atanh", "copysign", "cosh", "cross",
-              "cummax", "cummin", "deg2rad", "diag_embed", "diagflat", "diagonal", "kthvalue", "matrix_power",
-              "median", "diff", "erfc", "erfinv", "exp2", "float_power", "fliplr", "flipud", "fmax", "fmin",
-              "frac", "heaviside", "hsplit", "hypot", "inner", "kron", "logaddexp", "logit", "msort", "nanmean",
+              "cummax", "cummin", "deg2rad", "diag_embed", "diagflat", "diagonal", "digamma", "kthvalue",
+              "matrix_power", "median", "diff", "erfc", "erfinv", "exp2", "float_power", "fliplr", "flipud", "fmax",
+              "fmin", "frac", "heaviside", "hsplit", "hypot", "i0", "igamma", "igammac", "inner", "kron", "lgamma",
+              "logaddexp", "logit", "msort", "mvlgamma", "nanmean",
               "nansum", "rad2deg", "rot90", "sgn", "signbit", "sinh", "take_along_dim", "tensor_split", "tile",
               "vdot", "vsplit", "xlogy"):
     setattr(Tensor, _name, _forward(_name))
@@ -1022,8 +1030,8 @@ def _forward_inplace(name):
 
 
 for _name in ("acos", "acosh", "arccos", "arcsin", "arctan", "arctan2", "asin", "asinh", "atan", "atan2", "atanh",
-              "copysign", "cosh", "deg2rad", "erfc", "erfinv", "exp2", "frac", "heaviside", "hypot", "logit", "rad2deg",
-              "sgn", "sinh", "xlogy"):
+              "copysign", "cosh", "deg2rad", "digamma", "erfc", "erfinv", "exp2", "frac", "heaviside", "hypot", "i0",
+              "igamma", "igammac", "lgamma", "logit", "mvlgamma", "rad2deg", "sgn", "sinh", "xlogy"):
     setattr(Tensor, _name + "_", _forward_inplace(_name))
 del _name
 

@@ -101,6 +101,21 @@ def inverse_trig(rng, dt):
 
 
 @case
+def special_functions(rng, dt):
+    """lgamma, digamma, polygamma, i0/i0e/i1/i1e, erfcx (forward and backward), igamma/igammac
+    and zeta (and their gradients in the second argument)."""
+    p = tt.from_numpy((np.abs(rng.standard_normal((11, 7))) * 3 + 0.2).astype(dt), (4, 3)).requires_grad_()
+    x = _t(rng, (11, 7), (4, 3), dt, grad=True, scale=3.0)
+    a = tt.from_numpy((np.abs(rng.standard_normal((11, 7))) * 4 + 0.3).astype(dt), (4, 3))
+    outs = dict(lgamma=tt.lgamma(p), digamma=tt.digamma(p), polygamma=tt.polygamma(2, p), i0=tt.i0(x),
+                i0e=tt.special.i0e(x), i1=tt.special.i1(x), i1e=tt.special.i1e(x), erfcx=tt.special.erfcx(x),
+                igamma=tt.igamma(a, p), igammac=tt.igammac(a, p), zeta=tt.special.zeta(a + 1.5, p))
+    for y in list(outs.values()):
+        _weighted_backward(y, rng)
+    return dict(outs, dp=p.grad, dx=x.grad)
+
+
+@case
 def torch_activations(rng, dt):
     """The activation and rounding rows of the element-wise table (leaky_relu, elu/selu/celu,
     softplus, hardtanh/relu6, hardsigmoid, hardswish, log1p, expm1, erf, floor/ceil/round/trunc),

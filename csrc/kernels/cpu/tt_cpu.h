@@ -36,6 +36,12 @@ TT_VEC_DECL(double pow(double, double));
 #endif
 #include "tt_kernels_args.h"
 
+/* The special functions (digamma, polygamma, zeta, the incomplete gamma functions, I0/I1,
+ * erfcx): one source with the device bodies, csrc/kernels/opencl/tt_special.h. */
+#define DEVFN static inline
+#include "../opencl/tt_special.h"
+#undef DEVFN
+
 /* Run BODY with T bound to the C type of a float dtype. */
 #define TT_FLOAT_DISPATCH(dtype, ...)    \
     do {                                 \

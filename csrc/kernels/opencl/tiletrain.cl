@@ -5,6 +5,8 @@
  * csrc/kernels/cuda/device_kernels.cu includes it.  The bodies of the `expr` kernels of
  * csrc/kernels.def are generated per dtype into tt_kernels_expr.cl (build directory). */
 #include "tt_device.h"
+/* the special-function kernels' helpers (double-valued, for every dtype) */
+#include "tt_special.h"
 #define TO_T(v) ((T)(v))
 
 #define T float
