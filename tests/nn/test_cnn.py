@@ -25,15 +25,15 @@ def test_conv_init_names_and_torch_state_dict(cls, dims):
                             rng=np.random.default_rng(0))
     theirs = getattr(torch.nn, cls)(6, 8, 3, stride=2, padding=1, groups=2).double()
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
-    w = ours.weight.numpy()
+    w = ours.weight.detach().numpy()
     assert w.shape == tuple(theirs.weight.shape)
     bound = 1 / math.sqrt(3 * 3 ** dims)                       # kaiming_uniform_(a=sqrt(5)): 1/sqrt(fan_in)
-    assert np.abs(w).max() <= bound and np.abs(ours.bias.numpy()).max() <= bound
+    assert np.abs(w).max() <= bound and np.abs(ours.bias.detach().numpy()).max() <= bound
     assert np.abs(w).max() > 0.8 * bound                      # spread over the whole interval
     ours.load_state_dict(theirs.state_dict())
     x = np.random.default_rng(1).standard_normal((5, 6) + (7,) * dims)
     y = ours(tt.from_numpy(x, (2, 6) + (7,) * dims))
-    np.testing.assert_allclose(y.numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
+    np.testing.assert_allclose(y.detach().numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
 
 
 def test_conv_module_bad_arguments():
@@ -63,7 +63,7 @@ def test_batch_norm_module_train_eval(cls, shape, tb, momentum):
         if step == 2:
             ours.eval(), theirs.eval()
         y = ours(tt.from_numpy(x, (tb,) + shape[1:]))
-        np.testing.assert_allclose(y.numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
+        np.testing.assert_allclose(y.detach().numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
     for k, v in theirs.state_dict().items():
         np.testing.assert_allclose(ours.state_dict()[k], v.numpy(), err_msg=k, **TOL)
     assert int(ours.num_batches_tracked) == 2
@@ -114,7 +114,7 @@ def test_small_cnn_trains_like_torch():
         np.testing.assert_allclose(v, state[k], err_msg=k, **TOL)
     ours.eval(), theirs.eval()
     x = rng.standard_normal((5, 3, 8, 8))
-    np.testing.assert_allclose(ours(tt.from_numpy(x, (2, 3, 8, 8))).numpy(),
+    np.testing.assert_allclose(ours(tt.from_numpy(x, (2, 3, 8, 8))).detach().numpy(),
                                theirs(torch.tensor(x)).detach().numpy(), **TOL)
 
 

@@ -30,7 +30,7 @@ def _run_tiletrain(make_opt, w, b, x, steps, clip=None):
             clip_grad_norm_([W, B], clip)
         opt.step()
         losses.append(float(loss))
-    return W.numpy(), B.numpy(), losses, opt
+    return W.detach().numpy(), B.detach().numpy(), losses, opt
 
 
 def _run_torch(make_opt, w, b, x, steps, clip=None):

@@ -74,7 +74,7 @@ def to_numpy(value, name: str = "value") -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, Tensor):
-        return value.numpy()
+        return value.numpy(force=True)
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
         value = value.detach().cpu()
         if str(value.dtype) in ("torch.bfloat16", "torch.float16"):
@@ -92,7 +92,7 @@ def state_arrays(module: "Module") -> dict[str, np.ndarray]:
     out = {}
     for name, t in module.state_dict(keep_vars=True).items():
         if id(t) not in arrays:
-            arrays[id(t)] = t.numpy()
+            arrays[id(t)] = t.numpy(force=True)
         out[name] = arrays[id(t)]
     return out
 

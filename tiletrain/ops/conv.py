@@ -460,7 +460,7 @@ def _max_indices(nsp, input, y, kernel_size, stride, padding, dilation) -> Tenso
     what = f"max_pool{nsp}d"
     x, unbatched = _input(input, nsp, what)
     k, s, p, d = _pool_geometry(what, nsp, kernel_size, stride, padding, dilation)
-    a = x.detach().numpy().astype(np.float64)
+    a = x.numpy(force=True).astype(np.float64)
     a[a == -np.inf] = -np.finfo(np.float64).max     # above the padding's -inf: padding is never picked
     l, o = a.shape[2:], y.shape[-nsp:]
     right = [max(0, (oi - 1) * si + di * (ki - 1) + 1 - li - pi) for li, oi, si, ki, pi, di in zip(l, o, s, k, p, d)]
@@ -507,7 +507,7 @@ def _max_unpool(nsp: int, input, indices, kernel_size, stride, padding, output_s
     p = _ntuple(padding, nsp, what, "padding", 0)
     o = _unpool_size(what, nsp, x.shape[2:], k, s, p, output_size)
     n, c, m, vol = x.shape[0], x.shape[1], int(np.prod(x.shape[2:])), int(np.prod(o))
-    ia = indices.numpy().reshape(n, c, m)
+    ia = indices.numpy(force=True).reshape(n, c, m)
     bad = (ia < 0) | (ia >= vol)
     if bad.any():
         raise RuntimeError(f"Found an invalid max index: {int(ia[bad][0])} (output volumes are of size "

@@ -134,7 +134,7 @@ class Optimizer:
         # in: under MPI every .numpy() is collective and all ranks must read in the same order
         for pid in sorted(self.state, key=index.__getitem__):
             st = self.state[pid]
-            state[index[pid]] = {k: (st[k].numpy() if copy and isinstance(st[k], Tensor) else st[k])
+            state[index[pid]] = {k: (st[k].numpy(force=True) if copy and isinstance(st[k], Tensor) else st[k])
                                  for k in sorted(st)}
         return {"state": state, "param_groups": groups}
 
@@ -664,7 +664,7 @@ class LBFGS(Optimizer):
         self._plist = self.param_groups[0]["params"]
 
     def _flat_grad(self) -> np.ndarray:
-        return np.concatenate([np.zeros(p.numel()) if p.grad is None else p.grad.numpy().reshape(-1)
+        return np.concatenate([np.zeros(p.numel()) if p.grad is None else p.grad.numpy(force=True).reshape(-1)
                                for p in self._plist]).astype(self._plist[0].dtype, copy=False)
 
     def _set_flat(self, flat: np.ndarray) -> None:
@@ -734,7 +734,7 @@ class LBFGS(Optimizer):
             gtd = float(g @ d)
             if gtd > -tol_change:
                 break
-            x = np.concatenate([p.numpy().reshape(-1) for p in self._plist])
+            x = np.concatenate([p.numpy(force=True).reshape(-1) for p in self._plist])
             if group["line_search_fn"] is not None:
                 def along(step):
                     self._set_flat(x + step * d)
