@@ -3,14 +3,15 @@ tile tasks, and learning-rate schedules.  Nothing here waits for the tasks it su
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable
 
 import numpy as np
 
 from ..distribution import Explicit
 from ..ops.autograd import enable_grad, no_grad
-from ..ops.basic import axpy_, copy, scale, zero_grads
-from ..ops.creation import zeros
+from ..ops.basic import axpy_, copy, fill_, scale, zero_grads
+from ..ops.creation import full, zeros
 from ..ops.elementwise import clamp
 from ..ops.index import assign_
 from ..ops.reduce import norm
@@ -31,6 +32,26 @@ __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax",
 _SCALAR_STATE = ("mu_product",)
 
 
+def _scalar_dtype() -> np.dtype:
+    """The dtype of torch's 0-d optimizer state (the step count, NAdam's mu_product):
+    float64 when the default dtype is float64, else float32."""
+    return np.dtype(np.float64) if get_default_dtype() == np.float64 else np.dtype(np.float32)
+
+
+def _step_tensor(value) -> tuple[Tensor, float]:
+    """A new 0-d step tensor holding ``value`` (a 0-d tensor or array, as torch's state dicts
+    have, or the int of older state dicts and checkpoints), and that value: the tensor keeps
+    a float32 or float64 value's dtype, anything else becomes _scalar_dtype() (as torch's
+    loading of an int step)."""
+    a = np.asarray(value)
+    if a.size != 1:
+        raise ValueError(f"optimizer state 'step' must be a number or a 0-d tensor, got shape {a.shape}")
+    keep = not isinstance(value, numbers.Number) and a.dtype in (np.float32, np.float64)
+    dt = a.dtype if keep else _scalar_dtype()
+    t = float(dt.type(a.reshape(())))
+    return full((), t, dtype=dt), t
+
+
 def _check_param(p, i: int) -> Tensor:
     if not isinstance(p, Tensor):
         raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tiletrain Tensor")
@@ -40,7 +61,14 @@ def _check_param(p, i: int) -> Tensor:
 
 
 class Optimizer:
-    """Base class: parameter groups, per-parameter state tensors, zero_grad, state_dict."""
+    """Base class: parameter groups, per-parameter state tensors, zero_grad, state_dict.
+
+    The step count of a parameter is, as torch's, a 0-d tensor in its state ("step", float32;
+    float64 when the default dtype is); optimizers whose torch class keeps none (SGD) set
+    ``counts_steps = False``.  The updates read the count from the host's copy of it
+    (``_steps``), so that nothing waits for the tensor."""
+
+    counts_steps = True
 
     def __init__(self, params: Iterable, defaults: dict):
         params = list(params)
@@ -66,7 +94,8 @@ class Optimizer:
             self.param_groups.append({**defaults, **g, "params": ps})
         for g in self.param_groups:
             self._validate(g)
-        self.state: dict[int, dict] = {}  # id(param) -> {"step": int, name: Tensor}
+        self.state: dict[int, dict] = {}  # id(param) -> {"step": 0-d Tensor, name: Tensor}
+        self._steps: dict[int, tuple[Tensor, float]] = {}  # id(param) -> (its step tensor, the value)
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's add_param_group: a new group, the defaults filling what it does not give."""
@@ -108,17 +137,42 @@ class Optimizer:
             for g, p in self._params():
                 if p.grad is None:
                     continue
-                st = self.state.setdefault(id(p), {"step": 0})
-                st["step"] += 1
+                st = self.state.get(id(p), {})
+                if self.counts_steps:
+                    self._advance(p, st)
                 self._update(g, p, st)
+                if st:   # as torch: no entry for a parameter without state (SGD without momentum)
+                    self.state[id(p)] = st
         return loss
+
+    def _advance(self, p: Tensor, st: dict) -> None:
+        """Count one more step for p: a fill task writes the state's step tensor in place (as
+        torch's ``step += 1``: a state dict taken before sees it), and the host's copy is
+        updated.  A step put in the state some other way (not the tensor the copy belongs to)
+        is read once."""
+        step = st.get("step")
+        known = self._steps.get(id(p))
+        if step is None:
+            step, t = _step_tensor(1.0)
+        elif not isinstance(step, Tensor):
+            step, t = _step_tensor(float(np.asarray(step)) + 1.0)
+        else:
+            prev = known[1] if known is not None and known[0] is step else float(step)
+            t = float(step.dtype.type(prev + 1.0))   # the tensor's rounding, as torch's float32 count
+            fill_(step, t)
+        st["step"] = step
+        self._steps[id(p)] = (step, t)
+
+    def _count(self, p: Tensor) -> float:
+        """p's step count (after this step's _advance), from the host's copy."""
+        return self._steps[id(p)][1]
 
     def _update(self, group: dict, p: Tensor, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     # -- state (PyTorch layout: parameters numbered in group order) ------------------
     def state_dict(self, copy: bool = False) -> dict:
-        """torch's layout: {"state": {index: {"step": int, name: Tensor}}, "param_groups": [...]},
+        """torch's layout: {"state": {index: {"step": 0-d Tensor, name: Tensor}}, "param_groups": [...]},
         the state tensors themselves (as torch: no copy, nothing waits; later steps update
         them).  copy=True: NumPy copies instead (reading them waits for the state tensors)."""
         index = {}
@@ -149,6 +203,7 @@ class Optimizer:
                 raise ValueError(f"parameter group {gi}: state has {len(theirs['params'])} parameters, "
                                  f"this optimizer has {len(mine['params'])}")
         new_state: dict[int, dict] = {}
+        steps: dict[int, tuple[Tensor, float]] = {}
         for idx, st in sorted(sd.get("state", {}).items(), key=lambda kv: int(kv[0])):
             idx = int(idx)
             st = {k: st[k] for k in sorted(st)}  # the same order on every rank (MPI: collective writes)
@@ -157,8 +212,10 @@ class Optimizer:
             p = params[idx]
             entry = {}
             for k, v in st.items():
-                if k == "step":
-                    entry[k] = int(np.asarray(v))
+                if k == "step":   # SGD (torch's keeps no count) drops an older state's
+                    if self.counts_steps:
+                        steps[id(p)] = _step_tensor(v)
+                        entry[k] = steps[id(p)][0]
                     continue
                 if k in _SCALAR_STATE:
                     entry[k] = float(np.asarray(v))
@@ -178,7 +235,7 @@ class Optimizer:
             for k, v in theirs.items():
                 if k != "params":
                     mine[k] = v
-        self.state = new_state
+        self.state, self._steps = new_state, steps
 
 
 def _dist_of(p: Tensor):
@@ -213,14 +270,14 @@ def spike_coefficients(momentum: float, delay: int) -> tuple[float, float]:
     return a, (1.0 - a) / (1.0 - momentum)
 
 
-def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
+def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float, t: float) -> None:
     """One fused Adam task per tile of ``p`` (kernels.def adamw) from ``grad``, with AdamW's
-    decoupled decay ``decoupled_decay`` (0: Adam); the moments made on the first step."""
+    decoupled decay ``decoupled_decay`` (0: Adam) at step ``t``; the moments made on the first
+    step."""
     if "exp_avg" not in st:
         st["exp_avg"] = _state_tensor(p)
         st["exp_avg_sq"] = _state_tensor(p)
     b1, b2 = g["betas"]
-    t = st["step"]
     run_map("adamw", grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
             beta2=float(b2), eps=float(g["eps"]), weight_decay=decoupled_decay, bc1=1.0 - b1 ** t,
             bc2=1.0 - b2 ** t)
@@ -229,14 +286,14 @@ def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: flo
         wont_use(st["exp_avg_sq"])
 
 
-def _composed_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
+def _composed_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float, t: float) -> None:
     """Adam / AdamW in torch's single-tensor order of operations, with tensor ops: amsgrad (the
     running maximum of the second moment in the denominator), which the fused adamw kernel
     does not do."""
     from ..ops.elementwise import add, div, maximum, mul, sqrt
     from ..ops.index import assign_
     b1, b2 = (float(b) for b in g["betas"])
-    lr, t = float(g["lr"]), st["step"]
+    lr = float(g["lr"])
     if decoupled_decay:
         assign_(p, mul(p, 1.0 - lr * decoupled_decay))
     m, v = _adam_moments(g, st, grad)
@@ -302,7 +359,8 @@ class AdamW(_Compensated, Optimizer):
             self._update_compensated(g, p, st)
             return
         grad = scale(p.grad, -1.0) if g.get("maximize") else p.grad
-        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, float(g["weight_decay"]))
+        adam = _composed_adam if g.get("amsgrad") else _fused_adam
+        adam(g, p, st, grad, float(g["weight_decay"]), self._count(p))
 
     def _update_compensated(self, g, p, st):
         """AdamW with delay compensation, one fused task per tile (kernels.def adamw_comp):
@@ -315,7 +373,7 @@ class AdamW(_Compensated, Optimizer):
         if "last_update" not in st:
             st["last_update"] = _state_tensor(p)
         b1, b2 = g["betas"]
-        t = st["step"]
+        t = self._count(p)
         a, b = spike_coefficients(b1, g["delay"]) if g["compensation"] in ("sc", "sc+lwp") else (1.0, 0.0)
         run_map("adamw_comp", p.grad, p, st["exp_avg"], st["exp_avg_sq"], st["last_update"], lr=float(g["lr"]),
                 beta1=float(b1), beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]),
@@ -355,7 +413,7 @@ class Adam(Optimizer):
             grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
             if wd:
                 axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
-        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0)
+        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0, self._count(p))
 
 
 class SGD(_Compensated, Optimizer):
@@ -365,6 +423,8 @@ class SGD(_Compensated, Optimizer):
       SC   v_{t+1} = m v_t + (1 - dampening) g_t,  w_{t+1} = w_t - lr (a v_{t+1} + b (1 - dampening) g_t),
            a = m^D, b = (1 - m^D) / (1 - m)
       LWP  the forward runs with w_hat = w_t - lr D v_t (``predict()``)."""
+
+    counts_steps = False   # torch's SGD keeps no step count
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, compensation=None, delay: int = 0):
@@ -492,7 +552,7 @@ class Adagrad(_Elementwise):
         from ..ops.creation import full_like
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad(g, p)
-        clr = float(g["lr"]) / (1 + (st["step"] - 1) * float(g["lr_decay"]))
+        clr = float(g["lr"]) / (1 + (self._count(p) - 1) * float(g["lr_decay"]))
         acc = st.get("sum")
         if acc is None:
             acc = full_like(p, float(g["initial_accumulator_value"]))
@@ -558,7 +618,7 @@ class Adamax(_AdamFamily):
         bound = add(_abs(grad), float(g["eps"]))
         u = bound if u is None else maximum(mul(u, b2), bound)
         st["exp_avg"], st["exp_inf"] = m, u
-        clr = float(g["lr"]) / (1 - b1 ** st["step"])
+        clr = float(g["lr"]) / (1 - b1 ** self._count(p))
         self._write(p, add(p, div(m, u), alpha=-clr))
 
 
@@ -577,12 +637,12 @@ class NAdam(_AdamFamily):
     def _update(self, g, p, st):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
-        t, lr, (b1, b2), md = st["step"], float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
+        t, lr, (b1, b2), md = self._count(p), float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * md))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * md))
         # torch keeps the product in a 0-d tensor of its scalar dtype: float32 unless the default
         # dtype is float64 (then each product rounds to float32, mu first)
-        scalar = np.float64 if get_default_dtype() == np.float64 else np.float32
+        scalar = _scalar_dtype().type
         st["mu_product"] = float(scalar(st.get("mu_product", 1.0)) * scalar(mu))
         m, v = _adam_moments(g, st, grad)
         denom = add(sqrt(div(v, 1 - b2 ** t)), float(g["eps"]))
@@ -604,7 +664,7 @@ class RAdam(_AdamFamily):
     def _update(self, g, p, st):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
-        t, lr, (b1, b2) = st["step"], float(g["lr"]), (float(b) for b in g["betas"])
+        t, lr, (b1, b2) = self._count(p), float(g["lr"]), (float(b) for b in g["betas"])
         m, v = _adam_moments(g, st, grad)
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
         m_hat = div(m, bc1)
