@@ -10,8 +10,8 @@ import numpy as np
 
 from ..distribution import Explicit
 from ..ops.autograd import enable_grad, no_grad
-from ..ops.basic import axpy_, copy, fill_, scale, zero_grads
-from ..ops.creation import full, zeros
+from ..ops.basic import axpy_, copy, count_, count_value, new_count, scale, zero_grads
+from ..ops.creation import zeros
 from ..ops.elementwise import clamp
 from ..ops.index import assign_
 from ..ops.reduce import norm
@@ -38,18 +38,15 @@ def _scalar_dtype() -> np.dtype:
     return np.dtype(np.float64) if get_default_dtype() == np.float64 else np.dtype(np.float32)
 
 
-def _step_tensor(value) -> tuple[Tensor, float]:
-    """A new 0-d step tensor holding ``value`` (a 0-d tensor or array, as torch's state dicts
-    have, or the int of older state dicts and checkpoints), and that value: the tensor keeps
-    a float32 or float64 value's dtype, anything else becomes _scalar_dtype() (as torch's
-    loading of an int step)."""
+def _step_tensor(value) -> Tensor:
+    """A new 0-d step count holding ``value`` (a 0-d tensor or array, as torch's state dicts
+    have, or the int of older state dicts and checkpoints): it keeps a float32 or float64
+    value's dtype, anything else becomes _scalar_dtype() (as torch's loading of an int step)."""
     a = np.asarray(value)
     if a.size != 1:
         raise ValueError(f"optimizer state 'step' must be a number or a 0-d tensor, got shape {a.shape}")
     keep = not isinstance(value, numbers.Number) and a.dtype in (np.float32, np.float64)
-    dt = a.dtype if keep else _scalar_dtype()
-    t = float(dt.type(a.reshape(())))
-    return full((), t, dtype=dt), t
+    return new_count(a.reshape(()), a.dtype if keep else _scalar_dtype())
 
 
 def _check_param(p, i: int) -> Tensor:
@@ -64,9 +61,9 @@ class Optimizer:
     """Base class: parameter groups, per-parameter state tensors, zero_grad, state_dict.
 
     The step count of a parameter is, as torch's, a 0-d tensor in its state ("step", float32;
-    float64 when the default dtype is); optimizers whose torch class keeps none (SGD) set
-    ``counts_steps = False``.  The updates read the count from the host's copy of it
-    (``_steps``), so that nothing waits for the tensor."""
+    float64 when the default dtype is), counted by ops.basic.count_: the updates take its
+    value from the host, nothing waits for the tensor.  Optimizers whose torch class keeps
+    none (SGD) set ``counts_steps = False``."""
 
     counts_steps = True
 
@@ -95,7 +92,6 @@ class Optimizer:
         for g in self.param_groups:
             self._validate(g)
         self.state: dict[int, dict] = {}  # id(param) -> {"step": 0-d Tensor, name: Tensor}
-        self._steps: dict[int, tuple[Tensor, float]] = {}  # id(param) -> (its step tensor, the value)
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's add_param_group: a new group, the defaults filling what it does not give."""
@@ -139,33 +135,26 @@ class Optimizer:
                     continue
                 st = self.state.get(id(p), {})
                 if self.counts_steps:
-                    self._advance(p, st)
+                    self._advance(st)
                 self._update(g, p, st)
                 if st:   # as torch: no entry for a parameter without state (SGD without momentum)
                     self.state[id(p)] = st
         return loss
 
-    def _advance(self, p: Tensor, st: dict) -> None:
-        """Count one more step for p: a fill task writes the state's step tensor in place (as
-        torch's ``step += 1``: a state dict taken before sees it), and the host's copy is
-        updated.  A step put in the state some other way (not the tensor the copy belongs to)
-        is read once."""
+    @staticmethod
+    def _advance(st: dict) -> None:
+        """One more step in a parameter's state: its step tensor counted in place (as torch's
+        ``step += 1``: a state dict taken before sees it); made on the first step, or from a
+        number put in the state."""
         step = st.get("step")
-        known = self._steps.get(id(p))
-        if step is None:
-            step, t = _step_tensor(1.0)
-        elif not isinstance(step, Tensor):
-            step, t = _step_tensor(float(np.asarray(step)) + 1.0)
-        else:
-            prev = known[1] if known is not None and known[0] is step else float(step)
-            t = float(step.dtype.type(prev + 1.0))   # the tensor's rounding, as torch's float32 count
-            fill_(step, t)
-        st["step"] = step
-        self._steps[id(p)] = (step, t)
+        if not isinstance(step, Tensor):
+            step = st["step"] = _step_tensor(0 if step is None else step)
+        count_(step)
 
-    def _count(self, p: Tensor) -> float:
-        """p's step count (after this step's _advance), from the host's copy."""
-        return self._steps[id(p)][1]
+    @staticmethod
+    def _count(st: dict) -> float:
+        """The step count of a parameter's state (after this step's _advance), from the host."""
+        return float(count_value(st["step"]))
 
     def _update(self, group: dict, p: Tensor, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -203,7 +192,6 @@ class Optimizer:
                 raise ValueError(f"parameter group {gi}: state has {len(theirs['params'])} parameters, "
                                  f"this optimizer has {len(mine['params'])}")
         new_state: dict[int, dict] = {}
-        steps: dict[int, tuple[Tensor, float]] = {}
         for idx, st in sorted(sd.get("state", {}).items(), key=lambda kv: int(kv[0])):
             idx = int(idx)
             st = {k: st[k] for k in sorted(st)}  # the same order on every rank (MPI: collective writes)
@@ -214,8 +202,7 @@ class Optimizer:
             for k, v in st.items():
                 if k == "step":   # SGD (torch's keeps no count) drops an older state's
                     if self.counts_steps:
-                        steps[id(p)] = _step_tensor(v)
-                        entry[k] = steps[id(p)][0]
+                        entry[k] = _step_tensor(v)
                     continue
                 if k in _SCALAR_STATE:
                     entry[k] = float(np.asarray(v))
@@ -235,7 +222,7 @@ class Optimizer:
             for k, v in theirs.items():
                 if k != "params":
                     mine[k] = v
-        self.state, self._steps = new_state, steps
+        self.state = new_state
 
 
 def _dist_of(p: Tensor):
@@ -360,7 +347,7 @@ class AdamW(_Compensated, Optimizer):
             return
         grad = scale(p.grad, -1.0) if g.get("maximize") else p.grad
         adam = _composed_adam if g.get("amsgrad") else _fused_adam
-        adam(g, p, st, grad, float(g["weight_decay"]), self._count(p))
+        adam(g, p, st, grad, float(g["weight_decay"]), self._count(st))
 
     def _update_compensated(self, g, p, st):
         """AdamW with delay compensation, one fused task per tile (kernels.def adamw_comp):
@@ -373,7 +360,7 @@ class AdamW(_Compensated, Optimizer):
         if "last_update" not in st:
             st["last_update"] = _state_tensor(p)
         b1, b2 = g["betas"]
-        t = self._count(p)
+        t = self._count(st)
         a, b = spike_coefficients(b1, g["delay"]) if g["compensation"] in ("sc", "sc+lwp") else (1.0, 0.0)
         run_map("adamw_comp", p.grad, p, st["exp_avg"], st["exp_avg_sq"], st["last_update"], lr=float(g["lr"]),
                 beta1=float(b1), beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]),
@@ -413,7 +400,7 @@ class Adam(Optimizer):
             grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
             if wd:
                 axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
-        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0, self._count(p))
+        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0, self._count(st))
 
 
 class SGD(_Compensated, Optimizer):
@@ -552,7 +539,7 @@ class Adagrad(_Elementwise):
         from ..ops.creation import full_like
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad(g, p)
-        clr = float(g["lr"]) / (1 + (self._count(p) - 1) * float(g["lr_decay"]))
+        clr = float(g["lr"]) / (1 + (self._count(st) - 1) * float(g["lr_decay"]))
         acc = st.get("sum")
         if acc is None:
             acc = full_like(p, float(g["initial_accumulator_value"]))
@@ -618,7 +605,7 @@ class Adamax(_AdamFamily):
         bound = add(_abs(grad), float(g["eps"]))
         u = bound if u is None else maximum(mul(u, b2), bound)
         st["exp_avg"], st["exp_inf"] = m, u
-        clr = float(g["lr"]) / (1 - b1 ** self._count(p))
+        clr = float(g["lr"]) / (1 - b1 ** self._count(st))
         self._write(p, add(p, div(m, u), alpha=-clr))
 
 
@@ -637,7 +624,7 @@ class NAdam(_AdamFamily):
     def _update(self, g, p, st):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
-        t, lr, (b1, b2), md = self._count(p), float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
+        t, lr, (b1, b2), md = self._count(st), float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * md))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * md))
         # torch keeps the product in a 0-d tensor of its scalar dtype: float32 unless the default
@@ -664,7 +651,7 @@ class RAdam(_AdamFamily):
     def _update(self, g, p, st):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
-        t, lr, (b1, b2) = self._count(p), float(g["lr"]), (float(b) for b in g["betas"])
+        t, lr, (b1, b2) = self._count(st), float(g["lr"]), (float(b) for b in g["betas"])
         m, v = _adam_moments(g, st, grad)
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
         m_hat = div(m, bc1)
