@@ -146,7 +146,7 @@ def main() -> int:
                 tt.wait()
                 times.append(time.perf_counter() - t0)
                 if rep == 0:
-                    err = np.abs(y.numpy() - ref_y).max() / np.abs(ref_y).max()
+                    err = np.abs(y.detach().numpy() - ref_y).max() / np.abs(ref_y).max()
                     gerr = max(np.abs(P[k].grad.numpy() - ref_grads[k]).max() / np.abs(ref_grads[k]).max()
                                for k in P)
                     gerr = max(gerr, np.abs(X.grad.numpy() - ref_grads["x"]).max() / np.abs(ref_grads["x"]).max())

@@ -115,7 +115,7 @@ def run_tiletrain(args) -> dict:
             float(loss)
             tt.wait()
             times.append(time.perf_counter() - t)
-            pred = h.numpy().argmax(1)
+            pred = h.detach().numpy().argmax(1)
             accs.append(float((pred == d.y)[d.test_mask].mean()))
         out.update(times=times[1:], first=times[0], accs=accs)
         # propagation alone: row tiling (one feature block) against feature-dimension tiling
@@ -245,7 +245,7 @@ def run_tiletrain_sampled(args) -> dict:
             clock += dt
             step_times.append(dt)
             if step % args.eval_every == 0 or step == args.sampled_steps:
-                pred = forward(x, d.edge_index).numpy().argmax(1)
+                pred = forward(x, d.edge_index).detach().numpy().argmax(1)
                 curve.append((step, clock, float((pred == d.y)[d.test_mask].mean())))
         # the overlap: trace_steps steps submitted back to back (samples in flight), idle per worker
         trace_sampler = GraphSAINTSampler(d, args.roots, kind="random_walk", walk_length=args.walk_length,

@@ -47,7 +47,7 @@ with tt.init():
         print(f"step {step}  loss {float(loss):.3f}")
     out = model.save_pretrained("runs/hf-gpt2-finetuned", tokenizer=tok)
     idx = data.batch("val", 2, 16, rng)[0]
-    ours = model(idx).numpy()
+    ours = model(idx).detach().numpy()
 
 hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()   # transformers reads it unchanged
 with torch.no_grad():

@@ -85,6 +85,53 @@ def test_numpy_out_argument(rng):
         t.numpy(out=[0.0] * 20)
 
 
+def _numpy_outcome(fn):
+    """fn()'s values, or the type and message of what it raised."""
+    try:
+        return np.asarray(fn(), dtype=np.float64)
+    except (RuntimeError, TypeError) as exc:
+        return type(exc), str(exc)
+
+
+def _numpy_cases(lib, x, no_grad):
+    """The ways of reading a tensor as NumPy, on leaf x (requires_grad=True), in library lib."""
+    y = x * 2.0
+    p = lib.nn.Parameter(x.detach().clone())
+    return {"leaf": lambda: x.numpy(), "computed": lambda: y.numpy(), "parameter": lambda: p.numpy(),
+            "asarray": lambda: np.asarray(y), "array": lambda: np.array(p),
+            "array dtype": lambda: np.asarray(x, dtype=np.float32), "force": lambda: y.numpy(force=True),
+            "positional": lambda: x.numpy(True), "detach": lambda: y.detach().numpy(),
+            "detached asarray": lambda: np.asarray(p.detach()), "no_grad": lambda: _under(no_grad, y.numpy),
+            "no_grad asarray": lambda: _under(no_grad, lambda: np.asarray(p)),
+            "item": lambda: y.sum().item(), "tolist": lambda: y.tolist()}
+
+
+def _under(ctx, fn):
+    with ctx():
+        return fn()
+
+
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # torch's __array__
+def test_numpy_refuses_tensors_that_require_grad_as_torch():
+    """numpy() and np.asarray on a tensor that requires grad raise torch's RuntimeError while
+    grad mode is on; force=True, detach(), no_grad, item() and tolist() read it."""
+    torch = pytest.importorskip("torch")
+    a = np.array([1.5, -2.0, 3.25])
+    ours = _numpy_cases(tt, tt.tensor(a, requires_grad=True), tt.no_grad)
+    theirs = _numpy_cases(torch, torch.tensor(a, requires_grad=True), torch.no_grad)
+    refused = 0
+    for name in theirs:
+        want, got = _numpy_outcome(theirs[name]), _numpy_outcome(ours[name])
+        if isinstance(want, tuple):
+            refused += 1
+            assert got[0] is want[0], (name, got, want)
+            if want[0] is RuntimeError:
+                assert got[1] == want[1], name
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    assert refused == 7
+
+
 def test_int64_token_ids():
     ids = np.arange(20, dtype=np.int64).reshape(4, 5) * 1_000_000_007
     np.testing.assert_array_equal(tt.from_numpy(ids, (3, 2)).numpy(), ids)

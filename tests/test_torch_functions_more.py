@@ -19,8 +19,8 @@ def _same(fn_t, fn_tt, *arrays, rtol=1e-12, atol=1e-14, grad=True):
     assert len(ra) == len(rb)
     for u, v in zip(ra, rb):
         assert tuple(v.shape) == tuple(u.shape)
-        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=rtol, atol=atol)
-        assert v.numpy().dtype == u.detach().numpy().dtype
+        np.testing.assert_allclose(v.detach().numpy(), u.detach().numpy(), rtol=rtol, atol=atol)
+        assert v.detach().numpy().dtype == u.detach().numpy().dtype
     if not (grad and ra[0].requires_grad):
         return
     w = np.random.default_rng(9).standard_normal(tuple(ra[0].shape))

@@ -103,7 +103,7 @@ def cmd_demo(args) -> int:
         print(f"[2/4] tiled matmul {n}x{n} float32, {A.grid[0]}x{A.grid[1]} tiles of {tile}", flush=True)
         t0 = time.perf_counter()
         C = A @ B
-        c = C.numpy()
+        c = C.numpy(force=True)
         dt = time.perf_counter() - t0
         ref = a.astype(np.float64) @ b.astype(np.float64)
         err = float(np.abs(c - ref).max() / np.abs(ref).max())
@@ -113,7 +113,7 @@ def cmd_demo(args) -> int:
         s = tt.sum(D, dim=0)
         m = tt.amax(D, dim=1)
         d_ref = (a * 2.0 - b) / (a * a + 1.0)
-        err2 = max(float(np.abs(s.numpy() - d_ref.sum(0)).max()), float(np.abs(m.numpy() - d_ref.max(1)).max()))
+        err2 = max(float(np.abs(s.numpy(force=True) - d_ref.sum(0)).max()), float(np.abs(m.numpy(force=True) - d_ref.max(1)).max()))
         total = float(tt.sum(D))
         print(f"      sum(D) = {total:.4f} (NumPy {float(d_ref.sum(dtype=np.float64)):.4f}), "
               f"max abs error of sum/max along axes {err2:.2e}", flush=True)

@@ -672,7 +672,7 @@ class LogNormal(Distribution):
 
 def _standard_gamma(c: Tensor) -> Tensor:
     """torch._standard_gamma(c): torch's draws, recorded with their implicit gradient."""
-    alpha = c.detach().numpy().astype(np.float64)
+    alpha = c.numpy(force=True).astype(np.float64)
     x = _standard_gamma_np(alpha, c.dtype)
     out = _host_like(x, c)
     if not needs_grad(c):
@@ -688,7 +688,7 @@ def _standard_gamma_bwd(node, g):
 def _sample_dirichlet(c: Tensor) -> Tensor:
     """torch._sample_dirichlet(c): float64 gamma draws normalised over the last dim, kept in
     [tiny, the largest value below 1] of c's dtype; recorded with torch's implicit gradient."""
-    alpha = c.detach().numpy().astype(np.float64)
+    alpha = c.numpy(force=True).astype(np.float64)
     gam = _standard_gamma_np(alpha, np.float64)
     dt = np.dtype(c.dtype)
     x = np.clip((gam / gam.sum(-1, keepdims=True)).astype(dt), np.finfo(dt).tiny, np.nextafter(dt.type(1), dt.type(0)))
@@ -731,7 +731,7 @@ class Gamma(Distribution):
         shape = self._extended(sample_shape)
         value = div(_standard_gamma(_expanded(self.concentration, shape)), _expanded(self.rate, shape))
         tiny = float(np.finfo(np.dtype(value.dtype)).tiny)
-        v = value.detach().numpy()
+        v = value.numpy(force=True)
         if (v < tiny).any():  # torch clamps the values outside the graph
             value = add(value, _host(np.maximum(v, tiny) - v, value))
         return value
@@ -861,7 +861,7 @@ class Poisson(Distribution):
 
     def sample(self, sample_shape=()) -> Tensor:
         shape = self._extended(sample_shape)
-        return _host(_rng().poisson(np.broadcast_to(self.rate.numpy().astype(np.float64), shape)), self.rate)
+        return _host(_rng().poisson(np.broadcast_to(self.rate.numpy(force=True).astype(np.float64), shape)), self.rate)
 
     def log_prob(self, value) -> Tensor:
         value = _tensor(value, self.rate)
@@ -900,8 +900,8 @@ class Binomial(Distribution):
 
     def sample(self, sample_shape=()) -> Tensor:
         shape = self._extended(sample_shape)
-        n = np.broadcast_to(self.total_count.numpy().astype(np.int64), shape)
-        p = np.broadcast_to(self.probs.numpy().astype(np.float64), shape)
+        n = np.broadcast_to(self.total_count.numpy(force=True).astype(np.int64), shape)
+        p = np.broadcast_to(self.probs.numpy(force=True).astype(np.float64), shape)
         return _host(_rng().binomial(n, p), self.probs)
 
     def log_prob(self, value) -> Tensor:
@@ -912,7 +912,7 @@ class Binomial(Distribution):
         return sub(sub(sub(mul(value, self.logits), lgamma(add(value, 1.0))), lgamma(add(sub(n, value), 1.0))), norm)
 
     def entropy(self) -> Tensor:
-        counts = np.unique(self.total_count.numpy())
+        counts = np.unique(self.total_count.numpy(force=True))
         if counts.size > 1:
             raise NotImplementedError("Inhomogeneous total count not supported by `entropy`.")
         k = int(counts[0]) if counts.size else 0
@@ -1216,7 +1216,7 @@ def _kl_dirichlet(p: Dirichlet, q: Dirichlet) -> Tensor:
 
 
 def _kl_binomial(p: Binomial, q: Binomial) -> Tensor:
-    if (p.total_count.numpy() < q.total_count.numpy()).any():
+    if (p.total_count.numpy(force=True) < q.total_count.numpy(force=True)).any():
         raise NotImplementedError("KL between Binomials where q.total_count > p.total_count is not implemented")
     kl = mul(p.total_count, sub(add(mul(p.probs, sub(p.logits, q.logits)), log1p(neg(p.probs))), log1p(neg(q.probs))))
     return where(gt(p.total_count, q.total_count), float("inf"), kl)

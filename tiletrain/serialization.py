@@ -35,7 +35,7 @@ def _pack(obj, memo: dict):
     names) is stored once, and loads as one tensor (as torch.save keeps shared storage)."""
     if isinstance(obj, Tensor):
         if id(obj) not in memo:
-            memo[id(obj)] = (obj, _Stored(obj.numpy(), bool(obj.requires_grad)))  # numpy(): a C-contiguous copy
+            memo[id(obj)] = (obj, _Stored(obj.numpy(force=True), bool(obj.requires_grad)))  # numpy(): a C-contiguous copy
         return memo[id(obj)][1]
     if isinstance(obj, np.ndarray):
         return obj

@@ -249,7 +249,7 @@ def _both(fn, arrays, tiles, cube=True):
 
 
 def _close(got, want, what):
-    got = np.zeros(want.shape) if got is None else got.numpy()
+    got = np.zeros(want.shape) if got is None else got.detach().numpy()
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=what)
 
 
@@ -435,10 +435,10 @@ def test_backward_create_graph_accumulates_grad_with_a_graph():
     (x * x * x).sum().backward(create_graph=True)
     (xt * xt * xt).sum().backward(create_graph=True)
     assert x.grad.requires_grad and x.grad.grad_fn is not None
-    np.testing.assert_allclose(x.grad.numpy(), xt.grad.detach().numpy(), rtol=RTOL)
+    np.testing.assert_allclose(x.grad.detach().numpy(), xt.grad.detach().numpy(), rtol=RTOL)
     (tt.sin(x)).sum().backward(create_graph=True)   # accumulates: .grad = .grad + new, with a graph
     torch.sin(xt).sum().backward(create_graph=True)
-    np.testing.assert_allclose(x.grad.numpy(), xt.grad.detach().numpy(), rtol=RTOL)
+    np.testing.assert_allclose(x.grad.detach().numpy(), xt.grad.detach().numpy(), rtol=RTOL)
     (h,) = tt.autograd.grad(x.grad.sum(), x)
     (ht,) = torch.autograd.grad(xt.grad.sum(), xt)
     np.testing.assert_allclose(h.numpy(), ht.numpy(), rtol=RTOL)
@@ -461,7 +461,7 @@ def test_grad_runs_only_the_nodes_that_lead_to_the_inputs():
     x, w = _leaf([1.0, 2.0]), _leaf([3.0, -1.0, 0.5])
     y = _first_order_only(w).sum() * (x * x * x).sum()
     (g,) = tt.autograd.grad(y, x, create_graph=True)
-    np.testing.assert_array_equal(g.numpy(), [15.0, 60.0])
+    np.testing.assert_array_equal(g.detach().numpy(), [15.0, 60.0])
     gx, gw = tt.autograd.grad(g.sum(), [x, w], allow_unused=True)
     np.testing.assert_array_equal(gx.numpy(), [30.0, 60.0])
     np.testing.assert_array_equal(gw.numpy(), [30.0, 30.0, 30.0])   # through the op's first-order rule

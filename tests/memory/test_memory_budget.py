@@ -70,7 +70,7 @@ def _gpt_steps(steps=3, **init):
         m = rt.memory()
         m["peak_on_disk"] = on_disk[0]
         # weights, gradients, AdamW's two moments
-        m["state_bytes"] = 4 * sum(p.numpy().nbytes for p in model.parameters())
+        m["state_bytes"] = 4 * sum(p.detach().numpy().nbytes for p in model.parameters())
         return np.array(losses), peak[0], m
     finally:
         tt.shutdown()

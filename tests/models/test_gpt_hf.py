@@ -35,7 +35,7 @@ class FakeHFModel:
 
 
 def _logits(model, idx):
-    return model(idx).numpy()
+    return model(idx).detach().numpy()
 
 
 def test_from_hf_model_matches_reference_logits(rng):

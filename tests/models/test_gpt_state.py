@@ -66,14 +66,14 @@ def test_state_dict_round_trip_gives_identical_logits(rng):
     src = GPT(CFG, FINE, dtype=np.float64, seed=1)
     sd = src.state_dict()
     dst = GPT(CFG, FINE, dtype=np.float64, seed=2)
-    assert not np.array_equal(dst(idx).numpy(), src(idx).numpy())
+    assert not np.array_equal(dst(idx).detach().numpy(), src(idx).detach().numpy())
     result = dst.load_state_dict(sd)
     assert result.missing_keys == [] and result.unexpected_keys == []
-    assert np.array_equal(dst(idx).numpy(), src(idx).numpy())
+    assert np.array_equal(dst(idx).detach().numpy(), src(idx).detach().numpy())
     # across tilings and dtypes too (values converted to the model's dtype)
     other = GPT(CFG, Tiling(), dtype=np.float32, seed=3)
     other.load_state_dict(sd)
-    np.testing.assert_allclose(other(idx).numpy(), src(idx).numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(other(idx).detach().numpy(), src(idx).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_state_dict_shares_the_parameters_and_state_arrays_copy(rng):
@@ -98,7 +98,7 @@ def test_load_keeps_parameter_objects_and_tying(rng):
     sd = GPT(CFG, FINE, dtype=np.float64, seed=5).state_dict()
     model.load_state_dict(sd)
     assert all(p is q for p, q in zip(params, model.parameters()))
-    assert np.array_equal(model.lm_head.weight.numpy(), sd["transformer.wte.weight"])
+    assert np.array_equal(model.lm_head.weight.detach().numpy(), sd["transformer.wte.weight"])
 
 
 def test_tied_weight_needs_one_name_and_equal_values():
@@ -134,7 +134,7 @@ def test_strict_loading_errors_name_every_problem_and_change_nothing():
     res = model.load_state_dict(sd, strict=False)
     assert res.missing_keys == ["transformer.h.1.mlp.c_fc.bias"]
     assert res.unexpected_keys == ["transformer.h.2.ln_1.weight"]
-    assert np.all(model.transformer.ln_f.weight.numpy() == 2.0)
+    assert np.all(model.transformer.ln_f.weight.detach().numpy() == 2.0)
     with pytest.raises(TypeError, match="mapping"):
         model.load_state_dict([1, 2])
     with pytest.raises(TypeError, match="transformer.wpe.weight"):
@@ -168,7 +168,7 @@ def test_targets_equal_to_minus_100_are_ignored(rng):
     idx, tgt = _idx(rng), _idx(rng)
     part = tgt.copy()
     part[:, 5:] = -100
-    logits = model(idx).numpy()[:, :5]
+    logits = model(idx).detach().numpy()[:, :5]
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
         - logits.max(-1, keepdims=True)
     want = -np.take_along_axis(logp, tgt[:, :5, None], -1).mean()
@@ -224,10 +224,10 @@ def test_dropout_is_active_in_training_only(rng):
     plain.load_state_dict(model.state_dict())
     idx = _idx(rng)
     assert model.training and all(m.training for m in model.modules())
-    a, b = model(idx).numpy(), model(idx).numpy()
+    a, b = model(idx).detach().numpy(), model(idx).detach().numpy()
     assert not np.allclose(a, b)                      # a fresh mask every call
     assert model.eval() is model and not any(m.training for m in model.modules())
-    np.testing.assert_array_equal(model(idx).numpy(), plain(idx).numpy())
+    np.testing.assert_array_equal(model(idx).detach().numpy(), plain(idx).detach().numpy())
     model.train()
     assert all(m.training for m in model.modules())
 

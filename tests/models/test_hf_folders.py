@@ -48,14 +48,14 @@ def test_from_pretrained_reads_transformers_folders(tmp_path, shard):
         assert "model.safetensors" in files
     model = ttnn.from_pretrained(tmp_path / "m", dtype=np.float64, tiling=FINE)
     assert isinstance(model, GPT) and model.config == GPTConfig(23, 16, 2, 2, 16)
-    np.testing.assert_allclose(model(IDX).numpy(), _hf_logits(hf), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model(IDX).detach().numpy(), _hf_logits(hf), rtol=1e-9, atol=1e-12)
 
 
 def test_from_pretrained_single_file_and_gpt_classmethod(folder):
     path, want = folder
     for model in (ttnn.from_pretrained(path / "model.safetensors", dtype=np.float64),
                   GPT.from_pretrained(path, dtype=np.float64, tiling=FINE)):
-        np.testing.assert_allclose(model(IDX).numpy(), want, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(model(IDX).detach().numpy(), want, rtol=1e-9, atol=1e-12)
     assert ttnn.from_pretrained(path, dropout=0.1).config.dropout == 0.1  # config overrides
     assert ttnn.from_pretrained(path).dtype == np.float32
 
@@ -70,10 +70,10 @@ def test_save_pretrained_loads_in_transformers(tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64).eval()
     assert type(hf).__name__ == "GPT2LMHeadModel"
     assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
-    np.testing.assert_allclose(_hf_logits(hf), model(IDX).numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(_hf_logits(hf), model(IDX).detach().numpy(), rtol=1e-9, atol=1e-12)
     # and back: a round trip is exact
     back = ttnn.from_pretrained(out, dtype=np.float64, tiling=FINE)
-    np.testing.assert_array_equal(back(IDX).numpy(), model(IDX).numpy())
+    np.testing.assert_array_equal(back(IDX).detach().numpy(), model(IDX).detach().numpy())
 
 
 def _edit_config(path, **change):
@@ -150,7 +150,7 @@ def test_from_hf_takes_a_config_json_dict(folder):
     path, want = folder
     cfg = json.loads((path / "config.json").read_text())
     model = GPT.from_hf(load_file(path / "model.safetensors"), config=cfg, tiling=FINE, dtype=np.float64)
-    np.testing.assert_allclose(model(IDX).numpy(), want, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model(IDX).detach().numpy(), want, rtol=1e-9, atol=1e-12)
 
 
 def test_bfloat16_folder(tmp_path):
@@ -170,7 +170,7 @@ def test_save_pretrained_over_a_sharded_folder(tmp_path):
     left = sorted(p.name for p in (tmp_path / "m").iterdir())
     assert left == ["config.json", "generation_config.json", "model.safetensors"]
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float64).eval()
-    np.testing.assert_allclose(_hf_logits(hf), model(IDX).numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(_hf_logits(hf), model(IDX).detach().numpy(), rtol=1e-9, atol=1e-12)
 
 
 def _hf_llama(tie: bool, seed=0):
@@ -192,7 +192,7 @@ def test_llama_folders_both_ways(tmp_path, tie, shard):
     model = ttnn.from_pretrained(tmp_path / "m", tiling=FINE)
     assert isinstance(model, ttnn.Llama) and model.config.num_key_value_heads == 2
     assert model.config.tie_word_embeddings == tie
-    np.testing.assert_allclose(model(IDX).numpy(), _hf_logits(hf), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(model(IDX).detach().numpy(), _hf_logits(hf), rtol=1e-4, atol=1e-5)
     out = model.save_pretrained(tmp_path / "out")
     back = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(back).__name__ == "LlamaForCausalLM" and back.config.tie_word_embeddings == tie

@@ -25,15 +25,15 @@ def test_conv_init_names_and_torch_state_dict(cls, dims):
                             rng=np.random.default_rng(0))
     theirs = getattr(torch.nn, cls)(6, 8, 3, stride=2, padding=1, groups=2).double()
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
-    w = ours.weight.numpy()
+    w = ours.weight.detach().numpy()
     assert w.shape == tuple(theirs.weight.shape)
     bound = 1 / math.sqrt(3 * 3 ** dims)                       # kaiming_uniform_(a=sqrt(5)): 1/sqrt(fan_in)
-    assert np.abs(w).max() <= bound and np.abs(ours.bias.numpy()).max() <= bound
+    assert np.abs(w).max() <= bound and np.abs(ours.bias.detach().numpy()).max() <= bound
     assert np.abs(w).max() > 0.8 * bound                      # spread over the whole interval
     ours.load_state_dict(theirs.state_dict())
     x = np.random.default_rng(1).standard_normal((5, 6) + (7,) * dims)
     y = ours(tt.from_numpy(x, (2, 6) + (7,) * dims))
-    np.testing.assert_allclose(y.numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
+    np.testing.assert_allclose(y.detach().numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
 
 
 def test_conv_module_bad_arguments():
@@ -63,12 +63,67 @@ def test_batch_norm_module_train_eval(cls, shape, tb, momentum):
         if step == 2:
             ours.eval(), theirs.eval()
         y = ours(tt.from_numpy(x, (tb,) + shape[1:]))
-        np.testing.assert_allclose(y.numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
+        np.testing.assert_allclose(y.detach().numpy(), theirs(torch.tensor(x)).detach().numpy(), **TOL)
     for k, v in theirs.state_dict().items():
         np.testing.assert_allclose(ours.state_dict()[k], v.numpy(), err_msg=k, **TOL)
     assert int(ours.num_batches_tracked) == 2
     with pytest.raises(ValueError, match="expected"):
         ours(tt.from_numpy(np.ones((2, 3, 4, 5, 6, 7)), (1, 3, 4, 5, 6, 7)))
+
+
+def _bn_pair(lib, momentum):
+    m = lib.nn.Sequential(lib.nn.BatchNorm1d(3, momentum=momentum))
+    return m.double()
+
+
+def _bn_sequence(lib, m, xs, write_at, value):
+    """Training forwards of xs (float64); before forward ``write_at`` the count is set to
+    ``value`` through a state dict taken at the start (its tensors share the buffer's
+    storage, as torch's); one eval forward of xs[0] at the end, (output, input gradient)."""
+    sd = m.state_dict()
+    m.train()
+    for i, x in enumerate(xs):
+        if i == write_at:
+            with lib.no_grad():
+                sd["0.num_batches_tracked"].fill_(value)
+        m(lib.tensor(x))
+    m.eval()
+    x = lib.tensor(xs[0], requires_grad=True)
+    y = m(x)
+    (y * y).sum().backward()
+    return sd, y.detach().numpy(), x.grad.numpy()
+
+
+@pytest.mark.parametrize("momentum", [None, 0.3])
+def test_num_batches_tracked_is_torchs_int64_buffer(momentum):
+    """num_batches_tracked: a 0-d int64 buffer counted in place by training forwards, the one
+    state_dict(keep_vars=True) gives and whose storage state_dict() shares; momentum=None
+    averages the statistics over the count, whatever wrote it (a state dict, load_state_dict)."""
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((6, 3)) * (1 + i) + i for i in range(5)]
+    ours, theirs = _bn_pair(tt, momentum), _bn_pair(torch, momentum)
+    nbt = ours[0].num_batches_tracked
+    assert isinstance(nbt, tt.Tensor) and nbt.dtype == tt.int64 and nbt.shape == ()
+    assert ours.state_dict(keep_vars=True)["0.num_batches_tracked"] is nbt
+    assert theirs.state_dict(keep_vars=True)["0.num_batches_tracked"] is theirs[0].num_batches_tracked
+    results = [_bn_sequence(tt, ours, xs, 3, 10), _bn_sequence(torch, theirs, xs, 3, 10)]
+    (sd, y, gx), (rsd, ry, rgx) = results
+    assert int(sd["0.num_batches_tracked"]) == int(rsd["0.num_batches_tracked"]) == 12
+    assert ours[0].num_batches_tracked is nbt and int(nbt) == 12
+    for k, v in rsd.items():
+        np.testing.assert_allclose(sd[k].numpy(), v.numpy(), rtol=1e-12, atol=1e-14, err_msg=k)
+    np.testing.assert_allclose(y, ry, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gx, rgx, rtol=1e-12, atol=1e-12)
+    # loaded counts (an array, torch's tensor): the next average divides by them plus one
+    for value in (np.array(2, np.int64), torch.tensor(6)):
+        ours.load_state_dict({**ours.state_dict(), "0.num_batches_tracked": value})
+        theirs.load_state_dict({**theirs.state_dict(), "0.num_batches_tracked": torch.as_tensor(value)})
+        ours.train(), theirs.train()
+        ours(tt.tensor(xs[1]))
+        theirs(torch.tensor(xs[1]))
+        assert int(nbt) == int(theirs[0].num_batches_tracked) == int(value) + 1
+        np.testing.assert_allclose(ours[0].running_var.numpy(), theirs[0].running_var.numpy(), rtol=1e-12)
+    assert ours.double()[0].num_batches_tracked.dtype == tt.int64     # casts leave the count alone
 
 
 def _models(dtype=np.float64):
@@ -114,7 +169,7 @@ def test_small_cnn_trains_like_torch():
         np.testing.assert_allclose(v, state[k], err_msg=k, **TOL)
     ours.eval(), theirs.eval()
     x = rng.standard_normal((5, 3, 8, 8))
-    np.testing.assert_allclose(ours(tt.from_numpy(x, (2, 3, 8, 8))).numpy(),
+    np.testing.assert_allclose(ours(tt.from_numpy(x, (2, 3, 8, 8))).detach().numpy(),
                                theirs(torch.tensor(x)).detach().numpy(), **TOL)
 
 

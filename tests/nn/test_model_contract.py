@@ -113,7 +113,7 @@ def test_a_registered_model_trains_generates_and_is_placed(tiny, tmp_path, capsy
     ids = np.array([[5, 6, 7], [8, 9, 10]])
     seq = ids
     for _ in range(4):  # greedy without a cache: the whole sequence through forward
-        seq = np.concatenate([seq, model(seq).numpy()[:, -1].argmax(-1)[:, None]], axis=1)
+        seq = np.concatenate([seq, model(seq).detach().numpy()[:, -1].argmax(-1)[:, None]], axis=1)
     np.testing.assert_array_equal(model.generate(ids, 4, temperature=0), seq)
     pl = plan(model, "pipeline", world=2)  # the embedding with the first block, the head with the last
     assert dict(pl.modules) == {"wte": 0, "h.0": 0, "h.1": 1, "ln_f": 1, "lm_head": 1}

@@ -26,7 +26,7 @@ def test_parameter_is_a_tensor_that_requires_grad():
     assert isinstance(p, tt.Tensor) and isinstance(p, nn.Parameter)
     assert p.requires_grad and p.is_leaf and p.grad is None
     assert p.tiles == (1, 2) and p.dtype == np.float64
-    np.testing.assert_array_equal(p.numpy(), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(p.detach().numpy(), np.arange(6.0).reshape(2, 3))
     t = tt.from_numpy(np.ones((2, 2), np.float32))
     q = nn.Parameter(t)  # shares t's tiles
     assert q.shape == (2, 2) and q.dtype == np.float32
@@ -35,7 +35,7 @@ def test_parameter_is_a_tensor_that_requires_grad():
     frozen = nn.Parameter(t, False)  # torch's Parameter(data, requires_grad)
     assert not frozen.requires_grad and repr(frozen) == "Parameter containing:\n" + repr(t)
     del t
-    np.testing.assert_array_equal(q.numpy(), np.ones((2, 2)))
+    np.testing.assert_array_equal(q.detach().numpy(), np.ones((2, 2)))
     with pytest.raises(TypeError, match="float32 or float64"):
         nn.Parameter(np.arange(3))
     with pytest.raises(TypeError, match="Tensor or a numpy"):
@@ -116,29 +116,29 @@ def test_linear_layernorm_embedding_against_numpy(rng):
     lin = nn.Linear(5, 7, tiles=(3, 2), dtype=np.float64, rng=rng)
     assert lin.weight.shape == (7, 5) and lin.weight.tiles == (3, 2) and lin.bias.tiles == (3,)
     bound = 1 / np.sqrt(5)  # torch's default init: U(-1/sqrt(in), 1/sqrt(in))
-    assert np.abs(lin.weight.numpy()).max() <= bound and np.abs(lin.bias.numpy()).max() <= bound
+    assert np.abs(lin.weight.detach().numpy()).max() <= bound and np.abs(lin.bias.detach().numpy()).max() <= bound
     import torch
     ref = torch.nn.Linear(5, 7, dtype=torch.float64)
     lin.load_state_dict(ref.state_dict())  # torch's state dict loads as it is
     x = rng.standard_normal((3, 4, 5))
-    y = lin(tt.from_numpy(x, (2, 3, 2))).numpy()
+    y = lin(tt.from_numpy(x, (2, 3, 2))).detach().numpy()
     np.testing.assert_allclose(y, ref(torch.from_numpy(x)).detach().numpy(), rtol=1e-12)
     assert nn.Linear(5, 7, bias=False).bias is None
     hf = nn.Conv1D(7, 5, tiles=(2, 3), dtype=np.float64, rng=rng)  # GPT-2's layout: weight (in, out)
     assert hf.weight.shape == (5, 7) and hf.weight.tiles == (2, 3) and hf.bias.tiles == (3,)
-    np.testing.assert_allclose(hf(tt.from_numpy(x, (2, 3, 2))).numpy(), x @ hf.weight.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(hf(tt.from_numpy(x, (2, 3, 2))).detach().numpy(), x @ hf.weight.detach().numpy(), rtol=1e-12)
 
     ln = nn.LayerNorm(6, tile=4, dtype=np.float64)
     ln.load_state_dict({"weight": rng.standard_normal(6), "bias": rng.standard_normal(6)})
     x = rng.standard_normal((3, 6))
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    want = (x - mu) / np.sqrt(var + 1e-5) * ln.weight.numpy() + ln.bias.numpy()
-    np.testing.assert_allclose(ln(tt.from_numpy(x, (2, 4))).numpy(), want, rtol=1e-10)
+    want = (x - mu) / np.sqrt(var + 1e-5) * ln.weight.detach().numpy() + ln.bias.detach().numpy()
+    np.testing.assert_allclose(ln(tt.from_numpy(x, (2, 4))).detach().numpy(), want, rtol=1e-10)
 
     emb = nn.Embedding(9, 4, tiles=(4, 4), dtype=np.float64, rng=rng)
     ids = rng.integers(0, 9, (2, 5))
-    np.testing.assert_array_equal(emb(ids).numpy(), emb.weight.numpy()[ids])
-    np.testing.assert_array_equal(emb(tt.from_numpy(ids)).numpy(), emb.weight.numpy()[ids])
+    np.testing.assert_array_equal(emb(ids).detach().numpy(), emb.weight.detach().numpy()[ids])
+    np.testing.assert_array_equal(emb(tt.from_numpy(ids)).detach().numpy(), emb.weight.detach().numpy()[ids])
     with pytest.raises(TypeError, match="integers"):
         emb(np.zeros((2, 2)))
 

@@ -27,7 +27,7 @@ def test_pack_and_pad_equal_torch_with_gradients(batch_first, lengths, sorted_):
     xt, xo = _pair(a)
     pt = trnn.pack_padded_sequence(xt, torch.tensor(lengths), batch_first=batch_first, enforce_sorted=sorted_)
     po = tt_rnn.pack_padded_sequence(xo, tt.tensor(lengths), batch_first=batch_first, enforce_sorted=sorted_)
-    np.testing.assert_array_equal(po.data.numpy(), pt.data.detach().numpy())
+    np.testing.assert_array_equal(po.data.detach().numpy(), pt.data.detach().numpy())
     np.testing.assert_array_equal(po.batch_sizes.numpy(), pt.batch_sizes.numpy())
     for ours, ref in ((po.sorted_indices, pt.sorted_indices), (po.unsorted_indices, pt.unsorted_indices)):
         assert (ours is None) == (ref is None)
@@ -35,7 +35,7 @@ def test_pack_and_pad_equal_torch_with_gradients(batch_first, lengths, sorted_):
             np.testing.assert_array_equal(ours.numpy(), ref.numpy())
     yt, lt = trnn.pad_packed_sequence(pt, batch_first=batch_first, padding_value=-1.5, total_length=6)
     yo, lo = tt_rnn.pad_packed_sequence(po, batch_first=batch_first, padding_value=-1.5, total_length=6)
-    np.testing.assert_array_equal(yo.numpy(), yt.detach().numpy())
+    np.testing.assert_array_equal(yo.detach().numpy(), yt.detach().numpy())
     np.testing.assert_array_equal(lo.numpy(), lt.numpy())
     assert lo.dtype == tt.int64
     g = rng.standard_normal(tuple(yt.shape))
@@ -94,12 +94,12 @@ def test_rnn_on_packed_sequence_equals_torch(mode, kw):
     out_t, st_t = ref(trnn.pack_padded_sequence(xt, lengths, batch_first=bf, enforce_sorted=False), hx_t)
     out_o, st_o = ours(tt_rnn.pack_padded_sequence(xo, lengths, batch_first=bf, enforce_sorted=False), hx_o)
     assert isinstance(out_o, tt_rnn.PackedSequence)
-    np.testing.assert_allclose(out_o.data.numpy(), out_t.data.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out_o.data.detach().numpy(), out_t.data.detach().numpy(), rtol=1e-12, atol=1e-14)
     st_t, st_o = (st_t if mode == "LSTM" else (st_t,)), (st_o if mode == "LSTM" else (st_o,))
     loss_t = trnn.pad_packed_sequence(out_t)[0].pow(2).sum() + sum((s * s.detach()).sum() for s in st_t)
     loss_o = tt_rnn.pad_packed_sequence(out_o)[0].pow(2).sum() + sum((s * s.detach()).sum() for s in st_o)
     for u, v in zip(st_t, st_o):
-        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(v.detach().numpy(), u.detach().numpy(), rtol=1e-12, atol=1e-14)
     loss_t.backward()
     loss_o.backward()
     for u, v in [(xt, xo), (ht, ho)] + [(p, dict(ours.named_parameters())[n]) for n, p in ref.named_parameters()]:

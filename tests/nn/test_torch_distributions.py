@@ -32,8 +32,8 @@ def _check(fn_t, fn_tt, arrays, rtol=1e-12, atol=1e-13, grad_rtol=None):
         warnings.simplefilter("ignore")
         ra, rb = fn_t(*A), fn_tt(*B)
     assert tuple(rb.shape) == tuple(ra.shape)
-    assert rb.numpy().dtype == ra.detach().numpy().dtype
-    np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
+    assert rb.detach().numpy().dtype == ra.detach().numpy().dtype
+    np.testing.assert_allclose(rb.detach().numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
     if not ra.requires_grad:
         return
     w = np.random.default_rng(9).standard_normal(tuple(ra.shape))
@@ -233,12 +233,12 @@ def test_rsample_is_differentiable_where_torch_reparameterises():
     rate = tt.tensor([0.5, 2.0], dtype=tt.float64, requires_grad=True)
     x = D.Exponential(rate).rsample((3,))
     x.sum().backward()
-    np.testing.assert_allclose(rate.grad.numpy(), -(x.numpy() / rate.numpy()).sum(0), rtol=1e-12)  # x = e / rate
+    np.testing.assert_allclose(rate.grad.numpy(), -(x.detach().numpy() / rate.detach().numpy()).sum(0), rtol=1e-12)  # x = e / rate
     loc, scale = tt.tensor([0.0, 1.0], dtype=tt.float64, requires_grad=True), tt.tensor([1.0, 2.0], dtype=tt.float64,
                                                                                            requires_grad=True)
     y = D.LogNormal(loc, scale).rsample()
     y.sum().backward()
-    np.testing.assert_allclose(loc.grad.numpy(), y.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(loc.grad.numpy(), y.detach().numpy(), rtol=1e-12)
     L = tt.tensor(_tril(2, ()), requires_grad=True)
     D.MultivariateNormal(tt.zeros(2, dtype=tt.float64), scale_tril=L).rsample((4,)).sum().backward()
     assert L.grad is not None and np.isfinite(L.grad.numpy()).all()

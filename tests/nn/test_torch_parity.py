@@ -30,11 +30,11 @@ def _same(fn_t, fn_tt, *arrays, rtol=1e-12, atol=1e-14, grad=True):
     A, B, ra, rb = _run(fn_t, fn_tt, arrays, grad)
     if isinstance(ra, (tuple, list)):
         for u, v in zip(ra, rb):
-            np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=rtol, atol=atol)
-            assert v.numpy().dtype == u.detach().numpy().dtype
+            np.testing.assert_allclose(v.detach().numpy(), u.detach().numpy(), rtol=rtol, atol=atol)
+            assert v.detach().numpy().dtype == u.detach().numpy().dtype
         return
-    np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
-    assert rb.numpy().dtype == ra.detach().numpy().dtype
+    np.testing.assert_allclose(rb.detach().numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
+    assert rb.detach().numpy().dtype == ra.detach().numpy().dtype
     if grad and ra.requires_grad:
         w = np.random.default_rng(9).standard_normal(tuple(ra.shape))
         ra.backward(torch.tensor(w))
@@ -217,9 +217,9 @@ def _read_then_in_place(M, x):
 def test_in_place_ops_follow_torchs_rules(x):
     m = x > 1
     for u, v in zip(_inplace_program(torch, x, m), _inplace_program(tt, x, m)):
-        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(v.detach().numpy(), u.detach().numpy(), rtol=1e-12)
     for u, v in zip(_read_then_in_place(torch, x), _read_then_in_place(tt, x)):
-        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(v.detach().numpy(), u.detach().numpy(), rtol=1e-12)
     w = tt.tensor(x, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         w.add_(1)
@@ -235,7 +235,7 @@ def test_in_place_op_on_a_value_a_backward_needs_keeps_the_old_value_for_it(x):
     a = h.sin()          # sin's backward reads h
     h.add_(1)
     (y.sum() + a.sum() + (h * h).sum()).backward()
-    np.testing.assert_allclose(y.numpy(), np.exp(x) + 1, rtol=1e-12)
+    np.testing.assert_allclose(y.detach().numpy(), np.exp(x) + 1, rtol=1e-12)
     np.testing.assert_allclose(w.grad.numpy(), np.exp(x) + 2 * np.cos(2 * x) + 4 * (2 * x + 1), rtol=1e-12)
 
 
@@ -243,10 +243,10 @@ def test_deepcopy_and_module_dtype_and_hooks():
     m = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
     m2 = copy.deepcopy(m)
     assert m2[0].weight is not m[0].weight and isinstance(m2[0].weight, nn.Parameter)
-    np.testing.assert_array_equal(m2[0].weight.numpy(), m[0].weight.numpy())
+    np.testing.assert_array_equal(m2[0].weight.detach().numpy(), m[0].weight.detach().numpy())
     with tt.no_grad():
         m2[0].weight.add_(1.0)
-    assert not np.array_equal(m2[0].weight.numpy(), m[0].weight.numpy())
+    assert not np.array_equal(m2[0].weight.detach().numpy(), m[0].weight.detach().numpy())
     w = m[0].weight
     m.double()
     assert m[0].weight is w and w.dtype == np.float64 and m[1].running_mean.dtype == np.float64
@@ -349,7 +349,7 @@ def test_sequence_modules_equal_torch(name):
         x = np.random.default_rng(7).standard_normal((5, 3, 4))
         args = (x, x, x) if name.startswith("Multihead") else (x,)
         A, B, ra, rb = _run(lambda *a: out(mt(*a)), lambda *a: out(mtt(*a)), args)
-        np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(rb.detach().numpy(), ra.detach().numpy(), rtol=1e-12, atol=1e-13)
         ra.pow(2).sum().backward()
         rb.pow(2).sum().backward()
         for n, p in mt.named_parameters():
@@ -374,7 +374,7 @@ def test_encoder_masks_equal_torch():
         kpm[1, 4:] = True
         a = mt(torch.tensor(x), src_mask=torch.tensor(mask), src_key_padding_mask=torch.tensor(kpm))
         b = mtt(tt.tensor(x), src_mask=tt.tensor(mask), src_key_padding_mask=tt.tensor(kpm))
-        np.testing.assert_allclose(b.numpy(), a.detach().numpy(), rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=1e-12, atol=1e-13)
     finally:
         torch.set_default_dtype(torch.float32)
         tt.set_default_dtype(tt.float32)
@@ -491,12 +491,12 @@ def test_conv_transpose_module_has_torchs_parameters():
     assert {k: tuple(v.shape) for k, v in m.state_dict().items()} == \
         {k: tuple(v.shape) for k, v in mt.state_dict().items()}
     bound = 1 / np.sqrt(3 * 9)  # fan_in = weight.shape[1] * kernel size
-    assert np.abs(m.weight.numpy()).max() <= bound
+    assert np.abs(m.weight.detach().numpy()).max() <= bound
     m = m.double()
     mt = mt.double()
     _copy_params(mt, m)
     x = np.random.default_rng(13).standard_normal((2, 4, 5, 5))
-    np.testing.assert_allclose(m(tt.tensor(x)).numpy(), mt(torch.tensor(x)).detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(m(tt.tensor(x)).detach().numpy(), mt(torch.tensor(x)).detach().numpy(), rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("kw", [dict(size=(8, 11), mode="bicubic"), dict(size=(8, 11), mode="bicubic", align_corners=True),
@@ -548,12 +548,12 @@ def test_compile_amp_and_thread_answers_let_torch_programs_run():
         scaler = tt.cuda.amp.GradScaler()
     loss = m(tt.ones(1, 2)).sum()
     opt = tt.optim.SGD(m.parameters(), lr=0.1)
-    w0 = m.weight.numpy()
+    w0 = m.weight.detach().numpy()
     scaler.scale(loss).backward()
     scaler.unscale_(opt)
     scaler.step(opt)
     scaler.update()
-    assert not np.array_equal(m.weight.numpy(), w0)
+    assert not np.array_equal(m.weight.detach().numpy(), w0)
     with tt.autocast("cpu", enabled=False):
         pass
     with pytest.raises(NotImplementedError, match="autocast is not supported"):
@@ -696,7 +696,7 @@ def test_transformer_and_decoder_equal_torch_with_masks(name):
             return m(a, b, **kw) if name.startswith("Transformer-") or name == "Transformer" else m(b, a, **kw)
 
         A, B, ra, rb = _run(lambda a, b: call(torch, mt, a, b), lambda a, b: call(tt, mtt, a, b), (src, tgt))
-        np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(rb.detach().numpy(), ra.detach().numpy(), rtol=1e-11, atol=1e-12)
         ra.pow(2).sum().backward()
         rb.pow(2).sum().backward()
         for n, p in mt.named_parameters():
@@ -825,7 +825,7 @@ def test_more_losses_pixel_shuffle_and_gumbel_softmax_are_torchs():
     g = F.gumbel_softmax(tt.tensor(rng.standard_normal((6, 5))), tau=0.5)
     np.testing.assert_allclose(g.numpy().sum(1), np.ones(6), rtol=1e-6)
     h = F.gumbel_softmax(tt.tensor(rng.standard_normal((6, 5)), requires_grad=True), hard=True)
-    assert sorted(np.unique(h.numpy())) == [0.0, 1.0] and (h.numpy().sum(1) == 1).all()
+    assert sorted(np.unique(h.detach().numpy())) == [0.0, 1.0] and (h.detach().numpy().sum(1) == 1).all()
 
 
 def test_distributions_log_prob_entropy_and_kl_equal_torch():
@@ -876,8 +876,8 @@ def test_embedding_max_norm_renormalises_the_used_rows_as_torch(kw):
     yt, y = et(torch.tensor(ids)), e(tt.tensor(ids))
     yt.pow(2).sum().backward()
     y.pow(2).sum().backward()
-    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(e.weight.numpy(), et.weight.detach().numpy(), rtol=1e-12)  # rows 3, 4 untouched
+    np.testing.assert_allclose(y.detach().numpy(), yt.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(e.weight.detach().numpy(), et.weight.detach().numpy(), rtol=1e-12)  # rows 3, 4 untouched
     np.testing.assert_allclose(e.weight.grad.numpy(), et.weight.grad.numpy(), rtol=1e-10)
     assert not tt.nn.Embedding(3, 2, _weight=tt.ones(3, 2), _freeze=True).weight.requires_grad
 

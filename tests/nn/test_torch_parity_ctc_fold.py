@@ -24,8 +24,8 @@ def _same(fn_t, fn_tt, *arrays, rtol=1e-10, atol=1e-12, grad=True):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ra, rb = fn_t(*A), fn_tt(*B)
-    np.testing.assert_allclose(rb.numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
-    assert rb.numpy().dtype == ra.detach().numpy().dtype
+    np.testing.assert_allclose(rb.detach().numpy(), ra.detach().numpy(), rtol=rtol, atol=atol)
+    assert rb.detach().numpy().dtype == ra.detach().numpy().dtype
     assert tuple(rb.shape) == tuple(ra.shape)
     if grad and ra.requires_grad:
         w = np.random.default_rng(9).standard_normal(tuple(ra.shape)).astype(ra.detach().numpy().dtype)
@@ -158,7 +158,7 @@ def test_ctc_loss_trains_a_linear_layer_as_torch():
         with tt.no_grad():
             wb -= 0.5 * wb.grad
         wb.grad = None
-    np.testing.assert_allclose(wb.numpy(), wa.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(wb.detach().numpy(), wa.detach().numpy(), rtol=1e-10)
 
 
 @pytest.mark.parametrize("call,error,match", [
@@ -252,10 +252,10 @@ def test_odd_tilings_and_fold_double_backward_equal_torch():
     x = np.random.default_rng(0).standard_normal((2, 12, 12))
     a, b = torch.tensor(x, requires_grad=True), tt.tensor(x, requires_grad=True, tiles=(1, 5, 7))
     ya, yb = TF.fold(a, (4, 5), 2), F.fold(b, (4, 5), 2)
-    np.testing.assert_allclose(yb.numpy(), ya.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(yb.detach().numpy(), ya.detach().numpy(), rtol=1e-12)
     ga, = torch.autograd.grad((ya * ya).sum(), [a], create_graph=True)
     gb, = tiletrain.autograd.grad((yb * yb).sum(), [b], create_graph=True)
-    np.testing.assert_allclose(gb.numpy(), ga.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gb.detach().numpy(), ga.detach().numpy(), rtol=1e-12)
     (ga * ga).sum().backward()
     (gb * gb).sum().backward()
     np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-12)
@@ -273,7 +273,7 @@ def test_ctc_loss_with_minus_infinite_log_probs_equals_torch(zero_infinity):
     a, b = torch.tensor(lp, requires_grad=True), tt.tensor(lp, requires_grad=True)
     la = TF.ctc_loss(a, torch.tensor(TARGETS), T_LENS, S_LENS, reduction="none", zero_infinity=zero_infinity)
     lb = F.ctc_loss(b, tt.tensor(TARGETS), T_LENS, S_LENS, reduction="none", zero_infinity=zero_infinity)
-    np.testing.assert_allclose(lb.numpy(), la.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(lb.detach().numpy(), la.detach().numpy(), rtol=1e-10)
     la.sum().backward()
     lb.sum().backward()
     ga, gb = a.grad.numpy(), b.grad.numpy()

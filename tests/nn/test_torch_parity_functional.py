@@ -240,7 +240,7 @@ def test_channel_dropout_gradient():
     x = tt.tensor(np.ones((4, 30, 3)), requires_grad=True)
     y = F.dropout1d(x, 0.5)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), y.numpy())
+    np.testing.assert_allclose(x.grad.numpy(), y.detach().numpy())
     with pytest.raises(RuntimeError):
         F.dropout1d(tt.zeros((2, 3, 4, 5)))
 
@@ -251,18 +251,18 @@ def test_alpha_dropout(name):
     a = 1.0 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
     x = tt.tensor(RNG.standard_normal((40, 50, 6)), requires_grad=True)
     y = getattr(F, name)(x, p, training=True)
-    kept = np.isclose(y.numpy(), a * x.numpy() + alpha * a * p)
-    dropped = np.isclose(y.numpy(), alpha * a * (p - 1))
+    kept = np.isclose(y.detach().numpy(), a * x.detach().numpy() + alpha * a * p)
+    dropped = np.isclose(y.detach().numpy(), alpha * a * (p - 1))
     assert np.all(kept | dropped)
     if name == "feature_alpha_dropout":  # whole channels
         assert np.all(dropped.all(-1) | kept.all(-1))
     assert 0.15 < dropped.mean() < 0.25
-    assert abs(y.numpy().mean()) < 0.05 and abs(y.numpy().std() - 1.0) < 0.05  # selu's statistics kept
+    assert abs(y.detach().numpy().mean()) < 0.05 and abs(y.detach().numpy().std() - 1.0) < 0.05  # selu's statistics kept
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.where(kept, a, 0.0))
-    np.testing.assert_array_equal(getattr(F, name)(x, p).numpy(), x.numpy())  # training=False by default, as torch
+    np.testing.assert_array_equal(getattr(F, name)(x, p).detach().numpy(), x.detach().numpy())  # training=False by default, as torch
     module = getattr(nn, {"alpha_dropout": "AlphaDropout", "feature_alpha_dropout": "FeatureAlphaDropout"}[name])(p)
-    np.testing.assert_array_equal(module.eval()(x).numpy(), x.numpy())
+    np.testing.assert_array_equal(module.eval()(x).detach().numpy(), x.detach().numpy())
     with pytest.raises(ValueError):
         getattr(F, name)(x, -0.1)
 

@@ -169,7 +169,7 @@ def test_bilinear_function_and_module_equal_torch(lead, bias):
 def test_bilinear_parameters_are_torchs_and_bad_shapes_raise():
     m = nn.Bilinear(16, 5, 7)
     assert m.weight.shape == (7, 16, 5) and m.bias.shape == (7,) and list(m.state_dict()) == ["weight", "bias"]
-    w = m.weight.numpy()
+    w = m.weight.detach().numpy()
     assert np.abs(w).max() <= 0.25 and np.abs(w).max() > 0.2 and w.std() > 0.1   # U(-1/sqrt(16), 1/sqrt(16))
     assert nn.Bilinear(2, 3, 4, bias=False).bias is None
     a, b, w = tt.randn(2, 3, dtype=tt.float64), tt.randn(2, 4, dtype=tt.float64), tt.randn(5, 3, 4, dtype=tt.float64)
@@ -229,17 +229,17 @@ def test_embedding_bag_per_sample_weights_equal_torch(bags):
 def test_embedding_bag_module_equals_torch(kw):
     mt, mtt = torch.nn.EmbeddingBag(V, C, **kw).double(), nn.EmbeddingBag(V, C, dtype=tt.float64, **kw)
     if "padding_idx" in kw:
-        assert not mtt.weight.numpy()[kw["padding_idx"]].any()
+        assert not mtt.weight.detach().numpy()[kw["padding_idx"]].any()
     _copy_params(mt, mtt)
     offsets = np.array([0, 3, 3, 7, 10]) if kw.get("include_last_offset") else OFFSETS
     ya = mt(torch.tensor(IDS_1D), torch.tensor(offsets))
     yb = mtt(tt.tensor(IDS_1D), tt.tensor(offsets))
-    np.testing.assert_allclose(yb.numpy(), ya.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(yb.detach().numpy(), ya.detach().numpy(), rtol=1e-12, atol=1e-14)
     g = np.random.default_rng(7).standard_normal(tuple(ya.shape))
     ya.backward(torch.tensor(g))
     yb.backward(tt.tensor(g))
     _grads_equal(mt, mtt)
-    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12)  # max_norm's renorm
+    np.testing.assert_allclose(mtt.weight.detach().numpy(), mt.weight.detach().numpy(), rtol=1e-12)  # max_norm's renorm
     assert repr(mtt) == repr(mt)
 
 
@@ -256,7 +256,7 @@ def test_bilinear_and_embedding_bag_take_odd_tilings():
     ea = TF.embedding_bag(torch.tensor(IDS_1D), ta, torch.tensor(OFFSETS), mode="max")
     eb = F.embedding_bag(tt.tensor(IDS_1D), tb, tt.tensor(OFFSETS), mode="max")
     for u, v in ((ya, yb), (ea, eb)):
-        np.testing.assert_allclose(v.numpy(), u.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(v.detach().numpy(), u.detach().numpy(), rtol=1e-12, atol=1e-14)
     ((ya ** 2).sum() + (ea ** 3).sum()).backward()
     ((yb ** 2).sum() + (eb ** 3).sum()).backward()
     for u, v in zip(A + [ta], B + [tb]):
@@ -326,7 +326,7 @@ def _train_steps(mt, mtt, shape, steps=3):
         ot.zero_grad()
         ott.zero_grad()
         ya, yb = mt(torch.tensor(x)), mtt(tt.tensor(x))
-        np.testing.assert_allclose(yb.numpy(), ya.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(yb.detach().numpy(), ya.detach().numpy(), rtol=1e-12, atol=1e-14)
         (ya ** 2).mean().backward()
         (yb ** 2).mean().backward()
         _grads_equal(mt, mtt)
@@ -347,7 +347,7 @@ def test_weight_norm_hook_form_equals_torch(layer, dim):
     tt.nn.utils.remove_weight_norm(mtt)
     assert list(mtt.state_dict()) == list(mt.state_dict())
     assert isinstance(mtt.weight, nn.Parameter)
-    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(mtt.weight.detach().numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
     _train_steps(mt, mtt, LAYERS[layer][1], steps=1)
 
 
@@ -357,12 +357,12 @@ def test_weight_norm_parametrization_equals_torch(layer, dim):
     mt, mtt = _wrapped_pair(layer, lambda M: M.nn.utils.parametrizations.weight_norm, dim)
     assert list(mtt.state_dict()) == list(mt.state_dict())
     assert type(mtt).__name__ == type(mt).__name__ == f"Parametrized{layer}"
-    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(mtt.weight.detach().numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
     _train_steps(mt, mtt, LAYERS[layer][1])
     for M, m in ((torch, mt), (tt, mtt)):
         M.nn.utils.parametrize.remove_parametrizations(m, "weight")
     assert type(mtt).__name__ == layer and list(mtt.state_dict()) == list(mt.state_dict())
-    np.testing.assert_allclose(mtt.weight.numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(mtt.weight.detach().numpy(), mt.weight.detach().numpy(), rtol=1e-12, atol=1e-14)
 
 
 def test_weight_norm_refuses_what_torch_refuses():

@@ -21,7 +21,7 @@ def T(a, tiles=None):
 
 def close(ours, ref, **kw):
     ref = ref.detach().numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
-    np.testing.assert_allclose(ours.numpy() if isinstance(ours, tt.Tensor) else np.asarray(ours), ref,
+    np.testing.assert_allclose(ours.detach().numpy() if isinstance(ours, tt.Tensor) else np.asarray(ours), ref,
                                **(kw or TOL))
 
 
@@ -61,9 +61,9 @@ def test_device_to_contiguous():
     m = nn.Linear(2, 2)
     assert m.to("cpu") is m and m.to(tt.float32) is m
     w = m.weight
-    w0 = w.numpy()
+    w0 = w.detach().numpy()
     assert m.to(tt.float64) is m and m.weight is w and w.dtype == np.float64 and w.requires_grad  # in place, as torch
-    np.testing.assert_array_equal(w.numpy(), w0.astype(np.float64))
+    np.testing.assert_array_equal(w.detach().numpy(), w0.astype(np.float64))
     assert m.float().weight.dtype == np.float32 and m.double().bias.dtype == np.float64
     with pytest.raises(TypeError, match="floating point dtypes"):
         m.to(tt.int64)
@@ -329,7 +329,7 @@ def test_setitem_and_autograd(rng):
         w[0] = 1.0
     with tt.no_grad():
         w[0] = 1.0  # allowed under no_grad, as torch
-    np.testing.assert_array_equal(w.numpy(), [1, 0, 0])
+    np.testing.assert_array_equal(w.detach().numpy(), [1, 0, 0])
     grads = []
     for M in (tt, torch):  # into a tensor an op made: allowed, the gradient skips the assigned element
         v = M.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -449,7 +449,7 @@ def test_save_load(tmp_path):
     m2.load_state_dict(back["model"])
     for (n, p), (n2, p2) in zip(m.named_parameters(), m2.named_parameters()):
         assert n == n2
-        np.testing.assert_array_equal(p.numpy(), p2.numpy())
+        np.testing.assert_array_equal(p.detach().numpy(), p2.detach().numpy())
     opt2 = tt.optim.AdamW(m2.parameters(), lr=0.1)
     opt2.load_state_dict(back["opt"])
     assert opt2.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
@@ -674,7 +674,7 @@ def test_embedding_module_init_and_padding_idx():
     """nn.Embedding as torch's: N(0, 1) initial values, padding_idx's row zero and never
     updated (its positions give the table no gradient)."""
     emb = nn.Embedding(400, 50, padding_idx=-2, dtype=np.float64)
-    w = emb.weight.numpy()
+    w = emb.weight.detach().numpy()
     assert emb.padding_idx == 398 and (w[398] == 0).all() and "padding_idx=398" in repr(emb)
     assert abs(w.std() - 1.0) < 0.02 and abs(w.mean()) < 0.02  # torch's default N(0, 1)
     ids = np.array([[1, 398, 7], [398, 398, 2]])

@@ -147,7 +147,7 @@ def test_affine_gelu_epilogue_against_torch(rng, approximate, xshape, xtiles, wt
     ty = torch.nn.functional.gelu(tx @ tw + tb, approximate=approximate)
     ty.backward(torch.tensor(g))
     t = dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), **t)
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), **t)
     np.testing.assert_allclose(X.grad.numpy(), tx.grad.numpy(), **t)
     np.testing.assert_allclose(W.grad.numpy(), tw.grad.numpy(), **t)
     np.testing.assert_allclose(B.grad.numpy(), tb.grad.numpy(), **t)
@@ -166,7 +166,7 @@ def test_affine_gelu_float32_and_unfused_paths(rng, dtype):
     y0 = tt.ops.activations.affine(X, W, gelu="none")
     np.testing.assert_allclose(y0.numpy(), gelu_ref(x.astype(np.float64) @ w, 0), **tol(dtype))
     m = tt.nn.Conv1D(5, 6, dtype=dtype)
-    ref = gelu_ref(x.astype(np.float64) @ m.weight.numpy() + m.bias.numpy(), 1)
-    np.testing.assert_allclose(m(X, gelu="tanh").numpy(), ref, **tol(dtype))
+    ref = gelu_ref(x.astype(np.float64) @ m.weight.detach().numpy() + m.bias.detach().numpy(), 1)
+    np.testing.assert_allclose(m(X, gelu="tanh").detach().numpy(), ref, **tol(dtype))
     with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
         tt.ops.activations.affine(X, W, B, gelu="fast")

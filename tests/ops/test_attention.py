@@ -330,7 +330,7 @@ def test_one_query_tile_is_split_over_the_workers(rng, nparts, causal):
     assert M.tiles == (B, T, C)
     q, k, v = (a.reshape(B, T, H, D).transpose(0, 2, 1, 3) for a in xs)
     ref = ref_attention(q, k, v, causal)[0]
-    np.testing.assert_allclose(M.numpy(), ref.transpose(0, 2, 1, 3).reshape(B, T, C), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(M.detach().numpy(), ref.transpose(0, 2, 1, 3).reshape(B, T, C), rtol=1e-12, atol=1e-12)
     do = rng.standard_normal((B, T, C))
     M.backward(tt.from_numpy(do, (B, T, C)))
     n1 = _ntasks(kernel_id("attn_fwd")), _ntasks(kernel_id("attn_bwd")), _ntasks(kernel_id("heads_merge"))
@@ -399,7 +399,7 @@ def test_any_tiling_is_retiled(rng):
         C = 18 // nparts
         for p, y in enumerate(parts):
             want = a[:, :, p * C:(p + 1) * C].reshape(2, 3, n_head, C // n_head).transpose(0, 2, 1, 3)
-            np.testing.assert_array_equal(y.numpy(), want)
+            np.testing.assert_array_equal(y.detach().numpy(), want)
         tt.sum(tt.stack(parts).sum() * 1.0).backward()
         np.testing.assert_array_equal(x.grad.numpy(), np.ones_like(a))
     y = rng.standard_normal((2, 2, 3, 4))
@@ -496,12 +496,12 @@ def test_gqa_matches_torch(rng, shape, tiles, dtype):
     tq, tk, tv = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (q, k, v))
     ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
     ty.backward(torch.tensor(do.astype(np.float64)))
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), **attn_tol(dtype))
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), **attn_tol(dtype))
     for got, want in ((Q, tq), (K, tk), (V, tv)):
         np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), **attn_tol(dtype))
     # the same as plain attention on kv heads repeated for their query heads
     o, _ = ref_attention(q, np.repeat(k, G, axis=1), np.repeat(v, G, axis=1), True)
-    np.testing.assert_allclose(y.numpy(), o, **attn_tol(dtype))
+    np.testing.assert_allclose(y.detach().numpy(), o, **attn_tol(dtype))
 
 
 def test_vjp_gqa(rng):
@@ -542,11 +542,11 @@ def test_attention_over_a_key_value_prefix(rng, Hkv, Tq, Tk, tile, dtype):
     y.backward(tt.from_numpy(do, y.tiles))
     o, dq, dk, dv = ref_prefix_attention(*(a.astype(np.float64) for a in (q, k, v, do)))
     for got, want in ((y, o), (Q.grad, dq), (K.grad, dk), (V.grad, dv)):
-        np.testing.assert_allclose(got.numpy(), want, **attn_tol(dtype))
+        np.testing.assert_allclose(got.detach().numpy(), want, **attn_tol(dtype))
     G = 2 // Hkv
     full = ref_attention(np.concatenate([np.zeros((2, 2, Tk - Tq, 4)), q], axis=2),
                          np.repeat(k, G, axis=1), np.repeat(v, G, axis=1), True)[0]
-    np.testing.assert_allclose(y.numpy(), full[:, :, Tk - Tq:], **attn_tol(dtype))
+    np.testing.assert_allclose(y.detach().numpy(), full[:, :, Tk - Tq:], **attn_tol(dtype))
 
 
 def test_vjp_prefix_attention(rng):

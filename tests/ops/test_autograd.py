@@ -118,7 +118,7 @@ def test_no_grad_detach_and_flags(rng):
     assert not y.requires_grad and y.is_leaf
     z = (x * 2.0).detach()
     assert not z.requires_grad and z.is_leaf
-    np.testing.assert_array_equal(z.numpy(), x.numpy() * 2.0)
+    np.testing.assert_array_equal(z.numpy(), x.detach().numpy() * 2.0)
     w = x * 2.0
     assert w.requires_grad and not w.is_leaf and "grad_fn=<ScaleBackward0>" in repr(w)
     with pytest.raises(TypeError, match="gradients need a float tensor"):
@@ -151,4 +151,4 @@ def test_backward_submits_without_waiting_and_frees_the_tape(rng):
     loss.backward()
     gc.collect()
     assert ref() is None               # released with the tape
-    np.testing.assert_allclose(x.grad.numpy(), 8 * x.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), 8 * x.detach().numpy(), rtol=1e-12)

@@ -3,7 +3,10 @@ tile along every axis, in float32 and float64."""
 import numpy as np
 import pytest
 
+import torch
+
 import tiletrain as tt
+from tiletrain.ops.basic import count_, count_value, new_count
 from tiletrain.ops.elementwise import BINARY_OPS
 from conftest import FLOATS, GRIDS_2D, GRIDS_ND, tol
 
@@ -236,3 +239,20 @@ def test_results_chain_without_waiting(rng):
     for i in range(20):
         ref = ref * 0.5 + a
     np.testing.assert_allclose(out["x"].numpy(), ref, rtol=1e-12)
+
+
+def test_counts_are_counted_in_place_and_known_on_the_host():
+    """ops.basic.count_ (BatchNorm's num_batches_tracked, the optimizers' step): torch's
+    ``t += 1`` on a 0-d tensor; a count written another way is read again."""
+    c = new_count(0, np.int64)
+    assert c.dtype == np.int64 and c.shape == () and [count_(c), count_(c)] == [1, 2] and c.item() == 2
+    assert isinstance(count_value(c), int) and c.value_range == (2, 2)
+    c.fill_(7)                                       # an in-place op: the host's value is dropped
+    assert c.value_range is None and count_(c) == 8 and c.item() == 8
+    big, ref = new_count(2 ** 24, np.float32), torch.tensor(2.0 ** 24)
+    ref += 1
+    assert count_(big) == float(ref) == 2.0 ** 24 and big.item() == 2.0 ** 24   # float32 rounding, as torch's
+    with pytest.raises(TypeError, match="0-d"):
+        count_(tt.zeros(2))
+    with pytest.raises(TypeError, match="int64, float32 or float64"):
+        new_count(0, np.bool_)

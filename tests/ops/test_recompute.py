@@ -31,7 +31,7 @@ def _run(loss_fn, params, seed=7):
     tt.manual_seed(seed)
     loss = loss_fn()
     loss.backward()
-    return [loss.numpy()] + [np.zeros(p.shape) if p.grad is None else p.grad.numpy() for p in params]
+    return [loss.detach().numpy()] + [np.zeros(p.shape) if p.grad is None else p.grad.numpy() for p in params]
 
 
 def _assert_bitwise(a, b):

@@ -70,7 +70,7 @@ def test_lbfgs_state_dict_round_trip_continues_the_same():
 
     a, b = opt.step(closure).item(), fresh.step(closure2).item()
     assert a == b
-    np.testing.assert_array_equal(params[0].numpy(), opt.param_groups[0]["params"][0].numpy())
+    np.testing.assert_array_equal(params[0].detach().numpy(), opt.param_groups[0]["params"][0].detach().numpy())
 
 
 def test_lbfgs_refuses_what_torch_refuses():

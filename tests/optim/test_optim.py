@@ -30,7 +30,7 @@ def _run_tiletrain(make_opt, w, b, x, steps, clip=None):
             clip_grad_norm_([W, B], clip)
         opt.step()
         losses.append(float(loss))
-    return W.numpy(), B.numpy(), losses, opt
+    return W.detach().numpy(), B.detach().numpy(), losses, opt
 
 
 def _run_torch(make_opt, w, b, x, steps, clip=None):
@@ -96,7 +96,7 @@ def test_state_dict_round_trip(rng):
     w, b, x = _problem(rng)
     W, B, _, opt = _run_tiletrain(CASES["adamw"][0], w, b, x, 3)
     sd = opt.state_dict()
-    assert sd["state"][0]["step"] == 3 and sd["state"][0]["exp_avg"].shape == w.shape
+    assert float(sd["state"][0]["step"]) == 3 and sd["state"][0]["exp_avg"].shape == w.shape
     W2 = tt.from_numpy(W, (3, 2)).requires_grad_()
     B2 = tt.from_numpy(B, 2).requires_grad_()
     opt2 = AdamW([W2, B2], lr=0.05, betas=(0.9, 0.95), weight_decay=0.1)

@@ -197,11 +197,11 @@ def test_sgd_compensation_matches_numpy_reference(comp, rng):
     opt = SGD([p], lr=lr, momentum=m, compensation=comp, delay=D)
     preds = []
     for g in grads:
-        preds.append(opt.predict()[0].numpy())
+        preds.append(opt.predict()[0].detach().numpy())
         p.grad = tt.from_numpy(g)
         opt.step()
     want, want_preds = _sgd_reference(w0, grads, lr, m, D, comp)
-    np.testing.assert_allclose(p.numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-12, atol=1e-12)
     if comp in ("lwp", "sc+lwp"):
         for got, ref in zip(preds, want_preds):
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
@@ -224,7 +224,7 @@ def test_adamw_spike_compensation_matches_numpy_reference(rng):
         a, b = b1 ** D, (1 - b1 ** D) / (1 - b1)
         u = lr * ((a * m + b * (1 - b1) * g) / (1 - b1 ** t) / (np.sqrt(v / (1 - b2 ** t)) + eps) + wd * w)
         w = w - u
-        np.testing.assert_allclose(p.numpy(), w, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(p.detach().numpy(), w, rtol=1e-10, atol=1e-12)
 
 
 def test_compensation_bad_input():
@@ -270,7 +270,7 @@ def _plain_sgd(X, Y, comp=None):
         opt.step()
         opt.zero_grad()
         losses.append(float(loss))
-    return losses, [p.numpy() for p in model.parameters()]
+    return losses, [p.detach().numpy() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("name", ["pb", "local"])
@@ -282,7 +282,7 @@ def test_one_stage_equals_plain_sgd_exactly(name):
     got = [float(v) for v in pp.step(X, Y).losses]
     assert got == want                                   # delay 0: SC and LWP change nothing
     for a, b in zip(st[0].parameters(), wparams):
-        assert np.array_equal(a.numpy(), b)
+        assert np.array_equal(a.detach().numpy(), b)
 
 
 def test_pb_stored_and_ema_weights_and_memory():
@@ -321,7 +321,7 @@ def test_a_stage_of_several_layer_groups_shares_its_delay():
     for opt in (per_layer, lambda ps, d: SGD(ps, lr=0.05, momentum=0.9, compensation="sc", delay=d)):
         st = stages()
         pp = _pipe(st, "pb", opt, len(X))
-        runs.append(([float(v) for v in pp.step(X, Y).losses], [p.numpy() for m in st for p in m.parameters()]))
+        runs.append(([float(v) for v in pp.step(X, Y).losses], [p.detach().numpy() for m in st for p in m.parameters()]))
         want = pp.schedule.delays()
         assert [[g["delay"] for g in o.param_groups] for o in pp.optimizer.opts] == [[d] * len(o.param_groups)
                                                                                     for o, d in zip(pp.optimizer.opts,
@@ -333,10 +333,10 @@ def test_a_stage_of_several_layer_groups_shares_its_delay():
 def test_local_trains_each_stage_on_its_own_head():
     X, Y = _data(8)
     heads = LocalHeads([16, 16], 4, dtype=np.float64, rng=np.random.default_rng(3))
-    before = [p.numpy() for p in heads.parameters()]
+    before = [p.detach().numpy() for p in heads.parameters()]
     pp = _pipe(_stages(3), "local", lambda ps, d: SGD(ps, lr=0.1, momentum=0.9), len(X), queue=1, heads=heads)
     assert len(pp.step(X, Y).losses) == 8 and pp.schedule.queue == 1
-    assert all(not np.array_equal(a, b.numpy()) for a, b in zip(before, heads.parameters()))
+    assert all(not np.array_equal(a, b.detach().numpy()) for a, b in zip(before, heads.parameters()))
 
 
 def test_a_step_may_run_another_count_of_micro_batches():

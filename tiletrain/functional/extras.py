@@ -185,7 +185,7 @@ def gaussian_nll_loss(input: Tensor, target: Tensor, var, full: bool = False, ep
             raise ValueError("var is of incorrect size")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(reduction + " is not valid")
-    if (var.numpy() < 0).any():
+    if (var.numpy(force=True) < 0).any():
         raise ValueError("var has negative entry/entries")
     var = add(var, sub(clamp(var, min=float(eps)), var).detach())
     diff = sub(input, target)
@@ -212,7 +212,7 @@ def _channel_dropout(input: Tensor, p: float, training: bool, batched: int, what
         return input
     lead = 2 if input.ndim == batched + 1 or what == "dropout2d" else 1  # torch's dropout2d: (N, C, L) on 3D
     shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
-    keep = rand(shape, dtype=input.dtype).numpy() >= p
+    keep = rand(shape, dtype=input.dtype).numpy(force=True) >= p
     scale = keep.astype(input.dtype) * (0.0 if p == 1.0 else 1.0 / (1.0 - p))
     return mul(input, from_numpy(np.ascontiguousarray(scale)))
 
@@ -248,7 +248,7 @@ def _alpha_dropout(input: Tensor, p: float, training: bool, feature: bool) -> Te
     if feature and input.ndim < 2:
         raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
     shape = (tuple(input.shape[:2]) + (1,) * (input.ndim - 2)) if feature else tuple(input.shape)
-    keep = (rand(shape, dtype=input.dtype).numpy() >= p).astype(input.dtype)
+    keep = (rand(shape, dtype=input.dtype).numpy(force=True) >= p).astype(input.dtype)
     alpha = 1.7580993408473766
     a = 1.0 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
     b = (keep - 1.0) * (alpha * a) + alpha * a * p
@@ -272,7 +272,7 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
     from ..ops.elementwise import leaky_relu
     if not training:
         return leaky_relu(input, (lower + upper) / 2)
-    r = rand(tuple(input.shape), dtype=input.dtype).numpy() * (upper - lower) + lower
+    r = rand(tuple(input.shape), dtype=input.dtype).numpy(force=True) * (upper - lower) + lower
     return where(gt(input, 0.0), input, mul(input, from_numpy(np.ascontiguousarray(r))))
 
 
@@ -358,7 +358,7 @@ def _class_target(input: Tensor, target: Tensor, what: str) -> np.ndarray:
     if input.ndim not in (1, 2) or target.dtype != np.int64:
         raise RuntimeError(f"{what}: expected a 1D or 2D input and int64 targets, got input {list(input.shape)}, "
                            f"target {target.dtype}")
-    return target.numpy()
+    return target.numpy(force=True)
 
 
 def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,  # noqa: A002

@@ -330,7 +330,7 @@ def _ctc_lengths(lengths, name: str, n: int, bound: int | None) -> np.ndarray:
     if isinstance(lengths, Tensor):
         if lengths.dtype not in (np.int64, np.int32):
             raise RuntimeError(f"ctc_loss: {name} must be an integer tensor, got {lengths.dtype}")
-        a = np.asarray(lengths.numpy(), dtype=np.int64).reshape(-1)
+        a = np.asarray(lengths.numpy(force=True), dtype=np.int64).reshape(-1)
     elif isinstance(lengths, (tuple, list)) and all(
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in lengths):
         a = np.asarray(lengths, dtype=np.int64).reshape(-1)
@@ -351,7 +351,7 @@ def _ctc_labels(targets: Tensor, tl: np.ndarray, n: int, c: int, what: str) -> n
     if targets.ndim not in (1, 2):
         raise RuntimeError(f"Expected 1 to 2 dimensions, but got {targets.ndim}-dimensional tensor for argument #2 "
                            "'targets'")
-    tg = np.asarray(targets.numpy()).astype(np.int64)
+    tg = np.asarray(targets.numpy(force=True)).astype(np.int64)
     s_max = int(tl.max()) if n else 0
     lab = np.zeros((n, s_max), dtype=np.int64)
     if tg.ndim == 2:  # padded, one row per batch element

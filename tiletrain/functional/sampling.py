@@ -67,7 +67,7 @@ def _positions(input: Tensor, grid: Tensor, padding_mode: str, align_corners: bo
 
 
 def _clip(t: Tensor, hi: float) -> Tensor:
-    a = t.numpy()
+    a = t.numpy(force=True)
     strictly_inside = from_numpy(np.ascontiguousarray((a > 0) & (a < hi)))
     return where(strictly_inside, t, from_numpy(np.clip(a, 0.0, hi).astype(a.dtype)))
 
@@ -91,7 +91,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     Ho, Wo = grid.shape[1], grid.shape[2]
     flat = reshape(input, (N, C, H * W))
     ix, iy = _positions(input, grid, padding_mode, align_corners)
-    hx, hy = ix.numpy(), iy.numpy()
+    hx, hy = ix.numpy(force=True), iy.numpy(force=True)
     if mode == "nearest":
         out, inside = _corner(flat, np.rint(hx).astype(np.int64), np.rint(hy).astype(np.int64), H, W, C)
         out = mul(out, from_numpy(np.ascontiguousarray(inside[:, None, :].astype(input.dtype))))

@@ -16,7 +16,7 @@ def _array(v):
     if v is None or isinstance(v, np.ndarray):
         return v
     if isinstance(v, Tensor):
-        return v.numpy()
+        return v.numpy(force=True)
     return np.asarray(v)  # a CPU torch tensor, a list
 
 

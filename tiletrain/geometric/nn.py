@@ -113,13 +113,13 @@ class GCNConv(Module):
             else:
                 crow, col = edge_index._crow, edge_index._col
                 tgt = np.repeat(np.arange(N, dtype=np.int64), np.diff(crow))
-                w = edge_index.values().numpy() if edge_index.values() is not None else np.zeros(0)
+                w = edge_index.values().numpy(force=True) if edge_index.values() is not None else np.zeros(0)
                 ei, w = gcn_norm(np.stack([col, tgt]), w, N, self.improved, self.add_self_loops)
                 adj = adjacency(ei, w, N, _blocks(x), x.dtype)
         else:
             ei = edge_index_array(edge_index, what, N)
             if edge_weight is not None:
-                edge_weight = edge_weight.numpy() if isinstance(edge_weight, Tensor) else np.asarray(edge_weight)
+                edge_weight = edge_weight.numpy(force=True) if isinstance(edge_weight, Tensor) else np.asarray(edge_weight)
                 if edge_weight.shape != (ei.shape[1],):
                     raise ValueError(f"{what}: edge_weight must have shape ({ei.shape[1]},), got {edge_weight.shape}")
             if self.normalize:

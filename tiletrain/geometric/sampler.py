@@ -99,11 +99,11 @@ class GraphSAINTSampler:
         """Wait for a submitted sample and decode it (resubmitting with room when it did not
         fit: the same (seed, step) gives the same sample)."""
         step, out = pending
-        a = out.numpy()
+        a = out.numpy(force=True)
         m, k = int(a[0]), int(a[1])
         while k < 0:  # did not fit: twice the room (at most 2 + N + 3 E is ever needed)
             self._cap = min(max(2 * self._cap, 2 + m + 64), 2 + self.N + 3 * self.E)
-            a = self.submit(step)[1].numpy()
+            a = self.submit(step)[1].numpy(force=True)
             m, k = int(a[0]), int(a[1])
         nodes = a[2:2 + m].copy()
         src, dst, pos = (a[2 + m + i * k:2 + m + (i + 1) * k] for i in range(3))

@@ -13,7 +13,7 @@ from ..tensors import Tensor, from_numpy
 def edge_index_array(edge_index, what: str, num_nodes: int | None = None) -> np.ndarray:
     """edge_index as a (2, E) int64 NumPy array, checked (dtype, shape, every node id in
     [0, num_nodes)) before anything is submitted."""
-    a = edge_index.numpy() if isinstance(edge_index, Tensor) else np.asarray(edge_index)
+    a = edge_index.numpy(force=True) if isinstance(edge_index, Tensor) else np.asarray(edge_index)
     if a.dtype != np.int64:
         raise TypeError(f"{what}: edge_index must be int64, got {a.dtype}")
     if a.ndim != 2 or a.shape[0] != 2:
@@ -89,7 +89,7 @@ def add_remaining_self_loops(edge_index, edge_weight=None, fill_value: float = 1
 def degree(index, num_nodes: int | None = None, dtype=None) -> Tensor:
     """torch_geometric.utils.degree: how often each node appears in a 1-D int64 ``index``
     (a tensor of N counts, float32 unless ``dtype`` says otherwise)."""
-    a = index.numpy() if isinstance(index, Tensor) else np.asarray(index)
+    a = index.numpy(force=True) if isinstance(index, Tensor) else np.asarray(index)
     if a.dtype != np.int64 or a.ndim != 1:
         raise TypeError(f"degree: index must be a 1-D int64 array or tensor, got {a.dtype} of shape {a.shape}")
     if a.size and a.min() < 0:
@@ -109,7 +109,7 @@ def softmax(src: Tensor, index, ptr=None, num_nodes: int | None = None, dim: int
         raise NotImplementedError(f"{what}: ptr is not supported; pass index")
     if dim != 0:
         raise NotImplementedError(f"{what}: dim must be 0, got {dim}")
-    a = index.numpy() if isinstance(index, Tensor) else np.asarray(index)
+    a = index.numpy(force=True) if isinstance(index, Tensor) else np.asarray(index)
     if a.dtype != np.int64 or a.ndim != 1 or len(a) != src.shape[0]:
         raise ValueError(f"{what}: index must be 1-D int64 with src.shape[0] = {src.shape[0]} entries, got "
                          f"{a.dtype} of shape {a.shape}")

@@ -272,7 +272,7 @@ class _Lane:
     def logits(self, tokens: np.ndarray, last: int = 1) -> np.ndarray:
         """Run the tokens of ``tokens`` (B, L) the cache does not hold; the logits (B, last,
         vocab), float64, of the last ``last`` positions."""
-        return _last(self.submit(tokens, last).numpy(), last)
+        return _last(self.submit(tokens, last).numpy(force=True), last)
 
     def crop(self, held: int) -> None:
         """Keep the first ``held`` sequence tokens (drop rejected draft tokens)."""
@@ -442,7 +442,7 @@ def _greedy_ahead(lane, seq, gen: GenerationConfig):
         if s + 1 < max_new:
             logits = lane.step(nxt)
         while pending and (len(pending) > AHEAD or s + 1 == max_new):
-            got.append(pending.pop(0).numpy()[:, 0])
+            got.append(pending.pop(0).numpy(force=True)[:, 0])
             if eos is not None:
                 finished |= np.isin(got[-1], eos)
                 if finished.all():
@@ -465,7 +465,7 @@ def _run(rounds):
     logits = None
     try:
         while True:
-            logits = rounds.send(logits).numpy()
+            logits = rounds.send(logits).numpy(force=True)
     except StopIteration as done:
         return done.value
 

@@ -133,7 +133,7 @@ def generate_pipeline(model, input_ids, max_new_tokens: int | None = None, strea
             while any(p is not None for p in pending):
                 for s, p in enumerate(pending):  # wait for stream s only; the others keep running
                     if p is not None:
-                        pending[s], out[s] = _advance(rounds[s], p.numpy(), s)
+                        pending[s], out[s] = _advance(rounds[s], p.numpy(force=True), s)
     finally:
         for m, training in modes:
             m.train(training)

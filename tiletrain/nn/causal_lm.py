@@ -351,7 +351,7 @@ class CausalLM(Module):
         if arr is None:
             if ids.tiles == tiles:
                 return ids
-            arr = ids.numpy()
+            arr = ids.numpy(force=True)
         return from_numpy(np.ascontiguousarray(arr, dtype=np.int64), tiles)
 
     def num_params(self, non_embedding: bool = False) -> int:

@@ -17,6 +17,7 @@ import numbers
 import numpy as np
 
 from .. import functional as F
+from ..ops.basic import count_, new_count
 from ..tensors import Tensor, from_numpy
 from ..tensors.tensor import default_float
 from .layers import kaiming_bound, uniform
@@ -352,7 +353,7 @@ class _BatchNorm(Module):
         if track_running_stats:
             self.register_buffer("running_mean", from_numpy(np.zeros(C, dtype), (C,)))
             self.register_buffer("running_var", from_numpy(np.ones(C, dtype), (C,)))
-            self.register_buffer("num_batches_tracked", np.zeros((), np.int64))   # a host-side counter
+            self.register_buffer("num_batches_tracked", new_count(0, np.int64))   # counted by count_
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
@@ -361,10 +362,10 @@ class _BatchNorm(Module):
             ranks = " or ".join(f"{r}D" for r in self._ranks)
             raise ValueError(f"{type(self).__name__}: expected {ranks} input (got {x.ndim}D input)")
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
-            self.num_batches_tracked += 1                      # in place: the registered array
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            n = count_(self.num_batches_tracked)               # in place, its value known on the host
             if self.momentum is None:                          # cumulative moving average
-                factor = 1.0 / float(self.num_batches_tracked)
+                factor = 1.0 / n
         training = self.training or self.running_mean is None
         use_running = not self.training or self.track_running_stats
         return F.batch_norm(x, self.running_mean if use_running else None,

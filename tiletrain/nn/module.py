@@ -74,7 +74,7 @@ def to_numpy(value, name: str = "value") -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, Tensor):
-        return value.numpy()
+        return value.numpy(force=True)
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
         value = value.detach().cpu()
         if str(value.dtype) in ("torch.bfloat16", "torch.float16"):
@@ -92,7 +92,7 @@ def state_arrays(module: "Module") -> dict[str, np.ndarray]:
     out = {}
     for name, t in module.state_dict(keep_vars=True).items():
         if id(t) not in arrays:
-            arrays[id(t)] = t.numpy()
+            arrays[id(t)] = t.numpy(force=True)
         out[name] = arrays[id(t)]
     return out
 
@@ -142,8 +142,8 @@ class Module:
 
     # -- buffers: state that is not trained (batch norm's running statistics) -----------
     def register_buffer(self, name: str, value, persistent: bool = True) -> None:
-        """Register ``value`` (a tiletrain Tensor, a NumPy array for host-side counters, or
-        None) as buffer ``name``: listed by ``named_buffers()``, saved by ``state_dict()`` and
+        """Register ``value`` (a tiletrain Tensor, a NumPy array kept on the host, or None) as
+        buffer ``name``: listed by ``named_buffers()``, saved by ``state_dict()`` and
         written in place by ``load_state_dict()`` unless persistent=False, as
         torch.nn.Module.register_buffer."""
         if "_buffers" not in self.__dict__:
@@ -383,8 +383,9 @@ class Module:
         persistent buffer, module by module (its parameters, its buffers, then each
         submodule's), a tied weight under each of its names.  The values are detached tensors
         sharing the parameters' tiles (no copy, nothing waits: writing one in place under
-        no_grad writes the model); keep_vars=True gives the Parameters themselves.  A host-side
-        counter (BatchNorm's num_batches_tracked) comes as a 0-d tensor copy.  destination: a
+        no_grad writes the model); keep_vars=True gives the Parameters and buffers themselves
+        (BatchNorm's num_batches_tracked too, a 0-d int64 tensor as torch's).  A buffer that is a
+        NumPy array comes as a tensor copy.  destination: a
         dict to fill (and return); prefix: prepended to every name.  Positional arguments
         (destination, prefix, keep_vars) work with torch's FutureWarning."""
         if args:

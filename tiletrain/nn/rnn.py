@@ -142,11 +142,11 @@ class _RNNBase(Module):
         """A PackedSequence through the layers: each sequence runs for its own length; the
         output is packed as the input, h_n/c_n in the batch's original order (as torch's)."""
         x, lengths = pad_packed_sequence(packed)  # (T, N, in), the original order
-        lens = lengths.numpy()
+        lens = lengths.numpy(force=True)
         T, N = x.shape[0], x.shape[1]
         running = [None if (lens > t).all() else from_numpy((lens > t)[:, None]) for t in range(T)]
         out, h_n, c_n = self._layers(x, *self._initial(hx, True), running)
-        order = np.arange(N) if packed.sorted_indices is None else packed.sorted_indices.numpy().astype(np.int64)
+        order = np.arange(N) if packed.sorted_indices is None else packed.sorted_indices.numpy(force=True).astype(np.int64)
         rows = from_numpy(_pack_rows(N, T, lens, order, False))
         data = index_select(reshape(out, (T * N, out.shape[-1])), 0, rows)
         out = PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)

@@ -97,6 +97,43 @@ def fill_(x: Tensor, value: float) -> Tensor:
     return x
 
 
+# -- counts: 0-d tensors counted up in place whose value the host knows ------------------
+
+def new_count(value, dtype) -> Tensor:
+    """A 0-d tensor holding the count ``value`` (rounded to ``dtype``: int64, float32 or
+    float64), its value known on the host (see count_)."""
+    dt = as_dtype(dtype)
+    if dt not in (np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"new_count: a count is int64, float32 or float64, not {dt}")
+    v = dt.type(value).item()
+    t = fill_(Tensor(TensorTraits(()), dt), v)
+    t.value_range = (int(v), int(v))
+    return t
+
+
+def count_value(t: Tensor):
+    """The value of 0-d count ``t`` (an int for int64, a float otherwise): from the host when
+    new_count or count_ wrote it last (``value_range``), else read (waits for its writers)."""
+    r = t.value_range
+    if r is not None and r[0] == r[1]:
+        return t.dtype.type(r[0]).item()
+    return t.item()
+
+
+def count_(t: Tensor):
+    """torch's ``t += 1`` for a 0-d count (BatchNorm's num_batches_tracked, an optimizer's
+    step), as one fill task: returns the new value without waiting, the count's value being
+    known on the host.  A count written some other way since (an in-place op,
+    load_state_dict: they forget the value range) is read once.  A float count rounds as the
+    tensor does (a float32 count stops at 2**24, as torch's)."""
+    if not isinstance(t, Tensor) or t.ndim != 0:
+        raise TypeError(f"count_: a count is a 0-d tiletrain Tensor, got {type(t).__name__}")
+    v = t.dtype.type(count_value(t) + 1).item()
+    fill_(t, v)
+    t.value_range = (int(v), int(v))
+    return v
+
+
 def copy(x: Tensor) -> Tensor:
     _tensor(x, "copy", "x")
     y = _like(x)

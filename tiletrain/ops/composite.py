@@ -149,7 +149,7 @@ def prod(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tenso
     if dtype is not None:
         x = x.to(dtype)
     if not is_float(x.dtype):
-        out = np.prod(x.numpy(), axis=dim, keepdims=keepdim)
+        out = np.prod(x.numpy(force=True), axis=dim, keepdims=keepdim)
         return host_tensor(out)
     if dim is None:
         y = _prod_last(reshape(x, (-1,)) if x.ndim else reshape(x, (1,)))
@@ -232,7 +232,7 @@ def cumsum(input: Tensor, dim: int, *, dtype=None) -> Tensor:  # noqa: A002
     if x.ndim == 0:
         return x if dtype is None else x.to(dtype)
     if not is_float(x.dtype):
-        out = np.cumsum(x.numpy(), axis=d)
+        out = np.cumsum(x.numpy(force=True), axis=d)
         return from_numpy(_c(out.astype(np.int64) if dtype is None else out.astype(dtype)))
     if dtype is not None:
         x = x.to(dtype)
@@ -252,7 +252,7 @@ def cumprod(input: Tensor, dim: int, *, dtype=None) -> Tensor:  # noqa: A002
     if dtype is not None:
         x = x.to(dtype)
     d = _dim(dim, x.ndim, "cumprod")
-    a = x.numpy()
+    a = x.numpy(force=True)
     exact = np.cumprod(a, axis=d)
     if not is_float(x.dtype):
         return host_tensor(exact)
@@ -274,7 +274,7 @@ def repeat_interleave(input: Tensor, repeats, dim=None, *, output_size=None) -> 
         x, d = reshape(x, (-1,)), 0
     else:
         d = _dim(dim, x.ndim, "repeat_interleave")
-    reps = repeats.numpy() if isinstance(repeats, Tensor) else np.asarray(repeats)
+    reps = repeats.numpy(force=True) if isinstance(repeats, Tensor) else np.asarray(repeats)
     if reps.dtype.kind not in "iu" or (reps < 0).any():
         raise RuntimeError("repeat_interleave: repeats must be non-negative integers")
     if reps.ndim and reps.size != x.shape[d]:
@@ -310,11 +310,11 @@ def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False, rig
                  sorter=None) -> Tensor:
     """Indices where ``input``'s values would be inserted into the sorted last axis of
     ``sorted_sequence`` (int64; ``right``/``side`` as torch)."""
-    seq = _tensor(sorted_sequence, "searchsorted", "sorted_sequence").numpy()
-    v = input.numpy() if isinstance(input, Tensor) else np.asarray(input)
+    seq = _tensor(sorted_sequence, "searchsorted", "sorted_sequence").numpy(force=True)
+    v = input.numpy(force=True) if isinstance(input, Tensor) else np.asarray(input)
     side = side or ("right" if right else "left")
     if sorter is not None:
-        seq = np.take_along_axis(seq, sorter.numpy(), -1)
+        seq = np.take_along_axis(seq, sorter.numpy(force=True), -1)
     if seq.ndim == 1:
         return host_tensor(np.searchsorted(seq, v, side=side))
     flat = [np.searchsorted(s_, v_, side=side) for s_, v_ in zip(seq.reshape(-1, seq.shape[-1]),
@@ -334,8 +334,8 @@ def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = 
     if x.ndim == 0:
         return return_types.sort(x, from_numpy(np.zeros((), np.int64)))
     d = _dim(dim, x.ndim, "sort")
-    idx = _c(_order(x.numpy(), d, descending))
-    values = gather(x, d, from_numpy(idx)) if is_float(x.dtype) else host_tensor(np.take_along_axis(x.numpy(), idx, d))
+    idx = _c(_order(x.numpy(force=True), d, descending))
+    values = gather(x, d, from_numpy(idx)) if is_float(x.dtype) else host_tensor(np.take_along_axis(x.numpy(force=True), idx, d))
     return return_types.sort(values, from_numpy(idx))
 
 
@@ -356,7 +356,7 @@ def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool
 def nonzero(input: Tensor, *, as_tuple: bool = False):  # noqa: A002
     """The indices of the nonzero elements: an (n, ndim) int64 tensor, or a tuple of ndim 1-d
     tensors with as_tuple=True."""
-    a = _tensor(input, "nonzero", "input").numpy()
+    a = _tensor(input, "nonzero", "input").numpy(force=True)
     nz = np.nonzero(np.atleast_1d(a))
     if as_tuple:
         return tuple(host_tensor(i) for i in nz)
@@ -368,14 +368,14 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:  # noqa: A002
     x, m = broadcast_tensors(input, mask)
     if m.dtype != np.bool_:
         raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {m.dtype}")
-    flat = np.flatnonzero(m.numpy())
+    flat = np.flatnonzero(m.numpy(force=True))
     return index_select(reshape(x, (-1,)), 0, _index(flat.size, flat))
 
 
 def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
            dim=None):
     """The distinct values (sorted), with the inverse indices and counts when asked (read on the host)."""
-    a = _tensor(input, "unique", "input").numpy()
+    a = _tensor(input, "unique", "input").numpy(force=True)
     vals, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, axis=dim)
     out = [host_tensor(vals)]
     if return_inverse:
@@ -387,12 +387,12 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, ret
 
 def bincount(input: Tensor, weights=None, minlength: int = 0) -> Tensor:  # noqa: A002
     """Counts of each value of a 1-d non-negative int tensor (weighted sums with weights)."""
-    a = _tensor(input, "bincount", "input").numpy()
+    a = _tensor(input, "bincount", "input").numpy(force=True)
     if a.ndim != 1 or a.dtype.kind not in "iu":
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if (a < 0).any():
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-    w = None if weights is None else (weights.numpy() if isinstance(weights, Tensor) else np.asarray(weights))
+    w = None if weights is None else (weights.numpy(force=True) if isinstance(weights, Tensor) else np.asarray(weights))
     out = np.bincount(a, w, minlength)
     return host_tensor(out)
 
@@ -417,7 +417,7 @@ def isfinite(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def _bools(x: Tensor, what: str) -> np.ndarray:
-    return _tensor(x, what, "input").numpy().astype(bool)
+    return _tensor(x, what, "input").numpy(force=True).astype(bool)
 
 
 def any(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001,A002
@@ -433,26 +433,26 @@ def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
 
 
 def count_nonzero(input: Tensor, dim=None) -> Tensor:  # noqa: A002
-    a = _tensor(input, "count_nonzero", "input").numpy()
+    a = _tensor(input, "count_nonzero", "input").numpy(force=True)
     return host_tensor(np.count_nonzero(a, axis=dim))
 
 
 def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
     """True when both have the same shape and elements."""
-    return tuple(input.shape) == tuple(other.shape) and bool(np.array_equal(input.numpy(), other.numpy()))
+    return tuple(input.shape) == tuple(other.shape) and bool(np.array_equal(input.numpy(force=True), other.numpy(force=True)))
 
 
 def allclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08,  # noqa: A002
              equal_nan: bool = False) -> bool:
     """|input - other| <= atol + rtol |other| everywhere (broadcasting)."""
-    return bool(np.allclose(input.numpy(), other.numpy(), rtol=rtol, atol=atol, equal_nan=equal_nan))
+    return bool(np.allclose(input.numpy(force=True), other.numpy(force=True), rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def isclose(input: Tensor, other, rtol: float = 1e-05, atol: float = 1e-08,  # noqa: A002
             equal_nan: bool = False) -> Tensor:
     """|input - other| <= atol + rtol |other| element-wise (a bool tensor, broadcasting)."""
-    b = other.numpy() if isinstance(other, Tensor) else other
-    return host_tensor(np.isclose(_tensor(input, "isclose", "input").numpy(), b, rtol=rtol, atol=atol,
+    b = other.numpy(force=True) if isinstance(other, Tensor) else other
+    return host_tensor(np.isclose(_tensor(input, "isclose", "input").numpy(force=True), b, rtol=rtol, atol=atol,
                                   equal_nan=equal_nan))
 
 
@@ -481,7 +481,7 @@ def index_fill(input: Tensor, dim: int, index: Tensor, value) -> Tensor:  # noqa
     true on those slices: the gradient passes elsewhere)."""
     x = _tensor(input, "index_fill", "input")
     d = _dim(dim, builtins.max(x.ndim, 1), "index_fill")
-    idx = index.numpy() if isinstance(index, Tensor) else np.asarray(index)
+    idx = index.numpy(force=True) if isinstance(index, Tensor) else np.asarray(index)
     if idx.dtype.kind not in "iu" or idx.ndim > 1:
         raise IndexError("index_fill(): Expected a long tensor for index of 0 or 1 dimension")
     n = x.shape[d] if x.ndim else 1
@@ -531,7 +531,7 @@ def diag(input: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002
     if x.requires_grad:
         raise NotImplementedError("diag: the gradient of an offset diagonal (diagonal != 0) or of an integer "
                                   "tensor is not supported")
-    return host_tensor(np.diag(x.numpy(), diagonal))
+    return host_tensor(np.diag(x.numpy(force=True), diagonal))
 
 
 def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, **kwargs) -> Tensor:

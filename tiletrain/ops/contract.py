@@ -177,7 +177,7 @@ def _triangle(what: str, input, diagonal, lower: bool) -> Tensor:
     tri = np.tri(n, m, k=int(diagonal), dtype=bool)
     mask = tri if lower else ~np.tri(n, m, k=int(diagonal) - 1, dtype=bool)
     if not is_float(x.dtype):
-        a = x.numpy()
+        a = x.numpy(force=True)
         return from_numpy(_c(np.where(mask, a, np.zeros((), a.dtype))))
     return where(from_numpy(mask), x, 0.0)
 

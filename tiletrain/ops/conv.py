@@ -34,7 +34,7 @@ from ..tensors import Tensor, TensorTraits, from_numpy
 from .autograd import backward_rule, composite_grads, double_backward_rule, record
 from .basic import _float_tensor
 from .creation import full, zeros
-from .index import scatter
+from .index import gather, scatter
 from .reduce import mean as _mean, sum as _sum
 from .shape import cat, reshape, retile, squeeze, unsqueeze
 
@@ -460,19 +460,33 @@ def _max_indices(nsp, input, y, kernel_size, stride, padding, dilation) -> Tenso
     what = f"max_pool{nsp}d"
     x, unbatched = _input(input, nsp, what)
     k, s, p, d = _pool_geometry(what, nsp, kernel_size, stride, padding, dilation)
-    a = x.detach().numpy().astype(np.float64)
-    a[a == -np.inf] = -np.finfo(np.float64).max     # above the padding's -inf: padding is never picked
+    a = _host_values(x)
     l, o = a.shape[2:], y.shape[-nsp:]
     right = [max(0, (oi - 1) * si + di * (ki - 1) + 1 - li - pi) for li, oi, si, ki, pi, di in zip(l, o, s, k, p, d)]
     widths = [(pi, ri) for pi, ri in zip(p, right)]
     wa = _windows(np.pad(a, [(0, 0), (0, 0)] + widths, constant_values=-np.inf), nsp, o, k, s, d)
     wp = _windows(np.pad(np.arange(int(np.prod(l))).reshape(l), widths, constant_values=-1), nsp, o, k, s, d)
+    idx = _window_argmax(wa, wp)
+    return from_numpy(np.ascontiguousarray(idx[0] if unbatched else idx))
+
+
+def _host_values(x: Tensor) -> np.ndarray:
+    """x's values in float64 for finding maxima, -inf raised to the lowest finite value: above
+    the -inf that marks a window's padding (never picked)."""
+    a = x.numpy(force=True).astype(np.float64)
+    a[a == -np.inf] = -np.finfo(np.float64).max
+    return a
+
+
+def _window_argmax(wa: np.ndarray, wp: np.ndarray) -> np.ndarray:
+    """torch's pick in each window of ``wa`` (..., window: values in scan order, -inf at
+    padding): the first maximum, or the last NaN; its flat position from ``wp`` (broadcast
+    to wa's shape), as int64."""
     first = np.argmax(wa, axis=-1)
     nan = np.isnan(wa)
     last_nan = wa.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
     pick = np.where(nan.any(axis=-1), last_nan, first)
-    idx = np.take_along_axis(np.broadcast_to(wp, wa.shape), pick[..., None], -1)[..., 0].astype(np.int64)
-    return from_numpy(np.ascontiguousarray(idx[0] if unbatched else idx))
+    return np.take_along_axis(np.broadcast_to(wp, wa.shape), pick[..., None], -1)[..., 0].astype(np.int64)
 
 
 def _unpool_size(what: str, nsp: int, l, k, s, p, output_size) -> tuple[int, ...]:
@@ -507,7 +521,7 @@ def _max_unpool(nsp: int, input, indices, kernel_size, stride, padding, output_s
     p = _ntuple(padding, nsp, what, "padding", 0)
     o = _unpool_size(what, nsp, x.shape[2:], k, s, p, output_size)
     n, c, m, vol = x.shape[0], x.shape[1], int(np.prod(x.shape[2:])), int(np.prod(o))
-    ia = indices.numpy().reshape(n, c, m)
+    ia = indices.numpy(force=True).reshape(n, c, m)
     bad = (ia < 0) | (ia >= vol)
     if bad.any():
         raise RuntimeError(f"Found an invalid max index: {int(ia[bad][0])} (output volumes are of size "
@@ -617,27 +631,56 @@ def _adaptive_avg(nsp: int, input, output_size) -> Tensor:
     output size) are an avg_pool; other sizes pool torch's unequal windows axis by axis.  An
     output of size 1 along every axis is a mean over the spatial axes (any tiling of them)."""
     what = f"adaptive_avg_pool{nsp}d"
-    x, _ = _input(input, nsp, what)
+    x, unbatched = _input(input, nsp, what)
     spatial = x.shape[2:]
     sizes = _adaptive_sizes(nsp, x, output_size, what)
     if all(o == 1 for o in sizes):   # global average pooling: a mean, for any tiling of the spatial axes
         return _mean(input, tuple(range(-nsp, 0)), keepdim=True)
     if any(n % o for n, o in zip(spatial, sizes)):
-        return _adaptive_windows(x, sizes, lambda t, d: _mean(t, d, keepdim=True))
+        y = _adaptive_windows(x, sizes, lambda t, d: _mean(t, d, keepdim=True))
+        return squeeze(y, 0) if unbatched else y
     kernel = tuple(n // o for n, o in zip(spatial, sizes))
     return _avg(nsp, input, kernel, kernel, 0, False, True, None)
 
 
 def _adaptive_max(nsp: int, input, output_size, return_indices: bool) -> Tensor:
-    """torch's adaptive max pooling, windows as adaptive average pooling's (the gradient of a
-    tie is shared among the tied elements, where torch gives it to one)."""
+    """torch's adaptive max pooling, windows as adaptive average pooling's: maxima of tile
+    tasks (the gradient of a tie is shared among the tied elements, where torch gives it to
+    one); with return_indices, (values, int64 indices): the indices found on the host (the
+    call waits for the input), the values gathered at them (torch's gradient, ties included)."""
     from .reduce import amax
     what = f"adaptive_max_pool{nsp}d"
-    if return_indices:
-        raise NotImplementedError(f"{what}: return_indices=True is not supported")
-    x, _ = _input(input, nsp, what)
+    x, unbatched = _input(input, nsp, what)
     sizes = _adaptive_sizes(nsp, x, output_size, what)
-    return _adaptive_windows(x, sizes, lambda t, d: amax(t, d, keepdim=True))
+    if not return_indices:
+        y = _adaptive_windows(x, sizes, lambda t, d: amax(t, d, keepdim=True))
+        return squeeze(y, 0) if unbatched else y
+    n, c, vol = x.shape[0], x.shape[1], int(np.prod(x.shape[2:]))
+    idx = _adaptive_max_indices(_host_values(x), sizes).reshape(n, c, -1)
+    y = reshape(gather(reshape(x, (n, c, vol)), 2, from_numpy(np.ascontiguousarray(idx))), (n, c) + sizes)
+    idx = idx.reshape((n, c) + sizes)
+    return (squeeze(y, 0), from_numpy(idx[0])) if unbatched else (y, from_numpy(idx))
+
+
+def _adaptive_max_indices(a: np.ndarray, sizes) -> np.ndarray:
+    """torch's indices of adaptive max pooling of ``a`` (N, C, *spatial; from _host_values):
+    output i of an axis of size n pools [floor(i n / o), ceil((i + 1) n / o)); per window, the
+    flat position within its channel's spatial volume of the first maximum in scan order, or
+    of the last NaN (N, C, *sizes)."""
+    nsp, spatial = len(sizes), a.shape[2:]
+    pos, valid, flat = [], True, 0
+    for k, (n, o) in enumerate(zip(spatial, sizes)):
+        lo, hi = (np.arange(o) * n) // o, -((-(np.arange(o) + 1) * n) // o)
+        p = lo[:, None] + np.arange(int((hi - lo).max()))[None, :]    # (o, longest window), past hi: invalid
+        shape = [1] * (2 * nsp)
+        shape[k], shape[nsp + k] = p.shape
+        valid = valid & (p < hi[:, None]).reshape(shape)
+        p = np.minimum(p, n - 1).reshape(shape)
+        pos.append(p)
+        flat = flat * n + p
+    w = np.where(valid, a[(slice(None), slice(None)) + tuple(pos)], -np.inf)   # (N, C, *sizes, *window)
+    window = (-1,)
+    return _window_argmax(w.reshape(w.shape[:2 + nsp] + window), flat.reshape(tuple(sizes) + window))
 
 
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:

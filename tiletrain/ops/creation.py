@@ -146,7 +146,7 @@ def exponential_values(like: Tensor, lambd: float = 1.0, generator=None) -> Tens
 def bernoulli_values(like: Tensor, p=0.5, generator=None) -> Tensor:
     """What torch's ``like.bernoulli_(p, generator=)`` writes: 1 with probability p (a number:
     float64 uniforms; a tensor broadcast to like's shape: uniforms of its dtype), else 0."""
-    probs = np.broadcast_to(p.numpy(), like.shape) if isinstance(p, Tensor) else np.full(like.shape, float(p))
+    probs = np.broadcast_to(p.numpy(force=True), like.shape) if isinstance(p, Tensor) else np.full(like.shape, float(p))
     if not ((probs >= 0) & (probs <= 1)).all():
         raise RuntimeError("bernoulli_ expects p to be in [0, 1]")
     values = _generator("bernoulli_", generator).bernoulli(np.ascontiguousarray(probs))

@@ -672,7 +672,7 @@ def _int_case(*vals) -> bool:
 def _int_host(what: str, fn, *vals) -> Tensor:
     """Integer arithmetic in NumPy (the operands are read; int64 wraps around as torch's): index
     and label tensors are small, and float kernels would not keep int64 values beyond 2**53."""
-    args = [v.numpy() if isinstance(v, Tensor) else v for v in vals]
+    args = [v.numpy(force=True) if isinstance(v, Tensor) else v for v in vals]
     try:
         with np.errstate(over="ignore"):
             out = fn(*args)
@@ -901,10 +901,10 @@ def _compare_host(name: str, x: Tensor, other) -> Tensor:
         _tensor(other, name, "other")
     elif not _is_number(other):
         raise TypeError(f"{name}: other must be a tensor or a number, got {type(other).__name__}")
-    b = other.numpy() if isinstance(other, Tensor) else other
+    b = other.numpy(force=True) if isinstance(other, Tensor) else other
     try:
         out = getattr(np, {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
-                           "ge": "greater_equal"}[name])(x.numpy(), b)
+                           "ge": "greater_equal"}[name])(x.numpy(force=True), b)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
     return from_numpy(_c(out))
@@ -962,7 +962,7 @@ def where(condition: Tensor, input=None, other=None) -> Tensor:  # noqa: A002
     what = "where"
     if input is None and other is None:  # the indices where condition holds, one tensor per axis
         _tensor(condition, what, "condition")
-        return tuple(from_numpy(_c(i.astype(np.int64))) for i in np.nonzero(np.atleast_1d(condition.numpy())))
+        return tuple(from_numpy(_c(i.astype(np.int64))) for i in np.nonzero(np.atleast_1d(condition.numpy(force=True))))
     _bool_tensor(condition, what, "condition")
     ref = input if isinstance(input, Tensor) else other
     if not isinstance(ref, Tensor):
@@ -994,9 +994,9 @@ def _where_numbers(condition: Tensor, input, other) -> Tensor:  # noqa: A002
         if not isinstance(v, numbers.Number) or isinstance(v, complex):
             raise TypeError(f"where: expected a tensor or a real number for input and other, got {type(v).__name__}")
     if all(isinstance(v, (bool, np.bool_)) for v in (input, other)):
-        return from_numpy(np.where(condition.numpy(), bool(input), bool(other)))
+        return from_numpy(np.where(condition.numpy(force=True), bool(input), bool(other)))
     if all(isinstance(v, numbers.Integral) for v in (input, other)):
-        return from_numpy(np.where(condition.numpy(), int(input), int(other)).astype(np.int64))
+        return from_numpy(np.where(condition.numpy(force=True), int(input), int(other)).astype(np.int64))
     a = basic.fill_(Tensor(condition.traits, get_default_dtype()), float(input))
     return where(condition, a, float(other))
 
@@ -1064,7 +1064,7 @@ def convert(input: Tensor, dtype) -> Tensor:  # noqa: A002
         return where(x, basic.fill_(Tensor(x.traits, dt), 1.0), basic.fill_(Tensor(x.traits, dt), 0.0))
     if dt == np.bool_ and is_float(x.dtype):
         return ne(x, 0.0)
-    a = x.numpy()
+    a = x.numpy(force=True)
     with np.errstate(invalid="ignore"):
         b = (np.trunc(a.astype(np.float64)) if dt.kind in "iu" and a.dtype.kind == "f" else a).astype(dt)
     return from_numpy(_c(b), x.tiles if x.ndim else None)

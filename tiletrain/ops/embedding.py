@@ -27,7 +27,7 @@ def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
     for another's ids; the others are read (this waits for their writers)."""
     if known_within(ids, V):
         return ids.value_range
-    a = ids.numpy()
+    a = ids.numpy(force=True)
     bad = (a < 0) | (a >= V)
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -45,7 +45,7 @@ def _renorm_rows(ids: Tensor, weight: Tensor, max_norm: float, norm_type: float)
     from .index import assign_, index_put, index_select
     from .reduce import norm
     _tensor(ids, "embedding", "input")
-    rows = np.unique(ids.numpy())
+    rows = np.unique(ids.numpy(force=True))
     if rows.size == 0:
         return
     with no_grad():
@@ -77,7 +77,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
         raise ValueError(f"embedding: padding_idx must be an int within the table's {V} rows, got {padding_idx!r}")
     if not needs_grad(weight):
         return y
-    pad = input.numpy() == int(padding_idx) % V          # the ids were checked (read) by _embedding
+    pad = input.numpy(force=True) == int(padding_idx) % V          # the ids were checked (read) by _embedding
     if not pad.any():
         return y
     frozen = _embedding(input, weight.detach())         # the same rows, outside the graph
@@ -191,7 +191,7 @@ def _bags(input: Tensor, offsets, include_last_offset: bool) -> tuple[np.ndarray
     and its offsets, with torch's checks."""
     if input.dtype != np.int64:
         raise TypeError(f"embedding_bag: input (the ids) must be an int64 tensor, got {input.dtype}")
-    ids = input.numpy()
+    ids = input.numpy(force=True)
     if input.ndim == 2:
         if offsets is not None:
             raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
@@ -207,7 +207,7 @@ def _bags(input: Tensor, offsets, include_last_offset: bool) -> tuple[np.ndarray
         raise ValueError("offsets has to be a 1D Tensor")
     if offsets.dtype != np.int64:
         raise TypeError(f"embedding_bag: offsets must be an int64 tensor, got {offsets.dtype}")
-    off = offsets.numpy()
+    off = offsets.numpy(force=True)
     n = len(ids)
     if off[0] != 0:
         raise RuntimeError("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "

@@ -67,7 +67,7 @@ def _index(index, what: str, bound: int, ndim: int | None = None) -> _Index:
     elif len(shape) != ndim:
         raise ValueError(f"{what}: index has {len(shape)} dimension(s), input has {ndim}: they must match")
     if a is None:
-        a = t.numpy()
+        a = t.numpy(force=True)
     bad = (a < 0) | (a >= bound)
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -284,7 +284,7 @@ def index_select(input: Tensor, dim: int, index) -> Tensor:
     if isinstance(input, Tensor) and input.dtype in (np.int64, np.bool_):  # integers on the host (flip of ids)
         dim = _dim(dim, input.ndim, what)
         idx = _index(index, what, input.shape[dim] if input.ndim else 1)
-        a = input.numpy()
+        a = input.numpy(force=True)
         return host_tensor(a.copy() if input.ndim == 0 else np.take(a, idx.a, axis=dim))
     _float_tensor(input, what, "input")
     dim = _dim(dim, input.ndim, what)
@@ -554,7 +554,7 @@ def _np_items(index) -> tuple:
     out = []
     for it in items:
         if isinstance(it, Tensor):
-            it = it.numpy()
+            it = it.numpy(force=True)
             if it.dtype.kind not in "biu":
                 raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {it.dtype}")
         elif isinstance(it, list):
@@ -587,7 +587,7 @@ def index_get(x: Tensor, index) -> Tensor:
         raise ValueError(f"getitem: index {index!r} selects nothing; tiletrain has no empty tensors")
     flat = reshape(x, (x.numel(),))
     if not is_float(x.dtype):  # integer or bool data: no autograd, gathered in NumPy
-        return from_numpy(_c(x.numpy().reshape(-1)[pos.reshape(-1)].reshape(pos.shape)))
+        return from_numpy(_c(x.numpy(force=True).reshape(-1)[pos.reshape(-1)].reshape(pos.shape)))
     return reshape(index_select(flat, 0, np.ascontiguousarray(pos.reshape(-1))), pos.shape)
 
 
@@ -615,8 +615,8 @@ def index_put(x: Tensor, index, value, accumulate: bool = False) -> Tensor:
     if pos.size == 0:
         return x
     if not is_float(x.dtype):
-        a = x.numpy().copy()
-        v = value.numpy() if isinstance(value, Tensor) else value
+        a = x.numpy(force=True).copy()
+        v = value.numpy(force=True) if isinstance(value, Tensor) else value
         a.reshape(-1)[pos.reshape(-1)] = np.broadcast_to(np.asarray(v, dtype=a.dtype), pos.shape).reshape(-1)
         return from_numpy(a, x.tiles if x.ndim else None)
     if isinstance(value, Tensor):
@@ -638,8 +638,8 @@ def _index_accumulate(x: Tensor, index, value) -> Tensor:
     if pos.size == 0:
         return x
     if not is_float(x.dtype):
-        a = x.numpy().copy()
-        v = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+        a = x.numpy(force=True).copy()
+        v = value.numpy(force=True) if isinstance(value, Tensor) else np.asarray(value)
         np.add.at(a.reshape(-1), pos.reshape(-1), np.broadcast_to(v.astype(a.dtype), pos.shape).reshape(-1))
         return from_numpy(a, x.tiles if x.ndim else None)
     if isinstance(value, Tensor):
@@ -684,7 +684,7 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     n = x.shape[d] if x.ndim else 1
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
         raise RuntimeError(f"{what}: k ({k}) out of range for a dimension of size {n} (tiletrain needs k >= 1)")
-    a = x.numpy()
+    a = x.numpy(force=True)
     order = np.argsort(-a if largest else a, axis=d, kind="stable") if x.ndim else np.zeros((), np.int64)
     idx = np.ascontiguousarray(np.take(order, np.arange(int(k)), axis=d).astype(np.int64)) if x.ndim else order
     from .reduce import return_types
@@ -700,7 +700,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     t = _tensor(tensor, what, "tensor")
     if t.dtype != np.int64:
         raise RuntimeError(f"{what} is only applicable to index tensor (int64), got {t.dtype}")
-    a = t.numpy()
+    a = t.numpy(force=True)
     if (a < 0).any():
         raise RuntimeError(f"{what}: class values must be non-negative")
     n = int(a.max()) + 1 if num_classes == -1 else int(num_classes)
@@ -721,7 +721,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
         raise RuntimeError(f"{what}: prob_dist must be 1 or 2 dim, got {x.ndim}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples <= 0:
         raise RuntimeError(f"{what}: cannot sample n_sample <= 0 samples (got {num_samples!r})")
-    out = multinomial_rows(np.ascontiguousarray(x.numpy().reshape(-1, x.shape[-1])), num_samples, replacement,
+    out = multinomial_rows(np.ascontiguousarray(x.numpy(force=True).reshape(-1, x.shape[-1])), num_samples, replacement,
                            _generator(what, generator))
     return from_numpy(out if x.ndim == 2 else np.ascontiguousarray(out[0]))
 

@@ -44,7 +44,7 @@ def matrix_exp(A: Tensor) -> Tensor:
     n = A.shape[-1]
     if n == 0 or A.numel() == 0:
         return A.detach().clone() if not A.requires_grad else mul(A, 0.0)
-    norm1 = float(np.abs(A.detach().numpy()).sum(axis=-2).max(initial=0.0))
+    norm1 = float(np.abs(A.numpy(force=True)).sum(axis=-2).max(initial=0.0))
     s = max(0, math.ceil(math.log2(norm1)) + 1) if norm1 > 0 else 0
     X = mul(A, 1.0 / 2 ** s) if s else A
     ident = eye(n, dtype=A.dtype)
@@ -83,7 +83,7 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True, out=None) -> Tensor:
                            f"{B.shape}); batch shapes that broadcast are not supported")
     if vector and B.shape[-1] != A.shape[-1]:
         raise RuntimeError(f"{what}: Incompatible shapes of A and B for the equation AX = B ({A.shape} and {B.shape})")
-    X = from_numpy(np.ascontiguousarray(_solve_host(A.detach().numpy(), B.detach().numpy(), vector)))
+    X = from_numpy(np.ascontiguousarray(_solve_host(A.numpy(force=True), B.numpy(force=True), vector)))
     return record("linalg_solve", X, (A, B), saved=(A, X), vector=vector)
 
 

@@ -149,7 +149,7 @@ def sgn(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def signbit(input: Tensor) -> Tensor:  # noqa: A002
-    return host_tensor(np.signbit(_t(input, "signbit").numpy()))
+    return host_tensor(np.signbit(_t(input, "signbit").numpy(force=True)))
 
 
 def copysign(input, other) -> Tensor:  # noqa: A002
@@ -421,7 +421,7 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
             raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     elif isinstance(dims, Tensor):
-        return tensordot(a, b, dims.numpy().tolist())
+        return tensordot(a, b, dims.numpy(force=True).tolist())
     else:
         da, db = dims
         da, db = ([da], [db]) if isinstance(da, numbers.Integral) else (list(da), list(db))
@@ -544,7 +544,7 @@ def _cum(x, dim, ismin, what, cls):
     if x.ndim == 0:
         return cls(x, host_tensor(np.zeros((), np.int64)))
     d = _dim(dim, x.ndim, what)
-    i = _cum_index(x.numpy(), d, ismin)
+    i = _cum_index(x.numpy(force=True), d, ismin)
     return cls(_gather(x, d, i), host_tensor(i))
 
 
@@ -561,7 +561,7 @@ def _gather(x, d, i: np.ndarray) -> Tensor:
     from .index import gather
     if is_float(x.dtype):
         return gather(x, d, host_tensor(i))
-    return host_tensor(np.take_along_axis(x.numpy(), i, d))
+    return host_tensor(np.take_along_axis(x.numpy(force=True), i, d))
 
 
 def _pick(x, d, i, keepdim, cls):
@@ -578,7 +578,7 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):  # no
     d = _dim(dim, xv.ndim, "kthvalue")
     if not 1 <= k <= xv.shape[d]:
         raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
-    order = np.argsort(xv.numpy(), axis=d, kind="stable")
+    order = np.argsort(xv.numpy(force=True), axis=d, kind="stable")
     r = _pick(xv, d, np.take(order, [k - 1], axis=d), True, _kthvalue)
     if x.ndim == 0:
         return _kthvalue(reshape(r.values, ()), host_tensor(np.zeros((), np.int64)))
@@ -594,7 +594,7 @@ def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
     """torch.median: the lower median; nan when a nan is present (as torch)."""
     x = _t(input, "median")
     if dim is None:
-        a = x.numpy().reshape(-1)
+        a = x.numpy(force=True).reshape(-1)
         if a.size == 0:
             return host_tensor(np.array(np.nan, a.dtype))
         nan = np.flatnonzero(np.isnan(a)) if a.dtype.kind == "f" else []
@@ -602,7 +602,7 @@ def median(input: Tensor, dim=None, keepdim: bool = False):  # noqa: A002
         return reshape(_gather(reshape(x, (-1,)), 0, np.array([j])), ())
     xv = reshape(x, (1,)) if x.ndim == 0 else x
     d = _dim(dim, xv.ndim, "median")
-    a = xv.numpy()
+    a = xv.numpy(force=True)
     n = a.shape[d]
     order = np.argsort(a, axis=d, kind="stable")  # numpy sorts nan last
     j = np.take(order, [(n - 1) // 2], axis=d)

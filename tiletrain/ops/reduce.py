@@ -191,7 +191,7 @@ def _sum_like(x, dim, keepdim, dtype, what: str, mean: bool) -> Tensor:
             if dtype is not None and as_dtype(dtype) != np.int64:
                 raise TypeError(f"{what}: dtype must be int64 or a float dtype for a {x.dtype} input, got {dtype}")
             dims = _dims(x, dim, what)
-            out = np.sum(x.numpy(), axis=dims, keepdims=_keepdim(keepdim, what), dtype=np.int64)
+            out = np.sum(x.numpy(force=True), axis=dims, keepdims=_keepdim(keepdim, what), dtype=np.int64)
             return from_numpy(_c(out))
     basic._any_float_tensor(x, what, "input")
     dims = _dims(x, dim, what)
@@ -314,7 +314,7 @@ def _max_dim_bwd(node, g):
 def _int_extreme(x: Tensor, dim, keepdim, ismin: int, what: str, arg: bool = False):
     """max/min/argmax/argmin of an int64 or bool tensor, in NumPy (exact int64 values; the
     first index among ties, as torch)."""
-    a = x.numpy()
+    a = x.numpy(force=True)
     if a.size == 0:
         raise RuntimeError(f"{what}(): Expected reduction dim to be specified for input.numel() == 0.")
     if dim is None:

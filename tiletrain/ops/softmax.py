@@ -146,7 +146,7 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
     ncls = logits.shape[-1]
     if known_within(targets, ncls):  # from_numpy's targets: in range without reading them back
         return targets
-    t = targets.numpy()  # input data: waits only for the targets' writers
+    t = targets.numpy(force=True)  # input data: waits only for the targets' writers
     bad = (t != ignore_index) & ((t < 0) | (t >= ncls))
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -253,7 +253,7 @@ def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, ignore_index, reduc
     """(1 - eps) * cross_entropy + eps * (-mean_c log_softmax), over the counted positions,
     of the fused op and log_softmax (so autograd comes with them)."""
     ce = cross_entropy_last(logits, targets, ignore_index=ignore_index, reduction=reduction)
-    t = targets.numpy()                       # checked by cross_entropy; the counted positions
+    t = targets.numpy(force=True)                       # checked by cross_entropy; the counted positions
     counted = t != ignore_index
     smooth = mul(_mean(log_softmax(logits, -1), -1), -1.0)
     if not counted.all():
@@ -306,7 +306,7 @@ def _nll_terms(logp: Tensor, targets, weight, ignore_index, reduction: str, what
     if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ValueError(f"{what}: reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
     targets = _check_targets(logp, targets, int(ignore_index), what)
-    t = targets.numpy()
+    t = targets.numpy(force=True)
     counted = t != ignore_index
     safe = np.where(counted, t, 0).astype(np.int64)
     picked = reshape(gather(logp, -1, from_numpy(np.ascontiguousarray(safe[..., None]))), t.shape)
@@ -372,7 +372,7 @@ def _cross_entropy_double(node, g):
     from .shape import unsqueeze
     logits, targets, mx, s, count = node.saved
     c = node.ctx
-    t = targets.numpy()
+    t = targets.numpy(force=True)
     valid = t != c["geom"]["ignore_index"]
     onehot = np.zeros(logits.shape, dtype=logits.dtype)
     idx = np.nonzero(valid)

@@ -31,7 +31,7 @@ def _ints(a, what: str, name: str) -> np.ndarray:
     if isinstance(a, Tensor):
         if a.dtype != np.int64:
             raise TypeError(f"{what}: {name} must be int64, got {a.dtype}")
-        a = a.numpy()
+        a = a.numpy(force=True)
     elif isinstance(a, np.ndarray):
         if a.dtype.kind not in "iu":
             raise TypeError(f"{what}: {name} must hold integers, got {a.dtype}")
@@ -186,7 +186,7 @@ def to_sparse_csr(x: Tensor, blocks=None) -> SparseCSRTensor:
     _float_tensor(x, what, "x")
     if x.ndim != 2:
         raise ValueError(f"{what}: x must be 2-D, got shape {x.shape}")
-    a = x.numpy()
+    a = x.numpy(force=True)
     rows, cols = np.nonzero(a)
     N, M = x.shape
     crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)

@@ -3,13 +3,14 @@ tile tasks, and learning-rate schedules.  Nothing here waits for the tasks it su
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable
 
 import numpy as np
 
 from ..distribution import Explicit
 from ..ops.autograd import enable_grad, no_grad
-from ..ops.basic import axpy_, copy, scale, zero_grads
+from ..ops.basic import axpy_, copy, count_, count_value, new_count, scale, zero_grads
 from ..ops.creation import zeros
 from ..ops.elementwise import clamp
 from ..ops.index import assign_
@@ -31,6 +32,23 @@ __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax",
 _SCALAR_STATE = ("mu_product",)
 
 
+def _scalar_dtype() -> np.dtype:
+    """The dtype of torch's 0-d optimizer state (the step count, NAdam's mu_product):
+    float64 when the default dtype is float64, else float32."""
+    return np.dtype(np.float64) if get_default_dtype() == np.float64 else np.dtype(np.float32)
+
+
+def _step_tensor(value) -> Tensor:
+    """A new 0-d step count holding ``value`` (a 0-d tensor or array, as torch's state dicts
+    have, or the int of older state dicts and checkpoints): it keeps a float32 or float64
+    value's dtype, anything else becomes _scalar_dtype() (as torch's loading of an int step)."""
+    a = np.asarray(value)
+    if a.size != 1:
+        raise ValueError(f"optimizer state 'step' must be a number or a 0-d tensor, got shape {a.shape}")
+    keep = not isinstance(value, numbers.Number) and a.dtype in (np.float32, np.float64)
+    return new_count(a.reshape(()), a.dtype if keep else _scalar_dtype())
+
+
 def _check_param(p, i: int) -> Tensor:
     if not isinstance(p, Tensor):
         raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tiletrain Tensor")
@@ -40,7 +58,14 @@ def _check_param(p, i: int) -> Tensor:
 
 
 class Optimizer:
-    """Base class: parameter groups, per-parameter state tensors, zero_grad, state_dict."""
+    """Base class: parameter groups, per-parameter state tensors, zero_grad, state_dict.
+
+    The step count of a parameter is, as torch's, a 0-d tensor in its state ("step", float32;
+    float64 when the default dtype is), counted by ops.basic.count_: the updates take its
+    value from the host, nothing waits for the tensor.  Optimizers whose torch class keeps
+    none (SGD) set ``counts_steps = False``."""
+
+    counts_steps = True
 
     def __init__(self, params: Iterable, defaults: dict):
         params = list(params)
@@ -66,7 +91,7 @@ class Optimizer:
             self.param_groups.append({**defaults, **g, "params": ps})
         for g in self.param_groups:
             self._validate(g)
-        self.state: dict[int, dict] = {}  # id(param) -> {"step": int, name: Tensor}
+        self.state: dict[int, dict] = {}  # id(param) -> {"step": 0-d Tensor, name: Tensor}
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's add_param_group: a new group, the defaults filling what it does not give."""
@@ -108,17 +133,35 @@ class Optimizer:
             for g, p in self._params():
                 if p.grad is None:
                     continue
-                st = self.state.setdefault(id(p), {"step": 0})
-                st["step"] += 1
+                st = self.state.get(id(p), {})
+                if self.counts_steps:
+                    self._advance(st)
                 self._update(g, p, st)
+                if st:   # as torch: no entry for a parameter without state (SGD without momentum)
+                    self.state[id(p)] = st
         return loss
+
+    @staticmethod
+    def _advance(st: dict) -> None:
+        """One more step in a parameter's state: its step tensor counted in place (as torch's
+        ``step += 1``: a state dict taken before sees it); made on the first step, or from a
+        number put in the state."""
+        step = st.get("step")
+        if not isinstance(step, Tensor):
+            step = st["step"] = _step_tensor(0 if step is None else step)
+        count_(step)
+
+    @staticmethod
+    def _count(st: dict) -> float:
+        """The step count of a parameter's state (after this step's _advance), from the host."""
+        return float(count_value(st["step"]))
 
     def _update(self, group: dict, p: Tensor, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     # -- state (PyTorch layout: parameters numbered in group order) ------------------
     def state_dict(self, copy: bool = False) -> dict:
-        """torch's layout: {"state": {index: {"step": int, name: Tensor}}, "param_groups": [...]},
+        """torch's layout: {"state": {index: {"step": 0-d Tensor, name: Tensor}}, "param_groups": [...]},
         the state tensors themselves (as torch: no copy, nothing waits; later steps update
         them).  copy=True: NumPy copies instead (reading them waits for the state tensors)."""
         index = {}
@@ -134,7 +177,7 @@ class Optimizer:
         # in: under MPI every .numpy() is collective and all ranks must read in the same order
         for pid in sorted(self.state, key=index.__getitem__):
             st = self.state[pid]
-            state[index[pid]] = {k: (st[k].numpy() if copy and isinstance(st[k], Tensor) else st[k])
+            state[index[pid]] = {k: (st[k].numpy(force=True) if copy and isinstance(st[k], Tensor) else st[k])
                                  for k in sorted(st)}
         return {"state": state, "param_groups": groups}
 
@@ -157,8 +200,9 @@ class Optimizer:
             p = params[idx]
             entry = {}
             for k, v in st.items():
-                if k == "step":
-                    entry[k] = int(np.asarray(v))
+                if k == "step":   # SGD (torch's keeps no count) drops an older state's
+                    if self.counts_steps:
+                        entry[k] = _step_tensor(v)
                     continue
                 if k in _SCALAR_STATE:
                     entry[k] = float(np.asarray(v))
@@ -213,14 +257,14 @@ def spike_coefficients(momentum: float, delay: int) -> tuple[float, float]:
     return a, (1.0 - a) / (1.0 - momentum)
 
 
-def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
+def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float, t: float) -> None:
     """One fused Adam task per tile of ``p`` (kernels.def adamw) from ``grad``, with AdamW's
-    decoupled decay ``decoupled_decay`` (0: Adam); the moments made on the first step."""
+    decoupled decay ``decoupled_decay`` (0: Adam) at step ``t``; the moments made on the first
+    step."""
     if "exp_avg" not in st:
         st["exp_avg"] = _state_tensor(p)
         st["exp_avg_sq"] = _state_tensor(p)
     b1, b2 = g["betas"]
-    t = st["step"]
     run_map("adamw", grad, p, st["exp_avg"], st["exp_avg_sq"], lr=float(g["lr"]), beta1=float(b1),
             beta2=float(b2), eps=float(g["eps"]), weight_decay=decoupled_decay, bc1=1.0 - b1 ** t,
             bc2=1.0 - b2 ** t)
@@ -229,14 +273,14 @@ def _fused_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: flo
         wont_use(st["exp_avg_sq"])
 
 
-def _composed_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float) -> None:
+def _composed_adam(g: dict, p: Tensor, st: dict, grad: Tensor, decoupled_decay: float, t: float) -> None:
     """Adam / AdamW in torch's single-tensor order of operations, with tensor ops: amsgrad (the
     running maximum of the second moment in the denominator), which the fused adamw kernel
     does not do."""
     from ..ops.elementwise import add, div, maximum, mul, sqrt
     from ..ops.index import assign_
     b1, b2 = (float(b) for b in g["betas"])
-    lr, t = float(g["lr"]), st["step"]
+    lr = float(g["lr"])
     if decoupled_decay:
         assign_(p, mul(p, 1.0 - lr * decoupled_decay))
     m, v = _adam_moments(g, st, grad)
@@ -302,7 +346,8 @@ class AdamW(_Compensated, Optimizer):
             self._update_compensated(g, p, st)
             return
         grad = scale(p.grad, -1.0) if g.get("maximize") else p.grad
-        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, float(g["weight_decay"]))
+        adam = _composed_adam if g.get("amsgrad") else _fused_adam
+        adam(g, p, st, grad, float(g["weight_decay"]), self._count(st))
 
     def _update_compensated(self, g, p, st):
         """AdamW with delay compensation, one fused task per tile (kernels.def adamw_comp):
@@ -315,7 +360,7 @@ class AdamW(_Compensated, Optimizer):
         if "last_update" not in st:
             st["last_update"] = _state_tensor(p)
         b1, b2 = g["betas"]
-        t = st["step"]
+        t = self._count(st)
         a, b = spike_coefficients(b1, g["delay"]) if g["compensation"] in ("sc", "sc+lwp") else (1.0, 0.0)
         run_map("adamw_comp", p.grad, p, st["exp_avg"], st["exp_avg_sq"], st["last_update"], lr=float(g["lr"]),
                 beta1=float(b1), beta2=float(b2), eps=float(g["eps"]), weight_decay=float(g["weight_decay"]),
@@ -355,7 +400,7 @@ class Adam(Optimizer):
             grad = scale(grad, -1.0) if g["maximize"] else copy(grad)
             if wd:
                 axpy_(grad, p, alpha=wd)   # L2: the decay enters the moments
-        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0)
+        (_composed_adam if g.get("amsgrad") else _fused_adam)(g, p, st, grad, 0.0, self._count(st))
 
 
 class SGD(_Compensated, Optimizer):
@@ -365,6 +410,8 @@ class SGD(_Compensated, Optimizer):
       SC   v_{t+1} = m v_t + (1 - dampening) g_t,  w_{t+1} = w_t - lr (a v_{t+1} + b (1 - dampening) g_t),
            a = m^D, b = (1 - m^D) / (1 - m)
       LWP  the forward runs with w_hat = w_t - lr D v_t (``predict()``)."""
+
+    counts_steps = False   # torch's SGD keeps no step count
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, compensation=None, delay: int = 0):
@@ -492,7 +539,7 @@ class Adagrad(_Elementwise):
         from ..ops.creation import full_like
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad(g, p)
-        clr = float(g["lr"]) / (1 + (st["step"] - 1) * float(g["lr_decay"]))
+        clr = float(g["lr"]) / (1 + (self._count(st) - 1) * float(g["lr_decay"]))
         acc = st.get("sum")
         if acc is None:
             acc = full_like(p, float(g["initial_accumulator_value"]))
@@ -558,7 +605,7 @@ class Adamax(_AdamFamily):
         bound = add(_abs(grad), float(g["eps"]))
         u = bound if u is None else maximum(mul(u, b2), bound)
         st["exp_avg"], st["exp_inf"] = m, u
-        clr = float(g["lr"]) / (1 - b1 ** st["step"])
+        clr = float(g["lr"]) / (1 - b1 ** self._count(st))
         self._write(p, add(p, div(m, u), alpha=-clr))
 
 
@@ -577,12 +624,12 @@ class NAdam(_AdamFamily):
     def _update(self, g, p, st):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
-        t, lr, (b1, b2), md = st["step"], float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
+        t, lr, (b1, b2), md = self._count(st), float(g["lr"]), (float(b) for b in g["betas"]), float(g["momentum_decay"])
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * md))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * md))
         # torch keeps the product in a 0-d tensor of its scalar dtype: float32 unless the default
         # dtype is float64 (then each product rounds to float32, mu first)
-        scalar = np.float64 if get_default_dtype() == np.float64 else np.float32
+        scalar = _scalar_dtype().type
         st["mu_product"] = float(scalar(st.get("mu_product", 1.0)) * scalar(mu))
         m, v = _adam_moments(g, st, grad)
         denom = add(sqrt(div(v, 1 - b2 ** t)), float(g["eps"]))
@@ -604,7 +651,7 @@ class RAdam(_AdamFamily):
     def _update(self, g, p, st):
         from ..ops.elementwise import add, div, mul, sqrt
         grad = self._grad_decayed(g, p)
-        t, lr, (b1, b2) = st["step"], float(g["lr"]), (float(b) for b in g["betas"])
+        t, lr, (b1, b2) = self._count(st), float(g["lr"]), (float(b) for b in g["betas"])
         m, v = _adam_moments(g, st, grad)
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
         m_hat = div(m, bc1)
@@ -664,7 +711,7 @@ class LBFGS(Optimizer):
         self._plist = self.param_groups[0]["params"]
 
     def _flat_grad(self) -> np.ndarray:
-        return np.concatenate([np.zeros(p.numel()) if p.grad is None else p.grad.numpy().reshape(-1)
+        return np.concatenate([np.zeros(p.numel()) if p.grad is None else p.grad.numpy(force=True).reshape(-1)
                                for p in self._plist]).astype(self._plist[0].dtype, copy=False)
 
     def _set_flat(self, flat: np.ndarray) -> None:
@@ -734,7 +781,7 @@ class LBFGS(Optimizer):
             gtd = float(g @ d)
             if gtd > -tol_change:
                 break
-            x = np.concatenate([p.numpy().reshape(-1) for p in self._plist])
+            x = np.concatenate([p.numpy(force=True).reshape(-1) for p in self._plist])
             if group["line_search_fn"] is not None:
                 def along(step):
                     self._set_flat(x + step * d)

@@ -149,7 +149,7 @@ class DeepGCNStages:
 
     def predict(self, chunk: NodeChunk, on) -> np.ndarray:
         with no_grad():
-            return self.model(self.input(chunk), chunk.edge_index).numpy()
+            return self.model(self.input(chunk), chunk.edge_index).numpy(force=True)
 
 
 __all__ = ["DeepGCNStages", "NodeChunk", "gcn_plan", "node_chunks", "reference_step"]

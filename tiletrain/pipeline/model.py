@@ -581,7 +581,7 @@ class CausalLMStages:
 
     def predict(self, x, on) -> np.ndarray:
         with no_grad():
-            return self.model(x).numpy()
+            return self.model(x).numpy(force=True)
 
 
 class PrefixKV:
@@ -689,7 +689,7 @@ def _sequence_chunks(xs, ys, k: int):
     the id chunks and target chunks, the chunks' first positions followed by T, and the
     count of targets that are not ignored (-100)."""
     def arr(a):
-        return np.asarray(a.numpy() if isinstance(a, Tensor) else a)
+        return np.asarray(a.numpy(force=True) if isinstance(a, Tensor) else a)
     xs, ys = [arr(x) for x in xs], [arr(y) for y in ys]
     for x in xs:
         if x.ndim != 2 or x.shape != xs[0].shape:

@@ -353,7 +353,7 @@ class StageModules:
             for v, st in enumerate(self.units):
                 with on(v):
                     y = st(y)
-            return y.numpy()
+            return y.numpy(force=True)
 
 
 __all__ = ["StageModules", "StageOptimizers", "StageUpdates", "WEIGHTS", "stage_entries"]

@@ -21,6 +21,9 @@ from .device import device as _device, parse_to
 from .tensor import TensorBase, as_dtype, bfloat16, float16, set_tensor_class
 
 
+_NUMPY_REQUIRES_GRAD = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+
+
 def _operand(v) -> bool:
     """A tensor or a real number: what the operators take (others get NotImplemented)."""
     return isinstance(v, TensorBase) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
@@ -334,6 +337,20 @@ class Tensor(TensorBase):
                 and gradient.dtype == self.dtype):
             gradient = ops.retile(gradient, self.tiles)
         ops.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    def numpy(self, *, force: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+        """torch's Tensor.numpy(): the values as a new C-contiguous NumPy array (waits for the
+        tasks writing them; collective under MPI).  As torch, a tensor that requires grad is
+        refused while grad mode is on, unless ``force=True``.  ``out``: an array of this shape
+        and dtype (C-contiguous, writable) to read into instead of a new one."""
+        if not force and self.requires_grad and ops.grad_enabled():
+            raise RuntimeError(_NUMPY_REQUIRES_GRAD)
+        return self._to_numpy(out)
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(t): the values as numpy() gives them (refused as numpy() refuses)."""
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
 
     def astype(self, dtype):
         return ops.astype(self, dtype)

@@ -151,7 +151,7 @@ def tensor(data, dtype=None, requires_grad: bool = False, tiles=None) -> Tensor:
     tiletrain Tensor).  dtype as torch infers it: Python floats -> the default dtype, ints ->
     int64, bools -> bool, NumPy arrays and scalars keep theirs."""
     if isinstance(data, Tensor):
-        data = data.numpy()
+        data = data._to_numpy()
     numpy_data = isinstance(data, (np.ndarray, np.generic))
     try:
         a = np.asarray(data)

@@ -250,8 +250,9 @@ class TensorBase:
             self._ptr = ffi.NULL
 
     # -- data -----------------------------------------------------------------------
-    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
-        """Wait for pending writers and gather the tiles into a C-contiguous array.
+    def _to_numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Wait for pending writers and gather the tiles into a C-contiguous array (whether
+        or not the tensor requires grad: tiletrain.Tensor.numpy is the torch-facing method).
 
         Under MPI this is collective: every rank must call it at the same point, and every
         rank gets the full value (each tile is sent from its owner to every rank)."""
@@ -272,28 +273,24 @@ class TensorBase:
         current().idle()
         return out
 
-    def __array__(self, dtype=None, copy=None):
-        a = self.numpy()
-        return a if dtype is None else a.astype(dtype)
-
     def item(self) -> float | int:
         if self.numel() != 1:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
-        return self.numpy().reshape(()).item()
+        return self._to_numpy().reshape(()).item()
 
     def __float__(self) -> float:
         return float(self.item())
 
     def tolist(self):
         """The values as nested Python lists (a Python number for a 0-d tensor); waits for writers."""
-        a = self.numpy()
+        a = self._to_numpy()
         return (a.astype(np.float32) if is_half(a.dtype) else a).tolist()
 
     def __iter__(self):
         """Rows along axis 0, each a new tensor (a copy, outside autograd) tiled like self's other axes."""
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        a = self.numpy()
+        a = self._to_numpy()
         return iter([from_numpy(row, tiles=self.tiles[1:] or None) for row in a])
 
     def __repr__(self) -> str:
@@ -311,7 +308,7 @@ class TensorBase:
         if not self.alive:
             return "tensor(<shut down>, " + ", ".join([f"shape={self.shape}"] + suffixes) + ")"
         try:
-            values = self.numpy()
+            values = self._to_numpy()
         except ValueError:  # created with empty() and never written: nothing to read
             return "tensor(<not written yet>, " + ", ".join([f"shape={self.shape}"] + suffixes) + ")"
         return format_tensor(values, is_float(self.dtype), suffixes)
@@ -506,4 +503,4 @@ def gather_per_rank(values) -> np.ndarray:
         return values[None, :].copy()
     table = np.zeros((lib.tt_mpi_size(), values.size))
     table[lib.tt_mpi_rank()] = values  # each rank stores only its own row (its tile)
-    return from_numpy(table, (1, values.size), dist=D.BlockCyclic()).numpy()
+    return from_numpy(table, (1, values.size), dist=D.BlockCyclic())._to_numpy()

@@ -391,7 +391,7 @@ def mlp_steps(kinds, steps=3):
             loss.backward()
             opt.step()
             losses.append(float(loss))
-        return losses, [p.numpy() for p in params]
+        return losses, [p.numpy(force=True) for p in params]
 
 
 def block_lm_loss(ids, targets, wte, ln_w, ln_b, w_qkv, w1, b1, w2, n_head):
@@ -430,7 +430,7 @@ def gpt_steps(kinds, steps=2):
             tt.optim.clip_grad_norm_(params, 1.0)
             opt.step()
             losses.append(float(loss))
-        return losses, [p.numpy() for p in params]
+        return losses, [p.numpy(force=True) for p in params]
 
 
 def run_case(name, dtype, kinds):
@@ -438,7 +438,7 @@ def run_case(name, dtype, kinds):
     rng = np.random.default_rng(3)
     with placed(kinds):
         res = CASES[name](rng, dtype)
-        return {k: v.numpy() for k, v in res.items()}
+        return {k: v.numpy(force=True) for k, v in res.items()}
 
 
 TRAINING = {"mlp": mlp_steps, "gpt_block": gpt_steps}

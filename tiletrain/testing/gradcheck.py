@@ -30,15 +30,15 @@ def vjp_check(fn: Callable, inputs: Sequence[np.ndarray], tiles: Sequence, *, ep
     ts, y = run(xs, grad=True)
     v = rng.standard_normal(y.shape)
     y.backward(tt.from_numpy(v, y.tiles))
-    grads = [t.grad.numpy() if t.grad is not None else np.zeros_like(x) for t, x in zip(ts, xs)]
+    grads = [t.grad.numpy(force=True) if t.grad is not None else np.zeros_like(x) for t, x in zip(ts, xs)]
     results = []
     for i, x in enumerate(xs):
         u = rng.standard_normal(x.shape)
         plus = [a + eps * u if j == i else a for j, a in enumerate(xs)]
         minus = [a - eps * u if j == i else a for j, a in enumerate(xs)]
         with tt.no_grad():
-            fp = float(np.sum(run(plus)[1].numpy() * v))
-            fm = float(np.sum(run(minus)[1].numpy() * v))
+            fp = float(np.sum(run(plus)[1].numpy(force=True) * v))
+            fm = float(np.sum(run(minus)[1].numpy(force=True) * v))
         numeric = (fp - fm) / (2 * eps)
         analytic = float(np.sum(grads[i] * u))
         scale = max(abs(numeric), abs(analytic), 1e-12)

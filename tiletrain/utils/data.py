@@ -40,7 +40,7 @@ class TensorDataset(Dataset):
         n = {len(t) for t in tensors}
         if len(n) != 1:
             raise ValueError("Size mismatch between tensors")
-        self.tensors = tuple(t.numpy() if isinstance(t, Tensor) else np.asarray(t) for t in tensors)
+        self.tensors = tuple(t.numpy(force=True) if isinstance(t, Tensor) else np.asarray(t) for t in tensors)
 
     def __getitem__(self, index):
         return tuple(t[index] for t in self.tensors)
@@ -154,7 +154,7 @@ class WeightedRandomSampler(Sampler):
     """num_samples indices drawn with probabilities proportional to weights."""
 
     def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
-        w = np.asarray(weights.numpy() if isinstance(weights, Tensor) else weights, dtype=np.float64)
+        w = np.asarray(weights.numpy(force=True) if isinstance(weights, Tensor) else weights, dtype=np.float64)
         if w.ndim != 1:
             raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
         if not isinstance(num_samples, int) or num_samples <= 0:

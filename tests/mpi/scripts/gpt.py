@@ -29,7 +29,7 @@ with use(dist):
         opt.step()
         losses.append(float(loss))
 np.savez(f"{out}/{tag}-rank{r}.npz", losses=np.array(losses),
-         wte=model.transformer.wte.weight.numpy(), owners=model.transformer.wte.weight.owners())
+         wte=model.transformer.wte.weight.detach().numpy(), owners=model.transformer.wte.weight.owners())
 ncpu = sum(wk.kind == "cpu" for wk in tt.current().workers())
 print(f"rank {r}/{w} {mode} losses {losses} cpu_workers {ncpu}", flush=True)
 tt.shutdown()

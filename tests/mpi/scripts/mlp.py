@@ -33,7 +33,7 @@ for step in range(3):
     losses.append(float(loss))
 res = {"losses": np.array(losses), "owners_w1": fc1.weight.owners()}
 for i, p in enumerate(params):
-    res[f"p{i}"] = p.numpy()
+    res[f"p{i}"] = p.detach().numpy()
 np.savez(f"{out}/{tag}-rank{r}.npz", **res)
 print(f"rank {r}/{w} losses {losses}", flush=True)
 tt.shutdown()

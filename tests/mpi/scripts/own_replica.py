@@ -50,7 +50,7 @@ for step in range(3):
     opt.step()
     opt.zero_grad()
     losses.append([float(v) for v in micro])
-params = {n: p.numpy() for n, p in model.named_parameters()}
+params = {n: p.detach().numpy() for n, p in model.named_parameters()}
 np.savez(f"{out}/{tag}-rank{r}.npz", losses=np.array(losses), next_tag=lib.tt_mpi_next_tag(), **params)
 print(f"rank {r} {mode} losses {losses}", flush=True)
 tt.shutdown()

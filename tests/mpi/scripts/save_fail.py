@@ -62,10 +62,10 @@ ck._atomic_file = real_atomic_file
 ck.save(path, model_tensors(model), {"step": 2})
 stored, meta = ck.load(path)
 res["step"] = meta["step"]
-res["equal"] = all(np.array_equal(p.numpy(), stored[n]) for n, p in model.named_parameters())
+res["equal"] = all(np.array_equal(p.detach().numpy(), stored[n]) for n, p in model.named_parameters())
 folder = model.save_pretrained(f"{out}/{tag}-hf")  # collective too: rank 0 writes the folder
 stored = ck.SafetensorsFile(folder / "model.safetensors")
-res["hf_equal"] = all(np.array_equal(p.numpy(), stored[n].numpy()) for n, p in model.named_parameters())
+res["hf_equal"] = all(np.array_equal(p.detach().numpy(), stored[n].numpy()) for n, p in model.named_parameters())
 with open(f"{out}/{tag}-rank{tt.rank()}.json", "w") as f:
     json.dump(res, f)
 tt.shutdown()

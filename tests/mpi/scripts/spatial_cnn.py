@@ -58,7 +58,7 @@ for name, a in acts.items():  # bytes of every activation held by each rank, fro
         per[o] += np.prod(a.traits.tile_shape_at(idx)) * 8
     res[f"owners_{name}"] = per
 for i, p in enumerate(params):
-    res[f"p{i}"] = p.numpy()
+    res[f"p{i}"] = p.detach().numpy()
 res["halo"] = np.array(conv_halo_stats())
 np.savez(f"{out}/{tag}-rank{r}.npz", **res)
 print(f"rank {r}/{world} losses {losses} halo bytes {res['halo'][0]} slabs {res['halo'][1]}", flush=True)

@@ -93,7 +93,7 @@ class _Orthogonal(Module):
             A = X.tril(diagonal=-1)
             tau = 2.0 / ((A * A).sum(dim=-2) + 1.0)
             Q = householder_product(A, tau)
-            diag = np.trunc(np.diagonal(X.detach().numpy(), axis1=-2, axis2=-1))  # torch's .int()
+            diag = np.trunc(np.diagonal(X.numpy(force=True), axis1=-2, axis2=-1))  # torch's .int()
             Q = mul(Q, _host(diag[..., None, :], Q))
         if "base" in self._buffers:
             Q = self.base @ Q
@@ -111,7 +111,7 @@ class _Orthogonal(Module):
         n, k = Q.shape[-2], Q.shape[-1]
         if n < k:
             Q, n, k = Q.mT, k, n
-        q = Q.detach().numpy()
+        q = Q.numpy(force=True)
         if "base" not in self._buffers:
             if self.orthogonal_map != _OrthMaps.householder:
                 raise NotImplementedError("It is not possible to assign to the matrix exponential or the Cayley "
@@ -126,7 +126,7 @@ class _Orthogonal(Module):
             eye, eps = np.eye(k), 10.0 * n * np.finfo(q.dtype).eps
             base = q.copy() if np.allclose(np.swapaxes(q, -1, -2) @ q, eye, rtol=1e-5, atol=eps) else _make_orthogonal(q)
         else:
-            N = randn(*(tuple(Q.shape[:-2]) + (n, n - k)), dtype=Q.dtype).numpy()
+            N = randn(*(tuple(Q.shape[:-2]) + (n, n - k)), dtype=Q.dtype).numpy(force=True)
             base = _make_orthogonal(np.concatenate([q, N], axis=-1))
         self.base = _host(base, Q)
         neg_id = np.zeros(tuple(Q_init.shape))

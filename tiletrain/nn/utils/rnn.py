@@ -84,7 +84,7 @@ class PackedSequence(NamedTuple):
 
 def _lengths(lengths) -> np.ndarray:
     """The lengths (a list, tuple, array or int64 tensor) as a 1-D int64 array, read on the host."""
-    a = lengths.numpy() if isinstance(lengths, Tensor) else np.asarray(lengths)
+    a = lengths.numpy(force=True) if isinstance(lengths, Tensor) else np.asarray(lengths)
     if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
         raise TypeError(f"lengths must be a 1-D sequence of integers, got {a.dtype} of shape {a.shape}")
     return a.astype(np.int64)
@@ -93,9 +93,9 @@ def _lengths(lengths) -> np.ndarray:
 def _order(packed: PackedSequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(batch_sizes, the rank of each sequence of the batch in the sorted order, lengths in the
     batch's order) of a packing."""
-    sizes = packed.batch_sizes.numpy().astype(np.int64)
+    sizes = packed.batch_sizes.numpy(force=True).astype(np.int64)
     n = int(sizes[0])
-    rank = np.arange(n) if packed.unsorted_indices is None else packed.unsorted_indices.numpy().astype(np.int64)
+    rank = np.arange(n) if packed.unsorted_indices is None else packed.unsorted_indices.numpy(force=True).astype(np.int64)
     sorted_lengths = (sizes[None, :] > np.arange(n)[:, None]).sum(1)
     return sizes, rank, sorted_lengths[rank]
 
