@@ -97,6 +97,24 @@ def _step_time(rec_tasks, workers) -> tuple[float, int]:
     return (float(mine["end"].max()) - float(mine["start"].min())) / 1e6, int(len(mine))
 
 
+def _profile(trace, workers, mapping: str) -> None:
+    """--profile: the step's span, the chiplets' mean busy time and the kernels' share (stderr)."""
+    import numpy as np
+    t = trace.tasks
+    mine = t[np.isin(t["worker"], workers)]
+    span = float(mine["end"].max() - mine["start"].min())
+    by = {}
+    for k, d in zip(mine["kernel"], mine["end"] - mine["start"]):
+        c = by.setdefault(str(k), [0, 0.0])
+        c[0] += 1
+        c[1] += float(d)
+    print(f"{mapping}: span {span / 1e3:.2f} ms, {sum(v[1] for v in by.values()) / 1e3 / len(workers):.2f} ms busy "
+          "per chiplet", file=sys.stderr)
+    for k, (n, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:6]:
+        print(f"  {k}: {n} tasks, {d / 1e3:.2f} ms, {d / n:.1f} us each", file=sys.stderr)
+
+
+
 def worker(a) -> None:
     """In a process (simulated, or real with --calibrate-only): every mapping, one JSON line each."""
     import numpy as np
@@ -144,6 +162,8 @@ def worker(a) -> None:
                "samples_per_s": a.m * a.batch / step_s, "tasks": ntasks,
                "off_chiplets": int(len(rec.trace.tasks)) - ntasks}
         print("RESULT " + json.dumps(out), flush=True)
+        if a.profile:
+            _profile(rec.trace, chiplets, mapping)
         del pp, stages
     tt.shutdown()
 
@@ -151,7 +171,8 @@ def worker(a) -> None:
 def _args(a, extra) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--worker", "--blocks", str(a.blocks), "--merge",
             str(a.merge), "--width", str(a.width), "--image", str(a.image), "--batch", str(a.batch), "--m", str(a.m),
-            "--sched", a.sched, "--warmup", str(a.warmup), "--mappings", *a.mappings, *extra]
+            "--sched", a.sched, "--warmup", str(a.warmup), "--mappings", *a.mappings, "--latency", str(a.latency),
+            *extra]
 
 
 def _calibrate(a, tmp) -> bool:
@@ -235,9 +256,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--m", type=int, default=8, help="micro-batches per step")
     p.add_argument("--chiplet-speed", type=float, default=32.0, help="a chiplet kernel's speed relative to a "
                    "calibrated core")
+    p.add_argument("--latency", type=float, default=0.1, help="us per transfer on a chiplet link (on-package "
+                   "links: a fraction of a microsecond; a PCIe GPU's is ~10)")
     p.add_argument("--sched", default="dmdas", help="a policy with priorities (the schedule's order)")
     p.add_argument("--warmup", type=int, default=0, help="untimed steps before the timed one")
     p.add_argument("--mappings", nargs="+", default=list(MAPPINGS), choices=MAPPINGS)
+    p.add_argument("--profile", action="store_true", help="with --worker (one simulated process run by hand, "
+                   "TILETRAIN_SIMULATE set): each mapping's kernel times on the chiplets, on stderr")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--calibrate-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--package", type=int, default=0, help=argparse.SUPPRESS)
@@ -278,7 +303,7 @@ def main() -> int:
         for c in a.chiplets:
             for link in a.links:
                 name = f"scope-c{c}-l{link:g}"
-                dm = derive(name, "scope-base", cpus=2, chiplets=c, chiplet_link_gbs=link,
+                dm = derive(name, "scope-base", cpus=2, chiplets=c, chiplet_link_gbs=link, link_latency_us=a.latency,
                             gpu_speed=a.chiplet_speed, gpu_memory=2**30, overwrite=True)
                 save(dataclasses.replace(dm, submit_us_per_task=0.0))
                 env = dict(os.environ, TILETRAIN_SIMULATE=name, TILETRAIN_MACHINES=tmp,

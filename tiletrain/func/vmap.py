@@ -180,8 +180,8 @@ def _unmapped(name: str, vals: list):
     if all(v is first for v in vals):
         return first
     if isinstance(first, Tensor):
-        ref = first.numpy()
-        same = all(isinstance(v, Tensor) and v.shape == first.shape and np.array_equal(v.numpy(), ref)
+        ref = first.numpy(force=True)
+        same = all(isinstance(v, Tensor) and v.shape == first.shape and np.array_equal(v.numpy(force=True), ref)
                    for v in vals[1:])
     else:
         same = all(not isinstance(v, Tensor) and v == first for v in vals[1:])
