@@ -126,7 +126,7 @@ def test_second_derivatives_equal_torchs(name):
     t, tx = _both(np.array(x), tiles=(3,), grad=True)
     (g,) = tt.autograd.grad(fn(t).sum(), t, create_graph=True)
     (tg,) = torch.autograd.grad(ref(tx).sum(), tx, create_graph=True)
-    np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=RTOL, atol=0)
+    np.testing.assert_allclose(g.detach().numpy(), tg.detach().numpy(), rtol=RTOL, atol=0)
     (h,) = tt.autograd.grad((g * g).sum(), t)
     (th,) = torch.autograd.grad((tg * tg).sum(), tx)
     np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-9, atol=0)
@@ -152,7 +152,7 @@ def test_float32_values_and_gradients(name):
     t, tx = tt.from_numpy(a, (8, 6)).requires_grad_(), torch.tensor(a, requires_grad=True)
     y, ty = fn(t), ref(tx)
     assert y.dtype == np.float32
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=2e-5, atol=1e-6)
     y.sum().backward()
     ty.sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
@@ -268,7 +268,7 @@ def test_incomplete_gamma_gradients_and_broadcasting():
     for fn, ref in ((tt.igamma, torch.igamma), (tt.igammac, torch.igammac)):
         y, ty = fn(ta, tx), ref(t_a, t_x)
         assert y.shape == (5, 7)
-        np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=RTOL)
+        np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=RTOL)
         w = RNG.standard_normal((5, 7))
         (y * tt.tensor(w)).sum().backward()
         (ty * torch.tensor(w)).sum().backward()
@@ -333,7 +333,7 @@ def test_distributions_use_the_same_functions():
     c = np.array([0.4, 1.5, 7.0])
     g = tt.distributions.Gamma(tt.tensor(c, requires_grad=True), 2.0)
     tg = torch.distributions.Gamma(torch.tensor(c, requires_grad=True), 2.0)
-    np.testing.assert_allclose(g.entropy().numpy(), tg.entropy().detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(g.entropy().detach().numpy(), tg.entropy().detach().numpy(), rtol=1e-13)
     g.entropy().sum().backward()
     tg.entropy().sum().backward()  # trigamma's values: torch's (its series), equal
     np.testing.assert_allclose(g.concentration.grad.numpy(), tg.concentration.grad.numpy(), rtol=1e-13)
