@@ -200,16 +200,23 @@ def test_retile_task_count(rng):
     assert total_tasks() - before == 4 * 3
 
 
-def test_stack_tiles_a_batch_of_small_items_per_worker(rng):
+def test_stack_tiles_a_batch_of_small_items_per_worker(rng, monkeypatch):
     """stack's new axis holds as many items as fit in DEFAULT_TILE**2 elements, leaving one
     tile per worker: a batch of token rows is a few tiles (the ops after it make one task per
-    tile), a batch of large items one item per tile."""
-    from tiletrain.runtime.context import nworkers
+    tile), a batch of large items one item per tile; a batch whose share per worker would
+    hold fewer than MIN_STACK_SHARE elements stays one tile."""
     from tiletrain.tensors.traits import DEFAULT_TILE
-    rows = [tt.from_numpy(rng.integers(0, 9, 32)) for _ in range(8)]
+    m = S.MIN_STACK_SHARE
+    monkeypatch.setattr(S, "nworkers", lambda: 2)
+    rows = [tt.from_numpy(rng.integers(0, 9, m // 4)) for _ in range(8)]
     y = S.stack(rows)
-    assert y.tiles == (-(-8 // nworkers()), 32)
+    assert y.tiles == (4, m // 4)   # 4 rows per worker: a share of MIN_STACK_SHARE elements
     np.testing.assert_array_equal(y.numpy(), np.stack([r.numpy() for r in rows]))
+    short = [tt.from_numpy(rng.integers(0, 9, m // 8)) for _ in range(8)]
+    assert S.stack(short).tiles == (8, m // 8)   # half the share per worker: one tile
+    monkeypatch.setattr(S, "nworkers", lambda: 4)
+    assert S.stack(rows).tiles == (8, m // 4)    # 2 rows per worker: too few, one tile
+    monkeypatch.setattr(S, "nworkers", lambda: 2)
     half = [tt.from_numpy(rng.standard_normal((DEFAULT_TILE, DEFAULT_TILE // 2))) for _ in range(3)]
     assert S.stack(half, 1).tiles == (DEFAULT_TILE, 2, DEFAULT_TILE // 2)  # two fit in the volume
     big = tt.from_numpy(rng.standard_normal((DEFAULT_TILE, DEFAULT_TILE)))
