@@ -91,10 +91,19 @@ def build(a, nseg: int, rng):
     return stages
 
 
-def _step_time(rec_tasks, workers) -> tuple[float, int]:
+def _step_time(rec_tasks, workers) -> tuple[float, list[int]]:
+    """The step's span on the chiplets (s) and the tasks each chiplet ran."""
     import numpy as np
     mine = rec_tasks[np.isin(rec_tasks["worker"], workers)]
-    return (float(mine["end"].max()) - float(mine["start"].min())) / 1e6, int(len(mine))
+    return ((float(mine["end"].max()) - float(mine["start"].min())) / 1e6,
+            [int((mine["worker"] == w).sum()) for w in workers])
+
+
+def _off(tasks, workers) -> dict[str, int]:
+    """{kernel: tasks} that ran off the chiplets (the CPU workers)."""
+    import numpy as np
+    k, n = np.unique(tasks["kernel"][~np.isin(tasks["worker"], workers)].astype(str), return_counts=True)
+    return dict(zip(k.tolist(), n.tolist()))
 
 
 def _profile(trace, workers, mapping: str) -> None:
@@ -157,10 +166,11 @@ def worker(a) -> None:
                 for v in pp.step(xs, ys).losses:
                     float(v)
                 tt.wait()
-        step_s, ntasks = _step_time(rec.trace.tasks, chiplets)
+        step_s, per_chiplet = _step_time(rec.trace.tasks, chiplets)
         out = {"chiplets": C, "mapping": mapping, "segments": nseg, "per_segment": per_region, "step_s": step_s,
-               "samples_per_s": a.m * a.batch / step_s, "tasks": ntasks,
-               "off_chiplets": int(len(rec.trace.tasks)) - ntasks}
+               "samples_per_s": a.m * a.batch / step_s, "tasks": sum(per_chiplet), "per_chiplet": per_chiplet,
+               "off_chiplets": int(len(rec.trace.tasks)) - sum(per_chiplet),
+               "off_chiplet_kernels": _off(rec.trace.tasks, chiplets)}
         print("RESULT " + json.dumps(out), flush=True)
         if a.profile:
             _profile(rec.trace, chiplets, mapping)

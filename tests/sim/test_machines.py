@@ -200,6 +200,14 @@ def test_derive_chiplets_writes_one_device_per_chiplet_linked_to_the_package_mem
         assert f'id="CUDA{c}-RAM" bandwidth="8000000000.000000Bps"' in xml
     # the package's memory serves every chiplet at once
     assert 'id="Host" bandwidth="32000000000.000000Bps"' in xml
+    # the transfer times StarPU's dm* policies predict are these links' (MB/s, us): a chiplet to
+    # another crosses two of them
+    bus = home / "c4" / "sampling" / "bus"
+    bw = [line.split("\t")[:-1] for line in (bus / "c4.bandwidth").read_text().splitlines()[1:]]
+    lat = [line.split("\t")[:-1] for line in (bus / "c4.latency").read_text().splitlines()[1:]]
+    assert [float(v) for v in bw[0]] == [0.0, 8000.0, 8000.0, 8000.0, 8000.0]
+    assert [float(v) for v in bw[2]] == [8000.0, 4000.0, 0.0, 4000.0, 4000.0]
+    assert [float(v) for v in lat[3]] == [10.0, 20.0, 20.0, 0.0, 20.0]
     text = machines.describe(machines.load("c4"))
     assert "chiplets: 4 (simulated as CUDA devices; speed x5" in text and "8 GB/s" in text
     assert "GPUs:" not in text

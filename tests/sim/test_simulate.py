@@ -237,3 +237,32 @@ def test_tensors_whose_copies_are_on_a_simulated_gpu_are_freed_without_a_crash(h
 
 # The issue's accuracy target (the simulated `tiletrain train` step within 15 % of the measured one,
 # lws and dmda) is a performance figure: benchmarks/simulate_validate.py measures it.
+
+
+def test_a_cnn_runs_on_simulated_chiplets_spread_over_its_region(home):
+    """benchmarks/simulate_scope.py's CNN, calibrated here at its tile shapes, on a derived
+    package of 2 chiplets: its convolutions run on the chiplets (their CUDA codelets), and a
+    data-parallel region spreads its tiles over both under lws (dmdas, in simulation, kept
+    191 of 199 tasks on one chiplet: docs/simulation.md, "Simulated chiplets")."""
+    from tiletrain.config import SIMULATE_ENV
+    from tiletrain.sim.machine import derive, machine_dir
+    script = str(PACKAGE.parent / "benchmarks" / "simulate_scope.py")
+    args = ["--blocks", "2", "--merge", "2", "--width", "16", "--image", "16", "--batch", "8", "--m", "2",
+            "--mappings", "data-parallel", "--sched", "lws"]
+    env = {k: v for k, v in os.environ.items() if k != SIMULATE_ENV}
+    env.update(STARPU_PERF_MODEL_DIR=os.path.join(machine_dir("small"), "sampling"), STARPU_HOSTNAME="small",
+               STARPU_HISTORY_MAX_ERROR="1000000")
+    for _ in range(2):   # StarPU takes a model after 10 samples a shape
+        r = subprocess.run([sys.executable, script, "--worker", "--calibrate-only", "--package", "2", *args], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    derive("chip2", "small", cpus=2, chiplets=2, chiplet_link_gbs=8.0, gpu_speed=1.0, link_latency_us=0.1,
+           overwrite=True)
+    env = dict(os.environ, TILETRAIN_SIMULATE="chip2", TILETRAIN_MACHINES=str(home), STARPU_SIMGRID_VARIANCE="0")
+    r = subprocess.run([sys.executable, script, "--worker", *args], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = [json.loads(line[len("RESULT "):]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(res) == 1 and res[0]["chiplets"] == 2 and res[0]["step_s"] > 0
+    assert min(res[0]["per_chiplet"]) > 0.2 * res[0]["tasks"], res[0]   # both chiplets work
+    assert not [k for k in res[0]["off_chiplet_kernels"] if k.startswith("conv")], res[0]   # convolutions on them
