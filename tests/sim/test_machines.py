@@ -207,7 +207,7 @@ def test_derive_chiplets_writes_one_device_per_chiplet_linked_to_the_package_mem
     lat = [line.split("\t")[:-1] for line in (bus / "c4.latency").read_text().splitlines()[1:]]
     assert [float(v) for v in bw[0]] == [0.0, 8000.0, 8000.0, 8000.0, 8000.0]
     assert [float(v) for v in bw[2]] == [8000.0, 4000.0, 0.0, 4000.0, 4000.0]
-    assert [float(v) for v in lat[3]] == [10.0, 20.0, 20.0, 0.0, 20.0]
+    assert [float(v) for v in lat[3]] == [0.1, 0.2, 0.2, 0.0, 0.2]   # on-package links: 0.1 us by default
     text = machines.describe(machines.load("c4"))
     assert "chiplets: 4 (simulated as CUDA devices; speed x5" in text and "8 GB/s" in text
     assert "GPUs:" not in text

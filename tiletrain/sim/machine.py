@@ -44,6 +44,7 @@ DEFAULT_GPU_SPEED = 20.0
 DEFAULT_GPU_MEMORY = 16 * 2**30
 DEFAULT_LINK_GBS = 25.0
 DEFAULT_LINK_LATENCY_US = 10.0  # StarPU's bus calibration, beside the platform
+DEFAULT_CHIPLET_LATENCY_US = 0.1  # an on-package link: a fraction of a microsecond
 
 
 class MachineError(ValueError):
@@ -258,7 +259,8 @@ def derive(name: str, base: str = "here", cpus: int | None = None, cpu_speed: fl
     gspeed = float(gpu_speed) if gpu_speed is not None else DEFAULT_GPU_SPEED
     gmem = int(gpu_memory) if gpu_memory is not None else DEFAULT_GPU_MEMORY
     gbw = float(link_bandwidth_gbs) if link_bandwidth_gbs is not None else DEFAULT_LINK_GBS
-    glat = float(link_latency_us) if link_latency_us is not None else DEFAULT_LINK_LATENCY_US
+    glat = float(link_latency_us) if link_latency_us is not None else \
+        DEFAULT_CHIPLET_LATENCY_US if chiplets else DEFAULT_LINK_LATENCY_US
     m = Machine(name=name, kind="derived", cpus=ncpu, cpu_speed=src.cpu_speed * speed, derived_from=src.name,
                 submit_us_per_task=src.submit_us_per_task / speed,
                 gpus=ngpu, gpu_speed=gspeed if ngpu else None, gpu_memory=gmem if ngpu else None,
