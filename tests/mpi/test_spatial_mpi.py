@@ -2,6 +2,7 @@
 space over 2 ranks (tiletrain.distribution.Spatial), or batch x space over 2 x 2 ranks, trains to the one-process losses and
 parameters (1e-9), each rank holds exactly its share of every activation (from the tile
 owners), and only halo slabs cross ranks.  Each launch has a timeout (mpi_launch.py)."""
+import re
 import time
 
 import numpy as np
@@ -53,13 +54,15 @@ def test_hybrid_data_spatial_on_4_ranks(tmp_path):
 
 
 def _losses(out: str) -> list[float]:
-    return [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    """The `step N loss X` lines' losses.  Searched in the whole output, not line by line:
+    mpirun interleaves the ranks' output, and another rank's unfinished line can precede one
+    (seen: "... peak tiles 5.9 MiBstep 2 loss 0.244054394209")."""
+    return [float(x) for x in re.findall(r"step \d+ loss (-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", out)]
 
 
 def _read(out: str) -> dict[int, int]:
     """rank -> bytes of volumes it read (the examples' last lines)."""
-    return {int(line.split()[1].split("/")[0]): int(line.split()[3]) for line in out.splitlines()
-            if line.startswith("rank ") and " read " in line}
+    return {int(r): int(b) for r, b in re.findall(r"rank (\d+)/\d+: read (\d+) bytes", out)}
 
 
 @pytest.mark.parametrize("mode, nprocs", [("spatial", 2), ("data", 2), ("hybrid", 4)])
