@@ -3,6 +3,7 @@ import gc
 
 import numpy as np
 import pytest
+import torch
 
 import tiletrain as tt
 from tiletrain._ffi import check, ffi, lib
@@ -115,7 +116,6 @@ def _under(ctx, fn):
 def test_numpy_refuses_tensors_that_require_grad_as_torch():
     """numpy() and np.asarray on a tensor that requires grad raise torch's RuntimeError while
     grad mode is on; force=True, detach(), no_grad, item() and tolist() read it."""
-    torch = pytest.importorskip("torch")
     a = np.array([1.5, -2.0, 3.25])
     ours = _numpy_cases(tt, tt.tensor(a, requires_grad=True), tt.no_grad)
     theirs = _numpy_cases(torch, torch.tensor(a, requires_grad=True), torch.no_grad)
