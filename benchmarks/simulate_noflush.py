@@ -169,9 +169,9 @@ def main() -> int:
         return 0
     if min(a.gpus) < 2 or a.m_per_stage < 1 or a.m_extra < 0 or min(a.width, a.batch) < 1:
         p.error("every --gpus value needs p >= 2; --m-per-stage, --width, --batch >= 1, --m-extra >= 0")
-    from tiletrain.config import SIMULATE_ENV, machines_in
-    from tiletrain.sim.calibrate import calibrate
-    from tiletrain.sim.machine import derive, machine_dir, save
+    from tiletrain.config import machines_in
+    from tiletrain.sim.calibrate import calibrate, calibration_env
+    from tiletrain.sim.machine import derive, save
 
     def args_for(extra):
         return [sys.executable, os.path.abspath(__file__), "--worker", "--m-per-stage", str(a.m_per_stage),
@@ -188,9 +188,7 @@ def main() -> int:
         calibrate("noflush-base", steps=10, sched="dmda", say=lambda s: None, n_layer=1, n_embd=64, batch=2,
                   seq_len=16)
         # the MLP's kernels at its shapes (and the per-stage updates', the local heads'), into its models
-        env = {k: v for k, v in os.environ.items() if k != SIMULATE_ENV}
-        env.update(STARPU_PERF_MODEL_DIR=os.path.join(machine_dir("noflush-base"), "sampling"),
-                   STARPU_HOSTNAME="noflush-base", STARPU_HISTORY_MAX_ERROR="1000000")
+        env = calibration_env("noflush-base")
         for _ in range(2):
             r = subprocess.run(args_for(["--calibrate-only"]), env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)

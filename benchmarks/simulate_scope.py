@@ -188,14 +188,10 @@ def _args(a, extra) -> list[str]:
 def _calibrate(a, tmp) -> bool:
     """The machine (a small GPT step), then every mapping's tile shapes for every package size,
     twice, on this computer's cores into the machine's models."""
-    from tiletrain.config import SIMULATE_ENV
-    from tiletrain.sim.calibrate import calibrate
-    from tiletrain.sim.machine import machine_dir
+    from tiletrain.sim.calibrate import calibrate, calibration_env
 
     calibrate("scope-base", steps=10, sched="dmda", say=lambda s: None, n_layer=1, n_embd=64, batch=2, seq_len=16)
-    env = {k: v for k, v in os.environ.items() if k != SIMULATE_ENV}
-    env.update(STARPU_PERF_MODEL_DIR=os.path.join(machine_dir("scope-base"), "sampling"),
-               STARPU_HOSTNAME="scope-base", STARPU_HISTORY_MAX_ERROR="1000000")
+    env = calibration_env("scope-base")
     for c in a.chiplets:
         for _ in range(2):
             r = subprocess.run(_args(a, ["--calibrate-only", "--package", str(c)]), env=env,

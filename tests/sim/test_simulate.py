@@ -14,7 +14,7 @@ import pytest
 import tiletrain
 from tiletrain.config import machines_in
 from tiletrain.sim import validate
-from tiletrain.sim.calibrate import calibrate
+from tiletrain.sim.calibrate import calibrate, calibration_env
 from tiletrain.sim.run import UncalibratedKernel, simulate
 
 PACKAGE = Path(tiletrain.__file__).resolve().parent
@@ -243,15 +243,12 @@ def test_a_cnn_runs_on_simulated_chiplets_spread_over_its_region(home):
     """benchmarks/simulate_scope.py's CNN, calibrated here at its tile shapes, on a derived
     package of 2 chiplets: its convolutions run on the chiplets (their CUDA codelets), and a
     data-parallel region spreads its tiles over both under lws (dmdas, in simulation, kept
-    191 of 199 tasks on one chiplet: docs/simulation.md, "Simulated chiplets")."""
-    from tiletrain.config import SIMULATE_ENV
-    from tiletrain.sim.machine import derive, machine_dir
+    191 of 199 tasks on one chiplet: the README's "Simulated machines")."""
+    from tiletrain.sim.machine import derive
     script = str(PACKAGE.parent / "benchmarks" / "simulate_scope.py")
     args = ["--blocks", "2", "--merge", "2", "--width", "16", "--image", "16", "--batch", "8", "--m", "2",
             "--mappings", "data-parallel", "--sched", "lws"]
-    env = {k: v for k, v in os.environ.items() if k != SIMULATE_ENV}
-    env.update(STARPU_PERF_MODEL_DIR=os.path.join(machine_dir("small"), "sampling"), STARPU_HOSTNAME="small",
-               STARPU_HISTORY_MAX_ERROR="1000000")
+    env = calibration_env("small")
     for _ in range(2):   # StarPU takes a model after 10 samples a shape
         r = subprocess.run([sys.executable, script, "--worker", "--calibrate-only", "--package", "2", *args], env=env,
                            capture_output=True, text=True, timeout=300)

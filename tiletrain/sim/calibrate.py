@@ -53,6 +53,20 @@ def _bench_args(sizes: dict) -> list[str]:
     return out
 
 
+def calibration_env(name: str) -> dict[str, str]:
+    """The environment of a process of the real flavour whose StarPU calibrates its kernels
+    into machine ``name``'s models (``sampling/`` of its folder, host name ``name``): calibrate()
+    runs its workloads in it, and a study adds its own kernels' shapes the same way."""
+    env = dict(os.environ)
+    env.pop(SIMULATE_ENV, None)  # the real flavour measures
+    # every measurement counts: StarPU drops those more than 50 % from a shape's mean by default,
+    # which on a busy computer (a worker preempted mid-task) kept the fast half only: measured
+    # here, its models summed 4.2 s of task time where the trace of the same run had 10.5 s
+    env.update(STARPU_PERF_MODEL_DIR=os.path.join(machines.machine_dir(name), "sampling"), STARPU_HOSTNAME=name,
+               STARPU_HISTORY_MAX_ERROR="1000000")
+    return env
+
+
 def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: int | None = None,
               say=lambda s: print(s, file=sys.stderr, flush=True), warmup: int = 0, **sizes) -> Machine:
     """Calibrate machine ``name`` (created if missing) on this computer; its Machine, whose
@@ -71,12 +85,7 @@ def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: in
                                f"generated (`tiletrain machine derive {name} --from {old.derived_from} --overwrite`)")
     sampling = os.path.join(folder, "sampling")
     os.makedirs(sampling, exist_ok=True)
-    env = dict(os.environ)
-    env.pop(SIMULATE_ENV, None)  # the real flavour measures
-    # every measurement counts: StarPU drops those more than 50 % from a shape's mean by default,
-    # which on a busy computer (a worker preempted mid-task) kept the fast half only: measured
-    # here, its models summed 4.2 s of task time where the trace of the same run had 10.5 s
-    env.update(STARPU_PERF_MODEL_DIR=sampling, STARPU_HOSTNAME=name, STARPU_HISTORY_MAX_ERROR="1000000")
+    env = calibration_env(name)
     done = []
     measured = {}
     t0 = time.monotonic()
