@@ -185,10 +185,13 @@ class Module:
     register_module = add_module
 
     def get_submodule(self, target: str) -> "Module":
+        """The submodule at dotted path ``target`` ("" : this module), with torch's errors."""
         m = self
         for part in target.split(".") if target else []:
             if part not in m._modules:
-                raise AttributeError(f"{type(m).__name__} has no submodule {part!r}")
+                if hasattr(m, part):
+                    raise AttributeError(f"`{part}` is not an nn.Module")
+                raise AttributeError(f"{type(m).__name__} has no attribute `{part}`")
             m = m._modules[part]
         return m
 

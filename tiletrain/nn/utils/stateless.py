@@ -73,13 +73,8 @@ def _check_strict(module: Module, values: dict, names: dict) -> None:
 
 
 def _owner(module: Module, name: str) -> tuple[Module, str]:
-    *path, attr = name.split(".")
-    m = module
-    for part in path:
-        sub = m._modules.get(part)
-        if sub is None:
-            raise AttributeError(f"{type(m).__name__} has no attribute `{part}`")
-        m = sub
+    path, _, attr = name.rpartition(".")
+    m = module.get_submodule(path)
     if attr in m._modules:
         raise TypeError(f"attribute `{attr}`: {m._modules[attr]} is not an instance of tiletrain.Tensor")
     return m, attr
