@@ -16,7 +16,7 @@ import numbers
 
 from ..tensors import Tensor, is_float
 from ..tensors.tensor import get_default_dtype
-from . import basic
+from .creation import full_like
 from .elementwise import _UNARY_OPS, BINARY_OPS, _tensor_operands, add, convert, lgamma
 from .elementwise import digamma, erfcx, i0, i0e, i1, i1e  # noqa: F401  (torch.special's names, re-exported)
 
@@ -78,11 +78,6 @@ def igammac(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
 gammainc, gammaincc = igamma, igammac
 
 
-def _number_operand(v, like: Tensor) -> Tensor:
-    """A number as a tensor of like's layout and dtype."""
-    return basic.fill_(Tensor(like.traits, like.dtype), float(v))
-
-
 def zeta(input, other) -> Tensor:  # noqa: A002
     """The Hurwitz zeta function sum_k (other + k) ** -input (broadcasting; a number on either
     side; integer tensors compute in the default float dtype); its gradient in other only."""
@@ -94,5 +89,5 @@ def zeta(input, other) -> Tensor:  # noqa: A002
     ins = [v if not isinstance(v, Tensor) or is_float(v.dtype) else convert(v, get_default_dtype())
            for v in (input, other)]
     like = ins[0] if isinstance(ins[0], Tensor) else ins[1]
-    s, q = (v if isinstance(v, Tensor) else _number_operand(v, like) for v in ins)
+    s, q = (v if isinstance(v, Tensor) else full_like(like, float(v)) for v in ins)  # a number: like's layout
     return BINARY_OPS["zeta"](*_tensor_operands("zeta", s, q, half=False))
