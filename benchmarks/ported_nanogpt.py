@@ -4,7 +4,7 @@ PyTorch eager with the same number of threads (torch.set_num_threads = tiletrain
 workers).  One step: batch slicing and stacking, forward, cross entropy, backward,
 clip_grad_norm_, AdamW with parameter groups, LambdaLR, loss.item().
 
-    python benchmarks/ported_nanogpt.py [--ncpu N] [--reps R] [--block K] [--size small|medium]
+    python benchmarks/ported_nanogpt.py [--ncpu N] [--reps R] [--block K] [--size small|medium] [--sched P]
 
 Times --reps blocks of --block consecutive steps per framework (after --warmup steps), the
 two frameworks' blocks alternating (a shared machine's load drifts), and prints the median
@@ -49,6 +49,7 @@ def main() -> int:
                     help="seconds between two blocks: PyTorch's OpenMP threads spin for milliseconds after "
                          "their last parallel region (and would run on in the next block)")
     ap.add_argument("--size", choices=sorted(SIZES), nargs="+", default=["small", "medium"])
+    ap.add_argument("--sched", default=None, help="scheduling policy (default: tiletrain's, prio)")
     args = ap.parse_args()
 
     import torch
@@ -58,10 +59,11 @@ def main() -> int:
     torch.set_num_threads(args.ncpu)
     print(environment())
     print(f"torch {torch.__version__} with {torch.get_num_threads()} threads (eager); tiletrain {tt.__version__} "
-          f"with {args.ncpu} CPU workers; float32; medians of {args.reps} blocks of {args.block} steps after "
+          f"with {args.ncpu} CPU workers ({args.sched or 'default policy'}); float32; medians of {args.reps} blocks of {args.block} steps after "
           f"{args.warmup} warm-up steps")
     rows = []
-    with tt.init(ncpu=args.ncpu):
+    with tt.init(ncpu=args.ncpu, sched=args.sched) as rt:
+        print(f"tiletrain policy: {rt.sched}")
         for size in args.size:
             cfg = SIZES[size]
             data = np.random.default_rng(0).integers(0, cfg["vocab"], 4096)

@@ -454,12 +454,22 @@ typedef struct batch {
 } batch;
 
 #define REAPER_MAX_PENDING (1 << 20) /* tiles queued; beyond, the caller unregisters itself */
+/* A push wakes the reaper once this many tiles or bytes are queued, not at every free: a
+ * training step frees a few hundred small tensors, and a wake-up per free was a futex call on
+ * the freeing thread and a context switch on a machine whose cores the workers and that
+ * thread already share.  What waits is bounded (a few small tiles, or one large one: a tile
+ * of REAPER_WAKE_BYTES or more wakes it at once), and a wait or shutdown wakes it first.
+ * Only where handles are reused (tt_reuse_configure): under a memory limit every free wakes
+ * it, so that StarPU's accounting never waits on a tile the reaper has not unregistered. */
+#define REAPER_WAKE_TILES 32
+#define REAPER_WAKE_BYTES (1 << 20)
 
 static pthread_mutex_t reaper_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reaper_go = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t reaper_idle = PTHREAD_COND_INITIALIZER;
 static batch *queue_head, *queue_tail;  /* under reaper_mu */
 static int64_t queued;                  /* tiles queued or being unregistered, under reaper_mu */
+static int64_t unwoken_tiles, unwoken_bytes; /* queued since the last wake-up, under reaper_mu */
 static int reaper_started, reaper_quit; /* under reaper_mu */
 static pthread_t reaper_thread;
 
@@ -495,6 +505,12 @@ static void *reaper_main(void *arg)
 }
 
 
+static void wake_reaper(void) /* under reaper_mu */
+{
+    unwoken_tiles = unwoken_bytes = 0;
+    pthread_cond_signal(&reaper_go);
+}
+
 /* Queue n handles (taking the malloc'ed array) to unregister, or for the pending lists (pend);
  * 0 when the caller must do it. */
 static int reaper_push(starpu_data_handle_t *h, int64_t n, int pend_them)
@@ -526,7 +542,11 @@ static int reaper_push(starpu_data_handle_t *h, int64_t n, int pend_them)
         queue_head = b;
     queue_tail = b;
     queued += n;
-    pthread_cond_signal(&reaper_go);
+    unwoken_tiles += n;
+    for (int64_t i = 0; i < n && unwoken_bytes < REAPER_WAKE_BYTES; i++)
+        unwoken_bytes += (int64_t)starpu_vector_get_nx(h[i]) * (int64_t)starpu_vector_get_elemsize(h[i]);
+    if (!reuse_handles || unwoken_tiles >= REAPER_WAKE_TILES || unwoken_bytes >= REAPER_WAKE_BYTES)
+        wake_reaper();
     pthread_mutex_unlock(&reaper_mu);
     return 1;
 }
@@ -535,6 +555,8 @@ static int reaper_push(starpu_data_handle_t *h, int64_t n, int pend_them)
 void tt_reaper_flush(void)
 {
     pthread_mutex_lock(&reaper_mu);
+    if (queued)
+        wake_reaper();
     while (queued)
         pthread_cond_wait(&reaper_idle, &reaper_mu);
     pthread_mutex_unlock(&reaper_mu);
@@ -546,7 +568,7 @@ void tt_reaper_stop(void)
     pthread_mutex_lock(&reaper_mu);
     int started = reaper_started;
     reaper_quit = 1;
-    pthread_cond_signal(&reaper_go);
+    wake_reaper();
     pthread_mutex_unlock(&reaper_mu);
     if (started)
         pthread_join(reaper_thread, NULL);

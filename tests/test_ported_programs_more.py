@@ -1,7 +1,8 @@
 """More PyTorch programs (tiletrain/testing/ported_programs_more.py) run with `torch` and with
 `tiletrain` as the module: a VAE, a Transformer-encoder classifier, a packed-sequence LSTM
 tagger, a U-Net with a torch.save/torch.load checkpoint round trip, a physics-informed MLP
-with second derivatives and LBFGS.  The same losses and outputs in float64 (1e-9)."""
+with second derivatives and LBFGS, a seeded character LM, an MLP-mixer with masked pooling.
+The same losses and outputs in float64 (1e-9)."""
 import numpy as np
 import pytest
 import torch
@@ -109,3 +110,19 @@ def test_seeded_program_needs_nothing_copied(float64_default):
 def test_seeded_program_default_float32():
     ours, ref = P.seeded_program(tt, epochs=1), P.seeded_program(torch, epochs=1)
     np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4)
+
+
+def test_mixer_program(float64_default):
+    """Padding, masked pooling, label smoothing, amsgrad, CosineAnnealingLR and a BytesIO
+    checkpoint: the same losses, accuracies, learning rates and probabilities (torch's
+    manual_seed: the same initial weights in both)."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 20, (48, 12))
+    ids[:, -3:] = 0
+    ids[5, 4:] = 0
+    labels = (ids[:, 0] + ids[:, 1]) % 3
+    (losses, accs, lrs, same, probs), ref = _both(P.mixer_program, ids=ids, labels=labels)
+    _close([losses, lrs], ref[0:1] + ref[2:3])
+    assert accs == ref[1] and same and ref[3]
+    np.testing.assert_allclose(probs, ref[4], rtol=1e-12)
+    assert ref[0][-1] < ref[0][0]

@@ -8,7 +8,9 @@ handed to the C library in ``tt_config`` at init (nothing in csrc/ calls getenv 
 
 Precedence, for every field: an explicit argument to ``tiletrain.init()`` wins over the
 environment variable, which wins over the default.  For ``sched``: ``init(sched=...)`` (or
-``--sched``) > ``STARPU_SCHED`` > StarPU's default (lws); tiletrain's own C policies
+``--sched``) > ``STARPU_SCHED`` > tiletrain's default, ``prio`` (DEFAULT_SCHED: StarPU's own
+default, lws, is slower where the submitting thread shares the cores with the workers; see
+there); tiletrain's own C policies
 (csrc/sched/, e.g. ``tt-cp``) are valid names too.  Because StarPU itself reads
 ``STARPU_SCHED``/``STARPU_NCPU``/... at ``starpu_init`` and lets them override its
 configuration, ``init()`` sets those variables to the resolved values for the duration
@@ -142,6 +144,19 @@ def cache_root() -> str:
     return os.environ.get("TILETRAIN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tiletrain")
 
 
+# The policy a session gets unless told otherwise: StarPU's prio (one central queue in
+# priority order) rather than StarPU's own default, lws (a queue per worker, stealing).
+# Every process runs one thread that submits the tasks beside one worker per core, and under
+# lws a task that thread pushes waits until the chosen worker leaves its scheduling loop
+# (StarPU 1.3's worker "relax" protocol), which a worker sharing its core with that thread
+# often does only when the kernel schedules it again; prio's push takes the queue's lock and
+# wakes a worker without waiting for one.  Measured on 2 cores, 2 workers (docs/
+# configuration.md, "Scheduling policy"): the small ported nanoGPT step 0.95-1.09x PyTorch
+# under lws against 1.17-1.20x under prio, the medium one and gpt_step small equal or
+# faster.  prio honours tiletrain.priority() across all workers.
+DEFAULT_SCHED = "prio"
+
+
 def uses_perf_models(sched: str | None) -> bool:
     """Whether a policy schedules with history-based performance models (dm/heft family)."""
     return bool(sched) and (sched.startswith("dm") or sched in ("pheft", "heteroprio")
@@ -263,7 +278,7 @@ class RuntimeConfig:
     ncpu: int | None = None       # CPU workers (None: StarPU's default, all cores up to STARPU_MAXCPUS)
     nopencl: int = 0              # OpenCL workers
     ncuda: int | None = None      # CUDA workers (None: StarPU's default)
-    sched: str | None = None      # scheduling policy (None: StarPU's default, lws)
+    sched: str | None = DEFAULT_SCHED  # scheduling policy (default prio: DEFAULT_SCHED)
     profile: bool = False         # StarPU profiling (task timings)
     mpi: bool = False             # StarPU-MPI (default: on when launched by mpirun with > 1 rank)
     calibrate: int | None = None  # perf-model calibration (0, 1, 2)

@@ -10,6 +10,7 @@ import tiletrain.functional as F
 from conftest import FLOATS, total_tasks
 from tiletrain._ffi import check, lib
 from tiletrain.testing.gradcheck import vjp_check
+from tiletrain.tensors.tensor import value_range_of
 from tiletrain.ops.softmax import cross_entropy_last  # the fused op, classes on the last axis
 
 
@@ -291,8 +292,8 @@ def test_ids_and_targets_from_numpy_are_not_read_back(rng, monkeypatch):
 
 
 def test_views_of_ids_embed_and_writes_through_a_view_forget_the_range(rng):
-    """A view (slice, reshape) of an ids tensor has no range of its own (it is read) and
-    embeds like its base; filling a view in place forgets its base's range, so the base is
+    """A view (slice, reshape) of an ids tensor has no range of its own (it takes its base's)
+    and embeds like its base; filling a view in place forgets its base's range, so the base is
     read -- and its out-of-range ids refused -- at its next use."""
     table = tt.from_numpy(rng.standard_normal((10, 3)), (10, 3))
     a = np.arange(12, dtype=np.int64).reshape(3, 4) % 10
@@ -306,3 +307,45 @@ def test_views_of_ids_embed_and_writes_through_a_view_forget_the_range(rng):
     assert ids.value_range is None
     with pytest.raises(ValueError, match=r"ids\[1, 0\] = 40 is out of range"):
         F.embedding(ids, table)
+
+
+def test_a_batch_sliced_and_stacked_from_ids_keeps_their_range(rng, monkeypatch):
+    """nanoGPT's get_batch: slices of a token stream stacked into a batch (region copies)
+    keep the stream's range, and a view of the batch its base's, so embedding and
+    cross_entropy do not read the batch back (a wait for the copies and for every task
+    queued before them, once per step); a write into the batch or through its view forgets
+    the range, and an id out of range is then read and refused."""
+    table = tt.from_numpy(rng.standard_normal((10, 4)), (10, 4))
+    stream = rng.integers(1, 9, size=100)
+    tokens = tt.from_numpy(stream)
+    starts = [3, 40, 71]
+    x = tt.stack([tokens[i:i + 6] for i in starts])
+    y = tt.stack([tokens[i + 1:i + 7] for i in starts])
+    assert value_range_of(x) == (int(stream.min()), int(stream.max()))
+    assert value_range_of(y.view(-1)) == value_range_of(y)
+    logits = tt.from_numpy(rng.standard_normal((18, 10)))
+    reads = []
+    real = tt.Tensor.numpy
+    monkeypatch.setattr(tt.Tensor, "numpy", lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
+    e = F.embedding(x, table)
+    loss = F.cross_entropy(logits, y.view(-1))
+    assert reads == []
+    monkeypatch.undo()
+    want_x = np.stack([stream[i:i + 6] for i in starts])
+    want_y = np.stack([stream[i + 1:i + 7] for i in starts]).reshape(-1)
+    np.testing.assert_array_equal(e.numpy(), table.numpy()[want_x])
+    lg = logits.numpy()
+    lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
+    np.testing.assert_allclose(float(loss), np.mean(lse - lg[np.arange(18), want_y]), rtol=1e-12)
+    x[1, 2] = 10                                          # a write into the batch: read and refused
+    assert value_range_of(x) is None
+    with pytest.raises(ValueError, match=r"ids\[1, 2\] = 10 is out of range for a table of 10 rows"):
+        F.embedding(x, table)
+    flat = y.view(-1)
+    flat[5] = 11                                          # through the view: the batch forgets too
+    assert value_range_of(y) is None and value_range_of(flat) is None
+    with pytest.raises(ValueError, match="out of range"):
+        F.embedding(y, table)
+    both = tt.stack([tokens[0:2], tt.from_numpy(np.array([20, 30]))])  # the hull of the sources' ranges
+    assert value_range_of(both) == (int(stream.min()), 30)   # a slice keeps its whole source's range
+    assert value_range_of(tt.stack([tokens[0:2], x[0, 0:2]])) is None  # one source of unknown range

@@ -60,8 +60,8 @@ def test_sched_precedence_argument_environment_default(monkeypatch):
     with tt.init(ncpu=2) as rt:
         assert rt.sched == "tt-cp"
     monkeypatch.delenv("STARPU_SCHED")
-    with tt.init(ncpu=2) as rt:                       # StarPU's default
-        assert rt.sched == "lws"
+    with tt.init(ncpu=2) as rt:                       # tiletrain's default (config.DEFAULT_SCHED)
+        assert rt.sched == "prio"
 
 
 def test_priority_range_is_enforced():

@@ -58,7 +58,7 @@ class Parameter(Tensor):
         # share data's tiles (as Tensor.detach does); data stays alive as long as the parameter
         self.traits, self.dtype, self._ptr, self._session = data.traits, data.dtype, data._ptr, data._session
         self._base = data if data._base is None else data._base
-        self.grad, self._node = None, None
+        self.grad, self._node, self.value_range, self._read = None, None, None, False
         self.requires_grad = requires_grad
 
     def __repr__(self) -> str:

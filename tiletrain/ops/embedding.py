@@ -10,7 +10,7 @@ import numpy as np
 
 from ..runtime.kernels import embedding_backward, embedding_rows
 from ..tensors import Tensor, TensorTraits, from_numpy
-from ..tensors.tensor import known_within
+from ..tensors.tensor import known_within, value_range_of
 from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor
 from .creation import zeros
@@ -26,7 +26,7 @@ def _check_ids_range(ids: Tensor, V: int, what: str) -> tuple[int, int]:
     read, so a decode step can embed tokens still being chosen and, under MPI, no rank waits
     for another's ids; the others are read (this waits for their writers)."""
     if known_within(ids, V):
-        return ids.value_range
+        return value_range_of(ids)
     a = ids.numpy(force=True)
     bad = (a < 0) | (a >= V)
     if bad.any():

@@ -41,6 +41,7 @@ import numpy as np
 from ..runtime.context import nworkers
 from ..runtime.kernels import assume_written, copy_regions, tensor_view, tile_view, view_tiles
 from ..tensors import Tensor, TensorTraits, bfloat16, float16
+from ..tensors.tensor import value_range_of
 from ..tensors.traits import DEFAULT_TILE
 from .autograd import PartialGradient, backward_rule, double_backward_rule, record
 from .basic import _tensor, dim_alias
@@ -105,7 +106,20 @@ def _inverse(spec, x_ndim: int) -> tuple:
 def _regions(xs, traits: TensorTraits, specs) -> Tensor:
     y = Tensor(traits, xs[0].dtype)
     copy_regions(y, [(x, *spec) for x, spec in zip(xs, specs)])
+    y.value_range = _hull(xs)
     return record("region", y, xs, specs=specs, traits=[x.traits for x in xs])
+
+
+def _hull(xs) -> tuple[int, int] | None:
+    """Known bounds of values copied from xs (ids sliced and stacked into a batch keep the
+    range their array had: embedding and cross_entropy need not read them back), or None."""
+    lo = hi = None
+    for x in xs:
+        r = value_range_of(x)
+        if r is None:
+            return None
+        lo, hi = (r[0], r[1]) if lo is None else (min(lo, r[0]), max(hi, r[1]))
+    return None if lo is None else (lo, hi)
 
 
 @backward_rule("region")

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..runtime.kernels import run_map, run_span, sum_all
 from ..tensors import Tensor, TensorTraits, as_dtype, from_numpy
-from ..tensors.tensor import known_within
+from ..tensors.tensor import known_within, value_range_of
 from .autograd import backward_rule, double_backward_rule, needs_grad, record
 from .basic import _float_tensor, _tensor, astype, dim_alias
 from .elementwise import add, mul, neg
@@ -141,7 +141,7 @@ def _check_targets(logits: Tensor, targets, ignore_index: int, what: str) -> Ten
                          f"the last axis), got {targets.shape}")
     if targets.tiles != rows.tiles:  # tiling is never a correctness rule: retiled like logits' rows
         retiled = retile(targets, rows.tiles)
-        retiled.value_range = targets.value_range
+        retiled.value_range = value_range_of(targets)
         targets = retiled
     ncls = logits.shape[-1]
     if known_within(targets, ncls):  # from_numpy's targets: in range without reading them back

@@ -28,6 +28,8 @@ from .._ffi import check, ffi, lib
 from ..tensors.tensor import forget_value_range
 from .registry import KERNELS, kernel_id, kernel_info, kernel_names
 
+_MAX_NDIM = lib.TT_MAX_NDIM
+
 # name -> (kernel id, argument struct type): the lookup every op makes
 _CALL = {name: (info.id, info.args) for name, info in KERNELS.items()}
 
@@ -135,17 +137,21 @@ def copy_regions(y, copies) -> None:
     """Region copies into ``y``: each copy is ``(x, xstart, xaxis, step, ystart, ystep, count)``,
     xstart per x axis, the rest per y axis: y[ystart + ystep i] = x[xstart + step i] along y
     axis d and x axis xaxis[d] (-1: broadcast); x axes no y axis maps are held at xstart."""
-    m = lib.TT_MAX_NDIM
+    m = _MAX_NDIM
     n = len(copies)
+    nm = n * m
     forget_value_range(y)  # written: whatever range from_numpy or an argmax gave it no longer holds
-    arrays = [[0] * (n * m) for _ in range(6)]
-    for c, (x, *fields) in enumerate(copies):
-        for arr, vals in zip(arrays, fields):
-            arr[c * m:c * m + len(vals)] = vals
-    xstart, xaxis, step, ystart, ystep, count = arrays
-    i64 = [ffi.new("int64_t[]", a) for a in (xstart, step, ystart, ystep, count)]
-    check(lib.tt_copy_regions(y._ptr, n, _ptrs([c[0] for c in copies]), i64[0], ffi.new("int[]", xaxis),
-                              *i64[1:]))
+    # the five int64 arrays in one block (xstart, step, ystart, ystep, count: nm entries each)
+    flat, xaxis = [0] * (5 * nm), [0] * nm
+    for c, (_, xstart, xa, *rest) in enumerate(copies):
+        o = c * m
+        flat[o:o + len(xstart)] = xstart
+        xaxis[o:o + len(xa)] = xa
+        for k, vals in enumerate(rest, 1):
+            flat[k * nm + o:k * nm + o + len(vals)] = vals
+    a = ffi.new("int64_t[]", flat)
+    check(lib.tt_copy_regions(y._ptr, n, _ptrs([c[0] for c in copies]), a, ffi.new("int[]", xaxis), a + nm,
+                              a + 2 * nm, a + 3 * nm, a + 4 * nm))
 
 
 def assume_written(y) -> None:

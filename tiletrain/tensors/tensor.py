@@ -345,9 +345,22 @@ def set_tensor_class(cls: type) -> None:
 Tensor = TensorBase
 
 
+def value_range_of(t: Tensor) -> tuple[int, int] | None:
+    """t's values' known bounds (lo, hi) without reading them, or None: its own
+    ``value_range``, else that of the tensor whose tiles it views (a view shows some of its
+    base's values; a write through any view forgets its bases' ranges, forget_value_range,
+    and a write into the base forgets the base's), for a view of the same dtype."""
+    while True:
+        r = t.value_range
+        base = t._base
+        if r is not None or base is None or base.dtype != t.dtype:
+            return r
+        t = base
+
+
 def known_within(t: Tensor, n: int) -> bool:
     """True when t's values are known, without reading them (``value_range``), to lie in [0, n)."""
-    r = t.value_range
+    r = value_range_of(t)
     return r is not None and 0 <= r[0] and r[1] < n
 
 

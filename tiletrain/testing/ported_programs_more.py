@@ -1,8 +1,10 @@
 """More PyTorch-style programs written once as functions of the module (`def program(torch)`),
 run by tests/test_ported_programs_more.py with `torch` and with `tiletrain`: a VAE, a
 Transformer-encoder classifier, a packed-sequence LSTM tagger, a small U-Net with a checkpoint
-round trip and a physics-informed MLP.  Parameters, data and noise come in as NumPy arrays (the
-two libraries' random streams differ); everything else is plain torch code."""
+round trip, a physics-informed MLP, a seeded character LM and an MLP-mixer over padded
+sequences.  Data and noise come in as NumPy arrays; parameters too, except in the seeded
+programs (torch.manual_seed: tiletrain draws torch's numbers); everything else is plain torch
+code."""
 from __future__ import annotations
 
 import math
@@ -405,3 +407,69 @@ def seeded_program(torch, *, steps_per_epoch=None, epochs=2, seed=1337, dtype=No
             nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, nxt), dim=1)
     return losses, idx[0].tolist()
+
+
+# -- an MLP-mixer over padded token sequences -----------------------------------------------
+def mixer_program(torch, *, ids, labels, epochs=4, batch_size=16, seed=0, dtype=None):
+    """A token-mixing MLP classifier over padded sequences as a PyTorch user writes it:
+    ``padding_idx``, a learned position table with ``trunc_normal_``, mixing across tokens
+    through ``transpose``, masked mean and max pooling (``torch.where`` / ``full_like`` /
+    ``amax``), ``label_smoothing``, Adam with ``amsgrad`` and weight decay, gradient clipping,
+    ``CosineAnnealingLR``, accuracy under ``no_grad``, and a ``torch.save`` / ``torch.load``
+    round trip through a BytesIO.  ids: (N, T) int64 with 0 as padding; labels: (N,).
+    Returns (losses, accuracies, learning rates, restored model's output equal, softmax rows)."""
+    import io
+    nn, F = torch.nn, torch.nn.functional
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    torch.manual_seed(seed)
+    N, T = ids.shape
+    vocab, d, ncls = int(ids.max()) + 1, 16, int(labels.max()) + 1
+
+    class Mixer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d, padding_idx=0)
+            self.pos = nn.Parameter(torch.zeros(1, T, d))
+            self.tok_mlp = nn.Sequential(nn.Linear(T, 2 * T), nn.GELU(), nn.Dropout(0.0), nn.Linear(2 * T, T))
+            self.ch_mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.SiLU(), nn.Linear(4 * d, d))
+            self.head = nn.Linear(2 * d, ncls, bias=False)
+            nn.init.trunc_normal_(self.pos, std=0.02)
+
+        def forward(self, x_ids):
+            x = self.emb(x_ids) + self.pos
+            x = x + self.tok_mlp(x.transpose(1, 2)).transpose(1, 2)
+            x = x + self.ch_mlp(x)
+            mask = (x_ids != 0).unsqueeze(-1).to(x.dtype)
+            mean = (x * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+            mx = torch.where(mask.bool(), x, torch.full_like(x, -1e9)).amax(dim=1)
+            return self.head(torch.cat([mean, mx], dim=-1))
+
+    model = Mixer()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3, amsgrad=True, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs, eta_min=1e-4)
+    X, Y = torch.tensor(ids), torch.tensor(labels)
+    losses, accs, lrs = [], [], []
+    for _ in range(epochs):
+        model.train()
+        for b in range(0, N, batch_size):
+            loss = F.cross_entropy(model(X[b:b + batch_size]), Y[b:b + batch_size], label_smoothing=0.1)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.5)
+            opt.step()
+            losses.append(loss.item())
+        sched.step()
+        lrs.append(sched.get_last_lr()[0])
+        model.eval()
+        with torch.no_grad():
+            accs.append((model(X).argmax(-1) == Y).float().mean().item())
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    buf.seek(0)
+    restored = Mixer()
+    restored.load_state_dict(torch.load(buf))
+    with torch.no_grad():
+        same = bool(torch.allclose(restored(X), model(X)))
+        probs = F.softmax(model(X[:2]), dim=-1).numpy()
+    return losses, accs, lrs, same, probs
