@@ -64,6 +64,57 @@ def test_gcnconv_edge_weight(rng):
     np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), **TOL)
 
 
+def test_layers_on_one_graph_share_its_adjacency_and_only_while_it_lives(rng, monkeypatch):
+    """A 3-layer GCN (and SAGE) on one graph builds the normalised adjacency once per forward
+    (the layers share it while it is alive), with PyG's outputs; an edge_index changed in place,
+    other edge weights or other options build it anew, and nothing keeps it alive: once the
+    outputs and their graph are gone, the next call builds again."""
+    from tiletrain.geometric import nn as gnn
+    builds = []
+    real = gnn.adjacency
+    monkeypatch.setattr(gnn, "adjacency", lambda *a, **k: builds.append(1) or real(*a, **k))
+    ei = _graph(rng)
+    x = rng.standard_normal((13, 5))
+    dims = [(5, 6), (6, 6), (6, 3)]
+    theirs = [pyg_nn.GCNConv(a, b).double() for a, b in dims]
+    ours = [GCNConv(a, b, dtype=np.float64) for a, b in dims]
+    for o, t in zip(ours, theirs):
+        o.load_state_dict(t.state_dict())
+
+    def run(layers, h, e, w=None):
+        for layer in layers:
+            h = layer(h, e, w)
+        return h
+
+    out = run(ours, tt.from_numpy(x).requires_grad_(), ei)
+    ref = run(theirs, torch.from_numpy(x), torch.from_numpy(ei))
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), **TOL)
+    assert len(builds) == 1
+    run(ours, tt.from_numpy(x), ei.copy())                  # equal content, another array: shared
+    assert len(builds) == 1
+    ei[0, 5] = (ei[0, 5] + 1) % 11                            # changed in place: built anew, right
+    out2 = run(ours, tt.from_numpy(x), ei)
+    np.testing.assert_allclose(out2.detach().numpy(), run(theirs, torch.from_numpy(x), torch.from_numpy(ei))
+                               .detach().numpy(), **TOL)
+    assert len(builds) == 2
+    w = rng.random(ei.shape[1]) + 0.5
+    out3 = run(ours, tt.from_numpy(x), ei, w)                 # edge weights: another adjacency
+    np.testing.assert_allclose(out3.detach().numpy(), run(theirs, torch.from_numpy(x), torch.from_numpy(ei),
+                                                          torch.from_numpy(w)).detach().numpy(), **TOL)
+    assert len(builds) == 3
+    improved = GCNConv(5, 6, improved=True, dtype=np.float64)
+    improved(tt.from_numpy(x), ei)                            # another option: another adjacency
+    assert len(builds) == 4
+    sage = SAGEConv(5, 4, dtype=np.float64)
+    sage(tt.from_numpy(x), ei)
+    assert len(builds) == 5                                   # another layer kind: its own
+    del out, out2, out3
+    import gc
+    gc.collect()
+    run(ours, tt.from_numpy(x), ei)                           # nothing kept alive: built again
+    assert len(builds) == 6
+
+
 @pytest.mark.parametrize("x_tiles", [(13, 5), (4, 2)])
 @pytest.mark.parametrize("kwargs", [{}, dict(root_weight=False), dict(normalize=True), dict(bias=False)])
 def test_sageconv(rng, x_tiles, kwargs):
