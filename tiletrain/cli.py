@@ -50,7 +50,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def _runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ncpu", type=int, default=None, help="CPU workers (default: STARPU_NCPU or all cores)")
-    p.add_argument("--sched", default=None, help="StarPU scheduling policy (default: STARPU_SCHED or lws)")
+    p.add_argument("--sched", default=None, help="StarPU scheduling policy (default: STARPU_SCHED or prio)")
 
 
 # `tiletrain info`'s build and worker fields, in order (also the keys of `info --json`)
@@ -171,7 +171,7 @@ def _add_generate(sub) -> None:
     p.add_argument("--sched", default=None,
                    help="StarPU scheduling policy (default: tt-cp, whose idle workers nap instead of polling and "
                         "leave the cores to the thread submitting each step; under mpirun or with STARPU_SCHED "
-                        "set: STARPU_SCHED or lws)")
+                        "set: STARPU_SCHED or prio)")
     p.set_defaults(func=cmd_generate)
 
 

@@ -418,7 +418,8 @@ def generate(model, input_ids, max_new_tokens: int | None = None, temperature: f
 # The StarPU policy `tiletrain generate` and benchmarks/generate.py start with: tt-cp's idle
 # workers nap on a condition variable instead of polling (Debian's StarPU has non-blocking
 # drivers), which leaves the cores to the Python thread that submits each decode step
-# (measured 1.6-2.0x tokens/s over lws at batch 1; training keeps StarPU's default, lws).
+# (measured 1.6-2.0x tokens/s over lws at batch 1; training keeps the runtime default,
+# config.DEFAULT_SCHED).
 DECODE_SCHED = "tt-cp"
 
 AHEAD = 4  # greedy decode steps submitted beyond the oldest whose tokens are not read yet (0: none)

@@ -109,7 +109,7 @@ class TrainArgs:
                                                 group=RUNTIME, type=parse_tiles)
     ncpu: int | None = option(None, "CPU workers (default: STARPU_NCPU or all cores)", group=RUNTIME,
                               limits=POSITIVE)
-    sched: str | None = option(None, "StarPU scheduling policy (default: STARPU_SCHED or lws)", group=RUNTIME)
+    sched: str | None = option(None, "StarPU scheduling policy (default: STARPU_SCHED or prio)", group=RUNTIME)
     mem_limit: str | None = option(None, "cap StarPU's CPU memory, e.g. 2G or 512M (docs/howto/memory-budget.md)",
                                    group=RUNTIME, metavar="SIZE")
     # deprecated alias of mem_limit, in MiB (the runtime's RuntimeConfig.memory_limit_mb): made
