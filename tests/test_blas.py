@@ -1,5 +1,6 @@
 """The CPU BLAS chosen at build time (CMake TT_BLAS: openblas or mkl)."""
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -111,3 +112,28 @@ def test_mkl_without_its_wheel_is_a_clear_error(tmp_path):
     r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DTT_BLAS=mkl", _starpu_arg(),
                         f"-DTT_MKL_PREFIX={tmp_path / 'nothing'}"], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "pip install mkl-devel" in r.stdout + r.stderr
+
+
+def test_numpys_openblas_is_single_threaded_while_a_runtime_is_up():
+    """NumPy's own OpenBLAS (a wheel's libscipy_openblas, not tiletrain's) runs on the workers'
+    cores: one thread while a runtime is up (its idle threads would spin after each NumPy
+    product), its own count back after shutdown."""
+    code = (
+        "import json, numpy, tiletrain as tt\n"
+        "from threadpoolctl import ThreadpoolController\n"
+        "def counts():\n"
+        "    return {c.filepath: c.num_threads for c in ThreadpoolController().select(internal_api='openblas').lib_controllers}\n"
+        "numpy.dot(numpy.ones((64, 64)), numpy.ones((64, 64)))\n"
+        "before = counts()\n"
+        "tt.init(ncpu=2)\n"
+        "during = counts()\n"
+        "tt.shutdown()\n"
+        "print(json.dumps([before, during, counts()]))\n")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, during, after = json.loads(out.stdout.strip().splitlines()[-1])
+    numpys = [k for k in before if "tiletrain" not in k and "libopenblasp" not in k]
+    assert numpys and all(before[k] == 2 for k in numpys), before     # numpy's, as the environment set it
+    assert set(during.values()) == {1}, during
+    assert all(after[k] == before[k] for k in numpys), after

@@ -120,10 +120,13 @@ class Runtime:
         c.mpi_exit_grace = float(cfg.mpi_exit_grace)
         c.cp_yield = int(cfg.cp_yield)
         c.cp_idle_sleep_us = cfg.cp_idle_sleep_us
-        # numpy's own OpenBLAS runs beside the workers: keep it single-threaded too.
+        # numpy's own OpenBLAS runs beside the workers: keep it single-threaded too (its idle
+        # threads would otherwise spin after each NumPy product, on the workers' cores).  Selected
+        # by internal_api: threadpool_limits(limits={"openblas": 1}) matches prefixes and user
+        # APIs only, so it never reached numpy's libscipy_openblas (which kept 2 threads).
         try:
-            from threadpoolctl import threadpool_limits
-            self._blas_limit = threadpool_limits(limits={"openblas": 1})
+            from threadpoolctl import ThreadpoolController
+            self._blas_limit = ThreadpoolController().select(internal_api="openblas").limit(limits=1)
         except Exception:  # pragma: no cover - threadpoolctl is a dependency
             self._blas_limit = None
         if cfg.fxt:  # StarPU writes its FxT trace there at shutdown
