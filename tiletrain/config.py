@@ -151,8 +151,8 @@ def cache_root() -> str:
 # (StarPU 1.3's worker "relax" protocol), which a worker sharing its core with that thread
 # often does only when the kernel schedules it again; prio's push takes the queue's lock and
 # wakes a worker without waiting for one.  Measured on 2 cores, 2 workers (docs/
-# configuration.md, "Scheduling policy"): as fast or faster than lws in every comparison,
-# by up to ~20 % on steps of small tasks (the ported nanoGPT), within the noise on others.
+# configuration.md, "Scheduling policy"): ahead of lws on the small ported nanoGPT step in
+# four of five comparisons (up to ~20 %) and on gpt_step, level within the noise elsewhere.
 # prio honours tiletrain.priority() across all workers.
 DEFAULT_SCHED = "prio"
 
