@@ -136,6 +136,8 @@ def worker(a) -> None:
         out = {"gpus": p, "m": m, "schedule": name, "step_s": step_s, "samples_per_s": m * a.batch / step_s,
                "idle": float(np.mean([1 - b / (t1 - t0) for b in busy])), "tasks": int(len(tasks)),
                "on_stage_workers": int(len(mine)),
+               "off_stage": {str(k): int(n) for k, n in zip(*np.unique(tasks[~np.isin(tasks["worker"], ws)]["kernel"],
+                                                                     return_counts=True))},
                "steady_idle": _steady_idle(mine, ws) if name == "pb" else float("nan"),
                "steady_samples_per_s": _steady_rate(mine, ws) * a.batch if name == "pb" else float("nan")}
         print("RESULT " + json.dumps(out), flush=True)
@@ -211,7 +213,8 @@ def main() -> int:
             print(f"# {g} GPUs, m={got[0]['m']}: {time.monotonic() - t:.0f} s real, "
                   f"{sum(x['tasks'] for x in got)} tasks timed, "
                   + ", ".join(f"{x['schedule']} {x['tasks'] - x['on_stage_workers']} off the stage GPUs"
-                              for x in got), flush=True)
+                              + (f" ({', '.join(f'{k} {n}' for k, n in sorted(x['off_stage'].items()))})"
+                                 if x["off_stage"] else "") for x in got), flush=True)
     from tiletrain.pipeline.formulas import schedule_idle_fraction
     shape = f"{a.width}x{a.width} Linear per stage" if a.balanced else f"64-{a.width}x(p-1)-10, one Linear per stage"
     print(f"\nMLP ({shape}), micro-batch {a.batch}, m = {a.m_per_stage} x stages "

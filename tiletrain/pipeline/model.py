@@ -276,8 +276,15 @@ class ModelPipeline:
         return self.plan.rank_of(d, r) if self.plan is not None else r
 
     def _on(self, v: int):
-        """Under mpirun: new tensors of virtual stage v's work (replica 0) live on its rank."""
-        return use(SingleRank(self.rank(0, self.schedule.placement()[v]))) if self.mpi else contextlib.nullcontext()
+        """Virtual stage v's own work outside the schedule's actions (its optimizer's steps and
+        weight versions, its heads): under mpirun its new tensors live on its rank (replica 0);
+        in one process its tasks run on its rank's workers, as its actions' do (left
+        unplaced, a policy such as dmdas put a flushing step's updates and pb's version copies
+        on other devices, moving the stage's weights there and back)."""
+        r = self.schedule.placement()[v]
+        if self.mpi:
+            return use(SingleRank(self.rank(0, r)))
+        return submission(affinity=self.workers[r])
 
     def _schedule_for(self, schedule: Schedule | None) -> Schedule:
         """``step``'s schedule: the pipeline's, or one of the same layout for another count of
