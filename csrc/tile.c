@@ -543,7 +543,7 @@ static int reaper_push(starpu_data_handle_t *h, int64_t n, int pend_them)
     queue_tail = b;
     queued += n;
     unwoken_tiles += n;
-    for (int64_t i = 0; i < n && unwoken_bytes < REAPER_WAKE_BYTES; i++)
+    for (int64_t i = 0; reuse_handles && i < n && unwoken_bytes < REAPER_WAKE_BYTES; i++)
         unwoken_bytes += (int64_t)starpu_vector_get_nx(h[i]) * (int64_t)starpu_vector_get_elemsize(h[i]);
     if (!reuse_handles || unwoken_tiles >= REAPER_WAKE_TILES || unwoken_bytes >= REAPER_WAKE_BYTES)
         wake_reaper();
