@@ -9,6 +9,7 @@ import torch
 
 import tiletrain as tt
 from conftest import FLOATS, submits_nothing, tol
+from tiletrain.tensors import DEFAULT_TILE
 
 # (input shape, input tiles, dim, index length or index shape, index tiles)
 SELECT = [
@@ -221,3 +222,34 @@ def test_index_put_and_index_put__equal_torch(accumulate):
             out.append([y.detach().numpy(), x.grad.numpy(), v.grad.numpy(), z.numpy(), ints.numpy()])
         for u, w in zip(*out):
             np.testing.assert_allclose(w, u, rtol=1e-15)
+
+
+def test_index_select_numpy_index_takes_the_input_tiles_when_larger(rng):
+    """A NumPy index is tiled like the input along dim where the input's tiles are larger than
+    the default (rows gathered from a tensor tiled by 1000 rows come in tiles of 1000); values
+    and gradients as torch's either way, repeats and the last (smaller) tile included."""
+    x = rng.standard_normal((2300, 3))
+    idx = rng.integers(0, 2300, 1700).astype(np.int64)
+    idx[:3] = 2299
+    for tiles, want in (((1000, 3), 1000), ((100, 3), DEFAULT_TILE)):
+        X = tt.from_numpy(x, tiles).requires_grad_()
+        y = tt.index_select(X, 0, idx)
+        assert y.tiles[0] == want
+        np.testing.assert_array_equal(y.detach().numpy(), x[idx])
+        w = rng.standard_normal(y.shape)
+        (y * tt.from_numpy(w)).sum().backward()
+        T = _g(x, True)
+        (T.index_select(0, torch.from_numpy(idx)) * torch.from_numpy(w)).sum().backward()
+        np.testing.assert_allclose(X.grad.numpy(), T.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_tile_pairs_by_count_and_by_sort_agree(rng):
+    from tiletrain.ops.index import _pairs
+    for top in (50, 10 ** 9):  # a small key range (counted) and a wide one (sorted)
+        keys = rng.integers(0, top, 300).astype(np.int64)
+        i, j = _pairs(keys, 7)
+        u = np.unique(keys)
+        np.testing.assert_array_equal(i, u // 7)
+        np.testing.assert_array_equal(j, u % 7)
+    i, j = _pairs(np.zeros(0, np.int64), 7)
+    assert len(i) == len(j) == 0

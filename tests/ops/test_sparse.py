@@ -132,3 +132,14 @@ def test_feature_dimension_tiling_one_task_per_block_and_column_tile(rng):
         assert lib.tt_kernel_ntasks(lib.TT_K_CSR_MM) - before == nonempty * gf
         assert Y.tiles == (6, ft)
         np.testing.assert_allclose(Y.numpy(), d @ x, rtol=1e-12, atol=1e-12)
+
+
+def test_lex_order_equals_lexsort(rng):
+    """The radix order used to lay out CSR blocks equals np.lexsort, ties in input order,
+    for key ranges under and over one 16-bit digit."""
+    from tiletrain.ops.sparse import lex_order
+    for bound, n in ((1, 10), (7, 1000), (70_000, 5000), (3_000_000_000, 2000)):
+        keys = [rng.integers(0, bound, n).astype(np.int64) for _ in range(2)]
+        np.testing.assert_array_equal(lex_order(keys, bound), np.lexsort(keys))
+        np.testing.assert_array_equal(lex_order(keys[:1], bound), np.argsort(keys[0], kind="stable"))
+    assert len(lex_order((np.zeros(0, np.int64),), 5)) == 0

@@ -21,7 +21,7 @@ from .. import ops
 from ..nn import Linear, Module, ModuleList, Parameter
 from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
-from ..ops.sparse import SparseCSRTensor, sparse_csr_tensor
+from ..ops.sparse import SparseCSRTensor, lex_order, sparse_csr_tensor
 from ..tensors import Tensor, as_dtype
 from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
 
@@ -47,7 +47,7 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     target: A @ x sums each node's incoming messages); duplicate edges add up.  ``values``:
     NumPy (E,) or a tiletrain Tensor (its gradient flows through the permutation)."""
     src, dst = edge_index
-    perm = np.lexsort((src, dst)).astype(np.int64)  # by target, then source
+    perm = lex_order((src, dst), num_nodes)  # by target, then source
     crow = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))]).astype(np.int64)
     if isinstance(values, Tensor):
         vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)

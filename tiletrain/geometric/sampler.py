@@ -101,7 +101,11 @@ class GraphSAINTSampler:
         step, out = pending
         a = out.numpy(force=True)
         m, k = int(a[0]), int(a[1])
-        while k < 0:  # did not fit: twice the room (at most 2 + N + 3 E is ever needed)
+        while k < 0:
+            if k == -2:
+                raise MemoryError(f"GraphSAINTSampler: the saint_sample task of step {step} ran out of host memory "
+                                  f"(batch_size {self.batch_size}, {self.N} nodes, {self.E} edges)")
+            # did not fit: twice the room (at most 2 + N + 3 E is ever needed)
             self._cap = min(max(2 * self._cap, 2 + m + 64), 2 + self.N + 3 * self.E)
             a = self.submit(step)[1].numpy(force=True)
             m, k = int(a[0]), int(a[1])
