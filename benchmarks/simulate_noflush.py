@@ -14,7 +14,12 @@ after every micro-batch).  What the issue's 4-stage targets ask, at more stages:
   idle fraction    of the stage GPUs over the step (simulated clock, from the trace)
   steady state     pb: between the moment every stage has started its first backward and the
                    moment the first stage has run out of forwards (target <= 0.05), and the
-                   micro-batches finished per second in that window
+                   micro-batches finished per second in that window; per stage, the idle and
+                   the task time per kernel in that window.  Stage 0 computes no input
+                   gradient (its backward is one gemm where the others' is two), so it idles
+                   by that much whatever the schedule: the table gives the idle of the other
+                   stages and of the busiest stage (the one that sets the rate: its idle is
+                   the throughput lost to waiting) beside the mean of all
   samples/s        samples per simulated second, and the ratio to 1F1B (local target >= 1.2x)
 
     python benchmarks/simulate_noflush.py [--gpus 8 16] [--m-per-stage 2] [--m-extra 2]
@@ -47,9 +52,10 @@ from _common import run_worker  # noqa: E402
 SCHEDULES = ("1f1b", "pb", "local")
 
 
-def _steady_idle(tasks, stage_workers) -> float:
+def _steady_idle(tasks, stage_workers, per_stage: bool = False):
     """pb's steady state: idle fraction of the stage workers between the last first-backward
-    start and the first last-forward end (NaN when there is no such window)."""
+    start and the first last-forward end (NaN when there is no such window); per_stage: the
+    list of each stage worker's own."""
     import numpy as np
     t0, t1 = -np.inf, np.inf
     for w in stage_workers:
@@ -61,12 +67,30 @@ def _steady_idle(tasks, stage_workers) -> float:
         t0 = max(t0, float(bwd["start"].min()))
         t1 = min(t1, float(fwd["end"].max()))
     if t1 <= t0:
-        return float("nan")
-    busy = 0.0
+        return [float("nan")] * len(stage_workers) if per_stage else float("nan")
+    busy = []
     for w in stage_workers:
         mine = tasks[tasks["worker"] == w]
-        busy += float(np.clip(np.minimum(mine["end"], t1) - np.maximum(mine["start"], t0), 0, None).sum())
-    return 1.0 - busy / (len(stage_workers) * (t1 - t0))
+        busy.append(float(np.clip(np.minimum(mine["end"], t1) - np.maximum(mine["start"], t0), 0, None).sum()))
+    if per_stage:
+        return [1.0 - b / (t1 - t0) for b in busy]
+    return 1.0 - sum(busy) / (len(stage_workers) * (t1 - t0))
+
+
+def _steady_work(tasks, stage_workers) -> dict:
+    """pb's steady state: per stage worker, the task time (us) per kernel and phase in the
+    window of _steady_idle (what makes one stage busier than another)."""
+    import numpy as np
+    t0 = max(float(tasks[(tasks["worker"] == w) & (tasks["phase"] == "bwd")]["start"].min()) for w in stage_workers)
+    t1 = min(float(tasks[(tasks["worker"] == w) & (tasks["phase"] == "fwd")]["end"].max()) for w in stage_workers)
+    out = {}
+    for i, w in enumerate(stage_workers):
+        mine = tasks[(tasks["worker"] == w) & (tasks["start"] >= t0) & (tasks["end"] <= t1)]
+        d = {}
+        for k, ph, dur in zip(mine["kernel"], mine["phase"], mine["end"] - mine["start"]):
+            d[f"{k}/{ph}"] = d.get(f"{k}/{ph}", 0.0) + float(dur)
+        out[str(i)] = {k: round(v) for k, v in sorted(d.items(), key=lambda kv: -kv[1])}
+    return out
 
 
 def _steady_rate(tasks, stage_workers) -> float:
@@ -139,6 +163,8 @@ def worker(a) -> None:
                "off_stage": {str(k): int(n) for k, n in zip(*np.unique(tasks[~np.isin(tasks["worker"], ws)]["kernel"],
                                                                      return_counts=True))},
                "steady_idle": _steady_idle(mine, ws) if name == "pb" else float("nan"),
+               "steady_idle_per_stage": _steady_idle(mine, ws, per_stage=True) if name == "pb" else [],
+               "steady_work_per_stage": _steady_work(mine, ws) if name == "pb" else {},
                "steady_samples_per_s": _steady_rate(mine, ws) * a.batch if name == "pb" else float("nan")}
         print("RESULT " + json.dumps(out), flush=True)
         del pp, stages
@@ -221,8 +247,8 @@ def main() -> int:
           f"+ {a.m_extra}, {a.sched}, GPUs x{a.gpu_speed:g}, per-stage SGD (momentum 0.9), submitter free "
           f"({time.monotonic() - t_all:.0f} s real in all)\n")
     print("| GPUs p | m | schedule | simulated step (ms) | samples/s | vs 1F1B | idle | formula idle | "
-          "pb steady-state idle | pb steady-state samples/s (vs 1F1B) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "pb steady-state idle | stages 1..p-1 | busiest stage | pb steady-state samples/s (vs 1F1B) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     ref = {(r["gpus"], r["m"]): r["samples_per_s"] for r in rows if r["schedule"] == "1f1b"}
     for r in rows:
         r["vs_1f1b"] = r["samples_per_s"] / ref[(r["gpus"], r["m"])] if (r["gpus"], r["m"]) in ref \
@@ -230,9 +256,18 @@ def main() -> int:
         r["formula_idle"] = schedule_idle_fraction(r["schedule"], r["gpus"], r["m"], 1.0, 2.0, 0.0)
         print(f"| {r['gpus']} | {r['m']} | {r['schedule']} | {1e3 * r['step_s']:.2f} | {r['samples_per_s']:.0f} | "
               f"{r['vs_1f1b']:.2f}x | {r['idle']:.3f} | {r['formula_idle']:.3f} | "
-              + (f"{r['steady_idle']:.3f} | {r['steady_samples_per_s']:.0f} "
+              + (f"{r['steady_idle']:.3f} | {sum(r['steady_idle_per_stage'][1:]) / (r['gpus'] - 1):.3f} | "
+                 f"{min(r['steady_idle_per_stage']):.3f} | "
+                 f"{r['steady_samples_per_s']:.0f} "
                  f"({r['steady_samples_per_s'] / ref[(r['gpus'], r['m'])]:.2f}x) |" if r["schedule"] == "pb"
-                 else "| |"))
+                 else "| | | |"))
+    for r in rows:
+        if r["schedule"] == "pb" and r["steady_idle_per_stage"]:
+            print(f"\npb steady state, {r['gpus']} GPUs, per stage: idle, then task time (ms) per kernel/phase")
+            for i, idle in enumerate(r["steady_idle_per_stage"]):
+                work = r["steady_work_per_stage"].get(str(i), {})
+                print(f"  stage {i}: idle {idle:.3f}; " + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in
+                                                                   list(work.items())[:6]))
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "simulate_noflush.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["gpus", "m", "schedule", "step_s", "samples_per_s", "vs_1f1b", "idle",
