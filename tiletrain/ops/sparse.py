@@ -159,7 +159,7 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
     (rb, cb) sets the tiling (default: up to 4096 x 4096 per block)."""
     what = "sparse_csr_tensor"
     crow, col = _ints(crow_indices, what, "crow_indices"), _ints(col_indices, what, "col_indices")
-    empty_dtype = None
+    empty_dtype = host = None
     if isinstance(values, np.ndarray):
         values = values.astype(dtype) if dtype is not None else values
         if values.dtype not in (np.float32, np.float64):
@@ -167,7 +167,7 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
         if values.size == 0:  # no entries (tiletrain tensors have no empty axes): no values tensor
             empty_dtype, values = values.dtype, None
         else:
-            values = from_numpy(values)
+            host, values = values, from_numpy(values)
     if values is not None:
         _float_tensor(values, what, "values")
         if values.ndim != 1:
@@ -192,7 +192,12 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
     if requires_grad and values is not None:
         values.requires_grad_()
     blocks = blocks if blocks is not None else (DEFAULT_BLOCK, DEFAULT_BLOCK)
-    return SparseCSRTensor(crow, col, values, size, blocks, dtype=empty_dtype)
+    A = SparseCSRTensor(crow, col, values, size, blocks, dtype=empty_dtype)
+    if host is not None and not requires_grad and A._perm is not None:
+        # values given as NumPy: their blocked layout is laid out here, not gathered by tasks
+        # (what blocked_values keeps after its first gather anyway)
+        A._bv = from_numpy(host[A._perm.a].reshape(A.grid[0] * A.grid[1], A.L), (1, A.L))
+    return A
 
 
 def to_sparse_csr(x: Tensor, blocks=None) -> SparseCSRTensor:
