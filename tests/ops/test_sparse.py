@@ -143,3 +143,21 @@ def test_lex_order_equals_lexsort(rng):
         np.testing.assert_array_equal(lex_order(keys, bound), np.lexsort(keys))
         np.testing.assert_array_equal(lex_order(keys[:1], bound), np.argsort(keys[0], kind="stable"))
     assert len(lex_order((np.zeros(0, np.int64),), 5)) == 0
+
+
+def test_blocked_values_laid_out_on_the_host_equal_the_gathered_ones(rng):
+    """geometric's adjacency lays a CSR matrix's blocked values out from its NumPy values
+    (no gather tasks): the same blocked values, the same product, bit for bit."""
+    from tiletrain.ops.sparse import lay_out_from_host
+    N, M = 37, 29
+    dense = rng.standard_normal((N, M)) * (rng.random((N, M)) < 0.2)
+    rows, cols = np.nonzero(dense)
+    crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)
+    vals = dense[rows, cols]
+    X = tt.from_numpy(rng.standard_normal((M, 5)), (8, 5))
+    A = tt.sparse_csr_tensor(crow, cols.astype(np.int64), vals, (N, M), blocks=(8, 8))
+    B = lay_out_from_host(tt.sparse_csr_tensor(crow, cols.astype(np.int64), vals, (N, M), blocks=(8, 8)), vals)
+    assert B._bv is not None and A._bv is None
+    np.testing.assert_array_equal(B.blocked_values().numpy(), A.blocked_values().numpy())
+    np.testing.assert_array_equal((B @ X).numpy(), (A @ X).numpy())
+    np.testing.assert_allclose((B @ X).numpy(), dense @ X.numpy(), rtol=1e-12, atol=1e-12)

@@ -21,7 +21,7 @@ from .. import ops
 from ..nn import Linear, Module, ModuleList, Parameter
 from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
-from ..ops.sparse import SparseCSRTensor, lex_order, sparse_csr_tensor
+from ..ops.sparse import SparseCSRTensor, lay_out_from_host, lex_order, sparse_csr_tensor
 from ..tensors import Tensor, as_dtype
 from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
 
@@ -51,9 +51,9 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     crow = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))]).astype(np.int64)
     if isinstance(values, Tensor):
         vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
-    else:
-        vals = np.asarray(values, dtype=dtype)[perm]
-    return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
+        return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
+    vals = np.asarray(values, dtype=dtype)[perm]
+    return lay_out_from_host(sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks), vals)
 
 
 # Adjacencies built lately, while something (the autograd graph, a forward in progress) keeps

@@ -159,7 +159,7 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
     (rb, cb) sets the tiling (default: up to 4096 x 4096 per block)."""
     what = "sparse_csr_tensor"
     crow, col = _ints(crow_indices, what, "crow_indices"), _ints(col_indices, what, "col_indices")
-    empty_dtype = host = None
+    empty_dtype = None
     if isinstance(values, np.ndarray):
         values = values.astype(dtype) if dtype is not None else values
         if values.dtype not in (np.float32, np.float64):
@@ -167,7 +167,7 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
         if values.size == 0:  # no entries (tiletrain tensors have no empty axes): no values tensor
             empty_dtype, values = values.dtype, None
         else:
-            host, values = values, from_numpy(values)
+            values = from_numpy(values)
     if values is not None:
         _float_tensor(values, what, "values")
         if values.ndim != 1:
@@ -192,11 +192,16 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
     if requires_grad and values is not None:
         values.requires_grad_()
     blocks = blocks if blocks is not None else (DEFAULT_BLOCK, DEFAULT_BLOCK)
-    A = SparseCSRTensor(crow, col, values, size, blocks, dtype=empty_dtype)
-    if host is not None and not requires_grad and A._perm is not None:
-        # values given as NumPy: their blocked layout is laid out here, not gathered by tasks
-        # (what blocked_values keeps after its first gather anyway)
-        A._bv = from_numpy(host[A._perm.a].reshape(A.grid[0] * A.grid[1], A.L), (1, A.L))
+    return SparseCSRTensor(crow, col, values, size, blocks, dtype=empty_dtype)
+
+
+def lay_out_from_host(A: SparseCSRTensor, values: np.ndarray) -> SparseCSRTensor:
+    """A, its blocked values laid out from the NumPy ``values`` it was built from instead of
+    gathered by tasks at its first product: for builders whose values tensor no one else holds
+    (geometric.nn.adjacency; a user's ``A.values()`` may be written in place before the first
+    product, so sparse_csr_tensor itself does not)."""
+    if A._perm is not None and not A._values.requires_grad:
+        A._bv = from_numpy(np.asarray(values, A.dtype)[A._perm.a].reshape(A.grid[0] * A.grid[1], A.L), (1, A.L))
     return A
 
 
