@@ -104,6 +104,24 @@ static int wait_everything(void)
 }
 
 
+/* A simulation that does not execute its kernels (STARPU_SIMGRID_EXECUTE unset or 0) needs no
+ * tile's values: its host buffers are allocated "folded" (StarPU's STARPU_MALLOC_SIMULATION_FOLDED:
+ * every STARPU_MALLOC_SIMULATION_FOLD MiB of a buffer maps the same file pages), so a model
+ * larger than this computer's memory can be simulated; still counted, so memory limits apply
+ * as on the machine simulated.  Not with csrc/pool.c's hooks, which StarPU asks before it
+ * folds.  Returns 1 where set. */
+static int fold_host_memory(void)
+{
+#ifdef STARPU_SIMGRID
+    if (!starpu_get_env_number_default("STARPU_SIMGRID_EXECUTE", 0)) {
+        starpu_malloc_on_node_set_default_flags(STARPU_MAIN_RAM, STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT |
+                                                                      STARPU_MALLOC_SIMULATION_FOLDED);
+        return 1;
+    }
+#endif
+    return 0;
+}
+
 int tt_init(const tt_config *cfg)
 {
     if (tt_session_active())
@@ -159,7 +177,8 @@ int tt_init(const tt_config *cfg)
     idle_hook_id = starpu_idle_hook_register(idle_hook, NULL); /* -1: none (then StarPU's polling) */
     tt_memory_started(); /* under a cap: what a tile's StarPU structures cost (csrc/memory.c) */
     tt_reuse_configure(cfg); /* the one reuse switch and cap (csrc/tile.c) */
-    tt_pool_install(); /* its buffer level (csrc/pool.c; CPU-only sessions) */
+    if (!fold_host_memory())
+        tt_pool_install(); /* its buffer level (csrc/pool.c; CPU-only sessions) */
     int rc = tt_devices_init(); /* OpenCL programs, cuBLAS handles (csrc/devices.c) */
     if (rc) {
         stop_starpu();

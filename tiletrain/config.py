@@ -227,7 +227,10 @@ def simulation_env(name: str) -> dict[str, str]:
            "STARPU_CALIBRATE_MINIMUM": "1",
            # each task's time drawn with the spread its shape was measured with, not the mean alone
            # (scripts/starpu-patches/simgrid/; STARPU_SIMGRID_VARIANCE=0: mean times)
-           "STARPU_SIMGRID_VARIANCE": os.environ.get("STARPU_SIMGRID_VARIANCE", "1")}
+           "STARPU_SIMGRID_VARIANCE": os.environ.get("STARPU_SIMGRID_VARIANCE", "1"),
+           # host buffers folded by 16 MiB where the kernels do not run (csrc/session.c): a tile
+           # up to that size is one memory mapping of the vm.max_map_count allowed
+           "STARPU_MALLOC_SIMULATION_FOLD": os.environ.get("STARPU_MALLOC_SIMULATION_FOLD", "16")}
     # the submitting thread's CPU time per task (machine.json; tiletrain/sim/calibrate.py), charged
     # at each submission by the simulation flavour (csrc/sim/sim_threads.c)
     try:

@@ -98,6 +98,23 @@ def test_execute_gives_right_values_and_other_shapes_are_estimated(home, capfd):
     assert "timed from their kernel's nearest calibrated size" in s.format()
 
 
+def test_host_buffers_are_folded_unless_the_kernels_run(home):
+    """Without --execute no value is needed, so host buffers are folded (csrc/session.c): two
+    tiles read the same pages, and a model larger than this computer's memory fits; with
+    --execute every tile keeps its own."""
+    code = ("import numpy as np, tiletrain as tt\n"
+            "tt.init()\n"
+            "a = tt.from_numpy(np.full((512, 512), 1, np.float32), 512)\n"
+            "b = tt.from_numpy(np.full((512, 512), 2, np.float32), 512)\n"
+            "print('a reads', a.numpy()[0, 0])\n"
+            "tt.shutdown()\n")
+    for execute, want in (("0", "a reads 2.0"), ("1", "a reads 1.0")):
+        env = dict(os.environ, TILETRAIN_SIMULATE="small", TILETRAIN_MACHINES=str(home), STARPU_SIMGRID_EXECUTE=execute)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert want in r.stdout, (execute, r.stdout)
+
+
 def test_a_second_init_in_a_simulated_process_is_a_clear_error(home):
     r = run_simulated(home, "small", "import tiletrain as tt\n"
                                      "tt.init(simulate='small'); tt.shutdown()\n"
