@@ -235,3 +235,12 @@ def test_idle_workers_nap_instead_of_polling():
     x = tt.ones((64,), tiles=16) * 3.0                       # a napping worker still runs what comes
     assert float(tt.sum(x)) == 192.0
     _restart(ncpu=2)
+
+
+def test_time_is_real_time_in_a_real_run():
+    """tiletrain.time() outside simulation: time.perf_counter()'s clock (docs/simulation.md)."""
+    import time
+    a = time.perf_counter()
+    t = tt.time()
+    b = time.perf_counter()
+    assert a <= t <= b

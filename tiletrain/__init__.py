@@ -6,7 +6,7 @@ import math as _math
 
 from ._version import __version__
 from .config import RuntimeConfig
-from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, wait, world_size
+from .runtime import Runtime, current, init, is_initialized, priority, rank, shutdown, time, wait, world_size
 from .trace.tags import tag
 from .tensors import TensorTraits, bfloat16, bool_, empty, float16, from_numpy
 from .tensors.api import Tensor

@@ -115,6 +115,28 @@ def test_host_buffers_are_folded_unless_the_kernels_run(home):
         assert want in r.stdout, (execute, r.stdout)
 
 
+def test_time_is_the_simulated_clock(home):
+    """tiletrain.time() in a simulated process: StarPU's simulated clock since the session
+    started (the workers' simulated time after a wait), 0 outside a session."""
+    r = run_simulated(home, "small", "import json, numpy as np, tiletrain as tt\n"
+                                     "from tiletrain import trace\n"
+                                     "before = tt.time()\n"
+                                     "tt.init(profile=True)\n"
+                                     "a = tt.from_numpy(np.ones((96, 96), np.float32), 48)\n"
+                                     "t0 = tt.time()\n"
+                                     "for _ in range(10):\n"
+                                     "    a = a @ a\n"
+                                     "tt.wait()\n"
+                                     "t1 = tt.time()\n"
+                                     "w = max(s['total_us'] for s in trace.worker_stats()) / 1e6\n"
+                                     "tt.shutdown()\n"
+                                     "print(json.dumps([before, t0, t1, w, tt.time()]))\n")
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, t0, t1, workers, after = json.loads(r.stdout.strip().splitlines()[-1])
+    assert before == 0.0 and after == 0.0
+    assert 0 <= t0 < t1 and t1 == pytest.approx(workers, rel=1e-3)
+
+
 def test_a_second_init_in_a_simulated_process_is_a_clear_error(home):
     r = run_simulated(home, "small", "import tiletrain as tt\n"
                                      "tt.init(simulate='small'); tt.shutdown()\n"

@@ -11,12 +11,13 @@ import atexit
 import contextlib
 import os
 import sys
+import time as _time
 import warnings
 
 from dataclasses import dataclass
 
 from .._ffi import check, cstr, ffi, lib
-from ..config import RuntimeConfig, parse_bytes
+from ..config import RuntimeConfig, parse_bytes, simulated_machine
 from . import context, mpi
 from .context import submission
 from .hetero import build_info, check_build, check_started, executed_tasks
@@ -434,5 +435,15 @@ def _shutdown_at_exit() -> None:
         shutdown()
 
 
-__all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority", "rank",
+def time() -> float:
+    """Seconds on tiletrain's clock, for timing a program: ``time.perf_counter()`` in a real run;
+    in a simulated process (docs/simulation.md) StarPU's simulated clock since the session
+    started (0.0 before it starts and after it ends), which waits and task times advance.
+    Python's own clocks stay real under simulation."""
+    if simulated_machine():
+        return float(lib.tt_trace_now_us()) / 1e6
+    return _time.perf_counter()
+
+
+__all__ = ["Runtime", "WorkerInfo", "init", "shutdown", "wait", "is_initialized", "current", "priority", "rank", "time",
            "submission", "world_size"]

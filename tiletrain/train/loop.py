@@ -217,12 +217,9 @@ def setup(args: TrainArgs, prep: Prepared, rt, out) -> Run:
 
 
 def clock() -> float:
-    """The training loop's clock in seconds: real time, or under simulation StarPU's simulated
-    clock (the workers' time since the session started; the simulation flavour turns
-    profiling on)."""
-    if simulated_machine():
-        return max(w["total_us"] for w in trace.worker_stats()) / 1e6
-    return time.perf_counter()
+    """The training loop's clock in seconds: tiletrain.time(), real time or under simulation
+    StarPU's simulated clock."""
+    return tt.time()
 
 
 def step(run: Run) -> tuple[float, float]:
