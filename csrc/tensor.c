@@ -302,6 +302,8 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
                 tt_mpi_fetch_everywhere(h); /* collective read: every rank gets it */
         }
     }
+    /* a read blocks: the tiles freed before it become reusable meanwhile (csrc/tile.c) */
+    int64_t reaper_ticket = to_tile ? -1 : tt_reaper_nudge();
     for (int64_t i = first; i < last; i++) {
         if (tt_mpi_on && to_tile && t->owner[i] != me)
             continue;
@@ -326,6 +328,7 @@ static int transfer(tt_tensor *t, int64_t lo, int64_t hi, char *base, const int6
         copy_block(origin, strides, ptr, tshape, t->ndim, t->elemsize, to_tile);
         starpu_data_release(h);
     }
+    tt_reaper_settle(reaper_ticket);
     if (to_root && me != root) { /* one block in flight: its sends are done before the next is read */
         int rc = tt_mpi_sends_wait();
         if (rc)

@@ -470,6 +470,7 @@ static pthread_cond_t reaper_idle = PTHREAD_COND_INITIALIZER;
 static batch *queue_head, *queue_tail;  /* under reaper_mu */
 static int64_t queued;                  /* tiles queued or being unregistered, under reaper_mu */
 static int64_t unwoken_tiles, unwoken_bytes; /* queued since the last wake-up, under reaper_mu */
+static int64_t reaped;                  /* tiles the reaper has finished since it started, under reaper_mu */
 static int reaper_started, reaper_quit; /* under reaper_mu */
 static pthread_t reaper_thread;
 
@@ -496,9 +497,9 @@ static void *reaper_main(void *arg)
         free(b->h);
         pthread_mutex_lock(&reaper_mu);
         queued -= b->n;
+        reaped += b->n;
         free(b);
-        if (!queued)
-            pthread_cond_broadcast(&reaper_idle);
+        pthread_cond_broadcast(&reaper_idle); /* tt_reaper_flush and tt_reaper_settle wait on it */
     }
     pthread_mutex_unlock(&reaper_mu);
     return NULL;
@@ -549,6 +550,33 @@ static int reaper_push(starpu_data_handle_t *h, int64_t n, int pend_them)
         wake_reaper();
     pthread_mutex_unlock(&reaper_mu);
     return 1;
+}
+
+/* A tensor read: the submitting thread blocks until the tasks writing the tensor are done.
+ * tt_reaper_nudge (before it) hands the reaper what it holds unwoken and returns the point
+ * in the reaper's work that covers it; tt_reaper_settle (after it) waits for that point when
+ * it is a few tiles away (at most a wake-up's batch), so that the tiles freed before the read
+ * are on the reuse lists after it -- a decode loop frees fewer tiles per round than a
+ * wake-up's batch and reads a value every round; without this its reuse depended on the
+ * reaper thread getting a core in time.  Both are cheap where nothing is queued. */
+int64_t tt_reaper_nudge(void)
+{
+    pthread_mutex_lock(&reaper_mu);
+    if (unwoken_tiles)
+        wake_reaper();
+    int64_t ticket = queued <= REAPER_WAKE_TILES ? reaped + queued : -1;
+    pthread_mutex_unlock(&reaper_mu);
+    return ticket;
+}
+
+void tt_reaper_settle(int64_t ticket)
+{
+    if (ticket < 0)
+        return;
+    pthread_mutex_lock(&reaper_mu);
+    while (reaped < ticket && reaper_started && !reaper_quit)
+        pthread_cond_wait(&reaper_idle, &reaper_mu);
+    pthread_mutex_unlock(&reaper_mu);
 }
 
 /* Returns once every queued unregistration has been submitted to StarPU. */

@@ -235,6 +235,8 @@ void tt_tile_release(tt_tensor *t, int64_t i, int async);
 /* every slot of t; async: t->handles is taken (kept for reuse, or the reaper thread unregisters them) */
 void tt_tensor_release_tiles(tt_tensor *t, int async);
 void tt_reaper_flush(void); /* every queued unregistration submitted to StarPU */
+int64_t tt_reaper_nudge(void);        /* before a blocking read: wake the reaper; a ticket */
+void tt_reaper_settle(int64_t ticket); /* after it: the tiles freed before it are on the lists */
 void tt_reaper_stop(void);  /* at shutdown, gate closed */
 void tt_tiles_drain(void);  /* at shutdown, every task done: unregister the kept handles */
 /* a wait: the kept handles taken before it starts, unregistered after it (done: it succeeded) */
