@@ -52,22 +52,28 @@ from _common import run_worker  # noqa: E402
 SCHEDULES = ("1f1b", "pb", "local")
 
 
-def _steady_idle(tasks, stage_workers, per_stage: bool = False):
-    """pb's steady state: idle fraction of the stage workers between the last first-backward
-    start and the first last-forward end (NaN when there is no such window); per_stage: the
-    list of each stage worker's own."""
-    import numpy as np
-    t0, t1 = -np.inf, np.inf
+def _steady_window(tasks, stage_workers):
+    """pb's steady state: (t0, t1) from the last first-backward start to the first last-forward
+    end over the stage workers, or None when a stage has no forward or no backward or the
+    window is empty."""
+    t0, t1 = float("-inf"), float("inf")
     for w in stage_workers:
         mine = tasks[tasks["worker"] == w]
-        bwd = mine[mine["phase"] == "bwd"]
-        fwd = mine[mine["phase"] == "fwd"]
+        bwd, fwd = mine[mine["phase"] == "bwd"], mine[mine["phase"] == "fwd"]
         if not len(bwd) or not len(fwd):
-            return float("nan")
-        t0 = max(t0, float(bwd["start"].min()))
-        t1 = min(t1, float(fwd["end"].max()))
-    if t1 <= t0:
+            return None
+        t0, t1 = max(t0, float(bwd["start"].min())), min(t1, float(fwd["end"].max()))
+    return (t0, t1) if t1 > t0 else None
+
+
+def _steady_idle(tasks, stage_workers, per_stage: bool = False):
+    """Idle fraction of the stage workers in the steady-state window (NaN without one);
+    per_stage: the list of each stage worker's own."""
+    import numpy as np
+    window = _steady_window(tasks, stage_workers)
+    if window is None:
         return [float("nan")] * len(stage_workers) if per_stage else float("nan")
+    t0, t1 = window
     busy = []
     for w in stage_workers:
         mine = tasks[tasks["worker"] == w]
@@ -78,11 +84,12 @@ def _steady_idle(tasks, stage_workers, per_stage: bool = False):
 
 
 def _steady_work(tasks, stage_workers) -> dict:
-    """pb's steady state: per stage worker, the task time (us) per kernel and phase in the
-    window of _steady_idle (what makes one stage busier than another)."""
-    import numpy as np
-    t0 = max(float(tasks[(tasks["worker"] == w) & (tasks["phase"] == "bwd")]["start"].min()) for w in stage_workers)
-    t1 = min(float(tasks[(tasks["worker"] == w) & (tasks["phase"] == "fwd")]["end"].max()) for w in stage_workers)
+    """Per stage worker, the task time (us) per kernel and phase in the steady-state window
+    (what makes one stage busier than another); empty without one."""
+    window = _steady_window(tasks, stage_workers)
+    if window is None:
+        return {}
+    t0, t1 = window
     out = {}
     for i, w in enumerate(stage_workers):
         mine = tasks[(tasks["worker"] == w) & (tasks["start"] >= t0) & (tasks["end"] <= t1)]
@@ -94,15 +101,17 @@ def _steady_work(tasks, stage_workers) -> dict:
 
 
 def _steady_rate(tasks, stage_workers) -> float:
-    """pb's steady state: micro-batches per second finished in the window of _steady_idle (a
-    micro-batch finishes with its last backward task on stage 0)."""
+    """Micro-batches per second finished in the steady-state window (a micro-batch finishes
+    with its last backward task on stage 0); NaN without one."""
     import numpy as np
-    t0 = max(float(tasks[(tasks["worker"] == w) & (tasks["phase"] == "bwd")]["start"].min()) for w in stage_workers)
-    t1 = min(float(tasks[(tasks["worker"] == w) & (tasks["phase"] == "fwd")]["end"].max()) for w in stage_workers)
+    window = _steady_window(tasks, stage_workers)
+    if window is None:
+        return float("nan")
+    t0, t1 = window
     first = tasks[(tasks["worker"] == stage_workers[0]) & (tasks["phase"] == "bwd")]
     done = [float(first["end"][first["microbatch"] == j].max()) for j in np.unique(first["microbatch"])]
     n = sum(t0 < e <= t1 for e in done)
-    return n / ((t1 - t0) / 1e6) if t1 > t0 and n else float("nan")
+    return n / ((t1 - t0) / 1e6) if n else float("nan")
 
 
 def worker(a) -> None:
