@@ -40,6 +40,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import run_worker  # noqa: E402
 
+from tiletrain.train import parse_tiles  # noqa: E402
+
 
 def worker(a) -> None:
     """In the simulated process: three steps of the GPT a.n_layer x a.n_embd, one RESULT line."""
@@ -47,12 +49,12 @@ def worker(a) -> None:
 
     import tiletrain as tt
     from tiletrain._ffi import lib
-    from tiletrain.nn import GPT, GPTConfig
+    from tiletrain.nn import GPT, GPTConfig, Tiling
     from tiletrain.optim import AdamW
 
     rt = tt.init(sched=a.sched)
     cfg = GPTConfig(vocab_size=256, block_size=a.seq_len, n_layer=a.n_layer, n_head=4, n_embd=a.n_embd)
-    model = GPT(cfg, seed=0)
+    model = GPT(cfg, Tiling.from_tiles(a.tiles), seed=0)
     opt = AdamW(model.parameters(), lr=1e-4)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (a.batch, a.seq_len))
@@ -92,6 +94,8 @@ def main() -> int:
     p.add_argument("--layers", type=int, nargs="+", default=[2, 4, 8, 16, 32], help="the GPT depths tried")
     p.add_argument("--n-layer", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--n-embd", type=int, default=512)
+    p.add_argument("--tiles", type=parse_tiles, default=None,
+                   help="tile sizes B,T,C (default: tiletrain's; at the claim's size, C = n_embd keeps the task count)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--gpus", type=int, default=8)
@@ -116,8 +120,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tiletrain-nntile-") as tmp, machines_in(tmp):
         print(f"# calibrating one block of the GPT (width {a.n_embd}, T={a.seq_len}, B={a.batch}) here ...",
               flush=True)
+        tiles = {"tiles": a.tiles} if a.tiles else {}
         calibrate("nntile-base", steps=10, sched="dmda", say=lambda s: None, n_layer=1, n_embd=a.n_embd,
-                  batch=a.batch, seq_len=a.seq_len)
+                  batch=a.batch, seq_len=a.seq_len, **tiles)
         name = f"nntile-g{a.gpus}"
         derive(name, "nntile-base", gpus=a.gpus, gpu_speed=a.gpu_speed, gpu_memory=gpu_mem, link_bandwidth_gbs=25.0,
                overwrite=True)
@@ -126,6 +131,8 @@ def main() -> int:
         for n in a.layers:
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--n-layer", str(n), "--n-embd",
                    str(a.n_embd), "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--sched", a.sched]
+            if a.tiles:
+                cmd += ["--tiles", ",".join(map(str, a.tiles))]
             t = time.monotonic()
             got = run_worker(cmd, env, f"GPT {n}x{a.n_embd} on {a.gpus} simulated GPUs")
             row = got[0] if got else {"n_layer": n, "params": None, "failed": True}

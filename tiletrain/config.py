@@ -188,6 +188,13 @@ def simulated_machine() -> str | None:
     return os.environ.get(SIMULATE_ENV) or None
 
 
+def values_meaningless() -> bool:
+    """True in a simulation that does not execute its kernels (STARPU_SIMGRID_EXECUTE unset
+    or 0, as csrc/session.c reads it; `tiletrain simulate` without --execute): no tensor holds
+    a meaningful value there, so nothing is computed on the host to fill one."""
+    return bool(simulated_machine()) and os.environ.get("STARPU_SIMGRID_EXECUTE", "").strip() in ("", "0")
+
+
 def machines_dir() -> str:
     """Where machines live: $TILETRAIN_MACHINES, else $TILETRAIN_CACHE/machines, else
     ~/.cache/tiletrain/machines."""

@@ -117,3 +117,19 @@ def test_a_registered_model_trains_generates_and_is_placed(tiny, tmp_path, capsy
     np.testing.assert_array_equal(model.generate(ids, 4, temperature=0), seq)
     pl = plan(model, "pipeline", world=2)  # the embedding with the first block, the head with the last
     assert dict(pl.modules) == {"wte": 0, "h.0": 0, "h.1": 1, "ln_f": 1, "lm_head": 1}
+
+
+def test_tiling_defaults_and_a_wide_width_tile_widens_the_hidden_one():
+    """Tiling.resolve: the width tile the largest of whole heads up to 1024 dividing n_embd, the
+    MLP's hidden tile min(4 n_embd, 1024), unless a given width tile is larger (the MLP's weights
+    then in tiles as large: `--tiles B,T,4096` for a 4096-wide model)."""
+    from tiletrain.nn import GPTConfig, Tiling
+    small = Tiling().resolve(GPTConfig(vocab_size=256, block_size=64, n_layer=1, n_head=4, n_embd=256))
+    assert (small.width, small.hidden, small.vocab) == (256, 1024, 256)
+    wide = GPTConfig(vocab_size=256, block_size=64, n_layer=1, n_head=4, n_embd=4096)
+    assert (Tiling().resolve(wide).width, Tiling().resolve(wide).hidden) == (1024, 1024)
+    assert Tiling.from_tiles((4, 128, 4096)).resolve(wide).hidden == 4096
+    assert Tiling(width=2048).resolve(wide).hidden == 2048
+    assert Tiling(width=4096, hidden=512).resolve(wide).hidden == 512  # a given hidden tile is kept
+    with pytest.raises(ValueError, match="multiple of the head size 1024"):
+        Tiling(width=1536).resolve(wide)

@@ -115,6 +115,24 @@ def test_host_buffers_are_folded_unless_the_kernels_run(home):
         assert want in r.stdout, (execute, r.stdout)
 
 
+def test_initial_values_are_not_drawn_unless_the_kernels_run(home):
+    """A simulation without --execute holds no meaningful value: a layer's initial weights are
+    not drawn (the default generator does not move; a simulated model of billions of parameters
+    would spend minutes drawing them); with --execute they are."""
+    code = ("import tiletrain as tt\n"
+            "tt.init()\n"
+            "tt.manual_seed(0)\n"
+            "before = str(tt.get_rng_state())\n"
+            "tt.nn.Linear(64, 64)\n"
+            "print('generator', 'unmoved' if str(tt.get_rng_state()) == before else 'moved')\n"
+            "tt.shutdown()\n")
+    for execute, want in (("0", "generator unmoved"), ("1", "generator moved")):
+        env = dict(os.environ, TILETRAIN_SIMULATE="small", TILETRAIN_MACHINES=str(home), STARPU_SIMGRID_EXECUTE=execute)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert want in r.stdout, (execute, r.stdout)
+
+
 def test_time_is_the_simulated_clock(home):
     """tiletrain.time() in a simulated process: StarPU's simulated clock since the session
     started (the workers' simulated time after a wait), 0 outside a session."""

@@ -61,7 +61,9 @@ class Tiling:
     width: tile along n_embd, for every activation and weight; it must hold whole heads (a
         multiple of the head size n_embd / n_head) and divide n_embd (default: the largest
         such tile up to 1024).
-    hidden: tile along the MLP's hidden width 4 * n_embd (default min(4 * n_embd, 1024)).
+    hidden: tile along the MLP's hidden width 4 * n_embd (default min(4 * n_embd, 1024), or
+        the width tile where that is larger: the MLP's weights in tiles no smaller than the
+        attention's).
     vocab: tile along the rows of the embedding tables and the logits' last axis (default
         min(vocab_size, 1024)).
 
@@ -99,7 +101,7 @@ class Tiling:
         elif width % D or C % width:
             raise ValueError(f"Tiling.width={width} must be a multiple of the head size {D} (n_embd={C} / "
                              f"n_head={H}) that divides n_embd; valid: {ok}")
-        hidden = min(4 * C, 1024) if self.hidden is None else min(self.hidden, 4 * C)
+        hidden = min(4 * C, max(1024, width)) if self.hidden is None else min(self.hidden, 4 * C)
         return replace(self, width=width, hidden=hidden, vocab=self.vocab_tile(config.vocab_size))
 
     def vocab_tile(self, vocab_size: int) -> int:

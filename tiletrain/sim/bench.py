@@ -23,7 +23,7 @@ import numpy as np
 import tiletrain as tt
 
 from ..config import simulated_machine
-from ..train import TrainArgs
+from ..train import TrainArgs, parse_tiles
 from ..train.loop import evaluate, prepare, setup, step
 
 
@@ -115,11 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-embd", type=int, default=None)
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--tiles", type=parse_tiles, default=None, help="tile sizes B,T,C (`tiletrain train --tiles`)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     p.add_argument("--progress", action="store_true", help="a line per step on stderr")
     a = p.parse_args(argv)
     sizes = {k: v for k, v in (("n_layer", a.n_layer), ("n_embd", a.n_embd), ("batch", a.batch),
-                               ("seq_len", a.seq_len)) if v is not None}
+                               ("seq_len", a.seq_len), ("tiles", a.tiles)) if v is not None}
     say = (lambda s: print(s, file=sys.stderr, flush=True)) if a.progress else None
     r = train_steps(a.steps, a.warmup, a.sched, a.ncpu, a.calibrate, progress=say, **sizes)
     if a.json:

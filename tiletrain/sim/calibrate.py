@@ -47,8 +47,11 @@ def _cpu_model() -> str:
 def _bench_args(sizes: dict) -> list[str]:
     out = []
     for key, value in sorted(sizes.items()):
+        if key == "tiles":  # (B, T, C): `tiletrain train --tiles`
+            out += ["--tiles", ",".join(str(int(v)) for v in value)]
+            continue
         if key not in ("n_layer", "n_embd", "batch", "seq_len"):
-            raise ValueError(f"calibrate: unknown size {key!r} (n_layer, n_embd, batch, seq_len)")
+            raise ValueError(f"calibrate: unknown size {key!r} (n_layer, n_embd, batch, seq_len, tiles)")
         out += [f"--{key.replace('_', '-')}", str(int(value))]
     return out
 
@@ -71,7 +74,7 @@ def calibrate(name: str = "here", steps: int = 12, sched: str = "dmda", ncpu: in
               say=lambda s: print(s, file=sys.stderr, flush=True), warmup: int = 0, **sizes) -> Machine:
     """Calibrate machine ``name`` (created if missing) on this computer; its Machine, whose
     ``calibration["measured"]`` holds each workload's tokens/s in this run.  ``sizes``
-    (n_layer, n_embd, batch, seq_len) change the model from `tiletrain train`'s default (tests)."""
+    (n_layer, n_embd, batch, seq_len, tiles) change the model from `tiletrain train`'s default (tests)."""
     check_machine_name(name)
     if steps + warmup < MIN_SAMPLES:
         raise ValueError(f"--steps must be at least {MIN_SAMPLES}: a step runs some kernels once, and the models of "

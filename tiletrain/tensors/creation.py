@@ -23,6 +23,7 @@ from .tensor import DTYPES, Tensor, as_dtype, bool_, from_numpy, from_rows, get_
 from .device import device_arg
 from .traits import TensorTraits
 from .rng import Generator
+from ..config import values_meaningless
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 
@@ -126,12 +127,16 @@ def _new(op, size, dtype, tiles, dist, requires_grad) -> Tensor:
 
 def _drawn(op, size, dtype, tiles, dist, requires_grad, draw) -> Tensor:
     """A new tensor holding ``draw(k)`` for its elements in row-major order, k at a time (one
-    block of tile rows in host memory): the values of one whole draw, for any tiling."""
+    block of tile rows in host memory): the values of one whole draw, for any tiling.  In a
+    simulation that runs no kernels nothing is drawn (the values are meaningless there, and a
+    simulated model of billions of parameters would spend minutes drawing them)."""
     _check_grad(op, dtype, requires_grad)
     traits = size if isinstance(size, TensorTraits) else TensorTraits(size, tiles if size else None)
+    skip = values_meaningless()
 
     def fill(r0, r1, out):
-        out[...] = draw(out.size).reshape(out.shape)
+        if not skip:
+            out[...] = draw(out.size).reshape(out.shape)
     t = from_rows(traits if dist is None else traits.with_dist(dist), dtype, fill)
     t.requires_grad = requires_grad
     return t
