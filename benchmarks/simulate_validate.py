@@ -1,10 +1,12 @@
 """Simulated vs measured: `tiletrain train`'s step (GPT 4x256, T=128, B=8) measured on this
 computer while its kernels are calibrated into a fresh machine, then simulated on that
 machine (tiletrain/sim/validate.py); and machines derived from `here` with more and faster
-CPUs, which must never simulate slower.  Needs the simulation flavour (make setup) and, for
-the second table, `tiletrain machine calibrate`.
+CPUs, which must never simulate slower; and the pipeline schedules' idle fractions on a
+derived machine with a CPU per stage against their formulas.  Needs the simulation flavour
+(make setup) and, for the second and third tables, `tiletrain machine calibrate`.
 
     python benchmarks/simulate_validate.py [--scheds lws dmda] [--steps 8] [--cpus 1 2 4 8 16]
+        [--stages 4] [--microbatches 8]
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--cpus", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--speeds", type=float, nargs="+", default=[1.0, 2.0])
+    p.add_argument("--stages", type=int, default=4, help="the schedules' table: stages (simulated CPUs)")
+    p.add_argument("--microbatches", type=int, default=8)
     p.add_argument("--json", help="also write the rows here")
     a = p.parse_args()
     load = os.getloadavg()[0]
@@ -49,6 +53,19 @@ def main() -> int:
             print(f"| {n} | " + " | ".join(f"{by[(n, s)]:.0f}" for s in a.speeds) + " |")
         print(f"monotonic: {validate.is_monotonic(mono)}")
         rows += mono
+        # the pipeline schedules on sleeping tasks, one simulated CPU per stage
+        from tiletrain.sim.machine import derive
+        name = f"here-c{a.stages}"
+        derive(name, "here", cpus=a.stages, overwrite=True)
+        sched_rows = validate.schedules(name, stages=a.stages, microbatches=a.microbatches)
+        print(f"\n| schedule (p = {a.stages}, m = {a.microbatches}) | simulated idle | formula idle | difference |")
+        print("|---|---|---|---|")
+        for r in sched_rows:
+            print(f"| {r['schedule']} | {r['idle']:.4f} | {r['formula_idle']:.4f} | "
+                  f"{100 * (r['idle'] - r['formula_idle']):+.2f} points |")
+        worst = max(abs(r["idle"] - r["formula_idle"]) for r in sched_rows)
+        print(f"largest difference {100 * worst:.2f} points (target: within 3)")
+        rows += sched_rows
     else:
         print("no machine 'here': `tiletrain machine calibrate` first for the derived-machine table", file=sys.stderr)
     if a.json:

@@ -42,6 +42,12 @@ BACKENDS = ("opencl", "cuda")
 #   rows E       E groups of TT_DEV_LOCAL work-items (one group per row, reductions in local memory)
 #   tiles R,C,Z  TT_DEV_TILE x TT_DEV_TILE groups over an R x C grid, Z along the third dimension
 GEOMETRIES = {"items": 1, "rows": 2, "tiles": 3}
+
+# Kernels whose run time is one of their arguments (the synthetic tasks of the pipeline
+# experiments): their perf model returns that argument, in microseconds (STARPU_COMMON with a
+# cost function), so the schedulers' predictions and a simulation time them exactly at any
+# duration, where a history model knows only the durations it was calibrated at.
+TIMED_BY_ARG = {"spin": "usec"}
 # Element types (the optional `dtypes ...` column; default f32 f64).  f16/bf16 are storage
 # types: CPU bodies compute in float32; their CUDA bodies are hand-written templates
 # tt_<name>_half<H> (csrc/kernels/cuda/half_kernels.cuh) since the portable OpenCL sources
@@ -497,12 +503,29 @@ def codelets_source(kernels: list[Kernel]) -> str:
             "    tt_count_task();",
             f"    tt_cpu_{n}((const tt_args_{n} *)cl_arg, {', '.join(ptrs)});",
             "}",
-            f"static struct starpu_perfmodel tt_pm_{n} = {{",
-            "    .type = STARPU_HISTORY_BASED,",
-            f"    .symbol = \"tiletrain_{n}\",",
-            f"    .footprint = tt_fp_{n},",
-            "};",
         ]
+        if n in TIMED_BY_ARG:
+            out += [
+                f"static double tt_cost_{n}(struct starpu_task *task, unsigned nimpl)",
+                "{",
+                "    (void)nimpl;",
+                f"    return (double)((const tt_args_{n} *)task->cl_arg)->{TIMED_BY_ARG[n]};",
+                "}",
+                f"static struct starpu_perfmodel tt_pm_{n} = {{",
+                "    .type = STARPU_COMMON,",
+                f"    .symbol = \"tiletrain_{n}\",",
+                f"    .cost_function = tt_cost_{n},",
+                f"    .footprint = tt_fp_{n},",
+                "};",
+            ]
+        else:
+            out += [
+                f"static struct starpu_perfmodel tt_pm_{n} = {{",
+                "    .type = STARPU_HISTORY_BASED,",
+                f"    .symbol = \"tiletrain_{n}\",",
+                f"    .footprint = tt_fp_{n},",
+                "};",
+            ]
         where = ["    .where = STARPU_CPU"]
         funcs = []
         if "opencl" in k.impls:

@@ -197,6 +197,40 @@ def test_more_or_faster_cpus_never_simulate_slower(cpu_rows):
     assert by[(2, 1.0)] > 1.2 * by[(1, 1.0)]  # and a second CPU helps
 
 
+def test_pipeline_schedules_simulate_within_3_points_of_their_formulas(home):
+    """`tiletrain schedule run`'s synthetic tasks take the time their argument says (their perf
+    model is that argument: nothing to calibrate), so on a CPU per stage the simulated idle
+    fractions are the schedules' formulas (gpipe 0.273, zb-h1 0.111 at p = 4, m = 8)."""
+    from tiletrain.sim.machine import derive
+    derive("small-c4", "small", cpus=4, overwrite=True)
+    rows = validate.schedules("small-c4", names=("gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "pb", "local"))
+    for r in rows:
+        assert abs(r["idle"] - r["formula_idle"]) <= 0.03, r
+    assert {r["schedule"]: round(r["formula_idle"], 3) for r in rows}["zb-h1"] == 0.111
+
+
+def test_tiletrain_generate_under_simulation_times_its_decode_on_the_simulated_clock(home, tmp_path):
+    """`calibrate` runs `tiletrain generate`'s decode steps too: a checkpoint of the small model,
+    trained for real, generates in simulation (every kernel calibrated; a prefill shape of a
+    prompt length the calibration did not run is timed from the nearest size), and its
+    tokens/s line is on the simulated clock (its seconds at most the simulated session's)."""
+    ck = tmp_path / "ck"
+    r = subprocess.run([sys.executable, "-m", "tiletrain", "train", "--steps", "1", "--n-layer", "1", "--n-embd", "64",
+                        "--batch", "2", "--seq-len", "32", "--eval-every", "0", "--sample-tokens", "0", "--no-progress",
+                        "--ckpt-dir", str(ck), "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--json", "--",
+                        "tiletrain", "generate", "--ckpt-dir", str(ck), "--prompt", "ab", "--tokens", "30"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if " tokens in " in x)
+    seconds = 30 / float(line.split(": ")[-1].split(" tokens/s")[0])  # "30 tokens in 0.01 s: 3271.0 tokens/s"
+    simulated_s = json.loads(r.stdout.strip().splitlines()[-1])["simulated_s"]
+    assert 0 < seconds <= simulated_s, (line, simulated_s)
+    assert "no calibrated time" not in r.stderr, r.stderr[-2000:]
+
+
 def test_tiletrain_train_under_simulation_times_on_the_simulated_clock_and_skips_what_needs_values(home, tmp_path):
     ck = tmp_path / "ck"
     r = subprocess.run([sys.executable, "-m", "tiletrain", "simulate", "--machine", "small", "--json", "--",

@@ -26,7 +26,6 @@ submits the model over them; the other streams' forwards run meanwhile.
 from __future__ import annotations
 
 import numbers
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +34,7 @@ from ..distribution import rank
 from ..ops import no_grad
 from ..parallel import check_fit, place
 from ..trace.tags import tag
+from ..runtime import time as clock  # StarPU's simulated clock in a simulated process
 from .generate import (KEYWORDS, GenerationConfig, GenerationStats, _check_ids, _Lane, _rounds, _validate,
                        make_config, row_rngs)
 from .text import decode_rows, eos_ids, print_samples, prompt_ids
@@ -125,7 +125,7 @@ def generate_pipeline(model, input_ids, max_new_tokens: int | None = None, strea
     modes = [(m, m.training) for m in (model, draft) if m is not None]
     for m, _ in modes:
         m.eval()
-    t0 = time.perf_counter()
+    t0 = clock()
     try:
         with no_grad():
             for s in range(len(rows)):  # every stream's prefill in flight
@@ -141,7 +141,7 @@ def generate_pipeline(model, input_ids, max_new_tokens: int | None = None, strea
     pad = gen.ends()[1]
     tokens = np.concatenate([np.pad(o, ((0, 0), (0, width - o.shape[1])), constant_values=pad) for o in out])
     if return_stats:
-        return tokens, PipelineStats(len(rows), plan.stages, B, width - T, time.perf_counter() - t0,
+        return tokens, PipelineStats(len(rows), plan.stages, B, width - T, clock() - t0,
                                      tuple(a for st in stats for a in st.accepted),
                                      tuple(d for st in stats for d in st.drafted))
     return tokens

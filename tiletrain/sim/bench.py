@@ -1,7 +1,8 @@
 """The training step `tiletrain train` runs (its model, tilings, optimizer and data path:
 tiletrain.train.loop's prepare/setup/step), timed on StarPU's clock: real time on the real
 flavour, simulated time on a simulated machine.  `tiletrain machine calibrate` runs it to
-measure the kernels; the validation (tests/sim, benchmarks/simulate_validate.py) runs it
+measure the kernels (and then `tiletrain train`'s validation forward and `tiletrain
+generate`'s decode steps on the same model); the validation (tests/sim, benchmarks/simulate_validate.py) runs it
 on both flavours and compares tokens/s.
 
     python -m tiletrain.sim.bench [--steps 6] [--warmup 2] [--sched dmda] [--calibrate] [--json]
@@ -84,6 +85,7 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
             # other kernels, e.g. the residual add fused into the layer norm), as many batches as steps
             evaluate(run.model, prep.corpus, dataclasses.replace(args, eval_batches=steps + warmup),
                      np.random.default_rng(args.seed + 1))
+            decode(run.model, args.seq_len, steps + warmup, progress)
     finally:
         tt.shutdown()
         scratch.cleanup()
@@ -102,6 +104,21 @@ def train_steps(steps: int = 6, warmup: int = 2, sched: str | None = None, ncpu:
             "submit_cpu_s_per_step": submit_cpu / steps, "tasks_per_step": ntasks / steps,
             "submit_us_per_task": 1e6 * submit_cpu / max(ntasks, 1),
             "model": f"{args.arch} {args.n_layer}x{args.n_embd} T={args.seq_len} B={args.batch}"}
+
+
+def decode(model, context: int, rounds: int, progress=None) -> None:
+    """`tiletrain generate`'s decode steps on ``model`` (greedy, with the key/value cache), for
+    the calibration of a machine (the values do not matter): ``rounds`` prompts extended to the
+    whole context, every other one a single token (so every cache length runs in every other
+    round), the others of lengths spread over half the context (their prefill shapes)."""
+    rng = np.random.default_rng(0)
+    vocab = model.config.vocab_size
+    half = max(2, context // 2)
+    for i in range(rounds):
+        prompt = 1 if i % 2 == 0 else 2 + (i // 2) * (half - 2) // max(1, (rounds - 1) // 2)
+        model.generate(rng.integers(0, vocab, (1, prompt)), max_new_tokens=context - prompt, temperature=0.0)
+        if progress is not None:
+            progress(f"decode {i + 1}/{rounds}: a prompt of {prompt} extended to {context} tokens")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,10 @@ shared, noisy computer's drift between the two out of the comparison: what is le
 simulator (dependencies, scheduling, the submitting thread, data movement).
 
 ``monotonic``: derived machines with more or faster CPUs must never simulate slower.
+
+``schedules``: `tiletrain schedule run`'s synthetic pipelines on a simulated machine, whose
+idle fractions must sit within 3 points of the schedules' formulas (their tasks take the time
+their argument says: csrc/gen_kernels.py's TIMED_BY_ARG, nothing to calibrate).
 """
 from __future__ import annotations
 
@@ -84,6 +88,24 @@ def monotonic(base: str = "here", cpus=(1, 2, 4, 8), speeds=(1.0, 2.0), sched: s
         return list(pool.map(row, machines))
 
 
+def schedules(machine: str, names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v", "seq1f1b",
+                                    "pb", "local"), stages: int = 4, microbatches: int = 8, timeout: float = 300) -> list[dict]:
+    """`tiletrain schedule run NAME --stages S --microbatches M --json` simulated on ``machine``
+    (one CPU per stage): the simulated idle fraction beside the schedule's formula."""
+    env = dict(os.environ, **{SIMULATE_ENV: machine})
+    rows = []
+    for name in names:
+        cmd = [sys.executable, "-m", "tiletrain", "schedule", "run", name, "--stages", str(stages), "--microbatches",
+               str(microbatches), "--json"]
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"the simulated schedule {name} on {machine} failed ({r.returncode}): {r.stderr[-2000:]}")
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        rows.append({"schedule": name, "stages": stages, "microbatches": microbatches, "idle": d["idle_fraction"],
+                     "formula_idle": d["formula_idle_fraction"], "makespan_s": d["makespan_s"]})
+    return rows
+
+
 def is_monotonic(rows: list[dict], slack: float = 0.01) -> bool:
     """No machine with at least as many and at least as fast CPUs is slower (beyond ``slack``)."""
     return all(b["tokens_per_s"] >= a["tokens_per_s"] * (1 - slack)
@@ -91,4 +113,4 @@ def is_monotonic(rows: list[dict], slack: float = 0.01) -> bool:
                if b["cpus"] >= a["cpus"] and b["cpu_speed"] >= a["cpu_speed"])
 
 
-__all__ = ["train_step", "monotonic", "is_monotonic", "simulate_bench", "machines_in"]
+__all__ = ["train_step", "monotonic", "is_monotonic", "schedules", "simulate_bench", "machines_in"]
