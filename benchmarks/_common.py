@@ -458,3 +458,22 @@ def run_worker(cmd: list[str], env: dict, label: str) -> list[dict] | None:
         print(f"{label}: the simulated process failed ({r.returncode}):\n{r.stderr[-3000:]}", file=sys.stderr)
         return None
     return result_lines(r.stdout)
+
+
+def save_png(path: str, draw, panels: int = 1, size: tuple[float, float] = (5, 3.5), title: str | None = None) -> None:
+    """A figure of ``panels`` plots side by side, each ``size`` inches, drawn by ``draw(axes)``
+    (a list of matplotlib axes) and saved at ``path``; without matplotlib, a note on stderr."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(matplotlib missing: no {os.path.basename(path)})", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, panels, figsize=(size[0] * panels, size[1]), squeeze=False)
+    draw(list(axes[0]))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

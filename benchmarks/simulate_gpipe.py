@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import run_worker  # noqa: E402
+from _common import run_worker, save_png  # noqa: E402
 
 
 def worker(a) -> None:
@@ -145,11 +145,9 @@ def main() -> int:
         w = csv.DictWriter(f, fieldnames=["gpus", "m", "step_s", "speedup", "bound"])
         w.writeheader()
         w.writerows(rows)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(5, 3.5))
+
+    def draw(axes):
+        ax = axes[0]
         for m in a.micro_batches:
             pts = [r for r in rows if r["m"] == m]
             line, = ax.plot([r["gpus"] for r in pts], [r["speedup"] for r in pts], "o-", label=f"m={m}")
@@ -158,10 +156,7 @@ def main() -> int:
         ax.set_ylabel("speedup over 1 GPU")
         ax.set_title("GPipe, simulated (dashed: p·m/(m+p-1))")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.out, "simulate_gpipe.png"), dpi=100)
-    except ImportError:
-        print("(matplotlib missing: no PNG)", file=sys.stderr)
+    save_png(os.path.join(a.out, "simulate_gpipe.png"), draw)
     return 0
 
 

@@ -1,13 +1,15 @@
-"""NNTile's headline, simulated on a scaled node: the largest GPT that trains on 8 simulated
+"""NNTile's headline, simulated: the largest GPT that trains on 8 simulated
 GPUs when tiletrain spreads its tiles over the GPUs' memory and the host's (StarPU evicts what
 does not fit a GPU to main memory and brings it back), against data-parallel replicas, where
 every GPU must hold the whole training state and one micro-batch's activations.
 
-Scaled: each GPU has --gpu-memory (default 256 MiB, not the claim's 16 GiB), so that the
-models around the limits simulate in minutes here (a simulated task costs real time; a GPT of
-billions of parameters would take hours per step).  What is compared is the ratio of the two
-limits, which the scale leaves as it is while the GPT's activations stay small beside its
-state (B 8, T 128 here).
+By default on a scaled node: each GPU has --gpu-memory (default 256 MiB, not the claim's
+16 GiB) and the GPT is 512 wide, so that the models around the limits simulate in about a
+minute each.  At the claim's size (`--gpu-memory 16G --n-embd 4096 --tiles 4,128,4096`), tiles
+as wide as the model keep a step's task count that of the scaled one (a simulation's real
+time follows its tasks, not the sizes of its tiles); each depth then takes a few minutes.
+What is compared is the ratio of the two limits, while the GPT's activations stay small beside
+its state (B 8, T 128 here).
 
 For each depth of a GPT of width --n-embd (AdamW), a fresh simulated process on the derived
 node (GPUs --gpu-speed x a calibrated core, --gpu-memory each, 25 GB/s links; host memory
@@ -22,7 +24,7 @@ A depth trains on the node when the three steps complete; its replica fits one G
 need is at most --gpu-memory.  The depths are --layers; the node's limit is not searched past
 the deepest one (a lower bound of the ratio when every depth trains).
 
-    python benchmarks/simulate_nntile.py [--layers 2 4 8 16 32] [--n-embd 512] [--gpus 8]
+    python benchmarks/simulate_nntile.py [--layers 2 4 8 16 32] [--n-embd 512] [--tiles B,T,C] [--gpus 8]
         [--gpu-memory 256M] [--gpu-speed 20] [--out benchmarks/results]
 
 Prints a table and the ratio, writes simulate_nntile.csv and .png under --out (gitignored).
@@ -38,7 +40,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import run_worker  # noqa: E402
+from _common import run_worker, save_png  # noqa: E402
 
 from tiletrain.train import parse_tiles  # noqa: E402
 
@@ -118,7 +120,8 @@ def main() -> int:
     rows = []
     t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tiletrain-nntile-") as tmp, machines_in(tmp):
-        print(f"# calibrating one block of the GPT (width {a.n_embd}, T={a.seq_len}, B={a.batch}) here ...",
+        print(f"# calibrating one block of the GPT (width {a.n_embd}, T={a.seq_len}, B={a.batch}, tiles "
+              f"{','.join(map(str, a.tiles)) if a.tiles else 'default'}) here ...",
               flush=True)
         tiles = {"tiles": a.tiles} if a.tiles else {}
         calibrate("nntile-base", steps=10, sched="dmda", say=lambda s: None, n_layer=1, n_embd=a.n_embd,
@@ -170,11 +173,9 @@ def main() -> int:
                                           "gpu_used_bytes", "gpus", "failed"])
         w.writeheader()
         w.writerows(rows)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(5, 3.5))
+
+    def draw(axes):
+        ax = axes[0]
         ax.plot([r["params"] / 1e6 for r in ok], [1e3 * r["step_s"] for r in ok], "o-", label=f"{a.gpus} GPUs")
         if dp:
             ax.axvline(max(r["params"] for r in dp) / 1e6, ls="--", color="gray",
@@ -183,10 +184,7 @@ def main() -> int:
         ax.set_ylabel("simulated step (ms)")
         ax.set_title(f"Largest GPT on {a.gpus} x {gpu_mem / mib:.0f} MiB GPUs, simulated")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.out, "simulate_nntile.png"), dpi=100)
-    except ImportError:
-        print("(matplotlib missing: no PNG)", file=sys.stderr)
+    save_png(os.path.join(a.out, "simulate_nntile.png"), draw)
     return 0
 
 

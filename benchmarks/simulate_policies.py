@@ -22,6 +22,9 @@ import time
 from tiletrain.sim import validate
 from tiletrain.sim.machine import derive, list_machines
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import save_png  # noqa: E402
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -64,11 +67,9 @@ def main() -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+
+    def draw(axes):
+        ax1, ax2 = axes
         xs = range(len(rows))
         ax1.bar(xs, [r["step_ms"] for r in rows])
         ax1.set_xticks(list(xs), [r["sched"] for r in rows])
@@ -78,11 +79,8 @@ def main() -> int:
         ax2.set_xticks(list(xs), [r["sched"] for r in rows])
         ax2.set_ylabel("idle %")
         ax2.legend()
-        fig.suptitle(f"GPT 4x256 step on {a.cpus} CPUs + {a.gpus} GPUs (simulated)")
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.out, "simulate_policies.png"), dpi=100)
-    except ImportError:
-        print("(matplotlib missing: no PNG)", file=sys.stderr)
+    save_png(os.path.join(a.out, "simulate_policies.png"), draw, panels=2, size=(4.5, 3.5),
+             title=f"GPT 4x256 step on {a.cpus} CPUs + {a.gpus} GPUs (simulated)")
     return 0
 
 

@@ -43,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import run_worker  # noqa: E402
+from _common import run_worker, save_png  # noqa: E402
 
 MAPPINGS = ("layer-wise", "merged", "data-parallel")
 
@@ -230,24 +230,16 @@ def _report(a, rows, real_s) -> None:
 
 
 def _plot(a, rows) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no PNG)", file=sys.stderr)
-        return
-    fig, axes = plt.subplots(1, len(a.links), figsize=(4.5 * len(a.links), 3.5), squeeze=False)
-    for ax, link in zip(axes[0], a.links):
-        for mapping in a.mappings:
-            pts = [r for r in rows if r["link"] == link and r["mapping"] == mapping]
-            ax.plot([r["chiplets"] for r in pts], [r["samples_per_s"] for r in pts], "o-", label=mapping)
-        ax.set_xlabel("chiplets")
-        ax.set_ylabel("samples / simulated s")
-        ax.set_title(f"chiplet links {link:g} GB/s")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "simulate_scope.png"), dpi=100)
+    def draw(axes):
+        for ax, link in zip(axes, a.links):
+            for mapping in a.mappings:
+                pts = [r for r in rows if r["link"] == link and r["mapping"] == mapping]
+                ax.plot([r["chiplets"] for r in pts], [r["samples_per_s"] for r in pts], "o-", label=mapping)
+            ax.set_xlabel("chiplets")
+            ax.set_ylabel("samples / simulated s")
+            ax.set_title(f"chiplet links {link:g} GB/s")
+            ax.legend()
+    save_png(os.path.join(a.out, "simulate_scope.png"), draw, panels=len(a.links), size=(4.5, 3.5))
 
 
 def _parser() -> argparse.ArgumentParser:
