@@ -98,6 +98,15 @@ def test_execute_gives_right_values_and_other_shapes_are_estimated(home, capfd):
     assert "timed from their kernel's nearest calibrated size" in s.format()
 
 
+def assert_with_and_without_execute(home, code, without: str, with_execute: str) -> None:
+    """``code`` simulated on `small` without --execute prints ``without``, with it ``with_execute``."""
+    for execute, want in (("0", without), ("1", with_execute)):
+        env = dict(os.environ, TILETRAIN_SIMULATE="small", TILETRAIN_MACHINES=str(home), STARPU_SIMGRID_EXECUTE=execute)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert want in r.stdout, (execute, r.stdout)
+
+
 def test_host_buffers_are_folded_unless_the_kernels_run(home):
     """Without --execute no value is needed, so host buffers are folded (csrc/session.c): two
     tiles read the same pages, and a model larger than this computer's memory fits; with
@@ -108,11 +117,7 @@ def test_host_buffers_are_folded_unless_the_kernels_run(home):
             "b = tt.from_numpy(np.full((512, 512), 2, np.float32), 512)\n"
             "print('a reads', a.numpy()[0, 0])\n"
             "tt.shutdown()\n")
-    for execute, want in (("0", "a reads 2.0"), ("1", "a reads 1.0")):
-        env = dict(os.environ, TILETRAIN_SIMULATE="small", TILETRAIN_MACHINES=str(home), STARPU_SIMGRID_EXECUTE=execute)
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert want in r.stdout, (execute, r.stdout)
+    assert_with_and_without_execute(home, code, without="a reads 2.0", with_execute="a reads 1.0")
 
 
 def test_initial_values_are_not_drawn_unless_the_kernels_run(home):
@@ -126,11 +131,7 @@ def test_initial_values_are_not_drawn_unless_the_kernels_run(home):
             "tt.nn.Linear(64, 64)\n"
             "print('generator', 'unmoved' if str(tt.get_rng_state()) == before else 'moved')\n"
             "tt.shutdown()\n")
-    for execute, want in (("0", "generator unmoved"), ("1", "generator moved")):
-        env = dict(os.environ, TILETRAIN_SIMULATE="small", TILETRAIN_MACHINES=str(home), STARPU_SIMGRID_EXECUTE=execute)
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert want in r.stdout, (execute, r.stdout)
+    assert_with_and_without_execute(home, code, without="generator unmoved", with_execute="generator moved")
 
 
 def test_time_is_the_simulated_clock(home):
