@@ -140,7 +140,9 @@ def main() -> int:
             got = run_worker(cmd, env, f"GPT {n}x{a.n_embd} on {a.gpus} simulated GPUs")
             row = got[0] if got else {"n_layer": n, "params": None, "failed": True}
             rows.append(row)
-            print(f"# {n} layers: {'trained' if got else 'FAILED'}, {time.monotonic() - t:.0f} s real", flush=True)
+            said = (f": {row['params'] / 1e6:.1f}M parameters, a replica needs {row['replica_bytes'] / 2**20:,.0f} MiB, "
+                    f"simulated step {1e3 * row['step_s']:.1f} ms" if got else "")
+            print(f"# {n} layers: {'trained' if got else 'FAILED'}, {time.monotonic() - t:.0f} s real{said}", flush=True)
     ok = [r for r in rows if not r.get("failed")]
     dp = [r for r in ok if r["replica_bytes"] <= gpu_mem]
     mib = 2 ** 20
