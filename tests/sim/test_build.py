@@ -26,8 +26,8 @@ def test_the_simulation_flavour_has_its_own_key():
 
 def test_the_sim_only_patches_exist_and_say_why():
     patches = sorted((ROOT / "scripts" / "starpu-patches" / "simgrid").glob("*.patch"))
-    assert [p.name for p in patches] == ["simgrid-gpu-workers-wait.patch", "simgrid-init-without-argv.patch",
-                                         "simgrid-models-missing-variance-execute.patch"]
+    assert [p.name for p in patches] == ["simgrid-eviction-wait-backoff.patch", "simgrid-gpu-workers-wait.patch",
+                                         "simgrid-init-without-argv.patch", "simgrid-models-missing-variance-execute.patch"]
     for p in patches:
         assert p.read_text().startswith("Simulation flavour only")
 
