@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -55,9 +56,11 @@ def main() -> int:
         rows += mono
         # the pipeline schedules on sleeping tasks, one simulated CPU per stage
         from tiletrain.sim.machine import derive
-        name = f"here-c{a.stages}"
-        derive(name, "here", cpus=a.stages, overwrite=True)
-        sched_rows = validate.schedules(name, stages=a.stages, microbatches=a.microbatches)
+        m = derive(f"here-c{a.stages}", "here", cpus=a.stages, overwrite=True)
+        try:
+            sched_rows = validate.schedules(m.name, stages=a.stages, microbatches=a.microbatches)
+        finally:  # (as validate.monotonic removes its derived machines)
+            shutil.rmtree(m.folder, ignore_errors=True)
         print(f"\n| schedule (p = {a.stages}, m = {a.microbatches}) | simulated idle | formula idle | difference |")
         print("|---|---|---|---|")
         for r in sched_rows:

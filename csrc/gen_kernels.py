@@ -505,27 +505,18 @@ def codelets_source(kernels: list[Kernel]) -> str:
             "}",
         ]
         if n in TIMED_BY_ARG:
-            out += [
-                f"static double tt_cost_{n}(struct starpu_task *task, unsigned nimpl)",
-                "{",
-                "    (void)nimpl;",
-                f"    return (double)((const tt_args_{n} *)task->cl_arg)->{TIMED_BY_ARG[n]};",
-                "}",
-                f"static struct starpu_perfmodel tt_pm_{n} = {{",
-                "    .type = STARPU_COMMON,",
-                f"    .symbol = \"tiletrain_{n}\",",
-                f"    .cost_function = tt_cost_{n},",
-                f"    .footprint = tt_fp_{n},",
-                "};",
-            ]
+            out += [f"static double tt_cost_{n}(struct starpu_task *task, unsigned nimpl)",
+                    "{",
+                    "    (void)nimpl;",
+                    f"    return (double)((const tt_args_{n} *)task->cl_arg)->{TIMED_BY_ARG[n]};",
+                    "}"]
+            model = ["    .type = STARPU_COMMON,", f"    .cost_function = tt_cost_{n},"]
         else:
-            out += [
-                f"static struct starpu_perfmodel tt_pm_{n} = {{",
-                "    .type = STARPU_HISTORY_BASED,",
+            model = ["    .type = STARPU_HISTORY_BASED,"]
+        out += [f"static struct starpu_perfmodel tt_pm_{n} = {{", *model,
                 f"    .symbol = \"tiletrain_{n}\",",
                 f"    .footprint = tt_fp_{n},",
-                "};",
-            ]
+                "};"]
         where = ["    .where = STARPU_CPU"]
         funcs = []
         if "opencl" in k.impls:

@@ -29,21 +29,29 @@ from .calibrate import WORKLOADS, _bench_args, calibrate
 from .machine import derive
 
 
+def _simulated_json(machine: str, cmd: list[str], what: str, timeout: float, **env_extra: str) -> tuple[dict, str]:
+    """Run ``cmd`` in a fresh process simulating ``machine`` (no calibration variables of the
+    caller's); its last stdout line as JSON and its stderr, or RuntimeError naming ``what``."""
+    env = dict(os.environ, **{SIMULATE_ENV: machine}, **env_extra)
+    for var in ("STARPU_PERF_MODEL_DIR", "STARPU_HOSTNAME", "STARPU_CALIBRATE"):
+        env.pop(var, None)
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{what} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
 def simulate_bench(machine: str, steps: int, warmup: int, sched: str, timeout: float = 900, variance: bool = True,
                    **sizes) -> dict:
     """tiletrain.sim.bench's result on a simulated machine (a fresh process); ``variance``:
     task times drawn with their measured spread (else their means)."""
-    env = dict(os.environ, **{SIMULATE_ENV: machine, "STARPU_SIMGRID_VARIANCE": "1" if variance else "0"})
-    for var in ("STARPU_PERF_MODEL_DIR", "STARPU_HOSTNAME", "STARPU_CALIBRATE"):
-        env.pop(var, None)
     cmd = [sys.executable, "-m", "tiletrain.sim.bench", "--steps", str(steps), "--warmup", str(warmup), "--sched",
            sched, "--json", *_bench_args(sizes)]
-    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"the simulation of {machine} failed ({r.returncode}): {r.stderr[-2000:]}")
-    if "no calibrated time" in r.stderr:  # (a shape estimated from another size is not named there)
-        raise RuntimeError(f"the simulation of {machine} met uncalibrated kernels: {r.stderr[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    out, err = _simulated_json(machine, cmd, f"the simulation of {machine}", timeout,
+                               STARPU_SIMGRID_VARIANCE="1" if variance else "0")
+    if "no calibrated time" in err:  # (a shape estimated from another size is not named there)
+        raise RuntimeError(f"the simulation of {machine} met uncalibrated kernels: {err[-2000:]}")
+    return out
 
 
 def train_step(sched: str = "lws", steps: int = 10, warmup: int = 2, ncpu: int | None = None, say=None,
@@ -92,15 +100,11 @@ def schedules(machine: str, names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
                                     "pb", "local"), stages: int = 4, microbatches: int = 8, timeout: float = 300) -> list[dict]:
     """`tiletrain schedule run NAME --stages S --microbatches M --json` simulated on ``machine``
     (one CPU per stage): the simulated idle fraction beside the schedule's formula."""
-    env = dict(os.environ, **{SIMULATE_ENV: machine})
     rows = []
     for name in names:
         cmd = [sys.executable, "-m", "tiletrain", "schedule", "run", name, "--stages", str(stages), "--microbatches",
                str(microbatches), "--json"]
-        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-        if r.returncode != 0:
-            raise RuntimeError(f"the simulated schedule {name} on {machine} failed ({r.returncode}): {r.stderr[-2000:]}")
-        d = json.loads(r.stdout.strip().splitlines()[-1])
+        d, _ = _simulated_json(machine, cmd, f"the simulated schedule {name} on {machine}", timeout)
         rows.append({"schedule": name, "stages": stages, "microbatches": microbatches, "idle": d["idle_fraction"],
                      "formula_idle": d["formula_idle_fraction"], "makespan_s": d["makespan_s"]})
     return rows
