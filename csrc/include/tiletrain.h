@@ -387,6 +387,21 @@ int tt_mpi_in_stream(tt_tensor *t, int stream);
  * communication cache skips tiles a node holds already). */
 int tt_tensor_push(tt_tensor *t, const int *nodes, int n);
 
+/* Sparse layouts on the host (csrc/layout.c; no runtime needed).  perm: the entries ordered
+ * by row, then column, then input order (NumPy's lexsort((col, row))); crow: nrows + 1 row
+ * pointers. */
+int tt_coo_to_csr(int64_t nrows, int64_t ncols, int64_t nnz, const int64_t *row, const int64_t *col,
+                  int64_t *crow, int64_t *perm);
+/* A CSR matrix (n x m, nnz entries) in row blocks of rb x column blocks of cb, g = ceil(n/rb) * ceil(m/cb)
+ * blocks (one block row or column for an empty axis): counts (g) the entries per block;
+ * layout: L slots per block (L >= the largest count), each block's entries by row then in
+ * CSR order -- perm (g x L) the CSR position of each slot, cols (g x L) its column within
+ * the block (0 in empty slots), rowptr (g x (rb + 1)) each block's local row pointers. */
+int tt_csr_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col, int64_t rb, int64_t cb,
+                        int64_t *counts);
+int tt_csr_block_layout(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col, int64_t rb, int64_t cb,
+                        int64_t L, int64_t *perm, int64_t *cols, int64_t *rowptr);
+
 /* CDEF END */
 
 /* bytes per element of a dtype; 0 for an unknown code (C only: kernel bodies, expanders) */

@@ -134,15 +134,62 @@ def test_feature_dimension_tiling_one_task_per_block_and_column_tile(rng):
         np.testing.assert_allclose(Y.numpy(), d @ x, rtol=1e-12, atol=1e-12)
 
 
-def test_lex_order_equals_lexsort(rng):
-    """The radix order used to lay out CSR blocks equals np.lexsort, ties in input order,
-    for key ranges under and over one 16-bit digit."""
-    from tiletrain.ops.sparse import lex_order
-    for bound, n in ((1, 10), (7, 1000), (70_000, 5000), (3_000_000_000, 2000)):
-        keys = [rng.integers(0, bound, n).astype(np.int64) for _ in range(2)]
-        np.testing.assert_array_equal(lex_order(keys, bound), np.lexsort(keys))
-        np.testing.assert_array_equal(lex_order(keys[:1], bound), np.argsort(keys[0], kind="stable"))
-    assert len(lex_order((np.zeros(0, np.int64),), 5)) == 0
+def test_coo_to_csr_orders_like_lexsort(rng):
+    """The C counting sort orders entries by row, then column, then input order (NumPy's
+    lexsort((col, row))) and gives bincount's row pointers; out-of-range indices are refused."""
+    from tiletrain.ops.sparse import coo_to_csr
+    for nrows, ncols, n in ((1, 1, 10), (7, 3, 1000), (70_000, 5, 5000), (3, 70_000, 2000), (5, 5, 0)):
+        row, col = rng.integers(0, nrows, n), rng.integers(0, ncols, n)
+        crow, perm = coo_to_csr(row, col, nrows, ncols)
+        np.testing.assert_array_equal(perm, np.lexsort((col, row)))
+        np.testing.assert_array_equal(crow, np.concatenate([[0], np.cumsum(np.bincount(row, minlength=nrows))]))
+    with pytest.raises(ValueError, match="row index 5 of entry 1 is out of range for 5 rows"):
+        coo_to_csr(np.array([0, 5]), np.array([0, 0]), 5, 5)
+    with pytest.raises(ValueError, match="column index -1 of entry 0"):
+        coo_to_csr(np.array([0]), np.array([-1]), 5, 5)
+
+
+def _block_layout_reference(crow, col, shape, blocks):
+    """The blocked layout in NumPy: entries per block by row, then in CSR order."""
+    (N, M), (rb, cb) = shape, blocks
+    gr, gc = max(1, -(-N // rb)), max(1, -(-M // cb))
+    rows = np.repeat(np.arange(N), np.diff(crow))
+    blk = (rows // rb) * gc + col // cb
+    counts = np.bincount(blk, minlength=gr * gc)
+    L = max(1, int(counts.max()) if len(col) else 1)
+    perm, cols = np.zeros((gr * gc, L), np.int64), np.zeros((gr * gc, L), np.int64)
+    rowptr = np.zeros((gr * gc, rb + 1), np.int64)
+    for b in range(gr * gc):
+        ks = np.flatnonzero(blk == b)  # CSR order is by row
+        perm[b, :len(ks)], cols[b, :len(ks)] = ks, col[ks] % cb
+        rowptr[b, 1:] = np.cumsum(np.bincount(rows[ks] % rb, minlength=rb))
+    return counts, L, perm, cols, rowptr
+
+
+def test_block_layout_equals_the_numpy_reference(rng):
+    """csrc/layout.c's blocked layout of a CSR matrix (counts, L, slots, local columns and row
+    pointers) equals a NumPy reference, for even and leftover blocks, one block, empty rows and
+    columns and no entries at all; a bad CSR is refused."""
+    from tiletrain.ops.sparse import _block_layout
+    for (N, M), (rb, cb), n in (((12, 9), (4, 3), 40), ((13, 10), (5, 4), 60), ((6, 6), (6, 6), 20),
+                                ((50, 7), (8, 7), 0), ((9, 70_000), (4, 30_000), 200)):
+        row, col = rng.integers(0, N, n), rng.integers(0, M, n)
+        order = np.lexsort((col, row))
+        crow = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=N))])
+        grid = (max(1, -(-N // rb)), max(1, -(-M // cb)))
+        got = _block_layout(crow, col[order], (N, M), (rb, cb), grid)
+        want = _block_layout_reference(crow, col[order], (N, M), (rb, cb))
+        assert got[1] == want[1]
+        for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(ValueError, match=r"col_indices\[1\] = 9 is out of range for 9 columns"):
+        _block_layout(np.array([0, 2]), np.array([0, 9]), (1, 9), (1, 3), (1, 3))
+    with pytest.raises(ValueError, match="crow_indices decrease at row 1"):
+        _block_layout(np.array([0, 2, 1]), np.array([0, 1]), (2, 9), (1, 3), (2, 3))
+    with pytest.raises(ValueError, match=r"crow_indices\[2\] = 3 is past the 2 entries"):
+        _block_layout(np.array([0, 2, 3]), np.array([0, 1]), (2, 9), (1, 3), (2, 3))
+    with pytest.raises(ValueError, match="3 crow_indices for 1 rows"):
+        _block_layout(np.array([0, 2, 2]), np.array([0, 1]), (1, 9), (1, 3), (1, 3))
 
 
 def test_blocked_values_laid_out_on_the_host_equal_the_gathered_ones(rng):

@@ -21,7 +21,7 @@ from .. import ops
 from ..nn import Linear, Module, ModuleList, Parameter
 from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
-from ..ops.sparse import SparseCSRTensor, lay_out_from_host, lex_order, sparse_csr_tensor
+from ..ops.sparse import SparseCSRTensor, coo_to_csr, lay_out_from_host, sparse_csr_tensor
 from ..tensors import Tensor, as_dtype
 from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
 
@@ -47,8 +47,7 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     target: A @ x sums each node's incoming messages); duplicate edges add up.  ``values``:
     NumPy (E,) or a tiletrain Tensor (its gradient flows through the permutation)."""
     src, dst = edge_index
-    perm = lex_order((src, dst), num_nodes)  # by target, then source
-    crow = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))]).astype(np.int64)
+    crow, perm = coo_to_csr(dst, src, num_nodes, num_nodes)  # by target, then source
     if isinstance(values, Tensor):
         vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
         return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
@@ -90,13 +89,16 @@ def gcn_norm(edge_index: np.ndarray, edge_weight, num_nodes: int, improved: bool
     fill = 2.0 if improved else 1.0
     if add_self_loops:
         edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, fill, num_nodes)
-    w = np.ones(edge_index.shape[1]) if edge_weight is None else np.asarray(edge_weight, np.float64)
     row, col = edge_index
-    deg = np.bincount(col, weights=w, minlength=num_nodes)
+    if edge_weight is None:  # unit weights: the same float64 values without multiplying by ones
+        deg = np.bincount(col, minlength=num_nodes).astype(np.float64)
+    else:
+        w = np.asarray(edge_weight, np.float64)
+        deg = np.bincount(col, weights=w, minlength=num_nodes)
     with np.errstate(divide="ignore"):
         dis = deg ** -0.5
     dis[np.isinf(dis)] = 0.0
-    return edge_index, dis[row] * w * dis[col]
+    return edge_index, dis[row] * dis[col] if edge_weight is None else dis[row] * w * dis[col]
 
 
 def _blocks(x: Tensor):

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..runtime.kernels import run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
+from ..tensors.tensor import read_rows
 from .data import Data
 from .utils import edge_index_array
 
@@ -81,7 +82,7 @@ class GraphSAINTSampler:
         # their reverses) are always induced.  Grows when a sample does not fit.
         walked = 2 * self.batch_size * (self.walk_length if kind == "random_walk" else 1 if kind == "edge" else 0)
         self._cap = 2 + 4 * min(N, self.batch_size * per) + 3 * min(walked, self.E) + 64
-        self._step = 0
+        self._step, self._buf = 0, None
         self.node_norm = self.edge_norm = None
         if sample_coverage > 0:
             self.node_norm, self.edge_norm = self._compute_norm(sample_coverage)
@@ -99,7 +100,7 @@ class GraphSAINTSampler:
         """Wait for a submitted sample and decode it (resubmitting with room when it did not
         fit: the same (seed, step) gives the same sample)."""
         step, out = pending
-        a = out.numpy(force=True)
+        a = self._read(out)
         m, k = int(a[0]), int(a[1])
         while k < 0:
             if k == -2:
@@ -107,14 +108,20 @@ class GraphSAINTSampler:
                                   f"(batch_size {self.batch_size}, {self.N} nodes, {self.E} edges)")
             # did not fit: twice the room (at most 2 + N + 3 E is ever needed)
             self._cap = min(max(2 * self._cap, 2 + m + 64), 2 + self.N + 3 * self.E)
-            a = self.submit(step)[1].numpy(force=True)
+            a = self._read(self.submit(step)[1])
             m, k = int(a[0]), int(a[1])
         nodes = a[2:2 + m].copy()
-        src, dst, pos = (a[2 + m + i * k:2 + m + (i + 1) * k] for i in range(3))
-        sub = Subgraph(nodes, np.stack([src, dst]).astype(np.int64), self._pos_edge[pos])
+        sub = Subgraph(nodes, a[2 + m:2 + m + 2 * k].reshape(2, k).copy(), self._pos_edge[a[2 + m + 2 * k:2 + m + 3 * k]])
         if self.node_norm is not None:
             sub.node_norm, sub.edge_norm = self.node_norm[nodes], self.edge_norm[sub.edge_idx]
         return sub
+
+    def _read(self, out: Tensor) -> np.ndarray:
+        """The task's output in a host buffer kept from step to step (a fresh array of up to a
+        few MiB per step cost its page faults on the submitting thread); decode copies out."""
+        if self._buf is None or len(self._buf) != out.shape[0]:  # a sample submitted before the room grew
+            self._buf = np.empty(out.shape[0], np.int64)
+        return read_rows(out, 0, 1, self._buf)
 
     def sample(self, step: int) -> Subgraph:
         return self.read(self.submit(step))

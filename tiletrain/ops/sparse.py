@@ -16,6 +16,7 @@ import numbers
 
 import numpy as np
 
+from .._ffi import check, ffi, lib
 from ..runtime.kernels import run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
 from .autograd import backward_rule, double_backward_rule, record
@@ -43,20 +44,37 @@ def _ints(a, what: str, name: str) -> np.ndarray:
     return a
 
 
-def lex_order(keys, bound: int) -> np.ndarray:
-    """``np.lexsort(keys)`` (the last key primary, ties in input order) for integer keys in
-    [0, bound): a stable least-significant-digit radix sort over 16-bit digits (NumPy's stable
-    sort of uint16 is a counting sort), 3-10x faster than lexsort from 5k to 1M entries --
-    the CSR layouts of sampled subgraphs are built on the submitting thread every step."""
-    order = None
-    digits = max(1, -(-max(int(bound) - 1, 1).bit_length() // 16))
-    for k in keys:
-        k = np.asarray(k)
-        for d in range(digits):
-            kk = k if order is None else k[order]
-            step = np.argsort((kk >> (16 * d)).astype(np.uint16), kind="stable")
-            order = step if order is None else order[step]
-    return order.astype(np.int64) if order is not None else np.zeros(0, np.int64)
+def _c_int64(a: np.ndarray):
+    return ffi.from_buffer("int64_t[]", a, require_writable=a.flags.writeable)
+
+
+def coo_to_csr(row: np.ndarray, col: np.ndarray, nrows: int, ncols: int) -> tuple[np.ndarray, np.ndarray]:
+    """(crow, perm): the row pointers (nrows + 1) of the entries (row[k], col[k]) and their
+    order by row, then column, then input order (``np.lexsort((col, row))``), by two counting
+    sorts in C (csrc/layout.c): the CSR layouts of sampled subgraphs are built on the
+    submitting thread every step."""
+    row, col = np.ascontiguousarray(row, np.int64), np.ascontiguousarray(col, np.int64)
+    crow, perm = np.empty(int(nrows) + 1, np.int64), np.empty(len(row), np.int64)
+    check(lib.tt_coo_to_csr(int(nrows), int(ncols), len(row), _c_int64(row), _c_int64(col), _c_int64(crow),
+                            _c_int64(perm)))
+    return crow, perm
+
+
+def _block_layout(crow: np.ndarray, col: np.ndarray, shape, blocks, grid):
+    """A CSR matrix's blocked layout (csrc/layout.c): the entries per block, L (the largest
+    count, at least 1), and perm, cols (nblocks, L) and rowptr (nblocks, rb + 1): each block's
+    entries by row, then in CSR order."""
+    (N, M), (rb, cb), g = shape, blocks, grid[0] * grid[1]
+    crow, col = np.ascontiguousarray(crow, np.int64), np.ascontiguousarray(col, np.int64)
+    if len(crow) != N + 1:
+        raise ValueError(f"sparse layout: {len(crow)} crow_indices for {N} rows (want {N + 1})")
+    counts = np.empty(g, np.int64)
+    check(lib.tt_csr_block_counts(N, M, len(col), _c_int64(crow), _c_int64(col), rb, cb, _c_int64(counts)))
+    L = max(1, int(counts.max()))
+    perm, cols, rowptr = np.empty((g, L), np.int64), np.empty((g, L), np.int64), np.empty((g, rb + 1), np.int64)
+    check(lib.tt_csr_block_layout(N, M, len(col), _c_int64(crow), _c_int64(col), rb, cb, L, _c_int64(perm), _c_int64(cols),
+                                  _c_int64(rowptr)))
+    return counts, L, perm, cols, rowptr
 
 
 class SparseCSRTensor:
@@ -72,29 +90,12 @@ class SparseCSRTensor:
         rb, cb = (max(1, min(int(b), max(s, 1))) for b, s in zip(blocks, self.shape))
         self.blocks = (rb, cb)
         self.grid = (max(1, -(-N // rb)), max(1, -(-M // cb)))
-        gr, gc = self.grid
         nnz = len(col)
-        rows = np.repeat(np.arange(N, dtype=np.int64), np.diff(crow))
-        blk = (rows // rb) * gc + col // cb
-        order = lex_order((blk,), gr * gc)  # by block, then row, then input order (entries come by row)
-        counts = np.bincount(blk, minlength=gr * gc)
-        self.block_nnz = counts
-        L = max(1, int(counts.max()) if nnz else 1)
-        self.L = L
-        start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        sb = blk[order]
-        pos = sb * L + (np.arange(nnz) - start[sb])  # slot of each entry in the blocked layout
-        perm = np.zeros(gr * gc * L, np.int64)
-        perm[pos] = order
-        cols = np.zeros(gr * gc * L, np.int64)
-        cols[pos] = col[order] % cb
-        rowptr = np.zeros((gr * gc, rb + 1), np.int64)  # per block: entries per local row, summed
-        per_row = np.bincount(sb * rb + rows[order] % rb, minlength=gr * gc * rb).reshape(gr * gc, rb)
-        rowptr[:, 1:] = np.cumsum(per_row, axis=1)
+        self.block_nnz, self.L, perm, cols, rowptr = _block_layout(crow, col, self.shape, self.blocks, self.grid)
         self._rowptr = from_numpy(rowptr, (1, rb + 1))
-        self._cols = from_numpy(cols.reshape(gr * gc, L), (1, L))
+        self._cols = from_numpy(cols, (1, self.L))
         # the blocked values' index into the user's: given with its values (read once)
-        self._perm = _Index(from_numpy(perm, (L,)), perm) if nnz else None
+        self._perm = _Index(from_numpy(perm.reshape(-1), (self.L,)), perm.reshape(-1)) if nnz else None
         self._bv = None  # the blocked values, kept while the values need no gradient
 
     # -- torch's accessors ----------------------------------------------------------------

@@ -1,0 +1,142 @@
+/* Sparse layouts the submitting thread computes on the host, in O(entries + rows) by
+ * counting sorts: a COO list ordered into CSR, and a CSR matrix laid out in row blocks x
+ * column blocks (tiletrain/ops/sparse.py).  No StarPU here: sampled GNN training builds a
+ * new subgraph adjacency every step, and in NumPy (sorts, bincounts, fancy indexing) that
+ * was more than half of the submitting thread's time per step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt_internal.h"
+
+static int64_t *counts_new(int64_t n)
+{
+    return calloc((size_t)(n + 1), sizeof(int64_t));
+}
+
+int tt_coo_to_csr(int64_t nrows, int64_t ncols, int64_t nnz, const int64_t *row, const int64_t *col,
+                  int64_t *crow, int64_t *perm)
+{
+    if (nrows < 0 || ncols < 0 || nnz < 0)
+        return tt_error(TT_EINVAL, "coo_to_csr: negative size (%lld rows, %lld columns, %lld entries)",
+                        (long long)nrows, (long long)ncols, (long long)nnz);
+    for (int64_t k = 0; k < nnz; k++) {
+        if (row[k] < 0 || row[k] >= nrows)
+            return tt_error(TT_EINVAL, "coo_to_csr: row index %lld of entry %lld is out of range for %lld rows",
+                            (long long)row[k], (long long)k, (long long)nrows);
+        if (col[k] < 0 || col[k] >= ncols)
+            return tt_error(TT_EINVAL, "coo_to_csr: column index %lld of entry %lld is out of range for %lld "
+                            "columns", (long long)col[k], (long long)k, (long long)ncols);
+    }
+    int64_t *pos = counts_new(ncols > nrows ? ncols : nrows);
+    int64_t *by_col = malloc((size_t)(nnz > 0 ? nnz : 1) * sizeof(int64_t));
+    if (!pos || !by_col) {
+        free(pos);
+        free(by_col);
+        return tt_error(TT_ENOMEM, "coo_to_csr: no memory for %lld entries", (long long)nnz);
+    }
+    /* stable by column, then stable by row: by row, then column, then input order */
+    for (int64_t k = 0; k < nnz; k++)
+        pos[col[k] + 1]++;
+    for (int64_t c = 0; c < ncols; c++)
+        pos[c + 1] += pos[c];
+    for (int64_t k = 0; k < nnz; k++)
+        by_col[pos[col[k]]++] = k;
+    memset(crow, 0, (size_t)(nrows + 1) * sizeof(int64_t));
+    for (int64_t k = 0; k < nnz; k++)
+        crow[row[k] + 1]++;
+    for (int64_t r = 0; r < nrows; r++)
+        crow[r + 1] += crow[r];
+    memcpy(pos, crow, (size_t)nrows * sizeof(int64_t));
+    for (int64_t i = 0; i < nnz; i++) {
+        int64_t k = by_col[i];
+        perm[pos[row[k]]++] = k;
+    }
+    free(pos);
+    free(by_col);
+    return TT_OK;
+}
+
+/* the column block of column c: no division when there is one block column, a 32-bit one
+ * where the columns fit (64-bit division is several times slower on the x86 cores here) */
+static inline int64_t col_block(int64_t c, int64_t cb, int64_t gc, int narrow)
+{
+    if (gc == 1)
+        return 0;
+    return narrow ? (int64_t)((uint32_t)c / (uint32_t)cb) : c / cb;
+}
+
+static int check_csr(const char *what, int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col,
+                     int64_t rb, int64_t cb)
+{
+    if (n < 0 || m < 0 || rb < 1 || cb < 1)
+        return tt_error(TT_EINVAL, "%s: bad sizes (%lld x %lld matrix, %lld x %lld blocks)", what, (long long)n,
+                        (long long)m, (long long)rb, (long long)cb);
+    if (crow[0] != 0)
+        return tt_error(TT_EINVAL, "%s: crow_indices must start at 0, got %lld", what, (long long)crow[0]);
+    for (int64_t r = 0; r < n; r++) {
+        if (crow[r + 1] < crow[r])
+            return tt_error(TT_EINVAL, "%s: crow_indices decrease at row %lld", what, (long long)r);
+        if (crow[r + 1] > nnz)
+            return tt_error(TT_EINVAL, "%s: crow_indices[%lld] = %lld is past the %lld entries", what,
+                            (long long)(r + 1), (long long)crow[r + 1], (long long)nnz);
+        for (int64_t k = crow[r]; k < crow[r + 1]; k++)
+            if (col[k] < 0 || col[k] >= m)
+                return tt_error(TT_EINVAL, "%s: col_indices[%lld] = %lld is out of range for %lld columns", what,
+                                (long long)k, (long long)col[k], (long long)m);
+    }
+    return TT_OK;
+}
+
+int tt_csr_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col, int64_t rb, int64_t cb,
+                        int64_t *counts)
+{
+    int rc = check_csr("csr_block_counts", n, m, nnz, crow, col, rb, cb);
+    if (rc != TT_OK)
+        return rc;
+    int64_t gr = n > 0 ? (n + rb - 1) / rb : 1, gc = m > 0 ? (m + cb - 1) / cb : 1;
+    int narrow = m <= (int64_t)UINT32_MAX && cb <= (int64_t)UINT32_MAX;
+    memset(counts, 0, (size_t)(gr * gc) * sizeof(int64_t));
+    for (int64_t r = 0; r < n; r++) {
+        int64_t *row_counts = counts + (r / rb) * gc;
+        for (int64_t k = crow[r]; k < crow[r + 1]; k++)
+            row_counts[col_block(col[k], cb, gc, narrow)]++;
+    }
+    return TT_OK;
+}
+
+int tt_csr_block_layout(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col, int64_t rb, int64_t cb,
+                        int64_t L, int64_t *perm, int64_t *cols, int64_t *rowptr)
+{
+    int rc = check_csr("csr_block_layout", n, m, nnz, crow, col, rb, cb);
+    if (rc != TT_OK)
+        return rc;
+    int64_t gr = n > 0 ? (n + rb - 1) / rb : 1, gc = m > 0 ? (m + cb - 1) / cb : 1, g = gr * gc;
+    int narrow = m <= (int64_t)UINT32_MAX && cb <= (int64_t)UINT32_MAX;
+    int64_t *fill = counts_new(g);
+    if (!fill)
+        return tt_error(TT_ENOMEM, "csr_block_layout: no memory for %lld blocks", (long long)g);
+    memset(perm, 0, (size_t)(g * L) * sizeof(int64_t));
+    memset(cols, 0, (size_t)(g * L) * sizeof(int64_t));
+    memset(rowptr, 0, (size_t)(g * (rb + 1)) * sizeof(int64_t));
+    /* rows in order, so each block's entries come by row, then in their CSR order */
+    for (int64_t r = 0; r < n; r++) {
+        int64_t first = (r / rb) * gc, local = r % rb + 1;
+        for (int64_t k = crow[r]; k < crow[r + 1]; k++) {
+            int64_t bc = col_block(col[k], cb, gc, narrow), b = first + bc;
+            if (fill[b] >= L) {
+                free(fill);
+                return tt_error(TT_EINVAL, "csr_block_layout: block %lld holds more than L = %lld entries",
+                                (long long)b, (long long)L);
+            }
+            int64_t slot = b * L + fill[b]++;
+            perm[slot] = k;
+            cols[slot] = col[k] - bc * cb;
+            rowptr[b * (rb + 1) + local]++;
+        }
+    }
+    for (int64_t b = 0; b < g; b++)
+        for (int64_t i = 0; i < rb; i++)
+            rowptr[b * (rb + 1) + i + 1] += rowptr[b * (rb + 1) + i];
+    free(fill);
+    return TT_OK;
+}
