@@ -113,9 +113,11 @@ def main() -> int:
                     "updates, every method (0: none)")
     ap.add_argument("--skip-throughput", action="store_true", help="the accuracy table only")
     ap.add_argument("--skip-accuracy", action="store_true", help="the throughput tables only")
-    ap.add_argument("--thr-width", type=int, default=512, help="hidden width for the throughput runs")
-    ap.add_argument("--thr-microbatch", type=int, default=64)
-    ap.add_argument("--thr-samples", type=int, default=64 * 48, help="training samples per throughput run")
+    ap.add_argument("--thr-width", type=int, default=2048,
+                    help="hidden width for the throughput runs (wide enough that a stage's products outlast their "
+                         "submission: at 512 every schedule waits for the submitting thread)")
+    ap.add_argument("--thr-microbatch", type=int, default=256)
+    ap.add_argument("--thr-samples", type=int, default=256 * 24, help="training samples per throughput run")
     ap.add_argument("--flush-every", type=int, default=8, help="1f1b: micro-batches per step (one update)")
     ap.add_argument("--usec", type=float, default=5000.0, help="sleeping tasks: F time in microseconds (B = 2F)")
     ap.add_argument("--syn-microbatches", type=int, default=32)
