@@ -402,6 +402,14 @@ int tt_csr_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, 
 int tt_csr_block_layout(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col, int64_t rb, int64_t cb,
                         int64_t L, int64_t *perm, int64_t *cols, int64_t *rowptr);
 
+/* PyG's gcn_norm (source to target) of a graph of n nodes and e edges src[i] -> dst[i]
+ * (csrc/graph.c): with add_loops, the edges that are not self-loops, then a loop per node
+ * (weight: the node's own loop's, else fill; 1 when w is NULL); values
+ * deg(src)^-1/2 w deg(dst)^-1/2, degrees summed over the targets (0 for none).  Outputs:
+ * room for e + n entries, *oe the count written. */
+int tt_gcn_norm(int64_t n, int64_t e, const int64_t *src, const int64_t *dst, const double *w, double fill,
+                int add_loops, int64_t *osrc, int64_t *odst, double *ow, int64_t *oe);
+
 /* CDEF END */
 
 /* bytes per element of a dtype; 0 for an unknown code (C only: kernel bodies, expanders) */

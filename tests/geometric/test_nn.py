@@ -172,3 +172,26 @@ def test_bad_input_is_rejected_before_any_task(rng):
         with pytest.raises(ValueError, match="square"):
             conv(x, A)
 
+
+
+def test_gcn_norm_equals_pyg(rng):
+    """gcn_norm (one C pass) gives PyG's edge list and values in float64, weighted or not,
+    improved or not, with or without self-loops added, on a graph with a self-loop (twice),
+    a duplicate edge and isolated nodes; an edge out of range is refused."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
+
+    from tiletrain.geometric.nn import gcn_norm
+    ei = _graph(rng)
+    ei[:, 5] = [4, 4]
+    ei[:, 6] = [4, 4]
+    w = rng.uniform(0.5, 2.0, ei.shape[1])
+    for weighted in (False, True):
+        for improved in (False, True):
+            for loops in (True, False):
+                e, v = gcn_norm(ei, w if weighted else None, 13, improved=improved, add_self_loops=loops)
+                pe, pv = pyg_gcn_norm(torch.from_numpy(ei), torch.from_numpy(w) if weighted else None, 13,
+                                      improved=improved, add_self_loops=loops, dtype=torch.float64)
+                np.testing.assert_array_equal(e, pe.numpy())
+                np.testing.assert_allclose(v, pv.numpy(), rtol=1e-14, atol=0)
+    with pytest.raises(ValueError, match=r"edge 1 \(0 -> 13\) is out of range for 13 nodes"):
+        gcn_norm(np.array([[0, 0], [1, 13]]), None, 13)

@@ -18,6 +18,7 @@ import weakref
 import numpy as np
 
 from .. import ops
+from .._ffi import check, ffi, lib
 from ..nn import Linear, Module, ModuleList, Parameter
 from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
@@ -83,22 +84,28 @@ def _shared_adjacency(ei: np.ndarray, weight, key: tuple, build) -> SparseCSRTen
 
 def gcn_norm(edge_index: np.ndarray, edge_weight, num_nodes: int, improved: bool = False,
              add_self_loops: bool = True):
-    """torch_geometric.nn.conv.gcn_conv.gcn_norm (source_to_target), in NumPy float64:
-    remaining self-loops (weight 2 when ``improved``), then w_ij deg_i^-1/2 deg_j^-1/2 with the
-    degrees summed over the targets (inf -> 0 for isolated nodes)."""
-    fill = 2.0 if improved else 1.0
-    if add_self_loops:
-        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, fill, num_nodes)
-    row, col = edge_index
-    if edge_weight is None:  # unit weights: the same float64 values without multiplying by ones
-        deg = np.bincount(col, minlength=num_nodes).astype(np.float64)
-    else:
-        w = np.asarray(edge_weight, np.float64)
-        deg = np.bincount(col, weights=w, minlength=num_nodes)
-    with np.errstate(divide="ignore"):
-        dis = deg ** -0.5
-    dis[np.isinf(dis)] = 0.0
-    return edge_index, dis[row] * dis[col] if edge_weight is None else dis[row] * w * dis[col]
+    """torch_geometric.nn.conv.gcn_conv.gcn_norm (source_to_target) in float64, in one pass in
+    C (csrc/graph.c): remaining self-loops (weight 2 when ``improved`` and the edges have
+    weights; without weights every edge and loop weighs 1, as PyG's), then w_ij deg_i^-1/2
+    deg_j^-1/2 with the degrees summed over the targets (inf -> 0 for isolated nodes)."""
+    ei = np.ascontiguousarray(edge_index, np.int64)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ValueError(f"gcn_norm: edge_index must have shape (2, E), got {ei.shape}")
+    src, dst = np.ascontiguousarray(ei[0]), np.ascontiguousarray(ei[1])
+    E, N = ei.shape[1], int(num_nodes)
+    w = None if edge_weight is None else np.ascontiguousarray(edge_weight, np.float64)
+    if w is not None and w.shape != (E,):
+        raise ValueError(f"gcn_norm: edge_weight must have shape ({E},), got {w.shape}")
+    room = E + (N if add_self_loops else 0)
+    out, ow, k = np.empty((2, room), np.int64), np.empty(room, np.float64), ffi.new("int64_t *")
+    check(lib.tt_gcn_norm(N, E, _c(src), _c(dst), ffi.NULL if w is None else ffi.from_buffer("double[]", w),
+                          2.0 if improved else 1.0, int(bool(add_self_loops)), _c(out[0]), _c(out[1]),
+                          ffi.from_buffer("double[]", ow, require_writable=True), k))
+    return out[:, :k[0]], ow[:k[0]]
+
+
+def _c(a: np.ndarray):
+    return ffi.from_buffer("int64_t[]", a, require_writable=a.flags.writeable)
 
 
 def _blocks(x: Tensor):

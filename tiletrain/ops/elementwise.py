@@ -782,8 +782,26 @@ def add(input, other, *, alpha=1) -> Tensor:  # noqa: A002
         return basic.add_scalar(_any_float_tensor(input, "add", "input"), alpha * float(other))
     if _is_number(input) and isinstance(other, Tensor):
         return basic.add_scalar(_any_float_tensor(other, "add", "other"), float(input), alpha=alpha)
+    y = _add_trailing(input, other, alpha)
+    if y is not None:
+        return y
     a, b = _tensor_operands("add", input, other, half=True)
     return BINARY_OPS["add"](a, b, alpha=1.0, beta=alpha)
+
+
+def _add_trailing(input, other, alpha: float):  # noqa: A002
+    """input + alpha * other where one operand's shape is the other's trailing axes (a bias
+    added to a batch: ``out + self.bias``): one add_bcast task per tile of the larger, where
+    broadcasting in general first copies the smaller to the full shape (region copies) and
+    then adds.  None where that is not the case (same float dtype, a true trailing match)."""
+    if not (isinstance(input, Tensor) and isinstance(other, Tensor)) or input.dtype != other.dtype \
+            or input.dtype not in (np.float32, np.float64) or input.ndim == other.ndim:
+        return None
+    big, small, a_big, a_small = (input, other, 1.0, alpha) if input.ndim > other.ndim else (other, input, alpha, 1.0)
+    lead = big.ndim - small.ndim
+    if small.ndim == 0 or tuple(big.shape[lead:]) != tuple(small.shape) or tuple(big.tiles[lead:]) != tuple(small.tiles):
+        return None
+    return basic.add_broadcast(big, small, tuple(range(lead)), alpha=a_big, beta=a_small)
 
 
 def sub(input, other, *, alpha=1) -> Tensor:  # noqa: A002

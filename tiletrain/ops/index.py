@@ -187,8 +187,11 @@ def _gather(x: Tensor, dim: int, idx: _Index, vec: bool, out_traits: TensorTrait
     first = np.ones(len(pos), bool)
     first[1:] = pos[1:] != pos[:-1]
     nv = _sizes(x.traits, dim)[v]
+    # a 1-D index is in range (checked), so each row of y is written by exactly one task of its
+    # chain and the first need not zero the rest (most of a large tile: twice the writes)
+    zero = first.astype(np.int64) if not vec else np.zeros(len(pos), np.int64)
     run_tasks("index_gather", [idx.t, x, y], np.stack([itile, xt, pos], axis=1), wmask=first.astype(np.int64) << 2,
-              ma=ma[pos], ne=ne[pos], nb=nb[pos], nv=nv, vec=int(vec), first=first.astype(np.int64),
+              ma=ma[pos], ne=ne[pos], nb=nb[pos], nv=nv, vec=int(vec), first=zero,
               v0=(v * tx).astype(np.float64))
     return y
 
