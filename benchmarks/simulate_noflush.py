@@ -23,7 +23,7 @@ after every micro-batch).  What the issue's 4-stage targets ask, at more stages:
   samples/s        samples per simulated second, and the ratio to 1F1B (local target >= 1.2x)
 
     python benchmarks/simulate_noflush.py [--gpus 8 16] [--m-per-stage 2] [--m-extra 2]
-        [--width 512] [--batch 64] [--gpu-speed 1] [--out benchmarks/results]
+        [--width 512] [--batch 64] [--even-work] [--gpu-speed 1] [--out benchmarks/results]
 
 One fresh simulated process per machine (SimGrid starts once per process); the step after
 --warmup steps is timed on the simulated clock.  The submitting thread is free (as in
@@ -114,6 +114,11 @@ def _steady_rate(tasks, stage_workers) -> float:
     return n / ((t1 - t0) / 1e6) if n else float("nan")
 
 
+def _first_in(a) -> int:
+    """The first stage's input width: width, or 1.5 x width with --even-work."""
+    return a.width * 3 // 2 if a.even_work else a.width
+
+
 def worker(a) -> None:
     """In a process (simulated, or real with --calibrate-only): every schedule, one JSON line each."""
     import numpy as np
@@ -146,6 +151,8 @@ def worker(a) -> None:
             r = np.random.default_rng(0)
             stages = [Sequential(Linear(a.width, a.width, rng=r), ReLU()) for _ in range(p - 1)] \
                 + [Linear(a.width, a.width, rng=r)]
+            if a.even_work:  # stage 0's inputs 1.5x wider: its forward + weight gradient = 3 products
+                stages[0] = Sequential(Linear(_first_in(a), a.width, rng=r), ReLU())
         else:
             stages = mlp_stages(p, a.width, seed=0)
         heads = LocalHeads([a.width] * (p - 1), 10, rng=np.random.default_rng(1)) if name == "local" else None
@@ -153,7 +160,7 @@ def worker(a) -> None:
                            optimizer=lambda ps, d: SGD(ps, lr=0.01, momentum=0.9, delay=d))
         for i in range(a.warmup + 1):
             tt.wait()
-            xs = rng.normal(size=(m, a.batch, a.width if a.balanced else 64)).astype(np.float32)
+            xs = rng.normal(size=(m, a.batch, _first_in(a) if a.balanced else 64)).astype(np.float32)
             ys = rng.integers(0, 10, size=(m, a.batch))
             with recording() as rec:
                 losses = pp.step(xs, ys).losses
@@ -191,6 +198,11 @@ def main() -> int:
     p.add_argument("--unbalanced", dest="balanced", action="store_false",
                    help="the MLP as benchmarks/async_pipelines.py has it (64 inputs, 10 classes: the first and last "
                         "stages much cheaper than the others); default: every stage one width x width Linear")
+    p.add_argument("--even-work", action="store_true",
+                   help="balanced stages with equal work: stage 0 computes no input gradient (2 products per "
+                        "micro-batch against the others' 3), so its inputs are made 1.5 x width wide (its forward "
+                        "and weight gradient then cost the others' 3): the idle left is the schedule's, not the "
+                        "partition's")
     p.add_argument("--gpu-speed", type=float, default=1.0,
                    help="a GPU kernel's speed relative to a calibrated core (1: compute-bound stages, as the "
                         "schedules' formulas assume; 20 makes these small kernels latency-bound)")
@@ -206,6 +218,8 @@ def main() -> int:
         return 0
     if min(a.gpus) < 2 or a.m_per_stage < 1 or a.m_extra < 0 or min(a.width, a.batch) < 1:
         p.error("every --gpus value needs p >= 2; --m-per-stage, --width, --batch >= 1, --m-extra >= 0")
+    if a.even_work and not a.balanced:
+        p.error("--even-work evens the balanced stages' work; it does not go with --unbalanced")
     from tiletrain.config import machines_in
     from tiletrain.sim.calibrate import calibrate, calibration_env
     from tiletrain.sim.machine import derive, save
@@ -213,7 +227,7 @@ def main() -> int:
     def args_for(extra):
         return [sys.executable, os.path.abspath(__file__), "--worker", "--m-per-stage", str(a.m_per_stage),
                 "--m-extra", str(a.m_extra), "--width", str(a.width), "--batch", str(a.batch),
-                *([] if a.balanced else ["--unbalanced"]),
+                *([] if a.balanced else ["--unbalanced"]), *(["--even-work"] if a.even_work else []),
                 "--sched", a.sched, "--warmup", str(a.warmup),
                 "--schedules", *a.schedules, *extra]
 
@@ -252,6 +266,8 @@ def main() -> int:
                                  if x["off_stage"] else "") for x in got), flush=True)
     from tiletrain.pipeline.formulas import schedule_idle_fraction
     shape = f"{a.width}x{a.width} Linear per stage" if a.balanced else f"64-{a.width}x(p-1)-10, one Linear per stage"
+    if a.even_work:
+        shape += f", stage 0's {_first_in(a)}x{a.width} (equal work per stage)"
     print(f"\nMLP ({shape}), micro-batch {a.batch}, m = {a.m_per_stage} x stages "
           f"+ {a.m_extra}, {a.sched}, GPUs x{a.gpu_speed:g}, per-stage SGD (momentum 0.9), submitter free "
           f"({time.monotonic() - t_all:.0f} s real in all)\n")

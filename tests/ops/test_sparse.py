@@ -137,7 +137,7 @@ def test_feature_dimension_tiling_one_task_per_block_and_column_tile(rng):
 def test_coo_to_csr_orders_like_lexsort(rng):
     """The C counting sort orders entries by row, then column, then input order (NumPy's
     lexsort((col, row))) and gives bincount's row pointers; out-of-range indices are refused."""
-    from tiletrain.ops.sparse import coo_to_csr
+    from tiletrain.runtime.host import coo_to_csr
     for nrows, ncols, n in ((1, 1, 10), (7, 3, 1000), (70_000, 5, 5000), (3, 70_000, 2000), (5, 5, 0)):
         row, col = rng.integers(0, nrows, n), rng.integers(0, ncols, n)
         crow, perm = coo_to_csr(row, col, nrows, ncols)
@@ -170,7 +170,7 @@ def test_block_layout_equals_the_numpy_reference(rng):
     """csrc/layout.c's blocked layout of a CSR matrix (counts, L, slots, local columns and row
     pointers) equals a NumPy reference, for even and leftover blocks, one block, empty rows and
     columns and no entries at all; a bad CSR is refused."""
-    from tiletrain.ops.sparse import _block_layout
+    from tiletrain.runtime.host import csr_block_layout as _block_layout
     for (N, M), (rb, cb), n in (((12, 9), (4, 3), 40), ((13, 10), (5, 4), 60), ((6, 6), (6, 6), 20),
                                 ((50, 7), (8, 7), 0), ((9, 70_000), (4, 30_000), 200)):
         row, col = rng.integers(0, N, n), rng.integers(0, M, n)

@@ -387,3 +387,25 @@ def test_experiment_warmup_ramps_every_stage_learning_rate():
     assert lrs == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.2, 0.2])
     with pytest.raises(ValueError, match="warmup must be an int >= 0"):
         run("pb", stages=2, warmup=-1)
+
+
+def test_ema_reconstruction_is_exact_for_a_steady_change():
+    """weights='ema': with the same change every update (plain SGD, a constant gradient), the
+    bias-corrected moving average rebuilds every older version exactly, from the first
+    update on; without the correction the first versions would come out too close to the
+    current weights (u = (1 - beta^n) v)."""
+    from types import SimpleNamespace
+
+    from tiletrain.pipeline.noflush import StageUpdates, stage_entries
+    lin = Linear(3, 2, dtype=np.float64, rng=np.random.default_rng(0))
+    w0 = [p.detach().numpy() for p in lin.parameters()]
+    g = [np.random.default_rng(1).standard_normal(p.shape) for p in lin.parameters()]
+    su = StageUpdates(stage_entries([[lin]]), [[]], lambda ps, d: SGD(ps, lr=0.25), weights="ema", ema_beta=0.9)
+    su.flush, su.delays = False, [4]           # a stage that reads older versions
+    leaves = [SimpleNamespace(grad=tt.from_numpy(x)) for x in g]
+    for n in range(1, 7):
+        su._update(0, leaves)
+        for k in range(max(0, n - 4), n):      # the versions a delay of 4 reaches back to
+            with su.rebuilt(0, k) as got:
+                for t, a, b in zip(got, w0, g):
+                    np.testing.assert_allclose(t.detach().numpy(), a - 0.25 * k * b, rtol=0, atol=1e-14)

@@ -18,11 +18,11 @@ import weakref
 import numpy as np
 
 from .. import ops
-from .._ffi import check, ffi, lib
 from ..nn import Linear, Module, ModuleList, Parameter
 from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
-from ..ops.sparse import SparseCSRTensor, coo_to_csr, lay_out_from_host, sparse_csr_tensor
+from ..ops.sparse import SparseCSRTensor, lay_out_from_host, sparse_csr_tensor
+from ..runtime import host
 from ..tensors import Tensor, as_dtype
 from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
 
@@ -48,7 +48,7 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     target: A @ x sums each node's incoming messages); duplicate edges add up.  ``values``:
     NumPy (E,) or a tiletrain Tensor (its gradient flows through the permutation)."""
     src, dst = edge_index
-    crow, perm = coo_to_csr(dst, src, num_nodes, num_nodes)  # by target, then source
+    crow, perm = host.coo_to_csr(dst, src, num_nodes, num_nodes)  # by target, then source
     if isinstance(values, Tensor):
         vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
         return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
@@ -96,16 +96,7 @@ def gcn_norm(edge_index: np.ndarray, edge_weight, num_nodes: int, improved: bool
     w = None if edge_weight is None else np.ascontiguousarray(edge_weight, np.float64)
     if w is not None and w.shape != (E,):
         raise ValueError(f"gcn_norm: edge_weight must have shape ({E},), got {w.shape}")
-    room = E + (N if add_self_loops else 0)
-    out, ow, k = np.empty((2, room), np.int64), np.empty(room, np.float64), ffi.new("int64_t *")
-    check(lib.tt_gcn_norm(N, E, _c(src), _c(dst), ffi.NULL if w is None else ffi.from_buffer("double[]", w),
-                          2.0 if improved else 1.0, int(bool(add_self_loops)), _c(out[0]), _c(out[1]),
-                          ffi.from_buffer("double[]", ow, require_writable=True), k))
-    return out[:, :k[0]], ow[:k[0]]
-
-
-def _c(a: np.ndarray):
-    return ffi.from_buffer("int64_t[]", a, require_writable=a.flags.writeable)
+    return host.gcn_norm(src, dst, N, w, 2.0 if improved else 1.0, add_self_loops)
 
 
 def _blocks(x: Tensor):

@@ -16,7 +16,7 @@ import numbers
 
 import numpy as np
 
-from .._ffi import check, ffi, lib
+from ..runtime.host import csr_block_layout
 from ..runtime.kernels import run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
 from .autograd import backward_rule, double_backward_rule, record
@@ -44,39 +44,6 @@ def _ints(a, what: str, name: str) -> np.ndarray:
     return a
 
 
-def _c_int64(a: np.ndarray):
-    return ffi.from_buffer("int64_t[]", a, require_writable=a.flags.writeable)
-
-
-def coo_to_csr(row: np.ndarray, col: np.ndarray, nrows: int, ncols: int) -> tuple[np.ndarray, np.ndarray]:
-    """(crow, perm): the row pointers (nrows + 1) of the entries (row[k], col[k]) and their
-    order by row, then column, then input order (``np.lexsort((col, row))``), by two counting
-    sorts in C (csrc/layout.c): the CSR layouts of sampled subgraphs are built on the
-    submitting thread every step."""
-    row, col = np.ascontiguousarray(row, np.int64), np.ascontiguousarray(col, np.int64)
-    crow, perm = np.empty(int(nrows) + 1, np.int64), np.empty(len(row), np.int64)
-    check(lib.tt_coo_to_csr(int(nrows), int(ncols), len(row), _c_int64(row), _c_int64(col), _c_int64(crow),
-                            _c_int64(perm)))
-    return crow, perm
-
-
-def _block_layout(crow: np.ndarray, col: np.ndarray, shape, blocks, grid):
-    """A CSR matrix's blocked layout (csrc/layout.c): the entries per block, L (the largest
-    count, at least 1), and perm, cols (nblocks, L) and rowptr (nblocks, rb + 1): each block's
-    entries by row, then in CSR order."""
-    (N, M), (rb, cb), g = shape, blocks, grid[0] * grid[1]
-    crow, col = np.ascontiguousarray(crow, np.int64), np.ascontiguousarray(col, np.int64)
-    if len(crow) != N + 1:
-        raise ValueError(f"sparse layout: {len(crow)} crow_indices for {N} rows (want {N + 1})")
-    counts = np.empty(g, np.int64)
-    check(lib.tt_csr_block_counts(N, M, len(col), _c_int64(crow), _c_int64(col), rb, cb, _c_int64(counts)))
-    L = max(1, int(counts.max()))
-    perm, cols, rowptr = np.empty((g, L), np.int64), np.empty((g, L), np.int64), np.empty((g, rb + 1), np.int64)
-    check(lib.tt_csr_block_layout(N, M, len(col), _c_int64(crow), _c_int64(col), rb, cb, L, _c_int64(perm), _c_int64(cols),
-                                  _c_int64(rowptr)))
-    return counts, L, perm, cols, rowptr
-
-
 class SparseCSRTensor:
     """A (N, M) CSR matrix tiled by row blocks x column blocks (``blocks`` = (rb, cb))."""
 
@@ -91,7 +58,7 @@ class SparseCSRTensor:
         self.blocks = (rb, cb)
         self.grid = (max(1, -(-N // rb)), max(1, -(-M // cb)))
         nnz = len(col)
-        self.block_nnz, self.L, perm, cols, rowptr = _block_layout(crow, col, self.shape, self.blocks, self.grid)
+        self.block_nnz, self.L, perm, cols, rowptr = csr_block_layout(crow, col, self.shape, self.blocks, self.grid)
         self._rowptr = from_numpy(rowptr, (1, rb + 1))
         self._cols = from_numpy(cols, (1, self.L))
         # the blocked values' index into the user's: given with its values (read once)

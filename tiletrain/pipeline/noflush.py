@@ -22,9 +22,12 @@ compensation="sc", delay=d)``: the schedule supplies each stage's delay,
         "stored"  every version a forward read is kept until its last backward (weight
                   stashing: ``Schedule.kept_versions()`` copies on stage s)
         "ema"     only the current weights and a moving average u of the per-update change
-                  (u <- beta u + (1 - beta)(w_t - w_{t-1})); the backward reconstructs the
-                  version d updates old as w_t - d u and recomputes the stage's forward from
-                  its kept input with it (LayerPipe2's idea: O(|W|) instead of O(|W| x delay))
+                  (u <- beta u + (1 - beta)(w_t - w_{t-1}), n changes folded in); the backward
+                  reconstructs the version d updates old as w_t - d u / (1 - beta^n) and
+                  recomputes the stage's forward from its kept input with it (LayerPipe2's
+                  idea: O(|W|) instead of O(|W| x delay); the division is Adam's bias
+                  correction, which makes the reconstruction exact while the weights move by
+                  the same change every update, from the first update on)
       Stages whose delay is 0 (the last stage of ``pb``, every stage of ``local``) read the
       current weights directly: no copies.  ``weight_memory()``: the peak bytes of weight
       copies per stage the run held.
@@ -178,6 +181,7 @@ class StageUpdates:
         self.versions: list[dict] = [dict() for _ in range(self.S)]  # stage -> {version: tensors or None}
         self.live: list[dict] = [dict() for _ in range(self.S)]      # stage -> {version: backwards to come}
         self.ema: list = [None] * self.S
+        self.folds = [0] * self.S                                    # changes folded into ema, per stage
         self.peak_copies = [1] * self.S                              # the weights themselves included
         self.flush = True
 
@@ -234,13 +238,14 @@ class StageUpdates:
         return _with_weights(self.entries[s], self.versions[s][k])
 
     def rebuilt(self, s: int, k: int):
-        """``ema``: version k reconstructed as w_t - d u (d = updates since), as a context."""
-        d = self.count[s] - k
+        """``ema``: version k reconstructed as w_t - d u / (1 - beta^n) (d = updates since, n =
+        changes folded into u), as a context."""
+        d, n = self.count[s] - k, self.folds[s]
         w = []
         for i, p in enumerate(self.masters[s]):
             t = copy(p)
-            if self.ema[s] is not None and d:
-                axpy_(t, self.ema[s][i], alpha=-float(d))
+            if self.ema[s] is not None and d and n:
+                axpy_(t, self.ema[s][i], alpha=-float(d) / (1.0 - self.beta ** n))
             w.append(t)
         return _with_weights(self.entries[s], w)
 
@@ -289,6 +294,7 @@ class StageUpdates:
             for u, p, o in zip(self.ema[s], self.masters[s], old):
                 axpy_(u, p, alpha=1.0 - self.beta, beta=self.beta)
                 axpy_(u, o, alpha=-(1.0 - self.beta))
+            self.folds[s] += 1
         prev = self.count[s]
         self.count[s] += 1
         if prev not in self.live[s]:
