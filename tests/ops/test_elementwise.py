@@ -88,6 +88,8 @@ LAYOUTS = [
     ((11, 7), (4, 3), (11, 7), (4, 3)),
     ((11, 7), (4, 3), (11, 7), (3, 5)),     # same shape, other tiles: b re-tiled
     ((11, 7), (4, 3), (7,), (2,)),          # a row, tiled otherwise
+    ((11, 7), (4, 3), (7,), (3,)),          # a row tiled like a's rows (add: one add_bcast per tile)
+    ((4, 6), (3, 4), (5, 4, 6), (2, 3, 4)),  # trailing axes, the smaller operand first
     ((11, 7), (4, 3), (11, 1), (5, 1)),     # a column
     ((5, 1, 6), (2, 1, 4), (3, 1), (2, 1)),  # both broadcast
     ((), (), (6, 4), (4, 3)),               # a 0-d tensor
@@ -123,6 +125,22 @@ def test_binary_broadcast_against_torch(rng, name, layout):
     assert A.grad.shape == A.shape and A.grad.tiles == A.tiles and B.grad.tiles == B.tiles
     np.testing.assert_allclose(A.grad.numpy(), TA.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(B.grad.numpy(), TB.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_adding_a_trailing_operand_broadcasts_without_copies():
+    """x + bias (and bias + x) where bias is x's trailing axes, tiled alike: add_bcast tasks, no
+    region copies of the bias to x's shape."""
+    from tiletrain._ffi import lib
+    x, b = tt.zeros((8, 6), tiles=(4, 3)), tt.ones((6,), tiles=(3,))
+    tt.wait()
+    copies, bcasts = lib.tt_kernel_ntasks(lib.TT_K_REGION_COPY), lib.tt_kernel_ntasks(lib.TT_K_ADD_BCAST)
+    y, z = x + b, tt.add(b, x, alpha=2.0)
+    tt.wait()
+    assert lib.tt_kernel_ntasks(lib.TT_K_REGION_COPY) == copies
+    assert lib.tt_kernel_ntasks(lib.TT_K_ADD_BCAST) - bcasts == 2 * 4
+    assert y.tiles == z.tiles == (4, 3)
+    np.testing.assert_array_equal(y.numpy(), np.ones((8, 6)))
+    np.testing.assert_array_equal(z.numpy(), np.ones((8, 6)))
 
 
 def test_result_tiling_rule():
