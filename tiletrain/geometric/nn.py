@@ -24,7 +24,7 @@ from ..ops.creation import zeros
 from ..ops.sparse import SparseCSRTensor, lay_out_from_host, sparse_csr_tensor
 from ..runtime import host
 from ..tensors import Tensor, as_dtype
-from .utils import add_remaining_self_loops, add_self_loops, edge_index_array, remove_self_loops, softmax
+from .utils import add_self_loops, edge_index_array, remove_self_loops, softmax
 
 _rng = np.random.default_rng(0)
 
