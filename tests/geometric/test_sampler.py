@@ -72,6 +72,21 @@ def test_small_capacity_grows():
     np.testing.assert_array_equal(sub.edge_index, t.edge_index)
 
 
+def test_samples_in_flight_when_the_room_grows_read_alike():
+    """Samples submitted with the old capacity, read after the first one made it grow (the
+    read buffer follows each sample's own size): every subgraph equals a fresh draw."""
+    d = _graph()
+    s = GraphSAINTSampler(d, 40, kind="random_walk", num_steps=4, in_flight=3, seed=5)
+    s._cap = 8
+    got = list(s)
+    for step, sub in enumerate(got):
+        want = GraphSAINTSampler(d, 40, kind="random_walk", num_steps=4, seed=5).sample(step)
+        np.testing.assert_array_equal(sub.node_idx, want.node_idx)
+        np.testing.assert_array_equal(sub.edge_index, want.edge_index)
+        np.testing.assert_array_equal(sub.edge_idx, want.edge_idx)
+    assert s._cap > 8
+
+
 def _csr(d):
     ei, N = d.edge_index, d.num_nodes
     perm = np.lexsort((ei[1], ei[0]))
