@@ -88,15 +88,13 @@ def gcn_norm(edge_index: np.ndarray, edge_weight, num_nodes: int, improved: bool
     C (csrc/graph.c): remaining self-loops (weight 2 when ``improved`` and the edges have
     weights; without weights every edge and loop weighs 1, as PyG's), then w_ij deg_i^-1/2
     deg_j^-1/2 with the degrees summed over the targets (inf -> 0 for isolated nodes)."""
-    ei = np.ascontiguousarray(edge_index, np.int64)
+    ei = np.asarray(edge_index)
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise ValueError(f"gcn_norm: edge_index must have shape (2, E), got {ei.shape}")
-    src, dst = np.ascontiguousarray(ei[0]), np.ascontiguousarray(ei[1])
-    E, N = ei.shape[1], int(num_nodes)
-    w = None if edge_weight is None else np.ascontiguousarray(edge_weight, np.float64)
-    if w is not None and w.shape != (E,):
-        raise ValueError(f"gcn_norm: edge_weight must have shape ({E},), got {w.shape}")
-    return host.gcn_norm(src, dst, N, w, 2.0 if improved else 1.0, add_self_loops)
+    w = None if edge_weight is None else np.asarray(edge_weight)
+    if w is not None and w.shape != (ei.shape[1],):
+        raise ValueError(f"gcn_norm: edge_weight must have shape ({ei.shape[1]},), got {w.shape}")
+    return host.gcn_norm(ei[0], ei[1], num_nodes, w, 2.0 if improved else 1.0, add_self_loops)
 
 
 def _blocks(x: Tensor):
