@@ -13,7 +13,10 @@ trains); PyG's own ``GraphSAINTRandomWalkSampler`` needs torch-sparse, which PyG
 Python does not bring, so the PyG side draws the same kind of subgraph (uniform roots, walks
 of ``--walk-length`` steps, the induced subgraph) with a plain NumPy loop before each step,
 as a serial sampler does.  Both train the same GCN from the same weights with Adam on the
-cross-entropy of the subgraph's training nodes (no GraphSAINT normalisation on either side);
+cross-entropy of the subgraph's training nodes (no GraphSAINT normalisation on either side),
+at the size of PyG's GraphSAINT example (``--roots 6000`` walks of length 2, hidden width
+``--sampled-hidden 256``), tiletrain's features in ``--sampled-tile 4096``-row tiles (a
+subgraph of ~16,000 nodes in four row tiles for two workers);
 every ``--eval-every`` steps the clock stops and a full-graph forward measures the test
 accuracy.  Reported: training time and steps until the test accuracy first reaches 90 % of
 the full-graph run's, the accuracy after ``--sampled-steps`` steps, and for tiletrain the
@@ -51,11 +54,15 @@ def _graph(args):
     return sbm(N, K, p_in, p_out, args.features, seed=args.seed, feature_signal=args.signal)
 
 
-def _pyg_model(args, cached: bool = True):
+def _dims(args, hidden: int) -> list[int]:
+    return [args.features] + [hidden] * (args.layers - 1) + [args.classes]
+
+
+def _pyg_model(args, cached: bool = True, hidden: int | None = None):
     import torch
     import torch_geometric.nn as pyg_nn
     torch.manual_seed(args.seed)
-    dims = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
+    dims = _dims(args, args.hidden if hidden is None else hidden)
     return torch.nn.ModuleList([pyg_nn.GCNConv(a, b, cached=cached) for a, b in zip(dims[:-1], dims[1:])])
 
 
@@ -91,7 +98,7 @@ def run_tiletrain(args) -> dict:
     from tiletrain.geometric.nn import GCNConv
     d = _graph(args)
     ref = _pyg_model(args)
-    dims = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
+    dims = _dims(args, args.hidden)
     out = {}
     with tt.init(ncpu=args.threads):
         convs = tt.nn.ModuleList([GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:])])
@@ -162,7 +169,7 @@ def run_pyg_sampled(args) -> dict:
     import torch
     torch.set_num_threads(args.threads)
     d = _graph(args)
-    convs = _pyg_model(args, cached=False)
+    convs = _pyg_model(args, cached=False, hidden=args.sampled_hidden)
     N, ei = d.num_nodes, d.edge_index
     perm = np.lexsort((ei[1], ei[0]))
     rowptr = np.concatenate([[0], np.cumsum(np.bincount(ei[0], minlength=N))])
@@ -209,12 +216,12 @@ def run_tiletrain_sampled(args) -> dict:
     from tiletrain.geometric.nn import GCNConv
     from tiletrain.trace import metrics, recording
     d = _graph(args)
-    ref = _pyg_model(args, cached=False)
-    dims = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
+    ref = _pyg_model(args, cached=False, hidden=args.sampled_hidden)
+    dims = _dims(args, args.sampled_hidden)
     with tt.init(ncpu=args.threads, profile=True):
         convs = tt.nn.ModuleList([GCNConv(a, b) for a, b in zip(dims[:-1], dims[1:])])
         convs.load_state_dict(ref.state_dict())
-        x = tt.from_numpy(d.x, (args.tile, args.features))
+        x = tt.from_numpy(d.x, (args.sampled_tile, args.features))
         opt = tt.optim.AdamW(convs.parameters(), lr=args.lr, weight_decay=0.0)
         sampler = GraphSAINTSampler(d, args.roots, kind="random_walk", walk_length=args.walk_length,
                                     num_steps=args.sampled_steps, in_flight=args.in_flight, seed=args.seed)
@@ -288,6 +295,10 @@ def main() -> None:
                    help="sampled: random walks per subgraph (PyG's GraphSAINT example on Flickr, 89k nodes, "
                         "draws 6000 walks of length 2)")
     p.add_argument("--walk-length", type=int, default=2)
+    p.add_argument("--sampled-hidden", type=int, default=256,
+                   help="sampled: hidden width of the GCN (PyG's GraphSAINT example trains 256)")
+    p.add_argument("--sampled-tile", type=int, default=4096,
+                   help="sampled: rows per tile (a 6000-root subgraph has ~16,000 nodes: 4 tiles for 2 workers)")
     p.add_argument("--in-flight", type=int, default=2, help="sampled: samples submitted ahead (tiletrain)")
     p.add_argument("--sampled-steps", type=int, default=60)
     p.add_argument("--eval-every", type=int, default=5)
@@ -324,8 +335,8 @@ def main() -> None:
         return
     full = ours["accs"][-1]
     target = 0.9 * full
-    print(f"\nSampled training: GraphSAINT random walks ({args.roots} roots, length {args.walk_length}), "
-          f"{args.threads} workers; target 90 % of the full-graph test accuracy {full:.3f} = {target:.3f}")
+    print(f"\nSampled training: GraphSAINT random walks ({args.roots} roots, length {args.walk_length}), GCN "
+          f"{args.layers} layers (hidden {args.sampled_hidden}), {args.threads} workers, tile {args.sampled_tile} rows; target 90 % of the full-graph test accuracy {full:.3f} = {target:.3f}")
     rows = []
     for name, key in (("PyG GCNConv, NumPy sampler loop (serial)", "pyg_sampled"),
                       (f"tiletrain GCNConv, sampler tasks ({args.in_flight} in flight)", "tiletrain_sampled")):

@@ -171,6 +171,13 @@ def test_bad_input_is_rejected_before_any_task(rng):
                 layer(x, np.array([[0, 1, 2]]))
         with pytest.raises(ValueError, match="square"):
             conv(x, A)
+        from tiletrain.geometric.nn import adjacency
+        ei = np.array([[0, 1, 2], [1, 2, 3]])
+        for values in (np.ones(2), np.ones((3, 1)), tt.from_numpy(np.ones(4))):
+            with pytest.raises(ValueError, match=r"values must have shape \(3,\) \(one per edge\)"):
+                adjacency(ei, values, 5, (4, 4), np.float64)
+        with pytest.raises(ValueError, match="out of range"):
+            adjacency(np.array([[0, 1], [1, 5]]), np.ones(2), 5, (4, 4), np.float64)
 
 
 

@@ -208,3 +208,26 @@ def test_blocked_values_laid_out_on_the_host_equal_the_gathered_ones(rng):
     np.testing.assert_array_equal(B.blocked_values().numpy(), A.blocked_values().numpy())
     np.testing.assert_array_equal((B @ X).numpy(), (A @ X).numpy())
     np.testing.assert_allclose((B @ X).numpy(), dense @ X.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_numpy_values_are_copied_and_uploaded_when_first_needed(rng):
+    """NumPy values stay on the host until something needs them as a tensor (values(), a
+    product without host-laid-out blocked values, to_dense); they are copied at construction
+    as torch copies them, so writing the caller's array afterwards changes nothing."""
+    N, M = 19, 23
+    dense = rng.standard_normal((N, M)) * (rng.random((N, M)) < 0.3)
+    rows, cols = np.nonzero(dense)
+    crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)
+    vals = dense[rows, cols].copy()
+    A = tt.sparse_csr_tensor(crow, cols.astype(np.int64), vals, (N, M), blocks=(8, 8))
+    vals[:] = 7.0  # the caller's array, written after construction
+    X = tt.from_numpy(rng.standard_normal((M, 4)), (8, 4))
+    np.testing.assert_allclose((A @ X).numpy(), dense @ X.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(A.values().numpy(), dense[rows, cols])
+    assert A.values() is A.values()  # one tensor, made once
+    np.testing.assert_array_equal(A.to_dense().numpy(), dense)
+    # requires_grad: the values are a tensor from the start, and get their gradient
+    B = tt.sparse_csr_tensor(crow, cols.astype(np.int64), dense[rows, cols], (N, M), blocks=(8, 8),
+                             requires_grad=True)
+    (B @ X).sum().backward()
+    np.testing.assert_allclose(B.values().grad.numpy(), X.numpy().sum(1)[cols], rtol=1e-12, atol=1e-12)

@@ -48,12 +48,19 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     target: A @ x sums each node's incoming messages); duplicate edges add up.  ``values``:
     NumPy (E,) or a tiletrain Tensor (its gradient flows through the permutation)."""
     src, dst = edge_index
+    shape = tuple(values.shape) if isinstance(values, Tensor) else np.shape(values)
+    if shape != (len(src),):
+        raise ValueError(f"adjacency: values must have shape ({len(src)},) (one per edge), got {shape}")
     crow, perm = host.coo_to_csr(dst, src, num_nodes, num_nodes)  # by target, then source
     if isinstance(values, Tensor):
         vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
         return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
+    # a CSR matrix coo_to_csr made from checked edges: built without sparse_csr_tensor's checks
+    # of a user's arrays (the C layout still checks what it indexes by)
     vals = np.asarray(values, dtype=dtype)[perm]
-    return lay_out_from_host(sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks), vals)
+    A = SparseCSRTensor(crow, src[perm], vals if len(vals) else None, (num_nodes, num_nodes), blocks,
+                        dtype=as_dtype(dtype))
+    return lay_out_from_host(A, vals)
 
 
 # Adjacencies built lately, while something (the autograd graph, a forward in progress) keeps

@@ -49,21 +49,43 @@ class SparseCSRTensor:
 
     layout = "sparse_csr"
 
-    def __init__(self, crow: np.ndarray, col: np.ndarray, values: Tensor | None, size, blocks, dtype=None):
+    def __init__(self, crow: np.ndarray, col: np.ndarray, values: Tensor | np.ndarray | None, size, blocks,
+                 dtype=None):
+        """``values``: a tiletrain Tensor, or a NumPy array uploaded when first needed as one
+        (``values()``, a gradient, a product without host-laid-out blocked values); None: no
+        entries, ``dtype`` then gives the type."""
         self.shape = tuple(int(s) for s in size)
-        self.dtype = values.dtype if values is not None else np.dtype(dtype)  # None: no entries
-        self._crow, self._col, self._values = crow, col, values
+        self.dtype = np.dtype(values.dtype) if values is not None else np.dtype(dtype)
+        self._crow, self._col = crow, col
+        self._host_values = values if isinstance(values, np.ndarray) else None
+        self._values_t = None if isinstance(values, np.ndarray) else values
         N, M = self.shape
         rb, cb = (max(1, min(int(b), max(s, 1))) for b, s in zip(blocks, self.shape))
         self.blocks = (rb, cb)
         self.grid = (max(1, -(-N // rb)), max(1, -(-M // cb)))
-        nnz = len(col)
         self.block_nnz, self.L, perm, cols, rowptr = csr_block_layout(crow, col, self.shape, self.blocks, self.grid)
         self._rowptr = from_numpy(rowptr, (1, rb + 1))
         self._cols = from_numpy(cols, (1, self.L))
-        # the blocked values' index into the user's: given with its values (read once)
-        self._perm = _Index(from_numpy(perm.reshape(-1), (self.L,)), perm.reshape(-1)) if nnz else None
+        # the blocked values' index into the user's (padding slots: 0); its tensor made when first used
+        self._perm_a = perm.reshape(-1) if len(col) else None
+        self._perm_t = None
         self._bv = None  # the blocked values, kept while the values need no gradient
+        self._plans = {}  # the products' task tables by source width (_chain_tasks)
+
+    @property
+    def _values(self) -> Tensor | None:
+        if self._values_t is None and self._host_values is not None:
+            self._values_t = from_numpy(self._host_values)
+        return self._values_t
+
+    @property
+    def _perm(self) -> _Index | None:
+        if self._perm_t is None and self._perm_a is not None:
+            self._perm_t = _Index(from_numpy(self._perm_a, (self.L,)), self._perm_a)  # given its values: read once
+        return self._perm_t
+
+    def _values_need_grad(self) -> bool:
+        return self._values_t is not None and self._values_t.requires_grad
 
     # -- torch's accessors ----------------------------------------------------------------
     def crow_indices(self) -> Tensor:
@@ -105,12 +127,12 @@ class SparseCSRTensor:
     def blocked_values(self) -> Tensor:
         """The values in the blocked layout (nblocks, L), tiled (1, L)."""
         gr, gc = self.grid
-        if self._perm is None:
+        if self._perm_a is None:
             return zeros((gr * gc, self.L), dtype=self.dtype, tiles=(1, self.L))
-        if self._bv is not None and not self._values.requires_grad:
+        if self._bv is not None and not self._values_need_grad():
             return self._bv
         bv = reshape(index_select(self._values, 0, self._perm), gr * gc, self.L)
-        self._bv = None if self._values.requires_grad else bv
+        self._bv = None if self._values_need_grad() else bv
         return bv
 
     def __matmul__(self, other):
@@ -129,15 +151,17 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
     crow, col = _ints(crow_indices, what, "crow_indices"), _ints(col_indices, what, "col_indices")
     empty_dtype = None
     if isinstance(values, np.ndarray):
-        values = values.astype(dtype) if dtype is not None else values
+        values = values.astype(dtype if dtype is not None else values.dtype)  # a copy: torch copies too
         if values.dtype not in (np.float32, np.float64):
             raise TypeError(f"{what}: values must be float32 or float64, got {values.dtype}")
         if values.size == 0:  # no entries (tiletrain tensors have no empty axes): no values tensor
             empty_dtype, values = values.dtype, None
-        else:
+        elif requires_grad:
             values = from_numpy(values)
-    if values is not None:
+        # else kept on the host: uploaded when first needed (SparseCSRTensor._values)
+    elif values is not None:
         _float_tensor(values, what, "values")
+    if values is not None:
         if values.ndim != 1:
             raise ValueError(f"{what}: values must be 1-D (nnz,), got shape {values.shape}")
     nvals = values.shape[0] if values is not None else 0
@@ -168,8 +192,8 @@ def lay_out_from_host(A: SparseCSRTensor, values: np.ndarray) -> SparseCSRTensor
     gathered by tasks at its first product: for builders whose values tensor no one else holds
     (geometric.nn.adjacency; a user's ``A.values()`` may be written in place before the first
     product, so sparse_csr_tensor itself does not)."""
-    if A._perm is not None and not A._values.requires_grad:
-        A._bv = from_numpy(np.asarray(values, A.dtype)[A._perm.a].reshape(A.grid[0] * A.grid[1], A.L), (1, A.L))
+    if A._perm_a is not None and not A._values_need_grad():
+        A._bv = from_numpy(np.asarray(values, A.dtype)[A._perm_a].reshape(A.grid[0] * A.grid[1], A.L), (1, A.L))
     return A
 
 
@@ -245,9 +269,20 @@ def _chain_tasks(kernel: str, A, bv, src, dst, transpose: bool) -> None:
     """One task per (non-empty block, column tile j of src), chained per destination tile:
     A's row block i and column block k, src tile (k, j) into dst tile (i, j) -- (i, j) into
     (k, j) when transposed; each chain's first task writes, the others accumulate."""
+    gf = -(-src.shape[1] // src.tiles[1])
+    key = (transpose, gf, src.tiles[1], src.shape[1])
+    plan = A._plans.get(key)
+    if plan is None:  # the same for every product with A of this width: the layers of a GNN share it
+        plan = A._plans[key] = _chain_plan(A, transpose, gf, src.shape[1], src.tiles[1])
+    tiles, args = plan
+    run_tasks(kernel, [A._rowptr, A._cols, bv, src, dst], tiles, alpha=1.0, **args)
+
+
+def _chain_plan(A, transpose: bool, gf: int, width: int, tile: int):
+    """_chain_tasks' tile table and per-task arguments for A and a source of ``gf`` column
+    tiles of ``tile`` (``width`` columns in all)."""
     gr, gc = A.grid
     N, M = A.shape
-    gf = -(-src.shape[1] // src.tiles[1])
     mask = A.block_nnz.reshape(gr, gc) > 0
     out, inner, _ = _chains(mask.T if transpose else mask)
     out, inner = (np.repeat(a, gf) for a in (out, inner))
@@ -259,10 +294,9 @@ def _chain_tasks(kernel: str, A, bv, src, dst, transpose: bool) -> None:
     i, k = (inner, out) if transpose else (out, inner)
     blk = i * gc + k
     s_tile, d_tile = (i * gf + j, k * gf + j) if transpose else (k * gf + j, i * gf + j)
-    run_tasks(kernel, [A._rowptr, A._cols, bv, src, dst], np.stack([blk, blk, blk, s_tile, d_tile], axis=1),
-              wmask=first.astype(np.int64) << 4, mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
-              nx=_sizes(src.shape[1], src.tiles[1], gf)[j], first=first.astype(np.int64), alpha=1.0,
-              nnz=A.block_nnz[blk].astype(np.float64))
+    return np.stack([blk, blk, blk, s_tile, d_tile], axis=1), dict(
+        wmask=first.astype(np.int64) << 4, mr=_sizes(N, A.blocks[0], gr)[i], nc=_sizes(M, A.blocks[1], gc)[k],
+        nx=_sizes(width, tile, gf)[j], first=first.astype(np.int64), nnz=A.block_nnz[blk].astype(np.float64))
 
 
 def _sddmm_tasks(A, g, x, dbv) -> None:
