@@ -266,7 +266,7 @@ def run_tiletrain_sampled(args) -> dict:
         m = metrics(rec.trace, args.threads)
         sample_us = float(rec.trace.duration[rec.trace.tasks["kernel"] == "saint_sample"].sum())
     return dict(curve=curve, step_times=step_times, idle=m.mean_idle_fraction, makespan_us=m.makespan_us,
-                sample_us=sample_us, work_us=m.work_us, submit_cpu_us=cpu * 1e6)
+                sample_us=sample_us, work_us=m.work_us, submit_cpu_us=cpu * 1e6, idle_causes=m.idle_causes)
 
 
 def _time_to(curve, target):
@@ -352,7 +352,8 @@ def main() -> None:
           f"accuracy difference (tiletrain - PyG): {100 * (ts['curve'][-1][2] - ps['curve'][-1][2]):+.1f} points; "
           f"trace over {args.trace_steps} steps: makespan {ts['makespan_us'] / 1e3:.1f} ms, sampler tasks "
           f"{ts['sample_us'] / 1e3:.1f} ms of {ts['work_us'] / 1e3:.1f} ms work, mean idle {ts['idle']:.3f}; "
-          f"the submitting thread {ts['submit_cpu_us'] / 1e3 / args.trace_steps:.2f} ms CPU per step")
+          f"the submitting thread {ts['submit_cpu_us'] / 1e3 / args.trace_steps:.2f} ms CPU per step; idle by cause "
+          f"(what a worker's next task waited for): " + ", ".join(f"{k} {v:.3f}" for k, v in ts["idle_causes"].items()))
 
 
 CHILDREN = {"pyg": run_pyg, "tiletrain": run_tiletrain, "pyg_sampled": run_pyg_sampled,

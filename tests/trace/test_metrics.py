@@ -141,3 +141,26 @@ def test_inconsistent_traces_are_rejected():
         make([(0, 2, 1, [])])
     with pytest.raises(ValueError, match="no tasks"):
         metrics(make([]))
+
+
+def test_idle_by_cause():
+    """Each idle gap is charged to what its next task waited for:
+    worker 0: a [0,2]            d [6,8]   (d depends on c; c ends at 5; d starts at 6)
+    worker 1:   b [1,3]  c [4,5]           (b submitted at 1; c ready at 3, starts at 4)
+    worker 0, gap [2,6]: waiting for c until 5 (dependencies 3), then ready 1
+    worker 1, gap [0,1]: b not submitted yet (submission 1); gap [3,4]: ready 1; tail [5,8] 3
+    window 8 x 2 = 16."""
+    from tiletrain.trace import IDLE_CAUSES, format_metrics, idle_causes
+    tr = make([(0, 0, 2, []), (1, 1, 3, []), (1, 4, 5, [1]), (0, 6, 8, [2])])
+    tr.tasks["submit"][1] = 1.0
+    got = idle_causes(tr)
+    assert set(got) == set(IDLE_CAUSES)
+    assert got == pytest.approx({"dependencies": 3 / 16, "submission": 1 / 16, "ready": 2 / 16, "tail": 3 / 16})
+    m = metrics(tr)
+    assert sum(got.values()) == pytest.approx(m.mean_idle_fraction)
+    assert m.idle_causes == got and "idle by cause" in format_metrics(m)
+    # a listed worker that ran nothing: its whole window is tail
+    three = make([(0, 0, 2, []), (1, 1, 3, []), (1, 4, 5, [1]), (0, 6, 8, [2])], nworkers=3)
+    three.tasks["submit"][1] = 1.0
+    assert idle_causes(three)["tail"] == pytest.approx((3 + 8) / 24)
+    assert sum(idle_causes(three).values()) == pytest.approx(metrics(three).mean_idle_fraction)

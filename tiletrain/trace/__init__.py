@@ -18,8 +18,8 @@ import types
 
 from ..runtime import provide_trace
 from .chrome import from_chrome, load, save, to_chrome
-from .metrics import (Metrics, area_bound, bottom_levels, busy_per_worker, compact, critical_path, format_metrics,
-                      idle_fractions, makespan, metrics, stage_bubbles)
+from .metrics import (IDLE_CAUSES, Metrics, area_bound, bottom_levels, busy_per_worker, compact, critical_path,
+                      format_metrics, idle_causes, idle_fractions, makespan, metrics, stage_bubbles)
 from .records import (TASK_DTYPE, Trace, TraceError, is_recording, profiling_enabled, read, recording, reset,
                       start, stop, worker_stats)
 from .plot import gantt
@@ -45,4 +45,5 @@ __all__ = ["Trace", "TraceError", "TASK_DTYPE", "read", "recording", "start", "s
            "profiling_enabled", "worker_stats", "tag", "current_tags", "save", "load", "to_chrome",
            "from_chrome",
            "gantt", "Metrics", "metrics", "format_metrics", "makespan", "busy_per_worker", "idle_fractions",
+           "idle_causes", "IDLE_CAUSES",
            "critical_path", "bottom_levels", "area_bound", "stage_bubbles", "compact"]

@@ -12,6 +12,12 @@
   bubble per stage  idle time of the workers that ran a stage's tasks (the `stage` tag; the
                     worker when tasks carry no stage): idle_over_total = idle / (window x
                     workers), bubble_over_ideal = idle / busy (the two definitions in use)
+  idle by cause     each worker's idle time before each of its tasks, by what that task was
+                    still waiting for: a predecessor ("dependencies"), its submission by the
+                    submitting thread ("submission"), or nothing -- ready, not yet started
+                    ("ready"): the runtime's latency, or the worker's core lent to another
+                    thread (the submitting thread where threads outnumber cores); and the
+                    time after a worker's last task ("tail"); fractions of window x workers
 """
 from __future__ import annotations
 
@@ -45,6 +51,47 @@ def idle_fractions(trace: Trace) -> dict[int, float]:
     ran nothing count (idle 1.0) when the trace lists them."""
     T = makespan(trace)
     return {w: (1.0 - b / T) if T > 0 else 0.0 for w, b in busy_per_worker(trace).items()}
+
+
+IDLE_CAUSES = ("dependencies", "submission", "ready", "tail")
+
+
+def idle_causes(trace: Trace, nworkers: int | None = None) -> dict[str, float]:
+    """The workers' idle time split by cause (the module docstring), as fractions of the
+    window [first start, last end] x ``nworkers`` (default: the workers the trace lists, or
+    those that ran tasks); the four add up to the mean idle fraction.  A task without a
+    recorded submission time (a Chrome file from elsewhere) counts as submitted when it
+    started, so its gap reads as submission."""
+    _need_tasks(trace, "idle_causes")
+    t = trace.tasks
+    start, end, submit = t["start"], t["end"], t["submit"]
+    T0, T1 = float(start.min()), float(end.max())
+    # the end of each task's last predecessor (-inf: none)
+    n = t["ndeps"].astype(np.int64)
+    owner = np.repeat(np.arange(len(t)), n)
+    pos = np.repeat(t["dep_start"], n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+    dep_ready = np.full(len(t), -np.inf)
+    np.maximum.at(dep_ready, owner, end[trace.deps[pos]])
+    out = dict.fromkeys(IDLE_CAUSES, 0.0)
+    workers = np.unique(t["worker"])
+    for w in workers:
+        idx = np.flatnonzero(t["worker"] == w)
+        idx = idx[np.argsort(start[idx], kind="stable")]
+        g1 = start[idx]
+        g0 = np.concatenate([[T0], np.maximum.accumulate(end[idx])[:-1]])  # free from here
+        gap = g1 > g0
+        ready = np.maximum(dep_ready[idx], submit[idx])
+        a = np.clip(ready, g0, g1)  # waiting until a, then ready but not started until g1
+        waiting = np.where(gap, a - g0, 0.0)
+        by_submit = submit[idx] >= dep_ready[idx]
+        out["submission"] += float(waiting[by_submit].sum())
+        out["dependencies"] += float(waiting[~by_submit].sum())
+        out["ready"] += float(np.where(gap, g1 - a, 0.0).sum())
+        out["tail"] += T1 - float(end[idx].max())
+    nw = nworkers or len(trace.workers) or len(workers)
+    out["tail"] += max(0, nw - len(workers)) * (T1 - T0)  # listed workers that ran nothing
+    window = (T1 - T0) * nw
+    return {k: v / window if window > 0 else 0.0 for k, v in out.items()}
 
 
 def successors(trace: Trace) -> list[list[int]]:
@@ -166,6 +213,7 @@ class Metrics:
     efficiency: float                 # bound / makespan
     idle_fraction: dict = field(default_factory=dict)    # worker -> fraction
     mean_idle_fraction: float = 0.0
+    idle_causes: dict = field(default_factory=dict)      # cause -> fraction (idle_causes)
     bubbles: dict = field(default_factory=dict)          # stage (or worker) -> {...}
     phases: dict = field(default_factory=dict)           # phase -> task time (µs)
 
@@ -194,7 +242,7 @@ def metrics(trace: Trace, nworkers: int | None = None) -> Metrics:
         gflops=float(trace.tasks["flops"].sum() / (T * 1e3)) if T > 0 else 0.0,
         critical_path_us=cp, area_bound_us=area, bound_us=bound, efficiency=bound / T if T > 0 else 1.0,
         idle_fraction=idle, mean_idle_fraction=float(np.mean(list(idle.values()))) if idle else 0.0,
-        bubbles=stage_bubbles(trace), phases=phases)
+        idle_causes=idle_causes(trace, nw), bubbles=stage_bubbles(trace), phases=phases)
 
 
 def format_metrics(m: Metrics) -> str:
@@ -205,6 +253,9 @@ def format_metrics(m: Metrics) -> str:
         f"efficiency {m.efficiency:.3f}",
         "idle per worker: " + ", ".join(f"{w}: {f:.1%}" for w, f in sorted(m.idle_fraction.items())),
     ]
+    if m.idle_causes:
+        lines.append("idle by cause (of all workers' time): " + ", ".join(
+            f"{c} {m.idle_causes[c]:.1%}" for c in IDLE_CAUSES))
     if m.bubbles:
         lines.append("bubble per stage (idle/total, bubble/ideal): " + ", ".join(
             f"{s}: {b['idle_over_total']:.1%}, {b['bubble_over_ideal']:.2f}"
@@ -215,5 +266,6 @@ def format_metrics(m: Metrics) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Metrics", "metrics", "format_metrics", "makespan", "busy_per_worker", "idle_fractions",
+__all__ = ["IDLE_CAUSES", "Metrics", "metrics", "format_metrics", "makespan", "busy_per_worker", "idle_fractions",
+           "idle_causes",
            "critical_path", "bottom_levels", "area_bound", "stage_bubbles", "successors"]
