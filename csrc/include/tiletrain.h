@@ -401,6 +401,15 @@ int tt_csr_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, 
                         int64_t *counts);
 int tt_csr_block_layout(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, const int64_t *col, int64_t rb, int64_t cb,
                         int64_t L, int64_t *perm, int64_t *cols, int64_t *rowptr);
+/* The same from a COO list (row[k], col[k], values[k] or NULL), checked, in one call after
+ * the counts: crow, ccol (columns in CSR order: by row, then column, then input order), cperm
+ * (the input entry at each CSR position) and with values cvalues (float64, CSR order) and bv
+ * (g x L blocked values of vsize bytes: 4 float, 8 double); perm, cols, rowptr as above. */
+int tt_coo_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *row, const int64_t *col, int64_t rb, int64_t cb,
+                        int64_t *counts);
+int tt_coo_block_layout(int64_t n, int64_t m, int64_t nnz, const int64_t *row, const int64_t *col, const double *values,
+                        int64_t vsize, int64_t rb, int64_t cb, int64_t L, int64_t *crow, int64_t *ccol, int64_t *cperm,
+                        double *cvalues, int64_t *perm, int64_t *cols, int64_t *rowptr, void *bv);
 
 /* PyG's gcn_norm (source to target) of a graph of n nodes and e edges src[i] -> dst[i]
  * (csrc/graph.c): with add_loops, the edges that are not self-loops, then a loop per node

@@ -192,22 +192,43 @@ def test_block_layout_equals_the_numpy_reference(rng):
         _block_layout(np.array([0, 2, 2]), np.array([0, 1]), (1, 9), (1, 3), (1, 3))
 
 
-def test_blocked_values_laid_out_on_the_host_equal_the_gathered_ones(rng):
-    """geometric's adjacency lays a CSR matrix's blocked values out from its NumPy values
-    (no gather tasks): the same blocked values, the same product, bit for bit."""
-    from tiletrain.ops.sparse import lay_out_from_host
-    N, M = 37, 29
-    dense = rng.standard_normal((N, M)) * (rng.random((N, M)) < 0.2)
-    rows, cols = np.nonzero(dense)
-    crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))]).astype(np.int64)
-    vals = dense[rows, cols]
-    X = tt.from_numpy(rng.standard_normal((M, 5)), (8, 5))
-    A = tt.sparse_csr_tensor(crow, cols.astype(np.int64), vals, (N, M), blocks=(8, 8))
-    B = lay_out_from_host(tt.sparse_csr_tensor(crow, cols.astype(np.int64), vals, (N, M), blocks=(8, 8)), vals)
-    assert B._bv is not None and A._bv is None
-    np.testing.assert_array_equal(B.blocked_values().numpy(), A.blocked_values().numpy())
-    np.testing.assert_array_equal((B @ X).numpy(), (A @ X).numpy())
-    np.testing.assert_allclose((B @ X).numpy(), dense @ X.numpy(), rtol=1e-12, atol=1e-12)
+def test_csr_from_coo_equals_the_checked_construction(rng):
+    """csr_from_coo (geometric's adjacency: CSR order, blocked layout and blocked values in C
+    from a COO list) gives what coo_to_csr + sparse_csr_tensor give -- the same CSR arrays,
+    layout and blocked values bit for bit, the same products -- with duplicates, empty rows and
+    columns, leftover and single blocks, float32 and float64; bad indices are refused."""
+    from tiletrain.ops.sparse import csr_from_coo
+    from tiletrain.runtime.host import coo_to_csr
+    for (N, M), blocks, n in (((37, 29), (8, 8), 200), ((12, 9), (4, 3), 40), ((6, 6), (16, 16), 30),
+                              ((50, 7), (8, 7), 0), ((9, 70_000), (4, 30_000), 120)):
+        row, col = rng.integers(0, N, n), rng.integers(0, M, n)
+        q = n // 4
+        row[:q], col[:q] = row[q:2 * q], col[q:2 * q]  # duplicate entries
+        vals = rng.standard_normal(n)
+        for dtype in (np.float32, np.float64):
+            A = csr_from_coo(row, col, vals, (N, M), blocks, dtype)
+            crow, perm = coo_to_csr(row, col, N, M)
+            B = tt.sparse_csr_tensor(crow, col[perm], vals[perm].astype(dtype), (N, M), blocks=blocks)
+            np.testing.assert_array_equal(A._crow, crow)
+            np.testing.assert_array_equal(A._col, col[perm])
+            assert (A.L, A.blocks, A.grid, A.dtype) == (B.L, B.blocks, B.grid, B.dtype)
+            np.testing.assert_array_equal(A.block_nnz, B.block_nnz)
+            for a, b in ((A._rowptr, B._rowptr), (A._cols, B._cols)):
+                np.testing.assert_array_equal(a.numpy(), b.numpy())
+            filled = np.arange(A.L) < A.block_nnz[:, None]  # padding slots: never read
+            np.testing.assert_array_equal(A.blocked_values().numpy()[filled], B.blocked_values().numpy()[filled])
+            if n:
+                np.testing.assert_array_equal(A.values().numpy(), B.values().numpy())
+            else:
+                assert A.values() is None and B.values() is None
+            X = tt.from_numpy(rng.standard_normal((M, 3)).astype(dtype), (min(M, 8), 3))
+            np.testing.assert_array_equal((A @ X).numpy(), (B @ X).numpy())
+    with pytest.raises(ValueError, match="coo_block_counts: row index 5 of entry 1 is out of range for 5 rows"):
+        csr_from_coo(np.array([0, 5]), np.array([0, 1]), np.ones(2), (5, 4), (2, 2), np.float64)
+    with pytest.raises(ValueError, match="column index -1 of entry 0 is out of range for 4 columns"):
+        csr_from_coo(np.array([0, 1]), np.array([-1, 1]), np.ones(2), (5, 4), (2, 2), np.float64)
+    with pytest.raises(ValueError, match="one each per entry"):
+        csr_from_coo(np.array([0, 1]), np.array([0, 1]), np.ones(3), (5, 4), (2, 2), np.float64)
 
 
 def test_numpy_values_are_copied_and_uploaded_when_first_needed(rng):

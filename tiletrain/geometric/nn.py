@@ -21,7 +21,7 @@ from .. import ops
 from ..nn import Linear, Module, ModuleList, Parameter
 from ..ops.activations import dropout, relu
 from ..ops.creation import zeros
-from ..ops.sparse import SparseCSRTensor, lay_out_from_host, sparse_csr_tensor
+from ..ops.sparse import SparseCSRTensor, csr_from_coo, sparse_csr_tensor
 from ..runtime import host
 from ..tensors import Tensor, as_dtype
 from .utils import add_self_loops, edge_index_array, remove_self_loops, softmax
@@ -51,16 +51,12 @@ def adjacency(edge_index: np.ndarray, values, num_nodes: int, blocks, dtype) -> 
     shape = tuple(values.shape) if isinstance(values, Tensor) else np.shape(values)
     if shape != (len(src),):
         raise ValueError(f"adjacency: values must have shape ({len(src)},) (one per edge), got {shape}")
-    crow, perm = host.coo_to_csr(dst, src, num_nodes, num_nodes)  # by target, then source
+    N = num_nodes
     if isinstance(values, Tensor):
+        crow, perm = host.coo_to_csr(dst, src, N, N)  # by target, then source
         vals = ops.index_select(values, 0, perm) if len(perm) else np.zeros(0, dtype)
-        return sparse_csr_tensor(crow, src[perm], vals, (num_nodes, num_nodes), blocks=blocks)
-    # a CSR matrix coo_to_csr made from checked edges: built without sparse_csr_tensor's checks
-    # of a user's arrays (the C layout still checks what it indexes by)
-    vals = np.asarray(values, dtype=dtype)[perm]
-    A = SparseCSRTensor(crow, src[perm], vals if len(vals) else None, (num_nodes, num_nodes), blocks,
-                        dtype=as_dtype(dtype))
-    return lay_out_from_host(A, vals)
+        return sparse_csr_tensor(crow, src[perm], vals, (N, N), blocks=blocks)
+    return csr_from_coo(dst, src, values, (N, N), blocks, dtype)  # laid out on the host, in C
 
 
 # Adjacencies built lately, while something (the autograd graph, a forward in progress) keeps

@@ -16,6 +16,7 @@ import numbers
 
 import numpy as np
 
+from ..runtime.host import coo_block_layout as host_coo_block_layout
 from ..runtime.host import csr_block_layout
 from ..runtime.kernels import run_tasks
 from ..tensors import Tensor, TensorTraits, from_numpy
@@ -44,27 +45,33 @@ def _ints(a, what: str, name: str) -> np.ndarray:
     return a
 
 
+def block_grid(shape, blocks) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The blocks (rb, cb) of an (N, M) matrix, each at most its axis (at least 1), and the
+    grid of blocks they make (at least one per axis)."""
+    (N, M), (rb, cb) = shape, (max(1, min(int(b), max(s, 1))) for b, s in zip(blocks, shape))
+    return (rb, cb), (max(1, -(-N // rb)), max(1, -(-M // cb)))
+
+
 class SparseCSRTensor:
     """A (N, M) CSR matrix tiled by row blocks x column blocks (``blocks`` = (rb, cb))."""
 
     layout = "sparse_csr"
 
     def __init__(self, crow: np.ndarray, col: np.ndarray, values: Tensor | np.ndarray | None, size, blocks,
-                 dtype=None):
-        """``values``: a tiletrain Tensor, or a NumPy array uploaded when first needed as one
-        (``values()``, a gradient, a product without host-laid-out blocked values); None: no
-        entries, ``dtype`` then gives the type."""
+                 dtype=None, layout=None):
+        """``values``: a tiletrain Tensor, or a NumPy array uploaded as one (in ``dtype``) when
+        first needed (``values()``, a gradient, a product without host-laid-out blocked
+        values); None: no entries.  ``dtype``: the matrix's type (default: the values').
+        ``layout``: csr_block_layout's result when the caller has it already."""
         self.shape = tuple(int(s) for s in size)
-        self.dtype = np.dtype(values.dtype) if values is not None else np.dtype(dtype)
+        self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(values.dtype)
         self._crow, self._col = crow, col
         self._host_values = values if isinstance(values, np.ndarray) else None
         self._values_t = None if isinstance(values, np.ndarray) else values
-        N, M = self.shape
-        rb, cb = (max(1, min(int(b), max(s, 1))) for b, s in zip(blocks, self.shape))
-        self.blocks = (rb, cb)
-        self.grid = (max(1, -(-N // rb)), max(1, -(-M // cb)))
-        self.block_nnz, self.L, perm, cols, rowptr = csr_block_layout(crow, col, self.shape, self.blocks, self.grid)
-        self._rowptr = from_numpy(rowptr, (1, rb + 1))
+        self.blocks, self.grid = block_grid(self.shape, blocks)
+        self.block_nnz, self.L, perm, cols, rowptr = layout or csr_block_layout(crow, col, self.shape, self.blocks,
+                                                                                  self.grid)
+        self._rowptr = from_numpy(rowptr, (1, self.blocks[0] + 1))
         self._cols = from_numpy(cols, (1, self.L))
         # the blocked values' index into the user's (padding slots: 0); its tensor made when first used
         self._perm_a = perm.reshape(-1) if len(col) else None
@@ -75,7 +82,7 @@ class SparseCSRTensor:
     @property
     def _values(self) -> Tensor | None:
         if self._values_t is None and self._host_values is not None:
-            self._values_t = from_numpy(self._host_values)
+            self._values_t = from_numpy(self._host_values.astype(self.dtype, copy=False))
         return self._values_t
 
     @property
@@ -187,13 +194,22 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None, *, dtype=Non
     return SparseCSRTensor(crow, col, values, size, blocks, dtype=empty_dtype)
 
 
-def lay_out_from_host(A: SparseCSRTensor, values: np.ndarray) -> SparseCSRTensor:
-    """A, its blocked values laid out from the NumPy ``values`` it was built from instead of
-    gathered by tasks at its first product: for builders whose values tensor no one else holds
-    (geometric.nn.adjacency; a user's ``A.values()`` may be written in place before the first
-    product, so sparse_csr_tensor itself does not)."""
-    if A._perm_a is not None and not A._values_need_grad():
-        A._bv = from_numpy(np.asarray(values, A.dtype)[A._perm_a].reshape(A.grid[0] * A.grid[1], A.L), (1, A.L))
+def csr_from_coo(row, col, values: np.ndarray, size, blocks, dtype) -> SparseCSRTensor:
+    """The (N, M) CSR matrix of a COO list: entry values[k] at (row[k], col[k]), duplicates
+    summed by the products, tiled ``blocks``.  Its CSR order (by row, column, then input
+    order), blocked layout and blocked values are laid out on the host by C in two calls
+    (runtime.host.coo_block_layout, which checks the indices), with no task: for builders of
+    a new matrix every step (geometric.nn.adjacency).  ``values`` (NumPy) stay on the host
+    until something needs them as a tensor."""
+    shape = tuple(int(s) for s in size)
+    dtype = np.dtype(dtype)
+    (rb, cb), grid = block_grid(shape, blocks)
+    crow, ccol, _, cvals, counts, L, perm, cols, rowptr, bv = host_coo_block_layout(
+        row, col, np.asarray(values), shape, (rb, cb), grid, dtype)
+    A = SparseCSRTensor(crow, ccol, cvals if len(ccol) else None, shape, (rb, cb), dtype=dtype,
+                        layout=(counts, L, perm, cols, rowptr))
+    if len(ccol):
+        A._bv = from_numpy(bv, (1, L))
     return A
 
 

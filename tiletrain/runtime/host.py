@@ -44,6 +44,38 @@ def csr_block_layout(crow: np.ndarray, col: np.ndarray, shape, blocks, grid):
     return counts, L, perm, cols, rowptr
 
 
+def coo_block_layout(row: np.ndarray, col: np.ndarray, values: np.ndarray | None, shape, blocks, grid,
+                     dtype=np.float64):
+    """A COO list (row[k], col[k], values[k]) as the CSR matrix ``coo_to_csr`` orders and its
+    blocked layout (``csr_block_layout``) in two C calls: (crow, ccol, cperm, cvalues, counts,
+    L, perm, cols, rowptr, bv) -- ccol and cvalues (float64) in CSR order, cperm the input
+    entry at each CSR position, bv the (nblocks, L) blocked values in ``dtype`` (float32 or
+    float64); cvalues and bv None without values."""
+    (N, M), (rb, cb), g = shape, blocks, grid[0] * grid[1]
+    row, col = np.ascontiguousarray(row, np.int64), np.ascontiguousarray(col, np.int64)
+    nnz = len(row)
+    if len(col) != nnz or (values is not None and len(values) != nnz):
+        raise ValueError(f"sparse layout: {nnz} rows, {len(col)} columns and "
+                         f"{nnz if values is None else len(values)} values: one each per entry")
+    dtype = np.dtype(dtype)
+    if values is not None and dtype not in (np.float32, np.float64):
+        raise TypeError(f"sparse layout: blocked values must be float32 or float64, got {dtype}")
+    counts = np.empty(g, np.int64)
+    check(lib.tt_coo_block_counts(N, M, nnz, _i64(row), _i64(col), rb, cb, _i64(counts)))
+    L = max(1, int(counts.max()))
+    crow, ccol, cperm = np.empty(N + 1, np.int64), np.empty(nnz, np.int64), np.empty(nnz, np.int64)
+    perm, cols, rowptr = np.empty((g, L), np.int64), np.empty((g, L), np.int64), np.empty((g, rb + 1), np.int64)
+    v = cvalues = bv = None
+    if values is not None:
+        v = np.ascontiguousarray(values, np.float64)
+        cvalues, bv = np.empty(nnz, np.float64), np.empty((g, L), dtype)
+    check(lib.tt_coo_block_layout(N, M, nnz, _i64(row), _i64(col), ffi.NULL if v is None else _f64(v),
+                                  dtype.itemsize, rb, cb, L, _i64(crow), _i64(ccol), _i64(cperm),
+                                  ffi.NULL if v is None else _f64(cvalues), _i64(perm), _i64(cols), _i64(rowptr),
+                                  ffi.NULL if bv is None else ffi.from_buffer(bv)))
+    return crow, ccol, cperm, cvalues, counts, L, perm, cols, rowptr, bv
+
+
 def gcn_norm(src: np.ndarray, dst: np.ndarray, num_nodes: int, weight: np.ndarray | None, fill: float,
              add_loops: bool) -> tuple[np.ndarray, np.ndarray]:
     """PyG's gcn_norm of the edges src -> dst (csrc/graph.c): the (2, E') edge list (with
