@@ -306,6 +306,10 @@ def main() -> None:
     p.add_argument("--skip-sampled", action="store_true")
     p.add_argument("--child", choices=list(CHILDREN), help=argparse.SUPPRESS)
     args = p.parse_args()
+    for name in ("nodes", "classes", "features", "hidden", "layers", "epochs", "repeats", "threads", "tile", "roots",
+                 "sampled_hidden", "sampled_tile", "in_flight", "sampled_steps", "eval_every", "trace_steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.child:
         print(json.dumps(CHILDREN[args.child](args)))
         return

@@ -7,7 +7,8 @@ pointers from 0, column indices within the block): three tiled tensors with one 
 block, ``rowptr`` (nblocks, rb + 1), ``cols`` and the blocked values (nblocks, L), L the
 largest block's entry count (smaller blocks padded; the kernels read the true count from
 rowptr).  The blocked values are ``index_select(values, 0, perm)`` of the user's values, so
-their gradient reaches ``values`` through index_select's backward.  The products are task
+their gradient reaches ``values`` through index_select's backward; ``csr_from_coo`` (a new
+matrix every step: geometric's adjacency) lays them out on the host instead.  The products are task
 lists (csrc/expand_tasks.c): y tile (i, j) = sum over the non-empty blocks (i, k) of
 A_ik x_kj, in k order (deterministic); dX = A^T dY likewise; d(values) per block (SDDMM)."""
 from __future__ import annotations
