@@ -134,6 +134,8 @@ FINDINGS = {  # what -> input; each one failed its target's contract before the 
         "the folder's config.json as a shard (deleted by save_pretrained)":
             b'{"weight_map": {"x": "config.json"}}',
         "'..' as a shard (IsADirectoryError in save_pretrained)": b'{"weight_map": {"x": ".."}}',
+        "a shard name longer than a file name can be (OSError ENAMETOOLONG from is_file)":
+            b'{"weight_map": {"b.weight": "model-' + b">" * 300 + b'.safetensors"}}',
         "nested too deeply (RecursionError)": DEEP.encode(),
     },
     "tokenizer": {

@@ -9,6 +9,7 @@ the same tensor; the file stores it once, under its first name, as transformers 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = ["read_hf_config", "read_safetensors", "stored_safetensors", "save_fol
            "unique_tensors", "folder_of", "CONFIG_NAME", "WEIGHTS_NAME", "INDEX_NAME"]
 
 CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME = "config.json", "model.safetensors", "model.safetensors.index.json"
+NAME_MAX = 255  # bytes in a file name on the filesystems tiletrain runs on (longer: ENAMETOOLONG)
 
 
 def _folder_and_weights(path) -> tuple[Path, Path | None]:
@@ -103,7 +105,7 @@ def _weight_map(index: Path) -> dict[str, str]:
         raise ValueError(f"from_pretrained: {index} has no weight_map object")
     for name, shard in weight_map.items():
         if not (isinstance(shard, str) and shard.endswith(".safetensors") and Path(shard).name == shard
-                and "\\" not in shard and "\0" not in shard):
+                and "\\" not in shard and "\0" not in shard and len(os.fsencode(shard)) <= NAME_MAX):
             raise ValueError(f"from_pretrained: {index} maps {name!r:.100} to {shard!r:.100}, not the name "
                              "of a .safetensors file in its folder")
     return weight_map
