@@ -198,3 +198,22 @@ def test_a_graph_larger_than_a_default_tile():
     sub = GraphSAINTSampler(d, 300, kind="random_walk", walk_length=2, num_steps=1, seed=0).sample(0)
     assert sub.num_nodes > 500 and sub.edge_index.shape[1] > 0
     np.testing.assert_array_equal(d.edge_index[:, sub.edge_idx], sub.node_idx[sub.edge_index])
+
+
+@pytest.mark.parametrize("kind,batch", [("node", 2), ("random_walk", 1), ("edge", 3), ("random_walk", 300)])
+def test_both_node_lookups_give_the_reference(kind, batch):
+    """The task finds the induced edges in a bitmap of the graph's nodes, or in a hash table of
+    the sampled ones when the graph has more than 512 nodes per drawn node (the first three
+    cases here: a few draws on 5000 nodes): both give the NumPy reference's subgraph."""
+    d = sbm(5000, 8, 0.008, 0.0004, 4, seed=0)
+    ei = d.edge_index
+    perm = np.lexsort((ei[1], ei[0]))
+    rowptr = np.concatenate([[0], np.cumsum(np.bincount(ei[0], minlength=5000))])
+    s = GraphSAINTSampler(d, batch_size=batch, kind=kind, walk_length=2, num_steps=3, seed=4)
+    for step, sub in enumerate(s):
+        ref = saint_sample_ref(rowptr, ei[1][perm], 5000, ei.shape[1], dict(node=0, edge=1, random_walk=2)[kind],
+                               batch, 2, 4, step, 100_000)
+        m, k = int(ref[0]), int(ref[1])
+        np.testing.assert_array_equal(sub.node_idx, ref[2:2 + m])
+        np.testing.assert_array_equal(sub.edge_index, ref[2 + m:2 + m + 2 * k].reshape(2, k))
+        np.testing.assert_array_equal(sub.edge_idx, perm[ref[2 + m + 2 * k:2 + m + 3 * k]])
