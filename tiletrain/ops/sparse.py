@@ -205,12 +205,10 @@ def csr_from_coo(row, col, values: np.ndarray, size, blocks, dtype) -> SparseCSR
     shape = tuple(int(s) for s in size)
     dtype = np.dtype(dtype)
     (rb, cb), grid = block_grid(shape, blocks)
-    crow, ccol, _, cvals, counts, L, perm, cols, rowptr, bv = host_coo_block_layout(
-        row, col, np.asarray(values), shape, (rb, cb), grid, dtype)
-    A = SparseCSRTensor(crow, ccol, cvals if len(ccol) else None, shape, (rb, cb), dtype=dtype,
-                        layout=(counts, L, perm, cols, rowptr))
+    crow, ccol, cvals, layout, bv = host_coo_block_layout(row, col, np.asarray(values), shape, (rb, cb), grid, dtype)
+    A = SparseCSRTensor(crow, ccol, cvals if len(ccol) else None, shape, (rb, cb), dtype=dtype, layout=layout)
     if len(ccol):
-        A._bv = from_numpy(bv, (1, L))
+        A._bv = from_numpy(bv, (1, A.L))
     return A
 
 

@@ -37,20 +37,27 @@ def csr_block_layout(crow: np.ndarray, col: np.ndarray, shape, blocks, grid):
         raise ValueError(f"sparse layout: {len(crow)} crow_indices for {N} rows (want {N + 1})")
     counts = np.empty(g, np.int64)
     check(lib.tt_csr_block_counts(N, M, len(col), _i64(crow), _i64(col), rb, cb, _i64(counts)))
-    L = max(1, int(counts.max()))
-    perm, cols, rowptr = np.empty((g, L), np.int64), np.empty((g, L), np.int64), np.empty((g, rb + 1), np.int64)
+    layout = _block_arrays(counts, rb)
+    _, L, perm, cols, rowptr = layout
     check(lib.tt_csr_block_layout(N, M, len(col), _i64(crow), _i64(col), rb, cb, L, _i64(perm), _i64(cols),
                                   _i64(rowptr)))
-    return counts, L, perm, cols, rowptr
+    return layout
+
+
+def _block_arrays(counts: np.ndarray, rb: int):
+    """(counts, L, perm, cols, rowptr) for a layout's C call to fill: L the largest count (at
+    least 1), perm and cols (nblocks, L), rowptr (nblocks, rb + 1)."""
+    g, L = len(counts), max(1, int(counts.max()))
+    return counts, L, np.empty((g, L), np.int64), np.empty((g, L), np.int64), np.empty((g, rb + 1), np.int64)
 
 
 def coo_block_layout(row: np.ndarray, col: np.ndarray, values: np.ndarray | None, shape, blocks, grid,
                      dtype=np.float64):
     """A COO list (row[k], col[k], values[k]) as the CSR matrix ``coo_to_csr`` orders and its
-    blocked layout (``csr_block_layout``) in two C calls: (crow, ccol, cperm, cvalues, counts,
-    L, perm, cols, rowptr, bv) -- ccol and cvalues (float64) in CSR order, cperm the input
-    entry at each CSR position, bv the (nblocks, L) blocked values in ``dtype`` (float32 or
-    float64); cvalues and bv None without values."""
+    blocked layout in two C calls: (crow, ccol, cvalues, layout, bv) -- ccol and cvalues
+    (float64) in CSR order, layout what ``csr_block_layout`` gives for that CSR matrix, bv the
+    (nblocks, L) blocked values in ``dtype`` (float32 or float64); cvalues and bv None
+    without values."""
     (N, M), (rb, cb), g = shape, blocks, grid[0] * grid[1]
     row, col = np.ascontiguousarray(row, np.int64), np.ascontiguousarray(col, np.int64)
     nnz = len(row)
@@ -62,9 +69,9 @@ def coo_block_layout(row: np.ndarray, col: np.ndarray, values: np.ndarray | None
         raise TypeError(f"sparse layout: blocked values must be float32 or float64, got {dtype}")
     counts = np.empty(g, np.int64)
     check(lib.tt_coo_block_counts(N, M, nnz, _i64(row), _i64(col), rb, cb, _i64(counts)))
-    L = max(1, int(counts.max()))
+    layout = _block_arrays(counts, rb)
+    _, L, perm, cols, rowptr = layout
     crow, ccol, cperm = np.empty(N + 1, np.int64), np.empty(nnz, np.int64), np.empty(nnz, np.int64)
-    perm, cols, rowptr = np.empty((g, L), np.int64), np.empty((g, L), np.int64), np.empty((g, rb + 1), np.int64)
     v = cvalues = bv = None
     if values is not None:
         v = np.ascontiguousarray(values, np.float64)
@@ -73,7 +80,7 @@ def coo_block_layout(row: np.ndarray, col: np.ndarray, values: np.ndarray | None
                                   dtype.itemsize, rb, cb, L, _i64(crow), _i64(ccol), _i64(cperm),
                                   ffi.NULL if v is None else _f64(cvalues), _i64(perm), _i64(cols), _i64(rowptr),
                                   ffi.NULL if bv is None else ffi.from_buffer(bv)))
-    return crow, ccol, cperm, cvalues, counts, L, perm, cols, rowptr, bv
+    return crow, ccol, cvalues, layout, bv
 
 
 def gcn_norm(src: np.ndarray, dst: np.ndarray, num_nodes: int, weight: np.ndarray | None, fill: float,
