@@ -70,6 +70,12 @@ int tt_coo_to_csr(int64_t nrows, int64_t ncols, int64_t nnz, const int64_t *row,
     return rc != TT_OK ? rc : coo_order("coo_to_csr", nrows, ncols, nnz, row, col, crow, perm);
 }
 
+/* blocks of b along an axis of n (one for an empty axis) */
+static inline int64_t nblocks(int64_t n, int64_t b)
+{
+    return n > 0 ? (n + b - 1) / b : 1;
+}
+
 /* the column block of column c: by a multiplication with the reciprocal, corrected by one
  * where it rounds across a boundary (exact for columns below 2^53); a division per entry
  * was most of the layout's time on the x86 cores here */
@@ -111,7 +117,7 @@ int tt_csr_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *crow, 
     int rc = check_csr("csr_block_counts", n, m, nnz, crow, col, rb, cb);
     if (rc != TT_OK)
         return rc;
-    int64_t gr = n > 0 ? (n + rb - 1) / rb : 1, gc = m > 0 ? (m + cb - 1) / cb : 1;
+    int64_t gr = nblocks(n, rb), gc = nblocks(m, cb);
     double inv = 1.0 / (double)cb;
     memset(counts, 0, (size_t)(gr * gc) * sizeof(int64_t));
     for (int64_t r = 0; r < n; r++) {
@@ -128,7 +134,7 @@ static int lay_out_blocks(const char *what, int64_t n, int64_t m, const int64_t 
                           const double *values, int64_t vsize, void *bv, int64_t rb, int64_t cb, int64_t L,
                           int64_t *perm, int64_t *cols, int64_t *rowptr)
 {
-    int64_t gr = n > 0 ? (n + rb - 1) / rb : 1, gc = m > 0 ? (m + cb - 1) / cb : 1, g = gr * gc;
+    int64_t gc = nblocks(m, cb), g = nblocks(n, rb) * gc;
     double inv = 1.0 / (double)cb;
     int64_t *fill = counts_new(g);
     if (!fill)
@@ -183,7 +189,7 @@ int tt_coo_block_counts(int64_t n, int64_t m, int64_t nnz, const int64_t *row, c
         return rc;
     if (rb < 1 || cb < 1)
         return tt_error(TT_EINVAL, "coo_block_counts: bad blocks (%lld x %lld)", (long long)rb, (long long)cb);
-    int64_t gr = n > 0 ? (n + rb - 1) / rb : 1, gc = m > 0 ? (m + cb - 1) / cb : 1;
+    int64_t gr = nblocks(n, rb), gc = nblocks(m, cb);
     double inv = 1.0 / (double)cb;
     memset(counts, 0, (size_t)(gr * gc) * sizeof(int64_t));
     for (int64_t k = 0; k < nnz; k++)
